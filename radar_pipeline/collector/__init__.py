@@ -1,0 +1,1 @@
+"""Talks to watched PostgreSQL servers: pg_stat_statements scrapes, statement texts and fingerprints."""

@@ -1,0 +1,181 @@
+"""A version-aware read of pg_stat_statements and pg_stat_statements_info.
+
+The columns follow the installed extension's version, not the server's (an extension left un-updated after a major
+upgrade keeps its old columns): toplevel and pg_stat_statements_info arrive with 1.9 (PostgreSQL 14), stats_since and
+the shared_blk_*_time names with 1.11 (PostgreSQL 17). Versions before 1.9 are refused with the command that fixes it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+import pandas as pd
+import psycopg
+from psycopg import sql
+
+from radar_pipeline.config import Target
+from radar_pipeline.collector.session import TargetUnavailable, describe
+
+# Every statement the collector sends carries this comment, so it can recognise its own entries in the view.
+COLLECTOR_MARK = "/* radar_pipeline collector */"
+
+KEY_COLUMNS = ["dbid", "userid", "queryid", "toplevel"]
+COUNTER_COLUMNS = [
+    "calls",
+    "total_exec_time",
+    "rows",
+    "shared_blks_hit",
+    "shared_blks_read",
+    "temp_blks_written",
+    "shared_blk_read_time",
+]
+MIN_EXTENSION = (1, 9)
+
+_OWN_TABLES = re.compile(r"\b(pg_stat_statements(_info)?|pg_store_plans)\b", re.IGNORECASE)
+_LEADING_COMMENTS = re.compile(r"^(\s+|--[^\n]*\n|/\*.*?\*/)*", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Extension:
+    """Where pg_stat_statements lives on a server and which version of it is installed."""
+
+    schema: str
+    version: str
+    server_version_num: int
+
+    @property
+    def version_tuple(self) -> tuple[int, ...]:
+        return tuple(int(part) for part in self.version.split("."))
+
+    @property
+    def has_stats_since(self) -> bool:
+        return self.version_tuple >= (1, 11)
+
+
+@dataclass(frozen=True)
+class PgssScrape:
+    """One read of a target's pg_stat_statements: server facts and one row per statement (no texts)."""
+
+    target: str
+    captured_at: datetime
+    server_version_num: int
+    pgss_version: str
+    dealloc: int | None
+    stats_reset: datetime | None
+    statements: pd.DataFrame  # KEY_COLUMNS + COUNTER_COLUMNS + stats_since
+
+
+def read_extension(conn: psycopg.Connection, target: Target) -> Extension:
+    """Find pg_stat_statements in the connected database, refusing versions too old to read."""
+    row = conn.execute(
+        f"SELECT {COLLECTOR_MARK} n.nspname, e.extversion, current_setting('server_version_num')::int "
+        "FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_stat_statements'"
+    ).fetchone()
+    if row is None:
+        database = conn.info.dbname
+        raise TargetUnavailable(
+            f"target {target.name!r}: pg_stat_statements is not installed in database {database!r}; "
+            "run CREATE EXTENSION pg_stat_statements there (it must also be in shared_preload_libraries)"
+        )
+    ext = Extension(schema=row[0], version=row[1], server_version_num=row[2])
+    if ext.version_tuple < MIN_EXTENSION:
+        raise TargetUnavailable(
+            f"target {target.name!r}: pg_stat_statements {ext.version} is older than 1.9 (PostgreSQL 14); "
+            "run ALTER EXTENSION pg_stat_statements UPDATE"
+        )
+    return ext
+
+
+def scrape(conn: psycopg.Connection, target: Target, ext: Extension, exclude_role: str | None = None) -> PgssScrape:
+    """Read every statement's counters and the server-wide facts in one statement, so they share one clock reading.
+
+    Texts are not read here (showtext := false keeps the scrape cheap); `fetch_texts` reads them for new statements.
+    Statements of `exclude_role`, the collector's dedicated role when it has one, are left out.
+    """
+    fn = sql.Identifier(ext.schema, "pg_stat_statements")
+    info = sql.Identifier(ext.schema, "pg_stat_statements_info")
+    since = ext.has_stats_since
+    query = sql.SQL(
+        "SELECT " + COLLECTOR_MARK + " h.captured_at, h.dealloc, h.stats_reset, "
+        "s.dbid, s.userid, s.queryid, s.toplevel, s.calls, s.total_exec_time, s.rows, s.shared_blks_hit, "
+        "s.shared_blks_read, s.temp_blks_written, s.{read_time}, {stats_since} "
+        "FROM (SELECT statement_timestamp() AS captured_at, i.dealloc, i.stats_reset FROM {info} i) h "
+        "LEFT JOIN LATERAL (SELECT * FROM {fn}(false) p WHERE p.queryid IS NOT NULL {role_filter}) s ON true"
+    ).format(
+        read_time=sql.Identifier("shared_blk_read_time" if since else "blk_read_time"),
+        stats_since=sql.SQL("s.stats_since" if since else "NULL::timestamptz"),
+        info=info,
+        fn=fn,
+        role_filter=sql.SQL(
+            "AND p.userid IS DISTINCT FROM (SELECT oid FROM pg_roles WHERE rolname = %(role)s)" if exclude_role else ""
+        ),
+    )
+    try:
+        rows = conn.execute(query, {"role": exclude_role} if exclude_role else None).fetchall()
+    except psycopg.Error as exc:
+        raise TargetUnavailable(f"target {target.name!r}: reading pg_stat_statements failed: {describe(exc, target)}") from None
+    head = rows[0]
+    statements = pd.DataFrame(
+        [r[3:] for r in rows if r[3] is not None],
+        columns=KEY_COLUMNS + COUNTER_COLUMNS + ["stats_since"],
+    )
+    statements = statements.astype(
+        {
+            "dbid": "int64",
+            "userid": "int64",
+            "queryid": "int64",
+            "toplevel": "bool",
+            "calls": "int64",
+            "total_exec_time": "float64",
+            "rows": "int64",
+            "shared_blks_hit": "int64",
+            "shared_blks_read": "int64",
+            "temp_blks_written": "int64",
+            "shared_blk_read_time": "float64",
+        }
+    )
+    statements["stats_since"] = pd.to_datetime(statements["stats_since"], utc=True)
+    return PgssScrape(
+        target=target.name,
+        captured_at=head[0],
+        server_version_num=ext.server_version_num,
+        pgss_version=ext.version,
+        dealloc=head[1],
+        stats_reset=head[2],
+        statements=statements,
+    )
+
+
+def fetch_texts(
+    conn: psycopg.Connection, target: Target, ext: Extension, queryids: list[int]
+) -> dict[tuple[int, int, int, bool], str]:
+    """Read the texts of the given queryids (the view stores each text once; this reads only what we ask for)."""
+    if not queryids:
+        return {}
+    query = sql.SQL(
+        "SELECT " + COLLECTOR_MARK + " dbid, userid, queryid, toplevel, query FROM {fn}(true) "
+        "WHERE queryid = ANY(%(ids)s)"
+    ).format(fn=sql.Identifier(ext.schema, "pg_stat_statements"))
+    try:
+        rows = conn.execute(query, {"ids": list(queryids)}).fetchall()
+    except psycopg.Error as exc:
+        raise TargetUnavailable(f"target {target.name!r}: reading statement texts failed: {describe(exc, target)}") from None
+    return {(int(r[0]), int(r[1]), int(r[2]), bool(r[3])): r[4] or "" for r in rows}
+
+
+def own_statement_reason(text: str) -> str | None:
+    """Why a statement is the collector's own (or another monitor's read of the same views), else None.
+
+    These are never stored or analysed: EXPLAIN of any kind (plan capture runs it), anything carrying the collector's
+    mark, and anything reading pg_stat_statements, pg_stat_statements_info or pg_store_plans.
+    """
+    body = _LEADING_COMMENTS.sub("", text, count=1)
+    if body[:7].upper() == "EXPLAIN":
+        return "explain"
+    if COLLECTOR_MARK in text:
+        return "collector"
+    if _OWN_TABLES.search(text):
+        return "reads_statistics_views"
+    return None

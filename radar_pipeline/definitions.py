@@ -1,0 +1,16 @@
+"""The Dagster code location `radar`: every asset, job, schedule and resource of radar_pipeline."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from radar_pipeline.defs.resources import default_resources
+from radar_pipeline.defs.retention import pgss_retention_job, pgss_retention_schedule
+from radar_pipeline.defs.snapshots import pgss_snapshot_job, pgss_snapshot_schedule_for, pgss_snapshots
+
+defs = dg.Definitions(
+    assets=[pgss_snapshots],
+    jobs=[pgss_snapshot_job, pgss_retention_job],
+    schedules=[pgss_snapshot_schedule_for(), pgss_retention_schedule],
+    resources=default_resources(),
+)

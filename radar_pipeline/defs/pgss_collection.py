@@ -1,0 +1,72 @@
+"""One snapshot of pg_stat_statements per target, from the watched server into the warehouse.
+
+This joins the collector (which reads watched servers) and the warehouse (which stores) without either knowing the
+other. Targets are scraped concurrently; a failing target is reported by name and never stops the others.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from radar_pipeline.collector import pgss, session
+from radar_pipeline.collector.fingerprint import fingerprint
+from radar_pipeline.config import Target, scrub_secret
+from radar_pipeline.warehouse import snapshots
+
+MAX_PARALLEL_TARGETS = 8
+
+
+@dataclass
+class TargetOutcome:
+    """A target's snapshot: what it stored, or the error that stopped it, and how long it took."""
+
+    target: str
+    seconds: float
+    result: snapshots.StoreResult | None = None
+    error: str | None = None
+
+
+def snapshot_target(target: Target, warehouse: sa.Engine, exclude_role: str | None = None) -> snapshots.StoreResult:
+    """Scrape one target and write what moved, in one warehouse transaction."""
+    with session.connect(target) as conn:
+        ext = pgss.read_extension(conn, target)
+        scrape = pgss.scrape(conn, target, ext, exclude_role)
+        info = snapshots.ScrapeInfo(
+            target=target.name,
+            captured_at=scrape.captured_at,
+            server_version_num=scrape.server_version_num,
+            pgss_version=scrape.pgss_version,
+            dealloc=scrape.dealloc,
+            stats_reset=scrape.stats_reset,
+        )
+        with warehouse.begin() as wconn:
+            state = snapshots.lock_and_load_state(wconn, target.name)
+            plan = snapshots.plan_snapshot(state, scrape.statements, scrape.stats_reset)
+            wanted = plan.new_keys + plan.reappeared_keys
+            texts = pgss.fetch_texts(conn, target, ext, sorted({k[2] for k in wanted}))
+            texts = {k: texts[k] for k in wanted if k in texts}
+            ignored = {k: reason for k in plan.new_keys if k in texts and (reason := pgss.own_statement_reason(texts[k]))}
+            fingerprints = {k: fingerprint(text) for k, text in texts.items() if k not in ignored}
+            return snapshots.write_snapshot(wconn, info, state, plan, texts, fingerprints, ignored)
+
+
+def snapshot_targets(
+    targets: list[Target], warehouse: sa.Engine, exclude_role: str | None = None
+) -> list[TargetOutcome]:
+    """Snapshot every target concurrently; each outcome holds a result or a password-free error."""
+
+    def one(target: Target) -> TargetOutcome:
+        started = time.perf_counter()
+        try:
+            result = snapshot_target(target, warehouse, exclude_role)
+            return TargetOutcome(target.name, time.perf_counter() - started, result=result)
+        except Exception as exc:  # one failing target must never stop the others
+            message = scrub_secret(f"{type(exc).__name__}: {exc}".splitlines()[0], target.dsn)
+            return TargetOutcome(target.name, time.perf_counter() - started, error=message)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(MAX_PARALLEL_TARGETS, len(targets)))) as pool:
+        return list(pool.map(one, targets))

@@ -1,0 +1,52 @@
+"""Retention: drop day partitions of radar.pgss_snapshot older than RADAR_RETENTION_DAYS, create the next ones."""
+
+import os
+from datetime import date, timedelta
+
+import dagster as dg
+import sqlalchemy as sa
+
+from radar_pipeline.config import RETENTION_DAYS_VAR, retention_days
+from radar_pipeline.defs.resources import WarehouseResource
+from radar_pipeline.warehouse.snapshots import PARTITION_DAYS_AHEAD
+
+
+def apply_retention(engine: sa.Engine, keep_days: int, today: date) -> list[str]:
+    """Drop the day partitions that ended before today − keep_days; returns the partitions dropped."""
+    cutoff = today - timedelta(days=keep_days)
+    with engine.begin() as conn:
+        dropped = [
+            r[0]
+            for r in conn.execute(sa.text("SELECT * FROM radar.drop_pgss_snapshot_partitions_before(:c)"), {"c": cutoff})
+        ]
+        conn.execute(
+            sa.text("DELETE FROM radar.pgss_info_snapshot WHERE captured_at < CAST(:c AS date)"), {"c": cutoff}
+        )
+        conn.execute(
+            sa.text("SELECT radar.ensure_pgss_snapshot_partitions(:d, :n)"), {"d": today, "n": PARTITION_DAYS_AHEAD}
+        )
+    return dropped
+
+
+@dg.op(description="Drop expired snapshot partitions and create the coming days' partitions.")
+def drop_expired_snapshots(context: dg.OpExecutionContext, warehouse: WarehouseResource) -> list[str]:
+    keep = retention_days(os.environ.get(RETENTION_DAYS_VAR))
+    today = context.run.tags.get("dagster/scheduled_execution_time", "")[:10]
+    dropped = apply_retention(warehouse.engine(), keep, date.fromisoformat(today) if today else date.today())
+    context.log.info(f"kept {keep} days of snapshots; dropped {len(dropped)} partitions: {', '.join(dropped) or 'none'}")
+    context.add_output_metadata({"dropped": dg.MetadataValue.json(dropped), "keep_days": keep})
+    return dropped
+
+
+@dg.job(description="Snapshot retention: drop day partitions older than RADAR_RETENTION_DAYS (default 14).")
+def pgss_retention_job() -> None:
+    drop_expired_snapshots()
+
+
+pgss_retention_schedule = dg.ScheduleDefinition(
+    name="pgss_retention_schedule",
+    job=pgss_retention_job,
+    cron_schedule="17 0 * * *",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Daily: drop expired snapshot partitions, create the next days'.",
+)

@@ -1,0 +1,96 @@
+"""The pgss_snapshots asset and its schedule: pg_stat_statements from every target into the warehouse."""
+
+import os
+import time
+
+import dagster as dg
+
+from radar_pipeline.config import DEFAULT_SNAPSHOT_CRON, SNAPSHOT_CRON_VAR, ConfigError
+from radar_pipeline.defs.pgss_collection import TargetOutcome, snapshot_targets
+from radar_pipeline.defs.resources import TargetsResource, WarehouseResource
+
+ALL_TARGETS_CHECK = "all_targets_scraped"
+
+
+@dg.asset(
+    group_name="collection",
+    check_specs=[dg.AssetCheckSpec(ALL_TARGETS_CHECK, asset="pgss_snapshots", description="every target was scraped")],
+    description="Cumulative pg_stat_statements counters of every watched target (radar.pgss_snapshot).",
+)
+def pgss_snapshots(
+    context: dg.AssetExecutionContext, warehouse: WarehouseResource, targets: TargetsResource
+) -> dg.MaterializeResult:
+    """Scrape all targets concurrently and store the statements whose counters moved."""
+    started = time.perf_counter()
+    outcomes = snapshot_targets(targets.targets(), warehouse.engine(), targets.exclude_role())
+    failed = [o for o in outcomes if o.error is not None]
+    for outcome in failed:
+        context.log.error(f"target {outcome.target!r} was not scraped: {outcome.error}")
+    for outcome in outcomes:
+        if outcome.result is not None and outcome.result.duplicate:
+            context.log.warning(f"target {outcome.target!r}: this scrape time is already stored; nothing written")
+    if len(failed) == len(outcomes):
+        raise dg.Failure(
+            description="no target could be scraped: " + "; ".join(f"{o.target}: {o.error}" for o in failed),
+            metadata={"failed_targets": dg.MetadataValue.json({o.target: o.error for o in failed})},
+        )
+    metadata = _metadata(outcomes, time.perf_counter() - started)
+    return dg.MaterializeResult(
+        metadata=metadata,
+        check_results=[
+            dg.AssetCheckResult(
+                check_name=ALL_TARGETS_CHECK,
+                passed=not failed,
+                severity=dg.AssetCheckSeverity.WARN,
+                metadata={"failed_targets": dg.MetadataValue.json({o.target: o.error for o in failed})},
+            )
+        ],
+    )
+
+
+def _metadata(outcomes: list[TargetOutcome], seconds: float) -> dict[str, object]:
+    ok = [o for o in outcomes if o.result is not None]
+    failed = [o for o in outcomes if o.error is not None]
+    lines = [
+        "| target | statements | new | rows stored | dealloc since last | resets seen | gone from view | seconds |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for o in ok:
+        r = o.result
+        assert r is not None
+        dealloc = "" if r.dealloc_since_last is None else str(r.dealloc_since_last)
+        lines.append(
+            f"| {o.target} | {r.statements} | {r.new_statements} | {r.stored_rows} | {dealloc} | {r.resets_seen} "
+            f"| {r.missing_statements} | {o.seconds:.3f} |"
+        )
+    for o in failed:
+        lines.append(f"| {o.target} | failed: {o.error} | | | | | | {o.seconds:.3f} |")
+    return {
+        "partial": len(failed) > 0,
+        "failed_targets": dg.MetadataValue.json({o.target: o.error for o in failed}),
+        "targets": dg.MetadataValue.md("\n".join(lines)),
+        "statements": sum(o.result.statements for o in ok if o.result),
+        "new_statements": sum(o.result.new_statements for o in ok if o.result),
+        "stored_rows": sum(o.result.stored_rows for o in ok if o.result),
+        "dealloc_since_last": sum(o.result.dealloc_since_last or 0 for o in ok if o.result),
+        "resets_seen": sum(o.result.resets_seen for o in ok if o.result),
+        "duration_s": round(seconds, 3),
+    }
+
+
+pgss_snapshot_job = dg.define_asset_job("pgss_snapshot_job", selection=[pgss_snapshots])
+
+
+def pgss_snapshot_schedule_for(cron: str | None = None) -> dg.ScheduleDefinition:
+    """The snapshot schedule, every minute unless RADAR_SNAPSHOT_CRON says otherwise."""
+    cron = cron or os.environ.get(SNAPSHOT_CRON_VAR) or DEFAULT_SNAPSHOT_CRON
+    try:
+        return dg.ScheduleDefinition(
+            name="pgss_snapshot_schedule",
+            job=pgss_snapshot_job,
+            cron_schedule=cron,
+            default_status=dg.DefaultScheduleStatus.RUNNING,
+            description="Snapshot pg_stat_statements of every target.",
+        )
+    except Exception as exc:
+        raise ConfigError(f"{SNAPSHOT_CRON_VAR} is not a valid cron schedule: {cron!r} ({exc})") from None

@@ -1,0 +1,1 @@
+"""The warehouse: schema migrations from sql/, SQLAlchemy Core tables mirroring them, reads and writes."""

@@ -1,0 +1,96 @@
+"""Real PostgreSQL for the tests: the embedded PostgreSQL 18 once per session, Debian's 15 where it is installed."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import psycopg
+import pytest
+
+from radar_pipeline.config import Target
+from radar_pipeline.demo.local_postgres import LocalPostgres, debian_bin_dir, embedded_bin_dir
+from radar_pipeline.warehouse import migrations
+from radar_pipeline.warehouse.database import make_engine
+
+
+@dataclass
+class Server:
+    """A running test server and its major version."""
+
+    pg: LocalPostgres
+    major: int
+
+    def execute(self, sql: str, database: str = "postgres", params: object = None) -> list[tuple]:
+        with psycopg.connect(self.pg.dsn(database), autocommit=True) as conn:
+            cur = conn.execute(sql, params)  # type: ignore[arg-type]
+            return cur.fetchall() if cur.description else []
+
+    def new_database(self, prefix: str) -> str:
+        name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+        self.execute(f'CREATE DATABASE "{name}"')
+        return name
+
+    def drop_database(self, name: str) -> None:
+        self.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _start(tmp_path_factory: pytest.TempPathFactory, bin_dir, major: int, **settings: str) -> Iterator[Server]:
+    pg = LocalPostgres(tmp_path_factory.mktemp(f"pg{major}") / "data", bin_dir=bin_dir, settings=settings)
+    pg.start()
+    try:
+        yield Server(pg, major)
+    finally:
+        pg.destroy()
+
+
+@pytest.fixture(scope="session")
+def pg18(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The embedded PostgreSQL 18 with pg_stat_statements preloaded; warehouse and watched server in one."""
+    yield from _start(tmp_path_factory, embedded_bin_dir(), 18)
+
+
+@pytest.fixture(scope="session")
+def pg15(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """Debian's PostgreSQL 15, for the paths older servers take (no stats_since, no GENERIC_PLAN)."""
+    bin_dir = debian_bin_dir(15)
+    if bin_dir is None:
+        pytest.skip("Debian's PostgreSQL 15 is not installed (/usr/lib/postgresql/15/bin): apt-get install postgresql-15")
+    yield from _start(tmp_path_factory, bin_dir, 15)
+
+
+@pytest.fixture(params=["pg18", "pg15"])
+def server(request: pytest.FixtureRequest) -> Server:
+    """Each watched-server test runs on PostgreSQL 18 and, where installed, 15."""
+    return request.getfixturevalue(request.param)
+
+
+@pytest.fixture
+def warehouse_url(pg18: Server) -> Iterator[str]:
+    """A fresh, migrated warehouse database on the embedded server."""
+    name = pg18.new_database("warehouse")
+    url = pg18.pg.url(name, driver="postgresql+psycopg")
+    migrations.upgrade(url)
+    yield url
+    make_engine(url).dispose()
+    pg18.drop_database(name)
+
+
+@pytest.fixture
+def warehouse(warehouse_url: str):
+    engine = make_engine(warehouse_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def app_db(server: Server) -> Iterator[tuple[Server, Target]]:
+    """An application database with pg_stat_statements on a watched server, and the target that points at it."""
+    name = server.new_database("app")
+    server.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements", name)
+    server.execute("CREATE TABLE items (id int PRIMARY KEY, grp int, payload text)", name)
+    server.execute("INSERT INTO items SELECT g, g % 10, md5(g::text) FROM generate_series(1, 2000) g", name)
+    target = Target(name=f"app{server.major}", dsn=server.pg.url(name))
+    yield server, target
+    server.drop_database(name)

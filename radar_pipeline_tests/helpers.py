@@ -1,0 +1,78 @@
+"""Small helpers shared by the tests: workloads on a watched database and reads of the warehouse."""
+
+from __future__ import annotations
+
+import pandas as pd
+import psycopg
+import sqlalchemy as sa
+
+from radar_pipeline.config import Target
+from radar_pipeline.defs.pgss_collection import snapshot_target
+from radar_pipeline.warehouse.snapshots import StoreResult
+
+
+def run(target: Target, sql: str, times: int = 1, params: tuple | None = None, user: str | None = None) -> None:
+    """Execute one statement `times` times on the target's database, as the application would."""
+    dsn = target.dsn if user is None else target.dsn.replace("postgres@", f"{user}@")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for _ in range(times):
+            conn.execute(sql, params)  # type: ignore[arg-type]
+
+
+def scrape(target: Target, warehouse: sa.Engine, exclude_role: str | None = None) -> StoreResult:
+    """One snapshot of the target, failing the test if it reports a duplicate."""
+    result = snapshot_target(target, warehouse, exclude_role)
+    assert not result.duplicate
+    return result
+
+
+def statement(target: Target, text_like: str) -> tuple[int, int]:
+    """(dbid, queryid) of the statement of the target's own database whose text matches.
+
+    pg_stat_statements is server-wide, so the tests always narrow to their database: other databases on the test
+    server may hold the same statement.
+    """
+    with psycopg.connect(target.dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT dbid, queryid FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database "
+            "WHERE datname = current_database()) AND query LIKE %s",
+            (text_like,),
+        ).fetchall()
+    assert len(rows) == 1, f"expected one statement like {text_like!r}, found {len(rows)}"
+    return int(rows[0][0]), int(rows[0][1])
+
+
+def intervals(warehouse: sa.Engine, target: str, key: tuple[int, int]) -> pd.DataFrame:
+    """The statement's rows of radar.pgss_interval, oldest first."""
+    with warehouse.connect() as conn:
+        return pd.read_sql(
+            sa.text(
+                "SELECT * FROM radar.pgss_interval WHERE target = :t AND dbid = :d AND queryid = :q "
+                "ORDER BY interval_end"
+            ),
+            conn,
+            params={"t": target, "d": key[0], "q": key[1]},
+        )
+
+
+def snapshot_rows(warehouse: sa.Engine, target: str, key: tuple[int, int] | None = None) -> pd.DataFrame:
+    """Stored snapshot rows of a target (optionally of one statement), oldest first."""
+    where = "target = :t" + (" AND dbid = :d AND queryid = :q" if key is not None else "")
+    with warehouse.connect() as conn:
+        return pd.read_sql(
+            sa.text(f"SELECT * FROM radar.pgss_snapshot WHERE {where} ORDER BY captured_at"),
+            conn,
+            params={"t": target, "d": key and key[0], "q": key and key[1]},
+        )
+
+
+def scrape_times(warehouse: sa.Engine, target: str) -> list:
+    """The captured_at of every stored scrape of a target, oldest first."""
+    with warehouse.connect() as conn:
+        return [
+            r[0]
+            for r in conn.execute(
+                sa.text("SELECT captured_at FROM radar.pgss_info_snapshot WHERE target = :t ORDER BY captured_at"),
+                {"t": target},
+            )
+        ]
