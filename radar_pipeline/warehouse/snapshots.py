@@ -88,14 +88,14 @@ class StoreResult:
 def lock_and_load_state(conn: sa.Connection, target: str) -> TargetState:
     """Take the target's write lock for this transaction and read what the warehouse knows of it."""
     conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended('radar.pgss_snapshot:' || :t, 0))"), {"t": target})
+    with conn.connection.driver_connection.cursor(binary=True) as cur:
+        known = cur.execute(
+            "SELECT dbid, userid, queryid, toplevel, fingerprint, last_calls, last_total_exec_time, "
+            "last_stats_since, missing_since FROM radar.query WHERE target = %s",
+            (target,),
+        ).fetchall()
     queries = pd.DataFrame(
-        conn.execute(
-            sa.text(
-                "SELECT dbid, userid, queryid, toplevel, fingerprint, last_calls, last_total_exec_time, "
-                "last_stats_since, missing_since FROM radar.query WHERE target = :t"
-            ),
-            {"t": target},
-        ).fetchall(),
+        known,
         columns=[*KEY, "fingerprint", "last_calls", "last_total_exec_time", "last_stats_since", "missing_since"],
     )
     # Nullable integers, so a left join against new statements never turns a 64-bit fingerprint into a float.
@@ -238,72 +238,58 @@ def write_snapshot(
             "stored": result.stored_rows,
         },
     )
-    _copy_snapshot_rows(conn, info, rows)
-    _update_catalogue(conn, info, rows, texts)
+    _store_rows(conn, info, rows, texts)
     _mark_missing(conn, info, plan.missing_keys)
     _record_ignored(conn, info.target, ignored)
     return result
 
 
-def _copy_snapshot_rows(conn: sa.Connection, info: ScrapeInfo, rows: pd.DataFrame) -> None:
+def _store_rows(conn: sa.Connection, info: ScrapeInfo, rows: pd.DataFrame, texts: dict[Key, str]) -> None:
+    """Stage the moved statements with one COPY, then insert their snapshot rows and update the catalogue from it."""
     if not len(rows):
         return
+    keys = _keys(rows)
     stats_since = [None if pd.isna(v) else v.to_pydatetime() for v in rows["stats_since"]]
     columns = [rows[c].tolist() for c in KEY + COUNTERS]
     reset_before = rows["reset_before"].tolist()
     fingerprints = rows["fingerprint"].astype("int64").tolist()
+    is_new = rows["is_new"].tolist()
+    query = [texts[k][:MAX_QUERY_TEXT] if k in texts else None for k in keys]
+    stage_columns = [*SNAPSHOT_COLUMNS, "query", "is_new"]
+    conn.exec_driver_sql(
+        "CREATE TEMP TABLE radar_snapshot_stage (LIKE radar.pgss_snapshot, query text, is_new boolean) ON COMMIT DROP"
+    )
     dbapi = conn.connection.driver_connection
     with dbapi.cursor() as cur:
-        with cur.copy(f"COPY radar.pgss_snapshot ({', '.join(SNAPSHOT_COLUMNS)}) FROM STDIN") as copy:
+        with cur.copy(f"COPY radar_snapshot_stage ({', '.join(stage_columns)}) FROM STDIN") as copy:
             for i in range(len(rows)):
                 copy.write_row(
-                    (info.target, info.captured_at, *(c[i] for c in columns), stats_since[i], reset_before[i], fingerprints[i])
+                    (
+                        info.target,
+                        info.captured_at,
+                        *(c[i] for c in columns),
+                        stats_since[i],
+                        reset_before[i],
+                        fingerprints[i],
+                        query[i],
+                        is_new[i],
+                    )
                 )
-
-
-def _update_catalogue(conn: sa.Connection, info: ScrapeInfo, rows: pd.DataFrame, texts: dict[Key, str]) -> None:
-    if not len(rows):
-        return
-    keys = _keys(rows)
-    params = {
-        "target": info.target,
-        "at": info.captured_at,
-        "dbid": rows["dbid"].tolist(),
-        "userid": rows["userid"].tolist(),
-        "queryid": rows["queryid"].tolist(),
-        "toplevel": rows["toplevel"].tolist(),
-        "fingerprint": rows["fingerprint"].astype("int64").tolist(),
-        "calls": rows["calls"].tolist(),
-        "total": rows["total_exec_time"].tolist(),
-        "since": [None if pd.isna(v) else v.to_pydatetime() for v in rows["stats_since"]],
-        "query": [texts[k][:MAX_QUERY_TEXT] if k in texts else None for k in keys],
-        "is_new": rows["is_new"].tolist(),
-    }
-    staged = (
-        "SELECT * FROM unnest(CAST(:dbid AS oid[]), CAST(:userid AS oid[]), CAST(:queryid AS bigint[]), "
-        "CAST(:toplevel AS boolean[]), CAST(:fingerprint AS bigint[]), CAST(:calls AS bigint[]), "
-        "CAST(:total AS double precision[]), CAST(:since AS timestamptz[]), CAST(:query AS text[]), "
-        "CAST(:is_new AS boolean[])) AS s(dbid, userid, queryid, toplevel, fingerprint, calls, total, since, query, is_new)"
-    )
-    conn.execute(
-        sa.text(
-            f"UPDATE radar.query q SET last_seen = :at, last_calls = s.calls, last_total_exec_time = s.total, "
-            f"last_stats_since = s.since, missing_since = NULL, query = coalesce(s.query, q.query), "
-            f"fingerprint = s.fingerprint FROM ({staged}) s "
-            f"WHERE q.target = :target AND q.dbid = s.dbid AND q.userid = s.userid AND q.queryid = s.queryid "
-            f"AND q.toplevel = s.toplevel AND NOT s.is_new"
-        ),
-        params,
-    )
-    conn.execute(
-        sa.text(
-            f"INSERT INTO radar.query (target, dbid, userid, queryid, toplevel, fingerprint, query, first_seen, "
-            f"last_seen, last_calls, last_total_exec_time, last_stats_since) "
-            f"SELECT :target, s.dbid, s.userid, s.queryid, s.toplevel, s.fingerprint, s.query, :at, :at, s.calls, "
-            f"s.total, s.since FROM ({staged}) s WHERE s.is_new"
-        ),
-        params,
-    )
+        cols = ", ".join(SNAPSHOT_COLUMNS)
+        cur.execute(f"INSERT INTO radar.pgss_snapshot ({cols}) SELECT {cols} FROM radar_snapshot_stage")
+        cur.execute(
+            "UPDATE radar.query q SET last_seen = s.captured_at, last_calls = s.calls, "
+            "last_total_exec_time = s.total_exec_time, last_stats_since = s.stats_since, missing_since = NULL, "
+            "query = coalesce(s.query, q.query), fingerprint = s.fingerprint "
+            "FROM radar_snapshot_stage s WHERE NOT s.is_new AND q.target = s.target AND q.dbid = s.dbid "
+            "AND q.userid = s.userid AND q.queryid = s.queryid AND q.toplevel = s.toplevel"
+        )
+        cur.execute(
+            "INSERT INTO radar.query (target, dbid, userid, queryid, toplevel, fingerprint, query, first_seen, "
+            "last_seen, last_calls, last_total_exec_time, last_stats_since) "
+            "SELECT target, dbid, userid, queryid, toplevel, fingerprint, query, captured_at, captured_at, calls, "
+            "total_exec_time, stats_since FROM radar_snapshot_stage WHERE is_new"
+        )
 
 
 def _mark_missing(conn: sa.Connection, info: ScrapeInfo, keys: list[Key]) -> None:

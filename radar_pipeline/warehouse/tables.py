@@ -15,12 +15,12 @@ _tz = sa.DateTime(timezone=True)
 pgss_snapshot = sa.Table(
     "pgss_snapshot",
     metadata,
-    sa.Column("target", sa.Text, primary_key=True),
-    sa.Column("captured_at", _tz, primary_key=True),
-    sa.Column("dbid", pg.OID, primary_key=True),
-    sa.Column("userid", pg.OID, primary_key=True),
-    sa.Column("queryid", sa.BigInteger, primary_key=True),
-    sa.Column("toplevel", sa.Boolean, primary_key=True),
+    sa.Column("target", sa.Text, nullable=False),
+    sa.Column("captured_at", _tz, nullable=False),
+    sa.Column("dbid", pg.OID, nullable=False),
+    sa.Column("userid", pg.OID, nullable=False),
+    sa.Column("queryid", sa.BigInteger, nullable=False),
+    sa.Column("toplevel", sa.Boolean, nullable=False),
     sa.Column("calls", sa.BigInteger, nullable=False),
     sa.Column("total_exec_time", sa.Double, nullable=False),
     sa.Column("rows", sa.BigInteger, nullable=False),
@@ -31,6 +31,7 @@ pgss_snapshot = sa.Table(
     sa.Column("stats_since", _tz),
     sa.Column("reset_before", sa.Boolean, nullable=False),
     sa.Column("fingerprint", sa.BigInteger, nullable=False),
+    sa.PrimaryKeyConstraint("target", "dbid", "userid", "queryid", "toplevel", "captured_at"),
 )
 
 pgss_info_snapshot = sa.Table(

@@ -1,0 +1,68 @@
+"""The commands a user types: `radar db upgrade`, then Dagster's own CLI materialising pgss_snapshots."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from radar_pipeline.warehouse.database import make_engine
+
+from .helpers import run
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def _cli(args: list[str], env: dict[str, str], cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        args, cwd=cwd, capture_output=True, text=True, timeout=300, env={**os.environ, **env, "DAGSTER_DISABLE_TELEMETRY": "1"}
+    )
+
+
+def test_db_upgrade_then_dagster_materialize_writes_snapshot_rows(pg18, app_db, tmp_path):
+    server, target = app_db
+    warehouse_db = pg18.new_database("cli_warehouse")
+    dagster_db = pg18.new_database("cli_dagster")
+    try:
+        env = {
+            "RADAR_WAREHOUSE_URL": pg18.pg.url(warehouse_db),
+            "RADAR_TARGETS": f"{target.name}={target.dsn}",
+            "RADAR_DAGSTER_PG_URL": pg18.pg.url(dagster_db, driver="postgresql+psycopg2"),
+        }
+        first = _cli([str(BIN / "radar"), "db", "upgrade"], env)
+        assert first.returncode == 0, first.stderr
+        assert "applied 1 migration(s): 0001_pgss_snapshots" in first.stdout
+        again = _cli([str(BIN / "radar"), "db", "upgrade"], env)
+        assert again.returncode == 0 and "up to date" in again.stdout
+
+        run(target, "SELECT count(*) FROM items WHERE grp = %s", 3, (2,))
+        mat = _cli(
+            [str(BIN / "dagster"), "asset", "materialize", "-m", "radar_pipeline.definitions", "--select", "pgss_snapshots"],
+            env,
+        )
+        assert mat.returncode == 0, mat.stderr[-3000:]
+        engine = make_engine(env["RADAR_WAREHOUSE_URL"])
+        with engine.connect() as conn:
+            rows = conn.execute(sa.text("SELECT count(*) FROM radar.pgss_snapshot WHERE target = :t"), {"t": target.name})
+            assert rows.scalar_one() > 0
+        engine.dispose()
+    finally:
+        pg18.drop_database(warehouse_db)
+        pg18.drop_database(dagster_db)
+
+
+def test_db_upgrade_errors_name_the_variable_and_hide_the_password(pg18):
+    missing = _cli([str(BIN / "radar"), "db", "upgrade"], {"RADAR_WAREHOUSE_URL": ""})
+    assert missing.returncode != 0 and "RADAR_WAREHOUSE_URL is not set" in missing.stderr
+    bad = _cli([str(BIN / "radar"), "db", "upgrade"], {"RADAR_WAREHOUSE_URL": "mysql://u:hunter2@h/db"})
+    assert bad.returncode != 0 and "RADAR_WAREHOUSE_URL must be a postgresql" in bad.stderr
+    down = _cli(
+        [str(BIN / "radar"), "db", "upgrade"],
+        {"RADAR_WAREHOUSE_URL": f"postgresql://u:hunter2@127.0.0.1:{pg18.pg.port}/no_such_db"},
+    )
+    assert down.returncode != 0 and "failed" in down.stderr
+    assert "hunter2" not in bad.stderr + down.stderr + down.stdout

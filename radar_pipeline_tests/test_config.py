@@ -1,0 +1,69 @@
+"""Settings from the environment: clear errors that name the variable and never show a password."""
+
+from __future__ import annotations
+
+import pytest
+
+from radar_pipeline.config import (
+    ConfigError,
+    mask_password,
+    parse_targets,
+    retention_days,
+    scrub_secret,
+    warehouse_url,
+)
+
+
+def test_targets_parse():
+    targets = parse_targets("main=postgresql://radar:pw@db1:5432/app  replica=postgresql://db2/app\n")
+    assert [t.name for t in targets] == ["main", "replica"]
+    assert targets[0].dsn == "postgresql://radar:pw@db1:5432/app"
+    assert "pw" not in repr(targets[0]) and "***" in targets[0].safe_dsn
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, "RADAR_TARGETS is not set"),
+        ("   ", "RADAR_TARGETS is not set"),
+        ("postgresql://u:hunter2@db/app", "is not name=postgresql://"),
+        ("main=", "is not name=postgresql://"),
+        ("-bad=postgresql://db/app", "target name '-bad'"),
+        ("main=mysql://u:hunter2@db/app", "must start with postgresql://"),
+        ("main=postgresql://u:hunter2@db:99999/app", "does not parse"),
+        ("main=postgresql://u:hunter2@db", "names no database"),
+        ("a=postgresql://db/x a=postgresql://db/y", "appears twice"),
+    ],
+)
+def test_malformed_targets_name_the_variable_and_hide_the_password(value, expected):
+    with pytest.raises(ConfigError) as err:
+        parse_targets(value)
+    assert "RADAR_TARGETS" in str(err.value)
+    assert expected in str(err.value)
+    assert "hunter2" not in str(err.value)
+
+
+def test_warehouse_url_takes_psycopg3_and_refuses_others():
+    assert warehouse_url("postgresql://u:p@h/db").startswith("postgresql+psycopg://")
+    assert warehouse_url("postgresql+psycopg2://u:p@h/db").startswith("postgresql+psycopg://")
+    for bad, words in [(None, "is not set"), ("sqlite:///x.db", "must be a postgresql"), ("postgresql://h", "no database")]:
+        with pytest.raises(ConfigError, match="RADAR_WAREHOUSE_URL") as err:
+            warehouse_url(bad)
+        assert words in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        warehouse_url("postgresql://u:hunter2@h:notaport/db")
+    assert "hunter2" not in str(err.value)
+
+
+def test_retention_days():
+    assert retention_days(None) == 14
+    assert retention_days("3") == 3
+    for bad in ("0", "-1", "two"):
+        with pytest.raises(ConfigError, match="RADAR_RETENTION_DAYS"):
+            retention_days(bad)
+
+
+def test_masking():
+    assert mask_password("postgresql://u:secret@h/db") == "postgresql://u:***@h/db"
+    assert mask_password("host=h password=secret dbname=x") == "host=h password=*** dbname=x"
+    assert scrub_secret("failed for secret", "postgresql://u:secret@h/db") == "failed for ***"

@@ -1,0 +1,108 @@
+"""The Dagster code location: definitions load, and pgss_snapshots materialises through Dagster's own APIs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import sqlalchemy as sa
+
+from radar_pipeline.defs.resources import TargetsResource, WarehouseResource
+from radar_pipeline.defs.snapshots import ALL_TARGETS_CHECK, pgss_snapshots
+from radar_pipeline.demo.local_postgres import free_port
+
+from .helpers import run
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_definitions_load():
+    from radar_pipeline.definitions import defs
+
+    repo = defs.get_repository_def()
+    assert {a.to_user_string() for a in repo.asset_graph.get_all_asset_keys()} >= {"pgss_snapshots"}
+    assert {s.name for s in repo.schedule_defs} >= {"pgss_snapshot_schedule", "pgss_retention_schedule"}
+    assert repo.get_schedule_def("pgss_snapshot_schedule").cron_schedule == "* * * * *"
+    assert repo.has_job("pgss_retention_job")
+
+
+def test_dagster_cli_validates_the_code_location(tmp_path):
+    # Run where no dagster.yaml is, so the check needs no storage settings.
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "dagster"), "definitions", "validate", "-w", str(REPO / "workspace.yaml")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DAGSTER_DISABLE_TELEMETRY": "1"},
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "All code locations passed validation" in proc.stderr + proc.stdout
+
+
+def _materialize(warehouse_url: str, spec: str) -> dg.ExecuteInProcessResult:
+    with dg.instance_for_test() as instance:
+        return dg.materialize(
+            [pgss_snapshots],
+            resources={"warehouse": WarehouseResource(url=warehouse_url), "targets": TargetsResource(spec=spec)},
+            instance=instance,
+            raise_on_error=False,
+        )
+
+
+def _events_text(result: dg.ExecuteInProcessResult) -> str:
+    return "\n".join(str(e) for e in result.all_events)
+
+
+def test_materialize_writes_rows_and_metadata(app_db, warehouse_url, warehouse):
+    server, target = app_db
+    run(target, "SELECT count(*) FROM items WHERE grp = %s", 5, (1,))
+    result = _materialize(warehouse_url, f"{target.name}={target.dsn}")
+    assert result.success
+    mat = result.asset_materializations_for_node("pgss_snapshots")[0]
+    assert mat.metadata["partial"].value is False
+    assert mat.metadata["stored_rows"].value > 0
+    assert mat.metadata["new_statements"].value == mat.metadata["stored_rows"].value
+    assert target.name in mat.metadata["targets"].value
+    checks = result.get_asset_check_evaluations()
+    assert [(c.check_name, c.passed) for c in checks] == [(ALL_TARGETS_CHECK, True)]
+    with warehouse.connect() as conn:
+        stored = conn.execute(sa.text("SELECT count(*) FROM radar.pgss_snapshot WHERE target = :t"), {"t": target.name})
+        assert stored.scalar_one() == mat.metadata["stored_rows"].value
+
+
+def test_unreachable_target_beside_a_healthy_one(app_db, warehouse_url, warehouse):
+    server, target = app_db
+    down = f"postgresql://radar:s3cret-pw@127.0.0.1:{free_port()}/app"
+    result = _materialize(warehouse_url, f"{target.name}={target.dsn} down={down}")
+    assert result.success
+    mat = result.asset_materializations_for_node("pgss_snapshots")[0]
+    assert mat.metadata["partial"].value is True
+    failed = mat.metadata["failed_targets"].value
+    assert list(failed) == ["down"] and "cannot connect" in failed["down"]
+    check = result.get_asset_check_evaluations()[0]
+    assert check.passed is False
+    with warehouse.connect() as conn:
+        rows = dict(conn.execute(sa.text("SELECT target, count(*) FROM radar.pgss_snapshot GROUP BY target")).all())
+    assert rows.get(target.name, 0) > 0 and "down" not in rows
+    assert "s3cret-pw" not in _events_text(result)
+
+
+def test_no_target_reachable_fails_the_run(warehouse_url):
+    down = f"postgresql://radar:s3cret-pw@127.0.0.1:{free_port()}/app"
+    result = _materialize(warehouse_url, f"down={down}")
+    assert not result.success
+    text = _events_text(result)
+    assert "no target could be scraped" in text and "down" in text
+    assert "s3cret-pw" not in text
+
+
+def test_malformed_targets_stop_the_run_naming_the_variable(warehouse_url):
+    result = _materialize(warehouse_url, "main postgresql://u:s3cret-pw@db/app")
+    assert not result.success
+    text = _events_text(result)
+    assert "RADAR_TARGETS" in text
+    assert "s3cret-pw" not in text

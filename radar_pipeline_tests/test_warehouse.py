@@ -1,0 +1,77 @@
+"""The warehouse schema: migrations, the SQLAlchemy mirror of sql/, day partitions and retention."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta, timezone
+
+import sqlalchemy as sa
+
+from radar_pipeline.defs.retention import apply_retention
+from radar_pipeline.warehouse import migrations, tables
+
+
+def test_upgrade_is_idempotent(warehouse_url):
+    assert migrations.pending(warehouse_url) == []
+    assert migrations.upgrade(warehouse_url) == []
+
+
+def test_tables_mirror_the_migrated_schema(warehouse):
+    inspector = sa.inspect(warehouse)
+    for table in tables.metadata.sorted_tables:
+        if table.name in inspector.get_view_names(schema="radar"):
+            live = inspector.get_columns(table.name, schema="radar")
+            assert [c["name"] for c in live] == [c.name for c in table.columns], table.name
+            continue
+        live = {c["name"]: c for c in inspector.get_columns(table.name, schema="radar")}
+        assert list(live) == [c.name for c in table.columns], table.name
+        for column in table.columns:
+            assert live[column.name]["nullable"] == column.nullable, f"{table.name}.{column.name}"
+        pk = inspector.get_pk_constraint(table.name, schema="radar")["constrained_columns"]
+        assert pk == [c.name for c in table.primary_key.columns], table.name
+
+
+def _partitions(warehouse) -> list[str]:
+    with warehouse.connect() as conn:
+        return [
+            r[0]
+            for r in conn.execute(
+                sa.text(
+                    "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                    "WHERE i.inhparent = 'radar.pgss_snapshot'::regclass ORDER BY 1"
+                )
+            )
+        ]
+
+
+def test_retention_drops_expired_days_and_creates_the_next(warehouse):
+    today = date(2026, 11, 29)
+    with warehouse.begin() as conn:
+        conn.execute(sa.text("SELECT radar.ensure_pgss_snapshot_partitions(:d, 20)"), {"d": today - timedelta(days=19)})
+        old = datetime(2026, 11, 11, 12, tzinfo=timezone.utc)
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.pgss_snapshot VALUES ('t', :at, 1, 1, 1, true, 1, 1.0, 1, 0, 0, 0, 0.0, NULL, false, 1)"
+            ),
+            {"at": old},
+        )
+        conn.execute(
+            sa.text("INSERT INTO radar.pgss_info_snapshot VALUES ('t', :at, 0, NULL, 180000, '1.12', 1, 1)"), {"at": old}
+        )
+    dropped = apply_retention(warehouse, keep_days=14, today=today)
+    assert dropped == [f"pgss_snapshot_p202611{d:02d}" for d in range(10, 15)]
+    names = _partitions(warehouse)
+    assert names[0] == "pgss_snapshot_p20261115"
+    assert names[-1] == "pgss_snapshot_p20261201"  # today and two days ahead
+    with warehouse.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM radar.pgss_info_snapshot")).scalar_one() == 0
+    assert apply_retention(warehouse, keep_days=14, today=today) == []
+
+
+def test_partition_bounds_are_utc_days(warehouse):
+    with warehouse.begin() as conn:
+        conn.execute(sa.text("SET TIME ZONE 'America/New_York'"))
+        conn.execute(sa.text("SELECT radar.ensure_pgss_snapshot_partitions('2026-03-08', 1)"))
+        bound = conn.execute(
+            sa.text("SELECT pg_get_expr(relpartbound, oid) FROM pg_class WHERE relname = 'pgss_snapshot_p20260308'")
+        ).scalar_one()
+    assert "2026-03-07 19:00:00-05" in bound and "2026-03-08 20:00:00-04" in bound  # New York moved to summer time that day
