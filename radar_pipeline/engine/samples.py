@@ -1,0 +1,210 @@
+"""From cumulative counters to interval means, one series per query, for a window around a deploy.
+
+pg_stat_statements reports two monotone counters per statement, calls C and total execution time T. Their ratio is a
+mean over the statement's whole history and moves only by the share of calls made since a change, so the engine
+analyses the mean of each interval between consecutive snapshots instead: x = ΔT / ΔC.
+
+- An interval whose ΔC or ΔT is negative, or across which stats_since changed, spans a reset: it is discarded, never
+  clamped, because its calls belong to no window.
+- An interval with ΔC = 0 had no calls and gives no sample. A missing snapshot simply makes an interval longer.
+- A sample is placed at the end of its interval (the snapshot that closed it). It belongs to the "before" side when it
+  ends at or before the deploy and to the "after" side when it ends after it; the analysis window holds the samples
+  ending in (deploy − W, deploy + W]. The interval that straddles the deploy therefore counts as "after".
+- When the counters carry a fingerprint, query keys that share it are one query (a queryid rotated by a dropped and
+  recreated object, say): their samples form one series, samples closed by the same snapshot are summed (ΔT and ΔC,
+  so their mean stays call-weighted), and the query is reported under the key that most recently received calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+REQUIRED = ("query_key", "captured_at", "calls", "total_exec_time")
+
+
+@dataclass(frozen=True)
+class WindowSamples:
+    """The window's interval samples of every query, grouped: group g owns samples offsets[g]:offsets[g + 1].
+
+    keys: the key each query is reported under; merged: the other keys folded into it (empty tuple when none).
+    Samples are in time order within a group: end (ns since the epoch, UTC), calls (ΔC) and time (ΔT, ms).
+    """
+
+    keys: np.ndarray
+    merged: list[tuple]
+    offsets: np.ndarray
+    end: np.ndarray
+    calls: np.ndarray
+    time: np.ndarray
+
+    @property
+    def groups(self) -> int:
+        return len(self.keys)
+
+    @property
+    def group(self) -> np.ndarray:
+        """The group of every sample."""
+        return np.repeat(np.arange(self.groups), np.diff(self.offsets))
+
+    @property
+    def mean(self) -> np.ndarray:
+        """The interval mean (ms per call) of every sample."""
+        return self.time / self.calls
+
+
+def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int) -> WindowSamples:
+    """Interval samples ending in (lo, hi] for every query of `counters` (see the module docstring for the rules).
+
+    `counters` is never modified. Every query key appears in the result, with no samples if none fall in the window.
+    """
+    _check_columns(counters)
+    codes, uniques = pd.factorize(counters["query_key"], sort=False)
+    if (codes < 0).any():
+        raise ValueError("counters: query_key has missing values")
+    t = _utc_ns(counters["captured_at"], "counters.captured_at")
+    calls = _numeric(counters["calls"], "counters.calls")
+    total = _numeric(counters["total_exec_time"], "counters.total_exec_time")
+    since = _utc_ns(counters["stats_since"], "counters.stats_since", allow_null=True) if "stats_since" in counters else None
+
+    order = _sort_order(codes, t)
+    if order is not None:
+        codes, t, calls, total = codes[order], t[order], calls[order], total[order]
+        since = since[order] if since is not None else None
+    keep = _last_of_duplicates(codes, t)
+    if keep is not None:
+        codes, t, calls, total = codes[keep], t[keep], calls[keep], total[keep]
+        since = since[keep] if since is not None else None
+
+    same = codes[1:] == codes[:-1]
+    d_calls = calls[1:] - calls[:-1]
+    d_time = total[1:] - total[:-1]
+    reset = (d_calls < 0) | (d_time < 0)
+    if since is not None:
+        reset |= since[1:] != since[:-1]
+    end = t[1:]
+    sample = same & ~reset & (d_calls > 0) & (end > lo_ns) & (end <= hi_ns)
+    s_code, s_end, s_calls, s_time = codes[1:][sample], end[sample], d_calls[sample], d_time[sample]
+
+    group_of_key = _fingerprint_groups(counters, codes, order, keep, len(uniques))
+    groups = int(group_of_key.max()) + 1 if len(group_of_key) else 0
+    s_group = group_of_key[s_code]
+    folded = groups < len(uniques)
+    if folded:
+        by_group = np.lexsort((s_end, s_group))
+        s_group, s_end, s_calls, s_time = (a[by_group] for a in (s_group, s_end, s_calls, s_time))
+        s_group, s_end, s_calls, s_time = _sum_same_snapshot(s_group, s_end, s_calls, s_time)
+    offsets = np.zeros(groups + 1, dtype=np.int64)
+    np.cumsum(np.bincount(s_group, minlength=groups), out=offsets[1:])
+
+    reporter = _reporting_keys(codes, t, s_code, end[sample], group_of_key, groups)
+    keys = np.asarray(uniques, dtype=object)[reporter]
+    merged: list[tuple] = [()] * groups
+    if folded:
+        members: dict[int, list] = {}
+        for code, g in enumerate(group_of_key):
+            members.setdefault(int(g), []).append(code)
+        for g, codes_in_group in members.items():
+            if len(codes_in_group) > 1:
+                merged[g] = tuple(uniques[c] for c in codes_in_group if c != reporter[g])
+    return WindowSamples(keys=keys, merged=merged, offsets=offsets, end=s_end, calls=s_calls, time=s_time)
+
+
+def _check_columns(counters: pd.DataFrame) -> None:
+    if not isinstance(counters, pd.DataFrame):
+        raise TypeError(f"counters must be a pandas DataFrame, not {type(counters).__name__}")
+    missing = [c for c in REQUIRED if c not in counters.columns]
+    if missing:
+        raise ValueError(f"counters is missing column(s) {', '.join(missing)} (needs {', '.join(REQUIRED)})")
+
+
+def _utc_ns(column: pd.Series, name: str, allow_null: bool = False) -> np.ndarray:
+    if not isinstance(column.dtype, pd.DatetimeTZDtype):
+        if allow_null and column.isna().all():
+            return np.full(len(column), np.iinfo(np.int64).min, dtype=np.int64)
+        raise ValueError(f"{name} must hold time-zone-aware timestamps, not {column.dtype}")
+    values = column.dt.tz_convert("UTC").dt.as_unit("ns")
+    if not allow_null and values.isna().any():
+        raise ValueError(f"{name} has missing values")
+    return values.to_numpy(dtype="datetime64[ns]", na_value=np.datetime64("NaT")).view(np.int64)
+
+
+def _numeric(column: pd.Series, name: str) -> np.ndarray:
+    try:
+        values = column.to_numpy(dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be numeric") from None
+    if np.isnan(values).any():
+        raise ValueError(f"{name} has missing values")
+    return values
+
+
+def _sort_order(codes: np.ndarray, t: np.ndarray) -> np.ndarray | None:
+    """None when rows are already ordered by query then time (the warehouse reads them so), else a stable order."""
+    if len(codes) < 2:
+        return None
+    dc = np.diff(codes)
+    if (dc >= 0).all() and ((dc > 0) | (np.diff(t) >= 0)).all():
+        return None
+    return np.lexsort((t, codes))
+
+
+def _last_of_duplicates(codes: np.ndarray, t: np.ndarray) -> np.ndarray | None:
+    """Rows to keep when one snapshot of a query appears twice (the later row wins), or None when none does."""
+    dup = (codes[1:] == codes[:-1]) & (t[1:] == t[:-1])
+    if not dup.any():
+        return None
+    return np.append(~dup, True)
+
+
+def _fingerprint_groups(
+    counters: pd.DataFrame, codes: np.ndarray, order: np.ndarray | None, keep: np.ndarray | None, keys: int
+) -> np.ndarray:
+    """The query group of every key code: keys sharing a fingerprint form one group; without one, each key its own."""
+    if "fingerprint" not in counters.columns or keys == 0:
+        return np.arange(keys)
+    fp = counters["fingerprint"].to_numpy(dtype=object)
+    if order is not None:
+        fp = fp[order]
+    if keep is not None:
+        fp = fp[keep]
+    last_row = np.zeros(keys, dtype=np.int64)
+    last_row[codes] = np.arange(len(codes))  # rows are ordered by time within a key: the last write wins
+    per_key = pd.Series(fp[last_row])
+    group_codes, _ = pd.factorize(per_key, sort=False)
+    lone = group_codes < 0  # no fingerprint: a group of its own
+    group_codes[lone] = group_codes.max(initial=-1) + 1 + np.arange(lone.sum())
+    # Renumber so groups follow the first appearance of their keys (stable, deterministic output order).
+    _, first = np.unique(group_codes, return_index=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return rank[group_codes]
+
+
+def _sum_same_snapshot(
+    group: np.ndarray, end: np.ndarray, calls: np.ndarray, time: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Fold samples of one group closed by the same snapshot into one (input sorted by group, then end)."""
+    if len(group) < 2:
+        return group, end, calls, time
+    starts = np.flatnonzero(np.append(True, (group[1:] != group[:-1]) | (end[1:] != end[:-1])))
+    if len(starts) == len(group):
+        return group, end, calls, time
+    return group[starts], end[starts], np.add.reduceat(calls, starts), np.add.reduceat(time, starts)
+
+
+def _reporting_keys(
+    codes: np.ndarray, t: np.ndarray, s_code: np.ndarray, s_end: np.ndarray, group_of_key: np.ndarray, groups: int
+) -> np.ndarray:
+    """For each group, the key that most recently received calls in the window; failing that, the key seen last."""
+    keys = len(group_of_key)
+    last_call = np.full(keys, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(last_call, s_code, s_end)
+    last_seen = np.full(keys, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(last_seen, codes, t)
+    ranking = np.lexsort((-np.arange(keys), last_seen, last_call, group_of_key))  # ties: the first-listed key
+    best = np.empty(groups, dtype=np.int64)
+    best[group_of_key[ranking]] = ranking  # the last of each group in this order wins
+    return best

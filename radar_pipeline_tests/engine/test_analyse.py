@@ -1,0 +1,239 @@
+"""analyse(): each verdict and reason from a series whose right answer is known, and agreement with the reference."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from radar_pipeline.engine import COLUMNS, REASONS, VERDICTS, EngineSettings, analyse
+
+from . import reference
+from .synthetic import DEPLOY, counters, step
+
+
+def one(frame: pd.DataFrame, settings: EngineSettings | None = None) -> pd.Series:
+    out = analyse(frame, DEPLOY, settings)
+    assert len(out) == 1
+    return out.iloc[0]
+
+
+def test_result_shape_and_vocabulary():
+    out = analyse(pd.concat([counters("a", step()), counters("b", step(after=1.0))]), DEPLOY)
+    assert list(out.columns) == COLUMNS
+    assert set(out["verdict"]) <= set(VERDICTS) and set(out["reason"]) <= set(REASONS)
+    assert out["change_at"].dt.tz is not None
+
+
+def test_step_after_deploy_is_detected():
+    r = one(counters("q", step(before=1.0, after=8.0)))
+    assert (r.verdict, r.reason) == ("detected", "significant")
+    assert abs(r.change_at - DEPLOY) <= timedelta(minutes=1)
+    assert r.change_factor == pytest.approx(8.0, rel=0.1)
+    assert r.p_value < 1e-10 and r.confidence == pytest.approx(1 - r.p_value)
+    assert (r.n_before, r.n_after, r.calls_before, r.calls_after) == (30, 30, 1500, 1500)
+    assert (r.segment_n_before, r.segment_n_after) == (30, 30)
+
+
+def test_cumulative_mean_trap_is_detected():
+    # A year of history at 1 ms: the cumulative mean barely moves after a 2× step, the interval means do.
+    frame = counters("q", step(after=2.0), start_calls=50_000_000, start_time=50_000_000.0)
+    cumulative = frame["total_exec_time"] / frame["calls"]
+    assert cumulative.iloc[-1] / cumulative.iloc[30] < 1.001
+    assert one(frame).verdict == "detected"
+
+
+def test_floor_samples():
+    r = one(counters("q", step(n_before=30, n_after=9)))
+    assert (r.verdict, r.reason) == ("insufficient_data", "floor_samples")
+    assert r.n_after == 9
+
+
+def test_floor_calls():
+    r = one(counters("q", step(), calls=3))
+    assert (r.verdict, r.reason) == ("insufficient_data", "floor_calls")
+    assert r.calls_before == 90
+
+
+def test_below_threshold():
+    r = one(counters("q", step(after=1.1)))
+    assert (r.verdict, r.reason) == ("no_regression", "below_threshold")
+    assert np.isnan(r.p_value)
+
+
+def test_improvement_is_never_detected():
+    r = one(counters("q", step(before=2.0, after=1.0)))
+    assert r.verdict == "no_regression" and r.reason == "below_threshold"
+    # Even with the pre-filter off, a located improvement is not a regression.
+    r = one(counters("q", step(before=2.0, after=1.0)), EngineSettings(threshold=0.0))
+    assert r.verdict == "no_regression" and r.reason == "below_threshold"
+
+
+def test_no_change_point():
+    # The interval means alternate 1, 2, 1, 2 throughout: no split makes two different distributions. After the
+    # deploy the slow intervals carry most calls, so the call-weighted mean rises past the pre-filter.
+    means = np.tile([1.0, 2.0], 30)
+    calls = np.concatenate([np.tile([90, 10], 15), np.tile([10, 90], 15)])
+    r = one(counters("q", means, calls=calls))
+    assert (r.verdict, r.reason) == ("no_regression", "no_change_point")
+    assert r.change_factor > 1.2 and pd.isna(r.change_at)
+
+
+def test_shift_twenty_minutes_before_the_deploy_is_not_attributed():
+    r = one(counters("q", step(n_before=10, n_after=50, after=3.0), first=DEPLOY - pd.Timedelta(minutes=30)))
+    assert (r.verdict, r.reason) == ("no_regression", "outside_tolerance")
+    assert r.change_at == DEPLOY - pd.Timedelta(minutes=20)
+    assert np.isnan(r.p_value)
+
+
+def test_not_significant():
+    # After the deploy the spread grows but the interval means keep their mean; the slow intervals carry more calls,
+    # so the call-weighted mean passes the pre-filter, E-divisive finds the spread change, Welch finds no slowdown.
+    rng = np.random.default_rng(7)
+    before = 1.0 + rng.normal(0, 0.01, 30)
+    after = np.tile([0.2, 1.8], 15)
+    calls = np.concatenate([np.full(30, 50), np.tile([20, 80], 15)])
+    r = one(counters("q", np.concatenate([before, after]), calls=calls))
+    assert (r.verdict, r.reason) == ("no_regression", "not_significant")
+    assert r.p_value > 0.05 and abs(r.change_at - DEPLOY) <= timedelta(minutes=6)
+
+
+def test_both_variances_zero_is_a_certain_step():
+    r = one(counters("q", np.array([1.0] * 30 + [2.0] * 30)))
+    assert (r.verdict, r.reason) == ("detected", "significant")
+    assert r.t_stat == np.inf and r.p_value == 0.0 and r.confidence == 1.0
+
+
+def test_reset_inside_the_window_is_discarded_not_clamped():
+    frame = counters("q", step(after=3.0))
+    reset_at = 40  # counters restart at snapshot 40: the interval closed there spans the reset
+    frame.loc[reset_at:, "calls"] -= frame.loc[reset_at, "calls"] - 7
+    frame.loc[reset_at:, "total_exec_time"] -= frame.loc[reset_at, "total_exec_time"] - 3.0
+    r = one(frame)
+    assert r.verdict == "detected"
+    assert (r.n_before, r.n_after) == (30, 29)
+
+
+def test_changed_stats_since_is_a_reset():
+    frame = counters("q", step(after=3.0))
+    frame["stats_since"] = pd.Timestamp("2026-01-01", tz="UTC")
+    frame.loc[45:, "stats_since"] = pd.Timestamp("2026-11-29 12:14", tz="UTC")  # counters kept rising: only this shows it
+    r = one(frame)
+    assert (r.n_before, r.n_after) == (30, 29)
+
+
+def test_unsorted_rows_missing_scrapes_and_duplicates_give_the_same_answer():
+    frame = counters("q", step(after=3.0, seed=4))
+    ordered = analyse(frame, DEPLOY)
+    shuffled = pd.concat([frame, frame.iloc[[5, 6]]]).sample(frac=1.0, random_state=1)
+    again = analyse(shuffled, DEPLOY)
+    pd.testing.assert_frame_equal(ordered, again)
+    gappy = frame.drop(index=[10, 11, 12, 50])
+    r = analyse(gappy, DEPLOY).iloc[0]
+    assert r.verdict == "detected" and (r.n_before, r.n_after) == (27, 29)
+
+
+def test_input_is_not_modified():
+    frame = counters("q", step()).sample(frac=1.0, random_state=2)
+    copy = frame.copy()
+    analyse(frame, DEPLOY)
+    pd.testing.assert_frame_equal(frame, copy)
+
+
+def test_queryid_rotation_is_reported_once_under_the_live_key():
+    means = step(after=8.0, seed=5)
+    old = counters("old", means[:32], fingerprint=99)  # dropped and recreated just after the deploy
+    new = counters("new", means[32:], first=DEPLOY + pd.Timedelta(minutes=2), fingerprint=99)
+    other = counters("other", step(after=1.0, seed=6), fingerprint=7)
+    out = analyse(pd.concat([old, new, other]), DEPLOY)
+    assert sorted(out["query_key"]) == ["new", "other"]
+    r = out.set_index("query_key").loc["new"]
+    assert r.verdict == "detected" and r.merged_keys == ("old",)
+    assert (r.n_before, r.n_after) == (30, 30)  # 32 intervals of the old key, 28 of the new one
+    assert out.set_index("query_key").loc["other", "merged_keys"] == ()
+
+
+def test_keys_sharing_a_fingerprint_at_once_sum_per_snapshot():
+    a = counters("a", np.ones(60), calls=50, fingerprint=1)
+    b = counters("b", np.full(60, 3.0), calls=50, fingerprint=1)
+    r = analyse(pd.concat([a, b]), DEPLOY).iloc[0]
+    assert r.mean_before_ms == pytest.approx(2.0) and r.n_before == 30 and r.calls_before == 3000
+
+
+def test_no_rows_and_no_window_samples():
+    empty = counters("q", np.ones(3)).iloc[0:0]
+    assert analyse(empty, DEPLOY).empty
+    far = counters("q", step(), first=DEPLOY - pd.Timedelta(days=2))
+    r = one(far)
+    assert (r.verdict, r.reason, r.n_before, r.n_after) == ("insufficient_data", "floor_samples", 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda f: f.drop(columns=["calls"]), "missing column"),
+        (lambda f: f.assign(captured_at=f["captured_at"].dt.tz_localize(None)), "time-zone-aware"),
+        (lambda f: f.assign(calls=f["calls"].astype(float).where(f.index != 3)), "missing values"),
+    ],
+)
+def test_bad_input_is_named(mutate, message):
+    with pytest.raises(ValueError, match=message):
+        analyse(mutate(counters("q", step())), DEPLOY)
+
+
+def test_naive_deploy_time_is_refused():
+    with pytest.raises(ValueError, match="deploy_at"):
+        analyse(counters("q", step()), DEPLOY.tz_localize(None))
+
+
+def test_settings_validate_and_round_trip():
+    s = EngineSettings(window=timedelta(seconds=60), tolerance_floor=timedelta(seconds=5), min_calls=10)
+    assert EngineSettings.from_dict(s.to_dict()) == s
+    assert s.tolerance == timedelta(seconds=12)
+    assert EngineSettings().tolerance == timedelta(minutes=6)
+    for bad in ({"alpha": 1.5}, {"window": timedelta(0)}, {"min_samples": 1}):
+        with pytest.raises(ValueError, match="invalid EngineSettings"):
+            EngineSettings(**bad)
+    with pytest.raises(ValueError, match="unknown engine settings: windw"):
+        EngineSettings.from_dict({"windw": 60})
+
+
+def _random_counters(seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    frames = []
+    for q in range(40):
+        n_b, n_a = int(rng.integers(5, 40)), int(rng.integers(5, 40))
+        shift_at = int(np.clip(n_b + rng.integers(-15, 15), 1, n_b + n_a - 1))  # the change, near the deploy or not
+        means = step(
+            n_before=shift_at,
+            n_after=n_b + n_a - shift_at,
+            after=rng.choice([1.0, 1.15, 1.5, 3.0, 0.7]),
+            cv=rng.choice([0.05, 0.3, 1.0]),
+            seed=seed * 100 + q,
+        )
+        calls = rng.integers(1, 60, len(means))
+        frame = counters(f"q{q}", means, calls=calls, first=DEPLOY - pd.Timedelta(minutes=int(n_b)))
+        frame = frame.drop(index=rng.choice(frame.index, size=rng.integers(0, 4), replace=False))
+        frames.append(frame)
+    return pd.concat(frames).sample(frac=1.0, random_state=seed)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_matches_the_per_query_reference(seed):
+    frame = _random_counters(seed)
+    settings = EngineSettings()
+    got = analyse(frame, DEPLOY, settings).set_index("query_key")
+    seen = set()
+    for key, rows in frame.groupby("query_key"):
+        ref = reference.analyse_one(rows, DEPLOY, settings)
+        row = got.loc[key]
+        seen.add(ref["reason"])
+        assert (row.verdict, row.reason) == (ref["verdict"], ref["reason"]), key
+        for column in ("n_before", "n_after", "calls_before", "calls_after"):
+            assert row[column] == ref[column], (key, column)
+        for column in ("mean_before_ms", "mean_after_ms", "t_stat", "dof", "p_value"):
+            assert row[column] == pytest.approx(ref[column], rel=1e-9, nan_ok=True), (key, column)
+        assert (pd.isna(row.change_at) and pd.isna(ref["change_at"])) or row.change_at == ref["change_at"]
+    assert len(seen) >= 3
