@@ -1,10 +1,10 @@
-# Two entry points for a fresh machine: `make test` (the suite) and, once the demo lands, `make demo`.
+# `make test` runs the suite on a fresh machine (CI runs it through .ci/run); `make bench` runs the benchmarks.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 export DAGSTER_DISABLE_TELEMETRY := 1
 
-.PHONY: install test bench clean
+.PHONY: install test bench bench-snapshot bench-engine bench-quality clean
 
 install: $(VENV)/.installed
 
@@ -17,8 +17,16 @@ $(VENV)/.installed: pyproject.toml
 test: install
 	$(BIN)/pytest
 
-bench: install
+bench: bench-snapshot bench-engine bench-quality
+
+bench-snapshot: install
 	$(BIN)/python benchmarks/snapshot_bench.py
+
+bench-engine: install
+	$(BIN)/python benchmarks/engine_bench.py
+
+bench-quality: install
+	$(BIN)/python benchmarks/detection_quality.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -4,7 +4,7 @@
     verdicts = analyse(counters, deploy_at, settings=EngineSettings())
 """
 
-from radar_pipeline.engine.analyse import COLUMNS, DETECTED, INSUFFICIENT_DATA, NO_REGRESSION, REASONS, VERDICTS, analyse
+from radar_pipeline.engine.decision import COLUMNS, DETECTED, INSUFFICIENT_DATA, NO_REGRESSION, REASONS, VERDICTS, analyse
 from radar_pipeline.engine.settings import ENGINE_VERSION, EngineSettings
 
 __all__ = [

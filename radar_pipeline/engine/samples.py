@@ -61,9 +61,7 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int) -> WindowSamp
     `counters` is never modified. Every query key appears in the result, with no samples if none fall in the window.
     """
     _check_columns(counters)
-    codes, uniques = pd.factorize(counters["query_key"], sort=False)
-    if (codes < 0).any():
-        raise ValueError("counters: query_key has missing values")
+    codes, uniques = _factorize_keys(counters["query_key"])
     t = _utc_ns(counters["captured_at"], "counters.captured_at")
     calls = _numeric(counters["calls"], "counters.calls")
     total = _numeric(counters["total_exec_time"], "counters.total_exec_time")
@@ -120,15 +118,31 @@ def _check_columns(counters: pd.DataFrame) -> None:
         raise ValueError(f"counters is missing column(s) {', '.join(missing)} (needs {', '.join(REQUIRED)})")
 
 
+def _factorize_keys(keys: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes for the query keys. Keys in ascending order (as the warehouse reads them) are coded from their
+    runs in one vectorised pass; any other order goes through a hash table."""
+    if keys.isna().any():
+        raise ValueError("counters.query_key has missing values")
+    if len(keys) > 1 and keys.is_monotonic_increasing:
+        values = keys.to_numpy()
+        starts = np.flatnonzero(np.append(True, values[1:] != values[:-1]))
+        codes = np.zeros(len(values), dtype=np.int64)
+        codes[starts[1:]] = 1
+        return np.cumsum(codes), values[starts]
+    codes, uniques = pd.factorize(keys, sort=False)
+    return codes, np.asarray(uniques)
+
+
 def _utc_ns(column: pd.Series, name: str, allow_null: bool = False) -> np.ndarray:
+    """Nanoseconds since the epoch, UTC (a tz-aware column stores exactly that); nulls as the minimum int64."""
     if not isinstance(column.dtype, pd.DatetimeTZDtype):
         if allow_null and column.isna().all():
             return np.full(len(column), np.iinfo(np.int64).min, dtype=np.int64)
         raise ValueError(f"{name} must hold time-zone-aware timestamps, not {column.dtype}")
-    values = column.dt.tz_convert("UTC").dt.as_unit("ns")
-    if not allow_null and values.isna().any():
+    values = column.array.as_unit("ns").asi8
+    if not allow_null and (values == np.iinfo(np.int64).min).any():
         raise ValueError(f"{name} has missing values")
-    return values.to_numpy(dtype="datetime64[ns]", na_value=np.datetime64("NaT")).view(np.int64)
+    return values
 
 
 def _numeric(column: pd.Series, name: str) -> np.ndarray:
@@ -198,12 +212,16 @@ def _sum_same_snapshot(
 def _reporting_keys(
     codes: np.ndarray, t: np.ndarray, s_code: np.ndarray, s_end: np.ndarray, group_of_key: np.ndarray, groups: int
 ) -> np.ndarray:
-    """For each group, the key that most recently received calls in the window; failing that, the key seen last."""
+    """For each group, the key that most recently received calls in the window; failing that, the key seen last.
+
+    Rows and samples are ordered by key, then time, so a key's last entry is its latest (with repeated indices,
+    numpy's fancy assignment keeps the last value written).
+    """
     keys = len(group_of_key)
     last_call = np.full(keys, np.iinfo(np.int64).min, dtype=np.int64)
-    np.maximum.at(last_call, s_code, s_end)
+    last_call[s_code] = s_end
     last_seen = np.full(keys, np.iinfo(np.int64).min, dtype=np.int64)
-    np.maximum.at(last_seen, codes, t)
+    last_seen[codes] = t
     ranking = np.lexsort((-np.arange(keys), last_seen, last_call, group_of_key))  # ties: the first-listed key
     best = np.empty(groups, dtype=np.int64)
     best[group_of_key[ranking]] = ranking  # the last of each group in this order wins
