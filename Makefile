@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export DAGSTER_DISABLE_TELEMETRY := 1
 
-.PHONY: install test bench bench-snapshot bench-engine bench-quality clean
+.PHONY: install test lint bench bench-snapshot bench-engine bench-quality clean
 
 install: $(VENV)/.installed
 
@@ -16,6 +16,11 @@ $(VENV)/.installed: pyproject.toml
 
 test: install
 	$(BIN)/pytest
+
+lint: install
+	$(BIN)/ruff check radar_pipeline radar_pipeline_tests benchmarks
+	$(BIN)/ruff format --check radar_pipeline radar_pipeline_tests benchmarks
+	$(BIN)/mypy radar_pipeline
 
 bench: bench-snapshot bench-engine bench-quality
 

@@ -117,7 +117,9 @@ def main() -> None:
     for name, (seconds, peak, verdicts) in ours.items():
         print(f"{name:<34}{seconds:>9.4f}{peak:>10.1f}  {verdicts}")
     print()
-    print(f"{'anchor (statistic only, looped)':<60}{'seconds':>9}" + "".join(f"{'× ' + k.split()[0]:>14}" for k in ours))
+    print(
+        f"{'anchor (statistic only, looped)':<60}{'seconds':>9}" + "".join(f"{'× ' + k.split()[0]:>14}" for k in ours)
+    )
     for name, result in anchors.items():
         ratios = "".join(f"{result['seconds'] / seconds:>14.1f}" for seconds, _, _ in ours.values())
         print(f"{ANCHORS[name][1]:<60}{result['seconds']:>9.3f}{ratios}")

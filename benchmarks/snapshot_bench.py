@@ -120,9 +120,12 @@ def main() -> None:
             rate = f"{stored / s:,.0f}" if stored else "-"
             print(f"{name:<44}{s:>9.4f}{stored:>7}{rate:>10}{s / anchor_s:>10.2f}")
         print(f"warehouse bytes per stored row (table + primary key): {per_row:,.0f} over {rows} rows")
-        print(f"one target per day, {moving} of {STATEMENTS} statements moving each minute: "
-              f"{day_rows:,} rows, {day_bytes / 2**20:,.1f} MiB")
-        print(f"peak memory (max RSS of this process): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB")
+        print(
+            f"one target per day, {moving} of {STATEMENTS} statements moving each minute: "
+            f"{day_rows:,} rows, {day_bytes / 2**20:,.1f} MiB"
+        )
+        peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"peak memory (max RSS of this process): {peak_mib:,.0f} MiB")
     finally:
         watched.destroy()
         store.destroy()

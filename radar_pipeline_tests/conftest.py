@@ -56,7 +56,9 @@ def pg15(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """Debian's PostgreSQL 15, for the paths older servers take (no stats_since, no GENERIC_PLAN)."""
     bin_dir = debian_bin_dir(15)
     if bin_dir is None:
-        pytest.skip("Debian's PostgreSQL 15 is not installed (/usr/lib/postgresql/15/bin): apt-get install postgresql-15")
+        pytest.skip(
+            "Debian's PostgreSQL 15 is not installed (/usr/lib/postgresql/15/bin): apt-get install postgresql-15"
+        )
     yield from _start(tmp_path_factory, bin_dir, 15)
 
 

@@ -19,7 +19,12 @@ BIN = Path(sys.executable).parent
 
 def _cli(args: list[str], env: dict[str, str], cwd: Path = REPO) -> subprocess.CompletedProcess:
     return subprocess.run(
-        args, cwd=cwd, capture_output=True, text=True, timeout=300, env={**os.environ, **env, "DAGSTER_DISABLE_TELEMETRY": "1"}
+        args,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env, "DAGSTER_DISABLE_TELEMETRY": "1"},
     )
 
 
@@ -41,13 +46,23 @@ def test_db_upgrade_then_dagster_materialize_writes_snapshot_rows(pg18, app_db, 
 
         run(target, "SELECT count(*) FROM items WHERE grp = %s", 3, (2,))
         mat = _cli(
-            [str(BIN / "dagster"), "asset", "materialize", "-m", "radar_pipeline.definitions", "--select", "pgss_snapshots"],
+            [
+                str(BIN / "dagster"),
+                "asset",
+                "materialize",
+                "-m",
+                "radar_pipeline.definitions",
+                "--select",
+                "pgss_snapshots",
+            ],
             env,
         )
         assert mat.returncode == 0, mat.stderr[-3000:]
         engine = make_engine(env["RADAR_WAREHOUSE_URL"])
         with engine.connect() as conn:
-            rows = conn.execute(sa.text("SELECT count(*) FROM radar.pgss_snapshot WHERE target = :t"), {"t": target.name})
+            rows = conn.execute(
+                sa.text("SELECT count(*) FROM radar.pgss_snapshot WHERE target = :t"), {"t": target.name}
+            )
             assert rows.scalar_one() > 0
         engine.dispose()
     finally:

@@ -46,7 +46,11 @@ def test_malformed_targets_name_the_variable_and_hide_the_password(value, expect
 def test_warehouse_url_takes_psycopg3_and_refuses_others():
     assert warehouse_url("postgresql://u:p@h/db").startswith("postgresql+psycopg://")
     assert warehouse_url("postgresql+psycopg2://u:p@h/db").startswith("postgresql+psycopg://")
-    for bad, words in [(None, "is not set"), ("sqlite:///x.db", "must be a postgresql"), ("postgresql://h", "no database")]:
+    for bad, words in [
+        (None, "is not set"),
+        ("sqlite:///x.db", "must be a postgresql"),
+        ("postgresql://h", "no database"),
+    ]:
         with pytest.raises(ConfigError, match="RADAR_WAREHOUSE_URL") as err:
             warehouse_url(bad)
         assert words in str(err.value)

@@ -43,24 +43,25 @@ def test_dagster_cli_validates_the_code_location(tmp_path):
     assert "All code locations passed validation" in proc.stderr + proc.stdout
 
 
-def _materialize(warehouse_url: str, spec: str) -> dg.ExecuteInProcessResult:
+def _materialize(warehouse_url: str, spec: str) -> tuple[dg.ExecuteInProcessResult, str]:
+    """Materialise pgss_snapshots in a throwaway instance; returns the result and the text of every event and log
+    line of the run (what a user reads in the UI)."""
     with dg.instance_for_test() as instance:
-        return dg.materialize(
+        result = dg.materialize(
             [pgss_snapshots],
             resources={"warehouse": WarehouseResource(url=warehouse_url), "targets": TargetsResource(spec=spec)},
             instance=instance,
             raise_on_error=False,
         )
-
-
-def _events_text(result: dg.ExecuteInProcessResult) -> str:
-    return "\n".join(str(e) for e in result.all_events)
+        entries = instance.all_logs(result.run_id)
+        text = "\n".join(f"{entry.user_message} {entry.dagster_event}" for entry in entries)
+    return result, text
 
 
 def test_materialize_writes_rows_and_metadata(app_db, warehouse_url, warehouse):
     server, target = app_db
     run(target, "SELECT count(*) FROM items WHERE grp = %s", 5, (1,))
-    result = _materialize(warehouse_url, f"{target.name}={target.dsn}")
+    result, _ = _materialize(warehouse_url, f"{target.name}={target.dsn}")
     assert result.success
     mat = result.asset_materializations_for_node("pgss_snapshots")[0]
     assert mat.metadata["partial"].value is False
@@ -77,7 +78,7 @@ def test_materialize_writes_rows_and_metadata(app_db, warehouse_url, warehouse):
 def test_unreachable_target_beside_a_healthy_one(app_db, warehouse_url, warehouse):
     server, target = app_db
     down = f"postgresql://radar:s3cret-pw@127.0.0.1:{free_port()}/app"
-    result = _materialize(warehouse_url, f"{target.name}={target.dsn} down={down}")
+    result, text = _materialize(warehouse_url, f"{target.name}={target.dsn} down={down}")
     assert result.success
     mat = result.asset_materializations_for_node("pgss_snapshots")[0]
     assert mat.metadata["partial"].value is True
@@ -88,21 +89,37 @@ def test_unreachable_target_beside_a_healthy_one(app_db, warehouse_url, warehous
     with warehouse.connect() as conn:
         rows = dict(conn.execute(sa.text("SELECT target, count(*) FROM radar.pgss_snapshot GROUP BY target")).all())
     assert rows.get(target.name, 0) > 0 and "down" not in rows
-    assert "s3cret-pw" not in _events_text(result)
+    assert "target 'down' was not scraped" in text
+    assert "s3cret-pw" not in text
 
 
 def test_no_target_reachable_fails_the_run(warehouse_url):
     down = f"postgresql://radar:s3cret-pw@127.0.0.1:{free_port()}/app"
-    result = _materialize(warehouse_url, f"down={down}")
+    result, text = _materialize(warehouse_url, f"down={down}")
     assert not result.success
-    text = _events_text(result)
     assert "no target could be scraped" in text and "down" in text
     assert "s3cret-pw" not in text
 
 
 def test_malformed_targets_stop_the_run_naming_the_variable(warehouse_url):
-    result = _materialize(warehouse_url, "main postgresql://u:s3cret-pw@db/app")
+    result, text = _materialize(warehouse_url, "main postgresql://u:s3cret-pw@db/app")
     assert not result.success
-    text = _events_text(result)
     assert "RADAR_TARGETS" in text
     assert "s3cret-pw" not in text
+
+
+def test_retention_job_runs_through_dagster(warehouse_url, warehouse, monkeypatch):
+    from radar_pipeline.defs.retention import pgss_retention_job
+
+    monkeypatch.setenv("RADAR_RETENTION_DAYS", "3")
+    with warehouse.begin() as conn:
+        conn.execute(sa.text("SELECT radar.ensure_pgss_snapshot_partitions(current_date - 10, 5)"))
+    result = pgss_retention_job.execute_in_process(resources={"warehouse": WarehouseResource(url=warehouse_url)})
+    assert result.success
+    dropped = result.output_for_node("drop_expired_snapshots")
+    assert len(dropped) == 5
+    with warehouse.connect() as conn:
+        left = conn.execute(
+            sa.text("SELECT count(*) FROM pg_inherits WHERE inhparent = 'radar.pgss_snapshot'::regclass")
+        ).scalar_one()
+    assert left == 3  # today and the two days ahead

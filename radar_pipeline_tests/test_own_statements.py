@@ -47,9 +47,13 @@ def test_collector_statements_are_absent_when_it_shares_the_application_role(app
         }
     assert own, "the collector's reads should be visible in pg_stat_statements"
     with warehouse.connect() as conn:
-        stored = {tuple(map(int, r)) for r in conn.execute(sa.text("SELECT DISTINCT dbid, queryid FROM radar.pgss_snapshot"))}
+        stored = {
+            tuple(map(int, r)) for r in conn.execute(sa.text("SELECT DISTINCT dbid, queryid FROM radar.pgss_snapshot"))
+        }
         catalogued = {tuple(map(int, r)) for r in conn.execute(sa.text("SELECT dbid, queryid FROM radar.query"))}
-        ignored = {tuple(map(int, r)) for r in conn.execute(sa.text("SELECT dbid, queryid FROM radar.ignored_statement"))}
+        ignored = {
+            tuple(map(int, r)) for r in conn.execute(sa.text("SELECT dbid, queryid FROM radar.ignored_statement"))
+        }
     assert not own & stored
     assert not own & catalogued
     # What the collector ran in this target's database is remembered as ignored (by key only).

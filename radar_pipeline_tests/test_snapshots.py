@@ -6,9 +6,10 @@ import pandas as pd
 import pytest
 import sqlalchemy as sa
 
+from radar_pipeline.pgss_model import ScrapeInfo
 from radar_pipeline.warehouse import snapshots
 
-from .helpers import intervals, statement, run, scrape, scrape_times, snapshot_rows
+from .helpers import intervals, run, scrape, scrape_times, snapshot_rows, statement
 
 SLEEP = "SELECT pg_sleep(%s)"
 COUNT = "SELECT count(*) FROM items WHERE grp = %s"
@@ -134,7 +135,7 @@ def test_repeated_write_of_one_scrape_stores_nothing_twice(app_db, warehouse):
     with warehouse.connect() as conn:
         before = conn.execute(sa.text("SELECT count(*) FROM radar.pgss_snapshot")).scalar_one()
         at = conn.execute(sa.text("SELECT max(captured_at) FROM radar.pgss_info_snapshot")).scalar_one()
-    info = snapshots.ScrapeInfo(target.name, at, 180000, "1.12", 0, None)
+    info = ScrapeInfo(target.name, at, 180000, "1.12", 0, None)
     statements = pd.DataFrame(
         [[1, 10, 42, True, 5, 1.0, 5, 0, 0, 0, 0.0, None]],
         columns=[*snapshots.KEY, *snapshots.COUNTERS, "stats_since"],

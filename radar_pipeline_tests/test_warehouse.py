@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import sqlalchemy as sa
 
@@ -47,15 +47,17 @@ def test_retention_drops_expired_days_and_creates_the_next(warehouse):
     today = date(2026, 11, 29)
     with warehouse.begin() as conn:
         conn.execute(sa.text("SELECT radar.ensure_pgss_snapshot_partitions(:d, 20)"), {"d": today - timedelta(days=19)})
-        old = datetime(2026, 11, 11, 12, tzinfo=timezone.utc)
+        old = datetime(2026, 11, 11, 12, tzinfo=UTC)
         conn.execute(
             sa.text(
-                "INSERT INTO radar.pgss_snapshot VALUES ('t', :at, 1, 1, 1, true, 1, 1.0, 1, 0, 0, 0, 0.0, NULL, false, 1)"
+                "INSERT INTO radar.pgss_snapshot "
+                "VALUES ('t', :at, 1, 1, 1, true, 1, 1.0, 1, 0, 0, 0, 0.0, NULL, false, 1)"
             ),
             {"at": old},
         )
         conn.execute(
-            sa.text("INSERT INTO radar.pgss_info_snapshot VALUES ('t', :at, 0, NULL, 180000, '1.12', 1, 1)"), {"at": old}
+            sa.text("INSERT INTO radar.pgss_info_snapshot VALUES ('t', :at, 0, NULL, 180000, '1.12', 1, 1)"),
+            {"at": old},
         )
     dropped = apply_retention(warehouse, keep_days=14, today=today)
     assert dropped == [f"pgss_snapshot_p202611{d:02d}" for d in range(10, 15)]
@@ -74,4 +76,6 @@ def test_partition_bounds_are_utc_days(warehouse):
         bound = conn.execute(
             sa.text("SELECT pg_get_expr(relpartbound, oid) FROM pg_class WHERE relname = 'pgss_snapshot_p20260308'")
         ).scalar_one()
-    assert "2026-03-07 19:00:00-05" in bound and "2026-03-08 20:00:00-04" in bound  # New York moved to summer time that day
+    assert (
+        "2026-03-07 19:00:00-05" in bound and "2026-03-08 20:00:00-04" in bound
+    )  # New York moved to summer time that day

@@ -9,28 +9,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
 
 import pandas as pd
 import psycopg
 from psycopg import sql
 
-from radar_pipeline.config import Target
 from radar_pipeline.collector.session import TargetUnavailable, describe
+from radar_pipeline.config import Target
+from radar_pipeline.pgss_model import COUNTERS, KEY, PgssScrape, ScrapeInfo
 
 # Every statement the collector sends carries this comment, so it can recognise its own entries in the view.
 COLLECTOR_MARK = "/* radar_pipeline collector */"
 
-KEY_COLUMNS = ["dbid", "userid", "queryid", "toplevel"]
-COUNTER_COLUMNS = [
-    "calls",
-    "total_exec_time",
-    "rows",
-    "shared_blks_hit",
-    "shared_blks_read",
-    "temp_blks_written",
-    "shared_blk_read_time",
-]
 MIN_EXTENSION = (1, 9)
 
 _OWN_TABLES = re.compile(r"\b(pg_stat_statements(_info)?|pg_store_plans)\b", re.IGNORECASE)
@@ -52,19 +42,6 @@ class Extension:
     @property
     def has_stats_since(self) -> bool:
         return self.version_tuple >= (1, 11)
-
-
-@dataclass(frozen=True)
-class PgssScrape:
-    """One read of a target's pg_stat_statements: server facts and one row per statement (no texts)."""
-
-    target: str
-    captured_at: datetime
-    server_version_num: int
-    pgss_version: str
-    dealloc: int | None
-    stats_reset: datetime | None
-    statements: pd.DataFrame  # KEY_COLUMNS + COUNTER_COLUMNS + stats_since
 
 
 def read_extension(conn: psycopg.Connection, target: Target) -> Extension:
@@ -95,7 +72,7 @@ def scrape(conn: psycopg.Connection, target: Target, ext: Extension, exclude_rol
     Statements of `exclude_role`, the collector's dedicated role when it has one, are left out.
     """
     fn = sql.Identifier(ext.schema, "pg_stat_statements")
-    info = sql.Identifier(ext.schema, "pg_stat_statements_info")
+    info_view = sql.Identifier(ext.schema, "pg_stat_statements_info")
     since = ext.has_stats_since
     query = sql.SQL(
         "SELECT " + COLLECTOR_MARK + " h.captured_at, h.dealloc, h.stats_reset, "
@@ -106,7 +83,7 @@ def scrape(conn: psycopg.Connection, target: Target, ext: Extension, exclude_rol
     ).format(
         read_time=sql.Identifier("shared_blk_read_time" if since else "blk_read_time"),
         stats_since=sql.SQL("s.stats_since" if since else "NULL::timestamptz"),
-        info=info,
+        info=info_view,
         fn=fn,
         role_filter=sql.SQL(
             "AND p.userid IS DISTINCT FROM (SELECT oid FROM pg_roles WHERE rolname = %(role)s)" if exclude_role else ""
@@ -115,11 +92,13 @@ def scrape(conn: psycopg.Connection, target: Target, ext: Extension, exclude_rol
     try:
         rows = conn.execute(query, {"role": exclude_role} if exclude_role else None).fetchall()
     except psycopg.Error as exc:
-        raise TargetUnavailable(f"target {target.name!r}: reading pg_stat_statements failed: {describe(exc, target)}") from None
+        raise TargetUnavailable(
+            f"target {target.name!r}: reading pg_stat_statements failed: {describe(exc, target)}"
+        ) from None
     head = rows[0]
     statements = pd.DataFrame(
         [r[3:] for r in rows if r[3] is not None],
-        columns=KEY_COLUMNS + COUNTER_COLUMNS + ["stats_since"],
+        columns=KEY + COUNTERS + ["stats_since"],
     )
     statements = statements.astype(
         {
@@ -137,15 +116,15 @@ def scrape(conn: psycopg.Connection, target: Target, ext: Extension, exclude_rol
         }
     )
     statements["stats_since"] = pd.to_datetime(statements["stats_since"], utc=True)
-    return PgssScrape(
+    info = ScrapeInfo(
         target=target.name,
         captured_at=head[0],
         server_version_num=ext.server_version_num,
         pgss_version=ext.version,
         dealloc=head[1],
         stats_reset=head[2],
-        statements=statements,
     )
+    return PgssScrape(info=info, statements=statements)
 
 
 def fetch_texts(
@@ -161,7 +140,9 @@ def fetch_texts(
     try:
         rows = conn.execute(query, {"ids": list(queryids)}).fetchall()
     except psycopg.Error as exc:
-        raise TargetUnavailable(f"target {target.name!r}: reading statement texts failed: {describe(exc, target)}") from None
+        raise TargetUnavailable(
+            f"target {target.name!r}: reading statement texts failed: {describe(exc, target)}"
+        ) from None
     return {(int(r[0]), int(r[1]), int(r[2]), bool(r[3])): r[4] or "" for r in rows}
 
 

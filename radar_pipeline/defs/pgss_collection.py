@@ -35,23 +35,17 @@ def snapshot_target(target: Target, warehouse: sa.Engine, exclude_role: str | No
     with session.connect(target) as conn:
         ext = pgss.read_extension(conn, target)
         scrape = pgss.scrape(conn, target, ext, exclude_role)
-        info = snapshots.ScrapeInfo(
-            target=target.name,
-            captured_at=scrape.captured_at,
-            server_version_num=scrape.server_version_num,
-            pgss_version=scrape.pgss_version,
-            dealloc=scrape.dealloc,
-            stats_reset=scrape.stats_reset,
-        )
         with warehouse.begin() as wconn:
             state = snapshots.lock_and_load_state(wconn, target.name)
-            plan = snapshots.plan_snapshot(state, scrape.statements, scrape.stats_reset)
+            plan = snapshots.plan_snapshot(state, scrape.statements, scrape.info.stats_reset)
             wanted = plan.new_keys + plan.reappeared_keys
             texts = pgss.fetch_texts(conn, target, ext, sorted({k[2] for k in wanted}))
             texts = {k: texts[k] for k in wanted if k in texts}
-            ignored = {k: reason for k in plan.new_keys if k in texts and (reason := pgss.own_statement_reason(texts[k]))}
+            ignored = {
+                k: reason for k in plan.new_keys if k in texts and (reason := pgss.own_statement_reason(texts[k]))
+            }
             fingerprints = {k: fingerprint(text) for k, text in texts.items() if k not in ignored}
-            return snapshots.write_snapshot(wconn, info, state, plan, texts, fingerprints, ignored)
+            return snapshots.write_snapshot(wconn, scrape.info, state, plan, texts, fingerprints, ignored)
 
 
 def snapshot_targets(

@@ -1,7 +1,7 @@
 """Retention: drop day partitions of radar.pgss_snapshot older than RADAR_RETENTION_DAYS, create the next ones."""
 
 import os
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import dagster as dg
 import sqlalchemy as sa
@@ -17,7 +17,9 @@ def apply_retention(engine: sa.Engine, keep_days: int, today: date) -> list[str]
     with engine.begin() as conn:
         dropped = [
             r[0]
-            for r in conn.execute(sa.text("SELECT * FROM radar.drop_pgss_snapshot_partitions_before(:c)"), {"c": cutoff})
+            for r in conn.execute(
+                sa.text("SELECT * FROM radar.drop_pgss_snapshot_partitions_before(:c)"), {"c": cutoff}
+            )
         ]
         conn.execute(
             sa.text("DELETE FROM radar.pgss_info_snapshot WHERE captured_at < CAST(:c AS date)"), {"c": cutoff}
@@ -31,9 +33,10 @@ def apply_retention(engine: sa.Engine, keep_days: int, today: date) -> list[str]
 @dg.op(description="Drop expired snapshot partitions and create the coming days' partitions.")
 def drop_expired_snapshots(context: dg.OpExecutionContext, warehouse: WarehouseResource) -> list[str]:
     keep = retention_days(os.environ.get(RETENTION_DAYS_VAR))
-    today = context.run.tags.get("dagster/scheduled_execution_time", "")[:10]
-    dropped = apply_retention(warehouse.engine(), keep, date.fromisoformat(today) if today else date.today())
-    context.log.info(f"kept {keep} days of snapshots; dropped {len(dropped)} partitions: {', '.join(dropped) or 'none'}")
+    dropped = apply_retention(warehouse.engine(), keep, datetime.now(UTC).date())
+    context.log.info(
+        f"kept {keep} days of snapshots; dropped {len(dropped)} partitions: {', '.join(dropped) or 'none'}"
+    )
     context.add_output_metadata({"dropped": dg.MetadataValue.json(dropped), "keep_days": keep})
     return dropped
 

@@ -2,6 +2,7 @@
 
 import os
 import time
+from typing import Any
 
 import dagster as dg
 
@@ -48,7 +49,7 @@ def pgss_snapshots(
     )
 
 
-def _metadata(outcomes: list[TargetOutcome], seconds: float) -> dict[str, object]:
+def _metadata(outcomes: list[TargetOutcome], seconds: float) -> dict[str, Any]:
     ok = [o for o in outcomes if o.result is not None]
     failed = [o for o in outcomes if o.error is not None]
     lines = [

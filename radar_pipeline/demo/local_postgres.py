@@ -75,7 +75,7 @@ class LocalPostgres:
         """A libpq connection string for psycopg."""
         return f"host=127.0.0.1 port={self.port} dbname={database} user={user}"
 
-    def start(self) -> "LocalPostgres":
+    def start(self) -> LocalPostgres:
         """Create the cluster if needed, then start it and wait until it accepts connections."""
         if not (self.data_dir / "PG_VERSION").exists():
             self._initdb()
@@ -124,7 +124,7 @@ class LocalPostgres:
         self.stop()
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
-    def __enter__(self) -> "LocalPostgres":
+    def __enter__(self) -> LocalPostgres:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -62,7 +62,9 @@ COLUMNS = [
 BLOCK_CELLS = 1 << 21
 
 
-def analyse(counters: pd.DataFrame, deploy_at: datetime | pd.Timestamp, settings: EngineSettings | None = None) -> pd.DataFrame:
+def analyse(
+    counters: pd.DataFrame, deploy_at: datetime | pd.Timestamp, settings: EngineSettings | None = None
+) -> pd.DataFrame:
     """Decide, for every query in `counters`, whether the deploy at `deploy_at` made it slower.
 
     counters: cumulative snapshots with columns query_key, captured_at (tz-aware), calls, total_exec_time (ms) and

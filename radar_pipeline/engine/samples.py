@@ -65,7 +65,9 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int) -> WindowSamp
     t = _utc_ns(counters["captured_at"], "counters.captured_at")
     calls = _numeric(counters["calls"], "counters.calls")
     total = _numeric(counters["total_exec_time"], "counters.total_exec_time")
-    since = _utc_ns(counters["stats_since"], "counters.stats_since", allow_null=True) if "stats_since" in counters else None
+    since = (
+        _utc_ns(counters["stats_since"], "counters.stats_since", allow_null=True) if "stats_since" in counters else None
+    )
 
     order = _sort_order(codes, t)
     if order is not None:

@@ -62,7 +62,7 @@ class EngineSettings:
         return out
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "EngineSettings":
+    def from_dict(cls, values: dict[str, Any]) -> EngineSettings:
         """Settings from a record made by `to_dict` or from run config (durations in seconds); unknown keys refused."""
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(values) - set(known) - {"engine_version"})

@@ -14,35 +14,16 @@ from datetime import datetime
 
 import numpy as np
 import pandas as pd
+import psycopg
 import sqlalchemy as sa
 
-KEY = ["dbid", "userid", "queryid", "toplevel"]
-COUNTERS = [
-    "calls",
-    "total_exec_time",
-    "rows",
-    "shared_blks_hit",
-    "shared_blks_read",
-    "temp_blks_written",
-    "shared_blk_read_time",
-]
+from radar_pipeline.pgss_model import COUNTERS, KEY, ScrapeInfo
+
 SNAPSHOT_COLUMNS = ["target", "captured_at", *KEY, *COUNTERS, "stats_since", "reset_before", "fingerprint"]
 MAX_QUERY_TEXT = 8192
 PARTITION_DAYS_AHEAD = 3
 
 Key = tuple[int, int, int, bool]
-
-
-@dataclass(frozen=True)
-class ScrapeInfo:
-    """The server-wide facts of one scrape."""
-
-    target: str
-    captured_at: datetime
-    server_version_num: int
-    pgss_version: str
-    dealloc: int | None
-    stats_reset: datetime | None
 
 
 @dataclass
@@ -87,8 +68,10 @@ class StoreResult:
 
 def lock_and_load_state(conn: sa.Connection, target: str) -> TargetState:
     """Take the target's write lock for this transaction and read what the warehouse knows of it."""
-    conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended('radar.pgss_snapshot:' || :t, 0))"), {"t": target})
-    with conn.connection.driver_connection.cursor(binary=True) as cur:
+    conn.execute(
+        sa.text("SELECT pg_advisory_xact_lock(hashtextextended('radar.pgss_snapshot:' || :t, 0))"), {"t": target}
+    )
+    with _driver(conn).cursor(binary=True) as cur:
         known = cur.execute(
             "SELECT dbid, userid, queryid, toplevel, fingerprint, last_calls, last_total_exec_time, "
             "last_stats_since, missing_since FROM radar.query WHERE target = %s",
@@ -140,7 +123,7 @@ def plan_snapshot(state: TargetState, statements: pd.DataFrame, stats_reset: dat
     row: it vanished from the view, the server's stats_reset moved, its calls or time went down, or stats_since changed.
     """
     if state.ignored and len(statements):
-        keys = list(zip(statements.dbid, statements.userid, statements.queryid, statements.toplevel))
+        keys = list(zip(statements.dbid, statements.userid, statements.queryid, statements.toplevel, strict=True))
         statements = statements[[k not in state.ignored for k in keys]]
     merged = statements.merge(state.queries, on=KEY, how="left", indicator=True)
     known = (merged["_merge"] == "both").to_numpy()
@@ -199,7 +182,7 @@ def write_snapshot(
     is_new = rows["is_new"].to_numpy()
     new_keys = _keys(rows[is_new])
     keep_new = np.array([k in fingerprints and k not in ignored for k in new_keys], dtype=bool)
-    result.skipped_keys = [k for k, keep in zip(new_keys, keep_new) if not keep and k not in ignored]
+    result.skipped_keys = [k for k, keep in zip(new_keys, keep_new, strict=True) if not keep and k not in ignored]
     keep = np.ones(len(rows), dtype=bool)
     keep[np.flatnonzero(is_new)] = keep_new
     rows = rows[keep].copy()
@@ -259,8 +242,7 @@ def _store_rows(conn: sa.Connection, info: ScrapeInfo, rows: pd.DataFrame, texts
     conn.exec_driver_sql(
         "CREATE TEMP TABLE radar_snapshot_stage (LIKE radar.pgss_snapshot, query text, is_new boolean) ON COMMIT DROP"
     )
-    dbapi = conn.connection.driver_connection
-    with dbapi.cursor() as cur:
+    with _driver(conn).cursor() as cur:
         with cur.copy(f"COPY radar_snapshot_stage ({', '.join(stage_columns)}) FROM STDIN") as copy:
             for i in range(len(rows)):
                 copy.write_row(
@@ -295,7 +277,7 @@ def _store_rows(conn: sa.Connection, info: ScrapeInfo, rows: pd.DataFrame, texts
 def _mark_missing(conn: sa.Connection, info: ScrapeInfo, keys: list[Key]) -> None:
     if not keys:
         return
-    dbid, userid, queryid, toplevel = (list(col) for col in zip(*keys))
+    dbid, userid, queryid, toplevel = (list(col) for col in zip(*keys, strict=True))
     conn.execute(
         sa.text(
             "UPDATE radar.query q SET missing_since = :at FROM unnest(CAST(:dbid AS oid[]), CAST(:userid AS oid[]), "
@@ -303,7 +285,14 @@ def _mark_missing(conn: sa.Connection, info: ScrapeInfo, keys: list[Key]) -> Non
             "WHERE q.target = :target AND q.dbid = m.dbid AND q.userid = m.userid AND q.queryid = m.queryid "
             "AND q.toplevel = m.toplevel AND q.missing_since IS NULL"
         ),
-        {"target": info.target, "at": info.captured_at, "dbid": dbid, "userid": userid, "queryid": queryid, "toplevel": toplevel},
+        {
+            "target": info.target,
+            "at": info.captured_at,
+            "dbid": dbid,
+            "userid": userid,
+            "queryid": queryid,
+            "toplevel": toplevel,
+        },
     )
 
 
@@ -322,10 +311,17 @@ def _record_ignored(conn: sa.Connection, target: str, ignored: dict[Key, str]) -
     )
 
 
+def _driver(conn: sa.Connection) -> psycopg.Connection:
+    """The psycopg connection under a SQLAlchemy one (for COPY and plain-tuple reads), in the same transaction."""
+    driver = conn.connection.driver_connection
+    assert isinstance(driver, psycopg.Connection), "the warehouse engine must use the psycopg driver"
+    return driver
+
+
 def _keys(frame: pd.DataFrame) -> list[Key]:
     return [
         (int(d), int(u), int(q), bool(t))
-        for d, u, q, t in zip(frame["dbid"], frame["userid"], frame["queryid"], frame["toplevel"])
+        for d, u, q, t in zip(frame["dbid"], frame["userid"], frame["queryid"], frame["toplevel"], strict=True)
     ]
 
 

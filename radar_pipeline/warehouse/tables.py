@@ -12,6 +12,18 @@ metadata = sa.MetaData(schema="radar")
 
 _tz = sa.DateTime(timezone=True)
 
+
+def _statement_key() -> list[sa.Column]:
+    """A statement's identity as primary-key columns (new Column objects: a column belongs to one table)."""
+    return [
+        sa.Column("target", sa.Text, primary_key=True),
+        sa.Column("dbid", pg.OID, primary_key=True),
+        sa.Column("userid", pg.OID, primary_key=True),
+        sa.Column("queryid", sa.BigInteger, primary_key=True),
+        sa.Column("toplevel", sa.Boolean, primary_key=True),
+    ]
+
+
 pgss_snapshot = sa.Table(
     "pgss_snapshot",
     metadata,
@@ -50,11 +62,7 @@ pgss_info_snapshot = sa.Table(
 query = sa.Table(
     "query",
     metadata,
-    sa.Column("target", sa.Text, primary_key=True),
-    sa.Column("dbid", pg.OID, primary_key=True),
-    sa.Column("userid", pg.OID, primary_key=True),
-    sa.Column("queryid", sa.BigInteger, primary_key=True),
-    sa.Column("toplevel", sa.Boolean, primary_key=True),
+    *_statement_key(),
     sa.Column("fingerprint", sa.BigInteger, nullable=False),
     sa.Column("query", sa.Text, nullable=False),
     sa.Column("first_seen", _tz, nullable=False),
@@ -68,11 +76,7 @@ query = sa.Table(
 ignored_statement = sa.Table(
     "ignored_statement",
     metadata,
-    sa.Column("target", sa.Text, primary_key=True),
-    sa.Column("dbid", pg.OID, primary_key=True),
-    sa.Column("userid", pg.OID, primary_key=True),
-    sa.Column("queryid", sa.BigInteger, primary_key=True),
-    sa.Column("toplevel", sa.Boolean, primary_key=True),
+    *_statement_key(),
     sa.Column("reason", sa.Text, nullable=False),
 )
 

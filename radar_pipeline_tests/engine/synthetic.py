@@ -6,6 +6,8 @@ import numpy as np
 import pandas as pd
 
 DEPLOY = pd.Timestamp("2026-11-29 12:00", tz="UTC")
+ONE_MINUTE = pd.Timedelta(minutes=1)
+THIRTY_MINUTES = pd.Timedelta(minutes=30)
 
 
 def counters(
@@ -14,8 +16,8 @@ def counters(
     calls: np.ndarray | int = 50,
     start_calls: int = 0,
     start_time: float = 0.0,
-    first: pd.Timestamp = DEPLOY - pd.Timedelta(minutes=30),
-    every: pd.Timedelta = pd.Timedelta(minutes=1),
+    first: pd.Timestamp = DEPLOY - THIRTY_MINUTES,
+    every: pd.Timedelta = ONE_MINUTE,
     fingerprint: int | None = None,
 ) -> pd.DataFrame:
     """Counters whose interval i (closed by snapshot i + 1) has mean `means[i]` ms over `calls[i]` calls."""
@@ -36,9 +38,11 @@ def counters(
     return frame
 
 
-def step(n_before: int = 30, n_after: int = 30, before: float = 1.0, after: float = 2.0, cv: float = 0.1, seed: int = 0):
+def step(
+    n_before: int = 30, n_after: int = 30, before: float = 1.0, after: float = 2.0, cv: float = 0.1, seed: int = 0
+):
     """Interval means: `before` for n_before intervals, then `after`, with log-normal noise of the given CV."""
     rng = np.random.default_rng(seed)
     base = np.concatenate([np.full(n_before, before), np.full(n_after, after)])
     sigma = np.sqrt(np.log1p(cv**2))
-    return base * rng.lognormal(-sigma**2 / 2, sigma, len(base))
+    return base * rng.lognormal(-(sigma**2) / 2, sigma, len(base))

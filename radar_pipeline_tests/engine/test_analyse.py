@@ -119,7 +119,9 @@ def test_reset_inside_the_window_is_discarded_not_clamped():
 def test_changed_stats_since_is_a_reset():
     frame = counters("q", step(after=3.0))
     frame["stats_since"] = pd.Timestamp("2026-01-01", tz="UTC")
-    frame.loc[45:, "stats_since"] = pd.Timestamp("2026-11-29 12:14", tz="UTC")  # counters kept rising: only this shows it
+    frame.loc[45:, "stats_since"] = pd.Timestamp(
+        "2026-11-29 12:14", tz="UTC"
+    )  # counters kept rising: only this shows it
     r = one(frame)
     assert (r.n_before, r.n_after) == (30, 29)
 

@@ -1,0 +1,41 @@
+"""The shape of a pg_stat_statements scrape: produced by the collector, stored by the warehouse (neither imports
+the other, so what they share lives here)."""
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import pandas as pd
+
+# pg_stat_statements keys a statement by these (toplevel from PostgreSQL 14); radar adds the target in front.
+KEY = ["dbid", "userid", "queryid", "toplevel"]
+
+# The cumulative counters radar keeps (shared_blk_read_time is blk_read_time before PostgreSQL 17).
+COUNTERS = [
+    "calls",
+    "total_exec_time",
+    "rows",
+    "shared_blks_hit",
+    "shared_blks_read",
+    "temp_blks_written",
+    "shared_blk_read_time",
+]
+
+
+@dataclass(frozen=True)
+class ScrapeInfo:
+    """The server-wide facts of one scrape of one target."""
+
+    target: str
+    captured_at: datetime  # the watched server's clock, read in the same statement as the counters
+    server_version_num: int
+    pgss_version: str
+    dealloc: int | None  # pg_stat_statements_info (PostgreSQL 14+)
+    stats_reset: datetime | None
+
+
+@dataclass(frozen=True)
+class PgssScrape:
+    """One read of a target's pg_stat_statements: server facts and one row per statement (no texts)."""
+
+    info: ScrapeInfo
+    statements: pd.DataFrame  # KEY + COUNTERS + stats_since
