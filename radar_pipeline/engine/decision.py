@@ -19,22 +19,13 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 
+from radar_pipeline.engine.causes import BLOCKS, ROWS, explain
 from radar_pipeline.engine.edivisive import best_split
 from radar_pipeline.engine.samples import WindowSamples, window_samples
 from radar_pipeline.engine.settings import EngineSettings
+from radar_pipeline.engine.vocabulary import DETECTED, INSUFFICIENT_DATA, NO_REGRESSION
 from radar_pipeline.engine.welch import welch_split
 
-DETECTED, NO_REGRESSION, INSUFFICIENT_DATA = "detected", "no_regression", "insufficient_data"
-VERDICTS = (DETECTED, NO_REGRESSION, INSUFFICIENT_DATA)
-REASONS = (
-    "floor_samples",
-    "floor_calls",
-    "below_threshold",
-    "no_change_point",
-    "outside_tolerance",
-    "not_significant",
-    "significant",
-)
 COLUMNS = [
     "query_key",
     "verdict",
@@ -56,6 +47,11 @@ COLUMNS = [
     "segment_n_before",
     "segment_n_after",
     "q_stat",
+    "rows_per_call_before",
+    "rows_per_call_after",
+    "blks_read_per_call_before",
+    "blks_read_per_call_after",
+    "cause",
     "merged_keys",
 ]
 # Rows of padded series per block in steps 4 and 6, so memory stays bounded whatever the number of queries.
@@ -68,15 +64,18 @@ def analyse(
     """Decide, for every query in `counters`, whether the deploy at `deploy_at` made it slower.
 
     counters: cumulative snapshots with columns query_key, captured_at (tz-aware), calls, total_exec_time (ms) and
-    optionally stats_since and fingerprint; rows may be unsorted, missing for some scrapes and contain resets.
+    optionally stats_since, fingerprint, and the counters rows and shared_blks_read (which give a detection its
+    cause); rows may be unsorted, missing for some scrapes and contain resets.
     Returns one row per query (see COLUMNS): mean_before_ms / mean_after_ms / change_factor are the call-weighted
     window means either side of the deploy; change_at is where the located change begins (the end of the last
-    interval before the split); t_stat, dof, p_value and the segment_* columns describe the located segments.
+    interval before the split); t_stat, dof, p_value and the segment_* columns describe the located segments;
+    cause and the per-call rows and blocks read of both segments explain detections (see `causes`).
     """
     settings = settings or EngineSettings()
     deploy = _utc_ns(deploy_at)
     width = int(settings.window.total_seconds() * 1e9)
-    samples = window_samples(counters, deploy - width, deploy + width)
+    extra = tuple(name for name in (ROWS, BLOCKS) if name in counters.columns)
+    samples = window_samples(counters, deploy - width, deploy + width, extra)
     out = _empty_result(samples)
     if samples.groups == 0:
         return out
@@ -151,6 +150,8 @@ def analyse(
     for name, values in {**columns, **seg, **seg_n}.items():
         out[name] = values
     out["confidence"] = 1.0 - out["p_value"]
+    for name, values in explain(samples, out, settings).items():
+        out[name] = values
     return out
 
 

@@ -17,7 +17,7 @@ analyses the mean of each interval between consecutive snapshots instead: x = Δ
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -30,7 +30,8 @@ class WindowSamples:
     """The window's interval samples of every query, grouped: group g owns samples offsets[g]:offsets[g + 1].
 
     keys: the key each query is reported under; merged: the other keys folded into it (empty tuple when none).
-    Samples are in time order within a group: end (ns since the epoch, UTC), calls (ΔC) and time (ΔT, ms).
+    Samples are in time order within a group: end (ns since the epoch, UTC), calls (ΔC), time (ΔT, ms) and the
+    deltas of any further counters asked for.
     """
 
     keys: np.ndarray
@@ -39,6 +40,7 @@ class WindowSamples:
     end: np.ndarray
     calls: np.ndarray
     time: np.ndarray
+    extra: dict[str, np.ndarray] = field(default_factory=dict)  # deltas of further counters, NaN where unknown
 
     @property
     def groups(self) -> int:
@@ -55,38 +57,41 @@ class WindowSamples:
         return self.time / self.calls
 
 
-def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int) -> WindowSamples:
+def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int, extra: tuple[str, ...] = ()) -> WindowSamples:
     """Interval samples ending in (lo, hi] for every query of `counters` (see the module docstring for the rules).
 
-    `counters` is never modified. Every query key appears in the result, with no samples if none fall in the window.
+    `extra` names further cumulative columns (rows, shared_blks_read, ...) whose per-interval deltas travel with the
+    samples. `counters` is never modified. Every query key appears in the result, with no samples if none fall in the
+    window.
     """
-    _check_columns(counters)
+    _check_columns(counters, extra)
     codes, uniques = _factorize_keys(counters["query_key"])
     t = _utc_ns(counters["captured_at"], "counters.captured_at")
-    calls = _numeric(counters["calls"], "counters.calls")
-    total = _numeric(counters["total_exec_time"], "counters.total_exec_time")
+    columns = {"calls": "calls", "time": "total_exec_time", **{name: name for name in extra}}
+    values = {key: _numeric(counters[col], f"counters.{col}", allow_nan=key in extra) for key, col in columns.items()}
     since = (
         _utc_ns(counters["stats_since"], "counters.stats_since", allow_null=True) if "stats_since" in counters else None
     )
 
     order = _sort_order(codes, t)
-    if order is not None:
-        codes, t, calls, total = codes[order], t[order], calls[order], total[order]
-        since = since[order] if since is not None else None
-    keep = _last_of_duplicates(codes, t)
-    if keep is not None:
-        codes, t, calls, total = codes[keep], t[keep], calls[keep], total[keep]
-        since = since[keep] if since is not None else None
+    keep = _last_of_duplicates(codes[order] if order is not None else codes, t[order] if order is not None else t)
+    for select in (order, keep):
+        if select is not None:
+            codes, t = codes[select], t[select]
+            values = {key: v[select] for key, v in values.items()}
+            since = since[select] if since is not None else None
 
     same = codes[1:] == codes[:-1]
-    d_calls = calls[1:] - calls[:-1]
-    d_time = total[1:] - total[:-1]
-    reset = (d_calls < 0) | (d_time < 0)
+    deltas = {key: v[1:] - v[:-1] for key, v in values.items()}
+    reset = (deltas["calls"] < 0) | (deltas["time"] < 0)
     if since is not None:
         reset |= since[1:] != since[:-1]
     end = t[1:]
-    sample = same & ~reset & (d_calls > 0) & (end > lo_ns) & (end <= hi_ns)
-    s_code, s_end, s_calls, s_time = codes[1:][sample], end[sample], d_calls[sample], d_time[sample]
+    sample = same & ~reset & (deltas["calls"] > 0) & (end > lo_ns) & (end <= hi_ns)
+    s_code, s_end = codes[1:][sample], end[sample]
+    s_values = {key: d[sample] for key, d in deltas.items()}
+    for key in extra:  # a further counter that went down alone is unknown for that interval, not negative
+        s_values[key] = np.where(s_values[key] < 0, np.nan, s_values[key])
 
     group_of_key = _fingerprint_groups(counters, codes, order, keep, len(uniques))
     groups = int(group_of_key.max()) + 1 if len(group_of_key) else 0
@@ -94,8 +99,9 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int) -> WindowSamp
     folded = groups < len(uniques)
     if folded:
         by_group = np.lexsort((s_end, s_group))
-        s_group, s_end, s_calls, s_time = (a[by_group] for a in (s_group, s_end, s_calls, s_time))
-        s_group, s_end, s_calls, s_time = _sum_same_snapshot(s_group, s_end, s_calls, s_time)
+        s_group, s_end = s_group[by_group], s_end[by_group]
+        s_values = {key: v[by_group] for key, v in s_values.items()}
+        s_group, s_end, s_values = _sum_same_snapshot(s_group, s_end, s_values)
     offsets = np.zeros(groups + 1, dtype=np.int64)
     np.cumsum(np.bincount(s_group, minlength=groups), out=offsets[1:])
 
@@ -109,13 +115,21 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int) -> WindowSamp
         for g, codes_in_group in members.items():
             if len(codes_in_group) > 1:
                 merged[g] = tuple(uniques[c] for c in codes_in_group if c != reporter[g])
-    return WindowSamples(keys=keys, merged=merged, offsets=offsets, end=s_end, calls=s_calls, time=s_time)
+    return WindowSamples(
+        keys=keys,
+        merged=merged,
+        offsets=offsets,
+        end=s_end,
+        calls=s_values.pop("calls"),
+        time=s_values.pop("time"),
+        extra=s_values,
+    )
 
 
-def _check_columns(counters: pd.DataFrame) -> None:
+def _check_columns(counters: pd.DataFrame, extra: tuple[str, ...] = ()) -> None:
     if not isinstance(counters, pd.DataFrame):
         raise TypeError(f"counters must be a pandas DataFrame, not {type(counters).__name__}")
-    missing = [c for c in REQUIRED if c not in counters.columns]
+    missing = [c for c in (*REQUIRED, *extra) if c not in counters.columns]
     if missing:
         raise ValueError(f"counters is missing column(s) {', '.join(missing)} (needs {', '.join(REQUIRED)})")
 
@@ -147,12 +161,12 @@ def _utc_ns(column: pd.Series, name: str, allow_null: bool = False) -> np.ndarra
     return values
 
 
-def _numeric(column: pd.Series, name: str) -> np.ndarray:
+def _numeric(column: pd.Series, name: str, allow_nan: bool = False) -> np.ndarray:
     try:
-        values = column.to_numpy(dtype=np.float64)
+        values = column.to_numpy(dtype=np.float64, na_value=np.nan)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be numeric") from None
-    if np.isnan(values).any():
+    if not allow_nan and np.isnan(values).any():
         raise ValueError(f"{name} has missing values")
     return values
 
@@ -200,15 +214,15 @@ def _fingerprint_groups(
 
 
 def _sum_same_snapshot(
-    group: np.ndarray, end: np.ndarray, calls: np.ndarray, time: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    group: np.ndarray, end: np.ndarray, values: dict[str, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """Fold samples of one group closed by the same snapshot into one (input sorted by group, then end)."""
     if len(group) < 2:
-        return group, end, calls, time
+        return group, end, values
     starts = np.flatnonzero(np.append(True, (group[1:] != group[:-1]) | (end[1:] != end[:-1])))
     if len(starts) == len(group):
-        return group, end, calls, time
-    return group[starts], end[starts], np.add.reduceat(calls, starts), np.add.reduceat(time, starts)
+        return group, end, values
+    return group[starts], end[starts], {key: np.add.reduceat(v, starts) for key, v in values.items()}
 
 
 def _reporting_keys(

@@ -19,6 +19,8 @@ class EngineSettings:
     threshold: θ, the smallest relative slowdown of the call-weighted window means worth testing (pre-filter).
     alpha: the p-value at or below which a located slowdown is `detected`.
     tolerance_floor, tolerance_fraction: the located change must lie within max(floor, fraction × W) of the deploy.
+    fleet_share, fleet_min_queries: when at least this share of the decidable queries (and at least this many) are
+    detected at one deploy, the shift is fleet-wide and an external cause is suspected (causes, not the verdicts).
     """
 
     window: timedelta = timedelta(minutes=30)
@@ -28,6 +30,8 @@ class EngineSettings:
     alpha: float = 0.05
     tolerance_floor: timedelta = timedelta(minutes=2)
     tolerance_fraction: float = 0.20
+    fleet_share: float = 0.5
+    fleet_min_queries: int = 5
 
     def __post_init__(self) -> None:
         problems = []
@@ -45,6 +49,10 @@ class EngineSettings:
             problems.append(f"tolerance_floor must not be negative, not {self.tolerance_floor}")
         if not 0 <= self.tolerance_fraction <= 1:
             problems.append(f"tolerance_fraction must lie in [0, 1], not {self.tolerance_fraction}")
+        if not 0 < self.fleet_share <= 1:
+            problems.append(f"fleet_share must lie in (0, 1], not {self.fleet_share}")
+        if self.fleet_min_queries < 1:
+            problems.append(f"fleet_min_queries must be at least 1, not {self.fleet_min_queries}")
         if problems:
             raise ValueError("invalid EngineSettings: " + "; ".join(problems))
 

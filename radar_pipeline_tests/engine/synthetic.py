@@ -19,8 +19,10 @@ def counters(
     first: pd.Timestamp = DEPLOY - THIRTY_MINUTES,
     every: pd.Timedelta = ONE_MINUTE,
     fingerprint: int | None = None,
+    per_call: dict[str, np.ndarray] | None = None,
 ) -> pd.DataFrame:
-    """Counters whose interval i (closed by snapshot i + 1) has mean `means[i]` ms over `calls[i]` calls."""
+    """Counters whose interval i (closed by snapshot i + 1) has mean `means[i]` ms over `calls[i]` calls (and, for
+    each counter in `per_call`, that many per call)."""
     means = np.asarray(means, dtype=float)
     calls = np.broadcast_to(np.asarray(calls, dtype=np.int64), means.shape)
     c = start_calls + np.concatenate([[0], np.cumsum(calls)])
@@ -35,6 +37,8 @@ def counters(
     )
     if fingerprint is not None:
         frame["fingerprint"] = fingerprint
+    for name, values in (per_call or {}).items():  # further counters, given per call of each interval
+        frame[name] = np.concatenate([[0.0], np.cumsum(calls * np.broadcast_to(values, means.shape))])
     return frame
 
 

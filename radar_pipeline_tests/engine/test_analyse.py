@@ -239,3 +239,45 @@ def test_matches_the_per_query_reference(seed):
             assert row[column] == pytest.approx(ref[column], rel=1e-9, nan_ok=True), (key, column)
         assert (pd.isna(row.change_at) and pd.isna(ref["change_at"])) or row.change_at == ref["change_at"]
     assert len(seen) >= 3
+
+
+def _two_levels(before: float, after: float) -> np.ndarray:
+    return np.array([before] * 30 + [after] * 30)
+
+
+def test_cause_more_rows():
+    frame = counters(
+        "q",
+        step(after=3.0),
+        per_call={"rows": _two_levels(10, 30), "shared_blks_read": _two_levels(0.1, 0.1)},
+    )
+    others = [counters(f"c{i}", step(after=1.0, seed=i), per_call={"rows": 1, "shared_blks_read": 0}) for i in range(5)]
+    out = analyse(pd.concat([frame, *others]), DEPLOY).set_index("query_key")
+    r = out.loc["q"]
+    assert r.cause == "more_rows"
+    assert r.rows_per_call_before == pytest.approx(10) and r.rows_per_call_after == pytest.approx(30)
+    assert pd.isna(out.loc["c0", "cause"]) and np.isnan(out.loc["c0", "rows_per_call_before"])
+
+
+def test_cause_more_blocks_read():
+    frame = counters("q", step(after=3.0), per_call={"rows": 1.0, "shared_blks_read": _two_levels(0.5, 40)})
+    r = one(frame)
+    assert r.cause == "more_blocks_read"
+    assert r.blks_read_per_call_after == pytest.approx(40)
+
+
+def test_cause_unexplained_without_the_counters():
+    assert one(counters("q", step(after=3.0))).cause == "unexplained"
+
+
+def test_cause_fleet_wide_when_most_queries_shift_together():
+    frames = [
+        counters(f"q{i}", step(after=2.0, seed=i), per_call={"rows": _two_levels(1, 5), "shared_blks_read": 0})
+        for i in range(6)
+    ]
+    frames.append(counters("calm", step(after=1.0, seed=99)))
+    out = analyse(pd.concat(frames), DEPLOY).set_index("query_key")
+    assert (out.loc[[f"q{i}" for i in range(6)], "cause"] == "fleet_wide").all()
+    # Fewer than fleet_min_queries detections are never fleet-wide, however large their share.
+    few = analyse(pd.concat(frames[:2]), DEPLOY)
+    assert set(few["cause"]) == {"more_rows"}

@@ -1,0 +1,14 @@
+"""The words a verdict is written in: verdicts, the reasons behind them, and the causes of a detection."""
+
+DETECTED, NO_REGRESSION, INSUFFICIENT_DATA = "detected", "no_regression", "insufficient_data"
+VERDICTS = (DETECTED, NO_REGRESSION, INSUFFICIENT_DATA)
+REASONS = (
+    "floor_samples",
+    "floor_calls",
+    "below_threshold",
+    "no_change_point",
+    "outside_tolerance",
+    "not_significant",
+    "significant",
+)
+CAUSES = ("fleet_wide", "more_rows", "more_blocks_read", "unexplained")
