@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from radar_pipeline.config import WAREHOUSE_URL_VAR, ConfigError, mask_password
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -35,6 +41,128 @@ def db_upgrade(url: str | None) -> None:
         click.echo(f"applied {len(applied)} migration(s): {', '.join(applied)}")
     else:
         click.echo("the warehouse schema is up to date")
+
+
+@main.group(invoke_without_command=True)
+@click.option("--target", help="the watched target the deploy went to (default: $RADAR_DEPLOY_TARGET)")
+@click.option("--id", "deploy_id", help="a unique id for this deploy (default: from GitHub Actions or GitLab CI)")
+@click.option("--at", "at", help="when it happened, ISO 8601 with a time zone (default: the warehouse's clock now)")
+@click.option("--service", help="the service deployed (default: the repository)")
+@click.option("--version", "version", help="the version deployed (default: the commit)")
+@click.option("--url", help="a link to the deploy (default: the CI run)")
+@click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=f"warehouse URL (default: ${WAREHOUSE_URL_VAR})")
+@click.pass_context
+def deploy(
+    ctx: click.Context,
+    target: str | None,
+    deploy_id: str | None,
+    at: str | None,
+    service: str | None,
+    version: str | None,
+    url: str | None,
+    warehouse: str | None,
+) -> None:
+    """Record a deploy (what CI calls after deploying); flags absent are read from the CI's own variables."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from radar_pipeline.ci_env import TARGET_VAR, ci_defaults
+    from radar_pipeline.warehouse import deploys
+
+    found = ci_defaults(os.environ)
+    given = {"target": target, "deploy_id": deploy_id, "service": service, "version": version, "url": url}
+    fields = {k: v if v is not None else found.get(k) for k, v in given.items()}
+    if not fields["target"]:
+        raise click.UsageError(f"no target: pass --target or set {TARGET_VAR}")
+    if not fields["deploy_id"]:
+        raise click.UsageError("no deploy id: pass --id (outside GitHub Actions and GitLab CI it has no default)")
+    try:
+        event = deploys.DeployEvent(
+            deployed_at=deploys.parse_time(at, "--at") if at else None,
+            source=found.get("source", "cli") if deploy_id is None else "cli",
+            **fields,  # type: ignore[arg-type]
+        )
+        recorded = deploys.record(_engine(warehouse), event, _configured_targets())
+    except (deploys.DeployError, ConfigError) as exc:
+        raise click.ClickException(str(exc)) from None
+    stored = recorded.event
+    state = "recorded" if recorded.inserted else "already recorded, unchanged"
+    click.echo(f"deploy {stored.deploy_id} to {stored.target} at {stored.deployed_at}: {state}")
+
+
+@deploy.command("import")
+@click.argument("csv_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=f"warehouse URL (default: ${WAREHOUSE_URL_VAR})")
+def deploy_import(csv_file: Path, warehouse: str | None) -> None:
+    """Load historical deploys from a CSV file (deploy_id,target,deployed_at[,service,version,url]) for backfills."""
+    from radar_pipeline.warehouse import deploys
+
+    try:
+        recorded = deploys.import_csv(_engine(warehouse), csv_file, _configured_targets())
+    except (deploys.DeployError, ConfigError) as exc:
+        raise click.ClickException(str(exc)) from None
+    new = sum(r.inserted for r in recorded)
+    click.echo(f"{len(recorded)} deploys read: {new} recorded, {len(recorded) - new} already recorded")
+
+
+@main.command()
+@click.argument("deploy_id")
+@click.option("--all", "show_all", is_flag=True, help="every query, not only the first 40 rows")
+@click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=f"warehouse URL (default: ${WAREHOUSE_URL_VAR})")
+def verdicts(deploy_id: str, show_all: bool, warehouse: str | None) -> None:
+    """Print a deploy's verdicts, detections first."""
+    from radar_pipeline.warehouse.analysis import verdicts_of
+
+    try:
+        engine = _engine(warehouse)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    with engine.connect() as conn:
+        table = verdicts_of(conn, deploy_id)
+    if table.empty:
+        raise click.ClickException(f"no verdicts for deploy {deploy_id!r}: not recorded, or not analysed yet")
+    counts = table["verdict"].value_counts()
+    click.echo(f"deploy {deploy_id}: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    shown = table if show_all else table.head(40)
+    click.echo(_format_verdicts(shown))
+    if len(shown) < len(table):
+        click.echo(f"… {len(table) - len(shown)} more (--all)")
+
+
+def _format_verdicts(table: pd.DataFrame) -> str:
+    """The verdict table as aligned text: times in ms, factor, confidence, the change relative to the deploy."""
+    import pandas as pd
+
+    def fmt(values: pd.Series, pattern: str) -> pd.Series:
+        return values.map(lambda v: "" if pd.isna(v) else pattern.format(v))
+
+    shown = pd.DataFrame(
+        {
+            "verdict": table["verdict"],
+            "reason": table["reason"],
+            "cause": table["cause"].fillna(""),
+            "before ms": fmt(table["mean_before_ms"], "{:.3f}"),
+            "after ms": fmt(table["mean_after_ms"], "{:.3f}"),
+            "factor": fmt(table["change_factor"], "×{:.2f}"),
+            "confidence": fmt(table["confidence"], "{:.4f}"),
+            "change": fmt(pd.to_timedelta(table["change_after_deploy"]).dt.total_seconds(), "{:+.0f}s"),
+            "query": table["query"],
+        }
+    )
+    return shown.to_string(index=False, justify="left")
+
+
+def _engine(url: str | None):  # type: ignore[no-untyped-def]
+    from radar_pipeline.warehouse.database import make_engine
+
+    return make_engine(_require(url))
+
+
+def _configured_targets() -> list[str]:
+    """Target names from RADAR_TARGETS when it is set (a deploy may name them before their first snapshot)."""
+    from radar_pipeline.config import TARGETS_VAR, parse_targets
+
+    value = os.environ.get(TARGETS_VAR)
+    return [t.name for t in parse_targets(value)] if value else []
 
 
 def _require(url: str | None) -> str:

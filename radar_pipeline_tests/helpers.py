@@ -76,3 +76,8 @@ def scrape_times(warehouse: sa.Engine, target: str) -> list:
                 {"t": target},
             )
         ]
+
+
+def run_log_text(instance, run_id: str) -> str:  # type: ignore[no-untyped-def]
+    """Every log line and event of a Dagster run as one text (what a user reads in the UI)."""
+    return "\n".join(f"{entry.user_message} {entry.dagster_event}" for entry in instance.all_logs(run_id))

@@ -40,7 +40,8 @@ def test_db_upgrade_then_dagster_materialize_writes_snapshot_rows(pg18, app_db, 
         }
         first = _cli([str(BIN / "radar"), "db", "upgrade"], env)
         assert first.returncode == 0, first.stderr
-        assert "applied 1 migration(s): 0001_pgss_snapshots" in first.stdout
+        every = sorted(p.stem for p in (REPO / "sql").glob("*.sql"))
+        assert f"applied {len(every)} migration(s): {', '.join(every)}" in first.stdout
         again = _cli([str(BIN / "radar"), "db", "upgrade"], env)
         assert again.returncode == 0 and "up to date" in again.stdout
 

@@ -14,7 +14,7 @@ from radar_pipeline.defs.resources import TargetsResource, WarehouseResource
 from radar_pipeline.defs.snapshots import ALL_TARGETS_CHECK, pgss_snapshots
 from radar_pipeline.demo.local_postgres import free_port
 
-from .helpers import run
+from .helpers import run, run_log_text
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -53,8 +53,7 @@ def _materialize(warehouse_url: str, spec: str) -> tuple[dg.ExecuteInProcessResu
             instance=instance,
             raise_on_error=False,
         )
-        entries = instance.all_logs(result.run_id)
-        text = "\n".join(f"{entry.user_message} {entry.dagster_event}" for entry in entries)
+        text = run_log_text(instance, result.run_id)
     return result, text
 
 

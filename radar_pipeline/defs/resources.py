@@ -41,8 +41,21 @@ def _engine_for(url: str) -> sa.Engine:
 
 
 def default_resources() -> dict[str, dg.ConfigurableResource]:
-    """The resources as a deployment configures them: secrets come from the environment at run time."""
+    """The resources as a deployment configures them: secrets come from the environment at run time; analysis
+    times from RADAR_WINDOW_SECONDS, RADAR_SCRAPE_INTERVAL_SECONDS and RADAR_TOLERANCE_FLOOR_SECONDS when set."""
+    from radar_pipeline.defs.deploys import AnalysisResource
+
+    times = {
+        field: float(os.environ[var])
+        for field, var in (
+            ("window_seconds", "RADAR_WINDOW_SECONDS"),
+            ("scrape_interval_seconds", "RADAR_SCRAPE_INTERVAL_SECONDS"),
+            ("tolerance_floor_seconds", "RADAR_TOLERANCE_FLOOR_SECONDS"),
+        )
+        if os.environ.get(var)
+    }
     return {
         "warehouse": WarehouseResource(url=dg.EnvVar(WAREHOUSE_URL_VAR)),
         "targets": TargetsResource(spec=dg.EnvVar(TARGETS_VAR)),
+        "analysis": AnalysisResource(**times),
     }

@@ -1,7 +1,7 @@
 """The change-point engine: pure computation over counters (numpy, scipy, pandas; no I/O, no clock).
 
-    from radar_pipeline.engine import analyse, EngineSettings
-    verdicts = analyse(counters, deploy_at, settings=EngineSettings())
+from radar_pipeline.engine import analyse, EngineSettings
+verdicts = analyse(counters, deploy_at, settings=EngineSettings())
 """
 
 from radar_pipeline.engine.decision import COLUMNS, analyse

@@ -77,5 +77,6 @@ def explain(samples: WindowSamples, verdicts: pd.DataFrame, settings: EngineSett
     cause = np.select(
         [np.full(g, fleet), more_rows, more_blocks], ["fleet_wide", "more_rows", "more_blocks_read"], "unexplained"
     ).astype(object)
-    out["cause"] = np.where(detected, cause, None)
+    cause[~detected] = None
+    out["cause"] = cause
     return out

@@ -14,10 +14,10 @@ from datetime import datetime
 
 import numpy as np
 import pandas as pd
-import psycopg
 import sqlalchemy as sa
 
 from radar_pipeline.pgss_model import COUNTERS, KEY, ScrapeInfo
+from radar_pipeline.warehouse.database import driver
 
 SNAPSHOT_COLUMNS = ["target", "captured_at", *KEY, *COUNTERS, "stats_since", "reset_before", "fingerprint"]
 MAX_QUERY_TEXT = 8192
@@ -71,7 +71,7 @@ def lock_and_load_state(conn: sa.Connection, target: str) -> TargetState:
     conn.execute(
         sa.text("SELECT pg_advisory_xact_lock(hashtextextended('radar.pgss_snapshot:' || :t, 0))"), {"t": target}
     )
-    with _driver(conn).cursor(binary=True) as cur:
+    with driver(conn).cursor(binary=True) as cur:
         known = cur.execute(
             "SELECT dbid, userid, queryid, toplevel, fingerprint, last_calls, last_total_exec_time, "
             "last_stats_since, missing_since FROM radar.query WHERE target = %s",
@@ -242,7 +242,7 @@ def _store_rows(conn: sa.Connection, info: ScrapeInfo, rows: pd.DataFrame, texts
     conn.exec_driver_sql(
         "CREATE TEMP TABLE radar_snapshot_stage (LIKE radar.pgss_snapshot, query text, is_new boolean) ON COMMIT DROP"
     )
-    with _driver(conn).cursor() as cur:
+    with driver(conn).cursor() as cur:
         with cur.copy(f"COPY radar_snapshot_stage ({', '.join(stage_columns)}) FROM STDIN") as copy:
             for i in range(len(rows)):
                 copy.write_row(
@@ -309,13 +309,6 @@ def _record_ignored(conn: sa.Connection, target: str, ignored: dict[Key, str]) -
             for k, reason in ignored.items()
         ],
     )
-
-
-def _driver(conn: sa.Connection) -> psycopg.Connection:
-    """The psycopg connection under a SQLAlchemy one (for COPY and plain-tuple reads), in the same transaction."""
-    driver = conn.connection.driver_connection
-    assert isinstance(driver, psycopg.Connection), "the warehouse engine must use the psycopg driver"
-    return driver
 
 
 def _keys(frame: pd.DataFrame) -> list[Key]:

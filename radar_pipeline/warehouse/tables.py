@@ -99,3 +99,77 @@ pgss_interval = sa.Table(
     sa.Column("shared_blks_read", sa.BigInteger),
     sa.Column("temp_blks_written", sa.BigInteger),
 )
+
+deploy_event = sa.Table(
+    "deploy_event",
+    metadata,
+    sa.Column("deploy_id", sa.Text, primary_key=True),
+    sa.Column("target", sa.Text, nullable=False),
+    sa.Column("deployed_at", _tz, nullable=False),
+    sa.Column("service", sa.Text),
+    sa.Column("version", sa.Text),
+    sa.Column("source", sa.Text, nullable=False),
+    sa.Column("url", sa.Text),
+    sa.Column("metadata", pg.JSONB, nullable=False),
+    sa.Column("received_at", _tz, nullable=False),
+)
+
+analysis = sa.Table(
+    "analysis",
+    metadata,
+    sa.Column("deploy_id", sa.Text, primary_key=True),
+    sa.Column("target", sa.Text, primary_key=True),
+    sa.Column("analysed_at", _tz, nullable=False),
+    sa.Column("settings", pg.JSONB, nullable=False),
+    sa.Column("engine_version", sa.Text, nullable=False),
+    sa.Column("window_start", _tz, nullable=False),
+    sa.Column("window_end", _tz, nullable=False),
+    sa.Column("queries", sa.Integer, nullable=False),
+    sa.Column("detected", sa.Integer, nullable=False),
+    sa.Column("no_regression", sa.Integer, nullable=False),
+    sa.Column("insufficient_data", sa.Integer, nullable=False),
+    sa.Column("run_id", sa.Text),
+)
+
+_measure = sa.Double
+
+verdict = sa.Table(
+    "verdict",
+    metadata,
+    sa.Column("deploy_id", sa.Text, primary_key=True),
+    *_statement_key(),
+    sa.Column("fingerprint", sa.BigInteger, nullable=False),
+    sa.Column("verdict", sa.Text, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("change_at", _tz),
+    *(
+        sa.Column(name, _measure)
+        for name in (
+            "mean_before_ms",
+            "mean_after_ms",
+            "change_factor",
+            "t_stat",
+            "dof",
+            "p_value",
+            "confidence",
+        )
+    ),
+    sa.Column("n_before", sa.Integer, nullable=False),
+    sa.Column("n_after", sa.Integer, nullable=False),
+    sa.Column("calls_before", sa.BigInteger, nullable=False),
+    sa.Column("calls_after", sa.BigInteger, nullable=False),
+    *(
+        sa.Column(name, _measure)
+        for name in (
+            "segment_mean_before_ms",
+            "segment_mean_after_ms",
+            "rows_per_call_before",
+            "rows_per_call_after",
+            "blks_read_per_call_before",
+            "blks_read_per_call_after",
+        )
+    ),
+    sa.Column("cause", sa.Text),
+    sa.Column("plan_diff", pg.JSONB),
+    sa.Column("merged_queryids", pg.ARRAY(sa.BigInteger), nullable=False),
+)

@@ -1,0 +1,261 @@
+"""Reads and writes of an analysis: a deploy window's counters in, the verdicts out.
+
+The window's counters are every stored row of the target with captured_at in (lo, hi], plus each of those statements'
+last row at or before lo, so that its first interval inside the window is not lost. Following the warehouse's rule for
+absent rows, that interval's calls happened in the scrape interval that ends at its row, however old the earlier row.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import psycopg
+import sqlalchemy as sa
+
+from radar_pipeline.pgss_model import KEY
+from radar_pipeline.warehouse.database import driver
+
+COUNTER_COLUMNS = ["captured_at", "calls", "total_exec_time", "rows", "shared_blks_read", "stats_since", "fingerprint"]
+VERDICT_COLUMNS = [
+    "deploy_id",
+    "target",
+    *KEY,
+    "fingerprint",
+    "verdict",
+    "reason",
+    "change_at",
+    "mean_before_ms",
+    "mean_after_ms",
+    "change_factor",
+    "t_stat",
+    "dof",
+    "p_value",
+    "confidence",
+    "n_before",
+    "n_after",
+    "calls_before",
+    "calls_after",
+    "segment_mean_before_ms",
+    "segment_mean_after_ms",
+    "rows_per_call_before",
+    "rows_per_call_after",
+    "blks_read_per_call_before",
+    "blks_read_per_call_after",
+    "cause",
+    "plan_diff",
+    "merged_queryids",
+]
+# Rows before the window are looked for in this stretch first (a range scan); older ones one statement at a time.
+RECENT = timedelta(hours=2)
+
+
+@dataclass(frozen=True)
+class WindowCounters:
+    """The engine's input for one window, and the statement behind each query_key (its row number in `keys`)."""
+
+    counters: pd.DataFrame  # query_key, captured_at, calls, total_exec_time, rows, shared_blks_read, stats_since, ...
+    keys: pd.DataFrame  # KEY columns, indexed by query_key
+
+
+def read_window(conn: sa.Connection, target: str, lo: datetime, hi: datetime) -> WindowCounters:
+    """The target's counters for the window (lo, hi], each statement with its last row before it; see module doc.
+
+    reset_before is folded into stats_since (a counter epoch the engine compares between rows), so an interval the
+    collector saw cross a reset is discarded like one whose counters went down.
+    """
+    cols = ", ".join([*KEY, *COUNTER_COLUMNS, "reset_before"])
+    key = ", ".join(KEY)
+    match = " AND ".join(f"s.{k} = m.{k}" for k in KEY)
+    query = f"""
+        WITH win AS (
+            SELECT {cols} FROM radar.pgss_snapshot
+            WHERE target = %(t)s AND captured_at > %(lo)s AND captured_at <= %(hi)s
+        ), win_keys AS (
+            SELECT DISTINCT {key} FROM win
+        ), recent AS (
+            SELECT DISTINCT ON ({key}) {cols} FROM radar.pgss_snapshot
+            WHERE target = %(t)s AND captured_at > %(recent)s AND captured_at <= %(lo)s
+              AND ({key}) IN (SELECT {key} FROM win_keys)
+            ORDER BY {key}, captured_at DESC
+        ), older AS (
+            SELECT o.* FROM (SELECT {key} FROM win_keys EXCEPT SELECT {key} FROM recent) m
+            CROSS JOIN LATERAL (
+                SELECT {cols} FROM radar.pgss_snapshot s
+                WHERE s.target = %(t)s AND {match} AND s.captured_at <= %(recent)s
+                ORDER BY s.captured_at DESC LIMIT 1
+            ) o
+        )
+        SELECT {cols} FROM (SELECT * FROM win UNION ALL SELECT * FROM recent UNION ALL SELECT * FROM older) x
+        ORDER BY {key}, captured_at
+    """
+    params = {"t": target, "lo": lo, "hi": hi, "recent": lo - RECENT}
+    buffer = io.BytesIO()
+    dbapi = driver(conn)
+    with psycopg.ClientCursor(dbapi) as client:
+        sql = client.mogrify(query, params)  # COPY takes no parameters: bind them client-side
+    with dbapi.cursor() as cur:
+        with cur.copy(f"COPY ({sql}) TO STDOUT WITH (FORMAT csv, HEADER true)") as copy:
+            for chunk in copy:
+                buffer.write(chunk)
+    buffer.seek(0)
+    frame = pd.read_csv(
+        buffer,
+        dtype={
+            "dbid": "int64",
+            "userid": "int64",
+            "queryid": "int64",
+            "calls": "int64",
+            "total_exec_time": "float64",
+            "rows": "int64",
+            "shared_blks_read": "int64",
+            "fingerprint": "int64",
+        },
+        true_values=["t"],
+        false_values=["f"],
+    )
+    frame["captured_at"] = pd.to_datetime(frame["captured_at"], utc=True, format="ISO8601")
+    frame["stats_since"] = pd.to_datetime(frame["stats_since"], utc=True, format="ISO8601")
+    frame["toplevel"] = frame["toplevel"].astype(bool)
+    frame["reset_before"] = frame["reset_before"].astype(bool)
+
+    new_key = np.ones(len(frame), dtype=bool)
+    if len(frame):
+        values = frame[KEY].to_numpy()
+        new_key[1:] = (values[1:] != values[:-1]).any(axis=1)
+    query_key = np.cumsum(new_key) - 1
+    epoch = frame.groupby(query_key)["reset_before"].cumsum().to_numpy()
+    since = frame["stats_since"].fillna(pd.Timestamp(0, tz="UTC")) + pd.to_timedelta(epoch, unit="us")
+    counters = frame[COUNTER_COLUMNS].assign(query_key=query_key, stats_since=since)
+    keys = frame.loc[new_key, KEY].reset_index(drop=True)
+    return WindowCounters(counters=counters, keys=keys)
+
+
+def write_analysis(
+    conn: sa.Connection,
+    deploy_id: str,
+    target: str,
+    settings: dict[str, Any],
+    window: tuple[datetime, datetime],
+    verdicts: pd.DataFrame,
+    run_id: str | None,
+) -> None:
+    """Replace the deploy's analysis and verdicts with these, in the caller's transaction.
+
+    `verdicts` is the engine's result joined with the statement keys (KEY columns), fingerprint, merged_queryids.
+    """
+    counts = verdicts["verdict"].value_counts()
+    conn.execute(
+        sa.text(
+            "INSERT INTO radar.analysis (deploy_id, target, analysed_at, settings, engine_version, window_start, "
+            "window_end, queries, detected, no_regression, insufficient_data, run_id) VALUES (:deploy_id, :target, "
+            "now(), CAST(:settings AS jsonb), :engine_version, :lo, :hi, :queries, :detected, :no_regression, "
+            ":insufficient, :run_id) ON CONFLICT (deploy_id, target) DO UPDATE SET analysed_at = now(), "
+            "settings = EXCLUDED.settings, engine_version = EXCLUDED.engine_version, "
+            "window_start = EXCLUDED.window_start, window_end = EXCLUDED.window_end, queries = EXCLUDED.queries, "
+            "detected = EXCLUDED.detected, "
+            "no_regression = EXCLUDED.no_regression, insufficient_data = EXCLUDED.insufficient_data, "
+            "run_id = EXCLUDED.run_id"
+        ),
+        {
+            "deploy_id": deploy_id,
+            "target": target,
+            "settings": json.dumps(settings, sort_keys=True),
+            "engine_version": settings.get("engine_version", ""),
+            "lo": window[0],
+            "hi": window[1],
+            "queries": len(verdicts),
+            "detected": int(counts.get("detected", 0)),
+            "no_regression": int(counts.get("no_regression", 0)),
+            "insufficient": int(counts.get("insufficient_data", 0)),
+            "run_id": run_id,
+        },
+    )
+    conn.execute(
+        sa.text("DELETE FROM radar.verdict WHERE deploy_id = :d AND target = :t"), {"d": deploy_id, "t": target}
+    )
+    if not len(verdicts):
+        return
+    frame = verdicts.assign(deploy_id=deploy_id, target=target)
+    columns = [frame[c].tolist() for c in VERDICT_COLUMNS]
+    with driver(conn).cursor() as cur:
+        with cur.copy(f"COPY radar.verdict ({', '.join(VERDICT_COLUMNS)}) FROM STDIN") as copy:
+            for i in range(len(frame)):
+                copy.write_row(tuple(_db_value(column[i]) for column in columns))
+
+
+def window_health(conn: sa.Connection, target: str, lo: datetime, hi: datetime) -> dict[str, Any]:
+    """Scrape coverage and resets in the window: scrapes, the longest gap between them (window edges included),
+    distinct stats_reset values seen, and evictions (dealloc) counted inside it."""
+    row = conn.execute(
+        sa.text(
+            "WITH s AS (SELECT captured_at, dealloc, stats_reset FROM radar.pgss_info_snapshot "
+            "WHERE target = :t AND captured_at > :lo AND captured_at <= :hi), "
+            "edges AS (SELECT captured_at FROM s UNION ALL SELECT CAST(:lo AS timestamptz) UNION ALL "
+            "SELECT CAST(:hi AS timestamptz)), "
+            "gaps AS (SELECT captured_at - lag(captured_at) OVER (ORDER BY captured_at) AS gap FROM edges) "
+            "SELECT (SELECT count(*) FROM s), (SELECT max(gap) FROM gaps), "
+            "(SELECT count(DISTINCT stats_reset) FROM s), (SELECT max(dealloc) - min(dealloc) FROM s)"
+        ),
+        {"t": target, "lo": lo, "hi": hi},
+    ).one()
+    return {
+        "scrapes": int(row[0]),
+        "longest_gap_s": row[1].total_seconds() if row[1] is not None else (hi - lo).total_seconds(),
+        "stats_resets": max(0, int(row[2]) - 1),
+        "dealloc": int(row[3] or 0),
+    }
+
+
+def query_texts(conn: sa.Connection, target: str, keys: pd.DataFrame, length: int = 120) -> dict[int, str]:
+    """queryid → the statement's text, whitespace folded and cut to `length` characters, for the given keys."""
+    if keys.empty:
+        return {}
+    rows = conn.execute(
+        sa.text(
+            "SELECT q.queryid, left(regexp_replace(q.query, '\\s+', ' ', 'g'), :n) FROM radar.query q "
+            "JOIN unnest(CAST(:dbid AS oid[]), CAST(:userid AS oid[]), CAST(:queryid AS bigint[]), "
+            "CAST(:toplevel AS boolean[])) AS k(dbid, userid, queryid, toplevel) "
+            "USING (dbid, userid, queryid, toplevel) WHERE q.target = :t"
+        ),
+        {"t": target, "n": length, **{k: keys[k].tolist() for k in KEY}},
+    )
+    return {int(r[0]): r[1] for r in rows}
+
+
+def verdicts_of(conn: sa.Connection, deploy_id: str) -> pd.DataFrame:
+    """A deploy's verdicts with each query's text, detections first (for `radar verdicts`)."""
+    return pd.read_sql(
+        sa.text(
+            "SELECT v.verdict, v.reason, v.cause, v.mean_before_ms, v.mean_after_ms, v.change_factor, v.confidence, "
+            "v.change_at - d.deployed_at AS change_after_deploy, v.calls_before, v.calls_after, v.queryid, "
+            "left(regexp_replace(coalesce(q.query, ''), '\\s+', ' ', 'g'), 80) AS query "
+            "FROM radar.verdict v JOIN radar.deploy_event d USING (deploy_id) "
+            "LEFT JOIN radar.query q ON q.target = v.target AND q.dbid = v.dbid AND q.userid = v.userid "
+            "AND q.queryid = v.queryid AND q.toplevel = v.toplevel "
+            "WHERE v.deploy_id = :d "
+            "ORDER BY v.verdict = 'detected' DESC, v.confidence DESC NULLS LAST, v.change_factor DESC NULLS LAST"
+        ),
+        conn,
+        params={"d": deploy_id},
+    )
+
+
+def _db_value(value: Any) -> Any:
+    """A DataFrame cell as COPY wants it: NaN and NaT as NULL, numpy scalars as Python ones, dicts as JSON."""
+    if isinstance(value, dict):
+        return json.dumps(value)
+    if isinstance(value, list | tuple):
+        return list(value)
+    if value is None or pd.isna(value):
+        return None
+    if isinstance(value, pd.Timestamp):
+        return value.to_pydatetime()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

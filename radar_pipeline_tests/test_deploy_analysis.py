@@ -1,0 +1,274 @@
+"""A real deploy on real PostgreSQL with compressed time: snapshots, the sensor, deploy_verdicts and the verdicts.
+
+Three probe functions run between snapshots taken every SCRAPE seconds. At the deploy, probe_slow is replaced by a
+body that sleeps eight times longer (measured: about 5×, since a short sleep overshoots by a fixed amount),
+probe_rot is dropped and recreated unchanged (its queryid rotates, its text does not), and probe_ctl is left alone.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import dagster as dg
+import pandas as pd
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from radar_pipeline.config import Target
+from radar_pipeline.defs.deploys import (
+    AnalysisResource,
+    deploy_event_sensor,
+    deploy_verdicts,
+    deploys_partitions,
+)
+from radar_pipeline.defs.pgss_collection import snapshot_target
+from radar_pipeline.defs.resources import WarehouseResource
+from radar_pipeline.warehouse import deploys, migrations
+from radar_pipeline.warehouse.database import make_engine
+
+from .helpers import run_log_text
+
+SCRAPE = 0.25  # seconds between snapshots
+WINDOW = 5.0  # seconds each side of the deploy: 20 samples
+CALLS = 8  # calls of each probe per scrape interval: 160 per window
+ANALYSIS = AnalysisResource(window_seconds=WINDOW, scrape_interval_seconds=SCRAPE, tolerance_floor_seconds=1.0)
+PROBE = "CREATE FUNCTION {name}(k int) RETURNS int LANGUAGE sql AS $$ SELECT k FROM pg_sleep({sleep}) $$"
+
+
+@dataclass
+class Scenario:
+    warehouse_url: str
+    engine: sa.Engine
+    target: Target
+    deploy_id: str
+    deployed_at: datetime
+    queryids: dict[str, int]  # probe → queryid (probe_rot_old: before the rotation)
+
+
+def _probe_ids(target: Target) -> dict[str, set[int]]:
+    with psycopg.connect(target.dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT query, queryid FROM pg_stat_statements WHERE dbid = "
+            "(SELECT oid FROM pg_database WHERE datname = current_database()) AND query LIKE 'SELECT probe_%'"
+        ).fetchall()
+    ids: dict[str, set[int]] = {}
+    for text, qid in rows:
+        ids.setdefault(text.split("(")[0].removeprefix("SELECT "), set()).add(int(qid))
+    return ids
+
+
+def _drive(target: Target, engine: sa.Engine, seconds: float) -> None:
+    """Run the probes and snapshot every SCRAPE seconds, for `seconds`."""
+    deadline = time.monotonic() + seconds
+    with psycopg.connect(target.dsn, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            tick = time.monotonic()
+            for _ in range(CALLS):
+                for probe in ("probe_slow", "probe_ctl", "probe_rot"):
+                    conn.execute(f"SELECT {probe}(%s)", (1,))
+            snapshot_target(target, engine)
+            time.sleep(max(0.0, SCRAPE - (time.monotonic() - tick)))
+
+
+@pytest.fixture(scope="module")
+def scenario(pg18) -> Scenario:
+    app = pg18.new_database("deployapp")
+    wh = pg18.new_database("deploywh")
+    pg18.execute("CREATE EXTENSION pg_stat_statements", app)
+    for name in ("probe_slow", "probe_ctl", "probe_rot"):
+        pg18.execute(PROBE.format(name=name, sleep=0.002), app)
+    url = pg18.pg.url(wh, driver="postgresql+psycopg")
+    migrations.upgrade(url)
+    engine = make_engine(url)
+    target = Target("deployapp", pg18.pg.url(app))
+
+    _drive(target, engine, WINDOW + 1.0)
+    before = _probe_ids(target)
+    recorded = deploys.record(engine, deploys.DeployEvent("rel-42", target.name, service="api", version="v42"))
+    pg18.execute(PROBE.format(name="probe_slow", sleep=0.016).replace("CREATE", "CREATE OR REPLACE"), app)
+    pg18.execute("DROP FUNCTION probe_rot(int)", app)
+    pg18.execute(PROBE.format(name="probe_rot", sleep=0.002), app)
+    _drive(target, engine, WINDOW + 2 * SCRAPE)
+    after = _probe_ids(target)
+    assert after["probe_slow"] == before["probe_slow"]  # replaced in place: same function, same queryid
+    (rotated,) = after["probe_rot"] - before["probe_rot"]  # dropped and recreated: a new queryid
+    queryids = {
+        "probe_slow": min(after["probe_slow"]),
+        "probe_ctl": min(after["probe_ctl"]),
+        "probe_rot": rotated,
+        "probe_rot_old": min(before["probe_rot"]),
+    }
+    yield Scenario(url, engine, target, "rel-42", recorded.event.deployed_at, queryids)
+    engine.dispose()
+    pg18.drop_database(app)
+    pg18.drop_database(wh)
+
+
+def _materialize(s: Scenario, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
+    instance.add_dynamic_partitions("deploys", [s.deploy_id])
+    return dg.materialize(
+        [deploy_verdicts],
+        partition_key=s.deploy_id,
+        resources={"warehouse": WarehouseResource(url=s.warehouse_url), "analysis": ANALYSIS},
+        instance=instance,
+    )
+
+
+def _verdicts(s: Scenario) -> pd.DataFrame:
+    with s.engine.connect() as conn:
+        return pd.read_sql(
+            sa.text("SELECT * FROM radar.verdict WHERE deploy_id = :d ORDER BY dbid, userid, queryid, toplevel"),
+            conn,
+            params={"d": s.deploy_id},
+        )
+
+
+def _sensor(instance: dg.DagsterInstance, s: Scenario, cursor: str | None = None) -> dg.SensorResult:
+    context = dg.build_sensor_context(
+        instance=instance,
+        cursor=cursor,
+        resources={"warehouse": WarehouseResource(url=s.warehouse_url), "analysis": ANALYSIS},
+    )
+    return deploy_event_sensor(context)
+
+
+def test_sensor_waits_for_the_window_then_requests_exactly_one_run(scenario):
+    s = scenario
+    with dg.instance_for_test() as instance:
+        early = AnalysisResource(window_seconds=3600, scrape_interval_seconds=SCRAPE)  # the window has not closed
+        context = dg.build_sensor_context(
+            instance=instance, resources={"warehouse": WarehouseResource(url=s.warehouse_url), "analysis": early}
+        )
+        assert deploy_event_sensor(context).run_requests in (None, [])
+
+        first = _sensor(instance, s)
+        assert [(r.run_key, r.partition_key) for r in first.run_requests] == [(s.deploy_id, s.deploy_id)]
+        assert first.dynamic_partitions_requests[0].partition_keys == [s.deploy_id]
+        again = _sensor(instance, s, first.cursor)
+        assert not again.run_requests
+        assert again.cursor is None or again.cursor == first.cursor
+
+
+def test_sensor_picks_up_a_late_event(scenario):
+    s = scenario
+    with dg.instance_for_test() as instance:
+        first = _sensor(instance, s)
+        late_at = s.deployed_at - timedelta(minutes=30)
+        deploys.record(s.engine, deploys.DeployEvent("rel-late", s.target.name, late_at))
+        try:
+            later = _sensor(instance, s, first.cursor)
+            assert [r.run_key for r in later.run_requests] == ["rel-late"]
+            assert not _sensor(instance, s, later.cursor).run_requests
+        finally:
+            with s.engine.begin() as conn:
+                conn.execute(sa.text("DELETE FROM radar.deploy_event WHERE deploy_id = 'rel-late'"))
+
+
+def test_the_slow_query_is_detected_and_the_control_is_not(scenario):
+    s = scenario
+    with dg.instance_for_test() as instance:
+        result = _materialize(s, instance)
+    assert result.success
+    v = _verdicts(s).set_index("queryid")
+    slow = v.loc[s.queryids["probe_slow"]]
+    assert (slow.verdict, slow.reason) == ("detected", "significant")
+    assert 3 < slow.change_factor < 10
+    assert abs(slow.change_at - s.deployed_at) <= timedelta(seconds=max(1.0, 0.2 * WINDOW))
+    assert slow.cause in ("unexplained", "more_rows", "more_blocks_read")
+    ctl = v.loc[s.queryids["probe_ctl"]]
+    assert ctl.verdict == "no_regression"
+
+    mat = result.asset_materializations_for_node("deploy_verdicts")[0]
+    assert mat.metadata["detected"].value >= 1
+    assert "probe_slow" in mat.metadata["detections"].value
+    checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
+    assert checks == {"scrape_coverage": True, "no_resets_in_window": True}
+
+    with s.engine.connect() as conn:
+        regressions = conn.execute(
+            sa.text("SELECT queryid, query, service, version FROM radar.regression WHERE deploy_id = :d"),
+            {"d": s.deploy_id},
+        ).fetchall()
+    assert (s.queryids["probe_slow"], "SELECT probe_slow($1)", "api", "v42") in [tuple(r) for r in regressions]
+
+
+def test_a_rotated_queryid_is_reported_once(scenario):
+    s = scenario
+    with dg.instance_for_test() as instance:
+        assert _materialize(s, instance).success
+    v = _verdicts(s)
+    rot = v[v["queryid"].isin([s.queryids["probe_rot"], s.queryids["probe_rot_old"]])]
+    assert len(rot) == 1
+    assert rot.iloc[0].queryid == s.queryids["probe_rot"]
+    assert list(rot.iloc[0].merged_queryids) == [s.queryids["probe_rot_old"]]
+
+
+def test_rematerialising_leaves_the_same_rows(scenario):
+    s = scenario
+    with dg.instance_for_test() as instance:
+        assert _materialize(s, instance).success
+        first = _verdicts(s)
+        assert _materialize(s, instance).success
+        second = _verdicts(s)
+    assert len(second) == len(first) and not second.duplicated(["queryid", "dbid", "userid", "toplevel"]).any()
+    pd.testing.assert_frame_equal(first, second)
+    with s.engine.connect() as conn:
+        assert (
+            conn.execute(
+                sa.text("SELECT count(*) FROM radar.analysis WHERE deploy_id = :d"), {"d": s.deploy_id}
+            ).scalar_one()
+            == 1
+        )
+
+
+def test_an_early_or_unknown_partition_is_refused(scenario):
+    s = scenario
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["nope"])
+        result = dg.materialize(
+            [deploy_verdicts],
+            partition_key="nope",
+            resources={"warehouse": WarehouseResource(url=s.warehouse_url), "analysis": ANALYSIS},
+            instance=instance,
+            raise_on_error=False,
+        )
+        assert not result.success
+        early = AnalysisResource(window_seconds=3600, scrape_interval_seconds=SCRAPE)
+        instance.add_dynamic_partitions("deploys", [s.deploy_id])
+        refused = dg.materialize(
+            [deploy_verdicts],
+            partition_key=s.deploy_id,
+            resources={"warehouse": WarehouseResource(url=s.warehouse_url), "analysis": early},
+            instance=instance,
+            raise_on_error=False,
+        )
+        assert not refused.success
+        text = run_log_text(instance, refused.run_id)
+        assert "an analysis before then would see only part of the window" in text
+
+
+def test_radar_verdicts_prints_the_table(scenario):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    s = scenario
+    with dg.instance_for_test() as instance:
+        assert _materialize(s, instance).success
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "radar"), "verdicts", s.deploy_id, "--warehouse", s.warehouse_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith(f"deploy {s.deploy_id}: ") and "detected" in lines[0]
+    assert "detected" in lines[2] and "SELECT probe_slow($1)" in lines[2]
+
+
+def test_partitions_definition_name():
+    assert deploys_partitions.name == "deploys"
