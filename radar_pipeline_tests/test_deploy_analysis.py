@@ -272,3 +272,76 @@ def test_radar_verdicts_prints_the_table(scenario):
 
 def test_partitions_definition_name():
     assert deploys_partitions.name == "deploys"
+
+
+def test_a_backfill_over_deploys_partitions_runs_each(scenario, monkeypatch, tmp_path):
+    """A backfill as the UI launches it: a PartitionBackfill executed by the backfill daemon's own iteration."""
+    import logging
+    import os
+
+    from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
+    from dagster._core.test_utils import create_test_daemon_workspace_context
+    from dagster._core.workspace.load_target import ModuleTarget
+    from dagster._daemon.backfill import execute_backfill_iteration
+
+    s = scenario
+    history = tmp_path / "history.csv"
+    history.write_text(f"deploy_id,target,deployed_at\nhist-1,{s.target.name},{s.deployed_at.isoformat()}\n")
+    deploys.import_csv(s.engine, history)
+    for var, value in {
+        "RADAR_WAREHOUSE_URL": s.warehouse_url,
+        "RADAR_TARGETS": f"{s.target.name}={s.target.dsn}",
+        "RADAR_WINDOW_SECONDS": str(WINDOW),
+        "RADAR_SCRAPE_INTERVAL_SECONDS": str(SCRAPE),
+        "RADAR_TOLERANCE_FLOOR_SECONDS": "1",
+    }.items():
+        monkeypatch.setenv(var, value)
+    sync_launcher = {"module": "dagster._core.launcher.sync_in_memory_run_launcher", "class": "SyncInMemoryRunLauncher"}
+    partitions = [s.deploy_id, "hist-1"]
+    immediate = {"module": "dagster._core.run_coordinator", "class": "DefaultRunCoordinator"}
+    with dg.instance_for_test(overrides={"run_launcher": sync_launcher, "run_coordinator": immediate}) as instance:
+        target = ModuleTarget("radar_pipeline.definitions", None, os.getcwd(), "radar")
+        with create_test_daemon_workspace_context(target, instance) as workspace:
+            instance.add_dynamic_partitions("deploys", partitions)
+            from radar_pipeline.definitions import defs
+
+            backfill = PartitionBackfill.from_asset_partitions(
+                backfill_id="deploys-backfill",
+                asset_graph=defs.get_repository_def().asset_graph,
+                partition_names=partitions,
+                asset_selection=[dg.AssetKey("deploy_verdicts")],
+                backfill_timestamp=time.time(),
+                tags={},
+                dynamic_partitions_store=instance,
+                all_partitions=False,
+                title=None,
+                description=None,
+                run_config=None,
+            )
+            instance.add_backfill(backfill)
+            for _ in range(6):  # the daemon's loop: each iteration submits runs, then marks the backfill done
+                errors = [e for e in execute_backfill_iteration(workspace, logging.getLogger("backfill")) if e]
+                assert not errors
+                if instance.get_backfill("deploys-backfill").status == BulkActionStatus.COMPLETED_SUCCESS:
+                    break
+            assert instance.get_backfill("deploys-backfill").status == BulkActionStatus.COMPLETED_SUCCESS
+            runs = instance.get_runs()
+            assert sorted(r.tags["dagster/partition"] for r in runs) == sorted(partitions)
+            assert all(r.is_success for r in runs)
+    with s.engine.connect() as conn:
+        analysed = conn.execute(sa.text("SELECT deploy_id FROM radar.analysis ORDER BY deploy_id")).scalars().all()
+    assert set(partitions) <= set(analysed)
+
+
+def test_nightly_reanalysis_picks_deploys_analysed_with_other_settings(scenario):
+    from radar_pipeline.defs.deploys import deploy_reanalysis_schedule
+
+    s = scenario
+    with dg.instance_for_test() as instance:
+        assert _materialize(s, instance).success
+    resources = {"warehouse": WarehouseResource(url=s.warehouse_url), "analysis": ANALYSIS}
+    same = deploy_reanalysis_schedule(dg.build_schedule_context(resources=resources))
+    assert s.deploy_id not in [r.partition_key for r in (same if isinstance(same, list) else [])]
+    wider = {**resources, "analysis": AnalysisResource(window_seconds=WINDOW * 2, scrape_interval_seconds=SCRAPE)}
+    requests = deploy_reanalysis_schedule(dg.build_schedule_context(resources=wider))
+    assert s.deploy_id in [r.partition_key for r in requests]

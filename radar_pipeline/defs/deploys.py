@@ -2,7 +2,7 @@
 
 import json
 import os
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
@@ -222,7 +222,7 @@ def deploy_reanalysis_schedule(
         stale = stale_analyses(conn, current, timedelta(days=days))
     if not stale:
         return dg.SkipReason(f"every deploy of the last {days} days was analysed with the current settings")
-    stamp = context.scheduled_execution_time.strftime("%Y%m%d") if context.scheduled_execution_time else "manual"
+    stamp = datetime.now(UTC).strftime("%Y%m%d")  # one reanalysis of a deploy per night, whatever the tick
     return [dg.RunRequest(run_key=f"reanalysis-{stamp}-{d}", partition_key=d) for d in stale]
 
 
