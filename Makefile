@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export DAGSTER_DISABLE_TELEMETRY := 1
 
-.PHONY: install test lint bench bench-snapshot bench-engine bench-quality clean
+.PHONY: install test lint bench bench-snapshot bench-engine bench-quality bench-analysis clean
 
 install: $(VENV)/.installed
 
@@ -22,7 +22,7 @@ lint: install
 	$(BIN)/ruff format --check radar_pipeline radar_pipeline_tests benchmarks
 	$(BIN)/mypy radar_pipeline
 
-bench: bench-snapshot bench-engine bench-quality
+bench: bench-snapshot bench-engine bench-quality bench-analysis
 
 bench-snapshot: install
 	$(BIN)/python benchmarks/snapshot_bench.py
@@ -32,6 +32,9 @@ bench-engine: install
 
 bench-quality: install
 	$(BIN)/python benchmarks/detection_quality.py
+
+bench-analysis: install
+	$(BIN)/python benchmarks/analysis_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -79,3 +79,39 @@ def test_partition_bounds_are_utc_days(warehouse):
     assert (
         "2026-03-07 19:00:00-05" in bound and "2026-03-08 20:00:00-04" in bound
     )  # New York moved to summer time that day
+
+
+def test_read_window_brings_each_statements_last_earlier_row(warehouse):
+    from radar_pipeline.warehouse.analysis import read_window
+
+    lo = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    rows = [
+        # (queryid, minutes from lo, calls, reset_before)
+        (1, -180, 10, False),  # idle for hours before the window: found by the per-statement look-up
+        (1, 1, 20, False),
+        (1, 2, 30, False),
+        (2, -1, 5, False),
+        (2, 1, 7, False),
+        (2, 2, 3, True),  # the collector saw this statement vanish and come back
+        (3, -5, 1, False),  # no row in the window: not part of it
+    ]
+    with warehouse.begin() as conn:
+        conn.execute(sa.text("SELECT radar.ensure_pgss_snapshot_partitions('2026-11-29', 1)"))
+        for queryid, minutes, calls, reset in rows:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO radar.pgss_snapshot VALUES "
+                    "('t', :at, 1, 10, :q, true, :c, :c * 2.0, :c, 0, :c, 0, 0.0, NULL, :reset, :q)"
+                ),
+                {"at": lo + timedelta(minutes=minutes), "q": queryid, "c": calls, "reset": reset},
+            )
+    with warehouse.begin() as conn:
+        window = read_window(conn, "t", lo, lo + timedelta(minutes=30))
+    assert window.keys["queryid"].tolist() == [1, 2]
+    c = window.counters
+    assert c["query_key"].tolist() == [0, 0, 0, 1, 1, 1]
+    assert c["calls"].tolist() == [10, 20, 30, 5, 7, 3]
+    assert c["captured_at"].iloc[0] == lo - timedelta(hours=3)
+    since = c["stats_since"].tolist()
+    assert since[3] == since[4] != since[5]  # the reset changes the counters' epoch, so the engine drops that interval
+    assert c["fingerprint"].tolist() == [1, 1, 1, 2, 2, 2]

@@ -1,0 +1,160 @@
+"""Analysis benchmark: one deploy partition read from the warehouse, decided and written; then a backfill.
+
+Run with `make bench-analysis` (or `.venv/bin/python benchmarks/analysis_bench.py`). It starts an embedded
+PostgreSQL 18 as the warehouse and fills radar.pgss_snapshot by COPY with synthetic counters:
+
+1. one partition: 5,000 queries × 60 one-minute scrapes each side of a deploy (every query moving every minute, the
+   heaviest case), analysed by the same function the deploy_verdicts asset calls; read / engine / write seconds,
+   median of 3, with the anchor of a bare `SELECT` of the same window's rows measured in the same run;
+2. a backfill: 200 deploys ten minutes apart over a history of 1,000 queries, analysed one after another as the
+   backfill's runs would (partitions per minute), and 20 of them through Dagster's in-process materialize to show
+   what a Dagster run adds to each partition.
+"""
+
+from __future__ import annotations
+
+import io
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from radar_pipeline.defs.deploy_analysis import analyse_deploy  # noqa: E402
+from radar_pipeline.demo.local_postgres import LocalPostgres  # noqa: E402
+from radar_pipeline.engine import EngineSettings  # noqa: E402
+from radar_pipeline.warehouse import deploys, migrations  # noqa: E402
+from radar_pipeline.warehouse.database import driver, make_engine  # noqa: E402
+
+START = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def fill(engine: sa.Engine, target: str, queries: int, scrapes: int, regressed_from: int | None, seed: int) -> None:
+    """COPY `scrapes` one-minute snapshots of `queries` statements (5% regress 2× from scrape `regressed_from`)."""
+    rng = np.random.default_rng(seed)
+    base = rng.lognormal(0.0, 1.0, queries)
+    slower = np.where(rng.random(queries) < 0.05, 2.0, 1.0)
+    calls = rng.integers(5, 50, (scrapes, queries))
+    means = base[None, :] * rng.lognormal(-0.045, 0.3, (scrapes, queries))
+    if regressed_from is not None:
+        means[regressed_from:] *= slower[None, :]
+    c, t = np.cumsum(calls, axis=0), np.cumsum(calls * means, axis=0)
+    rows = np.cumsum(calls * 3, axis=0)
+    times = [START + timedelta(minutes=i) for i in range(scrapes)]
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("SELECT radar.ensure_pgss_snapshot_partitions(CAST(:d AS date), :n)"),
+            {"d": START, "n": scrapes // 1440 + 2},
+        )
+        with driver(conn).cursor() as cur:
+            with cur.copy("COPY radar.pgss_info_snapshot FROM STDIN") as copy:
+                for at in times:
+                    copy.write_row((target, at, 0, None, 180000, "1.12", queries, queries))
+            buffer = io.StringIO()
+            qid = np.arange(queries) + 1_000_000
+            for i, at in enumerate(times):
+                stamp = at.isoformat()
+                for q in range(queries):
+                    buffer.write(
+                        f"{target}\t{stamp}\t5\t10\t{qid[q]}\tt\t{c[i, q]}\t{float(t[i, q])!r}\t{rows[i, q]}\t0\t{c[i, q] // 10}"
+                        f"\t0\t0\t\\N\tf\t{qid[q]}\n"
+                    )
+            buffer.seek(0)
+            with cur.copy("COPY radar.pgss_snapshot FROM STDIN") as copy:
+                while chunk := buffer.read(1 << 20):
+                    copy.write(chunk)
+            cur.execute(
+                "INSERT INTO radar.query SELECT %s, 5, 10, q, true, q, 'SELECT * FROM t' || q || ' WHERE id = $1', "
+                "%s, %s, 0, 0, NULL, NULL FROM unnest(%s::bigint[]) q",
+                (target, times[0], times[-1], qid.tolist()),
+            )
+
+
+def main() -> None:
+    root = Path(tempfile.mkdtemp(prefix="radar-analysis-bench-"))
+    server = LocalPostgres(root / "warehouse", settings={"shared_buffers": "512MB", "work_mem": "64MB"}).start()
+    try:
+        url = server.url(driver="postgresql+psycopg")
+        migrations.upgrade(url)
+        engine = make_engine(url)
+        settings = EngineSettings(window=timedelta(minutes=60))
+
+        started = time.perf_counter()
+        fill(engine, "one", 5000, 122, regressed_from=61, seed=1)
+        print(f"loaded 5,000 × 122 snapshots in {time.perf_counter() - started:.1f} s")
+        deploy_at = START + timedelta(minutes=61)
+        deploys.record(engine, deploys.DeployEvent("one-deploy", "one", deploy_at))
+        runs = [analyse_deploy(engine, "one-deploy", settings) for _ in range(3)]
+        anchor = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            with engine.connect() as conn:
+                conn.execute(
+                    sa.text(
+                        "SELECT * FROM radar.pgss_snapshot WHERE target = 'one' AND captured_at > :lo AND captured_at <= :hi"
+                    ),
+                    {"lo": deploy_at - settings.window, "hi": deploy_at + settings.window},
+                ).fetchall()
+            anchor.append(time.perf_counter() - t0)
+        parts = {k: statistics.median(r.seconds[k] for r in runs) for k in ("read", "engine", "write")}
+        total = sum(parts.values())
+        counts = runs[-1].verdicts["verdict"].value_counts().to_dict()
+        print(f"one partition: 5,000 queries × 60 scrapes each side ({len(runs[-1].verdicts)} verdicts: {counts})")
+        print(
+            f"  read {parts['read']:.3f} s + engine {parts['engine']:.3f} s + write {parts['write']:.3f} s "
+            f"= {total:.3f} s; anchor (bare SELECT of the window's rows) {statistics.median(anchor):.3f} s"
+        )
+
+        deploys_n, queries, spacing = 200, 1000, 10
+        scrapes = deploys_n * spacing + 2 * 60 + 2
+        started = time.perf_counter()
+        fill(engine, "history", queries, scrapes, regressed_from=None, seed=2)
+        print(f"loaded {queries:,} × {scrapes:,} snapshots in {time.perf_counter() - started:.1f} s")
+        csv = root / "history.csv"
+        lines = ["deploy_id,target,deployed_at"]
+        for i in range(deploys_n):
+            lines.append(f"h-{i},history,{(START + timedelta(minutes=61 + i * spacing)).isoformat()}")
+        csv.write_text("\n".join(lines) + "\n")
+        deploys.import_csv(engine, csv)
+        window = EngineSettings(window=timedelta(minutes=30))
+        started = time.perf_counter()
+        for i in range(deploys_n):
+            analyse_deploy(engine, f"h-{i}", window)
+        raw = time.perf_counter() - started
+        print(
+            f"backfill, analysis only: {deploys_n} deploys × {queries:,} queries in {raw:.1f} s = "
+            f"{deploys_n / raw * 60:,.0f} partitions per minute"
+        )
+        print(f"through Dagster: {dagster_rate(url, 20, window):,.0f} partitions per minute (20 in-process runs)")
+        engine.dispose()
+    finally:
+        server.destroy()
+
+
+def dagster_rate(url: str, n: int, settings: EngineSettings) -> float:
+    import dagster as dg
+
+    from radar_pipeline.defs.deploys import AnalysisResource, deploy_verdicts
+    from radar_pipeline.defs.resources import WarehouseResource
+
+    resources = {
+        "warehouse": WarehouseResource(url=url),
+        "analysis": AnalysisResource(window_seconds=settings.window.total_seconds()),
+    }
+    with dg.instance_for_test() as instance:
+        keys = [f"h-{i}" for i in range(n)]
+        instance.add_dynamic_partitions("deploys", keys)
+        started = time.perf_counter()
+        for key in keys:
+            assert dg.materialize([deploy_verdicts], partition_key=key, resources=resources, instance=instance).success
+        return n / (time.perf_counter() - started) * 60
+
+
+if __name__ == "__main__":
+    main()
