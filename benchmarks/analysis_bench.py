@@ -62,8 +62,8 @@ def fill(engine: sa.Engine, target: str, queries: int, scrapes: int, regressed_f
                 stamp = at.isoformat()
                 for q in range(queries):
                     buffer.write(
-                        f"{target}\t{stamp}\t5\t10\t{qid[q]}\tt\t{c[i, q]}\t{float(t[i, q])!r}\t{rows[i, q]}\t0\t{c[i, q] // 10}"
-                        f"\t0\t0\t\\N\tf\t{qid[q]}\n"
+                        f"{target}\t{stamp}\t5\t10\t{qid[q]}\tt\t{c[i, q]}\t{float(t[i, q])!r}\t{rows[i, q]}"
+                        f"\t0\t{c[i, q] // 10}\t0\t0\t\\N\tf\t{qid[q]}\n"
                     )
             buffer.seek(0)
             with cur.copy("COPY radar.pgss_snapshot FROM STDIN") as copy:
@@ -97,7 +97,8 @@ def main() -> None:
             with engine.connect() as conn:
                 conn.execute(
                     sa.text(
-                        "SELECT * FROM radar.pgss_snapshot WHERE target = 'one' AND captured_at > :lo AND captured_at <= :hi"
+                        "SELECT * FROM radar.pgss_snapshot "
+                        "WHERE target = 'one' AND captured_at > :lo AND captured_at <= :hi"
                     ),
                     {"lo": deploy_at - settings.window, "hi": deploy_at + settings.window},
                 ).fetchall()
