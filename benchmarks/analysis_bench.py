@@ -141,8 +141,8 @@ def main() -> None:
 def dagster_rate(url: str, n: int, settings: EngineSettings) -> float:
     import dagster as dg
 
-    from radar_pipeline.defs.deploys import AnalysisResource, deploy_verdicts
-    from radar_pipeline.defs.resources import WarehouseResource
+    from radar_pipeline.defs.deploys import deploy_verdicts
+    from radar_pipeline.defs.resources import AnalysisResource, WarehouseResource
 
     resources = {
         "warehouse": WarehouseResource(url=url),

@@ -19,13 +19,12 @@ import sqlalchemy as sa
 
 from radar_pipeline.config import Target
 from radar_pipeline.defs.deploys import (
-    AnalysisResource,
     deploy_event_sensor,
     deploy_verdicts,
     deploys_partitions,
 )
 from radar_pipeline.defs.pgss_collection import snapshot_target
-from radar_pipeline.defs.resources import WarehouseResource
+from radar_pipeline.defs.resources import AnalysisResource, WarehouseResource
 from radar_pipeline.warehouse import deploys, migrations
 from radar_pipeline.warehouse.database import make_engine
 

@@ -9,8 +9,8 @@ import dagster as dg
 import sqlalchemy as sa
 
 from radar_pipeline.defs.deploy_analysis import AnalysisRefused, DeployAnalysis, analyse_deploy
-from radar_pipeline.defs.resources import WarehouseResource
-from radar_pipeline.engine import ENGINE_VERSION, EngineSettings
+from radar_pipeline.defs.resources import AnalysisResource, WarehouseResource
+from radar_pipeline.engine import ENGINE_VERSION
 from radar_pipeline.warehouse import deploys
 
 deploys_partitions = dg.DynamicPartitionsDefinition(name="deploys")
@@ -21,30 +21,6 @@ DETECTION_ROWS_SHOWN = 25
 # Events re-read behind the cursor, for inserts whose transaction committed after a later one had been seen.
 CURSOR_MARGIN = timedelta(minutes=5)
 REANALYSIS_DAYS_VAR = "RADAR_REANALYSIS_DAYS"
-
-
-class AnalysisResource(dg.ConfigurableResource):
-    """How deploys are analysed by default: the window each side, the scrape interval, the tolerance floor.
-
-    The demo and tests compress time through these same fields (seconds-scale windows and scrapes).
-    """
-
-    window_seconds: float = 1800.0
-    scrape_interval_seconds: float = 60.0
-    tolerance_floor_seconds: float = 120.0
-
-    def settings(self, **overrides: object) -> EngineSettings:
-        """Engine settings: EngineSettings' defaults, this resource's times, then per-run overrides."""
-        base = EngineSettings(
-            window=timedelta(seconds=self.window_seconds),
-            tolerance_floor=timedelta(seconds=self.tolerance_floor_seconds),
-        ).to_dict()
-        return EngineSettings.from_dict({**base, **{k: v for k, v in overrides.items() if v is not None}})
-
-    @property
-    def settle(self) -> timedelta:
-        """One scrape interval: the wait after a window ends before its last scrape is surely stored."""
-        return timedelta(seconds=self.scrape_interval_seconds)
 
 
 class VerdictConfig(dg.Config):

@@ -1,12 +1,14 @@
 """Dagster resources: the warehouse and the watched targets, configured from the environment through EnvVar."""
 
 import os
+from datetime import timedelta
 from functools import lru_cache
 
 import dagster as dg
 import sqlalchemy as sa
 
 from radar_pipeline.config import COLLECTOR_ROLE_VAR, TARGETS_VAR, WAREHOUSE_URL_VAR, Target, parse_targets
+from radar_pipeline.engine import EngineSettings
 from radar_pipeline.warehouse.database import make_engine
 
 
@@ -35,6 +37,30 @@ class TargetsResource(dg.ConfigurableResource):
         return self.collector_role or os.environ.get(COLLECTOR_ROLE_VAR) or None
 
 
+class AnalysisResource(dg.ConfigurableResource):
+    """How deploys are analysed by default: the window each side, the scrape interval, the tolerance floor.
+
+    The demo and tests compress time through these same fields (seconds-scale windows and scrapes).
+    """
+
+    window_seconds: float = 1800.0
+    scrape_interval_seconds: float = 60.0
+    tolerance_floor_seconds: float = 120.0
+
+    def settings(self, **overrides: object) -> EngineSettings:
+        """Engine settings: EngineSettings' defaults, this resource's times, then per-run overrides."""
+        base = EngineSettings(
+            window=timedelta(seconds=self.window_seconds),
+            tolerance_floor=timedelta(seconds=self.tolerance_floor_seconds),
+        ).to_dict()
+        return EngineSettings.from_dict({**base, **{k: v for k, v in overrides.items() if v is not None}})
+
+    @property
+    def settle(self) -> timedelta:
+        """One scrape interval: the wait after a window ends before its last scrape is surely stored."""
+        return timedelta(seconds=self.scrape_interval_seconds)
+
+
 @lru_cache(maxsize=8)
 def _engine_for(url: str) -> sa.Engine:
     return make_engine(url)
@@ -43,8 +69,6 @@ def _engine_for(url: str) -> sa.Engine:
 def default_resources() -> dict[str, dg.ConfigurableResource]:
     """The resources as a deployment configures them: secrets come from the environment at run time; analysis
     times from RADAR_WINDOW_SECONDS, RADAR_SCRAPE_INTERVAL_SECONDS and RADAR_TOLERANCE_FLOOR_SECONDS when set."""
-    from radar_pipeline.defs.deploys import AnalysisResource
-
     times = {
         field: float(os.environ[var])
         for field, var in (

@@ -16,38 +16,16 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
+from radar_pipeline.engine import COLUMNS as ENGINE_COLUMNS
 from radar_pipeline.pgss_model import KEY
 from radar_pipeline.warehouse.database import driver
 
-VERDICT_COLUMNS = [
-    "deploy_id",
-    "target",
-    *KEY,
-    "fingerprint",
-    "verdict",
-    "reason",
-    "change_at",
-    "mean_before_ms",
-    "mean_after_ms",
-    "change_factor",
-    "t_stat",
-    "dof",
-    "p_value",
-    "confidence",
-    "n_before",
-    "n_after",
-    "calls_before",
-    "calls_after",
-    "segment_mean_before_ms",
-    "segment_mean_after_ms",
-    "rows_per_call_before",
-    "rows_per_call_after",
-    "blks_read_per_call_before",
-    "blks_read_per_call_after",
-    "cause",
-    "plan_diff",
-    "merged_queryids",
+# The engine's result columns that radar.verdict stores (not the query_key, Q or the merged keys, which are stored as
+# the statement's identity and merged_queryids), between the statement and what later stages add.
+ENGINE_STORED = [
+    c for c in ENGINE_COLUMNS if c not in ("query_key", "q_stat", "merged_keys", "segment_n_before", "segment_n_after")
 ]
+VERDICT_COLUMNS = ["deploy_id", "target", *KEY, "fingerprint", *ENGINE_STORED, "plan_diff", "merged_queryids"]
 # A statement's last row before the window is looked for in this stretch first (partitions outside it are pruned),
 # and only when it has none there, in every older partition.
 RECENT = timedelta(hours=2)
