@@ -142,11 +142,12 @@ def dagster_rate(url: str, n: int, settings: EngineSettings) -> float:
     import dagster as dg
 
     from radar_pipeline.defs.deploys import deploy_verdicts
-    from radar_pipeline.defs.resources import AnalysisResource, WarehouseResource
+    from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 
     resources = {
         "warehouse": WarehouseResource(url=url),
         "analysis": AnalysisResource(window_seconds=settings.window.total_seconds()),
+        "targets": TargetsResource(spec="history=postgresql://nowhere.invalid/none"),  # plans: none to capture
     }
     with dg.instance_for_test() as instance:
         keys = [f"h-{i}" for i in range(n)]

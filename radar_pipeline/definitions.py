@@ -10,14 +10,20 @@ from radar_pipeline.defs.deploys import (
     deploy_verdicts,
     deploy_verdicts_job,
 )
+from radar_pipeline.defs.plans import plan_snapshot_job, plan_snapshot_schedule_for, plan_snapshots
 from radar_pipeline.defs.resources import default_resources
 from radar_pipeline.defs.retention import pgss_retention_job, pgss_retention_schedule
 from radar_pipeline.defs.snapshots import pgss_snapshot_job, pgss_snapshot_schedule_for, pgss_snapshots
 
 defs = dg.Definitions(
-    assets=[pgss_snapshots, deploy_verdicts],
-    jobs=[pgss_snapshot_job, pgss_retention_job, deploy_verdicts_job],
-    schedules=[pgss_snapshot_schedule_for(), pgss_retention_schedule, deploy_reanalysis_schedule],
+    assets=[pgss_snapshots, plan_snapshots, deploy_verdicts],
+    jobs=[pgss_snapshot_job, plan_snapshot_job, pgss_retention_job, deploy_verdicts_job],
+    schedules=[
+        pgss_snapshot_schedule_for(),
+        plan_snapshot_schedule_for(),
+        pgss_retention_schedule,
+        deploy_reanalysis_schedule,
+    ],
     sensors=[deploy_event_sensor],
     resources=default_resources(),
 )

@@ -23,9 +23,11 @@ def test_definitions_load():
     from radar_pipeline.definitions import defs
 
     repo = defs.get_repository_def()
-    assert {a.to_user_string() for a in repo.asset_graph.get_all_asset_keys()} >= {"pgss_snapshots", "deploy_verdicts"}
+    assets = {a.to_user_string() for a in repo.asset_graph.get_all_asset_keys()}
+    assert assets >= {"pgss_snapshots", "plan_snapshots", "deploy_verdicts"}
     assert {s.name for s in repo.schedule_defs} >= {
         "pgss_snapshot_schedule",
+        "plan_snapshot_schedule",
         "pgss_retention_schedule",
         "deploy_reanalysis_schedule",
     }

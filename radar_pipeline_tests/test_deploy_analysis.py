@@ -24,7 +24,7 @@ from radar_pipeline.defs.deploys import (
     deploys_partitions,
 )
 from radar_pipeline.defs.pgss_collection import snapshot_target
-from radar_pipeline.defs.resources import AnalysisResource, WarehouseResource
+from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.warehouse import deploys, migrations
 from radar_pipeline.warehouse.database import make_engine
 
@@ -111,9 +111,17 @@ def _materialize(s: Scenario, instance: dg.DagsterInstance) -> dg.ExecuteInProce
     return dg.materialize(
         [deploy_verdicts],
         partition_key=s.deploy_id,
-        resources={"warehouse": WarehouseResource(url=s.warehouse_url), "analysis": ANALYSIS},
+        resources=_resources(s),
         instance=instance,
     )
+
+
+def _resources(s: Scenario, analysis: AnalysisResource = ANALYSIS) -> dict:
+    return {
+        "warehouse": WarehouseResource(url=s.warehouse_url),
+        "analysis": analysis,
+        "targets": TargetsResource(spec=f"{s.target.name}={s.target.dsn}"),
+    }
 
 
 def _verdicts(s: Scenario) -> pd.DataFrame:
@@ -230,7 +238,7 @@ def test_an_early_or_unknown_partition_is_refused(scenario):
         result = dg.materialize(
             [deploy_verdicts],
             partition_key="nope",
-            resources={"warehouse": WarehouseResource(url=s.warehouse_url), "analysis": ANALYSIS},
+            resources=_resources(s),
             instance=instance,
             raise_on_error=False,
         )
@@ -240,7 +248,7 @@ def test_an_early_or_unknown_partition_is_refused(scenario):
         refused = dg.materialize(
             [deploy_verdicts],
             partition_key=s.deploy_id,
-            resources={"warehouse": WarehouseResource(url=s.warehouse_url), "analysis": early},
+            resources=_resources(s, early),
             instance=instance,
             raise_on_error=False,
         )

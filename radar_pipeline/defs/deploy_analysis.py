@@ -6,6 +6,7 @@ Plain Python, so the Dagster asset, the benchmarks and the tests run the same co
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -13,6 +14,8 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
+from radar_pipeline.config import Target
+from radar_pipeline.defs.plan_capture import plan_diffs
 from radar_pipeline.engine import EngineSettings, analyse
 from radar_pipeline.pgss_model import KEY
 from radar_pipeline.warehouse import analysis, deploys
@@ -40,12 +43,15 @@ def analyse_deploy(
     settings: EngineSettings,
     run_id: str | None = None,
     settle: timedelta = timedelta(0),
+    live_targets: Mapping[str, Target] | None = None,
 ) -> DeployAnalysis:
     """Analyse one recorded deploy and replace its verdicts, in one transaction.
 
     Refused (AnalysisRefused) when the id is unknown or when the window after the deploy, plus `settle` (one scrape
     interval, so the last scrape of the window is stored), has not passed by the warehouse's clock: an early analysis
-    would see half a window.
+    would see half a window. Each detection gets a plan diff from the stored plans, capturing the current plan from
+    the deploy's target in `live_targets` when none was stored after the change; a changed shape makes its cause
+    plan_changed.
     """
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -68,6 +74,16 @@ def analyse_deploy(
         result = analyse(window.counters, event.deployed_at, settings)
         verdicts = _with_statement_keys(result, window)
         timings["engine"] = time.perf_counter() - started
+
+        started = time.perf_counter()
+        detected = verdicts["verdict"] == "detected"
+        if detected.any():
+            live = (live_targets or {}).get(event.target)
+            diffs = plan_diffs(conn, event.target, verdicts[detected], live)
+            verdicts.loc[detected, "plan_diff"] = pd.Series(diffs, index=verdicts.index[detected], dtype=object)
+            changed = [bool(d.get("shape_changed")) for d in diffs]
+            verdicts.loc[verdicts.index[detected][changed], "cause"] = "plan_changed"
+        timings["plans"] = time.perf_counter() - started
 
         started = time.perf_counter()
         record = {**settings.to_dict()}

@@ -8,8 +8,10 @@ from typing import Any
 import dagster as dg
 import sqlalchemy as sa
 
+from radar_pipeline.collector import plan_shape
+from radar_pipeline.config import ConfigError, Target
 from radar_pipeline.defs.deploy_analysis import AnalysisRefused, DeployAnalysis, analyse_deploy
-from radar_pipeline.defs.resources import AnalysisResource, WarehouseResource
+from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.engine import ENGINE_VERSION
 from radar_pipeline.warehouse import deploys
 
@@ -51,6 +53,7 @@ def deploy_verdicts(
     config: VerdictConfig,
     warehouse: WarehouseResource,
     analysis: AnalysisResource,
+    targets: TargetsResource,
 ) -> dg.MaterializeResult:
     """Decide, for every query of the deploy's target, whether this deploy made it slower."""
     try:
@@ -59,7 +62,12 @@ def deploy_verdicts(
         raise dg.Failure(description=f"run config for deploy_verdicts: {exc}") from None
     try:
         result = analyse_deploy(
-            warehouse.engine(), context.partition_key, settings, context.run.run_id, settle=analysis.settle
+            warehouse.engine(),
+            context.partition_key,
+            settings,
+            context.run.run_id,
+            settle=analysis.settle,
+            live_targets=_configured_targets(targets, context),
         )
     except AnalysisRefused as exc:
         raise dg.Failure(description=str(exc)) from None
@@ -69,6 +77,15 @@ def deploy_verdicts(
         metadata=_metadata(result),
         check_results=_checks(result, analysis.scrape_interval_seconds),
     )
+
+
+def _configured_targets(targets: TargetsResource, context: dg.AssetExecutionContext) -> dict[str, Target]:
+    """The watched targets configured here, by name (for plans captured at analysis time); none when unconfigured."""
+    try:
+        return {t.name: t for t in targets.targets()}
+    except ConfigError as exc:
+        context.log.warning(f"plans cannot be captured during this analysis: {exc}")
+        return {}
 
 
 def _detections_log(result: DeployAnalysis) -> list[str]:
@@ -85,18 +102,18 @@ def _metadata(result: DeployAnalysis) -> dict[str, Any]:
     counts = v["verdict"].value_counts()
     detected = v[v["verdict"] == "detected"].sort_values("confidence", ascending=False)
     lines = [
-        "| query | before → after (ms) | factor | confidence | change vs deploy | cause |",
-        "|---|---|---:|---:|---:|---|",
+        "| query | before → after (ms) | factor | confidence | change vs deploy | cause | plan |",
+        "|---|---|---:|---:|---:|---|---|",
     ]
     for row in detected.head(DETECTION_ROWS_SHOWN).itertuples():
         offset = (row.change_at - result.event.deployed_at).total_seconds()
         text = result.texts.get(int(row.queryid), "").replace("|", "\\|").replace("`", "'")
         lines.append(
             f"| `{text}` | {row.mean_before_ms:.3f} → {row.mean_after_ms:.3f} | ×{row.change_factor:.2f} "
-            f"| {row.confidence:.4f} | {offset:+.0f} s | {row.cause} |"
+            f"| {row.confidence:.4f} | {offset:+.0f} s | {row.cause} | {_plan_summary(row.plan_diff)} |"
         )
     if len(detected) > DETECTION_ROWS_SHOWN:
-        lines.append(f"| … and {len(detected) - DETECTION_ROWS_SHOWN} more in radar.regression | | | | | |")
+        lines.append(f"| … and {len(detected) - DETECTION_ROWS_SHOWN} more in radar.regression | | | | | | |")
     return {
         "deploy": dg.MetadataValue.json(
             {
@@ -111,12 +128,21 @@ def _metadata(result: DeployAnalysis) -> dict[str, Any]:
         "detected": int(counts.get("detected", 0)),
         "no_regression": int(counts.get("no_regression", 0)),
         "insufficient_data": int(counts.get("insufficient_data", 0)),
+        "plan_diffs": dg.MetadataValue.json(
+            {str(r.queryid): r.plan_diff for r in detected.head(DETECTION_ROWS_SHOWN).itertuples() if r.plan_diff}
+        ),
         "reasons": dg.MetadataValue.json({str(k): int(n) for k, n in v["reason"].value_counts().items()}),
         "detections": dg.MetadataValue.md("\n".join(lines) if len(detected) else "No regression detected."),
         "read_s": round(result.seconds["read"], 3),
         "engine_s": round(result.seconds["engine"], 3),
         "write_s": round(result.seconds["write"], 3),
     }
+
+
+def _plan_summary(plan_diff: object) -> str:
+    if not isinstance(plan_diff, dict):
+        return ""
+    return plan_shape.summary(plan_diff).replace("|", "\\|")
 
 
 def _checks(result: DeployAnalysis, scrape_interval_s: float) -> list[dg.AssetCheckResult]:

@@ -11,4 +11,5 @@ REASONS = (
     "not_significant",
     "significant",
 )
-CAUSES = ("fleet_wide", "more_rows", "more_blocks_read", "unexplained")
+# plan_changed comes from the plans around the change (set by the analysis, which has them); the others from counters.
+CAUSES = ("plan_changed", "fleet_wide", "more_rows", "more_blocks_read", "unexplained")

@@ -1,0 +1,143 @@
+"""Plans from a watched server: pg_store_plans when it can be trusted, else EXPLAIN (GENERIC_PLAN), never ANALYZE.
+
+pg_store_plans records the plans that really ran, but its queryid matches pg_stat_statements' only from extension 1.6
+on PostgreSQL 14+, and it is silently disabled when compute_query_id is off; each condition is checked and the reason
+recorded when one fails. EXPLAIN (FORMAT JSON, GENERIC_PLAN) plans a normalised text with its $n parameters as they
+are (PostgreSQL 16+): an estimate, not necessarily the plan a real call used. Before 16 without pg_store_plans, there
+is no plan to have and the collector says so once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from pglast import parser
+from psycopg import sql
+
+from radar_pipeline.collector.pgss import COLLECTOR_MARK
+
+STORE_PLANS, GENERIC_PLAN = "pg_store_plans", "generic_plan"
+PLANNABLE = {"SelectStmt", "InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt"}
+
+
+@dataclass(frozen=True)
+class PlanSource:
+    """Where plans come from on one server (None: nowhere), and why the better source is not used."""
+
+    source: str | None
+    reason: str | None
+    database_oid: int
+    store_plans_schema: str | None = None
+
+
+class PlanUnavailable(Exception):
+    """This statement's plan cannot be had; the message is the reason remembered for it."""
+
+
+def plan_source(conn: psycopg.Connection) -> PlanSource:
+    """Decide the plan source for the connected server (see the module docstring)."""
+    version, database_oid, query_id = _one(
+        conn,
+        f"SELECT {COLLECTOR_MARK} current_setting('server_version_num')::int, oid, current_setting('compute_query_id') "
+        "FROM pg_database WHERE datname = current_database()",
+    )
+    row = conn.execute(
+        f"SELECT {COLLECTOR_MARK} n.nspname, e.extversion FROM pg_extension e "
+        "JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_store_plans'"
+    ).fetchone()
+    if row is None:
+        reason = "pg_store_plans is not installed"
+    else:
+        schema, ext_version = row
+        if tuple(int(p) for p in ext_version.split(".")[:2]) < (1, 6):
+            reason = f"pg_store_plans {ext_version} is older than 1.6, whose queryid is not pg_stat_statements'"
+        elif version < 140000:
+            reason = "pg_store_plans' queryid matches pg_stat_statements' only on PostgreSQL 14 and later"
+        elif query_id == "off":
+            reason = "compute_query_id is off, which silently disables pg_store_plans"
+        else:
+            return PlanSource(STORE_PLANS, None, database_oid, schema)
+    if version >= 160000:
+        return PlanSource(GENERIC_PLAN, reason, database_oid)
+    return PlanSource(
+        None, f"{reason}, and EXPLAIN (GENERIC_PLAN) needs PostgreSQL 16 (this is {version // 10000})", database_oid
+    )
+
+
+def capture(
+    conn: psycopg.Connection, source: PlanSource, key: tuple[int, int, int, bool], text: str
+) -> tuple[str, dict[str, Any]]:
+    """(source, plan) for one statement; PlanUnavailable with the reason when it has none."""
+    if source.source == STORE_PLANS:
+        plan = _from_store_plans(conn, source, key)
+        if plan is not None:
+            return STORE_PLANS, plan
+        if int(conn.info.server_version) < 160000:
+            raise PlanUnavailable("pg_store_plans holds no plan for it yet")
+    if source.source is None:
+        raise PlanUnavailable(source.reason or "no plan source")
+    if key[0] != source.database_oid:
+        raise PlanUnavailable("it runs in another database than the one the collector connects to")
+    return GENERIC_PLAN, generic_plan(conn, text)
+
+
+def generic_plan(conn: psycopg.Connection, text: str) -> dict[str, Any]:
+    """EXPLAIN (FORMAT JSON, GENERIC_PLAN) of a normalised statement text, in the session's read-only transaction."""
+    kind = statement_kind(text)
+    if kind not in PLANNABLE:
+        raise PlanUnavailable(f"not plannable: {kind}")
+    try:  # the session is read-only with a statement timeout; EXPLAIN without ANALYZE runs nothing
+        row = conn.execute(sql.SQL("EXPLAIN (FORMAT JSON, GENERIC_PLAN) ") + sql.SQL(text)).fetchone()  # type: ignore[arg-type]
+    except psycopg.Error as exc:
+        raise PlanUnavailable(f"EXPLAIN failed: {describe_error(exc)}") from None
+    if row is None:
+        raise PlanUnavailable("EXPLAIN returned no plan")
+    plan = json.loads(row[0]) if isinstance(row[0], str) else row[0]
+    return plan[0]
+
+
+def statement_kind(text: str) -> str:
+    """The parse node of a single statement (SelectStmt, InsertStmt, ...), or why it is not one."""
+    try:
+        statements = parser.parse_sql(text)
+    except parser.ParseError:
+        return "a text the parser does not accept"
+    if len(statements) != 1:
+        return f"{len(statements)} statements"
+    return type(statements[0].stmt).__name__
+
+
+def _one(conn: psycopg.Connection, query: str) -> tuple:
+    row = conn.execute(query).fetchone()  # type: ignore[arg-type]
+    assert row is not None, "a query that always returns a row returned none"
+    return row
+
+
+def describe_error(exc: BaseException) -> str:
+    """An error's first line (no target password can be in a planner error)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _from_store_plans(conn: psycopg.Connection, source: PlanSource, key: tuple[int, int, int, bool]) -> dict | None:
+    dbid, userid, queryid, _ = key
+    try:
+        row = conn.execute(
+            sql.SQL(
+                "SELECT " + COLLECTOR_MARK + " {schema}.pg_store_plans_jsonplan(plan) FROM {view} "
+                "WHERE dbid = %s AND userid = %s AND queryid = %s ORDER BY last_call DESC LIMIT 1"
+            ).format(
+                schema=sql.Identifier(source.store_plans_schema or "public"),
+                view=sql.Identifier(source.store_plans_schema or "public", "pg_store_plans"),
+            ),
+            (dbid, userid, queryid),
+        ).fetchone()
+    except psycopg.Error as exc:
+        raise PlanUnavailable(f"reading pg_store_plans failed: {describe_error(exc)}") from None
+    if row is None:
+        return None
+    plan = json.loads(row[0]) if isinstance(row[0], str) else row[0]
+    return plan[0] if isinstance(plan, list) else plan

@@ -1,0 +1,92 @@
+"""The plan_snapshots asset and its schedule: plans of the statements that matter, stored when their shape changes."""
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import dagster as dg
+
+from radar_pipeline.config import ConfigError, scrub_secret
+from radar_pipeline.defs.plan_capture import DEFAULT_TOP_N, PlanCapture, capture_target
+from radar_pipeline.defs.resources import TargetsResource, WarehouseResource
+
+PLAN_CRON_VAR = "RADAR_PLAN_CRON"
+PLAN_TOP_N_VAR = "RADAR_PLAN_TOP_N"
+DEFAULT_PLAN_CRON = "*/10 * * * *"
+
+
+@dg.asset(
+    group_name="collection",
+    description="Plans of each target's busiest statements (radar.plan_snapshot), stored when their shape changes.",
+)
+def plan_snapshots(
+    context: dg.AssetExecutionContext, warehouse: WarehouseResource, targets: TargetsResource
+) -> dg.MaterializeResult:
+    """Capture plans on every target at once; a target without a plan source is named once, and the rest go on."""
+    started = time.perf_counter()
+    top_n = _top_n()
+    configured = targets.targets()
+
+    def one(target) -> tuple[str, PlanCapture | None, str | None]:  # type: ignore[no-untyped-def]
+        try:
+            return target.name, capture_target(target, warehouse.engine(), top_n), None
+        except Exception as exc:  # one failing target must never stop the others
+            return target.name, None, scrub_secret(f"{type(exc).__name__}: {exc}".splitlines()[0], target.dsn)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(configured)))) as pool:
+        outcomes = list(pool.map(one, configured))
+    lines = ["| target | source | statements tried | plans stored | skipped | note |", "|---|---|---:|---:|---:|---|"]
+    for name, capture, error in outcomes:
+        if error is not None:
+            context.log.error(f"target {name!r}: plans not captured: {error}")
+            lines.append(f"| {name} | | | | | failed: {error} |")
+        elif capture is not None and capture.source is None:
+            context.log.warning(f"target {name!r}: plans are unavailable: {capture.reason}")
+            lines.append(f"| {name} | none | 0 | 0 | 0 | plans unavailable: {capture.reason} |")
+        elif capture is not None:
+            note = f"pg_store_plans not used: {capture.reason}" if capture.reason else ""
+            lines.append(
+                f"| {name} | {capture.source} | {capture.tried} | {capture.stored} | {len(capture.skipped)} | {note} |"
+            )
+    captures = [c for _, c, _ in outcomes if c is not None]
+    metadata: dict[str, Any] = {
+        "targets": dg.MetadataValue.md("\n".join(lines)),
+        "plans_stored": sum(c.stored for c in captures),
+        "skipped": sum(len(c.skipped) for c in captures),
+        "unavailable_targets": dg.MetadataValue.json({c.target: c.reason for c in captures if c.source is None}),
+        "failed_targets": dg.MetadataValue.json({n: e for n, _, e in outcomes if e is not None}),
+        "duration_s": round(time.perf_counter() - started, 3),
+    }
+    return dg.MaterializeResult(metadata=metadata)
+
+
+def _top_n() -> int:
+    value = os.environ.get(PLAN_TOP_N_VAR)
+    if not value:
+        return DEFAULT_TOP_N
+    try:
+        n = int(value)
+    except ValueError:
+        raise ConfigError(f"{PLAN_TOP_N_VAR} must be a whole number, not {value!r}") from None
+    if n < 1:
+        raise ConfigError(f"{PLAN_TOP_N_VAR} must be at least 1, not {n}")
+    return n
+
+
+plan_snapshot_job = dg.define_asset_job("plan_snapshot_job", selection=[plan_snapshots])
+
+
+def plan_snapshot_schedule_for(cron: str | None = None) -> dg.ScheduleDefinition:
+    """The plan schedule, every 10 minutes unless RADAR_PLAN_CRON says otherwise."""
+    cron = cron or os.environ.get(PLAN_CRON_VAR) or DEFAULT_PLAN_CRON
+    try:
+        return dg.ScheduleDefinition(
+            name="plan_snapshot_schedule",
+            job=plan_snapshot_job,
+            cron_schedule=cron,
+            default_status=dg.DefaultScheduleStatus.RUNNING,
+            description="Capture plans of each target's busiest statements.",
+        )
+    except Exception as exc:
+        raise ConfigError(f"{PLAN_CRON_VAR} is not a valid cron schedule: {cron!r} ({exc})") from None

@@ -1,0 +1,204 @@
+"""Plan capture and plan diffs on real PostgreSQL: an index dropped at a deploy, PostgreSQL 15 without plans, and a
+statement that no longer plans."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import dagster as dg
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from radar_pipeline.collector import plan_shape
+from radar_pipeline.config import Target
+from radar_pipeline.defs.deploy_analysis import analyse_deploy
+from radar_pipeline.defs.plan_capture import capture_target
+from radar_pipeline.defs.plans import plan_snapshots
+from radar_pipeline.defs.resources import TargetsResource, WarehouseResource
+from radar_pipeline.engine import EngineSettings
+from radar_pipeline.warehouse import deploys
+
+from .helpers import run, scrape
+
+LOOKUP = "SELECT payload FROM probe WHERE id = %s"
+
+
+def _probe_table(target: Target) -> None:
+    run(target, "CREATE TABLE probe (id int, payload text)")
+    run(target, "INSERT INTO probe SELECT g, md5(g::text) FROM generate_series(1, 50000) g")
+    run(target, "CREATE INDEX probe_id_idx ON probe (id)")
+    run(target, "ANALYZE probe")
+
+
+def _plans(warehouse, target: str) -> list[tuple]:
+    with warehouse.connect() as conn:
+        return [
+            tuple(r)
+            for r in conn.execute(
+                sa.text(
+                    "SELECT p.root_node, p.source FROM radar.plan_snapshot p JOIN radar.query q USING "
+                    "(target, dbid, userid, queryid, toplevel) WHERE p.target = :t AND q.query LIKE 'SELECT payload%' "
+                    "ORDER BY p.captured_at"
+                ),
+                {"t": target},
+            )
+        ]
+
+
+@pytest.mark.parametrize("server", ["pg18"], indirect=True)
+def test_index_dropped_at_a_deploy_shows_in_the_plan_diff(app_db, warehouse):
+    server, target = app_db
+    _probe_table(target)
+    window, scrape_every = 3.0, 0.15
+    settings = EngineSettings(window=timedelta(seconds=window), tolerance_floor=timedelta(seconds=1))
+
+    def drive(seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        with psycopg.connect(target.dsn, autocommit=True) as conn:
+            while time.monotonic() < deadline:
+                tick = time.monotonic()
+                for i in range(10):
+                    conn.execute(LOOKUP, (i * 37 + 1,))
+                scrape(target, warehouse)
+                time.sleep(max(0.0, scrape_every - (time.monotonic() - tick)))
+
+    drive(0.5)
+    before = capture_target(target, warehouse)
+    assert before.source == "generic_plan" and before.reason == "pg_store_plans is not installed"
+    assert _plans(warehouse, target.name) == [("Index Scan using probe_id_idx on probe", "generic_plan")]
+    assert capture_target(target, warehouse).stored == 0  # same shape: nothing new stored
+
+    drive(window)
+    recorded = deploys.record(warehouse, deploys.DeployEvent("drop-index", target.name))
+    run(target, "DROP INDEX probe_id_idx")
+    drive(window + 2 * scrape_every)
+
+    result = analyse_deploy(warehouse, "drop-index", settings, live_targets={target.name: target})
+    texts = result.verdicts["queryid"].map(result.texts).fillna("")
+    lookup = result.verdicts[texts.str.startswith("SELECT payload FROM probe")].iloc[0]
+    assert lookup.verdict == "detected" and lookup.cause == "plan_changed"
+    diff = lookup.plan_diff
+    assert diff["shape_changed"] and diff["root_changed"]
+    assert diff["changes"] == ["Index Scan using probe_id_idx on probe → Seq Scan on probe"]
+    assert diff["cost_after"] > diff["cost_before"]
+    assert diff["cautions"] and "GENERIC_PLAN" in diff["cautions"][0]
+    assert plan_shape.summary(diff).startswith("Index Scan using probe_id_idx on probe → Seq Scan on probe")
+    assert _plans(warehouse, target.name) == [
+        ("Index Scan using probe_id_idx on probe", "generic_plan"),
+        ("Seq Scan on probe", "generic_plan"),
+    ]
+    with warehouse.connect() as conn:
+        stored = conn.execute(
+            sa.text("SELECT cause, plan_diff->>'summary' FROM radar.regression WHERE deploy_id = 'drop-index'"),
+        ).fetchall()
+    assert ("plan_changed", plan_shape.summary(diff)) in [tuple(r) for r in stored]
+    assert recorded.inserted
+
+
+@pytest.mark.parametrize("server", ["pg18"], indirect=True)
+def test_a_statement_that_no_longer_plans_is_skipped_and_remembered(app_db, warehouse):
+    server, target = app_db
+    _probe_table(target)
+    run(target, "CREATE TABLE doomed (a int)")
+    run(target, "SELECT count(*) FROM doomed WHERE a = %s", 3, (1,))
+    run(target, LOOKUP, 3, (5,))
+    run(target, "SELECT 1")  # fine to plan, but nothing to look at
+    scrape(target, warehouse)
+    run(target, "DROP TABLE doomed")
+    capture = capture_target(target, warehouse)
+    reasons = set(capture.skipped.values())
+    assert any(r.startswith('EXPLAIN failed: relation "doomed" does not exist') for r in reasons)
+    assert ("Index Scan using probe_id_idx on probe", "generic_plan") in _plans(warehouse, target.name)
+    with warehouse.connect() as conn:
+        skipped = conn.execute(sa.text("SELECT count(*) FROM radar.plan_skip WHERE target = :t"), {"t": target.name})
+        assert skipped.scalar_one() == len(capture.skipped)
+    run(target, LOOKUP, 3, (6,))
+    scrape(target, warehouse)
+    again = capture_target(target, warehouse)
+    assert not any("doomed" in r for r in again.skipped.values())  # not retried within a day
+
+    # The collector's EXPLAINs are in pg_stat_statements now; the next snapshot leaves them out.
+    scrape(target, warehouse)
+    with warehouse.connect() as conn:
+        explains = conn.execute(
+            sa.text("SELECT count(*) FROM radar.query WHERE target = :t AND query ILIKE 'EXPLAIN%'"), {"t": target.name}
+        ).scalar_one()
+    assert explains == 0
+
+
+def test_postgresql_15_has_no_plans_and_everything_else_works(pg15, pg18, warehouse, warehouse_url):
+    databases = []
+    try:
+        targets = []
+        for server in (pg15, pg18):
+            name = server.new_database("plans")
+            databases.append((server, name))
+            server.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements", name)
+            target = Target(f"plans{server.major}", server.pg.url(name))
+            _probe_table(target)
+            run(target, LOOKUP, 3, (9,))
+            scrape(target, warehouse)
+            targets.append(target)
+        spec = " ".join(f"{t.name}={t.dsn}" for t in targets)
+        with dg.instance_for_test() as instance:
+            result = dg.materialize(
+                [plan_snapshots],
+                resources={"warehouse": WarehouseResource(url=warehouse_url), "targets": TargetsResource(spec=spec)},
+                instance=instance,
+            )
+        assert result.success
+        meta = result.asset_materializations_for_node("plan_snapshots")[0].metadata
+        unavailable = meta["unavailable_targets"].value
+        assert list(unavailable) == ["plans15"]
+        assert "EXPLAIN (GENERIC_PLAN) needs PostgreSQL 16 (this is 15)" in unavailable["plans15"]
+        assert meta["plans_stored"].value >= 1
+        assert _plans(warehouse, "plans15") == []
+        assert ("Index Scan using probe_id_idx on probe", "generic_plan") in _plans(warehouse, "plans18")
+    finally:
+        for server, name in databases:
+            server.drop_database(name)
+
+
+PLAN_A = {
+    "Plan": {
+        "Node Type": "Hash Join",
+        "Join Type": "Inner",
+        "Total Cost": 120.5,
+        "Plan Rows": 10,
+        "Plans": [
+            {
+                "Node Type": "Index Scan",
+                "Relation Name": "orders",
+                "Index Name": "orders_customer_idx",
+                "Total Cost": 8,
+            },
+            {"Node Type": "Hash", "Total Cost": 30, "Plans": [{"Node Type": "Seq Scan", "Relation Name": "customers"}]},
+        ],
+    }
+}
+
+
+def test_plan_shape_ignores_costs_and_names_scan_changes():
+    import copy
+
+    cheaper = copy.deepcopy(PLAN_A)
+    cheaper["Plan"]["Total Cost"] = 1.0
+    cheaper["Plan"]["Plan Rows"] = 99999
+    assert plan_shape.plan_hash(PLAN_A) == plan_shape.plan_hash(cheaper)
+    seq = copy.deepcopy(PLAN_A)
+    seq["Plan"]["Plans"][0] = {"Node Type": "Seq Scan", "Relation Name": "orders", "Total Cost": 900}
+    seq["Plan"]["Total Cost"] = 1205.0
+    assert plan_shape.plan_hash(seq) != plan_shape.plan_hash(PLAN_A)
+    d = plan_shape.diff(PLAN_A, seq, "pg_store_plans", "pg_store_plans")
+    assert d["changes"] == ["Index Scan using orders_customer_idx on orders → Seq Scan on orders"]
+    assert d["root_before"] == d["root_after"] == "Hash Join (Inner)" and not d["root_changed"]
+    assert d["cost_factor"] == pytest.approx(10.0) and d["cautions"] == []
+    assert (
+        plan_shape.summary(d)
+        == "Index Scan using orders_customer_idx on orders → Seq Scan on orders (estimated cost ×10.0)"
+    )
+    assert plan_shape.summary(plan_shape.diff(PLAN_A, PLAN_A)) == "plan unchanged"
+    with pytest.raises(ValueError, match="not an EXPLAIN"):
+        plan_shape.root({"nope": 1})
