@@ -3,6 +3,7 @@ statement that no longer plans."""
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import timedelta
 
@@ -80,6 +81,7 @@ def test_index_dropped_at_a_deploy_shows_in_the_plan_diff(app_db, warehouse):
     lookup = result.verdicts[texts.str.startswith("SELECT payload FROM probe")].iloc[0]
     assert lookup.verdict == "detected" and lookup.cause == "plan_changed"
     diff = lookup.plan_diff
+    print("plan diff:", json.dumps(diff, indent=1))  # shown with pytest -s
     assert diff["shape_changed"] and diff["root_changed"]
     assert diff["changes"] == ["Index Scan using probe_id_idx on probe → Seq Scan on probe"]
     assert diff["cost_after"] > diff["cost_before"]
