@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
+from radar_pipeline.defs.alerts import regression_alerts, slack_from_environment, slack_run_failure_sensor
 from radar_pipeline.defs.deploys import (
     deploy_event_sensor,
     deploy_reanalysis_schedule,
@@ -16,7 +17,7 @@ from radar_pipeline.defs.retention import pgss_retention_job, pgss_retention_sch
 from radar_pipeline.defs.snapshots import pgss_snapshot_job, pgss_snapshot_schedule_for, pgss_snapshots
 
 defs = dg.Definitions(
-    assets=[pgss_snapshots, plan_snapshots, deploy_verdicts],
+    assets=[pgss_snapshots, plan_snapshots, deploy_verdicts, regression_alerts],
     jobs=[pgss_snapshot_job, plan_snapshot_job, pgss_retention_job, deploy_verdicts_job],
     schedules=[
         pgss_snapshot_schedule_for(),
@@ -24,6 +25,6 @@ defs = dg.Definitions(
         pgss_retention_schedule,
         deploy_reanalysis_schedule,
     ],
-    sensors=[deploy_event_sensor],
-    resources=default_resources(),
+    sensors=[deploy_event_sensor, slack_run_failure_sensor],
+    resources={**default_resources(), "slack": slack_from_environment()},
 )

@@ -24,14 +24,14 @@ def test_definitions_load():
 
     repo = defs.get_repository_def()
     assets = {a.to_user_string() for a in repo.asset_graph.get_all_asset_keys()}
-    assert assets >= {"pgss_snapshots", "plan_snapshots", "deploy_verdicts"}
+    assert assets >= {"pgss_snapshots", "plan_snapshots", "deploy_verdicts", "regression_alerts"}
     assert {s.name for s in repo.schedule_defs} >= {
         "pgss_snapshot_schedule",
         "plan_snapshot_schedule",
         "pgss_retention_schedule",
         "deploy_reanalysis_schedule",
     }
-    assert [s.name for s in repo.sensor_defs] == ["deploy_event_sensor"]
+    assert sorted(s.name for s in repo.sensor_defs) == ["deploy_event_sensor", "slack_run_failure_sensor"]
     assert repo.asset_graph.get(dg.AssetKey("deploy_verdicts")).partitions_def.name == "deploys"
     assert repo.get_schedule_def("pgss_snapshot_schedule").cron_schedule == "* * * * *"
     assert repo.has_job("pgss_retention_job")

@@ -163,7 +163,10 @@ def _checks(result: DeployAnalysis, scrape_interval_s: float) -> list[dg.AssetCh
     ]
 
 
-deploy_verdicts_job = dg.define_asset_job("deploy_verdicts_job", selection=[deploy_verdicts])
+# One run per deploy decides and then alerts (regression_alerts is defined beside the Slack code, downstream of this).
+deploy_verdicts_job = dg.define_asset_job(
+    "deploy_verdicts_job", selection=dg.AssetSelection.assets("deploy_verdicts", "regression_alerts")
+)
 
 
 @dg.sensor(

@@ -39,13 +39,15 @@ class WindowCounters:
     keys: pd.DataFrame  # KEY columns, indexed by query_key
 
 
-def read_window(conn: sa.Connection, target: str, lo: datetime, hi: datetime) -> WindowCounters:
+def read_window(
+    conn: sa.Connection, target: str, lo: datetime, hi: datetime, only: pd.DataFrame | None = None
+) -> WindowCounters:
     """The target's counters for the window (lo, hi], each statement with its last row before it; see module doc.
 
     The server returns one row per statement with its series as arrays (binary, so psycopg parses them in C), which
     is several times faster than a row per snapshot. reset_before is folded into stats_since (a counter epoch the
     engine compares between rows), so an interval the collector saw cross a reset is discarded like one whose
-    counters went down.
+    counters went down. `only` (KEY columns) limits the read to those statements.
     """
     cols = ", ".join(
         [
@@ -75,10 +77,16 @@ def read_window(conn: sa.Connection, target: str, lo: datetime, hi: datetime) ->
             "reset_before",
         )
     )
+    restrict = (
+        f"AND ({key}) IN (SELECT * FROM unnest(%(only_dbid)s::oid[], %(only_userid)s::oid[], "
+        "%(only_queryid)s::bigint[], %(only_toplevel)s::boolean[]))"
+        if only is not None
+        else ""
+    )
     query = f"""
         WITH win AS (
             SELECT {cols} FROM radar.pgss_snapshot
-            WHERE target = %(t)s AND captured_at > %(lo)s AND captured_at <= %(hi)s
+            WHERE target = %(t)s AND captured_at > %(lo)s AND captured_at <= %(hi)s {restrict}
         ), win_keys AS (
             SELECT DISTINCT {key} FROM win
         ), recent AS (
@@ -100,7 +108,9 @@ def read_window(conn: sa.Connection, target: str, lo: datetime, hi: datetime) ->
         FROM (SELECT * FROM win UNION ALL SELECT * FROM recent UNION ALL SELECT * FROM older) x
         GROUP BY {key} ORDER BY {key}
     """
-    params = {"t": target, "lo": lo, "hi": hi, "recent": lo - RECENT}
+    params: dict[str, Any] = {"t": target, "lo": lo, "hi": hi, "recent": lo - RECENT}
+    if only is not None:
+        params.update({f"only_{k}": only[k].tolist() for k in KEY})
     with driver(conn).cursor(binary=True) as cur:
         cur.execute("SET LOCAL work_mem = '64MB'")  # the window's rows sort in memory
         statements = cur.execute(query, params).fetchall()

@@ -1,0 +1,111 @@
+"""The alert outbox (radar.alert): a row per regression per channel, written before anything is sent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import sqlalchemy as sa
+
+from radar_pipeline.pgss_model import KEY
+
+MAX_ATTEMPTS = 5  # a retryable failure keeps an alert pending until it has been tried this many times
+
+Key = tuple[int, int, int, bool]
+
+
+def detections(conn: sa.Connection, deploy_id: str) -> pd.DataFrame:
+    """The deploy's detected regressions with their text, the deploy's facts and the analysis that found them."""
+    return pd.read_sql(
+        sa.text(
+            "SELECT v.*, q.query, d.deployed_at, d.service, d.version, d.url, a.run_id, a.settings "
+            "FROM radar.verdict v JOIN radar.deploy_event d USING (deploy_id) "
+            "JOIN radar.analysis a ON a.deploy_id = v.deploy_id AND a.target = v.target "
+            "LEFT JOIN radar.query q ON q.target = v.target AND q.dbid = v.dbid AND q.userid = v.userid "
+            "AND q.queryid = v.queryid AND q.toplevel = v.toplevel "
+            "WHERE v.deploy_id = :d AND v.verdict = 'detected' ORDER BY v.confidence DESC, v.change_factor DESC"
+        ),
+        conn,
+        params={"d": deploy_id},
+    )
+
+
+def lock(conn: sa.Connection, deploy_id: str) -> None:
+    """Serialise the deploy's alerting for this transaction, so two runs never send the same alerts."""
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended('radar.alert:' || :d, 0))"), {"d": deploy_id})
+
+
+def enqueue(conn: sa.Connection, deploy_id: str, target: str, keys: list[Key], channel: str) -> None:
+    """Add a pending row for each regression not yet in the outbox for this channel."""
+    if not keys:
+        return
+    conn.execute(
+        sa.text(
+            "INSERT INTO radar.alert (deploy_id, target, dbid, userid, queryid, toplevel, channel) "
+            "VALUES (:d, :t, :dbid, :userid, :queryid, :toplevel, :c) ON CONFLICT DO NOTHING"
+        ),
+        [
+            {"d": deploy_id, "t": target, "dbid": k[0], "userid": k[1], "queryid": k[2], "toplevel": k[3], "c": channel}
+            for k in keys
+        ],
+    )
+
+
+def pending(conn: sa.Connection, deploy_id: str, channel: str) -> list[Key]:
+    """The deploy's regressions still to send on this channel."""
+    rows = conn.execute(
+        sa.text(
+            f"SELECT {', '.join(KEY)} FROM radar.alert WHERE deploy_id = :d AND channel = :c AND status = 'pending'"
+        ),
+        {"d": deploy_id, "c": channel},
+    )
+    return [(int(r[0]), int(r[1]), int(r[2]), bool(r[3])) for r in rows]
+
+
+def mark(
+    conn: sa.Connection,
+    deploy_id: str,
+    channel: str,
+    keys: list[Key],
+    status: str,
+    ts: str | None = None,
+    error: str | None = None,
+) -> None:
+    """Record an attempt on these alerts: sent (with the message ts), skipped, or a failure (pending while
+    retryable and under MAX_ATTEMPTS, else failed)."""
+    params: list[dict[str, Any]] = [
+        {
+            "d": deploy_id,
+            "c": channel,
+            "dbid": k[0],
+            "userid": k[1],
+            "queryid": k[2],
+            "toplevel": k[3],
+            "status": status,
+            "ts": ts,
+            "error": error,
+            "max": MAX_ATTEMPTS,
+        }
+        for k in keys
+    ]
+    if not params:
+        return
+    conn.execute(
+        sa.text(
+            "UPDATE radar.alert SET attempts = attempts + 1, last_error = :error, "
+            "message_ts = coalesce(:ts, message_ts), "
+            "sent_at = CASE WHEN :status = 'sent' THEN now() ELSE sent_at END, "
+            "status = CASE WHEN :status = 'pending' AND attempts + 1 >= :max THEN 'failed' ELSE :status END "
+            "WHERE deploy_id = :d AND channel = :c AND dbid = :dbid AND userid = :userid AND queryid = :queryid "
+            "AND toplevel = :toplevel"
+        ),
+        params,
+    )
+
+
+def statuses(conn: sa.Connection, deploy_id: str) -> dict[str, int]:
+    """How many of the deploy's alerts are in each status."""
+    rows = conn.execute(
+        sa.text("SELECT status, count(*) FROM radar.alert WHERE deploy_id = :d GROUP BY status"), {"d": deploy_id}
+    )
+    return {r[0]: int(r[1]) for r in rows}

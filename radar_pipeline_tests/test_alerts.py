@@ -1,0 +1,210 @@
+"""regression_alerts with the real slack-sdk client against a local stand-in for Slack's API."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import pytest
+import sqlalchemy as sa
+
+from radar_pipeline.defs.alerts import SlackResource, regression_alerts, slack_run_failure_sensor
+from radar_pipeline.defs.deploy_analysis import analyse_deploy
+from radar_pipeline.defs.resources import WarehouseResource
+from radar_pipeline.engine import EngineSettings
+from radar_pipeline.warehouse import deploys
+
+from . import fake_slack
+from .helpers import run_log_text
+
+EVIL = "SELECT * FROM orders WHERE note = '<!channel> & <@U123>' AND id = $1"
+SETTINGS = EngineSettings(window=timedelta(seconds=200), tolerance_floor=timedelta(seconds=10))
+ARTIFACTS = Path("/tmp/radar-test-artifacts")
+
+
+@pytest.fixture
+def slack():
+    state, server = fake_slack.start()
+    yield state
+    server.shutdown()
+
+
+@pytest.fixture
+def analysed(warehouse):
+    """A deploy whose window is in the warehouse: queryid 11 got 4× slower at the deploy, 12 did not."""
+    deployed_at = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=300)
+    rng = np.random.default_rng(5)
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text("SELECT radar.ensure_pgss_snapshot_partitions(CAST(:d AS date) - 1, 3)"), {"d": deployed_at}
+        )
+        for queryid, text, factor in ((11, EVIL, 4.0), (12, "SELECT 1 FROM customers WHERE id = $1", 1.0)):
+            calls = time = 0.0
+            for i in range(-21, 21):
+                at = deployed_at + timedelta(seconds=10 * i)
+                mean = (factor if i > 0 else 1.0) * rng.lognormal(0, 0.1)
+                calls, time = calls + 20, time + 20 * mean
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO radar.pgss_snapshot VALUES ('main', :at, 5, 10, :q, true, :c, :t, :c, 0, :c, 0, "
+                        "0.0, NULL, false, :q)"
+                    ),
+                    {"at": at, "q": queryid, "c": int(calls), "t": time},
+                )
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO radar.pgss_info_snapshot VALUES ('main', :at, 0, NULL, 180000, '1.12', 2, 2) "
+                        "ON CONFLICT DO NOTHING"
+                    ),
+                    {"at": at},
+                )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO radar.query VALUES ('main', 5, 10, :q, true, :q, :text, :at, :at, 0, 0, NULL, NULL)"
+                ),
+                {"q": queryid, "text": text, "at": deployed_at},
+            )
+    deploys.record(
+        warehouse,
+        deploys.DeployEvent("d-7", "main", deployed_at, service="api", version="v7", url="https://ci.example/runs/7"),
+    )
+    result = analyse_deploy(warehouse, "d-7", SETTINGS, run_id="abcdef12-run")
+    assert result.verdicts.set_index("queryid").loc[11, "verdict"] == "detected"
+    assert result.verdicts.set_index("queryid").loc[12, "verdict"] != "detected"
+    return warehouse
+
+
+def _alert(warehouse_url: str, slack: SlackResource) -> tuple[dg.ExecuteInProcessResult, str]:
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["d-7"])
+        result = dg.materialize(
+            [regression_alerts],
+            partition_key="d-7",
+            resources={"warehouse": WarehouseResource(url=warehouse_url), "slack": slack},
+            instance=instance,
+            selection=[regression_alerts],
+        )
+        return result, run_log_text(instance, result.run_id)
+
+
+def _outbox(warehouse) -> list[tuple]:
+    with warehouse.connect() as conn:
+        return [
+            tuple(r)
+            for r in conn.execute(sa.text("SELECT queryid, channel, status, attempts, message_ts FROM radar.alert"))
+        ]
+
+
+def _bot(slack: fake_slack.FakeSlack) -> SlackResource:
+    return SlackResource(token="xoxb-test-token", channel="#radar", base_url=slack.api_url)
+
+
+def test_message_structure_escaping_and_chart(analysed, warehouse_url, slack):
+    result, _ = _alert(warehouse_url, _bot(slack))
+    assert result.success
+    posts = slack.calls_to("/api/chat.postMessage")
+    assert len(posts) == 1
+    assert posts[0].headers["authorization"] == "Bearer xoxb-test-token"
+    body = posts[0].json
+    raw = posts[0].body.decode()
+    assert body["channel"] == "#radar"
+    assert body["text"] == "1 query slower after deploy api v7 on main"
+    blocks = body["blocks"] if isinstance(body["blocks"], list) else json.loads(body["blocks"])
+    assert blocks[0] == {"type": "header", "text": {"type": "plain_text", "text": body["text"], "emoji": False}}
+    code = blocks[3]["text"]["text"]
+    assert code == "```SELECT * FROM orders WHERE note = '&lt;!channel&gt; &amp; &lt;@U123&gt;' AND id = $1```"
+    assert "<!channel>" not in raw and "<@U123>" not in raw
+    fields = " | ".join(f["text"] for f in blocks[4]["fields"])
+    for expected in (
+        "*Mean:*",
+        "(×",
+        "*Confidence:*",
+        "*Change began:*",
+        "*Calls:* 400 before",
+        "*Cause:*",
+        "queryid:* 11",
+    ):
+        assert expected in fields
+    assert "<https://ci.example/runs/7|d-7>" in blocks[1]["fields"][0]["text"]
+    assert blocks[-1]["elements"][0]["text"] == "<http://localhost:3000/runs/abcdef12-run|Analysis run in Dagster>"
+
+    uploads = [c for c in slack.calls if c.path.startswith("/upload/")]
+    assert len(uploads) == 1 and uploads[0].body[:8] == b"\x89PNG\r\n\x1a\n"
+    complete = slack.calls_to("/api/files.completeUploadExternal")[0].json
+    assert complete["thread_ts"] == "1764000000.000001" and complete["channel_id"] == "C0RADAR"
+    assert _outbox(analysed) == [(11, "#radar", "sent", 1, "1764000000.000001")]
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)  # for a person to look at: the message and its chart
+    (ARTIFACTS / "slack_blocks.json").write_text(json.dumps(blocks, indent=1, ensure_ascii=False))
+    chart = result.asset_materializations_for_node("regression_alerts")[0].metadata["charts"].value[0]
+    shutil.copy(chart, ARTIFACTS / "regression_chart.png")
+
+    again, _ = _alert(warehouse_url, _bot(slack))  # sent already: nothing goes out twice
+    assert again.success and len(slack.calls_to("/api/chat.postMessage")) == 1
+
+
+def test_rate_limited_then_sent(analysed, warehouse_url, slack):
+    slack.fail_next("/api/chat.postMessage", (429, {"Retry-After": "1"}))
+    result, _ = _alert(warehouse_url, _bot(slack))
+    assert result.success
+    assert len(slack.calls_to("/api/chat.postMessage")) == 2  # slack-sdk waited Retry-After, then retried
+    assert [r[2] for r in _outbox(analysed)] == ["sent"]
+
+
+def test_server_errors_leave_the_alert_pending_and_the_next_run_sends_it_once(analysed, warehouse_url, slack):
+    slack.fail_next("/api/chat.postMessage", (500, {}), (500, {}), (500, {}))  # the first try and both retries
+    first, log = _alert(warehouse_url, _bot(slack))
+    assert first.success and "Slack: Slack refused the message: scripted" in log
+    assert _outbox(analysed) == [(11, "#radar", "pending", 1, None)]
+    second, _ = _alert(warehouse_url, _bot(slack))
+    assert second.success
+    assert _outbox(analysed)[0][2] == "sent"
+    assert len(slack.calls_to("/api/chat.postMessage")) == 4
+    third, _ = _alert(warehouse_url, _bot(slack))
+    assert third.success and len(slack.calls_to("/api/chat.postMessage")) == 4
+
+
+def test_webhook_mode(analysed, warehouse_url, slack):
+    result, _ = _alert(warehouse_url, SlackResource(webhook_url=slack.webhook_url))
+    assert result.success
+    hooks = [c for c in slack.calls if c.path.startswith("/hook/")]
+    assert len(hooks) == 1
+    body = hooks[0].json
+    assert body["text"] == "1 query slower after deploy api v7 on main" and body["blocks"][0]["type"] == "header"
+    assert not [c for c in slack.calls if c.path.startswith("/upload/")]  # no images through a webhook
+    assert _outbox(analysed) == [(11, "webhook", "sent", 1, None)]
+
+
+def test_without_slack_alerts_are_skipped_and_printed(analysed, warehouse_url):
+    result, log = _alert(warehouse_url, SlackResource())
+    assert result.success
+    assert "Slack is not configured; the alert would read:" in log and "&lt;!channel&gt;" in log
+    assert _outbox(analysed) == [(11, "-", "skipped", 1, None)]
+
+
+def test_a_failed_run_is_reported_to_slack(slack):
+    @dg.op
+    def explode() -> None:
+        raise RuntimeError("the warehouse is on fire")
+
+    @dg.job
+    def failing_job() -> None:
+        explode()
+
+    with dg.instance_for_test() as instance:
+        result = failing_job.execute_in_process(instance=instance, raise_on_error=False)
+        failure = next(e for e in result.all_events if e.event_type_value == "PIPELINE_FAILURE")
+        context = dg.build_run_status_sensor_context(
+            sensor_name="slack_run_failure_sensor",
+            dagster_event=failure,
+            dagster_instance=instance,
+            dagster_run=result.dagster_run,
+            resources={"slack": SlackResource(token="xoxb-test-token", channel="#ops", base_url=slack.api_url)},
+        ).for_run_failure()
+        slack_run_failure_sensor(context)
+    post = slack.calls_to("/api/chat.postMessage")[0].json
+    assert post["channel"] == "#ops" and post["text"] == "radar: run of failing_job failed"
