@@ -20,6 +20,14 @@ def main() -> None:
     """radar_pipeline: find the PostgreSQL queries a deploy made slower."""
 
 
+@main.command()
+def demo() -> None:
+    """The whole product on an embedded PostgreSQL: a workload, a deploy that drops an index, the regression found."""
+    from radar_pipeline.demo.run import main as run_demo
+
+    sys.exit(run_demo())
+
+
 @main.group()
 def db() -> None:
     """The warehouse schema."""

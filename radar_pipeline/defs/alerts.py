@@ -25,6 +25,7 @@ from radar_pipeline.warehouse import alerts as outbox
 from radar_pipeline.warehouse.analysis import read_window
 
 DAGSTER_URL_VAR = "RADAR_DAGSTER_URL"
+CHART_DIR_VAR = "RADAR_CHART_DIR"  # where chart images are kept (default: a new temporary folder per deploy)
 NO_CHANNEL = "-"
 
 
@@ -89,12 +90,14 @@ def regression_alerts(
         text, blocks = render(facts, [_regression(r) for r in todo_rows.itertuples()])
         metadata["message"] = dg.MetadataValue.json({"text": text, "blocks": blocks})
         pending_keys = [k for k in keys if k in todo]
+        charts = _charts(conn, facts, todo_rows) if channel != "webhook" else []
+        metadata["charts"] = dg.MetadataValue.json([str(p) for p, _ in charts])
         if not sender.configured:
             context.log.info(f"Slack is not configured; the alert would read:\n{text}\n{_plain(blocks)}")
+            for path, _ in charts:
+                context.log.info(f"chart: {path}")
             outbox.mark(conn, deploy_id, channel, pending_keys, "skipped")
         else:
-            charts = _charts(conn, facts, todo_rows) if channel != "webhook" else []
-            metadata["charts"] = dg.MetadataValue.json([str(p) for p, _ in charts])
             try:
                 delivered = sender.send(text, blocks, charts)
             except DeliveryError as exc:
@@ -150,7 +153,10 @@ def _charts(conn: sa.Connection, facts: DeployFacts, rows: pd.DataFrame) -> list
     counters = window.counters.drop(columns=["fingerprint"])
     samples = window_samples(counters, _ns(lo), _ns(hi))
     by_key = {tuple(k): i for i, k in enumerate(window.keys[KEY].itertuples(index=False))}
-    folder = Path(tempfile.mkdtemp(prefix=f"radar-charts-{facts.deploy_id}-"))
+    chosen = os.environ.get(CHART_DIR_VAR)
+    folder = (
+        Path(chosen) / facts.deploy_id if chosen else Path(tempfile.mkdtemp(prefix=f"radar-charts-{facts.deploy_id}-"))
+    )
     charts = []
     for row in rows.itertuples():
         group = by_key.get((int(row.dbid), int(row.userid), int(row.queryid), bool(row.toplevel)))

