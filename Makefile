@@ -1,10 +1,10 @@
-# `make test` runs the suite on a fresh machine (CI runs it through .ci/run); `make bench` runs the benchmarks.
+# `make demo` runs the main job on the embedded default; `make test` runs the suite (CI runs it through .ci/run).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 export DAGSTER_DISABLE_TELEMETRY := 1
 
-.PHONY: install test lint bench bench-snapshot bench-engine bench-quality bench-analysis clean
+.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-analysis clean
 
 install: $(VENV)/.installed
 
@@ -13,6 +13,12 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
+
+demo: install
+	$(BIN)/radar demo
+
+dev: install
+	$(BIN)/radar dev
 
 test: install
 	$(BIN)/pytest

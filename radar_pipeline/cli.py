@@ -28,6 +28,16 @@ def demo() -> None:
     sys.exit(run_demo())
 
 
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="address the UI listens on")
+@click.option("--port", default=3000, show_default=True, help="port the UI listens on")
+def dev(host: str, port: int) -> None:
+    """The Dagster UI on the embedded default (what `radar demo` left) or on the configured databases."""
+    from radar_pipeline.demo.dev import main as run_dev
+
+    sys.exit(run_dev(host, port))
+
+
 @main.group()
 def db() -> None:
     """The warehouse schema."""
