@@ -103,15 +103,20 @@ def warehouse_url(value: str | None, variable: str = WAREHOUSE_URL_VAR) -> str:
 
 def retention_days(value: str | None, variable: str = RETENTION_DAYS_VAR) -> int:
     """Days of snapshots to keep (default 14)."""
+    return positive_int(value, variable, DEFAULT_RETENTION_DAYS)
+
+
+def positive_int(value: str | None, variable: str, default: int) -> int:
+    """A whole number of at least 1 from a variable's value; the default when it is unset or empty."""
     if value is None or not value.strip():
-        return DEFAULT_RETENTION_DAYS
+        return default
     try:
-        days = int(value)
+        number = int(value)
     except ValueError:
-        raise ConfigError(f"{variable} must be a whole number of days, not {value!r}") from None
-    if days < 1:
-        raise ConfigError(f"{variable} must be at least 1, not {days}")
-    return days
+        raise ConfigError(f"{variable} must be a whole number, not {value!r}") from None
+    if number < 1:
+        raise ConfigError(f"{variable} must be at least 1, not {number}")
+    return number
 
 
 def env(name: str) -> str | None:

@@ -7,9 +7,9 @@ from typing import Any
 
 import dagster as dg
 
-from radar_pipeline.config import ConfigError, scrub_secret
+from radar_pipeline.config import positive_int, scrub_secret
 from radar_pipeline.defs.plan_capture import DEFAULT_TOP_N, PlanCapture, capture_target
-from radar_pipeline.defs.resources import TargetsResource, WarehouseResource
+from radar_pipeline.defs.resources import TargetsResource, WarehouseResource, env_cron_schedule
 
 PLAN_CRON_VAR = "RADAR_PLAN_CRON"
 PLAN_TOP_N_VAR = "RADAR_PLAN_TOP_N"
@@ -25,7 +25,7 @@ def plan_snapshots(
 ) -> dg.MaterializeResult:
     """Capture plans on every target at once; a target without a plan source is named once, and the rest go on."""
     started = time.perf_counter()
-    top_n = _top_n()
+    top_n = positive_int(os.environ.get(PLAN_TOP_N_VAR), PLAN_TOP_N_VAR, DEFAULT_TOP_N)
     configured = targets.targets()
 
     def one(target) -> tuple[str, PlanCapture | None, str | None]:  # type: ignore[no-untyped-def]
@@ -61,32 +61,15 @@ def plan_snapshots(
     return dg.MaterializeResult(metadata=metadata)
 
 
-def _top_n() -> int:
-    value = os.environ.get(PLAN_TOP_N_VAR)
-    if not value:
-        return DEFAULT_TOP_N
-    try:
-        n = int(value)
-    except ValueError:
-        raise ConfigError(f"{PLAN_TOP_N_VAR} must be a whole number, not {value!r}") from None
-    if n < 1:
-        raise ConfigError(f"{PLAN_TOP_N_VAR} must be at least 1, not {n}")
-    return n
-
-
 plan_snapshot_job = dg.define_asset_job("plan_snapshot_job", selection=[plan_snapshots])
 
 
-def plan_snapshot_schedule_for(cron: str | None = None) -> dg.ScheduleDefinition:
+def plan_snapshot_schedule_for() -> dg.ScheduleDefinition:
     """The plan schedule, every 10 minutes unless RADAR_PLAN_CRON says otherwise."""
-    cron = cron or os.environ.get(PLAN_CRON_VAR) or DEFAULT_PLAN_CRON
-    try:
-        return dg.ScheduleDefinition(
-            name="plan_snapshot_schedule",
-            job=plan_snapshot_job,
-            cron_schedule=cron,
-            default_status=dg.DefaultScheduleStatus.RUNNING,
-            description="Capture plans of each target's busiest statements.",
-        )
-    except Exception as exc:
-        raise ConfigError(f"{PLAN_CRON_VAR} is not a valid cron schedule: {cron!r} ({exc})") from None
+    return env_cron_schedule(
+        "plan_snapshot_schedule",
+        plan_snapshot_job,
+        PLAN_CRON_VAR,
+        DEFAULT_PLAN_CRON,
+        "Capture plans of each target's busiest statements.",
+    )

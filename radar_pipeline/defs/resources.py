@@ -3,11 +3,19 @@
 import os
 from datetime import timedelta
 from functools import lru_cache
+from typing import Any
 
 import dagster as dg
 import sqlalchemy as sa
 
-from radar_pipeline.config import COLLECTOR_ROLE_VAR, TARGETS_VAR, WAREHOUSE_URL_VAR, Target, parse_targets
+from radar_pipeline.config import (
+    COLLECTOR_ROLE_VAR,
+    TARGETS_VAR,
+    WAREHOUSE_URL_VAR,
+    ConfigError,
+    Target,
+    parse_targets,
+)
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.warehouse.database import make_engine
 
@@ -59,6 +67,22 @@ class AnalysisResource(dg.ConfigurableResource):
     def settle(self) -> timedelta:
         """One scrape interval: the wait after a window ends before its last scrape is surely stored."""
         return timedelta(seconds=self.scrape_interval_seconds)
+
+
+def env_cron_schedule(name: str, job: Any, variable: str, default: str, description: str) -> dg.ScheduleDefinition:
+    """A schedule that starts switched on, its cron from `variable` (else `default`), refused with the variable
+    named when the cron does not parse."""
+    cron = os.environ.get(variable) or default
+    try:
+        return dg.ScheduleDefinition(
+            name=name,
+            job=job,
+            cron_schedule=cron,
+            default_status=dg.DefaultScheduleStatus.RUNNING,
+            description=description,
+        )
+    except Exception as exc:
+        raise ConfigError(f"{variable} is not a valid cron schedule: {cron!r} ({exc})") from None
 
 
 @lru_cache(maxsize=8)

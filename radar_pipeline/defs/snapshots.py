@@ -1,14 +1,13 @@
 """The pgss_snapshots asset and its schedule: pg_stat_statements from every target into the warehouse."""
 
-import os
 import time
 from typing import Any
 
 import dagster as dg
 
-from radar_pipeline.config import DEFAULT_SNAPSHOT_CRON, SNAPSHOT_CRON_VAR, ConfigError
+from radar_pipeline.config import DEFAULT_SNAPSHOT_CRON, SNAPSHOT_CRON_VAR
 from radar_pipeline.defs.pgss_collection import TargetOutcome, snapshot_targets
-from radar_pipeline.defs.resources import TargetsResource, WarehouseResource
+from radar_pipeline.defs.resources import TargetsResource, WarehouseResource, env_cron_schedule
 
 ALL_TARGETS_CHECK = "all_targets_scraped"
 
@@ -82,16 +81,12 @@ def _metadata(outcomes: list[TargetOutcome], seconds: float) -> dict[str, Any]:
 pgss_snapshot_job = dg.define_asset_job("pgss_snapshot_job", selection=[pgss_snapshots])
 
 
-def pgss_snapshot_schedule_for(cron: str | None = None) -> dg.ScheduleDefinition:
+def pgss_snapshot_schedule_for() -> dg.ScheduleDefinition:
     """The snapshot schedule, every minute unless RADAR_SNAPSHOT_CRON says otherwise."""
-    cron = cron or os.environ.get(SNAPSHOT_CRON_VAR) or DEFAULT_SNAPSHOT_CRON
-    try:
-        return dg.ScheduleDefinition(
-            name="pgss_snapshot_schedule",
-            job=pgss_snapshot_job,
-            cron_schedule=cron,
-            default_status=dg.DefaultScheduleStatus.RUNNING,
-            description="Snapshot pg_stat_statements of every target.",
-        )
-    except Exception as exc:
-        raise ConfigError(f"{SNAPSHOT_CRON_VAR} is not a valid cron schedule: {cron!r} ({exc})") from None
+    return env_cron_schedule(
+        "pgss_snapshot_schedule",
+        pgss_snapshot_job,
+        SNAPSHOT_CRON_VAR,
+        DEFAULT_SNAPSHOT_CRON,
+        "Snapshot pg_stat_statements of every target.",
+    )

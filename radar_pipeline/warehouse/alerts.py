@@ -44,10 +44,7 @@ def enqueue(conn: sa.Connection, deploy_id: str, target: str, keys: list[Key], c
             "INSERT INTO radar.alert (deploy_id, target, dbid, userid, queryid, toplevel, channel) "
             "VALUES (:d, :t, :dbid, :userid, :queryid, :toplevel, :c) ON CONFLICT DO NOTHING"
         ),
-        [
-            {"d": deploy_id, "t": target, "dbid": k[0], "userid": k[1], "queryid": k[2], "toplevel": k[3], "c": channel}
-            for k in keys
-        ],
+        [{"d": deploy_id, "t": target, **dict(zip(KEY, k, strict=True)), "c": channel} for k in keys],
     )
 
 
@@ -77,10 +74,7 @@ def mark(
         {
             "d": deploy_id,
             "c": channel,
-            "dbid": k[0],
-            "userid": k[1],
-            "queryid": k[2],
-            "toplevel": k[3],
+            **dict(zip(KEY, k, strict=True)),
             "status": status,
             "ts": ts,
             "error": error,

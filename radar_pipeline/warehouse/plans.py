@@ -99,10 +99,7 @@ def store(
             [
                 {
                     "t": target,
-                    "dbid": k[0],
-                    "userid": k[1],
-                    "queryid": k[2],
-                    "toplevel": k[3],
+                    **dict(zip(KEY, k, strict=True)),
                     "at": captured_at,
                     "source": source,
                     "hash": plan_hash,
@@ -121,15 +118,7 @@ def store(
                 "SET checked_at = EXCLUDED.checked_at, plan_hash = EXCLUDED.plan_hash"
             ),
             [
-                {
-                    "t": target,
-                    "dbid": k[0],
-                    "userid": k[1],
-                    "queryid": k[2],
-                    "toplevel": k[3],
-                    "at": captured_at,
-                    "hash": p[1],
-                }
+                {"t": target, **dict(zip(KEY, k, strict=True)), "at": captured_at, "hash": p[1]}
                 for k, p in plans.items()
             ],
         )
@@ -140,10 +129,7 @@ def store(
                 "ON CONFLICT (target, dbid, userid, queryid, toplevel) DO UPDATE "
                 "SET reason = EXCLUDED.reason, skipped_at = EXCLUDED.skipped_at"
             ),
-            [
-                {"t": target, "dbid": k[0], "userid": k[1], "queryid": k[2], "toplevel": k[3], "reason": reason}
-                for k, reason in skipped.items()
-            ],
+            [{"t": target, **dict(zip(KEY, k, strict=True)), "reason": reason} for k, reason in skipped.items()],
         )
     return len(fresh)
 
@@ -151,7 +137,7 @@ def store(
 def around(conn: sa.Connection, target: str, key: Key, at: datetime) -> tuple[StoredPlan | None, StoredPlan | None]:
     """The plan in force at `at` (the last stored at or before it) and the plan in force since: the newest stored
     after it, or, when a later look found the shape unchanged, the one before (dated by that look)."""
-    params = {"t": target, "dbid": key[0], "userid": key[1], "queryid": key[2], "toplevel": key[3], "at": at}
+    params = {"t": target, **dict(zip(KEY, key, strict=True)), "at": at}
     where = "target = :t AND dbid = :dbid AND userid = :userid AND queryid = :queryid AND toplevel = :toplevel"
     columns = "captured_at, source, plan_hash, root_node, total_cost, plan"
     before = conn.execute(
