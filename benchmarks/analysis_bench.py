@@ -103,12 +103,13 @@ def main() -> None:
                     {"lo": deploy_at - settings.window, "hi": deploy_at + settings.window},
                 ).fetchall()
             anchor.append(time.perf_counter() - t0)
-        parts = {k: statistics.median(r.seconds[k] for r in runs) for k in ("read", "engine", "write")}
+        parts = {k: statistics.median(r.seconds[k] for r in runs) for k in ("read", "engine", "plans", "write")}
         total = sum(parts.values())
         counts = runs[-1].verdicts["verdict"].value_counts().to_dict()
         print(f"one partition: 5,000 queries × 60 scrapes each side ({len(runs[-1].verdicts)} verdicts: {counts})")
         print(
-            f"  read {parts['read']:.3f} s + engine {parts['engine']:.3f} s + write {parts['write']:.3f} s "
+            f"  read {parts['read']:.3f} s + engine {parts['engine']:.3f} s + plan diffs {parts['plans']:.3f} s "
+            f"+ write {parts['write']:.3f} s "
             f"= {total:.3f} s; anchor (bare SELECT of the window's rows) {statistics.median(anchor):.3f} s"
         )
 

@@ -159,19 +159,22 @@ def test_sensor_waits_for_the_window_then_requests_exactly_one_run(scenario):
         assert again.cursor is None or again.cursor == first.cursor
 
 
-def test_sensor_picks_up_a_late_event(scenario):
+def test_sensor_picks_up_a_late_event(scenario, tmp_path):
     s = scenario
     with dg.instance_for_test() as instance:
         first = _sensor(instance, s)
         late_at = s.deployed_at - timedelta(minutes=30)
         deploys.record(s.engine, deploys.DeployEvent("rel-late", s.target.name, late_at))
+        history = tmp_path / "history.csv"  # imported history is for backfills: the sensor leaves it alone
+        history.write_text(f"deploy_id,target,deployed_at\nold-1,{s.target.name},{late_at.isoformat()}\n")
+        deploys.import_csv(s.engine, history)
         try:
             later = _sensor(instance, s, first.cursor)
             assert [r.run_key for r in later.run_requests] == ["rel-late"]
             assert not _sensor(instance, s, later.cursor).run_requests
         finally:
             with s.engine.begin() as conn:
-                conn.execute(sa.text("DELETE FROM radar.deploy_event WHERE deploy_id = 'rel-late'"))
+                conn.execute(sa.text("DELETE FROM radar.deploy_event WHERE deploy_id IN ('rel-late', 'old-1')"))
 
 
 def test_the_slow_query_is_detected_and_the_control_is_not(scenario):

@@ -86,10 +86,8 @@ def analyse_deploy(
         timings["plans"] = time.perf_counter() - started
 
         started = time.perf_counter()
-        record = {**settings.to_dict()}
-        analysis.write_analysis(conn, deploy_id, event.target, record, (lo, hi), verdicts, run_id)
-        detected = verdicts[verdicts["verdict"] == "detected"]
-        texts = analysis.query_texts(conn, event.target, detected[KEY])
+        analysis.write_analysis(conn, deploy_id, event.target, settings.to_dict(), (lo, hi), verdicts, run_id)
+        texts = analysis.query_texts(conn, event.target, verdicts.loc[detected, KEY])
     timings["write"] = time.perf_counter() - started
     return DeployAnalysis(event=event, window=(lo, hi), verdicts=verdicts, health=health, texts=texts, seconds=timings)
 

@@ -18,6 +18,7 @@ MAX_FUTURE = timedelta(minutes=5)
 FIELDS = ("deploy_id", "target", "deployed_at", "service", "version", "source", "url", "metadata")
 CSV_COLUMNS = ("deploy_id", "target", "deployed_at", "service", "version", "url")
 MAX_TEXT = 1000
+FIRST_LOOK = timedelta(days=1)  # how far back a sensor with no cursor yet looks for deploys to analyse
 
 
 class DeployError(ValueError):
@@ -177,27 +178,33 @@ def due_events(conn: sa.Connection, after: datetime | None, delay: timedelta, li
 
     An event is ready at max(received_at, deployed_at + delay): when its window closed, or when it arrived if it
     arrived late. Both parts of the condition use an index (received_at, deployed_at), so one evaluation is one cheap
-    query; results come oldest-ready first, so a cursor at the last one's ready_at loses nothing.
+    query; results come oldest-ready first, so a cursor at the last one's ready_at loses nothing. Imported historical
+    deploys are left to backfills, and with no cursor yet (`after` None) only events ready in the last FIRST_LOOK are
+    returned, so switching the sensor on does not flood the run queue with old deploys.
     """
     rows = conn.execute(
         sa.text(
             "SELECT deploy_id, target, deployed_at, greatest(received_at, deployed_at + :delay) AS ready_at "
             "FROM radar.deploy_event "
             "WHERE deployed_at <= now() - :delay "
-            "AND (CAST(:after AS timestamptz) IS NULL OR received_at > :after "
-            "     OR deployed_at > CAST(:after AS timestamptz) - :delay) "
+            "AND source <> 'import' "
+            "AND (received_at > :after OR deployed_at > CAST(:after AS timestamptz) - :delay) "
             "ORDER BY ready_at, deploy_id LIMIT :limit"
         ),
-        {"delay": delay, "after": after, "limit": limit},
+        {"delay": delay, "after": after if after is not None else _now(conn) - FIRST_LOOK, "limit": limit},
     ).fetchall()
     return [DueEvent(*r) for r in rows]
+
+
+def _now(conn: sa.Connection) -> datetime:
+    return conn.execute(sa.text("SELECT now()")).scalar_one()
 
 
 def _record(conn: sa.Connection, event: DeployEvent, targets: set[str]) -> Recorded:
     if event.target not in targets:
         known = ", ".join(sorted(targets)) or "none yet: snapshot a target first, or set RADAR_TARGETS"
         raise DeployError(f"target {event.target!r} is not known (known targets: {known})")
-    now = conn.execute(sa.text("SELECT now()")).scalar_one()
+    now = _now(conn)
     deployed_at = event.deployed_at or now
     if deployed_at > now + MAX_FUTURE:
         raise DeployError(
