@@ -208,3 +208,11 @@ def test_a_failed_run_is_reported_to_slack(slack):
         slack_run_failure_sensor(context)
     post = slack.calls_to("/api/chat.postMessage")[0].json
     assert post["channel"] == "#ops" and post["text"] == "radar: run of failing_job failed"
+
+
+def test_links_and_texts_cannot_break_out_of_their_markup():
+    from radar_pipeline.alerts.render import excerpt, link
+
+    assert link("https://ci.example/a?b=1&c=<x>|y") == "https://ci.example/a?b=1&amp;c=&lt;x&gt;%7Cy"
+    assert excerpt("SELECT `x`\n  FROM t") == "SELECT 'x' FROM t"
+    assert excerpt("SELECT " + "a, " * 200 + "b").endswith("…") and len(excerpt("SELECT " + "a, " * 200)) == 300

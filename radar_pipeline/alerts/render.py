@@ -46,6 +46,11 @@ def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def link(url: str) -> str:
+    """A URL made safe inside Slack's <url|label>: escaped, and a | (which would end the URL) percent-encoded."""
+    return escape(url).replace("|", "%7C")
+
+
 def excerpt(query: str, limit: int = MAX_QUERY) -> str:
     """The query's text on one line, cut to `limit` characters, escaped, with no backticks to break a code span."""
     one_line = " ".join(query.split()).replace("`", "'")
@@ -84,7 +89,10 @@ def render(deploy: DeployFacts, regressions: list[Regression]) -> tuple[str, lis
         )
     if deploy.run_url:
         blocks.append(
-            {"type": "context", "elements": [{"type": "mrkdwn", "text": f"<{deploy.run_url}|Analysis run in Dagster>"}]}
+            {
+                "type": "context",
+                "elements": [{"type": "mrkdwn", "text": f"<{link(deploy.run_url)}|Analysis run in Dagster>"}],
+            }
         )
     return title, blocks
 
@@ -98,7 +106,7 @@ def _title(deploy: DeployFacts, count: int) -> str:
 def _deploy_fields(deploy: DeployFacts) -> list[dict[str, str]]:
     deploy_text = escape(deploy.deploy_id)
     if deploy.url:
-        deploy_text = f"<{deploy.url}|{deploy_text}>"
+        deploy_text = f"<{link(deploy.url)}|{deploy_text}>"
     return [
         {"type": "mrkdwn", "text": f"*Deploy:* {deploy_text}"},
         {"type": "mrkdwn", "text": f"*At:* {deploy.deployed_at.isoformat(timespec='seconds')}"},

@@ -8,6 +8,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.pgss_model import KEY
+from radar_pipeline.warehouse.analysis import VERDICT_QUERY_JOIN
 
 MAX_ATTEMPTS = 5  # a retryable failure keeps an alert pending until it has been tried this many times
 
@@ -21,8 +22,7 @@ def detections(conn: sa.Connection, deploy_id: str) -> pd.DataFrame:
             "SELECT v.*, q.query, d.deployed_at, d.service, d.version, d.url, a.run_id, a.settings "
             "FROM radar.verdict v JOIN radar.deploy_event d USING (deploy_id) "
             "JOIN radar.analysis a ON a.deploy_id = v.deploy_id AND a.target = v.target "
-            "LEFT JOIN radar.query q ON q.target = v.target AND q.dbid = v.dbid AND q.userid = v.userid "
-            "AND q.queryid = v.queryid AND q.toplevel = v.toplevel "
+            f"{VERDICT_QUERY_JOIN} "
             "WHERE v.deploy_id = :d AND v.verdict = 'detected' ORDER BY v.confidence DESC, v.change_factor DESC"
         ),
         conn,

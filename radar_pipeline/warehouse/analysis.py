@@ -26,6 +26,11 @@ ENGINE_STORED = [
     c for c in ENGINE_COLUMNS if c not in ("query_key", "q_stat", "merged_keys", "segment_n_before", "segment_n_after")
 ]
 VERDICT_COLUMNS = ["deploy_id", "target", *KEY, "fingerprint", *ENGINE_STORED, "plan_diff", "merged_queryids"]
+# A verdict (alias v) with its statement's text (alias q).
+VERDICT_QUERY_JOIN = (
+    "LEFT JOIN radar.query q ON q.target = v.target AND q.dbid = v.dbid AND q.userid = v.userid "
+    "AND q.queryid = v.queryid AND q.toplevel = v.toplevel"
+)
 # A statement's last row before the window is looked for in this stretch first (partitions outside it are pruned),
 # and only when it has none there, in every older partition.
 RECENT = timedelta(hours=2)
@@ -249,8 +254,7 @@ def verdicts_of(conn: sa.Connection, deploy_id: str) -> pd.DataFrame:
             "v.change_at - d.deployed_at AS change_after_deploy, v.calls_before, v.calls_after, v.queryid, "
             "left(regexp_replace(coalesce(q.query, ''), '\\s+', ' ', 'g'), 80) AS query "
             "FROM radar.verdict v JOIN radar.deploy_event d USING (deploy_id) "
-            "LEFT JOIN radar.query q ON q.target = v.target AND q.dbid = v.dbid AND q.userid = v.userid "
-            "AND q.queryid = v.queryid AND q.toplevel = v.toplevel "
+            f"{VERDICT_QUERY_JOIN} "
             "WHERE v.deploy_id = :d "
             "ORDER BY v.verdict = 'detected' DESC, v.confidence DESC NULLS LAST, v.change_factor DESC NULLS LAST"
         ),
