@@ -59,6 +59,13 @@ def test_retention_drops_expired_days_and_creates_the_next(warehouse):
             sa.text("INSERT INTO radar.pgss_info_snapshot VALUES ('t', :at, 0, NULL, 180000, '1.12', 1, 1)"),
             {"at": old},
         )
+        for queryid, seen in ((1, old), (2, datetime(2026, 11, 28, tzinfo=UTC))):
+            conn.execute(
+                sa.text(
+                    "INSERT INTO radar.query VALUES ('t', 1, 1, :q, true, 1, 'SELECT 1', :at, :at, 1, 1, NULL, NULL)"
+                ),
+                {"q": queryid, "at": seen},
+            )
     dropped = apply_retention(warehouse, keep_days=14, today=today)
     assert dropped == [f"pgss_snapshot_p202611{d:02d}" for d in range(10, 15)]
     names = _partitions(warehouse)
@@ -66,6 +73,7 @@ def test_retention_drops_expired_days_and_creates_the_next(warehouse):
     assert names[-1] == "pgss_snapshot_p20261201"  # today and two days ahead
     with warehouse.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM radar.pgss_info_snapshot")).scalar_one() == 0
+        assert conn.execute(sa.text("SELECT queryid FROM radar.query")).scalars().all() == [2]
     assert apply_retention(warehouse, keep_days=14, today=today) == []
 
 

@@ -12,7 +12,8 @@ from radar_pipeline.warehouse.snapshots import PARTITION_DAYS_AHEAD
 
 
 def apply_retention(engine: sa.Engine, keep_days: int, today: date) -> list[str]:
-    """Drop the day partitions that ended before today − keep_days; returns the partitions dropped."""
+    """Drop the day partitions that ended before today − keep_days, with the scrape facts and the catalogue entries
+    of statements last seen before then (unless a verdict shows them); returns the partitions dropped."""
     cutoff = today - timedelta(days=keep_days)
     with engine.begin() as conn:
         dropped = [
@@ -23,6 +24,15 @@ def apply_retention(engine: sa.Engine, keep_days: int, today: date) -> list[str]
         ]
         conn.execute(
             sa.text("DELETE FROM radar.pgss_info_snapshot WHERE captured_at < CAST(:c AS date)"), {"c": cutoff}
+        )
+        # Statements not seen since the cutoff leave the catalogue, unless a verdict still shows their text.
+        conn.execute(
+            sa.text(
+                "DELETE FROM radar.query q WHERE q.last_seen < CAST(:c AS date) AND NOT EXISTS (SELECT 1 FROM "
+                "radar.verdict v WHERE v.target = q.target AND v.dbid = q.dbid AND v.userid = q.userid "
+                "AND v.queryid = q.queryid AND v.toplevel = q.toplevel)"
+            ),
+            {"c": cutoff},
         )
         conn.execute(
             sa.text("SELECT radar.ensure_pgss_snapshot_partitions(:d, :n)"), {"d": today, "n": PARTITION_DAYS_AHEAD}
