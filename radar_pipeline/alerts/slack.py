@@ -69,6 +69,7 @@ class SlackSender:
 
     @property
     def configured(self) -> bool:
+        """Whether a bot token or a webhook was given (else alerts are only recorded and printed)."""
         return self._web is not None or self._hook is not None
 
     def send(self, text: str, blocks: list[dict[str, Any]], charts: list[tuple[Path, str]] = ()) -> Delivered:  # type: ignore[assignment]

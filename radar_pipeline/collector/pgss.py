@@ -37,10 +37,12 @@ class Extension:
 
     @property
     def version_tuple(self) -> tuple[int, ...]:
+        """The extension version as numbers, for comparisons: "1.11" → (1, 11)."""
         return tuple(int(part) for part in self.version.split("."))
 
     @property
     def has_stats_since(self) -> bool:
+        """Whether the view has stats_since and the shared_blk_*_time names (extension 1.11, PostgreSQL 17)."""
         return self.version_tuple >= (1, 11)
 
 

@@ -40,6 +40,7 @@ class SlackResource(dg.ConfigurableResource):
     base_url: str = "https://slack.com/api/"
 
     def sender(self) -> SlackSender:
+        """A sender for the configured mode: bot token and channel, webhook, or none."""
         return SlackSender(
             token=self.token or None,
             channel=self.channel or None,

@@ -42,6 +42,7 @@ def apply_retention(engine: sa.Engine, keep_days: int, today: date) -> list[str]
 
 @dg.op(description="Drop expired snapshot partitions and create the coming days' partitions.")
 def drop_expired_snapshots(context: dg.OpExecutionContext, warehouse: WarehouseResource) -> list[str]:
+    """Apply RADAR_RETENTION_DAYS to the warehouse and report the partitions dropped."""
     keep = retention_days(os.environ.get(RETENTION_DAYS_VAR))
     dropped = apply_retention(warehouse.engine(), keep, datetime.now(UTC).date())
     context.log.info(
@@ -53,6 +54,7 @@ def drop_expired_snapshots(context: dg.OpExecutionContext, warehouse: WarehouseR
 
 @dg.job(description="Snapshot retention: drop day partitions older than RADAR_RETENTION_DAYS (default 14).")
 def pgss_retention_job() -> None:
+    """The retention job: one op."""
     drop_expired_snapshots()
 
 

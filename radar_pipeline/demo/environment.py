@@ -36,10 +36,12 @@ class Embedded:
 
     @property
     def dagster_home(self) -> Path:
+        """Dagster's home for the embedded default: its dagster.yaml points storage at the embedded server."""
         return self.home / "dagster"
 
     @property
     def charts(self) -> Path:
+        """Where regression charts are written."""
         return self.home / "charts"
 
     def environment(self) -> dict[str, str]:
@@ -55,6 +57,7 @@ class Embedded:
         }
 
     def stop(self) -> None:
+        """Stop the embedded server (its data stays for `radar dev`)."""
         self.server.stop()
 
 

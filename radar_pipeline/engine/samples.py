@@ -44,6 +44,7 @@ class WindowSamples:
 
     @property
     def groups(self) -> int:
+        """How many queries there are (after merging keys that share a fingerprint)."""
         return len(self.keys)
 
     @property
