@@ -111,7 +111,8 @@ def _run(embedded: environment.Embedded, started: float) -> int:
             result = job.execute_in_process(
                 instance=instance,
                 partition_key=request.partition_key,
-                tags={**request.tags, "dagster/sensor_name": "deploy_event_sensor"},
+                # The tags a sensor's run carries: the daemon of `radar dev` then knows this deploy was handled.
+                tags={**request.tags, "dagster/sensor_name": "deploy_event_sensor", "dagster/run_key": request.run_key},
                 run_config=QUIET,
                 raise_on_error=False,
             )
