@@ -1,13 +1,28 @@
 """The shape of a pg_stat_statements scrape: produced by the collector, stored by the warehouse (neither imports
 the other, so what they share lives here)."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import pandas as pd
 
 # pg_stat_statements keys a statement by these (toplevel from PostgreSQL 14); radar adds the target in front.
 KEY = ["dbid", "userid", "queryid", "toplevel"]
+Key = tuple[int, int, int, bool]
+
+
+def statement_key(values: Sequence[Any]) -> Key:
+    """A statement's key as plain Python values, from the first four items of a row (dbid, userid, queryid,
+    toplevel)."""
+    return (int(values[0]), int(values[1]), int(values[2]), bool(values[3]))
+
+
+def statement_keys(frame: pd.DataFrame) -> list[Key]:
+    """The key of every row of a frame with the KEY columns."""
+    return [statement_key(row) for row in zip(*(frame[k] for k in KEY), strict=True)]
+
 
 # The cumulative counters radar keeps (shared_blk_read_time is blk_read_time before PostgreSQL 17).
 COUNTERS = [

@@ -16,7 +16,7 @@ from psycopg import sql
 
 from radar_pipeline.collector.session import TargetUnavailable, describe
 from radar_pipeline.config import Target
-from radar_pipeline.pgss_model import COUNTERS, KEY, PgssScrape, ScrapeInfo
+from radar_pipeline.pgss_model import COUNTERS, KEY, Key, PgssScrape, ScrapeInfo, statement_key
 
 # Every statement the collector sends carries this comment, so it can recognise its own entries in the view.
 COLLECTOR_MARK = "/* radar_pipeline collector */"
@@ -129,9 +129,7 @@ def scrape(conn: psycopg.Connection, target: Target, ext: Extension, exclude_rol
     return PgssScrape(info=info, statements=statements)
 
 
-def fetch_texts(
-    conn: psycopg.Connection, target: Target, ext: Extension, queryids: list[int]
-) -> dict[tuple[int, int, int, bool], str]:
+def fetch_texts(conn: psycopg.Connection, target: Target, ext: Extension, queryids: list[int]) -> dict[Key, str]:
     """Read the texts of the given queryids (the view stores each text once; this reads only what we ask for)."""
     if not queryids:
         return {}
@@ -145,7 +143,7 @@ def fetch_texts(
         raise TargetUnavailable(
             f"target {target.name!r}: reading statement texts failed: {describe(exc, target)}"
         ) from None
-    return {(int(r[0]), int(r[1]), int(r[2]), bool(r[3])): r[4] or "" for r in rows}
+    return {statement_key(r): r[4] or "" for r in rows}
 
 
 def own_statement_reason(text: str) -> str | None:

@@ -20,7 +20,7 @@ from radar_pipeline.defs.deploys import deploy_verdicts, deploys_partitions
 from radar_pipeline.defs.resources import WarehouseResource
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.engine.samples import window_samples
-from radar_pipeline.pgss_model import KEY
+from radar_pipeline.pgss_model import KEY, statement_keys
 from radar_pipeline.warehouse import alerts as outbox
 from radar_pipeline.warehouse.analysis import read_window
 
@@ -79,7 +79,7 @@ def regression_alerts(
         found = outbox.detections(conn, deploy_id)
         if found.empty:
             return dg.MaterializeResult(metadata={"regressions": 0, "note": "no regression detected for this deploy"})
-        keys = [(int(r.dbid), int(r.userid), int(r.queryid), bool(r.toplevel)) for r in found.itertuples()]
+        keys = statement_keys(found)
         outbox.enqueue(conn, deploy_id, str(found["target"].iloc[0]), keys, channel)
         todo = set(outbox.pending(conn, deploy_id, channel))
         todo_rows = found[[k in todo for k in keys]]

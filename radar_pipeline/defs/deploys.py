@@ -135,6 +135,7 @@ def _metadata(result: DeployAnalysis) -> dict[str, Any]:
         "detections": dg.MetadataValue.md("\n".join(lines) if len(detected) else "No regression detected."),
         "read_s": round(result.seconds["read"], 3),
         "engine_s": round(result.seconds["engine"], 3),
+        "plans_s": round(result.seconds["plans"], 3),
         "write_s": round(result.seconds["write"], 3),
     }
 

@@ -16,13 +16,12 @@ import sqlalchemy as sa
 
 from radar_pipeline.collector import plan_shape, plans, session
 from radar_pipeline.config import Target
-from radar_pipeline.pgss_model import KEY
+from radar_pipeline.pgss_model import KEY, Key, statement_key
 from radar_pipeline.warehouse import plans as stored_plans
 
 DEFAULT_TOP_N = 200
 FIRST_LOOKBACK = timedelta(hours=1)  # how far back "since the last capture" reaches the first time
 
-Key = tuple[int, int, int, bool]
 Captured = tuple[str, str, str, float | None, dict]  # source, plan_hash, root_node, total_cost, plan
 
 
@@ -89,8 +88,7 @@ def plan_diffs(
     source: plans.PlanSource | None = None
     try:
         for row in detections.itertuples():
-            key = tuple(getattr(row, k) for k in KEY)
-            key = (int(key[0]), int(key[1]), int(key[2]), bool(key[3]))
+            key = statement_key([getattr(row, k) for k in KEY])
             change_at = row.change_at.to_pydatetime()
             before, after = stored_plans.around(conn, target_name, key, change_at)
             if after is None and live is not None:

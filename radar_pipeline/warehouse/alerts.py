@@ -7,12 +7,10 @@ from typing import Any
 import pandas as pd
 import sqlalchemy as sa
 
-from radar_pipeline.pgss_model import KEY
+from radar_pipeline.pgss_model import KEY, Key, statement_key
 from radar_pipeline.warehouse.analysis import VERDICT_QUERY_JOIN
 
 MAX_ATTEMPTS = 5  # a retryable failure keeps an alert pending until it has been tried this many times
-
-Key = tuple[int, int, int, bool]
 
 
 def detections(conn: sa.Connection, deploy_id: str) -> pd.DataFrame:
@@ -56,7 +54,7 @@ def pending(conn: sa.Connection, deploy_id: str, channel: str) -> list[Key]:
         ),
         {"d": deploy_id, "c": channel},
     )
-    return [(int(r[0]), int(r[1]), int(r[2]), bool(r[3])) for r in rows]
+    return [statement_key(r) for r in rows]
 
 
 def mark(

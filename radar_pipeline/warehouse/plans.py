@@ -9,9 +9,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from radar_pipeline.pgss_model import KEY
+from radar_pipeline.pgss_model import KEY, Key, statement_key
 
-Key = tuple[int, int, int, bool]
 RETRY_SKIPPED_AFTER = timedelta(days=1)
 MAX_TEXT = 8192  # radar.query keeps texts this long: a text that long may have been cut, and cannot be planned
 
@@ -54,7 +53,7 @@ def candidates(conn: sa.Connection, target: str, dbid: int, since: datetime, top
         ),
         {"t": target, "dbid": dbid, "since": since, "n": top_n, "retry": RETRY_SKIPPED_AFTER},
     )
-    return [((int(r[0]), int(r[1]), int(r[2]), bool(r[3])), r[4]) for r in rows]
+    return [(statement_key(r), r[4]) for r in rows]
 
 
 def last_capture(conn: sa.Connection, target: str) -> datetime | None:
@@ -77,7 +76,7 @@ def latest_hashes(conn: sa.Connection, target: str) -> dict[Key, str]:
         ),
         {"t": target},
     )
-    return {(int(r[0]), int(r[1]), int(r[2]), bool(r[3])): r[4] for r in rows}
+    return {statement_key(r): r[4] for r in rows}
 
 
 def store(

@@ -16,14 +16,12 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
-from radar_pipeline.pgss_model import COUNTERS, KEY, ScrapeInfo
+from radar_pipeline.pgss_model import COUNTERS, KEY, Key, ScrapeInfo, statement_key, statement_keys
 from radar_pipeline.warehouse.database import driver
 
 SNAPSHOT_COLUMNS = ["target", "captured_at", *KEY, *COUNTERS, "stats_since", "reset_before", "fingerprint"]
 MAX_QUERY_TEXT = 8192
 PARTITION_DAYS_AHEAD = 3
-
-Key = tuple[int, int, int, bool]
 
 
 @dataclass
@@ -96,7 +94,7 @@ def lock_and_load_state(conn: sa.Connection, target: str) -> TargetState:
     for column in ("last_stats_since", "missing_since"):
         queries[column] = pd.to_datetime(queries[column], utc=True)
     ignored = {
-        (int(r[0]), int(r[1]), int(r[2]), bool(r[3]))
+        statement_key(r)
         for r in conn.execute(
             sa.text("SELECT dbid, userid, queryid, toplevel FROM radar.ignored_statement WHERE target = :t"),
             {"t": target},
@@ -150,9 +148,9 @@ def plan_snapshot(state: TargetState, statements: pd.DataFrame, stats_reset: dat
     missing = missing[missing["_merge"] == "left_only"]
     return SnapshotPlan(
         rows=rows,
-        new_keys=_keys(merged[~known]),
-        reappeared_keys=_keys(merged[reappeared]),
-        missing_keys=_keys(missing),
+        new_keys=statement_keys(merged[~known]),
+        reappeared_keys=statement_keys(merged[reappeared]),
+        missing_keys=statement_keys(missing),
         server_reset=server_reset,
         listed=len(statements),
     )
@@ -180,7 +178,7 @@ def write_snapshot(
 
     rows = plan.rows
     is_new = rows["is_new"].to_numpy()
-    new_keys = _keys(rows[is_new])
+    new_keys = statement_keys(rows[is_new])
     keep_new = np.array([k in fingerprints and k not in ignored for k in new_keys], dtype=bool)
     result.skipped_keys = [k for k, keep in zip(new_keys, keep_new, strict=True) if not keep and k not in ignored]
     keep = np.ones(len(rows), dtype=bool)
@@ -188,8 +186,8 @@ def write_snapshot(
     rows = rows[keep].copy()
     if len(rows):
         # New statements take their fingerprint from their text; a reappeared one whose text was read again, too.
-        has_text = [k in fingerprints for k in _keys(rows)]
-        rows.loc[has_text, "fingerprint"] = [fingerprints[k] for k in _keys(rows[has_text])]
+        has_text = [k in fingerprints for k in statement_keys(rows)]
+        rows.loc[has_text, "fingerprint"] = [fingerprints[k] for k in statement_keys(rows[has_text])]
 
     result.statements = plan.listed - len(ignored)
     result.stored_rows = len(rows)
@@ -231,7 +229,7 @@ def _store_rows(conn: sa.Connection, info: ScrapeInfo, rows: pd.DataFrame, texts
     """Stage the moved statements with one COPY, then insert their snapshot rows and update the catalogue from it."""
     if not len(rows):
         return
-    keys = _keys(rows)
+    keys = statement_keys(rows)
     stats_since = [None if pd.isna(v) else v.to_pydatetime() for v in rows["stats_since"]]
     columns = [rows[c].tolist() for c in KEY + COUNTERS]
     reset_before = rows["reset_before"].tolist()
@@ -309,13 +307,6 @@ def _record_ignored(conn: sa.Connection, target: str, ignored: dict[Key, str]) -
             for k, reason in ignored.items()
         ],
     )
-
-
-def _keys(frame: pd.DataFrame) -> list[Key]:
-    return [
-        (int(d), int(u), int(q), bool(t))
-        for d, u, q, t in zip(frame["dbid"], frame["userid"], frame["queryid"], frame["toplevel"], strict=True)
-    ]
 
 
 def _differs(a: pd.Series, b: pd.Series) -> np.ndarray:
