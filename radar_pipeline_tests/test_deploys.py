@@ -67,6 +67,7 @@ def test_at_defaults_to_the_warehouse_clock(known):
         ({"deploy_id": "a...b"}, "is not usable"),
         ({"deploy_id": ""}, "is not usable"),
         ({"deploy_id": "x" * 129}, "is not usable"),
+        ({"deploy_id": "periodic:2026-11-29-21:00"}, "names periodic analyses"),
         ({"deployed_at": datetime(2026, 1, 1)}, "has no time zone"),
         ({"url": "javascript:alert(1)"}, "is not an http"),
         ({"target": ""}, "target is empty"),

@@ -18,6 +18,7 @@ MAX_FUTURE = timedelta(minutes=5)
 FIELDS = ("deploy_id", "target", "deployed_at", "service", "version", "source", "url", "metadata")
 CSV_COLUMNS = ("deploy_id", "target", "deployed_at", "service", "version", "url")
 MAX_TEXT = 1000
+PERIODIC_PREFIX = "periodic:"  # ids of periodic analyses in radar.analysis (see sql/0006)
 FIRST_LOOK = timedelta(days=1)  # how far back a sensor with no cursor yet looks for deploys to analyse
 
 
@@ -43,6 +44,11 @@ class DeployEvent:
             raise DeployError(
                 f"deploy id {self.deploy_id!r} is not usable: 1-128 letters, digits or . _ : @ + = -, starting with a "
                 "letter or digit, without '...' (it becomes a Dagster partition key)"
+            )
+        if self.deploy_id.startswith(PERIODIC_PREFIX):
+            raise DeployError(
+                f"deploy id {self.deploy_id!r} starts with {PERIODIC_PREFIX!r}, which names periodic analyses: "
+                "choose another id"
             )
         if not self.target:
             raise DeployError("target is empty")

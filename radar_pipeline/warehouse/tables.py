@@ -114,6 +114,9 @@ deploy_event = sa.Table(
     sa.Column("received_at", _tz, nullable=False),
 )
 
+# Whether an analysis (and its verdicts) is of a deploy or periodic, derived from its id.
+_TRIGGER = "CASE WHEN deploy_id LIKE 'periodic:%' THEN 'periodic' ELSE 'deploy' END"
+
 analysis = sa.Table(
     "analysis",
     metadata,
@@ -129,6 +132,8 @@ analysis = sa.Table(
     sa.Column("no_regression", sa.Integer, nullable=False),
     sa.Column("insufficient_data", sa.Integer, nullable=False),
     sa.Column("run_id", sa.Text),
+    sa.Column("trigger", sa.Text, sa.Computed(_TRIGGER), nullable=False),
+    sa.Column("deploy_ref", sa.Text, sa.Computed("CASE WHEN deploy_id LIKE 'periodic:%' THEN NULL ELSE deploy_id END")),
 )
 
 _measure = sa.Double
@@ -172,4 +177,53 @@ verdict = sa.Table(
     sa.Column("cause", sa.Text),
     sa.Column("plan_diff", pg.JSONB),
     sa.Column("merged_queryids", pg.ARRAY(sa.BigInteger), nullable=False),
+    sa.Column("trigger", sa.Text, sa.Computed(_TRIGGER), nullable=False),
+)
+
+regression_episode = sa.Table(
+    "regression_episode",
+    metadata,
+    sa.Column("target", sa.Text, primary_key=True),
+    sa.Column("fingerprint", sa.BigInteger, primary_key=True),
+    sa.Column("dbid", pg.OID, nullable=False),
+    sa.Column("userid", pg.OID, nullable=False),
+    sa.Column("queryid", sa.BigInteger, nullable=False),
+    sa.Column("toplevel", sa.Boolean, nullable=False),
+    sa.Column("opened_by", sa.Text, primary_key=True),
+    sa.Column("change_at", _tz, nullable=False),
+    sa.Column("baseline_ms", _measure, nullable=False),
+    sa.Column("level_ms", _measure, nullable=False),
+    sa.Column("recovered_at", _tz),
+    sa.Column("recovered_by", sa.Text),
+    sa.Column("recovered_ms", _measure),
+)
+
+query_history = sa.Table(
+    "query_history",
+    metadata,
+    sa.Column("target", sa.Text, primary_key=True),
+    sa.Column("fingerprint", sa.BigInteger, primary_key=True),
+    sa.Column("deploy_id", sa.Text, primary_key=True),
+    sa.Column("deployed_at", _tz, nullable=False),
+    sa.Column("dbid", pg.OID, nullable=False),
+    sa.Column("userid", pg.OID, nullable=False),
+    sa.Column("queryid", sa.BigInteger, nullable=False),
+    sa.Column("toplevel", sa.Boolean, nullable=False),
+    sa.Column("mean_ms", _measure, nullable=False),
+    sa.Column("calls", sa.BigInteger, nullable=False),
+    sa.Column("begins_segment", sa.Boolean, nullable=False),
+    sa.Column("segment", sa.Integer, nullable=False),
+    sa.Column("centre_ms", _measure),
+    sa.Column("spread_ms", _measure),
+    sa.Column("z_score", _measure),
+    sa.Column("above_band", sa.Boolean, nullable=False),
+    sa.Column("drift_rise", _measure),
+    sa.Column("drift_p", _measure),
+    sa.Column("drift", sa.Boolean, nullable=False),
+    sa.Column("seg_points", sa.Integer, nullable=False),
+    sa.Column("seg_mean_ms", _measure, nullable=False),
+    sa.Column("points", sa.Integer, nullable=False),
+    sa.Column("segments", sa.Integer, nullable=False),
+    sa.Column("residual_ss", _measure, nullable=False),
+    sa.Column("settings", pg.JSONB, nullable=False),
 )
