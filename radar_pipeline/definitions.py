@@ -11,13 +11,14 @@ from radar_pipeline.defs.deploys import (
     deploy_verdicts,
     deploy_verdicts_job,
 )
+from radar_pipeline.defs.history import query_history
 from radar_pipeline.defs.plans import plan_snapshot_job, plan_snapshot_schedule_for, plan_snapshots
 from radar_pipeline.defs.resources import default_resources
 from radar_pipeline.defs.retention import pgss_retention_job, pgss_retention_schedule
 from radar_pipeline.defs.snapshots import pgss_snapshot_job, pgss_snapshot_schedule_for, pgss_snapshots
 
 defs = dg.Definitions(
-    assets=[pgss_snapshots, plan_snapshots, deploy_verdicts, regression_alerts],
+    assets=[pgss_snapshots, plan_snapshots, deploy_verdicts, regression_alerts, query_history],
     jobs=[pgss_snapshot_job, plan_snapshot_job, pgss_retention_job, deploy_verdicts_job],
     schedules=[
         pgss_snapshot_schedule_for(),

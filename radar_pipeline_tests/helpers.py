@@ -81,3 +81,41 @@ def scrape_times(warehouse: sa.Engine, target: str) -> list:
 def run_log_text(instance, run_id: str) -> str:  # type: ignore[no-untyped-def]
     """Every log line and event of a Dagster run as one text (what a user reads in the UI)."""
     return "\n".join(f"{entry.user_message} {entry.dagster_event}" for entry in instance.all_logs(run_id))
+
+
+def store_counters(warehouse: sa.Engine, target: str, frame: pd.DataFrame, texts: dict[int, str]) -> None:
+    """Write synthetic cumulative counters into the warehouse as the collector would: snapshot rows (columns queryid,
+    captured_at, calls, total_exec_time; dbid 5, userid 10, fingerprint = queryid), a scrape row per distinct
+    captured_at, and a catalogue entry per query with its text."""
+    days = pd.to_datetime(frame["captured_at"]).dt.date
+    rows = [
+        {"t": target, "at": r.captured_at, "q": int(r.queryid), "c": int(r.calls), "x": float(r.total_exec_time)}
+        for r in frame.itertuples()
+    ]
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text("SELECT radar.ensure_pgss_snapshot_partitions(:d, :n)"),
+            {"d": days.min(), "n": (days.max() - days.min()).days + 1},
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.pgss_snapshot VALUES (:t, :at, 5, 10, :q, true, :c, :x, :c, 0, 0, 0, 0.0, NULL, "
+                "false, :q)"
+            ),
+            rows,
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.pgss_info_snapshot VALUES (:t, :at, 0, NULL, 180000, '1.12', 3, 3) "
+                "ON CONFLICT DO NOTHING"
+            ),
+            [{"t": target, "at": at} for at in sorted(set(frame["captured_at"]))],
+        )
+        first = frame["captured_at"].min()
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.query VALUES (:t, 5, 10, :q, true, :q, :text, :at, :at, 0, 0, NULL, NULL) "
+                "ON CONFLICT DO NOTHING"
+            ),
+            [{"t": target, "q": q, "text": text, "at": first} for q, text in texts.items()],
+        )

@@ -1,5 +1,5 @@
 """A regression's chart: interval means over the window, the deploy, the located change, the tolerance band and the
-two segment means, drawn with matplotlib into a PNG."""
+two segment means; and a query's history with its band. Drawn with matplotlib into PNGs."""
 
 from __future__ import annotations
 
@@ -39,6 +39,60 @@ def render_chart(
         ax.hlines(segment_before_ms, left, change, colors="#27ae60", linewidth=2, label="segment means")
         ax.hlines(segment_after_ms, change, right, colors="#27ae60", linewidth=2)
         ax.set_xlabel("seconds from the deploy")
+        ax.set_ylabel("ms per call")
+        ax.set_title(title[:90], fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, format="png")
+    finally:
+        plt.close(fig)
+    return path
+
+
+def render_history_chart(
+    path: Path,
+    deployed_at: list[datetime],
+    means: np.ndarray,
+    centre: np.ndarray,
+    spread: np.ndarray,
+    z: float,
+    begins_segment: np.ndarray,
+    flagged: np.ndarray,
+    title: str,
+    trend: tuple[int, float, float] | None = None,
+) -> Path:
+    """Draw a query's history to `path` (PNG): its post-deploy means, the band centre ± z × spread each point was
+    judged against, segment starts, points above the band, and (trend = first index, start level, rise per deploy)
+    the drift line."""
+    x = np.arange(len(means))
+    fig, ax = plt.subplots(figsize=(8, 3.4), dpi=100)
+    try:
+        ax.fill_between(
+            x,
+            centre - z * spread,
+            centre + z * spread,
+            color="#2f80ed",
+            alpha=0.15,
+            step="mid",
+            label=f"band: centre ± {z:g} × spread",
+        )
+        ax.plot(x, centre, color="#2f80ed", linewidth=1, drawstyle="steps-mid", label="band centre")
+        ax.plot(x, means, "o-", color="#333333", markersize=4, linewidth=1, label="mean after the deploy")
+        if flagged.any():
+            ax.plot(x[flagged], means[flagged], "o", color="#eb5757", markersize=8, label="above the band")
+        for i in np.flatnonzero(begins_segment):
+            if i > 0:
+                ax.axvline(i - 0.5, color="#f2994a", linestyle=":", linewidth=1.5)
+        if trend is not None:
+            first, start, slope = trend
+            xs = np.arange(first, len(means))
+            ax.plot(xs, start + slope * (xs - first), color="#9b51e0", linewidth=2, label="drift trend")
+        step = max(1, len(x) // 8)
+        labels = [d.strftime("%m-%d %H:%M") for d in deployed_at][::step]
+        ax.set_xticks(x[::step], labels, fontsize=7, rotation=30, ha="right")
+        ax.set_xlabel("deploys (segment starts dotted)")
         ax.set_ylabel("ms per call")
         ax.set_title(title[:90], fontsize=10)
         ax.grid(alpha=0.3)

@@ -154,10 +154,7 @@ def _charts(conn: sa.Connection, facts: DeployFacts, rows: pd.DataFrame) -> list
     counters = window.counters.drop(columns=["fingerprint"])
     samples = window_samples(counters, _ns(lo), _ns(hi))
     by_key = {tuple(k): i for i, k in enumerate(window.keys[KEY].itertuples(index=False))}
-    chosen = os.environ.get(CHART_DIR_VAR)
-    folder = (
-        Path(chosen) / facts.deploy_id if chosen else Path(tempfile.mkdtemp(prefix=f"radar-charts-{facts.deploy_id}-"))
-    )
+    folder = chart_folder(facts.deploy_id)
     charts = []
     for row in rows.itertuples():
         group = by_key.get((int(row.dbid), int(row.userid), int(row.queryid), bool(row.toplevel)))
@@ -181,6 +178,14 @@ def _charts(conn: sa.Connection, facts: DeployFacts, rows: pd.DataFrame) -> list
         )
         charts.append((path, title))
     return charts
+
+
+def chart_folder(partition_key: str) -> Path:
+    """Where a partition's chart images go: RADAR_CHART_DIR/<partition> when set, else a new temporary folder."""
+    chosen = os.environ.get(CHART_DIR_VAR)
+    if chosen:
+        return Path(chosen) / partition_key.replace(":", "_")
+    return Path(tempfile.mkdtemp(prefix=f"radar-charts-{partition_key.replace(':', '_')}-"))
 
 
 def _ns(moment: datetime) -> int:

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.engine import COLUMNS as ENGINE_COLUMNS
 from radar_pipeline.pgss_model import KEY
-from radar_pipeline.warehouse.database import driver
+from radar_pipeline.warehouse.database import copy_frame, driver
 
 # The engine's result columns that radar.verdict stores (not the query_key, Q or the merged keys, which are stored as
 # the statement's identity and merged_queryids), between the statement and what later stages add.
@@ -199,12 +199,7 @@ def write_analysis(
     )
     if not len(verdicts):
         return
-    frame = verdicts.assign(deploy_id=deploy_id, target=target)
-    columns = [frame[c].tolist() for c in VERDICT_COLUMNS]
-    with driver(conn).cursor() as cur:
-        with cur.copy(f"COPY radar.verdict ({', '.join(VERDICT_COLUMNS)}) FROM STDIN") as copy:
-            for i in range(len(frame)):
-                copy.write_row(tuple(_db_value(column[i]) for column in columns))
+    copy_frame(conn, "radar.verdict", VERDICT_COLUMNS, verdicts.assign(deploy_id=deploy_id, target=target))
 
 
 def window_health(conn: sa.Connection, target: str, lo: datetime, hi: datetime) -> dict[str, Any]:
@@ -261,18 +256,3 @@ def verdicts_of(conn: sa.Connection, deploy_id: str) -> pd.DataFrame:
         conn,
         params={"d": deploy_id},
     )
-
-
-def _db_value(value: Any) -> Any:
-    """A DataFrame cell as COPY wants it: NaN and NaT as NULL, numpy scalars as Python ones, dicts as JSON."""
-    if isinstance(value, dict):
-        return json.dumps(value)
-    if isinstance(value, list | tuple):
-        return list(value)
-    if value is None or pd.isna(value):
-        return None
-    if isinstance(value, pd.Timestamp):
-        return value.to_pydatetime()
-    if isinstance(value, np.generic):
-        return value.item()
-    return value

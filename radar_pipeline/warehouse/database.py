@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+import numpy as np
+import pandas as pd
 import psycopg
 import sqlalchemy as sa
 
@@ -18,3 +23,27 @@ def driver(conn: sa.Connection) -> psycopg.Connection:
     dbapi = conn.connection.driver_connection
     assert isinstance(dbapi, psycopg.Connection), "the warehouse engine must use the psycopg driver"
     return dbapi
+
+
+def copy_frame(conn: sa.Connection, table: str, columns: list[str], frame: pd.DataFrame) -> None:
+    """Append the frame's `columns` to `table` with one COPY, in the caller's transaction."""
+    values = [frame[c].tolist() for c in columns]
+    with driver(conn).cursor() as cur:
+        with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+            for i in range(len(frame)):
+                copy.write_row(tuple(_copy_value(column[i]) for column in values))
+
+
+def _copy_value(value: Any) -> Any:
+    """A DataFrame cell as COPY wants it: NaN and NaT as NULL, numpy scalars as Python ones, dicts as JSON."""
+    if isinstance(value, dict):
+        return json.dumps(value)
+    if isinstance(value, list | tuple):
+        return list(value)
+    if value is None or pd.isna(value):
+        return None
+    if isinstance(value, pd.Timestamp):
+        return value.to_pydatetime()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

@@ -1,0 +1,155 @@
+"""A deploy's points added to its queries' histories, with their bands and drift flags, and charts of the flagged.
+
+Plain Python, so the Dagster asset and the tests run the same code.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import sqlalchemy as sa
+from scipy import stats
+
+from radar_pipeline.alerts.chart import render_history_chart
+from radar_pipeline.engine.history import STATE, HistorySettings, extend_history
+from radar_pipeline.warehouse import analysis, deploys
+from radar_pipeline.warehouse import history as store
+
+
+class HistoryRefused(RuntimeError):
+    """The deploy has no analysis to take points from; nothing was written."""
+
+
+@dataclass
+class HistoryUpdate:
+    """What adding a deploy's points found: the deploy's points with their bands, and how many later points were
+    recomputed (a backfill of an older deploy)."""
+
+    deploy_id: str
+    target: str
+    points: pd.DataFrame  # the deploy's own points: store.COLUMNS without settings
+    recomputed: int
+    texts: dict[int, str] = field(default_factory=dict)  # queryid → text, for the flagged points
+    seconds: float = 0.0
+
+    @property
+    def flagged(self) -> pd.DataFrame:
+        """The deploy's points above their band or flagged as drifting, the largest z first."""
+        chosen = self.points[self.points["above_band"] | self.points["drift"]]
+        return chosen.sort_values(["drift", "z_score"], ascending=False)
+
+
+def update_history(conn: sa.Connection, deploy_id: str, settings: HistorySettings, min_calls: int) -> HistoryUpdate:
+    """Add (or replace) the deploy's points in radar.query_history and recompute the points after them, in the
+    caller's transaction.
+
+    A point is a query's call-weighted mean over the window after the deploy, where the analysis saw at least
+    `min_calls` calls there. It begins a segment when the deploy's analysis detected a regression in the query, or
+    the periodic check detected one since the query's previous point.
+    """
+    started = time.perf_counter()
+    event = deploys.get(conn, deploy_id)
+    if event is None or event.deployed_at is None:
+        raise HistoryRefused(f"deploy {deploy_id!r} is not recorded in radar.deploy_event")
+    analysed = conn.execute(sa.text("SELECT 1 FROM radar.analysis WHERE deploy_id = :d"), {"d": deploy_id}).first()
+    if analysed is None:
+        raise HistoryRefused(f"deploy {deploy_id!r} has not been analysed yet: materialise deploy_verdicts first")
+    target, here = event.target, (event.deployed_at, deploy_id)
+
+    new = store.deploy_points(conn, deploy_id, min_calls)
+    fingerprints = sorted({int(f) for f in new["fingerprint"]} | set(store.stored_fingerprints(conn, deploy_id)))
+    prior = store.earlier_points(conn, target, fingerprints, here, settings.drift_points)
+    later = store.later_points(conn, target, fingerprints, here)
+    detected = store.detected_at_deploys(conn, target, sorted(set(later["deploy_id"])))
+    later["detected"] = [(d, int(f)) in detected for d, f in zip(later["deploy_id"], later["fingerprint"], strict=True)]
+
+    points = pd.concat([new, later], ignore_index=True).sort_values(
+        ["fingerprint", "deployed_at", "deploy_id"], kind="stable", ignore_index=True
+    )
+    points["begins_segment"] = points["detected"].astype(bool) | _periodic_change_since_last_point(
+        conn, target, points, prior
+    )
+    result = extend_history(
+        prior.rename(columns={"fingerprint": "series"})[["series", "mean_ms", *STATE]],
+        points.rename(columns={"fingerprint": "series"})[["series", "mean_ms", "begins_segment"]],
+        settings,
+    )
+    rows = pd.concat([points.drop(columns=["detected"]), result], axis=1)
+    store.replace_points(conn, deploy_id, target, fingerprints, here, rows, settings.to_dict())
+
+    own = rows[rows["deploy_id"] == deploy_id].reset_index(drop=True)
+    flagged = own[own["above_band"] | own["drift"]]
+    texts = analysis.query_texts(conn, target, flagged[["dbid", "userid", "queryid", "toplevel"]])
+    return HistoryUpdate(
+        deploy_id=deploy_id,
+        target=target,
+        points=own,
+        recomputed=len(rows) - len(own),
+        texts=texts,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _periodic_change_since_last_point(
+    conn: sa.Connection, target: str, points: pd.DataFrame, prior: pd.DataFrame
+) -> np.ndarray:
+    """Per point: did the periodic check detect a change in the query after its previous point, up to this one?"""
+    if points.empty:
+        return np.zeros(0, dtype=bool)
+    previous = points.groupby("fingerprint")["deployed_at"].shift(1)
+    last_prior = prior.groupby("fingerprint")["deployed_at"].last()
+    first = previous.isna()
+    previous[first] = points.loc[first, "fingerprint"].map(last_prior)
+    since = previous.min() if previous.notna().any() else points["deployed_at"].min()
+    changes = store.periodic_detections(conn, target, sorted({int(f) for f in points["fingerprint"]}), since)
+    if changes.empty:
+        return np.zeros(len(points), dtype=bool)
+    probe = pd.DataFrame(
+        {"fingerprint": points["fingerprint"].astype("int64"), "at": points["deployed_at"], "row": points.index}
+    ).sort_values("at")
+    latest = pd.merge_asof(
+        probe,
+        changes.assign(fingerprint=changes["fingerprint"].astype("int64")).sort_values("change_at"),
+        left_on="at",
+        right_on="change_at",
+        by="fingerprint",
+        direction="backward",
+    ).set_index("row")["change_at"]
+    latest = latest.reindex(points.index)
+    return (latest.notna() & (previous.isna() | (latest > previous))).to_numpy()
+
+
+def history_charts(
+    conn: sa.Connection, update: HistoryUpdate, settings: HistorySettings, folder: Path, limit: int = 10
+) -> list[Path]:
+    """A PNG per flagged point (at most `limit`): the query's points up to this deploy with the bands they were
+    judged against."""
+    paths = []
+    for row in update.flagged.head(limit).itertuples():
+        series = store.series_points(conn, update.target, int(row.fingerprint), (row.deployed_at, row.deploy_id))
+        trend = None
+        if row.drift:
+            segment = series[series["segment"] == row.segment].tail(settings.drift_points)
+            xs = np.arange(len(segment))
+            slope, intercept, *_ = stats.theilslopes(segment["mean_ms"].to_numpy(), xs, method="joint")
+            trend = (len(series) - len(segment), float(intercept), float(slope))
+        what = "drifting" if row.drift else f"z {row.z_score:.1f}"
+        paths.append(
+            render_history_chart(
+                folder / f"history-{row.queryid}.png",
+                [pd.Timestamp(t).to_pydatetime() for t in series["deployed_at"]],
+                series["mean_ms"].to_numpy(dtype=float),
+                series["centre_ms"].to_numpy(dtype=float),
+                series["spread_ms"].to_numpy(dtype=float),
+                settings.z,
+                series["begins_segment"].to_numpy(dtype=bool),
+                series["above_band"].to_numpy(dtype=bool),
+                f"queryid {row.queryid} after deploy {update.deploy_id}: {what}",
+                trend,
+            )
+        )
+    return paths

@@ -1,0 +1,211 @@
+"""History bands: each query's post-deploy means over many deploys, judged against a segment-aware band.
+
+A query's points (one per analysed deploy) fall into segments; a segment begins at a point where a regression was
+detected. Each new point is judged against a band made from earlier points only (no future data):
+
+- centre: the mean of the current segment's earlier points, so a step change moves the centre at once;
+- spread: the pooled standard deviation of every earlier point's residual from the mean of its own segment,
+  sqrt(SS / (n − k)) over n points in k segments, so a step neither blows the band up (the step is not a residual)
+  nor leaves a new segment without a spread (the spread comes from all segments).
+
+Creeping drift is the slow climb that no single deploy makes large enough to detect: over the last points of the
+current segment, a Theil–Sen trend line whose rise across them is at least `drift_rise` of its starting level, with a
+one-sided Kendall trend test at or below `drift_alpha`.
+
+Everything is incremental: a point's band needs only the running state after the point before it (the segment's
+count and mean, the points, the segments and the residual sum of squares), so extending a long history reads one row
+per query. New points are processed position by position, vectorised across all queries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+# Running state after a point: the next point's band is made from these alone.
+STATE = ["segment", "seg_points", "seg_mean_ms", "points", "segments", "residual_ss"]
+RESULT = [
+    "segment",
+    "centre_ms",
+    "spread_ms",
+    "z_score",
+    "above_band",
+    "drift_rise",
+    "drift_p",
+    "drift",
+    "seg_points",
+    "seg_mean_ms",
+    "points",
+    "segments",
+    "residual_ss",
+]
+
+
+@dataclass(frozen=True)
+class HistorySettings:
+    """The band and drift parameters, recorded with every point.
+
+    z: a point at or above centre + z × spread is above the band (5, as performance-history tools commonly use:
+    points are means of many calls, but their spread across deploys has heavier tails than a normal's).
+    min_points: earlier points a query needs before it has a band.
+    drift_points: how many of the current segment's latest points the drift trend is fitted to.
+    drift_min_points: fewer points than this in the segment: no drift judgement.
+    drift_rise: the trend's rise across those points, relative to its starting level, that counts as drift.
+    drift_alpha: the one-sided Kendall trend test's p at or below which the climb is not chance.
+    """
+
+    z: float = 5.0
+    min_points: int = 5
+    drift_points: int = 10
+    drift_min_points: int = 5
+    drift_rise: float = 0.5
+    drift_alpha: float = 0.05
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.z > 0:
+            problems.append(f"z must be positive, not {self.z}")
+        if self.min_points < 2:
+            problems.append(f"min_points must be at least 2, not {self.min_points}")
+        if self.drift_min_points < 3:
+            problems.append(
+                f"drift_min_points must be at least 3 (a trend needs three points), not {self.drift_min_points}"
+            )
+        if self.drift_points < self.drift_min_points:
+            problems.append(
+                f"drift_points ({self.drift_points}) must be at least drift_min_points ({self.drift_min_points})"
+            )
+        if not self.drift_rise > 0:
+            problems.append(f"drift_rise must be positive, not {self.drift_rise}")
+        if not 0 < self.drift_alpha < 1:
+            problems.append(f"drift_alpha must lie strictly between 0 and 1, not {self.drift_alpha}")
+        if problems:
+            raise ValueError("invalid HistorySettings: " + "; ".join(problems))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready record of the settings."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> HistorySettings:
+        """Settings from `to_dict` or run config; unknown keys refused."""
+        unknown = sorted(set(values) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown history settings: {', '.join(unknown)}")
+        return cls(**values)
+
+
+def extend_history(prior: pd.DataFrame, points: pd.DataFrame, settings: HistorySettings | None = None) -> pd.DataFrame:
+    """Judge new points against their queries' bands and carry the running state forward.
+
+    prior: each query's latest earlier points, oldest first (the last `drift_points` are enough): columns series,
+    mean_ms and the STATE columns. Only the last row's state is used, and the means of the rows in its segment feed
+    the drift trend. A query without rows in `prior` starts afresh.
+    points: the new points, oldest first within each query: columns series, mean_ms, begins_segment (a regression was
+    detected at this point, or since the previous one). The first point of a query always begins segment 0.
+    Returns RESULT columns on the index of `points`.
+    """
+    settings = settings or HistorySettings()
+    codes, series = pd.factorize(pd.concat([prior["series"], points["series"]], ignore_index=True), sort=False)
+    prior_codes, point_codes = codes[: len(prior)], codes[len(prior) :]
+    s_count = len(series)
+    k_recent = settings.drift_points
+
+    segment = np.full(s_count, -1, dtype=np.int64)
+    seg_n = np.zeros(s_count, dtype=np.int64)
+    seg_mean = np.full(s_count, np.nan)
+    n = np.zeros(s_count, dtype=np.int64)
+    k = np.zeros(s_count, dtype=np.int64)
+    ss = np.zeros(s_count)
+    recent = np.full((s_count, k_recent), np.nan)  # the current segment's latest means, right-aligned
+    if len(prior):
+        last = pd.DataFrame({"code": prior_codes, "row": np.arange(len(prior))}).groupby("code")["row"].last()
+        at, rows = last.index.to_numpy(), last.to_numpy()
+        segment[at] = prior["segment"].to_numpy()[rows]
+        seg_n[at] = prior["seg_points"].to_numpy()[rows]
+        seg_mean[at] = prior["seg_mean_ms"].to_numpy()[rows]
+        n[at] = prior["points"].to_numpy()[rows]
+        k[at] = prior["segments"].to_numpy()[rows]
+        ss[at] = prior["residual_ss"].to_numpy()[rows]
+        same = prior["segment"].to_numpy() == segment[prior_codes]
+        tail = pd.DataFrame({"code": prior_codes[same], "x": prior["mean_ms"].to_numpy()[same]})
+        back = tail.groupby("code").cumcount(ascending=False).to_numpy()
+        keep = back < k_recent
+        recent[tail["code"].to_numpy()[keep], k_recent - 1 - back[keep]] = tail["x"].to_numpy()[keep]
+
+    x_all = points["mean_ms"].to_numpy(dtype=float)
+    begins_all = points["begins_segment"].to_numpy(dtype=bool)
+    position = pd.Series(point_codes).groupby(point_codes).cumcount().to_numpy()
+    out = {name: np.full(len(points), np.nan) for name in RESULT}
+
+    for p in range(int(position.max(initial=-1)) + 1):
+        r = np.flatnonzero(position == p)
+        s, x = point_codes[r], x_all[r]
+        dof = n[s] - k[s]
+        banded = (n[s] >= settings.min_points) & (dof >= 1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            spread = np.where(banded, np.sqrt(ss[s] / np.maximum(dof, 1)), np.nan)
+            centre = np.where(banded, seg_mean[s], np.nan)
+            z = np.where(spread > 0, (x - centre) / spread, np.where(x > centre, np.inf, np.nan))
+        out["centre_ms"][r], out["spread_ms"][r], out["z_score"][r] = centre, spread, z
+
+        begins = begins_all[r] | (segment[s] < 0)
+        old_mean = seg_mean[s]
+        new_n = np.where(begins, 1, seg_n[s] + 1)
+        new_mean = np.where(begins, x, old_mean + (x - old_mean) / new_n)
+        ss[s] += np.where(begins, 0.0, (x - old_mean) * (x - new_mean))
+        segment[s] += begins
+        k[s] += begins
+        n[s] += 1
+        seg_n[s], seg_mean[s] = new_n, new_mean
+        recent[s[begins]] = np.nan
+        recent[s] = np.concatenate([recent[s, 1:], x[:, None]], axis=1)
+
+        rise, p_trend = _drift(recent[s], settings)
+        out["drift_rise"][r], out["drift_p"][r] = rise, p_trend
+        for name, values in (
+            ("segment", segment[s]),
+            ("seg_points", seg_n[s]),
+            ("seg_mean_ms", seg_mean[s]),
+            ("points", n[s]),
+            ("segments", k[s]),
+            ("residual_ss", ss[s]),
+        ):
+            out[name][r] = values
+
+    result = pd.DataFrame(out, index=points.index)
+    result["above_band"] = result["z_score"] >= settings.z
+    result["drift"] = (result["drift_rise"] >= settings.drift_rise) & (result["drift_p"] <= settings.drift_alpha)
+    for name in ("segment", "seg_points", "points", "segments"):
+        result[name] = result[name].astype(np.int64)
+    return result[RESULT]
+
+
+def _drift(recent: np.ndarray, settings: HistorySettings) -> tuple[np.ndarray, np.ndarray]:
+    """(relative rise of the Theil–Sen line across the points, one-sided Kendall p) for rows of right-aligned
+    segment means; NaN where a row has fewer than drift_min_points or the line starts at or below zero."""
+    rows, width = recent.shape
+    rise, p_value = np.full(rows, np.nan), np.full(rows, np.nan)
+    m = np.sum(~np.isnan(recent), axis=1)
+    enough = np.flatnonzero(m >= settings.drift_min_points)
+    if not len(enough):
+        return rise, p_value
+    y = recent[enough]
+    i, j = np.triu_indices(width, k=1)
+    slope = np.nanmedian((y[:, j] - y[:, i]) / (j - i), axis=1)
+    xs = np.arange(width, dtype=float)
+    intercept = np.nanmedian(y - slope[:, None] * xs[None, :], axis=1)
+    first = width - m[enough]
+    start = intercept + slope * first
+    with np.errstate(divide="ignore", invalid="ignore"):
+        relative = np.where(start > 0, slope * (m[enough] - 1) / start, np.nan)
+    rise[enough] = relative
+    # The exact trend test costs a call per query, so only for the climbs large enough to matter.
+    for row in np.flatnonzero(relative >= settings.drift_rise):
+        values = y[row][~np.isnan(y[row])]
+        p_value[enough[row]] = stats.kendalltau(np.arange(len(values)), values, alternative="greater").pvalue
+    return rise, p_value

@@ -1,0 +1,140 @@
+"""Reads and writes of radar.query_history: a deploy's points in, each query's earlier points and state out.
+
+A query's series is (target, fingerprint), ordered by (deployed_at, deploy_id). Bands use earlier points only, so
+adding a deploy's points changes nothing before them; the points after them (a backfill of an older deploy) are
+recomputed from their stored means.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+import pandas as pd
+import sqlalchemy as sa
+
+from radar_pipeline.engine.history import RESULT, STATE
+from radar_pipeline.warehouse.database import copy_frame
+
+SERIES = ["target", "fingerprint"]
+POINT = ["deploy_id", "deployed_at", "dbid", "userid", "queryid", "toplevel", "mean_ms", "calls"]
+COLUMNS = [*SERIES, *POINT, "begins_segment", *RESULT, "settings"]
+
+
+def deploy_points(conn: sa.Connection, deploy_id: str, min_calls: int) -> pd.DataFrame:
+    """The deploy's new points: each analysed query's mean over the window after the deploy, where it had at least
+    `min_calls` calls there, and whether a regression was detected at this deploy."""
+    return pd.read_sql(
+        sa.text(
+            "SELECT v.target, v.fingerprint, v.deploy_id, d.deployed_at, v.dbid, v.userid, v.queryid, v.toplevel, "
+            "v.mean_after_ms AS mean_ms, v.calls_after AS calls, v.verdict = 'detected' AS detected "
+            "FROM radar.verdict v JOIN radar.deploy_event d USING (deploy_id) "
+            "WHERE v.deploy_id = :d AND v.calls_after >= :min_calls AND v.n_after >= 1 "
+            "AND v.mean_after_ms IS NOT NULL AND v.mean_after_ms = v.mean_after_ms"  # not NaN
+        ),
+        conn,
+        params={"d": deploy_id, "min_calls": min_calls},
+    )
+
+
+def stored_fingerprints(conn: sa.Connection, deploy_id: str) -> list[int]:
+    """The queries that have a point at this deploy now."""
+    rows = conn.execute(sa.text("SELECT fingerprint FROM radar.query_history WHERE deploy_id = :d"), {"d": deploy_id})
+    return [int(r[0]) for r in rows]
+
+
+def earlier_points(
+    conn: sa.Connection, target: str, fingerprints: list[int], before: tuple[datetime, str], per_query: int
+) -> pd.DataFrame:
+    """Each query's latest `per_query` points ordered before `before` (deployed_at, deploy_id), oldest first."""
+    return pd.read_sql(
+        sa.text(
+            "SELECT p.* FROM unnest(CAST(:fps AS bigint[])) AS f(fingerprint) CROSS JOIN LATERAL ("
+            "  SELECT h.target, h.fingerprint, h.deployed_at, h.deploy_id, h.mean_ms, "
+            f"  {', '.join('h.' + c for c in STATE)} FROM radar.query_history h "
+            "  WHERE h.target = :t AND h.fingerprint = f.fingerprint AND (h.deployed_at, h.deploy_id) < (:at, :d) "
+            "  ORDER BY h.deployed_at DESC, h.deploy_id DESC LIMIT :k) p "
+            "ORDER BY p.fingerprint, p.deployed_at, p.deploy_id"
+        ),
+        conn,
+        params={"fps": fingerprints, "t": target, "at": before[0], "d": before[1], "k": per_query},
+    )
+
+
+def later_points(
+    conn: sa.Connection, target: str, fingerprints: list[int], after: tuple[datetime, str]
+) -> pd.DataFrame:
+    """Every stored point of these queries ordered after `after`, to be recomputed (empty in normal operation)."""
+    return pd.read_sql(
+        sa.text(
+            f"SELECT {', '.join(SERIES + POINT)} FROM radar.query_history "
+            "WHERE target = :t AND fingerprint = ANY(CAST(:fps AS bigint[])) AND (deployed_at, deploy_id) > (:at, :d) "
+            "ORDER BY fingerprint, deployed_at, deploy_id"
+        ),
+        conn,
+        params={"fps": fingerprints, "t": target, "at": after[0], "d": after[1]},
+    )
+
+
+def detected_at_deploys(conn: sa.Connection, target: str, deploy_ids: list[str]) -> set[tuple[str, int]]:
+    """(deploy_id, fingerprint) of the regressions detected at these deploys."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT deploy_id, fingerprint FROM radar.verdict WHERE target = :t AND verdict = 'detected' "
+            "AND deploy_id = ANY(CAST(:ids AS text[]))"
+        ),
+        {"t": target, "ids": deploy_ids},
+    )
+    return {(r[0], int(r[1])) for r in rows}
+
+
+def periodic_detections(conn: sa.Connection, target: str, fingerprints: list[int], since: datetime) -> pd.DataFrame:
+    """Changes the periodic check detected in these queries after `since`: fingerprint, change_at."""
+    return pd.read_sql(
+        sa.text(
+            "SELECT fingerprint, change_at FROM radar.verdict WHERE target = :t AND verdict = 'detected' "
+            "AND trigger = 'periodic' AND fingerprint = ANY(CAST(:fps AS bigint[])) AND change_at > :since "
+            "ORDER BY change_at"
+        ),
+        conn,
+        params={"t": target, "fps": fingerprints, "since": since},
+    )
+
+
+def replace_points(
+    conn: sa.Connection,
+    deploy_id: str,
+    target: str,
+    fingerprints: list[int],
+    since: tuple[datetime, str],
+    rows: pd.DataFrame,
+    settings: dict[str, Any],
+) -> None:
+    """Replace the deploy's points and these queries' points after it with `rows` (COLUMNS but settings)."""
+    conn.execute(sa.text("DELETE FROM radar.query_history WHERE deploy_id = :d"), {"d": deploy_id})
+    conn.execute(
+        sa.text(
+            "DELETE FROM radar.query_history WHERE target = :t AND fingerprint = ANY(CAST(:fps AS bigint[])) "
+            "AND (deployed_at, deploy_id) > (:at, :d)"
+        ),
+        {"t": target, "fps": fingerprints, "at": since[0], "d": since[1]},
+    )
+    if rows.empty:
+        return
+    copy_frame(conn, "radar.query_history", COLUMNS, rows.assign(settings=json.dumps(settings, sort_keys=True)))
+
+
+def series_points(
+    conn: sa.Connection, target: str, fingerprint: int, until: tuple[datetime, str], limit: int = 60
+) -> pd.DataFrame:
+    """A query's latest `limit` points up to and including `until` (deployed_at, deploy_id), oldest first."""
+    return pd.read_sql(
+        sa.text(
+            "SELECT * FROM (SELECT * FROM radar.query_history WHERE target = :t AND fingerprint = :f "
+            "AND (deployed_at, deploy_id) <= (:at, :d) ORDER BY deployed_at DESC, deploy_id DESC LIMIT :n) h "
+            "ORDER BY deployed_at, deploy_id"
+        ),
+        conn,
+        params={"t": target, "f": fingerprint, "at": until[0], "d": until[1], "n": limit},
+    )
