@@ -8,7 +8,10 @@ PostgreSQL 18 as the warehouse and fills radar.pgss_snapshot by COPY with synthe
    median of 3, with the anchor of a bare `SELECT` of the same window's rows measured in the same run;
 2. a backfill: 200 deploys ten minutes apart over a history of 1,000 queries, analysed one after another as the
    backfill's runs would (partitions per minute), and 20 of them through Dagster's in-process materialize to show
-   what a Dagster run adds to each partition.
+   what a Dagster run adds to each partition;
+3. query_history over those 200 deploys in order (points per second, against the analysis backfill of the same
+   deploys), and one periodic check of the hour that holds the 5,000-query partition's deploy (against that
+   partition's analysis).
 """
 
 from __future__ import annotations
@@ -27,8 +30,12 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from radar_pipeline.defs.deploy_analysis import analyse_deploy  # noqa: E402
+from radar_pipeline.defs.history_update import update_history  # noqa: E402
+from radar_pipeline.defs.periodic_analysis import analyse_period  # noqa: E402
+from radar_pipeline.defs.resources import AnalysisResource  # noqa: E402
 from radar_pipeline.demo.local_postgres import LocalPostgres  # noqa: E402
 from radar_pipeline.engine import EngineSettings  # noqa: E402
+from radar_pipeline.engine.history import HistorySettings  # noqa: E402
 from radar_pipeline.warehouse import deploys, migrations  # noqa: E402
 from radar_pipeline.warehouse.database import driver, make_engine  # noqa: E402
 
@@ -134,6 +141,34 @@ def main() -> None:
             f"{deploys_n / raw * 60:,.0f} partitions per minute"
         )
         print(f"through Dagster: {dagster_rate(url, 20, window):,.0f} partitions per minute (20 in-process runs)")
+
+        started = time.perf_counter()
+        with engine.begin() as conn:
+            points = sum(
+                len(update_history(conn, f"h-{i}", HistorySettings(), window.min_calls).points)
+                for i in range(deploys_n)
+            )
+        took = time.perf_counter() - started
+        print(
+            f"query_history over the same {deploys_n} deploys: {points:,} points in {took:.1f} s = "
+            f"{deploys_n / took * 60:,.0f} deploys per minute ({raw / took:.1f}× the analysis backfill's rate)"
+        )
+
+        hourly = AnalysisResource(period_seconds=3600)
+        started = time.perf_counter()
+        done, failed = analyse_period(
+            engine,
+            "2026-11-01-01:00",
+            START + timedelta(hours=2),
+            hourly.periodic_settings(),
+            hourly.settings().tolerance,
+        )
+        took = time.perf_counter() - started
+        assert not failed
+        sizes = ", ".join(f"{r.target} {len(r.verdicts):,} queries" for r in done)
+        print(
+            f"periodic check of one hour ({sizes}): {took:.2f} s; the 5,000-query deploy partition took {total:.2f} s"
+        )
         engine.dispose()
     finally:
         server.destroy()
@@ -143,7 +178,7 @@ def dagster_rate(url: str, n: int, settings: EngineSettings) -> float:
     import dagster as dg
 
     from radar_pipeline.defs.deploys import deploy_verdicts
-    from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
+    from radar_pipeline.defs.resources import TargetsResource, WarehouseResource
 
     resources = {
         "warehouse": WarehouseResource(url=url),

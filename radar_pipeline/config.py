@@ -119,6 +119,17 @@ def positive_int(value: str | None, variable: str, default: int) -> int:
     return number
 
 
+def positive_seconds(value: str, variable: str) -> float:
+    """A positive number of seconds from a variable's value."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise ConfigError(f"{variable} must be a number of seconds, not {value!r}") from None
+    if not number > 0:
+        raise ConfigError(f"{variable} must be more than 0 seconds, not {value!r}")
+    return number
+
+
 def env(name: str) -> str | None:
     """One environment variable, or None."""
     return os.environ.get(name)

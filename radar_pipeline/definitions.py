@@ -12,19 +12,29 @@ from radar_pipeline.defs.deploys import (
     deploy_verdicts_job,
 )
 from radar_pipeline.defs.history import query_history
+from radar_pipeline.defs.periodic import periodic_alerts, periodic_job, periodic_schedule, periodic_verdicts
 from radar_pipeline.defs.plans import plan_snapshot_job, plan_snapshot_schedule_for, plan_snapshots
 from radar_pipeline.defs.resources import default_resources
 from radar_pipeline.defs.retention import pgss_retention_job, pgss_retention_schedule
 from radar_pipeline.defs.snapshots import pgss_snapshot_job, pgss_snapshot_schedule_for, pgss_snapshots
 
 defs = dg.Definitions(
-    assets=[pgss_snapshots, plan_snapshots, deploy_verdicts, regression_alerts, query_history],
-    jobs=[pgss_snapshot_job, plan_snapshot_job, pgss_retention_job, deploy_verdicts_job],
+    assets=[
+        pgss_snapshots,
+        plan_snapshots,
+        deploy_verdicts,
+        regression_alerts,
+        query_history,
+        periodic_verdicts,
+        periodic_alerts,
+    ],
+    jobs=[pgss_snapshot_job, plan_snapshot_job, pgss_retention_job, deploy_verdicts_job, periodic_job],
     schedules=[
         pgss_snapshot_schedule_for(),
         plan_snapshot_schedule_for(),
         pgss_retention_schedule,
         deploy_reanalysis_schedule,
+        periodic_schedule,
     ],
     sensors=[deploy_event_sensor, slack_run_failure_sensor],
     resources={**default_resources(), "slack": slack_from_environment()},

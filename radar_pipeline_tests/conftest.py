@@ -14,6 +14,8 @@ from radar_pipeline.demo.local_postgres import LocalPostgres, debian_bin_dir, em
 from radar_pipeline.warehouse import migrations
 from radar_pipeline.warehouse.database import make_engine
 
+from . import fake_slack
+
 
 @dataclass
 class Server:
@@ -96,3 +98,11 @@ def app_db(server: Server) -> Iterator[tuple[Server, Target]]:
     target = Target(name=f"app{server.major}", dsn=server.pg.url(name))
     yield server, target
     server.drop_database(name)
+
+
+@pytest.fixture
+def slack() -> Iterator[fake_slack.FakeSlack]:
+    """A local stand-in for Slack's API, for the real slack-sdk client."""
+    state, http = fake_slack.start()
+    yield state
+    http.shutdown()

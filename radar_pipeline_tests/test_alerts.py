@@ -27,13 +27,6 @@ ARTIFACTS = Path("/tmp/radar-test-artifacts")
 
 
 @pytest.fixture
-def slack():
-    state, server = fake_slack.start()
-    yield state
-    server.shutdown()
-
-
-@pytest.fixture
 def analysed(warehouse):
     """A deploy whose window is in the warehouse: queryid 11 got 4× slower at the deploy, 12 did not."""
     deployed_at = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=300)

@@ -8,6 +8,7 @@ from radar_pipeline.config import (
     ConfigError,
     mask_password,
     parse_targets,
+    positive_seconds,
     retention_days,
     scrub_secret,
     warehouse_url,
@@ -65,6 +66,19 @@ def test_retention_days():
     for bad in ("0", "-1", "two"):
         with pytest.raises(ConfigError, match="RADAR_RETENTION_DAYS"):
             retention_days(bad)
+
+
+def test_period_and_window_seconds(monkeypatch):
+    assert positive_seconds("3600", "RADAR_PERIOD_SECONDS") == 3600.0
+    for bad in ("0", "-5", "an hour", "nan"):
+        with pytest.raises(ConfigError, match="RADAR_PERIOD_SECONDS"):
+            positive_seconds(bad, "RADAR_PERIOD_SECONDS")
+    monkeypatch.setenv("RADAR_PERIOD_SECONDS", "1800")
+    from radar_pipeline.defs.resources import default_resources
+
+    analysis = default_resources()["analysis"]
+    settings = analysis.periodic_settings()  # type: ignore[attr-defined]
+    assert settings.window.total_seconds() == 1800 and settings.tolerance.total_seconds() == 1800
 
 
 def test_masking():

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
+import pytest
 import sqlalchemy as sa
 
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource
@@ -24,12 +26,27 @@ def test_definitions_load():
 
     repo = defs.get_repository_def()
     assets = {a.to_user_string() for a in repo.asset_graph.get_all_asset_keys()}
-    assert assets >= {"pgss_snapshots", "plan_snapshots", "deploy_verdicts", "regression_alerts"}
+    assert assets >= {
+        "pgss_snapshots",
+        "plan_snapshots",
+        "deploy_verdicts",
+        "regression_alerts",
+        "query_history",
+        "periodic_verdicts",
+        "periodic_alerts",
+    }
     assert {s.name for s in repo.schedule_defs} >= {
         "pgss_snapshot_schedule",
         "plan_snapshot_schedule",
         "pgss_retention_schedule",
         "deploy_reanalysis_schedule",
+        "periodic_schedule",
+    }
+    deploy_job = repo.get_job("deploy_verdicts_job")
+    assert {k.to_user_string() for k in deploy_job.asset_layer.executable_asset_keys} == {
+        "deploy_verdicts",
+        "regression_alerts",
+        "query_history",
     }
     assert sorted(s.name for s in repo.sensor_defs) == ["deploy_event_sensor", "slack_run_failure_sensor"]
     assert repo.asset_graph.get(dg.AssetKey("deploy_verdicts")).partitions_def.name == "deploys"
@@ -130,3 +147,28 @@ def test_retention_job_runs_through_dagster(warehouse_url, warehouse, monkeypatc
             sa.text("SELECT count(*) FROM pg_inherits WHERE inhparent = 'radar.pgss_snapshot'::regclass")
         ).scalar_one()
     assert left == 3  # today and the two days ahead
+
+
+def test_the_periodic_schedule_asks_for_the_hour_just_ended():
+    from radar_pipeline.definitions import defs
+
+    schedule = defs.get_repository_def().get_schedule_def("periodic_schedule")
+    assert schedule.cron_schedule == "5 * * * *"
+    with dg.instance_for_test() as instance:
+        context = dg.build_schedule_context(
+            instance=instance, scheduled_execution_time=datetime(2026, 11, 29, 22, 5, tzinfo=UTC)
+        )
+        (request,) = schedule.evaluate_tick(context).run_requests or []
+    assert request.partition_key == "2026-11-29-21:00"
+
+
+def test_periodic_settings_from_the_environment_name_the_variable(monkeypatch):
+    from radar_pipeline.config import ConfigError
+    from radar_pipeline.defs import periodic
+
+    monkeypatch.setenv("RADAR_PERIODIC_START", "yesterday")
+    with pytest.raises(ConfigError, match="RADAR_PERIODIC_START"):
+        periodic._start()
+    monkeypatch.setenv("RADAR_PERIODIC_MINUTE", "61")
+    with pytest.raises(ConfigError, match="RADAR_PERIODIC_MINUTE"):
+        periodic._minute()

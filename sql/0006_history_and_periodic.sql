@@ -49,6 +49,7 @@ CREATE TABLE radar.regression_episode (
     queryid       bigint           NOT NULL,
     toplevel      boolean          NOT NULL,
     opened_by     text             NOT NULL,   -- the periodic analysis that reported it (radar.analysis.deploy_id)
+    opened_at     timestamptz      NOT NULL,   -- the end of that analysis's period
     change_at     timestamptz      NOT NULL,
     baseline_ms   double precision NOT NULL,   -- the mean of the segment before the change
     level_ms      double precision NOT NULL,   -- the mean of the segment after it
@@ -58,8 +59,9 @@ CREATE TABLE radar.regression_episode (
     PRIMARY KEY (target, fingerprint, opened_by)
 );
 
-CREATE UNIQUE INDEX regression_episode_open_idx ON radar.regression_episode (target, fingerprint)
-    WHERE recovered_at IS NULL;
+-- An episode is open at time T when opened_at < T and it was not recovered by T (recovered_at null or later): so a
+-- backfill or a re-run of an older hour sees the episodes as they were then.
+CREATE INDEX regression_episode_query_idx ON radar.regression_episode (target, fingerprint, opened_at);
 
 -- One point per query per analysed deploy: the mean over the window after the deploy, the band it was judged
 -- against (made from earlier points only), and the running state the next point's band is made from.

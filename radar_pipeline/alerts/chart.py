@@ -20,25 +20,29 @@ def render_chart(
     means: np.ndarray,
     deployed_at: datetime,
     change_at: datetime,
-    tolerance: timedelta,
+    tolerance: timedelta | None,
     segment_before_ms: float,
     segment_after_ms: float,
     title: str,
+    marker: str = "deploy",
 ) -> Path:
-    """Draw one regression's chart to `path` (PNG) and return the path. `ends` are the intervals' end times."""
+    """Draw one regression's chart to `path` (PNG) and return the path. `ends` are the intervals' end times;
+    `deployed_at` is where the window is split (`marker` names it: the deploy, or the periodic check's split), and
+    the tolerance band is left out when `tolerance` is None."""
     seconds = np.array([(e - deployed_at).total_seconds() for e in ends])
     change = (change_at - deployed_at).total_seconds()
-    tol = tolerance.total_seconds()
     fig, ax = plt.subplots(figsize=(8, 3.2), dpi=100)
     try:
-        ax.axvspan(-tol, tol, color="#f2c94c", alpha=0.25, label=f"tolerance ±{tol:.0f} s")
+        if tolerance is not None:
+            tol = tolerance.total_seconds()
+            ax.axvspan(-tol, tol, color="#f2c94c", alpha=0.25, label=f"tolerance ±{tol:.0f} s")
         ax.plot(seconds, means, "o-", color="#2f80ed", markersize=3, linewidth=1, label="interval mean")
-        ax.axvline(0, color="#333333", linestyle="--", linewidth=1.2, label="deploy", zorder=4)
+        ax.axvline(0, color="#333333", linestyle="--", linewidth=1.2, label=marker, zorder=4)
         ax.axvline(change, color="#eb5757", linewidth=1.5, label="located change")
         left, right = float(seconds.min(initial=-1.0)), float(seconds.max(initial=1.0))
         ax.hlines(segment_before_ms, left, change, colors="#27ae60", linewidth=2, label="segment means")
         ax.hlines(segment_after_ms, change, right, colors="#27ae60", linewidth=2)
-        ax.set_xlabel("seconds from the deploy")
+        ax.set_xlabel(f"seconds from the {marker}")
         ax.set_ylabel("ms per call")
         ax.set_title(title[:90], fontsize=10)
         ax.grid(alpha=0.3)

@@ -1,9 +1,10 @@
-"""The Slack message for a deploy's regressions: plain text for notifications, Block Kit for the channel."""
+"""The Slack message for the regressions of a deploy, or of a periodic check: plain text for notifications, Block Kit
+for the channel."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 MAX_QUERY = 300  # characters of query text per regression
@@ -13,7 +14,8 @@ SEVERITY = {"fleet_wide": "low (fleet-wide shift: an outside cause is suspected)
 
 @dataclass(frozen=True)
 class DeployFacts:
-    """What the header says about the deploy."""
+    """What the header says about the deploy, or about the period of a periodic check (`period` set: deploy_id is
+    the analysis id, deployed_at the period's start, and service, version and url are empty)."""
 
     deploy_id: str
     target: str
@@ -22,6 +24,7 @@ class DeployFacts:
     version: str | None
     url: str | None
     run_url: str | None  # the analysis run in the Dagster UI
+    period: tuple[datetime, datetime] | None = None  # the latest period, compared with the one as long before it
 
 
 @dataclass(frozen=True)
@@ -98,12 +101,25 @@ def render(deploy: DeployFacts, regressions: list[Regression]) -> tuple[str, lis
 
 
 def _title(deploy: DeployFacts, count: int) -> str:
-    what = " ".join(p for p in (deploy.service, deploy.version) if p) or deploy.deploy_id
     plural = "query" if count == 1 else "queries"
+    if deploy.period:
+        start, end = (t.strftime("%Y-%m-%d %H:%M") for t in deploy.period)
+        return f"{count} {plural} slower on {deploy.target} with no deploy behind it (periodic check {start}–{end})"
+    what = " ".join(p for p in (deploy.service, deploy.version) if p) or deploy.deploy_id
     return f"{count} {plural} slower after deploy {what} on {deploy.target}"
 
 
 def _deploy_fields(deploy: DeployFacts) -> list[dict[str, str]]:
+    if deploy.period:
+        start, end = deploy.period
+        return [
+            {
+                "type": "mrkdwn",
+                "text": f"*Period:* {start.isoformat(timespec='seconds')} → {end.isoformat(timespec='seconds')}",
+            },
+            {"type": "mrkdwn", "text": f"*Compared with:* the {_duration(end - start)} before it"},
+            {"type": "mrkdwn", "text": f"*Check:* {escape(deploy.deploy_id)}"},
+        ]
     deploy_text = escape(deploy.deploy_id)
     if deploy.url:
         deploy_text = f"<{link(deploy.url)}|{deploy_text}>"
@@ -116,7 +132,10 @@ def _deploy_fields(deploy: DeployFacts) -> list[dict[str, str]]:
 
 
 def _regression_fields(deploy: DeployFacts, r: Regression) -> list[dict[str, str]]:
-    offset = (r.change_at - deploy.deployed_at).total_seconds()
+    if deploy.period:
+        began = r.change_at.isoformat(timespec="seconds")
+    else:
+        began = f"{(r.change_at - deploy.deployed_at).total_seconds():+.0f} s from the deploy"
     cause = SEVERITY.get(r.cause, r.cause)
     return [
         {
@@ -124,8 +143,18 @@ def _regression_fields(deploy: DeployFacts, r: Regression) -> list[dict[str, str
             "text": f"*Mean:* {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms (×{r.change_factor:.2f})",
         },
         {"type": "mrkdwn", "text": f"*Confidence:* {r.confidence:.4f} (a ranking, not a probability)"},
-        {"type": "mrkdwn", "text": f"*Change began:* {offset:+.0f} s from the deploy"},
+        {"type": "mrkdwn", "text": f"*Change began:* {began}"},
         {"type": "mrkdwn", "text": f"*Calls:* {r.calls_before:,} before, {r.calls_after:,} after"},
         {"type": "mrkdwn", "text": f"*Cause:* {escape(cause)}"},
         {"type": "mrkdwn", "text": f"*queryid:* {r.queryid}"},
     ]
+
+
+def _duration(span: timedelta) -> str:
+    seconds = int(span.total_seconds())
+    if seconds % 3600 == 0:
+        hours = seconds // 3600
+        return "hour" if hours == 1 else f"{hours} hours"
+    if seconds % 60 == 0:
+        return f"{seconds // 60} minutes"
+    return f"{seconds} seconds"

@@ -71,48 +71,55 @@ def regression_alerts(
 ) -> dg.MaterializeResult:
     """Send what is not yet sent of the deploy's regressions, in one message, and record every attempt."""
     deploy_id = context.partition_key
-    sender = slack.sender()
-    channel = sender.channel or NO_CHANNEL
-    engine = warehouse.engine()
-    with engine.begin() as conn:
+    with warehouse.engine().begin() as conn:
         outbox.lock(conn, deploy_id)
         found = outbox.detections(conn, deploy_id)
         if found.empty:
             return dg.MaterializeResult(metadata={"regressions": 0, "note": "no regression detected for this deploy"})
-        keys = statement_keys(found)
-        outbox.enqueue(conn, deploy_id, str(found["target"].iloc[0]), keys, channel)
-        todo = set(outbox.pending(conn, deploy_id, channel))
-        todo_rows = found[[k in todo for k in keys]]
-        metadata: dict[str, Any] = {"regressions": len(found), "to_send": len(todo_rows), "channel": channel}
-        if todo_rows.empty:
-            metadata["statuses"] = dg.MetadataValue.json(outbox.statuses(conn, deploy_id))
-            return dg.MaterializeResult(metadata=metadata)
-        facts = _facts(found)
-        text, blocks = render(facts, [_regression(r) for r in todo_rows.itertuples()])
-        metadata["message"] = dg.MetadataValue.json({"text": text, "blocks": blocks})
-        pending_keys = [k for k in keys if k in todo]
-        charts = _charts(conn, facts, todo_rows) if channel != "webhook" else []
-        metadata["charts"] = dg.MetadataValue.json([str(p) for p, _ in charts])
-        if not sender.configured:
-            context.log.info(f"Slack is not configured; the alert would read:\n{text}\n{_plain(blocks)}")
-            for path, _ in charts:
-                context.log.info(f"chart: {path}")
-            outbox.mark(conn, deploy_id, channel, pending_keys, "skipped")
-        else:
-            try:
-                delivered = sender.send(text, blocks, charts)
-            except DeliveryError as exc:
-                context.log.error(f"Slack: {exc}")
-                outbox.mark(
-                    conn, deploy_id, channel, pending_keys, "pending" if exc.retryable else "failed", error=str(exc)
-                )
-            else:
-                outbox.mark(conn, deploy_id, channel, pending_keys, "sent", ts=delivered.ts)
-                metadata["message_ts"] = delivered.ts or ""
-                for error in delivered.chart_errors:
-                    context.log.warning(f"Slack: a chart was not uploaded: {error}")
+        metadata = deliver(context, conn, slack.sender(), found, _facts(found))
         metadata["statuses"] = dg.MetadataValue.json(outbox.statuses(conn, deploy_id))
     return dg.MaterializeResult(metadata=metadata)
+
+
+def deliver(
+    context: dg.AssetExecutionContext, conn: sa.Connection, sender: SlackSender, found: pd.DataFrame, facts: DeployFacts
+) -> dict[str, Any]:
+    """Send, in one message, what is not yet sent of one analysis's regressions on one target (`found`, from
+    outbox.detections), and record every attempt in the outbox; the caller holds the analysis's lock."""
+    channel = sender.channel or NO_CHANNEL
+    keys = statement_keys(found)
+    outbox.enqueue(conn, facts.deploy_id, facts.target, keys, channel)
+    todo = set(outbox.pending(conn, facts.deploy_id, facts.target, channel))
+    todo_rows = found[[k in todo for k in keys]]
+    metadata: dict[str, Any] = {"regressions": len(found), "to_send": len(todo_rows), "channel": channel}
+    if todo_rows.empty:
+        return metadata
+    text, blocks = render(facts, [_regression(r) for r in todo_rows.itertuples()])
+    metadata["message"] = dg.MetadataValue.json({"text": text, "blocks": blocks})
+    pending_keys = [k for k in keys if k in todo]
+    charts = _charts(conn, facts, todo_rows) if channel != "webhook" else []
+    metadata["charts"] = dg.MetadataValue.json([str(p) for p, _ in charts])
+
+    def mark(status: str, **kwargs: Any) -> None:
+        outbox.mark(conn, facts.deploy_id, facts.target, channel, pending_keys, status, **kwargs)
+
+    if not sender.configured:
+        context.log.info(f"Slack is not configured; the alert would read:\n{text}\n{_plain(blocks)}")
+        for path, _ in charts:
+            context.log.info(f"chart: {path}")
+        mark("skipped")
+        return metadata
+    try:
+        delivered = sender.send(text, blocks, charts)
+    except DeliveryError as exc:
+        context.log.error(f"Slack: {exc}")
+        mark("pending" if exc.retryable else "failed", error=str(exc))
+    else:
+        mark("sent", ts=delivered.ts)
+        metadata["message_ts"] = delivered.ts or ""
+        for error in delivered.chart_errors:
+            context.log.warning(f"Slack: a chart was not uploaded: {error}")
+    return metadata
 
 
 def _facts(found: pd.DataFrame) -> DeployFacts:
@@ -164,17 +171,21 @@ def _charts(conn: sa.Connection, facts: DeployFacts, rows: pd.DataFrame) -> list
         start, stop = samples.offsets[code], samples.offsets[code + 1]
         ends = [datetime.fromtimestamp(e / 1e9, tz=facts.deployed_at.tzinfo) for e in samples.end[start:stop]]
         means = samples.time[start:stop] / samples.calls[start:stop]
-        title = f"queryid {row.queryid}: ×{row.change_factor:.2f} after deploy {facts.deploy_id}"
+        if facts.period:
+            title = f"queryid {row.queryid} on {facts.target}: ×{row.change_factor:.2f} in {facts.deploy_id}"
+        else:
+            title = f"queryid {row.queryid}: ×{row.change_factor:.2f} after deploy {facts.deploy_id}"
         path = render_chart(
-            folder / f"{row.queryid}.png",
+            folder / (f"{facts.target}-{row.queryid}.png" if facts.period else f"{row.queryid}.png"),
             np.array(ends),
             means,
             facts.deployed_at,
             pd.Timestamp(row.change_at).to_pydatetime(),
-            settings.tolerance,
+            None if facts.period else settings.tolerance,
             float(row.segment_mean_before_ms),
             float(row.segment_mean_after_ms),
             title,
+            "split between the periods" if facts.period else "deploy",
         )
         charts.append((path, title))
     return charts

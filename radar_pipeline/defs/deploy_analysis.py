@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -25,16 +25,33 @@ class AnalysisRefused(RuntimeError):
     """The deploy cannot be analysed now (unknown id, or its window has not closed); nothing was written."""
 
 
+def require_closed(conn: sa.Connection, closes_at: datetime, what: str) -> None:
+    """Refuse (AnalysisRefused) while `closes_at` is still ahead by the warehouse's clock: an analysis before then
+    would see only part of its window."""
+    now = conn.execute(sa.text("SELECT now()")).scalar_one()
+    if now < closes_at:
+        raise AnalysisRefused(
+            f"{what} closes at {closes_at.isoformat()}; it is {now.isoformat()} now, and an analysis before then "
+            "would see only part of the window"
+        )
+
+
 @dataclass
-class DeployAnalysis:
-    """What an analysis found and how long each part took."""
+class WindowVerdicts:
+    """One window decided and written: its verdicts, its scrape health, the detections' texts and the timings."""
+
+    window: tuple[datetime, datetime]
+    verdicts: pd.DataFrame  # the engine's columns plus KEY, fingerprint, merged_queryids and plan_diff
+    health: dict
+    texts: dict[int, str]
+    seconds: dict[str, float]
+
+
+@dataclass
+class DeployAnalysis(WindowVerdicts):
+    """What a deploy's analysis found and how long each part took."""
 
     event: deploys.DeployEvent
-    window: tuple[datetime, datetime]
-    verdicts: pd.DataFrame  # the engine's columns plus KEY, fingerprint and merged_queryids
-    health: dict
-    texts: dict[int, str] = field(default_factory=dict)  # queryid → a short text, for the detections
-    seconds: dict[str, float] = field(default_factory=dict)
 
 
 def analyse_deploy(
@@ -49,47 +66,62 @@ def analyse_deploy(
 
     Refused (AnalysisRefused) when the id is unknown or when the window after the deploy, plus `settle` (one scrape
     interval, so the last scrape of the window is stored), has not passed by the warehouse's clock: an early analysis
-    would see half a window. Each detection gets a plan diff from the stored plans, capturing the current plan from
-    the deploy's target in `live_targets` when none was stored after the change; a changed shape makes its cause
-    plan_changed.
+    would see half a window. Plans of detections: see `decide_window`, with the deploy's target in `live_targets`.
     """
-    timings: dict[str, float] = {}
-    started = time.perf_counter()
     with engine.begin() as conn:
         event = deploys.get(conn, deploy_id)
         if event is None or event.deployed_at is None:
             raise AnalysisRefused(f"deploy {deploy_id!r} is not recorded in radar.deploy_event")
-        lo, hi = event.deployed_at - settings.window, event.deployed_at + settings.window
-        now = conn.execute(sa.text("SELECT now()")).scalar_one()
-        if now < hi + settle:
-            raise AnalysisRefused(
-                f"the window after deploy {deploy_id!r} closes at {(hi + settle).isoformat()}; it is "
-                f"{now.isoformat()} now, and an analysis before then would see only part of the window"
-            )
-        window = analysis.read_window(conn, event.target, lo, hi)
-        health = analysis.window_health(conn, event.target, lo, hi)
-        timings["read"] = time.perf_counter() - started
-
+        require_closed(conn, event.deployed_at + settings.window + settle, f"the window after deploy {deploy_id!r}")
+        decided = decide_window(
+            conn, deploy_id, event.target, event.deployed_at, settings, run_id, (live_targets or {}).get(event.target)
+        )
         started = time.perf_counter()
-        result = analyse(window.counters, event.deployed_at, settings)
-        verdicts = _with_statement_keys(result, window)
-        timings["engine"] = time.perf_counter() - started
+    decided.seconds["write"] += time.perf_counter() - started  # the commit
+    return DeployAnalysis(**vars(decided), event=event)
 
-        started = time.perf_counter()
-        detected = verdicts["verdict"] == "detected"
-        if detected.any():
-            live = (live_targets or {}).get(event.target)
-            diffs = plan_diffs(conn, event.target, verdicts[detected], live)
-            verdicts.loc[detected, "plan_diff"] = pd.Series(diffs, index=verdicts.index[detected], dtype=object)
-            changed = [bool(d.get("shape_changed")) for d in diffs]
-            verdicts.loc[verdicts.index[detected][changed], "cause"] = "plan_changed"
-        timings["plans"] = time.perf_counter() - started
 
-        started = time.perf_counter()
-        analysis.write_analysis(conn, deploy_id, event.target, settings.to_dict(), (lo, hi), verdicts, run_id)
-        texts = analysis.query_texts(conn, event.target, verdicts.loc[detected, KEY])
+def decide_window(
+    conn: sa.Connection,
+    analysis_id: str,
+    target: str,
+    split_at: datetime,
+    settings: EngineSettings,
+    run_id: str | None,
+    live: Target | None,
+) -> WindowVerdicts:
+    """Decide every query of the target on the window split_at ± settings.window and replace the analysis
+    `analysis_id` with the verdicts, in the caller's transaction.
+
+    Each detection gets a plan diff from the stored plans (capturing the current plan from `live` when none was
+    stored after the change); a changed shape makes its cause plan_changed.
+    """
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    lo, hi = split_at - settings.window, split_at + settings.window
+    window = analysis.read_window(conn, target, lo, hi)
+    health = analysis.window_health(conn, target, lo, hi)
+    timings["read"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    result = analyse(window.counters, split_at, settings)
+    verdicts = _with_statement_keys(result, window)
+    timings["engine"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    detected = verdicts["verdict"] == "detected"
+    if detected.any():
+        diffs = plan_diffs(conn, target, verdicts[detected], live)
+        verdicts.loc[detected, "plan_diff"] = pd.Series(diffs, index=verdicts.index[detected], dtype=object)
+        changed = [bool(d.get("shape_changed")) for d in diffs]
+        verdicts.loc[verdicts.index[detected][changed], "cause"] = "plan_changed"
+    timings["plans"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    analysis.write_analysis(conn, analysis_id, target, settings.to_dict(), (lo, hi), verdicts, run_id)
+    texts = analysis.query_texts(conn, target, verdicts.loc[detected, KEY])
     timings["write"] = time.perf_counter() - started
-    return DeployAnalysis(event=event, window=(lo, hi), verdicts=verdicts, health=health, texts=texts, seconds=timings)
+    return WindowVerdicts(window=(lo, hi), verdicts=verdicts, health=health, texts=texts, seconds=timings)
 
 
 def _with_statement_keys(result: pd.DataFrame, window: analysis.WindowCounters) -> pd.DataFrame:

@@ -67,7 +67,7 @@ def deploy_verdicts(
             settings,
             context.run.run_id,
             settle=analysis.settle,
-            live_targets=_configured_targets(targets, context),
+            live_targets=configured_targets(targets, context),
         )
     except AnalysisRefused as exc:
         raise dg.Failure(description=str(exc)) from None
@@ -79,7 +79,7 @@ def deploy_verdicts(
     )
 
 
-def _configured_targets(targets: TargetsResource, context: dg.AssetExecutionContext) -> dict[str, Target]:
+def configured_targets(targets: TargetsResource, context: dg.AssetExecutionContext) -> dict[str, Target]:
     """The watched targets configured here, by name (for plans captured at analysis time); none when unconfigured."""
     try:
         return {t.name: t for t in targets.targets()}

@@ -15,6 +15,7 @@ from radar_pipeline.config import (
     ConfigError,
     Target,
     parse_targets,
+    positive_seconds,
 )
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.warehouse.database import make_engine
@@ -46,7 +47,8 @@ class TargetsResource(dg.ConfigurableResource):
 
 
 class AnalysisResource(dg.ConfigurableResource):
-    """How deploys are analysed by default: the window each side, the scrape interval, the tolerance floor.
+    """How deploys are analysed by default: the window each side, the scrape interval, the tolerance floor; and the
+    period P of the periodic check.
 
     The demo and tests compress time through these same fields (seconds-scale windows and scrapes).
     """
@@ -54,6 +56,7 @@ class AnalysisResource(dg.ConfigurableResource):
     window_seconds: float = 1800.0
     scrape_interval_seconds: float = 60.0
     tolerance_floor_seconds: float = 120.0
+    period_seconds: float = 3600.0
 
     def settings(self, **overrides: object) -> EngineSettings:
         """Engine settings: EngineSettings' defaults, this resource's times, then per-run overrides."""
@@ -62,6 +65,13 @@ class AnalysisResource(dg.ConfigurableResource):
             tolerance_floor=timedelta(seconds=self.tolerance_floor_seconds),
         ).to_dict()
         return EngineSettings.from_dict({**base, **{k: v for k, v in overrides.items() if v is not None}})
+
+    def periodic_settings(self, **overrides: object) -> EngineSettings:
+        """Engine settings of the periodic check: as `settings`, with the window P (`window` overrides it) and a
+        tolerance spanning the whole window, so a change anywhere in [t − 2P, t] counts."""
+        chosen = {"window": self.period_seconds, **{k: v for k, v in overrides.items() if v is not None}}
+        window = float(chosen["window"])  # type: ignore[arg-type]
+        return self.settings(**{**chosen, "tolerance_floor": window, "tolerance_fraction": 1.0})
 
     @property
     def settle(self) -> timedelta:
@@ -92,13 +102,15 @@ def _engine_for(url: str) -> sa.Engine:
 
 def default_resources() -> dict[str, dg.ConfigurableResource]:
     """The resources as a deployment configures them: secrets come from the environment at run time; analysis
-    times from RADAR_WINDOW_SECONDS, RADAR_SCRAPE_INTERVAL_SECONDS and RADAR_TOLERANCE_FLOOR_SECONDS when set."""
+    times from RADAR_WINDOW_SECONDS, RADAR_SCRAPE_INTERVAL_SECONDS, RADAR_TOLERANCE_FLOOR_SECONDS and
+    RADAR_PERIOD_SECONDS when set."""
     times = {
-        field: float(os.environ[var])
+        field: positive_seconds(os.environ[var], var)
         for field, var in (
             ("window_seconds", "RADAR_WINDOW_SECONDS"),
             ("scrape_interval_seconds", "RADAR_SCRAPE_INTERVAL_SECONDS"),
             ("tolerance_floor_seconds", "RADAR_TOLERANCE_FLOOR_SECONDS"),
+            ("period_seconds", "RADAR_PERIOD_SECONDS"),
         )
         if os.environ.get(var)
     }

@@ -3,7 +3,7 @@
 An embedded PostgreSQL 18 serves a small shop under a steady workload. radar snapshots pg_stat_statements every two
 seconds through Dagster, captures plans, and a deploy is recorded the way CI records one (`radar deploy`). The deploy
 drops the index one query uses. When the window after it has closed, deploy_event_sensor requests the analysis, and
-deploy_verdicts and regression_alerts run through Dagster; the demo prints what they found.
+deploy_verdicts, regression_alerts and query_history run through Dagster; the demo prints what they found.
 """
 
 from __future__ import annotations
@@ -105,7 +105,9 @@ def _run(embedded: environment.Embedded, started: float) -> int:
         progress.update(
             sensing, description=f"deploy_event_sensor requested {len(requests)} run(s)", total=1, completed=1
         )
-        analysing = progress.add_task("deploy_verdicts and regression_alerts running through Dagster", total=None)
+        analysing = progress.add_task(
+            "deploy_verdicts, regression_alerts, query_history running in Dagster", total=None
+        )
         job = repo.get_job("deploy_verdicts_job")
         for request in requests:
             result = job.execute_in_process(
@@ -118,7 +120,9 @@ def _run(embedded: environment.Embedded, started: float) -> int:
             )
             if not result.success:
                 raise RuntimeError(f"the analysis run {result.run_id} failed: see `radar dev`")
-        progress.update(analysing, description="deploy_verdicts and regression_alerts done", total=1, completed=1)
+        progress.update(
+            analysing, description="deploy_verdicts, regression_alerts and query_history done", total=1, completed=1
+        )
 
     with sa.create_engine(env["RADAR_WAREHOUSE_URL"]).connect() as conn:
         shop_oid = _one(app_dsn, "SELECT oid FROM pg_database WHERE datname = current_database()")

@@ -13,18 +13,24 @@ from radar_pipeline.warehouse.analysis import VERDICT_QUERY_JOIN
 MAX_ATTEMPTS = 5  # a retryable failure keeps an alert pending until it has been tried this many times
 
 
-def detections(conn: sa.Connection, deploy_id: str) -> pd.DataFrame:
-    """The deploy's detected regressions with their text, the deploy's facts and the analysis that found them."""
+def detections(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
+    """The analysis's detected regressions to alert, with their text, the deploy's facts (none for a periodic
+    analysis) and the analysis that found them. Of a periodic analysis, only those it reported (it opened their
+    episode: see warehouse.episodes)."""
     return pd.read_sql(
         sa.text(
-            "SELECT v.*, q.query, d.deployed_at, d.service, d.version, d.url, a.run_id, a.settings "
-            "FROM radar.verdict v JOIN radar.deploy_event d USING (deploy_id) "
+            "SELECT v.*, q.query, d.deployed_at, d.service, d.version, d.url, a.run_id, a.settings, "
+            "a.window_start, a.window_end "
+            "FROM radar.verdict v LEFT JOIN radar.deploy_event d USING (deploy_id) "
             "JOIN radar.analysis a ON a.deploy_id = v.deploy_id AND a.target = v.target "
             f"{VERDICT_QUERY_JOIN} "
-            "WHERE v.deploy_id = :d AND v.verdict = 'detected' ORDER BY v.confidence DESC, v.change_factor DESC"
+            "WHERE v.deploy_id = :d AND v.verdict = 'detected' AND (v.trigger = 'deploy' OR EXISTS ("
+            "  SELECT 1 FROM radar.regression_episode e WHERE e.opened_by = v.deploy_id AND e.target = v.target "
+            "  AND e.fingerprint = v.fingerprint)) "
+            "ORDER BY v.target, v.confidence DESC, v.change_factor DESC"
         ),
         conn,
-        params={"d": deploy_id},
+        params={"d": analysis_id},
     )
 
 
@@ -46,13 +52,14 @@ def enqueue(conn: sa.Connection, deploy_id: str, target: str, keys: list[Key], c
     )
 
 
-def pending(conn: sa.Connection, deploy_id: str, channel: str) -> list[Key]:
-    """The deploy's regressions still to send on this channel."""
+def pending(conn: sa.Connection, deploy_id: str, target: str, channel: str) -> list[Key]:
+    """The regressions of the analysis and target still to send on this channel."""
     rows = conn.execute(
         sa.text(
-            f"SELECT {', '.join(KEY)} FROM radar.alert WHERE deploy_id = :d AND channel = :c AND status = 'pending'"
+            f"SELECT {', '.join(KEY)} FROM radar.alert WHERE deploy_id = :d AND target = :t AND channel = :c "
+            "AND status = 'pending'"
         ),
-        {"d": deploy_id, "c": channel},
+        {"d": deploy_id, "t": target, "c": channel},
     )
     return [statement_key(r) for r in rows]
 
@@ -60,6 +67,7 @@ def pending(conn: sa.Connection, deploy_id: str, channel: str) -> list[Key]:
 def mark(
     conn: sa.Connection,
     deploy_id: str,
+    target: str,
     channel: str,
     keys: list[Key],
     status: str,
@@ -71,6 +79,7 @@ def mark(
     params: list[dict[str, Any]] = [
         {
             "d": deploy_id,
+            "t": target,
             "c": channel,
             **dict(zip(KEY, k, strict=True)),
             "status": status,
@@ -88,8 +97,8 @@ def mark(
             "message_ts = coalesce(:ts, message_ts), "
             "sent_at = CASE WHEN :status = 'sent' THEN now() ELSE sent_at END, "
             "status = CASE WHEN :status = 'pending' AND attempts + 1 >= :max THEN 'failed' ELSE :status END "
-            "WHERE deploy_id = :d AND channel = :c AND dbid = :dbid AND userid = :userid AND queryid = :queryid "
-            "AND toplevel = :toplevel"
+            "WHERE deploy_id = :d AND target = :t AND channel = :c AND dbid = :dbid AND userid = :userid "
+            "AND queryid = :queryid AND toplevel = :toplevel"
         ),
         params,
     )

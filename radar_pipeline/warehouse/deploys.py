@@ -202,6 +202,18 @@ def due_events(conn: sa.Connection, after: datetime | None, delay: timedelta, li
     return [DueEvent(*r) for r in rows]
 
 
+def deploy_times(conn: sa.Connection, target: str, lo: datetime, hi: datetime) -> list[datetime]:
+    """When the target's recorded deploys in [lo, hi] happened."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT deployed_at FROM radar.deploy_event WHERE target = :t AND deployed_at BETWEEN :lo AND :hi "
+            "ORDER BY deployed_at"
+        ),
+        {"t": target, "lo": lo, "hi": hi},
+    )
+    return [r[0] for r in rows]
+
+
 def _now(conn: sa.Connection) -> datetime:
     return conn.execute(sa.text("SELECT now()")).scalar_one()
 

@@ -190,6 +190,7 @@ regression_episode = sa.Table(
     sa.Column("queryid", sa.BigInteger, nullable=False),
     sa.Column("toplevel", sa.Boolean, nullable=False),
     sa.Column("opened_by", sa.Text, primary_key=True),
+    sa.Column("opened_at", _tz, nullable=False),
     sa.Column("change_at", _tz, nullable=False),
     sa.Column("baseline_ms", _measure, nullable=False),
     sa.Column("level_ms", _measure, nullable=False),

@@ -1,0 +1,190 @@
+"""The periodic check in Dagster: hourly partitions, periodic_verdicts, periodic_alerts, their job and schedule."""
+
+import os
+from datetime import datetime
+from typing import Any
+
+import dagster as dg
+import pandas as pd
+
+from radar_pipeline.alerts.render import DeployFacts
+from radar_pipeline.config import ConfigError
+from radar_pipeline.defs.alerts import DAGSTER_URL_VAR, SlackResource, deliver
+from radar_pipeline.defs.deploy_analysis import AnalysisRefused
+from radar_pipeline.defs.deploys import DETECTION_ROWS_SHOWN, VerdictConfig, configured_targets
+from radar_pipeline.defs.periodic_analysis import (
+    ALREADY_REPORTED,
+    LEFT_TO_DEPLOY,
+    REPORTED,
+    PeriodAnalysis,
+    analyse_period,
+    analysis_id,
+)
+from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
+from radar_pipeline.warehouse import alerts as outbox
+
+START_VAR = "RADAR_PERIODIC_START"  # the first hour the periodic partitions offer (backfills reach back to it)
+DEFAULT_START = "2026-11-01-00:00"
+MINUTE_VAR = "RADAR_PERIODIC_MINUTE"  # minutes past the hour when the schedule runs the hour just ended
+
+
+def _start() -> str:
+    value = os.environ.get(START_VAR) or DEFAULT_START
+    try:
+        datetime.strptime(value, "%Y-%m-%d-%H:%M")
+    except ValueError:
+        raise ConfigError(f"{START_VAR} must look like 2026-11-01-00:00 (an hour, UTC), not {value!r}") from None
+    return value
+
+
+def _minute() -> int:
+    value = os.environ.get(MINUTE_VAR) or "5"
+    if not value.isdigit() or not 0 <= int(value) <= 59:
+        raise ConfigError(f"{MINUTE_VAR} must be a minute of the hour, 0 to 59, not {value!r}")
+    return int(value)
+
+
+periodic_partitions = dg.HourlyPartitionsDefinition(start_date=_start())
+
+
+@dg.asset(
+    partitions_def=periodic_partitions,
+    group_name="periodic",
+    description="Hourly: every query's latest period P against the one before, for regressions with no deploy "
+    "behind them (radar.verdict with trigger 'periodic'; reporting: radar.regression_episode).",
+)
+def periodic_verdicts(
+    context: dg.AssetExecutionContext,
+    config: VerdictConfig,
+    warehouse: WarehouseResource,
+    analysis: AnalysisResource,
+    targets: TargetsResource,
+) -> dg.MaterializeResult:
+    """Decide, for every query of every target scraped in [t − 2P, t] (t: the end of the partition's hour), whether
+    it got slower between the two periods; report each query once until it recovers."""
+    try:
+        settings = analysis.periodic_settings(**config.model_dump())
+    except ValueError as exc:
+        raise dg.Failure(description=f"run config for periodic_verdicts: {exc}") from None
+    try:
+        done, failed = analyse_period(
+            warehouse.engine(),
+            context.partition_key,
+            context.partition_time_window.end,
+            settings,
+            analysis.settings().tolerance,
+            context.run.run_id,
+            settle=analysis.settle,
+            live_targets=configured_targets(targets, context),
+        )
+    except AnalysisRefused as exc:
+        raise dg.Failure(description=str(exc)) from None
+    for result in done:
+        for line in _report_log(result):
+            context.log.info(line)
+    if failed:
+        raise dg.Failure(
+            description="periodic analysis failed for " + "; ".join(f"{t}: {e}" for t, e in failed.items()),
+            metadata={"analysed": [r.target for r in done]},
+        )
+    return dg.MaterializeResult(metadata=_metadata(done, settings.window.total_seconds()))
+
+
+def _report_log(result: PeriodAnalysis) -> list[str]:
+    v = result.verdicts
+    lines = [
+        f"{result.target}: queryid {r.queryid} {r.report}: {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms "
+        f"(×{r.change_factor:.2f}, change at {pd.Timestamp(r.change_at).isoformat()}, cause {r.cause})"
+        for r in v[v["verdict"] == "detected"].itertuples()
+    ]
+    lines += [
+        f"{result.target}: queryid {r.queryid} recovered: {r.recovered_ms:.3f} ms "
+        f"(before the change {r.baseline_ms:.3f})"
+        for r in result.recovered.itertuples()
+    ]
+    return lines
+
+
+def _metadata(done: list[PeriodAnalysis], period_s: float) -> dict[str, Any]:
+    frames = [r.verdicts.assign(target=r.target) for r in done]
+    v = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["verdict", "report", "target"])
+    reports = v["report"].value_counts()
+    reported = v[v["report"] == REPORTED].sort_values("confidence", ascending=False)
+    texts = {(r.target, q): t for r in done for q, t in r.texts.items()}
+    lines = ["| target | query | before → after (ms) | factor | change at | cause |", "|---|---|---:|---:|---|---|"]
+    for row in reported.head(DETECTION_ROWS_SHOWN).itertuples():
+        text = texts.get((row.target, int(row.queryid)), "").replace("|", "\\|").replace("`", "'")
+        lines.append(
+            f"| {row.target} | `{text}` | {row.mean_before_ms:.3f} → {row.mean_after_ms:.3f} "
+            f"| ×{row.change_factor:.2f} | {pd.Timestamp(row.change_at).isoformat()} | {row.cause} |"
+        )
+    return {
+        "targets": dg.MetadataValue.json([r.target for r in done]),
+        "period_s": period_s,
+        "queries": len(v),
+        "detected": int((v["verdict"] == "detected").sum()),
+        "reported": int(reports.get(REPORTED, 0)),
+        "already_reported": int(reports.get(ALREADY_REPORTED, 0)),
+        "left_to_deploy": int(reports.get(LEFT_TO_DEPLOY, 0)),
+        "recovered": sum(len(r.recovered) for r in done),
+        "reported_regressions": dg.MetadataValue.md("\n".join(lines) if len(reported) else "Nothing new to report."),
+    }
+
+
+@dg.asset(
+    partitions_def=periodic_partitions,
+    deps=[periodic_verdicts],
+    group_name="periodic",
+    description="Slack alerts for the regressions the periodic check reported (outbox: radar.alert).",
+)
+def periodic_alerts(
+    context: dg.AssetExecutionContext, warehouse: WarehouseResource, slack: SlackResource
+) -> dg.MaterializeResult:
+    """One message per target for the regressions this hour's check reported, like a deploy's alerts."""
+    ident = analysis_id(context.partition_key)
+    base = os.environ.get(DAGSTER_URL_VAR, "http://localhost:3000").rstrip("/")
+    metadata: dict[str, Any] = {"regressions": 0}
+    with warehouse.engine().begin() as conn:
+        outbox.lock(conn, ident)
+        found = outbox.detections(conn, ident)
+        for target, rows in found.groupby("target", sort=True):
+            first = rows.iloc[0]
+            facts = DeployFacts(
+                deploy_id=ident,
+                target=str(target),
+                deployed_at=pd.Timestamp(first.window_start).to_pydatetime() + _period(first),
+                service=None,
+                version=None,
+                url=None,
+                run_url=f"{base}/runs/{first.run_id}" if first.run_id else None,
+                period=(
+                    pd.Timestamp(first.window_start).to_pydatetime() + _period(first),
+                    pd.Timestamp(first.window_end).to_pydatetime(),
+                ),
+            )
+            sent = deliver(context, conn, slack.sender(), rows.reset_index(drop=True), facts)
+            metadata["regressions"] += sent.pop("regressions")
+            metadata.update({f"{target}: {k}": v for k, v in sent.items()})
+        metadata["statuses"] = dg.MetadataValue.json(outbox.statuses(conn, ident))
+    if found.empty:
+        metadata["note"] = "nothing new to report this hour"
+    return dg.MaterializeResult(metadata=metadata)
+
+
+def _period(row: Any) -> pd.Timedelta:
+    """The period P of the analysis the row came from: half its window."""
+    return (pd.Timestamp(row.window_end) - pd.Timestamp(row.window_start)) / 2
+
+
+periodic_job = dg.define_asset_job(
+    "periodic_job",
+    selection=dg.AssetSelection.assets(periodic_verdicts, periodic_alerts),
+)
+
+periodic_schedule = dg.build_schedule_from_partitioned_job(
+    periodic_job,
+    minute_of_hour=_minute(),
+    name="periodic_schedule",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Hourly, a few minutes after the hour: the periodic check of the hour just ended.",
+)

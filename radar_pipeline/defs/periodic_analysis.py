@@ -1,0 +1,133 @@
+"""The periodic check, start to finish: for each target, the latest period against the one before, then reporting.
+
+Regressions with no deploy behind them (autovacuum falling behind, bloat, stale statistics) are found by running the
+engine on [t − 2P, t] split at t − P, with the tolerance spanning the whole window (a change anywhere in it counts).
+A detection is then
+- `reported` (an episode opens, and it is alerted) when the query has no open episode and no deploy of its target
+  lies within the deploy tolerance of the change;
+- `already_reported` while the query's episode is open (the same change stays in the window for two periods, and a
+  lasting regression stays slower);
+- `left_to_deploy` when a deploy lies that near: the deploy's own analysis answers for it.
+An open episode closes (`recovered`) when a later period's mean is back within θ of the level before the change.
+
+Plain Python, so the Dagster asset and the tests run the same code.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import pandas as pd
+import sqlalchemy as sa
+
+from radar_pipeline.config import Target
+from radar_pipeline.defs.deploy_analysis import WindowVerdicts, decide_window, require_closed
+from radar_pipeline.engine import EngineSettings
+from radar_pipeline.warehouse import deploys, episodes
+
+REPORTED, ALREADY_REPORTED, LEFT_TO_DEPLOY = "reported", "already_reported", "left_to_deploy"
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PeriodAnalysis(WindowVerdicts):
+    """One target's periodic analysis: the verdicts (detections carry a `report` status) and the episodes closed."""
+
+    target: str
+    recovered: pd.DataFrame  # fingerprint, queryid, baseline_ms, recovered_ms
+
+
+def analysis_id(partition_key: str) -> str:
+    """The radar.analysis id of a periodic partition: 'periodic:' and the partition key."""
+    return deploys.PERIODIC_PREFIX + partition_key
+
+
+def period_targets(conn: sa.Connection, lo: datetime, hi: datetime) -> list[str]:
+    """The targets with scrapes stored in (lo, hi]: the periodic check analyses what the warehouse holds."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT DISTINCT target FROM radar.pgss_info_snapshot WHERE captured_at > :lo AND captured_at <= :hi "
+            "ORDER BY target"
+        ),
+        {"lo": lo, "hi": hi},
+    )
+    return [r[0] for r in rows]
+
+
+def analyse_period(
+    engine: sa.Engine,
+    partition_key: str,
+    period_end: datetime,
+    settings: EngineSettings,
+    deploy_tolerance: timedelta,
+    run_id: str | None = None,
+    settle: timedelta = timedelta(0),
+    live_targets: Mapping[str, Target] | None = None,
+) -> tuple[list[PeriodAnalysis], dict[str, str]]:
+    """Analyse every target scraped in [period_end − 2P, period_end] (P = settings.window), one transaction each.
+
+    Returns the analyses and, by target, the error of each target that failed (the others are still analysed).
+    Refused (AnalysisRefused) before period_end + settle by the warehouse's clock.
+    """
+    ident = analysis_id(partition_key)
+    split = period_end - settings.window
+    with engine.connect() as conn:
+        require_closed(conn, period_end + settle, f"the period {partition_key}")
+        targets = period_targets(conn, split - settings.window, period_end)
+    done, failed = [], {}
+    for target in targets:
+        try:
+            with engine.begin() as conn:
+                done.append(
+                    _analyse_target(
+                        conn, ident, target, split, settings, deploy_tolerance, run_id, (live_targets or {}).get(target)
+                    )
+                )
+        except Exception as exc:  # one target's failure must not stop the others
+            log.exception("periodic analysis of %s failed", target)
+            failed[target] = f"{type(exc).__name__}: {exc}"
+    return done, failed
+
+
+def _analyse_target(
+    conn: sa.Connection,
+    ident: str,
+    target: str,
+    split: datetime,
+    settings: EngineSettings,
+    deploy_tolerance: timedelta,
+    run_id: str | None,
+    live: Target | None,
+) -> PeriodAnalysis:
+    episodes.reopen(conn, ident, target)
+    decided = decide_window(conn, ident, target, split, settings, run_id, live)
+    end = split + settings.window
+    recovered = episodes.recover(conn, ident, target, end, settings.threshold, settings.min_calls)
+    verdicts = decided.verdicts
+    verdicts["report"] = None
+    detected = verdicts[verdicts["verdict"] == "detected"]
+    status = pd.Series(REPORTED, index=detected.index, dtype=object)
+    if not detected.empty:
+        lo, hi = decided.window
+        near = near_deploy(
+            detected["change_at"],
+            deploys.deploy_times(conn, target, lo - deploy_tolerance, hi + deploy_tolerance),
+            deploy_tolerance,
+        )
+        status[near] = LEFT_TO_DEPLOY
+        status[detected["fingerprint"].astype("int64").isin(episodes.open_at(conn, target, end))] = ALREADY_REPORTED
+        verdicts.loc[detected.index, "report"] = status
+    episodes.record_reports(conn, ident, target, end, detected[status == REPORTED])
+    return PeriodAnalysis(**vars(decided), target=target, recovered=recovered)
+
+
+def near_deploy(change_at: pd.Series, deploy_times: list[datetime], tolerance: timedelta) -> pd.Series:
+    """Per change: does it lie within `tolerance` of one of the deploys?"""
+    if not deploy_times:
+        return pd.Series(False, index=change_at.index)
+    times = pd.to_datetime(pd.Series(deploy_times), utc=True).to_numpy()
+    gaps = abs(pd.to_datetime(change_at, utc=True).to_numpy()[:, None] - times[None, :])
+    return pd.Series((gaps <= pd.Timedelta(tolerance).to_timedelta64()).any(axis=1), index=change_at.index)

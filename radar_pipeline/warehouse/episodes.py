@@ -1,0 +1,104 @@
+"""Reporting episodes of the periodic check (radar.regression_episode): a query is reported when it becomes slower,
+and again only after it has recovered.
+
+An episode opens with the periodic analysis that reported the query and closes with the first later analysis whose
+latest period's mean is back within the threshold θ of the level before the change (baseline × (1 + θ)). It is open
+at time T when it opened before T and had not closed by T, so re-running or backfilling an older hour judges against
+the episodes as they were then, and a re-run keeps what later hours recorded.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pandas as pd
+import sqlalchemy as sa
+
+from radar_pipeline.pgss_model import KEY
+
+
+def reopen(conn: sa.Connection, analysis_id: str, target: str) -> None:
+    """Undo the recoveries an earlier run of this analysis recorded, so a re-run decides them afresh."""
+    conn.execute(
+        sa.text(
+            "UPDATE radar.regression_episode SET recovered_at = NULL, recovered_by = NULL, recovered_ms = NULL "
+            "WHERE recovered_by = :id AND target = :t"
+        ),
+        {"id": analysis_id, "t": target},
+    )
+
+
+def recover(
+    conn: sa.Connection, analysis_id: str, target: str, period_end: datetime, threshold: float, min_calls: int
+) -> pd.DataFrame:
+    """Close the target's episodes open before `period_end` whose query, in this analysis, had at least `min_calls`
+    calls in the latest period and a mean there at or below baseline × (1 + threshold). Returns the closed:
+    fingerprint, queryid, baseline_ms, recovered_ms."""
+    rows = conn.execute(
+        sa.text(
+            "UPDATE radar.regression_episode e SET recovered_at = :end, recovered_by = :id, "
+            "recovered_ms = v.mean_after_ms "
+            "FROM radar.verdict v WHERE v.deploy_id = :id AND v.target = e.target AND v.fingerprint = e.fingerprint "
+            "AND e.target = :t AND e.opened_at < :end AND e.recovered_at IS NULL AND v.calls_after >= :min_calls "
+            "AND v.mean_after_ms <= e.baseline_ms * (1 + :theta) "
+            "RETURNING e.fingerprint, e.queryid, e.baseline_ms, e.recovered_ms"
+        ),
+        {"end": period_end, "id": analysis_id, "t": target, "theta": threshold, "min_calls": min_calls},
+    )
+    return pd.DataFrame(rows.fetchall(), columns=["fingerprint", "queryid", "baseline_ms", "recovered_ms"])
+
+
+def open_at(conn: sa.Connection, target: str, moment: datetime) -> set[int]:
+    """The target's queries with an episode open at `moment` (opened before it, not closed by it)."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT DISTINCT fingerprint FROM radar.regression_episode WHERE target = :t AND opened_at < :m "
+            "AND (recovered_at IS NULL OR recovered_at > :m)"
+        ),
+        {"t": target, "m": moment},
+    )
+    return {int(r[0]) for r in rows}
+
+
+def record_reports(
+    conn: sa.Connection, analysis_id: str, target: str, period_end: datetime, reported: pd.DataFrame
+) -> None:
+    """Make the episodes this analysis opened exactly `reported` (KEY columns, fingerprint, change_at and the
+    segment means): new ones open, those of an earlier run of it that it no longer reports go, and those it reports
+    again keep what later analyses recorded of them."""
+    conn.execute(
+        sa.text(
+            "DELETE FROM radar.regression_episode WHERE opened_by = :id AND target = :t "
+            "AND NOT fingerprint = ANY(CAST(:fps AS bigint[]))"
+        ),
+        {"id": analysis_id, "t": target, "fps": [int(f) for f in reported["fingerprint"]]},
+    )
+    if reported.empty:
+        return
+    conn.execute(
+        sa.text(
+            "INSERT INTO radar.regression_episode (target, fingerprint, dbid, userid, queryid, toplevel, opened_by, "
+            "opened_at, change_at, baseline_ms, level_ms) VALUES (:t, :fingerprint, :dbid, :userid, :queryid, "
+            ":toplevel, :id, :end, :change_at, :baseline, :level) "
+            "ON CONFLICT (target, fingerprint, opened_by) DO UPDATE SET dbid = EXCLUDED.dbid, "
+            "userid = EXCLUDED.userid, queryid = EXCLUDED.queryid, toplevel = EXCLUDED.toplevel, "
+            "change_at = EXCLUDED.change_at, baseline_ms = EXCLUDED.baseline_ms, level_ms = EXCLUDED.level_ms"
+        ),
+        [
+            {
+                "t": target,
+                "id": analysis_id,
+                "end": period_end,
+                "fingerprint": int(r.fingerprint),
+                **{k: _plain(getattr(r, k)) for k in KEY},
+                "change_at": pd.Timestamp(r.change_at).to_pydatetime(),
+                "baseline": float(r.segment_mean_before_ms),
+                "level": float(r.segment_mean_after_ms),
+            }
+            for r in reported.itertuples()
+        ],
+    )
+
+
+def _plain(value: object) -> object:
+    return value.item() if hasattr(value, "item") else value

@@ -1,0 +1,218 @@
+"""The periodic check: hourly partitions over synthetic counters with known answers, and a real slowdown on real
+PostgreSQL with no deploy behind it.
+
+Synthetic timeline (B = the start of an hour seven hours ago; one scrape a minute, 20 calls each; P = 1 hour):
+- 31 slows ×3 at B+1h40 (no deploy), is back to normal at B+3h30, and slows ×3 again at B+5h20;
+- 32 slows ×3 at B+2h10, where a deploy is recorded: the deploy's analysis answers for it;
+- 33 stays flat.
+Partition k (hour [B+k h, B+(k+1) h)) compares that hour with the one before.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from radar_pipeline.config import Target
+from radar_pipeline.defs.alerts import SlackResource
+from radar_pipeline.defs.deploy_analysis import AnalysisRefused
+from radar_pipeline.defs.periodic import periodic_alerts, periodic_verdicts
+from radar_pipeline.defs.periodic_analysis import analyse_period
+from radar_pipeline.defs.pgss_collection import snapshot_target
+from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
+from radar_pipeline.engine import EngineSettings
+from radar_pipeline.warehouse import deploys, migrations
+from radar_pipeline.warehouse.database import make_engine
+
+from .helpers import run_log_text, store_counters
+
+TEXTS = {31: "SELECT * FROM events WHERE account = $1", 32: "SELECT * FROM invoices WHERE id = $1", 33: "SELECT 2"}
+HOURS = 7
+
+
+def mean_at(queryid: int, minutes: float) -> float:
+    """The true mean (ms) of the query's calls at `minutes` after B."""
+    if queryid == 31:
+        return 3.0 if 100 < minutes <= 210 or minutes > 320 else 1.0
+    if queryid == 32:
+        return 3.0 if minutes > 130 else 1.0
+    return 2.0
+
+
+@pytest.fixture
+def timeline(warehouse):
+    base = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=HOURS)
+    rng = np.random.default_rng(9)
+    rows = []
+    for queryid in TEXTS:
+        calls, total = 0, 0.0
+        for minute in range(HOURS * 60 + 1):
+            mean = mean_at(queryid, minute) * rng.lognormal(0, 0.1)
+            calls, total = calls + 20, total + 20 * mean
+            rows.append((queryid, base + timedelta(minutes=minute), calls, total))
+    store_counters(
+        warehouse, "main", pd.DataFrame(rows, columns=["queryid", "captured_at", "calls", "total_exec_time"]), TEXTS
+    )
+    deploys.record(warehouse, deploys.DeployEvent("inv-9", "main", base + timedelta(minutes=130), service="billing"))
+    return base
+
+
+def _key(base: datetime, hour: int) -> str:
+    return (base + timedelta(hours=hour)).strftime("%Y-%m-%d-%H:%M")
+
+
+def _run(instance: dg.DagsterInstance, warehouse_url: str, slack: SlackResource, key: str) -> dg.ExecuteInProcessResult:
+    return dg.materialize(
+        [periodic_verdicts, periodic_alerts],
+        partition_key=key,
+        resources={
+            "warehouse": WarehouseResource(url=warehouse_url),
+            "analysis": AnalysisResource(),
+            "targets": TargetsResource(spec=""),
+            "slack": slack,
+        },
+        instance=instance,
+        raise_on_error=False,
+    )
+
+
+def _meta(result: dg.ExecuteInProcessResult) -> dict:
+    return {k: v.value for k, v in result.asset_materializations_for_node("periodic_verdicts")[0].metadata.items()}
+
+
+def test_reported_once_left_to_the_deploy_and_reported_again_after_recovery(timeline, warehouse, warehouse_url, slack):
+    bot = SlackResource(token="xoxb-test-token", channel="#radar", base_url=slack.api_url)
+    seen = {}
+    with dg.instance_for_test() as instance:
+        for hour in range(1, HOURS):
+            result = _run(instance, warehouse_url, bot, _key(timeline, hour))
+            assert result.success, run_log_text(instance, result.run_id)
+            seen[hour] = _meta(result)
+        log = run_log_text(instance, result.run_id)
+        again = _run(instance, warehouse_url, bot, _key(timeline, 1))  # a re-run decides the same, sends nothing
+        assert again.success and _meta(again)["reported"] == 1
+
+    counts = {
+        h: (m["detected"], m["reported"], m["already_reported"], m["left_to_deploy"], m["recovered"])
+        for h, m in seen.items()
+    }
+    assert counts[1] == (1, 1, 0, 0, 0)  # 31 slowed 40 minutes into the hour: reported
+    assert counts[2] == (2, 0, 1, 1, 0)  # 31 still in the window: not again; 32 at the deploy: the deploy's
+    assert counts[3][1:] == (0, 0, 0, 0)  # 31 coming back; nothing new
+    assert counts[4][1:] == (0, 0, 0, 1)  # 31's whole latest hour is back near its old level: recovered
+    assert counts[5] == (1, 1, 0, 0, 0)  # 31 slowed again: reported again
+    assert counts[6] == (1, 0, 1, 0, 0)  # and not a third time while it stays slow
+    assert "main: queryid 31 already_reported: " in log  # the log of hour 6
+
+    posts = slack.calls_to("/api/chat.postMessage")
+    assert len(posts) == 2
+    first = posts[0].json
+    assert first["text"].startswith("1 query slower on main with no deploy behind it (periodic check ")
+    blocks = first["blocks"] if isinstance(first["blocks"], list) else json.loads(first["blocks"])
+    assert "SELECT * FROM events WHERE account = $1" in json.dumps(blocks)
+    assert "*Compared with:* the hour before it" in json.dumps(blocks)
+    assert len([c for c in slack.calls if c.path.startswith("/upload/")]) == 2  # a chart with each
+
+    with warehouse.connect() as conn:
+        periodic = pd.read_sql(
+            sa.text("SELECT deploy_id, queryid, change_at FROM radar.regression WHERE trigger = 'periodic' ORDER BY 1"),
+            conn,
+        )
+        episodes = pd.read_sql(sa.text("SELECT * FROM radar.regression_episode ORDER BY change_at"), conn)
+        statuses = conn.execute(sa.text("SELECT queryid, status FROM radar.alert ORDER BY deploy_id")).fetchall()
+    assert set(periodic["queryid"]) == {31, 32}
+    change = periodic.loc[periodic["deploy_id"] == "periodic:" + _key(timeline, 1), "change_at"].iloc[0] - timeline
+    assert abs(change - timedelta(minutes=100)) <= timedelta(minutes=2)
+    assert list(episodes["queryid"]) == [31, 31]
+    assert episodes["opened_by"].tolist() == ["periodic:" + _key(timeline, 1), "periodic:" + _key(timeline, 5)]
+    assert episodes["recovered_by"].iloc[0] == "periodic:" + _key(timeline, 4) and pd.isna(
+        episodes["recovered_at"].iloc[1]
+    )
+    assert episodes["baseline_ms"].iloc[0] == pytest.approx(1.0, rel=0.05)
+    assert episodes["level_ms"].iloc[0] == pytest.approx(3.0, rel=0.05)
+    assert statuses == [(31, "sent"), (31, "sent")]
+
+
+def test_an_hour_not_yet_over_is_refused(timeline, warehouse):
+    now = datetime.now(UTC)
+    with pytest.raises(AnalysisRefused, match="closes at"):
+        analyse_period(
+            warehouse,
+            "now",
+            now + timedelta(minutes=1),
+            EngineSettings(window=timedelta(hours=1)),
+            timedelta(minutes=2),
+        )
+    with warehouse.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM radar.analysis")).scalar_one() == 0
+
+
+SCRAPE = 0.25
+PERIOD = 5.0
+PROBE = "CREATE OR REPLACE FUNCTION probe_bloat(k int) RETURNS int LANGUAGE sql AS $$ SELECT k FROM pg_sleep({s}) $$"
+
+
+def _drive(target: Target, engine: sa.Engine, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    with psycopg.connect(target.dsn, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            tick = time.monotonic()
+            for _ in range(8):
+                conn.execute("SELECT probe_bloat(%s)", (1,))
+                conn.execute("SELECT probe_steady(%s)", (1,))
+            snapshot_target(target, engine)
+            time.sleep(max(0.0, SCRAPE - (time.monotonic() - tick)))
+
+
+def test_a_real_slowdown_without_a_deploy_is_found(pg18):
+    app, wh = pg18.new_database("periodicapp"), pg18.new_database("periodicwh")
+    try:
+        pg18.execute("CREATE EXTENSION pg_stat_statements", app)
+        pg18.execute(PROBE.format(s=0.002), app)
+        pg18.execute(PROBE.format(s=0.002).replace("probe_bloat", "probe_steady"), app)
+        url = pg18.pg.url(wh, driver="postgresql+psycopg")
+        migrations.upgrade(url)
+        engine = make_engine(url)
+        target = Target("periodicapp", pg18.pg.url(app))
+        _drive(target, engine, PERIOD + 0.5)
+        with engine.connect() as conn:
+            changed = conn.execute(sa.text("SELECT now()")).scalar_one()  # the warehouse's clock, as the scrapes
+        pg18.execute(PROBE.format(s=0.016), app)  # the function body slows down: no deploy is recorded
+        _drive(target, engine, PERIOD + 2 * SCRAPE)
+        settings = AnalysisResource(window_seconds=PERIOD, scrape_interval_seconds=SCRAPE, period_seconds=PERIOD)
+        done, failed = analyse_period(
+            engine,
+            "live",
+            changed + timedelta(seconds=PERIOD),
+            settings.periodic_settings(),
+            settings.settings().tolerance,
+            settle=settings.settle,
+            live_targets={target.name: target},
+        )
+        assert failed == {}
+        (result,) = done
+        v = result.verdicts.set_index("queryid")
+        with psycopg.connect(target.dsn) as conn:
+            ids = dict(
+                conn.execute(
+                    "SELECT split_part(query, '(', 1), queryid FROM pg_stat_statements "
+                    "WHERE query LIKE 'SELECT probe_%'"
+                ).fetchall()
+            )
+        slow, steady = v.loc[ids["SELECT probe_bloat"]], v.loc[ids["SELECT probe_steady"]]
+        assert slow["verdict"] == "detected" and slow["report"] == "reported" and slow["change_factor"] > 3
+        assert abs((slow["change_at"] - changed).total_seconds()) <= 1.0
+        assert steady["verdict"] == "no_regression"
+        assert "probe_bloat" in result.texts[int(ids["SELECT probe_bloat"])]
+        engine.dispose()
+    finally:
+        pg18.drop_database(app)
+        pg18.drop_database(wh)
