@@ -127,8 +127,9 @@ def deploy_import(csv_file: Path, warehouse: str | None) -> None:
 @click.option("--all", "show_all", is_flag=True, help="every query, not only the first 40 rows")
 @click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=f"warehouse URL (default: ${WAREHOUSE_URL_VAR})")
 def verdicts(deploy_id: str, show_all: bool, warehouse: str | None) -> None:
-    """Print a deploy's verdicts, detections first."""
+    """Print a deploy's verdicts (or a periodic check's, DEPLOY_ID periodic:<hour>), detections first."""
     from radar_pipeline.warehouse.analysis import verdicts_of
+    from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX
 
     try:
         engine = _engine(warehouse)
@@ -137,9 +138,10 @@ def verdicts(deploy_id: str, show_all: bool, warehouse: str | None) -> None:
     with engine.connect() as conn:
         table = verdicts_of(conn, deploy_id)
     if table.empty:
-        raise click.ClickException(f"no verdicts for deploy {deploy_id!r}: not recorded, or not analysed yet")
+        raise click.ClickException(f"no verdicts for {deploy_id!r}: not recorded, or not analysed yet")
     counts = table["verdict"].value_counts()
-    click.echo(f"deploy {deploy_id}: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    what = "periodic check" if deploy_id.startswith(PERIODIC_PREFIX) else "deploy"
+    click.echo(f"{what} {deploy_id}: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
     shown = table if show_all else table.head(40)
     click.echo(_format_verdicts(shown))
     if len(shown) < len(table):
@@ -155,6 +157,7 @@ def _format_verdicts(table: pd.DataFrame) -> str:
 
     shown = pd.DataFrame(
         {
+            **({"target": table["target"]} if table["target"].nunique() > 1 else {}),
             "verdict": table["verdict"],
             "reason": table["reason"],
             "cause": table["cause"].fillna(""),

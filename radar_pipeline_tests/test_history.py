@@ -150,3 +150,31 @@ def test_a_deploy_without_analysis_is_refused_and_nothing_changes(history, wareh
     with warehouse.begin() as conn, pytest.raises(HistoryRefused, match="is not recorded"):
         update_history(conn, "nope", HistorySettings(), SETTINGS.min_calls)
     pd.testing.assert_frame_equal(_points(warehouse), before)
+
+
+def test_a_periodic_detection_between_deploys_begins_a_segment(history, warehouse):
+    """Query 23 never changes at a deploy; a periodic check that detected a change in it between deploys 9 and 10
+    makes deploy 10's point begin a new segment."""
+    with warehouse.begin() as conn:
+        at = conn.execute(sa.text("SELECT deployed_at FROM radar.deploy_event WHERE deploy_id = 'h-10'")).scalar_one()
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.analysis (deploy_id, target, settings, engine_version, window_start, window_end, "
+                "queries, detected, no_regression, insufficient_data) "
+                "VALUES ('periodic:x', 'main', '{}', '1', :at - interval '2 hours', :at, 1, 1, 0, 0)"
+            ),
+            {"at": at},
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.verdict (deploy_id, target, dbid, userid, queryid, toplevel, fingerprint, verdict, "
+                "reason, change_at, n_before, n_after, calls_before, calls_after) "
+                "VALUES ('periodic:x', 'main', 5, 10, 23, true, 23, 'detected', 'significant', "
+                ":at - interval '30 minutes', 10, 10, 100, 100)"
+            ),
+            {"at": at},
+        )
+        update_history(conn, f"h-{LATE}", HistorySettings(), SETTINGS.min_calls)  # recomputes 9, 10 and 11
+    flat = _points(warehouse).loc[23]
+    assert flat["begins_segment"].tolist() == [True] + [False] * 9 + [True, False]
+    assert flat.loc["h-10", "segment"] == 1 and flat.loc["h-11", "centre_ms"] == flat.loc["h-10", "mean_ms"]

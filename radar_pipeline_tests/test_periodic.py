@@ -20,7 +20,9 @@ import pandas as pd
 import psycopg
 import pytest
 import sqlalchemy as sa
+from click.testing import CliRunner
 
+from radar_pipeline.cli import main
 from radar_pipeline.config import Target
 from radar_pipeline.defs.alerts import SlackResource
 from radar_pipeline.defs.deploy_analysis import AnalysisRefused
@@ -139,6 +141,12 @@ def test_reported_once_left_to_the_deploy_and_reported_again_after_recovery(time
     assert episodes["baseline_ms"].iloc[0] == pytest.approx(1.0, rel=0.05)
     assert episodes["level_ms"].iloc[0] == pytest.approx(3.0, rel=0.05)
     assert statuses == [(31, "sent"), (31, "sent")]
+
+    printed = CliRunner().invoke(main, ["verdicts", "periodic:" + _key(timeline, 1), "--warehouse", warehouse_url])
+    assert printed.exit_code == 0, printed.output
+    lines = printed.output.splitlines()
+    assert lines[0].startswith("periodic check periodic:") and "1 detected" in lines[0]
+    assert "detected" in lines[2] and "SELECT * FROM events WHERE account = $1" in lines[2]
 
 
 def test_an_hour_not_yet_over_is_refused(timeline, warehouse):

@@ -66,6 +66,27 @@ def test_retention_drops_expired_days_and_creates_the_next(warehouse):
                 ),
                 {"q": queryid, "at": seen},
             )
+        for check, end in (
+            ("periodic:2026-11-11-11:00", old),
+            ("periodic:2026-11-28-11:00", datetime(2026, 11, 28, 12, tzinfo=UTC)),
+        ):
+            conn.execute(
+                sa.text(
+                    "INSERT INTO radar.analysis (deploy_id, target, settings, engine_version, window_start, "
+                    "window_end, queries, detected, no_regression, insufficient_data) "
+                    "VALUES (:id, 't', '{}', '1', :end - interval '2 hours', :end, 2, 1, 1, 0)"
+                ),
+                {"id": check, "end": end},
+            )
+            for queryid, verdict, reason in ((1, "detected", "significant"), (3, "no_regression", "below_threshold")):
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO radar.verdict (deploy_id, target, dbid, userid, queryid, toplevel, fingerprint, "
+                        "verdict, reason, n_before, n_after, calls_before, calls_after) "
+                        "VALUES (:id, 't', 1, 1, :q, true, :q, :v, :r, 10, 10, 100, 100)"
+                    ),
+                    {"id": check, "q": queryid, "v": verdict, "r": reason},
+                )
     dropped = apply_retention(warehouse, keep_days=14, today=today)
     assert dropped == [f"pgss_snapshot_p202611{d:02d}" for d in range(10, 15)]
     names = _partitions(warehouse)
@@ -73,7 +94,13 @@ def test_retention_drops_expired_days_and_creates_the_next(warehouse):
     assert names[-1] == "pgss_snapshot_p20261201"  # today and two days ahead
     with warehouse.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM radar.pgss_info_snapshot")).scalar_one() == 0
-        assert conn.execute(sa.text("SELECT queryid FROM radar.query")).scalars().all() == [2]
+        assert conn.execute(sa.text("SELECT queryid FROM radar.query ORDER BY 1")).scalars().all() == [1, 2]  # shown
+        kept = conn.execute(sa.text("SELECT deploy_id, queryid FROM radar.verdict ORDER BY 1, 2")).all()
+        assert kept == [
+            ("periodic:2026-11-11-11:00", 1),
+            ("periodic:2026-11-28-11:00", 1),
+            ("periodic:2026-11-28-11:00", 3),
+        ]
     assert apply_retention(warehouse, keep_days=14, today=today) == []
 
 

@@ -76,7 +76,7 @@ CREATE TABLE radar.query_history (
     toplevel        boolean          NOT NULL,
     mean_ms         double precision NOT NULL,   -- call-weighted mean over the window after the deploy
     calls           bigint           NOT NULL,
-    begins_segment  boolean          NOT NULL,   -- a regression was detected at this deploy or since the last point
+    begins_segment  boolean          NOT NULL,   -- the first point, or a regression detected here or since the last
     segment         integer          NOT NULL,   -- 0 for the first segment of the query, then 1, 2, ...
     centre_ms       double precision,            -- band centre: mean of the earlier points of the current segment
     spread_ms       double precision,            -- pooled sd of the earlier points' residuals from their segment means

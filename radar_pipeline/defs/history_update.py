@@ -79,6 +79,7 @@ def update_history(conn: sa.Connection, deploy_id: str, settings: HistorySetting
         settings,
     )
     rows = pd.concat([points.drop(columns=["detected"]), result], axis=1)
+    rows["begins_segment"] = rows["seg_points"] == 1  # a query's first point begins its first segment too
     store.replace_points(conn, deploy_id, target, fingerprints, here, rows, settings.to_dict())
 
     own = rows[rows["deploy_id"] == deploy_id].reset_index(drop=True)

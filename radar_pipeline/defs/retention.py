@@ -1,4 +1,5 @@
-"""Retention: drop day partitions of radar.pgss_snapshot older than RADAR_RETENTION_DAYS, create the next ones."""
+"""Retention: drop day partitions of radar.pgss_snapshot older than RADAR_RETENTION_DAYS, create the next ones, and
+thin out the periodic checks' verdicts of that age to their detections."""
 
 import os
 from datetime import UTC, date, datetime, timedelta
@@ -12,8 +13,10 @@ from radar_pipeline.warehouse.snapshots import PARTITION_DAYS_AHEAD
 
 
 def apply_retention(engine: sa.Engine, keep_days: int, today: date) -> list[str]:
-    """Drop the day partitions that ended before today − keep_days, with the scrape facts and the catalogue entries
-    of statements last seen before then (unless a verdict shows them); returns the partitions dropped."""
+    """Drop the day partitions that ended before today − keep_days, with the scrape facts, the verdicts of periodic
+    checks of that age other than detections (an hourly check writes one per query: deploy verdicts are all kept),
+    and the catalogue entries of statements last seen before then (unless a verdict shows them); returns the
+    partitions dropped."""
     cutoff = today - timedelta(days=keep_days)
     with engine.begin() as conn:
         dropped = [
@@ -24,6 +27,14 @@ def apply_retention(engine: sa.Engine, keep_days: int, today: date) -> list[str]
         ]
         conn.execute(
             sa.text("DELETE FROM radar.pgss_info_snapshot WHERE captured_at < CAST(:c AS date)"), {"c": cutoff}
+        )
+        conn.execute(
+            sa.text(
+                "DELETE FROM radar.verdict v USING radar.analysis a WHERE a.deploy_id = v.deploy_id "
+                "AND a.target = v.target AND a.trigger = 'periodic' AND a.window_end < CAST(:c AS date) "
+                "AND v.verdict <> 'detected'"
+            ),
+            {"c": cutoff},
         )
         # Statements not seen since the cutoff leave the catalogue, unless a verdict still shows their text.
         conn.execute(

@@ -241,18 +241,21 @@ def query_texts(conn: sa.Connection, target: str, keys: pd.DataFrame, length: in
     return {int(r[0]): r[1] for r in rows}
 
 
-def verdicts_of(conn: sa.Connection, deploy_id: str) -> pd.DataFrame:
-    """A deploy's verdicts with each query's text, detections first (for `radar verdicts`)."""
+def verdicts_of(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
+    """A deploy's (or a periodic check's) verdicts with each query's text, detections first (for `radar verdicts`).
+    change_after_deploy is measured from the deploy, or for a periodic check from the split between its periods."""
     return pd.read_sql(
         sa.text(
-            "SELECT v.verdict, v.reason, v.cause, v.mean_before_ms, v.mean_after_ms, v.change_factor, v.confidence, "
-            "v.change_at - d.deployed_at AS change_after_deploy, v.calls_before, v.calls_after, v.queryid, "
+            "SELECT v.target, v.verdict, v.reason, v.cause, v.mean_before_ms, v.mean_after_ms, v.change_factor, "
+            "v.confidence, v.change_at - coalesce(d.deployed_at, a.window_start + (a.window_end - a.window_start) / 2) "
+            "AS change_after_deploy, v.calls_before, v.calls_after, v.queryid, "
             "left(regexp_replace(coalesce(q.query, ''), '\\s+', ' ', 'g'), 80) AS query "
-            "FROM radar.verdict v JOIN radar.deploy_event d USING (deploy_id) "
+            "FROM radar.verdict v JOIN radar.analysis a ON a.deploy_id = v.deploy_id AND a.target = v.target "
+            "LEFT JOIN radar.deploy_event d ON d.deploy_id = v.deploy_id "
             f"{VERDICT_QUERY_JOIN} "
             "WHERE v.deploy_id = :d "
             "ORDER BY v.verdict = 'detected' DESC, v.confidence DESC NULLS LAST, v.change_factor DESC NULLS LAST"
         ),
         conn,
-        params={"d": deploy_id},
+        params={"d": analysis_id},
     )
