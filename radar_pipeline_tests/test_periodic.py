@@ -149,6 +149,21 @@ def test_reported_once_left_to_the_deploy_and_reported_again_after_recovery(time
     assert "detected" in lines[2] and "SELECT * FROM events WHERE account = $1" in lines[2]
 
 
+def test_an_hour_without_scrapes_is_analysed_as_empty(timeline, warehouse_url, slack):
+    bot = SlackResource(token="xoxb-test-token", channel="#radar", base_url=slack.api_url)
+    with dg.instance_for_test() as instance:
+        result = _run(instance, warehouse_url, bot, _key(timeline, -3))
+    assert result.success
+    assert _meta(result) == {
+        "targets": [],
+        "period_s": 3600.0,
+        "queries": 0,
+        "note": "no target was scraped in this period",
+    }
+    alerts = result.asset_materializations_for_node("periodic_alerts")[0].metadata
+    assert alerts["note"].value == "nothing new to report this hour" and slack.calls == []
+
+
 def test_an_hour_not_yet_over_is_refused(timeline, warehouse):
     now = datetime.now(UTC)
     with pytest.raises(AnalysisRefused, match="closes at"):

@@ -12,6 +12,8 @@ matplotlib.use("Agg")  # no display: render to files only
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 
 def render_chart(
@@ -43,13 +45,7 @@ def render_chart(
         ax.hlines(segment_before_ms, left, change, colors="#27ae60", linewidth=2, label="segment means")
         ax.hlines(segment_after_ms, change, right, colors="#27ae60", linewidth=2)
         ax.set_xlabel(f"seconds from the {marker}")
-        ax.set_ylabel("ms per call")
-        ax.set_title(title[:90], fontsize=10)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="upper left")
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format="png")
+        _finish(fig, ax, path, title)
     finally:
         plt.close(fig)
     return path
@@ -97,13 +93,18 @@ def render_history_chart(
         labels = [d.strftime("%m-%d %H:%M") for d in deployed_at][::step]
         ax.set_xticks(x[::step], labels, fontsize=7, rotation=30, ha="right")
         ax.set_xlabel("deploys (segment starts dotted)")
-        ax.set_ylabel("ms per call")
-        ax.set_title(title[:90], fontsize=10)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="upper left")
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format="png")
+        _finish(fig, ax, path, title)
     finally:
         plt.close(fig)
     return path
+
+
+def _finish(fig: Figure, ax: Axes, path: Path, title: str) -> None:
+    """The parts every chart shares (axis label, title, grid, legend), then the PNG written to `path`."""
+    ax.set_ylabel("ms per call")
+    ax.set_title(title[:90], fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")

@@ -122,9 +122,15 @@ def deliver(
     return metadata
 
 
+def run_url(run_id: str | None) -> str | None:
+    """The run's page in the Dagster UI (at RADAR_DAGSTER_URL, default http://localhost:3000)."""
+    if not run_id:
+        return None
+    return f"{os.environ.get(DAGSTER_URL_VAR, 'http://localhost:3000').rstrip('/')}/runs/{run_id}"
+
+
 def _facts(found: pd.DataFrame) -> DeployFacts:
     first = found.iloc[0]
-    base = os.environ.get(DAGSTER_URL_VAR, "http://localhost:3000").rstrip("/")
     return DeployFacts(
         deploy_id=str(first.deploy_id),
         target=str(first.target),
@@ -132,7 +138,7 @@ def _facts(found: pd.DataFrame) -> DeployFacts:
         service=first.service,
         version=first.version,
         url=first.url,
-        run_url=f"{base}/runs/{first.run_id}" if first.run_id else None,
+        run_url=run_url(first.run_id),
     )
 
 
@@ -226,14 +232,13 @@ def slack_run_failure_sensor(context: dg.RunFailureSensorContext, slack: SlackRe
         return dg.SkipReason("Slack is not configured")
     run = context.dagster_run
     error = context.failure_event.message or "no error message"
-    base = os.environ.get(DAGSTER_URL_VAR, "http://localhost:3000").rstrip("/")
     text = f"radar: run of {run.job_name} failed"
     blocks: list[dict[str, Any]] = [
         {"type": "section", "text": {"type": "mrkdwn", "text": f"*{text}*"}},
         {
             "type": "section",
             "fields": [
-                {"type": "mrkdwn", "text": f"*Run:* <{base}/runs/{run.run_id}|{run.run_id[:8]}>"},
+                {"type": "mrkdwn", "text": f"*Run:* <{run_url(run.run_id)}|{run.run_id[:8]}>"},
                 {"type": "mrkdwn", "text": f"*Partition:* {run.tags.get('dagster/partition', '-')}"},
             ],
         },

@@ -9,7 +9,7 @@ import pandas as pd
 
 from radar_pipeline.alerts.render import DeployFacts
 from radar_pipeline.config import ConfigError
-from radar_pipeline.defs.alerts import DAGSTER_URL_VAR, SlackResource, deliver
+from radar_pipeline.defs.alerts import SlackResource, deliver, run_url
 from radar_pipeline.defs.deploy_analysis import AnalysisRefused
 from radar_pipeline.defs.deploys import DETECTION_ROWS_SHOWN, VerdictConfig, configured_targets
 from radar_pipeline.defs.periodic_analysis import (
@@ -107,7 +107,14 @@ def _report_log(result: PeriodAnalysis) -> list[str]:
 
 def _metadata(done: list[PeriodAnalysis], period_s: float) -> dict[str, Any]:
     frames = [r.verdicts.assign(target=r.target) for r in done]
-    v = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["verdict", "report", "target"])
+    if not frames:
+        return {
+            "targets": dg.MetadataValue.json([]),
+            "period_s": period_s,
+            "queries": 0,
+            "note": "no target was scraped in this period",
+        }
+    v = pd.concat(frames, ignore_index=True)
     reports = v["report"].value_counts()
     reported = v[v["report"] == REPORTED].sort_values("confidence", ascending=False)
     texts = {(r.target, q): t for r in done for q, t in r.texts.items()}
@@ -142,7 +149,6 @@ def periodic_alerts(
 ) -> dg.MaterializeResult:
     """One message per target for the regressions this hour's check reported, like a deploy's alerts."""
     ident = analysis_id(context.partition_key)
-    base = os.environ.get(DAGSTER_URL_VAR, "http://localhost:3000").rstrip("/")
     metadata: dict[str, Any] = {"regressions": 0}
     with warehouse.engine().begin() as conn:
         outbox.lock(conn, ident)
@@ -156,7 +162,7 @@ def periodic_alerts(
                 service=None,
                 version=None,
                 url=None,
-                run_url=f"{base}/runs/{first.run_id}" if first.run_id else None,
+                run_url=run_url(first.run_id),
                 period=(
                     pd.Timestamp(first.window_start).to_pydatetime() + _period(first),
                     pd.Timestamp(first.window_end).to_pydatetime(),
