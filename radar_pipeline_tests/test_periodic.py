@@ -164,6 +164,38 @@ def test_an_hour_without_scrapes_is_analysed_as_empty(timeline, warehouse_url, s
     assert alerts["note"].value == "nothing new to report this hour" and slack.calls == []
 
 
+def test_one_failing_target_does_not_stop_the_others(timeline, warehouse, warehouse_url, slack, monkeypatch):
+    from radar_pipeline.defs import periodic_analysis
+
+    with warehouse.begin() as conn:  # a second target, scraped over the same hours
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.pgss_info_snapshot SELECT 'other', captured_at, dealloc, stats_reset, "
+                "server_version_num, pgss_version, statements, stored_rows FROM radar.pgss_info_snapshot"
+            )
+        )
+    real = periodic_analysis.decide_window
+
+    def failing_for_other(conn, ident, target, *args):  # type: ignore[no-untyped-def]
+        if target == "other":
+            raise RuntimeError("the warehouse lost its mind")
+        return real(conn, ident, target, *args)
+
+    monkeypatch.setattr(periodic_analysis, "decide_window", failing_for_other)
+    bot = SlackResource(token="xoxb-test-token", channel="#radar", base_url=slack.api_url)
+    with dg.instance_for_test() as instance:
+        result = _run(instance, warehouse_url, bot, _key(timeline, 1))
+        log = run_log_text(instance, result.run_id)
+    assert result.success
+    assert _meta(result)["targets"] == ["main"] and _meta(result)["reported"] == 1
+    (check,) = result.get_asset_check_evaluations()
+    assert not check.passed and check.metadata["failed_targets"].value == {
+        "other": "RuntimeError: the warehouse lost its mind"
+    }
+    assert "target 'other' was not analysed" in log
+    assert len(slack.calls_to("/api/chat.postMessage")) == 1  # main's regression still went out
+
+
 def test_an_hour_not_yet_over_is_refused(timeline, warehouse):
     now = datetime.now(UTC)
     with pytest.raises(AnalysisRefused, match="closes at"):

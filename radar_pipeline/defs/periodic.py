@@ -45,11 +45,15 @@ def _minute() -> int:
 
 
 periodic_partitions = dg.HourlyPartitionsDefinition(start_date=_start())
+ALL_TARGETS_CHECK = "all_targets_analysed"
 
 
 @dg.asset(
     partitions_def=periodic_partitions,
     group_name="periodic",
+    check_specs=[
+        dg.AssetCheckSpec(ALL_TARGETS_CHECK, asset="periodic_verdicts", description="every scraped target analysed")
+    ],
     description="Hourly: every query's latest period P against the one before, for regressions with no deploy "
     "behind them (radar.verdict with trigger 'periodic'; reporting: radar.regression_episode).",
 )
@@ -82,12 +86,22 @@ def periodic_verdicts(
     for result in done:
         for line in _report_log(result):
             context.log.info(line)
-    if failed:
-        raise dg.Failure(
-            description="periodic analysis failed for " + "; ".join(f"{t}: {e}" for t, e in failed.items()),
-            metadata={"analysed": [r.target for r in done]},
-        )
-    return dg.MaterializeResult(metadata=_metadata(done, settings.window.total_seconds()))
+    for target, error in failed.items():
+        context.log.error(f"target {target!r} was not analysed: {error}")
+    if failed and not done:
+        raise dg.Failure(description="periodic analysis failed for every target: " + "; ".join(failed.values()))
+    # The targets that were analysed keep their verdicts and alerts; the check names those that were not.
+    return dg.MaterializeResult(
+        metadata=_metadata(done, settings.window.total_seconds()),
+        check_results=[
+            dg.AssetCheckResult(
+                check_name=ALL_TARGETS_CHECK,
+                passed=not failed,
+                severity=dg.AssetCheckSeverity.WARN,
+                metadata={"failed_targets": dg.MetadataValue.json(failed)},
+            )
+        ],
+    )
 
 
 def _report_log(result: PeriodAnalysis) -> list[str]:
