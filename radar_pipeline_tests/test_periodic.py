@@ -196,6 +196,24 @@ def test_one_failing_target_does_not_stop_the_others(timeline, warehouse, wareho
     assert len(slack.calls_to("/api/chat.postMessage")) == 1  # main's regression still went out
 
 
+def test_an_hour_of_a_backfill_over_a_day_old_is_not_alerted(warehouse, warehouse_url, slack):
+    base = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(days=2)
+    rows = []
+    calls, total = 0, 0.0
+    for minute in range(121):
+        calls, total = calls + 20, total + 20 * (3.0 if minute > 100 else 1.0)
+        rows.append((31, base + timedelta(minutes=minute), calls, total))
+    store_counters(
+        warehouse, "main", pd.DataFrame(rows, columns=["queryid", "captured_at", "calls", "total_exec_time"]), TEXTS
+    )
+    bot = SlackResource(token="xoxb-test-token", channel="#radar", base_url=slack.api_url)
+    with dg.instance_for_test() as instance:
+        result = _run(instance, warehouse_url, bot, _key(base, 1))
+    assert result.success and _meta(result)["reported"] == 1  # recorded in radar.regression_episode
+    alerts = result.asset_materializations_for_node("periodic_alerts")[0].metadata
+    assert "over a day ago: not alerted" in alerts["note"].value and slack.calls == []
+
+
 def test_an_hour_not_yet_over_is_refused(timeline, warehouse):
     now = datetime.now(UTC)
     with pytest.raises(AnalysisRefused, match="closes at"):

@@ -1,7 +1,7 @@
 """The periodic check in Dagster: hourly partitions, periodic_verdicts, periodic_alerts, their job and schedule."""
 
 import os
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
@@ -26,6 +26,8 @@ from radar_pipeline.warehouse import alerts as outbox
 START_VAR = "RADAR_PERIODIC_START"  # the first hour the periodic partitions offer (backfills reach back to it)
 DEFAULT_START = "2026-11-01-00:00"
 MINUTE_VAR = "RADAR_PERIODIC_MINUTE"  # minutes past the hour when the schedule runs the hour just ended
+# Hours that ended longer ago than this are not alerted: a backfill over past hours must not flood the channel.
+ALERT_MAX_AGE = timedelta(hours=24)
 
 
 def _start() -> str:
@@ -161,8 +163,14 @@ def _metadata(done: list[PeriodAnalysis], period_s: float) -> dict[str, Any]:
 def periodic_alerts(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, slack: SlackResource
 ) -> dg.MaterializeResult:
-    """One message per target for the regressions this hour's check reported, like a deploy's alerts."""
+    """One message per target for the regressions this hour's check reported, like a deploy's alerts; none for an
+    hour that ended more than ALERT_MAX_AGE ago (a backfill: its reports are in radar.regression_episode)."""
     ident = analysis_id(context.partition_key)
+    ended = context.partition_time_window.end
+    if datetime.now(UTC) - ended > ALERT_MAX_AGE:
+        return dg.MaterializeResult(
+            metadata={"regressions": 0, "note": f"the hour ended at {ended.isoformat()}, over a day ago: not alerted"}
+        )
     metadata: dict[str, Any] = {"regressions": 0}
     with warehouse.engine().begin() as conn:
         outbox.lock(conn, ident)
