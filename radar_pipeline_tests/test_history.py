@@ -134,10 +134,11 @@ def test_bands_drift_and_a_backfill_out_of_order(history, warehouse, warehouse_u
         drawn = history_charts(conn, stepped, HistorySettings(), ARTIFACTS / "history_band")
     assert sorted(p.name for p in drawn) == ["history-21.png", "history-22.png"]  # the step, and the drift by then
     band_chart = ARTIFACTS / "history_band" / "history-22.png"
-    print("\nstepped query 22:\n", step[["mean_ms", "segment", "centre_ms", "spread_ms", "z_score", "above_band"]])
+    shown = ["mean_ms", "segment", "centre_ms", "spread_ms", "band_ms", "z_score", "above_band"]
+    print("\nstepped query 22:\n", step[shown].to_string())
     print(
         "creeping query 21:\n",
-        creep[["mean_ms", "centre_ms", "spread_ms", "z_score", "drift_rise", "drift_p", "drift"]],
+        creep[["mean_ms", "centre_ms", "band_ms", "z_score", "drift_rise", "drift_p", "drift"]].to_string(),
     )
     print("charts:", ARTIFACTS / "history_drift.png", band_chart)
 

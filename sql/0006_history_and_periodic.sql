@@ -80,8 +80,9 @@ CREATE TABLE radar.query_history (
     segment         integer          NOT NULL,   -- 0 for the first segment of the query, then 1, 2, ...
     centre_ms       double precision,            -- band centre: mean of the earlier points of the current segment
     spread_ms       double precision,            -- pooled sd of the earlier points' residuals from their segment means
+    band_ms         double precision,            -- the band's half-width: a prediction interval (README)
     z_score         double precision,            -- (mean_ms - centre_ms) / spread_ms
-    above_band      boolean          NOT NULL,   -- z_score at or over the band's z (settings)
+    above_band      boolean          NOT NULL,   -- mean_ms above centre_ms + band_ms
     drift_rise      double precision,            -- the trend's relative rise over the segment's last points
     drift_p         double precision,            -- one-sided Kendall trend test of those points
     drift           boolean          NOT NULL,   -- creeping drift flagged at this point (README, "History bands")

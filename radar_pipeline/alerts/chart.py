@@ -56,27 +56,27 @@ def render_history_chart(
     deployed_at: list[datetime],
     means: np.ndarray,
     centre: np.ndarray,
-    spread: np.ndarray,
+    half_width: np.ndarray,
     z: float,
     begins_segment: np.ndarray,
     flagged: np.ndarray,
     title: str,
     trend: tuple[int, float, float] | None = None,
 ) -> Path:
-    """Draw a query's history to `path` (PNG): its post-deploy means, the band centre ± z × spread each point was
-    judged against, segment starts, points above the band, and (trend = first index, start level, rise per deploy)
-    the drift line."""
+    """Draw a query's history to `path` (PNG): its post-deploy means, the band (centre ± half-width, the prediction
+    interval of a z-sigma tail) each point was judged against, segment starts, points above the band, and (trend =
+    first index, start level, rise per deploy) the drift line."""
     x = np.arange(len(means))
     fig, ax = plt.subplots(figsize=(8, 3.4), dpi=100)
     try:
         ax.fill_between(
             x,
-            centre - z * spread,
-            centre + z * spread,
+            centre - half_width,
+            centre + half_width,
             color="#2f80ed",
             alpha=0.15,
             step="mid",
-            label=f"band: centre ± {z:g} × spread",
+            label=f"band ({z:g}-sigma prediction interval)",
         )
         ax.plot(x, centre, color="#2f80ed", linewidth=1, drawstyle="steps-mid", label="band centre")
         ax.plot(x, means, "o-", color="#333333", markersize=4, linewidth=1, label="mean after the deploy")
@@ -92,6 +92,10 @@ def render_history_chart(
         step = max(1, len(x) // 8)
         labels = [d.strftime("%m-%d %H:%M") for d in deployed_at][::step]
         ax.set_xticks(x[::step], labels, fontsize=7, rotation=30, ha="right")
+        # A band made from few points can be far wider than the data: keep the means readable, never below zero.
+        low, high = float(np.nanmin(means)), float(np.nanmax(means))
+        pad = max(high - low, 0.1 * high, 1e-6) * 0.6
+        ax.set_ylim(max(0.0, low - pad), high + pad)
         ax.set_xlabel("deploys (segment starts dotted)")
         _finish(fig, ax, path, title)
     finally:

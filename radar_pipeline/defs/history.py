@@ -55,7 +55,7 @@ def _describe(row: Any, update: HistoryUpdate) -> str:
     text = update.texts.get(int(row.queryid), f"queryid {row.queryid}")
     if row.drift:
         return f"creeping drift: {text}: +{row.drift_rise:.0%} over the segment's last points (p {row.drift_p:.4f})"
-    band = f"centre {row.centre_ms:.3f} ± {row.spread_ms:.3f}"
+    band = f"band {row.centre_ms:.3f} ± {row.band_ms:.3f} (spread {row.spread_ms:.3f})"
     return f"above the band: {text}: {row.mean_ms:.3f} ms vs {band} (z {row.z_score:.1f})"
 
 
@@ -63,17 +63,18 @@ def _metadata(update: HistoryUpdate, settings: HistorySettings, charts: list[Pat
     points = update.points
     flagged = update.flagged
     lines = [
-        "| query | mean (ms) | band centre ± spread (ms) | z | drift rise | drift p |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| query | mean (ms) | band: centre ± half-width (ms) | spread (ms) | z | drift rise | drift p |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for row in flagged.head(FLAGGED_ROWS_SHOWN).itertuples():
         text = update.texts.get(int(row.queryid), str(row.queryid)).replace("|", "\\|").replace("`", "'")
         lines.append(
-            f"| `{text}` | {row.mean_ms:.3f} | {row.centre_ms:.3f} ± {row.spread_ms:.3f} | {row.z_score:.1f} "
+            f"| `{text}` | {row.mean_ms:.3f} | {row.centre_ms:.3f} ± {row.band_ms:.3f} | {row.spread_ms:.3f} "
+            f"| {row.z_score:.1f} "
             f"| {_percent(row.drift_rise)} | {_number(row.drift_p)} |"
         )
     if len(flagged) > FLAGGED_ROWS_SHOWN:
-        lines.append(f"| … and {len(flagged) - FLAGGED_ROWS_SHOWN} more in radar.query_history | | | | | |")
+        lines.append(f"| … and {len(flagged) - FLAGGED_ROWS_SHOWN} more in radar.query_history | | | | | | |")
     return {
         "points": len(points),
         "with_band": int(points["spread_ms"].notna().sum()),

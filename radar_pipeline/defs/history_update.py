@@ -145,7 +145,7 @@ def history_charts(
                 [pd.Timestamp(t).to_pydatetime() for t in series["deployed_at"]],
                 series["mean_ms"].to_numpy(dtype=float),
                 series["centre_ms"].to_numpy(dtype=float),
-                series["spread_ms"].to_numpy(dtype=float),
+                series["band_ms"].to_numpy(dtype=float),
                 settings.z,
                 series["begins_segment"].to_numpy(dtype=bool),
                 series["above_band"].to_numpy(dtype=bool),

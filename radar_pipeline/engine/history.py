@@ -5,8 +5,11 @@ detected. Each new point is judged against a band made from earlier points only 
 
 - centre: the mean of the current segment's earlier points, so a step change moves the centre at once;
 - spread: the pooled standard deviation of every earlier point's residual from the mean of its own segment,
-  sqrt(SS / (n − k)) over n points in k segments, so a step neither blows the band up (the step is not a residual)
-  nor leaves a new segment without a spread (the spread comes from all segments).
+  s = sqrt(SS / (n − k)) over n points in k segments, so a step neither blows the band up (the step is not a residual)
+  nor leaves a new segment without a spread (the spread comes from all segments);
+- half-width: a prediction interval for the next point, q · s · sqrt(1 + 1/m) with m the points behind the centre and
+  q the Student-t quantile on n − k degrees of freedom whose tail equals the normal tail beyond z. With much history
+  it is z · s; with little, or just after a step (m small), it is wider, and it narrows as the segment fills.
 
 Creeping drift is the slow climb that no single deploy makes large enough to detect: over the last points of the
 current segment, a Theil–Sen trend line whose rise across them is at least `drift_rise` of its starting level, with a
@@ -32,6 +35,7 @@ RESULT = [
     "segment",
     "centre_ms",
     "spread_ms",
+    "band_ms",
     "z_score",
     "above_band",
     "drift_rise",
@@ -49,8 +53,9 @@ RESULT = [
 class HistorySettings:
     """The band and drift parameters, recorded with every point.
 
-    z: a point at or above centre + z × spread is above the band (5, as performance-history tools commonly use:
-    points are means of many calls, but their spread across deploys has heavier tails than a normal's).
+    z: the band's tail as a normal z (5, as performance-history tools commonly use: points are means of many calls,
+    but their spread across deploys has heavier tails than a normal's); a point above centre + half-width is above
+    the band, the half-width widened for the uncertainty of a centre and spread made from few points.
     min_points: earlier points a query needs before it has a band.
     drift_points: how many of the current segment's latest points the drift trend is fitted to.
     drift_min_points: fewer points than this in the segment: no drift judgement.
@@ -152,6 +157,7 @@ def extend_history(prior: pd.DataFrame, points: pd.DataFrame, settings: HistoryS
             centre = np.where(banded, seg_mean[s], np.nan)
             z = np.where(spread > 0, (x - centre) / spread, np.where(x > centre, np.inf, np.nan))
         out["centre_ms"][r], out["spread_ms"][r], out["z_score"][r] = centre, spread, z
+        out["band_ms"][r] = _half_width(spread, seg_n[s], dof, settings.z)
 
         begins = begins_all[r] | (segment[s] < 0)
         old_mean = seg_mean[s]
@@ -178,11 +184,21 @@ def extend_history(prior: pd.DataFrame, points: pd.DataFrame, settings: HistoryS
             out[name][r] = values
 
     result = pd.DataFrame(out, index=points.index)
-    result["above_band"] = result["z_score"] >= settings.z
+    result["above_band"] = points["mean_ms"].to_numpy(dtype=float) > result["centre_ms"] + result["band_ms"]
     result["drift"] = (result["drift_rise"] >= settings.drift_rise) & (result["drift_p"] <= settings.drift_alpha)
     for name in ("segment", "seg_points", "points", "segments"):
         result[name] = result[name].astype(np.int64)
     return result[RESULT]
+
+
+def _half_width(spread: np.ndarray, behind_centre: np.ndarray, dof: np.ndarray, z: float) -> np.ndarray:
+    """q · spread · sqrt(1 + 1/m): the prediction half-width for a new point, q the t quantile on `dof` degrees of
+    freedom with the normal tail beyond z (NaN where there is no band)."""
+    out = np.full(len(spread), np.nan)
+    ok = ~np.isnan(spread)
+    q = stats.t.isf(stats.norm.sf(z), dof[ok])
+    out[ok] = q * spread[ok] * np.sqrt(1.0 + 1.0 / behind_centre[ok])
+    return out
 
 
 def _drift(recent: np.ndarray, settings: HistorySettings) -> tuple[np.ndarray, np.ndarray]:

@@ -216,6 +216,7 @@ query_history = sa.Table(
     sa.Column("segment", sa.Integer, nullable=False),
     sa.Column("centre_ms", _measure),
     sa.Column("spread_ms", _measure),
+    sa.Column("band_ms", _measure),
     sa.Column("z_score", _measure),
     sa.Column("above_band", sa.Boolean, nullable=False),
     sa.Column("drift_rise", _measure),

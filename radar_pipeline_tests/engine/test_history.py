@@ -22,13 +22,16 @@ def naive(values: list[float], begins: list[bool], s: HistorySettings = SETTINGS
         seg = 0 if i == 0 else segment_of[-1] + int(begins[i])
         earlier = np.array(values[:i])
         segs = np.array(segment_of)
-        centre = spread = z = np.nan
+        centre = spread = z = band = np.nan
         k = len(set(segment_of))
         if i >= s.min_points and i - k >= 1:
             ss = sum(((earlier[segs == g] - earlier[segs == g].mean()) ** 2).sum() for g in set(segment_of))
             spread = np.sqrt(ss / (i - k))
-            centre = earlier[segs == segment_of[-1]].mean()
+            behind = earlier[segs == segment_of[-1]]
+            centre = behind.mean()
             z = (x - centre) / spread
+            # A prediction interval for one new point: t on i − k degrees of freedom, the tail of a normal z.
+            band = stats.t.ppf(1 - stats.norm.sf(s.z), i - k) * spread * np.sqrt(1 + 1 / len(behind))
         segment_of.append(seg)
         in_segment = [v for v, g in zip(values[: i + 1], segment_of, strict=True) if g == seg][-s.drift_points :]
         rise = p = np.nan
@@ -40,7 +43,16 @@ def naive(values: list[float], begins: list[bool], s: HistorySettings = SETTINGS
             if rise >= s.drift_rise:
                 p = stats.kendalltau(xs, in_segment, alternative="greater").pvalue
         rows.append(
-            {"segment": seg, "centre_ms": centre, "spread_ms": spread, "z_score": z, "drift_rise": rise, "drift_p": p}
+            {
+                "segment": seg,
+                "centre_ms": centre,
+                "spread_ms": spread,
+                "band_ms": band,
+                "z_score": z,
+                "drift_rise": rise,
+                "drift_p": p,
+                "above_band": bool(x > centre + band),
+            }
         )
     return pd.DataFrame(rows)
 
@@ -56,7 +68,7 @@ def _run(values, begins, split: int = 0, s: HistorySettings = SETTINGS) -> pd.Da
     return pd.concat([first, rest])
 
 
-COMPARED = ["segment", "centre_ms", "spread_ms", "z_score", "drift_rise", "drift_p"]
+COMPARED = ["segment", "centre_ms", "spread_ms", "band_ms", "z_score", "drift_rise", "drift_p", "above_band"]
 
 
 @settings(max_examples=60, deadline=None)
@@ -108,6 +120,10 @@ def test_a_step_neither_blows_up_the_band_nor_leaves_the_new_segment_without_one
     assert (after["centre_ms"] > 18).all()  # the centre moved with the step at once
     assert (after["spread_ms"] < 2 * sd_before).all()  # the step is not counted as spread
     assert not after["above_band"].any()
+    # Just after the step the centre rests on one point, so the band is wider for the spread; it narrows as the
+    # segment fills (sqrt(1 + 1/m): ×1.41 at m = 1, ×1.05 at m = 9).
+    widening = after["band_ms"] / after["spread_ms"]
+    assert widening.iloc[0] > 1.3 * widening.iloc[-1]
     # A naive rolling band over the same points would be blown up by the step:
     assert np.std(values[10:25], ddof=1) > 5 * sd_before
 
