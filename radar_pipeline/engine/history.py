@@ -49,6 +49,10 @@ RESULT = [
 ]
 
 
+START_FLOOR = 1e-9  # a drift line must start above this share of its largest point to have a relative rise
+SPREAD_FLOOR = 1e-9  # a spread at or below this share of the centre is rounding noise, taken as zero
+
+
 @dataclass(frozen=True)
 class HistorySettings:
     """The band and drift parameters, recorded with every point.
@@ -155,7 +159,10 @@ def extend_history(prior: pd.DataFrame, points: pd.DataFrame, settings: HistoryS
         with np.errstate(divide="ignore", invalid="ignore"):
             spread = np.where(banded, np.sqrt(ss[s] / np.maximum(dof, 1)), np.nan)
             centre = np.where(banded, seg_mean[s], np.nan)
-            z = np.where(spread > 0, (x - centre) / spread, np.where(x > centre, np.inf, np.nan))
+            # Identical earlier points leave a spread of zero, or of rounding noise: both are zero, and any
+            # difference is then infinitely far (±inf; NaN when equal).
+            spread = np.where(spread <= SPREAD_FLOOR * np.abs(centre), 0.0, spread)
+            z = np.where(spread > 0, (x - centre) / spread, np.sign(x - centre) * np.inf)
         out["centre_ms"][r], out["spread_ms"][r], out["z_score"][r] = centre, spread, z
         out["band_ms"][r] = _half_width(spread, seg_n[s], dof, settings.z)
 
@@ -218,7 +225,9 @@ def _drift(recent: np.ndarray, settings: HistorySettings) -> tuple[np.ndarray, n
     first = width - m[enough]
     start = intercept + slope * first
     with np.errstate(divide="ignore", invalid="ignore"):
-        relative = np.where(start > 0, slope * (m[enough] - 1) / start, np.nan)
+        # A line starting at (or, by rounding, barely above) zero has no meaningful relative rise.
+        floor = START_FLOOR * np.nanmax(np.abs(y), axis=1)
+        relative = np.where(start > floor, slope * (m[enough] - 1) / start, np.nan)
     rise[enough] = relative
     # The exact trend test costs a call per query, so only for the climbs large enough to matter.
     for row in np.flatnonzero(relative >= settings.drift_rise):
