@@ -177,18 +177,18 @@ def periodic_alerts(
         found = outbox.detections(conn, ident)
         for target, rows in found.groupby("target", sort=True):
             first = rows.iloc[0]
+            # The analysis window is [t − 2P, t]: the latest period, the one alerted on, is its second half.
+            start, end = pd.Timestamp(first.window_start), pd.Timestamp(first.window_end)
+            split = (start + (end - start) / 2).to_pydatetime()
             facts = DeployFacts(
                 deploy_id=ident,
                 target=str(target),
-                deployed_at=pd.Timestamp(first.window_start).to_pydatetime() + _period(first),
+                deployed_at=split,
                 service=None,
                 version=None,
                 url=None,
                 run_url=run_url(first.run_id),
-                period=(
-                    pd.Timestamp(first.window_start).to_pydatetime() + _period(first),
-                    pd.Timestamp(first.window_end).to_pydatetime(),
-                ),
+                period=(split, end.to_pydatetime()),
             )
             sent = deliver(context, conn, slack.sender(), rows.reset_index(drop=True), facts)
             metadata["regressions"] += sent.pop("regressions")
@@ -197,11 +197,6 @@ def periodic_alerts(
     if found.empty:
         metadata["note"] = "nothing new to report this hour"
     return dg.MaterializeResult(metadata=metadata)
-
-
-def _period(row: Any) -> pd.Timedelta:
-    """The period P of the analysis the row came from: half its window."""
-    return (pd.Timestamp(row.window_end) - pd.Timestamp(row.window_start)) / 2
 
 
 periodic_job = dg.define_asset_job(

@@ -14,7 +14,7 @@ from datetime import datetime
 import pandas as pd
 import sqlalchemy as sa
 
-from radar_pipeline.pgss_model import KEY
+from radar_pipeline.pgss_model import KEY, statement_keys
 
 
 def reopen(conn: sa.Connection, analysis_id: str, target: str) -> None:
@@ -90,15 +90,11 @@ def record_reports(
                 "id": analysis_id,
                 "end": period_end,
                 "fingerprint": int(r.fingerprint),
-                **{k: _plain(getattr(r, k)) for k in KEY},
+                **dict(zip(KEY, key, strict=True)),
                 "change_at": pd.Timestamp(r.change_at).to_pydatetime(),
                 "baseline": float(r.segment_mean_before_ms),
                 "level": float(r.segment_mean_after_ms),
             }
-            for r in reported.itertuples()
+            for r, key in zip(reported.itertuples(), statement_keys(reported), strict=True)
         ],
     )
-
-
-def _plain(value: object) -> object:
-    return value.item() if hasattr(value, "item") else value
