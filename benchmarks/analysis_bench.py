@@ -29,13 +29,13 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from radar_pipeline.defs.deploy_analysis import analyse_deploy  # noqa: E402
-from radar_pipeline.defs.history_update import update_history  # noqa: E402
-from radar_pipeline.defs.periodic_analysis import analyse_period  # noqa: E402
 from radar_pipeline.defs.resources import AnalysisResource  # noqa: E402
 from radar_pipeline.demo.local_postgres import LocalPostgres  # noqa: E402
 from radar_pipeline.engine import EngineSettings  # noqa: E402
 from radar_pipeline.engine.history import HistorySettings  # noqa: E402
+from radar_pipeline.steps.deploy_analysis import analyse_deploy  # noqa: E402
+from radar_pipeline.steps.history import update_history  # noqa: E402
+from radar_pipeline.steps.periodic_check import analyse_period  # noqa: E402
 from radar_pipeline.warehouse import deploys, migrations  # noqa: E402
 from radar_pipeline.warehouse.database import driver, make_engine  # noqa: E402
 

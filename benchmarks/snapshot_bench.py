@@ -23,8 +23,8 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from radar_pipeline.config import Target  # noqa: E402
-from radar_pipeline.defs.pgss_collection import snapshot_target  # noqa: E402
 from radar_pipeline.demo.local_postgres import LocalPostgres  # noqa: E402
+from radar_pipeline.steps.snapshots import snapshot_target  # noqa: E402
 from radar_pipeline.warehouse import migrations  # noqa: E402
 from radar_pipeline.warehouse.database import make_engine  # noqa: E402
 

@@ -63,6 +63,11 @@ def scrub_secret(text: str, dsn: str) -> str:
     return mask_password(text)
 
 
+def target_failure(exc: BaseException, target: Target) -> str:
+    """One line saying why work on a target failed, without its password."""
+    return scrub_secret(f"{type(exc).__name__}: {exc}".splitlines()[0], target.dsn)
+
+
 def parse_targets(value: str | None, variable: str = TARGETS_VAR) -> list[Target]:
     """Parse whitespace-separated `name=postgresql://...` pairs into targets, refusing anything malformed."""
     if value is None or not value.strip():

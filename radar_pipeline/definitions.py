@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from radar_pipeline.defs.alerts import regression_alerts, slack_from_environment, slack_run_failure_sensor
+from radar_pipeline.defs.alerts import regression_alerts, slack_run_failure_sensor
 from radar_pipeline.defs.deploys import (
     deploy_event_sensor,
     deploy_reanalysis_schedule,
@@ -14,7 +14,7 @@ from radar_pipeline.defs.deploys import (
 from radar_pipeline.defs.history import query_history
 from radar_pipeline.defs.periodic import periodic_alerts, periodic_job, periodic_schedule, periodic_verdicts
 from radar_pipeline.defs.plans import plan_snapshot_job, plan_snapshot_schedule_for, plan_snapshots
-from radar_pipeline.defs.resources import default_resources
+from radar_pipeline.defs.resources import default_resources, slack_from_environment
 from radar_pipeline.defs.retention import pgss_retention_job, pgss_retention_schedule
 from radar_pipeline.defs.snapshots import pgss_snapshot_job, pgss_snapshot_schedule_for, pgss_snapshots
 

@@ -7,7 +7,7 @@ import psycopg
 import sqlalchemy as sa
 
 from radar_pipeline.config import Target
-from radar_pipeline.defs.pgss_collection import snapshot_target
+from radar_pipeline.steps.snapshots import snapshot_target
 from radar_pipeline.warehouse.snapshots import StoreResult
 
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from radar_pipeline.defs.alerts import SlackResource, regression_alerts, slack_run_failure_sensor
-from radar_pipeline.defs.deploy_analysis import analyse_deploy
-from radar_pipeline.defs.resources import WarehouseResource
+from radar_pipeline.defs.alerts import regression_alerts, slack_run_failure_sensor
+from radar_pipeline.defs.resources import SlackResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
+from radar_pipeline.steps.deploy_analysis import analyse_deploy
 from radar_pipeline.warehouse import deploys
 
 from . import fake_slack

@@ -23,8 +23,8 @@ from radar_pipeline.defs.deploys import (
     deploy_verdicts,
     deploys_partitions,
 )
-from radar_pipeline.defs.pgss_collection import snapshot_target
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
+from radar_pipeline.steps.snapshots import snapshot_target
 from radar_pipeline.warehouse import deploys, migrations
 from radar_pipeline.warehouse.database import make_engine
 

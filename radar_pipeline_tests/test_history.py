@@ -19,12 +19,12 @@ import pandas as pd
 import pytest
 import sqlalchemy as sa
 
-from radar_pipeline.defs.deploy_analysis import analyse_deploy
 from radar_pipeline.defs.history import query_history
-from radar_pipeline.defs.history_update import HistoryRefused, history_charts, update_history
 from radar_pipeline.defs.resources import AnalysisResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.engine.history import STATE, HistorySettings, extend_history
+from radar_pipeline.steps.deploy_analysis import analyse_deploy
+from radar_pipeline.steps.history import HistoryRefused, history_charts, update_history
 from radar_pipeline.warehouse import deploys
 
 from .helpers import run_log_text, store_counters

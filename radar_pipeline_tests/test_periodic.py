@@ -24,13 +24,12 @@ from click.testing import CliRunner
 
 from radar_pipeline.cli import main
 from radar_pipeline.config import Target
-from radar_pipeline.defs.alerts import SlackResource
-from radar_pipeline.defs.deploy_analysis import AnalysisRefused
 from radar_pipeline.defs.periodic import periodic_alerts, periodic_verdicts
-from radar_pipeline.defs.periodic_analysis import analyse_period
-from radar_pipeline.defs.pgss_collection import snapshot_target
-from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
+from radar_pipeline.defs.resources import AnalysisResource, SlackResource, TargetsResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
+from radar_pipeline.steps.deploy_analysis import AnalysisRefused
+from radar_pipeline.steps.periodic_check import analyse_period
+from radar_pipeline.steps.snapshots import snapshot_target
 from radar_pipeline.warehouse import deploys, migrations
 from radar_pipeline.warehouse.database import make_engine
 
@@ -165,7 +164,7 @@ def test_an_hour_without_scrapes_is_analysed_as_empty(timeline, warehouse_url, s
 
 
 def test_one_failing_target_does_not_stop_the_others(timeline, warehouse, warehouse_url, slack, monkeypatch):
-    from radar_pipeline.defs import periodic_analysis
+    from radar_pipeline.steps import periodic_check
 
     with warehouse.begin() as conn:  # a second target, scraped over the same hours
         conn.execute(
@@ -174,14 +173,14 @@ def test_one_failing_target_does_not_stop_the_others(timeline, warehouse, wareho
                 "server_version_num, pgss_version, statements, stored_rows FROM radar.pgss_info_snapshot"
             )
         )
-    real = periodic_analysis.decide_window
+    real = periodic_check.decide_window
 
     def failing_for_other(conn, ident, target, *args):  # type: ignore[no-untyped-def]
         if target == "other":
             raise RuntimeError("the warehouse lost its mind")
         return real(conn, ident, target, *args)
 
-    monkeypatch.setattr(periodic_analysis, "decide_window", failing_for_other)
+    monkeypatch.setattr(periodic_check, "decide_window", failing_for_other)
     bot = SlackResource(token="xoxb-test-token", channel="#radar", base_url=slack.api_url)
     with dg.instance_for_test() as instance:
         result = _run(instance, warehouse_url, bot, _key(timeline, 1))

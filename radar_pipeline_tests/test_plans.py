@@ -12,13 +12,13 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from radar_pipeline.collector import plan_shape
+from radar_pipeline import plan_shape
 from radar_pipeline.config import Target
-from radar_pipeline.defs.deploy_analysis import analyse_deploy
-from radar_pipeline.defs.plan_capture import capture_target
 from radar_pipeline.defs.plans import plan_snapshots
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
+from radar_pipeline.steps.deploy_analysis import analyse_deploy
+from radar_pipeline.steps.plan_capture import capture_target
 from radar_pipeline.warehouse import deploys
 
 from .helpers import run, scrape

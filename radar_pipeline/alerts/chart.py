@@ -20,7 +20,7 @@ def render_chart(
     path: Path,
     ends: np.ndarray,
     means: np.ndarray,
-    deployed_at: datetime,
+    split_at: datetime,
     change_at: datetime,
     tolerance: timedelta | None,
     segment_before_ms: float,
@@ -29,10 +29,10 @@ def render_chart(
     marker: str = "deploy",
 ) -> Path:
     """Draw one regression's chart to `path` (PNG) and return the path. `ends` are the intervals' end times;
-    `deployed_at` is where the window is split (`marker` names it: the deploy, or the periodic check's split), and
+    `split_at` is where the window is split (`marker` names it: the deploy, or the periodic check's split), and
     the tolerance band is left out when `tolerance` is None."""
-    seconds = np.array([(e - deployed_at).total_seconds() for e in ends])
-    change = (change_at - deployed_at).total_seconds()
+    seconds = np.array([(e - split_at).total_seconds() for e in ends])
+    change = (change_at - split_at).total_seconds()
     fig, ax = plt.subplots(figsize=(8, 3.2), dpi=100)
     try:
         if tolerance is not None:

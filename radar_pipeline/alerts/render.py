@@ -13,13 +13,16 @@ SEVERITY = {"fleet_wide": "low (fleet-wide shift: an outside cause is suspected)
 
 
 @dataclass(frozen=True)
-class DeployFacts:
-    """What the header says about the deploy, or about the period of a periodic check (`period` set: deploy_id is
-    the analysis id, deployed_at the period's start, and service, version and url are empty)."""
+class AnalysisFacts:
+    """What the header says about the analysis: a deploy's, or a periodic check's (`period` set: service, version and
+    url are empty).
 
-    deploy_id: str
+    analysis_id: the deploy id, or `periodic:<hour>`; split_at: where the window is split (the deploy's time, or the
+    start of the latest period)."""
+
+    analysis_id: str
     target: str
-    deployed_at: datetime
+    split_at: datetime
     service: str | None
     version: str | None
     url: str | None
@@ -62,17 +65,17 @@ def excerpt(query: str, limit: int = MAX_QUERY) -> str:
     return escape(one_line)
 
 
-def render(deploy: DeployFacts, regressions: list[Regression]) -> tuple[str, list[dict[str, Any]]]:
+def render(facts: AnalysisFacts, regressions: list[Regression]) -> tuple[str, list[dict[str, Any]]]:
     """(fallback text, blocks) of one message for the deploy's regressions."""
-    title = _title(deploy, len(regressions))
+    title = _title(facts, len(regressions))
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": title[:150], "emoji": False}},
-        {"type": "section", "fields": _deploy_fields(deploy)},
+        {"type": "section", "fields": _analysis_fields(facts)},
     ]
     for r in regressions[:MAX_SHOWN]:
         blocks.append({"type": "divider"})
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"```{excerpt(r.query)}```"}})
-        blocks.append({"type": "section", "fields": _regression_fields(deploy, r)})
+        blocks.append({"type": "section", "fields": _regression_fields(facts, r)})
         if r.plan_summary:
             blocks.append(
                 {"type": "context", "elements": [{"type": "mrkdwn", "text": f"*Plan:* {escape(r.plan_summary)}"}]}
@@ -85,57 +88,57 @@ def render(deploy: DeployFacts, regressions: list[Regression]) -> tuple[str, lis
                     {
                         "type": "mrkdwn",
                         "text": f"… and {len(regressions) - MAX_SHOWN} more: "
-                        f"SELECT * FROM radar.regression WHERE deploy_id = '{escape(deploy.deploy_id)}'",
+                        f"SELECT * FROM radar.regression WHERE deploy_id = '{escape(facts.analysis_id)}'",
                     }
                 ],
             }
         )
-    if deploy.run_url:
+    if facts.run_url:
         blocks.append(
             {
                 "type": "context",
-                "elements": [{"type": "mrkdwn", "text": f"<{link(deploy.run_url)}|Analysis run in Dagster>"}],
+                "elements": [{"type": "mrkdwn", "text": f"<{link(facts.run_url)}|Analysis run in Dagster>"}],
             }
         )
     return title, blocks
 
 
-def _title(deploy: DeployFacts, count: int) -> str:
+def _title(facts: AnalysisFacts, count: int) -> str:
     plural = "query" if count == 1 else "queries"
-    if deploy.period:
-        start, end = (t.strftime("%Y-%m-%d %H:%M") for t in deploy.period)
-        return f"{count} {plural} slower on {deploy.target} with no deploy behind it (periodic check {start}–{end})"
-    what = " ".join(p for p in (deploy.service, deploy.version) if p) or deploy.deploy_id
-    return f"{count} {plural} slower after deploy {what} on {deploy.target}"
+    if facts.period:
+        start, end = (t.strftime("%Y-%m-%d %H:%M") for t in facts.period)
+        return f"{count} {plural} slower on {facts.target} with no deploy behind it (periodic check {start}–{end})"
+    what = " ".join(p for p in (facts.service, facts.version) if p) or facts.analysis_id
+    return f"{count} {plural} slower after deploy {what} on {facts.target}"
 
 
-def _deploy_fields(deploy: DeployFacts) -> list[dict[str, str]]:
-    if deploy.period:
-        start, end = deploy.period
+def _analysis_fields(facts: AnalysisFacts) -> list[dict[str, str]]:
+    if facts.period:
+        start, end = facts.period
         return [
             {
                 "type": "mrkdwn",
                 "text": f"*Period:* {start.isoformat(timespec='seconds')} → {end.isoformat(timespec='seconds')}",
             },
             {"type": "mrkdwn", "text": f"*Compared with:* the {_duration(end - start)} before it"},
-            {"type": "mrkdwn", "text": f"*Check:* {escape(deploy.deploy_id)}"},
+            {"type": "mrkdwn", "text": f"*Check:* {escape(facts.analysis_id)}"},
         ]
-    deploy_text = escape(deploy.deploy_id)
-    if deploy.url:
-        deploy_text = f"<{link(deploy.url)}|{deploy_text}>"
+    deploy_text = escape(facts.analysis_id)
+    if facts.url:
+        deploy_text = f"<{link(facts.url)}|{deploy_text}>"
     return [
         {"type": "mrkdwn", "text": f"*Deploy:* {deploy_text}"},
-        {"type": "mrkdwn", "text": f"*At:* {deploy.deployed_at.isoformat(timespec='seconds')}"},
-        {"type": "mrkdwn", "text": f"*Service:* {escape(deploy.service or '-')}"},
-        {"type": "mrkdwn", "text": f"*Version:* {escape(deploy.version or '-')}"},
+        {"type": "mrkdwn", "text": f"*At:* {facts.split_at.isoformat(timespec='seconds')}"},
+        {"type": "mrkdwn", "text": f"*Service:* {escape(facts.service or '-')}"},
+        {"type": "mrkdwn", "text": f"*Version:* {escape(facts.version or '-')}"},
     ]
 
 
-def _regression_fields(deploy: DeployFacts, r: Regression) -> list[dict[str, str]]:
-    if deploy.period:
+def _regression_fields(facts: AnalysisFacts, r: Regression) -> list[dict[str, str]]:
+    if facts.period:
         began = r.change_at.isoformat(timespec="seconds")
     else:
-        began = f"{(r.change_at - deploy.deployed_at).total_seconds():+.0f} s from the deploy"
+        began = f"{(r.change_at - facts.split_at).total_seconds():+.0f} s from the deploy"
     cause = SEVERITY.get(r.cause, r.cause)
     return [
         {
@@ -158,3 +161,23 @@ def _duration(span: timedelta) -> str:
     if seconds % 60 == 0:
         return f"{seconds // 60} minutes"
     return f"{seconds} seconds"
+
+
+def render_run_failure(
+    job_name: str, run_id: str, partition: str | None, error: str, run_url: str | None
+) -> tuple[str, list[dict[str, Any]]]:
+    """(fallback text, blocks) of the message that one of radar's own runs failed: the job, the run and the error."""
+    text = f"radar: run of {job_name} failed"
+    run = f"<{link(run_url)}|{run_id[:8]}>" if run_url else run_id[:8]
+    blocks: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"*{escape(text)}*"}},
+        {
+            "type": "section",
+            "fields": [
+                {"type": "mrkdwn", "text": f"*Run:* {run}"},
+                {"type": "mrkdwn", "text": f"*Partition:* {escape(partition or '-')}"},
+            ],
+        },
+        {"type": "context", "elements": [{"type": "mrkdwn", "text": escape(error[:1500])}]},
+    ]
+    return text, blocks

@@ -6,13 +6,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
-import sqlalchemy as sa
 
-from radar_pipeline.collector import plan_shape
+from radar_pipeline import plan_shape
 from radar_pipeline.config import ConfigError, Target
-from radar_pipeline.defs.deploy_analysis import AnalysisRefused, DeployAnalysis, analyse_deploy
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.engine import ENGINE_VERSION
+from radar_pipeline.steps.deploy_analysis import AnalysisRefused, DeployAnalysis, analyse_deploy
+from radar_pipeline.warehouse import analysis as analysis_store
 from radar_pipeline.warehouse import deploys
 
 deploys_partitions = dg.DynamicPartitionsDefinition(name="deploys")
@@ -227,22 +227,8 @@ def deploy_reanalysis_schedule(
     days = int(os.environ.get(REANALYSIS_DAYS_VAR) or 7)
     current = analysis.settings().to_dict()
     with warehouse.engine().connect() as conn:
-        stale = stale_analyses(conn, current, timedelta(days=days))
+        stale = analysis_store.stale_analyses(conn, current, ENGINE_VERSION, timedelta(days=days))
     if not stale:
         return dg.SkipReason(f"every deploy of the last {days} days was analysed with the current settings")
     stamp = datetime.now(UTC).strftime("%Y%m%d")  # one reanalysis of a deploy per night, whatever the tick
     return [dg.RunRequest(run_key=f"reanalysis-{stamp}-{d}", partition_key=d) for d in stale]
-
-
-def stale_analyses(conn: sa.Connection, current: dict, within: timedelta) -> list[str]:
-    """Deploys within the period whose analysis used other settings or another engine version than `current`."""
-    rows = conn.execute(
-        sa.text(
-            "SELECT a.deploy_id FROM radar.analysis a JOIN radar.deploy_event d USING (deploy_id) "
-            "WHERE d.deployed_at > now() - :within "
-            "AND (a.engine_version <> :version OR a.settings <> CAST(:s AS jsonb)) "
-            "ORDER BY d.deployed_at"
-        ),
-        {"within": within, "version": ENGINE_VERSION, "s": json.dumps(current, sort_keys=True)},
-    )
-    return [r[0] for r in rows]

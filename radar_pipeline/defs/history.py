@@ -5,11 +5,11 @@ from typing import Any
 
 import dagster as dg
 
-from radar_pipeline.defs.alerts import chart_folder
 from radar_pipeline.defs.deploys import deploy_verdicts, deploys_partitions
-from radar_pipeline.defs.history_update import HistoryRefused, HistoryUpdate, history_charts, update_history
 from radar_pipeline.defs.resources import AnalysisResource, WarehouseResource
 from radar_pipeline.engine.history import HistorySettings
+from radar_pipeline.steps.alert_delivery import chart_folder
+from radar_pipeline.steps.history import HistoryRefused, HistoryUpdate, history_charts, update_history
 
 FLAGGED_ROWS_SHOWN = 25
 

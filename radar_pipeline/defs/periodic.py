@@ -7,12 +7,13 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
-from radar_pipeline.alerts.render import DeployFacts
 from radar_pipeline.config import ConfigError
-from radar_pipeline.defs.alerts import SlackResource, deliver, run_url
-from radar_pipeline.defs.deploy_analysis import AnalysisRefused
+from radar_pipeline.defs.alerts import as_metadata
 from radar_pipeline.defs.deploys import DETECTION_ROWS_SHOWN, VerdictConfig, configured_targets
-from radar_pipeline.defs.periodic_analysis import (
+from radar_pipeline.defs.resources import AnalysisResource, SlackResource, TargetsResource, WarehouseResource
+from radar_pipeline.steps.alert_delivery import deliver, period_facts
+from radar_pipeline.steps.deploy_analysis import AnalysisRefused
+from radar_pipeline.steps.periodic_check import (
     ALREADY_REPORTED,
     LEFT_TO_DEPLOY,
     REPORTED,
@@ -20,7 +21,6 @@ from radar_pipeline.defs.periodic_analysis import (
     analyse_period,
     analysis_id,
 )
-from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.warehouse import alerts as outbox
 
 START_VAR = "RADAR_PERIODIC_START"  # the first hour the periodic partitions offer (backfills reach back to it)
@@ -176,21 +176,8 @@ def periodic_alerts(
         outbox.lock(conn, ident)
         found = outbox.detections(conn, ident)
         for target, rows in found.groupby("target", sort=True):
-            first = rows.iloc[0]
-            # The analysis window is [t − 2P, t]: the latest period, the one alerted on, is its second half.
-            start, end = pd.Timestamp(first.window_start), pd.Timestamp(first.window_end)
-            split = (start + (end - start) / 2).to_pydatetime()
-            facts = DeployFacts(
-                deploy_id=ident,
-                target=str(target),
-                deployed_at=split,
-                service=None,
-                version=None,
-                url=None,
-                run_url=run_url(first.run_id),
-                period=(split, end.to_pydatetime()),
-            )
-            sent = deliver(context, conn, slack.sender(), rows.reset_index(drop=True), facts)
+            facts = period_facts(ident, str(target), rows)
+            sent = as_metadata(deliver(context.log, conn, slack.sender(), rows.reset_index(drop=True), facts))
             metadata["regressions"] += sent.pop("regressions")
             metadata.update({f"{target}: {k}": v for k, v in sent.items()})
         metadata["statuses"] = dg.MetadataValue.json(outbox.statuses(conn, ident))

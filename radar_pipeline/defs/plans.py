@@ -2,14 +2,13 @@
 
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import dagster as dg
 
-from radar_pipeline.config import positive_int, scrub_secret
-from radar_pipeline.defs.plan_capture import DEFAULT_TOP_N, PlanCapture, capture_target
+from radar_pipeline.config import positive_int
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource, env_cron_schedule
+from radar_pipeline.steps.plan_capture import DEFAULT_TOP_N, capture_targets
 
 PLAN_CRON_VAR = "RADAR_PLAN_CRON"
 PLAN_TOP_N_VAR = "RADAR_PLAN_TOP_N"
@@ -26,36 +25,29 @@ def plan_snapshots(
     """Capture plans on every target at once; a target without a plan source is named once, and the rest go on."""
     started = time.perf_counter()
     top_n = positive_int(os.environ.get(PLAN_TOP_N_VAR), PLAN_TOP_N_VAR, DEFAULT_TOP_N)
-    configured = targets.targets()
-
-    def one(target) -> tuple[str, PlanCapture | None, str | None]:  # type: ignore[no-untyped-def]
-        try:
-            return target.name, capture_target(target, warehouse.engine(), top_n), None
-        except Exception as exc:  # one failing target must never stop the others
-            return target.name, None, scrub_secret(f"{type(exc).__name__}: {exc}".splitlines()[0], target.dsn)
-
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(configured)))) as pool:
-        outcomes = list(pool.map(one, configured))
+    captures = capture_targets(targets.targets(), warehouse.engine(), top_n)
     lines = ["| target | source | statements tried | plans stored | skipped | note |", "|---|---|---:|---:|---:|---|"]
-    for name, capture, error in outcomes:
-        if error is not None:
-            context.log.error(f"target {name!r}: plans not captured: {error}")
-            lines.append(f"| {name} | | | | | failed: {error} |")
-        elif capture is not None and capture.source is None:
+    for capture in captures:
+        name = capture.target
+        if capture.error is not None:
+            context.log.error(f"target {name!r}: plans not captured: {capture.error}")
+            lines.append(f"| {name} | | | | | failed: {capture.error} |")
+        elif capture.source is None:
             context.log.warning(f"target {name!r}: plans are unavailable: {capture.reason}")
             lines.append(f"| {name} | none | 0 | 0 | 0 | plans unavailable: {capture.reason} |")
-        elif capture is not None:
+        else:
             note = f"pg_store_plans not used: {capture.reason}" if capture.reason else ""
             lines.append(
                 f"| {name} | {capture.source} | {capture.tried} | {capture.stored} | {len(capture.skipped)} | {note} |"
             )
-    captures = [c for _, c, _ in outcomes if c is not None]
     metadata: dict[str, Any] = {
         "targets": dg.MetadataValue.md("\n".join(lines)),
         "plans_stored": sum(c.stored for c in captures),
         "skipped": sum(len(c.skipped) for c in captures),
-        "unavailable_targets": dg.MetadataValue.json({c.target: c.reason for c in captures if c.source is None}),
-        "failed_targets": dg.MetadataValue.json({n: e for n, _, e in outcomes if e is not None}),
+        "unavailable_targets": dg.MetadataValue.json(
+            {c.target: c.reason for c in captures if c.source is None and c.error is None}
+        ),
+        "failed_targets": dg.MetadataValue.json({c.target: c.error for c in captures if c.error is not None}),
         "duration_s": round(time.perf_counter() - started, 3),
     }
     return dg.MaterializeResult(metadata=metadata)

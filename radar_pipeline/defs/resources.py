@@ -8,6 +8,7 @@ from typing import Any
 import dagster as dg
 import sqlalchemy as sa
 
+from radar_pipeline.alerts.slack import SlackSender
 from radar_pipeline.config import (
     COLLECTOR_ROLE_VAR,
     TARGETS_VAR,
@@ -119,3 +120,34 @@ def default_resources() -> dict[str, dg.ConfigurableResource]:
         "targets": TargetsResource(spec=dg.EnvVar(TARGETS_VAR)),
         "analysis": AnalysisResource(**times),
     }
+
+
+class SlackResource(dg.ConfigurableResource):
+    """Slack, from RADAR_SLACK_TOKEN and RADAR_SLACK_CHANNEL (a bot: messages and chart images) or
+    RADAR_SLACK_WEBHOOK_URL (an incoming webhook: messages without images). Neither: alerts are recorded as skipped
+    and the message is written to the run log."""
+
+    token: str = ""
+    channel: str = ""
+    webhook_url: str = ""
+    base_url: str = "https://slack.com/api/"
+
+    def sender(self) -> SlackSender:
+        """A sender for the configured mode: bot token and channel, webhook, or none."""
+        return SlackSender(
+            token=self.token or None,
+            channel=self.channel or None,
+            webhook_url=self.webhook_url or None,
+            base_url=self.base_url,
+        )
+
+
+def slack_from_environment() -> SlackResource:
+    """The Slack resource as configured: secrets are resolved at run time through EnvVar, only when they are set."""
+    fields: dict[str, Any] = {}
+    for field, var in (("token", "RADAR_SLACK_TOKEN"), ("webhook_url", "RADAR_SLACK_WEBHOOK_URL")):
+        if os.environ.get(var):
+            fields[field] = dg.EnvVar(var)
+    if os.environ.get("RADAR_SLACK_CHANNEL"):
+        fields["channel"] = os.environ["RADAR_SLACK_CHANNEL"]
+    return SlackResource(**fields)

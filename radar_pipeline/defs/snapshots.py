@@ -6,8 +6,8 @@ from typing import Any
 import dagster as dg
 
 from radar_pipeline.config import DEFAULT_SNAPSHOT_CRON, SNAPSHOT_CRON_VAR
-from radar_pipeline.defs.pgss_collection import TargetOutcome, snapshot_targets
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource, env_cron_schedule
+from radar_pipeline.steps.snapshots import TargetOutcome, snapshot_targets
 
 ALL_TARGETS_CHECK = "all_targets_scraped"
 

@@ -41,18 +41,13 @@ def main() -> int:
 def _run(embedded: environment.Embedded, started: float) -> int:
     # Imported here: the definitions read the environment the embedded default has just set.
     import dagster as dg
-    import pandas as pd
-    import sqlalchemy as sa
 
     from radar_pipeline import definitions
     from radar_pipeline.warehouse import migrations
 
     env = embedded.environment()
-    window = float(env["RADAR_WINDOW_SECONDS"])
-    scrape = float(env["RADAR_SCRAPE_INTERVAL_SECONDS"])
     app_dsn = embedded.server.dsn(environment.APP_DB)
-    defs = definitions.defs
-    repo = defs.get_repository_def()
+    repo = definitions.defs.get_repository_def()
     instance = dg.DagsterInstance.get()
 
     with Progress(
@@ -63,68 +58,86 @@ def _run(embedded: environment.Embedded, started: float) -> int:
         workload.create(app_dsn)
         progress.update(step, description="Warehouse migrated, shop created (20,000 customers, 100,000 orders)")
         progress.update(step, total=1, completed=1)
+        _deploy_under_load(dg, repo, instance, env, app_dsn, progress)
+        _analyse_deploys(dg, repo, instance, progress)
+    table, queries, regression, alert = _findings(env["RADAR_WAREHOUSE_URL"], app_dsn)
+    return _report(embedded, table, queries, regression, alert, time.monotonic() - started)
 
-        with workload.Workload(app_dsn) as load:
-            before = progress.add_task(
-                f"Workload and snapshots every {scrape:.0f} s, before the deploy", total=window + 4
-            )
-            _snapshots(dg, repo, instance, window + 4, scrape, progress, before, plans_at=window / 2)
 
-            recorded = subprocess.run(
-                [
-                    str(Path(sys.executable).parent / "radar"),
-                    "deploy",
-                    "--target",
-                    environment.TARGET,
-                    "--id",
-                    DEPLOY_ID,
-                    "--service",
-                    "shop",
-                    "--version",
-                    "v2",
-                    "--url",
-                    "https://ci.example/shop/v2",
-                ],
-                capture_output=True,
-                text=True,
-                env=os.environ.copy(),
-                check=False,
-            )
-            if recorded.returncode != 0:
-                raise RuntimeError(f"radar deploy failed: {recorded.stderr.strip()}")
-            _run_sql(app_dsn, workload.DEPLOY_CHANGE)
-            progress.console.print(f"[bold]Deploy[/bold] {recorded.stdout.strip()}; it ran: {workload.DEPLOY_CHANGE}")
+def _deploy_under_load(dg, repo, instance, env: dict[str, str], app_dsn: str, progress: Progress) -> None:  # type: ignore[no-untyped-def]
+    """Run the shop's workload with snapshots for a window, record the deploy as CI would and make its change, then
+    keep going until the window after it has closed and its last scrape is stored."""
+    window = float(env["RADAR_WINDOW_SECONDS"])
+    scrape = float(env["RADAR_SCRAPE_INTERVAL_SECONDS"])
+    with workload.Workload(app_dsn) as load:
+        before = progress.add_task(f"Workload and snapshots every {scrape:.0f} s, before the deploy", total=window + 4)
+        _snapshots(dg, repo, instance, window + 4, scrape, progress, before, plans_at=window / 2)
+        recorded = _record_deploy()
+        _run_sql(app_dsn, workload.DEPLOY_CHANGE)
+        progress.console.print(f"[bold]Deploy[/bold] {recorded}; it ran: {workload.DEPLOY_CHANGE}")
+        after = progress.add_task("Workload and snapshots after the deploy", total=window + 2 * scrape + 1)
+        _snapshots(dg, repo, instance, window + 2 * scrape + 1, scrape, progress, after)
+    if load.errors:
+        progress.console.print(f"[yellow]workload errors: {load.errors[:3]}[/yellow]")
 
-            after = progress.add_task("Workload and snapshots after the deploy", total=window + 2 * scrape + 1)
-            _snapshots(dg, repo, instance, window + 2 * scrape + 1, scrape, progress, after)
-        if load.errors:
-            progress.console.print(f"[yellow]workload errors: {load.errors[:3]}[/yellow]")
 
-        sensing = progress.add_task("deploy_event_sensor evaluating", total=None)
-        requests = _sense(dg, repo, instance)
-        progress.update(
-            sensing, description=f"deploy_event_sensor requested {len(requests)} run(s)", total=1, completed=1
+def _record_deploy() -> str:
+    """`radar deploy`, exactly as a CI step runs it; returns what it printed."""
+    recorded = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "radar"),
+            "deploy",
+            "--target",
+            environment.TARGET,
+            "--id",
+            DEPLOY_ID,
+            "--service",
+            "shop",
+            "--version",
+            "v2",
+            "--url",
+            "https://ci.example/shop/v2",
+        ],
+        capture_output=True,
+        text=True,
+        env=os.environ.copy(),
+        check=False,
+    )
+    if recorded.returncode != 0:
+        raise RuntimeError(f"radar deploy failed: {recorded.stderr.strip()}")
+    return recorded.stdout.strip()
+
+
+def _analyse_deploys(dg, repo, instance, progress: Progress) -> None:  # type: ignore[no-untyped-def]
+    """Evaluate deploy_event_sensor and run what it requests (deploy_verdicts, regression_alerts, query_history)."""
+    sensing = progress.add_task("deploy_event_sensor evaluating", total=None)
+    requests = _sense(dg, repo, instance)
+    progress.update(sensing, description=f"deploy_event_sensor requested {len(requests)} run(s)", total=1, completed=1)
+    analysing = progress.add_task("deploy_verdicts, regression_alerts, query_history running in Dagster", total=None)
+    job = repo.get_job("deploy_verdicts_job")
+    for request in requests:
+        result = job.execute_in_process(
+            instance=instance,
+            partition_key=request.partition_key,
+            # The tags a sensor's run carries: the daemon of `radar dev` then knows this deploy was handled.
+            tags={**request.tags, "dagster/sensor_name": "deploy_event_sensor", "dagster/run_key": request.run_key},
+            run_config=QUIET,
+            raise_on_error=False,
         )
-        analysing = progress.add_task(
-            "deploy_verdicts, regression_alerts, query_history running in Dagster", total=None
-        )
-        job = repo.get_job("deploy_verdicts_job")
-        for request in requests:
-            result = job.execute_in_process(
-                instance=instance,
-                partition_key=request.partition_key,
-                # The tags a sensor's run carries: the daemon of `radar dev` then knows this deploy was handled.
-                tags={**request.tags, "dagster/sensor_name": "deploy_event_sensor", "dagster/run_key": request.run_key},
-                run_config=QUIET,
-                raise_on_error=False,
-            )
-            if not result.success:
-                raise RuntimeError(f"the analysis run {result.run_id} failed: see `radar dev`")
-        progress.update(
-            analysing, description="deploy_verdicts, regression_alerts and query_history done", total=1, completed=1
-        )
+        if not result.success:
+            raise RuntimeError(f"the analysis run {result.run_id} failed: see `radar dev`")
+    progress.update(
+        analysing, description="deploy_verdicts, regression_alerts and query_history done", total=1, completed=1
+    )
 
-    with sa.create_engine(env["RADAR_WAREHOUSE_URL"]).connect() as conn:
+
+def _findings(warehouse_url: str, app_dsn: str) -> tuple:
+    """What the demo shows, read back from the warehouse: the shop's verdicts, how many queries were analysed, the
+    regressions with their causes and plan diffs, and the alert statuses."""
+    import pandas as pd
+    import sqlalchemy as sa
+
+    with sa.create_engine(warehouse_url).connect() as conn:
         shop_oid = _one(app_dsn, "SELECT oid FROM pg_database WHERE datname = current_database()")
         table = pd.read_sql(
             sa.text(
@@ -150,7 +163,7 @@ def _run(embedded: environment.Embedded, started: float) -> int:
         alert = conn.execute(
             sa.text("SELECT status, count(*) FROM radar.alert WHERE deploy_id = :d GROUP BY status"), {"d": DEPLOY_ID}
         ).fetchall()
-    return _report(embedded, table, queries, regression, alert, time.monotonic() - started)
+    return table, queries, regression, alert
 
 
 def _snapshots(dg, repo, instance, seconds, scrape, progress, task, plans_at: float | None = None) -> None:  # type: ignore[no-untyped-def]

@@ -108,6 +108,32 @@ class HistorySettings:
         return cls(**values)
 
 
+@dataclass
+class _RunningState:
+    """Each series' running state (one entry per series code): what the next point's band is made from."""
+
+    segment: np.ndarray
+    seg_n: np.ndarray
+    seg_mean: np.ndarray
+    n: np.ndarray
+    k: np.ndarray
+    ss: np.ndarray
+    recent: np.ndarray  # the current segment's latest means, right-aligned, NaN-padded
+
+    @classmethod
+    def empty(cls, series: int, width: int) -> _RunningState:
+        """Every series before its first point."""
+        return cls(
+            segment=np.full(series, -1, dtype=np.int64),
+            seg_n=np.zeros(series, dtype=np.int64),
+            seg_mean=np.full(series, np.nan),
+            n=np.zeros(series, dtype=np.int64),
+            k=np.zeros(series, dtype=np.int64),
+            ss=np.zeros(series),
+            recent=np.full((series, width), np.nan),
+        )
+
+
 def extend_history(prior: pd.DataFrame, points: pd.DataFrame, settings: HistorySettings | None = None) -> pd.DataFrame:
     """Judge new points against their queries' bands and carry the running state forward.
 
@@ -121,72 +147,27 @@ def extend_history(prior: pd.DataFrame, points: pd.DataFrame, settings: HistoryS
     settings = settings or HistorySettings()
     codes, series = pd.factorize(pd.concat([prior["series"], points["series"]], ignore_index=True), sort=False)
     prior_codes, point_codes = codes[: len(prior)], codes[len(prior) :]
-    s_count = len(series)
-    k_recent = settings.drift_points
-
-    segment = np.full(s_count, -1, dtype=np.int64)
-    seg_n = np.zeros(s_count, dtype=np.int64)
-    seg_mean = np.full(s_count, np.nan)
-    n = np.zeros(s_count, dtype=np.int64)
-    k = np.zeros(s_count, dtype=np.int64)
-    ss = np.zeros(s_count)
-    recent = np.full((s_count, k_recent), np.nan)  # the current segment's latest means, right-aligned
-    if len(prior):
-        last = pd.DataFrame({"code": prior_codes, "row": np.arange(len(prior))}).groupby("code")["row"].last()
-        at, rows = last.index.to_numpy(), last.to_numpy()
-        segment[at] = prior["segment"].to_numpy()[rows]
-        seg_n[at] = prior["seg_points"].to_numpy()[rows]
-        seg_mean[at] = prior["seg_mean_ms"].to_numpy()[rows]
-        n[at] = prior["points"].to_numpy()[rows]
-        k[at] = prior["segments"].to_numpy()[rows]
-        ss[at] = prior["residual_ss"].to_numpy()[rows]
-        same = prior["segment"].to_numpy() == segment[prior_codes]
-        tail = pd.DataFrame({"code": prior_codes[same], "x": prior["mean_ms"].to_numpy()[same]})
-        back = tail.groupby("code").cumcount(ascending=False).to_numpy()
-        keep = back < k_recent
-        recent[tail["code"].to_numpy()[keep], k_recent - 1 - back[keep]] = tail["x"].to_numpy()[keep]
+    state = _state_after(prior, prior_codes, len(series), settings.drift_points)
 
     x_all = points["mean_ms"].to_numpy(dtype=float)
     begins_all = points["begins_segment"].to_numpy(dtype=bool)
     position = pd.Series(point_codes).groupby(point_codes).cumcount().to_numpy()
     out = {name: np.full(len(points), np.nan) for name in RESULT}
-
+    # Position by position (a query's 1st new point, then its 2nd, ...), each step vectorised across queries.
     for p in range(int(position.max(initial=-1)) + 1):
         r = np.flatnonzero(position == p)
         s, x = point_codes[r], x_all[r]
-        dof = n[s] - k[s]
-        banded = (n[s] >= settings.min_points) & (dof >= 1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            spread = np.where(banded, np.sqrt(ss[s] / np.maximum(dof, 1)), np.nan)
-            centre = np.where(banded, seg_mean[s], np.nan)
-            # Identical earlier points leave a spread of zero, or of rounding noise: both are zero, and any
-            # difference is then infinitely far (±inf; NaN when equal).
-            spread = np.where(spread <= SPREAD_FLOOR * np.abs(centre), 0.0, spread)
-            z = np.where(spread > 0, (x - centre) / spread, np.sign(x - centre) * np.inf)
-        out["centre_ms"][r], out["spread_ms"][r], out["z_score"][r] = centre, spread, z
-        out["band_ms"][r] = _half_width(spread, seg_n[s], dof, settings.z)
-
-        begins = begins_all[r] | (segment[s] < 0)
-        old_mean = seg_mean[s]
-        new_n = np.where(begins, 1, seg_n[s] + 1)
-        new_mean = np.where(begins, x, old_mean + (x - old_mean) / new_n)
-        ss[s] += np.where(begins, 0.0, (x - old_mean) * (x - new_mean))
-        segment[s] += begins
-        k[s] += begins
-        n[s] += 1
-        seg_n[s], seg_mean[s] = new_n, new_mean
-        recent[s[begins]] = np.nan
-        recent[s] = np.concatenate([recent[s, 1:], x[:, None]], axis=1)
-
-        rise, p_trend = _drift(recent[s], settings)
-        out["drift_rise"][r], out["drift_p"][r] = rise, p_trend
+        for name, values in _band(state, s, x, settings).items():
+            out[name][r] = values
+        _add_points(state, s, x, begins_all[r] | (state.segment[s] < 0))
+        out["drift_rise"][r], out["drift_p"][r] = _drift(state.recent[s], settings)
         for name, values in (
-            ("segment", segment[s]),
-            ("seg_points", seg_n[s]),
-            ("seg_mean_ms", seg_mean[s]),
-            ("points", n[s]),
-            ("segments", k[s]),
-            ("residual_ss", ss[s]),
+            ("segment", state.segment[s]),
+            ("seg_points", state.seg_n[s]),
+            ("seg_mean_ms", state.seg_mean[s]),
+            ("points", state.n[s]),
+            ("segments", state.k[s]),
+            ("residual_ss", state.ss[s]),
         ):
             out[name][r] = values
 
@@ -196,6 +177,58 @@ def extend_history(prior: pd.DataFrame, points: pd.DataFrame, settings: HistoryS
     for name in ("segment", "seg_points", "points", "segments"):
         result[name] = result[name].astype(np.int64)
     return result[RESULT]
+
+
+def _state_after(prior: pd.DataFrame, prior_codes: np.ndarray, series: int, width: int) -> _RunningState:
+    """The running state after each series' last prior point, and its current segment's latest means."""
+    state = _RunningState.empty(series, width)
+    if not len(prior):
+        return state
+    last = pd.DataFrame({"code": prior_codes, "row": np.arange(len(prior))}).groupby("code")["row"].last()
+    at, rows = last.index.to_numpy(), last.to_numpy()
+    state.segment[at] = prior["segment"].to_numpy()[rows]
+    state.seg_n[at] = prior["seg_points"].to_numpy()[rows]
+    state.seg_mean[at] = prior["seg_mean_ms"].to_numpy()[rows]
+    state.n[at] = prior["points"].to_numpy()[rows]
+    state.k[at] = prior["segments"].to_numpy()[rows]
+    state.ss[at] = prior["residual_ss"].to_numpy()[rows]
+    same = prior["segment"].to_numpy() == state.segment[prior_codes]
+    tail = pd.DataFrame({"code": prior_codes[same], "x": prior["mean_ms"].to_numpy()[same]})
+    back = tail.groupby("code").cumcount(ascending=False).to_numpy()
+    keep = back < width
+    state.recent[tail["code"].to_numpy()[keep], width - 1 - back[keep]] = tail["x"].to_numpy()[keep]
+    return state
+
+
+def _band(state: _RunningState, s: np.ndarray, x: np.ndarray, settings: HistorySettings) -> dict[str, np.ndarray]:
+    """Each new point (series s, mean x) against the band made from its series' earlier points: centre, spread,
+    half-width and z (NaN where the series has too few points for a band)."""
+    dof = state.n[s] - state.k[s]
+    banded = (state.n[s] >= settings.min_points) & (dof >= 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        spread = np.where(banded, np.sqrt(state.ss[s] / np.maximum(dof, 1)), np.nan)
+        centre = np.where(banded, state.seg_mean[s], np.nan)
+        # Identical earlier points leave a spread of zero, or of rounding noise: both are zero, and any
+        # difference is then infinitely far (±inf; NaN when equal).
+        spread = np.where(spread <= SPREAD_FLOOR * np.abs(centre), 0.0, spread)
+        z = np.where(spread > 0, (x - centre) / spread, np.sign(x - centre) * np.inf)
+    band = _half_width(spread, state.seg_n[s], dof, settings.z)
+    return {"centre_ms": centre, "spread_ms": spread, "z_score": z, "band_ms": band}
+
+
+def _add_points(state: _RunningState, s: np.ndarray, x: np.ndarray, begins: np.ndarray) -> None:
+    """Carry each series' state past its new point: a new segment where `begins`, else the segment's running mean
+    and the pooled residual sum of squares updated (Welford)."""
+    old_mean = state.seg_mean[s]
+    new_n = np.where(begins, 1, state.seg_n[s] + 1)
+    new_mean = np.where(begins, x, old_mean + (x - old_mean) / new_n)
+    state.ss[s] += np.where(begins, 0.0, (x - old_mean) * (x - new_mean))
+    state.segment[s] += begins
+    state.k[s] += begins
+    state.n[s] += 1
+    state.seg_n[s], state.seg_mean[s] = new_n, new_mean
+    state.recent[s[begins]] = np.nan
+    state.recent[s] = np.concatenate([state.recent[s, 1:], x[:, None]], axis=1)
 
 
 def _half_width(spread: np.ndarray, behind_centre: np.ndarray, dof: np.ndarray, z: float) -> np.ndarray:
@@ -208,6 +241,17 @@ def _half_width(spread: np.ndarray, behind_centre: np.ndarray, dof: np.ndarray, 
     return out
 
 
+def theil_sen(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The Theil–Sen line of each row (x = 0, 1, ... across the row; NaN cells are absent points, and a row needs
+    two points): its slope, the median of the pairwise slopes, and its intercept, the median of y − slope·x. The drift
+    flag and its chart both draw this line."""
+    width = rows.shape[1]
+    i, j = np.triu_indices(width, k=1)
+    slope = np.nanmedian((rows[:, j] - rows[:, i]) / (j - i), axis=1)
+    intercept = np.nanmedian(rows - slope[:, None] * np.arange(width, dtype=float)[None, :], axis=1)
+    return slope, intercept
+
+
 def _drift(recent: np.ndarray, settings: HistorySettings) -> tuple[np.ndarray, np.ndarray]:
     """(relative rise of the Theil–Sen line across the points, one-sided Kendall p) for rows of right-aligned
     segment means; NaN where a row has fewer than drift_min_points or the line starts at or below zero."""
@@ -218,10 +262,7 @@ def _drift(recent: np.ndarray, settings: HistorySettings) -> tuple[np.ndarray, n
     if not len(enough):
         return rise, p_value
     y = recent[enough]
-    i, j = np.triu_indices(width, k=1)
-    slope = np.nanmedian((y[:, j] - y[:, i]) / (j - i), axis=1)
-    xs = np.arange(width, dtype=float)
-    intercept = np.nanmedian(y - slope[:, None] * xs[None, :], axis=1)
+    slope, intercept = theil_sen(y)
     first = width - m[enough]
     start = intercept + slope * first
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -243,3 +243,15 @@ def _reporting_keys(
     best = np.empty(groups, dtype=np.int64)
     best[group_of_key[ranking]] = ranking  # the last of each group in this order wins
     return best
+
+
+def interval_means(counters: pd.DataFrame, lo: pd.Timestamp, hi: pd.Timestamp) -> dict[object, pd.Series]:
+    """Each query's interval means (ms per call) ending in (lo, hi], indexed by interval end (UTC), keyed by the
+    query_key it is reported under: the series a chart of the window draws, as the engine saw it."""
+    samples = window_samples(counters, int(pd.Timestamp(lo).value), int(pd.Timestamp(hi).value))
+    out: dict[object, pd.Series] = {}
+    for group, key in enumerate(samples.keys):
+        start, stop = samples.offsets[group], samples.offsets[group + 1]
+        ends = pd.to_datetime(samples.end[start:stop], utc=True)
+        out[key] = pd.Series(samples.time[start:stop] / samples.calls[start:stop], index=ends)
+    return out

@@ -34,12 +34,12 @@ def detections(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
     )
 
 
-def lock(conn: sa.Connection, deploy_id: str) -> None:
-    """Serialise the deploy's alerting for this transaction, so two runs never send the same alerts."""
-    conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended('radar.alert:' || :d, 0))"), {"d": deploy_id})
+def lock(conn: sa.Connection, analysis_id: str) -> None:
+    """Serialise the analysis's alerting for this transaction, so two runs never send the same alerts."""
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended('radar.alert:' || :d, 0))"), {"d": analysis_id})
 
 
-def enqueue(conn: sa.Connection, deploy_id: str, target: str, keys: list[Key], channel: str) -> None:
+def enqueue(conn: sa.Connection, analysis_id: str, target: str, keys: list[Key], channel: str) -> None:
     """Add a pending row for each regression not yet in the outbox for this channel."""
     if not keys:
         return
@@ -48,25 +48,25 @@ def enqueue(conn: sa.Connection, deploy_id: str, target: str, keys: list[Key], c
             "INSERT INTO radar.alert (deploy_id, target, dbid, userid, queryid, toplevel, channel) "
             "VALUES (:d, :t, :dbid, :userid, :queryid, :toplevel, :c) ON CONFLICT DO NOTHING"
         ),
-        [{"d": deploy_id, "t": target, **dict(zip(KEY, k, strict=True)), "c": channel} for k in keys],
+        [{"d": analysis_id, "t": target, **dict(zip(KEY, k, strict=True)), "c": channel} for k in keys],
     )
 
 
-def pending(conn: sa.Connection, deploy_id: str, target: str, channel: str) -> list[Key]:
+def pending(conn: sa.Connection, analysis_id: str, target: str, channel: str) -> list[Key]:
     """The regressions of the analysis and target still to send on this channel."""
     rows = conn.execute(
         sa.text(
             f"SELECT {', '.join(KEY)} FROM radar.alert WHERE deploy_id = :d AND target = :t AND channel = :c "
             "AND status = 'pending'"
         ),
-        {"d": deploy_id, "t": target, "c": channel},
+        {"d": analysis_id, "t": target, "c": channel},
     )
     return [statement_key(r) for r in rows]
 
 
 def mark(
     conn: sa.Connection,
-    deploy_id: str,
+    analysis_id: str,
     target: str,
     channel: str,
     keys: list[Key],
@@ -78,7 +78,7 @@ def mark(
     retryable and under MAX_ATTEMPTS, else failed)."""
     params: list[dict[str, Any]] = [
         {
-            "d": deploy_id,
+            "d": analysis_id,
             "t": target,
             "c": channel,
             **dict(zip(KEY, k, strict=True)),
@@ -104,9 +104,9 @@ def mark(
     )
 
 
-def statuses(conn: sa.Connection, deploy_id: str) -> dict[str, int]:
-    """How many of the deploy's alerts are in each status."""
+def statuses(conn: sa.Connection, analysis_id: str) -> dict[str, int]:
+    """How many of the analysis's alerts are in each status."""
     rows = conn.execute(
-        sa.text("SELECT status, count(*) FROM radar.alert WHERE deploy_id = :d GROUP BY status"), {"d": deploy_id}
+        sa.text("SELECT status, count(*) FROM radar.alert WHERE deploy_id = :d GROUP BY status"), {"d": analysis_id}
     )
     return {r[0]: int(r[1]) for r in rows}

@@ -44,6 +44,19 @@ class WindowCounters:
     keys: pd.DataFrame  # KEY columns, indexed by query_key
 
 
+# The series read per statement in the window, in order: the SQL that gives each value and its numpy type. Times
+# travel as microseconds since the epoch (a double holds them exactly), which is far cheaper to parse.
+SERIES: dict[str, tuple[str, type]] = {
+    "captured_at": ("CAST(date_part('epoch', captured_at) * 1000000 AS bigint)", np.int64),
+    "calls": ("calls", np.int64),
+    "total_exec_time": ("total_exec_time", np.float64),
+    "rows": ("rows", np.int64),
+    "shared_blks_read": ("shared_blks_read", np.int64),
+    "stats_since": ("coalesce(CAST(date_part('epoch', stats_since) * 1000000 AS bigint), 0)", np.int64),
+    "reset_before": ("reset_before", np.bool_),
+}
+
+
 def read_window(
     conn: sa.Connection, target: str, lo: datetime, hi: datetime, only: pd.DataFrame | None = None
 ) -> WindowCounters:
@@ -54,41 +67,29 @@ def read_window(
     engine compares between rows), so an interval the collector saw cross a reset is discarded like one whose
     counters went down. `only` (KEY columns) limits the read to those statements.
     """
-    cols = ", ".join(
-        [
-            *KEY,
-            "captured_at",
-            "calls",
-            "total_exec_time",
-            "rows",
-            "shared_blks_read",
-            "stats_since",
-            "fingerprint",
-            "reset_before",
-        ]
-    )
+    params: dict[str, Any] = {"t": target, "lo": lo, "hi": hi, "recent": lo - RECENT}
+    if only is not None:
+        params.update({f"only_{k}": only[k].tolist() for k in KEY})
+    with driver(conn).cursor(binary=True) as cur:
+        cur.execute("SET LOCAL work_mem = '64MB'")  # the window's rows sort in memory
+        statements = cur.execute(_window_query(restricted=only is not None), params).fetchall()
+    return _as_counters(statements)
+
+
+def _window_query(restricted: bool) -> str:
+    """One row per statement of the window: its KEY, its latest fingerprint and its SERIES as arrays in time order,
+    each series starting with the statement's last row before the window (looked for in the RECENT stretch first)."""
+    cols = ", ".join([*KEY, *SERIES, "fingerprint"])  # SERIES is named by the stored columns its values come from
     key = ", ".join(KEY)
     match = " AND ".join(f"s.{k} = m.{k}" for k in KEY)
-    # Times travel as microseconds since the epoch (a double holds them exactly), which is far cheaper to parse.
-    series = ", ".join(
-        f"array_agg({c} ORDER BY captured_at)"
-        for c in (
-            "CAST(date_part('epoch', captured_at) * 1000000 AS bigint)",
-            "calls",
-            "total_exec_time",
-            "rows",
-            "shared_blks_read",
-            "coalesce(CAST(date_part('epoch', stats_since) * 1000000 AS bigint), 0)",
-            "reset_before",
-        )
-    )
+    series = ", ".join(f"array_agg({sql} ORDER BY captured_at)" for sql, _ in SERIES.values())
     restrict = (
         f"AND ({key}) IN (SELECT * FROM unnest(%(only_dbid)s::oid[], %(only_userid)s::oid[], "
         "%(only_queryid)s::bigint[], %(only_toplevel)s::boolean[]))"
-        if only is not None
+        if restricted
         else ""
     )
-    query = f"""
+    return f"""
         WITH win AS (
             SELECT {cols} FROM radar.pgss_snapshot
             WHERE target = %(t)s AND captured_at > %(lo)s AND captured_at <= %(hi)s {restrict}
@@ -113,36 +114,34 @@ def read_window(
         FROM (SELECT * FROM win UNION ALL SELECT * FROM recent UNION ALL SELECT * FROM older) x
         GROUP BY {key} ORDER BY {key}
     """
-    params: dict[str, Any] = {"t": target, "lo": lo, "hi": hi, "recent": lo - RECENT}
-    if only is not None:
-        params.update({f"only_{k}": only[k].tolist() for k in KEY})
-    with driver(conn).cursor(binary=True) as cur:
-        cur.execute("SET LOCAL work_mem = '64MB'")  # the window's rows sort in memory
-        statements = cur.execute(query, params).fetchall()
+
+
+def _as_counters(statements: list[tuple]) -> WindowCounters:
+    """The engine's counters frame (a row per snapshot) and the statement keys, from the per-statement rows of
+    `_window_query`."""
     keys = pd.DataFrame([s[:4] for s in statements], columns=KEY).astype(
         {"dbid": "int64", "userid": "int64", "queryid": "int64", "toplevel": "bool"}
     )
-    lengths = np.array([len(s[5]) for s in statements], dtype=np.int64)
-
-    def column(i: int, dtype: type) -> np.ndarray:
-        if not statements:
-            return np.zeros(0, dtype=dtype)
-        return np.concatenate([np.asarray(s[i], dtype=dtype) for s in statements])
-
-    counters = pd.DataFrame(
-        {
-            "query_key": np.repeat(np.arange(len(statements)), lengths),
-            "captured_at": pd.to_datetime(column(5, np.int64), unit="us", utc=True),
-            "calls": column(6, np.int64),
-            "total_exec_time": column(7, np.float64),
-            "rows": column(8, np.int64),
-            "shared_blks_read": column(9, np.int64),
-            "stats_since": pd.to_datetime(
-                column(10, np.int64) + _epochs(column(11, np.bool_), lengths), unit="us", utc=True
-            ),
-            "fingerprint": np.repeat(np.array([s[4] for s in statements], dtype=np.int64), lengths),
-        }
-    )
+    first = 5  # the SERIES arrays follow KEY and the fingerprint
+    lengths = np.array([len(s[first]) for s in statements], dtype=np.int64)
+    arrays = {
+        name: (
+            np.concatenate([np.asarray(s[first + i], dtype=dtype) for s in statements])
+            if statements
+            else np.zeros(0, dtype=dtype)
+        )
+        for i, (name, (_, dtype)) in enumerate(SERIES.items())
+    }
+    columns: dict[str, Any] = {"query_key": np.repeat(np.arange(len(statements)), lengths)}
+    for name, values in arrays.items():
+        if name == "captured_at":
+            columns[name] = pd.to_datetime(values, unit="us", utc=True)
+        elif name == "stats_since":
+            columns[name] = pd.to_datetime(values + _epochs(arrays["reset_before"], lengths), unit="us", utc=True)
+        elif name != "reset_before":
+            columns[name] = values
+    columns["fingerprint"] = np.repeat(np.array([s[4] for s in statements], dtype=np.int64), lengths)
+    counters = pd.DataFrame(columns)
     return WindowCounters(counters=counters, keys=keys)
 
 
@@ -156,14 +155,15 @@ def _epochs(reset_before: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 def write_analysis(
     conn: sa.Connection,
-    deploy_id: str,
+    analysis_id: str,
     target: str,
     settings: dict[str, Any],
     window: tuple[datetime, datetime],
     verdicts: pd.DataFrame,
     run_id: str | None,
 ) -> None:
-    """Replace the deploy's analysis and verdicts with these, in the caller's transaction.
+    """Replace the analysis's verdicts on the target (a deploy's, or a periodic check's) with these, in the caller's
+    transaction; the analysis id is stored in the column deploy_id.
 
     `verdicts` is the engine's result joined with the statement keys (KEY columns), fingerprint, merged_queryids.
     """
@@ -181,7 +181,7 @@ def write_analysis(
             "run_id = EXCLUDED.run_id"
         ),
         {
-            "deploy_id": deploy_id,
+            "deploy_id": analysis_id,
             "target": target,
             "settings": json.dumps(settings, sort_keys=True),
             "engine_version": settings.get("engine_version", ""),
@@ -195,11 +195,11 @@ def write_analysis(
         },
     )
     conn.execute(
-        sa.text("DELETE FROM radar.verdict WHERE deploy_id = :d AND target = :t"), {"d": deploy_id, "t": target}
+        sa.text("DELETE FROM radar.verdict WHERE deploy_id = :d AND target = :t"), {"d": analysis_id, "t": target}
     )
     if not len(verdicts):
         return
-    copy_frame(conn, "radar.verdict", VERDICT_COLUMNS, verdicts.assign(deploy_id=deploy_id, target=target))
+    copy_frame(conn, "radar.verdict", VERDICT_COLUMNS, verdicts.assign(deploy_id=analysis_id, target=target))
 
 
 def window_health(conn: sa.Connection, target: str, lo: datetime, hi: datetime) -> dict[str, Any]:
@@ -259,3 +259,17 @@ def verdicts_of(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
         conn,
         params={"d": analysis_id},
     )
+
+
+def stale_analyses(conn: sa.Connection, current: dict, engine_version: str, within: timedelta) -> list[str]:
+    """Deploys within the period whose analysis used settings other than `current` or another engine version."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT a.deploy_id FROM radar.analysis a JOIN radar.deploy_event d USING (deploy_id) "
+            "WHERE d.deployed_at > now() - :within "
+            "AND (a.engine_version <> :version OR a.settings <> CAST(:s AS jsonb)) "
+            "ORDER BY d.deployed_at"
+        ),
+        {"within": within, "version": engine_version, "s": json.dumps(current, sort_keys=True)},
+    )
+    return [r[0] for r in rows]

@@ -15,9 +15,9 @@ import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.config import Target
-from radar_pipeline.defs.plan_capture import plan_diffs
 from radar_pipeline.engine import EngineSettings, analyse
 from radar_pipeline.pgss_model import KEY
+from radar_pipeline.steps.plan_diffs import plan_diffs
 from radar_pipeline.warehouse import analysis, deploys
 
 

@@ -12,10 +12,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import sqlalchemy as sa
-from scipy import stats
 
 from radar_pipeline.alerts.chart import render_history_chart
-from radar_pipeline.engine.history import STATE, HistorySettings, extend_history
+from radar_pipeline.engine.history import STATE, HistorySettings, extend_history, theil_sen
 from radar_pipeline.warehouse import analysis, deploys
 from radar_pipeline.warehouse import history as store
 
@@ -135,9 +134,8 @@ def history_charts(
         trend = None
         if row.drift:
             segment = series[series["segment"] == row.segment].tail(settings.drift_points)
-            xs = np.arange(len(segment))
-            slope, intercept, *_ = stats.theilslopes(segment["mean_ms"].to_numpy(), xs, method="joint")
-            trend = (len(series) - len(segment), float(intercept), float(slope))
+            slope, intercept = theil_sen(segment["mean_ms"].to_numpy(dtype=float)[None, :])
+            trend = (len(series) - len(segment), float(intercept[0]), float(slope[0]))
         what = "drifting" if row.drift else f"z {row.z_score:.1f}"
         paths.append(
             render_history_chart(

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.collector import pgss, session
 from radar_pipeline.collector.fingerprint import fingerprint
-from radar_pipeline.config import Target, scrub_secret
+from radar_pipeline.config import Target, target_failure
 from radar_pipeline.warehouse import snapshots
 
 MAX_PARALLEL_TARGETS = 8
@@ -59,7 +59,7 @@ def snapshot_targets(
             result = snapshot_target(target, warehouse, exclude_role)
             return TargetOutcome(target.name, time.perf_counter() - started, result=result)
         except Exception as exc:  # one failing target must never stop the others
-            message = scrub_secret(f"{type(exc).__name__}: {exc}".splitlines()[0], target.dsn)
+            message = target_failure(exc, target)
             return TargetOutcome(target.name, time.perf_counter() - started, error=message)
 
     with ThreadPoolExecutor(max_workers=max(1, min(MAX_PARALLEL_TARGETS, len(targets)))) as pool:

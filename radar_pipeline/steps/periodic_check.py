@@ -24,8 +24,8 @@ import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.config import Target
-from radar_pipeline.defs.deploy_analysis import WindowVerdicts, decide_window, require_closed
 from radar_pipeline.engine import EngineSettings
+from radar_pipeline.steps.deploy_analysis import WindowVerdicts, decide_window, require_closed
 from radar_pipeline.warehouse import deploys, episodes
 
 REPORTED, ALREADY_REPORTED, LEFT_TO_DEPLOY = "reported", "already_reported", "left_to_deploy"

@@ -1,81 +1,24 @@
-"""Plan capture for a target, and the plan diff of each detected regression.
+"""The plan diff of each detected regression: the plan in force before the change against the one after it.
 
-Plain Python (the plan_snapshots asset, deploy_verdicts and the tests call it), joining the collector, which reads
-plans from a watched server, and the warehouse, which keeps them.
+Joins the warehouse, which keeps the captured plans, and (when no plan was stored after the change) the watched server,
+where the current plan is captured on the spot.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import pandas as pd
 import psycopg
 import sqlalchemy as sa
 
-from radar_pipeline.collector import plan_shape, plans, session
+from radar_pipeline import plan_shape
+from radar_pipeline.collector import plans, session
 from radar_pipeline.config import Target
 from radar_pipeline.pgss_model import KEY, Key, statement_key
+from radar_pipeline.steps.plan_capture import capture_one
 from radar_pipeline.warehouse import plans as stored_plans
-
-DEFAULT_TOP_N = 200
-FIRST_LOOKBACK = timedelta(hours=1)  # how far back "since the last capture" reaches the first time
-
-Captured = tuple[str, str, str, float | None, dict]  # source, plan_hash, root_node, total_cost, plan
-
-
-@dataclass
-class PlanCapture:
-    """One target's capture: where plans came from (or why none), and what was stored and skipped."""
-
-    target: str
-    source: str | None = None
-    reason: str | None = None
-    tried: int = 0
-    stored: int = 0
-    skipped: dict[Key, str] = field(default_factory=dict)
-
-
-def capture_one(conn: psycopg.Connection, source: plans.PlanSource, key: Key, text: str | None) -> Captured:
-    """Plan one statement; PlanUnavailable (with the reason) when it cannot be had."""
-    if not text:
-        raise plans.PlanUnavailable("its text is not in radar.query")
-    if len(text) >= stored_plans.MAX_TEXT:
-        raise plans.PlanUnavailable("its text is too long to be stored whole, so it cannot be planned")
-    origin, plan = plans.capture(conn, source, key, text)
-    return (
-        origin,
-        plan_shape.plan_hash(plan),
-        plan_shape.describe(plan_shape.root(plan)),
-        plan_shape.total_cost(plan),
-        plan,
-    )
-
-
-def capture_target(target: Target, warehouse: sa.Engine, top_n: int = DEFAULT_TOP_N) -> PlanCapture:
-    """Capture plans of the top_n statements by execution time since the last capture, among those of the database
-    the target connects to."""
-    result = PlanCapture(target.name)
-    with session.connect(target) as conn:
-        source = plans.plan_source(conn)
-        result.source, result.reason = source.source, source.reason
-        if source.source is None:
-            return result
-        now = conn.execute("SELECT statement_timestamp()").fetchone()[0]  # type: ignore[index]
-        with warehouse.connect() as wconn:
-            since = stored_plans.last_capture(wconn, target.name) or now - FIRST_LOOKBACK
-            todo = stored_plans.candidates(wconn, target.name, source.database_oid, since, top_n)
-        captured: dict[Key, Captured] = {}
-        for key, text in todo:
-            try:
-                captured[key] = capture_one(conn, source, key, text)
-            except plans.PlanUnavailable as exc:
-                result.skipped[key] = str(exc)
-        result.tried = len(todo)
-    with warehouse.begin() as wconn:
-        result.stored = stored_plans.store(wconn, target.name, now, captured, result.skipped)
-    return result
 
 
 def plan_diffs(

@@ -1,0 +1,47 @@
+"""Retention: drop day partitions of radar.pgss_snapshot older than the retention, create the next ones, and thin
+out the periodic checks' verdicts of that age to their detections."""
+
+from datetime import date, timedelta
+
+import sqlalchemy as sa
+
+from radar_pipeline.warehouse.snapshots import PARTITION_DAYS_AHEAD
+
+
+def apply_retention(engine: sa.Engine, keep_days: int, today: date) -> list[str]:
+    """Drop the day partitions that ended before today − keep_days, with the scrape facts, the verdicts of periodic
+    checks of that age other than detections (an hourly check writes one per query: deploy verdicts are all kept),
+    and the catalogue entries of statements last seen before then (unless a verdict shows them); returns the
+    partitions dropped."""
+    cutoff = today - timedelta(days=keep_days)
+    with engine.begin() as conn:
+        dropped = [
+            r[0]
+            for r in conn.execute(
+                sa.text("SELECT * FROM radar.drop_pgss_snapshot_partitions_before(:c)"), {"c": cutoff}
+            )
+        ]
+        conn.execute(
+            sa.text("DELETE FROM radar.pgss_info_snapshot WHERE captured_at < CAST(:c AS date)"), {"c": cutoff}
+        )
+        conn.execute(
+            sa.text(
+                "DELETE FROM radar.verdict v USING radar.analysis a WHERE a.deploy_id = v.deploy_id "
+                "AND a.target = v.target AND a.trigger = 'periodic' AND a.window_end < CAST(:c AS date) "
+                "AND v.verdict <> 'detected'"
+            ),
+            {"c": cutoff},
+        )
+        # Statements not seen since the cutoff leave the catalogue, unless a verdict still shows their text.
+        conn.execute(
+            sa.text(
+                "DELETE FROM radar.query q WHERE q.last_seen < CAST(:c AS date) AND NOT EXISTS (SELECT 1 FROM "
+                "radar.verdict v WHERE v.target = q.target AND v.dbid = q.dbid AND v.userid = q.userid "
+                "AND v.queryid = q.queryid AND v.toplevel = q.toplevel)"
+            ),
+            {"c": cutoff},
+        )
+        conn.execute(
+            sa.text("SELECT radar.ensure_pgss_snapshot_partitions(:d, :n)"), {"d": today, "n": PARTITION_DAYS_AHEAD}
+        )
+    return dropped
