@@ -12,7 +12,6 @@ from typing import Any
 import pandas as pd
 import sqlalchemy as sa
 
-from radar_pipeline.alerts.chart import render_chart
 from radar_pipeline.alerts.render import AnalysisFacts, Regression, render
 from radar_pipeline.alerts.slack import DeliveryError, SlackSender
 from radar_pipeline.engine import EngineSettings
@@ -127,6 +126,8 @@ def _regression(row: Any) -> Regression:
 
 def _charts(conn: sa.Connection, facts: AnalysisFacts, rows: pd.DataFrame) -> list[tuple[Path, str]]:
     """A PNG per regression from the analysed window's interval means."""
+    from radar_pipeline.alerts.chart import render_chart  # matplotlib: only runs that draw pay for its import
+
     settings = EngineSettings.from_dict(rows["settings"].iloc[0])
     lo, hi = facts.split_at - settings.window, facts.split_at + settings.window
     window = read_window(conn, facts.target, lo, hi, only=rows[KEY])

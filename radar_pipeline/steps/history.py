@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
-from radar_pipeline.alerts.chart import render_history_chart
 from radar_pipeline.engine.history import STATE, HistorySettings, extend_history, theil_sen
 from radar_pipeline.warehouse import analysis, deploys
 from radar_pipeline.warehouse import history as store
@@ -128,6 +127,8 @@ def history_charts(
 ) -> list[Path]:
     """A PNG per flagged point (at most `limit`): the query's points up to this deploy with the bands they were
     judged against."""
+    from radar_pipeline.alerts.chart import render_history_chart  # matplotlib: only when there is a chart
+
     paths = []
     for row in update.flagged.head(limit).itertuples():
         series = store.series_points(conn, update.target, int(row.fingerprint), (row.deployed_at, row.deploy_id))
