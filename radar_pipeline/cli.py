@@ -10,9 +10,12 @@ from typing import TYPE_CHECKING
 import click
 
 from radar_pipeline.config import WAREHOUSE_URL_VAR, ConfigError, mask_password
+from radar_pipeline.terminal import clean, fitted_table
 
 if TYPE_CHECKING:
     import pandas as pd
+
+WAREHOUSE_HELP = f"warehouse URL (default: ${WAREHOUSE_URL_VAR}, else the embedded default's under $RADAR_HOME)"
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -44,7 +47,7 @@ def db() -> None:
 
 
 @db.command("upgrade")
-@click.option("--url", envvar=WAREHOUSE_URL_VAR, help=f"warehouse URL (default: ${WAREHOUSE_URL_VAR})")
+@click.option("--warehouse", "--url", "url", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
 def db_upgrade(url: str | None) -> None:
     """Apply the sql/ migrations not yet applied to the warehouse."""
     from radar_pipeline.warehouse import migrations
@@ -68,7 +71,7 @@ def db_upgrade(url: str | None) -> None:
 @click.option("--service", help="the service deployed (default: the repository)")
 @click.option("--version", "version", help="the version deployed (default: the commit)")
 @click.option("--url", help="a link to the deploy (default: the CI run)")
-@click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=f"warehouse URL (default: ${WAREHOUSE_URL_VAR})")
+@click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
 @click.pass_context
 def deploy(
     ctx: click.Context,
@@ -109,7 +112,7 @@ def deploy(
 
 @deploy.command("import")
 @click.argument("csv_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=f"warehouse URL (default: ${WAREHOUSE_URL_VAR})")
+@click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
 def deploy_import(csv_file: Path, warehouse: str | None) -> None:
     """Load historical deploys from a CSV file (deploy_id,target,deployed_at[,service,version,url]) for backfills."""
     from radar_pipeline.warehouse import deploys
@@ -125,8 +128,16 @@ def deploy_import(csv_file: Path, warehouse: str | None) -> None:
 @main.command()
 @click.argument("deploy_id")
 @click.option("--all", "show_all", is_flag=True, help="every query, not only the first 40 rows")
-@click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=f"warehouse URL (default: ${WAREHOUSE_URL_VAR})")
-def verdicts(deploy_id: str, show_all: bool, warehouse: str | None) -> None:
+@click.option(
+    "--format",
+    "output",
+    type=click.Choice(["table", "csv", "json"]),
+    default="table",
+    show_default=True,
+    help="a table fitted to the terminal, or every column of every verdict for scripts",
+)
+@click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
+def verdicts(deploy_id: str, show_all: bool, output: str, warehouse: str | None) -> None:
     """Print a deploy's verdicts (or a periodic check's, DEPLOY_ID periodic:<hour>), detections first."""
     from radar_pipeline.warehouse.analysis import verdicts_of
     from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX
@@ -138,38 +149,49 @@ def verdicts(deploy_id: str, show_all: bool, warehouse: str | None) -> None:
     with engine.connect() as conn:
         table = verdicts_of(conn, deploy_id)
     if table.empty:
-        raise click.ClickException(f"no verdicts for {deploy_id!r}: not recorded, or not analysed yet")
+        raise click.ClickException(f"no verdicts for {clean(deploy_id)!r}: not recorded, or not analysed yet")
+    if output != "table":
+        whole = table.assign(
+            change_after_deploy=table["change_after_deploy"].dt.total_seconds(), query=table["query"].map(clean)
+        ).rename(columns={"change_after_deploy": "change_after_deploy_s"})
+        text = whole.to_csv(index=False) if output == "csv" else whole.to_json(orient="records", indent=1) + "\n"
+        click.echo(text, nl=False)
+        return
     counts = table["verdict"].value_counts()
     what = "periodic check" if deploy_id.startswith(PERIODIC_PREFIX) else "deploy"
-    click.echo(f"{what} {deploy_id}: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    click.echo(f"{what} {clean(deploy_id)}: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
     shown = table if show_all else table.head(40)
-    click.echo(_format_verdicts(shown))
+    _print_verdicts(shown)
     if len(shown) < len(table):
         click.echo(f"… {len(table) - len(shown)} more (--all)")
 
 
-def _format_verdicts(table: pd.DataFrame) -> str:
-    """The verdict table as aligned text: times in ms, factor, confidence, the change relative to the deploy."""
+def _print_verdicts(table: pd.DataFrame) -> None:
+    """The verdicts as a table fitted to the terminal: times in ms, factor, confidence, the change relative to the
+    deploy, the statement's text cut to the room left (CSV or JSON give it whole)."""
     import pandas as pd
+    from rich.console import Console
 
-    def fmt(values: pd.Series, pattern: str) -> pd.Series:
-        return values.map(lambda v: "" if pd.isna(v) else pattern.format(v))
+    def fmt(values: pd.Series, pattern: str) -> list[str]:
+        return [("" if pd.isna(v) else pattern.format(v)) for v in values]
 
-    shown = pd.DataFrame(
-        {
-            **({"target": table["target"]} if table["target"].nunique() > 1 else {}),
-            "verdict": table["verdict"],
-            "reason": table["reason"],
-            "cause": table["cause"].fillna(""),
-            "before ms": fmt(table["mean_before_ms"], "{:.3f}"),
-            "after ms": fmt(table["mean_after_ms"], "{:.3f}"),
-            "factor": fmt(table["change_factor"], "×{:.2f}"),
-            "confidence": fmt(table["confidence"], "{:.4f}"),
-            "change": fmt(pd.to_timedelta(table["change_after_deploy"]).dt.total_seconds(), "{:+.0f}s"),
-            "query": table["query"],
-        }
+    columns = {
+        **({"target": list(table["target"])} if table["target"].nunique() > 1 else {}),
+        "verdict": list(table["verdict"]),
+        "reason": list(table["reason"]),
+        "cause": list(table["cause"].fillna("")),
+        "before ms": fmt(table["mean_before_ms"], "{:.3f}"),
+        "after ms": fmt(table["mean_after_ms"], "{:.3f}"),
+        "factor": fmt(table["change_factor"], "×{:.2f}"),
+        "confidence": fmt(table["confidence"], "{:.4f}"),
+        "change": fmt(pd.to_timedelta(table["change_after_deploy"]).dt.total_seconds(), "{:+.0f}s"),
+        "query": list(table["query"]),
+    }
+    console = Console(highlight=False)
+    rows = list(zip(*columns.values(), strict=True))
+    console.print(
+        fitted_table(list(columns), rows, console.width, flexible="query", droppable=("reason", "confidence", "change"))
     )
-    return shown.to_string(index=False, justify="left")
 
 
 def _engine(url: str | None):  # type: ignore[no-untyped-def]
@@ -187,9 +209,18 @@ def _configured_targets() -> list[str]:
 
 
 def _require(url: str | None) -> str:
-    if not url:
-        raise ConfigError(f"{WAREHOUSE_URL_VAR} is not set (or pass --url)")
-    return url
+    """The warehouse URL given, else the embedded default's (what `radar demo` left under RADAR_HOME)."""
+    if url:
+        return url
+    from radar_pipeline.demo.environment import existing_warehouse
+
+    embedded = existing_warehouse(lambda message: click.echo(message, err=True))
+    if embedded is None:
+        raise ConfigError(
+            f"no warehouse: set {WAREHOUSE_URL_VAR} or pass --warehouse (or run `radar demo` first for the embedded "
+            "one)"
+        )
+    return embedded
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,6 +4,7 @@ again."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -29,19 +30,36 @@ def _postgres_under(folder: Path) -> list[psutil.Process]:
     return found
 
 
+REPO = Path(__file__).resolve().parents[1]
+
+
+def readme_commands() -> list[str]:
+    """The set-up commands of the README's "Two commands" section, as printed."""
+    text = (REPO / "README.md").read_text()
+    block = text.split("## Two commands", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    return [line.split("#", 1)[0].strip() for line in block.strip().splitlines()]
+
+
+def next_commands(output: str) -> list[str]:
+    """The commands the demo's last lines tell a newcomer to run next, as printed."""
+    tail = output.rsplit(" Next ", 1)[1]
+    return [re.split(r"\s{2,}", line.strip())[0] for line in tail.splitlines()[1:] if line.startswith("  ")]
+
+
 @pytest.fixture(scope="module")
-def demo_home(tmp_path_factory) -> Path:
-    """A RADAR_HOME that `radar demo` has run in (twice: it must work when run again)."""
-    tmp_path = tmp_path_factory.mktemp("demo")
-    home = tmp_path / "radar-home"
+def newcomer(tmp_path_factory) -> tuple[Path, dict[str, str], list[str]]:
+    """The README's newcomer path: its first command, literally, in the checkout (then `radar demo` once more: it
+    must work when run again); returns RADAR_HOME, the environment and the commands the demo printed last."""
+    home = tmp_path_factory.mktemp("demo") / "radar-home"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RADAR_", "DAGSTER_"))}
-    env["RADAR_HOME"] = str(home)
-    for attempt in (1, 2):
-        proc = subprocess.run(
-            [str(BIN / "radar"), "demo"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-        )
+    env["RADAR_HOME"] = str(home)  # the checkout's own .radar stays as a developer left it
+    first = readme_commands()[0]
+    assert first == "make demo", f"the README's first command changed: {first!r}"
+    printed: list[str] = []
+    for attempt, command in ((1, first), (2, f"{BIN / 'radar'} demo")):
+        proc = subprocess.run(command, shell=True, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
         out = proc.stdout + proc.stderr
-        assert proc.returncode == 0, f"run {attempt}:\n{out[-4000:]}"
+        assert proc.returncode == 0, f"run {attempt} ({command}):\n{out[-4000:]}"
         assert "SELECT id, total, status FROM orders WHERE customer_id = $1" in out
         assert "cause: plan_changed" in out
         assert "Seq Scan on orders" in out
@@ -49,11 +67,35 @@ def demo_home(tmp_path_factory) -> Path:
         charts = list((home / "charts" / "shop-v2").glob("*.png"))
         assert len(charts) == 1 and charts[0].read_bytes()[:4] == b"\x89PNG"
         assert not _postgres_under(home), f"run {attempt} left PostgreSQL running"
-    return home
+        printed = next_commands(out)
+    return home, env, printed
+
+
+@pytest.fixture(scope="module")
+def demo_home(newcomer) -> Path:
+    return newcomer[0]
 
 
 def test_radar_demo_finds_the_regression_twice_and_leaves_nothing_running(demo_home):
     assert (demo_home / "postgres" / "PG_VERSION").exists()  # the work is in the fixture, shared with the UI test
+
+
+def test_the_commands_the_demo_prints_work_as_printed(newcomer):
+    home, env, printed = newcomer
+    verdicts = [c for c in printed if " verdicts " in c]
+    assert verdicts and any(c.endswith(" dev") for c in printed), printed
+    proc = subprocess.run(
+        verdicts[0], shell=True, cwd=REPO, env={**env, "COLUMNS": "120"}, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "starting the embedded warehouse" in proc.stderr  # the demo stopped it; the command says it starts it
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("deploy shop-v2: ") and "1 detected" in lines[0]
+    assert "detected" in lines[4] and "plan_changed" in lines[4] and "SELECT id, total, status" in lines[4]
+    assert max(len(line) for line in lines) <= 120
+    # radar's own SQL (the warehouse, Dagster's storage) lives on a server of its own: only the shop's statements.
+    assert not any("radar." in line or "dagster" in line.lower() for line in lines), lines
+    assert not _postgres_under(home), "radar verdicts left the embedded warehouse running"
 
 
 def _chromium() -> str:
@@ -83,21 +125,29 @@ def _wait_for(url: str, seconds: float) -> None:
     raise AssertionError(f"{url} did not answer within {seconds:.0f} s")
 
 
-def test_radar_dev_shows_the_detection_in_the_ui(demo_home, tmp_path):
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as `nohup … &` and some supervisors start a program
+
+
+def test_radar_dev_shows_the_detection_in_the_ui_and_stops_cleanly(newcomer, tmp_path):
     from playwright.sync_api import sync_playwright
 
+    demo_home, env, printed = newcomer
     chromium = _chromium()
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RADAR_", "DAGSTER_"))}
-    env["RADAR_HOME"] = str(demo_home)
-    dev = subprocess.Popen(
-        [str(BIN / "radar"), "dev", "--port", str(port)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    command = next(c for c in printed if c.endswith(" dev"))
+    log = tmp_path / "dev.log"
+    with log.open("w") as out:
+        dev = subprocess.Popen(
+            f"exec {command} --port {port}",
+            shell=True,
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_ignore_sigint,
+        )
     try:
         _wait_for(f"http://127.0.0.1:{port}/server_info", 120)
         with sync_playwright() as p:
@@ -125,6 +175,17 @@ def test_radar_dev_shows_the_detection_in_the_ui(demo_home, tmp_path):
         assert "shop-v2" in body and "Latest materialization" in body
         assert "plan_changed" in body and "SELECT id, total, status FROM orders" in body
     finally:
-        os.killpg(dev.pid, signal.SIGINT)
-        dev.wait(timeout=60)
+        os.kill(dev.pid, signal.SIGTERM)  # radar dev alone: it must stop everything it started
+        dev.wait(timeout=90)
+    left = [p for p in psutil.process_iter(["pid"]) if _session_of(p.pid) == dev.pid]
+    assert not left, f"radar dev left {left} running"
     assert not _postgres_under(demo_home)
+    said = log.read_text()
+    assert "Traceback" not in said and "Warning" not in said, said[-3000:]
+
+
+def _session_of(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None

@@ -261,6 +261,7 @@ def test_an_early_or_unknown_partition_is_refused(scenario):
 
 
 def test_radar_verdicts_prints_the_table(scenario):
+    import os
     import subprocess
     import sys
     from pathlib import Path
@@ -273,11 +274,14 @@ def test_radar_verdicts_prints_the_table(scenario):
         capture_output=True,
         text=True,
         timeout=60,
+        env={**os.environ, "COLUMNS": "160"},
     )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith(f"deploy {s.deploy_id}: ") and "detected" in lines[0]
-    assert "detected" in lines[2] and "SELECT probe_slow($1)" in lines[2]
+    first_row = lines[4]  # after the table's top border, header and rule: detections come first
+    assert "detected" in first_row and "SELECT probe_slow($1)" in first_row
+    assert max(len(line) for line in lines) <= 160
 
 
 def test_partitions_definition_name():

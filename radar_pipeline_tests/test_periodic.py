@@ -141,11 +141,13 @@ def test_reported_once_left_to_the_deploy_and_reported_again_after_recovery(time
     assert episodes["level_ms"].iloc[0] == pytest.approx(3.0, rel=0.05)
     assert statuses == [(31, "sent"), (31, "sent")]
 
-    printed = CliRunner().invoke(main, ["verdicts", "periodic:" + _key(timeline, 1), "--warehouse", warehouse_url])
+    printed = CliRunner().invoke(
+        main, ["verdicts", "periodic:" + _key(timeline, 1), "--warehouse", warehouse_url], env={"COLUMNS": "160"}
+    )
     assert printed.exit_code == 0, printed.output
     lines = printed.output.splitlines()
     assert lines[0].startswith("periodic check periodic:") and "1 detected" in lines[0]
-    assert "detected" in lines[2] and "SELECT * FROM events WHERE account = $1" in lines[2]
+    assert "detected" in lines[4] and "SELECT * FROM events WHERE account = $1" in lines[4]
 
 
 def test_an_hour_without_scrapes_is_analysed_as_empty(timeline, warehouse_url, slack):

@@ -106,9 +106,18 @@ def render_history_chart(
 def _finish(fig: Figure, ax: Axes, path: Path, title: str) -> None:
     """The parts every chart shares (axis label, title, grid, legend), then the PNG written to `path`."""
     ax.set_ylabel("ms per call")
-    ax.set_title(title[:90], fontsize=10)
+    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png")
+
+
+def chart_title(statement: str | None, what: str, limit: int = 70) -> str:
+    """A chart's title: the statement's text on one line, cut with an ellipsis, then what the chart shows; `$` is
+    escaped, since matplotlib reads text between two `$` (a statement's $1 and $2) as mathematics."""
+    text = " ".join((statement or "").split())
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return f"{text}\n{what}".replace("$", r"\$") if text else what.replace("$", r"\$")

@@ -9,7 +9,9 @@ import dagster as dg
 
 from radar_pipeline import plan_shape
 from radar_pipeline.config import ConfigError, Target
+from radar_pipeline.defs.plans import plan_snapshots
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
+from radar_pipeline.defs.snapshots import pgss_snapshots
 from radar_pipeline.engine import ENGINE_VERSION
 from radar_pipeline.steps.deploy_analysis import AnalysisRefused, DeployAnalysis, analyse_deploy
 from radar_pipeline.warehouse import analysis as analysis_store
@@ -42,6 +44,7 @@ class VerdictConfig(dg.Config):
 @dg.asset(
     partitions_def=deploys_partitions,
     group_name="analysis",
+    deps=[pgss_snapshots, plan_snapshots],  # what it reads, so the UI's lineage shows the whole flow
     check_specs=[
         dg.AssetCheckSpec(COVERAGE_CHECK, asset="deploy_verdicts", description="no scrape gap over 3 intervals"),
         dg.AssetCheckSpec(RESETS_CHECK, asset="deploy_verdicts", description="no stats reset or eviction"),

@@ -10,7 +10,9 @@ import pandas as pd
 from radar_pipeline.config import ConfigError
 from radar_pipeline.defs.alerts import as_metadata
 from radar_pipeline.defs.deploys import DETECTION_ROWS_SHOWN, VerdictConfig, configured_targets
+from radar_pipeline.defs.plans import plan_snapshots
 from radar_pipeline.defs.resources import AnalysisResource, SlackResource, TargetsResource, WarehouseResource
+from radar_pipeline.defs.snapshots import pgss_snapshots
 from radar_pipeline.steps.alert_delivery import deliver, period_facts
 from radar_pipeline.steps.deploy_analysis import AnalysisRefused
 from radar_pipeline.steps.periodic_check import (
@@ -53,6 +55,7 @@ ALL_TARGETS_CHECK = "all_targets_analysed"
 @dg.asset(
     partitions_def=periodic_partitions,
     group_name="periodic",
+    deps=[pgss_snapshots, plan_snapshots],  # what it reads, so the UI's lineage shows the whole flow
     check_specs=[
         dg.AssetCheckSpec(ALL_TARGETS_CHECK, asset="periodic_verdicts", description="every scraped target analysed")
     ],

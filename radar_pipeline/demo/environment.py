@@ -1,16 +1,22 @@
-"""The embedded default: one embedded PostgreSQL 18 as the watched database, the warehouse and Dagster's storage.
+"""The embedded default: two embedded PostgreSQL 18 servers, the watched one (the shop) and radar's own (the
+warehouse and Dagster's storage), as a deployment would have them: radar's own statements never show among the
+shop's.
 
-Everything lives under RADAR_HOME (default ./.radar): the server's data directory, Dagster's home (its dagster.yaml
-points Dagster's storage at the embedded server), and the charts. Time is compressed through the same settings a
-deployment uses (RADAR_WINDOW_SECONDS, RADAR_SCRAPE_INTERVAL_SECONDS, RADAR_TOLERANCE_FLOOR_SECONDS).
+Everything lives under RADAR_HOME (default ./.radar): the servers' data directories, Dagster's home (its dagster.yaml
+points Dagster's storage at radar's server), and the charts. Time is compressed through the same settings a
+deployment uses (RADAR_WINDOW_SECONDS, RADAR_SCRAPE_INTERVAL_SECONDS, RADAR_TOLERANCE_FLOOR_SECONDS), and the periodic
+partitions start at the hour the embedded default was created.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -20,6 +26,8 @@ from radar_pipeline.demo.local_postgres import LocalPostgres
 HOME_VAR = "RADAR_HOME"
 APP_DB, WAREHOUSE_DB, DAGSTER_DB = "shop", "radar", "dagster"
 TARGET = "shop"
+SERVERS = {"watched": "postgres", "radar": "postgres-radar"}  # data directories under RADAR_HOME
+STATE_FILE = "servers.json"  # their ports, and when this RADAR_HOME was created
 COMPRESSED = {
     "RADAR_WINDOW_SECONDS": "30",
     "RADAR_SCRAPE_INTERVAL_SECONDS": "2",
@@ -29,10 +37,12 @@ COMPRESSED = {
 
 @dataclass
 class Embedded:
-    """The running embedded server and the settings that point radar at it."""
+    """The running embedded servers and the settings that point radar at them."""
 
     home: Path
-    server: LocalPostgres
+    server: LocalPostgres  # the watched server: the shop
+    radar: LocalPostgres  # radar's own: the warehouse and Dagster's storage
+    created: datetime  # when this RADAR_HOME was made: the periodic partitions start at its hour
 
     @property
     def dagster_home(self) -> Path:
@@ -47,9 +57,10 @@ class Embedded:
     def environment(self) -> dict[str, str]:
         """The variables a deployment would set, for this embedded default."""
         return {
-            "RADAR_WAREHOUSE_URL": self.server.url(WAREHOUSE_DB, driver="postgresql+psycopg"),
+            "RADAR_WAREHOUSE_URL": self.radar.url(WAREHOUSE_DB, driver="postgresql+psycopg"),
             "RADAR_TARGETS": f"{TARGET}={self.server.url(APP_DB)}",
-            "RADAR_DAGSTER_PG_URL": self.server.url(DAGSTER_DB, driver="postgresql+psycopg2"),
+            "RADAR_DAGSTER_PG_URL": self.radar.url(DAGSTER_DB, driver="postgresql+psycopg2"),
+            "RADAR_PERIODIC_START": self.created.strftime("%Y-%m-%d-%H:00"),
             "RADAR_CHART_DIR": str(self.charts),
             "DAGSTER_HOME": str(self.dagster_home),
             "DAGSTER_DISABLE_TELEMETRY": "1",
@@ -57,8 +68,9 @@ class Embedded:
         }
 
     def stop(self) -> None:
-        """Stop the embedded server (its data stays for `radar dev`)."""
+        """Stop the embedded servers (their data stays for `radar dev`)."""
         self.server.stop()
+        self.radar.stop()
 
 
 def home() -> Path:
@@ -67,24 +79,30 @@ def home() -> Path:
 
 
 def start(fresh: bool) -> Embedded:
-    """Start the embedded server under RADAR_HOME (wiped first when `fresh`), with its three databases."""
+    """Start the embedded servers under RADAR_HOME (wiped first when `fresh`), with their databases."""
     root = home()
-    data = root / "postgres"
+    saved = _saved(root)
     if fresh:
-        previous = LocalPostgres(data, port=_saved_port(root) or 0)
-        if previous.pid is not None:
-            previous.stop()
+        for name, folder in SERVERS.items():
+            previous = LocalPostgres(root / folder, port=int(saved.get(name) or 0))
+            if previous.pid is not None:
+                previous.stop()
         shutil.rmtree(root, ignore_errors=True)
+        saved = {}
     root.mkdir(parents=True, exist_ok=True)
-    port = _saved_port(root)
-    server = (LocalPostgres(data, port=port) if port else LocalPostgres(data)).start()
-    (root / "port.json").write_text(json.dumps({"port": server.port}))
-    with psycopg.connect(server.dsn(), autocommit=True) as conn:
-        existing = {r[0] for r in conn.execute("SELECT datname FROM pg_database")}
-        for name in (APP_DB, WAREHOUSE_DB, DAGSTER_DB):
-            if name not in existing:
-                conn.execute(f'CREATE DATABASE "{name}"')
-    embedded = Embedded(root, server)
+    servers = {
+        name: (LocalPostgres(root / folder, port=int(saved[name])) if saved.get(name) else LocalPostgres(root / folder))
+        for name, folder in SERVERS.items()
+    }
+    created = datetime.fromisoformat(saved["created"]) if saved.get("created") else datetime.now(UTC)
+    for server in servers.values():
+        server.start()
+    (root / STATE_FILE).write_text(
+        json.dumps({**{name: server.port for name, server in servers.items()}, "created": created.isoformat()})
+    )
+    _create_databases(servers["watched"], [APP_DB])
+    _create_databases(servers["radar"], [WAREHOUSE_DB, DAGSTER_DB])
+    embedded = Embedded(root, servers["watched"], servers["radar"], created)
     embedded.dagster_home.mkdir(parents=True, exist_ok=True)
     (embedded.dagster_home / "dagster.yaml").write_text(
         "storage:\n  postgres:\n    postgres_url:\n      env: RADAR_DAGSTER_PG_URL\ntelemetry:\n  enabled: false\n"
@@ -92,8 +110,35 @@ def start(fresh: bool) -> Embedded:
     return embedded
 
 
-def _saved_port(root: Path) -> int | None:
+def _create_databases(server: LocalPostgres, names: list[str]) -> None:
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        existing = {r[0] for r in conn.execute("SELECT datname FROM pg_database")}
+        for name in names:
+            if name not in existing:
+                conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def _saved(root: Path) -> dict[str, str]:
+    """The ports and creation time the last start recorded (nothing when there was none)."""
     try:
-        return int(json.loads((root / "port.json").read_text())["port"])
-    except (OSError, ValueError, KeyError):
+        saved = json.loads((root / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in saved.items()} if isinstance(saved, dict) else {}
+
+
+def existing_warehouse(say: Callable[[str], None]) -> str | None:
+    """The URL of the warehouse the embedded default keeps under RADAR_HOME, for commands run with no warehouse
+    configured: None when `radar demo` has not made one there. A stopped server is started (and `say` tells so), and
+    stopped again when the process exits."""
+    root = home()
+    saved = _saved(root)
+    folder = root / SERVERS["radar"]
+    if not saved.get("radar") or not (folder / "PG_VERSION").exists():
         return None
+    server = LocalPostgres(folder, port=int(saved["radar"]))
+    if server.pid is None:
+        say(f"starting the embedded warehouse under {root} (stopped again when this command ends)")
+        server.start()
+        atexit.register(server.stop)
+    return server.url(WAREHOUSE_DB, driver="postgresql+psycopg")

@@ -9,16 +9,19 @@ deploy_verdicts, regression_alerts and query_history run through Dagster; the de
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from radar_pipeline.demo import environment, workload
+from radar_pipeline.terminal import clean, fitted_table
 
 console = Console()
 if not console.is_terminal:  # a log or a pipe: wide enough for the verdict table
@@ -59,9 +62,9 @@ def _run(embedded: environment.Embedded, started: float) -> int:
         progress.update(step, description="Warehouse migrated, shop created (20,000 customers, 100,000 orders)")
         progress.update(step, total=1, completed=1)
         _deploy_under_load(dg, repo, instance, env, app_dsn, progress)
-        _analyse_deploys(dg, repo, instance, progress)
+        checks = _analyse_deploys(dg, repo, instance, progress)
     table, queries, regression, alert = _findings(env["RADAR_WAREHOUSE_URL"], app_dsn)
-    return _report(embedded, table, queries, regression, alert, time.monotonic() - started)
+    return _report(embedded, table, queries, regression, alert, checks, time.monotonic() - started)
 
 
 def _deploy_under_load(dg, repo, instance, env: dict[str, str], app_dsn: str, progress: Progress) -> None:  # type: ignore[no-untyped-def]
@@ -72,18 +75,22 @@ def _deploy_under_load(dg, repo, instance, env: dict[str, str], app_dsn: str, pr
     with workload.Workload(app_dsn) as load:
         before = progress.add_task(f"Workload and snapshots every {scrape:.0f} s, before the deploy", total=window + 4)
         _snapshots(dg, repo, instance, window + 4, scrape, progress, before, plans_at=window / 2)
-        recorded = _record_deploy()
+        # CI records the deploy while the snapshots go on: a pause here would be a gap in the window's scrapes.
+        recording = _record_deploy(datetime.now(UTC))
         _run_sql(app_dsn, workload.DEPLOY_CHANGE)
-        progress.console.print(f"[bold]Deploy[/bold] {recorded}; it ran: {workload.DEPLOY_CHANGE}")
         after = progress.add_task("Workload and snapshots after the deploy", total=window + 2 * scrape + 1)
         _snapshots(dg, repo, instance, window + 2 * scrape + 1, scrape, progress, after)
+    out, err = recording.communicate()
+    if recording.returncode != 0:
+        raise RuntimeError(f"radar deploy failed: {err.strip()}")
+    progress.console.print(f"[bold]CI:[/bold] radar deploy → {out.strip()}; the deploy ran {workload.DEPLOY_CHANGE}")
     if load.errors:
         progress.console.print(f"[yellow]workload errors: {load.errors[:3]}[/yellow]")
 
 
-def _record_deploy() -> str:
-    """`radar deploy`, exactly as a CI step runs it; returns what it printed."""
-    recorded = subprocess.run(
+def _record_deploy(at: datetime) -> subprocess.Popen:
+    """Start `radar deploy`, exactly as a CI step runs it, for a deploy at `at`."""
+    return subprocess.Popen(
         [
             str(Path(sys.executable).parent / "radar"),
             "deploy",
@@ -91,6 +98,8 @@ def _record_deploy() -> str:
             environment.TARGET,
             "--id",
             DEPLOY_ID,
+            "--at",
+            at.isoformat(),
             "--service",
             "shop",
             "--version",
@@ -98,18 +107,17 @@ def _record_deploy() -> str:
             "--url",
             "https://ci.example/shop/v2",
         ],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         env=os.environ.copy(),
-        check=False,
     )
-    if recorded.returncode != 0:
-        raise RuntimeError(f"radar deploy failed: {recorded.stderr.strip()}")
-    return recorded.stdout.strip()
 
 
-def _analyse_deploys(dg, repo, instance, progress: Progress) -> None:  # type: ignore[no-untyped-def]
-    """Evaluate deploy_event_sensor and run what it requests (deploy_verdicts, regression_alerts, query_history)."""
+def _analyse_deploys(dg, repo, instance, progress: Progress) -> list:  # type: ignore[no-untyped-def]
+    """Evaluate deploy_event_sensor and run what it requests (deploy_verdicts, regression_alerts, query_history);
+    returns the asset checks' evaluations."""
+    checks = []
     sensing = progress.add_task("deploy_event_sensor evaluating", total=None)
     requests = _sense(dg, repo, instance)
     progress.update(sensing, description=f"deploy_event_sensor requested {len(requests)} run(s)", total=1, completed=1)
@@ -126,9 +134,11 @@ def _analyse_deploys(dg, repo, instance, progress: Progress) -> None:  # type: i
         )
         if not result.success:
             raise RuntimeError(f"the analysis run {result.run_id} failed: see `radar dev`")
+        checks += result.get_asset_check_evaluations()
     progress.update(
         analysing, description="deploy_verdicts, regression_alerts and query_history done", total=1, completed=1
     )
+    return checks
 
 
 def _findings(warehouse_url: str, app_dsn: str) -> tuple:
@@ -142,7 +152,7 @@ def _findings(warehouse_url: str, app_dsn: str) -> tuple:
         table = pd.read_sql(
             sa.text(
                 "SELECT v.verdict, v.reason, v.cause, v.mean_before_ms, v.mean_after_ms, v.change_factor, "
-                "v.confidence, left(regexp_replace(q.query, '\\s+', ' ', 'g'), 58) AS query "
+                "v.confidence, left(regexp_replace(q.query, '\\s+', ' ', 'g'), 200) AS query "
                 "FROM radar.verdict v JOIN radar.query q ON q.target = v.target AND q.dbid = v.dbid "
                 "AND q.userid = v.userid AND q.queryid = v.queryid AND q.toplevel = v.toplevel "
                 "WHERE v.deploy_id = :d AND v.dbid = :shop AND v.n_before + v.n_after > 0 "
@@ -213,14 +223,11 @@ def _run_sql(dsn: str, statement: str) -> None:
         conn.execute(statement)  # type: ignore[arg-type]
 
 
-def _report(embedded, table, queries, regression, alert, seconds: float) -> int:  # type: ignore[no-untyped-def]
-    console.rule("[bold]Verdicts of deploy shop-v2[/bold]")
-    shown = Table(show_lines=False)
-    for column in ("verdict", "reason", "cause", "before ms", "after ms", "factor", "confidence", "query"):
-        shown.add_column(column, no_wrap=column != "query", overflow="fold")
-    shop = table
-    for r in shop.itertuples():
-        shown.add_row(
+def _report(embedded, table, queries, regression, alert, checks, seconds: float) -> int:  # type: ignore[no-untyped-def]
+    """Print what the demo found and what to do next; 0 when the regression was found and the controls were not."""
+    console.rule(f"[bold]Verdicts of deploy {DEPLOY_ID}[/bold]")
+    rows = [
+        (
             r.verdict,
             r.reason,
             r.cause if isinstance(r.cause, str) else "",
@@ -228,17 +235,21 @@ def _report(embedded, table, queries, regression, alert, seconds: float) -> int:
             _fmt(r.mean_after_ms, "{:.3f}"),
             _fmt(r.change_factor, "×{:.1f}"),
             _fmt(r.confidence, "{:.4f}"),
-            r.query[:60],
+            r.query,
         )
+        for r in table.itertuples()
+    ]
+    headers = ("verdict", "reason", "cause", "before ms", "after ms", "factor", "confidence", "query")
+    shown = fitted_table(headers, rows, console.width, flexible="query", droppable=("reason", "confidence"))
     console.print(shown)
-    console.print(
-        f"(the shop's statements; {queries} statements of the server were analysed: `radar verdicts {DEPLOY_ID} --all`)"
-    )
+    console.print(f"({len(table)} of the {queries} statements analysed had calls in the window)")
     found = [r for r in regression if r[0] and workload.REGRESSED.split(" WHERE")[0] in r[0]]
     console.rule("[bold]The regression[/bold]")
     for query, cause, plan, factor, before, after in regression:
-        console.print(f"{query}\n  {before:.3f} → {after:.3f} ms (×{factor:.1f}), cause: [bold]{cause}[/bold]")
-        console.print(f"  plan: {plan}")
+        console.print(
+            f"{escape(query or '')}\n  {before:.3f} → {after:.3f} ms (×{factor:.1f}), cause: [bold]{cause}[/bold]"
+        )
+        console.print(f"  plan: {escape(clean(plan))}")
     charts = sorted((embedded.charts / DEPLOY_ID).glob("*.png")) if (embedded.charts / DEPLOY_ID).exists() else []
     for chart in charts:
         console.print(f"  chart: {chart}")
@@ -246,18 +257,37 @@ def _report(embedded, table, queries, regression, alert, seconds: float) -> int:
         f"  alert: {', '.join(f'{n} {s}' for s, n in alert) or 'none'} "
         "(no Slack configured: the message is in the regression_alerts run log)"
     )
-    console.rule("[bold]Query it yourself[/bold]")
-    console.print(
-        f"psql '{embedded.server.url(environment.WAREHOUSE_DB)}' -c \\\n"
-        "  \"SELECT deployed_at, change_factor, cause, plan_diff->>'summary', left(query, 60) "
-        'FROM radar.regression"'
-    )
-    console.print(f"See it in the Dagster UI: [bold]radar dev[/bold]   (demo took {seconds:.0f} s)")
+    for check in checks:
+        if check.passed:
+            console.print(f"  check {check.check_name}: passed")
+        else:
+            facts = ", ".join(f"{k} {v.value}" for k, v in check.metadata.items())
+            console.print(
+                f"  [yellow]check {check.check_name}: failed ({facts})[/yellow]: the machine was too busy to scrape "
+                "on time; the verdicts stand, with less data behind them"
+            )
+    radar = _radar_command()
+    console.rule("[bold]Next[/bold]")
+    console.print(f"  {radar} verdicts {DEPLOY_ID}        every statement's verdict, from the warehouse the demo left")
+    console.print(f"  {radar} dev                    the Dagster UI at http://127.0.0.1:3000 (Ctrl-C stops it)")
+    console.print(f"(the demo took {seconds:.0f} s; everything it made is under {embedded.home})")
     controls_clean = not any(
         r.verdict == "detected" and workload.REGRESSED.split(" WHERE")[0] not in (r.query or "")
-        for r in shop.itertuples()
+        for r in table.itertuples()
     )
     return 0 if found and controls_clean else 1
+
+
+def _radar_command() -> str:
+    """How to run radar from here: `radar` when it is on PATH, else its path (relative when below this folder)."""
+    script = Path(sys.executable).parent / "radar"
+    on_path = shutil.which("radar")
+    if on_path and Path(on_path).resolve() == script.resolve():
+        return "radar"
+    try:
+        return str(script.relative_to(Path.cwd()))
+    except ValueError:
+        return str(script)
 
 
 def _fmt(value: float, pattern: str) -> str:

@@ -126,7 +126,10 @@ def _regression(row: Any) -> Regression:
 
 def _charts(conn: sa.Connection, facts: AnalysisFacts, rows: pd.DataFrame) -> list[tuple[Path, str]]:
     """A PNG per regression from the analysed window's interval means."""
-    from radar_pipeline.alerts.chart import render_chart  # matplotlib: only runs that draw pay for its import
+    from radar_pipeline.alerts.chart import (
+        chart_title,
+        render_chart,
+    )  # matplotlib: only runs that draw pay for its import
 
     settings = EngineSettings.from_dict(rows["settings"].iloc[0])
     lo, hi = facts.split_at - settings.window, facts.split_at + settings.window
@@ -140,9 +143,10 @@ def _charts(conn: sa.Connection, facts: AnalysisFacts, rows: pd.DataFrame) -> li
         if means is None:
             continue
         if facts.period:
-            title = f"queryid {row.queryid} on {facts.target}: ×{row.change_factor:.2f} in {facts.analysis_id}"
+            what = f"queryid {row.queryid} on {facts.target}: ×{row.change_factor:.2f} in {facts.analysis_id}"
         else:
-            title = f"queryid {row.queryid}: ×{row.change_factor:.2f} after deploy {facts.analysis_id}"
+            what = f"queryid {row.queryid}: ×{row.change_factor:.2f} after deploy {facts.analysis_id}"
+        title = chart_title(row.query, what)
         path = render_chart(
             folder / (f"{facts.target}-{row.queryid}.png" if facts.period else f"{row.queryid}.png"),
             means.index.to_pydatetime(),
@@ -155,7 +159,7 @@ def _charts(conn: sa.Connection, facts: AnalysisFacts, rows: pd.DataFrame) -> li
             title,
             "split between the periods" if facts.period else "deploy",
         )
-        charts.append((path, title))
+        charts.append((path, what))
     return charts
 
 

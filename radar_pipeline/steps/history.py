@@ -127,7 +127,7 @@ def history_charts(
 ) -> list[Path]:
     """A PNG per flagged point (at most `limit`): the query's points up to this deploy with the bands they were
     judged against."""
-    from radar_pipeline.alerts.chart import render_history_chart  # matplotlib: only when there is a chart
+    from radar_pipeline.alerts.chart import chart_title, render_history_chart  # matplotlib: only when there is a chart
 
     paths = []
     for row in update.flagged.head(limit).itertuples():
@@ -148,7 +148,9 @@ def history_charts(
                 settings.z,
                 series["begins_segment"].to_numpy(dtype=bool),
                 series["above_band"].to_numpy(dtype=bool),
-                f"queryid {row.queryid} after deploy {update.deploy_id}: {what}",
+                chart_title(
+                    update.texts.get(int(row.queryid)), f"queryid {row.queryid} after deploy {update.deploy_id}: {what}"
+                ),
                 trend,
             )
         )

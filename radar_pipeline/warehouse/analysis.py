@@ -242,14 +242,15 @@ def query_texts(conn: sa.Connection, target: str, keys: pd.DataFrame, length: in
 
 
 def verdicts_of(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
-    """A deploy's (or a periodic check's) verdicts with each query's text, detections first (for `radar verdicts`).
+    """A deploy's (or a periodic check's) verdicts with each query's whole text on one line, detections first (for
+    `radar verdicts`).
     change_after_deploy is measured from the deploy, or for a periodic check from the split between its periods."""
     return pd.read_sql(
         sa.text(
             "SELECT v.target, v.verdict, v.reason, v.cause, v.mean_before_ms, v.mean_after_ms, v.change_factor, "
             "v.confidence, v.change_at - coalesce(d.deployed_at, a.window_start + (a.window_end - a.window_start) / 2) "
             "AS change_after_deploy, v.calls_before, v.calls_after, v.queryid, "
-            "left(regexp_replace(coalesce(q.query, ''), '\\s+', ' ', 'g'), 80) AS query "
+            "regexp_replace(coalesce(q.query, ''), '\\s+', ' ', 'g') AS query "
             "FROM radar.verdict v JOIN radar.analysis a ON a.deploy_id = v.deploy_id AND a.target = v.target "
             "LEFT JOIN radar.deploy_event d ON d.deploy_id = v.deploy_id "
             f"{VERDICT_QUERY_JOIN} "

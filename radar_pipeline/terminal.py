@@ -1,0 +1,58 @@
+"""Text for a terminal: hostile text made harmless (control characters out, rich markup escaped) and tables fitted
+to the terminal's width, for the demo and the `radar` command."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from rich.markup import escape
+from rich.table import Table
+
+# C0 controls (tab and newline included: a table cell is one line), DEL and C1 controls: what can move the cursor,
+# retitle the terminal or hide text.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+BORDER = 3  # characters a rich table spends per column on borders and padding
+MIN_FLEXIBLE = 30  # narrower than this, the flexible column makes room by dropping the droppable ones
+
+
+def clean(text: object) -> str:
+    """`text` on one line with every control character (escape sequences' ESC included) replaced by a space and
+    runs of white space folded."""
+    return " ".join(_CONTROL.sub(" ", "" if text is None else str(text)).split())
+
+
+def ellipsis(text: str, width: int) -> str:
+    """`text` cut to `width` characters with an ellipsis when longer."""
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def fitted_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    width: int,
+    flexible: str,
+    droppable: Sequence[str] = (),
+) -> Table:
+    """A table of cleaned cells that fits `width` characters: every column as wide as its widest cell except
+    `flexible`, whose cells are cut with an ellipsis to the room left; when that room would be under MIN_FLEXIBLE,
+    the `droppable` columns are left out, in order, until it is not."""
+    cells = [[clean(c) for c in row] for row in rows]
+    keep = list(range(len(headers)))
+    flex = list(headers).index(flexible)
+
+    def room(columns: list[int]) -> int:
+        fixed = sum(max([len(headers[i]), *(len(r[i]) for r in cells)]) for i in columns if i != flex)
+        return width - fixed - BORDER * len(columns) - 1
+
+    for name in droppable:
+        if room(keep) >= MIN_FLEXIBLE:
+            break
+        keep.remove(list(headers).index(name))
+    space = max(MIN_FLEXIBLE // 2, room(keep))
+    table = Table(show_lines=False)
+    for i in keep:
+        table.add_column(headers[i], no_wrap=True, overflow="ellipsis")
+    for row in cells:
+        table.add_row(*(escape(ellipsis(row[i], space) if i == flex else row[i]) for i in keep))
+    return table
