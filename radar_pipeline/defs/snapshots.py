@@ -1,15 +1,25 @@
 """The pgss_snapshots asset and its schedule: pg_stat_statements from every target into the warehouse."""
 
+import os
 import time
 from typing import Any
 
 import dagster as dg
 
-from radar_pipeline.config import DEFAULT_SNAPSHOT_CRON, SNAPSHOT_CRON_VAR
+from radar_pipeline.config import DEFAULT_SNAPSHOT_CRON, SNAPSHOT_CRON_VAR, positive_int
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource, env_cron_schedule
+from radar_pipeline.steps.shards import targets_of_shard
 from radar_pipeline.steps.snapshots import TargetOutcome, snapshot_targets
 
 ALL_TARGETS_CHECK = "all_targets_scraped"
+SHARDS_VAR = "RADAR_SNAPSHOT_SHARDS"
+
+
+class ShardConfig(dg.Config):
+    """Which targets a snapshot run scrapes: shard `shard` of `shards` (see steps.shards); all of them by default."""
+
+    shard: int = 0
+    shards: int = 1
 
 
 @dg.asset(
@@ -18,11 +28,20 @@ ALL_TARGETS_CHECK = "all_targets_scraped"
     description="Cumulative pg_stat_statements counters of every watched target (radar.pgss_snapshot).",
 )
 def pgss_snapshots(
-    context: dg.AssetExecutionContext, warehouse: WarehouseResource, targets: TargetsResource
+    context: dg.AssetExecutionContext, config: ShardConfig, warehouse: WarehouseResource, targets: TargetsResource
 ) -> dg.MaterializeResult:
-    """Scrape all targets concurrently and store the statements whose counters moved."""
+    """Scrape the run's targets (all, or one shard's) concurrently and store the statements whose counters moved."""
     started = time.perf_counter()
-    outcomes = snapshot_targets(targets.targets(), warehouse.engine(), targets.exclude_role())
+    try:
+        mine = targets_of_shard(targets.targets(), config.shard, config.shards)
+    except ValueError as exc:
+        raise dg.Failure(description=f"run config for pgss_snapshots: {exc}") from None
+    if not mine:
+        return dg.MaterializeResult(
+            metadata={"note": f"shard {config.shard} of {config.shards} has no target"},
+            check_results=[dg.AssetCheckResult(check_name=ALL_TARGETS_CHECK, passed=True)],
+        )
+    outcomes = snapshot_targets(mine, warehouse.engine(), targets.exclude_role())
     failed = [o for o in outcomes if o.error is not None]
     for outcome in failed:
         context.log.error(f"target {outcome.target!r} was not scraped: {outcome.error}")
@@ -82,11 +101,38 @@ pgss_snapshot_job = dg.define_asset_job("pgss_snapshot_job", selection=[pgss_sna
 
 
 def pgss_snapshot_schedule_for() -> dg.ScheduleDefinition:
-    """The snapshot schedule, every minute unless RADAR_SNAPSHOT_CRON says otherwise."""
-    return env_cron_schedule(
-        "pgss_snapshot_schedule",
-        pgss_snapshot_job,
-        SNAPSHOT_CRON_VAR,
-        DEFAULT_SNAPSHOT_CRON,
-        "Snapshot pg_stat_statements of every target.",
+    """The snapshot schedule, every minute unless RADAR_SNAPSHOT_CRON says otherwise; with RADAR_SNAPSHOT_SHARDS = N
+    above 1, each tick requests N runs, one per shard of the targets, so they can run in processes (or pods) of
+    their own."""
+    shards = positive_int(os.environ.get(SHARDS_VAR), SHARDS_VAR, 1)
+    if shards == 1:
+        return env_cron_schedule(
+            "pgss_snapshot_schedule",
+            pgss_snapshot_job,
+            SNAPSHOT_CRON_VAR,
+            DEFAULT_SNAPSHOT_CRON,
+            "Snapshot pg_stat_statements of every target.",
+        )
+    cron = env_cron_schedule(
+        "pgss_snapshot_schedule", pgss_snapshot_job, SNAPSHOT_CRON_VAR, DEFAULT_SNAPSHOT_CRON, ""
+    ).cron_schedule  # validated, the variable named when it does not parse
+
+    @dg.schedule(
+        name="pgss_snapshot_schedule",
+        job=pgss_snapshot_job,
+        cron_schedule=cron,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description=f"Snapshot pg_stat_statements of every target, in {shards} runs (one per shard of the targets).",
     )
+    def sharded(context: dg.ScheduleEvaluationContext) -> list[dg.RunRequest]:
+        tick = context.scheduled_execution_time.isoformat()
+        return [
+            dg.RunRequest(
+                run_key=f"{tick}-shard-{shard}",
+                run_config={"ops": {"pgss_snapshots": {"config": {"shard": shard, "shards": shards}}}},
+                tags={"radar/shard": f"{shard}/{shards}"},
+            )
+            for shard in range(shards)
+        ]
+
+    return sharded
