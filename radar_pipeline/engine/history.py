@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 # Running state after a point: the next point's band is made from these alone.
 STATE = ["segment", "seg_points", "seg_mean_ms", "points", "segments", "residual_ss"]
@@ -234,6 +233,8 @@ def _add_points(state: _RunningState, s: np.ndarray, x: np.ndarray, begins: np.n
 def _half_width(spread: np.ndarray, behind_centre: np.ndarray, dof: np.ndarray, z: float) -> np.ndarray:
     """q · spread · sqrt(1 + 1/m): the prediction half-width for a new point, q the t quantile on `dof` degrees of
     freedom with the normal tail beyond z (NaN where there is no band)."""
+    from scipy import stats  # imported where used: loading the code location stays cheap
+
     out = np.full(len(spread), np.nan)
     ok = ~np.isnan(spread)
     q = stats.t.isf(stats.norm.sf(z), dof[ok])
@@ -270,6 +271,8 @@ def _drift(recent: np.ndarray, settings: HistorySettings) -> tuple[np.ndarray, n
         floor = START_FLOOR * np.nanmax(np.abs(y), axis=1)
         relative = np.where(start > floor, slope * (m[enough] - 1) / start, np.nan)
     rise[enough] = relative
+    from scipy import stats
+
     # The exact trend test costs a call per query, so only for the climbs large enough to matter.
     for row in np.flatnonzero(relative >= settings.drift_rise):
         values = y[row][~np.isnan(y[row])]
