@@ -203,8 +203,7 @@ def deploy_event_sensor(
     )
     return dg.SensorResult(
         run_requests=[
-            dg.RunRequest(run_key=e.deploy_id, partition_key=e.deploy_id, tags={"radar/target": e.target})
-            for e in due
+            dg.RunRequest(run_key=e.deploy_id, partition_key=e.deploy_id, tags={"radar/target": e.target}) for e in due
         ],
         dynamic_partitions_requests=[deploys_partitions.build_add_request(new_partitions)] if new_partitions else [],
         cursor=json.dumps({"ready_at": last.ready_at.isoformat(), "deploy_id": last.deploy_id}),
