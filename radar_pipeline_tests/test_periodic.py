@@ -210,7 +210,7 @@ def test_an_hour_of_a_backfill_over_a_day_old_is_not_alerted(warehouse, warehous
         result = _run(instance, warehouse_url, bot, _key(base, 1))
     assert result.success and _meta(result)["reported"] == 1  # recorded in radar.regression_episode
     alerts = result.asset_materializations_for_node("periodic_alerts")[0].metadata
-    assert "over a day ago: not alerted" in alerts["note"].value and slack.calls == []
+    assert "over 24 h ago: not alerted" in alerts["note"].value and slack.calls == []
 
 
 def test_an_hour_not_yet_over_is_refused(timeline, warehouse):

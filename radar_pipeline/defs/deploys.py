@@ -22,6 +22,7 @@ RESETS_CHECK = "no_resets_in_window"
 DETECTION_ROWS_SHOWN = 25
 SENSOR_PAGE = 200  # deploys requested per sensor evaluation at most; a larger burst continues on the next ticks
 REANALYSIS_DAYS_VAR = "RADAR_REANALYSIS_DAYS"
+REANALYSIS_TAG = "radar/reanalysis"  # on the nightly reanalysis's runs: their alerts are recorded, never sent
 
 
 class VerdictConfig(dg.Config):
@@ -233,7 +234,8 @@ def cursor_position(cursor: str | None) -> tuple[datetime, str] | None:
 def deploy_reanalysis_schedule(
     context: dg.ScheduleEvaluationContext, warehouse: WarehouseResource, analysis: AnalysisResource
 ) -> list[dg.RunRequest] | dg.SkipReason:
-    """Deploys of the last RADAR_REANALYSIS_DAYS days (default 7) analysed with settings other than today's."""
+    """Deploys of the last RADAR_REANALYSIS_DAYS days (default 7) analysed with settings other than today's; the
+    runs are tagged REANALYSIS_TAG, so their regressions are recorded in the outbox and never posted."""
     days = int(os.environ.get(REANALYSIS_DAYS_VAR) or 7)
     current = analysis.settings().to_dict()
     with warehouse.engine().connect() as conn:
@@ -241,4 +243,6 @@ def deploy_reanalysis_schedule(
     if not stale:
         return dg.SkipReason(f"every deploy of the last {days} days was analysed with the current settings")
     stamp = datetime.now(UTC).strftime("%Y%m%d")  # one reanalysis of a deploy per night, whatever the tick
-    return [dg.RunRequest(run_key=f"reanalysis-{stamp}-{d}", partition_key=d) for d in stale]
+    return [
+        dg.RunRequest(run_key=f"reanalysis-{stamp}-{d}", partition_key=d, tags={REANALYSIS_TAG: "true"}) for d in stale
+    ]

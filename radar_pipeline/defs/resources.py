@@ -10,11 +10,14 @@ import sqlalchemy as sa
 
 from radar_pipeline.alerts.slack import SlackSender
 from radar_pipeline.config import (
+    ALERT_MAX_AGE_VAR,
     COLLECTOR_ROLE_VAR,
+    DEFAULT_ALERT_MAX_AGE_HOURS,
     TARGETS_VAR,
     WAREHOUSE_URL_VAR,
     ConfigError,
     Target,
+    alert_max_age_hours,
     parse_targets,
     positive_seconds,
 )
@@ -131,6 +134,8 @@ class SlackResource(dg.ConfigurableResource):
     channel: str = ""
     webhook_url: str = ""
     base_url: str = "https://slack.com/api/"
+    timeout_seconds: int = 10
+    alert_max_age_hours: float = DEFAULT_ALERT_MAX_AGE_HOURS
 
     def sender(self) -> SlackSender:
         """A sender for the configured mode: bot token and channel, webhook, or none."""
@@ -139,7 +144,13 @@ class SlackResource(dg.ConfigurableResource):
             channel=self.channel or None,
             webhook_url=self.webhook_url or None,
             base_url=self.base_url,
+            timeout=self.timeout_seconds,
         )
+
+    @property
+    def alert_max_age(self) -> timedelta:
+        """Alerts of an analysis whose window closed longer ago than this are withheld (RADAR_ALERT_MAX_AGE_HOURS)."""
+        return timedelta(hours=alert_max_age_hours(str(self.alert_max_age_hours), ALERT_MAX_AGE_VAR))
 
 
 def slack_from_environment() -> SlackResource:
@@ -150,4 +161,5 @@ def slack_from_environment() -> SlackResource:
             fields[field] = dg.EnvVar(var)
     if os.environ.get("RADAR_SLACK_CHANNEL"):
         fields["channel"] = os.environ["RADAR_SLACK_CHANNEL"]
+    fields["alert_max_age_hours"] = alert_max_age_hours(os.environ.get(ALERT_MAX_AGE_VAR))
     return SlackResource(**fields)
