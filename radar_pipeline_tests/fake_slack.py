@@ -45,6 +45,7 @@ class FakeSlack:
     port: int = 0
     posted: list[dict[str, Any]] = field(default_factory=list)  # messages accepted, oldest first
     late: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))  # delays of the next answers
+    hang: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))  # delays of the next lost requests
 
     @property
     def api_url(self) -> str:
@@ -64,6 +65,11 @@ class FakeSlack:
     def answer_late(self, path: str, *delays: float) -> None:
         """Accept the next calls to `path` as usual but send each answer only after these delays (seconds)."""
         self.late[path].extend(delays)
+
+    def lose_next(self, path: str, *delays: float) -> None:
+        """Let the next calls to `path` time out without being taken: no answer for these delays (seconds), then a
+        500 to a client that has given up."""
+        self.hang[path].extend(delays)
 
     def messages(self) -> list[dict[str, Any]]:
         """The messages chat.postMessage accepted (a late answer included), oldest first."""
@@ -85,6 +91,9 @@ def start() -> tuple[FakeSlack, ThreadingHTTPServer]:
             if state.script[path]:
                 status, headers = state.script[path].popleft()
                 self._answer(status, {"ok": False, "error": "scripted"}, headers)
+                return
+            if state.hang[path]:
+                self._answer(500, {"ok": False, "error": "lost"}, delay=state.hang[path].popleft())
                 return
             delay = state.late[path].popleft() if state.late[path] else 0.0
             if path.startswith("/hook/"):

@@ -83,6 +83,32 @@ class AnalysisResource(dg.ConfigurableResource):
         return timedelta(seconds=self.scrape_interval_seconds)
 
 
+class ReconcilerResource(dg.ConfigurableResource):
+    """How radar_reconciler retries what waits: a deploy with no analysis gets at most `max_analysis_runs` runs, the
+    next one `backoff_seconds` × 2^(n−1) after the n-th ended; it is left to deploy_event_sensor for `grace_seconds`
+    after it became ready; deploys ready more than `max_age_days` ago are left alone."""
+
+    backoff_seconds: float = 300.0
+    max_analysis_runs: int = 4
+    grace_seconds: float = 600.0
+    max_age_days: float = 7.0
+
+    @property
+    def backoff(self) -> timedelta:
+        """The wait after the first failed run (doubling after each next one)."""
+        return timedelta(seconds=self.backoff_seconds)
+
+    @property
+    def grace(self) -> timedelta:
+        """How long after it became ready a deploy is the sensor's alone."""
+        return timedelta(seconds=self.grace_seconds)
+
+    @property
+    def max_age(self) -> timedelta:
+        """How far back deploys without an analysis are retried."""
+        return timedelta(days=self.max_age_days)
+
+
 def env_cron_schedule(name: str, job: Any, variable: str, default: str, description: str) -> dg.ScheduleDefinition:
     """A schedule that starts switched on, its cron from `variable` (else `default`), refused with the variable
     named when the cron does not parse."""
@@ -122,6 +148,7 @@ def default_resources() -> dict[str, dg.ConfigurableResource]:
         "warehouse": WarehouseResource(url=dg.EnvVar(WAREHOUSE_URL_VAR)),
         "targets": TargetsResource(spec=dg.EnvVar(TARGETS_VAR)),
         "analysis": AnalysisResource(**times),
+        "reconciler": ReconcilerResource(),
     }
 
 
