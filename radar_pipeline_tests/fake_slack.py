@@ -66,6 +66,12 @@ class FakeSlack:
         """Accept the next calls to `path` as usual but send each answer only after these delays (seconds)."""
         self.late[path].extend(delays)
 
+    def hold_next(self, path: str) -> threading.Event:
+        """Accept the next call to `path` as usual but hold its answer until the returned event is set."""
+        release = threading.Event()
+        self.late[path].append(release)
+        return release
+
     def lose_next(self, path: str, *delays: float) -> None:
         """Let the next calls to `path` time out without being taken: no answer for these delays (seconds), then a
         500 to a client that has given up."""
@@ -124,19 +130,21 @@ def start() -> tuple[FakeSlack, ThreadingHTTPServer]:
             payload: dict | None,
             headers: dict[str, str] | None = None,
             raw: bytes = b"",
-            delay: float = 0.0,
+            delay: float | threading.Event = 0.0,
         ) -> None:
-            if delay:
-                # The message is already recorded as posted; the client has given up by the time this answer comes.
+            # The message is already recorded as posted; the client may have given up by the time this answer comes.
+            if isinstance(delay, threading.Event):
+                delay.wait(120)
+            elif delay:
                 time.sleep(delay)
             data = raw if payload is None else json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "text/plain" if payload is None else "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for key, value in (headers or {}).items():
-                self.send_header(key, value)
-            self.end_headers()
             try:
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain" if payload is None else "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.end_headers()
                 self.wfile.write(data)
             except OSError:  # the client timed out and closed the connection
                 pass
