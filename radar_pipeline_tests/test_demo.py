@@ -4,6 +4,7 @@ again."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -45,7 +46,8 @@ def demo_home(tmp_path_factory) -> Path:
         assert "SELECT id, total, status FROM orders WHERE customer_id = $1" in out
         assert "cause: plan_changed" in out
         assert "Seq Scan on orders" in out
-        assert "alert: 1 skipped" in out
+        # On a loaded machine other statements may be flagged too, and the demo says so; its exit code stays 0.
+        assert "alert: 1 skipped" in out or ("also flagged" in out and re.search(r"alert: \d+ skipped", out))
         charts = list((home / "charts" / "shop-v2").glob("*.png"))
         assert len(charts) == 1 and charts[0].read_bytes()[:4] == b"\x89PNG"
         assert not _postgres_under(home), f"run {attempt} left PostgreSQL running"
