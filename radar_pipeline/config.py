@@ -14,6 +14,8 @@ TARGETS_VAR = "RADAR_TARGETS"
 COLLECTOR_ROLE_VAR = "RADAR_COLLECTOR_ROLE"
 RETENTION_DAYS_VAR = "RADAR_RETENTION_DAYS"
 SNAPSHOT_CRON_VAR = "RADAR_SNAPSHOT_CRON"
+ALERT_MAX_AGE_VAR = "RADAR_ALERT_MAX_AGE_HOURS"
+DEFAULT_ALERT_MAX_AGE_HOURS = 24.0
 
 DEFAULT_RETENTION_DAYS = 14
 DEFAULT_SNAPSHOT_CRON = "* * * * *"
@@ -109,6 +111,20 @@ def warehouse_url(value: str | None, variable: str = WAREHOUSE_URL_VAR) -> str:
 def retention_days(value: str | None, variable: str = RETENTION_DAYS_VAR) -> int:
     """Days of snapshots to keep (default 14)."""
     return positive_int(value, variable, DEFAULT_RETENTION_DAYS)
+
+
+def alert_max_age_hours(value: str | None, variable: str = ALERT_MAX_AGE_VAR) -> float:
+    """Hours after a deploy's window (or a periodic check's hour) closed beyond which its alerts are recorded as
+    withheld instead of sent (default 24): a backfill or a reanalysis of old deploys must not flood the channel."""
+    if value is None or not value.strip():
+        return DEFAULT_ALERT_MAX_AGE_HOURS
+    try:
+        hours = float(value)
+    except ValueError:
+        raise ConfigError(f"{variable} must be a number of hours, not {value!r}") from None
+    if not 0 < hours <= 24 * 365:
+        raise ConfigError(f"{variable} must be more than 0 and at most 8760 hours (a year), not {value!r}")
+    return hours
 
 
 def positive_int(value: str | None, variable: str, default: int) -> int:

@@ -14,6 +14,12 @@ from radar_pipeline.defs.deploys import (
 from radar_pipeline.defs.history import query_history
 from radar_pipeline.defs.periodic import periodic_alerts, periodic_job, periodic_schedule, periodic_verdicts
 from radar_pipeline.defs.plans import plan_snapshot_job, plan_snapshot_schedule_for, plan_snapshots
+from radar_pipeline.defs.reconcile import (
+    alert_retry_job,
+    nothing_waiting,
+    periodic_alert_retry_job,
+    radar_reconciler,
+)
 from radar_pipeline.defs.resources import default_resources, slack_from_environment
 from radar_pipeline.defs.retention import pgss_retention_job, pgss_retention_schedule
 from radar_pipeline.defs.snapshots import pgss_snapshot_job, pgss_snapshot_schedule_for, pgss_snapshots
@@ -28,7 +34,16 @@ defs = dg.Definitions(
         periodic_verdicts,
         periodic_alerts,
     ],
-    jobs=[pgss_snapshot_job, plan_snapshot_job, pgss_retention_job, deploy_verdicts_job, periodic_job],
+    asset_checks=[nothing_waiting],
+    jobs=[
+        pgss_snapshot_job,
+        plan_snapshot_job,
+        pgss_retention_job,
+        deploy_verdicts_job,
+        periodic_job,
+        alert_retry_job,
+        periodic_alert_retry_job,
+    ],
     schedules=[
         pgss_snapshot_schedule_for(),
         plan_snapshot_schedule_for(),
@@ -36,6 +51,6 @@ defs = dg.Definitions(
         deploy_reanalysis_schedule,
         periodic_schedule,
     ],
-    sensors=[deploy_event_sensor, slack_run_failure_sensor],
+    sensors=[deploy_event_sensor, slack_run_failure_sensor, radar_reconciler],
     resources={**default_resources(), "slack": slack_from_environment()},
 )

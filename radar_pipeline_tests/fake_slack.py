@@ -3,12 +3,17 @@
 It answers chat.postMessage, the three steps of files_upload_v2 (files.getUploadURLExternal, the upload itself,
 files.completeUploadExternal) and a webhook URL, records every request, and can be told to answer the next calls to
 a method with given statuses (a 429 with Retry-After, a 500) before answering normally again.
+
+For the outbox's faults it also keeps the messages it accepted (with their `metadata`), answers conversations.history
+from them, and can be told to accept the next message but answer only after a delay (longer than the client's
+timeout: the client cannot know the message was posted).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -38,6 +43,9 @@ class FakeSlack:
     calls: list[Call] = field(default_factory=list)
     script: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))
     port: int = 0
+    posted: list[dict[str, Any]] = field(default_factory=list)  # messages accepted, oldest first
+    late: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))  # delays of the next answers
+    hang: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))  # delays of the next lost requests
 
     @property
     def api_url(self) -> str:
@@ -53,6 +61,25 @@ class FakeSlack:
 
     def calls_to(self, path: str) -> list[Call]:
         return [c for c in self.calls if c.path == path]
+
+    def answer_late(self, path: str, *delays: float) -> None:
+        """Accept the next calls to `path` as usual but send each answer only after these delays (seconds)."""
+        self.late[path].extend(delays)
+
+    def hold_next(self, path: str) -> threading.Event:
+        """Accept the next call to `path` as usual but hold its answer until the returned event is set."""
+        release = threading.Event()
+        self.late[path].append(release)
+        return release
+
+    def lose_next(self, path: str, *delays: float) -> None:
+        """Let the next calls to `path` time out without being taken: no answer for these delays (seconds), then a
+        500 to a client that has given up."""
+        self.hang[path].extend(delays)
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The messages chat.postMessage accepted (a late answer included), oldest first."""
+        return list(self.posted)
 
 
 def start() -> tuple[FakeSlack, ThreadingHTTPServer]:
@@ -71,10 +98,19 @@ def start() -> tuple[FakeSlack, ThreadingHTTPServer]:
                 status, headers = state.script[path].popleft()
                 self._answer(status, {"ok": False, "error": "scripted"}, headers)
                 return
+            if state.hang[path]:
+                self._answer(500, {"ok": False, "error": "lost"}, delay=state.hang[path].popleft())
+                return
+            delay = state.late[path].popleft() if state.late[path] else 0.0
             if path.startswith("/hook/"):
-                self._answer(200, None, {}, raw=b"ok")
+                state.posted.append({"channel": "webhook", "ts": None, **state.calls[-1].json})
+                self._answer(200, None, {}, raw=b"ok", delay=delay)
             elif path == "/api/chat.postMessage":
-                self._answer(200, {"ok": True, "channel": "C0RADAR", "ts": f"1764000000.{len(state.calls):06d}"})
+                ts = f"1764000000.{len(state.calls):06d}"
+                state.posted.append(_message(state.calls[-1].json, ts))
+                self._answer(200, {"ok": True, "channel": "C0RADAR", "ts": ts}, delay=delay)
+            elif path == "/api/conversations.history":
+                self._answer(200, _history(state.posted, state.calls[-1].json))
             elif path == "/api/files.getUploadURLExternal":
                 file_id = f"F{len(state.calls)}"
                 self._answer(
@@ -89,18 +125,56 @@ def start() -> tuple[FakeSlack, ThreadingHTTPServer]:
                 self._answer(404, {"ok": False, "error": "unknown_method"})
 
         def _answer(
-            self, status: int, payload: dict | None, headers: dict[str, str] | None = None, raw: bytes = b""
+            self,
+            status: int,
+            payload: dict | None,
+            headers: dict[str, str] | None = None,
+            raw: bytes = b"",
+            delay: float | threading.Event = 0.0,
         ) -> None:
+            # The message is already recorded as posted; the client may have given up by the time this answer comes.
+            if isinstance(delay, threading.Event):
+                delay.wait(120)
+            elif delay:
+                time.sleep(delay)
             data = raw if payload is None else json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "text/plain" if payload is None else "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for key, value in (headers or {}).items():
-                self.send_header(key, value)
-            self.end_headers()
-            self.wfile.write(data)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain" if payload is None else "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+            except OSError:  # the client timed out and closed the connection
+                pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     state.port = server.server_address[1]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return state, server
+
+
+def _message(request: dict[str, Any], ts: str) -> dict[str, Any]:
+    """A posted message as conversations.history returns it; form-encoded JSON fields decoded."""
+    message: dict[str, Any] = {"type": "message", "ts": ts, "text": request.get("text", ""), "at": time.time()}
+    metadata = request.get("metadata")
+    if isinstance(metadata, str):
+        metadata = json.loads(metadata)
+    if metadata:
+        message["metadata"] = metadata
+    message["channel"] = request.get("channel")
+    return message
+
+
+def _history(posted: list[dict[str, Any]], request: dict[str, Any]) -> dict[str, Any]:
+    """conversations.history: the channel's messages newer than `oldest`, newest first, metadata only when asked."""
+    oldest = float(request.get("oldest") or 0)
+    with_metadata = str(request.get("include_all_metadata", "")).lower() in ("1", "true")
+    messages = [
+        {k: v for k, v in m.items() if k not in ("channel", "at") and (with_metadata or k != "metadata")}
+        for m in reversed(posted)
+        # the fake's ts are not times: `oldest` is compared with when the message arrived
+        if m.get("channel") == request.get("channel") and m["at"] > oldest
+    ]
+    return {"ok": True, "messages": messages, "has_more": False}

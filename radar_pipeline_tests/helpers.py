@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from datetime import datetime
+
 import pandas as pd
 import psycopg
 import sqlalchemy as sa
@@ -119,3 +123,38 @@ def store_counters(warehouse: sa.Engine, target: str, frame: pd.DataFrame, texts
             ),
             [{"t": target, "q": q, "text": text, "at": first} for q, text in texts.items()],
         )
+
+
+def drive(
+    target: Target,
+    warehouse: sa.Engine,
+    work: Callable[[psycopg.Connection], None],
+    every: float,
+    scrapes: int,
+    until: datetime | None = None,
+) -> list[datetime]:
+    """Run `work` on the target's database, then snapshot it: at least `scrapes` times and until the warehouse's
+    clock has passed `until`. The scrapes are paced `every` seconds apart when the machine keeps up; on a loaded
+    machine they come slower and the test derives its window from their recorded times (window_covering), so what
+    it asserts never depends on how fast the machine was. Returns the captured_at of each scrape taken."""
+    taken: list[datetime] = []
+    with psycopg.connect(target.dsn, autocommit=True) as conn:
+        while len(taken) < scrapes or (until is not None and _warehouse_now(warehouse) <= until):
+            tick = time.monotonic()
+            work(conn)
+            taken.append(snapshot_target(target, warehouse).captured_at)
+            time.sleep(max(0.0, every - (time.monotonic() - tick)))  # pacing only
+    return taken
+
+
+def window_covering(before: list[datetime], at: datetime, intervals: int, nominal: float) -> float:
+    """The analysis window (seconds) each side of `at` that holds `intervals` scrape intervals of the scrapes
+    `before` it: the nominal window when the scrapes came on time, longer when a loaded machine slowed them."""
+    earlier = [t for t in before if t <= at]
+    assert len(earlier) > intervals, f"{len(earlier)} scrapes before {at}: {intervals + 1} needed"
+    return max(nominal, (at - earlier[-intervals - 1]).total_seconds() + 0.01)
+
+
+def _warehouse_now(warehouse: sa.Engine) -> datetime:
+    with warehouse.connect() as conn:
+        return conn.execute(sa.text("SELECT now()")).scalar_one()

@@ -153,6 +153,10 @@ def test_server_errors_leave_the_alert_pending_and_the_next_run_sends_it_once(an
     first, log = _alert(warehouse_url, _bot(slack))
     assert first.success and "Slack: Slack refused the message: scripted" in log
     assert _outbox(analysed) == [(11, "#radar", "pending", 1, None)]
+    waiting, _ = _alert(warehouse_url, _bot(slack))  # inside the backoff: nothing is tried
+    assert waiting.success and len(slack.calls_to("/api/chat.postMessage")) == 3
+    with analysed.begin() as conn:  # the backoff passes
+        conn.execute(sa.text("UPDATE radar.alert SET next_attempt_at = now()"))
     second, _ = _alert(warehouse_url, _bot(slack))
     assert second.success
     assert _outbox(analysed)[0][2] == "sent"

@@ -48,7 +48,11 @@ def test_definitions_load():
         "regression_alerts",
         "query_history",
     }
-    assert sorted(s.name for s in repo.sensor_defs) == ["deploy_event_sensor", "slack_run_failure_sensor"]
+    assert sorted(s.name for s in repo.sensor_defs) == [
+        "deploy_event_sensor",
+        "radar_reconciler",
+        "slack_run_failure_sensor",
+    ]
     assert repo.asset_graph.get(dg.AssetKey("deploy_verdicts")).partitions_def.name == "deploys"
     assert repo.get_schedule_def("pgss_snapshot_schedule").cron_schedule == "* * * * *"
     assert repo.has_job("pgss_retention_job")

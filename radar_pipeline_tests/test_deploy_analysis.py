@@ -1,6 +1,7 @@
 """A real deploy on real PostgreSQL with compressed time: snapshots, the sensor, deploy_verdicts and the verdicts.
 
-Three probe functions run between snapshots taken every SCRAPE seconds. At the deploy, probe_slow is replaced by a
+Three probe functions run between snapshots taken every SCRAPE seconds (slower on a loaded machine: the window then
+grows to hold as many scrapes, from their recorded times). At the deploy, probe_slow is replaced by a
 body that sleeps eight times longer (measured: about 5×, since a short sleep overshoots by a fixed amount),
 probe_rot is dropped and recreated unchanged (its queryid rotates, its text does not), and probe_ctl is left alone.
 """
@@ -24,16 +25,15 @@ from radar_pipeline.defs.deploys import (
     deploys_partitions,
 )
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
-from radar_pipeline.steps.snapshots import snapshot_target
 from radar_pipeline.warehouse import deploys, migrations
 from radar_pipeline.warehouse.database import make_engine
 
-from .helpers import run_log_text
+from .helpers import drive, run_log_text, window_covering
 
-SCRAPE = 0.25  # seconds between snapshots
-WINDOW = 5.0  # seconds each side of the deploy: 20 samples
+SCRAPE = 0.25  # seconds between snapshots when the machine keeps up
+WINDOW = 5.0  # nominal seconds each side of the deploy: 20 samples (longer when scrapes came slower: see scenario)
+SAMPLES = 20  # scrape intervals each side of the deploy, whatever the machine's load
 CALLS = 8  # calls of each probe per scrape interval: 160 per window
-ANALYSIS = AnalysisResource(window_seconds=WINDOW, scrape_interval_seconds=SCRAPE, tolerance_floor_seconds=1.0)
 PROBE = "CREATE FUNCTION {name}(k int) RETURNS int LANGUAGE sql AS $$ SELECT k FROM pg_sleep({sleep}) $$"
 
 
@@ -45,6 +45,12 @@ class Scenario:
     deploy_id: str
     deployed_at: datetime
     queryids: dict[str, int]  # probe → queryid (probe_rot_old: before the rotation)
+    window: float  # seconds each side of the deploy holding SAMPLES scrape intervals (WINDOW when on time)
+
+    @property
+    def analysis(self) -> AnalysisResource:
+        """The analysis settings of this scenario: its window, the nominal scrape interval."""
+        return AnalysisResource(window_seconds=self.window, scrape_interval_seconds=SCRAPE, tolerance_floor_seconds=1.0)
 
 
 def _probe_ids(target: Target) -> dict[str, set[int]]:
@@ -59,17 +65,10 @@ def _probe_ids(target: Target) -> dict[str, set[int]]:
     return ids
 
 
-def _drive(target: Target, engine: sa.Engine, seconds: float) -> None:
-    """Run the probes and snapshot every SCRAPE seconds, for `seconds`."""
-    deadline = time.monotonic() + seconds
-    with psycopg.connect(target.dsn, autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            tick = time.monotonic()
-            for _ in range(CALLS):
-                for probe in ("probe_slow", "probe_ctl", "probe_rot"):
-                    conn.execute(f"SELECT {probe}(%s)", (1,))
-            snapshot_target(target, engine)
-            time.sleep(max(0.0, SCRAPE - (time.monotonic() - tick)))
+def _probes(conn: psycopg.Connection) -> None:
+    for _ in range(CALLS):
+        for probe in ("probe_slow", "probe_ctl", "probe_rot"):
+            conn.execute(f"SELECT {probe}(%s)", (1,))
 
 
 @pytest.fixture(scope="module")
@@ -84,13 +83,18 @@ def scenario(pg18) -> Scenario:
     engine = make_engine(url)
     target = Target("deployapp", pg18.pg.url(app))
 
-    _drive(target, engine, WINDOW + 1.0)
+    # Scrapes are counted, not timed: on a loaded machine they come slower, and the window grows to hold SAMPLES
+    # intervals each side, from their recorded times.
+    before_scrapes = drive(target, engine, _probes, SCRAPE, SAMPLES + 4)
     before = _probe_ids(target)
     recorded = deploys.record(engine, deploys.DeployEvent("rel-42", target.name, service="api", version="v42"))
+    at = recorded.event.deployed_at
     pg18.execute(PROBE.format(name="probe_slow", sleep=0.016).replace("CREATE", "CREATE OR REPLACE"), app)
     pg18.execute("DROP FUNCTION probe_rot(int)", app)
     pg18.execute(PROBE.format(name="probe_rot", sleep=0.002), app)
-    _drive(target, engine, WINDOW + 2 * SCRAPE)
+    after_scrapes = drive(target, engine, _probes, SCRAPE, SAMPLES + 2)
+    window = max(window_covering(before_scrapes, at, SAMPLES, WINDOW), (after_scrapes[SAMPLES] - at).total_seconds())
+    drive(target, engine, _probes, SCRAPE, 1, until=at + timedelta(seconds=window + SCRAPE))  # the window closed
     after = _probe_ids(target)
     assert after["probe_slow"] == before["probe_slow"]  # replaced in place: same function, same queryid
     (rotated,) = after["probe_rot"] - before["probe_rot"]  # dropped and recreated: a new queryid
@@ -100,7 +104,7 @@ def scenario(pg18) -> Scenario:
         "probe_rot": rotated,
         "probe_rot_old": min(before["probe_rot"]),
     }
-    yield Scenario(url, engine, target, "rel-42", recorded.event.deployed_at, queryids)
+    yield Scenario(url, engine, target, "rel-42", at, queryids, window)
     engine.dispose()
     pg18.drop_database(app)
     pg18.drop_database(wh)
@@ -116,10 +120,10 @@ def _materialize(s: Scenario, instance: dg.DagsterInstance) -> dg.ExecuteInProce
     )
 
 
-def _resources(s: Scenario, analysis: AnalysisResource = ANALYSIS) -> dict:
+def _resources(s: Scenario, analysis: AnalysisResource | None = None) -> dict:
     return {
         "warehouse": WarehouseResource(url=s.warehouse_url),
-        "analysis": analysis,
+        "analysis": analysis or s.analysis,
         "targets": TargetsResource(spec=f"{s.target.name}={s.target.dsn}"),
     }
 
@@ -137,7 +141,7 @@ def _sensor(instance: dg.DagsterInstance, s: Scenario, cursor: str | None = None
     context = dg.build_sensor_context(
         instance=instance,
         cursor=cursor,
-        resources={"warehouse": WarehouseResource(url=s.warehouse_url), "analysis": ANALYSIS},
+        resources={"warehouse": WarehouseResource(url=s.warehouse_url), "analysis": s.analysis},
     )
     return deploy_event_sensor(context)
 
@@ -186,7 +190,7 @@ def test_the_slow_query_is_detected_and_the_control_is_not(scenario):
     slow = v.loc[s.queryids["probe_slow"]]
     assert (slow.verdict, slow.reason) == ("detected", "significant")
     assert 3 < slow.change_factor < 10
-    assert abs(slow.change_at - s.deployed_at) <= timedelta(seconds=max(1.0, 0.2 * WINDOW))
+    assert abs(slow.change_at - s.deployed_at) <= timedelta(seconds=max(1.0, 0.2 * s.window))
     assert slow.cause in ("unexplained", "more_rows", "more_blocks_read")
     ctl = v.loc[s.queryids["probe_ctl"]]
     assert ctl.verdict == "no_regression"
@@ -305,7 +309,7 @@ def test_a_backfill_over_deploys_partitions_runs_each(scenario, monkeypatch, tmp
     for var, value in {
         "RADAR_WAREHOUSE_URL": s.warehouse_url,
         "RADAR_TARGETS": f"{s.target.name}={s.target.dsn}",
-        "RADAR_WINDOW_SECONDS": str(WINDOW),
+        "RADAR_WINDOW_SECONDS": str(s.window),
         "RADAR_SCRAPE_INTERVAL_SECONDS": str(SCRAPE),
         "RADAR_TOLERANCE_FLOOR_SECONDS": "1",
     }.items():
@@ -353,9 +357,9 @@ def test_nightly_reanalysis_picks_deploys_analysed_with_other_settings(scenario)
     s = scenario
     with dg.instance_for_test() as instance:
         assert _materialize(s, instance).success
-    resources = {"warehouse": WarehouseResource(url=s.warehouse_url), "analysis": ANALYSIS}
+    resources = {"warehouse": WarehouseResource(url=s.warehouse_url), "analysis": s.analysis}
     same = deploy_reanalysis_schedule(dg.build_schedule_context(resources=resources))
     assert s.deploy_id not in [r.partition_key for r in (same if isinstance(same, list) else [])]
-    wider = {**resources, "analysis": AnalysisResource(window_seconds=WINDOW * 2, scrape_interval_seconds=SCRAPE)}
+    wider = {**resources, "analysis": AnalysisResource(window_seconds=s.window * 2, scrape_interval_seconds=SCRAPE)}
     requests = deploy_reanalysis_schedule(dg.build_schedule_context(resources=wider))
     assert s.deploy_id in [r.partition_key for r in requests]

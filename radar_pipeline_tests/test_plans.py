@@ -4,7 +4,6 @@ statement that no longer plans."""
 from __future__ import annotations
 
 import json
-import time
 from datetime import timedelta
 
 import dagster as dg
@@ -21,7 +20,7 @@ from radar_pipeline.steps.deploy_analysis import analyse_deploy
 from radar_pipeline.steps.plan_capture import capture_target
 from radar_pipeline.warehouse import deploys
 
-from .helpers import run, scrape
+from .helpers import drive, run, scrape, window_covering
 
 LOOKUP = "SELECT payload FROM probe WHERE id = %s"
 
@@ -52,29 +51,26 @@ def _plans(warehouse, target: str) -> list[tuple]:
 def test_index_dropped_at_a_deploy_shows_in_the_plan_diff(app_db, warehouse):
     server, target = app_db
     _probe_table(target)
-    window, scrape_every = 3.0, 0.15
-    settings = EngineSettings(window=timedelta(seconds=window), tolerance_floor=timedelta(seconds=1))
+    nominal, scrape_every, samples = 3.0, 0.15, 20  # scrapes are counted; the window holds 20 each side
 
-    def drive(seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        with psycopg.connect(target.dsn, autocommit=True) as conn:
-            while time.monotonic() < deadline:
-                tick = time.monotonic()
-                for i in range(10):
-                    conn.execute(LOOKUP, (i * 37 + 1,))
-                scrape(target, warehouse)
-                time.sleep(max(0.0, scrape_every - (time.monotonic() - tick)))
+    def lookups(conn: psycopg.Connection) -> None:
+        for i in range(10):
+            conn.execute(LOOKUP, (i * 37 + 1,))
 
-    drive(0.5)
+    drive(target, warehouse, lookups, scrape_every, 3)
     before = capture_target(target, warehouse)
     assert before.source == "generic_plan" and before.reason == "pg_store_plans is not installed"
     assert _plans(warehouse, target.name) == [("Index Scan using probe_id_idx on probe", "generic_plan")]
     assert capture_target(target, warehouse).stored == 0  # same shape: nothing new stored
 
-    drive(window)
+    earlier = drive(target, warehouse, lookups, scrape_every, samples + 3)
     recorded = deploys.record(warehouse, deploys.DeployEvent("drop-index", target.name))
+    at = recorded.event.deployed_at
     run(target, "DROP INDEX probe_id_idx")
-    drive(window + 2 * scrape_every)
+    later = drive(target, warehouse, lookups, scrape_every, samples + 2)
+    window = max(window_covering(earlier, at, samples, nominal), (later[samples] - at).total_seconds())
+    drive(target, warehouse, lookups, scrape_every, 1, until=at + timedelta(seconds=window + scrape_every))
+    settings = EngineSettings(window=timedelta(seconds=window), tolerance_floor=timedelta(seconds=1))
 
     result = analyse_deploy(warehouse, "drop-index", settings, live_targets={target.name: target})
     texts = result.verdicts["queryid"].map(result.texts).fillna("")

@@ -1,13 +1,15 @@
 """Alerts in Dagster: regression_alerts (one Slack message per deploy with regressions, through the outbox) and a
 Slack message when one of radar's own runs fails."""
 
+from datetime import UTC, datetime
+
 import dagster as dg
 
 from radar_pipeline.alerts.render import render_run_failure
 from radar_pipeline.alerts.slack import DeliveryError
-from radar_pipeline.defs.deploys import deploy_verdicts, deploys_partitions
+from radar_pipeline.defs.deploys import REANALYSIS_TAG, deploy_verdicts, deploys_partitions
 from radar_pipeline.defs.resources import SlackResource, WarehouseResource
-from radar_pipeline.steps.alert_delivery import deliver, deploy_facts, run_url
+from radar_pipeline.steps.alert_delivery import deliver, deploy_facts, run_url, withhold_reason
 from radar_pipeline.warehouse import alerts as outbox
 
 
@@ -20,14 +22,21 @@ from radar_pipeline.warehouse import alerts as outbox
 def regression_alerts(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, slack: SlackResource
 ) -> dg.MaterializeResult:
-    """Send what is not yet sent of the deploy's regressions, in one message, and record every attempt."""
+    """Send what is due of the deploy's regressions, in one message, and record every attempt; record them as
+    withheld instead when the deploy's window closed more than the alert age limit ago, or in a reanalysis run."""
     analysis_id = context.partition_key
-    with warehouse.engine().begin() as conn:
-        outbox.lock(conn, analysis_id)
+    engine = warehouse.engine()
+    with engine.connect() as conn:
         found = outbox.detections(conn, analysis_id)
-        if found.empty:
-            return dg.MaterializeResult(metadata={"regressions": 0, "note": "no regression detected for this deploy"})
-        metadata = as_metadata(deliver(context.log, conn, slack.sender(), found, deploy_facts(found)))
+    if found.empty:
+        return dg.MaterializeResult(metadata={"regressions": 0, "note": "no regression detected for this deploy"})
+    reason = withhold_reason(
+        found, slack.alert_max_age, datetime.now(UTC), reanalysis=context.run.tags.get(REANALYSIS_TAG) == "true"
+    )
+    metadata = as_metadata(deliver(context.log, engine, slack.sender(), found, deploy_facts(found), withhold=reason))
+    with engine.begin() as conn:
+        if reason is not None and not context.run.tags.get(REANALYSIS_TAG):
+            metadata["withheld_waiting"] = outbox.withhold_waiting(conn, analysis_id, reason)
         metadata["statuses"] = dg.MetadataValue.json(outbox.statuses(conn, analysis_id))
     return dg.MaterializeResult(metadata=metadata)
 

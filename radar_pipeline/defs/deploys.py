@@ -22,9 +22,9 @@ deploys_partitions = dg.DynamicPartitionsDefinition(name="deploys")
 COVERAGE_CHECK = "scrape_coverage"
 RESETS_CHECK = "no_resets_in_window"
 DETECTION_ROWS_SHOWN = 25
-# Events re-read behind the cursor, for inserts whose transaction committed after a later one had been seen.
-CURSOR_MARGIN = timedelta(minutes=5)
+SENSOR_PAGE = 200  # deploys requested per sensor evaluation at most; a larger burst continues on the next ticks
 REANALYSIS_DAYS_VAR = "RADAR_REANALYSIS_DAYS"
+REANALYSIS_TAG = "radar/reanalysis"  # on the nightly reanalysis's runs: their alerts are recorded, never sent
 
 
 class VerdictConfig(dg.Config):
@@ -186,35 +186,46 @@ def deploy_event_sensor(
 ) -> dg.SensorResult:
     """Request one deploy_verdicts run per deploy event whose window (plus one scrape interval) has closed.
 
-    Cursor: {"ready_through": ISO time, "recent": [deploy ids]}. An event is ready at max(received_at, deployed_at +
-    window + scrape interval) by the warehouse's clock, so an event reported late (deployed_at long past) is ready
-    when it arrives and is not lost. Each evaluation asks for events ready after ready_through − CURSOR_MARGIN (a
-    transaction that inserted an event may commit after a later one was already seen) and skips the ids in "recent",
-    those already requested inside that margin, so no event is requested twice; run_key = deploy id besides.
+    Cursor: {"ready_at": ISO time, "deploy_id": id}, the keyset position of the last event requested. An event is
+    ready at max(received_at, deployed_at + window + scrape interval) by the warehouse's clock, so an event reported
+    late (deployed_at long past) is ready when it arrives and is not lost. Each evaluation requests the next
+    SENSOR_PAGE events after the position in (ready_at, deploy_id) order and moves the position to the last of them,
+    so a burst of any size is drained over ticks and no event is read twice; run_key = deploy id besides. An event
+    whose transaction committed after the position had passed it is left to radar_reconciler.
     """
-    cursor = json.loads(context.cursor) if context.cursor else {}
-    through = datetime.fromisoformat(cursor["ready_through"]) if cursor.get("ready_through") else None
-    recent = set(cursor.get("recent", []))
+    position = cursor_position(context.cursor)
     delay = timedelta(seconds=analysis.window_seconds) + analysis.settle
     with warehouse.engine().connect() as conn:
-        due = deploys.due_events(conn, through - CURSOR_MARGIN if through else None, delay)
-    fresh = [e for e in due if e.deploy_id not in recent]
+        due = deploys.due_events(conn, position, delay, limit=SENSOR_PAGE)
     if not due:
         return dg.SensorResult(skip_reason="no deploy whose window has closed since the last evaluation")
-
-    new_partitions = [e.deploy_id for e in fresh if not context.instance.has_dynamic_partition("deploys", e.deploy_id)]
-    latest = max([e.ready_at for e in due] + ([through] if through else []))
-    keep = {e.deploy_id for e in due if e.ready_at > latest - CURSOR_MARGIN} | {
-        d for d in recent if through and through > latest - CURSOR_MARGIN
-    }
+    new_partitions = [e.deploy_id for e in due if not context.instance.has_dynamic_partition("deploys", e.deploy_id)]
+    last = due[-1]
+    context.log.info(
+        f"requesting {len(due)} analyses ({due[0].deploy_id} … {last.deploy_id})"
+        + (f"; more are ready: the next tick continues after {last.deploy_id}" if len(due) == SENSOR_PAGE else "")
+    )
     return dg.SensorResult(
         run_requests=[
-            dg.RunRequest(run_key=e.deploy_id, partition_key=e.deploy_id, tags={"radar/target": e.target})
-            for e in fresh
+            dg.RunRequest(run_key=e.deploy_id, partition_key=e.deploy_id, tags={"radar/target": e.target}) for e in due
         ],
         dynamic_partitions_requests=[deploys_partitions.build_add_request(new_partitions)] if new_partitions else [],
-        cursor=json.dumps({"ready_through": latest.isoformat(), "recent": sorted(keep)}),
+        cursor=json.dumps({"ready_at": last.ready_at.isoformat(), "deploy_id": last.deploy_id}),
     )
+
+
+def cursor_position(cursor: str | None) -> tuple[datetime, str] | None:
+    """The keyset position (ready_at, deploy_id) a deploy_event_sensor cursor holds; None before the first request.
+
+    A cursor of the earlier form {"ready_through", "recent"} resumes at ready_through: events inside its old margin
+    that were not yet requested are requested by radar_reconciler.
+    """
+    state = json.loads(cursor) if cursor else {}
+    if state.get("ready_at"):
+        return datetime.fromisoformat(state["ready_at"]), str(state.get("deploy_id", ""))
+    if state.get("ready_through"):
+        return datetime.fromisoformat(state["ready_through"]), ""
+    return None
 
 
 @dg.schedule(
@@ -226,7 +237,8 @@ def deploy_event_sensor(
 def deploy_reanalysis_schedule(
     context: dg.ScheduleEvaluationContext, warehouse: WarehouseResource, analysis: AnalysisResource
 ) -> list[dg.RunRequest] | dg.SkipReason:
-    """Deploys of the last RADAR_REANALYSIS_DAYS days (default 7) analysed with settings other than today's."""
+    """Deploys of the last RADAR_REANALYSIS_DAYS days (default 7) analysed with settings other than today's; the
+    runs are tagged REANALYSIS_TAG, so their regressions are recorded in the outbox and never posted."""
     days = int(os.environ.get(REANALYSIS_DAYS_VAR) or 7)
     current = analysis.settings().to_dict()
     with warehouse.engine().connect() as conn:
@@ -234,4 +246,6 @@ def deploy_reanalysis_schedule(
     if not stale:
         return dg.SkipReason(f"every deploy of the last {days} days was analysed with the current settings")
     stamp = datetime.now(UTC).strftime("%Y%m%d")  # one reanalysis of a deploy per night, whatever the tick
-    return [dg.RunRequest(run_key=f"reanalysis-{stamp}-{d}", partition_key=d) for d in stale]
+    return [
+        dg.RunRequest(run_key=f"reanalysis-{stamp}-{d}", partition_key=d, tags={REANALYSIS_TAG: "true"}) for d in stale
+    ]

@@ -1,7 +1,7 @@
 """The periodic check in Dagster: hourly partitions, periodic_verdicts, periodic_alerts, their job and schedule."""
 
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
@@ -28,8 +28,6 @@ from radar_pipeline.warehouse import alerts as outbox
 START_VAR = "RADAR_PERIODIC_START"  # the first hour the periodic partitions offer (backfills reach back to it)
 DEFAULT_START = "2026-11-01-00:00"
 MINUTE_VAR = "RADAR_PERIODIC_MINUTE"  # minutes past the hour when the schedule runs the hour just ended
-# Hours that ended longer ago than this are not alerted: a backfill over past hours must not flood the channel.
-ALERT_MAX_AGE = timedelta(hours=24)
 
 
 def _start() -> str:
@@ -167,22 +165,29 @@ def periodic_alerts(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, slack: SlackResource
 ) -> dg.MaterializeResult:
     """One message per target for the regressions this hour's check reported, like a deploy's alerts; none for an
-    hour that ended more than ALERT_MAX_AGE ago (a backfill: its reports are in radar.regression_episode)."""
+    hour that ended longer ago than the alert age limit (RADAR_ALERT_MAX_AGE_HOURS, default 24: a backfill; its
+    reports are in radar.regression_episode)."""
     ident = analysis_id(context.partition_key)
     ended = context.partition_time_window.end
-    if datetime.now(UTC) - ended > ALERT_MAX_AGE:
+    max_age = slack.alert_max_age
+    if datetime.now(UTC) - ended > max_age:
         return dg.MaterializeResult(
-            metadata={"regressions": 0, "note": f"the hour ended at {ended.isoformat()}, over a day ago: not alerted"}
+            metadata={
+                "regressions": 0,
+                "note": f"the hour ended at {ended.isoformat()}, over {max_age.total_seconds() / 3600:g} h ago: "
+                "not alerted",
+            }
         )
     metadata: dict[str, Any] = {"regressions": 0}
-    with warehouse.engine().begin() as conn:
-        outbox.lock(conn, ident)
+    engine = warehouse.engine()
+    with engine.connect() as conn:
         found = outbox.detections(conn, ident)
-        for target, rows in found.groupby("target", sort=True):
-            facts = period_facts(ident, str(target), rows)
-            sent = as_metadata(deliver(context.log, conn, slack.sender(), rows.reset_index(drop=True), facts))
-            metadata["regressions"] += sent.pop("regressions")
-            metadata.update({f"{target}: {k}": v for k, v in sent.items()})
+    for target, rows in found.groupby("target", sort=True):
+        facts = period_facts(ident, str(target), rows)
+        sent = as_metadata(deliver(context.log, engine, slack.sender(), rows.reset_index(drop=True), facts))
+        metadata["regressions"] += sent.pop("regressions")
+        metadata.update({f"{target}: {k}": v for k, v in sent.items()})
+    with engine.connect() as conn:
         metadata["statuses"] = dg.MetadataValue.json(outbox.statuses(conn, ident))
     if found.empty:
         metadata["note"] = "nothing new to report this hour"

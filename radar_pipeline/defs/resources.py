@@ -10,11 +10,14 @@ import sqlalchemy as sa
 
 from radar_pipeline.alerts.slack import SlackSender
 from radar_pipeline.config import (
+    ALERT_MAX_AGE_VAR,
     COLLECTOR_ROLE_VAR,
+    DEFAULT_ALERT_MAX_AGE_HOURS,
     TARGETS_VAR,
     WAREHOUSE_URL_VAR,
     ConfigError,
     Target,
+    alert_max_age_hours,
     parse_targets,
     positive_seconds,
 )
@@ -80,6 +83,32 @@ class AnalysisResource(dg.ConfigurableResource):
         return timedelta(seconds=self.scrape_interval_seconds)
 
 
+class ReconcilerResource(dg.ConfigurableResource):
+    """How radar_reconciler retries what waits: a deploy with no analysis gets at most `max_analysis_runs` runs, the
+    next one `backoff_seconds` × 2^(n−1) after the n-th ended; it is left to deploy_event_sensor for `grace_seconds`
+    after it became ready; deploys ready more than `max_age_days` ago are left alone."""
+
+    backoff_seconds: float = 300.0
+    max_analysis_runs: int = 4
+    grace_seconds: float = 600.0
+    max_age_days: float = 7.0
+
+    @property
+    def backoff(self) -> timedelta:
+        """The wait after the first failed run (doubling after each next one)."""
+        return timedelta(seconds=self.backoff_seconds)
+
+    @property
+    def grace(self) -> timedelta:
+        """How long after it became ready a deploy is the sensor's alone."""
+        return timedelta(seconds=self.grace_seconds)
+
+    @property
+    def max_age(self) -> timedelta:
+        """How far back deploys without an analysis are retried."""
+        return timedelta(days=self.max_age_days)
+
+
 def env_cron_schedule(name: str, job: Any, variable: str, default: str, description: str) -> dg.ScheduleDefinition:
     """A schedule that starts switched on, its cron from `variable` (else `default`), refused with the variable
     named when the cron does not parse."""
@@ -119,6 +148,7 @@ def default_resources() -> dict[str, dg.ConfigurableResource]:
         "warehouse": WarehouseResource(url=dg.EnvVar(WAREHOUSE_URL_VAR)),
         "targets": TargetsResource(spec=dg.EnvVar(TARGETS_VAR)),
         "analysis": AnalysisResource(**times),
+        "reconciler": ReconcilerResource(),
     }
 
 
@@ -131,6 +161,8 @@ class SlackResource(dg.ConfigurableResource):
     channel: str = ""
     webhook_url: str = ""
     base_url: str = "https://slack.com/api/"
+    timeout_seconds: int = 10
+    alert_max_age_hours: float = DEFAULT_ALERT_MAX_AGE_HOURS
 
     def sender(self) -> SlackSender:
         """A sender for the configured mode: bot token and channel, webhook, or none."""
@@ -139,7 +171,13 @@ class SlackResource(dg.ConfigurableResource):
             channel=self.channel or None,
             webhook_url=self.webhook_url or None,
             base_url=self.base_url,
+            timeout=self.timeout_seconds,
         )
+
+    @property
+    def alert_max_age(self) -> timedelta:
+        """Alerts of an analysis whose window closed longer ago than this are withheld (RADAR_ALERT_MAX_AGE_HOURS)."""
+        return timedelta(hours=alert_max_age_hours(str(self.alert_max_age_hours), ALERT_MAX_AGE_VAR))
 
 
 def slack_from_environment() -> SlackResource:
@@ -150,4 +188,5 @@ def slack_from_environment() -> SlackResource:
             fields[field] = dg.EnvVar(var)
     if os.environ.get("RADAR_SLACK_CHANNEL"):
         fields["channel"] = os.environ["RADAR_SLACK_CHANNEL"]
+    fields["alert_max_age_hours"] = alert_max_age_hours(os.environ.get(ALERT_MAX_AGE_VAR))
     return SlackResource(**fields)

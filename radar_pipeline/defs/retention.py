@@ -1,11 +1,12 @@
-"""Retention in Dagster: a daily job that applies RADAR_RETENTION_DAYS to the warehouse (see steps.retention)."""
+"""Retention in Dagster: a daily job that applies RADAR_RETENTION_DAYS to the warehouse (see steps.retention) and
+deletes old runs of the frequent jobs from Dagster's own storage (ticks: the `retention` section of dagster.yaml)."""
 
 import os
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 
-from radar_pipeline.config import RETENTION_DAYS_VAR, retention_days
+from radar_pipeline.config import RETENTION_DAYS_VAR, positive_int, retention_days
 from radar_pipeline.defs.resources import WarehouseResource
 from radar_pipeline.steps.retention import apply_retention
 
@@ -22,10 +23,51 @@ def drop_expired_snapshots(context: dg.OpExecutionContext, warehouse: WarehouseR
     return dropped
 
 
-@dg.job(description="Snapshot retention: drop day partitions older than RADAR_RETENTION_DAYS (default 14).")
+RUN_RETENTION_VAR = "RADAR_DAGSTER_RUN_RETENTION_DAYS"
+DEFAULT_RUN_RETENTION_DAYS = 7
+PRUNED_JOBS = ("pgss_snapshot_job", "plan_snapshot_job")  # 1,440 and 144 runs a day with the default crons
+PRUNE_BATCH = 500
+FINISHED = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
+
+
+class PruneConfig(dg.Config):
+    """keep_days: runs created longer ago than this are deleted (default RADAR_DAGSTER_RUN_RETENTION_DAYS, else 7)."""
+
+    keep_days: int | None = None
+
+
+@dg.op(description="Delete finished runs of the snapshot and plan jobs older than the run retention, with their logs.")
+def prune_dagster_runs(context: dg.OpExecutionContext, config: PruneConfig) -> int:
+    """Delete, through the instance, the finished runs of PRUNED_JOBS created before now − keep days; returns how
+    many. Other jobs' runs (analyses, alerts) are kept: they are few and are the record of what was decided."""
+    keep = config.keep_days
+    if keep is None:
+        keep = positive_int(os.environ.get(RUN_RETENTION_VAR), RUN_RETENTION_VAR, DEFAULT_RUN_RETENTION_DAYS)
+    cutoff = datetime.now(UTC) - timedelta(days=keep)
+    deleted = 0
+    for job in PRUNED_JOBS:
+        while True:
+            records = context.instance.get_run_records(
+                dg.RunsFilter(job_name=job, statuses=FINISHED, created_before=cutoff), limit=PRUNE_BATCH
+            )
+            for record in records:
+                context.instance.delete_run(record.dagster_run.run_id)
+            deleted += len(records)
+            if len(records) < PRUNE_BATCH:
+                break
+    context.log.info(f"deleted {deleted} runs of {', '.join(PRUNED_JOBS)} created before {cutoff.isoformat()}")
+    context.add_output_metadata({"deleted_runs": deleted, "keep_days": keep})
+    return deleted
+
+
+@dg.job(
+    description="Retention: drop snapshot day partitions older than RADAR_RETENTION_DAYS (default 14), and runs of "
+    "the snapshot and plan jobs older than RADAR_DAGSTER_RUN_RETENTION_DAYS (default 7)."
+)
 def pgss_retention_job() -> None:
-    """The retention job: one op."""
+    """The retention job: the warehouse's partitions and Dagster's frequent runs, independently."""
     drop_expired_snapshots()
+    prune_dagster_runs()
 
 
 pgss_retention_schedule = dg.ScheduleDefinition(

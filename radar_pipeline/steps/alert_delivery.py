@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from radar_pipeline.alerts.render import AnalysisFacts, Regression, render
 from radar_pipeline.alerts.slack import DeliveryError, SlackSender
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.engine.samples import interval_means
-from radar_pipeline.pgss_model import KEY, statement_keys
+from radar_pipeline.pgss_model import KEY, Key, statement_keys
 from radar_pipeline.plan_shape import summary
 from radar_pipeline.warehouse import alerts as outbox
 from radar_pipeline.warehouse.analysis import read_window
@@ -24,48 +25,144 @@ from radar_pipeline.warehouse.analysis import read_window
 DAGSTER_URL_VAR = "RADAR_DAGSTER_URL"
 CHART_DIR_VAR = "RADAR_CHART_DIR"  # where chart images are kept (default: a new temporary folder per analysis)
 NO_CHANNEL = "-"
+LEASE = timedelta(minutes=15)  # a row `sending` longer than this was left by a run that stopped mid-send
+RETRY_BASE = timedelta(minutes=1)  # the outbox's backoff after a retryable failure, doubling per attempt …
+RETRY_CAP = timedelta(hours=1)  # … up to this
+HISTORY_SLACK = timedelta(minutes=1)  # clock difference allowed when looking for an earlier attempt's message
 
 
 def deliver(
-    log: logging.Logger, conn: sa.Connection, sender: SlackSender, found: pd.DataFrame, facts: AnalysisFacts
+    log: logging.Logger,
+    engine: sa.Engine,
+    sender: SlackSender,
+    found: pd.DataFrame,
+    facts: AnalysisFacts,
+    withhold: str | None = None,
 ) -> dict[str, Any]:
-    """Send, in one message, what is not yet sent of one analysis's regressions on one target (`found`, from
-    outbox.detections), and record every attempt in the outbox; the caller holds the analysis's lock. Returns what
-    the run's metadata shows of it."""
+    """Send, in one message, what is due of one analysis's regressions on one target (`found`, from
+    outbox.detections), through the outbox. Returns what the run's metadata shows of it.
+
+    Three steps, none holding a transaction while Slack is called: (1) a transaction enqueues a row per regression
+    and claims the rows due (pending past their backoff, or left `sending` by a run that stopped) under a new
+    delivery id, and commits; (2) rows an earlier attempt may have posted (it timed out, or stopped mid-send) are
+    looked for in the channel by their delivery id (token mode) and, when found, are not sent again; the rest go out
+    in one message carrying the delivery id; (3) a short transaction marks the outcome. With `withhold` (a reason),
+    new rows are recorded as withheld and nothing is sent.
+    """
     channel = sender.channel or NO_CHANNEL
     keys = statement_keys(found)
-    outbox.enqueue(conn, facts.analysis_id, facts.target, keys, channel)
-    todo = set(outbox.pending(conn, facts.analysis_id, facts.target, channel))
-    todo_rows = found[[k in todo for k in keys]]
-    metadata: dict[str, Any] = {"regressions": len(found), "to_send": len(todo_rows), "channel": channel}
-    if todo_rows.empty:
+    metadata: dict[str, Any] = {"regressions": len(found), "to_send": 0, "channel": channel}
+    with engine.begin() as conn:
+        outbox.lock(conn, facts.analysis_id)
+        if withhold is not None:
+            outbox.enqueue(conn, facts.analysis_id, facts.target, keys, channel, status="withheld", note=withhold)
+            metadata["withheld"] = withhold
+            return metadata
+        outbox.enqueue(conn, facts.analysis_id, facts.target, keys, channel)
+        claimed = outbox.claim(conn, facts.analysis_id, facts.target, channel, LEASE)
+    if not claimed.keys:
         return metadata
-    text, blocks = render(facts, [_regression(r) for r in todo_rows.itertuples()])
-    metadata["message"] = {"text": text, "blocks": blocks}
-    pending_keys = [k for k in keys if k in todo]
-    charts = _charts(conn, facts, todo_rows) if channel != "webhook" else []
-    metadata["charts"] = [str(p) for p, _ in charts]
 
-    def mark(status: str, **kwargs: Any) -> None:
-        outbox.mark(conn, facts.analysis_id, facts.target, channel, pending_keys, status, **kwargs)
+    def settle(keys: list[Key], status: str, **kwargs: Any) -> None:
+        with engine.begin() as conn:
+            outbox.settle(conn, facts.analysis_id, facts.target, channel, keys, status, **kwargs)
+
+    todo = claimed.keys
+    if claimed.earlier and sender.configured:
+        remaining = _already_posted(log, sender, claimed, settle, metadata)
+        if remaining is None:
+            return metadata
+        todo = remaining
+    if not todo:
+        return metadata
+    todo_set = set(todo)
+    todo_rows = found[[k in todo_set for k in keys]]
+    todo = [k for k in keys if k in todo_set]
+    text, blocks = render(facts, [_regression(r) for r in todo_rows.itertuples()])
+    metadata["to_send"] = len(todo_rows)
+    metadata["message"] = {"text": text, "blocks": blocks}
+    with engine.connect() as conn:
+        charts = _charts(conn, facts, todo_rows) if channel != "webhook" else []
+    metadata["charts"] = [str(p) for p, _ in charts]
 
     if not sender.configured:
         log.info(f"Slack is not configured; the alert would read:\n{text}\n{plain_text(blocks)}")
         for path, _ in charts:
             log.info(f"chart: {path}")
-        mark("skipped")
+        settle(todo, "skipped")
         return metadata
     try:
-        delivered = sender.send(text, blocks, charts)
+        delivered = sender.send(text, blocks, charts, delivery_id=claimed.delivery_id)
     except DeliveryError as exc:
         log.error(f"Slack: {exc}")
-        mark("pending" if exc.retryable else "failed", error=str(exc))
+        if exc.retryable:
+            settle(todo, "pending", error=str(exc), unknown=exc.unknown, wait=retry_wait(claimed.attempt, exc))
+        else:
+            settle(todo, "failed", error=str(exc))
     else:
-        mark("sent", ts=delivered.ts)
+        settle(todo, "sent", ts=delivered.ts)
         metadata["message_ts"] = delivered.ts or ""
         for error in delivered.chart_errors:
             log.warning(f"Slack: a chart was not uploaded: {error}")
     return metadata
+
+
+def _already_posted(
+    log: logging.Logger, sender: SlackSender, claimed: outbox.Claim, settle: Any, metadata: dict[str, Any]
+) -> list[Key] | None:
+    """Of the claimed rows, those still to send once the earlier attempts that may have posted them are looked for
+    in the channel; those found are marked sent. None when the channel cannot be read now (the rows wait)."""
+    if not sender.can_check:
+        log.warning(
+            "Slack: an earlier attempt got no answer and a webhook cannot tell whether it was posted: sending again "
+            "(it may appear twice)"
+        )
+        return claimed.keys
+    assert claimed.since is not None
+    try:
+        posted = sender.find_posted(set(claimed.earlier.values()), claimed.since - HISTORY_SLACK)
+    except DeliveryError as exc:
+        log.error(f"Slack: cannot tell whether an earlier attempt was posted: {exc}")
+        settle(
+            claimed.keys,
+            "pending" if exc.retryable else "failed",
+            error=str(exc),
+            unknown=True,
+            wait=retry_wait(claimed.attempt, exc),
+        )
+        return None
+    by_ts: dict[str, list[Key]] = {}
+    for key, earlier in claimed.earlier.items():
+        if earlier in posted:
+            by_ts.setdefault(posted[earlier], []).append(key)
+    for ts, keys in by_ts.items():
+        log.info(f"Slack: an earlier attempt was posted after all (message {ts}): not sending it again")
+        settle(keys, "sent", ts=ts)
+        metadata["message_ts"] = ts
+    done = {k for keys in by_ts.values() for k in keys}
+    return [k for k in claimed.keys if k not in done]
+
+
+def retry_wait(attempt: int, error: DeliveryError) -> timedelta:
+    """How long the outbox waits before the next attempt: what Slack asked (Retry-After), else an exponential
+    backoff from RETRY_BASE doubling per attempt up to RETRY_CAP."""
+    if error.retry_after is not None:
+        return timedelta(seconds=error.retry_after)
+    return min(RETRY_CAP, RETRY_BASE * 2 ** max(0, attempt - 1))
+
+
+def withhold_reason(found: pd.DataFrame, max_age: timedelta, now: datetime, reanalysis: bool = False) -> str | None:
+    """Why an analysis's alerts (`found`, outbox.detections rows) are recorded but not sent, or None to send them:
+    the nightly reanalysis never posts, and neither does an analysis whose window closed more than `max_age` ago."""
+    if reanalysis:
+        return "found by the nightly reanalysis, which never posts"
+    closed = pd.Timestamp(found["window_end"].max()).to_pydatetime()
+    if now - closed > max_age:
+        return (
+            f"the analysed window closed at {closed.isoformat()}, more than {max_age.total_seconds() / 3600:g} h "
+            "ago: not sent"
+        )
+    return None
 
 
 def run_url(run_id: str | None) -> str | None:

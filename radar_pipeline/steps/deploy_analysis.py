@@ -72,7 +72,14 @@ def analyse_deploy(
         event = deploys.get(conn, deploy_id)
         if event is None or event.deployed_at is None:
             raise AnalysisRefused(f"deploy {deploy_id!r} is not recorded in radar.deploy_event")
-        require_closed(conn, event.deployed_at + settings.window + settle, f"the window after deploy {deploy_id!r}")
+        try:
+            closes_at, _ = event.deployed_at + settings.window + settle, event.deployed_at - settings.window
+        except OverflowError:
+            raise AnalysisRefused(
+                f"deploy {deploy_id!r} at {event.deployed_at.isoformat()} is too far in the past to analyse: its "
+                "window reaches before the year 1"
+            ) from None
+        require_closed(conn, closes_at, f"the window after deploy {deploy_id!r}")
         decided = decide_window(
             conn, deploy_id, event.target, event.deployed_at, settings, run_id, (live_targets or {}).get(event.target)
         )

@@ -57,6 +57,9 @@ def update_history(conn: sa.Connection, deploy_id: str, settings: HistorySetting
     if analysed is None:
         raise HistoryRefused(f"deploy {deploy_id!r} has not been analysed yet: materialise deploy_verdicts first")
     target, here = event.target, (event.deployed_at, deploy_id)
+    # One update of a target's histories at a time: each reads the points around its deploy and rewrites those
+    # after it, so two interleaved updates could each miss the other's points.
+    store.lock_target(conn, target)
 
     new = store.deploy_points(conn, deploy_id, min_calls)
     fingerprints = sorted({int(f) for f in new["fingerprint"]} | set(store.stored_fingerprints(conn, deploy_id)))
@@ -101,8 +104,10 @@ def _periodic_change_since_last_point(
         return np.zeros(0, dtype=bool)
     previous = points.groupby("fingerprint")["deployed_at"].shift(1)
     last_prior = prior.groupby("fingerprint")["deployed_at"].last()
-    first = previous.isna()
-    previous[first] = points.loc[first, "fingerprint"].map(last_prior)
+    # A query with no earlier point (the deploy is older than all it has) maps to NaT: converted explicitly, since
+    # pandas 3 refuses to write the NaN of an empty mapping into a datetime column.
+    from_prior = pd.to_datetime(points["fingerprint"].map(last_prior), utc=True).astype(previous.dtype)
+    previous = previous.where(previous.notna(), from_prior)
     since = previous.min() if previous.notna().any() else points["deployed_at"].min()
     changes = store.periodic_detections(conn, target, sorted({int(f) for f in points["fingerprint"]}), since)
     if changes.empty:

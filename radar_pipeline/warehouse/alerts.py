@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 import pandas as pd
 import sqlalchemy as sa
@@ -10,7 +12,7 @@ import sqlalchemy as sa
 from radar_pipeline.pgss_model import KEY, Key, statement_key
 from radar_pipeline.warehouse.analysis import VERDICT_QUERY_JOIN
 
-MAX_ATTEMPTS = 5  # a retryable failure keeps an alert pending until it has been tried this many times
+MAX_ATTEMPTS = 8  # a retryable failure keeps an alert pending until it has been tried this many times
 
 
 def detections(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
@@ -35,36 +37,85 @@ def detections(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
 
 
 def lock(conn: sa.Connection, analysis_id: str) -> None:
-    """Serialise the analysis's alerting for this transaction, so two runs never send the same alerts."""
+    """Serialise claiming the analysis's alerts for this transaction (held for a claim only, never while sending)."""
     conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended('radar.alert:' || :d, 0))"), {"d": analysis_id})
 
 
-def enqueue(conn: sa.Connection, analysis_id: str, target: str, keys: list[Key], channel: str) -> None:
-    """Add a pending row for each regression not yet in the outbox for this channel."""
+def enqueue(
+    conn: sa.Connection,
+    analysis_id: str,
+    target: str,
+    keys: list[Key],
+    channel: str,
+    status: str = "pending",
+    note: str | None = None,
+) -> None:
+    """Add a row for each regression not yet in the outbox for this channel: pending, or withheld with a note."""
     if not keys:
         return
     conn.execute(
         sa.text(
-            "INSERT INTO radar.alert (deploy_id, target, dbid, userid, queryid, toplevel, channel) "
-            "VALUES (:d, :t, :dbid, :userid, :queryid, :toplevel, :c) ON CONFLICT DO NOTHING"
+            "INSERT INTO radar.alert (deploy_id, target, dbid, userid, queryid, toplevel, channel, status, last_error) "
+            "VALUES (:d, :t, :dbid, :userid, :queryid, :toplevel, :c, :s, :n) ON CONFLICT DO NOTHING"
         ),
-        [{"d": analysis_id, "t": target, **dict(zip(KEY, k, strict=True)), "c": channel} for k in keys],
+        [
+            {"d": analysis_id, "t": target, **dict(zip(KEY, k, strict=True)), "c": channel, "s": status, "n": note}
+            for k in keys
+        ],
     )
 
 
-def pending(conn: sa.Connection, analysis_id: str, target: str, channel: str) -> list[Key]:
-    """The regressions of the analysis and target still to send on this channel."""
+@dataclass(frozen=True)
+class Claim:
+    """The rows one attempt took: their keys, its delivery id, and the earlier attempts that may have posted them
+    (delivery id → when claimed), to look for before sending again."""
+
+    keys: list[Key]
+    delivery_id: str
+    attempt: int  # the highest attempt number among the rows, this one included
+    earlier: dict[Key, str]  # rows whose earlier attempt may have posted them → that attempt's delivery id
+    since: datetime | None  # when the oldest of those earlier attempts began
+
+
+def claim(conn: sa.Connection, analysis_id: str, target: str, channel: str, lease: timedelta) -> Claim:
+    """Take the analysis's rows that are due on this channel: pending past their backoff, or left `sending` longer
+    than `lease` (a run that stopped mid-send). They become `sending` under a new delivery id, one more attempt
+    each. The caller commits this before sending anything, under `lock`."""
+    delivery_id = str(uuid.uuid4())
+    conn.execute(
+        sa.text(
+            "UPDATE radar.alert SET status = 'failed', last_error = 'stopped while sending, out of attempts: it may "
+            "have been posted' WHERE deploy_id = :d AND target = :t AND channel = :c AND status = 'sending' "
+            "AND claimed_at < now() - :lease AND attempts >= :max"
+        ),
+        {"d": analysis_id, "t": target, "c": channel, "lease": lease, "max": MAX_ATTEMPTS},
+    )
     rows = conn.execute(
         sa.text(
-            f"SELECT {', '.join(KEY)} FROM radar.alert WHERE deploy_id = :d AND target = :t AND channel = :c "
-            "AND status = 'pending'"
+            f"WITH due AS (SELECT {', '.join(KEY)}, delivery_id, claimed_at, "
+            "  (status = 'sending' OR outcome_unknown) AS unknown FROM radar.alert "
+            "  WHERE deploy_id = :d AND target = :t AND channel = :c AND attempts < :max AND ("
+            "    (status = 'pending' AND coalesce(next_attempt_at, '-infinity') <= now()) "
+            "    OR (status = 'sending' AND claimed_at < now() - :lease)) FOR UPDATE) "
+            "UPDATE radar.alert a SET status = 'sending', claimed_at = now(), attempts = a.attempts + 1, "
+            "  delivery_id = CAST(:id AS uuid), outcome_unknown = due.unknown "
+            "FROM due WHERE a.deploy_id = :d AND a.target = :t AND a.channel = :c "
+            + " ".join(f"AND a.{k} = due.{k}" for k in KEY)
+            + f" RETURNING {', '.join('a.' + k for k in KEY)}, a.attempts, due.delivery_id, due.claimed_at, due.unknown"
         ),
-        {"d": analysis_id, "t": target, "c": channel},
+        {"d": analysis_id, "t": target, "c": channel, "lease": lease, "id": delivery_id, "max": MAX_ATTEMPTS},
+    ).fetchall()
+    uncertain = [r for r in rows if r.unknown and r.delivery_id is not None and r.claimed_at is not None]
+    return Claim(
+        keys=[statement_key(r) for r in rows],
+        delivery_id=delivery_id,
+        attempt=max((int(r.attempts) for r in rows), default=0),
+        earlier={statement_key(r): str(r.delivery_id) for r in uncertain},
+        since=min((r.claimed_at for r in uncertain), default=None),
     )
-    return [statement_key(r) for r in rows]
 
 
-def mark(
+def settle(
     conn: sa.Connection,
     analysis_id: str,
     target: str,
@@ -73,35 +124,51 @@ def mark(
     status: str,
     ts: str | None = None,
     error: str | None = None,
+    unknown: bool = False,
+    wait: timedelta | None = None,
 ) -> None:
-    """Record an attempt on these alerts: sent (with the message ts), skipped, or a failure (pending while
-    retryable and under MAX_ATTEMPTS, else failed)."""
-    params: list[dict[str, Any]] = [
-        {
-            "d": analysis_id,
-            "t": target,
-            "c": channel,
-            **dict(zip(KEY, k, strict=True)),
-            "status": status,
-            "ts": ts,
-            "error": error,
-            "max": MAX_ATTEMPTS,
-        }
-        for k in keys
-    ]
-    if not params:
+    """Record how an attempt on these claimed rows ended: sent (with the message ts), skipped, withheld, failed, or
+    pending again (retryable: no new attempt before `wait` has passed; `unknown`: it may have been posted). A
+    retryable failure after MAX_ATTEMPTS attempts is final (failed)."""
+    if not keys:
         return
     conn.execute(
         sa.text(
-            "UPDATE radar.alert SET attempts = attempts + 1, last_error = :error, "
-            "message_ts = coalesce(:ts, message_ts), "
+            "UPDATE radar.alert SET last_error = :error, message_ts = coalesce(:ts, message_ts), "
             "sent_at = CASE WHEN :status = 'sent' THEN now() ELSE sent_at END, "
-            "status = CASE WHEN :status = 'pending' AND attempts + 1 >= :max THEN 'failed' ELSE :status END "
+            "outcome_unknown = CASE WHEN :status = 'pending' THEN :unknown ELSE false END, "
+            "next_attempt_at = CASE WHEN :status = 'pending' THEN now() + CAST(:wait AS interval) END, "
+            "status = CASE WHEN :status = 'pending' AND attempts >= :max THEN 'failed' ELSE :status END "
             "WHERE deploy_id = :d AND target = :t AND channel = :c AND dbid = :dbid AND userid = :userid "
             "AND queryid = :queryid AND toplevel = :toplevel"
         ),
-        params,
+        [
+            {
+                "d": analysis_id,
+                "t": target,
+                "c": channel,
+                **dict(zip(KEY, k, strict=True)),
+                "status": status,
+                "ts": ts,
+                "error": error,
+                "unknown": unknown,
+                "wait": wait or timedelta(0),
+                "max": MAX_ATTEMPTS,
+            }
+            for k in keys
+        ],
     )
+
+
+def withhold_waiting(conn: sa.Connection, analysis_id: str, note: str) -> int:
+    """Withhold the analysis's alerts still waiting to be sent (too old to be news); returns how many."""
+    return conn.execute(
+        sa.text(
+            "UPDATE radar.alert SET status = 'withheld', last_error = :n, outcome_unknown = false "
+            "WHERE deploy_id = :d AND status = 'pending'"
+        ),
+        {"d": analysis_id, "n": note},
+    ).rowcount
 
 
 def statuses(conn: sa.Connection, analysis_id: str) -> dict[str, int]:

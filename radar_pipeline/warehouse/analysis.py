@@ -148,6 +148,8 @@ def _as_counters(statements: list[tuple]) -> WindowCounters:
 def _epochs(reset_before: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Per row, how many resets the collector saw in its statement's series so far (a running count per statement)."""
     running = np.cumsum(reset_before, dtype=np.int64)
+    if not len(lengths):  # no statement in the window (an idle target)
+        return running
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     before = np.concatenate([[0], running])[starts]  # the count just before each statement's first row
     return running - np.repeat(before, lengths)

@@ -179,25 +179,34 @@ class DueEvent:
     ready_at: datetime
 
 
-def due_events(conn: sa.Connection, after: datetime | None, delay: timedelta, limit: int = 200) -> list[DueEvent]:
-    """Events whose window closed (deployed_at + delay ≤ the warehouse's now) and that became ready after `after`.
+READY_AT = "greatest(received_at, deployed_at + :delay)"
+
+
+def due_events(
+    conn: sa.Connection, after: tuple[datetime, str] | None, delay: timedelta, limit: int = 200
+) -> list[DueEvent]:
+    """Events whose window closed (deployed_at + delay ≤ the warehouse's now) and that come after `after`, a keyset
+    position (ready_at, deploy_id), in that order: at most `limit`, so any burst is drained page by page.
 
     An event is ready at max(received_at, deployed_at + delay): when its window closed, or when it arrived if it
-    arrived late. Both parts of the condition use an index (received_at, deployed_at), so one evaluation is one cheap
-    query; results come oldest-ready first, so a cursor at the last one's ready_at loses nothing. Imported historical
-    deploys are left to backfills, and with no cursor yet (`after` None) only events ready in the last FIRST_LOOK are
-    returned, so switching the sensor on does not flood the run queue with old deploys.
+    arrived late. The first part of the condition uses the indexes on received_at and deployed_at, so one evaluation
+    is one cheap query. Imported historical deploys are left to backfills, and with no position yet (`after` None)
+    only events ready in the last FIRST_LOOK are returned, so switching the sensor on does not flood the run queue
+    with old deploys. An event whose inserting transaction committed after the position passed its ready_at is not
+    returned: the reconciler requests it (see unanalysed_events).
     """
+    at, after_id = after if after is not None else (_now(conn) - FIRST_LOOK, "")
     rows = conn.execute(
         sa.text(
-            "SELECT deploy_id, target, deployed_at, greatest(received_at, deployed_at + :delay) AS ready_at "
+            f"SELECT deploy_id, target, deployed_at, {READY_AT} AS ready_at "
             "FROM radar.deploy_event "
             "WHERE deployed_at <= now() - :delay "
             "AND source <> 'import' "
-            "AND (received_at > :after OR deployed_at > CAST(:after AS timestamptz) - :delay) "
+            "AND (received_at >= :after OR deployed_at >= CAST(:after AS timestamptz) - :delay) "
+            f"AND ({READY_AT}, deploy_id) > (CAST(:after AS timestamptz), CAST(:after_id AS text)) "
             "ORDER BY ready_at, deploy_id LIMIT :limit"
         ),
-        {"delay": delay, "after": after if after is not None else _now(conn) - FIRST_LOOK, "limit": limit},
+        {"delay": delay, "after": at, "after_id": after_id, "limit": limit},
     ).fetchall()
     return [DueEvent(*r) for r in rows]
 

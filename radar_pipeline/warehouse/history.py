@@ -22,6 +22,13 @@ POINT = ["deploy_id", "deployed_at", "dbid", "userid", "queryid", "toplevel", "m
 COLUMNS = [*SERIES, *POINT, "begins_segment", *RESULT, "settings"]
 
 
+def lock_target(conn: sa.Connection, target: str) -> None:
+    """Serialise updates of the target's histories for the rest of the caller's transaction."""
+    conn.execute(
+        sa.text("SELECT pg_advisory_xact_lock(hashtextextended('radar.query_history:' || :t, 0))"), {"t": target}
+    )
+
+
 def deploy_points(conn: sa.Connection, deploy_id: str, min_calls: int) -> pd.DataFrame:
     """The deploy's new points: each analysed query's mean over the window after the deploy, where it had at least
     `min_calls` calls there, and whether a regression was detected at this deploy."""

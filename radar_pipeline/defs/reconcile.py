@@ -1,0 +1,179 @@
+"""radar_reconciler: whatever waits for a later run gets it, with bounded retries and backoff — pending Slack alerts,
+deploys whose window closed without an analysis, imported deploys without a partition — and the asset check that
+shows what is still waiting."""
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import dagster as dg
+
+from radar_pipeline.defs.deploys import deploy_verdicts_job, deploys_partitions
+from radar_pipeline.defs.resources import AnalysisResource, ReconcilerResource, SlackResource, WarehouseResource
+from radar_pipeline.steps.alert_delivery import LEASE
+from radar_pipeline.steps.reconcile import PastRun, analysis_retry
+from radar_pipeline.warehouse import reconcile as store
+from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX
+
+BACKLOG_CHECK = "nothing_waiting"
+
+alert_retry_job = dg.define_asset_job(
+    "alert_retry_job",
+    selection=dg.AssetSelection.assets("regression_alerts"),
+    description="Another attempt at a deploy's pending Slack alerts (requested by radar_reconciler).",
+)
+periodic_alert_retry_job = dg.define_asset_job(
+    "periodic_alert_retry_job",
+    selection=dg.AssetSelection.assets("periodic_alerts"),
+    description="Another attempt at a periodic check's pending Slack alerts (requested by radar_reconciler).",
+)
+
+
+@dg.sensor(
+    jobs=[deploy_verdicts_job, alert_retry_job, periodic_alert_retry_job],
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Retries what waits for a later run: pending alerts, deploys without an analysis, imported deploys "
+    "without a partition.",
+)
+def radar_reconciler(
+    context: dg.SensorEvaluationContext,
+    warehouse: WarehouseResource,
+    analysis: AnalysisResource,
+    slack: SlackResource,
+    reconciler: ReconcilerResource,
+) -> dg.SensorResult:
+    """Each evaluation: (1) requests a run of the alert asset for every analysis with outbox rows due (pending past
+    their backoff, or left `sending` by a stopped run), created within the alert age limit, and withholds older
+    ones; (2) requests an analysis of every deploy whose window closed more than the grace ago without an analysis
+    row (its run failed, or was never requested), at most max_analysis_runs runs each with exponential backoff;
+    (3) adds the `deploys` partitions of imported deploys, without runs (a backfill stays a person's decision).
+    Run keys name the attempt, so a repeated tick requests nothing twice. The tick's log says what it did, and the
+    `nothing_waiting` check on regression_alerts is reported whenever what waits changes.
+
+    Cursor: {"backlog": the last reported counts}.
+    """
+    engine = warehouse.engine()
+    delay = timedelta(seconds=analysis.window_seconds) + analysis.settle
+    with engine.begin() as conn:
+        withheld = store.withhold_old(conn, slack.alert_max_age)
+        waiting = store.waiting_alerts(conn, slack.alert_max_age, LEASE)
+        unanalysed = store.unanalysed_deploys(conn, delay, reconciler.grace, reconciler.max_age)
+        imported = store.imported_deploys(conn)
+        backlog = store.backlog(conn, slack.alert_max_age, LEASE, delay, reconciler.grace, reconciler.max_age)
+
+    lines: list[str] = []
+    if withheld:
+        lines.append(f"withheld {withheld} alerts still unsent after {slack.alert_max_age} (no longer news)")
+    requests: list[dg.RunRequest] = []
+    for w in waiting:
+        job, partition = (
+            (periodic_alert_retry_job, w.analysis_id.removeprefix(PERIODIC_PREFIX))
+            if w.periodic
+            else (alert_retry_job, w.analysis_id)
+        )
+        requests.append(
+            dg.RunRequest(
+                job_name=job.name,
+                partition_key=partition,
+                run_key=f"alerts:{w.analysis_id}:{w.attempts}",
+                tags={"radar/reconciler": "alerts"},
+            )
+        )
+        lines.append(f"{w.analysis_id}: {w.rows} alerts due (attempt {w.attempts + 1})")
+    now = datetime.now(UTC)
+    for event in unanalysed:
+        decision = analysis_retry(
+            event.deploy_id,
+            _past_runs(context.instance, event.deploy_id),
+            now,
+            reconciler.max_analysis_runs,
+            reconciler.backoff,
+        )
+        lines.append(decision.reason)
+        if decision.request:
+            requests.append(
+                dg.RunRequest(
+                    job_name=deploy_verdicts_job.name,
+                    partition_key=event.deploy_id,
+                    run_key=decision.run_key,
+                    tags={"radar/target": event.target, "radar/reconciler": "analysis"},
+                )
+            )
+    known = set(context.instance.get_dynamic_partitions("deploys"))
+    wanted = [r.partition_key for r in requests if r.job_name != periodic_alert_retry_job.name] + imported
+    new_partitions = sorted({k for k in wanted if k is not None and k not in known})
+    fresh_imports = [k for k in imported if k not in known]
+    if fresh_imports:
+        lines.append(f"added {len(fresh_imports)} partitions of imported deploys (no runs: backfill them when wanted)")
+    for line in lines:
+        context.log.info(line)
+
+    summary = _summary(backlog)
+    last = json.loads(context.cursor).get("backlog") if context.cursor else None
+    events = [_check_evaluation(backlog, summary)] if summary != last else []
+    return dg.SensorResult(
+        run_requests=requests,
+        dynamic_partitions_requests=[deploys_partitions.build_add_request(new_partitions)] if new_partitions else [],
+        asset_events=events,
+        cursor=json.dumps({"backlog": summary}),
+        skip_reason=None if requests or new_partitions or withheld else "nothing waits for a later run",
+    )
+
+
+def _past_runs(instance: dg.DagsterInstance, deploy_id: str) -> list[PastRun]:
+    records = instance.get_run_records(
+        dg.RunsFilter(job_name=deploy_verdicts_job.name, tags={"dagster/partition": deploy_id})
+    )
+    return [
+        PastRun(
+            in_flight=not r.dagster_run.is_finished,
+            ended_at=datetime.fromtimestamp(r.end_time, UTC) if r.end_time else None,
+        )
+        for r in records
+    ]
+
+
+def _summary(backlog: store.Backlog) -> dict[str, Any]:
+    return {
+        "alerts_due": backlog.alerts_due,
+        "alerts_backing_off": backlog.alerts_backing_off,
+        "alerts_failed": backlog.alerts_failed,
+        "deploys_without_analysis": backlog.unanalysed,
+        "oldest_waiting_alert": backlog.oldest_waiting.isoformat() if backlog.oldest_waiting else None,
+    }
+
+
+def _passed(backlog: store.Backlog) -> bool:
+    return backlog.alerts_failed == 0 and backlog.unanalysed == 0 and backlog.alerts_due == 0
+
+
+def _check_evaluation(backlog: store.Backlog, summary: dict[str, Any]) -> dg.AssetCheckEvaluation:
+    return dg.AssetCheckEvaluation(
+        asset_key=dg.AssetKey("regression_alerts"),
+        check_name=BACKLOG_CHECK,
+        passed=_passed(backlog),
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={k: v if v is not None else "" for k, v in summary.items()},
+    )
+
+
+@dg.asset_check(
+    asset="regression_alerts",
+    name=BACKLOG_CHECK,
+    description="Nothing waits past its retries: no alert failed for good or due and unsent, no deploy without an "
+    "analysis past the grace (reported by radar_reconciler when it changes).",
+)
+def nothing_waiting(
+    warehouse: WarehouseResource, analysis: AnalysisResource, slack: SlackResource, reconciler: ReconcilerResource
+) -> dg.AssetCheckResult:
+    """What waits for a later run right now (see radar_reconciler)."""
+    delay = timedelta(seconds=analysis.window_seconds) + analysis.settle
+    with warehouse.engine().connect() as conn:
+        backlog = store.backlog(conn, slack.alert_max_age, LEASE, delay, reconciler.grace, reconciler.max_age)
+    summary = _summary(backlog)
+    return dg.AssetCheckResult(
+        passed=_passed(backlog),
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={k: v if v is not None else "" for k, v in summary.items()},
+    )

@@ -1,0 +1,119 @@
+"""What waits for a later run, as the reconciler sees it: outbox rows due for another attempt, deploys whose window
+closed without an analysis, and imported deploys (which need a partition, not a run)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+
+from radar_pipeline.warehouse.alerts import MAX_ATTEMPTS
+from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX, READY_AT, DueEvent
+
+
+@dataclass(frozen=True)
+class WaitingAlerts:
+    """An analysis with outbox rows due for another attempt: how many, and the most attempts any of them had."""
+
+    analysis_id: str
+    rows: int
+    attempts: int
+
+    @property
+    def periodic(self) -> bool:
+        """Whether the analysis is a periodic check (its partition is the hour after the prefix)."""
+        return self.analysis_id.startswith(PERIODIC_PREFIX)
+
+
+def waiting_alerts(conn: sa.Connection, max_age: timedelta, lease: timedelta, limit: int = 100) -> list[WaitingAlerts]:
+    """Analyses with rows due now: `pending` past their backoff, or left `sending` past `lease` by a run that
+    stopped; only rows created within `max_age` (older ones are withheld by withhold_old)."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT deploy_id, count(*), max(attempts) FROM radar.alert "
+            "WHERE created_at > now() - :age AND attempts < :max AND ("
+            "  (status = 'pending' AND coalesce(next_attempt_at, '-infinity') <= now()) "
+            "  OR (status = 'sending' AND claimed_at < now() - :lease)) "
+            "GROUP BY deploy_id ORDER BY min(created_at) LIMIT :limit"
+        ),
+        {"age": max_age, "lease": lease, "max": MAX_ATTEMPTS, "limit": limit},
+    )
+    return [WaitingAlerts(r[0], int(r[1]), int(r[2])) for r in rows]
+
+
+def withhold_old(conn: sa.Connection, max_age: timedelta) -> int:
+    """Withhold rows still `pending` that were created more than `max_age` ago (no longer news); returns how many."""
+    return conn.execute(
+        sa.text(
+            "UPDATE radar.alert SET status = 'withheld', outcome_unknown = false, "
+            "last_error = coalesce(last_error || '; ', '') || 'still unsent after the alert age limit: withheld' "
+            "WHERE status = 'pending' AND created_at <= now() - :age"
+        ),
+        {"age": max_age},
+    ).rowcount
+
+
+def unanalysed_deploys(
+    conn: sa.Connection, delay: timedelta, grace: timedelta, max_age: timedelta, limit: int = 100
+) -> list[DueEvent]:
+    """Reported (not imported) deploys that became ready between `max_age` and `grace` ago (ready as for the sensor:
+    window plus `delay` closed) and have no analysis: their run failed, or was never requested. Oldest first."""
+    rows = conn.execute(
+        sa.text(
+            f"SELECT e.deploy_id, e.target, e.deployed_at, {READY_AT} AS ready_at FROM radar.deploy_event e "
+            "WHERE e.source <> 'import' AND e.deployed_at > now() - :age - :delay "
+            f"AND {READY_AT} <= now() - :grace AND {READY_AT} > now() - :age "
+            "AND NOT EXISTS (SELECT 1 FROM radar.analysis a WHERE a.deploy_id = e.deploy_id) "
+            "ORDER BY ready_at, deploy_id LIMIT :limit"
+        ),
+        {"delay": delay, "grace": grace, "age": max_age, "limit": limit},
+    ).fetchall()
+    return [DueEvent(*r) for r in rows]
+
+
+def imported_deploys(conn: sa.Connection) -> list[str]:
+    """The ids of every imported (historical) deploy, oldest first."""
+    return [
+        r[0]
+        for r in conn.execute(
+            sa.text("SELECT deploy_id FROM radar.deploy_event WHERE source = 'import' ORDER BY deployed_at, deploy_id")
+        )
+    ]
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What is waiting, for the reconciler's asset check."""
+
+    alerts_due: int  # rows the reconciler will send next
+    alerts_backing_off: int  # pending rows inside their backoff
+    alerts_failed: int  # rows that failed for good within the age limit
+    unanalysed: int  # deploys past the grace without an analysis
+    oldest_waiting: datetime | None  # the creation time of the oldest row still pending or sending
+
+
+def backlog(
+    conn: sa.Connection,
+    alert_age: timedelta,
+    lease: timedelta,
+    delay: timedelta,
+    grace: timedelta,
+    analysis_age: timedelta,
+) -> Backlog:
+    """Counts of what waits for a later run (see Backlog): outbox rows created within `alert_age`, deploys ready
+    within `analysis_age`."""
+    alerts = conn.execute(
+        sa.text(
+            "SELECT "
+            "  count(*) FILTER (WHERE status = 'pending' AND coalesce(next_attempt_at, '-infinity') <= now() "
+            "    OR status = 'sending' AND claimed_at < now() - :lease), "
+            "  count(*) FILTER (WHERE status = 'pending' AND next_attempt_at > now()), "
+            "  count(*) FILTER (WHERE status = 'failed'), "
+            "  min(created_at) FILTER (WHERE status IN ('pending', 'sending')) "
+            "FROM radar.alert WHERE created_at > now() - :age"
+        ),
+        {"age": alert_age, "lease": lease},
+    ).one()
+    unanalysed = len(unanalysed_deploys(conn, delay, grace, analysis_age, limit=10_000))
+    return Backlog(int(alerts[0]), int(alerts[1]), int(alerts[2]), unanalysed, alerts[3])

@@ -1,0 +1,168 @@
+"""The durable outbox against the real slack-sdk and a local Slack: rows are committed before anything is sent, an
+attempt whose outcome is unknown is looked for before it is sent again (token mode), a long Retry-After is waited out
+between runs, and old or reanalysed deploys are recorded without a post. Each test says what was lost or duplicated."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import dagster as dg
+import pytest
+import sqlalchemy as sa
+
+from radar_pipeline.defs.alerts import regression_alerts
+from radar_pipeline.defs.deploys import REANALYSIS_TAG
+from radar_pipeline.defs.resources import SlackResource, WarehouseResource
+
+from . import fake_slack
+from .test_alerts import _alert, _outbox, analysed  # noqa: F401 - the fixture is used by name
+
+POST = "/api/chat.postMessage"
+
+
+def _bot(slack: fake_slack.FakeSlack, **kwargs: object) -> SlackResource:
+    return SlackResource(token="xoxb-test-token", channel="C0RADAR", base_url=slack.api_url, **kwargs)  # type: ignore[arg-type]
+
+
+def _row(warehouse) -> dict:
+    with warehouse.connect() as conn:
+        row = conn.execute(
+            sa.text(
+                "SELECT status, attempts, message_ts, outcome_unknown, delivery_id, "
+                "extract(epoch FROM next_attempt_at - now()) AS wait_s FROM radar.alert"
+            )
+        ).one()
+    return dict(row._mapping)
+
+
+def _backoff_passes(warehouse, lease: bool = False) -> None:
+    """Drive time through the recorded timestamps: the backoff (and, with `lease`, a stopped run's lease) is over."""
+    with warehouse.begin() as conn:
+        conn.execute(sa.text("UPDATE radar.alert SET next_attempt_at = now()"))
+        if lease:
+            conn.execute(sa.text("UPDATE radar.alert SET claimed_at = claimed_at - interval '1 day'"))
+
+
+def _wait_for(condition, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_an_answer_after_the_timeout_is_found_in_the_channel_not_posted_again(analysed, warehouse_url, slack):  # noqa: F811
+    slack.answer_late(POST, 3.0)  # Slack takes the message, answers after the client gave up (1 s)
+    first, log = _alert(warehouse_url, _bot(slack, timeout_seconds=1))
+    assert first.success and "may have been posted" in log
+    row = _row(analysed)
+    assert (row["status"], row["outcome_unknown"]) == ("pending", True)
+    assert len(slack.messages()) == 1
+    assert slack.messages()[0]["metadata"]["event_payload"]["delivery"] == str(row["delivery_id"])
+
+    _backoff_passes(analysed)
+    second, log = _alert(warehouse_url, _bot(slack, timeout_seconds=1))
+    assert second.success and "posted after all" in log
+    assert len(slack.calls_to("/api/conversations.history")) == 1
+    assert len(slack.calls_to(POST)) == 1  # duplicated: nothing
+    assert _outbox(analysed) == [(11, "C0RADAR", "sent", 2, slack.messages()[0]["ts"])]
+
+
+def test_a_run_killed_after_slack_accepted_does_not_post_twice(analysed, warehouse_url, slack):  # noqa: F811
+    """The outbox row is committed (`sending`, with its delivery id) before the message goes out; the run dies
+    before it can mark `sent`; the next attempt, after the lease, finds the message in the channel."""
+    slack.answer_late(POST, 60.0)
+    script = (
+        "import dagster as dg\n"
+        "from radar_pipeline.defs.alerts import regression_alerts\n"
+        "from radar_pipeline.defs.resources import SlackResource, WarehouseResource\n"
+        "with dg.instance_for_test() as instance:\n"
+        "    instance.add_dynamic_partitions('deploys', ['d-7'])\n"
+        "    dg.materialize([regression_alerts], partition_key='d-7', instance=instance, resources={\n"
+        f"        'warehouse': WarehouseResource(url={warehouse_url!r}),\n"
+        f"        'slack': SlackResource(token='xoxb-test-token', channel='C0RADAR', base_url={slack.api_url!r},\n"
+        "                               timeout_seconds=120)})\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], env=os.environ.copy())
+    try:
+        _wait_for(lambda: len(slack.messages()) == 1, "the message to reach Slack")
+        sending = _row(analysed)
+        assert sending["status"] == "sending" and sending["delivery_id"] is not None  # committed before the send
+        with analysed.connect() as conn:  # and no transaction is open on the outbox while Slack is called
+            open_tx = conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()"
+                )
+            ).scalar_one()
+        assert open_tx == 0
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert _row(analysed)["status"] == "sending"  # the run died before marking it
+
+    _backoff_passes(analysed, lease=True)
+    again, log = _alert(warehouse_url, _bot(slack))
+    assert again.success and "posted after all" in log
+    assert len(slack.calls_to(POST)) == 1  # lost: nothing; duplicated: nothing
+    assert _row(analysed)["status"] == "sent"
+
+
+def test_a_long_retry_after_is_waited_out_between_runs(analysed, warehouse_url, slack):  # noqa: F811
+    slack.fail_next(POST, (429, {"Retry-After": "600"}))
+    first, _ = _alert(warehouse_url, _bot(slack))
+    assert first.success and len(slack.calls_to(POST)) == 1  # not retried inside the run
+    row = _row(analysed)
+    assert row["status"] == "pending" and 590 < row["wait_s"] <= 600
+    waiting, _ = _alert(warehouse_url, _bot(slack))
+    assert waiting.asset_materializations_for_node("regression_alerts")[0].metadata["to_send"].value == 0
+    assert len(slack.calls_to(POST)) == 1
+    _backoff_passes(analysed)
+    assert _alert(warehouse_url, _bot(slack))[0].success
+    assert len(slack.calls_to(POST)) == 2 and _row(analysed)["status"] == "sent"
+
+
+def test_a_webhook_cannot_check_and_sends_again(analysed, warehouse_url, slack):  # noqa: F811
+    """What webhook mode guarantees: at least once. After a timeout the message is sent again, and may appear twice."""
+    slack.answer_late(slack.webhook_url.split(str(slack.port))[1], 3.0)
+    hook = SlackResource(webhook_url=slack.webhook_url, timeout_seconds=1)
+    first, _ = _alert(warehouse_url, hook)
+    assert first.success and _row(analysed)["outcome_unknown"]
+    _backoff_passes(analysed)
+    second, log = _alert(warehouse_url, hook)
+    assert second.success and "may appear twice" in log
+    assert len(slack.messages()) == 2 and _row(analysed)["status"] == "sent"
+
+
+def test_alerts_of_an_old_deploy_are_recorded_not_sent(analysed, warehouse_url, slack):  # noqa: F811
+    result, _ = _alert(warehouse_url, _bot(slack, alert_max_age_hours=0.01))  # the window closed 100 s ago
+    assert result.success and not slack.calls_to(POST)
+    row = _row(analysed)
+    assert row["status"] == "withheld"
+
+
+def test_the_reanalysis_never_posts(analysed, warehouse_url, slack):  # noqa: F811
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["d-7"])
+        result = dg.materialize(
+            [regression_alerts],
+            partition_key="d-7",
+            resources={"warehouse": WarehouseResource(url=warehouse_url), "slack": _bot(slack)},
+            instance=instance,
+            tags={REANALYSIS_TAG: "true"},
+        )
+    assert result.success and not slack.calls_to(POST)
+    assert _row(analysed)["status"] == "withheld"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "9000"])
+def test_the_age_limit_is_validated(value):
+    from radar_pipeline.config import ConfigError, alert_max_age_hours
+
+    with pytest.raises(ConfigError, match="RADAR_ALERT_MAX_AGE_HOURS"):
+        alert_max_age_hours(value)
+    assert alert_max_age_hours(None) == 24.0 and alert_max_age_hours("2.5") == 2.5
