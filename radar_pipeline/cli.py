@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from radar_pipeline.config import WAREHOUSE_URL_VAR, ConfigError, mask_password
+from radar_pipeline.config import WAREHOUSE_URL_VAR, ConfigError, printable, scrub_secret
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -54,7 +54,7 @@ def db_upgrade(url: str | None) -> None:
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     except Exception as exc:  # a connection failure must not print the password
-        raise click.ClickException(mask_password(f"migrating {mask_password(url or '')} failed: {exc}")) from None
+        raise click.ClickException(_failure(f"migrating {url} failed", exc, url)) from None
     if applied:
         click.echo(f"applied {len(applied)} migration(s): {', '.join(applied)}")
     else:
@@ -95,16 +95,18 @@ def deploy(
         raise click.UsageError("no deploy id: pass --id (outside GitHub Actions and GitLab CI it has no default)")
     try:
         event = deploys.DeployEvent(
-            deployed_at=deploys.parse_time(at, "--at") if at else None,
+            deployed_at=deploys.parse_time(at, "--at") if at is not None else None,
             source=found.get("source", "cli") if deploy_id is None else "cli",
             **fields,  # type: ignore[arg-type]
         )
         recorded = deploys.record(_engine(warehouse), event, _configured_targets())
     except (deploys.DeployError, ConfigError) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(printable(str(exc))) from None
+    except Exception as exc:  # the warehouse is down, or refused us: one line, not a traceback
+        raise click.ClickException(_failure("recording the deploy failed", exc, warehouse)) from None
     stored = recorded.event
     state = "recorded" if recorded.inserted else "already recorded, unchanged"
-    click.echo(f"deploy {stored.deploy_id} to {stored.target} at {stored.deployed_at}: {state}")
+    click.echo(printable(f"deploy {stored.deploy_id} to {stored.target} at {stored.deployed_at}: {state}"))
 
 
 @deploy.command("import")
@@ -117,7 +119,9 @@ def deploy_import(csv_file: Path, warehouse: str | None) -> None:
     try:
         recorded = deploys.import_csv(_engine(warehouse), csv_file, _configured_targets())
     except (deploys.DeployError, ConfigError) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(printable(str(exc))) from None
+    except Exception as exc:
+        raise click.ClickException(_failure("importing the deploys failed", exc, warehouse)) from None
     new = sum(r.inserted for r in recorded)
     click.echo(f"{len(recorded)} deploys read: {new} recorded, {len(recorded) - new} already recorded")
 
@@ -133,17 +137,19 @@ def verdicts(deploy_id: str, show_all: bool, warehouse: str | None) -> None:
 
     try:
         engine = _engine(warehouse)
+        with engine.connect() as conn:
+            table = verdicts_of(conn, deploy_id)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    with engine.connect() as conn:
-        table = verdicts_of(conn, deploy_id)
+    except Exception as exc:
+        raise click.ClickException(_failure("reading the verdicts failed", exc, warehouse)) from None
     if table.empty:
-        raise click.ClickException(f"no verdicts for {deploy_id!r}: not recorded, or not analysed yet")
+        raise click.ClickException(printable(f"no verdicts for {deploy_id!r}: not recorded, or not analysed yet"))
     counts = table["verdict"].value_counts()
     what = "periodic check" if deploy_id.startswith(PERIODIC_PREFIX) else "deploy"
-    click.echo(f"{what} {deploy_id}: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    click.echo(printable(f"{what} {deploy_id}: " + ", ".join(f"{n} {v}" for v, n in counts.items())))
     shown = table if show_all else table.head(40)
-    click.echo(_format_verdicts(shown))
+    click.echo(printable(_format_verdicts(shown)))
     if len(shown) < len(table):
         click.echo(f"… {len(table) - len(shown)} more (--all)")
 
@@ -166,10 +172,17 @@ def _format_verdicts(table: pd.DataFrame) -> str:
             "factor": fmt(table["change_factor"], "×{:.2f}"),
             "confidence": fmt(table["confidence"], "{:.4f}"),
             "change": fmt(pd.to_timedelta(table["change_after_deploy"]).dt.total_seconds(), "{:+.0f}s"),
-            "query": table["query"],
+            "query": table["query"].fillna("").map(lambda q: " ".join(printable(q).split())),
         }
     )
     return shown.to_string(index=False, justify="left")
+
+
+def _failure(what: str, exc: BaseException, url: str | None) -> str:
+    """One line for an unexpected failure: what failed and the driver's first line, without the password."""
+    cause = getattr(exc, "orig", None) or exc
+    first = next((line.strip() for line in str(cause).splitlines() if line.strip()), type(cause).__name__)
+    return printable(scrub_secret(f"{what}: {type(cause).__name__}: {first}", url or ""))
 
 
 def _engine(url: str | None):  # type: ignore[no-untyped-def]

@@ -85,3 +85,36 @@ def test_masking():
     assert mask_password("postgresql://u:secret@h/db") == "postgresql://u:***@h/db"
     assert mask_password("host=h password=secret dbname=x") == "host=h password=*** dbname=x"
     assert scrub_secret("failed for secret", "postgresql://u:secret@h/db") == "failed for ***"
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://radar_collector:Leak/S3cretPW2@host/app",
+        "postgresql://u:S3c#retPW2@host/app",
+        "postgresql://u:S3c?retPW2@host:5432/app",
+        "postgresql+psycopg://u:S3c/ret#PW2@host/app?sslmode=require",
+        "postgresql://u:S3cretPW2@host/app",
+    ],
+)
+def test_passwords_are_masked_whatever_they_hold(dsn):
+    secret_bits = ("S3c", "retPW2", "Leak", "S3cretPW2")
+    masked = mask_password(f"connecting to {dsn!r} failed: timeout")
+    assert not any(bit in masked for bit in secret_bits), masked
+    assert masked.startswith("connecting to 'postgresql") and "host" in masked
+    with pytest.raises(ConfigError) as err:
+        parse_targets(f"main={dsn.replace('S3cretPW2', 'S3c/retPW2')}")
+    assert not any(bit in str(err.value) for bit in secret_bits), str(err.value)
+    with pytest.raises(ConfigError) as err:
+        warehouse_url(dsn.replace("://", ":/"))
+    assert not any(bit in str(err.value) for bit in secret_bits), str(err.value)
+    assert scrub_secret("auth failed for S3c%2FretPW2 and S3c/retPW2", "postgresql://u:S3c%2FretPW2@h/db") == (
+        "auth failed for *** and ***"
+    )
+
+
+def test_printable_strips_control_characters():
+    from radar_pipeline.config import printable
+
+    hostile = "SELECT 1 /* \x1b]0;pwned\x07 \x1b[2J \x9b31m \u202eevil */\tx\n"
+    assert printable(hostile) == "SELECT 1 /* ]0;pwned [2J 31m evil */\tx\n"

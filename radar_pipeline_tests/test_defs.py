@@ -172,3 +172,34 @@ def test_periodic_settings_from_the_environment_name_the_variable(monkeypatch):
     monkeypatch.setenv("RADAR_PERIODIC_MINUTE", "61")
     with pytest.raises(ConfigError, match="RADAR_PERIODIC_MINUTE"):
         periodic._minute()
+
+
+def test_no_password_reaches_dagster_storage_from_bad_dsns(warehouse_url, tmp_path):
+    from radar_pipeline.defs.plans import plan_snapshots
+
+    port = free_port()
+    specs = [
+        "main=postgresql://radar_collector:Leak/S3cretPW2@host/app",  # does not parse: / unencoded
+        f"main=postgresql://radar:Sec%23ret%2FPW3@127.0.0.1:{port}/app",  # parses, cannot connect
+        f"main=postgresql://radar:Sec#retPW4@127.0.0.1:{port}/app",
+        "main postgresql://radar:Sec?retPW5@db/app",
+    ]
+    storage = tmp_path / "dagster_home"
+    storage.mkdir()
+    with dg.instance_for_test(temp_dir=str(storage)) as instance:
+        for spec in specs:
+            for asset in (pgss_snapshots, plan_snapshots):
+                result = dg.materialize(
+                    [asset],
+                    resources={
+                        "warehouse": WarehouseResource(url=warehouse_url),
+                        "targets": TargetsResource(spec=spec),
+                    },
+                    instance=instance,
+                    raise_on_error=False,
+                )
+                assert not result.success or result.asset_materializations_for_node(asset.key.path[-1])
+    stored = b"".join(p.read_bytes() for p in storage.rglob("*") if p.is_file())
+    assert b"RADAR_TARGETS" in stored or b"cannot connect" in stored  # the errors did land there
+    for secret in (b"Leak", b"S3cretPW2", b"retPW2", b"ret%2FPW3", b"ret/PW3", b"retPW4", b"retPW5"):
+        assert secret not in stored, secret
