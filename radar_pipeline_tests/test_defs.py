@@ -91,7 +91,8 @@ def test_materialize_writes_rows_and_metadata(app_db, warehouse_url, warehouse):
     assert mat.metadata["partial"].value is False
     assert mat.metadata["stored_rows"].value > 0
     assert mat.metadata["new_statements"].value == mat.metadata["stored_rows"].value
-    assert target.name in mat.metadata["targets"].value
+    (row,) = mat.metadata["targets"].records
+    assert row.data["target"] == target.name and row.data["rows_stored"] == mat.metadata["stored_rows"].value
     checks = result.get_asset_check_evaluations()
     assert [(c.check_name, c.passed) for c in checks] == [(ALL_TARGETS_CHECK, True)]
     with warehouse.connect() as conn:
@@ -203,3 +204,14 @@ def test_no_password_reaches_dagster_storage_from_bad_dsns(warehouse_url, tmp_pa
     assert b"RADAR_TARGETS" in stored or b"cannot connect" in stored  # the errors did land there
     for secret in (b"Leak", b"S3cretPW2", b"retPW2", b"ret%2FPW3", b"ret/PW3", b"retPW4", b"retPW5"):
         assert secret not in stored, secret
+
+
+def test_metadata_tables_hold_hostile_text_as_plain_cells():
+    from radar_pipeline.defs.metadata import table
+
+    hostile = 'SELECT * FROM "a](http://evil.example)<img src=x>|`" /* \x1b[2J */'
+    value = table([("query", "string"), ("n", "int"), ("x", "float")], [{"query": hostile, "n": 3, "x": float("nan")}])
+    assert isinstance(value, dg.TableMetadataValue)
+    (record,) = value.records
+    assert record.data == {"query": hostile.replace("\x1b", ""), "n": 3, "x": None}
+    assert [c.type for c in value.schema.columns] == ["string", "int", "float"]

@@ -281,3 +281,36 @@ def test_cli_refuses_empty_and_ancient_times(known, warehouse_url):
         proc = _radar(["deploy", "--target", "main", "--id", "t-1", "--at", at], env)
         assert proc.returncode != 0 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert _rows(known) == []
+
+
+def test_radar_verdicts_prints_no_control_characters(known, warehouse_url):
+    hostile = "SELECT 1 /* \x1b]0;owned\x07\x1b[2J\x9b1m\u202e */ FROM t WHERE a = $1"
+    deploys.record(known, DeployEvent("v-1", "main", datetime(2026, 11, 29, 9, tzinfo=UTC)))
+    with known.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.query (target, dbid, userid, queryid, toplevel, fingerprint, query, first_seen, "
+                "last_seen, last_calls, last_total_exec_time) VALUES ('main', 1, 10, 7, true, 70, :q, now(), now(), "
+                "1, 1)"
+            ),
+            {"q": hostile},
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.analysis (deploy_id, target, settings, engine_version, window_start, window_end, "
+                "queries, detected, no_regression, insufficient_data) VALUES ('v-1', 'main', '{}', '1', "
+                "'2026-11-29T08:30Z', '2026-11-29T09:30Z', 1, 1, 0, 0)"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.verdict (deploy_id, target, dbid, userid, queryid, toplevel, fingerprint, verdict, "
+                "reason, change_at, mean_before_ms, mean_after_ms, change_factor, confidence, n_before, n_after, "
+                "calls_before, calls_after, cause) VALUES ('v-1', 'main', 1, 10, 7, true, 70, 'detected', "
+                "'significant', '2026-11-29T09:01Z', 1, 3, 3, 0.99, 30, 30, 300, 300, 'unexplained')"
+            )
+        )
+    proc = _radar(["verdicts", "v-1"], {"RADAR_WAREHOUSE_URL": warehouse_url})
+    assert proc.returncode == 0, proc.stderr
+    assert "SELECT 1 /* ]0;owned[2J1m */ FROM t" in proc.stdout
+    assert not any(c in proc.stdout for c in "\x1b\x07\x9b\u202e")

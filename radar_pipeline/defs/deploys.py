@@ -9,6 +9,7 @@ import dagster as dg
 
 from radar_pipeline import plan_shape
 from radar_pipeline.config import ConfigError, Target
+from radar_pipeline.defs.metadata import table
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.engine import ENGINE_VERSION
 from radar_pipeline.steps.deploy_analysis import AnalysisRefused, DeployAnalysis, analyse_deploy
@@ -20,6 +21,17 @@ deploys_partitions = dg.DynamicPartitionsDefinition(name="deploys")
 COVERAGE_CHECK = "scrape_coverage"
 RESETS_CHECK = "no_resets_in_window"
 DETECTION_ROWS_SHOWN = 25
+DETECTION_COLUMNS = [
+    ("query", "string"),
+    ("queryid", "int"),
+    ("before_ms", "float"),
+    ("after_ms", "float"),
+    ("factor", "float"),
+    ("confidence", "float"),
+    ("change_vs_deploy_s", "int"),
+    ("cause", "string"),
+    ("plan", "string"),
+]
 # Events re-read behind the cursor, for inserts whose transaction committed after a later one had been seen.
 CURSOR_MARGIN = timedelta(minutes=5)
 REANALYSIS_DAYS_VAR = "RADAR_REANALYSIS_DAYS"
@@ -101,19 +113,20 @@ def _metadata(result: DeployAnalysis) -> dict[str, Any]:
     v = result.verdicts
     counts = v["verdict"].value_counts()
     detected = v[v["verdict"] == "detected"].sort_values("confidence", ascending=False)
-    lines = [
-        "| query | before → after (ms) | factor | confidence | change vs deploy | cause | plan |",
-        "|---|---|---:|---:|---:|---|---|",
+    rows = [
+        {
+            "query": result.texts.get(int(row.queryid), ""),
+            "queryid": int(row.queryid),
+            "before_ms": round(float(row.mean_before_ms), 3),
+            "after_ms": round(float(row.mean_after_ms), 3),
+            "factor": round(float(row.change_factor), 2),
+            "confidence": round(float(row.confidence), 4),
+            "change_vs_deploy_s": round((row.change_at - result.event.deployed_at).total_seconds()),
+            "cause": row.cause,
+            "plan": _plan_summary(row.plan_diff),
+        }
+        for row in detected.head(DETECTION_ROWS_SHOWN).itertuples()
     ]
-    for row in detected.head(DETECTION_ROWS_SHOWN).itertuples():
-        offset = (row.change_at - result.event.deployed_at).total_seconds()
-        text = result.texts.get(int(row.queryid), "").replace("|", "\\|").replace("`", "'")
-        lines.append(
-            f"| `{text}` | {row.mean_before_ms:.3f} → {row.mean_after_ms:.3f} | ×{row.change_factor:.2f} "
-            f"| {row.confidence:.4f} | {offset:+.0f} s | {row.cause} | {_plan_summary(row.plan_diff)} |"
-        )
-    if len(detected) > DETECTION_ROWS_SHOWN:
-        lines.append(f"| … and {len(detected) - DETECTION_ROWS_SHOWN} more in radar.regression | | | | | | |")
     return {
         "deploy": dg.MetadataValue.json(
             {
@@ -132,7 +145,8 @@ def _metadata(result: DeployAnalysis) -> dict[str, Any]:
             {str(r.queryid): r.plan_diff for r in detected.head(DETECTION_ROWS_SHOWN).itertuples() if r.plan_diff}
         ),
         "reasons": dg.MetadataValue.json({str(k): int(n) for k, n in v["reason"].value_counts().items()}),
-        "detections": dg.MetadataValue.md("\n".join(lines) if len(detected) else "No regression detected."),
+        "detections": table(DETECTION_COLUMNS, rows),
+        "detections_not_shown": max(0, len(detected) - DETECTION_ROWS_SHOWN),  # the rest: radar.regression
         "read_s": round(result.seconds["read"], 3),
         "engine_s": round(result.seconds["engine"], 3),
         "plans_s": round(result.seconds["plans"], 3),
