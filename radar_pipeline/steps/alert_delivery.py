@@ -13,7 +13,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.alerts.chart import render_chart
-from radar_pipeline.alerts.render import AnalysisFacts, Regression, render
+from radar_pipeline.alerts.render import MAX_SHOWN, AnalysisFacts, Regression, render
 from radar_pipeline.alerts.slack import DeliveryError, SlackSender
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.engine.samples import interval_means
@@ -44,7 +44,8 @@ def deliver(
     text, blocks = render(facts, [_regression(r) for r in todo_rows.itertuples()])
     metadata["message"] = {"text": text, "blocks": blocks}
     pending_keys = [k for k in keys if k in todo]
-    charts = _charts(conn, facts, todo_rows) if channel != "webhook" else []
+    # a chart for each regression the message shows in full (its thread would otherwise grow without bound)
+    charts = _charts(conn, facts, todo_rows.head(MAX_SHOWN)) if channel != "webhook" else []
     metadata["charts"] = [str(p) for p, _ in charts]
 
     def mark(status: str, **kwargs: Any) -> None:
