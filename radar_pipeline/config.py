@@ -138,17 +138,24 @@ def positive_int(value: str | None, variable: str, default: int) -> int:
         raise ConfigError(f"{variable} must be a whole number, not {value!r}") from None
     if number < 1:
         raise ConfigError(f"{variable} must be at least 1, not {number}")
+    if number > 1_000_000:
+        raise ConfigError(f"{variable} must be at most 1000000, not {number}")
     return number
 
 
+MAX_SECONDS = 366 * 86400.0  # a year: longer windows or periods are a typo (and inf overflows timedelta)
+
+
 def positive_seconds(value: str, variable: str) -> float:
-    """A positive number of seconds from a variable's value."""
+    """A positive, finite number of seconds (at most a year) from a variable's value."""
     try:
         number = float(value)
     except ValueError:
         raise ConfigError(f"{variable} must be a number of seconds, not {value!r}") from None
     if not number > 0:
         raise ConfigError(f"{variable} must be more than 0 seconds, not {value!r}")
+    if not number <= MAX_SECONDS:  # also refuses inf
+        raise ConfigError(f"{variable} must be at most {MAX_SECONDS:.0f} seconds (a year), not {value!r}")
     return number
 
 

@@ -118,3 +118,47 @@ def test_printable_strips_control_characters():
 
     hostile = "SELECT 1 /* \x1b]0;pwned\x07 \x1b[2J \x9b31m \u202eevil */\tx\n"
     assert printable(hostile) == "SELECT 1 /* ]0;pwned [2J 31m evil */\tx\n"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "words"),
+    [
+        ("RADAR_WINDOW_SECONDS", "inf", "at most"),
+        ("RADAR_PERIOD_SECONDS", "1e300", "at most"),
+        ("RADAR_SCRAPE_INTERVAL_SECONDS", "nan", "more than 0"),
+        ("RADAR_REANALYSIS_DAYS", "abc", "whole number"),
+        ("RADAR_REANALYSIS_DAYS", "-1", "at least 1"),
+        ("RADAR_PLAN_TOP_N", "0", "at least 1"),
+        ("RADAR_RETENTION_DAYS", "2.5", "whole number"),
+        ("RADAR_SLACK_TOKEN", "xoxb-1", "RADAR_SLACK_CHANNEL is not"),
+        ("RADAR_SLACK_CHANNEL", "#radar", "RADAR_SLACK_TOKEN is not"),
+        ("RADAR_SLACK_WEBHOOK_URL", "hooks.slack.com/x", "https://"),
+        ("RADAR_DAGSTER_URL", "localhost:3000", "http(s) URL"),
+        ("RADAR_COLLECTOR_ROLE", "radar; DROP", "role name"),
+        ("RADAR_TARGETS", "main=postgresql://u:Sec/ret9@h/db", "percent-encode"),
+        ("RADAR_WAREHOUSE_URL", "mysql://u:Secret9@h/db", "must be a postgresql"),
+        ("RADAR_DAGSTER_PG_URL", "sqlite:///x", "must be a postgresql"),
+    ],
+)
+def test_every_variable_is_validated_when_the_definitions_load(variable, value, words):
+    from radar_pipeline.defs.environment import validate_environment
+
+    with pytest.raises(ConfigError, match=variable) as err:
+        validate_environment({variable: value})
+    assert words in str(err.value) and "Secret9" not in str(err.value) and "ret9" not in str(err.value)
+
+
+def test_the_code_location_does_not_load_with_a_bad_variable():
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", "import radar_pipeline.definitions"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "RADAR_WINDOW_SECONDS": "inf", "DAGSTER_DISABLE_TELEMETRY": "1"},
+    )
+    assert proc.returncode != 0
+    assert "ConfigError: RADAR_WINDOW_SECONDS must be at most" in proc.stderr

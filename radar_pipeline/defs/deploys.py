@@ -8,7 +8,7 @@ from typing import Any
 import dagster as dg
 
 from radar_pipeline import plan_shape
-from radar_pipeline.config import ConfigError, Target
+from radar_pipeline.config import ConfigError, Target, positive_int
 from radar_pipeline.defs.metadata import table
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.engine import ENGINE_VERSION
@@ -238,7 +238,7 @@ def deploy_reanalysis_schedule(
     context: dg.ScheduleEvaluationContext, warehouse: WarehouseResource, analysis: AnalysisResource
 ) -> list[dg.RunRequest] | dg.SkipReason:
     """Deploys of the last RADAR_REANALYSIS_DAYS days (default 7) analysed with settings other than today's."""
-    days = int(os.environ.get(REANALYSIS_DAYS_VAR) or 7)
+    days = positive_int(os.environ.get(REANALYSIS_DAYS_VAR), REANALYSIS_DAYS_VAR, 7)
     current = analysis.settings().to_dict()
     with warehouse.engine().connect() as conn:
         stale = analysis_store.stale_analyses(conn, current, ENGINE_VERSION, timedelta(days=days))

@@ -131,7 +131,8 @@ def _charts(conn: sa.Connection, facts: AnalysisFacts, rows: pd.DataFrame) -> li
     settings = EngineSettings.from_dict(rows["settings"].iloc[0])
     lo, hi = facts.split_at - settings.window, facts.split_at + settings.window
     window = read_window(conn, facts.target, lo, hi, only=rows[KEY])
-    series = interval_means(window.counters.drop(columns=["fingerprint"]), pd.Timestamp(lo), pd.Timestamp(hi))
+    bare = window.counters.drop(columns=["fingerprint", "dbid", "userid", "toplevel"])  # a series per key, unmerged
+    series = interval_means(bare, pd.Timestamp(lo), pd.Timestamp(hi))
     by_key = {tuple(k): i for i, k in enumerate(window.keys[KEY].itertuples(index=False))}
     folder = chart_folder(facts.analysis_id)
     charts = []

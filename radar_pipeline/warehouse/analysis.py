@@ -141,6 +141,8 @@ def _as_counters(statements: list[tuple]) -> WindowCounters:
         elif name != "reset_before":
             columns[name] = values
     columns["fingerprint"] = np.repeat(np.array([s[4] for s in statements], dtype=np.int64), lengths)
+    for name in ("dbid", "userid", "toplevel"):  # the engine merges fingerprints only within these
+        columns[name] = np.repeat(keys[name].to_numpy(), lengths)
     counters = pd.DataFrame(columns)
     return WindowCounters(counters=counters, keys=keys)
 
