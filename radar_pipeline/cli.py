@@ -47,10 +47,14 @@ def db() -> None:
 @click.option("--url", envvar=WAREHOUSE_URL_VAR, help=f"warehouse URL (default: ${WAREHOUSE_URL_VAR})")
 def db_upgrade(url: str | None) -> None:
     """Apply the sql/ migrations not yet applied to the warehouse."""
+    from radar_pipeline.steps.statement_keys import rekey
     from radar_pipeline.warehouse import migrations
 
     try:
         applied = migrations.upgrade(_require(url))
+        engine = _engine(url)
+        rekeyed = rekey(engine)
+        engine.dispose()
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     except Exception as exc:  # a connection failure must not print the password
@@ -59,6 +63,8 @@ def db_upgrade(url: str | None) -> None:
         click.echo(f"applied {len(applied)} migration(s): {', '.join(applied)}")
     else:
         click.echo("the warehouse schema is up to date")
+    if rekeyed:
+        click.echo(f"{rekeyed} statement key(s) recomputed from their text")
 
 
 @main.group(invoke_without_command=True)
