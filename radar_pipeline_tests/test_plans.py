@@ -98,6 +98,17 @@ def test_index_dropped_at_a_deploy_shows_in_the_plan_diff(app_db, warehouse):
     assert ("plan_changed", plan_shape.summary(diff)) in [tuple(r) for r in stored]
     assert recorded.inserted
 
+    # The index comes back and its plan is stored, newest of all; a re-analysis still diffs the window's plans.
+    run(target, "CREATE INDEX probe_id_idx ON probe (id)")
+    scrape(target, warehouse)
+    run(target, LOOKUP, 3, (7,))
+    scrape(target, warehouse)
+    assert capture_target(target, warehouse).stored >= 1
+    assert _plans(warehouse, target.name)[-1] == ("Index Scan using probe_id_idx on probe", "generic_plan")
+    again = analyse_deploy(warehouse, "drop-index", settings, live_targets={target.name: target})
+    redo = again.verdicts.set_index("queryid").loc[lookup.queryid]
+    assert redo.cause == "plan_changed" and redo.plan_diff == diff
+
 
 @pytest.mark.parametrize("server", ["pg18"], indirect=True)
 def test_a_statement_that_no_longer_plans_is_skipped_and_remembered(app_db, warehouse):
