@@ -21,7 +21,7 @@ from radar_pipeline.steps.deploy_analysis import analyse_deploy
 from radar_pipeline.steps.plan_capture import capture_target
 from radar_pipeline.warehouse import deploys
 
-from .helpers import run, scrape
+from .helpers import collector_target, run, scrape
 
 LOOKUP = "SELECT payload FROM probe WHERE id = %s"
 
@@ -52,6 +52,7 @@ def _plans(warehouse, target: str) -> list[tuple]:
 def test_index_dropped_at_a_deploy_shows_in_the_plan_diff(app_db, warehouse):
     server, target = app_db
     _probe_table(target)
+    collector = collector_target(target)
     window, scrape_every = 3.0, 0.15
     settings = EngineSettings(window=timedelta(seconds=window), tolerance_floor=timedelta(seconds=1))
 
@@ -66,17 +67,17 @@ def test_index_dropped_at_a_deploy_shows_in_the_plan_diff(app_db, warehouse):
                 time.sleep(max(0.0, scrape_every - (time.monotonic() - tick)))
 
     drive(0.5)
-    before = capture_target(target, warehouse)
+    before = capture_target(collector, warehouse)
     assert before.source == "generic_plan" and before.reason == "pg_store_plans is not installed"
     assert _plans(warehouse, target.name) == [("Index Scan using probe_id_idx on probe", "generic_plan")]
-    assert capture_target(target, warehouse).stored == 0  # same shape: nothing new stored
+    assert capture_target(collector, warehouse).stored == 0  # same shape: nothing new stored
 
     drive(window)
     recorded = deploys.record(warehouse, deploys.DeployEvent("drop-index", target.name))
     run(target, "DROP INDEX probe_id_idx")
     drive(window + 2 * scrape_every)
 
-    result = analyse_deploy(warehouse, "drop-index", settings, live_targets={target.name: target})
+    result = analyse_deploy(warehouse, "drop-index", settings, live_targets={target.name: collector})
     texts = result.verdicts["queryid"].map(result.texts).fillna("")
     lookup = result.verdicts[texts.str.startswith("SELECT payload FROM probe")].iloc[0]
     assert lookup.verdict == "detected" and lookup.cause == "plan_changed"
@@ -103,9 +104,9 @@ def test_index_dropped_at_a_deploy_shows_in_the_plan_diff(app_db, warehouse):
     scrape(target, warehouse)
     run(target, LOOKUP, 3, (7,))
     scrape(target, warehouse)
-    assert capture_target(target, warehouse).stored >= 1
+    assert capture_target(collector, warehouse).stored >= 1
     assert _plans(warehouse, target.name)[-1] == ("Index Scan using probe_id_idx on probe", "generic_plan")
-    again = analyse_deploy(warehouse, "drop-index", settings, live_targets={target.name: target})
+    again = analyse_deploy(warehouse, "drop-index", settings, live_targets={target.name: collector})
     redo = again.verdicts.set_index("queryid").loc[lookup.queryid]
     assert redo.cause == "plan_changed" and redo.plan_diff == diff
 
@@ -114,13 +115,14 @@ def test_index_dropped_at_a_deploy_shows_in_the_plan_diff(app_db, warehouse):
 def test_a_statement_that_no_longer_plans_is_skipped_and_remembered(app_db, warehouse):
     server, target = app_db
     _probe_table(target)
+    collector = collector_target(target)
     run(target, "CREATE TABLE doomed (a int)")
     run(target, "SELECT count(*) FROM doomed WHERE a = %s", 3, (1,))
     run(target, LOOKUP, 3, (5,))
     run(target, "SELECT 1")  # fine to plan, but nothing to look at
     scrape(target, warehouse)
     run(target, "DROP TABLE doomed")
-    capture = capture_target(target, warehouse)
+    capture = capture_target(collector, warehouse)
     reasons = set(capture.skipped.values())
     assert any(r.startswith('EXPLAIN failed: relation "doomed" does not exist') for r in reasons)
     assert ("Index Scan using probe_id_idx on probe", "generic_plan") in _plans(warehouse, target.name)
@@ -129,7 +131,7 @@ def test_a_statement_that_no_longer_plans_is_skipped_and_remembered(app_db, ware
         assert skipped.scalar_one() == len(capture.skipped)
     run(target, LOOKUP, 3, (6,))
     scrape(target, warehouse)
-    again = capture_target(target, warehouse)
+    again = capture_target(collector, warehouse)
     assert not any("doomed" in r for r in again.skipped.values())  # not retried within a day
 
     # The collector's EXPLAINs are in pg_stat_statements now; the next snapshot leaves them out.
@@ -153,7 +155,7 @@ def test_postgresql_15_has_no_plans_and_everything_else_works(pg15, pg18, wareho
             _probe_table(target)
             run(target, LOOKUP, 3, (9,))
             scrape(target, warehouse)
-            targets.append(target)
+            targets.append(collector_target(target))
         spec = " ".join(f"{t.name}={t.dsn}" for t in targets)
         with dg.instance_for_test() as instance:
             result = dg.materialize(
@@ -215,3 +217,60 @@ def test_plan_shape_ignores_costs_and_names_scan_changes():
     assert plan_shape.summary(plan_shape.diff(PLAN_A, PLAN_A)) == "plan unchanged"
     with pytest.raises(ValueError, match="not an EXPLAIN"):
         plan_shape.root({"nope": 1})
+
+
+def _pgss_count(target: Target, like: str) -> int:
+    with psycopg.connect(target.dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_statements WHERE query LIKE %s", (like,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+@pytest.mark.parametrize("server", ["pg18"], indirect=True)
+def test_plan_capture_refuses_roles_that_could_reset_statistics_and_plans_dml_with_the_readme_grants(
+    app_db, warehouse, warehouse_url
+):
+    server, target = app_db
+    _probe_table(target)
+    collector = collector_target(target)
+    # A function wrongly marked IMMUTABLE: planning `SELECT tick()` evaluates it.
+    run(
+        target,
+        "CREATE FUNCTION tick() RETURNS int IMMUTABLE LANGUAGE sql AS 'SELECT 1 FROM pg_stat_statements_reset()'",
+    )
+    run(target, "SELECT tick()")
+    run(target, LOOKUP, 3, (4,))
+    run(target, "UPDATE probe SET payload = payload WHERE id = %s", 3, (5,))
+    scrape(target, warehouse)
+
+    refused = capture_target(target, warehouse)  # the application's superuser
+    assert refused.source is None and "a superuser" in (refused.reason or "") and refused.tried == 0
+    assert _pgss_count(target, "SELECT payload FROM probe%") == 1  # nothing was reset
+
+    run(target, "GRANT EXECUTE ON FUNCTION pg_stat_statements_reset TO radar_collector")
+    try:
+        resetter = capture_target(collector, warehouse)
+        assert resetter.source is None and "may execute pg_stat_statements_reset" in (resetter.reason or "")
+    finally:
+        run(target, "REVOKE EXECUTE ON FUNCTION pg_stat_statements_reset FROM radar_collector")
+
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [plan_snapshots],
+            resources={
+                "warehouse": WarehouseResource(url=warehouse_url),
+                "targets": TargetsResource(spec=f"{target.name}={collector.dsn}"),
+            },
+            instance=instance,
+        )
+    meta = result.asset_materializations_for_node("plan_snapshots")[0].metadata
+    assert _pgss_count(target, "SELECT payload FROM probe%") == 1  # planning tick() was refused its reset
+    reasons = {r.data["reason"] for r in meta["skipped_statements"].records}
+    assert any("permission denied for function pg_stat_statements_reset" in r for r in reasons), reasons
+    with warehouse.connect() as conn:
+        roots = {
+            r[0]
+            for r in conn.execute(
+                sa.text("SELECT root_node FROM radar.plan_snapshot WHERE target = :t"), {"t": target.name}
+            )
+        }
+    assert "ModifyTable on probe" in roots and "Index Scan using probe_id_idx on probe" in roots

@@ -21,6 +21,8 @@ from radar_pipeline.collector.pgss import COLLECTOR_MARK
 
 STORE_PLANS, GENERIC_PLAN = "pg_store_plans", "generic_plan"
 PLANNABLE = {"SelectStmt", "InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt"}
+# Functions whose right to run means the planner, folding a function wrongly marked IMMUTABLE, could reset statistics.
+RESET_FUNCTIONS = ("pg_stat_statements_reset", "pg_stat_reset", "pg_stat_reset_shared", "pg_store_plans_reset")
 
 
 @dataclass(frozen=True)
@@ -38,12 +40,17 @@ class PlanUnavailable(Exception):
 
 
 def plan_source(conn: psycopg.Connection) -> PlanSource:
-    """Decide the plan source for the connected server (see the module docstring)."""
+    """Decide the plan source for the connected server (see the module docstring); none when the role is a superuser
+    or may reset statistics, since planning can run functions (one wrongly marked IMMUTABLE is evaluated by the
+    planner, and a read-only transaction does not stop pg_stat_statements_reset())."""
     version, database_oid, query_id = _one(
         conn,
         f"SELECT {COLLECTOR_MARK} current_setting('server_version_num')::int, oid, current_setting('compute_query_id') "
         "FROM pg_database WHERE datname = current_database()",
     )
+    refused = _refused_role(conn)
+    if refused is not None:
+        return PlanSource(None, refused, database_oid)
     row = conn.execute(
         f"SELECT {COLLECTOR_MARK} n.nspname, e.extversion FROM pg_extension e "
         "JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_store_plans'"
@@ -110,8 +117,31 @@ def statement_kind(text: str) -> str:
     return type(statements[0].stmt).__name__
 
 
-def _one(conn: psycopg.Connection, query: str) -> tuple:
-    row = conn.execute(query).fetchone()  # type: ignore[arg-type]
+def _refused_role(conn: psycopg.Connection) -> str | None:
+    """Why plan capture must not run as the connected role, or None."""
+    role, superuser, resetting = _one(
+        conn,
+        f"SELECT {COLLECTOR_MARK} current_user, rolsuper, ("
+        "  SELECT string_agg(DISTINCT p.proname, ', ' ORDER BY p.proname) FROM pg_proc p "
+        "  WHERE p.proname = ANY(%s) AND has_function_privilege(p.oid, 'EXECUTE')) "
+        "FROM pg_roles WHERE rolname = current_user",
+        (list(RESET_FUNCTIONS),),
+    )
+    if superuser:
+        return (
+            f"plan capture refuses to run as {role!r}, a superuser: planning may run functions wrongly marked IMMUTABLE"
+            " (connect as a role of its own, see the README)"
+        )
+    if resetting:
+        return (
+            f"plan capture refuses to run as {role!r}, which may execute {resetting}: planning may run functions "
+            "wrongly marked IMMUTABLE (connect as a role of its own, see the README)"
+        )
+    return None
+
+
+def _one(conn: psycopg.Connection, query: str, params: tuple = ()) -> tuple:
+    row = conn.execute(query, params or None).fetchone()  # type: ignore[arg-type]
     assert row is not None, "a query that always returns a row returned none"
     return row
 

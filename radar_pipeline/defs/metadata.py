@@ -4,6 +4,7 @@ errors) go in as table records, never Markdown, so nothing in them can become a 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import dagster as dg
 
@@ -12,7 +13,7 @@ from radar_pipeline.config import printable
 Cell = str | int | float | bool | None
 
 
-def table(columns: Iterable[tuple[str, str]], rows: Iterable[Mapping[str, Cell]]) -> dg.TableMetadataValue:
+def table(columns: Iterable[tuple[str, str]], rows: Iterable[Mapping[str, Any]]) -> dg.TableMetadataValue:
     """A metadata table of (name, type) columns ("string", "int", "float", "bool"); text cells stripped of control
     characters, missing or NaN cells empty."""
     schema = dg.TableSchema(columns=[dg.TableColumn(name, kind) for name, kind in columns])

@@ -14,6 +14,7 @@ from radar_pipeline.steps.plan_capture import DEFAULT_TOP_N, capture_targets
 PLAN_CRON_VAR = "RADAR_PLAN_CRON"
 PLAN_TOP_N_VAR = "RADAR_PLAN_TOP_N"
 DEFAULT_PLAN_CRON = "*/10 * * * *"
+SKIPPED_ROWS_SHOWN = 50  # per target: statements not planned this time, and why
 
 
 @dg.asset(
@@ -48,12 +49,21 @@ def plan_snapshots(
                     "note": note,
                 }
             )
+    skipped: list[dict[str, Any]] = [
+        {"target": c.target, "queryid": key[2], "dbid": key[0], "userid": key[1], "reason": reason}
+        for c in captures
+        for key, reason in sorted(c.skipped.items())[:SKIPPED_ROWS_SHOWN]
+    ]
     columns = [("target", "string"), ("source", "string"), ("tried", "int"), ("stored", "int")]
     columns += [("skipped", "int"), ("note", "string")]
     metadata: dict[str, Any] = {
         "targets": table(columns, rows),
         "plans_stored": sum(c.stored for c in captures),
         "skipped": sum(len(c.skipped) for c in captures),
+        "skipped_statements": table(
+            [("target", "string"), ("queryid", "int"), ("dbid", "int"), ("userid", "int"), ("reason", "string")],
+            skipped,
+        ),
         "unavailable_targets": dg.MetadataValue.json(
             {c.target: c.reason for c in captures if c.source is None and c.error is None}
         ),

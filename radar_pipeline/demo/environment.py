@@ -19,6 +19,7 @@ from radar_pipeline.demo.local_postgres import LocalPostgres
 
 HOME_VAR = "RADAR_HOME"
 APP_DB, WAREHOUSE_DB, DAGSTER_DB = "shop", "radar", "dagster"
+COLLECTOR_ROLE = "radar_collector"
 TARGET = "shop"
 COMPRESSED = {
     "RADAR_WINDOW_SECONDS": "30",
@@ -48,7 +49,8 @@ class Embedded:
         """The variables a deployment would set, for this embedded default."""
         return {
             "RADAR_WAREHOUSE_URL": self.server.url(WAREHOUSE_DB, driver="postgresql+psycopg"),
-            "RADAR_TARGETS": f"{TARGET}={self.server.url(APP_DB)}",
+            "RADAR_TARGETS": f"{TARGET}={self.server.url(APP_DB, user=COLLECTOR_ROLE)}",
+            "RADAR_COLLECTOR_ROLE": COLLECTOR_ROLE,
             "RADAR_DAGSTER_PG_URL": self.server.url(DAGSTER_DB, driver="postgresql+psycopg2"),
             "RADAR_CHART_DIR": str(self.charts),
             "DAGSTER_HOME": str(self.dagster_home),
@@ -84,6 +86,16 @@ def start(fresh: bool) -> Embedded:
         for name in (APP_DB, WAREHOUSE_DB, DAGSTER_DB):
             if name not in existing:
                 conn.execute(f'CREATE DATABASE "{name}"')
+        # the collector's own role, as the README sets it up: plan capture refuses to run as a superuser
+        conn.execute(
+            f"DO $$ BEGIN CREATE ROLE {COLLECTOR_ROLE} LOGIN IN ROLE pg_read_all_stats; "
+            "EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+        )
+    with psycopg.connect(server.dsn(APP_DB), autocommit=True) as conn:
+        conn.execute(
+            "ALTER DEFAULT PRIVILEGES IN SCHEMA public "
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {COLLECTOR_ROLE}"
+        )
     embedded = Embedded(root, server)
     embedded.dagster_home.mkdir(parents=True, exist_ok=True)
     (embedded.dagster_home / "dagster.yaml").write_text(
