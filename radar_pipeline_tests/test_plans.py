@@ -274,3 +274,61 @@ def test_plan_capture_refuses_roles_that_could_reset_statistics_and_plans_dml_wi
             )
         }
     assert "ModifyTable on probe" in roots and "Index Scan using probe_id_idx on probe" in roots
+
+
+@pytest.mark.parametrize("server", ["pg18"], indirect=True)
+def test_pg_store_plans_is_read_per_its_plan_format_and_falls_back_to_generic_plan(app_db):
+    """pg_store_plans is not installable here (no Debian or PyPI package): a schema of our own mimics its view and
+    pg_store_plans_jsonplan(), the raw (short JSON) and json formats included, to test how they are read."""
+    from radar_pipeline.collector import plans, session
+
+    server, target = app_db
+    _probe_table(target)
+    collector = collector_target(target)
+    full = json.dumps({"Plan": {"Node Type": "Index Only Scan", "Relation Name": "probe", "Total Cost": 4.3}})
+    short = full.replace('"Node Type"', '"t"')
+    run(target, "CREATE SCHEMA mimic")
+    run(
+        target,
+        "CREATE FUNCTION mimic.pg_store_plans_jsonplan(text) RETURNS text LANGUAGE sql "
+        "AS $$ SELECT replace($1, '\"t\"', '\"Node Type\"') $$",
+    )
+    run(
+        target,
+        "CREATE VIEW mimic.pg_store_plans AS SELECT d.oid AS dbid, r.oid AS userid, 77::bigint AS queryid, "
+        "CASE current_setting('pg_store_plans.plan_format', true) WHEN 'json' THEN %s ELSE %s END AS plan, "
+        "now() AS last_call FROM pg_database d, pg_roles r WHERE d.datname = current_database() "
+        "AND r.rolname = 'postgres'".replace("%s", "'{}'").format(full, short),
+    )
+    run(target, "GRANT USAGE ON SCHEMA mimic TO radar_collector")
+    run(target, "GRANT SELECT ON ALL TABLES IN SCHEMA mimic TO radar_collector")
+    with session.connect(collector) as conn:
+        dboid, userid = conn.execute(
+            "SELECT d.oid, r.oid FROM pg_database d, pg_roles r "
+            "WHERE d.datname = current_database() AND r.rolname = 'postgres'"
+        ).fetchone()  # type: ignore[misc]
+        source = plans.PlanSource(plans.STORE_PLANS, None, dboid, "mimic")
+        key, text = (dboid, userid, 77, True), "SELECT payload FROM probe WHERE id = $1"
+
+        def captured(fmt: str | None) -> tuple[str, str]:
+            conn.execute(
+                "RESET pg_store_plans.plan_format" if fmt is None else f"SET pg_store_plans.plan_format = {fmt}"
+            )
+            origin, plan = plans.capture(conn, source, key, text)
+            return origin, plan["Plan"]["Node Type"]
+
+        assert captured(None) == (plans.STORE_PLANS, "Index Only Scan")  # raw by default: inflated
+        assert captured("raw") == (plans.STORE_PLANS, "Index Only Scan")
+        assert captured("json") == (plans.STORE_PLANS, "Index Only Scan")  # read as it is
+        assert captured("text") == (plans.GENERIC_PLAN, "Index Scan")  # no shape in text: GENERIC_PLAN
+        assert plans.capture(conn, source, (dboid, userid, 78, True), text)[0] == plans.GENERIC_PLAN  # no row
+    run(
+        target,
+        "CREATE OR REPLACE FUNCTION mimic.pg_store_plans_jsonplan(text) RETURNS text LANGUAGE sql "
+        "AS $$ SELECT 'not json' $$",
+    )
+    with session.connect(collector) as conn:
+        assert plans.capture(conn, source, key, text)[0] == plans.GENERIC_PLAN  # any failure: GENERIC_PLAN
+    run(target, "REVOKE USAGE ON SCHEMA mimic FROM radar_collector")
+    with session.connect(collector) as conn:
+        assert plans.capture(conn, source, key, text)[0] == plans.GENERIC_PLAN
