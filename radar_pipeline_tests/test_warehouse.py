@@ -1,4 +1,4 @@
-"""The warehouse schema: migrations, the SQLAlchemy mirror of sql/, day partitions and retention."""
+"""The warehouse schema: migrations, day partitions and retention."""
 
 from __future__ import annotations
 
@@ -7,27 +7,12 @@ from datetime import UTC, date, datetime, timedelta
 import sqlalchemy as sa
 
 from radar_pipeline.defs.retention import apply_retention
-from radar_pipeline.warehouse import migrations, tables
+from radar_pipeline.warehouse import migrations
 
 
 def test_upgrade_is_idempotent(warehouse_url):
     assert migrations.pending(warehouse_url) == []
     assert migrations.upgrade(warehouse_url) == []
-
-
-def test_tables_mirror_the_migrated_schema(warehouse):
-    inspector = sa.inspect(warehouse)
-    for table in tables.metadata.sorted_tables:
-        if table.name in inspector.get_view_names(schema="radar"):
-            live = inspector.get_columns(table.name, schema="radar")
-            assert [c["name"] for c in live] == [c.name for c in table.columns], table.name
-            continue
-        live = {c["name"]: c for c in inspector.get_columns(table.name, schema="radar")}
-        assert list(live) == [c.name for c in table.columns], table.name
-        for column in table.columns:
-            assert live[column.name]["nullable"] == column.nullable, f"{table.name}.{column.name}"
-        pk = inspector.get_pk_constraint(table.name, schema="radar")["constrained_columns"]
-        assert pk == [c.name for c in table.primary_key.columns], table.name
 
 
 def _partitions(warehouse) -> list[str]:
@@ -150,3 +135,22 @@ def test_read_window_brings_each_statements_last_earlier_row(warehouse):
     since = c["stats_since"].tolist()
     assert since[3] == since[4] != since[5]  # the reset changes the counters' epoch, so the engine drops that interval
     assert c["fingerprint"].tolist() == [1, 1, 1, 2, 2, 2]
+
+
+def test_retention_cuts_at_utc_midnight_whatever_the_session_time_zone(warehouse):
+    today = date(2026, 11, 29)
+    cutoff = datetime(2026, 11, 15, tzinfo=UTC)  # 14 days back
+    with warehouse.begin() as conn:
+        database = conn.execute(sa.text("SELECT current_database()")).scalar_one()
+        conn.execute(sa.text(f"ALTER DATABASE \"{database}\" SET timezone = 'Pacific/Honolulu'"))
+        for at in (cutoff - timedelta(minutes=30), cutoff + timedelta(minutes=30)):
+            conn.execute(
+                sa.text("INSERT INTO radar.pgss_info_snapshot VALUES ('t', :at, 0, NULL, 180000, '1.12', 1, 1)"),
+                {"at": at},
+            )
+    warehouse.dispose()  # new connections take the database's time zone
+    apply_retention(warehouse, keep_days=14, today=today)
+    with warehouse.connect() as conn:
+        assert conn.execute(sa.text("SHOW timezone")).scalar_one() == "Pacific/Honolulu"
+        kept = conn.execute(sa.text("SELECT captured_at FROM radar.pgss_info_snapshot")).scalars().all()
+    assert kept == [cutoff + timedelta(minutes=30)]
