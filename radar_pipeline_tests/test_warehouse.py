@@ -154,3 +154,21 @@ def test_retention_cuts_at_utc_midnight_whatever_the_session_time_zone(warehouse
         assert conn.execute(sa.text("SHOW timezone")).scalar_one() == "Pacific/Honolulu"
         kept = conn.execute(sa.text("SELECT captured_at FROM radar.pgss_info_snapshot")).scalars().all()
     assert kept == [cutoff + timedelta(minutes=30)]
+
+
+def test_scrape_coverage_counts_the_gap_from_the_first_samples_interval_start(warehouse):
+    from radar_pipeline.warehouse.analysis import window_health
+
+    lo = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    hi = lo + timedelta(minutes=30)
+    with warehouse.begin() as conn:
+        conn.execute(sa.text("SELECT radar.ensure_pgss_snapshot_partitions('2026-11-28', 3)"))
+        # the scraper stopped for two hours: the window's first sample spans 10:00 → 12:01
+        for at in [lo - timedelta(hours=2)] + [lo + timedelta(minutes=m) for m in range(1, 31)]:
+            conn.execute(
+                sa.text("INSERT INTO radar.pgss_info_snapshot VALUES ('t', :at, 0, NULL, 180000, '1.12', 1, 1)"),
+                {"at": at},
+            )
+        health = window_health(conn, "t", lo, hi)
+    assert health["scrapes"] == 30
+    assert health["longest_gap_s"] == (2 * 3600 + 60)
