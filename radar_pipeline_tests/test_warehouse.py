@@ -172,3 +172,39 @@ def test_scrape_coverage_counts_the_gap_from_the_first_samples_interval_start(wa
         health = window_health(conn, "t", lo, hi)
     assert health["scrapes"] == 30
     assert health["longest_gap_s"] == (2 * 3600 + 60)
+
+
+def test_interval_function_reads_a_range_and_agrees_with_the_view(warehouse):
+    import numpy as np
+    import pandas as pd
+
+    from .helpers import store_counters
+
+    start = pd.Timestamp("2026-11-26 00:00", tz="UTC")
+    times = start + pd.to_timedelta(np.arange(0, 3 * 24 * 60, 10), unit="min")  # three days, a scrape every 10 min
+    frames = []
+    for queryid in (1, 2, 3):
+        calls = np.cumsum(np.full(len(times), 5 * queryid))
+        if queryid == 3:  # idle for the first two days: its last row before the range is days old
+            calls[: len(times) * 2 // 3] = 0
+        frames.append(
+            pd.DataFrame({"queryid": queryid, "captured_at": times, "calls": calls, "total_exec_time": calls * 1.5})
+        )
+    frame = pd.concat(frames)
+    frame = frame[frame.groupby("queryid")["calls"].diff().fillna(1) != 0]  # no row when counters did not move
+    store_counters(warehouse, "t", frame, {1: "SELECT 1", 2: "SELECT 2", 3: "SELECT 3"})
+    lo, hi = pd.Timestamp("2026-11-28 12:00", tz="UTC"), pd.Timestamp("2026-11-28 13:00", tz="UTC")
+    columns = "queryid, interval_start, interval_end, calls, total_exec_time, mean_exec_time_ms"
+    with warehouse.connect() as conn:
+        bounded = conn.execute(
+            sa.text(f"SELECT {columns} FROM radar.pgss_intervals('t', :lo, :hi) ORDER BY 1, 3"), {"lo": lo, "hi": hi}
+        ).all()
+        viewed = conn.execute(
+            sa.text(
+                f"SELECT {columns} FROM radar.pgss_interval WHERE target = 't' AND interval_end > :lo "
+                "AND interval_end <= :hi ORDER BY 1, 3"
+            ),
+            {"lo": lo, "hi": hi},
+        ).all()
+    assert bounded == viewed and len(bounded) == 3 * 6
+    assert {r[0] for r in bounded} == {1, 2, 3}
