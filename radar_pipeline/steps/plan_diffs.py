@@ -39,12 +39,13 @@ def plan_diffs(
             key = statement_key([getattr(row, k) for k in KEY])
             change_at = row.change_at.to_pydatetime()
             before, after = stored_plans.around(conn, target_name, key, change_at, until)
+            why = "none was captured within the window's reach"
             if after is None and live is not None and now <= until:
                 if connection is None:
                     connection, source = _open(live)
                 if connection is not None and source is not None:
-                    after = _capture_now(conn, connection, source, target_name, key)
-            diffs.append(_diff(before, after, change_at))
+                    after, why = _capture_now(conn, connection, source, target_name, key)
+            diffs.append(_diff(before, after, change_at, why))
     finally:
         if connection is not None:
             connection.close()
@@ -61,24 +62,27 @@ def _open(target: Target) -> tuple[psycopg.Connection | None, plans.PlanSource |
 
 def _capture_now(
     conn: sa.Connection, live: psycopg.Connection, source: plans.PlanSource, target: str, key: Key
-) -> stored_plans.StoredPlan | None:
+) -> tuple[stored_plans.StoredPlan | None, str]:
+    """The plan captured now and stored, or None and why it could not be."""
+    if source.source is None:
+        return None, f"none could be captured now: {source.reason}"
     try:
         captured = capture_one(live, source, key, stored_plans.text_of(conn, target, key))
-    except plans.PlanUnavailable:
-        return None
+    except plans.PlanUnavailable as exc:
+        return None, f"none could be captured now: {exc}"
     now = live.execute("SELECT statement_timestamp()").fetchone()[0]  # type: ignore[index]
     stored_plans.store(conn, target, now, {key: captured}, {})
     origin, plan_hash, root_node, cost, plan = captured
-    return stored_plans.StoredPlan(now, origin, plan_hash, root_node, cost, plan)
+    return stored_plans.StoredPlan(now, origin, plan_hash, root_node, cost, plan), ""
 
 
 def _diff(
-    before: stored_plans.StoredPlan | None, after: stored_plans.StoredPlan | None, change_at: datetime
+    before: stored_plans.StoredPlan | None, after: stored_plans.StoredPlan | None, change_at: datetime, why: str
 ) -> dict[str, Any]:
     if before is None:
         return {"unavailable": f"no plan was captured before the change at {change_at.isoformat()}"}
     if after is None:
-        return {"unavailable": "no plan was captured after the change within the window's reach"}
+        return {"unavailable": f"no plan after the change: {why}"}
     out = plan_shape.diff(before.plan, after.plan, before.source, after.source)
     out["captured_before"] = before.captured_at.isoformat()
     out["captured_after"] = after.captured_at.isoformat()
