@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from radar_pipeline.config import WAREHOUSE_URL_VAR, ConfigError, mask_password
+from radar_pipeline.config import WAREHOUSE_URL_VAR, ConfigError, printable, scrub_secret
 from radar_pipeline.terminal import clean, fitted_table
 
 if TYPE_CHECKING:
@@ -50,18 +50,25 @@ def db() -> None:
 @click.option("--warehouse", "--url", "url", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
 def db_upgrade(url: str | None) -> None:
     """Apply the sql/ migrations not yet applied to the warehouse."""
+    from radar_pipeline.steps.statement_keys import rekey
     from radar_pipeline.warehouse import migrations
 
     try:
-        applied = migrations.upgrade(_require(url))
+        url = _require(url)
+        applied = migrations.upgrade(url)
+        engine = _engine(url)
+        rekeyed = rekey(engine)
+        engine.dispose()
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     except Exception as exc:  # a connection failure must not print the password
-        raise click.ClickException(mask_password(f"migrating {mask_password(url or '')} failed: {exc}")) from None
+        raise click.ClickException(_failure(f"migrating {url or 'the warehouse'} failed", exc, url)) from None
     if applied:
         click.echo(f"applied {len(applied)} migration(s): {', '.join(applied)}")
     else:
         click.echo("the warehouse schema is up to date")
+    if rekeyed:
+        click.echo(f"{rekeyed} statement key(s) recomputed from their text")
 
 
 @main.group(invoke_without_command=True)
@@ -98,16 +105,18 @@ def deploy(
         raise click.UsageError("no deploy id: pass --id (outside GitHub Actions and GitLab CI it has no default)")
     try:
         event = deploys.DeployEvent(
-            deployed_at=deploys.parse_time(at, "--at") if at else None,
+            deployed_at=deploys.parse_time(at, "--at") if at is not None else None,
             source=found.get("source", "cli") if deploy_id is None else "cli",
             **fields,  # type: ignore[arg-type]
         )
         recorded = deploys.record(_engine(warehouse), event, _configured_targets())
     except (deploys.DeployError, ConfigError) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(printable(str(exc))) from None
+    except Exception as exc:  # the warehouse is down, or refused us: one line, not a traceback
+        raise click.ClickException(_failure("recording the deploy failed", exc, warehouse)) from None
     stored = recorded.event
     state = "recorded" if recorded.inserted else "already recorded, unchanged"
-    click.echo(f"deploy {stored.deploy_id} to {stored.target} at {stored.deployed_at}: {state}")
+    click.echo(printable(f"deploy {stored.deploy_id} to {stored.target} at {stored.deployed_at}: {state}"))
 
 
 @deploy.command("import")
@@ -120,7 +129,9 @@ def deploy_import(csv_file: Path, warehouse: str | None) -> None:
     try:
         recorded = deploys.import_csv(_engine(warehouse), csv_file, _configured_targets())
     except (deploys.DeployError, ConfigError) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(printable(str(exc))) from None
+    except Exception as exc:
+        raise click.ClickException(_failure("importing the deploys failed", exc, warehouse)) from None
     new = sum(r.inserted for r in recorded)
     click.echo(f"{len(recorded)} deploys read: {new} recorded, {len(recorded) - new} already recorded")
 
@@ -144,10 +155,12 @@ def verdicts(deploy_id: str, show_all: bool, output: str, warehouse: str | None)
 
     try:
         engine = _engine(warehouse)
+        with engine.connect() as conn:
+            table = verdicts_of(conn, deploy_id)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    with engine.connect() as conn:
-        table = verdicts_of(conn, deploy_id)
+    except Exception as exc:
+        raise click.ClickException(_failure("reading the verdicts failed", exc, warehouse)) from None
     if table.empty:
         raise click.ClickException(f"no verdicts for {clean(deploy_id)!r}: not recorded, or not analysed yet")
     if output != "table":
@@ -192,6 +205,13 @@ def _print_verdicts(table: pd.DataFrame) -> None:
     console.print(
         fitted_table(list(columns), rows, console.width, flexible="query", droppable=("reason", "confidence", "change"))
     )
+
+
+def _failure(what: str, exc: BaseException, url: str | None) -> str:
+    """One line for an unexpected failure: what failed and the driver's first line, without the password."""
+    cause = getattr(exc, "orig", None) or exc
+    first = next((line.strip() for line in str(cause).splitlines() if line.strip()), type(cause).__name__)
+    return printable(scrub_secret(f"{what}: {type(cause).__name__}: {first}", url or ""))
 
 
 def _engine(url: str | None):  # type: ignore[no-untyped-def]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 import sqlalchemy.engine
 
@@ -43,26 +43,43 @@ class Target:
         return f"Target(name={self.name!r}, dsn={self.safe_dsn!r})"
 
 
+# scheme://user:password@ — the password runs to the last @ of the word: SQLAlchemy and libpq accept unencoded
+# / # ? in it, which is where urlsplit (and masking built on it) goes wrong. Masking too much is harmless.
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*:/{1,3}[^:/@\s]*):\S*@")
+_KEYWORD_PASSWORD = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
 def mask_password(url: str) -> str:
-    """Replace the password of a postgresql:// URL (or a password=... keyword) with ***."""
-    url = re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", url, flags=re.IGNORECASE)
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return re.sub(r"//([^:/@]*):[^@]*@", r"//\1:***@", url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    userinfo = netloc[0].split(":", 1)[0] + ":***"
-    return urlunsplit(parts._replace(netloc=f"{userinfo}@{netloc[1]}"))
+    """Replace every password in a text holding postgresql:// URLs (parseable or not) or password=... keywords
+    with ***."""
+    url = _KEYWORD_PASSWORD.sub(r"\1***", url)
+    return _URL_PASSWORD.sub(r"\g<head>:***@", url)
+
+
+def url_password(dsn: str) -> str | None:
+    """The password a URL carries, as written (None when it has none), found the way mask_password finds it."""
+    match = re.match(r"[A-Za-z][A-Za-z0-9+.-]*:/{1,3}[^:/@\s]*:(\S*)@", dsn.strip())
+    if match and match.group(1):
+        return match.group(1)
+    keyword = _KEYWORD_PASSWORD.search(dsn)
+    return keyword.group(2).strip("'") if keyword else None
 
 
 def scrub_secret(text: str, dsn: str) -> str:
-    """Remove a DSN's password from an error text, wherever it appears."""
-    password = urlsplit(dsn).password if "://" in dsn else None
+    """Remove a DSN's password from an error text, wherever it appears (as written and percent-decoded)."""
+    password = url_password(dsn)
     if password:
-        text = text.replace(password, "***")
+        for form in sorted({password, unquote(password)}, key=len, reverse=True):
+            if form:
+                text = text.replace(form, "***")
     return mask_password(text)
+
+
+def printable(text: str) -> str:
+    """Text for a terminal or a UI cell: control characters other than newline and tab (escape sequences, C1 codes,
+    bidi overrides) removed, so hostile statement text cannot retitle a terminal or move the cursor."""
+    return _CONTROL.sub("", text)
 
 
 def target_failure(exc: BaseException, target: Target) -> str:
@@ -137,17 +154,24 @@ def positive_int(value: str | None, variable: str, default: int) -> int:
         raise ConfigError(f"{variable} must be a whole number, not {value!r}") from None
     if number < 1:
         raise ConfigError(f"{variable} must be at least 1, not {number}")
+    if number > 1_000_000:
+        raise ConfigError(f"{variable} must be at most 1000000, not {number}")
     return number
 
 
+MAX_SECONDS = 366 * 86400.0  # a year: longer windows or periods are a typo (and inf overflows timedelta)
+
+
 def positive_seconds(value: str, variable: str) -> float:
-    """A positive number of seconds from a variable's value."""
+    """A positive, finite number of seconds (at most a year) from a variable's value."""
     try:
         number = float(value)
     except ValueError:
         raise ConfigError(f"{variable} must be a number of seconds, not {value!r}") from None
     if not number > 0:
         raise ConfigError(f"{variable} must be more than 0 seconds, not {value!r}")
+    if not number <= MAX_SECONDS:  # also refuses inf
+        raise ConfigError(f"{variable} must be at most {MAX_SECONDS:.0f} seconds (a year), not {value!r}")
     return number
 
 
@@ -157,11 +181,17 @@ def env(name: str) -> str | None:
 
 
 def _check_postgres_url(dsn: str, where: str) -> None:
+    password = url_password(dsn) if "://" in dsn else None
+    if password and any(c in password for c in "/#?@"):
+        raise ConfigError(f"{where}: percent-encode / # ? @ in the password (libpq reads them as the URL's next part)")
     try:
         parts = urlsplit(dsn)
         parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError as exc:
-        raise ConfigError(f"{where}: the URL does not parse ({exc}): {mask_password(dsn)!r}") from None
+    except ValueError:
+        # urlsplit's own message quotes the part it choked on, which may be a piece of the password
+        raise ConfigError(
+            f"{where}: the URL does not parse (percent-encode / # ? @ : in the password): {mask_password(dsn)!r}"
+        ) from None
     if parts.scheme not in ("postgresql", "postgres"):
         raise ConfigError(f"{where}: the URL must start with postgresql://, not {mask_password(dsn)!r}")
     if not parts.path.strip("/") and "dbname=" not in parts.query:

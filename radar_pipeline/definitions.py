@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import dagster as dg
 
 from radar_pipeline.defs.alerts import regression_alerts, slack_run_failure_sensor
@@ -11,6 +13,7 @@ from radar_pipeline.defs.deploys import (
     deploy_verdicts,
     deploy_verdicts_job,
 )
+from radar_pipeline.defs.environment import validate_environment
 from radar_pipeline.defs.history import query_history
 from radar_pipeline.defs.periodic import periodic_alerts, periodic_job, periodic_schedule, periodic_verdicts
 from radar_pipeline.defs.plans import plan_snapshot_job, plan_snapshot_schedule_for, plan_snapshots
@@ -23,6 +26,8 @@ from radar_pipeline.defs.reconcile import (
 from radar_pipeline.defs.resources import default_resources, slack_from_environment
 from radar_pipeline.defs.retention import pgss_retention_job, pgss_retention_schedule
 from radar_pipeline.defs.snapshots import pgss_snapshot_job, pgss_snapshot_schedule_for, pgss_snapshots
+
+validate_environment(os.environ)  # a bad RADAR_* value stops the load here, the variable named
 
 defs = dg.Definitions(
     assets=[

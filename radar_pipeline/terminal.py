@@ -3,23 +3,21 @@ to the terminal's width, for the demo and the `radar` command."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from rich.markup import escape
 from rich.table import Table
 
-# C0 controls (tab and newline included: a table cell is one line), DEL and C1 controls: what can move the cursor,
-# retitle the terminal or hide text.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+from radar_pipeline.config import printable
+
 BORDER = 3  # characters a rich table spends per column on borders and padding
 MIN_FLEXIBLE = 30  # narrower than this, the flexible column makes room by dropping the droppable ones
 
 
 def clean(text: object) -> str:
-    """`text` on one line with every control character (escape sequences' ESC included) replaced by a space and
-    runs of white space folded."""
-    return " ".join(_CONTROL.sub(" ", "" if text is None else str(text)).split())
+    """`text` on one line: control characters out (see config.printable) and runs of white space, newlines and tabs
+    included, folded to one space."""
+    return " ".join(printable("" if text is None else str(text)).split())
 
 
 def ellipsis(text: str, width: int) -> str:

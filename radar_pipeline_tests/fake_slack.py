@@ -82,6 +82,57 @@ class FakeSlack:
         return list(self.posted)
 
 
+# Slack's documented limits (Block Kit reference and chat.postMessage): what Slack refuses with invalid_blocks /
+# msg_too_long, the stand-in refuses too.
+MAX_BLOCKS = 50
+MAX_SECTION_TEXT = 3000
+MAX_FIELDS = 10
+MAX_FIELD_TEXT = 2000
+MAX_HEADER = 150
+MAX_CONTEXT_ELEMENTS = 10
+MAX_TEXT = 40_000
+
+
+def limit_errors(payload: dict[str, Any]) -> list[str]:
+    """Where a chat.postMessage or webhook payload breaks Slack's limits (empty when Slack would take it)."""
+    errors: list[str] = []
+    blocks = payload.get("blocks") or []
+    if isinstance(blocks, str):
+        blocks = json.loads(blocks)
+    text = payload.get("text") or ""
+    if len(text) > MAX_TEXT:
+        errors.append(f"text: {len(text)} characters > {MAX_TEXT}")
+    if len(blocks) > MAX_BLOCKS:
+        errors.append(f"{len(blocks)} blocks > {MAX_BLOCKS}")
+    for i, block in enumerate(blocks):
+        kind = block.get("type")
+        if kind == "header" and len(block["text"]["text"]) > MAX_HEADER:
+            errors.append(f"block {i}: header of {len(block['text']['text'])} characters > {MAX_HEADER}")
+        if kind == "section":
+            if "text" in block and len(block["text"]["text"]) > MAX_SECTION_TEXT:
+                errors.append(f"block {i}: section text of {len(block['text']['text'])} > {MAX_SECTION_TEXT}")
+            fields = block.get("fields") or []
+            if len(fields) > MAX_FIELDS:
+                errors.append(f"block {i}: {len(fields)} fields > {MAX_FIELDS}")
+            errors += [
+                f"block {i}: field {j} of {len(f['text'])} characters > {MAX_FIELD_TEXT}"
+                for j, f in enumerate(fields)
+                if len(f["text"]) > MAX_FIELD_TEXT
+            ]
+            if "text" not in block and not fields:
+                errors.append(f"block {i}: a section needs text or fields")
+        if kind == "context":
+            elements = block.get("elements") or []
+            if not 0 < len(elements) <= MAX_CONTEXT_ELEMENTS:
+                errors.append(f"block {i}: {len(elements)} context elements (1–{MAX_CONTEXT_ELEMENTS})")
+            errors += [
+                f"block {i}: context element {j} of {len(e.get('text', ''))} characters > {MAX_SECTION_TEXT}"
+                for j, e in enumerate(elements)
+                if len(e.get("text", "")) > MAX_SECTION_TEXT
+            ]
+    return errors
+
+
 def start() -> tuple[FakeSlack, ThreadingHTTPServer]:
     """Start the server on a free loopback port; the caller shuts it down."""
     state = FakeSlack()
@@ -101,6 +152,12 @@ def start() -> tuple[FakeSlack, ThreadingHTTPServer]:
             if state.hang[path]:
                 self._answer(500, {"ok": False, "error": "lost"}, delay=state.hang[path].popleft())
                 return
+            if path == "/api/chat.postMessage" or path.startswith("/hook/"):
+                broken = limit_errors(state.calls[-1].json)
+                if broken:  # as Slack answers: 200 with ok false from the Web API, 400 from a webhook
+                    status = 400 if path.startswith("/hook/") else 200
+                    self._answer(status, {"ok": False, "error": "invalid_blocks", "errors": broken})
+                    return
             delay = state.late[path].popleft() if state.late[path] else 0.0
             if path.startswith("/hook/"):
                 state.posted.append({"channel": "webhook", "ts": None, **state.calls[-1].json})

@@ -158,3 +158,20 @@ def window_covering(before: list[datetime], at: datetime, intervals: int, nomina
 def _warehouse_now(warehouse: sa.Engine) -> datetime:
     with warehouse.connect() as conn:
         return conn.execute(sa.text("SELECT now()")).scalar_one()
+
+
+COLLECTOR = "radar_collector"
+
+
+def collector_target(target: Target) -> Target:
+    """The same database as `target` (a superuser's), reached as the collector's own role: pg_read_all_stats, and the
+    table privileges EXPLAIN needs (SELECT; INSERT, UPDATE, DELETE for DML plans), the README's set-up."""
+    with psycopg.connect(target.dsn, autocommit=True) as conn:
+        conn.execute(
+            f"DO $$ BEGIN CREATE ROLE {COLLECTOR} LOGIN IN ROLE pg_read_all_stats; "
+            "EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+        )
+        grants = f"SELECT, INSERT, UPDATE, DELETE ON TABLES TO {COLLECTOR}"
+        conn.execute(f"GRANT {grants.replace('ON TABLES', 'ON ALL TABLES IN SCHEMA public')}")
+        conn.execute(f"ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT {grants}")
+    return Target(target.name, target.dsn.replace("postgres@", f"{COLLECTOR}@"))

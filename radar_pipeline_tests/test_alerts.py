@@ -213,3 +213,76 @@ def test_links_and_texts_cannot_break_out_of_their_markup():
     assert link("https://ci.example/a?b=1&c=<x>|y") == "https://ci.example/a?b=1&amp;c=&lt;x&gt;%7Cy"
     assert excerpt("SELECT `x`\n  FROM t") == "SELECT 'x' FROM t"
     assert excerpt("SELECT " + "a, " * 200 + "b").endswith("…") and len(excerpt("SELECT " + "a, " * 200)) == 300
+
+
+def _many(count: int, long: bool = False):  # type: ignore[no-untyped-def]
+    from radar_pipeline.alerts.render import AnalysisFacts, Regression
+
+    at = datetime(2026, 11, 29, 12, tzinfo=UTC)
+    filler = "&<>" * 2000 if long else ""
+    facts = AnalysisFacts(
+        analysis_id="d-" + "9" * 120,
+        target="main",
+        split_at=at,
+        service="svc" + filler[:997],
+        version="v" + filler[:999],
+        url="https://ci.example/" + "&" * 900,
+        run_url="http://localhost:3000/runs/abc",
+    )
+    regressions = [
+        Regression(
+            queryid=i,
+            query=f"SELECT {i} FROM t WHERE note = '{filler}'",
+            mean_before_ms=1.0,
+            mean_after_ms=2.0 + i,
+            change_factor=2.0 + i,
+            confidence=0.99,
+            change_at=at + timedelta(seconds=5),
+            calls_before=1000,
+            calls_after=1000,
+            cause="plan_changed",
+            plan_summary=("Index Scan on t → Seq Scan on t " + filler)[:5000],
+        )
+        for i in range(count)
+    ]
+    return facts, regressions
+
+
+@pytest.mark.parametrize("count", [1, 10, 11, 12, 60, 500])
+@pytest.mark.parametrize("long", [False, True])
+def test_messages_stay_within_slacks_limits_whatever_the_number_of_regressions(count, long):
+    from radar_pipeline.alerts.render import MAX_SHOWN, render
+
+    facts, regressions = _many(count, long)
+    text, blocks = render(facts, regressions)
+    assert fake_slack.limit_errors({"text": text, "blocks": blocks}) == []
+    shown = [b for b in blocks if b["type"] == "divider"]
+    assert len(shown) == min(count, MAX_SHOWN)
+    if count > MAX_SHOWN:
+        summary = blocks[-2]["text"]["text"]
+        assert f"*… and {count - MAX_SHOWN} more* (up to ×{count + 1:.2f})" in summary
+        assert "<http://localhost:3000/runs/abc|all of them in Dagster>" in summary
+
+
+def test_the_stand_in_refuses_what_slack_refuses_and_takes_a_message_of_many_regressions(slack):
+    from slack_sdk import WebClient
+    from slack_sdk.errors import SlackApiError
+
+    from radar_pipeline.alerts.render import render
+    from radar_pipeline.alerts.slack import DeliveryError, SlackSender
+
+    client = WebClient(token="xoxb-t", base_url=slack.api_url)
+    with pytest.raises(SlackApiError, match="invalid_blocks"):
+        client.chat_postMessage(channel="#r", text="x", blocks=[{"type": "divider"}] * 51)
+    with pytest.raises(SlackApiError, match="invalid_blocks"):
+        client.chat_postMessage(
+            channel="#r", text="x", blocks=[{"type": "section", "text": {"type": "mrkdwn", "text": "a" * 3001}}]
+        )
+    hook = SlackSender(webhook_url=slack.webhook_url)
+    with pytest.raises(DeliveryError, match="400") as err:
+        hook.send("x", [{"type": "header", "text": {"type": "plain_text", "text": "h" * 151}}])
+    assert not err.value.retryable
+    facts, regressions = _many(60, long=True)
+    text, blocks = render(facts, regressions)
+    delivered = SlackSender(token="xoxb-t", channel="#r", base_url=slack.api_url).send(text, blocks)
+    assert delivered.ts is not None

@@ -82,3 +82,77 @@ def test_db_upgrade_errors_name_the_variable_and_hide_the_password(pg18):
     )
     assert down.returncode != 0 and "failed" in down.stderr
     assert "hunter2" not in bad.stderr + down.stderr + down.stdout
+
+
+def test_db_upgrade_works_from_a_wheel_installed_outside_the_checkout(pg18, tmp_path):
+    """The wheel carries sql/ (as radar_pipeline/sql) and py.typed; installed in a virtual environment of its own
+    (dependencies from the shared one), `radar db upgrade` applies every migration from anywhere."""
+    import shutil
+    import sysconfig
+
+    source = tmp_path / "source"  # a copy: pip builds in the tree, and a build/ left there would feed later wheels
+    source.mkdir()
+    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE"):
+        shutil.copy(REPO / name, source / name)
+    for folder in ("sql", "radar_pipeline"):
+        shutil.copytree(REPO / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    wheels = tmp_path / "wheels"
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert build.returncode == 0, build.stderr[-2000:]
+    (wheel,) = wheels.glob("radar_pipeline-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("RADAR_")}
+    install = subprocess.run(  # without PYTHONPATH: the checkout on the path would count as installed already
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=clean,
+    )
+    assert install.returncode == 0, install.stderr[-2000:]
+    # only now the shared dependencies (before, pip would have taken the checkout's editable install for this one)
+    (Path(site) / "shared_dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    where = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import radar_pipeline, pathlib; p = pathlib.Path(radar_pipeline.__file__).parent; "
+            "print(p, (p / 'py.typed').exists(), len(list((p / 'sql').glob('*.sql'))))",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=outside,
+        env=clean,
+        check=True,
+    ).stdout.split()
+    shipped = sorted(p.name for p in (REPO / "sql").glob("*.sql"))
+    assert where[0].startswith(str(venv)) and where[1] == "True" and int(where[2]) == len(shipped)
+    database = pg18.new_database("wheel")
+    try:
+        proc = subprocess.run(
+            [str(venv / "bin" / "radar"), "db", "upgrade", "--url", pg18.pg.url(database)],
+            capture_output=True,
+            text=True,
+            cwd=outside,
+            env=clean,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert f"applied {len(shipped)} migration(s)" in proc.stdout
+    finally:
+        pg18.drop_database(database)

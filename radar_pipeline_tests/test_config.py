@@ -85,3 +85,80 @@ def test_masking():
     assert mask_password("postgresql://u:secret@h/db") == "postgresql://u:***@h/db"
     assert mask_password("host=h password=secret dbname=x") == "host=h password=*** dbname=x"
     assert scrub_secret("failed for secret", "postgresql://u:secret@h/db") == "failed for ***"
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://radar_collector:Leak/S3cretPW2@host/app",
+        "postgresql://u:S3c#retPW2@host/app",
+        "postgresql://u:S3c?retPW2@host:5432/app",
+        "postgresql+psycopg://u:S3c/ret#PW2@host/app?sslmode=require",
+        "postgresql://u:S3cretPW2@host/app",
+    ],
+)
+def test_passwords_are_masked_whatever_they_hold(dsn):
+    secret_bits = ("S3c", "retPW2", "Leak", "S3cretPW2")
+    masked = mask_password(f"connecting to {dsn!r} failed: timeout")
+    assert not any(bit in masked for bit in secret_bits), masked
+    assert masked.startswith("connecting to 'postgresql") and "host" in masked
+    with pytest.raises(ConfigError) as err:
+        parse_targets(f"main={dsn.replace('S3cretPW2', 'S3c/retPW2')}")
+    assert not any(bit in str(err.value) for bit in secret_bits), str(err.value)
+    with pytest.raises(ConfigError) as err:
+        warehouse_url(dsn.replace("://", ":/"))
+    assert not any(bit in str(err.value) for bit in secret_bits), str(err.value)
+    assert scrub_secret("auth failed for S3c%2FretPW2 and S3c/retPW2", "postgresql://u:S3c%2FretPW2@h/db") == (
+        "auth failed for *** and ***"
+    )
+
+
+def test_printable_strips_control_characters():
+    from radar_pipeline.config import printable
+
+    hostile = "SELECT 1 /* \x1b]0;pwned\x07 \x1b[2J \x9b31m \u202eevil */\tx\n"
+    assert printable(hostile) == "SELECT 1 /* ]0;pwned [2J 31m evil */\tx\n"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "words"),
+    [
+        ("RADAR_WINDOW_SECONDS", "inf", "at most"),
+        ("RADAR_PERIOD_SECONDS", "1e300", "at most"),
+        ("RADAR_SCRAPE_INTERVAL_SECONDS", "nan", "more than 0"),
+        ("RADAR_REANALYSIS_DAYS", "abc", "whole number"),
+        ("RADAR_REANALYSIS_DAYS", "-1", "at least 1"),
+        ("RADAR_PLAN_TOP_N", "0", "at least 1"),
+        ("RADAR_RETENTION_DAYS", "2.5", "whole number"),
+        ("RADAR_SLACK_TOKEN", "xoxb-1", "RADAR_SLACK_CHANNEL is not"),
+        ("RADAR_SLACK_CHANNEL", "#radar", "RADAR_SLACK_TOKEN is not"),
+        ("RADAR_SLACK_WEBHOOK_URL", "hooks.slack.com/x", "https://"),
+        ("RADAR_DAGSTER_URL", "localhost:3000", "http(s) URL"),
+        ("RADAR_COLLECTOR_ROLE", "radar; DROP", "role name"),
+        ("RADAR_TARGETS", "main=postgresql://u:Sec/ret9@h/db", "percent-encode"),
+        ("RADAR_WAREHOUSE_URL", "mysql://u:Secret9@h/db", "must be a postgresql"),
+        ("RADAR_DAGSTER_PG_URL", "sqlite:///x", "must be a postgresql"),
+    ],
+)
+def test_every_variable_is_validated_when_the_definitions_load(variable, value, words):
+    from radar_pipeline.defs.environment import validate_environment
+
+    with pytest.raises(ConfigError, match=variable) as err:
+        validate_environment({variable: value})
+    assert words in str(err.value) and "Secret9" not in str(err.value) and "ret9" not in str(err.value)
+
+
+def test_the_code_location_does_not_load_with_a_bad_variable():
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", "import radar_pipeline.definitions"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "RADAR_WINDOW_SECONDS": "inf", "DAGSTER_DISABLE_TELEMETRY": "1"},
+    )
+    assert proc.returncode != 0
+    assert "ConfigError: RADAR_WINDOW_SECONDS must be at most" in proc.stderr

@@ -95,7 +95,8 @@ def test_materialize_writes_rows_and_metadata(app_db, warehouse_url, warehouse):
     assert mat.metadata["partial"].value is False
     assert mat.metadata["stored_rows"].value > 0
     assert mat.metadata["new_statements"].value == mat.metadata["stored_rows"].value
-    assert target.name in mat.metadata["targets"].value
+    (row,) = mat.metadata["targets"].records
+    assert row.data["target"] == target.name and row.data["rows_stored"] == mat.metadata["stored_rows"].value
     checks = result.get_asset_check_evaluations()
     assert [(c.check_name, c.passed) for c in checks] == [(ALL_TARGETS_CHECK, True)]
     with warehouse.connect() as conn:
@@ -176,3 +177,45 @@ def test_periodic_settings_from_the_environment_name_the_variable(monkeypatch):
     monkeypatch.setenv("RADAR_PERIODIC_MINUTE", "61")
     with pytest.raises(ConfigError, match="RADAR_PERIODIC_MINUTE"):
         periodic._minute()
+
+
+def test_no_password_reaches_dagster_storage_from_bad_dsns(warehouse_url, tmp_path):
+    from radar_pipeline.defs.plans import plan_snapshots
+
+    port = free_port()
+    specs = [
+        "main=postgresql://radar_collector:Leak/S3cretPW2@host/app",  # does not parse: / unencoded
+        f"main=postgresql://radar:Sec%23ret%2FPW3@127.0.0.1:{port}/app",  # parses, cannot connect
+        f"main=postgresql://radar:Sec#retPW4@127.0.0.1:{port}/app",
+        "main postgresql://radar:Sec?retPW5@db/app",
+    ]
+    storage = tmp_path / "dagster_home"
+    storage.mkdir()
+    with dg.instance_for_test(temp_dir=str(storage)) as instance:
+        for spec in specs:
+            for asset in (pgss_snapshots, plan_snapshots):
+                result = dg.materialize(
+                    [asset],
+                    resources={
+                        "warehouse": WarehouseResource(url=warehouse_url),
+                        "targets": TargetsResource(spec=spec),
+                    },
+                    instance=instance,
+                    raise_on_error=False,
+                )
+                assert not result.success or result.asset_materializations_for_node(asset.key.path[-1])
+    stored = b"".join(p.read_bytes() for p in storage.rglob("*") if p.is_file())
+    assert b"RADAR_TARGETS" in stored or b"cannot connect" in stored  # the errors did land there
+    for secret in (b"Leak", b"S3cretPW2", b"retPW2", b"ret%2FPW3", b"ret/PW3", b"retPW4", b"retPW5"):
+        assert secret not in stored, secret
+
+
+def test_metadata_tables_hold_hostile_text_as_plain_cells():
+    from radar_pipeline.defs.metadata import table
+
+    hostile = 'SELECT * FROM "a](http://evil.example)<img src=x>|`" /* \x1b[2J */'
+    value = table([("query", "string"), ("n", "int"), ("x", "float")], [{"query": hostile, "n": 3, "x": float("nan")}])
+    assert isinstance(value, dg.TableMetadataValue)
+    (record,) = value.records
+    assert record.data == {"query": hostile.replace("\x1b", ""), "n": 3, "x": None}
+    assert [c.type for c in value.schema.columns] == ["string", "int", "float"]

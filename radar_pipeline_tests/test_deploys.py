@@ -71,6 +71,12 @@ def test_at_defaults_to_the_warehouse_clock(known):
         ({"deployed_at": datetime(2026, 1, 1)}, "has no time zone"),
         ({"url": "javascript:alert(1)"}, "is not an http"),
         ({"target": ""}, "target is empty"),
+        ({"deploy_id": "d-1\n"}, "is not usable"),
+        ({"url": "https://ci.example/1\n"}, "url .* holds control characters"),
+        ({"service": "api\x1b]0;pwned\x07"}, "service .* holds control characters"),
+        ({"version": "v1\n"}, "version .* holds control characters"),
+        ({"target": "main\r"}, "holds control characters"),
+        ({"deployed_at": datetime(1900, 1, 1, tzinfo=UTC)}, "is before 2000-01-01"),
     ],
 )
 def test_malformed_events_name_the_field(kwargs, message):
@@ -94,6 +100,13 @@ def test_time_parsing():
         deploys.parse_time("2026-11-29T12:00", "--at")
     with pytest.raises(DeployError, match="is not an ISO 8601 timestamp"):
         deploys.parse_time("yesterday")
+    with pytest.raises(DeployError, match="--at is empty"):
+        deploys.parse_time("", "--at")
+    with pytest.raises(DeployError, match="out of range"):
+        deploys.parse_time("0001-01-01T00:00:00+14:00", "--at")
+    for old in ("0001-01-01T00:00:00Z", "1900-01-01T00:00:00Z", "1999-12-31T23:59:59Z"):
+        with pytest.raises(DeployError, match="is before 2000-01-01"):
+            deploys.parse_time(old)
 
 
 def test_ci_variables():
@@ -142,7 +155,7 @@ def test_csv_import_is_all_or_nothing(known, tmp_path):
     assert [r.inserted for r in deploys.import_csv(known, good)] == [False, False]
     odd = tmp_path / "odd.csv"
     odd.write_text("id,target,when\nx,main,2026-11-01T10:00:00Z\n")
-    with pytest.raises(DeployError, match="missing deploy_id, deployed_at; unknown id, when"):
+    with pytest.raises(DeployError, match="missing deploy_id, deployed_at; unknown 'id', 'when'"):
         deploys.import_csv(known, odd)
 
 
@@ -183,3 +196,121 @@ def test_radar_deploy_command(known, warehouse_url):
             sa.text("SELECT source, service, version FROM radar.deploy_event WHERE deploy_id = 'gh-5-1'")
         ).one()
     assert tuple(row) == ("github-actions", "acme/api", "f" * 12)
+
+
+def test_csv_import_encodings_and_surplus_fields(known, tmp_path):
+    bom = tmp_path / "excel.csv"
+    bom.write_bytes(
+        "deploy_id,target,deployed_at,service\r\nb-1,main,2026-11-01T10:00:00Z,café\r\n".encode("utf-8-sig")
+    )
+    assert [r.inserted for r in deploys.import_csv(known, bom)] == [True]
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("deploy_id,target,deployed_at,service\nl-1,main,2026-11-01T10:00:00Z,café\n".encode("latin-1"))
+    with pytest.raises(DeployError, match=r"latin.csv is not UTF-8 \(byte 0xe9"):
+        deploys.import_csv(known, latin)
+    surplus = tmp_path / "surplus.csv"
+    surplus.write_text(
+        "deploy_id,target,deployed_at\ns-1,main,2026-11-01T10:00:00Z\ns-2,main,2026-11-01T11:00:00Z,x,y\n"
+    )
+    with pytest.raises(DeployError, match="surplus.csv, line 3: 2 more field"):
+        deploys.import_csv(known, surplus)
+    assert [r[0] for r in _rows(known)] == ["b-1"]
+
+
+def test_csv_import_checks_every_row_before_writing(known, tmp_path):
+    deploys.record(known, DeployEvent("old", "main", datetime(2026, 11, 1, tzinfo=UTC), service="api"))
+    before = _rows(known)
+    cases = {
+        "line 4: target 'nope' is not known": "n-1,main,2026-11-02T10:00:00Z,\nn-2,main,2026-11-02T11:00:00Z,\n"
+        "n-3,nope,2026-11-02T12:00:00Z,\n",
+        "line 3: deployed_at .* ahead of the warehouse's clock": "n-1,main,2026-11-02T10:00:00Z,\n"
+        f"n-2,main,{(datetime.now(UTC) + timedelta(days=1)).isoformat()},\n",
+        "line 3: deploy 'old' is already recorded with other values": "n-1,main,2026-11-02T10:00:00Z,\n"
+        "old,main,2026-11-01T00:00:00Z,web\n",
+    }
+    for message, body in cases.items():
+        path = tmp_path / "batch.csv"
+        path.write_text("deploy_id,target,deployed_at,service\n" + body)
+        with pytest.raises(DeployError, match=message):
+            deploys.import_csv(known, path)
+        assert _rows(known) == before
+
+
+def test_csv_import_of_many_rows_is_one_batched_transaction(known, tmp_path):
+    path = tmp_path / "many.csv"
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    lines = [f"m-{i},main,{(start + timedelta(minutes=i)).isoformat()},api,v{i}" for i in range(20_000)]
+    path.write_text("deploy_id,target,deployed_at,service,version\n" + "\n".join(lines) + "\n")
+    statements: list[str] = []
+    sa.event.listen(known, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    recorded = deploys.import_csv(known, path)
+    assert sum(r.inserted for r in recorded) == 20_000
+    assert sum(s.startswith("INSERT") for s in statements) == 4  # 5,000 rows per statement
+    statements.clear()
+    again = deploys.import_csv(known, path)
+    assert not any(r.inserted for r in again) and not any(s.startswith("INSERT") for s in statements)
+    with known.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM radar.deploy_event")).scalar_one() == 20_000
+
+
+def test_cli_errors_are_one_line_when_the_warehouse_is_down(tmp_path):
+    from radar_pipeline.demo.local_postgres import free_port
+
+    env = {"RADAR_WAREHOUSE_URL": f"postgresql://radar:Hid%2Fden9@127.0.0.1:{free_port()}/radar"}
+    csv_file = tmp_path / "d.csv"
+    csv_file.write_text("deploy_id,target,deployed_at\nx-1,main,2026-11-01T10:00:00Z\n")
+    for args in (
+        ["deploy", "--target", "main", "--id", "d-1"],
+        ["deploy", "import", str(csv_file)],
+        ["verdicts", "d-1"],
+        ["db", "upgrade"],
+    ):
+        proc = _radar(args, env)
+        assert proc.returncode == 1, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "failed" in proc.stderr and "Hid" not in proc.stderr + proc.stdout
+
+
+def test_cli_refuses_empty_and_ancient_times(known, warehouse_url):
+    env = {"RADAR_WAREHOUSE_URL": warehouse_url}
+    for at, message in (
+        ("", "--at is empty"),
+        ("0001-01-01T00:00:00+14:00", "out of range"),
+        ("1900-01-01T00:00:00Z", "is before 2000-01-01"),
+    ):
+        proc = _radar(["deploy", "--target", "main", "--id", "t-1", "--at", at], env)
+        assert proc.returncode != 0 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert _rows(known) == []
+
+
+def test_radar_verdicts_prints_no_control_characters(known, warehouse_url):
+    hostile = "SELECT 1 /* \x1b]0;owned\x07\x1b[2J\x9b1m\u202e */ FROM t WHERE a = $1"
+    deploys.record(known, DeployEvent("v-1", "main", datetime(2026, 11, 29, 9, tzinfo=UTC)))
+    with known.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.query (target, dbid, userid, queryid, toplevel, fingerprint, query, first_seen, "
+                "last_seen, last_calls, last_total_exec_time) VALUES ('main', 1, 10, 7, true, 70, :q, now(), now(), "
+                "1, 1)"
+            ),
+            {"q": hostile},
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.analysis (deploy_id, target, settings, engine_version, window_start, window_end, "
+                "queries, detected, no_regression, insufficient_data) VALUES ('v-1', 'main', '{}', '1', "
+                "'2026-11-29T08:30Z', '2026-11-29T09:30Z', 1, 1, 0, 0)"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.verdict (deploy_id, target, dbid, userid, queryid, toplevel, fingerprint, verdict, "
+                "reason, change_at, mean_before_ms, mean_after_ms, change_factor, confidence, n_before, n_after, "
+                "calls_before, calls_after, cause) VALUES ('v-1', 'main', 1, 10, 7, true, 70, 'detected', "
+                "'significant', '2026-11-29T09:01Z', 1, 3, 3, 0.99, 30, 30, 300, 300, 'unexplained')"
+            )
+        )
+    proc = _radar(["verdicts", "v-1"], {"RADAR_WAREHOUSE_URL": warehouse_url})
+    assert proc.returncode == 0, proc.stderr
+    assert "SELECT 1 /* ]0;owned[2J1m */ FROM t" in proc.stdout
+    assert not any(c in proc.stdout for c in "\x1b\x07\x9b\u202e")

@@ -179,3 +179,32 @@ def test_a_periodic_detection_between_deploys_begins_a_segment(history, warehous
     flat = _points(warehouse).loc[23]
     assert flat["begins_segment"].tolist() == [True] + [False] * 9 + [True, False]
     assert flat.loc["h-10", "segment"] == 1 and flat.loc["h-11", "centre_ms"] == flat.loc["h-10", "mean_ms"]
+
+
+def test_each_database_user_and_level_has_its_own_history(warehouse):
+    """Two tenants' statements share a fingerprint: each is a query of its own, never one series."""
+    at = datetime(2026, 11, 29, 12, tzinfo=UTC)
+    deploys.record(warehouse, deploys.DeployEvent("tenants", "main", at), configured_targets=["main"])
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.analysis (deploy_id, target, settings, engine_version, window_start, window_end, "
+                "queries, detected, no_regression, insufficient_data) VALUES ('tenants', 'main', '{}', '1', "
+                ":lo, :hi, 3, 0, 3, 0)"
+            ),
+            {"lo": at - timedelta(minutes=30), "hi": at + timedelta(minutes=30)},
+        )
+        for dbid, queryid, toplevel, mean in ((5, 1, True, 1.0), (6, 2, True, 3.0), (5, 3, False, 9.0)):
+            conn.execute(
+                sa.text(
+                    "INSERT INTO radar.verdict (deploy_id, target, dbid, userid, queryid, toplevel, fingerprint, "
+                    "verdict, reason, mean_after_ms, n_before, n_after, calls_before, calls_after) VALUES "
+                    "('tenants', 'main', :d, 10, :q, :l, 42, 'no_regression', 'below_threshold', :m, 30, 30, 500, 500)"
+                ),
+                {"d": dbid, "q": queryid, "l": toplevel, "m": mean},
+            )
+        update = update_history(conn, "tenants", HistorySettings(), 100)
+    points = update.points.set_index("queryid")
+    assert sorted(points.index) == [1, 2, 3]
+    assert (points["points"] == 1).all() and (points["seg_points"] == 1).all()
+    assert points.loc[2, "seg_mean_ms"] == 3.0 and points.loc[3, "seg_mean_ms"] == 9.0

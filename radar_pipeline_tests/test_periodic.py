@@ -285,3 +285,31 @@ def test_a_real_slowdown_without_a_deploy_is_found(pg18):
     finally:
         pg18.drop_database(app)
         pg18.drop_database(wh)
+
+
+def test_episodes_are_per_database_user_and_level(warehouse):
+    """Two tenants' statements share a fingerprint: reporting both opens an episode for each."""
+    import pandas as pd
+
+    from radar_pipeline.warehouse import episodes
+
+    end = datetime(2026, 11, 29, 22, tzinfo=UTC)
+    reported = pd.DataFrame(
+        {
+            "dbid": [5, 6, 5],
+            "userid": [10, 10, 10],
+            "queryid": [1, 2, 3],
+            "toplevel": [True, True, False],
+            "fingerprint": [42, 42, 42],
+            "change_at": [end - timedelta(minutes=20)] * 3,
+            "segment_mean_before_ms": [1.0, 2.0, 3.0],
+            "segment_mean_after_ms": [3.0, 6.0, 9.0],
+        }
+    )
+    with warehouse.begin() as conn:
+        episodes.record_reports(conn, "periodic:2026-11-29-21:00", "main", end, reported)
+        opened = episodes.open_at(conn, "main", end + timedelta(seconds=1))
+        episodes.record_reports(conn, "periodic:2026-11-29-21:00", "main", end, reported.iloc[[1]])
+        after_rerun = episodes.open_at(conn, "main", end + timedelta(seconds=1))
+    assert opened == {(5, 10, True, 42), (6, 10, True, 42), (5, 10, False, 42)}
+    assert after_rerun == {(6, 10, True, 42)}

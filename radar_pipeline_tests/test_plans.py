@@ -20,7 +20,7 @@ from radar_pipeline.steps.deploy_analysis import analyse_deploy
 from radar_pipeline.steps.plan_capture import capture_target
 from radar_pipeline.warehouse import deploys
 
-from .helpers import drive, run, scrape, window_covering
+from .helpers import collector_target, drive, run, scrape, window_covering
 
 LOOKUP = "SELECT payload FROM probe WHERE id = %s"
 
@@ -51,6 +51,7 @@ def _plans(warehouse, target: str) -> list[tuple]:
 def test_index_dropped_at_a_deploy_shows_in_the_plan_diff(app_db, warehouse):
     server, target = app_db
     _probe_table(target)
+    collector = collector_target(target)
     nominal, scrape_every, samples = 3.0, 0.15, 20  # scrapes are counted; the window holds 20 each side
 
     def lookups(conn: psycopg.Connection) -> None:
@@ -58,10 +59,10 @@ def test_index_dropped_at_a_deploy_shows_in_the_plan_diff(app_db, warehouse):
             conn.execute(LOOKUP, (i * 37 + 1,))
 
     drive(target, warehouse, lookups, scrape_every, 3)
-    before = capture_target(target, warehouse)
+    before = capture_target(collector, warehouse)
     assert before.source == "generic_plan" and before.reason == "pg_store_plans is not installed"
     assert _plans(warehouse, target.name) == [("Index Scan using probe_id_idx on probe", "generic_plan")]
-    assert capture_target(target, warehouse).stored == 0  # same shape: nothing new stored
+    assert capture_target(collector, warehouse).stored == 0  # same shape: nothing new stored
 
     earlier = drive(target, warehouse, lookups, scrape_every, samples + 3)
     recorded = deploys.record(warehouse, deploys.DeployEvent("drop-index", target.name))
@@ -72,7 +73,7 @@ def test_index_dropped_at_a_deploy_shows_in_the_plan_diff(app_db, warehouse):
     drive(target, warehouse, lookups, scrape_every, 1, until=at + timedelta(seconds=window + scrape_every))
     settings = EngineSettings(window=timedelta(seconds=window), tolerance_floor=timedelta(seconds=1))
 
-    result = analyse_deploy(warehouse, "drop-index", settings, live_targets={target.name: target})
+    result = analyse_deploy(warehouse, "drop-index", settings, live_targets={target.name: collector})
     texts = result.verdicts["queryid"].map(result.texts).fillna("")
     lookup = result.verdicts[texts.str.startswith("SELECT payload FROM probe")].iloc[0]
     assert lookup.verdict == "detected" and lookup.cause == "plan_changed"
@@ -94,18 +95,30 @@ def test_index_dropped_at_a_deploy_shows_in_the_plan_diff(app_db, warehouse):
     assert ("plan_changed", plan_shape.summary(diff)) in [tuple(r) for r in stored]
     assert recorded.inserted
 
+    # The index comes back and its plan is stored, newest of all; a re-analysis still diffs the window's plans.
+    run(target, "CREATE INDEX probe_id_idx ON probe (id)")
+    scrape(target, warehouse)
+    run(target, LOOKUP, 3, (7,))
+    scrape(target, warehouse)
+    assert capture_target(collector, warehouse).stored >= 1
+    assert _plans(warehouse, target.name)[-1] == ("Index Scan using probe_id_idx on probe", "generic_plan")
+    again = analyse_deploy(warehouse, "drop-index", settings, live_targets={target.name: collector})
+    redo = again.verdicts.set_index("queryid").loc[lookup.queryid]
+    assert redo.cause == "plan_changed" and redo.plan_diff == diff
+
 
 @pytest.mark.parametrize("server", ["pg18"], indirect=True)
 def test_a_statement_that_no_longer_plans_is_skipped_and_remembered(app_db, warehouse):
     server, target = app_db
     _probe_table(target)
+    collector = collector_target(target)
     run(target, "CREATE TABLE doomed (a int)")
     run(target, "SELECT count(*) FROM doomed WHERE a = %s", 3, (1,))
     run(target, LOOKUP, 3, (5,))
     run(target, "SELECT 1")  # fine to plan, but nothing to look at
     scrape(target, warehouse)
     run(target, "DROP TABLE doomed")
-    capture = capture_target(target, warehouse)
+    capture = capture_target(collector, warehouse)
     reasons = set(capture.skipped.values())
     assert any(r.startswith('EXPLAIN failed: relation "doomed" does not exist') for r in reasons)
     assert ("Index Scan using probe_id_idx on probe", "generic_plan") in _plans(warehouse, target.name)
@@ -114,7 +127,7 @@ def test_a_statement_that_no_longer_plans_is_skipped_and_remembered(app_db, ware
         assert skipped.scalar_one() == len(capture.skipped)
     run(target, LOOKUP, 3, (6,))
     scrape(target, warehouse)
-    again = capture_target(target, warehouse)
+    again = capture_target(collector, warehouse)
     assert not any("doomed" in r for r in again.skipped.values())  # not retried within a day
 
     # The collector's EXPLAINs are in pg_stat_statements now; the next snapshot leaves them out.
@@ -138,7 +151,7 @@ def test_postgresql_15_has_no_plans_and_everything_else_works(pg15, pg18, wareho
             _probe_table(target)
             run(target, LOOKUP, 3, (9,))
             scrape(target, warehouse)
-            targets.append(target)
+            targets.append(collector_target(target))
         spec = " ".join(f"{t.name}={t.dsn}" for t in targets)
         with dg.instance_for_test() as instance:
             result = dg.materialize(
@@ -200,3 +213,118 @@ def test_plan_shape_ignores_costs_and_names_scan_changes():
     assert plan_shape.summary(plan_shape.diff(PLAN_A, PLAN_A)) == "plan unchanged"
     with pytest.raises(ValueError, match="not an EXPLAIN"):
         plan_shape.root({"nope": 1})
+
+
+def _pgss_count(target: Target, like: str) -> int:
+    with psycopg.connect(target.dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_statements WHERE query LIKE %s", (like,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+@pytest.mark.parametrize("server", ["pg18"], indirect=True)
+def test_plan_capture_refuses_roles_that_could_reset_statistics_and_plans_dml_with_the_readme_grants(
+    app_db, warehouse, warehouse_url
+):
+    server, target = app_db
+    _probe_table(target)
+    collector = collector_target(target)
+    # A function wrongly marked IMMUTABLE: planning `SELECT tick()` evaluates it.
+    run(
+        target,
+        "CREATE FUNCTION tick() RETURNS int IMMUTABLE LANGUAGE sql AS 'SELECT 1 FROM pg_stat_statements_reset()'",
+    )
+    run(target, "SELECT tick()")
+    run(target, LOOKUP, 3, (4,))
+    run(target, "UPDATE probe SET payload = payload WHERE id = %s", 3, (5,))
+    scrape(target, warehouse)
+
+    refused = capture_target(target, warehouse)  # the application's superuser
+    assert refused.source is None and "a superuser" in (refused.reason or "") and refused.tried == 0
+    assert _pgss_count(target, "SELECT payload FROM probe%") == 1  # nothing was reset
+
+    run(target, "GRANT EXECUTE ON FUNCTION pg_stat_statements_reset TO radar_collector")
+    try:
+        resetter = capture_target(collector, warehouse)
+        assert resetter.source is None and "may execute pg_stat_statements_reset" in (resetter.reason or "")
+    finally:
+        run(target, "REVOKE EXECUTE ON FUNCTION pg_stat_statements_reset FROM radar_collector")
+
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [plan_snapshots],
+            resources={
+                "warehouse": WarehouseResource(url=warehouse_url),
+                "targets": TargetsResource(spec=f"{target.name}={collector.dsn}"),
+            },
+            instance=instance,
+        )
+    meta = result.asset_materializations_for_node("plan_snapshots")[0].metadata
+    assert _pgss_count(target, "SELECT payload FROM probe%") == 1  # planning tick() was refused its reset
+    reasons = {r.data["reason"] for r in meta["skipped_statements"].records}
+    assert any("permission denied for function pg_stat_statements_reset" in r for r in reasons), reasons
+    with warehouse.connect() as conn:
+        roots = {
+            r[0]
+            for r in conn.execute(
+                sa.text("SELECT root_node FROM radar.plan_snapshot WHERE target = :t"), {"t": target.name}
+            )
+        }
+    assert "ModifyTable on probe" in roots and "Index Scan using probe_id_idx on probe" in roots
+
+
+@pytest.mark.parametrize("server", ["pg18"], indirect=True)
+def test_pg_store_plans_is_read_per_its_plan_format_and_falls_back_to_generic_plan(app_db):
+    """pg_store_plans is not installable here (no Debian or PyPI package): a schema of our own mimics its view and
+    pg_store_plans_jsonplan(), the raw (short JSON) and json formats included, to test how they are read."""
+    from radar_pipeline.collector import plans, session
+
+    server, target = app_db
+    _probe_table(target)
+    collector = collector_target(target)
+    full = json.dumps({"Plan": {"Node Type": "Index Only Scan", "Relation Name": "probe", "Total Cost": 4.3}})
+    short = full.replace('"Node Type"', '"t"')
+    run(target, "CREATE SCHEMA mimic")
+    run(
+        target,
+        "CREATE FUNCTION mimic.pg_store_plans_jsonplan(text) RETURNS text LANGUAGE sql "
+        "AS $$ SELECT replace($1, '\"t\"', '\"Node Type\"') $$",
+    )
+    run(
+        target,
+        "CREATE VIEW mimic.pg_store_plans AS SELECT d.oid AS dbid, r.oid AS userid, 77::bigint AS queryid, "
+        "CASE current_setting('pg_store_plans.plan_format', true) WHEN 'json' THEN %s ELSE %s END AS plan, "
+        "now() AS last_call FROM pg_database d, pg_roles r WHERE d.datname = current_database() "
+        "AND r.rolname = 'postgres'".replace("%s", "'{}'").format(full, short),
+    )
+    run(target, "GRANT USAGE ON SCHEMA mimic TO radar_collector")
+    run(target, "GRANT SELECT ON ALL TABLES IN SCHEMA mimic TO radar_collector")
+    with session.connect(collector) as conn:
+        dboid, userid = conn.execute(
+            "SELECT d.oid, r.oid FROM pg_database d, pg_roles r "
+            "WHERE d.datname = current_database() AND r.rolname = 'postgres'"
+        ).fetchone()  # type: ignore[misc]
+        source = plans.PlanSource(plans.STORE_PLANS, None, dboid, "mimic")
+        key, text = (dboid, userid, 77, True), "SELECT payload FROM probe WHERE id = $1"
+
+        def captured(fmt: str | None) -> tuple[str, str]:
+            conn.execute(
+                "RESET pg_store_plans.plan_format" if fmt is None else f"SET pg_store_plans.plan_format = {fmt}"
+            )
+            origin, plan = plans.capture(conn, source, key, text)
+            return origin, plan["Plan"]["Node Type"]
+
+        assert captured(None) == (plans.STORE_PLANS, "Index Only Scan")  # raw by default: inflated
+        assert captured("raw") == (plans.STORE_PLANS, "Index Only Scan")
+        assert captured("json") == (plans.STORE_PLANS, "Index Only Scan")  # read as it is
+        assert captured("text") == (plans.GENERIC_PLAN, "Index Scan")  # no shape in text: GENERIC_PLAN
+        assert plans.capture(conn, source, (dboid, userid, 78, True), text)[0] == plans.GENERIC_PLAN  # no row
+    run(
+        target,
+        "CREATE OR REPLACE FUNCTION mimic.pg_store_plans_jsonplan(text) RETURNS text LANGUAGE sql "
+        "AS $$ SELECT 'not json' $$",
+    )
+    with session.connect(collector) as conn:
+        assert plans.capture(conn, source, key, text)[0] == plans.GENERIC_PLAN  # any failure: GENERIC_PLAN
+    run(target, "REVOKE USAGE ON SCHEMA mimic FROM radar_collector")
+    with session.connect(collector) as conn:
+        assert plans.capture(conn, source, key, text)[0] == plans.GENERIC_PLAN

@@ -172,3 +172,39 @@ def test_pg15_has_no_stats_since(pg15, warehouse):
         assert len(rows) and rows["stats_since"].isna().all()
     finally:
         pg15.drop_database(name)
+
+
+@pytest.mark.parametrize(("dealloc", "with_since"), [(6, False), (5, False), (6, True)])
+def test_without_stats_since_a_dealloc_marks_the_least_called_statements_as_reset(dealloc, with_since):
+    """PostgreSQL 14–16: a statement evicted and back before the next scrape, now with more calls than it had, shows
+    nothing in its numbers; when dealloc moved, the least-called statements' next intervals are excluded."""
+    import pandas as pd
+
+    from radar_pipeline.pgss_model import COUNTERS, KEY
+    from radar_pipeline.warehouse.snapshots import TargetState, plan_snapshot
+
+    ids = list(range(1, 21))
+    since = pd.Timestamp("2026-11-29 10:00", tz="UTC") if with_since else pd.NaT
+    queries = pd.DataFrame(
+        {
+            "dbid": 5,
+            "userid": 10,
+            "queryid": ids,
+            "toplevel": True,
+            "fingerprint": ids,
+            "last_calls": [10 * q for q in ids],
+            "last_total_exec_time": [10.0 * q for q in ids],
+            "last_stats_since": since,
+            "missing_since": pd.NaT,
+        }
+    )
+    statements = queries[KEY].copy()
+    for column in COUNTERS:
+        statements[column] = 0
+    statements["calls"] = [10 * q + 50 for q in ids]  # every one moved; the first may have been evicted and back
+    statements["total_exec_time"] = [10.0 * q + 50 for q in ids]
+    statements["stats_since"] = since
+    state = TargetState(queries=queries, ignored=set(), last_dealloc=5)
+    plan = plan_snapshot(state, statements, None, dealloc)
+    flagged = sorted(plan.rows.loc[plan.rows["reset_before"], "queryid"])
+    assert flagged == ([1, 2] if dealloc > 5 and not with_since else [])

@@ -1,4 +1,4 @@
-"""The warehouse schema: migrations, the SQLAlchemy mirror of sql/, day partitions and retention."""
+"""The warehouse schema: migrations, day partitions and retention."""
 
 from __future__ import annotations
 
@@ -7,27 +7,12 @@ from datetime import UTC, date, datetime, timedelta
 import sqlalchemy as sa
 
 from radar_pipeline.defs.retention import apply_retention
-from radar_pipeline.warehouse import migrations, tables
+from radar_pipeline.warehouse import migrations
 
 
 def test_upgrade_is_idempotent(warehouse_url):
     assert migrations.pending(warehouse_url) == []
     assert migrations.upgrade(warehouse_url) == []
-
-
-def test_tables_mirror_the_migrated_schema(warehouse):
-    inspector = sa.inspect(warehouse)
-    for table in tables.metadata.sorted_tables:
-        if table.name in inspector.get_view_names(schema="radar"):
-            live = inspector.get_columns(table.name, schema="radar")
-            assert [c["name"] for c in live] == [c.name for c in table.columns], table.name
-            continue
-        live = {c["name"]: c for c in inspector.get_columns(table.name, schema="radar")}
-        assert list(live) == [c.name for c in table.columns], table.name
-        for column in table.columns:
-            assert live[column.name]["nullable"] == column.nullable, f"{table.name}.{column.name}"
-        pk = inspector.get_pk_constraint(table.name, schema="radar")["constrained_columns"]
-        assert pk == [c.name for c in table.primary_key.columns], table.name
 
 
 def _partitions(warehouse) -> list[str]:
@@ -150,3 +135,76 @@ def test_read_window_brings_each_statements_last_earlier_row(warehouse):
     since = c["stats_since"].tolist()
     assert since[3] == since[4] != since[5]  # the reset changes the counters' epoch, so the engine drops that interval
     assert c["fingerprint"].tolist() == [1, 1, 1, 2, 2, 2]
+
+
+def test_retention_cuts_at_utc_midnight_whatever_the_session_time_zone(warehouse):
+    today = date(2026, 11, 29)
+    cutoff = datetime(2026, 11, 15, tzinfo=UTC)  # 14 days back
+    with warehouse.begin() as conn:
+        database = conn.execute(sa.text("SELECT current_database()")).scalar_one()
+        conn.execute(sa.text(f"ALTER DATABASE \"{database}\" SET timezone = 'Pacific/Honolulu'"))
+        for at in (cutoff - timedelta(minutes=30), cutoff + timedelta(minutes=30)):
+            conn.execute(
+                sa.text("INSERT INTO radar.pgss_info_snapshot VALUES ('t', :at, 0, NULL, 180000, '1.12', 1, 1)"),
+                {"at": at},
+            )
+    warehouse.dispose()  # new connections take the database's time zone
+    apply_retention(warehouse, keep_days=14, today=today)
+    with warehouse.connect() as conn:
+        assert conn.execute(sa.text("SHOW timezone")).scalar_one() == "Pacific/Honolulu"
+        kept = conn.execute(sa.text("SELECT captured_at FROM radar.pgss_info_snapshot")).scalars().all()
+    assert kept == [cutoff + timedelta(minutes=30)]
+
+
+def test_scrape_coverage_counts_the_gap_from_the_first_samples_interval_start(warehouse):
+    from radar_pipeline.warehouse.analysis import window_health
+
+    lo = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    hi = lo + timedelta(minutes=30)
+    with warehouse.begin() as conn:
+        conn.execute(sa.text("SELECT radar.ensure_pgss_snapshot_partitions('2026-11-28', 3)"))
+        # the scraper stopped for two hours: the window's first sample spans 10:00 → 12:01
+        for at in [lo - timedelta(hours=2)] + [lo + timedelta(minutes=m) for m in range(1, 31)]:
+            conn.execute(
+                sa.text("INSERT INTO radar.pgss_info_snapshot VALUES ('t', :at, 0, NULL, 180000, '1.12', 1, 1)"),
+                {"at": at},
+            )
+        health = window_health(conn, "t", lo, hi)
+    assert health["scrapes"] == 30
+    assert health["longest_gap_s"] == (2 * 3600 + 60)
+
+
+def test_interval_function_reads_a_range_and_agrees_with_the_view(warehouse):
+    import numpy as np
+    import pandas as pd
+
+    from .helpers import store_counters
+
+    start = pd.Timestamp("2026-11-26 00:00", tz="UTC")
+    times = start + pd.to_timedelta(np.arange(0, 3 * 24 * 60, 10), unit="min")  # three days, a scrape every 10 min
+    frames = []
+    for queryid in (1, 2, 3):
+        calls = np.cumsum(np.full(len(times), 5 * queryid))
+        if queryid == 3:  # idle for the first two days: its last row before the range is days old
+            calls[: len(times) * 2 // 3] = 0
+        frames.append(
+            pd.DataFrame({"queryid": queryid, "captured_at": times, "calls": calls, "total_exec_time": calls * 1.5})
+        )
+    frame = pd.concat(frames)
+    frame = frame[frame.groupby("queryid")["calls"].diff().fillna(1) != 0]  # no row when counters did not move
+    store_counters(warehouse, "t", frame, {1: "SELECT 1", 2: "SELECT 2", 3: "SELECT 3"})
+    lo, hi = pd.Timestamp("2026-11-28 12:00", tz="UTC"), pd.Timestamp("2026-11-28 13:00", tz="UTC")
+    columns = "queryid, interval_start, interval_end, calls, total_exec_time, mean_exec_time_ms"
+    with warehouse.connect() as conn:
+        bounded = conn.execute(
+            sa.text(f"SELECT {columns} FROM radar.pgss_intervals('t', :lo, :hi) ORDER BY 1, 3"), {"lo": lo, "hi": hi}
+        ).all()
+        viewed = conn.execute(
+            sa.text(
+                f"SELECT {columns} FROM radar.pgss_interval WHERE target = 't' AND interval_end > :lo "
+                "AND interval_end <= :hi ORDER BY 1, 3"
+            ),
+            {"lo": lo, "hi": hi},
+        ).all()
+    assert bounded == viewed and len(bounded) == 3 * 6
+    assert {r[0] for r in bounded} == {1, 2, 3}

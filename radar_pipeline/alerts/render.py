@@ -8,7 +8,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 MAX_QUERY = 300  # characters of query text per regression
-MAX_SHOWN = 20  # regressions shown in one message; the rest are counted and left to radar.regression
+# Slack's documented limits (Block Kit reference: blocks, section, header, text object; chat.postMessage):
+MAX_BLOCKS = 50
+MAX_SECTION_TEXT = 3000
+MAX_FIELDS = 10
+MAX_FIELD_TEXT = 2000
+MAX_HEADER = 150
+MAX_CONTEXT_ELEMENTS = 10
+MAX_FALLBACK = 3000  # Slack truncates text past 40,000 characters; notifications show far less
+BLOCKS_PER_REGRESSION = 4  # divider, query, numbers, plan
+MAX_SHOWN = 10  # regressions shown in one message: 2 + 10 × 4 + 2 = 44 blocks; the rest summarised with a link
 SEVERITY = {"fleet_wide": "low (fleet-wide shift: an outside cause is suspected)"}
 
 
@@ -52,6 +61,23 @@ def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def escape_within(text: str, limit: int) -> str:
+    """`text` escaped and, when the escaped form is longer than `limit` characters, cut (never inside an entity)
+    so that it and a closing … fit."""
+    escaped = escape(text)
+    if len(escaped) <= limit:
+        return escaped
+    out: list[str] = []
+    used = 0
+    for char in text:
+        piece = escape(char)
+        if used + len(piece) > limit - 1:
+            break
+        out.append(piece)
+        used += len(piece)
+    return "".join(out) + "…"
+
+
 def link(url: str) -> str:
     """A URL made safe inside Slack's <url|label>: escaped, and a | (which would end the URL) percent-encoded."""
     return escape(url).replace("|", "%7C")
@@ -62,14 +88,15 @@ def excerpt(query: str, limit: int = MAX_QUERY) -> str:
     one_line = " ".join(query.split()).replace("`", "'")
     if len(one_line) > limit:
         one_line = one_line[: limit - 1] + "…"
-    return escape(one_line)
+    return escape_within(one_line, MAX_SECTION_TEXT - 6)
 
 
 def render(facts: AnalysisFacts, regressions: list[Regression]) -> tuple[str, list[dict[str, Any]]]:
-    """(fallback text, blocks) of one message for the deploy's regressions."""
+    """(fallback text, blocks) of one message for the deploy's regressions, within Slack's limits whatever their
+    number: the first MAX_SHOWN (the caller orders them, worst first) in full, the rest summarised with a link."""
     title = _title(facts, len(regressions))
     blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": title[:150], "emoji": False}},
+        {"type": "header", "text": {"type": "plain_text", "text": _cut(title, MAX_HEADER), "emoji": False}},
         {"type": "section", "fields": _analysis_fields(facts)},
     ]
     for r in regressions[:MAX_SHOWN]:
@@ -77,20 +104,20 @@ def render(facts: AnalysisFacts, regressions: list[Regression]) -> tuple[str, li
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"```{excerpt(r.query)}```"}})
         blocks.append({"type": "section", "fields": _regression_fields(facts, r)})
         if r.plan_summary:
-            blocks.append(
-                {"type": "context", "elements": [{"type": "mrkdwn", "text": f"*Plan:* {escape(r.plan_summary)}"}]}
-            )
+            plan = escape_within(r.plan_summary, MAX_SECTION_TEXT - 10)
+            blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"*Plan:* {plan}"}]})
     if len(regressions) > MAX_SHOWN:
+        rest = regressions[MAX_SHOWN:]
+        worst = max(r.change_factor for r in rest)
+        where = f"<{link(facts.run_url)}|all of them in Dagster>, or " if facts.run_url else ""
+        sql = f"SELECT * FROM radar.regression WHERE deploy_id = '{escape_within(facts.analysis_id, 300)}'"
         blocks.append(
             {
-                "type": "context",
-                "elements": [
-                    {
-                        "type": "mrkdwn",
-                        "text": f"… and {len(regressions) - MAX_SHOWN} more: "
-                        f"SELECT * FROM radar.regression WHERE deploy_id = '{escape(facts.analysis_id)}'",
-                    }
-                ],
+                "type": "section",
+                "text": {
+                    "type": "mrkdwn",
+                    "text": f"*… and {len(rest)} more* (up to ×{worst:.2f}): {where}`{sql}`",
+                },
             }
         )
     if facts.run_url:
@@ -100,7 +127,11 @@ def render(facts: AnalysisFacts, regressions: list[Regression]) -> tuple[str, li
                 "elements": [{"type": "mrkdwn", "text": f"<{link(facts.run_url)}|Analysis run in Dagster>"}],
             }
         )
-    return title, blocks
+    return _cut(title, MAX_FALLBACK), blocks
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _title(facts: AnalysisFacts, count: int) -> str:
@@ -121,16 +152,16 @@ def _analysis_fields(facts: AnalysisFacts) -> list[dict[str, str]]:
                 "text": f"*Period:* {start.isoformat(timespec='seconds')} → {end.isoformat(timespec='seconds')}",
             },
             {"type": "mrkdwn", "text": f"*Compared with:* the {_duration(end - start)} before it"},
-            {"type": "mrkdwn", "text": f"*Check:* {escape(facts.analysis_id)}"},
+            {"type": "mrkdwn", "text": f"*Check:* {escape_within(facts.analysis_id, 500)}"},
         ]
-    deploy_text = escape(facts.analysis_id)
-    if facts.url:
+    deploy_text = escape_within(facts.analysis_id, 500)
+    if facts.url and len(link(facts.url)) <= MAX_FIELD_TEXT - 600:
         deploy_text = f"<{link(facts.url)}|{deploy_text}>"
     return [
         {"type": "mrkdwn", "text": f"*Deploy:* {deploy_text}"},
         {"type": "mrkdwn", "text": f"*At:* {facts.split_at.isoformat(timespec='seconds')}"},
-        {"type": "mrkdwn", "text": f"*Service:* {escape(facts.service or '-')}"},
-        {"type": "mrkdwn", "text": f"*Version:* {escape(facts.version or '-')}"},
+        {"type": "mrkdwn", "text": f"*Service:* {escape_within(facts.service or '-', MAX_FIELD_TEXT - 20)}"},
+        {"type": "mrkdwn", "text": f"*Version:* {escape_within(facts.version or '-', MAX_FIELD_TEXT - 20)}"},
     ]
 
 
@@ -148,7 +179,7 @@ def _regression_fields(facts: AnalysisFacts, r: Regression) -> list[dict[str, st
         {"type": "mrkdwn", "text": f"*Confidence:* {r.confidence:.4f} (a ranking, not a probability)"},
         {"type": "mrkdwn", "text": f"*Change began:* {began}"},
         {"type": "mrkdwn", "text": f"*Calls:* {r.calls_before:,} before, {r.calls_after:,} after"},
-        {"type": "mrkdwn", "text": f"*Cause:* {escape(cause)}"},
+        {"type": "mrkdwn", "text": f"*Cause:* {escape_within(cause, MAX_FIELD_TEXT - 20)}"},
         {"type": "mrkdwn", "text": f"*queryid:* {r.queryid}"},
     ]
 
@@ -167,17 +198,17 @@ def render_run_failure(
     job_name: str, run_id: str, partition: str | None, error: str, run_url: str | None
 ) -> tuple[str, list[dict[str, Any]]]:
     """(fallback text, blocks) of the message that one of radar's own runs failed: the job, the run and the error."""
-    text = f"radar: run of {job_name} failed"
-    run = f"<{link(run_url)}|{run_id[:8]}>" if run_url else run_id[:8]
+    text = _cut(f"radar: run of {job_name} failed", MAX_FALLBACK)
+    run = f"<{link(run_url)}|{run_id[:8]}>" if run_url and len(link(run_url)) < 1500 else run_id[:8]
     blocks: list[dict[str, Any]] = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": f"*{escape(text)}*"}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"*{escape_within(text, MAX_SECTION_TEXT - 2)}*"}},
         {
             "type": "section",
             "fields": [
                 {"type": "mrkdwn", "text": f"*Run:* {run}"},
-                {"type": "mrkdwn", "text": f"*Partition:* {escape(partition or '-')}"},
+                {"type": "mrkdwn", "text": f"*Partition:* {escape_within(partition or '-', MAX_FIELD_TEXT - 20)}"},
             ],
         },
-        {"type": "context", "elements": [{"type": "mrkdwn", "text": escape(error[:1500])}]},
+        {"type": "context", "elements": [{"type": "mrkdwn", "text": escape_within(error, 1500)}]},
     ]
     return text, blocks

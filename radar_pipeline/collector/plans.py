@@ -21,6 +21,8 @@ from radar_pipeline.collector.pgss import COLLECTOR_MARK
 
 STORE_PLANS, GENERIC_PLAN = "pg_store_plans", "generic_plan"
 PLANNABLE = {"SelectStmt", "InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt"}
+# Functions whose right to run means the planner, folding a function wrongly marked IMMUTABLE, could reset statistics.
+RESET_FUNCTIONS = ("pg_stat_statements_reset", "pg_stat_reset", "pg_stat_reset_shared", "pg_store_plans_reset")
 
 
 @dataclass(frozen=True)
@@ -38,12 +40,17 @@ class PlanUnavailable(Exception):
 
 
 def plan_source(conn: psycopg.Connection) -> PlanSource:
-    """Decide the plan source for the connected server (see the module docstring)."""
+    """Decide the plan source for the connected server (see the module docstring); none when the role is a superuser
+    or may reset statistics, since planning can run functions (one wrongly marked IMMUTABLE is evaluated by the
+    planner, and a read-only transaction does not stop pg_stat_statements_reset())."""
     version, database_oid, query_id = _one(
         conn,
         f"SELECT {COLLECTOR_MARK} current_setting('server_version_num')::int, oid, current_setting('compute_query_id') "
         "FROM pg_database WHERE datname = current_database()",
     )
+    refused = _refused_role(conn)
+    if refused is not None:
+        return PlanSource(None, refused, database_oid)
     row = conn.execute(
         f"SELECT {COLLECTOR_MARK} n.nspname, e.extversion FROM pg_extension e "
         "JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_store_plans'"
@@ -70,13 +77,18 @@ def plan_source(conn: psycopg.Connection) -> PlanSource:
 def capture(
     conn: psycopg.Connection, source: PlanSource, key: tuple[int, int, int, bool], text: str
 ) -> tuple[str, dict[str, Any]]:
-    """(source, plan) for one statement; PlanUnavailable with the reason when it has none."""
+    """(source, plan) for one statement; PlanUnavailable with the reason when it has none. A pg_store_plans read
+    that fails, or yields no usable plan, falls back to GENERIC_PLAN where the server has it."""
     if source.source == STORE_PLANS:
-        plan = _from_store_plans(conn, source, key)
+        try:
+            plan = _from_store_plans(conn, source, key)
+            missing = "pg_store_plans holds no plan for it yet"
+        except PlanUnavailable as exc:
+            plan, missing = None, str(exc)
         if plan is not None:
             return STORE_PLANS, plan
         if int(conn.info.server_version) < 160000:
-            raise PlanUnavailable("pg_store_plans holds no plan for it yet")
+            raise PlanUnavailable(missing)
     if source.source is None:
         raise PlanUnavailable(source.reason or "no plan source")
     if key[0] != source.database_oid:
@@ -110,8 +122,31 @@ def statement_kind(text: str) -> str:
     return type(statements[0].stmt).__name__
 
 
-def _one(conn: psycopg.Connection, query: str) -> tuple:
-    row = conn.execute(query).fetchone()  # type: ignore[arg-type]
+def _refused_role(conn: psycopg.Connection) -> str | None:
+    """Why plan capture must not run as the connected role, or None."""
+    role, superuser, resetting = _one(
+        conn,
+        f"SELECT {COLLECTOR_MARK} current_user, rolsuper, ("
+        "  SELECT string_agg(DISTINCT p.proname, ', ' ORDER BY p.proname) FROM pg_proc p "
+        "  WHERE p.proname = ANY(%s) AND has_function_privilege(p.oid, 'EXECUTE')) "
+        "FROM pg_roles WHERE rolname = current_user",
+        (list(RESET_FUNCTIONS),),
+    )
+    if superuser:
+        return (
+            f"plan capture refuses to run as {role!r}, a superuser: planning may run functions wrongly marked IMMUTABLE"
+            " (connect as a role of its own, see the README)"
+        )
+    if resetting:
+        return (
+            f"plan capture refuses to run as {role!r}, which may execute {resetting}: planning may run functions "
+            "wrongly marked IMMUTABLE (connect as a role of its own, see the README)"
+        )
+    return None
+
+
+def _one(conn: psycopg.Connection, query: str, params: tuple = ()) -> tuple:
+    row = conn.execute(query, params or None).fetchone()  # type: ignore[arg-type]
     assert row is not None, "a query that always returns a row returned none"
     return row
 
@@ -123,21 +158,34 @@ def describe_error(exc: BaseException) -> str:
 
 
 def _from_store_plans(conn: psycopg.Connection, source: PlanSource, key: tuple[int, int, int, bool]) -> dict | None:
+    """The latest plan pg_store_plans holds for the statement, read per `pg_store_plans.plan_format`: `raw` (the
+    default: short JSON, inflated by pg_store_plans_jsonplan) or `json` (the plan column is JSON already); other
+    formats (text, xml, yaml) carry no shape radar can read. PlanUnavailable on any failure."""
     dbid, userid, queryid, _ = key
+    schema = source.store_plans_schema or "public"
     try:
+        fmt = _one(conn, f"SELECT {COLLECTOR_MARK} current_setting('pg_store_plans.plan_format', true)")[0] or "raw"
+        if fmt not in ("raw", "json"):
+            raise PlanUnavailable(f"pg_store_plans.plan_format is {fmt!r}: only raw and json plans can be read")
+        column = sql.SQL("{}.pg_store_plans_jsonplan(plan)").format(sql.Identifier(schema))
         row = conn.execute(
             sql.SQL(
-                "SELECT " + COLLECTOR_MARK + " {schema}.pg_store_plans_jsonplan(plan) FROM {view} "
+                "SELECT " + COLLECTOR_MARK + " {column} FROM {view} "
                 "WHERE dbid = %s AND userid = %s AND queryid = %s ORDER BY last_call DESC LIMIT 1"
             ).format(
-                schema=sql.Identifier(source.store_plans_schema or "public"),
-                view=sql.Identifier(source.store_plans_schema or "public", "pg_store_plans"),
+                column=column if fmt == "raw" else sql.SQL("plan"),
+                view=sql.Identifier(schema, "pg_store_plans"),
             ),
             (dbid, userid, queryid),
         ).fetchone()
+        if row is None:
+            return None
+        plan = json.loads(row[0]) if isinstance(row[0], str) else row[0]
+        plan = plan[0] if isinstance(plan, list) else plan
     except psycopg.Error as exc:
         raise PlanUnavailable(f"reading pg_store_plans failed: {describe_error(exc)}") from None
-    if row is None:
-        return None
-    plan = json.loads(row[0]) if isinstance(row[0], str) else row[0]
-    return plan[0] if isinstance(plan, list) else plan
+    except (ValueError, TypeError, IndexError, KeyError) as exc:
+        raise PlanUnavailable(f"pg_store_plans gave a plan radar cannot read ({type(exc).__name__})") from None
+    if not isinstance(plan, dict) or "Plan" not in plan:
+        raise PlanUnavailable("pg_store_plans gave a plan radar cannot read (no Plan node)")
+    return plan

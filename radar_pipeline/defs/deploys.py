@@ -8,7 +8,8 @@ from typing import Any
 import dagster as dg
 
 from radar_pipeline import plan_shape
-from radar_pipeline.config import ConfigError, Target
+from radar_pipeline.config import ConfigError, Target, positive_int
+from radar_pipeline.defs.metadata import table
 from radar_pipeline.defs.plans import plan_snapshots
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.defs.snapshots import pgss_snapshots
@@ -23,6 +24,17 @@ COVERAGE_CHECK = "scrape_coverage"
 RESETS_CHECK = "no_resets_in_window"
 DETECTION_ROWS_SHOWN = 25
 SENSOR_PAGE = 200  # deploys requested per sensor evaluation at most; a larger burst continues on the next ticks
+DETECTION_COLUMNS = [
+    ("query", "string"),
+    ("queryid", "int"),
+    ("before_ms", "float"),
+    ("after_ms", "float"),
+    ("factor", "float"),
+    ("confidence", "float"),
+    ("change_vs_deploy_s", "int"),
+    ("cause", "string"),
+    ("plan", "string"),
+]
 REANALYSIS_DAYS_VAR = "RADAR_REANALYSIS_DAYS"
 REANALYSIS_TAG = "radar/reanalysis"  # on the nightly reanalysis's runs: their alerts are recorded, never sent
 
@@ -104,19 +116,20 @@ def _metadata(result: DeployAnalysis) -> dict[str, Any]:
     v = result.verdicts
     counts = v["verdict"].value_counts()
     detected = v[v["verdict"] == "detected"].sort_values("confidence", ascending=False)
-    lines = [
-        "| query | before → after (ms) | factor | confidence | change vs deploy | cause | plan |",
-        "|---|---|---:|---:|---:|---|---|",
+    rows = [
+        {
+            "query": result.texts.get(int(row.queryid), ""),
+            "queryid": int(row.queryid),
+            "before_ms": round(float(row.mean_before_ms), 3),
+            "after_ms": round(float(row.mean_after_ms), 3),
+            "factor": round(float(row.change_factor), 2),
+            "confidence": round(float(row.confidence), 4),
+            "change_vs_deploy_s": round((row.change_at - result.event.deployed_at).total_seconds()),
+            "cause": row.cause,
+            "plan": _plan_summary(row.plan_diff),
+        }
+        for row in detected.head(DETECTION_ROWS_SHOWN).itertuples()
     ]
-    for row in detected.head(DETECTION_ROWS_SHOWN).itertuples():
-        offset = (row.change_at - result.event.deployed_at).total_seconds()
-        text = result.texts.get(int(row.queryid), "").replace("|", "\\|").replace("`", "'")
-        lines.append(
-            f"| `{text}` | {row.mean_before_ms:.3f} → {row.mean_after_ms:.3f} | ×{row.change_factor:.2f} "
-            f"| {row.confidence:.4f} | {offset:+.0f} s | {row.cause} | {_plan_summary(row.plan_diff)} |"
-        )
-    if len(detected) > DETECTION_ROWS_SHOWN:
-        lines.append(f"| … and {len(detected) - DETECTION_ROWS_SHOWN} more in radar.regression | | | | | | |")
     return {
         "deploy": dg.MetadataValue.json(
             {
@@ -135,7 +148,8 @@ def _metadata(result: DeployAnalysis) -> dict[str, Any]:
             {str(r.queryid): r.plan_diff for r in detected.head(DETECTION_ROWS_SHOWN).itertuples() if r.plan_diff}
         ),
         "reasons": dg.MetadataValue.json({str(k): int(n) for k, n in v["reason"].value_counts().items()}),
-        "detections": dg.MetadataValue.md("\n".join(lines) if len(detected) else "No regression detected."),
+        "detections": table(DETECTION_COLUMNS, rows),
+        "detections_not_shown": max(0, len(detected) - DETECTION_ROWS_SHOWN),  # the rest: radar.regression
         "read_s": round(result.seconds["read"], 3),
         "engine_s": round(result.seconds["engine"], 3),
         "plans_s": round(result.seconds["plans"], 3),
@@ -239,7 +253,7 @@ def deploy_reanalysis_schedule(
 ) -> list[dg.RunRequest] | dg.SkipReason:
     """Deploys of the last RADAR_REANALYSIS_DAYS days (default 7) analysed with settings other than today's; the
     runs are tagged REANALYSIS_TAG, so their regressions are recorded in the outbox and never posted."""
-    days = int(os.environ.get(REANALYSIS_DAYS_VAR) or 7)
+    days = positive_int(os.environ.get(REANALYSIS_DAYS_VAR), REANALYSIS_DAYS_VAR, 7)
     current = analysis.settings().to_dict()
     with warehouse.engine().connect() as conn:
         stale = analysis_store.stale_analyses(conn, current, ENGINE_VERSION, timedelta(days=days))

@@ -6,6 +6,7 @@ from typing import Any
 import dagster as dg
 
 from radar_pipeline.defs.deploys import deploy_verdicts, deploys_partitions
+from radar_pipeline.defs.metadata import table
 from radar_pipeline.defs.resources import AnalysisResource, WarehouseResource
 from radar_pipeline.engine.history import HistorySettings
 from radar_pipeline.steps.alert_delivery import chart_folder
@@ -62,19 +63,23 @@ def _describe(row: Any, update: HistoryUpdate) -> str:
 def _metadata(update: HistoryUpdate, settings: HistorySettings, charts: list[Path]) -> dict[str, Any]:
     points = update.points
     flagged = update.flagged
-    lines = [
-        "| query | mean (ms) | band: centre ± half-width (ms) | spread (ms) | z | drift rise | drift p |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+    rows = [
+        {
+            "query": update.texts.get(int(row.queryid), str(row.queryid)),
+            "queryid": int(row.queryid),
+            "mean_ms": _rounded(row.mean_ms, 3),
+            "centre_ms": _rounded(row.centre_ms, 3),
+            "band_ms": _rounded(row.band_ms, 3),
+            "spread_ms": _rounded(row.spread_ms, 3),
+            "z": _rounded(row.z_score, 1),
+            "drift_rise": _rounded(row.drift_rise, 3),
+            "drift_p": _rounded(row.drift_p, 4),
+        }
+        for row in flagged.head(FLAGGED_ROWS_SHOWN).itertuples()
     ]
-    for row in flagged.head(FLAGGED_ROWS_SHOWN).itertuples():
-        text = update.texts.get(int(row.queryid), str(row.queryid)).replace("|", "\\|").replace("`", "'")
-        lines.append(
-            f"| `{text}` | {row.mean_ms:.3f} | {row.centre_ms:.3f} ± {row.band_ms:.3f} | {row.spread_ms:.3f} "
-            f"| {row.z_score:.1f} "
-            f"| {_percent(row.drift_rise)} | {_number(row.drift_p)} |"
-        )
-    if len(flagged) > FLAGGED_ROWS_SHOWN:
-        lines.append(f"| … and {len(flagged) - FLAGGED_ROWS_SHOWN} more in radar.query_history | | | | | | |")
+    columns = [("query", "string"), ("queryid", "int")] + [
+        (name, "float") for name in ("mean_ms", "centre_ms", "band_ms", "spread_ms", "z", "drift_rise", "drift_p")
+    ]
     return {
         "points": len(points),
         "with_band": int(points["spread_ms"].notna().sum()),
@@ -82,16 +87,13 @@ def _metadata(update: HistoryUpdate, settings: HistorySettings, charts: list[Pat
         "drifting": int(points["drift"].sum()),
         "new_segments": int(points["begins_segment"].sum()),
         "later_points_recomputed": update.recomputed,
-        "flagged": dg.MetadataValue.md("\n".join(lines) if len(flagged) else "No point above its band, no drift."),
+        "flagged": table(columns, rows),
+        "flagged_not_shown": max(0, len(flagged) - FLAGGED_ROWS_SHOWN),  # the rest: radar.query_history
         "charts": dg.MetadataValue.json([str(p) for p in charts]),
         "settings": dg.MetadataValue.json(settings.to_dict()),
         "seconds": round(update.seconds, 3),
     }
 
 
-def _percent(value: float) -> str:
-    return "" if value != value else f"{value:+.0%}"
-
-
-def _number(value: float) -> str:
-    return "" if value != value else f"{value:.4f}"
+def _rounded(value: float, digits: int) -> float | None:
+    return None if value is None or value != value else round(float(value), digits)

@@ -10,6 +10,7 @@ import pandas as pd
 from radar_pipeline.config import ConfigError
 from radar_pipeline.defs.alerts import as_metadata
 from radar_pipeline.defs.deploys import DETECTION_ROWS_SHOWN, VerdictConfig, configured_targets
+from radar_pipeline.defs.metadata import table
 from radar_pipeline.defs.plans import plan_snapshots
 from radar_pipeline.defs.resources import AnalysisResource, SlackResource, TargetsResource, WarehouseResource
 from radar_pipeline.defs.snapshots import pgss_snapshots
@@ -135,13 +136,22 @@ def _metadata(done: list[PeriodAnalysis], period_s: float) -> dict[str, Any]:
     reports = v["report"].value_counts()
     reported = v[v["report"] == REPORTED].sort_values("confidence", ascending=False)
     texts = {(r.target, q): t for r in done for q, t in r.texts.items()}
-    lines = ["| target | query | before → after (ms) | factor | change at | cause |", "|---|---|---:|---:|---|---|"]
-    for row in reported.head(DETECTION_ROWS_SHOWN).itertuples():
-        text = texts.get((row.target, int(row.queryid)), "").replace("|", "\\|").replace("`", "'")
-        lines.append(
-            f"| {row.target} | `{text}` | {row.mean_before_ms:.3f} → {row.mean_after_ms:.3f} "
-            f"| ×{row.change_factor:.2f} | {pd.Timestamp(row.change_at).isoformat()} | {row.cause} |"
-        )
+    rows = [
+        {
+            "target": row.target,
+            "query": texts.get((row.target, int(row.queryid)), ""),
+            "queryid": int(row.queryid),
+            "before_ms": round(float(row.mean_before_ms), 3),
+            "after_ms": round(float(row.mean_after_ms), 3),
+            "factor": round(float(row.change_factor), 2),
+            "change_at": pd.Timestamp(row.change_at).isoformat(),
+            "cause": row.cause,
+        }
+        for row in reported.head(DETECTION_ROWS_SHOWN).itertuples()
+    ]
+    columns = [("target", "string"), ("query", "string"), ("queryid", "int")]
+    columns += [("before_ms", "float"), ("after_ms", "float"), ("factor", "float")]
+    columns += [("change_at", "string"), ("cause", "string")]
     return {
         "targets": dg.MetadataValue.json([r.target for r in done]),
         "period_s": period_s,
@@ -151,7 +161,8 @@ def _metadata(done: list[PeriodAnalysis], period_s: float) -> dict[str, Any]:
         "already_reported": int(reports.get(ALREADY_REPORTED, 0)),
         "left_to_deploy": int(reports.get(LEFT_TO_DEPLOY, 0)),
         "recovered": sum(len(r.recovered) for r in done),
-        "reported_regressions": dg.MetadataValue.md("\n".join(lines) if len(reported) else "Nothing new to report."),
+        "reported_regressions": table(columns, rows),
+        "reported_not_shown": max(0, len(reported) - DETECTION_ROWS_SHOWN),
     }
 
 

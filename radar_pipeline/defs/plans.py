@@ -7,12 +7,14 @@ from typing import Any
 import dagster as dg
 
 from radar_pipeline.config import positive_int
+from radar_pipeline.defs.metadata import table
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource, env_cron_schedule
 from radar_pipeline.steps.plan_capture import DEFAULT_TOP_N, capture_targets
 
 PLAN_CRON_VAR = "RADAR_PLAN_CRON"
 PLAN_TOP_N_VAR = "RADAR_PLAN_TOP_N"
 DEFAULT_PLAN_CRON = "*/10 * * * *"
+SKIPPED_ROWS_SHOWN = 50  # per target: statements not planned this time, and why
 
 
 @dg.asset(
@@ -26,24 +28,42 @@ def plan_snapshots(
     started = time.perf_counter()
     top_n = positive_int(os.environ.get(PLAN_TOP_N_VAR), PLAN_TOP_N_VAR, DEFAULT_TOP_N)
     captures = capture_targets(targets.targets(), warehouse.engine(), top_n)
-    lines = ["| target | source | statements tried | plans stored | skipped | note |", "|---|---|---:|---:|---:|---|"]
+    rows: list[dict[str, Any]] = []
     for capture in captures:
         name = capture.target
         if capture.error is not None:
             context.log.error(f"target {name!r}: plans not captured: {capture.error}")
-            lines.append(f"| {name} | | | | | failed: {capture.error} |")
+            rows.append({"target": name, "note": f"failed: {capture.error}"})
         elif capture.source is None:
             context.log.warning(f"target {name!r}: plans are unavailable: {capture.reason}")
-            lines.append(f"| {name} | none | 0 | 0 | 0 | plans unavailable: {capture.reason} |")
+            rows.append({"target": name, "source": "none", "note": f"plans unavailable: {capture.reason}"})
         else:
             note = f"pg_store_plans not used: {capture.reason}" if capture.reason else ""
-            lines.append(
-                f"| {name} | {capture.source} | {capture.tried} | {capture.stored} | {len(capture.skipped)} | {note} |"
+            rows.append(
+                {
+                    "target": name,
+                    "source": capture.source,
+                    "tried": capture.tried,
+                    "stored": capture.stored,
+                    "skipped": len(capture.skipped),
+                    "note": note,
+                }
             )
+    skipped: list[dict[str, Any]] = [
+        {"target": c.target, "queryid": key[2], "dbid": key[0], "userid": key[1], "reason": reason}
+        for c in captures
+        for key, reason in sorted(c.skipped.items())[:SKIPPED_ROWS_SHOWN]
+    ]
+    columns = [("target", "string"), ("source", "string"), ("tried", "int"), ("stored", "int")]
+    columns += [("skipped", "int"), ("note", "string")]
     metadata: dict[str, Any] = {
-        "targets": dg.MetadataValue.md("\n".join(lines)),
+        "targets": table(columns, rows),
         "plans_stored": sum(c.stored for c in captures),
         "skipped": sum(len(c.skipped) for c in captures),
+        "skipped_statements": table(
+            [("target", "string"), ("queryid", "int"), ("dbid", "int"), ("userid", "int"), ("reason", "string")],
+            skipped,
+        ),
         "unavailable_targets": dg.MetadataValue.json(
             {c.target: c.reason for c in captures if c.source is None and c.error is None}
         ),

@@ -7,6 +7,7 @@ from typing import Any
 import dagster as dg
 
 from radar_pipeline.config import DEFAULT_SNAPSHOT_CRON, SNAPSHOT_CRON_VAR, positive_int
+from radar_pipeline.defs.metadata import table
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource, env_cron_schedule
 from radar_pipeline.steps.shards import targets_of_shard
 from radar_pipeline.steps.snapshots import TargetOutcome, snapshot_targets
@@ -70,24 +71,31 @@ def pgss_snapshots(
 def _metadata(outcomes: list[TargetOutcome], seconds: float) -> dict[str, Any]:
     ok = [o for o in outcomes if o.result is not None]
     failed = [o for o in outcomes if o.error is not None]
-    lines = [
-        "| target | statements | new | rows stored | dealloc since last | resets seen | gone from view | seconds |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    rows: list[dict[str, Any]] = []
     for o in ok:
         r = o.result
         assert r is not None
-        dealloc = "" if r.dealloc_since_last is None else str(r.dealloc_since_last)
-        lines.append(
-            f"| {o.target} | {r.statements} | {r.new_statements} | {r.stored_rows} | {dealloc} | {r.resets_seen} "
-            f"| {r.missing_statements} | {o.seconds:.3f} |"
+        rows.append(
+            {
+                "target": o.target,
+                "statements": r.statements,
+                "new": r.new_statements,
+                "rows_stored": r.stored_rows,
+                "dealloc_since_last": r.dealloc_since_last,
+                "resets_seen": r.resets_seen,
+                "gone_from_view": r.missing_statements,
+                "seconds": round(o.seconds, 3),
+            }
         )
-    for o in failed:
-        lines.append(f"| {o.target} | failed: {o.error} | | | | | | {o.seconds:.3f} |")
+    rows += [{"target": o.target, "error": o.error, "seconds": round(o.seconds, 3)} for o in failed]
+    columns = [("target", "string")] + [
+        (c, "int") for c in ("statements", "new", "rows_stored", "dealloc_since_last", "resets_seen", "gone_from_view")
+    ]
+    columns += [("seconds", "float"), ("error", "string")]
     return {
         "partial": len(failed) > 0,
         "failed_targets": dg.MetadataValue.json({o.target: o.error for o in failed}),
-        "targets": dg.MetadataValue.md("\n".join(lines)),
+        "targets": table(columns, rows),
         "statements": sum(o.result.statements for o in ok if o.result),
         "new_statements": sum(o.result.new_statements for o in ok if o.result),
         "stored_rows": sum(o.result.stored_rows for o in ok if o.result),

@@ -25,6 +25,7 @@ from radar_pipeline.demo.local_postgres import LocalPostgres
 
 HOME_VAR = "RADAR_HOME"
 APP_DB, WAREHOUSE_DB, DAGSTER_DB = "shop", "radar", "dagster"
+COLLECTOR_ROLE = "radar_collector"
 TARGET = "shop"
 SERVERS = {"watched": "postgres", "radar": "postgres-radar"}  # data directories under RADAR_HOME
 STATE_FILE = "servers.json"  # their ports, and when this RADAR_HOME was created
@@ -58,7 +59,8 @@ class Embedded:
         """The variables a deployment would set, for this embedded default."""
         return {
             "RADAR_WAREHOUSE_URL": self.radar.url(WAREHOUSE_DB, driver="postgresql+psycopg"),
-            "RADAR_TARGETS": f"{TARGET}={self.server.url(APP_DB)}",
+            "RADAR_TARGETS": f"{TARGET}={self.server.url(APP_DB, user=COLLECTOR_ROLE)}",
+            "RADAR_COLLECTOR_ROLE": COLLECTOR_ROLE,
             "RADAR_DAGSTER_PG_URL": self.radar.url(DAGSTER_DB, driver="postgresql+psycopg2"),
             "RADAR_PERIODIC_START": self.created.strftime("%Y-%m-%d-%H:00"),
             "RADAR_CHART_DIR": str(self.charts),
@@ -101,6 +103,7 @@ def start(fresh: bool) -> Embedded:
         json.dumps({**{name: server.port for name, server in servers.items()}, "created": created.isoformat()})
     )
     _create_databases(servers["watched"], [APP_DB])
+    _create_collector_role(servers["watched"])
     _create_databases(servers["radar"], [WAREHOUSE_DB, DAGSTER_DB])
     embedded = Embedded(root, servers["watched"], servers["radar"], created)
     embedded.dagster_home.mkdir(parents=True, exist_ok=True)
@@ -116,6 +119,21 @@ def _create_databases(server: LocalPostgres, names: list[str]) -> None:
         for name in names:
             if name not in existing:
                 conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def _create_collector_role(server: LocalPostgres) -> None:
+    """The collector's own role on the watched server, as the README sets it up (plan capture refuses to run as a
+    superuser), with the shop's table privileges its plans of DML need."""
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.execute(
+            f"DO $$ BEGIN CREATE ROLE {COLLECTOR_ROLE} LOGIN IN ROLE pg_read_all_stats; "
+            "EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+        )
+    with psycopg.connect(server.dsn(APP_DB), autocommit=True) as conn:
+        conn.execute(
+            "ALTER DEFAULT PRIVILEGES IN SCHEMA public "
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {COLLECTOR_ROLE}"
+        )
 
 
 def _saved(root: Path) -> dict[str, str]:

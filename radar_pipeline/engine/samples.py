@@ -169,6 +169,8 @@ def _numeric(column: pd.Series, name: str, allow_nan: bool = False) -> np.ndarra
         raise ValueError(f"{name} must be numeric") from None
     if not allow_nan and np.isnan(values).any():
         raise ValueError(f"{name} has missing values")
+    if np.isinf(values).any():
+        raise ValueError(f"{name} has infinite values")
     return values
 
 
@@ -193,18 +195,23 @@ def _last_of_duplicates(codes: np.ndarray, t: np.ndarray) -> np.ndarray | None:
 def _fingerprint_groups(
     counters: pd.DataFrame, codes: np.ndarray, order: np.ndarray | None, keep: np.ndarray | None, keys: int
 ) -> np.ndarray:
-    """The query group of every key code: keys sharing a fingerprint form one group; without one, each key its own."""
+    """The query group of every key code: keys sharing a fingerprint (and, where the counters carry them, dbid, userid
+    and toplevel: statements of different databases, users or nesting levels are never merged) form one group;
+    without a fingerprint, each key its own."""
     if "fingerprint" not in counters.columns or keys == 0:
         return np.arange(keys)
-    fp = counters["fingerprint"].to_numpy(dtype=object)
-    if order is not None:
-        fp = fp[order]
-    if keep is not None:
-        fp = fp[keep]
     last_row = np.zeros(keys, dtype=np.int64)
     last_row[codes] = np.arange(len(codes))  # rows are ordered by time within a key: the last write wins
-    per_key = pd.Series(fp[last_row])
-    group_codes, _ = pd.factorize(per_key, sort=False)
+    per_key = {}
+    for name in ("dbid", "userid", "toplevel", "fingerprint"):
+        if name in counters.columns:
+            values = counters[name].to_numpy(dtype=object)
+            values = values[order] if order is not None else values
+            values = values[keep] if keep is not None else values
+            per_key[name] = values[last_row]
+    frame = pd.DataFrame(per_key)
+    group_codes = frame.groupby(list(per_key), sort=False, dropna=False).ngroup().to_numpy(dtype=np.int64, copy=True)
+    group_codes[frame["fingerprint"].isna().to_numpy()] = -1
     lone = group_codes < 0  # no fingerprint: a group of its own
     group_codes[lone] = group_codes.max(initial=-1) + 1 + np.arange(lone.sum())
     # Renumber so groups follow the first appearance of their keys (stable, deterministic output order).

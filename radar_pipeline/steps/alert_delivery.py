@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 import sqlalchemy as sa
 
-from radar_pipeline.alerts.render import AnalysisFacts, Regression, render
+from radar_pipeline.alerts.render import MAX_SHOWN, AnalysisFacts, Regression, render
 from radar_pipeline.alerts.slack import DeliveryError, SlackSender
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.engine.samples import interval_means
@@ -82,7 +82,8 @@ def deliver(
     metadata["to_send"] = len(todo_rows)
     metadata["message"] = {"text": text, "blocks": blocks}
     with engine.connect() as conn:
-        charts = _charts(conn, facts, todo_rows) if channel != "webhook" else []
+        # a chart for each regression the message shows in full (its thread would otherwise grow without bound)
+        charts = _charts(conn, facts, todo_rows.head(MAX_SHOWN)) if channel != "webhook" else []
     metadata["charts"] = [str(p) for p, _ in charts]
 
     if not sender.configured:
@@ -231,7 +232,8 @@ def _charts(conn: sa.Connection, facts: AnalysisFacts, rows: pd.DataFrame) -> li
     settings = EngineSettings.from_dict(rows["settings"].iloc[0])
     lo, hi = facts.split_at - settings.window, facts.split_at + settings.window
     window = read_window(conn, facts.target, lo, hi, only=rows[KEY])
-    series = interval_means(window.counters.drop(columns=["fingerprint"]), pd.Timestamp(lo), pd.Timestamp(hi))
+    bare = window.counters.drop(columns=["fingerprint", "dbid", "userid", "toplevel"])  # a series per key, unmerged
+    series = interval_means(bare, pd.Timestamp(lo), pd.Timestamp(hi))
     by_key = {tuple(k): i for i, k in enumerate(window.keys[KEY].itertuples(index=False))}
     folder = chart_folder(facts.analysis_id)
     charts = []

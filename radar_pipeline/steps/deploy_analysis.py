@@ -118,7 +118,7 @@ def decide_window(
     started = time.perf_counter()
     detected = verdicts["verdict"] == "detected"
     if detected.any():
-        diffs = plan_diffs(conn, target, verdicts[detected], live)
+        diffs = plan_diffs(conn, target, verdicts[detected], live, hi)
         verdicts.loc[detected, "plan_diff"] = pd.Series(diffs, index=verdicts.index[detected], dtype=object)
         changed = [bool(d.get("shape_changed")) for d in diffs]
         verdicts.loc[verdicts.index[detected][changed], "cause"] = "plan_changed"

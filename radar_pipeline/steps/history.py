@@ -62,26 +62,27 @@ def update_history(conn: sa.Connection, deploy_id: str, settings: HistorySetting
     store.lock_target(conn, target)
 
     new = store.deploy_points(conn, deploy_id, min_calls)
-    fingerprints = sorted({int(f) for f in new["fingerprint"]} | set(store.stored_fingerprints(conn, deploy_id)))
-    prior = store.earlier_points(conn, target, fingerprints, here, settings.drift_points)
-    later = store.later_points(conn, target, fingerprints, here)
+    queries = sorted(set(_queries_of(new)) | set(store.stored_queries(conn, deploy_id)))
+    prior = store.earlier_points(conn, target, queries, here, settings.drift_points)
+    later = store.later_points(conn, target, queries, here)
     detected = store.detected_at_deploys(conn, target, sorted(set(later["deploy_id"])))
-    later["detected"] = [(d, int(f)) in detected for d, f in zip(later["deploy_id"], later["fingerprint"], strict=True)]
+    later["detected"] = [(d, *q) in detected for d, q in zip(later["deploy_id"], _queries_of(later), strict=True)]
 
     points = pd.concat([new, later], ignore_index=True).sort_values(
-        ["fingerprint", "deployed_at", "deploy_id"], kind="stable", ignore_index=True
+        [*store.QUERY, "deployed_at", "deploy_id"], kind="stable", ignore_index=True
     )
     points["begins_segment"] = points["detected"].astype(bool) | _periodic_change_since_last_point(
-        conn, target, points, prior
+        conn, target, points, prior, queries
     )
+    series = {q: i for i, q in enumerate(queries)}  # one series per query
     result = extend_history(
-        prior.rename(columns={"fingerprint": "series"})[["series", "mean_ms", *STATE]],
-        points.rename(columns={"fingerprint": "series"})[["series", "mean_ms", "begins_segment"]],
+        prior.assign(series=[series[q] for q in _queries_of(prior)])[["series", "mean_ms", *STATE]],
+        points.assign(series=[series[q] for q in _queries_of(points)])[["series", "mean_ms", "begins_segment"]],
         settings,
     )
     rows = pd.concat([points.drop(columns=["detected"]), result], axis=1)
     rows["begins_segment"] = rows["seg_points"] == 1  # a query's first point begins its first segment too
-    store.replace_points(conn, deploy_id, target, fingerprints, here, rows, settings.to_dict())
+    store.replace_points(conn, deploy_id, target, queries, here, rows, settings.to_dict())
 
     own = rows[rows["deploy_id"] == deploy_id].reset_index(drop=True)
     flagged = own[own["above_band"] | own["drift"]]
@@ -96,31 +97,39 @@ def update_history(conn: sa.Connection, deploy_id: str, settings: HistorySetting
     )
 
 
+def _queries_of(frame: pd.DataFrame) -> list[store.Query]:
+    """The (dbid, userid, toplevel, fingerprint) of every row."""
+    return [
+        (int(d), int(u), bool(t), int(f))
+        for d, u, t, f in zip(frame["dbid"], frame["userid"], frame["toplevel"], frame["fingerprint"], strict=True)
+    ]
+
+
 def _periodic_change_since_last_point(
-    conn: sa.Connection, target: str, points: pd.DataFrame, prior: pd.DataFrame
+    conn: sa.Connection, target: str, points: pd.DataFrame, prior: pd.DataFrame, queries: list[store.Query]
 ) -> np.ndarray:
     """Per point: did the periodic check detect a change in the query after its previous point, up to this one?"""
     if points.empty:
         return np.zeros(0, dtype=bool)
-    previous = points.groupby("fingerprint")["deployed_at"].shift(1)
-    last_prior = prior.groupby("fingerprint")["deployed_at"].last()
+    series = {q: i for i, q in enumerate(queries)}
+    point_series = pd.Series([series[q] for q in _queries_of(points)], index=points.index)
+    previous = points["deployed_at"].groupby(point_series).shift(1)
+    last_prior = prior["deployed_at"].groupby([series[q] for q in _queries_of(prior)]).last()
     # A query with no earlier point (the deploy is older than all it has) maps to NaT: converted explicitly, since
     # pandas 3 refuses to write the NaN of an empty mapping into a datetime column.
-    from_prior = pd.to_datetime(points["fingerprint"].map(last_prior), utc=True).astype(previous.dtype)
+    from_prior = pd.to_datetime(point_series.map(last_prior), utc=True).astype(previous.dtype)
     previous = previous.where(previous.notna(), from_prior)
     since = previous.min() if previous.notna().any() else points["deployed_at"].min()
-    changes = store.periodic_detections(conn, target, sorted({int(f) for f in points["fingerprint"]}), since)
+    changes = store.periodic_detections(conn, target, queries, since)
     if changes.empty:
         return np.zeros(len(points), dtype=bool)
-    probe = pd.DataFrame(
-        {"fingerprint": points["fingerprint"].astype("int64"), "at": points["deployed_at"], "row": points.index}
-    ).sort_values("at")
+    probe = pd.DataFrame({"series": point_series, "at": points["deployed_at"], "row": points.index}).sort_values("at")
     latest = pd.merge_asof(
         probe,
-        changes.assign(fingerprint=changes["fingerprint"].astype("int64")).sort_values("change_at"),
+        changes.assign(series=[series.get(q, -1) for q in _queries_of(changes)]).sort_values("change_at"),
         left_on="at",
         right_on="change_at",
-        by="fingerprint",
+        by="series",
         direction="backward",
     ).set_index("row")["change_at"]
     latest = latest.reindex(points.index)
@@ -136,7 +145,8 @@ def history_charts(
 
     paths = []
     for row in update.flagged.head(limit).itertuples():
-        series = store.series_points(conn, update.target, int(row.fingerprint), (row.deployed_at, row.deploy_id))
+        query = (int(row.dbid), int(row.userid), bool(row.toplevel), int(row.fingerprint))
+        series = store.series_points(conn, update.target, query, (row.deployed_at, row.deploy_id))
         trend = None
         if row.drift:
             segment = series[series["segment"] == row.segment].tail(settings.drift_points)

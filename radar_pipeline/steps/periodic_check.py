@@ -118,7 +118,8 @@ def _analyse_target(
             deploy_tolerance,
         )
         status[near] = LEFT_TO_DEPLOY
-        status[detected["fingerprint"].astype("int64").isin(episodes.open_at(conn, target, end))] = ALREADY_REPORTED
+        still_open = episodes.open_at(conn, target, end)
+        status[[q in still_open for q in episodes.queries_of(detected)]] = ALREADY_REPORTED
         verdicts.loc[detected.index, "report"] = status
     episodes.record_reports(conn, ident, target, end, detected[status == REPORTED])
     return PeriodAnalysis(**vars(decided), target=target, recovered=recovered)

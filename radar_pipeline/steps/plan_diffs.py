@@ -6,7 +6,7 @@ where the current plan is captured on the spot.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pandas as pd
@@ -20,26 +20,32 @@ from radar_pipeline.pgss_model import KEY, Key, statement_key
 from radar_pipeline.steps.plan_capture import capture_one
 from radar_pipeline.warehouse import plans as stored_plans
 
+PLAN_REACH = timedelta(minutes=15)  # past the window's end: more than one plan capture interval (10 min)
+
 
 def plan_diffs(
-    conn: sa.Connection, target_name: str, detections: pd.DataFrame, live: Target | None
+    conn: sa.Connection, target_name: str, detections: pd.DataFrame, live: Target | None, window_end: datetime
 ) -> list[dict[str, Any]]:
     """The plan diff of each detection (rows with KEY and change_at): the plan in force before the change against the
-    newest after it, capturing one now when none was stored after the change and the target can be reached."""
+    first captured after it within the analysed window's reach (up to PLAN_REACH past `window_end`), capturing one
+    now when none was and the reach has not passed; a re-analysis later finds the same plans."""
     diffs: list[dict[str, Any]] = []
     connection: psycopg.Connection | None = None
     source: plans.PlanSource | None = None
+    until = window_end + PLAN_REACH
+    now = conn.execute(sa.text("SELECT now()")).scalar_one()
     try:
         for row in detections.itertuples():
             key = statement_key([getattr(row, k) for k in KEY])
             change_at = row.change_at.to_pydatetime()
-            before, after = stored_plans.around(conn, target_name, key, change_at)
-            if after is None and live is not None:
+            before, after = stored_plans.around(conn, target_name, key, change_at, until)
+            why = "none was captured within the window's reach"
+            if after is None and live is not None and now <= until:
                 if connection is None:
                     connection, source = _open(live)
                 if connection is not None and source is not None:
-                    after = _capture_now(conn, connection, source, target_name, key)
-            diffs.append(_diff(before, after, change_at))
+                    after, why = _capture_now(conn, connection, source, target_name, key)
+            diffs.append(_diff(before, after, change_at, why))
     finally:
         if connection is not None:
             connection.close()
@@ -56,24 +62,27 @@ def _open(target: Target) -> tuple[psycopg.Connection | None, plans.PlanSource |
 
 def _capture_now(
     conn: sa.Connection, live: psycopg.Connection, source: plans.PlanSource, target: str, key: Key
-) -> stored_plans.StoredPlan | None:
+) -> tuple[stored_plans.StoredPlan | None, str]:
+    """The plan captured now and stored, or None and why it could not be."""
+    if source.source is None:
+        return None, f"none could be captured now: {source.reason}"
     try:
         captured = capture_one(live, source, key, stored_plans.text_of(conn, target, key))
-    except plans.PlanUnavailable:
-        return None
+    except plans.PlanUnavailable as exc:
+        return None, f"none could be captured now: {exc}"
     now = live.execute("SELECT statement_timestamp()").fetchone()[0]  # type: ignore[index]
     stored_plans.store(conn, target, now, {key: captured}, {})
     origin, plan_hash, root_node, cost, plan = captured
-    return stored_plans.StoredPlan(now, origin, plan_hash, root_node, cost, plan)
+    return stored_plans.StoredPlan(now, origin, plan_hash, root_node, cost, plan), ""
 
 
 def _diff(
-    before: stored_plans.StoredPlan | None, after: stored_plans.StoredPlan | None, change_at: datetime
+    before: stored_plans.StoredPlan | None, after: stored_plans.StoredPlan | None, change_at: datetime, why: str
 ) -> dict[str, Any]:
     if before is None:
         return {"unavailable": f"no plan was captured before the change at {change_at.isoformat()}"}
     if after is None:
-        return {"unavailable": "no plan was captured after the change, and none could be captured now"}
+        return {"unavailable": f"no plan after the change: {why}"}
     out = plan_shape.diff(before.plan, after.plan, before.source, after.source)
     out["captured_before"] = before.captured_at.isoformat()
     out["captured_after"] = after.captured_at.isoformat()

@@ -1,7 +1,7 @@
 """Retention: drop day partitions of radar.pgss_snapshot older than the retention, create the next ones, and thin
 out the periodic checks' verdicts of that age to their detections."""
 
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 
 import sqlalchemy as sa
 
@@ -14,6 +14,8 @@ def apply_retention(engine: sa.Engine, keep_days: int, today: date) -> list[str]
     and the catalogue entries of statements last seen before then (unless a verdict shows them); returns the
     partitions dropped."""
     cutoff = today - timedelta(days=keep_days)
+    # Partitions are UTC days: compare with UTC midnight, never a date cast in the session's time zone.
+    cutoff_at = datetime.combine(cutoff, time(0), tzinfo=UTC)
     with engine.begin() as conn:
         dropped = [
             r[0]
@@ -22,24 +24,24 @@ def apply_retention(engine: sa.Engine, keep_days: int, today: date) -> list[str]
             )
         ]
         conn.execute(
-            sa.text("DELETE FROM radar.pgss_info_snapshot WHERE captured_at < CAST(:c AS date)"), {"c": cutoff}
+            sa.text("DELETE FROM radar.pgss_info_snapshot WHERE captured_at < :cutoff_at"), {"cutoff_at": cutoff_at}
         )
         conn.execute(
             sa.text(
                 "DELETE FROM radar.verdict v USING radar.analysis a WHERE a.deploy_id = v.deploy_id "
-                "AND a.target = v.target AND a.trigger = 'periodic' AND a.window_end < CAST(:c AS date) "
+                "AND a.target = v.target AND a.trigger = 'periodic' AND a.window_end < :cutoff_at "
                 "AND v.verdict <> 'detected'"
             ),
-            {"c": cutoff},
+            {"cutoff_at": cutoff_at},
         )
         # Statements not seen since the cutoff leave the catalogue, unless a verdict still shows their text.
         conn.execute(
             sa.text(
-                "DELETE FROM radar.query q WHERE q.last_seen < CAST(:c AS date) AND NOT EXISTS (SELECT 1 FROM "
+                "DELETE FROM radar.query q WHERE q.last_seen < :cutoff_at AND NOT EXISTS (SELECT 1 FROM "
                 "radar.verdict v WHERE v.target = q.target AND v.dbid = q.dbid AND v.userid = q.userid "
                 "AND v.queryid = q.queryid AND v.toplevel = q.toplevel)"
             ),
-            {"c": cutoff},
+            {"cutoff_at": cutoff_at},
         )
         conn.execute(
             sa.text("SELECT radar.ensure_pgss_snapshot_partitions(:d, :n)"), {"d": today, "n": PARTITION_DAYS_AHEAD}

@@ -37,7 +37,7 @@ def snapshot_target(target: Target, warehouse: sa.Engine, exclude_role: str | No
         scrape = pgss.scrape(conn, target, ext, exclude_role)
         with warehouse.begin() as wconn:
             state = snapshots.lock_and_load_state(wconn, target.name)
-            plan = snapshots.plan_snapshot(state, scrape.statements, scrape.info.stats_reset)
+            plan = snapshots.plan_snapshot(state, scrape.statements, scrape.info.stats_reset, scrape.info.dealloc)
             wanted = plan.new_keys + plan.reappeared_keys
             texts = pgss.fetch_texts(conn, target, ext, sorted({k[2] for k in wanted}))
             texts = {k: texts[k] for k in wanted if k in texts}

@@ -141,6 +141,8 @@ def _as_counters(statements: list[tuple]) -> WindowCounters:
         elif name != "reset_before":
             columns[name] = values
     columns["fingerprint"] = np.repeat(np.array([s[4] for s in statements], dtype=np.int64), lengths)
+    for name in ("dbid", "userid", "toplevel"):  # the engine merges fingerprints only within these
+        columns[name] = np.repeat(keys[name].to_numpy(), lengths)
     counters = pd.DataFrame(columns)
     return WindowCounters(counters=counters, keys=keys)
 
@@ -205,13 +207,16 @@ def write_analysis(
 
 
 def window_health(conn: sa.Connection, target: str, lo: datetime, hi: datetime) -> dict[str, Any]:
-    """Scrape coverage and resets in the window: scrapes, the longest gap between them (window edges included),
-    distinct stats_reset values seen, and evictions (dealloc) counted inside it."""
+    """Scrape coverage and resets in the window: scrapes, the longest gap between them (window edges included; the
+    first sample's interval starts at the last scrape at or before `lo`, so the gap before the window's first scrape
+    is measured from there), distinct stats_reset values seen, and evictions (dealloc) counted inside it."""
     row = conn.execute(
         sa.text(
             "WITH s AS (SELECT captured_at, dealloc, stats_reset FROM radar.pgss_info_snapshot "
             "WHERE target = :t AND captured_at > :lo AND captured_at <= :hi), "
-            "edges AS (SELECT captured_at FROM s UNION ALL SELECT CAST(:lo AS timestamptz) UNION ALL "
+            "edges AS (SELECT captured_at FROM s UNION ALL SELECT coalesce((SELECT max(captured_at) "
+            "FROM radar.pgss_info_snapshot WHERE target = :t AND captured_at <= :lo), CAST(:lo AS timestamptz)) "
+            "UNION ALL "
             "SELECT CAST(:hi AS timestamptz)), "
             "gaps AS (SELECT captured_at - lag(captured_at) OVER (ORDER BY captured_at) AS gap FROM edges) "
             "SELECT (SELECT count(*) FROM s), (SELECT max(gap) FROM gaps), "

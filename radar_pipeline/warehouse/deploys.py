@@ -7,14 +7,18 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
-DEPLOY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}$")
+DEPLOY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}")  # used with fullmatch: `$` would allow a final \n
+URL = re.compile(r"https?://[^\s\x00-\x1f\x7f]+")
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 MAX_FUTURE = timedelta(minutes=5)
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)  # no deploy predates this; a year-1 or 1900 time is a typo
+BATCH = 5000  # rows per statement of an import
 FIELDS = ("deploy_id", "target", "deployed_at", "service", "version", "source", "url", "metadata")
 CSV_COLUMNS = ("deploy_id", "target", "deployed_at", "service", "version", "url")
 MAX_TEXT = 1000
@@ -40,7 +44,7 @@ class DeployEvent:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.deploy_id, str) or not DEPLOY_ID.match(self.deploy_id) or "..." in self.deploy_id:
+        if not isinstance(self.deploy_id, str) or not DEPLOY_ID.fullmatch(self.deploy_id) or "..." in self.deploy_id:
             raise DeployError(
                 f"deploy id {self.deploy_id!r} is not usable: 1-128 letters, digits or . _ : @ + = -, starting with a "
                 "letter or digit, without '...' (it becomes a Dagster partition key)"
@@ -52,15 +56,23 @@ class DeployEvent:
             )
         if not self.target:
             raise DeployError("target is empty")
+        if CONTROL.search(self.target):
+            raise DeployError(f"target {self.target!r} holds control characters")
         if self.deployed_at is not None and (
             not isinstance(self.deployed_at, datetime) or self.deployed_at.utcoffset() is None
         ):
             raise DeployError(f"deployed_at {self.deployed_at!r} has no time zone: give one, e.g. 2026-11-29T12:00:00Z")
+        if self.deployed_at is not None and _before_earliest(self.deployed_at):
+            raise DeployError(
+                f"deployed_at {self.deployed_at.isoformat()} is before {EARLIEST.date().isoformat()}: a typo?"
+            )
         for name in ("service", "version", "url", "source"):
             value = getattr(self, name)
             if value is not None and len(value) > MAX_TEXT:
                 raise DeployError(f"{name} is longer than {MAX_TEXT} characters")
-        if self.url is not None and not re.match(r"^https?://\S+$", self.url):
+            if value is not None and CONTROL.search(value):
+                raise DeployError(f"{name} {value!r} holds control characters (a newline, an escape sequence)")
+        if self.url is not None and not URL.fullmatch(self.url):
             raise DeployError(f"url {self.url!r} is not an http(s) URL")
 
 
@@ -73,13 +85,21 @@ class Recorded:
 
 
 def parse_time(value: str, name: str = "deployed_at") -> datetime:
-    """An ISO 8601 timestamp with a time zone (a trailing Z is UTC)."""
+    """An ISO 8601 timestamp with a time zone (a trailing Z is UTC), not before 2000 (DeployError otherwise)."""
+    if not value.strip():
+        raise DeployError(f"{name} is empty: give a time such as 2026-11-29T12:00:00Z, or leave it out for now")
     try:
         parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
         raise DeployError(f"{name} {value!r} is not an ISO 8601 timestamp (e.g. 2026-11-29T12:00:00Z)") from None
     if parsed.utcoffset() is None:
         raise DeployError(f"{name} {value!r} has no time zone: add Z or an offset such as +02:00")
+    try:
+        in_utc = parsed.astimezone(UTC)  # 0001-01-01T00:00+14:00 is before year 1 in UTC: OverflowError
+    except (OverflowError, ValueError):
+        raise DeployError(f"{name} {value!r} is out of range") from None
+    if in_utc < EARLIEST:
+        raise DeployError(f"{name} {value!r} is before {EARLIEST.date().isoformat()}: a typo?")
     return parsed
 
 
@@ -98,67 +118,117 @@ def record(engine: sa.Engine, event: DeployEvent, configured_targets: Iterable[s
 def import_csv(engine: sa.Engine, path: Path, configured_targets: Iterable[str] = ()) -> list[Recorded]:
     """Load historical deploys from a CSV file (header: deploy_id,target,deployed_at[,service,version,url]).
 
-    Every row is checked before anything is written, and all rows are stored in one transaction: a bad row names its
-    line and field, and leaves the warehouse as it was.
+    Every row is checked before anything is written (syntax, repeated ids, known targets, the future limit, conflicts
+    with stored events), then the new rows are stored in one transaction, a few thousand per statement: a bad row
+    names its line and field, and leaves the warehouse as it was.
     """
-    events = list(read_csv(path))
+    events = read_csv(path)
     seen: dict[str, int] = {}
+    for line, event in events:
+        first = seen.get(event.deploy_id)
+        if first is not None:
+            raise DeployError(f"{path}, line {line}: deploy id {event.deploy_id!r} repeats line {first}")
+        seen[event.deploy_id] = line
     with engine.begin() as conn:
+        # Concurrent writers of deploy events wait for this import; readers (the sensor) do not.
+        conn.execute(sa.text("LOCK TABLE radar.deploy_event IN SHARE ROW EXCLUSIVE MODE"))
         targets = known_targets(conn, configured_targets)
-        recorded = []
+        now = _now(conn)
+        stored = _stored(conn, [e.deploy_id for _, e in events])
+        recorded: list[Recorded] = []
+        new: list[DeployEvent] = []
         for line, event in events:
-            if event.deploy_id in seen:
-                first = seen[event.deploy_id]
-                raise DeployError(f"{path}, line {line}: deploy id {event.deploy_id!r} repeats line {first}")
-            seen[event.deploy_id] = line
             try:
-                recorded.append(_record(conn, event, targets))
+                _check(event, targets, now)
+                if event.deploy_id in stored:
+                    recorded.append(_same_or_refuse(event, stored[event.deploy_id]))
+                else:
+                    new.append(event)
+                    recorded.append(Recorded(event, inserted=True))
             except DeployError as exc:
                 raise DeployError(f"{path}, line {line}: {exc}") from None
+        for i in range(0, len(new), BATCH):
+            _insert_many(conn, new[i : i + BATCH])
     return recorded
 
 
-def read_csv(path: Path) -> Iterable[tuple[int, DeployEvent]]:
-    """(line number, event) for every row of a deploy CSV, validated field by field."""
+def read_csv(path: Path) -> list[tuple[int, DeployEvent]]:
+    """(line number, event) for every row of a deploy CSV, validated field by field (UTF-8, a BOM allowed)."""
     try:
-        handle = open(path, newline="", encoding="utf-8")  # noqa: SIM115 - closed below
+        handle = open(path, newline="", encoding="utf-8-sig")  # noqa: SIM115 - closed below
     except OSError as exc:
         raise DeployError(f"cannot read {path}: {exc.strerror}") from None
+    rows: list[tuple[int, DeployEvent]] = []
     with handle:
         reader = csv.DictReader(handle)
-        header = [h.strip() for h in reader.fieldnames or []]
-        missing = [c for c in CSV_COLUMNS[:3] if c not in header]
-        unknown = [c for c in header if c not in CSV_COLUMNS]
-        if missing or unknown:
-            raise DeployError(
-                f"{path}: the header must hold {', '.join(CSV_COLUMNS[:3])} and may hold {', '.join(CSV_COLUMNS[3:])}"
-                + (f"; missing {', '.join(missing)}" if missing else "")
-                + (f"; unknown {', '.join(unknown)}" if unknown else "")
-            )
-        rows = []
-        for row in reader:
-            values = {k.strip(): (v.strip() if isinstance(v, str) else v) for k, v in row.items() if k}
-            line = reader.line_num
-            try:
-                if not values.get("deployed_at"):
-                    raise DeployError("deployed_at is empty: historical deploys need their time")
-                rows.append(
-                    (
-                        line,
-                        DeployEvent(
-                            deploy_id=values.get("deploy_id") or "",
-                            target=values.get("target") or "",
-                            deployed_at=parse_time(values["deployed_at"]),
-                            service=values.get("service") or None,
-                            version=values.get("version") or None,
-                            url=values.get("url") or None,
-                            source="import",
-                        ),
-                    )
+        try:
+            header = [h.strip() for h in reader.fieldnames or []]
+            missing = [c for c in CSV_COLUMNS[:3] if c not in header]
+            unknown = [c for c in header if c not in CSV_COLUMNS]
+            if missing or unknown:
+                raise DeployError(
+                    f"{path}: the header must hold {', '.join(CSV_COLUMNS[:3])} and may hold "
+                    f"{', '.join(CSV_COLUMNS[3:])}"
+                    + (f"; missing {', '.join(missing)}" if missing else "")
+                    + (f"; unknown {', '.join(map(repr, unknown))}" if unknown else "")
                 )
-            except DeployError as exc:
-                raise DeployError(f"{path}, line {line}: {exc}") from None
+            for row in reader:
+                line = reader.line_num
+                try:
+                    rows.append((line, _event_of(row)))
+                except DeployError as exc:
+                    raise DeployError(f"{path}, line {line}: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise DeployError(
+                f"{path} is not UTF-8 (byte 0x{exc.object[exc.start]:02x} near line {reader.line_num + 1}): "
+                "save it as UTF-8 (CSV UTF-8 in Excel)"
+            ) from None
+        except csv.Error as exc:
+            raise DeployError(f"{path}, line {reader.line_num}: not valid CSV ({exc})") from None
     return rows
+
+
+def _event_of(row: dict[str | None, Any]) -> DeployEvent:
+    surplus = row.get(None)
+    if surplus:
+        raise DeployError(f"{len(surplus)} more field(s) than the header names")
+    values = {k.strip(): (v.strip() if isinstance(v, str) else v) for k, v in row.items() if k}
+    if not values.get("deployed_at"):
+        raise DeployError("deployed_at is empty: historical deploys need their time")
+    return DeployEvent(
+        deploy_id=values.get("deploy_id") or "",
+        target=values.get("target") or "",
+        deployed_at=parse_time(values["deployed_at"]),
+        service=values.get("service") or None,
+        version=values.get("version") or None,
+        url=values.get("url") or None,
+        source="import",
+    )
+
+
+def _stored(conn: sa.Connection, ids: list[str]) -> dict[str, DeployEvent]:
+    """The stored events among these ids."""
+    found: dict[str, DeployEvent] = {}
+    for i in range(0, len(ids), BATCH):
+        rows = conn.execute(
+            sa.text(f"SELECT {', '.join(FIELDS)} FROM radar.deploy_event WHERE deploy_id = ANY(:ids)"),
+            {"ids": ids[i : i + BATCH]},
+        )
+        found.update({r.deploy_id: DeployEvent(**r._mapping) for r in rows})
+    return found
+
+
+def _insert_many(conn: sa.Connection, events: list[DeployEvent]) -> None:
+    """One INSERT of many events from arrays (unnest), each column one parameter."""
+    columns = ("deploy_id", "target", "deployed_at", "service", "version", "source", "url")
+    types = ("text", "text", "timestamptz", "text", "text", "text", "text")
+    conn.execute(
+        sa.text(
+            f"INSERT INTO radar.deploy_event ({', '.join(columns)}) "
+            f"SELECT * FROM unnest({', '.join(f'CAST(:{c} AS {t}[])' for c, t in zip(columns, types, strict=True))})"
+        ),
+        {c: [getattr(e, c) for e in events] for c in columns},
+    )
 
 
 def get(conn: sa.Connection, deploy_id: str) -> DeployEvent | None:
@@ -227,17 +297,45 @@ def _now(conn: sa.Connection) -> datetime:
     return conn.execute(sa.text("SELECT now()")).scalar_one()
 
 
-def _record(conn: sa.Connection, event: DeployEvent, targets: set[str]) -> Recorded:
+def _before_earliest(at: datetime) -> bool:
+    try:
+        return at < EARLIEST
+    except OverflowError:  # an offset that takes it before year 1
+        return True
+
+
+def _check(event: DeployEvent, targets: set[str], now: datetime) -> None:
+    """The checks that need the warehouse: a known target, not too far ahead of its clock."""
     if event.target not in targets:
         known = ", ".join(sorted(targets)) or "none yet: snapshot a target first, or set RADAR_TARGETS"
         raise DeployError(f"target {event.target!r} is not known (known targets: {known})")
-    now = _now(conn)
     deployed_at = event.deployed_at or now
     if deployed_at > now + MAX_FUTURE:
         raise DeployError(
             f"deployed_at {deployed_at.isoformat()} is more than {int(MAX_FUTURE.total_seconds() // 60)} minutes "
             f"ahead of the warehouse's clock ({now.isoformat()})"
         )
+
+
+def _same_or_refuse(event: DeployEvent, stored: DeployEvent) -> Recorded:
+    """The stored event when `event` says the same (deployed_at None agrees with any time), else DeployError."""
+    differs = [
+        name
+        for name in ("target", "deployed_at", "service", "version", "url")
+        if (event.deployed_at is not None or name != "deployed_at") and getattr(event, name) != getattr(stored, name)
+    ]
+    if differs:
+        detail = "; ".join(f"{n}: stored {getattr(stored, n)!r}, given {getattr(event, n)!r}" for n in differs)
+        raise DeployError(
+            f"deploy {event.deploy_id!r} is already recorded with other values ({detail}); nothing changed"
+        )
+    return Recorded(stored, inserted=False)
+
+
+def _record(conn: sa.Connection, event: DeployEvent, targets: set[str]) -> Recorded:
+    now = _now(conn)
+    _check(event, targets, now)
+    deployed_at = event.deployed_at or now
     params = {**asdict(event), "deployed_at": deployed_at, "metadata": json.dumps(event.metadata, sort_keys=True)}
     inserted = conn.execute(
         sa.text(
@@ -251,14 +349,4 @@ def _record(conn: sa.Connection, event: DeployEvent, targets: set[str]) -> Recor
     assert stored is not None
     if inserted is not None:
         return Recorded(stored, inserted=True)
-    differs = [
-        name
-        for name in ("target", "deployed_at", "service", "version", "url")
-        if (event.deployed_at is not None or name != "deployed_at") and getattr(event, name) != getattr(stored, name)
-    ]
-    if differs:
-        detail = "; ".join(f"{n}: stored {getattr(stored, n)!r}, given {getattr(event, n)!r}" for n in differs)
-        raise DeployError(
-            f"deploy {event.deploy_id!r} is already recorded with other values ({detail}); nothing changed"
-        )
-    return Recorded(stored, inserted=False)
+    return _same_or_refuse(event, stored)

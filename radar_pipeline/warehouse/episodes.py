@@ -16,6 +16,8 @@ import sqlalchemy as sa
 
 from radar_pipeline.pgss_model import KEY, statement_keys
 
+QUERY = ("dbid", "userid", "toplevel", "fingerprint")  # an episode's query within its target
+
 
 def reopen(conn: sa.Connection, analysis_id: str, target: str) -> None:
     """Undo the recoveries an earlier run of this analysis recorded, so a re-run decides them afresh."""
@@ -39,6 +41,7 @@ def recover(
             "UPDATE radar.regression_episode e SET recovered_at = :end, recovered_by = :id, "
             "recovered_ms = v.mean_after_ms "
             "FROM radar.verdict v WHERE v.deploy_id = :id AND v.target = e.target AND v.fingerprint = e.fingerprint "
+            "AND v.dbid = e.dbid AND v.userid = e.userid AND v.toplevel = e.toplevel "
             "AND e.target = :t AND e.opened_at < :end AND e.recovered_at IS NULL AND v.calls_after >= :min_calls "
             "AND v.mean_after_ms <= e.baseline_ms * (1 + :theta) "
             "RETURNING e.fingerprint, e.queryid, e.baseline_ms, e.recovered_ms"
@@ -48,16 +51,25 @@ def recover(
     return pd.DataFrame(rows.fetchall(), columns=["fingerprint", "queryid", "baseline_ms", "recovered_ms"])
 
 
-def open_at(conn: sa.Connection, target: str, moment: datetime) -> set[int]:
-    """The target's queries with an episode open at `moment` (opened before it, not closed by it)."""
+def open_at(conn: sa.Connection, target: str, moment: datetime) -> set[tuple[int, int, bool, int]]:
+    """The target's queries (dbid, userid, toplevel, fingerprint) with an episode open at `moment` (opened before
+    it, not closed by it)."""
     rows = conn.execute(
         sa.text(
-            "SELECT DISTINCT fingerprint FROM radar.regression_episode WHERE target = :t AND opened_at < :m "
+            f"SELECT DISTINCT {', '.join(QUERY)} FROM radar.regression_episode WHERE target = :t AND opened_at < :m "
             "AND (recovered_at IS NULL OR recovered_at > :m)"
         ),
         {"t": target, "m": moment},
     )
-    return {int(r[0]) for r in rows}
+    return {(int(r[0]), int(r[1]), bool(r[2]), int(r[3])) for r in rows}
+
+
+def queries_of(frame: pd.DataFrame) -> list[tuple[int, int, bool, int]]:
+    """The (dbid, userid, toplevel, fingerprint) of every row."""
+    return [
+        (int(d), int(u), bool(t), int(f))
+        for d, u, t, f in zip(frame["dbid"], frame["userid"], frame["toplevel"], frame["fingerprint"], strict=True)
+    ]
 
 
 def record_reports(
@@ -66,12 +78,14 @@ def record_reports(
     """Make the episodes this analysis opened exactly `reported` (KEY columns, fingerprint, change_at and the
     segment means): new ones open, those of an earlier run of it that it no longer reports go, and those it reports
     again keep what later analyses recorded of them."""
+    kept = queries_of(reported)
     conn.execute(
         sa.text(
             "DELETE FROM radar.regression_episode WHERE opened_by = :id AND target = :t "
-            "AND NOT fingerprint = ANY(CAST(:fps AS bigint[]))"
+            "AND (dbid, userid, toplevel, fingerprint) NOT IN (SELECT * FROM unnest(CAST(:d AS oid[]), "
+            "CAST(:u AS oid[]), CAST(:l AS boolean[]), CAST(:f AS bigint[])))"
         ),
-        {"id": analysis_id, "t": target, "fps": [int(f) for f in reported["fingerprint"]]},
+        {"id": analysis_id, "t": target, **{name: [k[i] for k in kept] for i, name in enumerate("dulf")}},
     )
     if reported.empty:
         return
@@ -80,8 +94,8 @@ def record_reports(
             "INSERT INTO radar.regression_episode (target, fingerprint, dbid, userid, queryid, toplevel, opened_by, "
             "opened_at, change_at, baseline_ms, level_ms) VALUES (:t, :fingerprint, :dbid, :userid, :queryid, "
             ":toplevel, :id, :end, :change_at, :baseline, :level) "
-            "ON CONFLICT (target, fingerprint, opened_by) DO UPDATE SET dbid = EXCLUDED.dbid, "
-            "userid = EXCLUDED.userid, queryid = EXCLUDED.queryid, toplevel = EXCLUDED.toplevel, "
+            "ON CONFLICT (target, dbid, userid, toplevel, fingerprint, opened_by) DO UPDATE SET "
+            "queryid = EXCLUDED.queryid, "
             "change_at = EXCLUDED.change_at, baseline_ms = EXCLUDED.baseline_ms, level_ms = EXCLUDED.level_ms"
         ),
         [

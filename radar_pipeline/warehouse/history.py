@@ -1,6 +1,7 @@
 """Reads and writes of radar.query_history: a deploy's points in, each query's earlier points and state out.
 
-A query's series is (target, fingerprint), ordered by (deployed_at, deploy_id). Bands use earlier points only, so
+A query's series is (target, dbid, userid, toplevel, fingerprint), ordered by (deployed_at, deploy_id): statements of
+different databases, users or nesting levels are never one query. Bands use earlier points only, so
 adding a deploy's points changes nothing before them; the points after them (a backfill of an older deploy) are
 recomputed from their stored means.
 """
@@ -18,6 +19,20 @@ from radar_pipeline.engine.history import RESULT, STATE
 from radar_pipeline.warehouse.database import copy_frame
 
 SERIES = ["target", "fingerprint"]
+QUERY = ["dbid", "userid", "toplevel", "fingerprint"]  # a query within its target
+Query = tuple[int, int, bool, int]
+# The queries given as four arrays, joined on as f(dbid, userid, toplevel, fingerprint).
+_QUERIES = (
+    "unnest(CAST(:q_dbid AS oid[]), CAST(:q_userid AS oid[]), CAST(:q_toplevel AS boolean[]), "
+    "CAST(:q_fingerprint AS bigint[])) AS f(dbid, userid, toplevel, fingerprint)"
+)
+_IN_QUERIES = f"(dbid, userid, toplevel, fingerprint) IN (SELECT * FROM {_QUERIES})"
+
+
+def _query_params(queries: list[Query]) -> dict[str, list]:
+    return {f"q_{name}": [q[i] for q in queries] for i, name in enumerate(QUERY)}
+
+
 POINT = ["deploy_id", "deployed_at", "dbid", "userid", "queryid", "toplevel", "mean_ms", "calls"]
 COLUMNS = [*SERIES, *POINT, "begins_segment", *RESULT, "settings"]
 
@@ -45,67 +60,68 @@ def deploy_points(conn: sa.Connection, deploy_id: str, min_calls: int) -> pd.Dat
     )
 
 
-def stored_fingerprints(conn: sa.Connection, deploy_id: str) -> list[int]:
+def stored_queries(conn: sa.Connection, deploy_id: str) -> list[Query]:
     """The queries that have a point at this deploy now."""
-    rows = conn.execute(sa.text("SELECT fingerprint FROM radar.query_history WHERE deploy_id = :d"), {"d": deploy_id})
-    return [int(r[0]) for r in rows]
+    rows = conn.execute(
+        sa.text(f"SELECT {', '.join(QUERY)} FROM radar.query_history WHERE deploy_id = :d"), {"d": deploy_id}
+    )
+    return [(int(r[0]), int(r[1]), bool(r[2]), int(r[3])) for r in rows]
 
 
 def earlier_points(
-    conn: sa.Connection, target: str, fingerprints: list[int], before: tuple[datetime, str], per_query: int
+    conn: sa.Connection, target: str, queries: list[Query], before: tuple[datetime, str], per_query: int
 ) -> pd.DataFrame:
     """Each query's latest `per_query` points ordered before `before` (deployed_at, deploy_id), oldest first."""
     return pd.read_sql(
         sa.text(
-            "SELECT p.* FROM unnest(CAST(:fps AS bigint[])) AS f(fingerprint) CROSS JOIN LATERAL ("
-            "  SELECT h.target, h.fingerprint, h.deployed_at, h.deploy_id, h.mean_ms, "
+            f"SELECT p.* FROM {_QUERIES} CROSS JOIN LATERAL ("
+            "  SELECT h.target, h.dbid, h.userid, h.toplevel, h.fingerprint, h.deployed_at, h.deploy_id, h.mean_ms, "
             f"  {', '.join('h.' + c for c in STATE)} FROM radar.query_history h "
-            "  WHERE h.target = :t AND h.fingerprint = f.fingerprint AND (h.deployed_at, h.deploy_id) < (:at, :d) "
+            "  WHERE h.target = :t AND h.dbid = f.dbid AND h.userid = f.userid AND h.toplevel = f.toplevel "
+            "  AND h.fingerprint = f.fingerprint AND (h.deployed_at, h.deploy_id) < (:at, :d) "
             "  ORDER BY h.deployed_at DESC, h.deploy_id DESC LIMIT :k) p "
-            "ORDER BY p.fingerprint, p.deployed_at, p.deploy_id"
+            "ORDER BY p.dbid, p.userid, p.toplevel, p.fingerprint, p.deployed_at, p.deploy_id"
         ),
         conn,
-        params={"fps": fingerprints, "t": target, "at": before[0], "d": before[1], "k": per_query},
+        params={**_query_params(queries), "t": target, "at": before[0], "d": before[1], "k": per_query},
     )
 
 
-def later_points(
-    conn: sa.Connection, target: str, fingerprints: list[int], after: tuple[datetime, str]
-) -> pd.DataFrame:
+def later_points(conn: sa.Connection, target: str, queries: list[Query], after: tuple[datetime, str]) -> pd.DataFrame:
     """Every stored point of these queries ordered after `after`, to be recomputed (empty in normal operation)."""
     return pd.read_sql(
         sa.text(
             f"SELECT {', '.join(SERIES + POINT)} FROM radar.query_history "
-            "WHERE target = :t AND fingerprint = ANY(CAST(:fps AS bigint[])) AND (deployed_at, deploy_id) > (:at, :d) "
-            "ORDER BY fingerprint, deployed_at, deploy_id"
+            f"WHERE target = :t AND {_IN_QUERIES} AND (deployed_at, deploy_id) > (:at, :d) "
+            "ORDER BY dbid, userid, toplevel, fingerprint, deployed_at, deploy_id"
         ),
         conn,
-        params={"fps": fingerprints, "t": target, "at": after[0], "d": after[1]},
+        params={**_query_params(queries), "t": target, "at": after[0], "d": after[1]},
     )
 
 
-def detected_at_deploys(conn: sa.Connection, target: str, deploy_ids: list[str]) -> set[tuple[str, int]]:
-    """(deploy_id, fingerprint) of the regressions detected at these deploys."""
+def detected_at_deploys(conn: sa.Connection, target: str, deploy_ids: list[str]) -> set[tuple]:
+    """(deploy_id, dbid, userid, toplevel, fingerprint) of the regressions detected at these deploys."""
     rows = conn.execute(
         sa.text(
-            "SELECT deploy_id, fingerprint FROM radar.verdict WHERE target = :t AND verdict = 'detected' "
+            f"SELECT deploy_id, {', '.join(QUERY)} FROM radar.verdict WHERE target = :t AND verdict = 'detected' "
             "AND deploy_id = ANY(CAST(:ids AS text[]))"
         ),
         {"t": target, "ids": deploy_ids},
     )
-    return {(r[0], int(r[1])) for r in rows}
+    return {(r[0], int(r[1]), int(r[2]), bool(r[3]), int(r[4])) for r in rows}
 
 
-def periodic_detections(conn: sa.Connection, target: str, fingerprints: list[int], since: datetime) -> pd.DataFrame:
-    """Changes the periodic check detected in these queries after `since`: fingerprint, change_at."""
+def periodic_detections(conn: sa.Connection, target: str, queries: list[Query], since: datetime) -> pd.DataFrame:
+    """Changes the periodic check detected in these queries after `since`: QUERY columns, change_at."""
     return pd.read_sql(
         sa.text(
-            "SELECT fingerprint, change_at FROM radar.verdict WHERE target = :t AND verdict = 'detected' "
-            "AND trigger = 'periodic' AND fingerprint = ANY(CAST(:fps AS bigint[])) AND change_at > :since "
+            f"SELECT {', '.join(QUERY)}, change_at FROM radar.verdict WHERE target = :t AND verdict = 'detected' "
+            f"AND trigger = 'periodic' AND {_IN_QUERIES} AND change_at > :since "
             "ORDER BY change_at"
         ),
         conn,
-        params={"t": target, "fps": fingerprints, "since": since},
+        params={**_query_params(queries), "t": target, "since": since},
     )
 
 
@@ -113,7 +129,7 @@ def replace_points(
     conn: sa.Connection,
     deploy_id: str,
     target: str,
-    fingerprints: list[int],
+    queries: list[Query],
     since: tuple[datetime, str],
     rows: pd.DataFrame,
     settings: dict[str, Any],
@@ -122,10 +138,10 @@ def replace_points(
     conn.execute(sa.text("DELETE FROM radar.query_history WHERE deploy_id = :d"), {"d": deploy_id})
     conn.execute(
         sa.text(
-            "DELETE FROM radar.query_history WHERE target = :t AND fingerprint = ANY(CAST(:fps AS bigint[])) "
+            f"DELETE FROM radar.query_history WHERE target = :t AND {_IN_QUERIES} "
             "AND (deployed_at, deploy_id) > (:at, :d)"
         ),
-        {"t": target, "fps": fingerprints, "at": since[0], "d": since[1]},
+        {**_query_params(queries), "t": target, "at": since[0], "d": since[1]},
     )
     if rows.empty:
         return
@@ -133,15 +149,22 @@ def replace_points(
 
 
 def series_points(
-    conn: sa.Connection, target: str, fingerprint: int, until: tuple[datetime, str], limit: int = 60
+    conn: sa.Connection, target: str, query: Query, until: tuple[datetime, str], limit: int = 60
 ) -> pd.DataFrame:
     """A query's latest `limit` points up to and including `until` (deployed_at, deploy_id), oldest first."""
     return pd.read_sql(
         sa.text(
-            "SELECT * FROM (SELECT * FROM radar.query_history WHERE target = :t AND fingerprint = :f "
+            "SELECT * FROM (SELECT * FROM radar.query_history WHERE target = :t AND dbid = :dbid AND userid = :userid "
+            "AND toplevel = :toplevel AND fingerprint = :f "
             "AND (deployed_at, deploy_id) <= (:at, :d) ORDER BY deployed_at DESC, deploy_id DESC LIMIT :n) h "
             "ORDER BY deployed_at, deploy_id"
         ),
         conn,
-        params={"t": target, "f": fingerprint, "at": until[0], "d": until[1], "n": limit},
+        params={
+            "t": target,
+            **dict(zip(("dbid", "userid", "toplevel", "f"), query, strict=True)),
+            "at": until[0],
+            "d": until[1],
+            "n": limit,
+        },
     )

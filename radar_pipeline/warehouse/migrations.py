@@ -8,7 +8,10 @@ from yoyo import get_backend, read_migrations
 
 from radar_pipeline.config import warehouse_url
 
-SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
+# An installed wheel carries the migrations in the package (setup.py copies them there); a checkout keeps them in
+# sql/ at its top.
+PACKAGED_SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
+SQL_DIR = PACKAGED_SQL_DIR if PACKAGED_SQL_DIR.is_dir() else Path(__file__).resolve().parents[2] / "sql"
 
 
 def pending(url: str) -> list[str]:
@@ -29,7 +32,7 @@ def upgrade(url: str) -> list[str]:
 
 def _migrations():  # type: ignore[no-untyped-def]
     if not SQL_DIR.is_dir():
-        raise FileNotFoundError(f"the migrations folder {SQL_DIR} is missing: install radar_pipeline from its checkout")
+        raise FileNotFoundError(f"the migrations folder {SQL_DIR} is missing: reinstall radar_pipeline")
     return read_migrations(str(SQL_DIR))
 
 

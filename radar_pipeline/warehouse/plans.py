@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -133,10 +133,13 @@ def store(
     return len(fresh)
 
 
-def around(conn: sa.Connection, target: str, key: Key, at: datetime) -> tuple[StoredPlan | None, StoredPlan | None]:
-    """The plan in force at `at` (the last stored at or before it) and the plan in force since: the newest stored
-    after it, or, when a later look found the shape unchanged, the one before (dated by that look)."""
-    params = {"t": target, **dict(zip(KEY, key, strict=True)), "at": at}
+def around(
+    conn: sa.Connection, target: str, key: Key, at: datetime, until: datetime
+) -> tuple[StoredPlan | None, StoredPlan | None]:
+    """The plan in force at `at` (the last stored at or before it) and the plan in force after it within the analysed
+    window's reach: the first stored in (at, until], or, when none was stored after `at` at all and a later look found
+    the shape unchanged, the one before. Plans stored after `until` never count, so a re-analysis finds the same."""
+    params = {"t": target, **dict(zip(KEY, key, strict=True)), "at": at, "until": until}
     where = "target = :t AND dbid = :dbid AND userid = :userid AND queryid = :queryid AND toplevel = :toplevel"
     columns = "captured_at, source, plan_hash, root_node, total_cost, plan"
     before = conn.execute(
@@ -149,18 +152,23 @@ def around(conn: sa.Connection, target: str, key: Key, at: datetime) -> tuple[St
     after = conn.execute(
         sa.text(
             f"SELECT {columns} FROM radar.plan_snapshot WHERE {where} AND captured_at > :at "
-            "ORDER BY captured_at DESC LIMIT 1"
+            "AND captured_at <= :until ORDER BY captured_at LIMIT 1"
         ),
         params,
     ).fetchone()
     found_before = StoredPlan(*before) if before else None
     found_after = StoredPlan(*after) if after else None
     if found_after is None and found_before is not None:
+        # plans are stored only when the shape changes: no plan after `at` and a later look at the same shape means
+        # the shape never changed after `at` (the look's time is left out: it moves with every look)
+        later = conn.execute(
+            sa.text(f"SELECT 1 FROM radar.plan_snapshot WHERE {where} AND captured_at > :at LIMIT 1"), params
+        ).fetchone()
         check = conn.execute(
             sa.text(f"SELECT checked_at, plan_hash FROM radar.plan_check WHERE {where}"), params
         ).fetchone()
-        if check is not None and check[0] > at and check[1] == found_before.plan_hash:
-            found_after = replace(found_before, captured_at=check[0])
+        if later is None and check is not None and check[0] > at and check[1] == found_before.plan_hash:
+            found_after = found_before
     return found_before, found_after
 
 

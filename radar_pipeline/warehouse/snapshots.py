@@ -113,12 +113,21 @@ def lock_and_load_state(conn: sa.Connection, target: str) -> TargetState:
     return state
 
 
-def plan_snapshot(state: TargetState, statements: pd.DataFrame, stats_reset: datetime | None) -> SnapshotPlan:
+EVICTION_QUANTILE = 0.10  # a deallocation drops the least-used 5% of entries: twice that counts as near the edge
+
+
+def plan_snapshot(
+    state: TargetState, statements: pd.DataFrame, stats_reset: datetime | None, dealloc: int | None = None
+) -> SnapshotPlan:
     """Decide, without I/O, which statements of a scrape get a row and how their previous interval reads.
 
     A row is stored when the statement is new, is back after vanishing from the view, or any of calls, total time
     or stats_since changed. reset_before marks a row whose counters restarted since the statement's previous stored
     row: it vanished from the view, the server's stats_reset moved, its calls or time went down, or stats_since changed.
+    Without stats_since (PostgreSQL 14–16), a statement evicted and back between two scrapes with more calls than it
+    had is invisible in its numbers; so when `dealloc` (pg_stat_statements_info) moved since the last scrape, a
+    statement that was among the least-called (EVICTION_QUANTILE) at its previous row is marked too: it may have been
+    evicted, and an interval is better lost than wrong.
     """
     if state.ignored and len(statements):
         keys = list(zip(statements.dbid, statements.userid, statements.queryid, statements.toplevel, strict=True))
@@ -136,7 +145,9 @@ def plan_snapshot(state: TargetState, statements: pd.DataFrame, stats_reset: dat
     )
     went_down = known & ((calls < last_calls) | (total < last_total))
     moved = ~known | reappeared | calls_changed | time_changed | since_changed
-    reset_before = known & (reappeared | server_reset | went_down | since_changed)
+    reset_before = known & (
+        reappeared | server_reset | went_down | since_changed | _maybe_evicted(state, merged, dealloc)
+    )
 
     rows = merged.loc[moved, [*KEY, *COUNTERS, "stats_since", "fingerprint"]].copy()
     rows["reset_before"] = reset_before[moved]
@@ -154,6 +165,20 @@ def plan_snapshot(state: TargetState, statements: pd.DataFrame, stats_reset: dat
         server_reset=server_reset,
         listed=len(statements),
     )
+
+
+def _maybe_evicted(state: TargetState, merged: pd.DataFrame, dealloc: int | None) -> np.ndarray:
+    """Statements that may have been evicted since their previous row on a server without stats_since."""
+    none = np.zeros(len(merged), dtype=bool)
+    if dealloc is None or state.last_dealloc is None or dealloc <= state.last_dealloc:
+        return none
+    if "stats_since" in merged.columns and merged["stats_since"].notna().any():
+        return none  # PostgreSQL 17+: stats_since tells evictions apart exactly
+    listed = state.queries.loc[state.queries["missing_since"].isna(), "last_calls"]
+    if listed.empty:
+        return none
+    edge = listed.quantile(EVICTION_QUANTILE)
+    return (merged["last_calls"].to_numpy(dtype=float) <= edge) & merged["last_calls"].notna().to_numpy()
 
 
 def write_snapshot(
