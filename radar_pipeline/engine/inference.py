@@ -1,0 +1,278 @@
+"""The call-level test of a slowdown, for many statements at once, at every candidate split near the deploy.
+
+For a split of a statement's window into a segment A (before) and B (after), each side's level is the pooled
+per-call mean μ̂ = Σ ΔT / Σ ΔC (a ratio estimator: every call counts once, however the calls fall into intervals).
+The hypothesis carries the practical threshold θ (H0: μ_B ≤ (1 + θ) · μ_A), tested on the log scale:
+
+    t = (ln μ̂_B − ln μ̂_A − ln(1 + θ)) / sqrt(V_A / μ̂_A² + V_B / μ̂_B²)        (delta method)
+
+and is rejected for large t only, so improvements are never a finding. V, the variance of a side's pooled mean,
+must hold three things that make latency series harder than textbook samples:
+
+1. per-call noise. With the intervals' own sums of squares S_i (recovered from stddev_exec_time, see `variance`), the
+   pooled per-call variance σ̂² = Σ S_i / Σ (c_i − 1) gives V_calls = σ̂² / C, the variance if calls were independent.
+2. overdispersion: interval means wander more than their calls explain (cache state, parameter mix, neighbours).
+   The ratio estimator's sandwich variance (Cochran 1977, §6.4) V_emp = n/(n − 1) · Σ e_i² / C², with residuals
+   e_i = ΔT_i − μ̂ ΔC_i, holds per-call noise and overdispersion alike, without a model of either; it is what the
+   test uses when stddev_exec_time is absent (old rows, other callers), so both paths are calibrated the same way.
+3. serial correlation between neighbouring intervals. The lag-1 autocorrelation ρ̂ of the residuals (both sides
+   pooled, each about its own mean) is corrected for its small-sample bias, E[ρ̂] ≈ ρ − (1 + 3ρ)/n (Kendall 1954),
+   raised by one standard error sqrt((1 − ρ²)/n) (Bartlett 1946) because the splits where a test errs are those
+   where the residuals about two side means understate the correlation, clipped to [0, RHO_MAX], and turned into the
+   AR(1) variance inflation f = (1 + ρ)/(1 − ρ) and an effective sample size n_eff = n/f (Bayley & Hammersley
+   1946; Zwiers & von Storch 1995 show the plain t-test's level failing without it). Demeaning a correlated side
+   removes about f of its n degrees of freedom, not one, so V_emp uses n/(n − f) in place of n/(n − 1). A kernel
+   (Newey–West 1987) estimator with the few lags a 30-point side allows cannot reach the inflation of ρ = 0.8
+   (9×); the AR(1) model can.
+
+V = max(V_emp · inflation, V_calls): the per-call term is a floor that keeps a side with few, busy intervals from
+looking more precise than its calls allow. The reference distribution is Student's t with Welch–Satterthwaite
+degrees of freedom built from each side's effective size (the sandwich's n_eff − 1, or Σ (c_i − 1) where the
+per-call term dominates).
+
+Selection. The split is not fixed: it is chosen among the K admissible splits whose change time lies within the
+tolerance of the deploy, where the test is strongest. A test at the maximising split is not a test at a fixed one;
+the Bonferroni bound p = min(1, K · min_k p_k) is valid whatever the dependence between the K tests (and is
+conservative because neighbouring splits are strongly correlated).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+RHO_MAX = 0.9  # inflation at most 19×: beyond it a 30-interval side holds about one independent observation
+CI_LEVEL = 0.95
+RHO_MARGIN = 1.0
+
+
+@dataclass(frozen=True)
+class SplitTest:
+    """Per row: the chosen split k, its one-sided p (selection-adjusted), t, dof, the side means and sizes, the
+    estimated serial correlation, and the confidence interval of the slowdown factor μ_B / μ_A at that split."""
+
+    k: np.ndarray
+    p: np.ndarray
+    t: np.ndarray
+    dof: np.ndarray
+    mean_a: np.ndarray
+    mean_b: np.ndarray
+    n_a: np.ndarray
+    n_b: np.ndarray
+    rho: np.ndarray
+    factor_low: np.ndarray
+    factor_high: np.ndarray
+    splits: np.ndarray  # K, the number of candidate splits the choice was made among
+
+
+def _prefix(values: np.ndarray) -> np.ndarray:
+    """Sums of the first k columns, k = 0..L ([rows, L + 1])."""
+    out = np.zeros((values.shape[0], values.shape[1] + 1))
+    np.cumsum(values, axis=1, out=out[:, 1:])
+    return out
+
+
+def split_tests(
+    calls: np.ndarray,
+    time: np.ndarray,
+    sumsq: np.ndarray | None,
+    n: np.ndarray,
+    candidate: np.ndarray,
+    threshold: float,
+) -> SplitTest:
+    """The call-level test (module docstring) of every row at every candidate split; the best one per row.
+
+    calls, time: [rows, L] per-interval ΔC and ΔT, left-aligned (zeros past n[row]); sumsq: the intervals' per-call
+    sums of squares (NaN where unknown) or None; candidate: [rows, L + 1] boolean, the splits k (A = first k
+    intervals) to test. Rows with no candidate get p = 1 and NaN elsewhere.
+    """
+    from scipy import stats
+
+    rows, length = calls.shape
+    c = np.asarray(calls, dtype=np.float64)
+    # Centre the times on each row's overall mean so the residual sums below do not cancel catastrophically.
+    total_c = c.sum(axis=1)
+    centre = np.where(total_c > 0, time.sum(axis=1) / np.where(total_c > 0, total_c, 1.0), 0.0)
+    tc = np.asarray(time, dtype=np.float64) - centre[:, None] * c
+    pc, pt = _prefix(c), _prefix(tc)
+    ptt, ptc, pcc = _prefix(tc * tc), _prefix(tc * c), _prefix(c * c)
+    # Lag-1 cross products of neighbouring intervals (i, i + 1), for the autocovariance of the residuals.
+    lag_tt = _prefix(tc[:, :-1] * tc[:, 1:])
+    lag_tc = _prefix(tc[:, :-1] * c[:, 1:] + c[:, :-1] * tc[:, 1:])
+    lag_cc = _prefix(c[:, :-1] * c[:, 1:])
+    last = np.arange(rows)
+
+    ks = np.arange(length + 1)
+    lag_a = np.maximum(ks - 1, 0)  # A = [0, k) holds the pairs i ≤ k − 2
+    lag_b = np.minimum(ks, length - 1)  # B = [k, n) holds the pairs k ≤ i ≤ n − 2
+    end_pair = np.maximum(n - 1, 0)
+
+    def side_sums(prefix: np.ndarray, before: bool) -> np.ndarray:
+        return prefix if before else prefix[last, n][:, None] - prefix
+
+    def side_lags(prefix: np.ndarray, before: bool) -> np.ndarray:
+        return prefix[:, lag_a] if before else prefix[last, end_pair][:, None] - prefix[:, lag_b]
+
+    def side(before: bool) -> dict[str, np.ndarray]:
+        cs, ts = side_sums(pc, before), side_sums(pt, before)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mu = ts / cs  # centred pooled mean
+        ee = side_sums(ptt, before) - 2 * mu * side_sums(ptc, before) + mu * mu * side_sums(pcc, before)
+        acov = side_lags(lag_tt, before) - mu * side_lags(lag_tc, before) + mu * mu * side_lags(lag_cc, before)
+        out = {"calls": cs, "mean": mu, "ee": np.maximum(ee, 0.0), "acov": acov}
+        if sumsq is not None:
+            unknown = side_sums(_prefix((np.isnan(sumsq) & (c > 0)).astype(np.float64)), before)
+            out["ss"] = np.where(unknown > 0, np.nan, side_sums(_prefix(np.nan_to_num(sumsq, nan=0.0)), before))
+            out["ss_dof"] = side_sums(_prefix(np.maximum(c - 1, 0.0)), before)
+        return out
+
+    a, b = side(True), side(False)
+    total_n = n[:, None].astype(np.float64)
+    n_a = np.broadcast_to(np.arange(length + 1)[None, :], (rows, length + 1)).astype(np.float64)
+    scan = _statistics(a, b, n_a, n[:, None] - n_a, total_n, centre[:, None], threshold)
+    valid = candidate & scan["valid"]
+    p_all = np.where(valid, stats.t.sf(np.where(valid, scan["t"], 0.0), np.where(valid, scan["nu"], 1.0)), 1.0)
+    splits = candidate.sum(axis=1)
+    k = np.argmin(np.where(valid, p_all, 2.0), axis=1)
+    tested = valid[last, k]
+    k = np.where(tested, k, 0)
+
+    # The prefix sums chose the split; its figures are recomputed in two passes (residuals about each side's own
+    # mean), which keeps full precision when the two sides' levels lie orders of magnitude apart.
+    exact = _statistics(
+        *_side_sums_at(c, np.asarray(time, dtype=np.float64), sumsq, n, k), n.astype(np.float64), 0.0, threshold
+    )
+    valid_k = tested & exact["valid"]
+    pick = lambda m: np.where(valid_k, m, np.nan)  # noqa: E731
+    nu_k = pick(exact["nu"])
+    p_k = stats.t.sf(np.where(valid_k, exact["t"], 0.0), np.where(valid_k, nu_k, 1.0))
+    p = np.where(valid_k, np.minimum(1.0, splits * p_k), 1.0)
+    se = pick(exact["se"])
+    half = stats.t.ppf(0.5 + CI_LEVEL / 2, np.where(valid_k, nu_k, 1.0)) * se
+    half = np.where(se == 0, 0.0, half)
+    log_ratio = pick(exact["log_ratio"])
+    return SplitTest(
+        k=np.where(valid_k, k, 0),
+        p=p,
+        t=pick(exact["t"]),
+        dof=nu_k,
+        mean_a=pick(exact["mean_a"]),
+        mean_b=pick(exact["mean_b"]),
+        n_a=pick(k.astype(np.float64)),
+        n_b=pick((n - k).astype(np.float64)),
+        rho=pick(exact["rho"]),
+        factor_low=np.exp(log_ratio - half),
+        factor_high=np.exp(log_ratio + half),
+        splits=splits,
+    )
+
+
+def _side_sums_at(
+    c: np.ndarray, time: np.ndarray, sumsq: np.ndarray | None, n: np.ndarray, k: np.ndarray
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """Both sides' sums at one split per row, residuals taken about each side's own mean (two passes)."""
+    col = np.arange(c.shape[1])[None, :]
+    sides = []
+    for mask in (col < k[:, None], (col >= k[:, None]) & (col < n[:, None])):
+        cs = np.where(mask, c, 0.0).sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mu = np.where(mask, time, 0.0).sum(axis=1) / cs
+        e = np.where(mask, time - mu[:, None] * c, 0.0)
+        pair = mask[:, :-1] & mask[:, 1:]
+        out = {
+            "calls": cs,
+            "mean": mu,
+            "ee": (e * e).sum(axis=1),
+            "acov": np.where(pair, e[:, :-1] * e[:, 1:], 0.0).sum(axis=1),
+        }
+        if sumsq is not None:
+            unknown = (mask & np.isnan(sumsq) & (c > 0)).any(axis=1)
+            out["ss"] = np.where(unknown, np.nan, np.where(mask, np.nan_to_num(sumsq, nan=0.0), 0.0).sum(axis=1))
+            out["ss_dof"] = np.where(mask, np.maximum(c - 1, 0.0), 0.0).sum(axis=1)
+        sides.append(out)
+    return sides[0], sides[1], k.astype(np.float64), (n - k).astype(np.float64)
+
+
+def _statistics(
+    a: dict[str, np.ndarray],
+    b: dict[str, np.ndarray],
+    n_a: np.ndarray,
+    n_b: np.ndarray,
+    total_n: np.ndarray,
+    centre: np.ndarray | float,
+    threshold: float,
+) -> dict[str, np.ndarray]:
+    """From each side's sums (calls, centred mean, Σe², lag-1 Σe·e, and optionally Σ S and Σ (c − 1)) to the test:
+    ρ, t, Welch–Satterthwaite ν, the log ratio and its standard error (module docstring)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ee = a["ee"] + b["ee"]
+        rho_hat = np.where(ee > 0, (a["acov"] + b["acov"]) / ee, 0.0)
+        rho_fixed = rho_hat + (1 + 3 * rho_hat) / total_n
+        rho = np.clip(rho_fixed + RHO_MARGIN * np.sqrt(np.maximum(1 - rho_fixed**2, 0.0) / total_n), 0.0, RHO_MAX)
+        inflation = (1 + rho) / (1 - rho)
+        mean_a = a["mean"] + centre
+        mean_b = b["mean"] + centre
+        u, dof = [], []
+        for sd, size, mean in ((a, n_a, mean_a), (b, n_b, mean_b)):
+            # Demeaning a correlated series removes about `inflation` of its n degrees of freedom, not one.
+            v_emp = size / np.maximum(size - inflation, 1.0) * sd["ee"] / sd["calls"] ** 2 * inflation
+            dof_emp = np.maximum(size * (1 - rho) / (1 + rho) - 1, 1.0)
+            if "ss" in sd:
+                v_calls = sd["ss"] / sd["ss_dof"] / sd["calls"]
+                use_calls = v_calls > v_emp  # False where v_calls is NaN (unknown or no call pairs)
+                v = np.where(use_calls, v_calls, v_emp)
+                d = np.where(use_calls, sd["ss_dof"], dof_emp)
+            else:
+                v, d = v_emp, dof_emp
+            u.append(v / mean**2)
+            dof.append(d)
+        se2 = u[0] + u[1]
+        log_ratio = np.log(mean_b) - np.log(mean_a)
+        excess = log_ratio - np.log1p(threshold)
+        t = excess / np.sqrt(se2)
+        nu = se2**2 / (u[0] ** 2 / dof[0] + u[1] ** 2 / dof[1])
+    certain = se2 == 0
+    t = np.where(certain, np.where(excess > 0, np.inf, np.where(excess < 0, -np.inf, np.nan)), t)
+    nu = np.where(certain | ~np.isfinite(nu), np.where(certain, np.inf, 1.0), nu)
+    valid = (mean_a > 0) & (mean_b > 0) & ~np.isnan(t) & (n_a >= 2) & (n_b >= 2)
+    return {
+        "t": t,
+        "nu": nu,
+        "rho": rho,
+        "valid": valid,
+        "mean_a": mean_a,
+        "mean_b": mean_b,
+        "log_ratio": log_ratio,
+        "se": np.sqrt(se2),
+    }
+
+
+def level_shift_beyond_trend(
+    calls: np.ndarray, means: np.ndarray, at: np.ndarray, n: np.ndarray, k: np.ndarray
+) -> np.ndarray:
+    """The relative level shift at split k beyond a continuous linear trend, per row: (a + δ) / a with a + b·(t − t_k)
+    + δ·[i ≥ k] fitted to the interval means by least squares weighted by calls (a level shift against a
+    continuous-trend model). A drift through the window gives ≈ 1; a step at k gives its factor.
+
+    calls, means, at ([rows, L]): weights, interval means and interval end times (any unit), left-aligned.
+    """
+    rows, length = calls.shape
+    col = np.arange(length)[None, :]
+    inside = col < n[:, None]
+    w = np.where(inside, calls, 0.0)
+    last = np.arange(rows)
+    t0 = at[last, np.clip(k - 1, 0, length - 1)].astype(np.float64)
+    t = np.where(inside, (at - t0[:, None]).astype(np.float64), 0.0)
+    scale = np.maximum(np.abs(t).max(axis=1), 1.0)
+    t = t / scale[:, None]
+    d = (col >= k[:, None]).astype(np.float64)
+    x = np.where(inside, means, 0.0)
+    design = np.stack([np.ones_like(t), t, d], axis=2)  # [rows, L, 3]
+    wd = design * w[:, :, None]
+    gram = np.einsum("rli,rlj->rij", wd, design)
+    rhs = np.einsum("rli,rl->ri", wd, x)
+    gram += np.eye(3)[None] * 1e-12 * np.trace(gram, axis1=1, axis2=2)[:, None, None]
+    coef = np.linalg.solve(gram, rhs[:, :, None])[:, :, 0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (coef[:, 0] + coef[:, 2]) / coef[:, 0]
