@@ -149,7 +149,8 @@ def verdicts(deploy_id: str, show_all: bool, warehouse: str | None) -> None:
 
 
 def _format_verdicts(table: pd.DataFrame) -> str:
-    """The verdict table as aligned text: times in ms, factor, confidence, the change relative to the deploy."""
+    """The verdict table as aligned text: times in ms, factor and its 95% interval, confidence, the change relative to
+    the deploy."""
     import pandas as pd
 
     def fmt(values: pd.Series, pattern: str) -> pd.Series:
@@ -164,6 +165,9 @@ def _format_verdicts(table: pd.DataFrame) -> str:
             "before ms": fmt(table["mean_before_ms"], "{:.3f}"),
             "after ms": fmt(table["mean_after_ms"], "{:.3f}"),
             "factor": fmt(table["change_factor"], "×{:.2f}"),
+            "95% interval": (fmt(table["factor_low"], "[×{:.2f}, ") + fmt(table["factor_high"], "×{:.2f}]")).where(
+                table["factor_low"].notna(), ""
+            ),
             "confidence": fmt(table["confidence"], "{:.4f}"),
             "change": fmt(pd.to_timedelta(table["change_after_deploy"]).dt.total_seconds(), "{:+.0f}s"),
             "query": table["query"],

@@ -32,7 +32,7 @@ class VerdictConfig(dg.Config):
     min_samples: int | None = None
     min_calls: int | None = None
     threshold: float | None = None
-    alpha: float | None = None
+    false_alert_budget: float | None = None
     tolerance_floor: float | None = None
     tolerance_fraction: float | None = None
     fleet_share: float | None = None
@@ -110,6 +110,7 @@ def _metadata(result: DeployAnalysis) -> dict[str, Any]:
         text = result.texts.get(int(row.queryid), "").replace("|", "\\|").replace("`", "'")
         lines.append(
             f"| `{text}` | {row.mean_before_ms:.3f} → {row.mean_after_ms:.3f} | ×{row.change_factor:.2f} "
+            f"[×{row.factor_low:.2f}, ×{row.factor_high:.2f}] "
             f"| {row.confidence:.4f} | {offset:+.0f} s | {row.cause} | {_plan_summary(row.plan_diff)} |"
         )
     if len(detected) > DETECTION_ROWS_SHOWN:

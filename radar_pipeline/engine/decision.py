@@ -168,15 +168,18 @@ def family_weights(time_before: np.ndarray, decidable: np.ndarray, time_weight: 
 
 def _window_sides(samples: WindowSamples, deploy: int) -> dict[str, np.ndarray]:
     """Intervals, calls, time and call-weighted means either side of the deploy, per statement."""
-    group, g = samples.group, samples.groups
-    after = samples.end > deploy
+    g = samples.groups
+    side = 2 * samples.group + (samples.end > deploy)  # one bincount per measure for both sides
+    count = np.bincount(side, minlength=2 * g).reshape(g, 2)
+    calls = np.bincount(side, weights=samples.calls, minlength=2 * g).reshape(g, 2)
+    time = np.bincount(side, weights=samples.time, minlength=2 * g).reshape(g, 2)
     out: dict[str, np.ndarray] = {
-        "n_before": np.bincount(group[~after], minlength=g),
-        "n_after": np.bincount(group[after], minlength=g),
-        "calls_before": np.bincount(group[~after], weights=samples.calls[~after], minlength=g),
-        "calls_after": np.bincount(group[after], weights=samples.calls[after], minlength=g),
-        "time_before": np.bincount(group[~after], weights=samples.time[~after], minlength=g),
-        "time_after": np.bincount(group[after], weights=samples.time[after], minlength=g),
+        "n_before": count[:, 0],
+        "n_after": count[:, 1],
+        "calls_before": calls[:, 0],
+        "calls_after": calls[:, 1],
+        "time_before": time[:, 0],
+        "time_after": time[:, 1],
     }
     with np.errstate(divide="ignore", invalid="ignore"):
         out["mean_before_ms"] = out["time_before"] / out["calls_before"]

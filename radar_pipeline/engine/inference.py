@@ -31,7 +31,7 @@ degrees of freedom built from each side's effective size (the sandwich's n_eff �
 per-call term dominates).
 
 Selection. The split is not fixed: it is chosen among the K admissible splits whose change time lies within the
-tolerance of the deploy, where the test is strongest. A test at the maximising split is not a test at a fixed one;
+tolerance of the deploy, where t is largest. A test at the maximising split is not a test at a fixed one;
 the Bonferroni bound p = min(1, K · min_k p_k) is valid whatever the dependence between the K tests (and is
 conservative because neighbouring splits are strongly correlated).
 """
@@ -95,47 +95,61 @@ def split_tests(
     total_c = c.sum(axis=1)
     centre = np.where(total_c > 0, time.sum(axis=1) / np.where(total_c > 0, total_c, 1.0), 0.0)
     tc = np.asarray(time, dtype=np.float64) - centre[:, None] * c
-    pc, pt = _prefix(c), _prefix(tc)
-    ptt, ptc, pcc = _prefix(tc * tc), _prefix(tc * c), _prefix(c * c)
-    # Lag-1 cross products of neighbouring intervals (i, i + 1), for the autocovariance of the residuals.
-    lag_tt = _prefix(tc[:, :-1] * tc[:, 1:])
-    lag_tc = _prefix(tc[:, :-1] * c[:, 1:] + c[:, :-1] * tc[:, 1:])
-    lag_cc = _prefix(c[:, :-1] * c[:, 1:])
-    last = np.arange(rows)
+    # Only the splits between the block's first and last candidate are evaluated: prefix sums up to k (side A) and
+    # totals minus them (side B), for k in [lo, hi).
+    cols = np.flatnonzero(candidate.any(axis=0))
+    lo, hi = (int(cols[0]), int(cols[-1]) + 1) if len(cols) else (0, 1)
+    ks = np.arange(lo, hi)
 
-    ks = np.arange(length + 1)
-    lag_a = np.maximum(ks - 1, 0)  # A = [0, k) holds the pairs i ≤ k − 2
-    lag_b = np.minimum(ks, length - 1)  # B = [k, n) holds the pairs k ≤ i ≤ n − 2
-    end_pair = np.maximum(n - 1, 0)
+    def split_sums(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Σ over [0, k) and over [k, n) of a [rows, L] array (zeros past n), for every k in [lo, hi)."""
+        prefix = _prefix(values[:, : max(hi - 1, 0)])[:, lo:hi]
+        return prefix, values.sum(axis=1)[:, None] - prefix
 
-    def side_sums(prefix: np.ndarray, before: bool) -> np.ndarray:
-        return prefix if before else prefix[last, n][:, None] - prefix
+    def lag_sums(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Σ over the neighbour pairs (i, i + 1) inside [0, k) (i ≤ k − 2) and inside [k, n) (i ≥ k)."""
+        prefix = _prefix(values)  # prefix[:, j] = Σ_{i < j}
+        before = prefix[:, np.maximum(ks - 1, 0)]
+        return before, values.sum(axis=1)[:, None] - prefix[:, np.minimum(ks, values.shape[1])]
 
-    def side_lags(prefix: np.ndarray, before: bool) -> np.ndarray:
-        return prefix[:, lag_a] if before else prefix[last, end_pair][:, None] - prefix[:, lag_b]
+    # Lag-1 cross products of neighbouring intervals, for the autocovariance of the residuals.
+    sums = {
+        "c": split_sums(c),
+        "t": split_sums(tc),
+        "tt": split_sums(tc * tc),
+        "tc": split_sums(tc * c),
+        "cc": split_sums(c * c),
+        "lag_tt": lag_sums(tc[:, :-1] * tc[:, 1:]),
+        "lag_tc": lag_sums(tc[:, :-1] * c[:, 1:] + c[:, :-1] * tc[:, 1:]),
+        "lag_cc": lag_sums(c[:, :-1] * c[:, 1:]),
+    }
+    if sumsq is not None:
+        sums["unknown"] = split_sums((np.isnan(sumsq) & (c > 0)).astype(np.float64))
+        sums["ss"] = split_sums(np.nan_to_num(sumsq, nan=0.0))
+        sums["ss_dof"] = split_sums(np.maximum(c - 1, 0.0))
 
-    def side(before: bool) -> dict[str, np.ndarray]:
-        cs, ts = side_sums(pc, before), side_sums(pt, before)
+    def side(i: int) -> dict[str, np.ndarray]:
+        got = {key: v[i] for key, v in sums.items()}
         with np.errstate(divide="ignore", invalid="ignore"):
-            mu = ts / cs  # centred pooled mean
-        ee = side_sums(ptt, before) - 2 * mu * side_sums(ptc, before) + mu * mu * side_sums(pcc, before)
-        acov = side_lags(lag_tt, before) - mu * side_lags(lag_tc, before) + mu * mu * side_lags(lag_cc, before)
-        out = {"calls": cs, "mean": mu, "ee": np.maximum(ee, 0.0), "acov": acov}
+            mu = got["t"] / got["c"]  # centred pooled mean (NaN for an empty side, which is never a candidate)
+            ee = got["tt"] - 2 * mu * got["tc"] + mu * mu * got["cc"]
+            acov = got["lag_tt"] - mu * got["lag_tc"] + mu * mu * got["lag_cc"]
+        out = {"calls": got["c"], "mean": mu, "ee": np.maximum(ee, 0.0), "acov": acov}
         if sumsq is not None:
-            unknown = side_sums(_prefix((np.isnan(sumsq) & (c > 0)).astype(np.float64)), before)
-            out["ss"] = np.where(unknown > 0, np.nan, side_sums(_prefix(np.nan_to_num(sumsq, nan=0.0)), before))
-            out["ss_dof"] = side_sums(_prefix(np.maximum(c - 1, 0.0)), before)
+            out["ss"] = np.where(got["unknown"] > 0, np.nan, got["ss"])
+            out["ss_dof"] = got["ss_dof"]
         return out
 
-    a, b = side(True), side(False)
+    a, b = side(0), side(1)
+    last = np.arange(rows)
     total_n = n[:, None].astype(np.float64)
-    n_a = np.broadcast_to(np.arange(length + 1)[None, :], (rows, length + 1)).astype(np.float64)
+    n_a = np.broadcast_to(np.arange(lo, hi)[None, :], (rows, hi - lo)).astype(np.float64)
     scan = _statistics(a, b, n_a, n[:, None] - n_a, total_n, centre[:, None], threshold)
-    valid = candidate & scan["valid"]
-    p_all = np.where(valid, stats.t.sf(np.where(valid, scan["t"], 0.0), np.where(valid, scan["nu"], 1.0)), 1.0)
+    valid = candidate[:, lo:hi] & scan["valid"]
     splits = candidate.sum(axis=1)
-    k = np.argmin(np.where(valid, p_all, 2.0), axis=1)
-    tested = valid[last, k]
+    # The largest t is the split tested (any rule may choose it: the Bonferroni bound below holds for all of them).
+    k = lo + np.argmax(np.where(valid, scan["t"], -np.inf), axis=1)
+    tested = valid.any(axis=1)
     k = np.where(tested, k, 0)
 
     # The prefix sums chose the split; its figures are recomputed in two passes (residuals about each side's own
@@ -268,10 +282,14 @@ def level_shift_beyond_trend(
     t = t / scale[:, None]
     d = (col >= k[:, None]).astype(np.float64)
     x = np.where(inside, means, 0.0)
-    design = np.stack([np.ones_like(t), t, d], axis=2)  # [rows, L, 3]
-    wd = design * w[:, :, None]
-    gram = np.einsum("rli,rlj->rij", wd, design)
-    rhs = np.einsum("rli,rl->ri", wd, x)
+    wt, wd = w * t, w * d
+    s_w, s_t, s_d = w.sum(axis=1), wt.sum(axis=1), wd.sum(axis=1)
+    s_tt, s_td = (wt * t).sum(axis=1), (wt * d).sum(axis=1)
+    gram = np.stack(
+        [np.stack([s_w, s_t, s_d], axis=1), np.stack([s_t, s_tt, s_td], axis=1), np.stack([s_d, s_td, s_d], axis=1)],
+        axis=1,
+    )
+    rhs = np.stack([(w * x).sum(axis=1), (wt * x).sum(axis=1), (wd * x).sum(axis=1)], axis=1)
     gram += np.eye(3)[None] * 1e-12 * np.trace(gram, axis1=1, axis2=2)[:, None, None]
     coef = np.linalg.solve(gram, rhs[:, :, None])[:, :, 0]
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -65,6 +65,7 @@ def read_window(
             "stats_since",
             "fingerprint",
             "reset_before",
+            "stddev_exec_time",
         ]
     )
     key = ", ".join(KEY)
@@ -80,6 +81,7 @@ def read_window(
             "shared_blks_read",
             "coalesce(CAST(date_part('epoch', stats_since) * 1000000 AS bigint), 0)",
             "reset_before",
+            "coalesce(stddev_exec_time, 'NaN')",
         )
     )
     restrict = (
@@ -141,6 +143,7 @@ def read_window(
                 column(10, np.int64) + _epochs(column(11, np.bool_), lengths), unit="us", utc=True
             ),
             "fingerprint": np.repeat(np.array([s[4] for s in statements], dtype=np.int64), lengths),
+            "stddev_exec_time": column(12, np.float64),  # NaN in rows stored before migration 0007
         }
     )
     return WindowCounters(counters=counters, keys=keys)
@@ -247,7 +250,8 @@ def verdicts_of(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
     return pd.read_sql(
         sa.text(
             "SELECT v.target, v.verdict, v.reason, v.cause, v.mean_before_ms, v.mean_after_ms, v.change_factor, "
-            "v.confidence, v.change_at - coalesce(d.deployed_at, a.window_start + (a.window_end - a.window_start) / 2) "
+            "v.confidence, v.factor_low, v.factor_high, "
+            "v.change_at - coalesce(d.deployed_at, a.window_start + (a.window_end - a.window_start) / 2) "
             "AS change_after_deploy, v.calls_before, v.calls_after, v.queryid, "
             "left(regexp_replace(coalesce(q.query, ''), '\\s+', ' ', 'g'), 80) AS query "
             "FROM radar.verdict v JOIN radar.analysis a ON a.deploy_id = v.deploy_id AND a.target = v.target "

@@ -43,6 +43,7 @@ pgss_snapshot = sa.Table(
     sa.Column("stats_since", _tz),
     sa.Column("reset_before", sa.Boolean, nullable=False),
     sa.Column("fingerprint", sa.BigInteger, nullable=False),
+    sa.Column("stddev_exec_time", sa.Double),  # 0007; null in older rows
     sa.PrimaryKeyConstraint("target", "dbid", "userid", "queryid", "toplevel", "captured_at"),
 )
 
@@ -178,6 +179,10 @@ verdict = sa.Table(
     sa.Column("plan_diff", pg.JSONB),
     sa.Column("merged_queryids", pg.ARRAY(sa.BigInteger), nullable=False),
     sa.Column("trigger", sa.Text, sa.Computed(_TRIGGER), nullable=False),
+    *(
+        sa.Column(name, _measure)  # 0007 (engine 2)
+        for name in ("factor_low", "factor_high", "p_family", "budget_share", "serial_correlation")
+    ),
 )
 
 regression_episode = sa.Table(

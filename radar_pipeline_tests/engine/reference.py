@@ -99,7 +99,7 @@ def analyse_one(rows: pd.DataFrame, deploy: pd.Timestamp, settings: EngineSettin
     best = None
     for j in splits:
         res = call_level_test(calls, time, sumsq, j, settings.threshold)
-        if not math.isnan(res["p"]) and (best is None or res["p"] < best[1]["p"]):
+        if not math.isnan(res["t"]) and (best is None or res["t"] > best[1]["t"]):
             best = (j, res)
     if best is None:
         return {**out, "p_value": 1.0, "verdict": "no_regression", "reason": "not_significant"}
