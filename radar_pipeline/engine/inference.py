@@ -141,7 +141,6 @@ def split_tests(
         return out
 
     a, b = side(0), side(1)
-    last = np.arange(rows)
     total_n = n[:, None].astype(np.float64)
     n_a = np.broadcast_to(np.arange(lo, hi)[None, :], (rows, hi - lo)).astype(np.float64)
     scan = _statistics(a, b, n_a, n[:, None] - n_a, total_n, centre[:, None], threshold)

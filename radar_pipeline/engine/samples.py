@@ -194,12 +194,29 @@ def _numeric(column: pd.Series, name: str, allow_nan: bool = False) -> np.ndarra
 
 
 def _sort_order(codes: np.ndarray, t: np.ndarray) -> np.ndarray | None:
-    """None when rows are already ordered by query then time (the warehouse reads them so), else a stable order."""
+    """None when rows are already ordered by query then time (the warehouse reads them so), else a stable order.
+
+    Both keys are small integers in practice (query codes, and ranks of the few distinct scrape times), so two stable
+    passes of numpy's radix sort for 16-bit keys (time first, then query) order 1.2 million rows several times faster
+    than a comparison sort; wider keys fall back to one argsort of the combined key query · span + time.
+    """
     if len(codes) < 2:
         return None
     dc = np.diff(codes)
     if (dc >= 0).all() and ((dc > 0) | (np.diff(t) >= 0)).all():
         return None
+    narrow = np.iinfo(np.uint16).max
+    if codes.max() <= narrow:
+        stamps, distinct = pd.factorize(t, sort=False)
+        if len(distinct) <= narrow + 1:
+            rank = np.empty(len(distinct), dtype=np.uint16)
+            rank[np.argsort(distinct)] = np.arange(len(distinct), dtype=np.uint16)
+            by_time = np.argsort(rank[stamps], kind="stable")
+            return by_time[np.argsort(codes[by_time].astype(np.uint16), kind="stable")]
+    low = int(t.min())
+    span = int(t.max()) - low + 1
+    if int(codes.max()) < np.iinfo(np.int64).max // span:
+        return np.argsort(codes.astype(np.int64) * span + (t - low), kind="stable")
     return np.lexsort((t, codes))
 
 
