@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from radar_pipeline.config import Target
 from radar_pipeline.defs.deploy_analysis import WindowVerdicts, decide_window, require_closed
 from radar_pipeline.engine import EngineSettings
+from radar_pipeline.engine.settings import LEVEL_MIN_CALLS
 from radar_pipeline.warehouse import deploys, episodes
 
 REPORTED, ALREADY_REPORTED, LEFT_TO_DEPLOY = "reported", "already_reported", "left_to_deploy"
@@ -105,7 +106,7 @@ def _analyse_target(
     episodes.reopen(conn, ident, target)
     decided = decide_window(conn, ident, target, split, settings, run_id, live)
     end = split + settings.window
-    recovered = episodes.recover(conn, ident, target, end, settings.threshold, settings.min_calls)
+    recovered = episodes.recover(conn, ident, target, end, settings.threshold, max(settings.min_calls, LEVEL_MIN_CALLS))
     verdicts = decided.verdicts
     verdicts["report"] = None
     detected = verdicts[verdicts["verdict"] == "detected"]

@@ -75,7 +75,7 @@ COLUMNS = [
     "serial_correlation",
 ]
 # Rows of padded series per block in steps 5 and 6, so memory stays bounded whatever the number of statements.
-BLOCK_CELLS = 1 << 21
+BLOCK_CELLS = 1 << 19
 NAT = np.iinfo(np.int64).min
 
 
