@@ -135,24 +135,43 @@ def stepped_runs(statements: int, runs: int, seed: int) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True)
 
 
+def clear_cases(statements: int, seed: int) -> dict[str, float]:
+    """Share detected of today's clear cases, on fleets with 100–1,500 calls a minute and the old lab's noise (per-call
+    CV 0.5–3, overdispersion 2%, no serial correlation): a ×3 step a minute after the deploy (must be 100%), an
+    improvement (÷2), a ×3 step 10 minutes before the deploy, and one 10 minutes after it (tolerance 6 min)."""
+    quiet = {"rate": (100.0, 1500.0), "phi": (0.0, 0.0), "spread": (0.02, 0.02)}
+    cases = {
+        "×3 at the deploy (≥ 100 calls/min)": {"steps": (3.0,), "lag_intervals": 1},
+        "improvement ÷2": {"steps": (0.5,), "lag_intervals": 1},
+        "×3 ten minutes before the deploy": {"steps": (3.0,), "lag_intervals": -10},
+        "×3 ten minutes after the deploy": {"steps": (3.0,), "lag_intervals": 10},
+    }
+    out = {}
+    for i, (name, case) in enumerate(cases.items()):
+        fleet = draw(statements, seed + i, stepped=1.0, **quiet, **case)  # type: ignore[arg-type]
+        out[name] = float((analyse(fleet.counters, DEPLOY)["verdict"] == "detected").mean())
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--statements", type=int, default=5000, help="statements per analysis")
-    parser.add_argument("--runs", type=int, default=20, help="analyses per arm")
+    parser.add_argument("--runs", type=int, default=20, help="stepped analyses")
+    parser.add_argument("--null-runs", type=int, default=100, help="null analyses per arm (deploy, periodic)")
     args = parser.parse_args()
-    n, runs = args.statements, args.runs
+    n, runs, null = args.statements, args.runs, args.null_runs
 
-    deploy = null_runs(n, runs, 1000, periodic=False)
-    periodic = null_runs(n, runs, 2000, periodic=True)
-    print(f"null fleets: {runs} analyses × {n:,} statements (about {deploy['decided']:,} decided per analysis)")
+    deploy = null_runs(n, null, 1000, periodic=False)
+    periodic = null_runs(n, null, 2000, periodic=True)
+    print(f"null fleets: {null} analyses × {n:,} statements (about {deploy['decided']:,} decided per analysis)")
     print(f"{'false detections':<44}{'with stddev':>14}{'means only':>12}")
     print(
         f"{'per deploy analysis (budget 0.1)':<44}{deploy['false']:>14.3f}{deploy['false_means']:>12.3f}"
-        f"   ({deploy['total']} / {deploy['total_means']} in {runs} analyses)"
+        f"   ({deploy['total']} / {deploy['total_means']} in {null} analyses)"
     )
     print(
         f"{'per day of hourly periodic checks (0.1/day)':<44}{periodic['false']:>14.3f}{periodic['false_means']:>12.3f}"
-        f"   ({periodic['total']} / {periodic['total_means']} in {runs} checks, ×24)"
+        f"   ({periodic['total']} / {periodic['total_means']} in {null} checks, ×24)"
     )
     print(f"analyse() median seconds per analysis: deploy {deploy['seconds']:.3f}, periodic {periodic['seconds']:.3f}")
     print()
@@ -179,6 +198,10 @@ def main() -> None:
         f"false detections among unchanged statements: {unchanged['detected'].sum() / runs:.3f} per analysis "
         f"({int(unchanged['detected'].sum())} in {runs})"
     )
+    print()
+    print("clear cases (1,000 statements each, 100–1,500 calls a minute, no serial correlation): share detected")
+    for name, share in clear_cases(1000, 4000).items():
+        print(f"  {name:<40}{share:>8.1%}")
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from radar_pipeline.engine.causes import BLOCKS, ROWS, explain
-from radar_pipeline.engine.edivisive import best_split
+from radar_pipeline.engine.edivisive import best_split, min_segment
 from radar_pipeline.engine.inference import level_shift_beyond_trend, split_tests
 from radar_pipeline.engine.samples import WindowSamples, window_samples
 from radar_pipeline.engine.settings import EngineSettings
@@ -262,12 +262,23 @@ def _candidate_splits(
     ends: np.ndarray, n: np.ndarray, deploy: int, tolerance: int, settings: EngineSettings
 ) -> np.ndarray:
     """[rows, L + 1]: the splits k whose change time (the end of interval k − 1) lies within the tolerance of the
-    deploy and that leave at least min_samples intervals on each side."""
+    deploy and that leave at least max(min_samples, ⌊n/10⌋) intervals on each side — E-divisive's admissible splits.
+    A side of three intervals whose values happen to lie close together has a variance estimate far too small, and
+    Welch–Satterthwaite's degrees of freedom then follow the long side: the edges are where a scan over splits
+    would otherwise find its false detections (the periodic check, whose candidates span the whole window)."""
     rows, length = ends.shape
     k = np.arange(length + 1)[None, :]
     change = ends[:, np.clip(k[0] - 1, 0, length - 1)]
-    side = max(settings.min_samples, 2)
-    return (k >= side) & (k <= n[:, None] - side) & (np.abs(change - deploy) <= tolerance)
+    side = np.maximum(max(settings.min_samples, 2), min_segment(n))[:, None]
+    near = np.abs(change - deploy) <= tolerance
+    if settings.tolerance < settings.window:
+        # A deploy cannot slow a statement down before it happened: only splits at or after it (the interval that
+        # straddles the deploy is on the after side) are candidates, which halves K. The periodic check, whose
+        # tolerance spans its window, has no such moment: every admissible split is a candidate there.
+        inside = np.arange(length)[None, :] < n[:, None]
+        at_deploy = ((ends <= deploy) & inside).sum(axis=1)
+        near &= k >= at_deploy[:, None]
+    return (k >= side) & (k <= n[:, None] - side) & near
 
 
 def _empty_result(samples: WindowSamples) -> pd.DataFrame:

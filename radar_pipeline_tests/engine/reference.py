@@ -94,8 +94,13 @@ def analyse_one(rows: pd.DataFrame, deploy: pd.Timestamp, settings: EngineSettin
     calls = np.array([s[1] for s in samples], dtype=float)
     time = np.array([s[2] for s in samples])
     sumsq = np.array([s[3] for s in samples]) if "stddev_exec_time" in rows else None
-    side = max(settings.min_samples, 2)
-    splits = [j for j in range(side, len(samples) - side + 1) if abs(samples[j - 1][0] - deploy) <= settings.tolerance]
+    side = max(settings.min_samples, 2, len(samples) // 10)
+    first = len(before) if settings.tolerance < settings.window else 0  # a deploy: splits at or after it only
+    splits = [
+        j
+        for j in range(max(side, first), len(samples) - side + 1)
+        if abs(samples[j - 1][0] - deploy) <= settings.tolerance
+    ]
     best = None
     for j in splits:
         res = call_level_test(calls, time, sumsq, j, settings.threshold)
