@@ -7,13 +7,15 @@
 3. the family: every statement left is one test of the analysis, and gets a share of the false-alert budget B
    (`false_alert_budget`, expected false detections per analysis) by weighted Bonferroni (`family_weights`);
 4. pre-filter: the call-weighted window means ΣΔT/ΣΔC either side of the deploy must have risen by at least θ —
-   otherwise the estimate lies inside H0 (after ≤ (1 + θ) · before) and no test could reject it (`below_threshold`);
+   otherwise the window's own estimate lies inside H0 (after ≤ (1 + θ) · before), and the statement stops as
+   `below_threshold` before the costly steps (a cheap gate, as in engine 1; the budget still counts it);
 5. E-divisive means locates the strongest change in the window (`edivisive`): none with Q > 0 → `no_change_point`;
    one farther than the tolerance from the deploy → `outside_tolerance` (a shift that began well before the deploy is
    never blamed on it, however significant);
-6. the call-level test of H0: after ≤ (1 + θ) · before at every candidate split within the tolerance of the deploy,
-   with overdispersion, serial correlation and the choice of the split accounted for (`inference`); its one-sided
-   p-value over the statement's budget weight is the family-adjusted p (`p_family`), and `detected` needs
+6. the call-level test of H0: after ≤ (1 + θ) · before at every candidate split — at or after the deploy and within
+   the tolerance (the periodic check, whose tolerance spans the window: anywhere), leaving E-divisive's margin on
+   each side — with overdispersion, serial correlation and the choice of the split accounted for (`inference`); its
+   one-sided p-value over the statement's budget weight is the family-adjusted p (`p_family`), and `detected` needs
    p_family ≤ B (`significant`, else `not_significant`);
 7. a drift is not a step: the level shift at the split beyond a continuous linear trend through the window must
    itself exceed θ (`inference.level_shift_beyond_trend`), else `drift` — creeping latency is left to the history
