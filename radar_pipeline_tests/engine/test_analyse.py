@@ -346,3 +346,13 @@ def test_cause_fleet_wide_when_most_queries_shift_together():
     # Fewer than fleet_min_queries detections are never fleet-wide, however large their share.
     few = analyse(pd.concat(frames[:2]), DEPLOY)
     assert set(few["cause"]) == {"more_rows"}
+
+
+@pytest.mark.parametrize(("keys", "times"), [(50, 40), (3, 70_000), (70_000, 3)])
+def test_sort_order_equals_a_two_key_lexsort(keys, times):
+    from radar_pipeline.engine.samples import _sort_order
+
+    rng = np.random.default_rng(keys)
+    codes = rng.integers(0, keys, 80_000)
+    t = rng.integers(0, times, 80_000) * 1_000_000_007  # ns apart, far beyond 16 bits
+    np.testing.assert_array_equal(_sort_order(codes, t), np.lexsort((t, codes)))
