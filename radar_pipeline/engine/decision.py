@@ -21,10 +21,11 @@
    itself exceed θ (`inference.level_shift_beyond_trend`), else `drift` — creeping latency is left to the history
    bands.
 
-Every detection and every tested statement carries the 95% confidence interval [factor_low, factor_high] of the
-slowdown factor at the tested split (segment_mean_after_ms / segment_mean_before_ms; not adjusted for the family);
-confidence = 1 − p_family. Under H0, each statement is detected with probability at most B · w_i, so the expected
-number of false detections per analysis is at most B (Bonferroni's inequality needs no independence).
+Every decided statement carries the 95% confidence interval [factor_low, factor_high] of its slowdown factor, from the
+same variance as the test: at the tested split (segment_mean_after_ms / segment_mean_before_ms) where a split was
+tested, else at the deploy (change_factor); per statement, not adjusted for the family. confidence = 1 − p_family.
+Under H0, each statement is detected with probability at most B · w_i, so the expected number of false detections per
+analysis is at most B (Bonferroni's inequality needs no independence).
 
 Every step runs for all statements at once; the expensive ones (5 and 6) only for those that passed the cheap ones.
 """
@@ -38,7 +39,7 @@ import pandas as pd
 
 from radar_pipeline.engine.causes import BLOCKS, ROWS, explain
 from radar_pipeline.engine.edivisive import best_split, min_segment
-from radar_pipeline.engine.inference import level_shift_beyond_trend, split_tests
+from radar_pipeline.engine.inference import interval_at, level_shift_beyond_trend, split_tests
 from radar_pipeline.engine.samples import WindowSamples, window_samples
 from radar_pipeline.engine.settings import EngineSettings
 from radar_pipeline.engine.vocabulary import DETECTED, INSUFFICIENT_DATA, NO_REGRESSION
@@ -96,7 +97,8 @@ def analyse(
     p_value are the one-sided call-level test of H0: segment factor ≤ 1 + θ at that split, p_value adjusted for the
     choice of split but not for the family; p_family = min(1, p_value / w) is adjusted for the family (detected when
     ≤ false_alert_budget); budget_share = B · w is the statement's share of the budget; factor_low / factor_high the
-    95% interval of the segment factor; serial_correlation the AR(1) coefficient the test used.
+    95% interval of the segment factor (of change_factor where no split was tested); serial_correlation the AR(1)
+    coefficient the test used.
     """
     settings = settings or EngineSettings()
     deploy = _utc_ns(deploy_at)
@@ -127,6 +129,13 @@ def analyse(
     found = _empty_columns(g)
     for block in _blocks(samples, candidates):
         _decide_block(samples, block, deploy, settings, reason, found)
+    # Every decided statement carries an interval: where no split was tested, the window's factor at the deploy.
+    for block in _blocks(samples, np.flatnonzero(decidable & np.isnan(found["factor_low"]))):
+        padded = _padded(samples, block)
+        low, high = interval_at(
+            padded["calls"], padded["time"], padded["sumsq"], padded["n"], sides["n_before"][block], settings.threshold
+        )
+        found["factor_low"][block], found["factor_high"][block] = low, high
 
     found["p_family"] = np.where(np.isnan(found["p_value"]), np.nan, np.minimum(1.0, found["p_value"] / weight))
     tested = ~np.isnan(found["p_family"])

@@ -189,6 +189,25 @@ def split_tests(
     )
 
 
+def interval_at(
+    calls: np.ndarray, time: np.ndarray, sumsq: np.ndarray | None, n: np.ndarray, k: np.ndarray, threshold: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The 95% interval of the slowdown factor at one fixed split k per row (the same variance as the test), for
+    statements that stop before the test: their verdict carries an interval too. NaN where a side has < 2 intervals."""
+    from scipy import stats
+
+    c = np.asarray(calls, dtype=np.float64)
+    exact = _statistics(
+        *_side_sums_at(c, np.asarray(time, dtype=np.float64), sumsq, n, k), n.astype(np.float64), 0.0, threshold
+    )
+    ok = exact["valid"] | ((exact["se"] == 0) & (exact["mean_a"] > 0) & (exact["mean_b"] > 0))
+    nu = np.where(ok, exact["nu"], 1.0)
+    half = np.where(exact["se"] == 0, 0.0, stats.t.ppf(0.5 + CI_LEVEL / 2, nu) * exact["se"])
+    low = np.where(ok, np.exp(exact["log_ratio"] - half), np.nan)
+    high = np.where(ok, np.exp(exact["log_ratio"] + half), np.nan)
+    return low, high
+
+
 def _side_sums_at(
     c: np.ndarray, time: np.ndarray, sumsq: np.ndarray | None, n: np.ndarray, k: np.ndarray
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray, np.ndarray]:

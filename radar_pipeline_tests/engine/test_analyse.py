@@ -71,6 +71,8 @@ def test_below_threshold():
     r = one(counters("q", step(after=1.1)))
     assert (r.verdict, r.reason) == ("no_regression", "below_threshold")
     assert np.isnan(r.p_value)
+    # Decided without a test, it still carries the interval of its window factor.
+    assert r.factor_low < r.change_factor < r.factor_high < 1.35
 
 
 def test_improvement_is_never_detected():
