@@ -139,7 +139,8 @@ def _metadata(done: list[PeriodAnalysis], period_s: float) -> dict[str, Any]:
         text = texts.get((row.target, int(row.queryid)), "").replace("|", "\\|").replace("`", "'")
         lines.append(
             f"| {row.target} | `{text}` | {row.mean_before_ms:.3f} → {row.mean_after_ms:.3f} "
-            f"| ×{row.change_factor:.2f} | {pd.Timestamp(row.change_at).isoformat()} | {row.cause} |"
+            f"| ×{row.change_factor:.2f} [×{row.factor_low:.2f}, ×{row.factor_high:.2f}] "
+            f"| {pd.Timestamp(row.change_at).isoformat()} | {row.cause} |"
         )
     return {
         "targets": dg.MetadataValue.json([r.target for r in done]),

@@ -39,7 +39,7 @@ import pandas as pd
 
 from radar_pipeline.engine.causes import BLOCKS, ROWS, explain
 from radar_pipeline.engine.edivisive import best_split, min_segment
-from radar_pipeline.engine.inference import interval_at, level_shift_beyond_trend, split_tests
+from radar_pipeline.engine.inference import interval_from_sums, level_shift_beyond_trend, split_tests
 from radar_pipeline.engine.samples import WindowSamples, window_samples
 from radar_pipeline.engine.settings import EngineSettings
 from radar_pipeline.engine.vocabulary import DETECTED, INSUFFICIENT_DATA, NO_REGRESSION
@@ -130,12 +130,17 @@ def analyse(
     for block in _blocks(samples, candidates):
         _decide_block(samples, block, deploy, settings, reason, found)
     # Every decided statement carries an interval: where no split was tested, the window's factor at the deploy.
-    for block in _blocks(samples, np.flatnonzero(decidable & np.isnan(found["factor_low"]))):
-        padded = _padded(samples, block)
-        low, high = interval_at(
-            padded["calls"], padded["time"], padded["sumsq"], padded["n"], sides["n_before"][block], settings.threshold
+    untested = decidable & np.isnan(found["factor_low"])
+    if untested.any():
+        a, b = _deploy_side_sums(samples, deploy)
+        low, high = interval_from_sums(
+            {k: v[untested] for k, v in a.items()},
+            {k: v[untested] for k, v in b.items()},
+            sides["n_before"][untested],
+            sides["n_after"][untested],
+            settings.threshold,
         )
-        found["factor_low"][block], found["factor_high"][block] = low, high
+        found["factor_low"][untested], found["factor_high"][untested] = low, high
 
     found["p_family"] = np.where(np.isnan(found["p_value"]), np.nan, np.minimum(1.0, found["p_value"] / weight))
     tested = ~np.isnan(found["p_family"])
@@ -199,6 +204,31 @@ def _window_sides(samples: WindowSamples, deploy: int) -> dict[str, np.ndarray]:
     out["calls_before"] = out["calls_before"].astype(np.int64)
     out["calls_after"] = out["calls_after"].astype(np.int64)
     return out
+
+
+def _deploy_side_sums(samples: WindowSamples, deploy: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The test's sums for both sides of the deploy, per statement, straight from the samples (one bincount each):
+    calls, call-weighted mean, Σ e² about the side's mean, Σ e_i e_(i+1) within the side, and with stddev_exec_time
+    Σ S (NaN where an interval's is unknown) and Σ (c − 1)."""
+    g = samples.groups
+    side = 2 * samples.group + (samples.end > deploy)
+    calls = np.bincount(side, weights=samples.calls, minlength=2 * g)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.bincount(side, weights=samples.time, minlength=2 * g) / calls
+    e = samples.time - mean[side] * samples.calls  # residuals about each side's own mean: no cancellation
+    pair = side[1:] == side[:-1]
+    sums = {
+        "calls": calls,
+        "mean": mean,
+        "ee": np.bincount(side, weights=e * e, minlength=2 * g),
+        "acov": np.bincount(side[1:][pair], weights=(e[1:] * e[:-1])[pair], minlength=2 * g),
+    }
+    if samples.sumsq is not None:
+        unknown = np.bincount(side, weights=np.isnan(samples.sumsq), minlength=2 * g)
+        total = np.bincount(side, weights=np.nan_to_num(samples.sumsq, nan=0.0), minlength=2 * g)
+        sums["ss"] = np.where(unknown > 0, np.nan, total)
+        sums["ss_dof"] = np.bincount(side, weights=np.maximum(samples.calls - 1, 0.0), minlength=2 * g)
+    return {k: v[0::2] for k, v in sums.items()}, {k: v[1::2] for k, v in sums.items()}
 
 
 def _floors(sides: dict[str, np.ndarray], settings: EngineSettings) -> tuple[np.ndarray, np.ndarray]:

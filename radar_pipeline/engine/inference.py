@@ -189,19 +189,19 @@ def split_tests(
     )
 
 
-def interval_at(
-    calls: np.ndarray, time: np.ndarray, sumsq: np.ndarray | None, n: np.ndarray, k: np.ndarray, threshold: float
+def interval_from_sums(
+    a: dict[str, np.ndarray], b: dict[str, np.ndarray], n_a: np.ndarray, n_b: np.ndarray, threshold: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The 95% interval of the slowdown factor at one fixed split k per row (the same variance as the test), for
-    statements that stop before the test: their verdict carries an interval too. NaN where a side has < 2 intervals."""
+    """The 95% interval of the slowdown factor at one fixed split per row, from each side's sums (calls, mean, Σe²
+    about the side's mean, lag-1 Σe·e, and optionally Σ S, Σ (c − 1)), with the same variance as the test: for
+    statements that stop before the test, so their verdict carries an interval too. NaN where it is undefined."""
     from scipy import stats
 
-    c = np.asarray(calls, dtype=np.float64)
-    exact = _statistics(
-        *_side_sums_at(c, np.asarray(time, dtype=np.float64), sumsq, n, k), n.astype(np.float64), 0.0, threshold
-    )
-    ok = exact["valid"] | ((exact["se"] == 0) & (exact["mean_a"] > 0) & (exact["mean_b"] > 0))
-    nu = np.where(ok, exact["nu"], 1.0)
+    n_a = n_a.astype(np.float64)
+    n_b = n_b.astype(np.float64)
+    exact = _statistics(a, b, n_a, n_b, n_a + n_b, 0.0, threshold)
+    ok = (exact["mean_a"] > 0) & (exact["mean_b"] > 0) & (n_a >= 2) & (n_b >= 2)
+    nu = np.where(ok & np.isfinite(exact["nu"]), exact["nu"], 1.0)
     half = np.where(exact["se"] == 0, 0.0, stats.t.ppf(0.5 + CI_LEVEL / 2, nu) * exact["se"])
     low = np.where(ok, np.exp(exact["log_ratio"] - half), np.nan)
     high = np.where(ok, np.exp(exact["log_ratio"] + half), np.nan)
