@@ -132,7 +132,7 @@ def analyse(
     # Every decided statement carries an interval: where no split was tested, the window's factor at the deploy.
     untested = decidable & np.isnan(found["factor_low"])
     if untested.any():
-        a, b = _deploy_side_sums(samples, deploy)
+        a, b = _deploy_side_sums(samples, sides)
         low, high = interval_from_sums(
             {k: v[untested] for k, v in a.items()},
             {k: v[untested] for k, v in b.items()},
@@ -190,6 +190,9 @@ def _window_sides(samples: WindowSamples, deploy: int) -> dict[str, np.ndarray]:
     calls = np.bincount(side, weights=samples.calls, minlength=2 * g).reshape(g, 2)
     time = np.bincount(side, weights=samples.time, minlength=2 * g).reshape(g, 2)
     out: dict[str, np.ndarray] = {
+        "side": side,  # per sample: 2 · statement + (1 if after the deploy)
+        "calls": calls.ravel(),
+        "time": time.ravel(),
         "n_before": count[:, 0],
         "n_after": count[:, 1],
         "calls_before": calls[:, 0],
@@ -206,15 +209,16 @@ def _window_sides(samples: WindowSamples, deploy: int) -> dict[str, np.ndarray]:
     return out
 
 
-def _deploy_side_sums(samples: WindowSamples, deploy: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def _deploy_side_sums(
+    samples: WindowSamples, sides: dict[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """The test's sums for both sides of the deploy, per statement, straight from the samples (one bincount each):
     calls, call-weighted mean, Σ e² about the side's mean, Σ e_i e_(i+1) within the side, and with stddev_exec_time
     Σ S (NaN where an interval's is unknown) and Σ (c − 1)."""
     g = samples.groups
-    side = 2 * samples.group + (samples.end > deploy)
-    calls = np.bincount(side, weights=samples.calls, minlength=2 * g)
+    side, calls = sides["side"], sides["calls"]
     with np.errstate(divide="ignore", invalid="ignore"):
-        mean = np.bincount(side, weights=samples.time, minlength=2 * g) / calls
+        mean = sides["time"] / calls
     e = samples.time - mean[side] * samples.calls  # residuals about each side's own mean: no cancellation
     pair = side[1:] == side[:-1]
     sums = {
