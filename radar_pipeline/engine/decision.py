@@ -129,28 +129,8 @@ def analyse(
     found = _empty_columns(g)
     for block in _blocks(samples, candidates):
         _decide_block(samples, block, deploy, settings, reason, found)
-    # Every decided statement carries an interval: where no split was tested, the window's factor at the deploy.
-    untested = decidable & np.isnan(found["factor_low"])
-    if untested.any():
-        a, b = _deploy_side_sums(samples, sides)
-        low, high = interval_from_sums(
-            {k: v[untested] for k, v in a.items()},
-            {k: v[untested] for k, v in b.items()},
-            sides["n_before"][untested],
-            sides["n_after"][untested],
-            settings.threshold,
-        )
-        found["factor_low"][untested], found["factor_high"][untested] = low, high
-
-    found["p_family"] = np.where(np.isnan(found["p_value"]), np.nan, np.minimum(1.0, found["p_value"] / weight))
-    tested = ~np.isnan(found["p_family"])
-    significant = tested & (found["p_family"] <= settings.false_alert_budget)
-    drift = significant & ~(found["shift_beyond_trend"] - 1 >= settings.threshold)
-    detected = significant & ~drift
-    verdict[detected] = DETECTED
-    reason[detected] = "significant"
-    reason[drift] = "drift"
-    reason[tested & ~significant] = "not_significant"
+    _intervals_without_split(samples, sides, decidable, settings, found)
+    _family_decision(found, weight, settings, verdict, reason)
 
     out["verdict"], out["reason"] = verdict, reason
     out["change_at"] = pd.to_datetime(
@@ -164,6 +144,49 @@ def analyse(
     for name, values in explain(samples, out, settings).items():
         out[name] = values
     return out
+
+
+def _intervals_without_split(
+    samples: WindowSamples,
+    sides: dict[str, np.ndarray],
+    decidable: np.ndarray,
+    settings: EngineSettings,
+    found: dict[str, np.ndarray],
+) -> None:
+    """Every decided statement carries an interval: where no split was tested, that of the window factor at the
+    deploy, from the same variance as the test (in place, in `found`)."""
+    untested = decidable & np.isnan(found["factor_low"])
+    if not untested.any():
+        return
+    a, b = _deploy_side_sums(samples, sides)
+    low, high = interval_from_sums(
+        {k: v[untested] for k, v in a.items()},
+        {k: v[untested] for k, v in b.items()},
+        sides["n_before"][untested],
+        sides["n_after"][untested],
+        settings.threshold,
+    )
+    found["factor_low"][untested], found["factor_high"][untested] = low, high
+
+
+def _family_decision(
+    found: dict[str, np.ndarray],
+    weight: np.ndarray,
+    settings: EngineSettings,
+    verdict: np.ndarray,
+    reason: np.ndarray,
+) -> None:
+    """Steps 6 and 7 across the family: p_family = min(1, p / w); significant when ≤ the budget; `drift` when the
+    shift beyond the trend is under θ; else `detected` (in place, in `found`, `verdict` and `reason`)."""
+    found["p_family"] = np.where(np.isnan(found["p_value"]), np.nan, np.minimum(1.0, found["p_value"] / weight))
+    tested = ~np.isnan(found["p_family"])
+    significant = tested & (found["p_family"] <= settings.false_alert_budget)
+    drift = significant & ~(found["shift_beyond_trend"] - 1 >= settings.threshold)
+    detected = significant & ~drift
+    verdict[detected] = DETECTED
+    reason[detected] = "significant"
+    reason[drift] = "drift"
+    reason[tested & ~significant] = "not_significant"
 
 
 def family_weights(time_before: np.ndarray, decidable: np.ndarray, time_weight: float) -> np.ndarray:
