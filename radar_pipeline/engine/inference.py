@@ -155,7 +155,7 @@ def split_tests(
     valid = candidate[:, lo:hi] & scan["valid"]
     splits = candidate.sum(axis=1)
     # The largest t is the split tested (any rule may choose it: the Bonferroni bound below holds for all of them).
-    k = lo + np.argmax(np.where(valid, scan["t"], -np.inf), axis=1)
+    k = lo + np.argmax(np.where(valid, np.maximum(scan["t"], -np.finfo(np.float64).max), -np.inf), axis=1)
     tested = valid.any(axis=1)
     k = np.where(tested, k, 0)
 
