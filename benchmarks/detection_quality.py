@@ -138,17 +138,22 @@ def stepped_runs(statements: int, runs: int, seed: int) -> pd.DataFrame:
 def clear_cases(statements: int, seed: int) -> dict[str, float]:
     """Share detected of today's clear cases, on fleets with 100–1,500 calls a minute and the old lab's noise (per-call
     CV 0.5–3, overdispersion 2%, no serial correlation): a ×3 step a minute after the deploy (must be 100%), an
-    improvement (÷2), a ×3 step 10 minutes before the deploy, and one 10 minutes after it (tolerance 6 min)."""
+    improvement (÷2), a ×3 step 10 minutes before the deploy, and one 10 minutes after it (tolerance 6 min); and a
+    sparse statement (3 calls a minute, 90 a side: below engine 1's floor) slowed ×4."""
     quiet = {"rate": (100.0, 1500.0), "phi": (0.0, 0.0), "spread": (0.02, 0.02)}
     cases = {
         "×3 at the deploy (≥ 100 calls/min)": {"steps": (3.0,), "lag_intervals": 1},
         "improvement ÷2": {"steps": (0.5,), "lag_intervals": 1},
         "×3 ten minutes before the deploy": {"steps": (3.0,), "lag_intervals": -10},
         "×3 ten minutes after the deploy": {"steps": (3.0,), "lag_intervals": 10},
+        **{
+            f"×4 at 3 calls a minute, per-call CV {cv:g}": {"steps": (4.0,), "rate": (3.0, 3.0), "cv": (cv, cv)}
+            for cv in (0.5, 1.0, 2.0)
+        },
     }
     out = {}
     for i, (name, case) in enumerate(cases.items()):
-        fleet = draw(statements, seed + i, stepped=1.0, **quiet, **case)  # type: ignore[arg-type]
+        fleet = draw(statements, seed + i, stepped=1.0, **{**quiet, **case})  # type: ignore[arg-type]
         out[name] = float((analyse(fleet.counters, DEPLOY)["verdict"] == "detected").mean())
     return out
 
@@ -199,9 +204,9 @@ def main() -> None:
         f"({int(unchanged['detected'].sum())} in {runs})"
     )
     print()
-    print("clear cases (1,000 statements each, 100–1,500 calls a minute, no serial correlation): share detected")
+    print("clear cases (1,000 statements each, 100–1,500 calls a minute unless said, no serial correlation): detected")
     for name, share in clear_cases(1000, 4000).items():
-        print(f"  {name:<40}{share:>8.1%}")
+        print(f"  {name:<48}{share:>8.1%}")
 
 
 if __name__ == "__main__":
