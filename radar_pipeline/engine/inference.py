@@ -52,7 +52,8 @@ import numpy as np
 
 RHO_MAX = 0.9  # inflation at most 19×: beyond it a 30-interval side holds about one independent observation
 CI_LEVEL = 0.95
-RHO_MARGIN = 1.0  # standard errors added to ρ; at 0.5, benchmarks/calibration_check.py found 3.4× the level at 10⁻³ for φ > 0.6
+# Standard errors added to ρ; at 0.5, benchmarks/calibration_check.py found 3.4× the level at 10⁻³ for φ > 0.6.
+RHO_MARGIN = 1.0
 
 
 @dataclass(frozen=True)
