@@ -68,10 +68,9 @@ class AnalysisResource(dg.ConfigurableResource):
 
     def periodic_settings(self, **overrides: object) -> EngineSettings:
         """Engine settings of the periodic check: as `settings`, with the window P (`window` overrides it) and a
-        tolerance spanning the whole window, so a change anywhere in [t − 2P, t] counts."""
-        budget = (
-            EngineSettings().false_alert_budget * self.period_seconds / 86400
-        )  # the checks of a day share one budget
+        tolerance spanning the whole window, so a change anywhere in [t − 2P, t] counts; the false-alert budget is
+        spread over a day's checks (B · P / 1 day each)."""
+        budget = EngineSettings().false_alert_budget * self.period_seconds / 86400
         chosen = {
             "window": self.period_seconds,
             "false_alert_budget": budget,
