@@ -180,8 +180,8 @@ def verdicts(deploy_id: str, show_all: bool, output: str, warehouse: str | None)
 
 
 def _print_verdicts(table: pd.DataFrame) -> None:
-    """The verdicts as a table fitted to the terminal: times in ms, factor, confidence, the change relative to the
-    deploy, the statement's text cut to the room left (CSV or JSON give it whole)."""
+    """The verdicts as a table fitted to the terminal: times in ms, factor and its 95% interval, confidence, the change
+    relative to the deploy, the statement's text cut to the room left (CSV or JSON give it whole)."""
     import pandas as pd
     from rich.console import Console
 
@@ -196,6 +196,10 @@ def _print_verdicts(table: pd.DataFrame) -> None:
         "before ms": fmt(table["mean_before_ms"], "{:.3f}"),
         "after ms": fmt(table["mean_after_ms"], "{:.3f}"),
         "factor": fmt(table["change_factor"], "×{:.2f}"),
+        "95% interval": [
+            "" if pd.isna(lo) else f"[×{lo:.2f}, ×{hi:.2f}]"
+            for lo, hi in zip(table["factor_low"], table["factor_high"], strict=True)
+        ],
         "confidence": fmt(table["confidence"], "{:.4f}"),
         "change": fmt(pd.to_timedelta(table["change_after_deploy"]).dt.total_seconds(), "{:+.0f}s"),
         "query": list(table["query"]),

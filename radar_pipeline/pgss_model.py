@@ -24,7 +24,8 @@ def statement_keys(frame: pd.DataFrame) -> list[Key]:
     return [statement_key(row) for row in zip(*(frame[k] for k in KEY), strict=True)]
 
 
-# The cumulative counters radar keeps (shared_blk_read_time is blk_read_time before PostgreSQL 17).
+# The cumulative counters radar keeps (shared_blk_read_time is blk_read_time before PostgreSQL 17; stddev_exec_time is
+# the population stddev of the calls' times since the entry began, which the engine turns into per-interval spreads).
 COUNTERS = [
     "calls",
     "total_exec_time",
@@ -33,6 +34,7 @@ COUNTERS = [
     "shared_blks_read",
     "temp_blks_written",
     "shared_blk_read_time",
+    "stddev_exec_time",
 ]
 
 

@@ -137,7 +137,7 @@ def test_repeated_write_of_one_scrape_stores_nothing_twice(app_db, warehouse):
         at = conn.execute(sa.text("SELECT max(captured_at) FROM radar.pgss_info_snapshot")).scalar_one()
     info = ScrapeInfo(target.name, at, 180000, "1.12", 0, None)
     statements = pd.DataFrame(
-        [[1, 10, 42, True, 5, 1.0, 5, 0, 0, 0, 0.0, None]],
+        [[1, 10, 42, True, 5, 1.0, 5, 0, 0, 0, 0.0, 0.0, None]],
         columns=[*snapshots.KEY, *snapshots.COUNTERS, "stats_since"],
     )
     with warehouse.begin() as conn:

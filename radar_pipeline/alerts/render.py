@@ -54,6 +54,8 @@ class Regression:
     calls_after: int
     cause: str
     plan_summary: str | None
+    factor_low: float | None = None  # the 95% interval of the slowdown factor (engine 2)
+    factor_high: float | None = None
 
 
 def escape(text: str) -> str:
@@ -171,12 +173,15 @@ def _regression_fields(facts: AnalysisFacts, r: Regression) -> list[dict[str, st
     else:
         began = f"{(r.change_at - facts.split_at).total_seconds():+.0f} s from the deploy"
     cause = SEVERITY.get(r.cause, r.cause)
+    interval = ""
+    if r.factor_low is not None and r.factor_high is not None and r.factor_low == r.factor_low:  # not NaN
+        interval = f", 95% interval ×{r.factor_low:.2f} to ×{r.factor_high:.2f}"
     return [
         {
             "type": "mrkdwn",
-            "text": f"*Mean:* {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms (×{r.change_factor:.2f})",
+            "text": f"*Mean:* {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms (×{r.change_factor:.2f}{interval})",
         },
-        {"type": "mrkdwn", "text": f"*Confidence:* {r.confidence:.4f} (a ranking, not a probability)"},
+        {"type": "mrkdwn", "text": f"*Confidence:* {r.confidence:.4f} (1 − the family-adjusted p-value)"},
         {"type": "mrkdwn", "text": f"*Change began:* {began}"},
         {"type": "mrkdwn", "text": f"*Calls:* {r.calls_before:,} before, {r.calls_after:,} after"},
         {"type": "mrkdwn", "text": f"*Cause:* {escape_within(cause, MAX_FIELD_TEXT - 20)}"},

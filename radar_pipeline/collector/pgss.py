@@ -79,7 +79,7 @@ def scrape(conn: psycopg.Connection, target: Target, ext: Extension, exclude_rol
     query = sql.SQL(
         "SELECT " + COLLECTOR_MARK + " h.captured_at, h.dealloc, h.stats_reset, "
         "s.dbid, s.userid, s.queryid, s.toplevel, s.calls, s.total_exec_time, s.rows, s.shared_blks_hit, "
-        "s.shared_blks_read, s.temp_blks_written, s.{read_time}, {stats_since} "
+        "s.shared_blks_read, s.temp_blks_written, s.{read_time}, s.stddev_exec_time, {stats_since} "
         "FROM (SELECT statement_timestamp() AS captured_at, i.dealloc, i.stats_reset FROM {info} i) h "
         "LEFT JOIN LATERAL (SELECT * FROM {fn}(false) p WHERE p.queryid IS NOT NULL {role_filter}) s ON true"
     ).format(
@@ -115,6 +115,7 @@ def scrape(conn: psycopg.Connection, target: Target, ext: Extension, exclude_rol
             "shared_blks_read": "int64",
             "temp_blks_written": "int64",
             "shared_blk_read_time": "float64",
+            "stddev_exec_time": "float64",
         }
     )
     statements["stats_since"] = pd.to_datetime(statements["stats_since"], utc=True)

@@ -9,7 +9,7 @@ import dagster as dg
 
 from radar_pipeline import plan_shape
 from radar_pipeline.config import ConfigError, Target, positive_int
-from radar_pipeline.defs.metadata import table
+from radar_pipeline.defs.metadata import rounded, table
 from radar_pipeline.defs.plans import plan_snapshots
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.defs.snapshots import pgss_snapshots
@@ -30,6 +30,8 @@ DETECTION_COLUMNS = [
     ("before_ms", "float"),
     ("after_ms", "float"),
     ("factor", "float"),
+    ("factor_low", "float"),
+    ("factor_high", "float"),
     ("confidence", "float"),
     ("change_vs_deploy_s", "int"),
     ("cause", "string"),
@@ -46,7 +48,7 @@ class VerdictConfig(dg.Config):
     min_samples: int | None = None
     min_calls: int | None = None
     threshold: float | None = None
-    alpha: float | None = None
+    false_alert_budget: float | None = None
     tolerance_floor: float | None = None
     tolerance_fraction: float | None = None
     fleet_share: float | None = None
@@ -123,6 +125,8 @@ def _metadata(result: DeployAnalysis) -> dict[str, Any]:
             "before_ms": round(float(row.mean_before_ms), 3),
             "after_ms": round(float(row.mean_after_ms), 3),
             "factor": round(float(row.change_factor), 2),
+            "factor_low": rounded(row.factor_low),
+            "factor_high": rounded(row.factor_high),
             "confidence": round(float(row.confidence), 4),
             "change_vs_deploy_s": round((row.change_at - result.event.deployed_at).total_seconds()),
             "cause": row.cause,

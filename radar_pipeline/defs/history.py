@@ -9,6 +9,7 @@ from radar_pipeline.defs.deploys import deploy_verdicts, deploys_partitions
 from radar_pipeline.defs.metadata import table
 from radar_pipeline.defs.resources import AnalysisResource, WarehouseResource
 from radar_pipeline.engine.history import HistorySettings
+from radar_pipeline.engine.settings import LEVEL_MIN_CALLS
 from radar_pipeline.steps.alert_delivery import chart_folder
 from radar_pipeline.steps.history import HistoryRefused, HistoryUpdate, history_charts, update_history
 
@@ -43,7 +44,9 @@ def query_history(
         raise dg.Failure(description=f"run config for query_history: {exc}") from None
     with warehouse.engine().begin() as conn:
         try:
-            update = update_history(conn, context.partition_key, settings, analysis.settings().min_calls)
+            update = update_history(
+                conn, context.partition_key, settings, max(analysis.settings().min_calls, LEVEL_MIN_CALLS)
+            )
         except HistoryRefused as exc:
             raise dg.Failure(description=str(exc)) from None
         charts = history_charts(conn, update, settings, chart_folder(context.partition_key))

@@ -31,3 +31,8 @@ def _cell(value: object) -> Cell:
     if hasattr(value, "item"):  # a numpy scalar
         return _cell(value.item())  # type: ignore[union-attr]
     return printable(str(value))
+
+
+def rounded(value: float | None, digits: int = 2) -> float | None:
+    """A number rounded for a table cell, None where there is none (a factor bound of an undecided verdict)."""
+    return None if value is None or value != value else round(float(value), digits)

@@ -10,7 +10,7 @@ import pandas as pd
 from radar_pipeline.config import ConfigError
 from radar_pipeline.defs.alerts import as_metadata
 from radar_pipeline.defs.deploys import DETECTION_ROWS_SHOWN, VerdictConfig, configured_targets
-from radar_pipeline.defs.metadata import table
+from radar_pipeline.defs.metadata import rounded, table
 from radar_pipeline.defs.plans import plan_snapshots
 from radar_pipeline.defs.resources import AnalysisResource, SlackResource, TargetsResource, WarehouseResource
 from radar_pipeline.defs.snapshots import pgss_snapshots
@@ -144,6 +144,8 @@ def _metadata(done: list[PeriodAnalysis], period_s: float) -> dict[str, Any]:
             "before_ms": round(float(row.mean_before_ms), 3),
             "after_ms": round(float(row.mean_after_ms), 3),
             "factor": round(float(row.change_factor), 2),
+            "factor_low": rounded(row.factor_low),
+            "factor_high": rounded(row.factor_high),
             "change_at": pd.Timestamp(row.change_at).isoformat(),
             "cause": row.cause,
         }
@@ -151,6 +153,7 @@ def _metadata(done: list[PeriodAnalysis], period_s: float) -> dict[str, Any]:
     ]
     columns = [("target", "string"), ("query", "string"), ("queryid", "int")]
     columns += [("before_ms", "float"), ("after_ms", "float"), ("factor", "float")]
+    columns += [("factor_low", "float"), ("factor_high", "float")]
     columns += [("change_at", "string"), ("cause", "string")]
     return {
         "targets": dg.MetadataValue.json([r.target for r in done]),

@@ -72,8 +72,14 @@ class AnalysisResource(dg.ConfigurableResource):
 
     def periodic_settings(self, **overrides: object) -> EngineSettings:
         """Engine settings of the periodic check: as `settings`, with the window P (`window` overrides it) and a
-        tolerance spanning the whole window, so a change anywhere in [t − 2P, t] counts."""
-        chosen = {"window": self.period_seconds, **{k: v for k, v in overrides.items() if v is not None}}
+        tolerance spanning the whole window, so a change anywhere in [t − 2P, t] counts; the false-alert budget is
+        spread over a day's checks (B · P / 1 day each)."""
+        budget = EngineSettings().false_alert_budget * self.period_seconds / 86400
+        chosen = {
+            "window": self.period_seconds,
+            "false_alert_budget": budget,
+            **{k: v for k, v in overrides.items() if v is not None},
+        }
         window = float(chosen["window"])  # type: ignore[arg-type]
         return self.settings(**{**chosen, "tolerance_floor": window, "tolerance_fraction": 1.0})
 

@@ -1,15 +1,33 @@
-"""The decision: did this deploy make each query slower? Seven steps, each of which can stop a query.
+"""The decision: did this deploy make each statement slower? Each step can stop a statement.
 
-1. interval means from the counters (`samples`);
-2. floors on both sides of the deploy: min_samples intervals and min_calls calls, else `insufficient_data`;
-3. pre-filter: the call-weighted window means ΣΔT/ΣΔC must have risen by at least θ, else `no_regression`;
-4. E-divisive means locates the change in the window's series (`edivisive`); none with Q > 0 → `no_change_point`;
-5. tolerance: the located change must lie within max(floor, fraction × W) of the deploy, else `outside_tolerance` —
-   checked before significance, so a very significant shift that began well before the deploy is never blamed on it;
-6. Welch's t-test on the two segments the split defines (`welch`); the later segment must be the slower one;
-7. `detected` when p ≤ α; confidence = 1 − p ranks detections and is not the probability that the change is real.
+1. interval samples from the counters (`samples`): ΔC, ΔT and, with stddev_exec_time, each interval's own per-call
+   sum of squares (`variance`);
+2. floors on both sides of the deploy: at least `min_samples` intervals with calls (the test estimates a spread and
+   a serial correlation from them) and `min_calls` calls, else `insufficient_data` (`floor_samples`, `floor_calls`);
+3. the family: every statement left is one test of the analysis, and gets a share of the false-alert budget B
+   (`false_alert_budget`, expected false detections per analysis) by weighted Bonferroni (`family_weights`);
+4. pre-filter: the call-weighted window means ΣΔT/ΣΔC either side of the deploy must have risen by at least θ —
+   otherwise the window's own estimate lies inside H0 (after ≤ (1 + θ) · before), and the statement stops as
+   `below_threshold` before the costly steps (a cheap gate, as in engine 1; the budget still counts it);
+5. E-divisive means locates the strongest change in the window (`edivisive`): none with Q > 0 → `no_change_point`;
+   one farther than the tolerance from the deploy → `outside_tolerance` (a shift that began well before the deploy is
+   never blamed on it, however significant);
+6. the call-level test of H0: after ≤ (1 + θ) · before at every candidate split — at or after the deploy and within
+   the tolerance (the periodic check, whose tolerance spans the window: anywhere), leaving E-divisive's margin on
+   each side — with overdispersion, serial correlation and the choice of the split accounted for (`inference`); its
+   one-sided p-value over the statement's budget weight is the family-adjusted p (`p_family`), and `detected` needs
+   p_family ≤ B (`significant`, else `not_significant`);
+7. a drift is not a step: the level shift at the split beyond a continuous linear trend through the window must
+   itself exceed θ (`inference.level_shift_beyond_trend`), else `drift` — creeping latency is left to the history
+   bands.
 
-Every step runs for all queries at once; the expensive ones (4 and 6) only for the queries that passed the cheap ones.
+Every decided statement carries the 95% confidence interval [factor_low, factor_high] of its slowdown factor, from the
+same variance as the test: at the tested split (segment_mean_after_ms / segment_mean_before_ms) where a split was
+tested, else at the deploy (change_factor); per statement, not adjusted for the family. confidence = 1 − p_family.
+Under H0, each statement is detected with probability at most B · w_i, so the expected number of false detections per
+analysis is at most B (Bonferroni's inequality needs no independence).
+
+Every step runs for all statements at once; the expensive ones (5 and 6) only for those that passed the cheap ones.
 """
 
 from __future__ import annotations
@@ -20,11 +38,11 @@ import numpy as np
 import pandas as pd
 
 from radar_pipeline.engine.causes import BLOCKS, ROWS, explain
-from radar_pipeline.engine.edivisive import best_split
+from radar_pipeline.engine.edivisive import best_split, min_segment
+from radar_pipeline.engine.inference import interval_from_sums, level_shift_beyond_trend, split_tests
 from radar_pipeline.engine.samples import WindowSamples, window_samples
 from radar_pipeline.engine.settings import EngineSettings
 from radar_pipeline.engine.vocabulary import DETECTED, INSUFFICIENT_DATA, NO_REGRESSION
-from radar_pipeline.engine.welch import welch_split
 
 COLUMNS = [
     "query_key",
@@ -53,23 +71,34 @@ COLUMNS = [
     "blks_read_per_call_after",
     "cause",
     "merged_keys",
+    "factor_low",
+    "factor_high",
+    "p_family",
+    "budget_share",
+    "serial_correlation",
 ]
-# Rows of padded series per block in steps 4 and 6, so memory stays bounded whatever the number of queries.
-BLOCK_CELLS = 1 << 21
+# Rows of padded series per block in steps 5 and 6, so memory stays bounded whatever the number of statements.
+BLOCK_CELLS = 1 << 19
+NAT = np.iinfo(np.int64).min
 
 
 def analyse(
     counters: pd.DataFrame, deploy_at: datetime | pd.Timestamp, settings: EngineSettings | None = None
 ) -> pd.DataFrame:
-    """Decide, for every query in `counters`, whether the deploy at `deploy_at` made it slower.
+    """Decide, for every statement in `counters`, whether the deploy at `deploy_at` made it slower.
 
     counters: cumulative snapshots with columns query_key, captured_at (tz-aware), calls, total_exec_time (ms) and
-    optionally stats_since, fingerprint, and the counters rows and shared_blks_read (which give a detection its
-    cause); rows may be unsorted, missing for some scrapes and contain resets.
-    Returns one row per query (see COLUMNS): mean_before_ms / mean_after_ms / change_factor are the call-weighted
-    window means either side of the deploy; change_at is where the located change begins (the end of the last
-    interval before the split); t_stat, dof, p_value and the segment_* columns describe the located segments;
-    cause and the per-call rows and blocks read of both segments explain detections (see `causes`).
+    optionally stats_since, fingerprint, stddev_exec_time (ms, population stddev over calls, as pg_stat_statements
+    reports it), and the counters rows and shared_blks_read (which give a detection its cause); rows may be
+    unsorted, missing for some scrapes and contain resets.
+    Returns one row per statement (see COLUMNS and the module docstring): mean_before_ms / mean_after_ms /
+    change_factor are the call-weighted window means either side of the deploy; change_at is where the tested split
+    begins (the end of the last interval before it; for `outside_tolerance`, E-divisive's split); t_stat, dof and
+    p_value are the one-sided call-level test of H0: segment factor ≤ 1 + θ at that split, p_value adjusted for the
+    choice of split but not for the family; p_family = min(1, p_value / w) is adjusted for the family (detected when
+    ≤ false_alert_budget); budget_share = B · w is the statement's share of the budget; factor_low / factor_high the
+    95% interval of the segment factor (of change_factor where no split was tested); serial_correlation the AR(1)
+    coefficient the test used.
     """
     settings = settings or EngineSettings()
     deploy = _utc_ns(deploy_at)
@@ -80,79 +109,244 @@ def analyse(
     if samples.groups == 0:
         return out
 
-    group = samples.group
-    after = samples.end > deploy
+    sides = _window_sides(samples, deploy)
+    for name in ("n_before", "n_after", "calls_before", "calls_after", "mean_before_ms", "mean_after_ms"):
+        out[name] = sides[name]
+    out["change_factor"] = sides["change_factor"]
+    verdict, reason = _floors(sides, settings)
+    decidable = verdict != INSUFFICIENT_DATA
+    weight = family_weights(sides["time_before"], decidable, settings.budget_time_weight)
+
+    rose = np.where(
+        sides["mean_before_ms"] > 0,
+        sides["change_factor"] - 1 >= settings.threshold,
+        sides["mean_after_ms"] > sides["mean_before_ms"],
+    )
+    reason[decidable & ~rose] = "below_threshold"
+    candidates = np.flatnonzero(decidable & rose)
+
     g = samples.groups
-    n_before = np.bincount(group[~after], minlength=g)
-    n_after = np.bincount(group[after], minlength=g)
-    calls_before = np.bincount(group[~after], weights=samples.calls[~after], minlength=g)
-    calls_after = np.bincount(group[after], weights=samples.calls[after], minlength=g)
-    time_before = np.bincount(group[~after], weights=samples.time[~after], minlength=g)
-    time_after = np.bincount(group[after], weights=samples.time[after], minlength=g)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean_before = time_before / calls_before
-        mean_after = time_after / calls_after
-        factor = mean_after / mean_before
-    out["n_before"], out["n_after"] = n_before, n_after
-    out["calls_before"], out["calls_after"] = calls_before.astype(np.int64), calls_after.astype(np.int64)
-    out["mean_before_ms"], out["mean_after_ms"] = mean_before, mean_after
-    out["change_factor"] = factor
-
-    verdict = np.full(g, NO_REGRESSION, dtype=object)
-    reason = np.full(g, "", dtype=object)
-
-    few_samples = (n_before < settings.min_samples) | (n_after < settings.min_samples)
-    few_calls = ~few_samples & ((calls_before < settings.min_calls) | (calls_after < settings.min_calls))
-    verdict[few_samples | few_calls] = INSUFFICIENT_DATA
-    reason[few_samples] = "floor_samples"
-    reason[few_calls] = "floor_calls"
-    undecided = ~(few_samples | few_calls)
-
-    # A window mean of zero before (and above zero after) is an infinite rise, which passes; 0 → 0 does not.
-    rose = np.where(mean_before > 0, factor - 1 >= settings.threshold, mean_after > mean_before)
-    small = undecided & ~rose
-    reason[small] = "below_threshold"
-    candidates = np.flatnonzero(undecided & rose)
-
-    change_at = np.full(g, np.iinfo(np.int64).min, dtype=np.int64)
-    columns = {name: np.full(g, np.nan) for name in ("t_stat", "dof", "p_value", "q_stat")}
-    seg = {name: np.full(g, np.nan) for name in ("segment_mean_before_ms", "segment_mean_after_ms")}
-    seg_n = {name: np.zeros(g, dtype=np.int64) for name in ("segment_n_before", "segment_n_after")}
-    tolerance = int(settings.tolerance.total_seconds() * 1e9)
-
-    means = samples.mean
+    found = _empty_columns(g)
     for block in _blocks(samples, candidates):
-        x, ends, n = _padded(samples, means, block)
-        k, q = best_split(x, n)
-        found = k > 0
-        columns["q_stat"][block[found]] = q[found]
-        reason[block[~found]] = "no_change_point"
-        at = ends[np.arange(len(block)), np.maximum(k - 1, 0)]
-        change_at[block[found]] = at[found]
-        near = found & (np.abs(at - deploy) <= tolerance)
-        reason[block[found & ~near]] = "outside_tolerance"
-        if not near.any():
-            continue
-        tested = block[near]
-        res = welch_split(x[near], n[near], k[near])
-        columns["t_stat"][tested], columns["dof"][tested], columns["p_value"][tested] = res.t, res.dof, res.p
-        seg["segment_mean_before_ms"][tested], seg["segment_mean_after_ms"][tested] = res.mean_a, res.mean_b
-        seg_n["segment_n_before"][tested], seg_n["segment_n_after"][tested] = res.n_a, res.n_b
-        significant = (res.t > 0) & (res.p <= settings.alpha)
-        verdict[tested[significant]] = DETECTED
-        reason[tested[significant]] = "significant"
-        reason[tested[~significant]] = "not_significant"
+        _decide_block(samples, block, deploy, settings, reason, found)
+    _intervals_without_split(samples, sides, decidable, settings, found)
+    _family_decision(found, weight, settings, verdict, reason)
 
     out["verdict"], out["reason"] = verdict, reason
     out["change_at"] = pd.to_datetime(
-        np.where(change_at == np.iinfo(np.int64).min, np.datetime64("NaT"), change_at.view("datetime64[ns]")), utc=True
+        np.where(found["change_at"] == NAT, np.datetime64("NaT"), found["change_at"].view("datetime64[ns]")), utc=True
     )
-    for name, values in {**columns, **seg, **seg_n}.items():
-        out[name] = values
-    out["confidence"] = 1.0 - out["p_value"]
+    for name in COLUMNS:
+        if name in found and name != "change_at":
+            out[name] = found[name]
+    out["budget_share"] = np.where(decidable, settings.false_alert_budget * weight, np.nan)
+    out["confidence"] = 1.0 - out["p_family"]
     for name, values in explain(samples, out, settings).items():
         out[name] = values
     return out
+
+
+def _intervals_without_split(
+    samples: WindowSamples,
+    sides: dict[str, np.ndarray],
+    decidable: np.ndarray,
+    settings: EngineSettings,
+    found: dict[str, np.ndarray],
+) -> None:
+    """Every decided statement carries an interval: where no split was tested, that of the window factor at the
+    deploy, from the same variance as the test (in place, in `found`)."""
+    untested = decidable & np.isnan(found["factor_low"])
+    if not untested.any():
+        return
+    a, b = _deploy_side_sums(samples, sides)
+    low, high = interval_from_sums(
+        {k: v[untested] for k, v in a.items()},
+        {k: v[untested] for k, v in b.items()},
+        sides["n_before"][untested],
+        sides["n_after"][untested],
+        settings.threshold,
+    )
+    found["factor_low"][untested], found["factor_high"][untested] = low, high
+
+
+def _family_decision(
+    found: dict[str, np.ndarray],
+    weight: np.ndarray,
+    settings: EngineSettings,
+    verdict: np.ndarray,
+    reason: np.ndarray,
+) -> None:
+    """Steps 6 and 7 across the family: p_family = min(1, p / w); significant when ≤ the budget; `drift` when the
+    shift beyond the trend is under θ; else `detected` (in place, in `found`, `verdict` and `reason`)."""
+    found["p_family"] = np.where(np.isnan(found["p_value"]), np.nan, np.minimum(1.0, found["p_value"] / weight))
+    tested = ~np.isnan(found["p_family"])
+    significant = tested & (found["p_family"] <= settings.false_alert_budget)
+    drift = significant & ~(found["shift_beyond_trend"] - 1 >= settings.threshold)
+    detected = significant & ~drift
+    verdict[detected] = DETECTED
+    reason[detected] = "significant"
+    reason[drift] = "drift"
+    reason[tested & ~significant] = "not_significant"
+
+
+def family_weights(time_before: np.ndarray, decidable: np.ndarray, time_weight: float) -> np.ndarray:
+    """Weighted-Bonferroni weights (Σ = 1 over the decidable statements; 0 elsewhere): a uniform part, so a sparse
+    statement keeps a budget of its own, plus `time_weight` of the weight by share of the execution time before the
+    deploy, so the statements that cost most are tested hardest (Genovese, Roeder & Wasserman 2006). The weights
+    use only the before side, which H0 leaves untouched, so they cannot favour a statement for having slowed down.
+    """
+    count = int(decidable.sum())
+    if count == 0:
+        return np.full(len(decidable), np.nan)
+    time = np.where(decidable, np.maximum(time_before, 0.0), 0.0)
+    total = time.sum()
+    share = time / total if total > 0 else np.where(decidable, 1.0 / count, 0.0)
+    weight = (1 - time_weight) / count + time_weight * share
+    return np.where(decidable, weight, np.nan)
+
+
+def _window_sides(samples: WindowSamples, deploy: int) -> dict[str, np.ndarray]:
+    """Intervals, calls, time and call-weighted means either side of the deploy, per statement."""
+    g = samples.groups
+    side = 2 * samples.group + (samples.end > deploy)  # one bincount per measure for both sides
+    count = np.bincount(side, minlength=2 * g).reshape(g, 2)
+    calls = np.bincount(side, weights=samples.calls, minlength=2 * g).reshape(g, 2)
+    time = np.bincount(side, weights=samples.time, minlength=2 * g).reshape(g, 2)
+    out: dict[str, np.ndarray] = {
+        "side": side,  # per sample: 2 · statement + (1 if after the deploy)
+        "calls": calls.ravel(),
+        "time": time.ravel(),
+        "n_before": count[:, 0],
+        "n_after": count[:, 1],
+        "calls_before": calls[:, 0],
+        "calls_after": calls[:, 1],
+        "time_before": time[:, 0],
+        "time_after": time[:, 1],
+    }
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["mean_before_ms"] = out["time_before"] / out["calls_before"]
+        out["mean_after_ms"] = out["time_after"] / out["calls_after"]
+        out["change_factor"] = out["mean_after_ms"] / out["mean_before_ms"]
+    out["calls_before"] = out["calls_before"].astype(np.int64)
+    out["calls_after"] = out["calls_after"].astype(np.int64)
+    return out
+
+
+def _deploy_side_sums(
+    samples: WindowSamples, sides: dict[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The test's sums for both sides of the deploy, per statement, straight from the samples (one bincount each):
+    calls, call-weighted mean, Σ e² about the side's mean, Σ e_i e_(i+1) within the side, and with stddev_exec_time
+    Σ S (NaN where an interval's is unknown) and Σ (c − 1)."""
+    g = samples.groups
+    side, calls = sides["side"], sides["calls"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = sides["time"] / calls
+    e = samples.time - mean[side] * samples.calls  # residuals about each side's own mean: no cancellation
+    pair = side[1:] == side[:-1]
+    sums = {
+        "calls": calls,
+        "mean": mean,
+        "ee": np.bincount(side, weights=e * e, minlength=2 * g),
+        "acov": np.bincount(side[1:][pair], weights=(e[1:] * e[:-1])[pair], minlength=2 * g),
+    }
+    if samples.sumsq is not None:
+        unknown = np.bincount(side, weights=np.isnan(samples.sumsq), minlength=2 * g)
+        total = np.bincount(side, weights=np.nan_to_num(samples.sumsq, nan=0.0), minlength=2 * g)
+        sums["ss"] = np.where(unknown > 0, np.nan, total)
+        sums["ss_dof"] = np.bincount(side, weights=np.maximum(samples.calls - 1, 0.0), minlength=2 * g)
+    return {k: v[0::2] for k, v in sums.items()}, {k: v[1::2] for k, v in sums.items()}
+
+
+def _floors(sides: dict[str, np.ndarray], settings: EngineSettings) -> tuple[np.ndarray, np.ndarray]:
+    """Verdict and reason arrays, with `insufficient_data` where either side lacks the intervals or calls."""
+    g = len(sides["n_before"])
+    verdict = np.full(g, NO_REGRESSION, dtype=object)
+    reason = np.full(g, "", dtype=object)
+    few_samples = (sides["n_before"] < settings.min_samples) | (sides["n_after"] < settings.min_samples)
+    few_calls = ~few_samples & (
+        (sides["calls_before"] < settings.min_calls) | (sides["calls_after"] < settings.min_calls)
+    )
+    verdict[few_samples | few_calls] = INSUFFICIENT_DATA
+    reason[few_samples] = "floor_samples"
+    reason[few_calls] = "floor_calls"
+    return verdict, reason
+
+
+def _empty_columns(g: int) -> dict[str, np.ndarray]:
+    names = ("t_stat", "dof", "p_value", "q_stat", "segment_mean_before_ms", "segment_mean_after_ms")
+    out = {name: np.full(g, np.nan) for name in names}
+    out.update({name: np.full(g, np.nan) for name in ("factor_low", "factor_high", "serial_correlation")})
+    out["shift_beyond_trend"] = np.full(g, np.nan)
+    out["segment_n_before"] = np.zeros(g, dtype=np.int64)
+    out["segment_n_after"] = np.zeros(g, dtype=np.int64)
+    out["change_at"] = np.full(g, NAT, dtype=np.int64)
+    return out
+
+
+def _decide_block(
+    samples: WindowSamples,
+    block: np.ndarray,
+    deploy: int,
+    settings: EngineSettings,
+    reason: np.ndarray,
+    found: dict[str, np.ndarray],
+) -> None:
+    """Steps 5 to 7 for one block of candidate statements: locate, check the tolerance, test, fit the trend."""
+    tolerance = int(settings.tolerance.total_seconds() * 1e9)
+    padded = _padded(samples, block)
+    x, ends, n = padded["mean"], padded["end"], padded["n"]
+    rows = np.arange(len(block))
+    k, q = best_split(x, n)
+    located = k > 0
+    found["q_stat"][block[located]] = q[located]
+    reason[block[~located]] = "no_change_point"
+    at = ends[rows, np.maximum(k - 1, 0)]
+    found["change_at"][block[located]] = at[located]
+    near = located & (np.abs(at - deploy) <= tolerance)
+    reason[block[located & ~near]] = "outside_tolerance"
+    if not near.any():
+        return
+    keep = np.flatnonzero(near)
+    tested = block[keep]
+    calls, time, n_t, ends_t = padded["calls"][keep], padded["time"][keep], n[keep], ends[keep]
+    sumsq = padded["sumsq"][keep] if padded["sumsq"] is not None else None
+    res = split_tests(
+        calls, time, sumsq, n_t, _candidate_splits(ends_t, n_t, deploy, tolerance, settings), settings.threshold
+    )
+    found["t_stat"][tested], found["dof"][tested], found["p_value"][tested] = res.t, res.dof, res.p
+    found["segment_mean_before_ms"][tested], found["segment_mean_after_ms"][tested] = res.mean_a, res.mean_b
+    found["segment_n_before"][tested] = np.nan_to_num(res.n_a).astype(np.int64)
+    found["segment_n_after"][tested] = np.nan_to_num(res.n_b).astype(np.int64)
+    found["factor_low"][tested], found["factor_high"][tested] = res.factor_low, res.factor_high
+    found["serial_correlation"][tested] = res.rho
+    ok = ~np.isnan(res.t)
+    split_at = ends_t[np.arange(len(keep)), np.maximum(res.k - 1, 0)]
+    found["change_at"][tested[ok]] = split_at[ok]
+    found["shift_beyond_trend"][tested] = level_shift_beyond_trend(calls, x[keep], ends_t, n_t, res.k)
+
+
+def _candidate_splits(
+    ends: np.ndarray, n: np.ndarray, deploy: int, tolerance: int, settings: EngineSettings
+) -> np.ndarray:
+    """[rows, L + 1]: the splits k whose change time (the end of interval k − 1) lies within the tolerance of the
+    deploy and that leave at least max(min_samples, ⌊n/10⌋) intervals on each side — E-divisive's admissible splits.
+    A side of three intervals whose values happen to lie close together has a variance estimate far too small, and
+    Welch–Satterthwaite's degrees of freedom then follow the long side: the edges are where a scan over splits
+    would otherwise find its false detections (the periodic check, whose candidates span the whole window)."""
+    rows, length = ends.shape
+    k = np.arange(length + 1)[None, :]
+    change = ends[:, np.clip(k[0] - 1, 0, length - 1)]
+    side = np.maximum(max(settings.min_samples, 2), min_segment(n))[:, None]
+    near = np.abs(change - deploy) <= tolerance
+    if settings.tolerance < settings.window:
+        # A deploy cannot slow a statement down before it happened: only splits at or after it (the interval that
+        # straddles the deploy is on the after side) are candidates, which halves K. The periodic check, whose
+        # tolerance spans its window, has no such moment: every admissible split is a candidate there.
+        inside = np.arange(length)[None, :] < n[:, None]
+        at_deploy = ((ends <= deploy) & inside).sum(axis=1)
+        near &= k >= at_deploy[:, None]
+    return (k >= side) & (k <= n[:, None] - side) & near
 
 
 def _empty_result(samples: WindowSamples) -> pd.DataFrame:
@@ -180,8 +374,9 @@ def _blocks(samples: WindowSamples, candidates: np.ndarray) -> list[np.ndarray]:
     return [order[i : i + rows] for i in range(0, len(order), rows)]
 
 
-def _padded(samples: WindowSamples, means: np.ndarray, block: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The block's series, left-aligned in [rows, longest] matrices of interval means and end times."""
+def _padded(samples: WindowSamples, block: np.ndarray) -> dict[str, np.ndarray]:
+    """The block's series, left-aligned in [rows, longest] matrices: interval means, ΔC, ΔT, sums of squares (None
+    without stddev) and end times; and their lengths n."""
     starts = samples.offsets[block]
     n = samples.offsets[block + 1] - starts
     width = int(n.max())
@@ -189,6 +384,16 @@ def _padded(samples: WindowSamples, means: np.ndarray, block: np.ndarray) -> tup
     index = starts[:, None] + col[None, :]
     inside = col[None, :] < n[:, None]
     index = np.where(inside, index, 0)
-    x = np.where(inside, means[index], 0.0)
-    ends = np.where(inside, samples.end[index], 0)
-    return x, ends, n
+    calls = np.where(inside, samples.calls[index], 0.0)
+    time = np.where(inside, samples.time[index], 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(inside, time / np.where(inside, calls, 1.0), 0.0)
+    sumsq = np.where(inside, samples.sumsq[index], 0.0) if samples.sumsq is not None else None
+    return {
+        "mean": mean,
+        "calls": calls,
+        "time": time,
+        "sumsq": sumsq,
+        "end": np.where(inside, samples.end[index], 0),
+        "n": n,
+    }

@@ -13,6 +13,9 @@ analyses the mean of each interval between consecutive snapshots instead: x = Δ
 - When the counters carry a fingerprint, query keys that share it are one query (a queryid rotated by a dropped and
   recreated object, say): their samples form one series, samples closed by the same snapshot are summed (ΔT and ΔC,
   so their mean stays call-weighted), and the query is reported under the key that most recently received calls.
+- When the counters carry stddev_exec_time, each sample also carries its calls' own sum of squared deviations about
+  the interval mean (`variance.interval_sum_of_squares`; NaN where it cannot be recovered), so inference can use the
+  per-call variance; merged samples combine theirs with the parallel-variance formula.
 """
 
 from __future__ import annotations
@@ -22,7 +25,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from radar_pipeline.engine.variance import interval_sum_of_squares
+
 REQUIRED = ("query_key", "captured_at", "calls", "total_exec_time")
+STDDEV = "stddev_exec_time"
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,7 @@ class WindowSamples:
     calls: np.ndarray
     time: np.ndarray
     extra: dict[str, np.ndarray] = field(default_factory=dict)  # deltas of further counters, NaN where unknown
+    sumsq: np.ndarray | None = None  # per sample Σ (x − mean)² over its calls (ms²), NaN where unknown; None: no stddev
 
     @property
     def groups(self) -> int:
@@ -73,6 +80,8 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int, extra: tuple[
     since = (
         _utc_ns(counters["stats_since"], "counters.stats_since", allow_null=True) if "stats_since" in counters else None
     )
+    if STDDEV in counters:
+        values[STDDEV] = _numeric(counters[STDDEV], f"counters.{STDDEV}", allow_nan=True)
 
     order = _sort_order(codes, t)
     keep = _last_of_duplicates(codes[order] if order is not None else codes, t[order] if order is not None else t)
@@ -83,6 +92,7 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int, extra: tuple[
             since = since[select] if since is not None else None
 
     same = codes[1:] == codes[:-1]
+    stddev = values.pop(STDDEV, None)
     deltas = {key: v[1:] - v[:-1] for key, v in values.items()}
     reset = (deltas["calls"] < 0) | (deltas["time"] < 0)
     if since is not None:
@@ -93,6 +103,12 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int, extra: tuple[
     s_values = {key: d[sample] for key, d in deltas.items()}
     for key in extra:  # a further counter that went down alone is unknown for that interval, not negative
         s_values[key] = np.where(s_values[key] < 0, np.nan, s_values[key])
+    if stddev is not None:
+        c, tt = values["calls"], values["time"]
+        first, second = np.flatnonzero(sample), np.flatnonzero(sample) + 1
+        s_values[STDDEV] = interval_sum_of_squares(
+            c[first], tt[first], stddev[first], c[second], tt[second], stddev[second]
+        )
 
     group_of_key = _fingerprint_groups(counters, codes, order, keep, len(uniques))
     groups = int(group_of_key.max()) + 1 if len(group_of_key) else 0
@@ -102,7 +118,11 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int, extra: tuple[
         by_group = np.lexsort((s_end, s_group))
         s_group, s_end = s_group[by_group], s_end[by_group]
         s_values = {key: v[by_group] for key, v in s_values.items()}
+        if STDDEV in s_values:  # Σx² about zero adds up across keys; Σ(x − mean)² does not
+            s_values[STDDEV] = s_values[STDDEV] + s_values["time"] ** 2 / s_values["calls"]
         s_group, s_end, s_values = _sum_same_snapshot(s_group, s_end, s_values)
+        if STDDEV in s_values:
+            s_values[STDDEV] = np.maximum(s_values[STDDEV] - s_values["time"] ** 2 / s_values["calls"], 0.0)
     offsets = np.zeros(groups + 1, dtype=np.int64)
     np.cumsum(np.bincount(s_group, minlength=groups), out=offsets[1:])
 
@@ -123,6 +143,7 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int, extra: tuple[
         end=s_end,
         calls=s_values.pop("calls"),
         time=s_values.pop("time"),
+        sumsq=s_values.pop(STDDEV, None),
         extra=s_values,
     )
 
@@ -175,12 +196,29 @@ def _numeric(column: pd.Series, name: str, allow_nan: bool = False) -> np.ndarra
 
 
 def _sort_order(codes: np.ndarray, t: np.ndarray) -> np.ndarray | None:
-    """None when rows are already ordered by query then time (the warehouse reads them so), else a stable order."""
+    """None when rows are already ordered by query then time (the warehouse reads them so), else a stable order.
+
+    Both keys are small integers in practice (query codes, and ranks of the few distinct scrape times), so two stable
+    passes of numpy's radix sort for 16-bit keys (time first, then query) order 1.2 million rows several times faster
+    than a comparison sort; wider keys fall back to one argsort of the combined key query · span + time.
+    """
     if len(codes) < 2:
         return None
     dc = np.diff(codes)
     if (dc >= 0).all() and ((dc > 0) | (np.diff(t) >= 0)).all():
         return None
+    narrow = np.iinfo(np.uint16).max
+    if codes.max() <= narrow:
+        stamps, distinct = pd.factorize(t, sort=False)
+        if len(distinct) <= narrow + 1:
+            rank = np.empty(len(distinct), dtype=np.uint16)
+            rank[np.argsort(distinct)] = np.arange(len(distinct), dtype=np.uint16)
+            by_time = np.argsort(rank[stamps], kind="stable")
+            return by_time[np.argsort(codes[by_time].astype(np.uint16), kind="stable")]
+    low = int(t.min())
+    span = int(t.max()) - low + 1
+    if int(codes.max()) < np.iinfo(np.int64).max // span:
+        return np.argsort(codes.astype(np.int64) * span + (t - low), kind="stable")
     return np.lexsort((t, codes))
 
 

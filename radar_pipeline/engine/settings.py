@@ -6,7 +6,12 @@ from dataclasses import asdict, dataclass, fields
 from datetime import timedelta
 from typing import Any
 
-ENGINE_VERSION = "1.0.0"
+ENGINE_VERSION = "2.0.0"
+# Calls a window mean needs before it stands for a statement's level (a history point, an episode's recovery): with
+# per-call CV 1 such a mean is good to about ±10%. Engine 1's min_calls default; the verdicts no longer use it.
+LEVEL_MIN_CALLS = 100
+# Settings of earlier engine versions, accepted (and ignored) when an old analysis record is read back.
+RETIRED = frozenset({"alpha"})
 
 
 @dataclass(frozen=True)
@@ -14,20 +19,26 @@ class EngineSettings:
     """The engine's parameters (reference: the detection-math note, whose defaults these are).
 
     window: length W of each side of the deploy; samples ending in (deploy − W, deploy + W] are analysed.
-    min_samples: interval means each side needs before anything is decided (floor, §2).
-    min_calls: calls each side needs; with per-call CV 1, 100 calls give a window mean good to about ±10%.
-    threshold: θ, the smallest relative slowdown of the call-weighted window means worth testing (pre-filter).
-    alpha: the p-value at or below which a located slowdown is `detected`.
+    min_samples: intervals with calls each side needs before anything is decided: the test estimates a spread and a
+    serial correlation from them (3 leaves two degrees of freedom a side; the t reference pays for fewer).
+    min_calls: calls each side needs; 2 is what a per-call variance needs. No larger floor: the test's own standard
+    error says when a sparse statement's evidence suffices.
+    threshold: θ, the practical tolerance inside the hypothesis: H0 is "after ≤ (1 + θ) · before".
+    false_alert_budget: B, the expected number of false detections per analysis (weighted Bonferroni over the
+    analysis' statements). The periodic check runs every period P and gets B · P / 1 day, so its checks together
+    spend B a day.
+    budget_time_weight: the share of the budget spread by execution time before the deploy (the rest evenly).
     tolerance_floor, tolerance_fraction: the located change must lie within max(floor, fraction × W) of the deploy.
     fleet_share, fleet_min_queries: when at least this share of the decidable queries (and at least this many) are
     detected at one deploy, the shift is fleet-wide and an external cause is suspected (causes, not the verdicts).
     """
 
     window: timedelta = timedelta(minutes=30)
-    min_samples: int = 10
-    min_calls: int = 100
+    min_samples: int = 3
+    min_calls: int = 2
     threshold: float = 0.20
-    alpha: float = 0.05
+    false_alert_budget: float = 0.1
+    budget_time_weight: float = 0.5
     tolerance_floor: timedelta = timedelta(minutes=2)
     tolerance_fraction: float = 0.20
     fleet_share: float = 0.5
@@ -37,14 +48,18 @@ class EngineSettings:
         problems = []
         if self.window <= timedelta(0):
             problems.append(f"window must be positive, not {self.window}")
-        if self.min_samples < 2:
-            problems.append(f"min_samples must be at least 2 (a variance needs two points), not {self.min_samples}")
+        if self.min_samples < 3:
+            problems.append(
+                f"min_samples must be at least 3 (a variance and a lag-1 correlation), not {self.min_samples}"
+            )
         if self.min_calls < 0:
             problems.append(f"min_calls must not be negative, not {self.min_calls}")
         if not self.threshold >= 0:
             problems.append(f"threshold must be ≥ 0, not {self.threshold}")
-        if not 0 < self.alpha < 1:
-            problems.append(f"alpha must lie strictly between 0 and 1, not {self.alpha}")
+        if not 0 < self.false_alert_budget < 1:
+            problems.append(f"false_alert_budget must lie strictly between 0 and 1, not {self.false_alert_budget}")
+        if not 0 <= self.budget_time_weight <= 1:
+            problems.append(f"budget_time_weight must lie in [0, 1], not {self.budget_time_weight}")
         if self.tolerance_floor < timedelta(0):
             problems.append(f"tolerance_floor must not be negative, not {self.tolerance_floor}")
         if not 0 <= self.tolerance_fraction <= 1:
@@ -73,12 +88,12 @@ class EngineSettings:
     def from_dict(cls, values: dict[str, Any]) -> EngineSettings:
         """Settings from a record made by `to_dict` or from run config (durations in seconds); unknown keys refused."""
         known = {f.name: f for f in fields(cls)}
-        unknown = sorted(set(values) - set(known) - {"engine_version"})
+        unknown = sorted(set(values) - set(known) - {"engine_version"} - RETIRED)
         if unknown:
             raise ValueError(f"unknown engine settings: {', '.join(unknown)} (known: {', '.join(known)})")
         kwargs: dict[str, Any] = {}
         for key, value in values.items():
-            if key == "engine_version":
+            if key == "engine_version" or key in RETIRED:
                 continue
             kwargs[key] = timedelta(seconds=float(value)) if isinstance(known[key].default, timedelta) else value
         return cls(**kwargs)

@@ -10,6 +10,7 @@ REASONS = (
     "outside_tolerance",
     "not_significant",
     "significant",
+    "drift",  # engine 2: significant at the split, but no level shift beyond the trend the window already shows
 )
 # plan_changed comes from the plans around the change (set by the analysis, which has them); the others from counters.
 CAUSES = ("plan_changed", "fleet_wide", "more_rows", "more_blocks_read", "unexplained")

@@ -219,6 +219,8 @@ def _regression(row: Any) -> Regression:
         calls_after=int(row.calls_after),
         cause=str(row.cause),
         plan_summary=summary(plan) if plan else None,
+        factor_low=None if pd.isna(row.factor_low) else float(row.factor_low),
+        factor_high=None if pd.isna(row.factor_high) else float(row.factor_high),
     )
 
 

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.config import Target
 from radar_pipeline.engine import EngineSettings
+from radar_pipeline.engine.settings import LEVEL_MIN_CALLS
 from radar_pipeline.steps.deploy_analysis import WindowVerdicts, decide_window, require_closed
 from radar_pipeline.warehouse import deploys, episodes
 
@@ -105,7 +106,7 @@ def _analyse_target(
     episodes.reopen(conn, ident, target)
     decided = decide_window(conn, ident, target, split, settings, run_id, live)
     end = split + settings.window
-    recovered = episodes.recover(conn, ident, target, end, settings.threshold, settings.min_calls)
+    recovered = episodes.recover(conn, ident, target, end, settings.threshold, max(settings.min_calls, LEVEL_MIN_CALLS))
     verdicts = decided.verdicts
     verdicts["report"] = None
     detected = verdicts[verdicts["verdict"] == "detected"]

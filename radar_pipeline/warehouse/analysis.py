@@ -54,6 +54,7 @@ SERIES: dict[str, tuple[str, type]] = {
     "shared_blks_read": ("shared_blks_read", np.int64),
     "stats_since": ("coalesce(CAST(date_part('epoch', stats_since) * 1000000 AS bigint), 0)", np.int64),
     "reset_before": ("reset_before", np.bool_),
+    "stddev_exec_time": ("coalesce(stddev_exec_time, 'NaN')", np.float64),  # NaN in rows stored before 0007
 }
 
 
@@ -255,7 +256,8 @@ def verdicts_of(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
     return pd.read_sql(
         sa.text(
             "SELECT v.target, v.verdict, v.reason, v.cause, v.mean_before_ms, v.mean_after_ms, v.change_factor, "
-            "v.confidence, v.change_at - coalesce(d.deployed_at, a.window_start + (a.window_end - a.window_start) / 2) "
+            "v.confidence, v.factor_low, v.factor_high, "
+            "v.change_at - coalesce(d.deployed_at, a.window_start + (a.window_end - a.window_start) / 2) "
             "AS change_after_deploy, v.calls_before, v.calls_after, v.queryid, "
             "regexp_replace(coalesce(q.query, ''), '\\s+', ' ', 'g') AS query "
             "FROM radar.verdict v JOIN radar.analysis a ON a.deploy_id = v.deploy_id AND a.target = v.target "

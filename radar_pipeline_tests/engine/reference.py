@@ -1,7 +1,8 @@
 """A deliberately plain, one-query-at-a-time reading of the detection note, to check the vectorised engine against.
 
 Nothing here is shared with radar_pipeline.engine: it recomputes every step from scratch, with explicit pair loops for
-the energy statistic and scipy.stats.ttest_ind(equal_var=False) for Welch's test.
+the energy statistic, explicit sums for the call-level test at each split, numpy's least squares for the trend and a
+loop for the family's weighted Bonferroni.
 """
 
 from __future__ import annotations
@@ -38,10 +39,11 @@ def best_split(x: np.ndarray) -> tuple[int, float]:
 
 
 def analyse_one(rows: pd.DataFrame, deploy: pd.Timestamp, settings: EngineSettings) -> dict:
-    """The verdict for one query's counters (rows of one key, any order)."""
+    """The verdict for one query's counters (rows of one key, any order), before the family step: `p_value` is the
+    selection-adjusted one-sided p of the split test; `family` turns it into the verdict."""
     rows = rows.sort_values("captured_at", kind="stable").drop_duplicates("captured_at", keep="last")
     lo, hi = deploy - settings.window, deploy + settings.window
-    samples = []  # (end, calls, time)
+    samples = []  # (end, calls, time, sum of squares)
     prev = None
     for row in rows.itertuples():
         if prev is not None:
@@ -50,7 +52,17 @@ def analyse_one(rows: pd.DataFrame, deploy: pd.Timestamp, settings: EngineSettin
                 (pd.isna(row.stats_since) and pd.isna(prev.stats_since)) or row.stats_since == prev.stats_since
             )
             if dc > 0 and dt >= 0 and not since_changed and lo < row.captured_at <= hi:
-                samples.append((row.captured_at, dc, dt))
+                ss = math.nan
+                if "stddev_exec_time" in rows:  # parallel variance, backwards
+                    m1 = prev.total_exec_time / prev.calls if prev.calls else 0.0
+                    m = dt / dc
+                    ss = (
+                        row.calls * row.stddev_exec_time**2
+                        - prev.calls * prev.stddev_exec_time**2
+                        - prev.calls * dc / row.calls * (m1 - m) ** 2
+                    )
+                    ss = 0.0 if dc == 1 else max(ss, 0.0)
+                samples.append((row.captured_at, dc, dt, ss))
         prev = row
     before = [s for s in samples if s[0] <= deploy]
     after = [s for s in samples if s[0] > deploy]
@@ -59,10 +71,12 @@ def analyse_one(rows: pd.DataFrame, deploy: pd.Timestamp, settings: EngineSettin
         "n_after": len(after),
         "calls_before": sum(s[1] for s in before),
         "calls_after": sum(s[1] for s in after),
+        "time_before": sum(s[2] for s in before),
     }
-    mb = sum(s[2] for s in before) / out["calls_before"] if out["calls_before"] else math.nan
+    mb = out["time_before"] / out["calls_before"] if out["calls_before"] else math.nan
     ma = sum(s[2] for s in after) / out["calls_after"] if out["calls_after"] else math.nan
     out.update(mean_before_ms=mb, mean_after_ms=ma, change_at=pd.NaT, t_stat=math.nan, dof=math.nan, p_value=math.nan)
+    out["shift"] = math.nan
     if len(before) < settings.min_samples or len(after) < settings.min_samples:
         return {**out, "verdict": "insufficient_data", "reason": "floor_samples"}
     if out["calls_before"] < settings.min_calls or out["calls_after"] < settings.min_calls:
@@ -77,8 +91,100 @@ def analyse_one(rows: pd.DataFrame, deploy: pd.Timestamp, settings: EngineSettin
     out["change_at"] = samples[k - 1][0]
     if abs(out["change_at"] - deploy) > settings.tolerance:
         return {**out, "verdict": "no_regression", "reason": "outside_tolerance"}
-    res = stats.ttest_ind(x[k:], x[:k], equal_var=False)
-    out.update(t_stat=res.statistic, dof=res.df, p_value=res.pvalue)
-    if res.statistic > 0 and res.pvalue <= settings.alpha:
-        return {**out, "verdict": "detected", "reason": "significant"}
-    return {**out, "verdict": "no_regression", "reason": "not_significant"}
+    calls = np.array([s[1] for s in samples], dtype=float)
+    time = np.array([s[2] for s in samples])
+    sumsq = np.array([s[3] for s in samples]) if "stddev_exec_time" in rows else None
+    side = max(settings.min_samples, 2, len(samples) // 10)
+    first = len(before) if settings.tolerance < settings.window else 0  # a deploy: splits at or after it only
+    splits = [
+        j
+        for j in range(max(side, first), len(samples) - side + 1)
+        if abs(samples[j - 1][0] - deploy) <= settings.tolerance
+    ]
+    best = None
+    for j in splits:
+        res = call_level_test(calls, time, sumsq, j, settings.threshold)
+        if not math.isnan(res["t"]) and (best is None or res["t"] > best[1]["t"]):
+            best = (j, res)
+    if best is None:
+        return {**out, "p_value": 1.0, "verdict": "no_regression", "reason": "not_significant"}
+    j, res = best
+    out.update(t_stat=res["t"], dof=res["dof"], p_value=min(1.0, len(splits) * res["p"]))
+    out["change_at"] = samples[j - 1][0]
+    out["shift"] = trend_shift(calls, x, [s[0] for s in samples], j)
+    return {**out, "verdict": "no_regression", "reason": "tested"}
+
+
+def family(results: dict, settings: EngineSettings) -> dict:
+    """Weighted Bonferroni over one analysis' reference results (key → analyse_one's dict), in place: p_family,
+    and the verdict and reason of every tested statement."""
+    decidable = [k for k, r in results.items() if r["verdict"] != "insufficient_data"]
+    total = sum(max(results[k]["time_before"], 0.0) for k in decidable)
+    lam = settings.budget_time_weight
+    for key in decidable:
+        r = results[key]
+        share = max(r["time_before"], 0.0) / total if total > 0 else 1 / len(decidable)
+        weight = (1 - lam) / len(decidable) + lam * share
+        r["p_family"] = min(1.0, r["p_value"] / weight) if not math.isnan(r["p_value"]) else math.nan
+        if r["reason"] != "tested":
+            continue
+        if r["p_family"] <= settings.false_alert_budget:
+            drift = not (r["shift"] - 1 >= settings.threshold)
+            r["verdict"], r["reason"] = ("no_regression", "drift") if drift else ("detected", "significant")
+        else:
+            r["reason"] = "not_significant"
+    return results
+
+
+def trend_shift(calls: np.ndarray, means: np.ndarray, ends: list, k: int) -> float:
+    """(a + δ) / a of the call-weighted least-squares fit a + b·(t − t_k) + δ·[i ≥ k]."""
+    t0 = ends[k - 1]
+    t = np.array([(e - t0).total_seconds() for e in ends])
+    d = (np.arange(len(means)) >= k).astype(float)
+    design = np.column_stack([np.ones(len(t)), t, d]) * np.sqrt(calls)[:, None]
+    coef = np.linalg.lstsq(design, means * np.sqrt(calls), rcond=None)[0]
+    return (coef[0] + coef[2]) / coef[0]
+
+
+def call_level_test(calls: np.ndarray, time: np.ndarray, sumsq: np.ndarray | None, k: int, theta: float) -> dict:
+    """The call-level test of H0: mean(B) ≤ (1 + θ) mean(A) at split k, by explicit loops (engine.inference's
+    module docstring is the specification): pooled means, sandwich variances with an AR(1) inflation, the per-call
+    floor, Welch–Satterthwaite degrees of freedom, one-sided p (not adjusted for the choice of split)."""
+    n = len(calls)
+    sides = [range(0, k), range(k, n)]
+    means, ee, acov = [], 0.0, 0.0
+    resid = []
+    for idx in sides:
+        c = sum(calls[i] for i in idx)
+        mu = sum(time[i] for i in idx) / c
+        e = [time[i] - mu * calls[i] for i in idx]
+        means.append(mu)
+        resid.append(e)
+        ee += sum(v * v for v in e)
+        acov += sum(e[j] * e[j + 1] for j in range(len(e) - 1))
+    rho_hat = acov / ee if ee > 0 else 0.0
+    fixed = rho_hat + (1 + 3 * rho_hat) / n
+    rho = min(max(fixed + math.sqrt(max(1 - fixed**2, 0.0) / n), 0.0), 0.9)  # one standard error above
+    inflation = (1 + rho) / (1 - rho)
+    u, dof = [], []
+    for idx, mu, e in zip(sides, means, resid, strict=True):
+        size = len(idx)
+        c = sum(calls[i] for i in idx)
+        v = size / max(size - inflation, 1.0) * sum(v * v for v in e) / c**2 * inflation
+        d = max(size * (1 - rho) / (1 + rho) - 1, 1.0)
+        if sumsq is not None and not any(math.isnan(sumsq[i]) for i in idx):
+            pairs = sum(calls[i] - 1 for i in idx)
+            if pairs > 0:
+                v_calls = sum(sumsq[i] for i in idx) / pairs / c
+                if v_calls > v:
+                    v, d = v_calls, pairs
+        u.append(v / mu**2)
+        dof.append(d)
+    se = math.sqrt(u[0] + u[1])
+    excess = math.log(means[1] / means[0]) - math.log1p(theta)
+    if se == 0:  # both sides constant: a certain answer
+        t = math.copysign(math.inf, excess) if excess else math.nan
+        return {"t": t, "dof": math.inf, "p": 0.0 if t > 0 else 1.0, "rho": rho, "mean_a": means[0], "mean_b": means[1]}
+    t = excess / se
+    nu = (u[0] + u[1]) ** 2 / (u[0] ** 2 / dof[0] + u[1] ** 2 / dof[1])
+    return {"t": t, "dof": nu, "p": stats.t.sf(t, nu), "rho": rho, "mean_a": means[0], "mean_b": means[1]}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 
 import numpy as np
@@ -32,7 +33,8 @@ def test_step_after_deploy_is_detected():
     assert (r.verdict, r.reason) == ("detected", "significant")
     assert abs(r.change_at - DEPLOY) <= timedelta(minutes=1)
     assert r.change_factor == pytest.approx(8.0, rel=0.1)
-    assert r.p_value < 1e-10 and r.confidence == pytest.approx(1 - r.p_value)
+    assert r.p_value < 1e-10 and r.confidence == pytest.approx(1 - r.p_family)
+    assert r.factor_low < r.change_factor < r.factor_high and r.factor_low > 7.0 and r.factor_high < 9.5
     assert (r.n_before, r.n_after, r.calls_before, r.calls_after) == (30, 30, 1500, 1500)
     assert (r.segment_n_before, r.segment_n_after) == (30, 30)
 
@@ -46,21 +48,31 @@ def test_cumulative_mean_trap_is_detected():
 
 
 def test_floor_samples():
-    r = one(counters("q", step(n_before=30, n_after=9)))
+    r = one(counters("q", step(n_before=30, n_after=2, after=8.0)))
     assert (r.verdict, r.reason) == ("insufficient_data", "floor_samples")
-    assert r.n_after == 9
+    assert r.n_after == 2
 
 
 def test_floor_calls():
-    r = one(counters("q", step(), calls=3))
+    # The default floor is what a per-call variance needs (2 calls); a larger one is a setting.
+    r = one(counters("q", step(), calls=3), EngineSettings(min_calls=100))
     assert (r.verdict, r.reason) == ("insufficient_data", "floor_calls")
     assert r.calls_before == 90
+
+
+def test_sparse_statement_is_judged_on_its_calls():
+    # Three calls a minute, ×4 slower after the deploy: 90 calls a side are plenty for a call-level test.
+    r = one(counters("q", step(before=1.0, after=4.0, cv=0.3, seed=3), calls=3))
+    assert (r.verdict, r.reason) == ("detected", "significant")
+    assert r.factor_low > 2.0
 
 
 def test_below_threshold():
     r = one(counters("q", step(after=1.1)))
     assert (r.verdict, r.reason) == ("no_regression", "below_threshold")
     assert np.isnan(r.p_value)
+    # Decided without a test, it still carries the interval of its window factor.
+    assert r.factor_low < r.change_factor < r.factor_high < 1.35
 
 
 def test_improvement_is_never_detected():
@@ -89,21 +101,19 @@ def test_shift_twenty_minutes_before_the_deploy_is_not_attributed():
 
 
 def test_not_significant():
-    # After the deploy the spread grows but the interval means keep their mean; the slow intervals carry more calls,
-    # so the call-weighted mean passes the pre-filter, E-divisive finds the spread change, Welch finds no slowdown.
-    rng = np.random.default_rng(7)
-    before = 1.0 + rng.normal(0, 0.01, 30)
-    after = np.tile([0.2, 1.8], 15)
-    calls = np.concatenate([np.full(30, 50), np.tile([20, 80], 15)])
-    r = one(counters("q", np.concatenate([before, after]), calls=calls))
+    # A third slower after the deploy, but two calls a minute with a wide spread: the estimate passes the
+    # pre-filter, its interval reaches well below 1 + θ, so the test cannot reject "after ≤ 1.2 × before".
+    r = one(counters("q", step(after=1.35, cv=0.8, seed=11), calls=2))
     assert (r.verdict, r.reason) == ("no_regression", "not_significant")
-    assert r.p_value > 0.05 and abs(r.change_at - DEPLOY) <= timedelta(minutes=6)
+    assert r.change_factor > 1.2 and r.factor_low < 1.2 < r.factor_high
+    assert r.p_family > 0.1 and abs(r.change_at - DEPLOY) <= timedelta(minutes=6)
 
 
 def test_both_variances_zero_is_a_certain_step():
     r = one(counters("q", np.array([1.0] * 30 + [2.0] * 30)))
     assert (r.verdict, r.reason) == ("detected", "significant")
     assert r.t_stat == np.inf and r.p_value == 0.0 and r.confidence == 1.0
+    assert r.factor_low == r.factor_high == 2.0
 
 
 def test_reset_inside_the_window_is_discarded_not_clamped():
@@ -195,7 +205,7 @@ def test_settings_validate_and_round_trip():
     assert EngineSettings.from_dict(s.to_dict()) == s
     assert s.tolerance == timedelta(seconds=12)
     assert EngineSettings().tolerance == timedelta(minutes=6)
-    for bad in ({"alpha": 1.5}, {"window": timedelta(0)}, {"min_samples": 1}):
+    for bad in ({"false_alert_budget": 1.5}, {"window": timedelta(0)}, {"min_samples": 2}):
         with pytest.raises(ValueError, match="invalid EngineSettings"):
             EngineSettings(**bad)
     with pytest.raises(ValueError, match="unknown engine settings: windw"):
@@ -225,20 +235,77 @@ def _random_counters(seed: int) -> pd.DataFrame:
 @pytest.mark.parametrize("seed", range(6))
 def test_matches_the_per_query_reference(seed):
     frame = _random_counters(seed)
-    settings = EngineSettings()
+    settings = EngineSettings(false_alert_budget=0.5)  # a small family: a budget that leaves both outcomes possible
     got = analyse(frame, DEPLOY, settings).set_index("query_key")
     seen = set()
-    for key, rows in frame.groupby("query_key"):
-        ref = reference.analyse_one(rows, DEPLOY, settings)
+    refs = reference.family(
+        {key: reference.analyse_one(rows, DEPLOY, settings) for key, rows in frame.groupby("query_key")}, settings
+    )
+    for key, ref in refs.items():
         row = got.loc[key]
         seen.add(ref["reason"])
+        ref.setdefault("p_family", math.nan)
         assert (row.verdict, row.reason) == (ref["verdict"], ref["reason"]), key
         for column in ("n_before", "n_after", "calls_before", "calls_after"):
             assert row[column] == ref[column], (key, column)
-        for column in ("mean_before_ms", "mean_after_ms", "t_stat", "dof", "p_value"):
+        for column in ("mean_before_ms", "mean_after_ms", "t_stat", "dof", "p_value", "p_family"):
             assert row[column] == pytest.approx(ref[column], rel=1e-9, nan_ok=True), (key, column)
         assert (pd.isna(row.change_at) and pd.isna(ref["change_at"])) or row.change_at == ref["change_at"]
     assert len(seen) >= 3
+
+
+def _with_stddev(key: str, means: np.ndarray, calls: int, cv: float, seed: int) -> pd.DataFrame:
+    """Counters of per-call log-normal latencies with interval means `means`, stddev_exec_time included."""
+    rng = np.random.default_rng(seed)
+    sigma = np.sqrt(np.log1p(cv**2))
+    times = [rng.lognormal(np.log(m) - sigma**2 / 2, sigma, calls) for m in means]
+    frame = counters(key, np.array([t.mean() for t in times]), calls=calls)
+    every = np.concatenate([[]] + times)
+    cum = np.cumsum(every)
+    count = np.arange(1, len(every) + 1)
+    mean = cum / count
+    m2 = np.cumsum((every - np.concatenate([[0.0], mean[:-1]])) * (every - mean))  # Welford
+    ends = np.concatenate([[0], np.cumsum([len(t) for t in times])])
+    frame["stddev_exec_time"] = np.concatenate([[0.0], np.sqrt(m2[ends[1:] - 1] / count[ends[1:] - 1])])
+    return frame
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_matches_the_reference_with_stddev(seed):
+    rng = np.random.default_rng(seed)
+    frames = [
+        _with_stddev(f"q{i}", step(after=float(rng.choice([1.0, 1.3, 2.0])), cv=0.2, seed=i), 4, 1.5, seed * 10 + i)
+        for i in range(12)
+    ]
+    frame = pd.concat(frames)
+    settings = EngineSettings(false_alert_budget=0.5)
+    got = analyse(frame, DEPLOY, settings).set_index("query_key")
+    refs = reference.family(
+        {key: reference.analyse_one(rows, DEPLOY, settings) for key, rows in frame.groupby("query_key")}, settings
+    )
+    for key, ref in refs.items():
+        row = got.loc[key]
+        assert (row.verdict, row.reason) == (ref["verdict"], ref["reason"]), key
+        for column in ("t_stat", "dof", "p_value"):
+            assert row[column] == pytest.approx(ref[column], rel=1e-7, nan_ok=True), (key, column)
+
+
+def test_drift_through_the_window_is_not_a_step():
+    # +60% steadily across the hour, many calls: the window means differ by ×1.3, but nothing happens at the deploy.
+    means = np.linspace(1.0, 1.6, 60) * step(after=1.0, cv=0.01, seed=2)
+    r = one(counters("q", means, calls=500))
+    assert r.verdict == "no_regression" and r.reason in ("drift", "not_significant")
+    # The same statement with a ×2 step on top of the drift is found.
+    stepped = means * np.r_[np.ones(30), np.full(30, 2.0)]
+    assert one(counters("q", stepped, calls=500)).verdict == "detected"
+
+
+def test_budget_and_weights_are_recorded():
+    out = analyse(pd.concat([counters(f"q{i}", step(after=1.0, seed=i)) for i in range(4)]), DEPLOY)
+    assert out["budget_share"].sum() == pytest.approx(EngineSettings().false_alert_budget)
+    assert EngineSettings().to_dict()["false_alert_budget"] == 0.1
+    # An analysis record of engine 1 (with alpha) still reads back.
+    assert EngineSettings.from_dict({**EngineSettings().to_dict(), "alpha": 0.05}) == EngineSettings()
 
 
 def _two_levels(before: float, after: float) -> np.ndarray:
@@ -281,3 +348,13 @@ def test_cause_fleet_wide_when_most_queries_shift_together():
     # Fewer than fleet_min_queries detections are never fleet-wide, however large their share.
     few = analyse(pd.concat(frames[:2]), DEPLOY)
     assert set(few["cause"]) == {"more_rows"}
+
+
+@pytest.mark.parametrize(("keys", "times"), [(50, 40), (3, 70_000), (70_000, 3)])
+def test_sort_order_equals_a_two_key_lexsort(keys, times):
+    from radar_pipeline.engine.samples import _sort_order
+
+    rng = np.random.default_rng(keys)
+    codes = rng.integers(0, keys, 80_000)
+    t = rng.integers(0, times, 80_000) * 1_000_000_007  # ns apart, far beyond 16 bits
+    np.testing.assert_array_equal(_sort_order(codes, t), np.lexsort((t, codes)))

@@ -1,0 +1,67 @@
+"""The call-level test's own level under the null, at a fixed split (the deploy), by fleet subgroup.
+
+Run with `.venv/bin/python benchmarks/calibration_check.py [--fleets 5]`.
+
+Each fleet holds 4,000 unchanged statements (radar_pipeline_tests/engine/fleet.py); the test of H0: after ≤ before
+(θ = 0, the boundary where the level is attained) runs at the deploy split only, so neither the choice of split nor
+the pre-filter nor the family budget helps. Printed: P(p ≤ α) / α for α = 0.1 … 10⁻⁴, with stddev_exec_time and on
+interval means only (a value above 1 is a test more liberal than it says).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from radar_pipeline.engine.decision import _padded  # noqa: E402
+from radar_pipeline.engine.inference import split_tests  # noqa: E402
+from radar_pipeline.engine.samples import window_samples  # noqa: E402
+from radar_pipeline_tests.engine.fleet import DEPLOY, draw  # noqa: E402
+
+LEVELS = (0.1, 0.01, 0.001, 0.0001)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fleets", type=int, default=5)
+    args = parser.parse_args()
+    width = 1800 * 10**9
+    p_sd, p_means, rate, phi, cv = [], [], [], [], []
+    for seed in range(args.fleets):
+        fleet = draw(4000, 100 + seed)
+        samples = window_samples(fleet.counters, DEPLOY.value - width, DEPLOY.value + width)
+        padded = _padded(samples, np.arange(samples.groups))
+        inside = np.arange(padded["end"].shape[1])[None, :] < padded["n"][:, None]
+        k = ((padded["end"] <= DEPLOY.value) & inside).sum(axis=1)
+        ok = (k >= 3) & (padded["n"] - k >= 3)
+        candidate = np.zeros((len(k), padded["end"].shape[1] + 1), dtype=bool)
+        candidate[np.arange(len(k)), k] = ok
+        for sumsq, out in ((padded["sumsq"], p_sd), (None, p_means)):
+            out.append(split_tests(padded["calls"], padded["time"], sumsq, padded["n"], candidate, 0.0).p[ok])
+        rate.append(fleet.rate[ok])
+        phi.append(fleet.phi[ok])
+        cv.append(fleet.cv[ok])
+    sd, means = np.concatenate(p_sd), np.concatenate(p_means)
+    r, f, c = np.concatenate(rate), np.concatenate(phi), np.concatenate(cv)
+    groups = {
+        "all": np.ones(len(sd), dtype=bool),
+        "calls/scrape < 3": r < 3,
+        "calls/scrape 3–50": (r >= 3) & (r < 50),
+        "calls/scrape ≥ 50": r >= 50,
+        "φ > 0.6": f > 0.6,
+        "per-call CV > 2": c > 2,
+    }
+    print(f"{len(sd):,} unchanged statements at a fixed split; P(p ≤ α)/α, with stddev / interval means only")
+    print(f"{'group':<20}{'n':>7}" + "".join(f"{f'α = {a:g}':>16}" for a in LEVELS))
+    for name, m in groups.items():
+        cells = "".join(f"{(sd[m] <= a).mean() / a:>9.2f} /{(means[m] <= a).mean() / a:>5.2f}" for a in LEVELS)
+        print(f"{name:<20}{int(m.sum()):>7}{cells}")
+
+
+if __name__ == "__main__":
+    main()

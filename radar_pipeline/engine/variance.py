@@ -1,0 +1,59 @@
+"""An interval's own per-call sum of squares, recovered from two cumulative pg_stat_statements rows.
+
+pg_stat_statements keeps, per statement, calls C, total_exec_time T and the population standard deviation σ of the
+calls' execution times since the entry began (stddev_exec_time = sqrt(M2 / C), where M2 is the sum of squared
+deviations from the mean, updated call by call with Welford's method). Two rows (C1, T1, σ1) and (C2, T2, σ2) of the
+same entry describe the calls up to each scrape; the calls in between are a sample of their own with c = C2 − C1
+calls, total t = T2 − T1, mean m = t / c. The parallel-variance combination (Chan, Golub & LeVeque 1979)
+
+    M2(2) = M2(1) + S + C1 · c / C2 · (M1 − m)²,      M1 = T1 / C1, M2(k) = Ck · σk²
+
+run backwards gives the interval's sum of squared deviations about its own mean exactly:
+
+    S = C2 · σ2² − C1 · σ1² − C1 · c / C2 · (M1 − m)².
+
+Numerical care. The two cumulative terms grow with the entry's whole history, S only with the interval, so the
+subtraction cancels: its absolute rounding error is about a few ulps of C2·σ2² + C1·σ1² + the cross term (σ itself
+arrives rounded to double precision, and squaring doubles its relative error). We therefore carry an error bound
+err = 8 ε (C2 σ2² + C1 σ1² + cross) with ε the double-precision unit roundoff: a result below −err is inconsistent
+(the rows do not belong to one entry: a reset the other counters did not show) and a result whose bound exceeds a
+quarter of it is mostly rounding noise; both are reported as unknown (NaN), never clamped into a number. A result in
+[−err, 0) is zero within rounding and is set to 0. An interval with one call has S = 0 by definition.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+EPS = np.finfo(np.float64).eps
+
+
+def interval_sum_of_squares(
+    calls1: np.ndarray,
+    total1: np.ndarray,
+    stddev1: np.ndarray,
+    calls2: np.ndarray,
+    total2: np.ndarray,
+    stddev2: np.ndarray,
+) -> np.ndarray:
+    """Σ (x − m)² over the calls made between two cumulative rows (see the module docstring); NaN where unknown.
+
+    All arguments are arrays of the same shape (row 1 is the earlier scrape of the same entry, with calls2 > calls1);
+    a NaN stddev on either side gives NaN. calls1 = 0 (the entry began in between) gives C2 · σ2².
+    """
+    c1 = np.asarray(calls1, dtype=np.float64)
+    c2 = np.asarray(calls2, dtype=np.float64)
+    t1 = np.asarray(total1, dtype=np.float64)
+    t2 = np.asarray(total2, dtype=np.float64)
+    m2_1 = c1 * np.asarray(stddev1, dtype=np.float64) ** 2
+    m2_2 = c2 * np.asarray(stddev2, dtype=np.float64) ** 2
+    c = c2 - c1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean1 = np.where(c1 > 0, t1 / np.where(c1 > 0, c1, 1.0), 0.0)
+        mean = (t2 - t1) / c
+        cross = np.where(c1 > 0, c1 * c / c2 * (mean1 - mean) ** 2, 0.0)
+        s = m2_2 - m2_1 - cross
+    err = 8 * EPS * (m2_2 + m2_1 + cross)
+    known = (c > 0) & (s >= -err) & ~(err > 0.25 * np.maximum(s, 0.0))
+    single = (c == 1) & ~np.isnan(s)
+    return np.where(single, 0.0, np.where(known, np.maximum(s, 0.0), np.nan))
