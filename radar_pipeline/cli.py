@@ -241,8 +241,8 @@ def _require(url: str | None) -> str:
     embedded = existing_warehouse(lambda message: click.echo(message, err=True))
     if embedded is None:
         raise ConfigError(
-            f"no warehouse: set {WAREHOUSE_URL_VAR} or pass --warehouse (or run `radar demo` first for the embedded "
-            "one)"
+            f"{WAREHOUSE_URL_VAR} is not set: set it or pass --warehouse (or run `radar demo` first, and the embedded "
+            "warehouse it leaves is used)"
         )
     return embedded
 

@@ -71,8 +71,9 @@ def test_db_upgrade_then_dagster_materialize_writes_snapshot_rows(pg18, app_db, 
         pg18.drop_database(dagster_db)
 
 
-def test_db_upgrade_errors_name_the_variable_and_hide_the_password(pg18):
-    missing = _cli([str(BIN / "radar"), "db", "upgrade"], {"RADAR_WAREHOUSE_URL": ""})
+def test_db_upgrade_errors_name_the_variable_and_hide_the_password(pg18, tmp_path):
+    nowhere = {"RADAR_WAREHOUSE_URL": "", "RADAR_HOME": str(tmp_path / "no-demo-here")}  # no embedded warehouse either
+    missing = _cli([str(BIN / "radar"), "db", "upgrade"], nowhere)
     assert missing.returncode != 0 and "RADAR_WAREHOUSE_URL is not set" in missing.stderr
     bad = _cli([str(BIN / "radar"), "db", "upgrade"], {"RADAR_WAREHOUSE_URL": "mysql://u:hunter2@h/db"})
     assert bad.returncode != 0 and "RADAR_WAREHOUSE_URL must be a postgresql" in bad.stderr

@@ -242,14 +242,15 @@ def _half_width(spread: np.ndarray, behind_centre: np.ndarray, dof: np.ndarray, 
     return out
 
 
-def theil_sen(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def theil_sen(rows: np.ndarray, origin: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The Theil–Sen line of each row (x = 0, 1, ... across the row; NaN cells are absent points, and a row needs
-    two points): its slope, the median of the pairwise slopes, and its intercept, the median of y − slope·x. The drift
-    flag and its chart both draw this line."""
+    two points): its slope, the median of the pairwise slopes, and its intercept at x = `origin` (per row; default
+    0), the median of y − slope·(x − origin). The drift flag and its chart both draw this line."""
     width = rows.shape[1]
     i, j = np.triu_indices(width, k=1)
     slope = np.nanmedian((rows[:, j] - rows[:, i]) / (j - i), axis=1)
-    intercept = np.nanmedian(rows - slope[:, None] * np.arange(width, dtype=float)[None, :], axis=1)
+    xs = np.arange(width, dtype=float)[None, :] - (0.0 if origin is None else origin[:, None])
+    intercept = np.nanmedian(rows - slope[:, None] * xs, axis=1)
     return slope, intercept
 
 
@@ -263,9 +264,9 @@ def _drift(recent: np.ndarray, settings: HistorySettings) -> tuple[np.ndarray, n
     if not len(enough):
         return rise, p_value
     y = recent[enough]
-    slope, intercept = theil_sen(y)
-    first = width - m[enough]
-    start = intercept + slope * first
+    # The line's level at the segment's first point (computed there, not extrapolated from x = 0, so a rise right
+    # at drift_rise is the same number whichever way the row is padded).
+    slope, start = theil_sen(y, origin=(width - m[enough]).astype(float))
     with np.errstate(divide="ignore", invalid="ignore"):
         # A line starting at (or, by rounding, barely above) zero has no meaningful relative rise.
         floor = START_FLOOR * np.nanmax(np.abs(y), axis=1)

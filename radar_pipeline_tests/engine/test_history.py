@@ -75,6 +75,7 @@ COMPARED = ["segment", "centre_ms", "spread_ms", "band_ms", "z_score", "drift_ri
 
 @settings(max_examples=60, deadline=None)
 @example(values=[1.0, 2.0, 2.0, 2.0, 2.0, 1.0], seed=130, split_share=0.0)  # zero spread, a point below the centre
+@example(values=[0.1, 2.0, 2.0, 1.1, 2.0], seed=32, split_share=0.0)  # a rise of exactly drift_rise, up to rounding
 @given(
     values=st.lists(st.one_of(st.floats(0.1, 100.0), st.sampled_from([0.1, 1.0, 2.0, 5.0])), min_size=1, max_size=30),
     seed=st.integers(0, 2**16),
