@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import sqlalchemy.engine
@@ -16,6 +18,21 @@ RETENTION_DAYS_VAR = "RADAR_RETENTION_DAYS"
 SNAPSHOT_CRON_VAR = "RADAR_SNAPSHOT_CRON"
 ALERT_MAX_AGE_VAR = "RADAR_ALERT_MAX_AGE_HOURS"
 DEFAULT_ALERT_MAX_AGE_HOURS = 24.0
+DAGSTER_URL_VAR = "RADAR_DAGSTER_URL"  # the Dagster UI's address, for links in alerts
+DAGSTER_PG_URL_VAR = "RADAR_DAGSTER_PG_URL"
+CHART_DIR_VAR = "RADAR_CHART_DIR"  # where chart images are kept (default: a new temporary folder per analysis)
+SECONDS_VARS = (
+    "RADAR_WINDOW_SECONDS",
+    "RADAR_SCRAPE_INTERVAL_SECONDS",
+    "RADAR_TOLERANCE_FLOOR_SECONDS",
+    "RADAR_PERIOD_SECONDS",
+)
+# Whole-number settings and their defaults: read with count_setting, checked at load by validate_environment.
+PLAN_TOP_N_VAR = "RADAR_PLAN_TOP_N"
+REANALYSIS_DAYS_VAR = "RADAR_REANALYSIS_DAYS"
+RUN_RETENTION_VAR = "RADAR_DAGSTER_RUN_RETENTION_DAYS"
+SHARDS_VAR = "RADAR_SNAPSHOT_SHARDS"
+COUNTS = {PLAN_TOP_N_VAR: 200, REANALYSIS_DAYS_VAR: 7, RUN_RETENTION_VAR: 7, SHARDS_VAR: 1}
 
 DEFAULT_RETENTION_DAYS = 14
 DEFAULT_SNAPSHOT_CRON = "* * * * *"
@@ -175,6 +192,11 @@ def positive_seconds(value: str, variable: str) -> float:
     return number
 
 
+def count_setting(variable: str, environ: Mapping[str, str] | None = None) -> int:
+    """One of the whole-number settings (COUNTS), from the environment or its default."""
+    return positive_int((os.environ if environ is None else environ).get(variable), variable, COUNTS[variable])
+
+
 def env(name: str) -> str | None:
     """One environment variable, or None."""
     return os.environ.get(name)
@@ -196,3 +218,59 @@ def _check_postgres_url(dsn: str, where: str) -> None:
         raise ConfigError(f"{where}: the URL must start with postgresql://, not {mask_password(dsn)!r}")
     if not parts.path.strip("/") and "dbname=" not in parts.query:
         raise ConfigError(f"{where}: the URL names no database: {mask_password(dsn)!r}")
+
+
+_ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}")
+_HTTP = re.compile(r"https?://[^\s\x00-\x1f\x7f]+")
+
+
+def validate_environment(environ: Mapping[str, str]) -> None:
+    """Check every RADAR_* setting that is set (crons, the periodic start and minute are checked where they are
+    built); raises ConfigError naming the first bad variable, never showing a password."""
+    value = environ.get
+    if value(WAREHOUSE_URL_VAR):
+        warehouse_url(value(WAREHOUSE_URL_VAR))
+    if value(TARGETS_VAR):
+        parse_targets(value(TARGETS_VAR))
+    retention_days(value(RETENTION_DAYS_VAR))
+    for variable in SECONDS_VARS:
+        if value(variable):
+            positive_seconds(value(variable) or "", variable)
+    for variable in COUNTS:
+        count_setting(variable, environ)
+    alert_max_age_hours(value(ALERT_MAX_AGE_VAR))
+    role = value(COLLECTOR_ROLE_VAR)
+    if role and not _ROLE.fullmatch(role):
+        raise ConfigError(f"{COLLECTOR_ROLE_VAR} must be a role name (letters, digits, _), not {role!r}")
+    _slack(environ)
+    if value(DAGSTER_URL_VAR) and not _HTTP.fullmatch(value(DAGSTER_URL_VAR) or ""):
+        raise ConfigError(f"{DAGSTER_URL_VAR} must be an http(s) URL, not {value(DAGSTER_URL_VAR)!r}")
+    chart_dir = value(CHART_DIR_VAR)
+    if chart_dir and Path(chart_dir).exists() and not Path(chart_dir).is_dir():
+        raise ConfigError(f"{CHART_DIR_VAR} {chart_dir!r} exists and is not a folder")
+    dagster_url = value(DAGSTER_PG_URL_VAR)
+    if dagster_url:
+        try:
+            url = sqlalchemy.engine.make_url(dagster_url)
+        except Exception:
+            raise ConfigError(
+                f"{DAGSTER_PG_URL_VAR} does not parse as a database URL: {mask_password(dagster_url)!r}"
+            ) from None
+        if url.drivername != "postgresql+psycopg2":
+            raise ConfigError(
+                f"{DAGSTER_PG_URL_VAR} must spell out the psycopg2 driver (postgresql+psycopg2://...), which Dagster's "
+                f"storage uses, not {url.drivername!r}"
+            )
+
+
+def _slack(environ: Mapping[str, str]) -> None:
+    token, channel = environ.get("RADAR_SLACK_TOKEN"), environ.get("RADAR_SLACK_CHANNEL")
+    webhook = environ.get("RADAR_SLACK_WEBHOOK_URL")
+    if token and not channel:
+        raise ConfigError("RADAR_SLACK_TOKEN is set but RADAR_SLACK_CHANNEL is not: name the channel to post in")
+    if channel and not token:
+        raise ConfigError("RADAR_SLACK_CHANNEL is set but RADAR_SLACK_TOKEN is not: a channel needs a bot token")
+    if token and not token.startswith("xox"):
+        raise ConfigError("RADAR_SLACK_TOKEN is not a Slack token (xoxb-...)")
+    if webhook and not (webhook.startswith("https://") and _HTTP.fullmatch(webhook)):
+        raise ConfigError("RADAR_SLACK_WEBHOOK_URL must be an https:// URL")

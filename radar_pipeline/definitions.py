@@ -6,6 +6,7 @@ import os
 
 import dagster as dg
 
+from radar_pipeline.config import validate_environment
 from radar_pipeline.defs.alerts import regression_alerts, slack_run_failure_sensor
 from radar_pipeline.defs.deploys import (
     deploy_event_sensor,
@@ -13,7 +14,6 @@ from radar_pipeline.defs.deploys import (
     deploy_verdicts,
     deploy_verdicts_job,
 )
-from radar_pipeline.defs.environment import validate_environment
 from radar_pipeline.defs.history import query_history
 from radar_pipeline.defs.periodic import periodic_alerts, periodic_job, periodic_schedule, periodic_verdicts
 from radar_pipeline.defs.plans import plan_snapshot_job, plan_snapshot_schedule_for, plan_snapshots

@@ -286,3 +286,13 @@ def test_the_stand_in_refuses_what_slack_refuses_and_takes_a_message_of_many_reg
     text, blocks = render(facts, regressions)
     delivered = SlackSender(token="xoxb-t", channel="#r", base_url=slack.api_url).send(text, blocks)
     assert delivered.ts is not None
+
+
+def test_the_fallback_text_mentions_no_one():
+    from datetime import UTC, datetime
+
+    from radar_pipeline.alerts.render import AnalysisFacts, render
+
+    facts = AnalysisFacts("d-1", "main", datetime(2026, 11, 30, tzinfo=UTC), "<!channel>", "<@U123>", None, None)
+    text, _ = render(facts, [])
+    assert "<!channel>" not in text and "<@U123>" not in text and "&lt;!channel&gt;" in text

@@ -137,11 +137,16 @@ def test_printable_strips_control_characters():
         ("RADAR_COLLECTOR_ROLE", "radar; DROP", "role name"),
         ("RADAR_TARGETS", "main=postgresql://u:Sec/ret9@h/db", "percent-encode"),
         ("RADAR_WAREHOUSE_URL", "mysql://u:Secret9@h/db", "must be a postgresql"),
-        ("RADAR_DAGSTER_PG_URL", "sqlite:///x", "must be a postgresql"),
+        ("RADAR_DAGSTER_PG_URL", "sqlite:///x", "psycopg2"),
+        ("RADAR_DAGSTER_PG_URL", "postgresql://u:Secret9@h/dagster", "psycopg2"),
+        ("RADAR_SLACK_WEBHOOK_URL", "http://hooks.slack.com/x", "https://"),
+        ("RADAR_DAGSTER_RUN_RETENTION_DAYS", "0", "at least 1"),
+        ("RADAR_SNAPSHOT_SHARDS", "two", "whole number"),
+        ("RADAR_ALERT_MAX_AGE_HOURS", "inf", "at most"),
     ],
 )
 def test_every_variable_is_validated_when_the_definitions_load(variable, value, words):
-    from radar_pipeline.defs.environment import validate_environment
+    from radar_pipeline.config import validate_environment
 
     with pytest.raises(ConfigError, match=variable) as err:
         validate_environment({variable: value})

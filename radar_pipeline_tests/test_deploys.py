@@ -310,7 +310,27 @@ def test_radar_verdicts_prints_no_control_characters(known, warehouse_url):
                 "'significant', '2026-11-29T09:01Z', 1, 3, 3, 0.99, 30, 30, 300, 300, 'unexplained')"
             )
         )
-    proc = _radar(["verdicts", "v-1"], {"RADAR_WAREHOUSE_URL": warehouse_url})
+    proc = _radar(["verdicts", "v-1"], {"RADAR_WAREHOUSE_URL": warehouse_url, "COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr
     assert "SELECT 1 /* ]0;owned[2J1m */ FROM t" in proc.stdout
+    as_csv = _radar(["verdicts", "v-1", "--format", "csv"], {"RADAR_WAREHOUSE_URL": warehouse_url})
+    assert "SELECT 1 /* ]0;owned[2J1m */ FROM t" in as_csv.stdout
+    assert not any(c in as_csv.stdout for c in "\x1b\x07\x9b\u202e")
     assert not any(c in proc.stdout for c in "\x1b\x07\x9b\u202e")
+
+
+def test_events_stored_under_older_rules_are_still_read(known, warehouse):
+    """Rows the checks of today would refuse (stored before they existed) are read back as they are, so their
+    analyses, histories and reanalyses keep working."""
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.deploy_event (deploy_id, target, deployed_at, service, version, source) "
+                "VALUES ('old-1', 'main', '1990-01-01T00:00:00Z', 'api', E'v1\\x1b[31m', 'cli')"
+            )
+        )
+    with warehouse.connect() as conn:
+        event = deploys.get(conn, "old-1")
+    assert event is not None and event.version == "v1\x1b[31m" and event.deployed_at.year == 1990
+    with pytest.raises(DeployError):  # the same fields from outside are still refused
+        DeployEvent("old-2", "main", deployed_at=datetime(1990, 1, 1, tzinfo=UTC))

@@ -111,7 +111,11 @@ def test_slack_500_429_then_timeout_then_accept_one_message_sent_by_the_reconcil
         _backoff_passes(analysed)
         tick = _tick(instance, resources, waiting.cursor)
         (request,) = tick.run_requests
-        assert (request.job_name, request.partition_key, request.run_key) == ("alert_retry_job", "d-7", "alerts:d-7:1")
+        assert (request.job_name, request.partition_key, request.run_key) == (
+            "alert_retry_job",
+            "d-7",
+            "alerts:d-7:1:reconcile-1",
+        )
         assert not _check(tick).passed
         assert _execute(instance, defs, request).success
 
@@ -227,3 +231,25 @@ def test_the_retry_policy():
     assert not analysis_retry("d", two, at + timedelta(minutes=9), 4, backoff).request  # 5 min × 2
     assert analysis_retry("d", two, at + timedelta(minutes=10), 4, backoff).run_key == "d:reconcile-3"
     assert "gave up" in analysis_retry("d", two * 2, at + timedelta(days=1), 4, backoff).reason
+
+
+def test_an_alert_run_that_fails_before_claiming_is_followed_by_another(analysed, warehouse_url, slack):  # noqa: F811
+    resources = _resources(warehouse_url, _bot(slack))
+    defs = _defs(resources)
+    slack.fail_next(POST, (500, {}), (500, {}), (500, {}))  # one attempt that leaves the rows pending
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["d-7"])
+        assert _execute(instance, defs, dg.RunRequest(job_name="alert_retry_job", partition_key="d-7")).success
+        _backoff_passes(analysed)
+        (request,) = _tick(instance, resources).run_requests
+        with analysed.begin() as conn:  # the warehouse fails the retry run before it claims anything
+            conn.execute(sa.text("ALTER TABLE radar.alert RENAME TO alert_away"))
+        try:
+            assert not _execute(instance, defs, request).success
+        finally:
+            with analysed.begin() as conn:
+                conn.execute(sa.text("ALTER TABLE radar.alert_away RENAME TO alert"))
+        (again,) = _tick(instance, resources).run_requests  # not deduplicated away: a new run key
+        assert again.run_key == request.run_key.replace("reconcile-1", "reconcile-2")
+        assert _execute(instance, defs, again).success
+    assert len(slack.messages()) == 1 and [r[2] for r in _outbox(analysed)] == ["sent"]

@@ -129,7 +129,8 @@ def render(facts: AnalysisFacts, regressions: list[Regression]) -> tuple[str, li
                 "elements": [{"type": "mrkdwn", "text": f"<{link(facts.run_url)}|Analysis run in Dagster>"}],
             }
         )
-    return _cut(title, MAX_FALLBACK), blocks
+    # The fallback text is parsed like mrkdwn in notifications: escaped, so a service named <!channel> mentions no one.
+    return escape_within(title, MAX_FALLBACK), blocks
 
 
 def _cut(text: str, limit: int) -> str:

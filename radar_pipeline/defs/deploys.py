@@ -1,14 +1,13 @@
 """Deploys in Dagster: the `deploys` partitions, the deploy_verdicts asset, its sensor and the nightly reanalysis."""
 
 import json
-import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
 
 from radar_pipeline import plan_shape
-from radar_pipeline.config import ConfigError, Target, positive_int
+from radar_pipeline.config import REANALYSIS_DAYS_VAR, ConfigError, Target, count_setting
 from radar_pipeline.defs.metadata import rounded, table
 from radar_pipeline.defs.plans import plan_snapshots
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
@@ -37,7 +36,6 @@ DETECTION_COLUMNS = [
     ("cause", "string"),
     ("plan", "string"),
 ]
-REANALYSIS_DAYS_VAR = "RADAR_REANALYSIS_DAYS"
 REANALYSIS_TAG = "radar/reanalysis"  # on the nightly reanalysis's runs: their alerts are recorded, never sent
 
 
@@ -257,7 +255,7 @@ def deploy_reanalysis_schedule(
 ) -> list[dg.RunRequest] | dg.SkipReason:
     """Deploys of the last RADAR_REANALYSIS_DAYS days (default 7) analysed with settings other than today's; the
     runs are tagged REANALYSIS_TAG, so their regressions are recorded in the outbox and never posted."""
-    days = positive_int(os.environ.get(REANALYSIS_DAYS_VAR), REANALYSIS_DAYS_VAR, 7)
+    days = count_setting(REANALYSIS_DAYS_VAR)
     current = analysis.settings().to_dict()
     with warehouse.engine().connect() as conn:
         stale = analysis_store.stale_analyses(conn, current, ENGINE_VERSION, timedelta(days=days))

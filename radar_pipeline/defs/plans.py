@@ -1,18 +1,16 @@
 """The plan_snapshots asset and its schedule: plans of the statements that matter, stored when their shape changes."""
 
-import os
 import time
 from typing import Any
 
 import dagster as dg
 
-from radar_pipeline.config import positive_int
+from radar_pipeline.config import PLAN_TOP_N_VAR, count_setting
 from radar_pipeline.defs.metadata import table
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource, env_cron_schedule
-from radar_pipeline.steps.plan_capture import DEFAULT_TOP_N, capture_targets
+from radar_pipeline.steps.plan_capture import capture_targets
 
 PLAN_CRON_VAR = "RADAR_PLAN_CRON"
-PLAN_TOP_N_VAR = "RADAR_PLAN_TOP_N"
 DEFAULT_PLAN_CRON = "*/10 * * * *"
 SKIPPED_ROWS_SHOWN = 50  # per target: statements not planned this time, and why
 
@@ -26,7 +24,7 @@ def plan_snapshots(
 ) -> dg.MaterializeResult:
     """Capture plans on every target at once; a target without a plan source is named once, and the rest go on."""
     started = time.perf_counter()
-    top_n = positive_int(os.environ.get(PLAN_TOP_N_VAR), PLAN_TOP_N_VAR, DEFAULT_TOP_N)
+    top_n = count_setting(PLAN_TOP_N_VAR)
     captures = capture_targets(targets.targets(), warehouse.engine(), top_n)
     rows: list[dict[str, Any]] = []
     for capture in captures:

@@ -66,26 +66,35 @@ def radar_reconciler(
     if withheld:
         lines.append(f"withheld {withheld} alerts still unsent after {slack.alert_max_age} (no longer news)")
     requests: list[dg.RunRequest] = []
+    now = datetime.now(UTC)
     for w in waiting:
         job, partition = (
             (periodic_alert_retry_job, w.analysis_id.removeprefix(PERIODIC_PREFIX))
             if w.periodic
             else (alert_retry_job, w.analysis_id)
         )
-        requests.append(
-            dg.RunRequest(
-                job_name=job.name,
-                partition_key=partition,
-                run_key=f"alerts:{w.analysis_id}:{w.attempts}",
-                tags={"radar/reconciler": "alerts"},
-            )
+        # The same retry policy as analyses, per outbox attempt: a run that failed before it claimed the rows (the
+        # warehouse was away, the run never started) is followed by another, with backoff, up to max_analysis_runs.
+        attempt = f"alerts:{w.analysis_id}:{w.attempts}"
+        tags = {"radar/reconciler": "alerts", "radar/alert-attempt": str(w.attempts)}
+        decision = analysis_retry(
+            attempt,
+            _past_runs(context.instance, job.name, partition, tags),
+            now,
+            reconciler.max_analysis_runs,
+            reconciler.backoff,
         )
-        lines.append(f"{w.analysis_id}: {w.rows} alerts due (attempt {w.attempts + 1})")
-    now = datetime.now(UTC)
+        if decision.request:
+            requests.append(
+                dg.RunRequest(job_name=job.name, partition_key=partition, run_key=decision.run_key, tags=tags)
+            )
+            lines.append(f"{w.analysis_id}: {w.rows} alerts due (attempt {w.attempts + 1})")
+        else:
+            lines.append(decision.reason)
     for event in unanalysed:
         decision = analysis_retry(
             event.deploy_id,
-            _past_runs(context.instance, event.deploy_id),
+            _past_runs(context.instance, deploy_verdicts_job.name, event.deploy_id),
             now,
             reconciler.max_analysis_runs,
             reconciler.backoff,
@@ -121,9 +130,12 @@ def radar_reconciler(
     )
 
 
-def _past_runs(instance: dg.DagsterInstance, deploy_id: str) -> list[PastRun]:
+def _past_runs(
+    instance: dg.DagsterInstance, job_name: str, partition: str, tags: dict[str, str] | None = None
+) -> list[PastRun]:
+    """The runs of `job_name` for the partition (with these tags, when given), as the retry policy sees them."""
     records = instance.get_run_records(
-        dg.RunsFilter(job_name=deploy_verdicts_job.name, tags={"dagster/partition": deploy_id})
+        dg.RunsFilter(job_name=job_name, tags={"dagster/partition": partition, **(tags or {})})
     )
     return [
         PastRun(

@@ -5,8 +5,9 @@ import os
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
+from pydantic import Field
 
-from radar_pipeline.config import RETENTION_DAYS_VAR, positive_int, retention_days
+from radar_pipeline.config import RETENTION_DAYS_VAR, RUN_RETENTION_VAR, count_setting, retention_days
 from radar_pipeline.defs.resources import WarehouseResource
 from radar_pipeline.steps.retention import apply_retention
 
@@ -23,8 +24,6 @@ def drop_expired_snapshots(context: dg.OpExecutionContext, warehouse: WarehouseR
     return dropped
 
 
-RUN_RETENTION_VAR = "RADAR_DAGSTER_RUN_RETENTION_DAYS"
-DEFAULT_RUN_RETENTION_DAYS = 7
 PRUNED_JOBS = ("pgss_snapshot_job", "plan_snapshot_job")  # 1,440 and 144 runs a day with the default crons
 PRUNE_BATCH = 500
 FINISHED = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
@@ -33,7 +32,7 @@ FINISHED = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.Dagster
 class PruneConfig(dg.Config):
     """keep_days: runs created longer ago than this are deleted (default RADAR_DAGSTER_RUN_RETENTION_DAYS, else 7)."""
 
-    keep_days: int | None = None
+    keep_days: int | None = Field(default=None, ge=1)
 
 
 @dg.op(description="Delete finished runs of the snapshot and plan jobs older than the run retention, with their logs.")
@@ -42,7 +41,7 @@ def prune_dagster_runs(context: dg.OpExecutionContext, config: PruneConfig) -> i
     many. Other jobs' runs (analyses, alerts) are kept: they are few and are the record of what was decided."""
     keep = config.keep_days
     if keep is None:
-        keep = positive_int(os.environ.get(RUN_RETENTION_VAR), RUN_RETENTION_VAR, DEFAULT_RUN_RETENTION_DAYS)
+        keep = count_setting(RUN_RETENTION_VAR)
     cutoff = datetime.now(UTC) - timedelta(days=keep)
     deleted = 0
     for job in PRUNED_JOBS:

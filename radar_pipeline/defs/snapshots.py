@@ -1,19 +1,17 @@
 """The pgss_snapshots asset and its schedule: pg_stat_statements from every target into the warehouse."""
 
-import os
 import time
 from typing import Any
 
 import dagster as dg
 
-from radar_pipeline.config import DEFAULT_SNAPSHOT_CRON, SNAPSHOT_CRON_VAR, positive_int
+from radar_pipeline.config import DEFAULT_SNAPSHOT_CRON, SHARDS_VAR, SNAPSHOT_CRON_VAR, count_setting
 from radar_pipeline.defs.metadata import table
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource, env_cron_schedule
 from radar_pipeline.steps.shards import targets_of_shard
 from radar_pipeline.steps.snapshots import TargetOutcome, snapshot_targets
 
 ALL_TARGETS_CHECK = "all_targets_scraped"
-SHARDS_VAR = "RADAR_SNAPSHOT_SHARDS"
 
 
 class ShardConfig(dg.Config):
@@ -112,7 +110,7 @@ def pgss_snapshot_schedule_for() -> dg.ScheduleDefinition:
     """The snapshot schedule, every minute unless RADAR_SNAPSHOT_CRON says otherwise; with RADAR_SNAPSHOT_SHARDS = N
     above 1, each tick requests N runs, one per shard of the targets, so they can run in processes (or pods) of
     their own."""
-    shards = positive_int(os.environ.get(SHARDS_VAR), SHARDS_VAR, 1)
+    shards = count_setting(SHARDS_VAR)
     if shards == 1:
         return env_cron_schedule(
             "pgss_snapshot_schedule",

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.alerts.render import MAX_SHOWN, AnalysisFacts, Regression, render
 from radar_pipeline.alerts.slack import DeliveryError, SlackSender
+from radar_pipeline.config import CHART_DIR_VAR, DAGSTER_URL_VAR
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.engine.samples import interval_means
 from radar_pipeline.pgss_model import KEY, Key, statement_keys
@@ -22,8 +23,6 @@ from radar_pipeline.plan_shape import summary
 from radar_pipeline.warehouse import alerts as outbox
 from radar_pipeline.warehouse.analysis import read_window
 
-DAGSTER_URL_VAR = "RADAR_DAGSTER_URL"
-CHART_DIR_VAR = "RADAR_CHART_DIR"  # where chart images are kept (default: a new temporary folder per analysis)
 NO_CHANNEL = "-"
 LEASE = timedelta(minutes=15)  # a row `sending` longer than this was left by a run that stopped mid-send
 RETRY_BASE = timedelta(minutes=1)  # the outbox's backoff after a retryable failure, doubling per attempt …
@@ -65,7 +64,7 @@ def deliver(
 
     def settle(keys: list[Key], status: str, **kwargs: Any) -> None:
         with engine.begin() as conn:
-            outbox.settle(conn, facts.analysis_id, facts.target, channel, keys, status, **kwargs)
+            outbox.settle(conn, facts.analysis_id, facts.target, channel, keys, claimed.delivery_id, status, **kwargs)
 
     todo = claimed.keys
     if claimed.earlier and sender.configured:

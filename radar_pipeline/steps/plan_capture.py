@@ -12,11 +12,11 @@ import sqlalchemy as sa
 
 from radar_pipeline import plan_shape
 from radar_pipeline.collector import plans, session
-from radar_pipeline.config import Target, target_failure
+from radar_pipeline.config import COUNTS, PLAN_TOP_N_VAR, Target, target_failure
 from radar_pipeline.pgss_model import Key
 from radar_pipeline.warehouse import plans as stored_plans
 
-DEFAULT_TOP_N = 200
+DEFAULT_TOP_N = COUNTS[PLAN_TOP_N_VAR]
 MAX_PARALLEL_TARGETS = 8
 FIRST_LOOKBACK = timedelta(hours=1)  # how far back "since the last capture" reaches the first time
 

@@ -28,6 +28,7 @@ def detections(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
             f"{VERDICT_QUERY_JOIN} "
             "WHERE v.deploy_id = :d AND v.verdict = 'detected' AND (v.trigger = 'deploy' OR EXISTS ("
             "  SELECT 1 FROM radar.regression_episode e WHERE e.opened_by = v.deploy_id AND e.target = v.target "
+            "  AND e.dbid = v.dbid AND e.userid = v.userid AND e.toplevel = v.toplevel "
             "  AND e.fingerprint = v.fingerprint)) "
             "ORDER BY v.target, v.confidence DESC, v.change_factor DESC"
         ),
@@ -121,6 +122,7 @@ def settle(
     target: str,
     channel: str,
     keys: list[Key],
+    delivery_id: str,
     status: str,
     ts: str | None = None,
     error: str | None = None,
@@ -129,7 +131,8 @@ def settle(
 ) -> None:
     """Record how an attempt on these claimed rows ended: sent (with the message ts), skipped, withheld, failed, or
     pending again (retryable: no new attempt before `wait` has passed; `unknown`: it may have been posted). A
-    retryable failure after MAX_ATTEMPTS attempts is final (failed)."""
+    retryable failure after MAX_ATTEMPTS attempts is final (failed). Only rows still claimed by `delivery_id` are
+    touched: an attempt that overran its lease cannot overwrite what a newer attempt recorded."""
     if not keys:
         return
     conn.execute(
@@ -140,7 +143,7 @@ def settle(
             "next_attempt_at = CASE WHEN :status = 'pending' THEN now() + CAST(:wait AS interval) END, "
             "status = CASE WHEN :status = 'pending' AND attempts >= :max THEN 'failed' ELSE :status END "
             "WHERE deploy_id = :d AND target = :t AND channel = :c AND dbid = :dbid AND userid = :userid "
-            "AND queryid = :queryid AND toplevel = :toplevel"
+            "AND queryid = :queryid AND toplevel = :toplevel AND delivery_id = CAST(:claim AS uuid)"
         ),
         [
             {
@@ -148,6 +151,7 @@ def settle(
                 "t": target,
                 "c": channel,
                 **dict(zip(KEY, k, strict=True)),
+                "claim": delivery_id,
                 "status": status,
                 "ts": ts,
                 "error": error,

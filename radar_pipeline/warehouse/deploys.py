@@ -43,6 +43,15 @@ class DeployEvent:
     url: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def stored(cls, row: Any) -> DeployEvent:
+        """An event as the warehouse holds it, taken as it is: rows stored under older, looser rules are read back
+        (and analysed) rather than refused."""
+        event = object.__new__(cls)
+        for name in FIELDS:
+            object.__setattr__(event, name, row[name])
+        return event
+
     def __post_init__(self) -> None:
         if not isinstance(self.deploy_id, str) or not DEPLOY_ID.fullmatch(self.deploy_id) or "..." in self.deploy_id:
             raise DeployError(
@@ -214,7 +223,7 @@ def _stored(conn: sa.Connection, ids: list[str]) -> dict[str, DeployEvent]:
             sa.text(f"SELECT {', '.join(FIELDS)} FROM radar.deploy_event WHERE deploy_id = ANY(:ids)"),
             {"ids": ids[i : i + BATCH]},
         )
-        found.update({r.deploy_id: DeployEvent(**r._mapping) for r in rows})
+        found.update({r.deploy_id: DeployEvent.stored(r._mapping) for r in rows})
     return found
 
 
@@ -236,7 +245,7 @@ def get(conn: sa.Connection, deploy_id: str) -> DeployEvent | None:
     row = conn.execute(
         sa.text(f"SELECT {', '.join(FIELDS)} FROM radar.deploy_event WHERE deploy_id = :id"), {"id": deploy_id}
     ).fetchone()
-    return DeployEvent(**row._mapping) if row is not None else None
+    return DeployEvent.stored(row._mapping) if row is not None else None
 
 
 @dataclass(frozen=True)
