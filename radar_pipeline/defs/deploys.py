@@ -46,6 +46,7 @@ class VerdictConfig(dg.Config):
     min_samples: int | None = None
     min_calls: int | None = None
     threshold: float | None = None
+    min_rise_ms: float | None = None
     false_alert_budget: float | None = None
     tolerance_floor: float | None = None
     tolerance_fraction: float | None = None

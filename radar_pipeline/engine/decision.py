@@ -121,7 +121,7 @@ def analyse(
         sides["mean_before_ms"] > 0,
         sides["change_factor"] - 1 >= settings.threshold,
         sides["mean_after_ms"] > sides["mean_before_ms"],
-    )
+    ) & (sides["mean_after_ms"] - sides["mean_before_ms"] >= settings.min_rise_ms)
     reason[decidable & ~rose] = "below_threshold"
     candidates = np.flatnonzero(decidable & rose)
 

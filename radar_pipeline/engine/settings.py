@@ -24,6 +24,8 @@ class EngineSettings:
     min_calls: calls each side needs; 2 is what a per-call variance needs. No larger floor: the test's own standard
     error says when a sparse statement's evidence suffices.
     threshold: θ, the practical tolerance inside the hypothesis: H0 is "after ≤ (1 + θ) · before".
+    min_rise_ms: the smallest rise of the mean, in ms per call, worth a finding: below it a statement is
+    `below_threshold` whatever its factor (0 → 0.001 ms is an infinite factor and nothing anyone would act on).
     false_alert_budget: B, the expected number of false detections per analysis (weighted Bonferroni over the
     analysis' statements). The periodic check runs every period P and gets B · P / 1 day, so its checks together
     spend B a day.
@@ -37,6 +39,7 @@ class EngineSettings:
     min_samples: int = 3
     min_calls: int = 2
     threshold: float = 0.20
+    min_rise_ms: float = 0.01
     false_alert_budget: float = 0.1
     budget_time_weight: float = 0.5
     tolerance_floor: timedelta = timedelta(minutes=2)
@@ -56,6 +59,8 @@ class EngineSettings:
             problems.append(f"min_calls must not be negative, not {self.min_calls}")
         if not self.threshold >= 0:
             problems.append(f"threshold must be ≥ 0, not {self.threshold}")
+        if not 0 <= self.min_rise_ms < float("inf"):
+            problems.append(f"min_rise_ms must be a finite number ≥ 0, not {self.min_rise_ms}")
         if not 0 < self.false_alert_budget < 1:
             problems.append(f"false_alert_budget must lie strictly between 0 and 1, not {self.false_alert_budget}")
         if not 0 <= self.budget_time_weight <= 1:

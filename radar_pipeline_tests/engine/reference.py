@@ -81,7 +81,7 @@ def analyse_one(rows: pd.DataFrame, deploy: pd.Timestamp, settings: EngineSettin
         return {**out, "verdict": "insufficient_data", "reason": "floor_samples"}
     if out["calls_before"] < settings.min_calls or out["calls_after"] < settings.min_calls:
         return {**out, "verdict": "insufficient_data", "reason": "floor_calls"}
-    rose = (ma / mb - 1 >= settings.threshold) if mb > 0 else ma > mb
+    rose = ((ma / mb - 1 >= settings.threshold) if mb > 0 else ma > mb) and ma - mb >= settings.min_rise_ms
     if not rose:
         return {**out, "verdict": "no_regression", "reason": "below_threshold"}
     x = np.array([s[2] / s[1] for s in samples])

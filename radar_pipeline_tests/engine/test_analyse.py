@@ -75,6 +75,15 @@ def test_below_threshold():
     assert r.factor_low < r.change_factor < r.factor_high < 1.35
 
 
+def test_a_rise_too_small_to_matter_is_below_threshold_whatever_its_factor():
+    from_zero = one(counters("q", np.array([0.0] * 30 + [0.001] * 30)))
+    tiny = one(counters("q", np.array([0.001] * 30 + [0.005] * 30)))
+    assert (from_zero.verdict, from_zero.reason) == ("no_regression", "below_threshold")
+    assert (tiny.verdict, tiny.reason) == ("no_regression", "below_threshold")
+    allowed = one(counters("q", np.array([0.001] * 30 + [0.005] * 30)), EngineSettings(min_rise_ms=0.0))
+    assert allowed.verdict == "detected"
+
+
 def test_improvement_is_never_detected():
     r = one(counters("q", step(before=2.0, after=1.0)))
     assert r.verdict == "no_regression" and r.reason == "below_threshold"
