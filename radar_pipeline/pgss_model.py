@@ -19,6 +19,13 @@ def statement_key(values: Sequence[Any]) -> Key:
     return (int(values[0]), int(values[1]), int(values[2]), bool(values[3]))
 
 
+def key_label(values: Sequence[Any]) -> str:
+    """A statement's key as one name for files and metadata keys, e.g. 16384-10-7031-top: a queryid alone is not
+    unique (it leaves out the user and the nesting level, and databases cloned from one template share it)."""
+    dbid, userid, queryid, toplevel = statement_key(values)
+    return f"{dbid}-{userid}-{queryid}-{'top' if toplevel else 'nested'}"
+
+
 def statement_keys(frame: pd.DataFrame) -> list[Key]:
     """The key of every row of a frame with the KEY columns."""
     return [statement_key(row) for row in zip(*(frame[k] for k in KEY), strict=True)]

@@ -97,7 +97,7 @@ def test_bands_drift_and_a_backfill_out_of_order(history, warehouse, warehouse_u
     assert meta["drifting"].value == 1 and meta["above_band"].value == 0
     assert "creeping drift: SELECT * FROM carts WHERE owner = $1" in log
     charts = json.loads(json.dumps(meta["charts"].value))
-    assert [Path(c).name for c in charts] == ["history-21.png"] and Path(charts[0]).stat().st_size > 10_000
+    assert [Path(c).name for c in charts] == [_chart_name(21)] and Path(charts[0]).stat().st_size > 10_000
 
     points = _points(warehouse)
     assert len(points) == 3 * DEPLOYS
@@ -132,8 +132,8 @@ def test_bands_drift_and_a_backfill_out_of_order(history, warehouse, warehouse_u
         stepped = update_history(conn, "h-6", HistorySettings(), SETTINGS.min_calls)  # again: same rows
     with warehouse.connect() as conn:
         drawn = history_charts(conn, stepped, HistorySettings(), ARTIFACTS / "history_band")
-    assert sorted(p.name for p in drawn) == ["history-21.png", "history-22.png"]  # the step, and the drift by then
-    band_chart = ARTIFACTS / "history_band" / "history-22.png"
+    assert sorted(p.name for p in drawn) == [_chart_name(21), _chart_name(22)]  # the step, and the drift by then
+    band_chart = ARTIFACTS / "history_band" / _chart_name(22)
     shown = ["mean_ms", "segment", "centre_ms", "spread_ms", "band_ms", "z_score", "above_band"]
     print("\nstepped query 22:\n", step[shown].to_string())
     print(
@@ -208,3 +208,8 @@ def test_each_database_user_and_level_has_its_own_history(warehouse):
     assert sorted(points.index) == [1, 2, 3]
     assert (points["points"] == 1).all() and (points["seg_points"] == 1).all()
     assert points.loc[2, "seg_mean_ms"] == 3.0 and points.loc[3, "seg_mean_ms"] == 9.0
+
+
+def _chart_name(queryid: int) -> str:
+    """A history chart's file name: named by the whole statement key (store_counters' dbid 5, userid 10, top level)."""
+    return f"history-5-10-{queryid}-top.png"

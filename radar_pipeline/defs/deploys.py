@@ -13,6 +13,7 @@ from radar_pipeline.defs.plans import plan_snapshots
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.defs.snapshots import pgss_snapshots
 from radar_pipeline.engine import ENGINE_VERSION
+from radar_pipeline.pgss_model import key_label
 from radar_pipeline.steps.deploy_analysis import AnalysisRefused, DeployAnalysis, analyse_deploy
 from radar_pipeline.warehouse import analysis as analysis_store
 from radar_pipeline.warehouse import deploys
@@ -148,7 +149,11 @@ def _metadata(result: DeployAnalysis) -> dict[str, Any]:
         "no_regression": int(counts.get("no_regression", 0)),
         "insufficient_data": int(counts.get("insufficient_data", 0)),
         "plan_diffs": dg.MetadataValue.json(
-            {str(r.queryid): r.plan_diff for r in detected.head(DETECTION_ROWS_SHOWN).itertuples() if r.plan_diff}
+            {
+                key_label((r.dbid, r.userid, r.queryid, r.toplevel)): r.plan_diff
+                for r in detected.head(DETECTION_ROWS_SHOWN).itertuples()
+                if r.plan_diff
+            }
         ),
         "reasons": dg.MetadataValue.json({str(k): int(n) for k, n in v["reason"].value_counts().items()}),
         "detections": table(DETECTION_COLUMNS, rows),

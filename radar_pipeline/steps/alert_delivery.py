@@ -18,7 +18,7 @@ from radar_pipeline.alerts.slack import DeliveryError, SlackSender
 from radar_pipeline.config import CHART_DIR_VAR, DAGSTER_URL_VAR
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.engine.samples import interval_means
-from radar_pipeline.pgss_model import KEY, Key, statement_keys
+from radar_pipeline.pgss_model import KEY, Key, key_label, statement_keys
 from radar_pipeline.plan_shape import summary
 from radar_pipeline.warehouse import alerts as outbox
 from radar_pipeline.warehouse.analysis import read_window
@@ -248,7 +248,7 @@ def _charts(conn: sa.Connection, facts: AnalysisFacts, rows: pd.DataFrame) -> li
             what = f"queryid {row.queryid}: ×{row.change_factor:.2f} after deploy {facts.analysis_id}"
         title = chart_title(row.query, what)
         path = render_chart(
-            folder / (f"{facts.target}-{row.queryid}.png" if facts.period else f"{row.queryid}.png"),
+            folder / (f"{facts.target}-{_label(row)}.png" if facts.period else f"{_label(row)}.png"),
             means.index.to_pydatetime(),
             means.to_numpy(),
             facts.split_at,
@@ -261,6 +261,10 @@ def _charts(conn: sa.Connection, facts: AnalysisFacts, rows: pd.DataFrame) -> li
         )
         charts.append((path, what))
     return charts
+
+
+def _label(row: Any) -> str:
+    return key_label((row.dbid, row.userid, row.queryid, row.toplevel))
 
 
 def chart_folder(partition_key: str) -> Path:

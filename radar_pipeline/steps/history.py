@@ -14,6 +14,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.engine.history import STATE, HistorySettings, extend_history, theil_sen
+from radar_pipeline.pgss_model import key_label
 from radar_pipeline.warehouse import analysis, deploys
 from radar_pipeline.warehouse import history as store
 
@@ -155,7 +156,7 @@ def history_charts(
         what = "drifting" if row.drift else f"z {row.z_score:.1f}"
         paths.append(
             render_history_chart(
-                folder / f"history-{row.queryid}.png",
+                folder / f"history-{key_label((row.dbid, row.userid, row.queryid, row.toplevel))}.png",
                 [pd.Timestamp(t).to_pydatetime() for t in series["deployed_at"]],
                 series["mean_ms"].to_numpy(dtype=float),
                 series["centre_ms"].to_numpy(dtype=float),
