@@ -47,7 +47,7 @@ def db() -> None:
 
 
 @db.command("upgrade")
-@click.option("--warehouse", "--url", "url", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
+@click.option("--warehouse", "url", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
 def db_upgrade(url: str | None) -> None:
     """Apply the sql/ migrations not yet applied to the warehouse."""
     from radar_pipeline.steps.statement_keys import rekey
@@ -60,7 +60,7 @@ def db_upgrade(url: str | None) -> None:
         rekeyed = rekey(engine)
         engine.dispose()
     except ConfigError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise click.ClickException(str(exc)) from None
     except Exception as exc:  # a connection failure must not print the password
         raise click.ClickException(_failure(f"migrating {url or 'the warehouse'} failed", exc, url)) from None
     if applied:
@@ -196,9 +196,11 @@ def _print_verdicts(table: pd.DataFrame) -> None:
         "before ms": fmt(table["mean_before_ms"], "{:.3f}"),
         "after ms": fmt(table["mean_after_ms"], "{:.3f}"),
         "factor": fmt(table["change_factor"], "×{:.2f}"),
-        "95% interval": [
-            "" if pd.isna(lo) else f"[×{lo:.2f}, ×{hi:.2f}]"
-            for lo, hi in zip(table["factor_low"], table["factor_high"], strict=True)
+        # The slowdown where the change was located, with its 95% interval (the window factor above dilutes a change
+        # that began late in the window, as a periodic check's may).
+        "at the change [95%]": [
+            "" if pd.isna(lo) else (f"×{at:.2f} " if not pd.isna(at) else "") + f"[×{lo:.2f}, ×{hi:.2f}]"
+            for at, lo, hi in zip(table["factor_at_change"], table["factor_low"], table["factor_high"], strict=True)
         ],
         "confidence": fmt(table["confidence"], "{:.4f}"),
         "change": fmt(pd.to_timedelta(table["change_after_deploy"]).dt.total_seconds(), "{:+.0f}s"),

@@ -152,13 +152,13 @@ def start() -> tuple[FakeSlack, ThreadingHTTPServer]:
             if state.hang[path]:
                 self._answer(500, {"ok": False, "error": "lost"}, delay=state.hang[path].popleft())
                 return
+            delay = state.late[path].popleft() if state.late[path] else 0.0  # a scripted late answer is this call's
             if path == "/api/chat.postMessage" or path.startswith("/hook/"):
                 broken = limit_errors(state.calls[-1].json)
                 if broken:  # as Slack answers: 200 with ok false from the Web API, 400 from a webhook
                     status = 400 if path.startswith("/hook/") else 200
-                    self._answer(status, {"ok": False, "error": "invalid_blocks", "errors": broken})
+                    self._answer(status, {"ok": False, "error": "invalid_blocks", "errors": broken}, delay=delay)
                     return
-            delay = state.late[path].popleft() if state.late[path] else 0.0
             if path.startswith("/hook/"):
                 state.posted.append({"channel": "webhook", "ts": None, **state.calls[-1].json})
                 self._answer(200, None, {}, raw=b"ok", delay=delay)

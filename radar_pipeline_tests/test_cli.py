@@ -146,7 +146,7 @@ def test_db_upgrade_works_from_a_wheel_installed_outside_the_checkout(pg18, tmp_
     database = pg18.new_database("wheel")
     try:
         proc = subprocess.run(
-            [str(venv / "bin" / "radar"), "db", "upgrade", "--url", pg18.pg.url(database)],
+            [str(venv / "bin" / "radar"), "db", "upgrade", "--warehouse", pg18.pg.url(database)],
             capture_output=True,
             text=True,
             cwd=outside,

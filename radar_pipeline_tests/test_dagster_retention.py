@@ -53,3 +53,13 @@ def test_ticks_are_purged_by_the_instance_settings(monkeypatch):
     config, _ = dagster_instance_config(str(ROOT))
     assert config["retention"]["schedule"]["purge_after_days"] == 7
     assert config["retention"]["sensor"]["purge_after_days"] == {"skipped": 1, "failure": 30, "success": 7}
+
+
+def test_the_embedded_default_keeps_the_same_tick_retention():
+    import yaml
+
+    from radar_pipeline.demo.environment import INSTANCE_YAML
+
+    repository = yaml.safe_load((Path(__file__).resolve().parents[1] / "dagster.yaml").read_text())
+    embedded = yaml.safe_load(INSTANCE_YAML)
+    assert embedded["retention"] == repository["retention"] and embedded["telemetry"] == {"enabled": False}

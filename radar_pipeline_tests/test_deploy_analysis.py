@@ -280,14 +280,14 @@ def test_radar_verdicts_prints_the_table(scenario):
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "COLUMNS": "160"},
+        env={**os.environ, "COLUMNS": "220"},
     )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith(f"deploy {s.deploy_id}: ") and "detected" in lines[0]
     first_row = lines[4]  # after the table's top border, header and rule: detections come first
     assert "detected" in first_row and "SELECT probe_slow($1)" in first_row
-    assert max(len(line) for line in lines) <= 160
+    assert max(len(line) for line in lines) <= 220
 
 
 def test_partitions_definition_name():

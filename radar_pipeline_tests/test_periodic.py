@@ -140,7 +140,7 @@ def test_reported_once_left_to_the_deploy_and_reported_again_after_recovery(time
     assert statuses == [(31, "sent"), (31, "sent")]
 
     printed = CliRunner().invoke(
-        main, ["verdicts", "periodic:" + _key(timeline, 1), "--warehouse", warehouse_url], env={"COLUMNS": "160"}
+        main, ["verdicts", "periodic:" + _key(timeline, 1), "--warehouse", warehouse_url], env={"COLUMNS": "220"}
     )
     assert printed.exit_code == 0, printed.output
     lines = printed.output.splitlines()

@@ -168,7 +168,7 @@ def _metadata(result: DeployAnalysis) -> dict[str, Any]:
 def _plan_summary(plan_diff: object) -> str:
     if not isinstance(plan_diff, dict):
         return ""
-    return plan_shape.summary(plan_diff).replace("|", "\\|")
+    return plan_shape.summary(plan_diff)
 
 
 def _checks(result: DeployAnalysis, scrape_interval_s: float) -> list[dg.AssetCheckResult]:

@@ -32,7 +32,7 @@ FINISHED = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.Dagster
 class PruneConfig(dg.Config):
     """keep_days: runs created longer ago than this are deleted (default RADAR_DAGSTER_RUN_RETENTION_DAYS, else 7)."""
 
-    keep_days: int | None = Field(default=None, ge=1)
+    keep_days: int | None = Field(default=None, ge=0)  # 0: every finished run of those jobs
 
 
 @dg.op(description="Delete finished runs of the snapshot and plan jobs older than the run retention, with their logs.")

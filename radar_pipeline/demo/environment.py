@@ -29,6 +29,23 @@ COLLECTOR_ROLE = "radar_collector"
 TARGET = "shop"
 SERVERS = {"watched": "postgres", "radar": "postgres-radar"}  # data directories under RADAR_HOME
 STATE_FILE = "servers.json"  # their ports, and when this RADAR_HOME was created
+# Dagster's instance for the embedded default: storage on radar's own server, no telemetry, and the same tick retention
+# as the repository's dagster.yaml (a test holds the two together).
+INSTANCE_YAML = """storage:
+  postgres:
+    postgres_url:
+      env: RADAR_DAGSTER_PG_URL
+telemetry:
+  enabled: false
+retention:
+  schedule:
+    purge_after_days: 7
+  sensor:
+    purge_after_days:
+      skipped: 1
+      failure: 30
+      success: 7
+"""
 COMPRESSED = {
     "RADAR_WINDOW_SECONDS": "30",
     "RADAR_SCRAPE_INTERVAL_SECONDS": "2",
@@ -107,9 +124,7 @@ def start(fresh: bool) -> Embedded:
     _create_databases(servers["radar"], [WAREHOUSE_DB, DAGSTER_DB])
     embedded = Embedded(root, servers["watched"], servers["radar"], created)
     embedded.dagster_home.mkdir(parents=True, exist_ok=True)
-    (embedded.dagster_home / "dagster.yaml").write_text(
-        "storage:\n  postgres:\n    postgres_url:\n      env: RADAR_DAGSTER_PG_URL\ntelemetry:\n  enabled: false\n"
-    )
+    (embedded.dagster_home / "dagster.yaml").write_text(INSTANCE_YAML)
     return embedded
 
 

@@ -114,11 +114,12 @@ def _periodic_change_since_last_point(
         return np.zeros(0, dtype=bool)
     series = {q: i for i, q in enumerate(queries)}
     point_series = pd.Series([series[q] for q in _queries_of(points)], index=points.index)
-    previous = points["deployed_at"].groupby(point_series).shift(1)
-    last_prior = prior["deployed_at"].groupby([series[q] for q in _queries_of(prior)]).last()
-    # A query with no earlier point (the deploy is older than all it has) maps to NaT: converted explicitly, since
-    # pandas 3 refuses to write the NaN of an empty mapping into a datetime column.
-    from_prior = pd.to_datetime(point_series.map(last_prior), utc=True).astype(previous.dtype)
+    previous = pd.to_datetime(points["deployed_at"], utc=True).groupby(point_series).shift(1)
+    last_prior = pd.to_datetime(prior["deployed_at"], utc=True).groupby([series[q] for q in _queries_of(prior)]).last()
+    # A query with no earlier point (the deploy is older than all it has) gets NaT. Both sides are UTC datetimes and
+    # the lookup is a reindex, not Series.map: pandas 3 neither writes the NaN of an empty mapping into a datetime
+    # column nor maps through an empty datetime series without casting it to float.
+    from_prior = pd.Series(last_prior.reindex(point_series.to_numpy()).to_numpy(), index=points.index)
     previous = previous.where(previous.notna(), from_prior)
     since = previous.min() if previous.notna().any() else points["deployed_at"].min()
     changes = store.periodic_detections(conn, target, queries, since)
