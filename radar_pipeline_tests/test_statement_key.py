@@ -117,3 +117,42 @@ def test_stored_keys_are_recomputed_and_history_rows_that_merge_keep_one(warehou
     assert keys[1] == keys[3] != keys[2]
     assert history == {2: keys[2], 3: keys[3]}
     assert rekey(warehouse) == 0  # done once
+
+
+def test_rekeying_waits_for_a_snapshot_in_progress(warehouse):
+    """A scrape holding its target's lock (it read the old keys) finishes before the keys are rewritten, so it
+    cannot write an old key back afterwards."""
+    import threading
+    import time
+
+    import sqlalchemy as sa
+
+    from radar_pipeline.steps.statement_keys import rekey
+    from radar_pipeline.warehouse import snapshots
+
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.query VALUES "
+                "('main', 1, 10, 1, true, 777, 'SELECT * FROM t01 WHERE id = $1', now(), now(), 0, 0, NULL, NULL)"
+            )
+        )
+    done: list[int] = []
+    with warehouse.connect() as scrape:
+        scrape.begin()
+        snapshots.lock_target(scrape, "main")
+        worker = threading.Thread(target=lambda: done.append(rekey(warehouse)))
+        worker.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # until rekey is seen waiting on the scrape's lock
+            with warehouse.connect() as probe:
+                waiting = probe.execute(
+                    sa.text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+                ).scalar_one()
+            if waiting:
+                break
+            time.sleep(0.05)
+        assert waiting and not done, "rekey did not wait for the scrape in progress"
+        scrape.commit()
+    worker.join(timeout=60)
+    assert done == [1]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from radar_pipeline.collector.fingerprint import fingerprint
+from radar_pipeline.warehouse import history, snapshots
 from radar_pipeline.warehouse.snapshots import MAX_QUERY_TEXT
 
 KEY_VERSION = 2
@@ -28,6 +29,11 @@ def rekey(engine: sa.Engine) -> int:
         version = conn.execute(sa.text("SELECT version FROM radar.key_version FOR UPDATE")).scalar_one()
         if version >= KEY_VERSION:
             return 0
+        # Every target's snapshot and history writers wait until the keys are rewritten: a scrape that read the old
+        # keys before this transaction would otherwise write them back after it.
+        for (target,) in conn.execute(sa.text("SELECT DISTINCT target FROM radar.query ORDER BY target")):
+            snapshots.lock_target(conn, target)
+            history.lock_target(conn, target)
         rows = conn.execute(sa.text(f"SELECT {_STATEMENT}, fingerprint, query FROM radar.query")).fetchall()
         remap = [
             (*r[:5], new)

@@ -64,11 +64,16 @@ class StoreResult:
     skipped_keys: list[Key] = field(default_factory=list)
 
 
-def lock_and_load_state(conn: sa.Connection, target: str) -> TargetState:
-    """Take the target's write lock for this transaction and read what the warehouse knows of it."""
+def lock_target(conn: sa.Connection, target: str) -> None:
+    """Take the target's snapshot write lock for this transaction: one writer of its rows and catalogue at a time."""
     conn.execute(
         sa.text("SELECT pg_advisory_xact_lock(hashtextextended('radar.pgss_snapshot:' || :t, 0))"), {"t": target}
     )
+
+
+def lock_and_load_state(conn: sa.Connection, target: str) -> TargetState:
+    """Take the target's write lock for this transaction and read what the warehouse knows of it."""
+    lock_target(conn, target)
     with driver(conn).cursor(binary=True) as cur:
         known = cur.execute(
             "SELECT dbid, userid, queryid, toplevel, fingerprint, last_calls, last_total_exec_time, "
