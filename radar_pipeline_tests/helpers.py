@@ -155,6 +155,14 @@ def window_covering(before: list[datetime], at: datetime, intervals: int, nomina
     return max(nominal, (at - earlier[-intervals - 1]).total_seconds() + 0.01)
 
 
+def tolerance_covering(before: list[datetime], after: list[datetime], at: datetime, nominal: float) -> float:
+    """The tolerance (seconds) around `at` that reaches the scrapes either side of it: the nominal one when they came
+    on time, wider when a loaded machine left a long gap there (the located change can only be a scrape's time)."""
+    last_before = max(t for t in before if t <= at)
+    first_after = min(t for t in after if t > at)
+    return max(nominal, 1.5 * max((at - last_before).total_seconds(), (first_after - at).total_seconds()))
+
+
 def _warehouse_now(warehouse: sa.Engine) -> datetime:
     with warehouse.connect() as conn:
         return conn.execute(sa.text("SELECT now()")).scalar_one()

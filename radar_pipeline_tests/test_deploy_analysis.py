@@ -28,7 +28,7 @@ from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, War
 from radar_pipeline.warehouse import deploys, migrations
 from radar_pipeline.warehouse.database import make_engine
 
-from .helpers import drive, run_log_text, window_covering
+from .helpers import drive, run_log_text, tolerance_covering, window_covering
 
 SCRAPE = 0.25  # seconds between snapshots when the machine keeps up
 WINDOW = 5.0  # nominal seconds each side of the deploy: 20 samples (longer when scrapes came slower: see scenario)
@@ -46,11 +46,14 @@ class Scenario:
     deployed_at: datetime
     queryids: dict[str, int]  # probe → queryid (probe_rot_old: before the rotation)
     window: float  # seconds each side of the deploy holding SAMPLES scrape intervals (WINDOW when on time)
+    tolerance: float  # seconds around the deploy reaching the scrapes either side (1 when on time)
 
     @property
     def analysis(self) -> AnalysisResource:
         """The analysis settings of this scenario: its window, the nominal scrape interval."""
-        return AnalysisResource(window_seconds=self.window, scrape_interval_seconds=SCRAPE, tolerance_floor_seconds=1.0)
+        return AnalysisResource(
+            window_seconds=self.window, scrape_interval_seconds=SCRAPE, tolerance_floor_seconds=self.tolerance
+        )
 
 
 def _probe_ids(target: Target) -> dict[str, set[int]]:
@@ -104,7 +107,8 @@ def scenario(pg18) -> Scenario:
         "probe_rot": rotated,
         "probe_rot_old": min(before["probe_rot"]),
     }
-    yield Scenario(url, engine, target, "rel-42", at, queryids, window)
+    tolerance = tolerance_covering(before_scrapes, after_scrapes, at, 1.0)
+    yield Scenario(url, engine, target, "rel-42", at, queryids, window, tolerance)
     engine.dispose()
     pg18.drop_database(app)
     pg18.drop_database(wh)

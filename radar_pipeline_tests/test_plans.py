@@ -20,7 +20,7 @@ from radar_pipeline.steps.deploy_analysis import analyse_deploy
 from radar_pipeline.steps.plan_capture import capture_target
 from radar_pipeline.warehouse import deploys
 
-from .helpers import collector_target, drive, run, scrape, window_covering
+from .helpers import collector_target, drive, run, scrape, tolerance_covering, window_covering
 
 LOOKUP = "SELECT payload FROM probe WHERE id = %s"
 
@@ -71,10 +71,19 @@ def test_index_dropped_at_a_deploy_shows_in_the_plan_diff(app_db, warehouse):
     later = drive(target, warehouse, lookups, scrape_every, samples + 2)
     window = max(window_covering(earlier, at, samples, nominal), (later[samples] - at).total_seconds())
     drive(target, warehouse, lookups, scrape_every, 1, until=at + timedelta(seconds=window + scrape_every))
-    settings = EngineSettings(window=timedelta(seconds=window), tolerance_floor=timedelta(seconds=1))
+    tolerance = tolerance_covering(earlier, later, at, 1.0)
+    settings = EngineSettings(window=timedelta(seconds=window), tolerance_floor=timedelta(seconds=tolerance))
 
     result = analyse_deploy(warehouse, "drop-index", settings, live_targets={target.name: collector})
     texts = result.verdicts["queryid"].map(result.texts).fillna("")
+    print(
+        "DEBUG",
+        settings,
+        result.verdicts[
+            ["queryid", "verdict", "reason", "change_factor", "n_before", "n_after", "p_family", "change_at"]
+        ].to_string(),
+        at,
+    )
     lookup = result.verdicts[texts.str.startswith("SELECT payload FROM probe")].iloc[0]
     assert lookup.verdict == "detected" and lookup.cause == "plan_changed"
     diff = lookup.plan_diff

@@ -292,9 +292,17 @@ def _statistics(
 def level_shift_beyond_trend(
     calls: np.ndarray, means: np.ndarray, at: np.ndarray, n: np.ndarray, k: np.ndarray
 ) -> np.ndarray:
-    """The relative level shift at split k beyond a continuous linear trend, per row: (a + δ) / a with a + b·(t − t_k)
-    + δ·[i ≥ k] fitted to the interval means by least squares weighted by calls (a level shift against a
-    continuous-trend model). A drift through the window gives ≈ 1; a step at k gives its factor.
+    """The relative level shift at split k beyond the trend the statement shows, per row, by two models; the larger
+    shift is returned, so a change is left to the history bands as a drift only when neither sees a step.
+
+    - continuous trend: (a + δ) / a with a + b·(t − t_k) + δ·[i ≥ k] fitted to the interval means by least squares
+      weighted by calls (one slope through the window);
+    - broken line: each side's own weighted line, the after line's level at t_k over the before line's (a step
+      followed by a climb or a fall, as a slowed statement warming up or a loaded server shows, keeps its size
+      here, where one shared slope would take it for a drift).
+
+    A drift through the window gives ≈ 1 in both; a step at k gives its factor in both. A level at or below zero (a
+    fast statement whose line is tilted by the straddling interval) falls back to its side's call-weighted mean.
 
     calls, means, at ([rows, L]): weights, interval means and interval end times (any unit), left-aligned.
     """
@@ -302,22 +310,33 @@ def level_shift_beyond_trend(
     col = np.arange(length)[None, :]
     inside = col < n[:, None]
     w = np.where(inside, calls, 0.0)
-    last = np.arange(rows)
-    t0 = at[last, np.clip(k - 1, 0, length - 1)].astype(np.float64)
+    t0 = at[np.arange(rows), np.clip(k - 1, 0, length - 1)].astype(np.float64)
     t = np.where(inside, (at - t0[:, None]).astype(np.float64), 0.0)
-    scale = np.maximum(np.abs(t).max(axis=1), 1.0)
-    t = t / scale[:, None]
+    t = t / np.maximum(np.abs(t).max(axis=1), 1.0)[:, None]
     d = (col >= k[:, None]).astype(np.float64)
     x = np.where(inside, means, 0.0)
-    wt, wd = w * t, w * d
-    s_w, s_t, s_d = w.sum(axis=1), wt.sum(axis=1), wd.sum(axis=1)
-    s_tt, s_td = (wt * t).sum(axis=1), (wt * d).sum(axis=1)
-    gram = np.stack(
-        [np.stack([s_w, s_t, s_d], axis=1), np.stack([s_t, s_tt, s_td], axis=1), np.stack([s_d, s_td, s_d], axis=1)],
-        axis=1,
-    )
-    rhs = np.stack([(w * x).sum(axis=1), (wt * x).sum(axis=1), (wd * x).sum(axis=1)], axis=1)
-    gram += np.eye(3)[None] * 1e-12 * np.trace(gram, axis1=1, axis2=2)[:, None, None]
-    coef = np.linalg.solve(gram, rhs[:, :, None])[:, :, 0]
+    ones = np.ones_like(t)
+    before_mean, after_mean = _weighted_mean(w * (1 - d), x), _weighted_mean(w * d, x)
+
+    coef = _weighted_lstsq(w, [ones, t, d], x)
+    continuous_level = np.where(coef[:, 0] > 0, coef[:, 0], before_mean)
+    before_line = _weighted_lstsq(w * (1 - d), [ones, t], x)[:, 0]
+    after_line = _weighted_lstsq(w * d, [ones, t], x)[:, 0]
     with np.errstate(divide="ignore", invalid="ignore"):
-        return (coef[:, 0] + coef[:, 2]) / coef[:, 0]
+        continuous = (continuous_level + coef[:, 2]) / continuous_level
+        broken = np.where(after_line > 0, after_line, after_mean) / np.where(before_line > 0, before_line, before_mean)
+    return np.fmax(continuous, broken)
+
+
+def _weighted_mean(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    return (w * x).sum(axis=1) / np.maximum(w.sum(axis=1), 1e-300)
+
+
+def _weighted_lstsq(w: np.ndarray, columns: list[np.ndarray], x: np.ndarray) -> np.ndarray:
+    """Per row, the coefficients c of x ≈ Σ c_j · columns[j], least squares weighted by w (a tiny ridge keeps a side
+    whose times are all one solvable)."""
+    gram = np.stack([np.stack([(w * u * v).sum(axis=1) for v in columns], axis=1) for u in columns], axis=1)
+    rhs = np.stack([(w * u * x).sum(axis=1) for u in columns], axis=1)
+    ridge = 1e-12 * np.maximum(np.trace(gram, axis1=1, axis2=2), 1e-300)
+    gram += np.eye(len(columns))[None] * ridge[:, None, None]
+    return np.linalg.solve(gram, rhs[:, :, None])[:, :, 0]

@@ -71,7 +71,10 @@ def _capture_now(
     except plans.PlanUnavailable as exc:
         return None, f"none could be captured now: {exc}"
     now = live.execute("SELECT statement_timestamp()").fetchone()[0]  # type: ignore[index]
-    stored_plans.store(conn, target, now, {key: captured}, {})
+    # Stored in a short transaction of its own: a plan really captured is kept whatever becomes of the analysis, and
+    # the analysis's own transaction takes no plan rows (plan_snapshots never waits on it).
+    with conn.engine.begin() as own:
+        stored_plans.store(own, target, now, {key: captured}, {})
     origin, plan_hash, root_node, cost, plan = captured
     return stored_plans.StoredPlan(now, origin, plan_hash, root_node, cost, plan), ""
 

@@ -137,13 +137,26 @@ def family(results: dict, settings: EngineSettings) -> dict:
 
 
 def trend_shift(calls: np.ndarray, means: np.ndarray, ends: list, k: int) -> float:
-    """(a + δ) / a of the call-weighted least-squares fit a + b·(t − t_k) + δ·[i ≥ k]."""
+    """The larger of two level shifts at split k: (a + δ) / a of the call-weighted fit a + b·(t − t_k) + δ·[i ≥ k],
+    and the after side's own line at t_k over the before side's; a level ≤ 0 falls back to its side's mean."""
     t0 = ends[k - 1]
     t = np.array([(e - t0).total_seconds() for e in ends])
+    t = t / max(np.abs(t).max(), 1.0)
     d = (np.arange(len(means)) >= k).astype(float)
-    design = np.column_stack([np.ones(len(t)), t, d]) * np.sqrt(calls)[:, None]
-    coef = np.linalg.lstsq(design, means * np.sqrt(calls), rcond=None)[0]
-    return (coef[0] + coef[2]) / coef[0]
+
+    def fit(rows: np.ndarray, *columns: np.ndarray) -> np.ndarray:
+        design = np.column_stack(columns)[rows] * np.sqrt(calls[rows])[:, None]
+        return np.linalg.lstsq(design, means[rows] * np.sqrt(calls[rows]), rcond=None)[0]
+
+    everything, before, after = np.ones(len(t), dtype=bool), d == 0, d == 1
+    mean_before = float(np.sum(calls[before] * means[before]) / np.sum(calls[before]))
+    mean_after = float(np.sum(calls[after] * means[after]) / np.sum(calls[after]))
+    coef = fit(everything, np.ones(len(t)), t, d)
+    level = coef[0] if coef[0] > 0 else mean_before
+    line_before = fit(before, np.ones(len(t)), t)[0]
+    line_after = fit(after, np.ones(len(t)), t)[0]
+    broken = (line_after if line_after > 0 else mean_after) / (line_before if line_before > 0 else mean_before)
+    return max((level + coef[2]) / level, broken)
 
 
 def call_level_test(calls: np.ndarray, time: np.ndarray, sumsq: np.ndarray | None, k: int, theta: float) -> dict:
