@@ -6,6 +6,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -32,6 +33,9 @@ PLAN_TOP_N_VAR = "RADAR_PLAN_TOP_N"
 REANALYSIS_DAYS_VAR = "RADAR_REANALYSIS_DAYS"
 RUN_RETENTION_VAR = "RADAR_DAGSTER_RUN_RETENTION_DAYS"
 SHARDS_VAR = "RADAR_SNAPSHOT_SHARDS"
+PERIODIC_START_VAR = "RADAR_PERIODIC_START"  # the first hour the periodic partitions offer (backfills reach back to it)
+DEFAULT_PERIODIC_START = "2026-11-01-00:00"
+PERIODIC_MINUTE_VAR = "RADAR_PERIODIC_MINUTE"  # minutes past the hour when the schedule runs the hour just ended
 COUNTS = {PLAN_TOP_N_VAR: 200, REANALYSIS_DAYS_VAR: 7, RUN_RETENTION_VAR: 7, SHARDS_VAR: 1}
 
 DEFAULT_RETENTION_DAYS = 14
@@ -197,6 +201,26 @@ def count_setting(variable: str, environ: Mapping[str, str] | None = None) -> in
     return positive_int((os.environ if environ is None else environ).get(variable), variable, COUNTS[variable])
 
 
+def periodic_start(environ: Mapping[str, str] | None = None) -> str:
+    """The first hour of the periodic partitions, RADAR_PERIODIC_START (an hour, UTC, as 2026-11-01-00:00)."""
+    value = (os.environ if environ is None else environ).get(PERIODIC_START_VAR) or DEFAULT_PERIODIC_START
+    try:
+        datetime.strptime(value, "%Y-%m-%d-%H:%M")
+    except ValueError:
+        raise ConfigError(
+            f"{PERIODIC_START_VAR} must look like 2026-11-01-00:00 (an hour, UTC), not {value!r}"
+        ) from None
+    return value
+
+
+def periodic_minute(environ: Mapping[str, str] | None = None) -> int:
+    """Minutes past the hour when the periodic check runs, RADAR_PERIODIC_MINUTE (default 5)."""
+    value = (os.environ if environ is None else environ).get(PERIODIC_MINUTE_VAR) or "5"
+    if not value.isdigit() or not 0 <= int(value) <= 59:
+        raise ConfigError(f"{PERIODIC_MINUTE_VAR} must be a minute of the hour, 0 to 59, not {value!r}")
+    return int(value)
+
+
 def env(name: str) -> str | None:
     """One environment variable, or None."""
     return os.environ.get(name)
@@ -225,9 +249,11 @@ _HTTP = re.compile(r"https?://[^\s\x00-\x1f\x7f]+")
 
 
 def validate_environment(environ: Mapping[str, str]) -> None:
-    """Check every RADAR_* setting that is set (crons, the periodic start and minute are checked where they are
-    built); raises ConfigError naming the first bad variable, never showing a password."""
+    """Check every RADAR_* setting that is set (the crons are checked where their schedules are built); raises
+    ConfigError naming the first bad variable, never showing a password."""
     value = environ.get
+    periodic_start(environ)
+    periodic_minute(environ)
     if value(WAREHOUSE_URL_VAR):
         warehouse_url(value(WAREHOUSE_URL_VAR))
     if value(TARGETS_VAR):

@@ -168,15 +168,14 @@ def test_the_periodic_schedule_asks_for_the_hour_just_ended():
 
 
 def test_periodic_settings_from_the_environment_name_the_variable(monkeypatch):
-    from radar_pipeline.config import ConfigError
-    from radar_pipeline.defs import periodic
+    from radar_pipeline.config import ConfigError, periodic_minute, periodic_start
 
     monkeypatch.setenv("RADAR_PERIODIC_START", "yesterday")
     with pytest.raises(ConfigError, match="RADAR_PERIODIC_START"):
-        periodic._start()
+        periodic_start()
     monkeypatch.setenv("RADAR_PERIODIC_MINUTE", "61")
     with pytest.raises(ConfigError, match="RADAR_PERIODIC_MINUTE"):
-        periodic._minute()
+        periodic_minute()
 
 
 def test_no_password_reaches_dagster_storage_from_bad_dsns(warehouse_url, tmp_path):

@@ -1,13 +1,12 @@
 """The periodic check in Dagster: hourly partitions, periodic_verdicts, periodic_alerts, their job and schedule."""
 
-import os
 from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
 import pandas as pd
 
-from radar_pipeline.config import ConfigError
+from radar_pipeline.config import periodic_minute, periodic_start
 from radar_pipeline.defs.alerts import as_metadata
 from radar_pipeline.defs.deploys import DETECTION_ROWS_SHOWN, VerdictConfig, configured_targets
 from radar_pipeline.defs.metadata import rounded, table
@@ -26,28 +25,7 @@ from radar_pipeline.steps.periodic_check import (
 )
 from radar_pipeline.warehouse import alerts as outbox
 
-START_VAR = "RADAR_PERIODIC_START"  # the first hour the periodic partitions offer (backfills reach back to it)
-DEFAULT_START = "2026-11-01-00:00"
-MINUTE_VAR = "RADAR_PERIODIC_MINUTE"  # minutes past the hour when the schedule runs the hour just ended
-
-
-def _start() -> str:
-    value = os.environ.get(START_VAR) or DEFAULT_START
-    try:
-        datetime.strptime(value, "%Y-%m-%d-%H:%M")
-    except ValueError:
-        raise ConfigError(f"{START_VAR} must look like 2026-11-01-00:00 (an hour, UTC), not {value!r}") from None
-    return value
-
-
-def _minute() -> int:
-    value = os.environ.get(MINUTE_VAR) or "5"
-    if not value.isdigit() or not 0 <= int(value) <= 59:
-        raise ConfigError(f"{MINUTE_VAR} must be a minute of the hour, 0 to 59, not {value!r}")
-    return int(value)
-
-
-periodic_partitions = dg.HourlyPartitionsDefinition(start_date=_start())
+periodic_partitions = dg.HourlyPartitionsDefinition(start_date=periodic_start())
 ALL_TARGETS_CHECK = "all_targets_analysed"
 
 
@@ -215,7 +193,7 @@ periodic_job = dg.define_asset_job(
 
 periodic_schedule = dg.build_schedule_from_partitioned_job(
     periodic_job,
-    minute_of_hour=_minute(),
+    minute_of_hour=periodic_minute(),
     name="periodic_schedule",
     default_status=dg.DefaultScheduleStatus.RUNNING,
     description="Hourly, a few minutes after the hour: the periodic check of the hour just ended.",
