@@ -53,6 +53,8 @@ class VerdictConfig(dg.Config):
     tolerance_fraction: float | None = None
     fleet_share: float | None = None
     fleet_min_queries: int | None = None
+    surge_ratio: float | None = None
+    new_statement_share: float | None = None
 
 
 @dg.asset(

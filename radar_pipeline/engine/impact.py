@@ -219,7 +219,7 @@ def _first_seen(counters: pd.DataFrame, samples: WindowSamples) -> np.ndarray:
         return np.zeros(samples.groups, dtype=np.int64)
     t = pd.Series(counters["captured_at"].array.as_unit("ns").asi8)
     first = t.groupby(counters["query_key"].to_numpy()).min()
-    out = first.reindex(samples.keys).to_numpy(dtype=np.int64)
+    out = first.reindex(samples.keys).to_numpy(dtype=np.int64, copy=True)
     for g, merged in enumerate(samples.merged):
         if merged:
             out[g] = min(out[g], int(first.reindex(list(merged)).min()))
