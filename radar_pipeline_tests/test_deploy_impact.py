@@ -254,3 +254,47 @@ def test_a_traffic_doubling_sends_nothing(warehouse, warehouse_url, slack):
     )
     analyse_deploy(warehouse, "twice-alert", SETTINGS)
     assert _alert(warehouse_url, slack, "twice-alert") == ({}, "")
+
+
+def test_verdicts_command_and_metadata_show_the_summary(warehouse, warehouse_url):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from radar_pipeline.defs.deploys import _metadata
+
+    store(
+        warehouse,
+        "idx-cli",
+        {
+            51: {"text": UPDATE, "calls": (100, 100), "ms": (1.0, 1.5)},
+            52: {"text": SCAN, "calls": (0, 10), "ms": (0.0, 200.0), "new": True},
+            53: {"text": OTHER, "calls": (50, 50), "ms": (0.5, 0.5)},
+        },
+    )
+    result = analyse_deploy(warehouse, "idx-cli", SETTINGS)
+    metadata = _metadata(result)
+    summary = metadata["database_time"].records[0].data
+    assert summary["database"] == "all" and summary["exec_ms_per_min_after"] > 10 * summary["exec_ms_per_min_before"]
+    change = metadata["load_changes"].records[0].data
+    assert change["kind"] == "new" and change["heavy"] and change["query"] == SCAN and change["queryid"] == 52
+
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "radar"), "verdicts", "idx-cli", "--warehouse", warehouse_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "160"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    print(f"\n--- radar verdicts idx-cli ---\n{proc.stdout}")
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("deploy idx-cli: 1 detected")
+    assert lines[1].startswith("database time: ") and "; statements 2 → 3" in lines[1]
+    changes_at = next(i for i, line in enumerate(lines) if "┃ change" in line)
+    verdicts_at = next(i for i, line in enumerate(lines) if "┃ verdict" in line)
+    assert changes_at < verdicts_at  # the summary above the verdicts
+    assert "new (heavy)" in lines[changes_at + 2] and SCAN in lines[changes_at + 2]
+    assert "contention: 52 SELECT * FROM accounts" in lines[verdicts_at + 2]
+    assert max(len(line) for line in lines) <= 160
