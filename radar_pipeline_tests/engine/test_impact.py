@@ -103,3 +103,13 @@ def test_settings_are_validated_and_recorded() -> None:
     for bad in ({"surge_ratio": 0.5}, {"new_statement_share": 0.0}):
         with pytest.raises(ValueError):
             EngineSettings(**bad)
+
+
+def test_a_rotated_queryid_is_not_new() -> None:
+    counters = draw(20, 8).assign(fingerprint=lambda f: f["query_key"])
+    rotated = (counters["query_key"] == 3) & (counters["captured_at"] > DEPLOY)
+    counters.loc[rotated, "query_key"] = 99  # the same statement under a new queryid after the deploy
+    counters.loc[rotated, "calls"] -= counters.loc[rotated, "calls"].min() - 5  # a new entry counts from zero
+    statements = impact(counters, DEPLOY, SETTINGS).statements
+    assert not (statements["kind"] == "new").any()
+    assert len(statements) == 20
