@@ -193,12 +193,15 @@ def impact(
 
 def _with_creation_rows(counters: pd.DataFrame, lo: int) -> pd.DataFrame:
     """The counters plus, for every statement whose first row lies after the window's start, a row of zeros just
-    before it: its entry was created then, so its first row's counters are its first interval's."""
-    if counters.empty or "captured_at" not in counters:
+    before it: its entry was created then, so its first row's counters are its first interval's. Counters ordered by
+    query_key (as the warehouse reads them) get the rows in place, so the samples' fast path holds."""
+    if counters.empty:
         return counters
     t = counters["captured_at"].array.as_unit("ns").asi8
-    first = pd.Series(t).groupby(counters["query_key"].to_numpy()).transform("min").to_numpy()
-    is_first = (t == first) & (first > lo)
+    keys = counters["query_key"]
+    ordered = keys.is_monotonic_increasing
+    earliest = pd.Series(t).groupby(keys.to_numpy(), sort=False).transform("min").to_numpy()
+    is_first = (t == earliest) & (earliest > lo)
     if not is_first.any():
         return counters
     zeros = counters[is_first].copy()
@@ -208,8 +211,16 @@ def _with_creation_rows(counters: pd.DataFrame, lo: int) -> pd.DataFrame:
     if "stddev_exec_time" in zeros:
         zeros["stddev_exec_time"] = 0.0
     zeros["captured_at"] = zeros["captured_at"] - pd.Timedelta(microseconds=1)
-    out = pd.concat([zeros, counters], ignore_index=True)
-    return out.sort_values(["query_key", "captured_at"], kind="stable").reset_index(drop=True)
+    out = pd.concat([counters, zeros], ignore_index=True)
+    if not ordered:
+        return out  # window_samples orders them
+    # In place: each original row moves down by the zero rows inserted at or before it; a zero row sits just above
+    # the first row it belongs to.
+    shift = np.cumsum(is_first)
+    position = np.concatenate([np.arange(len(t)) + shift, (np.flatnonzero(is_first) + shift[is_first] - 1)])
+    order = np.empty(len(position), dtype=np.int64)
+    order[position] = np.arange(len(position))
+    return out.take(order).reset_index(drop=True)
 
 
 def _first_seen(counters: pd.DataFrame, samples: WindowSamples) -> np.ndarray:
@@ -248,14 +259,18 @@ def _surge_test(
     rest_b, rest_a = total_b - calls_b, total_a - calls_a
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = ((calls_a + 0.5) / (rest_a + 0.5)) / ((calls_b + 0.5) / (rest_b + 0.5))
-    # Exposure of each sample: the target's calls with an end in (the statement's previous sample, this one].
-    order = np.argsort(end, kind="stable")
-    sorted_end = end[order]
-    cumulative = np.concatenate([[0.0], np.cumsum(calls[order])])
-    upto = cumulative[np.searchsorted(sorted_end, end, side="right")]
+    # Exposure of each sample: the target's calls with an end in (the statement's previous sample, this one]. Ends
+    # are the few scrape times: the target's calls per time, cumulated over the sorted distinct times.
+    codes, distinct = pd.factorize(end, sort=False)
+    by_time = np.argsort(distinct)
+    rank = np.empty(len(distinct), dtype=np.int64)
+    rank[by_time] = np.arange(len(distinct))
+    sorted_times = np.asarray(distinct)[by_time]
+    cumulative = np.concatenate([[0.0], np.cumsum(np.bincount(rank[codes], weights=calls, minlength=len(distinct)))])
+    upto = cumulative[rank[codes] + 1]
     follows = np.concatenate([[False], group[1:] == group[:-1]])
     start = np.concatenate([[0], end[:-1]])
-    since = cumulative[np.searchsorted(sorted_end, start, side="right")]
+    since = cumulative[np.searchsorted(sorted_times, start, side="right")]
     exposure = upto - since
     use = follows & (exposure > 0) & (after == np.concatenate([[False], after[:-1]]))  # spans within one side
     side = 2 * group + after

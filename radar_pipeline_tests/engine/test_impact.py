@@ -113,3 +113,14 @@ def test_a_rotated_queryid_is_not_new() -> None:
     statements = impact(counters, DEPLOY, SETTINGS).statements
     assert not (statements["kind"] == "new").any()
     assert len(statements) == 20
+
+
+def test_row_order_does_not_matter() -> None:
+    counters = draw(60, 9, new={4: 30.0}, surge={5: 10.0})
+    ordered = impact(counters, DEPLOY, SETTINGS).statements
+    shuffled = impact(counters.sample(frac=1.0, random_state=1), DEPLOY, SETTINGS).statements
+    columns = ["kind", "calls_before", "calls_after", "exec_ms_per_min_after", "p_value"]
+    pd.testing.assert_frame_equal(
+        ordered.set_index("query_key").sort_index()[columns], shuffled.set_index("query_key").sort_index()[columns]
+    )
+    assert busy(ordered, 4)["kind"] == "new" and busy(ordered, 5)["kind"] == "n_plus_one"
