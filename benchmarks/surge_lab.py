@@ -8,7 +8,9 @@ changes. Scenarios: steady traffic, traffic doubled at the deploy, traffic halve
 practical threshold ρ = 1, where every statement lies on the boundary of H0 and the test's level is attained (with
 the default ρ = 2 the null statements lie well inside H0, so the figure there is far below B). Printed per scenario: the
 mean number of surges reported per analysis (the family budget B, false_alert_budget, bounds it) and the share of
-analyses with any surge, with the number of decidable statements per analysis.
+analyses with any surge, with the number of decidable statements per analysis. Then the power: 20 statements per
+analysis whose share of the calls is multiplied by 3, 5 or 20 at the deploy (with the traffic doubled), recall by how
+busy the statement was before.
 """
 
 from __future__ import annotations
@@ -54,6 +56,24 @@ def main() -> None:
             decidable.append(int(found["p_family"].notna().sum()))
         s = np.array(surges)
         print(f"{name:<22}{s.mean():>17.3f}{(s > 0).mean():>14.3f}{np.mean(decidable):>11.0f}")
+    print()
+    print("power: 20 statements per analysis surge (their share of calls × factor), traffic doubled; recall by the")
+    print("surging statement's calls per minute before the deploy")
+    print(f"{'factor':<10}" + "".join(f"{label:>14}" for label in ("< 10/min", "10–100/min", "≥ 100/min")))
+    for factor in (3.0, 5.0, 20.0):
+        found, total = np.zeros(3), np.zeros(3)
+        for seed in range(max(1, args.analyses // 4)):
+            chosen = {i: factor for i in range(20)}
+            counters = draw(args.statements, 5000 + seed, traffic=2.0, surge=chosen)
+            rows = impact(counters, DEPLOY, settings).statements.set_index("query_key").loc[list(chosen)]
+            per_min = rows["calls_per_min_before"].to_numpy()
+            band = np.digitize(per_min, [10, 100])
+            hit = rows["kind"].isin([SURGE, N_PLUS_ONE]).to_numpy()
+            found += np.bincount(band, weights=hit, minlength=3)
+            total += np.bincount(band, minlength=3)
+        with np.errstate(invalid="ignore"):
+            recall = found / total
+        print(f"{f'× {factor:g}':<10}" + "".join(f"{r:>14.1%}" for r in recall))
 
 
 if __name__ == "__main__":
