@@ -5,6 +5,7 @@ machine: the contention case cannot be made reliable with real load on two share
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
@@ -298,3 +299,39 @@ def test_verdicts_command_and_metadata_show_the_summary(warehouse, warehouse_url
     assert "new (heavy)" in lines[changes_at + 2] and SCAN in lines[changes_at + 2]
     assert "contention: 52 SELECT * FROM accounts" in lines[verdicts_at + 2]
     assert max(len(line) for line in lines) <= 160
+
+
+@pytest.mark.parametrize("changes", [1, 3, 4, 200])
+@pytest.mark.parametrize("regressions", [0, 1, 60])
+def test_load_changes_keep_messages_within_slacks_limits(changes, regressions):
+    from radar_pipeline.alerts.render import MAX_CHANGES, LoadChange, render
+
+    from .test_alerts import _many
+
+    facts, slower = _many(regressions, long=True)
+    facts = replace(facts, load_ms_per_min=(100.0, 2500.0))
+    filler = "x" * 5000
+    load = [
+        LoadChange(
+            queryid=i,
+            query=f"SELECT {i} FROM t WHERE note = '<!channel> {filler}'",
+            kind=("new", "n_plus_one", "surge")[i % 3],
+            calls_per_min_before=0.0 if i % 3 == 0 else 10.0,
+            calls_per_min_after=200.0,
+            exec_ms_per_min_before=0.0,
+            exec_ms_per_min_after=2000.0,
+            mean_before_ms=None if i % 3 == 0 else 1.0,
+            mean_after_ms=10.0,
+            share_of_time_after=0.8,
+            plan_summary="Seq Scan on t " + filler,
+        )
+        for i in range(changes)
+    ]
+    text, blocks = render(facts, slower, load)
+    assert fake_slack.limit_errors({"text": text, "blocks": blocks}) == []
+    assert "*Database time:* 100.0 → 2,500.0 ms per minute (×25.00)" in blocks[1]["fields"][-1]["text"]
+    assert "<!channel>" not in json.dumps(blocks)
+    shown_changes = [b for b in blocks if b["type"] == "section" and "*Load change:*" in json.dumps(b)]
+    assert len(shown_changes) == min(changes, MAX_CHANGES)
+    if changes > MAX_CHANGES:
+        assert f"{changes - MAX_CHANGES} more load changes" in json.dumps(blocks)
