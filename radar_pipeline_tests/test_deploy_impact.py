@@ -235,11 +235,19 @@ def test_a_collateral_slowdown_alert_leads_with_its_cause(warehouse, warehouse_u
         },
     )
     analyse_deploy(warehouse, "idx-alert", SETTINGS)
+    with warehouse.begin() as conn:  # the scan's plan, as plan capture stores it
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.plan_snapshot VALUES ('main', 5, 10, 52, true, now(), 'generic_plan', 'h1', "
+                "'Seq Scan on accounts', 1234.5, '{}')"
+            )
+        )
     body, text = _alert(warehouse_url, slack, "idx-alert")
     assert body["text"] == "1 query slower, 1 new heavy statement after deploy api v2 on main"
     assert text.index(SCAN.replace("$1", "$1")) < text.index(UPDATE)  # the cause first
     assert "*Load change:* new statement, " in text and "of the database time after the deploy" in text
     assert f"*Cause:* contention: 52 {SCAN}" in text
+    assert "*First plan:* Seq Scan on accounts" in text
     print(f"\n--- contention alert ---\n{body['text']}\n{text}")
     assert not fake_slack.limit_errors(body)
 
