@@ -150,13 +150,14 @@ def deploy_import(csv_file: Path, warehouse: str | None) -> None:
 @click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
 def verdicts(deploy_id: str, show_all: bool, output: str, warehouse: str | None) -> None:
     """Print a deploy's verdicts (or a periodic check's, DEPLOY_ID periodic:<hour>), detections first."""
-    from radar_pipeline.warehouse.analysis import verdicts_of
+    from radar_pipeline.warehouse.analysis import impact_of, verdicts_of
     from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX
 
     try:
         engine = _engine(warehouse)
         with engine.connect() as conn:
             table = verdicts_of(conn, deploy_id)
+            summary, changes = impact_of(conn, deploy_id)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     except Exception as exc:
@@ -173,10 +174,65 @@ def verdicts(deploy_id: str, show_all: bool, output: str, warehouse: str | None)
     counts = table["verdict"].value_counts()
     what = "periodic check" if deploy_id.startswith(PERIODIC_PREFIX) else "deploy"
     click.echo(f"{what} {clean(deploy_id)}: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    if what == "deploy":
+        _print_impact(summary, changes, show_all)
     shown = table if show_all else table.head(40)
     _print_verdicts(shown)
     if len(shown) < len(table):
         click.echo(f"… {len(table) - len(shown)} more (--all)")
+
+
+def _print_impact(summary: pd.DataFrame, changes: pd.DataFrame, show_all: bool) -> None:
+    """The deploy's impact above its verdicts: execution time and calls per minute before → after for the target (and
+    each database when there are several), then the statements whose load changed, heaviest first."""
+    import pandas as pd
+    from rich.console import Console
+
+    def ratio(before: float, after: float) -> str:
+        return f" (×{after / before:.2f})" if before > 0 else ""
+
+    several = summary["target"].nunique() > 1 or len(summary) > 2
+    for r in summary.itertuples():
+        if int(r.dbid) != -1 and not several:
+            continue
+        where = "database time" if int(r.dbid) == -1 else f"  database {int(r.dbid)}"
+        prefix = f"{clean(str(r.target))}: " if summary["target"].nunique() > 1 else ""
+        click.echo(
+            f"{prefix}{where}: {r.exec_ms_per_min_before:,.1f} → {r.exec_ms_per_min_after:,.1f} ms per minute"
+            f"{ratio(r.exec_ms_per_min_before, r.exec_ms_per_min_after)}; calls {r.calls_per_min_before:,.1f} → "
+            f"{r.calls_per_min_after:,.1f} per minute; statements {r.statements_before} → {r.statements_after}"
+        )
+    if changes.empty:
+        return
+    shown = changes if show_all else changes.head(20)
+
+    def fmt(values: pd.Series, pattern: str) -> list[str]:
+        return [("" if pd.isna(v) else pattern.format(v)) for v in values]
+
+    columns = {
+        "change": [f"{k}{' (heavy)' if h else ''}" for k, h in zip(shown["kind"], shown["heavy"], strict=True)],
+        "calls/min": [
+            f"{b:,.1f} → {a:,.1f}"
+            for b, a in zip(shown["calls_per_min_before"], shown["calls_per_min_after"], strict=True)
+        ],
+        "exec ms/min": [
+            f"{b:,.1f} → {a:,.1f}"
+            for b, a in zip(shown["exec_ms_per_min_before"], shown["exec_ms_per_min_after"], strict=True)
+        ],
+        "mean after ms": fmt(shown["mean_after_ms"], "{:.3f}"),
+        "rows/call": [
+            "" if pd.isna(a) else (f"{a:.1f}" if pd.isna(b) else f"{b:.1f} → {a:.1f}")
+            for b, a in zip(shown["rows_per_call_before"], shown["rows_per_call_after"], strict=True)
+        ],
+        "share ×": fmt(shown["share_ratio"], "{:.2f}"),
+        "queryid": [str(q) for q in shown["queryid"]],
+        "query": [clean(q) for q in shown["query"]],
+    }
+    console = Console(highlight=False)
+    rows = list(zip(*columns.values(), strict=True))
+    console.print(fitted_table(list(columns), rows, console.width, flexible="query", droppable=("share ×", "queryid")))
+    if len(shown) < len(changes):
+        click.echo(f"… {len(changes) - len(shown)} more load changes (--all)")
 
 
 def _print_verdicts(table: pd.DataFrame) -> None:

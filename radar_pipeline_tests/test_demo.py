@@ -92,7 +92,8 @@ def test_the_commands_the_demo_prints_work_as_printed(newcomer):
     assert "starting the embedded warehouse" in proc.stderr  # the demo stopped it; the command says it starts it
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("deploy shop-v2: ") and " detected" in lines[0]
-    assert "detected" in lines[4] and "plan_changed" in lines[4] and "SELECT id, total, status" in lines[4]
+    first = lines[next(i for i, line in enumerate(lines) if "┃ verdict" in line) + 2]  # below the impact summary
+    assert "detected" in first and "plan_changed" in first and "SELECT id, total, status" in first
     assert max(len(line) for line in lines) <= 120
     # radar's own SQL (the warehouse, Dagster's storage) lives on a server of its own: only the shop's statements.
     assert not any("radar." in line or "dagster" in line.lower() for line in lines), lines

@@ -289,7 +289,9 @@ def test_radar_verdicts_prints_the_table(scenario):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith(f"deploy {s.deploy_id}: ") and "detected" in lines[0]
-    first_row = lines[4]  # after the table's top border, header and rule: detections come first
+    header = next(i for i, line in enumerate(lines) if "┃ verdict" in line)  # the impact summary comes above
+    assert lines[1].startswith("database time: ") and " ms per minute" in lines[1]
+    first_row = lines[header + 2]  # after the verdicts' header and rule: detections come first
     assert "detected" in first_row and "SELECT probe_slow($1)" in first_row
     assert max(len(line) for line in lines) <= 220
 

@@ -19,6 +19,8 @@ MAX_FALLBACK = 3000  # Slack truncates text past 40,000 characters; notification
 BLOCKS_PER_REGRESSION = 4  # divider, query, numbers, plan
 MAX_SHOWN = 10  # regressions shown in one message: 2 + 10 × 4 + 2 = 44 blocks; the rest summarised with a link
 SEVERITY = {"fleet_wide": "low (fleet-wide shift: an outside cause is suspected)"}
+MAX_CHANGES = 3  # load changes (new heavy statements, surges) shown in full, before the regressions: 3 blocks each
+CHANGE_WORDS = {"new": "new statement", "n_plus_one": "N+1: calls surged, latency unchanged", "surge": "call surge"}
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,8 @@ class AnalysisFacts:
     url: str | None
     run_url: str | None  # the analysis run in the Dagster UI
     period: tuple[datetime, datetime] | None = None  # the latest period, compared with the one as long before it
+    # the target's execution time per minute of window before and after the split (radar.deploy_impact), when known
+    load_ms_per_min: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,23 @@ class Regression:
     plan_summary: str | None
     factor_low: float | None = None  # the 95% interval of the slowdown factor (engine 2)
     factor_high: float | None = None
+
+
+@dataclass(frozen=True)
+class LoadChange:
+    """A statement whose load the deploy changed, as the message shows it (a radar.statement_change row)."""
+
+    queryid: int
+    query: str
+    kind: str  # new, surge, n_plus_one
+    calls_per_min_before: float
+    calls_per_min_after: float
+    exec_ms_per_min_before: float
+    exec_ms_per_min_after: float
+    mean_before_ms: float | None
+    mean_after_ms: float | None
+    share_of_time_after: float  # its share of the target's execution time after the split
+    plan_summary: str | None = None  # its first stored plan
 
 
 def escape(text: str) -> str:
@@ -93,23 +114,39 @@ def excerpt(query: str, limit: int = MAX_QUERY) -> str:
     return escape_within(one_line, MAX_SECTION_TEXT - 6)
 
 
-def render(facts: AnalysisFacts, regressions: list[Regression]) -> tuple[str, list[dict[str, Any]]]:
-    """(fallback text, blocks) of one message for the deploy's regressions, within Slack's limits whatever their
-    number: the first MAX_SHOWN (the caller orders them, worst first) in full, the rest summarised with a link."""
-    title = _title(facts, len(regressions))
+def render(
+    facts: AnalysisFacts, regressions: list[Regression], changes: list[LoadChange] | None = None
+) -> tuple[str, list[dict[str, Any]]]:
+    """(fallback text, blocks) of one message for the deploy's regressions and load changes, within Slack's limits
+    whatever their number. The database time and the load changes (new heavy statements, call surges: the first
+    MAX_CHANGES, heaviest first) lead, since a collateral slowdown's cause is among them; then the first regressions
+    (the caller orders them, worst first) in full, the rest summarised with a link."""
+    changes = changes or []
+    title = _title(facts, len(regressions), changes)
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": _cut(title, MAX_HEADER), "emoji": False}},
         {"type": "section", "fields": _analysis_fields(facts)},
     ]
-    for r in regressions[:MAX_SHOWN]:
+    if facts.load_ms_per_min is not None:  # the summary, as one more field of the analysis
+        blocks[1]["fields"].append({"type": "mrkdwn", "text": load_line(*facts.load_ms_per_min)})
+    for c in changes[:MAX_CHANGES]:
+        blocks.append({"type": "divider"})
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"```{excerpt(c.query)}```"}})
+        blocks.append({"type": "section", "fields": _change_fields(c)})
+    if len(changes) > MAX_CHANGES:
+        sql = f"SELECT * FROM radar.statement_change WHERE deploy_id = '{escape_within(facts.analysis_id, 300)}'"
+        text = f"*… and {len(changes) - MAX_CHANGES} more load changes:* `{sql}`"
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": text}]})
+    shown = MAX_SHOWN - min(len(changes), MAX_CHANGES) if changes else MAX_SHOWN
+    for r in regressions[:shown]:
         blocks.append({"type": "divider"})
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"```{excerpt(r.query)}```"}})
         blocks.append({"type": "section", "fields": _regression_fields(facts, r)})
         if r.plan_summary:
             plan = escape_within(r.plan_summary, MAX_SECTION_TEXT - 10)
             blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"*Plan:* {plan}"}]})
-    if len(regressions) > MAX_SHOWN:
-        rest = regressions[MAX_SHOWN:]
+    if len(regressions) > shown:
+        rest = regressions[shown:]
         worst = max(r.change_factor for r in rest)
         where = f"<{link(facts.run_url)}|all of them in Dagster>, or " if facts.run_url else ""
         sql = f"SELECT * FROM radar.regression WHERE deploy_id = '{escape_within(facts.analysis_id, 300)}'"
@@ -137,13 +174,55 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _title(facts: AnalysisFacts, count: int) -> str:
+def _title(facts: AnalysisFacts, count: int, changes: list[LoadChange] | None = None) -> str:
     plural = "query" if count == 1 else "queries"
     if facts.period:
         start, end = (t.strftime("%Y-%m-%d %H:%M") for t in facts.period)
         return f"{count} {plural} slower on {facts.target} with no deploy behind it (periodic check {start}–{end})"
     what = " ".join(p for p in (facts.service, facts.version) if p) or facts.analysis_id
-    return f"{count} {plural} slower after deploy {what} on {facts.target}"
+    parts = [f"{count} {plural} slower"] if count else []
+    kinds = [c.kind for c in changes or []]
+    for kind, one, many in (
+        ("new", "new heavy statement", "new heavy statements"),
+        ("n_plus_one", "N+1 surge", "N+1 surges"),
+        ("surge", "call surge", "call surges"),
+    ):
+        n = kinds.count(kind)
+        if n:
+            parts.append(f"{n} {one if n == 1 else many}")
+    return f"{', '.join(parts) or '0 queries slower'} after deploy {what} on {facts.target}"
+
+
+def load_line(before: float, after: float) -> str:
+    """The target's execution time per minute either side of the split, as the message's summary line."""
+    factor = f" (×{after / before:.2f})" if before > 0 else ""
+    return f"*Database time:* {before:,.1f} → {after:,.1f} ms per minute{factor}"
+
+
+def _change_fields(c: LoadChange) -> list[dict[str, str]]:
+    what = CHANGE_WORDS.get(c.kind, c.kind)
+    if c.kind == "new":
+        what += f", {c.share_of_time_after:.0%} of the database time after the deploy"
+    elif c.calls_per_min_before > 0:
+        what += f", calls ×{c.calls_per_min_after / c.calls_per_min_before:.1f}"
+    mean = (
+        f"{c.mean_after_ms:.3f} ms"
+        if c.mean_before_ms is None or c.mean_before_ms != c.mean_before_ms  # None or NaN: no calls before
+        else f"{c.mean_before_ms:.3f} → {c.mean_after_ms:.3f} ms"
+    )
+    fields = [
+        {"type": "mrkdwn", "text": f"*Load change:* {escape_within(what, MAX_FIELD_TEXT - 20)}"},
+        {"type": "mrkdwn", "text": f"*Calls per minute:* {c.calls_per_min_before:,.1f} → {c.calls_per_min_after:,.1f}"},
+        {"type": "mrkdwn", "text": f"*Mean:* {mean}"},
+        {
+            "type": "mrkdwn",
+            "text": f"*Execution time:* {c.exec_ms_per_min_before:,.1f} → {c.exec_ms_per_min_after:,.1f} ms per minute",
+        },
+        {"type": "mrkdwn", "text": f"*queryid:* {c.queryid}"},
+    ]
+    if c.plan_summary:
+        fields.append({"type": "mrkdwn", "text": f"*First plan:* {escape_within(c.plan_summary, 1500)}"})
+    return fields
 
 
 def _analysis_fields(facts: AnalysisFacts) -> list[dict[str, str]]:

@@ -1,6 +1,7 @@
 """Alerts in Dagster: regression_alerts (one Slack message per deploy with regressions, through the outbox) and a
 Slack message when one of radar's own runs fails."""
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import dagster as dg
@@ -17,7 +18,7 @@ from radar_pipeline.warehouse import alerts as outbox
     partitions_def=deploys_partitions,
     deps=[deploy_verdicts],
     group_name="analysis",
-    description="Slack alerts for the deploy's regressions (outbox: radar.alert).",
+    description="Slack alerts for the deploy's regressions, new heavy statements and call surges (radar.alert).",
 )
 def regression_alerts(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, slack: SlackResource
@@ -28,12 +29,18 @@ def regression_alerts(
     engine = warehouse.engine()
     with engine.connect() as conn:
         found = outbox.detections(conn, analysis_id)
-    if found.empty:
-        return dg.MaterializeResult(metadata={"regressions": 0, "note": "no regression detected for this deploy"})
+        changes = outbox.load_changes(conn, analysis_id)
+        either = found if len(found) else changes
+        load = outbox.load_summary(conn, analysis_id, str(either["target"].iloc[0])) if len(either) else None
+    if either.empty:
+        return dg.MaterializeResult(
+            metadata={"regressions": 0, "note": "no regression, new heavy statement or call surge for this deploy"}
+        )
     reason = withhold_reason(
-        found, slack.alert_max_age, datetime.now(UTC), reanalysis=context.run.tags.get(REANALYSIS_TAG) == "true"
+        either, slack.alert_max_age, datetime.now(UTC), reanalysis=context.run.tags.get(REANALYSIS_TAG) == "true"
     )
-    metadata = as_metadata(deliver(context.log, engine, slack.sender(), found, deploy_facts(found), withhold=reason))
+    facts = replace(deploy_facts(either), load_ms_per_min=load)
+    metadata = as_metadata(deliver(context.log, engine, slack.sender(), found, facts, withhold=reason, changes=changes))
     with engine.begin() as conn:
         if reason is not None and not context.run.tags.get(REANALYSIS_TAG):
             metadata["withheld_waiting"] = outbox.withhold_waiting(conn, analysis_id, reason)

@@ -37,6 +37,30 @@ DETECTION_COLUMNS = [
     ("cause", "string"),
     ("plan", "string"),
 ]
+SUMMARY_COLUMNS = [
+    ("database", "string"),
+    ("exec_ms_per_min_before", "float"),
+    ("exec_ms_per_min_after", "float"),
+    ("calls_per_min_before", "float"),
+    ("calls_per_min_after", "float"),
+    ("statements_before", "int"),
+    ("statements_after", "int"),
+]
+CHANGE_COLUMNS = [
+    ("kind", "string"),
+    ("heavy", "bool"),
+    ("query", "string"),
+    ("queryid", "int"),
+    ("calls_per_min_before", "float"),
+    ("calls_per_min_after", "float"),
+    ("exec_ms_per_min_before", "float"),
+    ("exec_ms_per_min_after", "float"),
+    ("mean_after_ms", "float"),
+    ("rows_per_call_before", "float"),
+    ("rows_per_call_after", "float"),
+    ("share_ratio", "float"),
+    ("p_family", "float"),
+]
 REANALYSIS_TAG = "radar/reanalysis"  # on the nightly reanalysis's runs: their alerts are recorded, never sent
 
 
@@ -53,6 +77,8 @@ class VerdictConfig(dg.Config):
     tolerance_fraction: float | None = None
     fleet_share: float | None = None
     fleet_min_queries: int | None = None
+    surge_ratio: float | None = None
+    new_statement_share: float | None = None
 
 
 @dg.asset(
@@ -157,12 +183,53 @@ def _metadata(result: DeployAnalysis) -> dict[str, Any]:
         ),
         "reasons": dg.MetadataValue.json({str(k): int(n) for k, n in v["reason"].value_counts().items()}),
         "detections": table(DETECTION_COLUMNS, rows),
+        "database_time": table(SUMMARY_COLUMNS, _summary_rows(result)),
+        "load_changes": table(CHANGE_COLUMNS, _change_rows(result)),
+        "load_changes_not_shown": max(0, len(result.changes) - DETECTION_ROWS_SHOWN),  # radar.statement_change
         "detections_not_shown": max(0, len(detected) - DETECTION_ROWS_SHOWN),  # the rest: radar.regression
         "read_s": round(result.seconds["read"], 3),
         "engine_s": round(result.seconds["engine"], 3),
         "plans_s": round(result.seconds["plans"], 3),
         "write_s": round(result.seconds["write"], 3),
     }
+
+
+def _summary_rows(result: DeployAnalysis) -> list[dict[str, Any]]:
+    """The impact summary: the whole target, then each database, execution time and calls per minute."""
+    return [
+        {
+            "database": "all" if int(r.dbid) == -1 else str(int(r.dbid)),
+            "exec_ms_per_min_before": round(float(r.exec_ms_per_min_before), 1),
+            "exec_ms_per_min_after": round(float(r.exec_ms_per_min_after), 1),
+            "calls_per_min_before": round(float(r.calls_per_min_before), 1),
+            "calls_per_min_after": round(float(r.calls_per_min_after), 1),
+            "statements_before": int(r.statements_before),
+            "statements_after": int(r.statements_after),
+        }
+        for r in result.summary.itertuples()
+    ]
+
+
+def _change_rows(result: DeployAnalysis) -> list[dict[str, Any]]:
+    """The statements whose load changed (new, stopped, surge, n_plus_one, rows_per_call), heaviest first."""
+    return [
+        {
+            "kind": r.kind,
+            "heavy": bool(r.heavy),
+            "query": r.query,
+            "queryid": int(r.queryid),
+            "calls_per_min_before": round(float(r.calls_per_min_before), 1),
+            "calls_per_min_after": round(float(r.calls_per_min_after), 1),
+            "exec_ms_per_min_before": round(float(r.exec_ms_per_min_before), 1),
+            "exec_ms_per_min_after": round(float(r.exec_ms_per_min_after), 1),
+            "mean_after_ms": rounded(r.mean_after_ms, 3),
+            "rows_per_call_before": rounded(r.rows_per_call_before),
+            "rows_per_call_after": rounded(r.rows_per_call_after),
+            "share_ratio": rounded(r.share_ratio),
+            "p_family": rounded(r.p_family, 4),
+        }
+        for r in result.changes.head(DETECTION_ROWS_SHOWN).itertuples()
+    ]
 
 
 def _plan_summary(plan_diff: object) -> str:

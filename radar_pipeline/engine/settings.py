@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, fields
 from datetime import timedelta
 from typing import Any
 
-ENGINE_VERSION = "2.0.0"
+ENGINE_VERSION = "2.1.0"  # 2.1: the minimum absolute rise; a step told from a drift by two models
 # Calls a window mean needs before it stands for a statement's level (a history point, an episode's recovery): with
 # per-call CV 1 such a mean is good to about ±10%. Engine 1's min_calls default; the verdicts no longer use it.
 LEVEL_MIN_CALLS = 100
@@ -33,6 +33,10 @@ class EngineSettings:
     tolerance_floor, tolerance_fraction: the located change must lie within max(floor, fraction × W) of the deploy.
     fleet_share, fleet_min_queries: when at least this share of the decidable queries (and at least this many) are
     detected at one deploy, the shift is fleet-wide and an external cause is suspected (causes, not the verdicts).
+    surge_ratio: ρ, the call-surge test's practical threshold: H0 is "the statement's share of the target's calls
+    after ≤ ρ · before" (engine/impact.py); the same factor marks a rows-per-call change.
+    new_statement_share: a statement new after the deploy is reported as heavy when its execution time after is at
+    least this share of the target's.
     """
 
     window: timedelta = timedelta(minutes=30)
@@ -46,6 +50,8 @@ class EngineSettings:
     tolerance_fraction: float = 0.20
     fleet_share: float = 0.5
     fleet_min_queries: int = 5
+    surge_ratio: float = 2.0
+    new_statement_share: float = 0.05
 
     def __post_init__(self) -> None:
         problems = []
@@ -73,6 +79,10 @@ class EngineSettings:
             problems.append(f"fleet_share must lie in (0, 1], not {self.fleet_share}")
         if self.fleet_min_queries < 1:
             problems.append(f"fleet_min_queries must be at least 1, not {self.fleet_min_queries}")
+        if not self.surge_ratio >= 1:
+            problems.append(f"surge_ratio must be ≥ 1, not {self.surge_ratio}")
+        if not 0 < self.new_statement_share <= 1:
+            problems.append(f"new_statement_share must lie in (0, 1], not {self.new_statement_share}")
         if problems:
             raise ValueError("invalid EngineSettings: " + "; ".join(problems))
 

@@ -13,4 +13,6 @@ REASONS = (
     "drift",  # engine 2: significant at the split, but no level shift beyond the trend the window already shows
 )
 # plan_changed comes from the plans around the change (set by the analysis, which has them); the others from counters.
-CAUSES = ("plan_changed", "fleet_wide", "more_rows", "more_blocks_read", "unexplained")
+# contention is stored as "contention: <queryid> <text>", naming the statement whose surge or new heavy load coincided
+# with the change (engine/impact.py finds it; the analysis adds its text).
+CAUSES = ("plan_changed", "fleet_wide", "more_rows", "contention", "more_blocks_read", "unexplained")

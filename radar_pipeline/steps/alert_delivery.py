@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 import sqlalchemy as sa
 
-from radar_pipeline.alerts.render import MAX_SHOWN, AnalysisFacts, Regression, render
+from radar_pipeline.alerts.render import MAX_SHOWN, AnalysisFacts, LoadChange, Regression, render
 from radar_pipeline.alerts.slack import DeliveryError, SlackSender
 from radar_pipeline.config import CHART_DIR_VAR, DAGSTER_URL_VAR
 from radar_pipeline.engine import EngineSettings
@@ -37,9 +37,12 @@ def deliver(
     found: pd.DataFrame,
     facts: AnalysisFacts,
     withhold: str | None = None,
+    changes: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """Send, in one message, what is due of one analysis's regressions on one target (`found`, from
-    outbox.detections), through the outbox. Returns what the run's metadata shows of it.
+    outbox.detections) and of its load changes (`changes`, from outbox.load_changes: new heavy statements and call
+    surges, each an outbox row under its statement's key like a regression, so a deploy with only those is announced
+    too, exactly once), through the outbox. Returns what the run's metadata shows of it.
 
     Three steps, none holding a transaction while Slack is called: (1) a transaction enqueues a row per regression
     and claims the rows due (pending past their backoff, or left `sending` by a run that stopped) under a new
@@ -49,8 +52,18 @@ def deliver(
     new rows are recorded as withheld and nothing is sent.
     """
     channel = sender.channel or NO_CHANNEL
-    keys = statement_keys(found)
-    metadata: dict[str, Any] = {"regressions": len(found), "to_send": 0, "channel": channel}
+    detected_keys = statement_keys(found)
+    if changes is None or changes.empty:
+        changes = pd.DataFrame(columns=[*KEY])
+    change_keys = statement_keys(changes) if len(changes) else []
+    seen = set(detected_keys)
+    keys = detected_keys + [k for k in change_keys if k not in seen]  # a statement both slower and surging: once
+    metadata: dict[str, Any] = {
+        "regressions": len(found),
+        "load_changes": len(changes),
+        "to_send": 0,
+        "channel": channel,
+    }
     with engine.begin() as conn:
         outbox.lock(conn, facts.analysis_id)
         if withhold is not None:
@@ -75,14 +88,17 @@ def deliver(
     if not todo:
         return metadata
     todo_set = set(todo)
-    todo_rows = found[[k in todo_set for k in keys]]
+    todo_rows = found[[k in todo_set for k in detected_keys]]
+    todo_changes = changes[[k in todo_set and k not in seen for k in change_keys]] if len(changes) else changes
     todo = [k for k in keys if k in todo_set]
-    text, blocks = render(facts, [_regression(r) for r in todo_rows.itertuples()])
-    metadata["to_send"] = len(todo_rows)
+    text, blocks = render(
+        facts, [_regression(r) for r in todo_rows.itertuples()], [_change(r) for r in todo_changes.itertuples()]
+    )
+    metadata["to_send"] = len(todo_rows) + len(todo_changes)
     metadata["message"] = {"text": text, "blocks": blocks}
     with engine.connect() as conn:
         # a chart for each regression the message shows in full (its thread would otherwise grow without bound)
-        charts = _charts(conn, facts, todo_rows.head(MAX_SHOWN)) if channel != "webhook" else []
+        charts = _charts(conn, facts, todo_rows.head(MAX_SHOWN)) if channel != "webhook" and len(todo_rows) else []
     metadata["charts"] = [str(p) for p, _ in charts]
 
     if not sender.configured:
@@ -201,6 +217,25 @@ def period_facts(analysis_id: str, target: str, rows: pd.DataFrame) -> AnalysisF
         url=None,
         run_url=run_url(first.run_id),
         period=(split, end.to_pydatetime()),
+    )
+
+
+def _change(row: Any) -> LoadChange:
+    def number(value: Any) -> float | None:
+        return None if value is None or pd.isna(value) else float(value)
+
+    return LoadChange(
+        queryid=int(row.queryid),
+        query=row.query or f"queryid {row.queryid}",
+        kind=str(row.kind),
+        calls_per_min_before=float(row.calls_per_min_before),
+        calls_per_min_after=float(row.calls_per_min_after),
+        exec_ms_per_min_before=float(row.exec_ms_per_min_before),
+        exec_ms_per_min_after=float(row.exec_ms_per_min_after),
+        mean_before_ms=number(row.mean_before_ms),
+        mean_after_ms=number(row.mean_after_ms),
+        share_of_time_after=number(row.share_of_time_after) or 0.0,
+        plan_summary=row.first_plan if isinstance(row.first_plan, str) else None,
     )
 
 

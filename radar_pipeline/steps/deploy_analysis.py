@@ -16,9 +16,13 @@ import sqlalchemy as sa
 
 from radar_pipeline.config import Target
 from radar_pipeline.engine import EngineSettings, analyse
+from radar_pipeline.engine.impact import contention_culprits, impact
 from radar_pipeline.pgss_model import KEY
 from radar_pipeline.steps.plan_diffs import plan_diffs
 from radar_pipeline.warehouse import analysis, deploys
+
+TEXT_LENGTH = 120  # characters of a changed statement's text kept with the analysis's result
+CAUSE_TEXT = 60  # characters of the culprit's text in a `contention: …` cause
 
 
 class AnalysisRefused(RuntimeError):
@@ -45,6 +49,10 @@ class WindowVerdicts:
     health: dict
     texts: dict[int, str]
     seconds: dict[str, float]
+    # What else the split changed (engine/impact.py): load per minute for the target (dbid -1) and per database, and
+    # the statements whose load changed (KEY columns, kind, the numbers, `query` its text cut to TEXT_LENGTH).
+    summary: pd.DataFrame
+    changes: pd.DataFrame
 
 
 @dataclass
@@ -100,8 +108,11 @@ def decide_window(
     """Decide every query of the target on the window split_at ± settings.window and replace the analysis
     `analysis_id` with the verdicts, in the caller's transaction.
 
-    Each detection gets a plan diff from the stored plans (capturing the current plan from `live` when none was
-    stored after the change); a changed shape makes its cause plan_changed.
+    The impact (engine/impact.py) is computed from the same counters and replaces the analysis's radar.deploy_impact
+    and radar.statement_change rows. A detection whose cause the counters left open and whose change coincides with
+    another statement's surge or new heavy load gets cause `contention: <queryid> <text>`. Each detection gets a plan
+    diff from the stored plans (capturing the current plan from `live` when none was stored after the change); a
+    changed shape makes its cause plan_changed, whatever else was found.
     """
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -113,7 +124,20 @@ def decide_window(
     started = time.perf_counter()
     result = analyse(window.counters, split_at, settings)
     verdicts = _with_statement_keys(result, window)
+    found = impact(window.counters, split_at, settings, result)
+    culprits = contention_culprits(verdicts, found, settings)
     timings["engine"] = time.perf_counter() - started
+
+    changes = _changes_with_keys(found.changes, window)
+    texts_of_changes = analysis.query_texts(conn, target, changes[KEY], length=TEXT_LENGTH)
+    changes["query"] = [texts_of_changes.get(int(q), "") for q in changes["queryid"]]
+    blamed = culprits.notna().to_numpy()
+    if blamed.any():
+        by_key = changes.set_index("query_key")
+        verdicts.loc[blamed, "cause"] = [
+            f"contention: {int(by_key.loc[k, 'queryid'])} {by_key.loc[k, 'query'][:CAUSE_TEXT]}".rstrip()
+            for k in culprits[blamed]
+        ]
 
     started = time.perf_counter()
     detected = verdicts["verdict"] == "detected"
@@ -126,9 +150,26 @@ def decide_window(
 
     started = time.perf_counter()
     analysis.write_analysis(conn, analysis_id, target, settings.to_dict(), (lo, hi), verdicts, run_id)
+    analysis.write_impact(conn, analysis_id, target, found.summary, changes)
     texts = analysis.query_texts(conn, target, verdicts.loc[detected, KEY])
     timings["write"] = time.perf_counter() - started
-    return WindowVerdicts(window=(lo, hi), verdicts=verdicts, health=health, texts=texts, seconds=timings)
+    return WindowVerdicts(
+        window=(lo, hi),
+        verdicts=verdicts,
+        health=health,
+        texts=texts,
+        seconds=timings,
+        summary=found.summary,
+        changes=changes.drop(columns="query_key"),
+    )
+
+
+def _changes_with_keys(changes: pd.DataFrame, window: analysis.WindowCounters) -> pd.DataFrame:
+    """The impact's notable statements with the KEY each query_key stands for (query_key kept, for the causes)."""
+    codes = changes["query_key"].to_numpy(dtype=np.int64)
+    keys = window.keys.iloc[codes].reset_index(drop=True)
+    body = changes.drop(columns="dbid").reset_index(drop=True)
+    return pd.concat([keys, body], axis=1)
 
 
 def _with_statement_keys(result: pd.DataFrame, window: analysis.WindowCounters) -> pd.DataFrame:

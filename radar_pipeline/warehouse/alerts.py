@@ -37,6 +37,46 @@ def detections(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
     )
 
 
+ANNOUNCED = "(c.kind IN ('surge', 'n_plus_one') OR (c.kind = 'new' AND c.heavy))"
+
+
+def load_changes(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
+    """The analysis's load changes announced like regressions (radar.statement_change: call surges, N+1 surges and new
+    heavy statements), heaviest first, with their text, their first plan stored since the window began (root node),
+    their share of the target's execution time after the split, the deploy's facts and the analysis's."""
+    return pd.read_sql(
+        sa.text(
+            "SELECT c.*, q.query, d.deployed_at, d.service, d.version, d.url, a.run_id, a.settings, "
+            "a.window_start, a.window_end, "
+            "c.exec_ms_per_min_after / nullif(i.exec_ms_per_min_after, 0) AS share_of_time_after, "
+            "(SELECT p.root_node FROM radar.plan_snapshot p WHERE p.target = c.target AND p.dbid = c.dbid "
+            " AND p.userid = c.userid AND p.queryid = c.queryid AND p.toplevel = c.toplevel "
+            " AND p.captured_at >= a.window_start ORDER BY p.captured_at LIMIT 1) AS first_plan "
+            "FROM radar.statement_change c LEFT JOIN radar.deploy_event d USING (deploy_id) "
+            "JOIN radar.analysis a ON a.deploy_id = c.deploy_id AND a.target = c.target "
+            "LEFT JOIN radar.deploy_impact i ON i.deploy_id = c.deploy_id AND i.target = c.target AND i.dbid = -1 "
+            "LEFT JOIN radar.query q ON q.target = c.target AND q.dbid = c.dbid AND q.userid = c.userid "
+            "AND q.queryid = c.queryid AND q.toplevel = c.toplevel "
+            f"WHERE c.deploy_id = :d AND {ANNOUNCED} "
+            "ORDER BY c.target, c.exec_ms_per_min_after - c.exec_ms_per_min_before DESC"
+        ),
+        conn,
+        params={"d": analysis_id},
+    )
+
+
+def load_summary(conn: sa.Connection, analysis_id: str, target: str) -> tuple[float, float] | None:
+    """The target's execution time per minute before and after the split (radar.deploy_impact), when stored."""
+    row = conn.execute(
+        sa.text(
+            "SELECT exec_ms_per_min_before, exec_ms_per_min_after FROM radar.deploy_impact "
+            "WHERE deploy_id = :d AND target = :t AND dbid = -1"
+        ),
+        {"d": analysis_id, "t": target},
+    ).one_or_none()
+    return None if row is None else (float(row[0]), float(row[1]))
+
+
 def lock(conn: sa.Connection, analysis_id: str) -> None:
     """Serialise claiming the analysis's alerts for this transaction (held for a claim only, never while sending)."""
     conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended('radar.alert:' || :d, 0))"), {"d": analysis_id})

@@ -284,3 +284,72 @@ def stale_analyses(conn: sa.Connection, current: dict, engine_version: str, with
         {"within": within, "version": engine_version, "s": json.dumps(current, sort_keys=True)},
     )
     return [r[0] for r in rows]
+
+
+IMPACT_COLUMNS = [
+    "deploy_id",
+    "target",
+    "dbid",
+    "calls_per_min_before",
+    "calls_per_min_after",
+    "exec_ms_per_min_before",
+    "exec_ms_per_min_after",
+    "statements_before",
+    "statements_after",
+]
+CHANGE_COLUMNS = [
+    "deploy_id",
+    "target",
+    *KEY,
+    "kind",
+    "heavy",
+    "calls_before",
+    "calls_after",
+    "calls_per_min_before",
+    "calls_per_min_after",
+    "exec_ms_per_min_before",
+    "exec_ms_per_min_after",
+    "mean_before_ms",
+    "mean_after_ms",
+    "rows_per_call_before",
+    "rows_per_call_after",
+    "share_ratio",
+    "dispersion",
+    "p_value",
+    "p_family",
+    "onset_at",
+]
+
+
+def write_impact(
+    conn: sa.Connection, analysis_id: str, target: str, summary: pd.DataFrame, changes: pd.DataFrame
+) -> None:
+    """Replace the analysis's impact summary (radar.deploy_impact) and statement changes (radar.statement_change) with
+    these, in the caller's transaction (after `write_analysis`, whose row they reference). `changes` carries KEY."""
+    params = {"d": analysis_id, "t": target}
+    conn.execute(sa.text("DELETE FROM radar.deploy_impact WHERE deploy_id = :d AND target = :t"), params)
+    conn.execute(sa.text("DELETE FROM radar.statement_change WHERE deploy_id = :d AND target = :t"), params)
+    if len(summary):
+        copy_frame(conn, "radar.deploy_impact", IMPACT_COLUMNS, summary.assign(deploy_id=analysis_id, target=target))
+    if len(changes):
+        copy_frame(conn, "radar.statement_change", CHANGE_COLUMNS, changes.assign(deploy_id=analysis_id, target=target))
+
+
+def impact_of(conn: sa.Connection, analysis_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """An analysis's impact summary (the whole target first, then per database) and its statement changes with each
+    statement's text on one line (heavy first, then by execution time added)."""
+    summary = pd.read_sql(
+        sa.text("SELECT * FROM radar.deploy_impact WHERE deploy_id = :d ORDER BY target, dbid"),
+        conn,
+        params={"d": analysis_id},
+    )
+    changes = pd.read_sql(
+        sa.text(
+            "SELECT v.*, regexp_replace(coalesce(q.query, ''), '\\s+', ' ', 'g') AS query "
+            f"FROM radar.statement_change v {VERDICT_QUERY_JOIN} WHERE v.deploy_id = :d "
+            "ORDER BY v.target, v.heavy DESC, v.exec_ms_per_min_after - v.exec_ms_per_min_before DESC"
+        ),
+        conn,
+        params={"d": analysis_id},
+    )
+    return summary, changes
