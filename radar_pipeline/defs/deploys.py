@@ -8,7 +8,7 @@ import dagster as dg
 
 from radar_pipeline import plan_shape
 from radar_pipeline.config import REANALYSIS_DAYS_VAR, ConfigError, Target, count_setting
-from radar_pipeline.defs.metadata import rounded, table
+from radar_pipeline.defs.metadata import detection_cells, rounded, table
 from radar_pipeline.defs.plans import plan_snapshots
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.defs.snapshots import pgss_snapshots
@@ -146,13 +146,7 @@ def _metadata(result: DeployAnalysis) -> dict[str, Any]:
     detected = v[v["verdict"] == "detected"].sort_values("confidence", ascending=False)
     rows = [
         {
-            "query": result.texts.get(int(row.queryid), ""),
-            "queryid": int(row.queryid),
-            "before_ms": round(float(row.mean_before_ms), 3),
-            "after_ms": round(float(row.mean_after_ms), 3),
-            "factor": round(float(row.change_factor), 2),
-            "factor_low": rounded(row.factor_low),
-            "factor_high": rounded(row.factor_high),
+            **detection_cells(row, result.texts.get(int(row.queryid), "")),
             "confidence": round(float(row.confidence), 4),
             "change_vs_deploy_s": round((row.change_at - result.event.deployed_at).total_seconds()),
             "cause": row.cause,

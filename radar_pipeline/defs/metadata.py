@@ -36,3 +36,17 @@ def _cell(value: object) -> Cell:
 def rounded(value: float | None, digits: int = 2) -> float | None:
     """A number rounded for a table cell, None where there is none (a factor bound of an undecided verdict)."""
     return None if value is None or value != value else round(float(value), digits)
+
+
+def detection_cells(row: Any, text: str) -> dict[str, Any]:
+    """The cells every detections table starts with: the statement and its numbers before and after, the factor and
+    its 95% interval."""
+    return {
+        "query": text,
+        "queryid": int(row.queryid),
+        "before_ms": round(float(row.mean_before_ms), 3),
+        "after_ms": round(float(row.mean_after_ms), 3),
+        "factor": round(float(row.change_factor), 2),
+        "factor_low": rounded(row.factor_low),
+        "factor_high": rounded(row.factor_high),
+    }

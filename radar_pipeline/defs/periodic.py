@@ -9,7 +9,7 @@ import pandas as pd
 from radar_pipeline.config import periodic_minute, periodic_start
 from radar_pipeline.defs.alerts import as_metadata
 from radar_pipeline.defs.deploys import DETECTION_ROWS_SHOWN, VerdictConfig, configured_targets
-from radar_pipeline.defs.metadata import rounded, table
+from radar_pipeline.defs.metadata import detection_cells, table
 from radar_pipeline.defs.plans import plan_snapshots
 from radar_pipeline.defs.resources import AnalysisResource, SlackResource, TargetsResource, WarehouseResource
 from radar_pipeline.defs.snapshots import pgss_snapshots
@@ -117,13 +117,7 @@ def _metadata(done: list[PeriodAnalysis], period_s: float) -> dict[str, Any]:
     rows = [
         {
             "target": row.target,
-            "query": texts.get((row.target, int(row.queryid)), ""),
-            "queryid": int(row.queryid),
-            "before_ms": round(float(row.mean_before_ms), 3),
-            "after_ms": round(float(row.mean_after_ms), 3),
-            "factor": round(float(row.change_factor), 2),
-            "factor_low": rounded(row.factor_low),
-            "factor_high": rounded(row.factor_high),
+            **detection_cells(row, texts.get((row.target, int(row.queryid)), "")),
             "change_at": pd.Timestamp(row.change_at).isoformat(),
             "cause": row.cause,
         }

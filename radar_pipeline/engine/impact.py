@@ -41,7 +41,6 @@ from datetime import datetime
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from radar_pipeline.engine.decision import family_weights
 from radar_pipeline.engine.samples import WindowSamples, window_samples
@@ -288,6 +287,8 @@ def _surge_test(
         phi = np.where(dof >= 1, np.maximum(1.0, chi2 / dof), np.nan)
         se = np.sqrt(phi * (1 / (calls_a + 0.5) + 1 / (calls_b + 0.5) + 1 / (rest_a + 0.5) + 1 / (rest_b + 0.5)))
         t = (np.log(ratio) - np.log(settings.surge_ratio)) / se
+    from scipy import stats  # imported where used: loading the code location stays cheap
+
     p = np.where(np.isnan(t), np.nan, stats.t.sf(t, np.maximum(dof, 1.0)))
     return {"share_ratio": ratio, "dispersion": phi, "p_value": p}
 

@@ -17,6 +17,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.engine import COLUMNS as ENGINE_COLUMNS
+from radar_pipeline.engine.impact import STATEMENT_COLUMNS
 from radar_pipeline.pgss_model import KEY
 from radar_pipeline.warehouse.database import copy_frame, driver
 
@@ -297,28 +298,8 @@ IMPACT_COLUMNS = [
     "statements_before",
     "statements_after",
 ]
-CHANGE_COLUMNS = [
-    "deploy_id",
-    "target",
-    *KEY,
-    "kind",
-    "heavy",
-    "calls_before",
-    "calls_after",
-    "calls_per_min_before",
-    "calls_per_min_after",
-    "exec_ms_per_min_before",
-    "exec_ms_per_min_after",
-    "mean_before_ms",
-    "mean_after_ms",
-    "rows_per_call_before",
-    "rows_per_call_after",
-    "share_ratio",
-    "dispersion",
-    "p_value",
-    "p_family",
-    "onset_at",
-]
+# radar.statement_change: the engine's impact columns behind the analysis and the statement key.
+CHANGE_COLUMNS = ["deploy_id", "target", *KEY, *(c for c in STATEMENT_COLUMNS if c not in ("query_key", "dbid"))]
 
 
 def write_impact(
