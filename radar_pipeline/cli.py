@@ -265,7 +265,13 @@ def _print_verdicts(table: pd.DataFrame) -> None:
     console = Console(highlight=False)
     rows = list(zip(*columns.values(), strict=True))
     console.print(
-        fitted_table(list(columns), rows, console.width, flexible="query", droppable=("reason", "confidence", "change"))
+        fitted_table(
+            list(columns),
+            rows,
+            console.width,
+            flexible="query",
+            droppable=("reason", "confidence", "change", "before ms"),
+        )
     )
 
 
