@@ -337,8 +337,11 @@ def _summary(statements: pd.DataFrame, minutes: float) -> pd.DataFrame:
 
 def contention_culprits(verdicts: pd.DataFrame, found: Impact, settings: EngineSettings | None = None) -> pd.Series:
     """For each latency detection whose cause the counters left open (`unexplained`, `more_blocks_read`), the
-    query_key of another statement on the target whose surge or new heavy load began within the tolerance of the
-    detection's change (the one adding most execution time); None elsewhere. Indexed like `verdicts`."""
+    query_key of another statement whose surge or new heavy load began within the tolerance of the detection's change
+    (the one adding most execution time); None elsewhere. Indexed like `verdicts`.
+
+    When both frames carry `dbid`, only a statement of the same database is named: another database's new work (a
+    tool's own statements, a neighbour) coinciding with the change is no evidence that it caused it."""
     settings = settings or EngineSettings()
     out = pd.Series([None] * len(verdicts), index=verdicts.index, dtype=object)
     changes = found.changes
@@ -357,6 +360,8 @@ def contention_culprits(verdicts: pd.DataFrame, found: Impact, settings: EngineS
         if pd.isna(change):
             continue
         near = culprits[((onset - change).abs() <= tolerance) & (culprits["query_key"] != row["query_key"])]
+        if "dbid" in verdicts.columns and "dbid" in near.columns:
+            near = near[near["dbid"] == row["dbid"]]
         if len(near):
             out.iloc[i] = near["query_key"].iloc[0]
     return out

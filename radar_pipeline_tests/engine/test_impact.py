@@ -95,6 +95,17 @@ def test_contention_names_the_surging_statement() -> None:
     assert culprits.tolist() == [9, None, None]  # more_rows is the statement's own work
     far = verdicts.assign(change_at=[DEPLOY + timedelta(minutes=20), DEPLOY, pd.NaT])
     assert contention_culprits(far, found, SETTINGS).tolist() == [None, None, None]
+    # With databases known, only a statement of the detection's own database is named (9 is in database 7).
+    other = pd.DataFrame(
+        {
+            "query_key": [2, 3],
+            "dbid": [5, 7],
+            "verdict": ["detected", "detected"],
+            "cause": ["unexplained", "unexplained"],
+            "change_at": [DEPLOY + timedelta(minutes=2)] * 2,
+        }
+    )
+    assert contention_culprits(other, found, SETTINGS).tolist() == [None, 9]
 
 
 def test_settings_are_validated_and_recorded() -> None:
