@@ -48,7 +48,9 @@ def mean_at(queryid: int, minutes: float) -> float:
 
 @pytest.fixture
 def timeline(warehouse):
-    base = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=HOURS)
+    # Hours that all closed more than a scrape interval (60 s) ago, whenever in the hour the test runs.
+    last_closed = (datetime.now(UTC) - timedelta(minutes=2)).replace(minute=0, second=0, microsecond=0)
+    base = last_closed - timedelta(hours=HOURS)
     rng = np.random.default_rng(9)
     rows = []
     for queryid in TEXTS:
