@@ -17,7 +17,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.engine import COLUMNS as ENGINE_COLUMNS
-from radar_pipeline.engine.impact import STATEMENT_COLUMNS
+from radar_pipeline.engine.impact import STATEMENT_COLUMNS, SUMMARY_COLUMNS
 from radar_pipeline.pgss_model import KEY
 from radar_pipeline.warehouse.database import copy_frame, driver
 
@@ -287,17 +287,8 @@ def stale_analyses(conn: sa.Connection, current: dict, engine_version: str, with
     return [r[0] for r in rows]
 
 
-IMPACT_COLUMNS = [
-    "deploy_id",
-    "target",
-    "dbid",
-    "calls_per_min_before",
-    "calls_per_min_after",
-    "exec_ms_per_min_before",
-    "exec_ms_per_min_after",
-    "statements_before",
-    "statements_after",
-]
+# radar.deploy_impact: the engine's summary columns behind the analysis and the target.
+IMPACT_COLUMNS = ["deploy_id", "target", *SUMMARY_COLUMNS]
 # radar.statement_change: the engine's impact columns behind the analysis and the statement key.
 CHANGE_COLUMNS = ["deploy_id", "target", *KEY, *(c for c in STATEMENT_COLUMNS if c not in ("query_key", "dbid"))]
 
