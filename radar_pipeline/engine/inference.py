@@ -16,14 +16,15 @@ must hold three things that make latency series harder than textbook samples:
    e_i = ΔT_i − μ̂ ΔC_i, holds per-call noise and overdispersion alike, without a model of either; it is what the
    test uses when stddev_exec_time is absent (old rows, other callers), so both paths are calibrated the same way.
 3. serial correlation between neighbouring intervals. The lag-1 autocorrelation ρ̂ of the residuals (both sides
-   pooled, each about its own mean) is corrected for its small-sample bias, E[ρ̂] ≈ ρ − (1 + 3ρ)/n (Kendall 1954),
-   raised by one standard error sqrt((1 − ρ²)/n) (Bartlett 1946) because the splits where a test errs are those
-   where the residuals about two side means understate the correlation, clipped to [0, RHO_MAX], and turned into the
-   AR(1) variance inflation f = (1 + ρ)/(1 − ρ) and an effective sample size n_eff = n/f (Bayley & Hammersley
-   1946; Zwiers & von Storch 1995 show the plain t-test's level failing without it). Demeaning a correlated side
-   removes about f of its n degrees of freedom, not one, so V_emp uses n/(n − f) in place of n/(n − 1). A kernel
-   (Newey–West 1987) estimator with the few lags a 30-point side allows cannot reach the inflation of ρ = 0.8
-   (9×); the AR(1) model can.
+   pooled, each about its own mean and on the relative scale, e_i / μ̂, so a side whose level is hundreds of times
+   the other's does not set the correlation of both) is corrected for its small-sample bias, E[ρ̂] ≈ ρ − (1 + 3ρ)/n
+   (Kendall 1954), raised by one standard error sqrt((1 − ρ²)/n) (Bartlett 1946) because the splits where a test errs
+   are those where the residuals about two side means understate the correlation, clipped to [0, RHO_MAX], and turned
+   into the AR(1) variance inflation f = (1 + ρ)/(1 − ρ) and an effective sample size n_eff = n/f (Bayley &
+   Hammersley 1946; Zwiers & von Storch 1995 show the plain t-test's level failing without it). Demeaning a
+   correlated side removes about f of its n degrees of freedom, not one, so V_emp uses n/(n − f) in place of
+   n/(n − 1). A kernel (Newey–West 1987) estimator with the few lags a 30-point side allows cannot reach the
+   inflation of ρ = 0.8 (9×); the AR(1) model can.
 
 V = max(V_emp · inflation, V_calls): the per-call term is a floor that keeps a side with few, busy intervals from
 looking more precise than its calls allow. The reference distribution is Student's t with Welch–Satterthwaite
@@ -247,13 +248,17 @@ def _statistics(
     """From each side's sums (calls, centred mean, Σe², lag-1 Σe·e, and optionally Σ S and Σ (c − 1)) to the test:
     ρ, t, Welch–Satterthwaite ν, the log ratio and its standard error (module docstring)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        ee = a["ee"] + b["ee"]
-        rho_hat = np.where(ee > 0, (a["acov"] + b["acov"]) / ee, 0.0)
+        mean_a = a["mean"] + centre
+        mean_b = b["mean"] + centre
+        # The sides are pooled on the relative scale (residuals over their side's level), as the test's variance is:
+        # pooled in milliseconds, a side 300× slower would set the correlation alone, for the other side too.
+        scale_a = np.where(mean_a > 0, 1.0 / mean_a**2, 0.0)
+        scale_b = np.where(mean_b > 0, 1.0 / mean_b**2, 0.0)
+        ee = a["ee"] * scale_a + b["ee"] * scale_b
+        rho_hat = np.where(ee > 0, (a["acov"] * scale_a + b["acov"] * scale_b) / ee, 0.0)
         rho_fixed = rho_hat + (1 + 3 * rho_hat) / total_n
         rho = np.clip(rho_fixed + RHO_MARGIN * np.sqrt(np.maximum(1 - rho_fixed**2, 0.0) / total_n), 0.0, RHO_MAX)
         inflation = (1 + rho) / (1 - rho)
-        mean_a = a["mean"] + centre
-        mean_b = b["mean"] + centre
         u, dof = [], []
         for sd, size, mean in ((a, n_a, mean_a), (b, n_b, mean_b)):
             # Demeaning a correlated series removes about `inflation` of its n degrees of freedom, not one.

@@ -173,8 +173,8 @@ def call_level_test(calls: np.ndarray, time: np.ndarray, sumsq: np.ndarray | Non
         e = [time[i] - mu * calls[i] for i in idx]
         means.append(mu)
         resid.append(e)
-        ee += sum(v * v for v in e)
-        acov += sum(e[j] * e[j + 1] for j in range(len(e) - 1))
+        ee += sum(v * v for v in e) / mu**2  # pooled on the relative scale
+        acov += sum(e[j] * e[j + 1] for j in range(len(e) - 1)) / mu**2
     rho_hat = acov / ee if ee > 0 else 0.0
     fixed = rho_hat + (1 + 3 * rho_hat) / n
     rho = min(max(fixed + math.sqrt(max(1 - fixed**2, 0.0) / n), 0.0), 0.9)  # one standard error above

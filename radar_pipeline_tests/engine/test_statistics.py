@@ -107,6 +107,27 @@ def test_selection_over_splits_is_paid_for():
     assert chosen.splits[0] == 11 and chosen.p[0] >= min(1.0, fixed.p[0]) and chosen.k[0] == 20
 
 
+def test_a_slow_side_does_not_set_the_other_sides_correlation():
+    """The index dropped at a deploy, on a machine with bursts of load: a 0.01 ms lookup with independent noise
+    becomes a 3 ms scan whose times climb with the load (strongly correlated). Pooled in milliseconds, the scan's
+    residuals alone set ρ for the lookup's side too, and the ×300 step came out not significant (test_plans, CI)."""
+    rng = np.random.default_rng(11)
+    before = 0.01 * rng.lognormal(0, 0.3, 21)
+    climb = np.empty(21)
+    climb[0] = 0.0
+    for i in range(1, 21):
+        climb[i] = 0.9 * climb[i - 1] + rng.normal(0, 0.15)
+    after = 3.0 * np.exp(climb)
+    x = np.r_[before, after]
+    c = np.full((1, 42), 10.0)
+    candidate = np.zeros((1, 43), dtype=bool)
+    candidate[0, 21:24] = True
+    res = split_tests(c, c * x[None], None, np.array([42]), candidate, 0.2)
+    ref = reference.call_level_test(c[0], c[0] * x, None, 21, 0.2)
+    assert res.k[0] == 21 and res.rho[0] == pytest.approx(ref["rho"])
+    assert res.rho[0] < 0.6 and res.p[0] < 1e-6
+
+
 def test_both_sides_constant_is_a_certain_step():
     c = np.full((2, 20), 5.0)
     x = np.array([[1.0] * 10 + [2.0] * 10, [1.0] * 20])
