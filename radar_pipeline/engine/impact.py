@@ -4,10 +4,10 @@ Per statement (fingerprints merged as for the verdicts): calls, execution time a
 calls and execution time per minute of window; rows per call; whether it is new (no calls before, calls after) or
 stopped (calls before, none after). Per target and per database (dbid): execution time per minute before and after.
 
-A statement first seen inside the window (no row at or before its start) started counting from zero when
-pg_stat_statements created its entry, so its first row's counters are its first interval's (the latency engine, which
-needs a per-call variance, leaves that interval out; the load accounting must not, or a new statement's first
-minutes vanish).
+A statement first seen inside the window (no row at or before its start, and an earlier scrape of the target
+without it) started counting from zero when pg_stat_statements created its entry, so its first row's counters are
+its first interval's (the latency engine, which needs a per-call variance, leaves that interval out; the load
+accounting must not, or a new statement's first minutes vanish).
 
 **Call surges.** The test is on the statement's share of the target's calls, so a traffic rise that lifts every
 statement alike is not a surge. With C_b, C_a the statement's calls before and after and R_b, R_a the rest of the
@@ -191,16 +191,19 @@ def impact(
 
 
 def _with_creation_rows(counters: pd.DataFrame, lo: int) -> pd.DataFrame:
-    """The counters plus, for every statement whose first row lies after the window's start, a row of zeros just
-    before it: its entry was created then, so its first row's counters are its first interval's. Counters ordered by
-    query_key (as the warehouse reads them) get the rows in place, so the samples' fast path holds."""
+    """The counters plus, for every statement whose first row lies after the window's start and after an earlier
+    scrape of the target, a row of zeros just before it: its entry was created since that scrape, so its first row's
+    counters are its first interval's. A statement first seen at the target's earliest scrape in the frame (radar
+    began watching inside the window) gets none: its counters hold everything since an unknown creation time, and
+    counted as one interval they would make a surge of the server's whole history. Counters ordered by query_key (as
+    the warehouse reads them) get the rows in place, so the samples' fast path holds."""
     if counters.empty:
         return counters
     t = counters["captured_at"].array.as_unit("ns").asi8
     keys = counters["query_key"]
     ordered = keys.is_monotonic_increasing
     earliest = pd.Series(t).groupby(keys.to_numpy(), sort=False).transform("min").to_numpy()
-    is_first = (t == earliest) & (earliest > lo)
+    is_first = (t == earliest) & (earliest > lo) & (earliest > t.min())
     if not is_first.any():
         return counters
     zeros = counters[is_first].copy()

@@ -7,7 +7,8 @@ from datetime import timedelta
 from typing import Any
 
 ENGINE_VERSION = "2.1.1"  # 2.1: the minimum absolute rise; a step told from a drift by two models; 2.1.1: the
-# serial correlation pooled over both sides on the relative scale
+# serial correlation pooled over both sides on the relative scale; a statement first seen at the target's first
+# scrape is no new load
 # Calls a window mean needs before it stands for a statement's level (a history point, an episode's recovery): with
 # per-call CV 1 such a mean is good to about ±10%. Engine 1's min_calls default; the verdicts no longer use it.
 LEVEL_MIN_CALLS = 100

@@ -50,6 +50,22 @@ def test_new_statements_heavy_by_share_and_sparse_ones_are_not_new() -> None:
     assert not (old["kind"] == "new").any()  # statements with few calls before were there all along
 
 
+def test_watching_that_began_inside_the_window_is_no_surge() -> None:
+    """The target's first scrape lies inside the window (a warehouse created just before, as in test_deploy_analysis
+    under load): every statement's first row holds all its calls since an unknown creation, not one interval's. A
+    statement with a long history (a migration's thousands of calls) would otherwise swell the before side's total
+    and make every steady statement's share "surge"."""
+    counters = draw(50, 6)
+    first = counters["captured_at"].min()
+    history = counters["query_key"] == 0
+    counters.loc[history, "calls"] += 50_000_000  # seen at the first scrape with a long past
+    counters.loc[history, "total_exec_time"] += 50_000_000.0
+    settings = EngineSettings(window=DEPLOY - first + timedelta(minutes=5))  # the window starts before the first scrape
+    found = impact(counters, DEPLOY, settings)
+    assert found.changes.empty, found.changes[["query_key", "kind", "share_ratio"]]
+    assert busy(found.statements, 0)["calls_before"] < 1_000_000
+
+
 def test_stopped_and_rows_per_call() -> None:
     counters = draw(50, 4)
     last = counters["captured_at"] > DEPLOY
