@@ -31,27 +31,24 @@ class TargetOutcome:
     error: str | None = None
 
 
-TEXT_ROUNDS = 3  # how often a scrape re-reads texts a concurrent writer made it need before writing without them
+TEXT_ROUNDS = 3  # the first finds which texts are wanted, the second usually writes; a third for a writer between
 
 
 def snapshot_target(target: Target, warehouse: sa.Engine, exclude_role: str | None = None) -> snapshots.StoreResult:
     """Scrape one target and write what moved, in one warehouse transaction.
 
-    Statement texts are read from the watched server before that transaction, for the statements the warehouse's
-    catalogue (read without the lock) shows new or back; under the lock the catalogue is read again, and should it
-    want texts not read yet (another writer of the target came between), the transaction is left unwritten, those
-    texts are read, and it starts again. After TEXT_ROUNDS it writes with what it has: a new statement without its
-    text waits for the next scrape, as one that left the view before its text was read."""
+    Statement texts are read from the watched server outside that transaction: when, under the target's lock, the
+    write wants texts not read yet (statements new to the catalogue or back in the view), the transaction is left
+    unwritten, those texts are read, and it starts again. A scrape with nothing new (the usual one) reads the catalogue
+    once; after TEXT_ROUNDS (other writers of the target coming between) it writes with what it has: a new statement
+    without its text waits for the next scrape, as one that left the view before its text was read."""
     with session.connect(target) as conn:
         ext = pgss.read_extension(conn, target)
         scrape = pgss.scrape(conn, target, ext, exclude_role)
-        with warehouse.connect() as wconn:
-            state = snapshots.load_state(wconn, target.name)
         texts: dict[Key, str] = {}
         read: set[Key] = set()
+        unread: set[Key] = set()
         for round_ in range(1, TEXT_ROUNDS + 1):
-            plan = snapshots.plan_snapshot(state, scrape.statements, scrape.info.stats_reset, scrape.info.dealloc)
-            unread = sorted({k for k in plan.new_keys + plan.reappeared_keys if k not in read})
             if unread:
                 texts.update(pgss.fetch_texts(conn, target, ext, sorted({k[2] for k in unread})))
                 read.update(unread)
@@ -59,7 +56,8 @@ def snapshot_target(target: Target, warehouse: sa.Engine, exclude_role: str | No
                 state = snapshots.lock_and_load_state(wconn, target.name)
                 plan = snapshots.plan_snapshot(state, scrape.statements, scrape.info.stats_reset, scrape.info.dealloc)
                 wanted = plan.new_keys + plan.reappeared_keys
-                if round_ < TEXT_ROUNDS and any(k not in read for k in wanted):
+                unread = {k for k in wanted if k not in read}
+                if unread and round_ < TEXT_ROUNDS:
                     continue  # nothing was written; the lock goes with the transaction
                 chosen = {k: texts[k] for k in wanted if k in texts}
                 ignored = {

@@ -74,11 +74,6 @@ def lock_target(conn: sa.Connection, target: str) -> None:
 def lock_and_load_state(conn: sa.Connection, target: str) -> TargetState:
     """Take the target's write lock for this transaction and read what the warehouse knows of it."""
     lock_target(conn, target)
-    return load_state(conn, target)
-
-
-def load_state(conn: sa.Connection, target: str) -> TargetState:
-    """What the warehouse knows of the target (without its lock: to be read again under it before writing)."""
     with driver(conn).cursor(binary=True) as cur:
         known = cur.execute(
             "SELECT dbid, userid, queryid, toplevel, fingerprint, last_calls, last_total_exec_time, "
