@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export DAGSTER_DISABLE_TELEMETRY := 1
 
-.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-real-null bench-analysis clean
+.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-real-null bench-analysis bench-hot clean
 
 install: $(VENV)/.installed
 
@@ -28,7 +28,7 @@ lint: install
 	$(BIN)/ruff format --check radar_pipeline radar_pipeline_tests benchmarks
 	$(BIN)/mypy radar_pipeline
 
-bench: bench-snapshot bench-engine bench-quality bench-analysis
+bench: bench-snapshot bench-engine bench-quality bench-analysis bench-hot
 
 bench-snapshot: install
 	$(BIN)/python benchmarks/snapshot_bench.py
@@ -44,6 +44,9 @@ bench-real-null: install
 
 bench-analysis: install
 	$(BIN)/python benchmarks/analysis_bench.py
+
+bench-hot: install
+	$(BIN)/python benchmarks/hot_paths_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

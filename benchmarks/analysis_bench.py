@@ -40,6 +40,24 @@ from radar_pipeline.warehouse import deploys, migrations  # noqa: E402
 from radar_pipeline.warehouse.database import driver, make_engine  # noqa: E402
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
+COPIED = [
+    "target",
+    "captured_at",
+    "dbid",
+    "userid",
+    "queryid",
+    "toplevel",
+    "calls",
+    "total_exec_time",
+    "rows",
+    "shared_blks_hit",
+    "shared_blks_read",
+    "temp_blks_written",
+    "shared_blk_read_time",
+    "stats_since",
+    "reset_before",
+    "fingerprint",
+]
 
 
 def fill(engine: sa.Engine, target: str, queries: int, scrapes: int, regressed_from: int | None, seed: int) -> None:
@@ -73,7 +91,8 @@ def fill(engine: sa.Engine, target: str, queries: int, scrapes: int, regressed_f
                         f"\t0\t{c[i, q] // 10}\t0\t0\t\\N\tf\t{qid[q]}\n"
                     )
             buffer.seek(0)
-            with cur.copy("COPY radar.pgss_snapshot FROM STDIN") as copy:
+            # the columns named: stddev_exec_time (0007) is left null, as in rows stored before it
+            with cur.copy(f"COPY radar.pgss_snapshot ({', '.join(COPIED)}) FROM STDIN") as copy:
                 while chunk := buffer.read(1 << 20):
                     copy.write(chunk)
             cur.execute(

@@ -76,7 +76,7 @@ def analyse_deploy(
     interval, so the last scrape of the window is stored), has not passed by the warehouse's clock: an early analysis
     would see half a window. Plans of detections: see `decide_window`, with the deploy's target in `live_targets`.
     """
-    with engine.begin() as conn:
+    with engine.connect() as conn:
         event = deploys.get(conn, deploy_id)
         if event is None or event.deployed_at is None:
             raise AnalysisRefused(f"deploy {deploy_id!r} is not recorded in radar.deploy_event")
@@ -88,71 +88,72 @@ def analyse_deploy(
                 "window reaches before the year 1"
             ) from None
         require_closed(conn, closes_at, f"the window after deploy {deploy_id!r}")
-        decided = decide_window(
-            conn, deploy_id, event.target, event.deployed_at, settings, run_id, (live_targets or {}).get(event.target)
-        )
+    decided = decide_window(
+        engine, deploy_id, event.target, event.deployed_at, settings, (live_targets or {}).get(event.target)
+    )
+    with engine.begin() as conn:
+        write_window(conn, deploy_id, event.target, decided, settings, run_id)
         started = time.perf_counter()
     decided.seconds["write"] += time.perf_counter() - started  # the commit
     return DeployAnalysis(**vars(decided), event=event)
 
 
 def decide_window(
-    conn: sa.Connection,
+    engine: sa.Engine,
     analysis_id: str,
     target: str,
     split_at: datetime,
     settings: EngineSettings,
-    run_id: str | None,
     live: Target | None,
 ) -> WindowVerdicts:
-    """Decide every query of the target on the window split_at ± settings.window and replace the analysis
-    `analysis_id` with the verdicts, in the caller's transaction.
+    """Decide every query of the target on the window split_at ± settings.window, for the analysis `analysis_id`;
+    `write_window` then replaces the analysis with what was decided, in the caller's transaction.
 
-    The impact (engine/impact.py) is computed from the same counters and replaces the analysis's radar.deploy_impact
-    and radar.statement_change rows. A detection whose cause the counters left open and whose change coincides with
-    another statement's surge or new heavy load gets cause `contention: <queryid> <text>`. Each detection gets a plan
-    diff from the stored plans (capturing the current plan from `live` when none was stored after the change); a
-    changed shape makes its cause plan_changed, whatever else was found.
+    The impact (engine/impact.py) is computed from the same counters. A detection whose cause the counters left open
+    and whose change coincides with another statement's surge or new heavy load gets cause
+    `contention: <queryid> <text>`. Each detection gets a plan diff from the stored plans (capturing the current plan
+    from `live` when none was stored after the change); a changed shape makes its cause plan_changed, whatever else
+    was found. The warehouse is read in a transaction that ends before the watched server is reached, and no
+    transaction is open on return: a slow watched server keeps no warehouse transaction or lock waiting.
     """
     timings: dict[str, float] = {}
-    started = time.perf_counter()
     lo, hi = split_at - settings.window, split_at + settings.window
-    window = analysis.read_window(conn, target, lo, hi)
-    health = analysis.window_health(conn, target, lo, hi)
-    timings["read"] = time.perf_counter() - started
+    with engine.connect() as conn:
+        started = time.perf_counter()
+        window = analysis.read_window(conn, target, lo, hi)
+        health = analysis.window_health(conn, target, lo, hi)
+        timings["read"] = time.perf_counter() - started
+        conn.rollback()  # nothing written: no transaction stays open while the engine runs
+
+        started = time.perf_counter()
+        result = analyse(window.counters, split_at, settings)
+        verdicts = _with_statement_keys(result, window)
+        found = impact(window.counters, split_at, settings, result)
+        culprits = contention_culprits(verdicts, found, settings)
+        timings["engine"] = time.perf_counter() - started
+
+        started = time.perf_counter()
+        changes = _changes_with_keys(found.changes, window)
+        texts_of_changes = analysis.query_texts(conn, target, changes[KEY], length=TEXT_LENGTH)
+        changes["query"] = [texts_of_changes.get(int(q), "") for q in changes["queryid"]]
+        blamed = culprits.notna().to_numpy()
+        if blamed.any():
+            by_key = changes.set_index("query_key")
+            verdicts.loc[blamed, "cause"] = [
+                f"contention: {int(by_key.loc[k, 'queryid'])} {by_key.loc[k, 'query'][:CAUSE_TEXT]}".rstrip()
+                for k in culprits[blamed]
+            ]
+        detected = verdicts["verdict"] == "detected"
+        texts = analysis.query_texts(conn, target, verdicts.loc[detected, KEY])
+        timings["write"] = time.perf_counter() - started  # the texts, read here for the write's sake
 
     started = time.perf_counter()
-    result = analyse(window.counters, split_at, settings)
-    verdicts = _with_statement_keys(result, window)
-    found = impact(window.counters, split_at, settings, result)
-    culprits = contention_culprits(verdicts, found, settings)
-    timings["engine"] = time.perf_counter() - started
-
-    changes = _changes_with_keys(found.changes, window)
-    texts_of_changes = analysis.query_texts(conn, target, changes[KEY], length=TEXT_LENGTH)
-    changes["query"] = [texts_of_changes.get(int(q), "") for q in changes["queryid"]]
-    blamed = culprits.notna().to_numpy()
-    if blamed.any():
-        by_key = changes.set_index("query_key")
-        verdicts.loc[blamed, "cause"] = [
-            f"contention: {int(by_key.loc[k, 'queryid'])} {by_key.loc[k, 'query'][:CAUSE_TEXT]}".rstrip()
-            for k in culprits[blamed]
-        ]
-
-    started = time.perf_counter()
-    detected = verdicts["verdict"] == "detected"
     if detected.any():
-        diffs = plan_diffs(conn, target, verdicts[detected], live, hi)
+        diffs = plan_diffs(engine, target, verdicts[detected], live, hi)
         verdicts.loc[detected, "plan_diff"] = pd.Series(diffs, index=verdicts.index[detected], dtype=object)
         changed = [bool(d.get("shape_changed")) for d in diffs]
         verdicts.loc[verdicts.index[detected][changed], "cause"] = "plan_changed"
     timings["plans"] = time.perf_counter() - started
-
-    started = time.perf_counter()
-    analysis.write_analysis(conn, analysis_id, target, settings.to_dict(), (lo, hi), verdicts, run_id)
-    analysis.write_impact(conn, analysis_id, target, found.summary, changes)
-    texts = analysis.query_texts(conn, target, verdicts.loc[detected, KEY])
-    timings["write"] = time.perf_counter() - started
     return WindowVerdicts(
         window=(lo, hi),
         verdicts=verdicts,
@@ -162,6 +163,22 @@ def decide_window(
         summary=found.summary,
         changes=changes.drop(columns="query_key"),
     )
+
+
+def write_window(
+    conn: sa.Connection,
+    analysis_id: str,
+    target: str,
+    decided: WindowVerdicts,
+    settings: EngineSettings,
+    run_id: str | None,
+) -> None:
+    """Replace the analysis `analysis_id` on the target with the decided window (verdicts, radar.deploy_impact and
+    radar.statement_change rows), in the caller's transaction; adds its time to decided.seconds["write"]."""
+    started = time.perf_counter()
+    analysis.write_analysis(conn, analysis_id, target, settings.to_dict(), decided.window, decided.verdicts, run_id)
+    analysis.write_impact(conn, analysis_id, target, decided.summary, decided.changes)
+    decided.seconds["write"] += time.perf_counter() - started
 
 
 def _changes_with_keys(changes: pd.DataFrame, window: analysis.WindowCounters) -> pd.DataFrame:

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from radar_pipeline.config import Target
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.engine.settings import LEVEL_MIN_CALLS
-from radar_pipeline.steps.deploy_analysis import WindowVerdicts, decide_window, require_closed
+from radar_pipeline.steps.deploy_analysis import WindowVerdicts, decide_window, require_closed, write_window
 from radar_pipeline.warehouse import deploys, episodes
 
 REPORTED, ALREADY_REPORTED, LEFT_TO_DEPLOY = "reported", "already_reported", "left_to_deploy"
@@ -81,31 +81,29 @@ def analyse_period(
     done, failed = [], {}
     for target in targets:
         try:
+            decided = decide_window(engine, ident, target, split, settings, (live_targets or {}).get(target))
             with engine.begin() as conn:
-                done.append(
-                    _analyse_target(
-                        conn, ident, target, split, settings, deploy_tolerance, run_id, (live_targets or {}).get(target)
-                    )
-                )
+                done.append(_record_target(conn, ident, target, decided, settings, deploy_tolerance, run_id))
         except Exception as exc:  # one target's failure must not stop the others
             log.exception("periodic analysis of %s failed", target)
             failed[target] = f"{type(exc).__name__}: {exc}"
     return done, failed
 
 
-def _analyse_target(
+def _record_target(
     conn: sa.Connection,
     ident: str,
     target: str,
-    split: datetime,
+    decided: WindowVerdicts,
     settings: EngineSettings,
     deploy_tolerance: timedelta,
     run_id: str | None,
-    live: Target | None,
 ) -> PeriodAnalysis:
+    """Write one target's decided window and its episodes (reopened, recovered, reported) in the caller's
+    transaction, and say which detections are reported."""
     episodes.reopen(conn, ident, target)
-    decided = decide_window(conn, ident, target, split, settings, run_id, live)
-    end = split + settings.window
+    write_window(conn, ident, target, decided, settings, run_id)
+    end = decided.window[1]
     recovered = episodes.recover(conn, ident, target, end, settings.threshold, max(settings.min_calls, LEVEL_MIN_CALLS))
     verdicts = decided.verdicts
     verdicts["report"] = None

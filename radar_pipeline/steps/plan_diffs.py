@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from radar_pipeline import plan_shape
 from radar_pipeline.collector import plans, session
 from radar_pipeline.config import Target
-from radar_pipeline.pgss_model import KEY, Key, statement_key
+from radar_pipeline.pgss_model import Key, statement_keys
 from radar_pipeline.steps.plan_capture import capture_one
 from radar_pipeline.warehouse import plans as stored_plans
 
@@ -24,28 +24,33 @@ PLAN_REACH = timedelta(minutes=15)  # past the window's end: more than one plan 
 
 
 def plan_diffs(
-    conn: sa.Connection, target_name: str, detections: pd.DataFrame, live: Target | None, window_end: datetime
+    engine: sa.Engine, target_name: str, detections: pd.DataFrame, live: Target | None, window_end: datetime
 ) -> list[dict[str, Any]]:
     """The plan diff of each detection (rows with KEY and change_at): the plan in force before the change against the
     first captured after it within the analysed window's reach (up to PLAN_REACH past `window_end`), capturing one
-    now when none was and the reach has not passed; a re-analysis later finds the same plans."""
+    now when none was and the reach has not passed; a re-analysis later finds the same plans.
+
+    The stored plans of all detections are read in one query, in a short transaction of its own; the watched server
+    is reached only after it ended, so no warehouse transaction waits on it. A plan captured now is stored in a short
+    transaction of its own."""
+    keys = statement_keys(detections)
+    change_ats = [t.to_pydatetime() for t in detections["change_at"]]
+    until = window_end + PLAN_REACH
+    with engine.connect() as conn:
+        now = conn.execute(sa.text("SELECT now()")).scalar_one()
+        found = stored_plans.around_each(conn, target_name, keys, change_ats, until)
     diffs: list[dict[str, Any]] = []
     connection: psycopg.Connection | None = None
     source: plans.PlanSource | None = None
-    until = window_end + PLAN_REACH
-    now = conn.execute(sa.text("SELECT now()")).scalar_one()
     try:
-        for row in detections.itertuples():
-            key = statement_key([getattr(row, k) for k in KEY])
-            change_at = row.change_at.to_pydatetime()
-            before, after = stored_plans.around(conn, target_name, key, change_at, until)
-            why = "none was captured within the window's reach"
+        for key, change_at, plans_around in zip(keys, change_ats, found, strict=True):
+            after, why = plans_around.after, "none was captured within the window's reach"
             if after is None and live is not None and now <= until:
                 if connection is None:
                     connection, source = _open(live)
                 if connection is not None and source is not None:
-                    after, why = _capture_now(conn, connection, source, target_name, key)
-            diffs.append(_diff(before, after, change_at, why))
+                    after, why = _capture_now(engine, connection, source, target_name, key, plans_around.text)
+            diffs.append(_diff(plans_around.before, after, change_at, why))
     finally:
         if connection is not None:
             connection.close()
@@ -61,19 +66,19 @@ def _open(target: Target) -> tuple[psycopg.Connection | None, plans.PlanSource |
 
 
 def _capture_now(
-    conn: sa.Connection, live: psycopg.Connection, source: plans.PlanSource, target: str, key: Key
+    engine: sa.Engine, live: psycopg.Connection, source: plans.PlanSource, target: str, key: Key, text: str | None
 ) -> tuple[stored_plans.StoredPlan | None, str]:
     """The plan captured now and stored, or None and why it could not be."""
     if source.source is None:
         return None, f"none could be captured now: {source.reason}"
     try:
-        captured = capture_one(live, source, key, stored_plans.text_of(conn, target, key))
+        captured = capture_one(live, source, key, text)
     except plans.PlanUnavailable as exc:
         return None, f"none could be captured now: {exc}"
     now = live.execute("SELECT statement_timestamp()").fetchone()[0]  # type: ignore[index]
-    # Stored in a short transaction of its own: a plan really captured is kept whatever becomes of the analysis, and
-    # the analysis's own transaction takes no plan rows (plan_snapshots never waits on it).
-    with conn.engine.begin() as own:
+    # A plan really captured is kept whatever becomes of the analysis, and the analysis's own transaction takes no
+    # plan rows (plan_snapshots never waits on it).
+    with engine.begin() as own:
         stored_plans.store(own, target, now, {key: captured}, {})
     origin, plan_hash, root_node, cost, plan = captured
     return stored_plans.StoredPlan(now, origin, plan_hash, root_node, cost, plan), ""

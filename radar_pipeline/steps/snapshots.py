@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from radar_pipeline.collector import pgss, session
 from radar_pipeline.collector.fingerprint import fingerprint
 from radar_pipeline.config import Target, target_failure
+from radar_pipeline.pgss_model import Key
 from radar_pipeline.warehouse import snapshots
 
 MAX_PARALLEL_TARGETS = 8
@@ -30,22 +31,41 @@ class TargetOutcome:
     error: str | None = None
 
 
+TEXT_ROUNDS = 3  # the first finds which texts are wanted, the second usually writes; a third for a writer between
+
+
 def snapshot_target(target: Target, warehouse: sa.Engine, exclude_role: str | None = None) -> snapshots.StoreResult:
-    """Scrape one target and write what moved, in one warehouse transaction."""
+    """Scrape one target and write what moved, in one warehouse transaction.
+
+    Statement texts are read from the watched server outside that transaction: when, under the target's lock, the
+    write wants texts not read yet (statements new to the catalogue or back in the view), the transaction is left
+    unwritten, those texts are read, and it starts again. A scrape with nothing new (the usual one) reads the catalogue
+    once; after TEXT_ROUNDS (other writers of the target coming between) it writes with what it has: a new statement
+    without its text waits for the next scrape, as one that left the view before its text was read."""
     with session.connect(target) as conn:
         ext = pgss.read_extension(conn, target)
         scrape = pgss.scrape(conn, target, ext, exclude_role)
-        with warehouse.begin() as wconn:
-            state = snapshots.lock_and_load_state(wconn, target.name)
-            plan = snapshots.plan_snapshot(state, scrape.statements, scrape.info.stats_reset, scrape.info.dealloc)
-            wanted = plan.new_keys + plan.reappeared_keys
-            texts = pgss.fetch_texts(conn, target, ext, sorted({k[2] for k in wanted}))
-            texts = {k: texts[k] for k in wanted if k in texts}
-            ignored = {
-                k: reason for k in plan.new_keys if k in texts and (reason := pgss.own_statement_reason(texts[k]))
-            }
-            fingerprints = {k: fingerprint(text) for k, text in texts.items() if k not in ignored}
-            return snapshots.write_snapshot(wconn, scrape.info, state, plan, texts, fingerprints, ignored)
+        texts: dict[Key, str] = {}
+        read: set[Key] = set()
+        unread: set[Key] = set()
+        for round_ in range(1, TEXT_ROUNDS + 1):
+            if unread:
+                texts.update(pgss.fetch_texts(conn, target, ext, sorted({k[2] for k in unread})))
+                read.update(unread)
+            with warehouse.begin() as wconn:
+                state = snapshots.lock_and_load_state(wconn, target.name)
+                plan = snapshots.plan_snapshot(state, scrape.statements, scrape.info.stats_reset, scrape.info.dealloc)
+                wanted = plan.new_keys + plan.reappeared_keys
+                unread = {k for k in wanted if k not in read}
+                if unread and round_ < TEXT_ROUNDS:
+                    continue  # nothing was written; the lock goes with the transaction
+                chosen = {k: texts[k] for k in wanted if k in texts}
+                ignored = {
+                    k: reason for k in plan.new_keys if k in chosen and (reason := pgss.own_statement_reason(chosen[k]))
+                }
+                fingerprints = {k: fingerprint(text) for k, text in chosen.items() if k not in ignored}
+                return snapshots.write_snapshot(wconn, scrape.info, state, plan, chosen, fingerprints, ignored)
+    raise AssertionError("unreachable: the last round always writes")
 
 
 def snapshot_targets(

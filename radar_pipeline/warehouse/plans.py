@@ -67,14 +67,20 @@ def last_capture(conn: sa.Connection, target: str) -> datetime | None:
     ).scalar_one()
 
 
-def latest_hashes(conn: sa.Connection, target: str) -> dict[Key, str]:
-    """Each statement's most recent stored plan shape."""
+def latest_hashes(conn: sa.Connection, target: str, keys: list[Key]) -> dict[Key, str]:
+    """The most recent stored plan shape of each of these statements (those with a plan stored)."""
+    if not keys:
+        return {}
+    match = " AND ".join(f"p.{k} = k.{k}" for k in KEY)
     rows = conn.execute(
         sa.text(
-            f"SELECT DISTINCT ON ({', '.join(KEY)}) {', '.join(KEY)}, plan_hash FROM radar.plan_snapshot "
-            f"WHERE target = :t ORDER BY {', '.join(KEY)}, captured_at DESC"
+            f"SELECT {', '.join(f'k.{k}' for k in KEY)}, p.plan_hash "
+            "FROM unnest(CAST(:dbid AS oid[]), CAST(:userid AS oid[]), CAST(:queryid AS bigint[]), "
+            "CAST(:toplevel AS boolean[])) AS k(dbid, userid, queryid, toplevel) "
+            "CROSS JOIN LATERAL (SELECT plan_hash FROM radar.plan_snapshot p "
+            f"WHERE p.target = :t AND {match} ORDER BY p.captured_at DESC LIMIT 1) p"
         ),
-        {"t": target},
+        {"t": target, **{k: [key[i] for key in keys] for i, k in enumerate(KEY)}},
     )
     return {statement_key(r): r[4] for r in rows}
 
@@ -87,7 +93,7 @@ def store(
     skipped: dict[Key, str],
 ) -> int:
     """Store the plans whose shape differs from their statement's last stored plan; record skips. Returns stored."""
-    known = latest_hashes(conn, target)
+    known = latest_hashes(conn, target, list(plans))
     fresh = {k: p for k, p in plans.items() if known.get(k) != p[1]}
     if fresh:
         conn.execute(
@@ -133,51 +139,71 @@ def store(
     return len(fresh)
 
 
-def around(
-    conn: sa.Connection, target: str, key: Key, at: datetime, until: datetime
-) -> tuple[StoredPlan | None, StoredPlan | None]:
-    """The plan in force at `at` (the last stored at or before it) and the plan in force after it within the analysed
-    window's reach: the first stored in (at, until], or, when none was stored after `at` at all and a later look found
-    the shape unchanged, the one before. Plans stored after `until` never count, so a re-analysis finds the same."""
-    params = {"t": target, **dict(zip(KEY, key, strict=True)), "at": at, "until": until}
-    where = "target = :t AND dbid = :dbid AND userid = :userid AND queryid = :queryid AND toplevel = :toplevel"
-    columns = "captured_at, source, plan_hash, root_node, total_cost, plan"
-    before = conn.execute(
-        sa.text(
-            f"SELECT {columns} FROM radar.plan_snapshot WHERE {where} AND captured_at <= :at "
-            "ORDER BY captured_at DESC LIMIT 1"
-        ),
-        params,
-    ).fetchone()
-    after = conn.execute(
-        sa.text(
-            f"SELECT {columns} FROM radar.plan_snapshot WHERE {where} AND captured_at > :at "
-            "AND captured_at <= :until ORDER BY captured_at LIMIT 1"
-        ),
-        params,
-    ).fetchone()
-    found_before = StoredPlan(*before) if before else None
-    found_after = StoredPlan(*after) if after else None
-    if found_after is None and found_before is not None:
-        # plans are stored only when the shape changes: no plan after `at` and a later look at the same shape means
-        # the shape never changed after `at` (the look's time is left out: it moves with every look)
-        later = conn.execute(
-            sa.text(f"SELECT 1 FROM radar.plan_snapshot WHERE {where} AND captured_at > :at LIMIT 1"), params
-        ).fetchone()
-        check = conn.execute(
-            sa.text(f"SELECT checked_at, plan_hash FROM radar.plan_check WHERE {where}"), params
-        ).fetchone()
-        if later is None and check is not None and check[0] > at and check[1] == found_before.plan_hash:
-            found_after = found_before
-    return found_before, found_after
+@dataclass(frozen=True)
+class PlansAround:
+    """A statement's plans around a change: the one in force before it and after it (None when not stored), and,
+    when there is none after it, the statement's text from radar.query (to capture one now)."""
+
+    before: StoredPlan | None
+    after: StoredPlan | None
+    text: str | None
 
 
-def text_of(conn: sa.Connection, target: str, key: Key) -> str | None:
-    """A statement's normalised text as radar.query holds it."""
-    return conn.execute(
+PLAN_COLUMNS = ["captured_at", "source", "plan_hash", "root_node", "total_cost", "plan"]
+
+
+def around_each(
+    conn: sa.Connection, target: str, keys: list[Key], at: list[datetime], until: datetime
+) -> list[PlansAround]:
+    """For each statement and its change time, in one query: the plan in force at `at` (the last stored at or before
+    it) and the plan in force after it within the analysed window's reach: the first stored in (at, until], or, when
+    none was stored after `at` at all and a later look found the shape unchanged, the one before. Plans stored after
+    `until` never count, so a re-analysis finds the same."""
+    if not keys:
+        return []
+    match = " AND ".join(f"p.{k} = d.{k}" for k in KEY)
+    plan_of = ", ".join(f"{{side}}.{c}" for c in PLAN_COLUMNS)
+    rows = conn.execute(
         sa.text(
-            "SELECT query FROM radar.query WHERE target = :t AND dbid = :d AND userid = :u AND queryid = :q "
-            "AND toplevel = :top"
+            f"""
+            SELECT {plan_of.format(side="b")}, {plan_of.format(side="a")},
+                   EXISTS (SELECT 1 FROM radar.plan_snapshot p WHERE p.target = :t AND {match}
+                           AND p.captured_at > d.at) AS later,
+                   c.checked_at, c.plan_hash, CASE WHEN a.captured_at IS NULL THEN q.query END
+            FROM unnest(CAST(:dbid AS oid[]), CAST(:userid AS oid[]), CAST(:queryid AS bigint[]),
+                        CAST(:toplevel AS boolean[]), CAST(:at AS timestamptz[]))
+                 WITH ORDINALITY AS d(dbid, userid, queryid, toplevel, at, n)
+            LEFT JOIN LATERAL (
+                SELECT {", ".join(PLAN_COLUMNS)} FROM radar.plan_snapshot p
+                WHERE p.target = :t AND {match} AND p.captured_at <= d.at ORDER BY p.captured_at DESC LIMIT 1
+            ) b ON true
+            LEFT JOIN LATERAL (
+                SELECT {", ".join(PLAN_COLUMNS)} FROM radar.plan_snapshot p
+                WHERE p.target = :t AND {match} AND p.captured_at > d.at AND p.captured_at <= :until
+                ORDER BY p.captured_at LIMIT 1
+            ) a ON true
+            LEFT JOIN radar.plan_check c ON c.target = :t AND {match.replace("p.", "c.")}
+            LEFT JOIN radar.query q ON q.target = :t AND {match.replace("p.", "q.")}
+            ORDER BY d.n
+            """
         ),
-        {"t": target, "d": key[0], "u": key[1], "q": key[2], "top": key[3]},
-    ).scalar_one_or_none()
+        {"t": target, "until": until, "at": at, **{k: [key[i] for key in keys] for i, k in enumerate(KEY)}},
+    ).fetchall()
+    width = len(PLAN_COLUMNS)
+    found: list[PlansAround] = []
+    for row in rows:
+        before = StoredPlan(*row[:width]) if row[0] is not None else None
+        after = StoredPlan(*row[width : 2 * width]) if row[width] is not None else None
+        later, checked_at, checked_hash, text = row[2 * width :]
+        if after is None and before is not None:
+            # plans are stored only when the shape changes: no plan after `at` and a later look at the same shape
+            # means the shape never changed after `at` (the look's time is left out: it moves with every look)
+            if (
+                not later
+                and checked_at is not None
+                and checked_at > at[len(found)]
+                and checked_hash == before.plan_hash
+            ):
+                after = before
+        found.append(PlansAround(before, after, text if after is None else None))
+    return found
