@@ -33,6 +33,7 @@ from radar_pipeline.defs.resources import AnalysisResource  # noqa: E402
 from radar_pipeline.demo.local_postgres import LocalPostgres  # noqa: E402
 from radar_pipeline.engine import EngineSettings  # noqa: E402
 from radar_pipeline.engine.history import HistorySettings  # noqa: E402
+from radar_pipeline.pgss_model import COUNTERS, KEY  # noqa: E402
 from radar_pipeline.steps.deploy_analysis import analyse_deploy  # noqa: E402
 from radar_pipeline.steps.history import update_history  # noqa: E402
 from radar_pipeline.steps.periodic_check import analyse_period  # noqa: E402
@@ -40,20 +41,11 @@ from radar_pipeline.warehouse import deploys, migrations  # noqa: E402
 from radar_pipeline.warehouse.database import driver, make_engine  # noqa: E402
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
-COPIED = [
+COPIED = [  # the stored columns the benchmark writes, in the order of fill()'s rows (stddev_exec_time left NULL)
     "target",
     "captured_at",
-    "dbid",
-    "userid",
-    "queryid",
-    "toplevel",
-    "calls",
-    "total_exec_time",
-    "rows",
-    "shared_blks_hit",
-    "shared_blks_read",
-    "temp_blks_written",
-    "shared_blk_read_time",
+    *KEY,
+    *(c for c in COUNTERS if c != "stddev_exec_time"),
     "stats_since",
     "reset_before",
     "fingerprint",
