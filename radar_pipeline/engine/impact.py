@@ -4,8 +4,8 @@ Per statement (fingerprints merged as for the verdicts): calls, execution time a
 calls and execution time per minute of window; rows per call; whether it is new (no calls before, calls after) or
 stopped (calls before, none after). Per target and per database (dbid): execution time per minute before and after.
 
-A statement first seen inside the window (no row at or before its start, and an earlier scrape of the target
-without it) started counting from zero when pg_stat_statements created its entry, so its first row's counters are
+A statement first seen inside the window (no row at or before its start, and not at the target's first scrape)
+started counting from zero when pg_stat_statements created its entry, so its first row's counters are
 its first interval's (the latency engine, which needs a per-call variance, leaves that interval out; the load
 accounting must not, or a new statement's first minutes vanish).
 
@@ -102,16 +102,20 @@ def impact(
     deploy_at: datetime | pd.Timestamp,
     settings: EngineSettings | None = None,
     verdicts: pd.DataFrame | None = None,
+    watched_since: datetime | pd.Timestamp | None = None,
 ) -> Impact:
     """The deploy's impact summary and per-statement changes (module doc). `verdicts`, the latency engine's result on
-    the same counters (its query_key, verdict and change_factor), tells an N+1 surge from a surge that also slowed."""
+    the same counters (its query_key, verdict and change_factor), tells an N+1 surge from a surge that also slowed.
+    `watched_since`, the target's first scrape: a statement first seen at it was not created then (None: the target
+    was watched before the window)."""
     settings = settings or EngineSettings()
     deploy = int(pd.Timestamp(deploy_at).tz_convert("UTC").as_unit("ns").value)
     width = int(settings.window.total_seconds() * 1e9)
     lo, hi = deploy - width, deploy + width
     minutes = settings.window.total_seconds() / 60.0
     extra = ("rows",) if "rows" in counters.columns else ()
-    samples = window_samples(_with_creation_rows(counters, lo), lo, hi, extra)
+    since = None if watched_since is None else int(pd.Timestamp(watched_since).tz_convert("UTC").as_unit("ns").value)
+    samples = window_samples(_with_creation_rows(counters, lo, since), lo, hi, extra)
     g = samples.groups
     group = samples.group
     after = samples.end > deploy
@@ -190,10 +194,10 @@ def impact(
     return Impact(summary=summary, statements=out[STATEMENT_COLUMNS])
 
 
-def _with_creation_rows(counters: pd.DataFrame, lo: int) -> pd.DataFrame:
-    """The counters plus, for every statement whose first row lies after the window's start and after an earlier
-    scrape of the target, a row of zeros just before it: its entry was created since that scrape, so its first row's
-    counters are its first interval's. A statement first seen at the target's earliest scrape in the frame (radar
+def _with_creation_rows(counters: pd.DataFrame, lo: int, watched_since: int | None) -> pd.DataFrame:
+    """The counters plus, for every statement whose first row lies after the window's start and after the target's
+    first scrape (`watched_since`, ns), a row of zeros just before it: its entry was created since the scrape before,
+    so its first row's counters are its first interval's. A statement first seen at the target's first scrape (radar
     began watching inside the window) gets none: its counters hold everything since an unknown creation time, and
     counted as one interval they would make a surge of the server's whole history. Counters ordered by query_key (as
     the warehouse reads them) get the rows in place, so the samples' fast path holds."""
@@ -203,7 +207,7 @@ def _with_creation_rows(counters: pd.DataFrame, lo: int) -> pd.DataFrame:
     keys = counters["query_key"]
     ordered = keys.is_monotonic_increasing
     earliest = pd.Series(t).groupby(keys.to_numpy(), sort=False).transform("min").to_numpy()
-    is_first = (t == earliest) & (earliest > lo) & (earliest > t.min())
+    is_first = (t == earliest) & (earliest > max(lo, watched_since if watched_since is not None else lo))
     if not is_first.any():
         return counters
     zeros = counters[is_first].copy()

@@ -128,7 +128,7 @@ def decide_window(
         started = time.perf_counter()
         result = analyse(window.counters, split_at, settings)
         verdicts = _with_statement_keys(result, window)
-        found = impact(window.counters, split_at, settings, result)
+        found = impact(window.counters, split_at, settings, result, watched_since=health["first_scrape"])
         culprits = contention_culprits(verdicts, found, settings)
         timings["engine"] = time.perf_counter() - started
 

@@ -211,7 +211,8 @@ def write_analysis(
 def window_health(conn: sa.Connection, target: str, lo: datetime, hi: datetime) -> dict[str, Any]:
     """Scrape coverage and resets in the window: scrapes, the longest gap between them (window edges included; the
     first sample's interval starts at the last scrape at or before `lo`, so the gap before the window's first scrape
-    is measured from there), distinct stats_reset values seen, and evictions (dealloc) counted inside it."""
+    is measured from there), distinct stats_reset values seen, evictions (dealloc) counted inside it, and the target's
+    first scrape stored (None without any): a statement first seen then was not created then."""
     row = conn.execute(
         sa.text(
             "WITH s AS (SELECT captured_at, dealloc, stats_reset FROM radar.pgss_info_snapshot "
@@ -222,7 +223,8 @@ def window_health(conn: sa.Connection, target: str, lo: datetime, hi: datetime) 
             "SELECT CAST(:hi AS timestamptz)), "
             "gaps AS (SELECT captured_at - lag(captured_at) OVER (ORDER BY captured_at) AS gap FROM edges) "
             "SELECT (SELECT count(*) FROM s), (SELECT max(gap) FROM gaps), "
-            "(SELECT count(DISTINCT stats_reset) FROM s), (SELECT max(dealloc) - min(dealloc) FROM s)"
+            "(SELECT count(DISTINCT stats_reset) FROM s), (SELECT max(dealloc) - min(dealloc) FROM s), "
+            "(SELECT min(captured_at) FROM radar.pgss_info_snapshot WHERE target = :t)"
         ),
         {"t": target, "lo": lo, "hi": hi},
     ).one()
@@ -231,6 +233,7 @@ def window_health(conn: sa.Connection, target: str, lo: datetime, hi: datetime) 
         "longest_gap_s": row[1].total_seconds() if row[1] is not None else (hi - lo).total_seconds(),
         "stats_resets": max(0, int(row[2]) - 1),
         "dealloc": int(row[3] or 0),
+        "first_scrape": row[4],
     }
 
 

@@ -61,9 +61,30 @@ def test_watching_that_began_inside_the_window_is_no_surge() -> None:
     counters.loc[history, "calls"] += 50_000_000  # seen at the first scrape with a long past
     counters.loc[history, "total_exec_time"] += 50_000_000.0
     settings = EngineSettings(window=DEPLOY - first + timedelta(minutes=5))  # the window starts before the first scrape
-    found = impact(counters, DEPLOY, settings)
+    found = impact(counters, DEPLOY, settings, watched_since=first)
     assert found.changes.empty, found.changes[["query_key", "kind", "share_ratio"]]
     assert busy(found.statements, 0)["calls_before"] < 1_000_000
+
+
+def test_a_quiet_target_s_new_statements_keep_their_first_interval() -> None:
+    """A target watched long before the window whose old statements were idle in it: the statements the deploy
+    brought are the only rows, first seen at the first scrape after the deploy — created since the scrape before, so
+    every call counts (a one-off batch run in that interval alone included)."""
+    counters = draw(3, 5, new={0: 5000.0, 1: 3000.0, 2: 2000.0})
+    found = impact(counters, DEPLOY, SETTINGS, watched_since=DEPLOY - timedelta(days=3))
+    rows = found.statements.set_index("query_key")
+    assert (rows["calls_after"] == counters.groupby("query_key")["calls"].max()).all()
+    assert (rows["kind"] == "new").all()
+
+    times = DEPLOY + pd.to_timedelta(np.arange(1, 31) * 60, unit="s")
+    batch = pd.DataFrame({"query_key": 0, "captured_at": times, "calls": 100_000, "total_exec_time": 5e6})
+    steady = pd.DataFrame(
+        {"query_key": 1, "captured_at": times, "calls": 10 + 10 * np.arange(30), "total_exec_time": 0.0}
+    )
+    steady["total_exec_time"] = steady["calls"] * 1.0
+    one_off = pd.concat([batch, steady], ignore_index=True).assign(rows=lambda f: f["calls"], dbid=5)
+    found = impact(one_off, DEPLOY, SETTINGS, watched_since=DEPLOY - timedelta(days=3))
+    assert busy(found.statements, 0)["calls_after"] == 100_000
 
 
 def test_stopped_and_rows_per_call() -> None:
