@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export DAGSTER_DISABLE_TELEMETRY := 1
 
-.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-real-null bench-analysis clean
+.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-real-null bench-analysis bench-backfill clean
 
 install: $(VENV)/.installed
 
@@ -44,6 +44,9 @@ bench-real-null: install
 
 bench-analysis: install
 	$(BIN)/python benchmarks/analysis_bench.py
+
+bench-backfill: install
+	$(BIN)/python benchmarks/backfill_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

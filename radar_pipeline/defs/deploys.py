@@ -66,8 +66,10 @@ CHANGE_COLUMNS = [
     ("p_family", "float"),
 ]
 REANALYSIS_TAG = "radar/reanalysis"  # on the nightly reanalysis's runs: their alerts are recorded, never sent
-# A backfill's run analyses this many deploys one after another: about 0.2 s each at 1,000 statements against the
-# several CPU-seconds a run costs to start (README, "Benchmarks"), and still a short run to retry.
+# A backfill's run analyses this many deploys one after another. Measured (benchmarks/backfill_bench.py, 1,000
+# statements): a deploy takes about 0.5 s in a run, a run about 6 s to start, so a run of 100 (about a minute) spends
+# a tenth of its time starting; 1,000 deploys make 10 runs, enough to keep every run slot busy to the end, and a
+# failed run is at most a minute's work to retry.
 BACKFILL_PARTITIONS_PER_RUN = 100
 # The concurrency pool of the analyses: its limit (dagster.yaml, the Helm values) caps the analyses running at once
 # across all runs, so a backfill leaves the CPU and the warehouse to the minutely snapshots.
