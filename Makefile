@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export DAGSTER_DISABLE_TELEMETRY := 1
 
-.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-real-null bench-analysis bench-hot clean
+.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-real-null bench-analysis bench-hot bench-backfill clean
 
 install: $(VENV)/.installed
 
@@ -47,6 +47,9 @@ bench-analysis: install
 
 bench-hot: install
 	$(BIN)/python benchmarks/hot_paths_bench.py
+
+bench-backfill: install
+	$(BIN)/python benchmarks/backfill_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -242,7 +242,26 @@ def test_runs_go_through_the_kubernetes_run_launcher_and_the_daemon_s_queue(valu
     assert coordinator["enabled"] is True and coordinator["type"] == "QueuedRunCoordinator"
     queued = coordinator["config"]["queuedRunCoordinator"]
     assert queued["maxConcurrentRuns"] >= 1
-    assert "concurrency" not in values, "the chart refuses run limits both here and under concurrency.runs"
+    assert "runs" not in values.get("concurrency", {}), "the chart refuses run limits both here and in concurrency"
+
+
+def test_the_analysis_pool_has_a_limit_here_and_in_the_helm_values(values: dict[str, Any]) -> None:
+    """deploy_verdicts' pool is radar's only one, so each instance's default pool limit is its limit."""
+    from radar_pipeline.definitions import defs
+    from radar_pipeline.defs.deploys import ANALYSIS_POOL, deploy_verdicts
+
+    pools = {
+        node.pool
+        for job in defs.get_repository_def().get_all_jobs()
+        for node in job.graph.node_defs
+        if getattr(node, "pool", None)
+    }
+    assert pools == {ANALYSIS_POOL} == {deploy_verdicts.op.pool}
+    helm = values["concurrency"]
+    assert helm["enabled"] is True and helm["pools"]["granularity"] in ("run", "op")
+    assert helm["pools"]["defaultLimit"] >= 1
+    local = yaml.safe_load((ROOT / "dagster.yaml").read_text())["concurrency"]["pools"]
+    assert local["default_limit"] >= 1 and local["granularity"] in ("run", "op")
 
 
 def test_the_queue_limits_tags_the_definitions_put_on_runs(values: dict[str, Any]) -> None:

@@ -1,10 +1,14 @@
 """Deploys in Dagster: the `deploys` partitions, the deploy_verdicts asset, its sensor and the nightly reanalysis."""
 
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
+from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+    AssetCheckEvaluationTargetMaterializationData,
+)
 
 from radar_pipeline import plan_shape
 from radar_pipeline.config import REANALYSIS_DAYS_VAR, ConfigError, Target, count_setting
@@ -12,7 +16,7 @@ from radar_pipeline.defs.metadata import detection_cells, rounded, table
 from radar_pipeline.defs.plans import plan_snapshots
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.defs.snapshots import pgss_snapshots
-from radar_pipeline.engine import ENGINE_VERSION
+from radar_pipeline.engine import ENGINE_VERSION, EngineSettings
 from radar_pipeline.pgss_model import key_label
 from radar_pipeline.steps.deploy_analysis import AnalysisRefused, DeployAnalysis, analyse_deploy
 from radar_pipeline.warehouse import analysis as analysis_store
@@ -62,6 +66,15 @@ CHANGE_COLUMNS = [
     ("p_family", "float"),
 ]
 REANALYSIS_TAG = "radar/reanalysis"  # on the nightly reanalysis's runs: their alerts are recorded, never sent
+# A backfill's run analyses this many deploys one after another. Measured (benchmarks/backfill_bench.py, 1,000
+# statements): a deploy takes about 0.5 s in a run, a run about 6 s to start, so a run of 100 (about a minute) spends
+# a tenth of its time starting; 1,000 deploys make 10 runs, enough to keep every run slot busy to the end, and a
+# failed run is at most a minute's work to retry.
+BACKFILL_PARTITIONS_PER_RUN = 100
+# The concurrency pool of the analyses: its limit (dagster.yaml, the Helm values) caps the analyses running at once
+# across all runs, so a backfill leaves the CPU and the warehouse to the minutely snapshots.
+ANALYSIS_POOL = "radar/analysis"
+FAILED_SHOWN = 20  # failed deploys named in a backfill run's failure; the run log has each one's reason
 
 
 class VerdictConfig(dg.Config):
@@ -89,6 +102,9 @@ class VerdictConfig(dg.Config):
         dg.AssetCheckSpec(COVERAGE_CHECK, asset="deploy_verdicts", description="no scrape gap over 3 intervals"),
         dg.AssetCheckSpec(RESETS_CHECK, asset="deploy_verdicts", description="no stats reset or eviction"),
     ],
+    backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=BACKFILL_PARTITIONS_PER_RUN),
+    pool=ANALYSIS_POOL,
+    output_required=False,  # a backfill's run reports each deploy by its own materialization instead
     description="One verdict per query for each deploy (radar.analysis, radar.verdict; detections: radar.regression).",
 )
 def deploy_verdicts(
@@ -97,12 +113,31 @@ def deploy_verdicts(
     warehouse: WarehouseResource,
     analysis: AnalysisResource,
     targets: TargetsResource,
-) -> dg.MaterializeResult:
-    """Decide, for every query of the deploy's target, whether this deploy made it slower."""
+) -> Iterator[dg.MaterializeResult | dg.AssetMaterialization | dg.AssetCheckEvaluation | dg.Output]:
+    """Decide, for every query of the deploy's target, whether this deploy made it slower.
+
+    A run of one deploy (the sensor's, the reconciler's, the nightly reanalysis's) reports it as a MaterializeResult
+    with its checks. A backfill's run of several deploys analyses them in turn and reports each one as it is stored:
+    its own materialization, with the same metadata, and its checks; a deploy that cannot be analysed is logged and
+    the rest go on, and the run fails at the end naming those deploys.
+    """
     try:
         settings = analysis.settings(**config.model_dump())
     except ValueError as exc:
         raise dg.Failure(description=f"run config for deploy_verdicts: {exc}") from None
+    if context.has_partition_key:
+        yield _single_deploy(context, warehouse, analysis, targets, settings)
+        return
+    yield from _several_deploys(context, warehouse, analysis, targets, settings)
+
+
+def _single_deploy(
+    context: dg.AssetExecutionContext,
+    warehouse: WarehouseResource,
+    analysis: AnalysisResource,
+    targets: TargetsResource,
+    settings: EngineSettings,
+) -> dg.MaterializeResult:
     try:
         result = analyse_deploy(
             warehouse.engine(),
@@ -119,6 +154,73 @@ def deploy_verdicts(
     return dg.MaterializeResult(
         metadata=_metadata(result),
         check_results=_checks(result, analysis.scrape_interval_seconds),
+    )
+
+
+def _several_deploys(
+    context: dg.AssetExecutionContext,
+    warehouse: WarehouseResource,
+    analysis: AnalysisResource,
+    targets: TargetsResource,
+    settings: EngineSettings,
+) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation | dg.Output]:
+    """Each deploy of the run's partition range in turn, through one warehouse engine; a materialization and the
+    checks for each one stored, and a Failure at the end naming those that were not."""
+    engine = warehouse.engine()
+    live = configured_targets(targets, context)
+    keys = context.partition_keys
+    failed: list[str] = []
+    for number, deploy_id in enumerate(keys, 1):
+        try:
+            result = analyse_deploy(
+                engine, deploy_id, settings, context.run.run_id, settle=analysis.settle, live_targets=live
+            )
+        except Exception as exc:  # one deploy's failure leaves the others' analyses to run and be reported
+            failed.append(deploy_id)
+            reason = str(exc) if isinstance(exc, AnalysisRefused) else f"{type(exc).__name__}: {exc}"
+            context.log.error(f"deploy {deploy_id} ({number}/{len(keys)}) not analysed: {reason}")
+            continue
+        for line in _detections_log(result):
+            context.log.info(f"{deploy_id}: {line}")
+        yield dg.AssetMaterialization(asset_key=context.asset_key, partition=deploy_id, metadata=_metadata(result))
+        target = _stored_materialization(context, deploy_id)
+        for check in _checks(result, analysis.scrape_interval_seconds):
+            yield dg.AssetCheckEvaluation(
+                asset_key=context.asset_key,
+                check_name=str(check.check_name),
+                passed=check.passed,
+                metadata=check.metadata,
+                severity=check.severity,
+                target_materialization_data=target,
+            )
+    context.log.info(f"analysed {len(keys) - len(failed)} of {len(keys)} deploys")
+    if not failed:
+        # The checks' outputs, once for the run (each deploy's evaluations are above), as a MaterializeResult's
+        # check results would yield them: Dagster requires them of a successful step.
+        for key in sorted(context.selected_asset_check_keys, key=lambda k: k.name):
+            yield dg.Output(None, output_name=context.assets_def.get_output_name_for_asset_check_key(key))
+        return
+    shown = ", ".join(failed[:FAILED_SHOWN]) + (
+        f" and {len(failed) - FAILED_SHOWN} more" if len(failed) > FAILED_SHOWN else ""
+    )
+    raise dg.Failure(
+        description=f"{len(failed)} of {len(keys)} deploys were not analysed (the run log says why): {shown}; "
+        "the others are stored and materialized",
+        metadata={"failed": dg.MetadataValue.json(failed)},
+    )
+
+
+def _stored_materialization(
+    context: dg.AssetExecutionContext, deploy_id: str
+) -> AssetCheckEvaluationTargetMaterializationData | None:
+    """The materialization just stored for the deploy, which its checks evaluate, as a one-deploy run's do."""
+    records = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=context.asset_key, asset_partitions=[deploy_id]), limit=1
+    ).records
+    if not records:
+        return None
+    return AssetCheckEvaluationTargetMaterializationData(
+        run_id=records[0].run_id, storage_id=records[0].storage_id, timestamp=records[0].timestamp
     )
 
 

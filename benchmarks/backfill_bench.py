@@ -1,0 +1,328 @@
+"""Backfill benchmark: deploy_verdicts over many deploys through Dagster, with its backfill policy.
+
+Run with `make bench-backfill` (or `.venv/bin/python benchmarks/backfill_bench.py [--deploys N] [--queries Q]`). It
+starts an embedded PostgreSQL 18 as the warehouse, fills one target's history of Q statements by COPY (as
+analysis_bench does), imports N deploys two minutes apart (windows of ±30 minutes: each analysis reads Q × 60 scrapes
+a side, as analysis_bench's backfill) and measures, in the same run:
+
+1. the old way, like for like: one in-process run per partition (`dg.materialize(partition_key=...)`) over the first
+   --subset deploys, and the new way over the same deploys as one ranged run;
+2. the new way over all N deploys in-process: runs of the backfill policy's size, one after another;
+3. with --daemon (the default): a real backfill. `dagster-daemon run` on an instance of its own (Dagster's storage in
+   a database of the same PostgreSQL, the QueuedRunCoordinator, pools of `run` granularity) executes a backfill of
+   the --subset deploys one per run (the old way, like for like), then of all N partitions with the backfill
+   policy, each submitted as the UI submits one; each run is a process of its own that loads the code location. It
+   reports the time from submitting the backfill to the last run's end and to the backfill's completion (the
+   backfill daemon looks every 30 s), and the peak memory of the daemon's processes, a run's among them.
+
+Peak memory of this process (the in-process runs) is its maximum resident set size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import dagster as dg
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from analysis_bench import START, fill  # noqa: E402
+
+from radar_pipeline.defs.deploys import BACKFILL_PARTITIONS_PER_RUN, deploy_verdicts  # noqa: E402
+from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource  # noqa: E402
+from radar_pipeline.demo.local_postgres import LocalPostgres  # noqa: E402
+from radar_pipeline.steps.deploy_analysis import analyse_deploy  # noqa: E402
+from radar_pipeline.warehouse import deploys, migrations  # noqa: E402
+from radar_pipeline.warehouse.database import make_engine  # noqa: E402
+
+WINDOW_S = 1800.0
+SPACING_MIN = 2
+TARGET = "history"
+NO_PLANS = f"{TARGET}=postgresql://nowhere.invalid/none"  # a configured target, so no plan is captured live
+# The daemon's processes by a mark in their command line: each run is a process the code server spawns.
+PROCESS_KINDS = [(b"spawn_main", "run process"), (b"dagster api", "code server"), (b"dagster-daemon", "daemon")]
+RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
+# The code location the daemon's runs load: every definition's import (as production pays it), but only the
+# deploy_verdicts asset, so no sensor or schedule of radar's starts runs of its own during the benchmark.
+# BENCH_PER_RUN overrides the backfill policy's size (1: the old one run per partition).
+LOCATION = """
+import os
+
+import dagster as dg
+import radar_pipeline.definitions  # noqa: F401
+from radar_pipeline.defs.deploys import deploy_verdicts
+from radar_pipeline.defs.resources import default_resources
+
+per_run = int(os.environ["BENCH_PER_RUN"])
+asset = deploy_verdicts.with_attributes(backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=per_run))
+defs = dg.Definitions(assets=[asset], resources=default_resources())
+"""
+
+
+def resources(url: str) -> dict:
+    """The resources of the in-process runs: the warehouse, the benchmark's window, a target with no plans."""
+    return {
+        "warehouse": WarehouseResource(url=url),
+        "analysis": AnalysisResource(window_seconds=WINDOW_S),
+        "targets": TargetsResource(spec=NO_PLANS),
+    }
+
+
+def analysis_alone(url: str, keys: list[str]) -> float:
+    """Seconds for analyse_deploy over `keys` in a loop, without Dagster: the floor of any run's time."""
+    engine = make_engine(url)
+    settings = AnalysisResource(window_seconds=WINDOW_S).settings()
+    started = time.perf_counter()
+    for key in keys:
+        analyse_deploy(engine, key, settings)
+    took = time.perf_counter() - started
+    engine.dispose()
+    return took
+
+
+def one_per_run(url: str, keys: list[str]) -> float:
+    """Seconds for one in-process run per partition, the way a backfill ran before its policy."""
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", keys)
+        started = time.perf_counter()
+        for key in keys:
+            assert dg.materialize(
+                [deploy_verdicts], partition_key=key, resources=resources(url), instance=instance
+            ).success
+        return time.perf_counter() - started
+
+
+def ranged_runs(url: str, keys: list[str], per_run: int) -> tuple[float, int]:
+    """Seconds for in-process runs of `per_run` partitions each over `keys`, and the partitions materialized."""
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", keys)
+        started = time.perf_counter()
+        for i in range(0, len(keys), per_run):
+            chunk = keys[i : i + per_run]
+            result = dg.materialize(
+                [deploy_verdicts],
+                resources=resources(url),
+                instance=instance,
+                tags={RANGE_START: chunk[0], RANGE_END: chunk[-1]},
+            )
+            assert result.success
+        took = time.perf_counter() - started
+        return took, len(instance.get_materialized_partitions(dg.AssetKey("deploy_verdicts")))
+
+
+def daemon_backfill(
+    server: LocalPostgres, url: str, keys: list[str], root: Path, runs: int, pool: int, per_run: int
+) -> None:
+    """A backfill of `keys`, `per_run` partitions a run, executed by a real dagster-daemon on an instance of its own;
+    prints its figures."""
+    from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
+
+    name = f"dagster_bench_{per_run}"
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    root = root / name
+    home = root / "dagster_home"
+    home.mkdir(parents=True)
+    (home / "dagster.yaml").write_text(
+        textwrap.dedent(f"""\
+        storage:
+          postgres:
+            postgres_url: "{server.url(name, driver="postgresql+psycopg2")}"
+        run_coordinator:
+          module: dagster.core.run_coordinator
+          class: QueuedRunCoordinator
+          config:
+            dequeue_interval_seconds: 1
+        concurrency:
+          runs:
+            max_concurrent_runs: {runs}
+          pools:
+            granularity: run
+            default_limit: {pool}
+        telemetry:
+          enabled: false
+        """)
+    )
+    (root / "bench_location.py").write_text(LOCATION)
+    (root / "workspace.yaml").write_text(
+        "load_from:\n  - python_module:\n      module_name: bench_location\n      location_name: bench\n"
+        f"      working_directory: {root}\n"
+    )
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+        "PYTHONPATH": os.pathsep.join([str(root), str(ROOT)]),
+        "RADAR_WAREHOUSE_URL": url,
+        "RADAR_TARGETS": NO_PLANS,
+        "RADAR_WINDOW_SECONDS": str(WINDOW_S),
+        "BENCH_PER_RUN": str(per_run),
+    }
+    os.environ["DAGSTER_HOME"] = str(home)
+    instance = dg.DagsterInstance.get()
+    instance.add_dynamic_partitions("deploys", keys)
+    daemon = subprocess.Popen(
+        [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w", str(root / "workspace.yaml")],
+        env=env,
+        cwd=root,
+        stdout=open(root / "daemon.log", "w"),  # noqa: SIM115
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        waited = time.time()
+        while "BACKFILL" not in instance.get_daemon_heartbeats():  # the workspace loaded, the daemons running
+            assert daemon.poll() is None and time.time() - waited < 300, f"the daemon did not start: {root}/daemon.log"
+            time.sleep(1)
+        os.environ.update({k: env[k] for k in ("RADAR_WAREHOUSE_URL", "RADAR_TARGETS", "RADAR_WINDOW_SECONDS")})
+        namespace: dict = {}
+        os.environ["BENCH_PER_RUN"] = str(per_run)
+        exec(compile(LOCATION, "bench_location", "exec"), namespace)  # noqa: S102
+        defs = namespace["defs"]
+
+        submitted = time.time()
+        instance.add_backfill(
+            PartitionBackfill.from_asset_partitions(
+                backfill_id="bench",
+                asset_graph=defs.get_repository_def().asset_graph,
+                partition_names=keys,
+                asset_selection=[dg.AssetKey("deploy_verdicts")],
+                backfill_timestamp=submitted,
+                tags={},
+                dynamic_partitions_store=instance,
+                all_partitions=False,
+                title=None,
+                description=None,
+                run_config=None,
+            )
+        )
+        peaks: dict[str, int] = {}
+        status = None
+        while time.time() - submitted < 3600:
+            _descendants_peak_kib(daemon.pid, peaks)
+            status = instance.get_backfill("bench").status
+            if status != BulkActionStatus.REQUESTED:
+                break
+            time.sleep(0.5)
+        completed = time.time()
+        records = instance.get_run_records(dg.RunsFilter(tags={"dagster/backfill": "bench"}))
+        ended = max((r.end_time or 0.0) for r in records)
+        first_start = min((r.start_time or completed) for r in records)
+        materialized = len(instance.get_materialized_partitions(dg.AssetKey("deploy_verdicts")))
+        ok = sum(r.dagster_run.is_success for r in records)
+        durations = sorted((r.end_time or 0) - (r.start_time or 0) for r in records)
+        print(
+            f"daemon backfill of {len(keys):,} deploys ({runs} runs at once, pool limit {pool}, {per_run} partitions a "
+            f"run): {status.value if status else None}, "
+            f"{len(records)} runs ({ok} succeeded), {materialized:,} partitions materialized"
+        )
+        print(
+            f"  submitted → last run ended: {ended - submitted:.1f} s = {materialized / (ended - submitted) * 60:,.0f} "
+            f"partitions per minute (first run started after {first_start - submitted:.1f} s); "
+            f"→ backfill completed: {completed - submitted:.1f} s"
+        )
+        print(
+            f"  run durations: median {durations[len(durations) // 2]:.1f} s, max {durations[-1]:.1f} s; "
+            "peak memory (VmHWM): " + "; ".join(f"{kind}: {kib / 1024:.0f} MiB" for kind, kib in sorted(peaks.items()))
+        )
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=60)
+        instance.dispose()
+
+
+def _descendants_peak_kib(root_pid: int, peaks: dict[str, int]) -> None:
+    """Record in `peaks` the peak resident set (VmHWM, KiB) of every process under root_pid, by its command line."""
+    parents: dict[int, int] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                parents[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    for pid in parents:
+        ancestor = pid
+        while ancestor not in (root_pid, 0, 1) and ancestor in parents:
+            ancestor = parents[ancestor]
+        if ancestor != root_pid:
+            continue
+        try:
+            words = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
+            status = (Path("/proc") / str(pid) / "status").read_text()
+        except OSError:
+            continue
+        command = b" ".join(words)
+        kind = next((name for mark, name in PROCESS_KINDS if mark in command), None)
+        if kind is None:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                peaks[kind] = max(peaks.get(kind, 0), int(line.split()[1]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--deploys", type=int, default=1000)
+    parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--subset", type=int, default=20, help="deploys run the old way, one per run")
+    parser.add_argument("--per-run", type=int, default=BACKFILL_PARTITIONS_PER_RUN, help="partitions a run")
+    parser.add_argument("--no-daemon", action="store_true", help="skip the real daemon backfill")
+    parser.add_argument("--runs", type=int, default=2, help="the daemon's max concurrent runs")
+    parser.add_argument("--pool", type=int, default=2, help="the pool radar/analysis's limit for the daemon")
+    args = parser.parse_args()
+
+    root = Path(tempfile.mkdtemp(prefix="radar-backfill-bench-"))
+    server = LocalPostgres(root / "warehouse", settings={"shared_buffers": "512MB", "work_mem": "64MB"}).start()
+    try:
+        url = server.url(driver="postgresql+psycopg")
+        migrations.upgrade(url)
+        engine = make_engine(url)
+        scrapes = args.deploys * SPACING_MIN + 2 * 60 + 2
+        started = time.perf_counter()
+        fill(engine, TARGET, args.queries, scrapes, regressed_from=None, seed=2)
+        print(f"loaded {args.queries:,} statements × {scrapes:,} scrapes in {time.perf_counter() - started:.1f} s")
+        csv = root / "deploys.csv"
+        keys = [f"h-{i:04d}" for i in range(args.deploys)]
+        lines = ["deploy_id,target,deployed_at"] + [
+            f"{k},{TARGET},{(START + timedelta(minutes=61 + i * SPACING_MIN)).isoformat()}" for i, k in enumerate(keys)
+        ]
+        csv.write_text("\n".join(lines) + "\n")
+        deploys.import_csv(engine, csv)
+        engine.dispose()
+
+        subset = keys[: args.subset]
+        bare = analysis_alone(url, subset)
+        old = one_per_run(url, subset)
+        new, _ = ranged_runs(url, subset, args.per_run)
+        print(
+            f"like for like, {len(subset)} deploys × {args.queries:,} statements in-process: one run per partition "
+            f"{old:.1f} s = {len(subset) / old * 60:,.0f} partitions per minute; one ranged run {new:.1f} s = "
+            f"{len(subset) / new * 60:,.0f} per minute ({old / new:.1f}×); the analysis alone (analyse_deploy in a "
+            f"loop) {bare:.1f} s = {len(subset) / bare * 60:,.0f} per minute"
+        )
+        took, done = ranged_runs(url, keys, args.per_run)
+        print(
+            f"in-process, runs of {args.per_run}: {done:,} of {len(keys):,} deploys × {args.queries:,} statements in "
+            f"{took:.1f} s = {done / took * 60:,.0f} partitions per minute (one process, one run at a time)"
+        )
+        print(f"peak memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+        if not args.no_daemon:
+            daemon_backfill(server, url, subset, root, args.runs, args.pool, 1)  # like for like: the old way
+            daemon_backfill(server, url, keys, root, args.runs, args.pool, args.per_run)
+    finally:
+        server.destroy()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""deploy_verdicts in a backfill's run of several deploys, on real PostgreSQL with synthetic counters.
+
+Three queries through four hourly deploys (windows of ±200 s, scrapes every 10 s): 22 gets three times slower at
+deploy 2, the others stay flat. A fifth deploy, recorded a minute ago, has a window still open: its analysis is
+refused, and the run must still store and report the other four.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+import pytest
+import sqlalchemy as sa
+
+from radar_pipeline.defs.deploys import (
+    ANALYSIS_POOL,
+    BACKFILL_PARTITIONS_PER_RUN,
+    COVERAGE_CHECK,
+    RESETS_CHECK,
+    deploy_verdicts,
+)
+from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
+from radar_pipeline.warehouse import deploys
+
+from .helpers import run_log_text, store_counters
+
+DEPLOYS = 4
+SLOWER_AT = 2
+TEXTS = {21: "SELECT * FROM carts WHERE owner = $1", 22: "SELECT * FROM orders WHERE id = $1", 23: "SELECT 1"}
+RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
+
+
+def _counters(start: datetime, rng: np.random.Generator) -> pd.DataFrame:
+    rows = []
+    for queryid in TEXTS:
+        calls, total = 0, 0.0
+        for d in range(DEPLOYS):
+            at = start + timedelta(hours=d)
+            for j in range(-20, 21):
+                slower = queryid == 22 and (d > SLOWER_AT or (d == SLOWER_AT and j > 0))
+                mean = (3.0 if slower else 1.0) * rng.lognormal(0, 0.05)
+                calls, total = calls + 20, total + 20 * mean
+                rows.append((queryid, at + timedelta(seconds=10 * j), calls, total))
+    return pd.DataFrame(rows, columns=["queryid", "captured_at", "calls", "total_exec_time"])
+
+
+@pytest.fixture
+def recorded(warehouse, warehouse_url) -> list[str]:
+    """Four deploys whose windows closed and, third in partition order, one whose window is still open."""
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=DEPLOYS + 2)
+    store_counters(warehouse, "main", _counters(start, np.random.default_rng(5)), TEXTS)
+    ids = [f"b-{d}" for d in range(DEPLOYS)]
+    for d, deploy_id in enumerate(ids):
+        deploys.record(warehouse, deploys.DeployEvent(deploy_id, "main", start + timedelta(hours=d)))
+    deploys.record(warehouse, deploys.DeployEvent("b-open", "main", datetime.now(UTC) - timedelta(minutes=1)))
+    return [*ids[:2], "b-open", *ids[2:]]
+
+
+def _resources(warehouse_url: str) -> dict:
+    return {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": AnalysisResource(window_seconds=200, scrape_interval_seconds=10, tolerance_floor_seconds=30),
+        "targets": TargetsResource(spec="main=postgresql://nowhere.invalid/none"),  # plans: none to capture
+    }
+
+
+def _run_range(
+    instance: dg.DagsterInstance, warehouse_url: str, keys: list[str], first: str, last: str
+) -> dg.ExecuteInProcessResult:
+    """One run of deploy_verdicts over the partitions first…last, as a backfill with its policy launches it."""
+    instance.add_dynamic_partitions("deploys", keys)
+    return dg.materialize(
+        [deploy_verdicts],
+        resources=_resources(warehouse_url),
+        instance=instance,
+        tags={RANGE_START: first, RANGE_END: last},
+        raise_on_error=False,
+    )
+
+
+def _analysed(warehouse) -> pd.DataFrame:
+    with warehouse.connect() as conn:
+        return pd.read_sql(
+            sa.text("SELECT deploy_id, queries, detected, run_id FROM radar.analysis ORDER BY deploy_id"),
+            conn,
+        ).set_index("deploy_id")
+
+
+def test_the_asset_has_a_multi_run_backfill_policy_and_the_analysis_pool():
+    policy = deploy_verdicts.backfill_policy
+    assert policy is not None and policy.max_partitions_per_run == BACKFILL_PARTITIONS_PER_RUN > 1
+    assert deploy_verdicts.op.pool == ANALYSIS_POOL
+
+
+def test_a_run_of_several_deploys_stores_and_reports_each(recorded, warehouse, warehouse_url):
+    closed = [k for k in recorded if k != "b-open"]
+    with dg.instance_for_test() as instance:
+        result = _run_range(instance, warehouse_url, closed, closed[0], closed[-1])
+        assert result.success
+        analysed = _analysed(warehouse)
+        assert sorted(analysed.index) == sorted(closed)
+        assert set(analysed["run_id"]) == {result.run_id}  # one run for all four
+        assert (analysed["queries"] == len(TEXTS)).all()
+        assert analysed["detected"].to_dict() == {k: int(k == f"b-{SLOWER_AT}") for k in closed}
+
+        materializations = {m.partition: m for m in result.asset_materializations_for_node("deploy_verdicts")}
+        assert sorted(materializations) == sorted(closed)
+        for key, mat in materializations.items():
+            assert mat.metadata["queries"].value == len(TEXTS)
+            assert mat.metadata["deploy"].value["deploy_id"] == key
+        assert materializations[f"b-{SLOWER_AT}"].metadata["detected"].value == 1
+        assert instance.get_materialized_partitions(dg.AssetKey("deploy_verdicts")) == set(closed)
+
+        evaluations = result.get_asset_check_evaluations()
+        assert sorted(e.check_name for e in evaluations) == sorted([COVERAGE_CHECK, RESETS_CHECK] * len(closed))
+        targets = {e.target_materialization_data.storage_id for e in evaluations if e.target_materialization_data}
+        stored = {
+            r.storage_id
+            for key in closed
+            for r in instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=dg.AssetKey("deploy_verdicts"), asset_partitions=[key]), limit=1
+            ).records
+        }
+        assert targets == stored  # each check evaluation points at its own deploy's materialization
+
+
+def test_a_refused_deploy_fails_the_run_after_the_others_are_stored(recorded, warehouse, warehouse_url):
+    with dg.instance_for_test() as instance:
+        result = _run_range(instance, warehouse_url, recorded, recorded[0], recorded[-1])
+        assert not result.success
+        closed = [k for k in recorded if k != "b-open"]
+        assert sorted(_analysed(warehouse).index) == sorted(closed)  # those after the refused one too
+        assert instance.get_materialized_partitions(dg.AssetKey("deploy_verdicts")) == set(closed)
+        text = run_log_text(instance, result.run_id)
+        assert "deploy b-open (3/5) not analysed" in text
+        assert "1 of 5 deploys were not analysed" in text and "b-open" in text
+        assert "an analysis before then would see only part of the window" in text
+
+
+def test_a_run_of_one_deploy_is_reported_as_before(recorded, warehouse, warehouse_url):
+    """The sensor's run (partition tag, not a range): one MaterializeResult with its checks."""
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", recorded)
+        result = dg.materialize(
+            [deploy_verdicts], partition_key=f"b-{SLOWER_AT}", resources=_resources(warehouse_url), instance=instance
+        )
+        assert result.success
+        (mat,) = result.asset_materializations_for_node("deploy_verdicts")
+        assert mat.partition == f"b-{SLOWER_AT}" and mat.metadata["detected"].value == 1
+        assert sorted(e.check_name for e in result.get_asset_check_evaluations()) == sorted(
+            [COVERAGE_CHECK, RESETS_CHECK]
+        )
