@@ -1,6 +1,7 @@
 """Deploys in Dagster: the `deploys` partitions, the deploy_verdicts asset, its sensor and the nightly reanalysis."""
 
 import json
+import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -65,6 +66,12 @@ CHANGE_COLUMNS = [
     ("share_ratio", "float"),
     ("p_family", "float"),
 ]
+# At every load of the code location Dagster warns that `backfill_policy` is beta and that deploy_verdicts_job mixes
+# backfill policies (the job then takes one deploy a run, as the sensor's runs do; backfills are launched on the
+# asset). Both are known and chosen, and every process that loads the definitions would print them (the daemon, each
+# run, radar dev): filtered by their messages, for this asset and this job only.
+warnings.filterwarnings("ignore", r"Parameter `backfill_policy` of function `asset` is currently", dg.BetaWarning)
+warnings.filterwarnings("ignore", r"Asset job deploy_verdicts_job materializes assets with varying", UserWarning)
 REANALYSIS_TAG = "radar/reanalysis"  # on the nightly reanalysis's runs: their alerts are recorded, never sent
 # A backfill's run analyses this many deploys one after another. Measured (benchmarks/backfill_bench.py, 1,000
 # statements): a deploy takes about 0.5 s in a run, a run about 6 s to start, so a run of 100 (about a minute) spends
