@@ -80,7 +80,7 @@ def fill(engine: sa.Engine, target: str, queries: int, scrapes: int, regressed_f
                 for q in range(queries):
                     buffer.write(
                         f"{target}\t{stamp}\t5\t10\t{qid[q]}\tt\t{c[i, q]}\t{float(t[i, q])!r}\t{rows[i, q]}"
-                        f"\t0\t{c[i, q] // 10}\t0\t0\t\\N\tf\t{qid[q]}\t\\N\n"  # stddev_exec_time: unknown
+                        f"\t0\t{c[i, q] // 10}\t0\t0\t\\N\tf\t{qid[q]}\n"
                     )
             buffer.seek(0)
             # the columns named: stddev_exec_time (0007) is left null, as in rows stored before it
