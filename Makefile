@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export DAGSTER_DISABLE_TELEMETRY := 1
 
-.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-real-null bench-analysis bench-hot bench-backfill clean
+.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost clean
 
 install: $(VENV)/.installed
 
@@ -50,6 +50,9 @@ bench-hot: install
 
 bench-backfill: install
 	$(BIN)/python benchmarks/backfill_bench.py
+
+bench-run-cost: install
+	$(BIN)/python benchmarks/run_cost_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
