@@ -18,10 +18,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from radar_pipeline.engine.decision import _padded  # noqa: E402
-from radar_pipeline.engine.inference import split_tests  # noqa: E402
-from radar_pipeline.engine.samples import window_samples  # noqa: E402
-from radar_pipeline_tests.engine.fleet import DEPLOY, draw  # noqa: E402
+from radar_pipeline_tests.engine.fleet import draw, p_at_the_deploy  # noqa: E402
 
 LEVELS = (0.1, 0.01, 0.001, 0.0001)
 
@@ -30,19 +27,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fleets", type=int, default=5)
     args = parser.parse_args()
-    width = 1800 * 10**9
     p_sd, p_means, rate, phi, cv = [], [], [], [], []
     for seed in range(args.fleets):
         fleet = draw(4000, 100 + seed)
-        samples = window_samples(fleet.counters, DEPLOY.value - width, DEPLOY.value + width)
-        padded = _padded(samples, np.arange(samples.groups))
-        inside = np.arange(padded["end"].shape[1])[None, :] < padded["n"][:, None]
-        k = ((padded["end"] <= DEPLOY.value) & inside).sum(axis=1)
-        ok = (k >= 3) & (padded["n"] - k >= 3)
-        candidate = np.zeros((len(k), padded["end"].shape[1] + 1), dtype=bool)
-        candidate[np.arange(len(k)), k] = ok
-        for sumsq, out in ((padded["sumsq"], p_sd), (None, p_means)):
-            out.append(split_tests(padded["calls"], padded["time"], sumsq, padded["n"], candidate, 0.0).p[ok])
+        for with_stddev, out in ((True, p_sd), (False, p_means)):
+            p, ok = p_at_the_deploy(fleet.counters, with_stddev)
+            out.append(p)
         rate.append(fleet.rate[ok])
         phi.append(fleet.phi[ok])
         cv.append(fleet.cv[ok])

@@ -18,8 +18,8 @@ import sqlalchemy as sa
 
 from radar_pipeline.engine import COLUMNS as ENGINE_COLUMNS
 from radar_pipeline.engine.impact import STATEMENT_COLUMNS, SUMMARY_COLUMNS
-from radar_pipeline.pgss_model import KEY
-from radar_pipeline.warehouse.database import copy_frame, driver
+from radar_pipeline.pgss_model import KEY, statement_keys
+from radar_pipeline.warehouse.database import KEYS, copy_frame, driver, key_params
 
 # The engine's result columns that radar.verdict stores (not the query_key, Q or the merged keys, which are stored as
 # the statement's identity and merged_queryids), between the statement and what later stages add.
@@ -244,11 +244,10 @@ def query_texts(conn: sa.Connection, target: str, keys: pd.DataFrame, length: in
     rows = conn.execute(
         sa.text(
             "SELECT q.queryid, left(regexp_replace(q.query, '\\s+', ' ', 'g'), :n) FROM radar.query q "
-            "JOIN unnest(CAST(:dbid AS oid[]), CAST(:userid AS oid[]), CAST(:queryid AS bigint[]), "
-            "CAST(:toplevel AS boolean[])) AS k(dbid, userid, queryid, toplevel) "
-            "USING (dbid, userid, queryid, toplevel) WHERE q.target = :t"
+            f"JOIN {KEYS} AS k(dbid, userid, queryid, toplevel) USING (dbid, userid, queryid, toplevel) "
+            "WHERE q.target = :t"
         ),
-        {"t": target, "n": length, **{k: keys[k].tolist() for k in KEY}},
+        {"t": target, "n": length, **key_params(statement_keys(keys))},
     )
     return {int(r[0]): r[1] for r in rows}
 

@@ -11,6 +11,15 @@ import psycopg
 import sqlalchemy as sa
 
 from radar_pipeline.config import warehouse_url
+from radar_pipeline.pgss_model import KEY, Key
+
+# A list of statement keys as a table, bound with key_params: `FROM {KEYS} AS k(dbid, userid, queryid, toplevel)`.
+KEYS = "unnest(CAST(:dbid AS oid[]), CAST(:userid AS oid[]), CAST(:queryid AS bigint[]), CAST(:toplevel AS boolean[]))"
+
+
+def key_params(keys: list[Key]) -> dict[str, list[Any]]:
+    """The bind parameters of KEYS for these statement keys: one list per KEY column."""
+    return {name: [key[i] for key in keys] for i, name in enumerate(KEY)}
 
 
 def make_engine(url: str) -> sa.Engine:

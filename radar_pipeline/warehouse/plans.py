@@ -10,6 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from radar_pipeline.pgss_model import KEY, Key, statement_key
+from radar_pipeline.warehouse.database import KEYS, key_params
 
 RETRY_SKIPPED_AFTER = timedelta(days=1)
 MAX_TEXT = 8192  # radar.query keeps texts this long: a text that long may have been cut, and cannot be planned
@@ -75,12 +76,11 @@ def latest_hashes(conn: sa.Connection, target: str, keys: list[Key]) -> dict[Key
     rows = conn.execute(
         sa.text(
             f"SELECT {', '.join(f'k.{k}' for k in KEY)}, p.plan_hash "
-            "FROM unnest(CAST(:dbid AS oid[]), CAST(:userid AS oid[]), CAST(:queryid AS bigint[]), "
-            "CAST(:toplevel AS boolean[])) AS k(dbid, userid, queryid, toplevel) "
+            f"FROM {KEYS} AS k(dbid, userid, queryid, toplevel) "
             "CROSS JOIN LATERAL (SELECT plan_hash FROM radar.plan_snapshot p "
             f"WHERE p.target = :t AND {match} ORDER BY p.captured_at DESC LIMIT 1) p"
         ),
-        {"t": target, **{k: [key[i] for key in keys] for i, k in enumerate(KEY)}},
+        {"t": target, **key_params(keys)},
     )
     return {statement_key(r): r[4] for r in rows}
 
@@ -187,7 +187,7 @@ def around_each(
             ORDER BY d.n
             """
         ),
-        {"t": target, "until": until, "at": at, **{k: [key[i] for key in keys] for i, k in enumerate(KEY)}},
+        {"t": target, "until": until, "at": at, **key_params(keys)},
     ).fetchall()
     width = len(PLAN_COLUMNS)
     found: list[PlansAround] = []

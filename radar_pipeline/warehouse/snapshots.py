@@ -17,7 +17,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.pgss_model import COUNTERS, KEY, Key, ScrapeInfo, statement_key, statement_keys
-from radar_pipeline.warehouse.database import driver
+from radar_pipeline.warehouse.database import KEYS, driver, key_params
 
 SNAPSHOT_COLUMNS = ["target", "captured_at", *KEY, *COUNTERS, "stats_since", "reset_before", "fingerprint"]
 MAX_QUERY_TEXT = 8192
@@ -305,22 +305,13 @@ def _store_rows(conn: sa.Connection, info: ScrapeInfo, rows: pd.DataFrame, texts
 def _mark_missing(conn: sa.Connection, info: ScrapeInfo, keys: list[Key]) -> None:
     if not keys:
         return
-    dbid, userid, queryid, toplevel = (list(col) for col in zip(*keys, strict=True))
     conn.execute(
         sa.text(
-            "UPDATE radar.query q SET missing_since = :at FROM unnest(CAST(:dbid AS oid[]), CAST(:userid AS oid[]), "
-            "CAST(:queryid AS bigint[]), CAST(:toplevel AS boolean[])) AS m(dbid, userid, queryid, toplevel) "
+            f"UPDATE radar.query q SET missing_since = :at FROM {KEYS} AS m(dbid, userid, queryid, toplevel) "
             "WHERE q.target = :target AND q.dbid = m.dbid AND q.userid = m.userid AND q.queryid = m.queryid "
             "AND q.toplevel = m.toplevel AND q.missing_since IS NULL"
         ),
-        {
-            "target": info.target,
-            "at": info.captured_at,
-            "dbid": dbid,
-            "userid": userid,
-            "queryid": queryid,
-            "toplevel": toplevel,
-        },
+        {"target": info.target, "at": info.captured_at, **key_params(keys)},
     )
 
 

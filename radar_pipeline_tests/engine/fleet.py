@@ -173,3 +173,24 @@ def _counters(
             "stddev_exec_time": np.sqrt(cum_m2 / cum_c).ravel(),
         }
     )
+
+
+def p_at_the_deploy(counters: pd.DataFrame, with_stddev: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The call-level test's one-sided p of each statement at the split at DEPLOY, with θ = 0 (the null's boundary,
+    where the level is attained), from the interval sums of squares or, without stddev, the interval means only; and
+    the mask of the statements tested (three intervals or more each side), whose p's these are, in statement order."""
+    from radar_pipeline.engine.decision import _padded
+    from radar_pipeline.engine.inference import split_tests
+    from radar_pipeline.engine.samples import window_samples
+
+    if not with_stddev:
+        counters = counters.drop(columns="stddev_exec_time")  # as the engine reads rows stored without it
+    width = 1800 * 10**9
+    samples = window_samples(counters, DEPLOY.value - width, DEPLOY.value + width)
+    padded = _padded(samples, np.arange(samples.groups))
+    inside = np.arange(padded["end"].shape[1])[None, :] < padded["n"][:, None]
+    k = ((padded["end"] <= DEPLOY.value) & inside).sum(axis=1)
+    ok = (k >= 3) & (padded["n"] - k >= 3)
+    candidate = np.zeros((len(k), padded["end"].shape[1] + 1), dtype=bool)
+    candidate[np.arange(len(k)), k] = ok
+    return split_tests(padded["calls"], padded["time"], padded["sumsq"], padded["n"], candidate, 0.0).p[ok], ok
