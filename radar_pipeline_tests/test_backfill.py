@@ -22,6 +22,7 @@ from radar_pipeline.defs.deploys import (
     RESETS_CHECK,
     deploy_verdicts,
 )
+from radar_pipeline.defs.reconcile import RANGE_END, RANGE_START
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.warehouse import deploys
 
@@ -30,7 +31,6 @@ from .helpers import run_log_text, store_counters
 DEPLOYS = 4
 SLOWER_AT = 2
 TEXTS = {21: "SELECT * FROM carts WHERE owner = $1", 22: "SELECT * FROM orders WHERE id = $1", 23: "SELECT 1"}
-RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 
 
 def _counters(start: datetime, rng: np.random.Generator) -> pd.DataFrame:

@@ -15,6 +15,8 @@ from radar_pipeline.defs.deploys import deploy_verdicts, deploy_verdicts_job
 from radar_pipeline.defs.history import query_history
 from radar_pipeline.defs.reconcile import (
     BACKLOG_CHECK,
+    RANGE_END,
+    RANGE_START,
     alert_retry_job,
     nothing_waiting,
     radar_reconciler,
@@ -177,6 +179,25 @@ def test_retries_are_bounded(analysed, warehouse_url, slack):  # noqa: F811
                 conn.execute(sa.text("ALTER TABLE radar.verdict_away RENAME TO verdict"))
     assert keys == ["d-7:reconcile-1", "d-7:reconcile-2"]
     assert not _check(tick).passed
+
+
+def test_a_deploy_inside_a_backfill_run_in_flight_is_not_requested_again(analysed, warehouse_url, slack):  # noqa: F811
+    """A backfill's run over several deploys carries the range, not the partition tag: while it is queued or running,
+    the deploys inside it are not requested again; once it ended without analysing them, they are."""
+    _forget_analysis(analysed)
+    resources = _resources(warehouse_url, _bot(slack))
+    defs = _defs(resources)
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["d-6", "d-7", "d-8"])
+        backfill = instance.create_run_for_job(
+            defs.resolve_job_def("deploy_verdicts_job"),
+            status=dg.DagsterRunStatus.STARTED,
+            tags={RANGE_START: "d-6", RANGE_END: "d-8"},
+        )
+        assert not _tick(instance, resources).run_requests
+        instance.report_run_failed(backfill)
+        (request,) = _tick(instance, resources).run_requests
+        assert (request.partition_key, request.run_key) == ("d-7", "d-7:reconcile-1")
 
 
 def test_imported_deploys_get_partitions_without_runs_and_a_missed_one_is_requested(warehouse, warehouse_url, tmp_path):

@@ -3,6 +3,7 @@ deploys whose window closed without an analysis, imported deploys without a part
 shows what is still waiting."""
 
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,6 +17,14 @@ from radar_pipeline.warehouse import reconcile as store
 from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX
 
 BACKLOG_CHECK = "nothing_waiting"
+RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
 
 alert_retry_job = dg.define_asset_job(
     "alert_retry_job",
@@ -91,10 +100,15 @@ def radar_reconciler(
             lines.append(f"{w.analysis_id}: {w.rows} alerts due (attempt {w.attempts + 1})")
         else:
             lines.append(decision.reason)
+    known_keys = context.instance.get_dynamic_partitions("deploys")
+    in_backfill = _in_ranged_runs(context.instance, deploy_verdicts_job.name, known_keys) if unanalysed else set()
     for event in unanalysed:
+        runs = _past_runs(context.instance, deploy_verdicts_job.name, event.deploy_id)
+        if event.deploy_id in in_backfill:
+            runs.append(PastRun(in_flight=True, ended_at=None))
         decision = analysis_retry(
             event.deploy_id,
-            _past_runs(context.instance, deploy_verdicts_job.name, event.deploy_id),
+            runs,
             now,
             reconciler.max_analysis_runs,
             reconciler.backoff,
@@ -109,7 +123,7 @@ def radar_reconciler(
                     tags={"radar/target": event.target, "radar/reconciler": "analysis"},
                 )
             )
-    known = set(context.instance.get_dynamic_partitions("deploys"))
+    known = set(known_keys)
     wanted = [r.partition_key for r in requests if r.job_name != periodic_alert_retry_job.name] + imported
     new_partitions = sorted({k for k in wanted if k is not None and k not in known})
     fresh_imports = [k for k in imported if k not in known]
@@ -144,6 +158,19 @@ def _past_runs(
         )
         for r in records
     ]
+
+
+def _in_ranged_runs(instance: dg.DagsterInstance, job_name: str, partition_keys: Sequence[str]) -> set[str]:
+    """The deploys inside the range of a queued or running run of `job_name`: a backfill's run over several
+    partitions carries the range's first and last keys as tags, not the partition tag `_past_runs` filters on."""
+    records = instance.get_run_records(dg.RunsFilter(job_name=job_name, statuses=IN_FLIGHT))
+    position = {key: i for i, key in enumerate(partition_keys)}
+    covered: set[str] = set()
+    for record in records:
+        first, last = record.dagster_run.tags.get(RANGE_START), record.dagster_run.tags.get(RANGE_END)
+        if first in position and last in position:
+            covered.update(partition_keys[position[first] : position[last] + 1])
+    return covered
 
 
 def _summary(backlog: store.Backlog) -> dict[str, Any]:
