@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from radar_pipeline.defs.alerts import regression_alerts, slack_run_failure_sensor
+from radar_pipeline.defs.deploys import RANGE_END, RANGE_START
 from radar_pipeline.defs.resources import SlackResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.steps.deploy_analysis import analyse_deploy
@@ -192,19 +193,24 @@ def test_a_failed_run_is_reported_to_slack(slack):
     def failing_job() -> None:
         explode()
 
+    # A backfill's run over several deploys has no partition tag; the message names the range instead.
+    ranged = {RANGE_START: "d-<1>", RANGE_END: "d-9"}
     with dg.instance_for_test() as instance:
-        result = failing_job.execute_in_process(instance=instance, raise_on_error=False)
-        failure = next(e for e in result.all_events if e.event_type_value == "PIPELINE_FAILURE")
-        context = dg.build_run_status_sensor_context(
-            sensor_name="slack_run_failure_sensor",
-            dagster_event=failure,
-            dagster_instance=instance,
-            dagster_run=result.dagster_run,
-            resources={"slack": SlackResource(token="xoxb-test-token", channel="#ops", base_url=slack.api_url)},
-        ).for_run_failure()
-        slack_run_failure_sensor(context)
-    post = slack.calls_to("/api/chat.postMessage")[0].json
-    assert post["channel"] == "#ops" and post["text"] == "radar: run of failing_job failed"
+        for tags in ({"dagster/partition": "d-7"}, ranged):
+            result = failing_job.execute_in_process(instance=instance, raise_on_error=False, tags=tags)
+            failure = next(e for e in result.all_events if e.event_type_value == "PIPELINE_FAILURE")
+            context = dg.build_run_status_sensor_context(
+                sensor_name="slack_run_failure_sensor",
+                dagster_event=failure,
+                dagster_instance=instance,
+                dagster_run=result.dagster_run,
+                resources={"slack": SlackResource(token="xoxb-test-token", channel="#ops", base_url=slack.api_url)},
+            ).for_run_failure()
+            slack_run_failure_sensor(context)
+    posts = [call.json for call in slack.calls_to("/api/chat.postMessage")]
+    assert [(p["channel"], p["text"]) for p in posts] == [("#ops", "radar: run of failing_job failed")] * 2
+    fields = [[f["text"] for f in p["blocks"][1]["fields"]] for p in posts]
+    assert fields[0][1] == "*Partition:* d-7" and fields[1][1] == "*Partition:* d-&lt;1&gt; … d-9"
 
 
 def test_links_and_texts_cannot_break_out_of_their_markup():

@@ -19,10 +19,11 @@ from radar_pipeline.defs.deploys import (
     ANALYSIS_POOL,
     BACKFILL_PARTITIONS_PER_RUN,
     COVERAGE_CHECK,
+    RANGE_END,
+    RANGE_START,
     RESETS_CHECK,
     deploy_verdicts,
 )
-from radar_pipeline.defs.reconcile import RANGE_END, RANGE_START
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.warehouse import deploys
 

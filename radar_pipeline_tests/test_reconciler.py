@@ -11,12 +11,10 @@ import dagster as dg
 import sqlalchemy as sa
 
 from radar_pipeline.defs.alerts import regression_alerts
-from radar_pipeline.defs.deploys import deploy_verdicts, deploy_verdicts_job
+from radar_pipeline.defs.deploys import RANGE_END, RANGE_START, deploy_verdicts, deploy_verdicts_job
 from radar_pipeline.defs.history import query_history
 from radar_pipeline.defs.reconcile import (
     BACKLOG_CHECK,
-    RANGE_END,
-    RANGE_START,
     alert_retry_job,
     nothing_waiting,
     radar_reconciler,

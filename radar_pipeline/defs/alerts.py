@@ -1,6 +1,7 @@
 """Alerts in Dagster: regression_alerts (one Slack message per deploy with regressions, through the outbox) and a
 Slack message when one of radar's own runs fails."""
 
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -8,7 +9,7 @@ import dagster as dg
 
 from radar_pipeline.alerts.render import render_run_failure
 from radar_pipeline.alerts.slack import DeliveryError
-from radar_pipeline.defs.deploys import REANALYSIS_TAG, deploy_verdicts, deploys_partitions
+from radar_pipeline.defs.deploys import RANGE_END, RANGE_START, REANALYSIS_TAG, deploy_verdicts, deploys_partitions
 from radar_pipeline.defs.resources import SlackResource, WarehouseResource
 from radar_pipeline.steps.alert_delivery import deliver, deploy_facts, run_url, withhold_reason
 from radar_pipeline.warehouse import alerts as outbox
@@ -53,6 +54,14 @@ def as_metadata(delivery: dict) -> dict:
     return {k: dg.MetadataValue.json(v) if k in ("message", "charts") else v for k, v in delivery.items()}
 
 
+def _partitions_of(tags: Mapping[str, str]) -> str | None:
+    """The partition a run was for, or the range of partitions a backfill's run covered."""
+    if (key := tags.get("dagster/partition")) is not None:
+        return key
+    first, last = tags.get(RANGE_START), tags.get(RANGE_END)
+    return f"{first} … {last}" if first and last else None
+
+
 @dg.run_failure_sensor(
     name="slack_run_failure_sensor",
     default_status=dg.DefaultSensorStatus.RUNNING,
@@ -67,7 +76,7 @@ def slack_run_failure_sensor(context: dg.RunFailureSensorContext, slack: SlackRe
     text, blocks = render_run_failure(
         run.job_name,
         run.run_id,
-        run.tags.get("dagster/partition"),
+        _partitions_of(run.tags),
         context.failure_event.message or "no error message",
         run_url(run.run_id),
     )

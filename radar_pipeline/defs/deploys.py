@@ -82,6 +82,8 @@ BACKFILL_PARTITIONS_PER_RUN = 100
 # across all runs, so a backfill leaves the CPU and the warehouse to the minutely snapshots.
 ANALYSIS_POOL = "radar/analysis"
 FAILED_SHOWN = 20  # failed deploys named in a backfill run's failure; the run log has each one's reason
+# The tags a run over several partitions carries instead of `dagster/partition`: the range's first and last keys.
+RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 
 
 class VerdictConfig(dg.Config):

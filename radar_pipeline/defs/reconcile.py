@@ -9,7 +9,7 @@ from typing import Any
 
 import dagster as dg
 
-from radar_pipeline.defs.deploys import deploy_verdicts_job, deploys_partitions
+from radar_pipeline.defs.deploys import RANGE_END, RANGE_START, deploy_verdicts_job, deploys_partitions
 from radar_pipeline.defs.resources import AnalysisResource, ReconcilerResource, SlackResource, WarehouseResource
 from radar_pipeline.steps.alert_delivery import LEASE
 from radar_pipeline.steps.reconcile import PastRun, analysis_retry
@@ -17,7 +17,6 @@ from radar_pipeline.warehouse import reconcile as store
 from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX
 
 BACKLOG_CHECK = "nothing_waiting"
-RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 IN_FLIGHT = [
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
