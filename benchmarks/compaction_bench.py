@@ -145,9 +145,19 @@ def reads(engine: sa.Engine, target: str, lo: datetime, hi: datetime) -> tuple[f
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument(
+        "--bin-dir",
+        type=Path,
+        help="another PostgreSQL's bin folder (e.g. /usr/lib/postgresql/15/bin); default: the embedded 18",
+    )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="radar-compaction-bench-"))
-    server = LocalPostgres(root / "warehouse", settings={"shared_buffers": "256MB", "work_mem": "64MB"}).start()
+    settings = {"shared_buffers": "256MB", "work_mem": "64MB"}
+    server = (
+        LocalPostgres(root / "warehouse", bin_dir=args.bin_dir, settings=settings)
+        if args.bin_dir
+        else LocalPostgres(root / "warehouse", settings=settings)
+    ).start()
     try:
         url = server.url(driver="postgresql+psycopg")
         migrations.upgrade(url)
@@ -172,6 +182,15 @@ def main() -> None:
             compact_bytes = stored_bytes(conn, f"radar.pgss_compact_p{day:%Y%m%d}")
             left_raw = stored_bytes(conn, f"radar.{raw_partition(day)}")
             compact_rows = conn.execute(sa.text("SELECT count(*) FROM radar.pgss_compact")).scalar_one()
+            version = conn.execute(sa.text("SHOW server_version")).scalar_one()
+            method = conn.execute(
+                sa.text(
+                    "SELECT attcompression FROM pg_attribute "
+                    "WHERE attname = 'calls' AND attrelid = CAST(:p AS regclass)"
+                ),
+                {"p": f"radar.pgss_compact_p{day:%Y%m%d}"},
+            ).scalar_one()
+            method = {"p": "pglz", "l": "lz4"}.get(method, method)
         window_s, intervals_s, window, intervals = reads(engine, "bench", lo, hi)
         same_window = (
             raw_window.sort_values(["query_key", "captured_at"])
@@ -183,6 +202,7 @@ def main() -> None:
         per_raw = raw_bytes / samples
         per_compact = (compact_bytes + left_raw) / samples
         average = (per_raw + (RETENTION_DAYS - 1) * per_compact) / RETENTION_DAYS
+        print(f"PostgreSQL {version}, compression {method}")
         print(f"one target, one day: {samples:,} samples of 5,000 statements ({len(times):,} scrapes); mix {MIX}")
         print(f"raw:       {raw_bytes / 2**20:8.1f} MiB  {per_raw:6.1f} bytes per sample")
         print(

@@ -9,8 +9,8 @@
 -- order. Integer counters and scrape times are delta-encoded (element 1 holds the day's first value, element i > 1
 -- the change since element i − 1), so that most of their bytes are zeros and compress; the floating-point counters are
 -- kept as stored (a delta of doubles would not add back to the same value), and so are stats_since, reset_before and
--- the statement key (constant arrays compress to almost nothing). Arrays are compressed in the row (STORAGE MAIN,
--- toast_tuple_target 128 on each partition), and a day of a busy statement moves to the TOAST table, compressed.
+-- the statement key (constant arrays compress to almost nothing). Arrays are compressed in the row (pglz, STORAGE
+-- MAIN, toast_tuple_target 128 on each partition), and a day of a busy statement moves to the TOAST table, compressed.
 CREATE TABLE radar.pgss_compact (
     target               text               NOT NULL,
     dbid                 oid                NOT NULL,
@@ -38,31 +38,53 @@ CREATE TABLE radar.pgss_compact (
 COMMENT ON TABLE radar.pgss_compact IS
     'Compacted radar.pgss_snapshot: one row per statement per UTC day, its samples as arrays; read through radar.pgss_sample.';
 
--- The samples of one compact row as radar.pgss_snapshot rows, in time order.
-CREATE FUNCTION radar.pgss_compact_rows(c radar.pgss_compact)
+-- The samples of one compact row with captured_at in (from_at, to_at] (only the last of them when only_last) as
+-- radar.pgss_snapshot rows, in time order. The work is in unnesting arrays, so only the times are unnested whole:
+-- they give the elements in range, the delta-encoded counters are summed up to the first of them, and the other
+-- elements are never unnested.
+CREATE FUNCTION radar.pgss_compact_rows(
+    c radar.pgss_compact, from_at timestamptz DEFAULT '-infinity', to_at timestamptz DEFAULT 'infinity',
+    only_last boolean DEFAULT false)
 RETURNS SETOF radar.pgss_snapshot
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-SELECT c.target,
-       c.first_at + CAST(sum(u.captured_at) OVER w AS bigint) * interval '1 microsecond',
-       c.dbid, c.userid, c.queryid, c.toplevel,
-       CAST(sum(u.calls) OVER w AS bigint),
+WITH times AS (
+    SELECT u.n, c.first_at + CAST(sum(u.d) OVER (ORDER BY u.n ROWS UNBOUNDED PRECEDING) AS bigint)
+                             * interval '1 microsecond' AS at
+    FROM unnest(c.captured_at) WITH ORDINALITY AS u(d, n)
+), span AS (
+    SELECT CASE WHEN only_last THEN max(n) ELSE min(n) END AS i, max(n) AS j
+    FROM times WHERE at > from_at AND at <= to_at
+), base AS MATERIALIZED (  -- the delta-encoded counters just before element i, summed once
+    SELECT s.i, s.j,
+           (SELECT coalesce(sum(x), 0) FROM unnest(c.calls[:s.i - 1]) x) AS calls,
+           (SELECT coalesce(sum(x), 0) FROM unnest(c.rows[:s.i - 1]) x) AS rows,
+           (SELECT coalesce(sum(x), 0) FROM unnest(c.shared_blks_hit[:s.i - 1]) x) AS shared_blks_hit,
+           (SELECT coalesce(sum(x), 0) FROM unnest(c.shared_blks_read[:s.i - 1]) x) AS shared_blks_read,
+           (SELECT coalesce(sum(x), 0) FROM unnest(c.temp_blks_written[:s.i - 1]) x) AS temp_blks_written
+    FROM span s WHERE s.i IS NOT NULL
+)
+SELECT c.target, t.at, c.dbid, c.userid, c.queryid, c.toplevel,
+       CAST(b.calls + sum(u.calls) OVER w AS bigint),
        u.total_exec_time,
-       CAST(sum(u.rows) OVER w AS bigint),
-       CAST(sum(u.shared_blks_hit) OVER w AS bigint),
-       CAST(sum(u.shared_blks_read) OVER w AS bigint),
-       CAST(sum(u.temp_blks_written) OVER w AS bigint),
+       CAST(b.rows + sum(u.rows) OVER w AS bigint),
+       CAST(b.shared_blks_hit + sum(u.shared_blks_hit) OVER w AS bigint),
+       CAST(b.shared_blks_read + sum(u.shared_blks_read) OVER w AS bigint),
+       CAST(b.temp_blks_written + sum(u.temp_blks_written) OVER w AS bigint),
        u.shared_blk_read_time,
        u.stats_since,
        u.reset_before,
        u.fingerprint,
        u.stddev_exec_time
-FROM unnest(c.captured_at, c.calls, c.total_exec_time, c.rows, c.shared_blks_hit, c.shared_blks_read,
-            c.temp_blks_written, c.shared_blk_read_time, c.stddev_exec_time, c.stats_since, c.reset_before,
-            c.fingerprint) WITH ORDINALITY
-     AS u(captured_at, calls, total_exec_time, rows, shared_blks_hit, shared_blks_read, temp_blks_written,
-          shared_blk_read_time, stddev_exec_time, stats_since, reset_before, fingerprint, n)
-WINDOW w AS (ORDER BY u.n ROWS UNBOUNDED PRECEDING)
-ORDER BY u.n
+FROM base b
+CROSS JOIN LATERAL unnest(c.calls[b.i:b.j], c.total_exec_time[b.i:b.j], c.rows[b.i:b.j],
+                          c.shared_blks_hit[b.i:b.j], c.shared_blks_read[b.i:b.j], c.temp_blks_written[b.i:b.j],
+                          c.shared_blk_read_time[b.i:b.j], c.stddev_exec_time[b.i:b.j], c.stats_since[b.i:b.j],
+                          c.reset_before[b.i:b.j], c.fingerprint[b.i:b.j]) WITH ORDINALITY
+     AS u(calls, total_exec_time, rows, shared_blks_hit, shared_blks_read, temp_blks_written,
+          shared_blk_read_time, stddev_exec_time, stats_since, reset_before, fingerprint, k)
+JOIN times t ON t.n = b.i + u.k - 1
+WINDOW w AS (ORDER BY u.k ROWS UNBOUNDED PRECEDING)
+ORDER BY u.k
 $$;
 
 -- Every stored sample, raw or compacted, as radar.pgss_snapshot rows: for whole-history questions (a WHERE on
@@ -83,11 +105,10 @@ LANGUAGE sql STABLE AS $$
 SELECT s.* FROM radar.pgss_snapshot s
 WHERE s.target = target_name AND s.captured_at > from_at AND s.captured_at <= to_at
 UNION ALL
-SELECT r.* FROM radar.pgss_compact c CROSS JOIN LATERAL radar.pgss_compact_rows(c) r
+SELECT r.* FROM radar.pgss_compact c CROSS JOIN LATERAL radar.pgss_compact_rows(c, from_at, to_at) r
 WHERE c.target = target_name
   AND c.day >= CAST(from_at AT TIME ZONE 'UTC' AS date) AND c.day <= CAST(to_at AT TIME ZONE 'UTC' AS date)
   AND c.last_at > from_at AND c.first_at <= to_at
-  AND r.captured_at > from_at AND r.captured_at <= to_at
 $$;
 
 -- A statement's last sample with captured_at in (after_at, at_at], from either form (at most one row). Its compacted
@@ -109,23 +130,20 @@ SELECT * FROM (
            AND c.toplevel = s_toplevel AND c.day <= CAST(at_at AT TIME ZONE 'UTC' AS date)
            AND c.day >= CAST(after_at AT TIME ZONE 'UTC' AS date) AND c.first_at <= at_at
          ORDER BY c.day DESC LIMIT 1) c
-     CROSS JOIN LATERAL radar.pgss_compact_rows(c) r
-     WHERE r.captured_at > after_at AND r.captured_at <= at_at
-     ORDER BY r.captured_at DESC LIMIT 1)
+     CROSS JOIN LATERAL radar.pgss_compact_rows(c, after_at, at_at, only_last => true) r)
 ) x
 ORDER BY x.captured_at DESC LIMIT 1
 $$;
 
--- Day partitions of radar.pgss_compact, created by compaction. Arrays stay in the row, compressed (lz4 where the server
--- has it), as soon as a row exceeds 128 bytes.
+-- Day partitions of radar.pgss_compact, created by compaction. Arrays stay in the row, compressed, as soon as a row
+-- exceeds 128 bytes. pglz, not lz4, whatever default_toast_compression says: on benchmarks/compaction_bench.py's day
+-- it stored 33 bytes a sample against lz4's 41 (PostgreSQL 15 built with lz4), and reads took about as long.
 CREATE FUNCTION radar.ensure_pgss_compact_partition(d date)
 RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     part text := 'pgss_compact_p' || to_char(d, 'YYYYMMDD');
     col text;
-    method text := CASE WHEN EXISTS (SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression'
-                                     AND 'lz4' = ANY (enumvals)) THEN 'lz4' ELSE 'pglz' END;
 BEGIN
     IF to_regclass('radar.' || part) IS NULL THEN
         EXECUTE format('CREATE TABLE radar.%I PARTITION OF radar.pgss_compact FOR VALUES FROM (%L) TO (%L) '
@@ -135,8 +153,8 @@ BEGIN
             WHERE a.attrelid = 'radar.pgss_compact'::regclass AND a.attnum > 0 AND NOT a.attisdropped
               AND a.attndims > 0
         LOOP
-            EXECUTE format('ALTER TABLE radar.%I ALTER COLUMN %I SET STORAGE MAIN, ALTER COLUMN %I SET COMPRESSION %s',
-                           part, col, col, method);
+            EXECUTE format('ALTER TABLE radar.%I ALTER COLUMN %I SET STORAGE MAIN, ALTER COLUMN %I SET COMPRESSION pglz',
+                           part, col, col);
         END LOOP;
     END IF;
     RETURN part;

@@ -24,12 +24,12 @@ def pgss_compaction(context: dg.AssetExecutionContext, warehouse: WarehouseResou
             context.log.info(f"compacted {outcome.day}: {outcome.samples} samples")
         else:
             context.log.error(f"{outcome.day} was left raw: {outcome.error}")
-    metadata = {
+    metadata: dict[str, dg.MetadataValue] = {
         "days": table(
             [("day", "string"), ("samples", "int"), ("error", "string")],
             [{"day": o.day, "samples": o.samples, "error": o.error} for o in outcomes],
         ),
-        "samples": sum(o.samples for o in outcomes),
+        "samples": dg.MetadataValue.int(sum(o.samples for o in outcomes)),
     }
     if failed:
         raise dg.Failure(
