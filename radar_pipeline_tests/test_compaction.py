@@ -112,13 +112,16 @@ def _intervals(warehouse: sa.Engine, windows: list[tuple[datetime, datetime]]) -
 
 
 def _windows_read(warehouse: sa.Engine, windows: list[tuple[datetime, datetime]]) -> list[pd.DataFrame]:
+    """read_window of target t over each window, whole and limited to two statements (as alert charts read it)."""
     frames = []
     with warehouse.connect() as conn:
         for lo, hi in windows:
             window = read_window(conn, "t", lo, hi)
-            frames.append(
-                window.counters.merge(window.keys, left_on="query_key", right_index=True, suffixes=("", "_k"))
-            )
+            some = read_window(conn, "t", lo, hi, only=window.keys.iloc[[0, 2]])
+            for read in (window, some):
+                frames.append(
+                    read.counters.merge(read.keys, left_on="query_key", right_index=True, suffixes=("", "_k"))
+                )
     return frames
 
 
@@ -282,3 +285,25 @@ def test_compaction_runs_through_dagster(warehouse_url, warehouse):
     (materialization,) = result.asset_materializations_for_node("pgss_compaction")
     compacted = sum(1 for r in rows if r[1].date() < TODAY - timedelta(days=1))  # the day just ended waits its hour
     assert materialization.metadata["samples"].value >= compacted
+
+
+def test_plan_capture_chooses_the_same_statements_from_compacted_days(warehouse):
+    from radar_pipeline.warehouse.plans import candidates
+
+    times, rows = _history()
+    _store(warehouse, times, rows)
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.query SELECT 't', 5, 10, q, l, 7000 + q, 'SELECT ' || q, now(), now(), 0, 0, NULL, "
+                "NULL FROM generate_series(1, 7) q, (VALUES (true), (false)) v(l)"
+            )
+        )
+
+    def chosen() -> list:
+        with warehouse.connect() as conn:
+            return [candidates(conn, "t", 5, since, top_n=4) for since in (START, START + timedelta(hours=40))]
+
+    before = chosen()
+    compact_history(warehouse, grace=timedelta(0))
+    assert chosen() == before and all(len(c) == 4 for c in before)

@@ -4,7 +4,9 @@ radar.pgss_compact row per statement, its samples as delta-encoded arrays.
 A day is compacted in the caller's transaction, so a failure anywhere leaves its raw partition as it was. The raw
 partition is locked against writers first (EXCLUSIVE: readers go on), and emptied with TRUNCATE at the end (that waits
 for the readers of the day then). A row written into an already compacted day (a target whose clock lags) is merged
-into its statement's compact row by the next compaction: the raw partition stays, empty, to take it.
+into its statement's compact row by the next compaction: the raw partition stays, empty, to take it. TRUNCATE is not
+MVCC-safe: a REPEATABLE READ transaction whose snapshot predates the commit and that first reads the day after it would
+find neither form; radar's readers run in READ COMMITTED, each read one statement.
 """
 
 from __future__ import annotations
