@@ -39,9 +39,9 @@ COMMENT ON TABLE radar.pgss_compact IS
     'Compacted radar.pgss_snapshot: one row per statement per UTC day, its samples as arrays; read through radar.pgss_sample.';
 
 -- The samples of one compact row with captured_at in (from_at, to_at] (only the last of them when only_last) as
--- radar.pgss_snapshot rows, in time order. The work is in unnesting arrays, so only the times are unnested whole:
--- they give the elements in range, the delta-encoded counters are summed up to the first of them, and the other
--- elements are never unnested.
+-- radar.pgss_snapshot rows, in time order. Unnesting arrays into rows is the work, so only the times are unnested
+-- whole (they give the elements in range), the delta-encoded counters before the first of those are only summed, and
+-- only the elements in range become rows.
 CREATE FUNCTION radar.pgss_compact_rows(
     c radar.pgss_compact, from_at timestamptz DEFAULT '-infinity', to_at timestamptz DEFAULT 'infinity',
     only_last boolean DEFAULT false)
@@ -137,7 +137,7 @@ $$;
 
 -- Day partitions of radar.pgss_compact, created by compaction. Arrays stay in the row, compressed, as soon as a row
 -- exceeds 128 bytes. pglz, not lz4, whatever default_toast_compression says: on benchmarks/compaction_bench.py's day
--- it stored 33 bytes a sample against lz4's 41 (PostgreSQL 15 built with lz4), and reads took about as long.
+-- it stored 33 bytes a sample against lz4's 41 (PostgreSQL 15 built with lz4).
 CREATE FUNCTION radar.ensure_pgss_compact_partition(d date)
 RETURNS text
 LANGUAGE plpgsql AS $$
