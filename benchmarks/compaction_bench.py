@@ -6,12 +6,13 @@ scrapes of 5,000 statements, about 10% of them moving in any minute as the snaps
 real server's are: 300 statements move every minute, 700 in one minute of five, and 4,000 about once an hour (each
 moving minute drawn at random). Counters grow as pg_stat_statements' do: calls, rows and blocks in proportion to the
 calls, execution time and its stddev as doubles with every bit used, stats_since fixed (PostgreSQL 17+), no block
-read time (track_io_timing is off by default). Then it compacts the day as the pgss_compaction asset does and prints:
+read time (track_io_timing is off by default); `--mix every-minute` moves every statement every minute instead (the
+analysis benchmark's heaviest case). Then it compacts the day as the pgss_compaction asset does and prints:
 
 - bytes per sample raw and compacted (pg_total_relation_size of the day's partitions: table, TOAST and indexes, over
   the samples they hold), and the average over a 14-day retention with the newest day raw;
 - the compaction's seconds;
-- a window read (`read_window`, ±30 min) and `radar.pgss_intervals` over the same hour on the raw day and on the
+- a window read (`read_window`, one hour) and `radar.pgss_intervals` over the same hour on the raw day and on the
   compacted day (median of 3), and whether both read the same.
 """
 
@@ -44,11 +45,15 @@ from radar_pipeline.warehouse.database import driver, make_engine  # noqa: E402
 RETENTION_DAYS = 14
 SCRAPES = 1440
 # (statements, chance of moving in a given minute, median calls in a moving minute)
-MIX = [(300, 1.0, 200.0), (700, 0.2, 20.0), (4000, 1 / 60, 2.0)]
+MIXES = {
+    "realistic": [(300, 1.0, 200.0), (700, 0.2, 20.0), (4000, 1 / 60, 2.0)],
+    # the analysis benchmark's heaviest case: every statement moving every minute (7.2 million samples a day)
+    "every-minute": [(5000, 1.0, 20.0)],
+}
 COLUMNS = ["target", "captured_at", *KEY, *COUNTERS, "stats_since", "reset_before", "fingerprint"]
 
 
-def day_of_samples(day: date, seed: int) -> tuple[list[datetime], pd.DataFrame]:
+def day_of_samples(day: date, seed: int, mix: str = "realistic") -> tuple[list[datetime], pd.DataFrame]:
     """The scrape times of one day and the stored rows of its moving statements (COLUMNS but the target)."""
     rng = np.random.default_rng(seed)
     start = datetime.combine(day, datetime.min.time(), tzinfo=UTC)
@@ -56,7 +61,7 @@ def day_of_samples(day: date, seed: int) -> tuple[list[datetime], pd.DataFrame]:
     times = [start + timedelta(minutes=i, microseconds=int(j)) for i, j in enumerate(jitter)]
     frames = []
     queryid = 1_000_000
-    for statements, chance, median_calls in MIX:
+    for statements, chance, median_calls in MIXES[mix]:
         moving = rng.random((SCRAPES, statements)) < chance
         rate = rng.lognormal(np.log(median_calls), 1.0, statements)
         calls = np.where(moving, 1 + rng.poisson(rate, (SCRAPES, statements)), 0)
@@ -145,6 +150,7 @@ def reads(engine: sa.Engine, target: str, lo: datetime, hi: datetime) -> tuple[f
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument("--mix", choices=list(MIXES), default="realistic")
     parser.add_argument(
         "--bin-dir",
         type=Path,
@@ -163,7 +169,7 @@ def main() -> None:
         migrations.upgrade(url)
         engine = make_engine(url)
         day = datetime.now(UTC).date() - timedelta(days=2)
-        times, rows = day_of_samples(day, args.seed)
+        times, rows = day_of_samples(day, args.seed, args.mix)
         samples = len(rows)
         store(engine, "bench", day, times, rows)
         with engine.begin() as conn:
@@ -203,7 +209,10 @@ def main() -> None:
         per_compact = (compact_bytes + left_raw) / samples
         average = (per_raw + (RETENTION_DAYS - 1) * per_compact) / RETENTION_DAYS
         print(f"PostgreSQL {version}, compression {method}")
-        print(f"one target, one day: {samples:,} samples of 5,000 statements ({len(times):,} scrapes); mix {MIX}")
+        print(
+            f"one target, one day: {samples:,} samples of 5,000 statements ({len(times):,} scrapes); "
+            f"{args.mix} mix (statements, chance of moving in a minute, median calls): {MIXES[args.mix]}"
+        )
         print(f"raw:       {raw_bytes / 2**20:8.1f} MiB  {per_raw:6.1f} bytes per sample")
         print(
             f"compacted: {compact_bytes / 2**20:8.1f} MiB  {per_compact:6.1f} bytes per sample "

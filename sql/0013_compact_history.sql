@@ -6,10 +6,11 @@
 -- depends: 0012_per_target_indexes
 
 -- One row per statement per UTC day that was compacted. Sample i of the row is element i of every array, in time
--- order. Integer counters and scrape times are delta-encoded (element 1 holds the day's first value, element i > 1
--- the change since element i − 1), so that most of their bytes are zeros and compress; the floating-point counters are
--- kept as stored (a delta of doubles would not add back to the same value), and so are stats_since, reset_before and
--- the statement key (constant arrays compress to almost nothing). Arrays are compressed in the row (pglz, STORAGE
+-- order. Integer counters are delta-encoded (element 1 holds the day's first value, element i > 1 the change since
+-- element i − 1), so that most of their bytes are zeros and compress; scrape times are microseconds since the row's
+-- first, sorted, so a read finds the elements of a time range by binary search (width_bucket); the floating-point
+-- counters are kept as stored (a delta of doubles would not add back to the same value), and so are stats_since,
+-- reset_before and the statement key (constant arrays compress to almost nothing). Arrays are compressed in the row (pglz, STORAGE
 -- MAIN, toast_tuple_target 128 on each partition), and a day of a busy statement moves to the TOAST table, compressed.
 CREATE TABLE radar.pgss_compact (
     target               text               NOT NULL,
@@ -20,7 +21,7 @@ CREATE TABLE radar.pgss_compact (
     day                  date               NOT NULL,  -- the UTC day of every sample in the row
     first_at             timestamptz        NOT NULL,  -- the first and last sample's captured_at, so a read skips
     last_at              timestamptz        NOT NULL,  -- rows outside its range without opening the arrays
-    captured_at          bigint[]           NOT NULL,  -- microseconds: element 1 is 0 (first_at), then deltas
+    captured_at          bigint[]           NOT NULL,  -- microseconds after first_at (element 1 is 0)
     calls                bigint[]           NOT NULL,  -- delta-encoded
     total_exec_time      double precision[] NOT NULL,  -- as stored
     rows                 bigint[]           NOT NULL,  -- delta-encoded
@@ -39,21 +40,25 @@ COMMENT ON TABLE radar.pgss_compact IS
     'Compacted radar.pgss_snapshot: one row per statement per UTC day, its samples as arrays; read through radar.pgss_sample.';
 
 -- The samples of one compact row with captured_at in (from_at, to_at] (only the last of them when only_last) as
--- radar.pgss_snapshot rows, in time order. Unnesting arrays into rows is the work, so only the times are unnested
--- whole (they give the elements in range), the delta-encoded counters before the first of those are only summed, and
--- only the elements in range become rows.
+-- radar.pgss_snapshot rows, in time order. Unnesting arrays into rows is the work, so the range's elements are found
+-- by binary search in the times, the delta-encoded counters before the first of them are only summed, and only the
+-- elements in range become rows.
 CREATE FUNCTION radar.pgss_compact_rows(
     c radar.pgss_compact, from_at timestamptz DEFAULT '-infinity', to_at timestamptz DEFAULT 'infinity',
     only_last boolean DEFAULT false)
 RETURNS SETOF radar.pgss_snapshot
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-WITH times AS (
-    SELECT u.n, c.first_at + CAST(sum(u.d) OVER (ORDER BY u.n ROWS UNBOUNDED PRECEDING) AS bigint)
-                             * interval '1 microsecond' AS at
-    FROM unnest(c.captured_at) WITH ORDINALITY AS u(d, n)
-), span AS (
-    SELECT CASE WHEN only_last THEN max(n) ELSE min(n) END AS i, max(n) AS j
-    FROM times WHERE at > from_at AND at <= to_at
+WITH bounds AS (  -- microseconds after first_at; elements are > lo and <= hi
+    SELECT CASE WHEN isfinite(from_at) THEN CAST(extract(epoch FROM from_at) * 1000000 AS bigint)
+                                            - CAST(extract(epoch FROM c.first_at) * 1000000 AS bigint)
+                ELSE -1 END AS lo,
+           CASE WHEN isfinite(to_at) THEN CAST(extract(epoch FROM to_at) * 1000000 AS bigint)
+                                          - CAST(extract(epoch FROM c.first_at) * 1000000 AS bigint)
+                ELSE 9223372036854775807 END AS hi
+), span AS (  -- width_bucket(x, sorted) is how many elements are <= x
+    SELECT CASE WHEN only_last THEN j ELSE i END AS i, j
+    FROM (SELECT width_bucket(lo, c.captured_at) + 1 AS i, width_bucket(hi, c.captured_at) AS j FROM bounds) e
+    WHERE i <= j
 ), base AS MATERIALIZED (  -- the delta-encoded counters just before element i, summed once
     SELECT s.i, s.j,
            (SELECT coalesce(sum(x), 0) FROM unnest(c.calls[:s.i - 1]) x) AS calls,
@@ -61,9 +66,9 @@ WITH times AS (
            (SELECT coalesce(sum(x), 0) FROM unnest(c.shared_blks_hit[:s.i - 1]) x) AS shared_blks_hit,
            (SELECT coalesce(sum(x), 0) FROM unnest(c.shared_blks_read[:s.i - 1]) x) AS shared_blks_read,
            (SELECT coalesce(sum(x), 0) FROM unnest(c.temp_blks_written[:s.i - 1]) x) AS temp_blks_written
-    FROM span s WHERE s.i IS NOT NULL
+    FROM span s
 )
-SELECT c.target, t.at, c.dbid, c.userid, c.queryid, c.toplevel,
+SELECT c.target, c.first_at + u.captured_at * interval '1 microsecond', c.dbid, c.userid, c.queryid, c.toplevel,
        CAST(b.calls + sum(u.calls) OVER w AS bigint),
        u.total_exec_time,
        CAST(b.rows + sum(u.rows) OVER w AS bigint),
@@ -76,13 +81,12 @@ SELECT c.target, t.at, c.dbid, c.userid, c.queryid, c.toplevel,
        u.fingerprint,
        u.stddev_exec_time
 FROM base b
-CROSS JOIN LATERAL unnest(c.calls[b.i:b.j], c.total_exec_time[b.i:b.j], c.rows[b.i:b.j],
+CROSS JOIN LATERAL unnest(c.captured_at[b.i:b.j], c.calls[b.i:b.j], c.total_exec_time[b.i:b.j], c.rows[b.i:b.j],
                           c.shared_blks_hit[b.i:b.j], c.shared_blks_read[b.i:b.j], c.temp_blks_written[b.i:b.j],
                           c.shared_blk_read_time[b.i:b.j], c.stddev_exec_time[b.i:b.j], c.stats_since[b.i:b.j],
                           c.reset_before[b.i:b.j], c.fingerprint[b.i:b.j]) WITH ORDINALITY
-     AS u(calls, total_exec_time, rows, shared_blks_hit, shared_blks_read, temp_blks_written,
+     AS u(captured_at, calls, total_exec_time, rows, shared_blks_hit, shared_blks_read, temp_blks_written,
           shared_blk_read_time, stddev_exec_time, stats_since, reset_before, fingerprint, k)
-JOIN times t ON t.n = b.i + u.k - 1
 WINDOW w AS (ORDER BY u.k ROWS UNBOUNDED PRECEDING)
 ORDER BY u.k
 $$;

@@ -1,5 +1,5 @@
 """Compaction of ended snapshot days (sql/0013): a day partition of radar.pgss_snapshot rewritten as one
-radar.pgss_compact row per statement, its samples as delta-encoded arrays.
+radar.pgss_compact row per statement, its samples as arrays (integer counters delta-encoded).
 
 A day is compacted in the caller's transaction, so a failure anywhere leaves its raw partition as it was. The raw
 partition is locked against writers first (EXCLUSIVE: readers go on), and emptied with TRUNCATE at the end (that waits
@@ -92,7 +92,7 @@ def _encode(source: str) -> str:
         SELECT {_STATEMENT}, :day, min(captured_at), max(captured_at), {arrays}
         FROM (
             SELECT {_STATEMENT}, captured_at, {deltas}, {", ".join(_AS_STORED)},
-                   us - coalesce(lag(us) {window}, us) AS at_us
+                   us - first_value(us) {window} AS at_us
             FROM (SELECT *, CAST(extract(epoch FROM captured_at) * 1000000 AS bigint) AS us FROM ({source}) s) s
         ) d
         GROUP BY {_STATEMENT}
