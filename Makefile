@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export DAGSTER_DISABLE_TELEMETRY := 1
 
-.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost clean
+.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact clean
 
 install: $(VENV)/.installed
 
@@ -28,7 +28,7 @@ lint: install
 	$(BIN)/ruff format --check radar_pipeline radar_pipeline_tests benchmarks
 	$(BIN)/mypy radar_pipeline
 
-bench: bench-snapshot bench-engine bench-quality bench-analysis bench-hot
+bench: bench-snapshot bench-engine bench-quality bench-analysis bench-hot bench-compact
 
 bench-snapshot: install
 	$(BIN)/python benchmarks/snapshot_bench.py
@@ -53,6 +53,9 @@ bench-backfill: install
 
 bench-run-cost: install
 	$(BIN)/python benchmarks/run_cost_bench.py
+
+bench-compact: install
+	$(BIN)/python benchmarks/compaction_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

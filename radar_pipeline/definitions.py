@@ -8,6 +8,7 @@ import dagster as dg
 
 from radar_pipeline.config import validate_environment
 from radar_pipeline.defs.alerts import regression_alerts, slack_run_failure_sensor
+from radar_pipeline.defs.compaction import pgss_compaction, pgss_compaction_job, pgss_compaction_schedule
 from radar_pipeline.defs.deploys import (
     deploy_event_sensor,
     deploy_reanalysis_schedule,
@@ -32,6 +33,7 @@ validate_environment(os.environ)  # a bad RADAR_* value stops the load here, the
 defs = dg.Definitions(
     assets=[
         pgss_snapshots,
+        pgss_compaction,
         plan_snapshots,
         deploy_verdicts,
         regression_alerts,
@@ -44,6 +46,7 @@ defs = dg.Definitions(
         pgss_snapshot_job,
         plan_snapshot_job,
         pgss_retention_job,
+        pgss_compaction_job,
         deploy_verdicts_job,
         periodic_job,
         alert_retry_job,
@@ -53,6 +56,7 @@ defs = dg.Definitions(
         pgss_snapshot_schedule_for(),
         plan_snapshot_schedule_for(),
         pgss_retention_schedule,
+        pgss_compaction_schedule,
         deploy_reanalysis_schedule,
         periodic_schedule,
     ],

@@ -28,6 +28,7 @@ def test_definitions_load():
     assets = {a.to_user_string() for a in repo.asset_graph.get_all_asset_keys()}
     assert assets >= {
         "pgss_snapshots",
+        "pgss_compaction",
         "plan_snapshots",
         "deploy_verdicts",
         "regression_alerts",
@@ -39,6 +40,7 @@ def test_definitions_load():
         "pgss_snapshot_schedule",
         "plan_snapshot_schedule",
         "pgss_retention_schedule",
+        "pgss_compaction_schedule",
         "deploy_reanalysis_schedule",
         "periodic_schedule",
     }

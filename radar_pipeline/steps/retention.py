@@ -1,5 +1,5 @@
-"""Retention: drop day partitions of radar.pgss_snapshot older than the retention, create the next ones, and thin
-out the periodic checks' verdicts of that age to their detections."""
+"""Retention: drop day partitions of radar.pgss_snapshot and radar.pgss_compact older than the retention, create the
+next ones, and thin out the periodic checks' verdicts of that age to their detections."""
 
 from datetime import UTC, date, datetime, time, timedelta
 
@@ -9,10 +9,10 @@ from radar_pipeline.warehouse.snapshots import PARTITION_DAYS_AHEAD
 
 
 def apply_retention(engine: sa.Engine, keep_days: int, today: date) -> list[str]:
-    """Drop the day partitions that ended before today − keep_days, with the scrape facts, the verdicts of periodic
-    checks of that age other than detections (an hourly check writes one per query: deploy verdicts are all kept),
-    and the catalogue entries of statements last seen before then (unless a verdict shows them); returns the
-    partitions dropped."""
+    """Drop the day partitions (raw and compacted) that ended before today − keep_days, with the scrape facts, the
+    verdicts of periodic checks of that age other than detections (an hourly check writes one per query: deploy
+    verdicts are all kept), and the catalogue entries of statements last seen before then (unless a verdict shows
+    them); returns the partitions dropped."""
     cutoff = today - timedelta(days=keep_days)
     # Partitions are UTC days: compare with UTC midnight, never a date cast in the session's time zone.
     cutoff_at = datetime.combine(cutoff, time(0), tzinfo=UTC)

@@ -58,6 +58,13 @@ def rekey(engine: sa.Engine) -> int:
         match = " AND ".join(f"x.{c} = m.{c}" for c in _STATEMENT.split(", "))
         for table in ("radar.query", *_FOLLOWERS):
             conn.execute(sa.text(f"UPDATE {table} x SET fingerprint = m.new FROM key_remap m WHERE {match}"))
+        # compacted days hold the key of each sample (sql/0013)
+        conn.execute(
+            sa.text(
+                "UPDATE radar.pgss_compact x SET fingerprint = array_fill(m.new, ARRAY[cardinality(x.fingerprint)]) "
+                f"FROM key_remap m WHERE {match}"
+            )
+        )
         for table, (unique, keep) in _DEDUPED.items():
             # the key each row will have, then drop all but one row per (query, unique) before updating
             conn.execute(

@@ -3,6 +3,8 @@
 The window's counters are every stored row of the target with captured_at in (lo, hi], plus each of those statements'
 last row at or before lo, so that its first interval inside the window is not lost. Following the warehouse's rule for
 absent rows, that interval's calls happened in the scrape interval that ends at its row, however old the earlier row.
+Rows are read through radar.pgss_samples and radar.pgss_last_sample (sql/0013), so a window lying in compacted days
+reads the same rows as before they were compacted.
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ def _window_query(restricted: bool) -> str:
     each series starting with the statement's last row before the window (looked for in the RECENT stretch first)."""
     cols = ", ".join([*KEY, *SERIES, "fingerprint"])  # SERIES is named by the stored columns its values come from
     key = ", ".join(KEY)
-    match = " AND ".join(f"s.{k} = m.{k}" for k in KEY)
+    last_of = ", ".join(f"m.{k}" for k in KEY)
     series = ", ".join(f"array_agg({sql} ORDER BY captured_at)" for sql, _ in SERIES.values())
     restrict = (
         f"AND ({key}) IN (SELECT * FROM unnest(%(only_dbid)s::oid[], %(only_userid)s::oid[], "
@@ -93,23 +95,18 @@ def _window_query(restricted: bool) -> str:
     )
     return f"""
         WITH win AS (
-            SELECT {cols} FROM radar.pgss_snapshot
-            WHERE target = %(t)s AND captured_at > %(lo)s AND captured_at <= %(hi)s {restrict}
+            SELECT {cols} FROM radar.pgss_samples(%(t)s, %(lo)s, %(hi)s) WHERE true {restrict}
         ), win_keys AS (
             SELECT DISTINCT {key} FROM win
         ), recent AS (
             SELECT o.* FROM win_keys m
             CROSS JOIN LATERAL (
-                SELECT {cols} FROM radar.pgss_snapshot s
-                WHERE s.target = %(t)s AND {match} AND s.captured_at > %(recent)s AND s.captured_at <= %(lo)s
-                ORDER BY s.captured_at DESC LIMIT 1
+                SELECT {cols} FROM radar.pgss_last_sample(%(t)s, {last_of}, %(recent)s, %(lo)s)
             ) o
         ), older AS (
             SELECT o.* FROM (SELECT {key} FROM win_keys EXCEPT SELECT {key} FROM recent) m
             CROSS JOIN LATERAL (
-                SELECT {cols} FROM radar.pgss_snapshot s
-                WHERE s.target = %(t)s AND {match} AND s.captured_at <= %(recent)s
-                ORDER BY s.captured_at DESC LIMIT 1
+                SELECT {cols} FROM radar.pgss_last_sample(%(t)s, {last_of}, '-infinity', %(recent)s)
             ) o
         )
         SELECT {key}, (array_agg(fingerprint ORDER BY captured_at DESC))[1], {series}

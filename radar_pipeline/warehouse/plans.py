@@ -32,14 +32,15 @@ def candidates(conn: sa.Connection, target: str, dbid: int, since: datetime, top
     """The top_n statements of one database by execution time since `since`, with their texts, less those recently
     found unplannable (pg_stat_statements spans the server; a plan can only be had from the statement's database).
 
-    Execution time is read from the snapshots, as the growth of total_exec_time over the stored rows since then.
+    Execution time is read from the snapshots, as the growth of total_exec_time over the stored rows since then (raw
+    or compacted: a capture that has not run for days still finds them).
     """
     rows = conn.execute(
         sa.text(
             f"""
             WITH moved AS (
                 SELECT {", ".join(KEY)}, max(total_exec_time) - min(total_exec_time) AS spent, count(*) AS n
-                FROM radar.pgss_snapshot WHERE target = :t AND dbid = :dbid AND captured_at > :since
+                FROM radar.pgss_samples(:t, :since, 'infinity') WHERE dbid = :dbid
                 GROUP BY {", ".join(KEY)}
             )
             SELECT q.dbid, q.userid, q.queryid, q.toplevel, q.query
