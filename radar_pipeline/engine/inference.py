@@ -35,9 +35,10 @@ degrees of freedom built from each side's: where the per-call term dominates, Σ
 n_eff − 1 = n/f − 1 for its sum of squares, combined with the uncertainty of the inflation itself. V̂ is a sum of
 squares times f(ρ̂), so Var ln V̂ ≈ 2/(n_eff − 1) + Var ln f(ρ̂), and by the delta method with Var ρ̂ ≈ (1 − ρ²)/n,
 Var ln f(ρ̂) ≈ (2/(1 − ρ²))² (1 − ρ²)/n = 4/((1 − ρ²) n); matching 2/ν (Satterthwaite 1946) gives the side's
-ν = 2 / (2/(n_eff − 1) + 4/((1 − ρ²) n)). With 30 intervals a side this is what holds the test's level in the far
-tail, where a family budget spread over thousands of statements puts it (10⁻⁵ and below): at φ ≈ 0.8, ρ̂ from 60
-points is often low by chance, and a t reference that ignores it rejects too readily.
+ν = 2 / (2/(n_eff − 1) + 4/((1 − ρ²) n)). With 30 intervals a side the level in the far tail, where a family budget
+spread over thousands of statements puts it (10⁻⁵ and below), depends on it: at φ ≈ 0.8, ρ̂ from 60 points is often
+low by chance, and a t reference that ignores that rejects too readily. It is not enough yet: with every statement on
+H0's boundary the engine still spends about twice its budget (README, benchmarks/detection_quality.py).
 
 A short side. Under H0 a slowdown scales a statement's times, so the relative dispersion per call is the same on both
 sides; the pooled κ̂ = (Σ_A e²/μ̂_A² + Σ_B e²/μ̂_B²)/(C_A + C_B) estimates it from every interval. A side's sandwich
@@ -46,7 +47,7 @@ sandwich's expectation), so the test can only grow more conservative. Without it
 intervals whose few calls happen to lie low and close together — likely when per-call times are skewed (a
 log-normal with CV 2 has most of its calls below the mean) — looks precise, Welch–Satterthwaite follows the long
 side's degrees of freedom, and the periodic check (whose splits reach the window's edges) reported such statements
-at about four times its daily budget on interval means (engine 2.1.1).
+at 4.6 times its daily budget on interval means (engine 2.1.1: 19 in 1,000 null checks, 0.46 a day).
 
 Selection. The split is not fixed: it is chosen among the K candidate splits the caller allows (the decision's:
 at or after the deploy, within the tolerance), where t is largest. A test at the maximising split is not a test at a
@@ -235,8 +236,9 @@ def split_correlations(calls: np.ndarray, candidate: np.ndarray) -> tuple[np.nda
 
     (C_A = c_P, C_B = c_M + c_R, C_A' = c_P + c_M, C_B' = c_R). Per-call noise gives v_i ∝ c_i (then the correlation
     is the Brownian bridge's, sqrt(C_A C_B' / (C_A' C_B))), overdispersion v_i ∝ c_i²; the smaller of the two is
-    returned. Positive serial correlation only raises it (it moves the statistic's variance to low frequencies, which
-    neighbouring splits share), so this is a lower bound for the AR(1) errors the test allows (ρ ≥ 0).
+    returned (a mixture of the two falls below the smaller only by a second-order term, as neighbouring splits'
+    variances are nearly equal). Positive serial correlation only raises it (it moves the statistic's variance to low
+    frequencies, which neighbouring splits share), so this is a lower bound for the AR(1) errors the test allows.
     """
     c = np.asarray(calls, dtype=np.float64)
     rows, width = candidate.shape
