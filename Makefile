@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export DAGSTER_DISABLE_TELEMETRY := 1
 
-.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact clean
+.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact clean
 
 install: $(VENV)/.installed
 
@@ -38,6 +38,9 @@ bench-engine: install
 
 bench-quality: install
 	$(BIN)/python benchmarks/detection_quality.py
+
+bench-gap: install
+	$(BIN)/python benchmarks/gap_decomposition.py
 
 bench-real-null: install
 	$(BIN)/python benchmarks/real_null_check.py

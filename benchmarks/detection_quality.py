@@ -9,6 +9,9 @@ calls per scrape log-uniform in 0.5–1,500, per-call CV 0.5–3, interval means
 - null: nothing changes. False detections per deploy analysis (W = 30 min, default settings), and per day of
   periodic checks (window P = 1 h, tolerance the whole window, budget B/24 per check, as the periodic check runs);
   each is also measured without stddev_exec_time (interval means only).
+- null at the boundary: the same deploy analyses with θ = 0, so every unchanged statement sits exactly on H0's
+  boundary (after = (1 + θ) · before), where the budget's guarantee is hardest to keep: the least favourable null,
+  which the plain null (20% inside H0) cannot show.
 - stepped: 5% of statements step up (+30%, +50%, ×2, ×4) one minute after the deploy, 5% drift steadily through the
   window (+20% to +60% across it) with nothing at the deploy. Recall by step and by calls per scrape, the share of
   the execution time the steps added that belongs to detected statements, drifts detected, and false detections
@@ -21,6 +24,7 @@ calls per scrape log-uniform in 0.5–1,500, per-call CV 0.5–3, interval means
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -85,8 +89,12 @@ def _realised_time(fleet: Fleet) -> np.ndarray:
     return np.diff(t, axis=1)
 
 
-def null_runs(statements: int, runs: int, seed: int, periodic: bool) -> dict[str, float]:
+def null_runs(
+    statements: int, runs: int, seed: int, periodic: bool, threshold: float | None = None
+) -> dict[str, float]:
     settings = periodic_settings() if periodic else EngineSettings()
+    if threshold is not None:
+        settings = dataclasses.replace(settings, threshold=threshold)
     minutes = 60 if periodic else 30
     counts, counts_means, seconds = [], [], []
     for r in range(runs):
@@ -162,12 +170,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--statements", type=int, default=5000, help="statements per analysis")
     parser.add_argument("--runs", type=int, default=20, help="stepped analyses")
-    parser.add_argument("--null-runs", type=int, default=100, help="null analyses per arm (deploy, periodic)")
+    parser.add_argument("--null-runs", type=int, default=100, help="null deploy analyses (and at the boundary)")
+    parser.add_argument("--periodic-runs", type=int, default=100, help="null periodic checks")
     args = parser.parse_args()
-    n, runs, null = args.statements, args.runs, args.null_runs
+    n, runs, null, checks = args.statements, args.runs, args.null_runs, args.periodic_runs
 
     deploy = null_runs(n, null, 1000, periodic=False)
-    periodic = null_runs(n, null, 2000, periodic=True)
+    periodic = null_runs(n, checks, 2000, periodic=True)
+    boundary = null_runs(n, null, 5000, periodic=False, threshold=0.0)
     print(f"null fleets: {null} analyses × {n:,} statements (about {deploy['decided']:,} decided per analysis)")
     print(f"{'false detections':<44}{'with stddev':>14}{'means only':>12}")
     print(
@@ -176,7 +186,11 @@ def main() -> None:
     )
     print(
         f"{'per day of hourly periodic checks (0.1/day)':<44}{periodic['false']:>14.3f}{periodic['false_means']:>12.3f}"
-        f"   ({periodic['total']} / {periodic['total_means']} in {null} checks, ×24)"
+        f"   ({periodic['total']} / {periodic['total_means']} in {checks} checks, ×24)"
+    )
+    print(
+        f"{'per deploy analysis at the boundary (θ = 0)':<44}{boundary['false']:>14.3f}{boundary['false_means']:>12.3f}"
+        f"   ({boundary['total']} / {boundary['total_means']} in {null} analyses)"
     )
     print(f"analyse() median seconds per analysis: deploy {deploy['seconds']:.3f}, periodic {periodic['seconds']:.3f}")
     print()

@@ -17,9 +17,12 @@ must hold three things that make latency series harder than textbook samples:
    test uses when stddev_exec_time is absent (old rows, other callers), so both paths are calibrated the same way.
 3. serial correlation between neighbouring intervals. The lag-1 autocorrelation ρ̂ of the residuals (both sides
    pooled, each about its own mean and on the relative scale, e_i / μ̂, so a side whose level is hundreds of times
-   the other's does not set the correlation of both) is corrected for its small-sample bias, E[ρ̂] ≈ ρ − (1 + 3ρ)/n
-   (Kendall 1954), raised by one standard error sqrt((1 − ρ²)/n) (Bartlett 1946) because the splits where a test errs
-   are those where the residuals about two side means understate the correlation, clipped to [0, RHO_MAX], and turned
+   the other's does not set the correlation of both) is corrected for its small-sample bias: a series of m points
+   demeaned on its own has E[ρ̂] ≈ ρ − (1 + 3ρ)/m (Kendall 1954), and each side is demeaned on its own, so pooled
+   over the two sides (weighted by their sizes n_A, n_B) the bias is (1 + 3ρ)(n_A/n_A + n_B/n_B)/n = 2 (1 + 3ρ)/n
+   (engine 2.1 added back half of it). ρ is then raised by RHO_MARGIN standard errors sqrt((1 − ρ²)/n) (Bartlett
+   1946), because the splits where a test errs are those where the residuals about two side means understate the
+   correlation, clipped to [0, RHO_MAX], and turned
    into the AR(1) variance inflation f = (1 + ρ)/(1 − ρ) and an effective sample size n_eff = n/f (Bayley &
    Hammersley 1946; Zwiers & von Storch 1995 show the plain t-test's level failing without it). Demeaning a
    correlated side removes about f of its n degrees of freedom, not one, so V_emp uses n/(n − f) in place of
@@ -28,14 +31,41 @@ must hold three things that make latency series harder than textbook samples:
 
 V = max(V_emp · inflation, V_calls): the per-call term is a floor that keeps a side with few, busy intervals from
 looking more precise than its calls allow. The reference distribution is Student's t with Welch–Satterthwaite
-degrees of freedom built from each side's effective size (the sandwich's n_eff − 1, or Σ (c_i − 1) where the
-per-call term dominates).
+degrees of freedom built from each side's: where the per-call term dominates, Σ (c_i − 1); else the sandwich's
+n_eff − 1 = n/f − 1 for its sum of squares, combined with the uncertainty of the inflation itself. V̂ is a sum of
+squares times f(ρ̂), so Var ln V̂ ≈ 2/(n_eff − 1) + Var ln f(ρ̂), and by the delta method with Var ρ̂ ≈ (1 − ρ²)/n,
+Var ln f(ρ̂) ≈ (2/(1 − ρ²))² (1 − ρ²)/n = 4/((1 − ρ²) n); matching 2/ν (Satterthwaite 1946) gives the side's
+ν = 2 / (2/(n_eff − 1) + 4/((1 − ρ²) n)). With 30 intervals a side the level in the far tail, where a family budget
+spread over thousands of statements puts it (10⁻⁵ and below), depends on it: at φ ≈ 0.8, ρ̂ from 60 points is often
+low by chance, and a t reference that ignores that rejects too readily. It is not enough yet: with every statement on
+H0's boundary the engine still spends about twice its budget (README, benchmarks/detection_quality.py).
+
+A short side. Under H0 a slowdown scales a statement's times, so the relative dispersion per call is the same on both
+sides; the pooled κ̂ = (Σ_A e²/μ̂_A² + Σ_B e²/μ̂_B²)/(C_A + C_B) estimates it from every interval. A side's sandwich
+is never taken below κ̂ μ̂² / C, what that dispersion gives its C calls (with equal calls per interval, exactly the
+sandwich's expectation), so the test can only grow more conservative. Without it, a side of four or five sparse
+intervals whose few calls happen to lie low and close together — likely when per-call times are skewed (a
+log-normal with CV 2 has most of its calls below the mean) — looks precise, Welch–Satterthwaite follows the long
+side's degrees of freedom, and the periodic check (whose splits reach the window's edges) reported such statements
+at 4.6 times its daily budget on interval means (engine 2.1.1: 19 in 1,000 null checks, 0.46 a day).
 
 Selection. The split is not fixed: it is chosen among the K candidate splits the caller allows (the decision's:
 at or after the deploy, within the tolerance), where t is largest. A test at the maximising split is not a test at a
-fixed one; the Bonferroni bound p = min(1, K · p_k̂) is valid whatever the selection rule and the dependence between
-the K tests (and conservative, since neighbouring splits are strongly correlated). The chosen split's figures are then
-recomputed in two passes, so the prefix sums of the scan cost no precision in what is reported.
+fixed one. Bonferroni's p = min(1, K · p_k̂) holds whatever the dependence, but neighbouring splits share all but
+one interval (their statistics correlate at about 0.97 with 30 intervals a side), so it pays for K tests where there
+are far fewer. The engine uses the chain (upcrossing) bound instead (Hunter 1976; Worsley 1982): with A_j the event
+that candidate j's p is at most p_k̂, i.e. that its normal score Z_j reaches u = Φ⁻¹(1 − p_k̂),
+
+    P(∪ A_j) ≤ P(A_1) + Σ_j P(A_j+1 ∖ A_j) = p_k̂ + Σ_j 2 T(u, sqrt((1 − r_j)/(1 + r_j))),
+
+where P(Z_j < u ≤ Z_j+1) = 2 T(u, ·) for two standard normal scores of correlation r_j (T is Owen's function, Owen
+1956). The first step is an inequality for any events; the second treats neighbouring scores as bivariate normal
+with the correlation the split statistics have under H0 (`split_correlations`: computed from the intervals' calls,
+for independent intervals, the smaller of the per-call and the overdispersion case; positive serial correlation
+only raises it, so the bound stays on the safe side), as the t reference already treats each score as normal.
+Where it exceeds Bonferroni's K · p_k̂, that is used. For the deploy's seven candidate splits it pays for about 3.5
+tests at 10⁻⁵ instead of 7. The chosen split's figures are then recomputed in two passes, so the prefix sums of the
+scan cost no precision in what is reported.
 
 Numerical care. Times are centred on each statement's overall mean before the scan's prefix sums, so Σ e_i² does not
 come out of a difference of two large sums. Both sides of zero variance (a deterministic step) give t = ±∞ and p = 0
@@ -53,8 +83,10 @@ import numpy as np
 
 RHO_MAX = 0.9  # inflation at most 19×: beyond it a 30-interval side holds about one independent observation
 CI_LEVEL = 0.95
-# Standard errors added to ρ; at 0.5, benchmarks/calibration_check.py found 3.4× the level at 10⁻³ for φ > 0.6.
-RHO_MARGIN = 1.0
+# Standard errors added to ρ. Engine 2.1 added 1 (at 0.5 it found 3.4× the level at 10⁻³ for φ > 0.6); since 2.2 the
+# uncertainty of ρ̂ is also carried by the degrees of freedom, and 0.5 with it holds the level better than 1 without
+# (benchmarks/calibration_check.py, and the boundary null of benchmarks/detection_quality.py).
+RHO_MARGIN = 0.5
 
 
 @dataclass(frozen=True)
@@ -170,7 +202,7 @@ def split_tests(
     pick = lambda m: np.where(valid_k, m, np.nan)  # noqa: E731
     nu_k = pick(exact["nu"])
     p_k = stats.t.sf(np.where(valid_k, exact["t"], 0.0), np.where(valid_k, nu_k, 1.0))
-    p = np.where(valid_k, np.minimum(1.0, splits * p_k), 1.0)
+    p = np.where(valid_k, selection_p(p_k, candidate, c), 1.0)
     se = pick(exact["se"])
     half = stats.t.ppf(0.5 + CI_LEVEL / 2, np.where(valid_k, nu_k, 1.0)) * se
     half = np.where(se == 0, 0.0, half)
@@ -189,6 +221,80 @@ def split_tests(
         factor_high=np.exp(log_ratio + half),
         splits=splits,
     )
+
+
+def split_correlations(calls: np.ndarray, candidate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The correlation, under H0, of the test's statistics at each candidate split and at the previous candidate of
+    its row, and the mask of the splits that have one ([rows, L + 1] each; module docstring, "Selection").
+
+    The statistic at split k is, to first order, D_k = Σ_B e / C_B − Σ_A e / C_A (the residuals e_i of the pooled
+    means, C the sides' calls). For independent intervals with Var e_i = v_i and blocks P = [0, k), M = [k, k'),
+    R = [k', n) between two splits k < k' (c, v summed over each block):
+
+        Cov(D_k, D_k') = v_R / (C_B C_B') − v_M / (C_B C_A') + v_P / (C_A C_A')
+        Var D_k = (v_M + v_R) / C_B² + v_P / C_A²,   Var D_k' = v_R / C_B'² + (v_P + v_M) / C_A'²
+
+    (C_A = c_P, C_B = c_M + c_R, C_A' = c_P + c_M, C_B' = c_R). Per-call noise gives v_i ∝ c_i (then the correlation
+    is the Brownian bridge's, sqrt(C_A C_B' / (C_A' C_B))), overdispersion v_i ∝ c_i²; the smaller of the two is
+    returned (a mixture of the two falls below the smaller only by a second-order term, as neighbouring splits'
+    variances are nearly equal). Positive serial correlation only raises it (it moves the statistic's variance to low
+    frequencies, which neighbouring splits share), so this is a lower bound for the AR(1) errors the test allows.
+    """
+    c = np.asarray(calls, dtype=np.float64)
+    rows, width = candidate.shape
+    r = np.zeros((rows, width))
+    paired = np.zeros((rows, width), dtype=bool)
+    cols = np.flatnonzero(candidate.any(axis=0))
+    if len(cols) < 2:
+        return r, paired
+    lo, hi = int(cols[0]), int(cols[-1]) + 1  # only the block's candidate columns: a previous candidate is ≥ lo
+    col = np.broadcast_to(np.arange(lo, hi)[None, :], (rows, hi - lo))
+    last = np.maximum.accumulate(np.where(candidate[:, lo:hi], col, -1), axis=1)
+    previous = np.concatenate([np.full((rows, 1), -1), last[:, :-1]], axis=1)
+    paired[:, lo:hi] = candidate[:, lo:hi] & (previous >= 0)
+    k0 = np.maximum(previous, lo) - lo
+    lowest = np.full((rows, hi - lo), np.inf)
+
+    def firsts(values: np.ndarray) -> np.ndarray:
+        """Σ over the first k intervals for k in [lo, hi), and the total in the last column."""
+        out = np.empty((rows, hi - lo + 1))
+        out[:, 0] = values[:, :lo].sum(axis=1)
+        np.cumsum(values[:, lo : hi - 1], axis=1, out=out[:, 1 : hi - lo])
+        out[:, 1 : hi - lo] += out[:, :1]
+        out[:, -1] = values.sum(axis=1)
+        return out
+
+    cum_c = firsts(c)
+    for cum_v in (cum_c, firsts(c * c)):
+        c_p, v_p = np.take_along_axis(cum_c, k0, axis=1), np.take_along_axis(cum_v, k0, axis=1)
+        c_m, v_m = cum_c[:, :-1] - c_p, cum_v[:, :-1] - v_p
+        c_r, v_r = cum_c[:, -1:] - c_p - c_m, cum_v[:, -1:] - v_p - v_m
+        with np.errstate(divide="ignore", invalid="ignore"):
+            c_b, c_a2 = c_m + c_r, c_p + c_m
+            cov = v_r / (c_b * c_r) - v_m / (c_b * c_a2) + v_p / (c_p * c_a2)
+            var1 = (v_m + v_r) / c_b**2 + v_p / c_p**2
+            var2 = v_r / c_r**2 + (v_p + v_m) / c_a2**2
+            lowest = np.fmin(lowest, cov / np.sqrt(var1 * var2))
+    r[:, lo:hi] = np.where(paired[:, lo:hi] & np.isfinite(lowest), np.clip(lowest, -1.0, 1.0), 0.0)
+    return r, paired
+
+
+def selection_p(p_k: np.ndarray, candidate: np.ndarray, calls: np.ndarray) -> np.ndarray:
+    """The p-value of the smallest per-split p-value among a row's candidate splits, p_k being it (or larger): the
+    chain bound P(∪ A_j) ≤ P(A_1) + Σ_j P(A_j+1 ∖ A_j) (Hunter 1976; Worsley 1982; the upcrossing form of
+    Efron 1997), with A_j = {split j's p ≤ p_k} = {Z_j ≥ u}, u = Φ⁻¹(1 − p_k), and for two standard normal scores
+    of correlation r, P(Z_j < u ≤ Z_j+1) = 2 T(u, sqrt((1 − r)/(1 + r))) (Owen's T; Owen 1956). Never more than
+    Bonferroni's K · p_k, which it replaces when smaller (module docstring, "Selection")."""
+    from scipy import special, stats
+
+    r, paired = split_correlations(calls, candidate)
+    u = stats.norm.isf(np.clip(np.nan_to_num(p_k, nan=1.0), 0.0, 1.0))
+    row, col = np.nonzero(paired)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        a = np.sqrt((1 - r[row, col]) / (1 + r[row, col]))
+    entries = np.bincount(row, weights=2 * special.owens_t(u[row], a), minlength=len(p_k))
+    chain = p_k + entries
+    return np.minimum(1.0, np.minimum(candidate.sum(axis=1) * p_k, chain))
 
 
 def interval_from_sums(
@@ -255,15 +361,19 @@ def _statistics(
         scale_a = np.where(mean_a > 0, 1.0 / mean_a**2, 0.0)
         scale_b = np.where(mean_b > 0, 1.0 / mean_b**2, 0.0)
         ee = a["ee"] * scale_a + b["ee"] * scale_b
-        rho_hat = np.where(ee > 0, (a["acov"] * scale_a + b["acov"] * scale_b) / ee, 0.0)
-        rho_fixed = rho_hat + (1 + 3 * rho_hat) / total_n
-        rho = np.clip(rho_fixed + RHO_MARGIN * np.sqrt(np.maximum(1 - rho_fixed**2, 0.0) / total_n), 0.0, RHO_MAX)
+        rho = _serial_correlation(np.where(ee > 0, (a["acov"] * scale_a + b["acov"] * scale_b) / ee, 0.0), total_n)
         inflation = (1 + rho) / (1 - rho)
+        # The floor of each side's sandwich (module docstring, "A short side"): the pooled relative dispersion per call.
+        pooled = ee / (a["calls"] + b["calls"])
         u, dof = [], []
         for sd, size, mean in ((a, n_a, mean_a), (b, n_b, mean_b)):
             # Demeaning a correlated series removes about `inflation` of its n degrees of freedom, not one.
-            v_emp = size / np.maximum(size - inflation, 1.0) * sd["ee"] / sd["calls"] ** 2 * inflation
+            own = sd["ee"] / sd["calls"] ** 2
+            floor = pooled / sd["calls"] * mean**2
+            v_emp = size / np.maximum(size - inflation, 1.0) * np.fmax(own, floor) * inflation
+            # ln V̂ carries ln f(ρ̂) as well as the sum of squares: Var ln f(ρ̂) ≈ 4 / ((1 − ρ²) n) (module docstring).
             dof_emp = np.maximum(size * (1 - rho) / (1 + rho) - 1, 1.0)
+            dof_emp = np.maximum(2 / (2 / dof_emp + 4 / ((1 - rho**2) * total_n)), 1.0)
             if "ss" in sd:
                 v_calls = sd["ss"] / sd["ss_dof"] / sd["calls"]
                 use_calls = v_calls > v_emp  # False where v_calls is NaN (unknown or no call pairs)
@@ -292,6 +402,13 @@ def _statistics(
         "log_ratio": log_ratio,
         "se": np.sqrt(se2),
     }
+
+
+def _serial_correlation(rho_hat: np.ndarray, total_n: np.ndarray) -> np.ndarray:
+    """The AR(1) coefficient the test uses from ρ̂, the pooled lag-1 autocorrelation of the residuals (module
+    docstring, 3.): bias-corrected, RHO_MARGIN standard errors high, clipped to [0, RHO_MAX]."""
+    rho_fixed = rho_hat + 2 * (1 + 3 * rho_hat) / total_n
+    return np.clip(rho_fixed + RHO_MARGIN * np.sqrt(np.maximum(1 - rho_fixed**2, 0.0) / total_n), 0.0, RHO_MAX)
 
 
 def level_shift_beyond_trend(

@@ -109,7 +109,7 @@ def analyse_one(rows: pd.DataFrame, deploy: pd.Timestamp, settings: EngineSettin
     if best is None:
         return {**out, "p_value": 1.0, "verdict": "no_regression", "reason": "not_significant"}
     j, res = best
-    out.update(t_stat=res["t"], dof=res["dof"], p_value=min(1.0, len(splits) * res["p"]))
+    out.update(t_stat=res["t"], dof=res["dof"], p_value=chain_p(res["p"], calls, splits))
     out["change_at"] = samples[j - 1][0]
     out["shift"] = trend_shift(calls, x, [s[0] for s in samples], j)
     return {**out, "verdict": "no_regression", "reason": "tested"}
@@ -159,10 +159,35 @@ def trend_shift(calls: np.ndarray, means: np.ndarray, ends: list, k: int) -> flo
     return max((level + coef[2]) / level, broken)
 
 
+def chain_p(p: float, calls: np.ndarray, splits: list[int]) -> float:
+    """The p-value of the best of `splits` whose own p is `p`: the chain bound p + Σ 2 T(u, sqrt((1 − r)/(1 + r)))
+    over consecutive candidates, capped by Bonferroni's K · p (engine.inference, "Selection"). The correlation r of
+    the statistics D_k = Σ_B e / C_B − Σ_A e / C_A at two splits comes from their weight vectors w (−1/C_A on A,
+    1/C_B on B): r = Σ w w' v / sqrt(Σ w² v · Σ w'² v), for v = calls and v = calls², the smaller one."""
+    from scipy import special
+
+    u = stats.norm.isf(p)
+    total = p
+    for k0, k1 in zip(splits[:-1], splits[1:], strict=True):
+        weights = []
+        for k in (k0, k1):
+            c_a, c_b = sum(calls[:k]), sum(calls[k:])
+            weights.append([-1 / c_a if i < k else 1 / c_b for i in range(len(calls))])
+        r = min(
+            sum(w0 * w1 * v for w0, w1, v in zip(*weights, var, strict=True))
+            / math.sqrt(sum(w * w * v for w, v in zip(weights[0], var, strict=True)))
+            / math.sqrt(sum(w * w * v for w, v in zip(weights[1], var, strict=True)))
+            for var in (list(calls), [c * c for c in calls])
+        )
+        total += 2 * special.owens_t(u, math.sqrt((1 - r) / (1 + r)))
+    return min(1.0, len(splits) * p, total)
+
+
 def call_level_test(calls: np.ndarray, time: np.ndarray, sumsq: np.ndarray | None, k: int, theta: float) -> dict:
     """The call-level test of H0: mean(B) ≤ (1 + θ) mean(A) at split k, by explicit loops (engine.inference's
-    module docstring is the specification): pooled means, sandwich variances with an AR(1) inflation, the per-call
-    floor, Welch–Satterthwaite degrees of freedom, one-sided p (not adjusted for the choice of split)."""
+    module docstring is the specification): pooled means, sandwich variances with an AR(1) inflation, floored by the
+    pooled relative dispersion, the per-call floor, Welch–Satterthwaite degrees of freedom that carry the uncertainty
+    of ρ̂, one-sided p (not adjusted for the choice of split)."""
     n = len(calls)
     sides = [range(0, k), range(k, n)]
     means, ee, acov = [], 0.0, 0.0
@@ -176,15 +201,18 @@ def call_level_test(calls: np.ndarray, time: np.ndarray, sumsq: np.ndarray | Non
         ee += sum(v * v for v in e) / mu**2  # pooled on the relative scale
         acov += sum(e[j] * e[j + 1] for j in range(len(e) - 1)) / mu**2
     rho_hat = acov / ee if ee > 0 else 0.0
-    fixed = rho_hat + (1 + 3 * rho_hat) / n
-    rho = min(max(fixed + math.sqrt(max(1 - fixed**2, 0.0) / n), 0.0), 0.9)  # one standard error above
+    fixed = rho_hat + 2 * (1 + 3 * rho_hat) / n  # each side demeaned on its own: Kendall's bias of a side
+    rho = min(max(fixed + 0.5 * math.sqrt(max(1 - fixed**2, 0.0) / n), 0.0), 0.9)  # half a standard error above
     inflation = (1 + rho) / (1 - rho)
+    dispersion = ee / sum(calls)  # relative, per call, both sides pooled
     u, dof = [], []
     for idx, mu, e in zip(sides, means, resid, strict=True):
         size = len(idx)
         c = sum(calls[i] for i in idx)
-        v = size / max(size - inflation, 1.0) * sum(v * v for v in e) / c**2 * inflation
+        own = sum(v * v for v in e) / c**2
+        v = size / max(size - inflation, 1.0) * max(own, dispersion * mu**2 / c) * inflation
         d = max(size * (1 - rho) / (1 + rho) - 1, 1.0)
+        d = max(2 / (2 / d + 4 / ((1 - rho**2) * n)), 1.0)
         if sumsq is not None and not any(math.isnan(sumsq[i]) for i in idx):
             pairs = sum(calls[i] - 1 for i in idx)
             if pairs > 0:

@@ -1,0 +1,113 @@
+"""Where the engine's recall goes against the ceiling: the stepped fleets of detection_quality.py, step by step.
+
+Run with `make bench-gap` (or `.venv/bin/python benchmarks/gap_decomposition.py [--statements N] [--runs R]`).
+
+Each row adds one thing the engine does that the ceiling (a z-test at the true split with the true variance, the same
+budget share) does not, with the engine's own budget shares throughout:
+
+1. the variance estimated from the window (the engine's call-level test) at the true split, normal reference;
+2. the same with the t reference (Welch–Satterthwaite degrees of freedom);
+3. the best of the engine's candidate splits, the choice not paid for (not a valid test: what selection would give);
+4. the choice paid for by Bonferroni (K · p, engine ≤ 2.1);
+5. the choice paid for as the engine does (the chain bound, engine 2.2);
+6. the whole engine (adds the pre-filter, E-divisive's location and tolerance, the drift check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from detection_quality import STEPS, ceiling  # noqa: E402
+
+from radar_pipeline.engine import EngineSettings, analyse  # noqa: E402
+from radar_pipeline.engine.decision import _candidate_splits, _padded  # noqa: E402
+from radar_pipeline.engine.inference import split_tests  # noqa: E402
+from radar_pipeline.engine.samples import window_samples  # noqa: E402
+from radar_pipeline.engine.settings import ENGINE_VERSION  # noqa: E402
+from radar_pipeline_tests.engine.fleet import DEPLOY, draw  # noqa: E402
+
+ROWS = (
+    "ceiling",
+    "1 variance estimated, true split, normal",
+    "2 + t reference",
+    "3 best of K splits, choice not paid",
+    "4 choice paid by Bonferroni (K · p)",
+    "5 choice paid as the engine does",
+    "6 engine (+ pre-filter, location, drift)",
+)
+
+
+def one_fleet(statements: int, seed: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The step factor of every statement, and per row of ROWS whether it was detected."""
+    from scipy import stats
+
+    settings = EngineSettings()
+    fleet = draw(statements, seed, stepped=0.05, drifting=0.05, steps=STEPS)
+    out = analyse(fleet.counters, DEPLOY, settings)
+    share = out["budget_share"].to_numpy()
+    alpha = np.where(np.isnan(share), -1.0, share)
+    width = int(settings.window.total_seconds() * 1e9)
+    samples = window_samples(fleet.counters, DEPLOY.value - width, DEPLOY.value + width)
+    padded = _padded(samples, np.arange(samples.groups))
+    ends, n = padded["end"], padded["n"]
+    inside = np.arange(ends.shape[1])[None, :] < n[:, None]
+    step_starts = DEPLOY.value + (fleet.step_at - fleet.intervals_before) * 60 * 10**9
+    k_true = ((ends <= step_starts) & inside).sum(axis=1)
+    told = np.zeros((len(n), ends.shape[1] + 1), dtype=bool)
+    ok = (k_true >= settings.min_samples) & (n - k_true >= settings.min_samples)
+    told[np.flatnonzero(ok), k_true[ok]] = True
+    tolerance = int(settings.tolerance.total_seconds() * 1e9)
+    candidates = _candidate_splits(ends, n, DEPLOY.value, tolerance, settings)
+    args = (padded["calls"], padded["time"], padded["sumsq"], n)
+    at_true = split_tests(*args, told, settings.threshold)
+    best = split_tests(*args, candidates, settings.threshold)
+
+    def t_p(res) -> np.ndarray:  # noqa: ANN001
+        return stats.t.sf(np.nan_to_num(res.t, nan=-np.inf), np.nan_to_num(res.dof, nan=1.0))
+
+    p = {
+        ROWS[1]: stats.norm.sf(np.nan_to_num(at_true.t, nan=-np.inf)),
+        ROWS[2]: t_p(at_true),
+        ROWS[3]: t_p(best),
+        ROWS[4]: np.minimum(1.0, best.splits * t_p(best)),
+        ROWS[5]: best.p,
+    }
+    detected = {name: np.nan_to_num(values, nan=1.0) <= alpha for name, values in p.items()}
+    detected[ROWS[0]] = ceiling(fleet, share, settings.threshold)
+    detected[ROWS[6]] = (out["verdict"] == "detected").to_numpy()
+    return fleet.factor, detected
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--statements", type=int, default=5000)
+    parser.add_argument("--runs", type=int, default=6)
+    parser.add_argument("--seed", type=int, default=3000)
+    args = parser.parse_args()
+    factors, rows = [], {name: [] for name in ROWS}
+    for r in range(args.runs):
+        factor, detected = one_fleet(args.statements, args.seed + r)
+        factors.append(factor)
+        for name in ROWS:
+            rows[name].append(detected[name])
+    factor = np.concatenate(factors)
+    steps = factor > 1
+    print(
+        f"engine {ENGINE_VERSION}: {args.runs} stepped fleets × {args.statements:,} statements, {steps.sum():,} steps"
+    )
+    print(f"{'recall':<42}" + "".join(f"{'×' + format(f, 'g'):>8}" for f in STEPS) + f"{'all':>8}")
+    for name in ROWS:
+        hit = np.concatenate(rows[name])
+        cells = "".join(f"{hit[factor == f].mean():>8.1%}" for f in STEPS)
+        print(f"{name:<42}{cells}{hit[steps].mean():>8.1%}")
+
+
+if __name__ == "__main__":
+    main()
