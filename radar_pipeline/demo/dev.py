@@ -6,9 +6,11 @@ demo's runs, partitions, asset checks and metadata are there to look at.
 
 Stopping: Ctrl-C or SIGTERM. `dagster dev` runs in a session of its own with SIGINT and SIGTERM at their defaults
 (a process started with SIGINT ignored, as `nohup … &` and some supervisors do, passes that on to its children, and
-`dagster dev` would then never stop). On either signal it gets SIGINT, then SIGTERM and SIGKILL if it lingers; then
-whatever is left of its session (the code server, the daemon) is ended, and only then are the embedded servers stopped,
-so nothing is left running and nothing complains about a database that went away.
+`dagster dev` would then never stop). On either signal `dagster dev` alone gets SIGINT, and shuts its webserver and
+daemon down over their shutdown pipes (the daemon stops launching runs first; a run being launched is not interrupted
+half-way, as SIGINT to the whole group would); SIGTERM and SIGKILL to its process group follow if it lingers; then
+whatever is left of its session (the code server, a run) is ended, and only then are the embedded servers stopped, so
+nothing is left running and nothing complains about a database that went away.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def main(host: str = "127.0.0.1", port: int = 3000) -> int:
         # Only pass the signal on here: waiting inside a signal handler would deadlock with the wait below.
         stopping.append(signum)
         for process in started:
-            _signal_group(process.pid, signal.SIGINT)
+            _signal(process.pid, signal.SIGINT)
 
     previous = {s: signal.signal(s, stop_asked) for s in (signal.SIGINT, signal.SIGTERM)}
     child = subprocess.Popen(
@@ -81,12 +83,12 @@ def _default_signals() -> None:
 
 
 def stop_session(child: subprocess.Popen) -> None:
-    """Stop dagster dev (SIGINT, then SIGTERM, then SIGKILL to its process group), then end every process still in
-    its session: the children it started and did not stop."""
+    """Stop dagster dev (SIGINT to it, then SIGTERM and SIGKILL to its process group), then end every process still
+    in its session: the children it started and did not stop."""
     for signum, grace in ((signal.SIGINT, STOP_GRACE_S), (signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 5.0)):
         if child.poll() is not None:
             break
-        _signal_group(child.pid, signum)
+        (_signal if signum == signal.SIGINT else _signal_group)(child.pid, signum)
         try:
             child.wait(timeout=grace)
         except subprocess.TimeoutExpired:
