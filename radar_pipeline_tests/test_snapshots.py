@@ -141,7 +141,7 @@ def test_repeated_write_of_one_scrape_stores_nothing_twice(app_db, warehouse):
         columns=[*snapshots.KEY, *snapshots.COUNTERS, "stats_since"],
     )
     with warehouse.begin() as conn:
-        state = snapshots.lock_and_load_state(conn, target.name)
+        state = snapshots.lock_and_load_state(conn, target.name, statements)
         plan = snapshots.plan_snapshot(state, statements, None)
         key = (1, 10, 42, True)
         result = snapshots.write_snapshot(conn, info, state, plan, {key: "SELECT 1"}, {key: 7}, {})
