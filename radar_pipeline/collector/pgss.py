@@ -19,7 +19,16 @@ from psycopg import sql
 from radar_pipeline import binary_copy
 from radar_pipeline.collector.session import TargetUnavailable, describe
 from radar_pipeline.config import Target
-from radar_pipeline.pgss_model import COUNTERS, KEY, Key, PgssScrape, ScrapeInfo, statement_key
+from radar_pipeline.pgss_model import (
+    COUNTER_TYPES,
+    COUNTERS,
+    KEY,
+    KEY_TYPES,
+    Key,
+    PgssScrape,
+    ScrapeInfo,
+    statement_key,
+)
 
 # Every statement the collector sends carries this comment, so it can recognise its own entries in the view.
 COLLECTOR_MARK = "/* radar_pipeline collector */"
@@ -31,14 +40,8 @@ SCRAPE_FIELDS = [
     ("dealloc", "int8"),
     ("stats_reset", "timestamptz"),
     ("listed", "bool"),
-    ("dbid", "oid"),
-    ("userid", "oid"),
-    ("queryid", "int8"),
-    ("toplevel", "bool"),
-    *(
-        (name, "float8" if name in ("total_exec_time", "shared_blk_read_time", "stddev_exec_time") else "int8")
-        for name in COUNTERS
-    ),
+    *KEY_TYPES,
+    *COUNTER_TYPES,
     ("stats_since", "timestamptz"),
 ]
 
@@ -89,7 +92,8 @@ def read_extension(conn: psycopg.Connection, target: Target) -> Extension:
 def scrape(conn: psycopg.Connection, target: Target, ext: Extension, exclude_role: str | None = None) -> PgssScrape:
     """Read every statement's counters and the server-wide facts in one statement, so they share one clock reading.
 
-    Texts are not read here (showtext := false keeps the scrape cheap); `fetch_texts` reads them for new statements.
+    The rows come as a binary COPY read into numpy (binary_copy): no Python object per value, so the read costs about
+    what PostgreSQL's own send of it does. Texts are not read here (showtext := false keeps the scrape cheap); `fetch_texts` reads them for new statements.
     Statements of `exclude_role`, the collector's dedicated role when it has one, are left out.
     """
     fn = sql.Identifier(ext.schema, "pg_stat_statements")

@@ -18,17 +18,23 @@ import sqlalchemy as sa
 from psycopg import sql as psql
 
 from radar_pipeline import binary_copy
-from radar_pipeline.pgss_model import COUNTERS, KEY, Key, ScrapeInfo, statement_key, statement_keys
+from radar_pipeline.pgss_model import (
+    COUNTER_TYPES,
+    COUNTERS,
+    KEY,
+    KEY_TYPES,
+    Key,
+    ScrapeInfo,
+    statement_key,
+    statement_keys,
+)
 from radar_pipeline.warehouse.database import KEYS, driver, key_params
 
 SNAPSHOT_COLUMNS = ["target", "captured_at", *KEY, *COUNTERS, "stats_since", "reset_before", "fingerprint"]
 MAX_QUERY_TEXT = 8192
 # What a scrape needs of the catalogue, per statement, read in binary (binary_copy): nulls read as '-infinity'.
 CATALOGUE_FIELDS = [
-    ("dbid", "oid"),
-    ("userid", "oid"),
-    ("queryid", "int8"),
-    ("toplevel", "bool"),
+    *KEY_TYPES,
     ("fingerprint", "int8"),
     ("last_calls", "int8"),
     ("last_total_exec_time", "float8"),
@@ -41,14 +47,8 @@ CATALOGUE_COLUMNS = (
 )
 # The moved statements as staged for the write, in binary; a null stats_since travels as '-infinity'.
 STAGE_FIELDS = [
-    ("dbid", "oid"),
-    ("userid", "oid"),
-    ("queryid", "int8"),
-    ("toplevel", "bool"),
-    *(
-        (name, "float8" if name in ("total_exec_time", "shared_blk_read_time", "stddev_exec_time") else "int8")
-        for name in COUNTERS
-    ),
+    *KEY_TYPES,
+    *COUNTER_TYPES,
     ("stats_since", "timestamptz"),
     ("reset_before", "bool"),
     ("fingerprint", "int8"),
