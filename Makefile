@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export DAGSTER_DISABLE_TELEMETRY := 1
 
-.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost clean
+.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-load clean
 
 install: $(VENV)/.installed
 
@@ -53,6 +53,10 @@ bench-backfill: install
 
 bench-run-cost: install
 	$(BIN)/python benchmarks/run_cost_bench.py
+
+# A sustained load through the real daemon: `make bench-load ARGS="--targets 50,200 --minutes 15"`.
+bench-load: install
+	$(BIN)/python benchmarks/load_bench.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
