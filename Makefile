@@ -54,7 +54,8 @@ bench-backfill: install
 bench-run-cost: install
 	$(BIN)/python benchmarks/run_cost_bench.py
 
-# A sustained load through the real daemon: `make bench-load ARGS="--targets 50,200 --minutes 15"`.
+# A sustained load through the real daemon, 50 then 200 targets for 15 minutes each (about 40 minutes); shorter:
+# `make bench-load ARGS="--targets 4,10 --minutes 3"`.
 bench-load: install
 	$(BIN)/python benchmarks/load_bench.py $(ARGS)
 

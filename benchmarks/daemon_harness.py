@@ -1,5 +1,11 @@
 """A real Dagster daemon for the benchmarks: started on a code location of the benchmark's own, and its processes'
-CPU and memory read from /proc (the daemon, the code server it starts, and the run processes that server starts)."""
+CPU and memory read from /proc (the daemon, the code server, and the run processes that server starts).
+
+The code location is served one of two ways. `start_daemon` alone loads it as a python_module: the daemon starts a
+code server of its own, and starts a new one every minute (it refreshes its workspace every 60 s), each loading the
+code again. `start_code_server` serves it from a process of its own, as a deployment does (`dagster code-server
+start`, the command Dagster's Helm chart runs), and `start_daemon(..., port=…)` points the daemon at it.
+"""
 
 from __future__ import annotations
 
@@ -10,25 +16,58 @@ import time
 from pathlib import Path
 
 # The daemon's processes by a mark in their command line: each run is a process the code server spawns.
-PROCESS_KINDS = [(b"spawn_main", "run process"), (b"dagster api", "code server"), (b"dagster-daemon", "daemon")]
+PROCESS_KINDS = [
+    (b"spawn_main", "run process"),
+    (b"dagster api", "code server"),
+    (b"code-server start", "code server proxy"),
+    (b"dagster-daemon", "daemon"),
+]
+LOCATION_MODULE = "bench_location"
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 
 
-def start_daemon(folder: Path, location: str, env: dict[str, str]) -> subprocess.Popen:
-    """Write `location` (Python source defining `defs`) as the module bench_location in `folder` with a workspace.yaml
-    that loads it, and start `dagster-daemon run` there in a session of its own (output in folder/daemon.log). `env`
-    must name DAGSTER_HOME; `folder` goes first on PYTHONPATH."""
-    (folder / "bench_location.py").write_text(location)
-    (folder / "workspace.yaml").write_text(
-        "load_from:\n  - python_module:\n      module_name: bench_location\n      location_name: bench\n"
-        f"      working_directory: {folder}\n"
-    )
+def start_code_server(folder: Path, location: str, env: dict[str, str], port: int) -> subprocess.Popen:
+    """Write `location` (Python source defining `defs`) as the module bench_location in `folder` and serve it with
+    `dagster code-server start` on 127.0.0.1:`port`, in a session of its own (output in folder/code_server.log);
+    returns once the code is loaded."""
+    from dagster._grpc.client import DagsterGrpcClient
+
+    (folder / f"{LOCATION_MODULE}.py").write_text(location)
+    command = [str(Path(sys.executable).parent / "dagster"), "code-server", "start", "-h", "127.0.0.1", "-p", str(port)]
+    command += ["-m", LOCATION_MODULE, "-d", str(folder), "--location-name", "bench"]
+    server = _start(command, folder, env, "code_server.log")
+    client = DagsterGrpcClient(port=port, host="127.0.0.1")
+    waited = time.time()
+    while True:
+        try:
+            client.list_repositories()
+            return server
+        except Exception:  # not listening yet, or still loading the code
+            assert server.poll() is None and time.time() - waited < 300, f"no code server: {folder}/code_server.log"
+            time.sleep(1)
+
+
+def start_daemon(folder: Path, location: str, env: dict[str, str], port: int | None = None) -> subprocess.Popen:
+    """Start `dagster-daemon run` in `folder`, in a session of its own (output in folder/daemon.log), on the code
+    server at 127.0.0.1:`port`, or without a port on `location` (Python source defining `defs`) written to `folder` as
+    the module bench_location and loaded as a python_module. `env` must name DAGSTER_HOME."""
+    if port is None:
+        (folder / f"{LOCATION_MODULE}.py").write_text(location)
+        source = f"python_module:\n      module_name: {LOCATION_MODULE}\n      working_directory: {folder}\n"
+    else:
+        source = f"grpc_server:\n      host: 127.0.0.1\n      port: {port}\n"
+    (folder / "workspace.yaml").write_text(f"load_from:\n  - {source}      location_name: bench\n")
+    command = [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w", str(folder / "workspace.yaml")]
+    return _start(command, folder, env, "daemon.log")
+
+
+def _start(command: list[str], folder: Path, env: dict[str, str], log: str) -> subprocess.Popen:
     path = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH")]))
     return subprocess.Popen(
-        [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w", str(folder / "workspace.yaml")],
+        command,
         env={**env, "DAGSTER_DISABLE_TELEMETRY": "1", "PYTHONPATH": path},
         cwd=folder,
-        stdout=open(folder / "daemon.log", "w"),  # noqa: SIM115
+        stdout=open(folder / log, "w"),  # noqa: SIM115
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )

@@ -1,7 +1,8 @@
 """Sustained-load benchmark: the minutely snapshot schedule through a real Dagster daemon, N targets × 5,000 statements.
 
 Run with `make bench-load` (or `.venv/bin/python benchmarks/load_bench.py [--targets N[,N…]] [--minutes M]
-[--servers K] [--shards S]`). It starts:
+[--servers K] [--shards S] [--daemon-code-server]`; by default 50 then 200 targets, 15 minutes each, 2 watched servers,
+one shard per core). It starts:
 
 - K embedded PostgreSQL 18 servers as the watched ones (pg_stat_statements.max = 10000), each with 5,000 statement
   shapes (snapshot_bench's 50 tables × 10 × 10), and a workload driver (a thread of this process) that makes 10% of
@@ -10,18 +11,21 @@ Run with `make bench-load` (or `.venv/bin/python benchmarks/load_bench.py [--tar
   its own, so each stores what moved on its server;
 - the warehouse (an embedded PostgreSQL 18, migrated), and Dagster's storage in a server of its own, so the
   warehouse's CPU is its alone;
-- `dagster-daemon run` on an instance configured as the project's dagster.yaml (storage in PostgreSQL, its pools), on a
-  code location that imports all of radar_pipeline.definitions (as every production run pays it) and serves the
-  pgss_snapshots asset with the real `pgss_snapshot_schedule`, every minute, in S shards (RADAR_SNAPSHOT_SHARDS):
-  S runs a minute, each a process of its own started by the daemon's code server. Radar's other schedules and sensors
-  are left out, so only the collection runs.
+- `dagster code-server start` (as Dagster's Helm chart runs it, see deploy/) and `dagster-daemon run` on an instance
+  configured as the project's dagster.yaml (storage in PostgreSQL, its pools), on a code location that imports all of
+  radar_pipeline.definitions (as every production run pays it) and serves the pgss_snapshots asset with the real
+  `pgss_snapshot_schedule`, every minute, in S shards (RADAR_SNAPSHOT_SHARDS): S runs a minute, each a process of its
+  own started by the code server. Radar's other schedules and sensors are left out, so only the collection runs.
+  With --daemon-code-server the daemon serves the code itself (a python_module workspace, as `dagster dev` does), and
+  then starts a new code server every minute.
 
 Before the daemon starts, one target per server takes its first (all-new) scrape in this process and the other targets
 of that server get a copy of its catalogue, as if each had been scraped before: the benchmark measures the steady
 state, not N × 5,000 first fingerprints.
 
 For each N (a step-up when several are given, the daemon restarted with the new targets), it measures the whole minutes
-from the first tick after the daemon is up, for --minutes, then waits for those ticks' runs to end, and prints:
+from the second tick after the daemon is up (the first is a warm-up), for --minutes, then waits for those ticks' runs
+to end, and prints:
 
 - per-run duration p50/p99 (start → end, from Dagster's run storage) and tick → end (the scheduled minute to the
   run's end: what "keeps up" needs below 60 s);
@@ -30,7 +34,7 @@ from the first tick after the daemon is up, for --minutes, then waits for those 
 - rows and bytes written per minute in the warehouse (rows in radar.pgss_snapshot captured in the window; growth of the
   snapshot tables, radar.query and radar.pgss_info_snapshot; WAL bytes);
 - CPU-seconds per minute (user + system, /proc, summed over each process tree, reaped children included) of radar's
-  processes (the daemon, its code server, the run processes and their step processes), of the warehouse server, of
+  processes (the daemon, the code server and the run processes it starts), of the warehouse server, of
   Dagster's storage server and of the watched servers; and radar's CPU per target-scrape;
 - the largest N that keeps up at one scrape a minute on this machine's cores. With two or more N it is extrapolated
   from a straight line fitted to the measured CPU per minute of everything the benchmark runs (radar, the warehouse,
@@ -48,6 +52,7 @@ import math
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -61,12 +66,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from daemon_harness import peak_memory, start_daemon, tree_cpu, wait_for_daemon  # noqa: E402
+from daemon_harness import peak_memory, start_code_server, start_daemon, tree_cpu, wait_for_daemon  # noqa: E402
 from snapshot_bench import COLUMNS, STATEMENTS, TABLES, statement  # noqa: E402
 
 from radar_pipeline.config import Target  # noqa: E402
 from radar_pipeline.demo.dev import stop_session  # noqa: E402
-from radar_pipeline.demo.local_postgres import LocalPostgres  # noqa: E402
+from radar_pipeline.demo.local_postgres import LocalPostgres, free_port  # noqa: E402
 from radar_pipeline.steps.snapshots import snapshot_target  # noqa: E402
 from radar_pipeline.warehouse import migrations  # noqa: E402
 from radar_pipeline.warehouse.database import make_engine  # noqa: E402
@@ -137,6 +142,7 @@ class Step:
     targets: int
     shards: int
     minutes: int
+    served: str  # what served the code location
     durations: list[float] = field(default_factory=list)
     tick_to_end: list[float] = field(default_factory=list)
     missed: list[str] = field(default_factory=list)
@@ -246,14 +252,23 @@ def measure(
     }
     os.environ.update({k: env[k] for k in ("DAGSTER_HOME", "RADAR_WAREHOUSE_URL", "RADAR_TARGETS")})
     instance = dg.DagsterInstance.get()
-    daemon = start_daemon(home, LOCATION, env)
-    step = Step(targets=n, shards=shards, minutes=args.minutes)
+    radar: list[subprocess.Popen] = []  # the code server (unless the daemon starts its own), then the daemon
+    if not args.daemon_code_server:
+        port = free_port()
+        radar.append(start_code_server(home, LOCATION, env, port))
+    daemon = start_daemon(home, LOCATION, env, None if args.daemon_code_server else port)
+    radar.append(daemon)
+    served = "the daemon's own code server" if args.daemon_code_server else "dagster code-server start"
+    step = Step(targets=n, shards=shards, minutes=args.minutes, served=served)
     try:
         wait_for_daemon(instance, daemon, "SCHEDULER", home)
-        start = float((int(time.time()) // 60 + 1) * 60)  # the first whole minute after the daemon is up
+        # The second whole minute after the daemon is up: the first tick scrapes what moved since the targets were
+        # seeded, more than a minute of it.
+        start = float((int(time.time()) // 60 + 2) * 60)
         end = start + 60 * args.minutes
-        groups = {"radar": daemon.pid, "warehouse": warehouse.pid, "dagster storage": storage.pid}
+        groups = {"warehouse": warehouse.pid, "dagster storage": storage.pid}
         groups.update({f"watched {i}": s.pid for i, s in enumerate(watched)})
+        groups.update({f"radar {i}": p.pid for i, p in enumerate(radar)})
         time.sleep(max(0.0, start - time.time() - 0.5))
         before = {name: tree_cpu(pid) for name, pid in groups.items()}  # type: ignore[arg-type]
         driver_before = _self_cpu()
@@ -261,7 +276,8 @@ def measure(
         began = time.strftime("%H:%M:%S", time.gmtime(start))
         print(f"  {n} targets in {shards} shards: measuring {args.minutes} min from {began} UTC", flush=True)
         while time.time() < end - 0.5:
-            peak_memory(daemon.pid, step.peaks)
+            for process in radar:
+                peak_memory(process.pid, step.peaks)
             time.sleep(min(2.0, max(0.0, end - 0.5 - time.time())))
         step.cpu = {name: tree_cpu(pid) - before[name] for name, pid in groups.items()}  # type: ignore[arg-type]
         step.cpu["workload driver"] = _self_cpu() - driver_before
@@ -278,7 +294,8 @@ def measure(
             ]
             if all(r.dagster_run.is_finished for r in records) or time.time() > deadline:
                 break
-            peak_memory(daemon.pid, step.peaks)
+            for process in radar:
+                peak_memory(process.pid, step.peaks)
             time.sleep(2)
         by_minute: dict[float, list] = {}
         for r in records:
@@ -315,7 +332,8 @@ def measure(
                 (start, end),
             ).fetchone()[0]
     finally:
-        stop_session(daemon)
+        for process in reversed(radar):
+            stop_session(process)
         instance.dispose()
     return step
 
@@ -336,11 +354,14 @@ def _scheduled(record: object, tag: str) -> float:
 def report(step: Step, cores: int) -> float:
     """Print one step's figures; return the CPU-seconds per minute of everything it ran."""
     per_min = {name: used / step.minutes for name, used in step.cpu.items()}
-    radar = per_min["radar"]
+    radar = sum(v for k, v in per_min.items() if k.startswith("radar"))
     watched = sum(v for k, v in per_min.items() if k.startswith("watched"))
     total = sum(per_min.values())
     runs = len(step.durations)
-    print(f"{step.targets} targets × {STATEMENTS:,} statements, {step.shards} shards, {step.minutes} min:")
+    print(
+        f"{step.targets} targets × {STATEMENTS:,} statements, {step.shards} shards, {step.minutes} min, code served by "
+        f"{step.served}:"
+    )
     if runs:
         print(
             f"  runs: {runs} succeeded, {step.failed_runs} failed; "
@@ -373,10 +394,15 @@ def report(step: Step, cores: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--targets", default="20", help="N, or N1,N2,… for a step-up")
+    parser.add_argument("--targets", default="50,200", help="N, or N1,N2,… for a step-up")
     parser.add_argument("--minutes", type=int, default=15, help="whole minutes measured at each N")
     parser.add_argument("--servers", type=int, default=2, help="watched servers the targets share")
     parser.add_argument("--shards", type=int, default=0, help="snapshot runs a minute (default: one per core)")
+    parser.add_argument(
+        "--daemon-code-server",
+        action="store_true",
+        help="let the daemon start the code server itself (a python_module workspace), not `dagster code-server start`",
+    )
     args = parser.parse_args()
     counts = [int(n) for n in args.targets.split(",")]
     cores = os.cpu_count() or 1

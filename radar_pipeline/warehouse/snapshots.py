@@ -2,8 +2,10 @@
 
 Storage stays affordable because a statement whose counters did not move since its last stored row gets no new row.
 Each target keeps, in radar.query, the last counters stored for every statement it has seen, so deciding what moved
-needs no scan of the snapshot table. One scrape is written in one transaction, under a per-target advisory lock:
-its info row, the moved statements (COPY), and the catalogue updates. A scrape whose captured_at is not newer than the
+needs no scan of the snapshot table; a scrape reads (in binary, into numpy) only the catalogue rows of the statements
+its previous scrape listed, and looks up by key the few it lists that had left the view, so statements gone long ago
+are neither sent nor decoded (the warehouse still passes over their rows). One scrape is written in one transaction,
+under a per-target advisory lock: its info row, the moved statements (one binary COPY), and the catalogue updates. A scrape whose captured_at is not newer than the
 target's last stored scrape is refused as a duplicate, so a repeated write never duplicates rows.
 """
 
@@ -61,7 +63,9 @@ PARTITION_DAYS_AHEAD = 3
 class TargetState:
     """What the warehouse knows of a target before a scrape is written."""
 
-    queries: pd.DataFrame  # KEY + fingerprint, last_calls, last_total_exec_time, last_stats_since, missing_since
+    # KEY + fingerprint, last_calls, last_total_exec_time, last_stats_since, missing_since: the catalogue rows of the
+    # statements the last scrape listed, and of the scraped ones back in the view (lock_and_load_state)
+    queries: pd.DataFrame
     ignored: set[Key]
     last_captured_at: datetime | None = None
     last_dealloc: int | None = None
