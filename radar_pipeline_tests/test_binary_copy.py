@@ -26,9 +26,7 @@ def test_rows_go_in_and_come_back_unchanged(pg18):
         "k": np.array([-7, 0, 2**31 - 1], dtype=np.int32),
     }
     with psycopg.connect(pg18.pg.dsn(), autocommit=True) as conn:
-        conn.execute(
-            "CREATE TEMP TABLE t (pos serial, id oid, n int8, x float8, flag bool, at timestamptz, k int4)"
-        )
+        conn.execute("CREATE TEMP TABLE t (pos serial, id oid, n int8, x float8, flag bool, at timestamptz, k int4)")
         with conn.cursor() as cur, cur.copy("COPY t (id, n, x, flag, at, k) FROM STDIN (FORMAT binary)") as copy:
             copy.write(binary_copy.encode(columns, FIELDS))
         # What PostgreSQL made of the values, read as text: NaT went in as -infinity.

@@ -92,9 +92,9 @@ def read_extension(conn: psycopg.Connection, target: Target) -> Extension:
 def scrape(conn: psycopg.Connection, target: Target, ext: Extension, exclude_role: str | None = None) -> PgssScrape:
     """Read every statement's counters and the server-wide facts in one statement, so they share one clock reading.
 
-    The rows come as a binary COPY read into numpy (binary_copy): no Python object per value, so the read costs about
-    what PostgreSQL's own send of it does. Texts are not read here (showtext := false keeps the scrape cheap); `fetch_texts` reads them for new statements.
-    Statements of `exclude_role`, the collector's dedicated role when it has one, are left out.
+    The rows come as a binary COPY read into numpy (binary_copy), with no Python object per value. Texts are not read
+    here (showtext := false keeps the scrape cheap); `fetch_texts` reads them for new statements. Statements of
+    `exclude_role`, the collector's dedicated role when it has one, are left out.
     """
     fn = sql.Identifier(ext.schema, "pg_stat_statements")
     info_view = sql.Identifier(ext.schema, "pg_stat_statements_info")

@@ -5,8 +5,9 @@ Each target keeps, in radar.query, the last counters stored for every statement 
 needs no scan of the snapshot table; a scrape reads (in binary, into numpy) only the catalogue rows of the statements
 its previous scrape listed, and looks up by key the few it lists that had left the view, so statements gone long ago
 are neither sent nor decoded (the warehouse still passes over their rows). One scrape is written in one transaction,
-under a per-target advisory lock: its info row, the moved statements (one binary COPY), and the catalogue updates. A scrape whose captured_at is not newer than the
-target's last stored scrape is refused as a duplicate, so a repeated write never duplicates rows.
+under a per-target advisory lock: its info row, the moved statements (one binary COPY), and the catalogue updates. A
+scrape whose captured_at is not newer than the target's last stored scrape is refused as a duplicate, so a repeated
+write never duplicates rows.
 """
 
 from __future__ import annotations
@@ -121,20 +122,6 @@ def lock_and_load_state(conn: sa.Connection, target: str, statements: pd.DataFra
         ).format(columns=psql.SQL(CATALOGUE_COLUMNS), target=psql.Literal(target))
         with cur.copy(copy_sql) as copy:
             listed = binary_copy.parse(b"".join(bytes(block) for block in copy), CATALOGUE_FIELDS)
-    queries = _catalogue_frame(listed)
-    unlisted = statements.iloc[np.flatnonzero(positions(key_codes(queries), key_codes(statements)) < 0)]
-    if len(unlisted):
-        back = conn.execute(
-            sa.text(
-                f"SELECT {', '.join(name for name, _ in CATALOGUE_FIELDS)} FROM radar.query q "
-                f"JOIN {KEYS} AS k(dbid, userid, queryid, toplevel) USING (dbid, userid, queryid, toplevel) "
-                "WHERE q.target = :t AND q.missing_since IS NOT NULL"
-            ),
-            {"t": target, **key_params(statement_keys(unlisted))},
-        ).fetchall()
-        if back:
-            frame = pd.DataFrame(back, columns=[name for name, _ in CATALOGUE_FIELDS])
-            queries = pd.concat([queries, _catalogue_frame(frame)], ignore_index=True)
     ignored = {
         statement_key(r)
         for r in conn.execute(
@@ -142,6 +129,21 @@ def lock_and_load_state(conn: sa.Connection, target: str, statements: pd.DataFra
             {"t": target},
         )
     }
+    queries = _catalogue_frame(listed)
+    unlisted = statements.iloc[np.flatnonzero(positions(key_codes(queries), key_codes(statements)) < 0)]
+    unlisted_keys = [k for k in statement_keys(unlisted) if k not in ignored]  # the collector's own are not in it
+    if unlisted_keys:
+        back = conn.execute(
+            sa.text(
+                f"SELECT {', '.join(name for name, _ in CATALOGUE_FIELDS)} FROM radar.query q "
+                f"JOIN {KEYS} AS k(dbid, userid, queryid, toplevel) USING (dbid, userid, queryid, toplevel) "
+                "WHERE q.target = :t AND q.missing_since IS NOT NULL"
+            ),
+            {"t": target, **key_params(unlisted_keys)},
+        ).fetchall()
+        if back:
+            frame = pd.DataFrame(back, columns=[name for name, _ in CATALOGUE_FIELDS])
+            queries = pd.concat([queries, _catalogue_frame(frame)], ignore_index=True)
     last = conn.execute(
         sa.text(
             "SELECT captured_at, dealloc, stats_reset FROM radar.pgss_info_snapshot "
