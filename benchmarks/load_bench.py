@@ -163,6 +163,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def prepare_watched(server: LocalPostgres) -> None:
+    """The statement shapes' tables on a watched server, and every shape run once, so each is in the view."""
     with psycopg.connect(server.dsn(), autocommit=True) as conn:
         conn.execute("CREATE EXTENSION pg_stat_statements")
         for t in range(TABLES):

@@ -378,7 +378,7 @@ def _store_rows(conn: sa.Connection, info: ScrapeInfo, rows: pd.DataFrame, texts
         cur.execute(
             f"INSERT INTO radar.pgss_snapshot ({', '.join(SNAPSHOT_COLUMNS)}) "
             f"SELECT %(target)s, %(at)s, {', '.join(KEY)}, {counters}, nullif(stats_since, '-infinity'), "
-            "reset_before, fingerprint FROM radar_snapshot_stage",
+            "reset_before, fingerprint FROM radar_snapshot_stage ORDER BY dbid, userid, queryid, toplevel",
             at,
         )
         cur.execute(
