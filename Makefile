@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export DAGSTER_DISABLE_TELEMETRY := 1
 
-.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact clean
+.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-load clean
 
 install: $(VENV)/.installed
 
@@ -59,6 +59,11 @@ bench-run-cost: install
 
 bench-compact: install
 	$(BIN)/python benchmarks/compaction_bench.py
+
+# A sustained load through the real daemon, 50 then 200 targets for 15 minutes each (about 40 minutes); shorter:
+# `make bench-load ARGS="--targets 4,10 --minutes 3"`.
+bench-load: install
+	$(BIN)/python benchmarks/load_bench.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

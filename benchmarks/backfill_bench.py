@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -39,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from analysis_bench import START, fill  # noqa: E402
+from daemon_harness import peak_memory, start_daemon, wait_for_daemon  # noqa: E402
 
 from radar_pipeline.defs.deploys import BACKFILL_PARTITIONS_PER_RUN, deploy_verdicts  # noqa: E402
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource  # noqa: E402
@@ -51,8 +51,6 @@ WINDOW_S = 1800.0
 SPACING_MIN = 2
 TARGET = "history"
 NO_PLANS = f"{TARGET}=postgresql://nowhere.invalid/none"  # a configured target, so no plan is captured live
-# The daemon's processes by a mark in their command line: each run is a process the code server spawns.
-PROCESS_KINDS = [(b"spawn_main", "run process"), (b"dagster api", "code server"), (b"dagster-daemon", "daemon")]
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 # The code location the daemon's runs load: every definition's import (as production pays it), but only the
 # deploy_verdicts asset, so no sensor or schedule of radar's starts runs of its own during the benchmark.
@@ -155,16 +153,10 @@ def daemon_backfill(
           enabled: false
         """)
     )
-    (root / "bench_location.py").write_text(LOCATION)
-    (root / "workspace.yaml").write_text(
-        "load_from:\n  - python_module:\n      module_name: bench_location\n      location_name: bench\n"
-        f"      working_directory: {root}\n"
-    )
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),
-        "DAGSTER_DISABLE_TELEMETRY": "1",
-        "PYTHONPATH": os.pathsep.join([str(root), str(ROOT)]),
+        "PYTHONPATH": str(ROOT),
         "RADAR_WAREHOUSE_URL": url,
         "RADAR_TARGETS": NO_PLANS,
         "RADAR_WINDOW_SECONDS": str(WINDOW_S),
@@ -173,18 +165,9 @@ def daemon_backfill(
     os.environ["DAGSTER_HOME"] = str(home)
     instance = dg.DagsterInstance.get()
     instance.add_dynamic_partitions("deploys", keys)
-    daemon = subprocess.Popen(
-        [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w", str(root / "workspace.yaml")],
-        env=env,
-        cwd=root,
-        stdout=open(root / "daemon.log", "w"),  # noqa: SIM115
-        stderr=subprocess.STDOUT,
-    )
+    daemon = start_daemon(root, LOCATION, env)
     try:
-        waited = time.time()
-        while "BACKFILL" not in instance.get_daemon_heartbeats():  # the workspace loaded, the daemons running
-            assert daemon.poll() is None and time.time() - waited < 300, f"the daemon did not start: {root}/daemon.log"
-            time.sleep(1)
+        wait_for_daemon(instance, daemon, "BACKFILL", root)
         os.environ.update({k: env[k] for k in ("RADAR_WAREHOUSE_URL", "RADAR_TARGETS", "RADAR_WINDOW_SECONDS")})
         namespace: dict = {}
         os.environ["BENCH_PER_RUN"] = str(per_run)
@@ -210,7 +193,7 @@ def daemon_backfill(
         peaks: dict[str, int] = {}
         status = None
         while time.time() - submitted < 3600:
-            _descendants_peak_kib(daemon.pid, peaks)
+            peak_memory(daemon.pid, peaks)
             status = instance.get_backfill("bench").status
             if status != BulkActionStatus.REQUESTED:
                 break
@@ -240,35 +223,6 @@ def daemon_backfill(
         daemon.terminate()
         daemon.wait(timeout=60)
         instance.dispose()
-
-
-def _descendants_peak_kib(root_pid: int, peaks: dict[str, int]) -> None:
-    """Record in `peaks` the peak resident set (VmHWM, KiB) of every process under root_pid, by its command line."""
-    parents: dict[int, int] = {}
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                parents[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    for pid in parents:
-        ancestor = pid
-        while ancestor not in (root_pid, 0, 1) and ancestor in parents:
-            ancestor = parents[ancestor]
-        if ancestor != root_pid:
-            continue
-        try:
-            words = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
-            status = (Path("/proc") / str(pid) / "status").read_text()
-        except OSError:
-            continue
-        command = b" ".join(words)
-        kind = next((name for mark, name in PROCESS_KINDS if mark in command), None)
-        if kind is None:
-            continue
-        for line in status.splitlines():
-            if line.startswith("VmHWM:"):
-                peaks[kind] = max(peaks.get(kind, 0), int(line.split()[1]))
 
 
 def main() -> None:

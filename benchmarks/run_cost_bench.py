@@ -4,8 +4,8 @@ Run with `make bench-run-cost` (or `.venv/bin/python benchmarks/run_cost_bench.p
 embedded default in a temporary RADAR_HOME with `radar demo` (the shop's statements, scraped by the collector role),
 then, N times in turn, measures the CPU (user + system, the process and its children) of:
 
-1. `dagster job execute` of a job with one op that does nothing (`trivial_job.py` beside this file): Dagster's own
-   start-up, run bookkeeping and exit, the anchor;
+1. `dagster job execute` of a job with one op that does nothing (`trivial_job.py` beside this file), in the run's
+   process as pgss_snapshot_job runs: Dagster's own start-up, run bookkeeping and exit, the anchor;
 2. `dagster job execute -m radar_pipeline.definitions -j pgss_snapshot_job`: the same plus loading radar's code
    location, scraping the target and writing what moved;
 3. `python -c "import radar_pipeline.definitions"`: the code location's import alone.

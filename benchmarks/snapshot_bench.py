@@ -4,8 +4,9 @@ Run with `make bench` (or `.venv/bin/python benchmarks/snapshot_bench.py`). It s
 servers (the watched one and the warehouse), so the watched server's pg_stat_statements holds only the workload. It
 prints, for each kind of scrape, the median seconds, rows written per second and the ratio to an anchor measured in the
 same run: a bare `SELECT * FROM pg_stat_statements` fetched by psycopg (texts included), the least any collector does.
-Then the warehouse bytes per stored row (table and index) and what one target costs per day when 10% of its statements
-run in a given minute, plus the process's peak memory.
+Then the CPU of a typical scrape (in this process and in the warehouse server's processes) against the anchor's, the
+warehouse bytes per stored row (table and index) and what one target costs per day when 10% of its statements run in a
+given minute, plus the process's peak memory.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ import psycopg
 import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from daemon_harness import CLOCK_TICK, tree_cpu  # noqa: E402
 
 from radar_pipeline.config import Target  # noqa: E402
 from radar_pipeline.demo.local_postgres import LocalPostgres  # noqa: E402
@@ -53,6 +57,14 @@ def timed(fn) -> float:  # type: ignore[no-untyped-def]
     return time.perf_counter() - started
 
 
+def costed(fn, warehouse_pid: int, cpu: list[tuple[float, float]]) -> float:  # type: ignore[no-untyped-def]
+    """Seconds of fn; appends to `cpu` its CPU-seconds in this process and in the warehouse server's processes."""
+    own, server = time.process_time(), tree_cpu(warehouse_pid)
+    seconds = timed(fn)
+    cpu.append((time.process_time() - own, tree_cpu(warehouse_pid) - server))
+    return seconds
+
+
 def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="radar-bench-"))
     watched = LocalPostgres(root / "watched", settings={"pg_stat_statements.max": "10000"}).start()
@@ -79,13 +91,16 @@ def main() -> None:
                 conn.execute("SELECT * FROM pg_stat_statements").fetchall()
 
         anchors, idle, typical, everything = [], [], [], []
+        typical_cpu: list[tuple[float, float]] = []
+        anchor_cpu: list[tuple[float, float]] = []
+        assert store.pid is not None
         moving = max(1, int(STATEMENTS * MOVING_SHARE))
         for r in range(REPEATS):
-            anchors.append(timed(anchor))
+            anchors.append(costed(anchor, store.pid, anchor_cpu))
             idle.append(timed(lambda: snapshot_target(target, engine)))
             start = (r * moving) % STATEMENTS
             run_statements(watched.dsn(), [(start + k) % STATEMENTS for k in range(moving)])
-            typical.append(timed(lambda: snapshot_target(target, engine)))
+            typical.append(costed(lambda: snapshot_target(target, engine), store.pid, typical_cpu))
         for _ in range(3):
             run_statements(watched.dsn(), range(STATEMENTS))
             everything.append(timed(lambda: snapshot_target(target, engine)))
@@ -119,6 +134,14 @@ def main() -> None:
             s = statistics.median(seconds)
             rate = f"{stored / s:,.0f}" if stored else "-"
             print(f"{name:<44}{s:>9.4f}{stored:>7}{rate:>10}{s / anchor_s:>10.2f}")
+        radar_cpu = statistics.median(c[0] for c in typical_cpu)
+        anchor_cpu_s = statistics.median(c[0] for c in anchor_cpu)
+        server_cpu = statistics.median(c[1] for c in typical_cpu)
+        print(
+            f"CPU per typical scrape: {radar_cpu:.3f} s in radar's process ({radar_cpu / anchor_cpu_s:.2f} × the "
+            f"anchor's {anchor_cpu_s:.3f} s), {server_cpu:.3f} s in the warehouse server (medians of {REPEATS}; the "
+            f"server's counted in clock ticks of 1/{CLOCK_TICK} s)"
+        )
         print(f"warehouse bytes per stored row (table + primary key): {per_row:,.0f} over {rows} rows")
         print(
             f"one target per day, {moving} of {STATEMENTS} statements moving each minute: "

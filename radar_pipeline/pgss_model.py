@@ -44,6 +44,10 @@ COUNTERS = [
     "stddev_exec_time",
 ]
 
+# The PostgreSQL type of the key's and the counters' columns, for reading and writing them in binary (binary_copy).
+KEY_TYPES = [("dbid", "oid"), ("userid", "oid"), ("queryid", "int8"), ("toplevel", "bool")]
+COUNTER_TYPES = [(name, "float8" if name.endswith("_time") else "int8") for name in COUNTERS]
+
 
 @dataclass(frozen=True)
 class ScrapeInfo:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "radar_pipeline"
-SHARED = {"pgss_model", "plan_shape", "config"}  # small modules every layer may use
+SHARED = {"pgss_model", "plan_shape", "config", "binary_copy"}  # small modules every layer may use
 # What each room may import of ours (besides itself and SHARED), and whether it may import Dagster.
 ALLOWED: dict[str, tuple[set[str], bool]] = {
     "engine": (set(), False),

@@ -141,7 +141,7 @@ def test_repeated_write_of_one_scrape_stores_nothing_twice(app_db, warehouse):
         columns=[*snapshots.KEY, *snapshots.COUNTERS, "stats_since"],
     )
     with warehouse.begin() as conn:
-        state = snapshots.lock_and_load_state(conn, target.name)
+        state = snapshots.lock_and_load_state(conn, target.name, statements)
         plan = snapshots.plan_snapshot(state, statements, None)
         key = (1, 10, 42, True)
         result = snapshots.write_snapshot(conn, info, state, plan, {key: "SELECT 1"}, {key: 7}, {})
@@ -208,3 +208,36 @@ def test_without_stats_since_a_dealloc_marks_the_least_called_statements_as_rese
     plan = plan_snapshot(state, statements, None, dealloc)
     flagged = sorted(plan.rows.loc[plan.rows["reset_before"], "queryid"])
     assert flagged == ([1, 2] if dealloc > 5 and not with_since else [])
+
+
+def test_the_catalogue_read_leaves_out_statements_gone_until_they_are_back(app_db, warehouse):
+    """A scrape reads the catalogue of the statements the previous scrape listed, and of the scraped ones it did not
+    (back after an eviction) by key; statements gone from the view stay unread, however many a catalogue gathers."""
+    from radar_pipeline.collector import pgss, session
+
+    server, target = app_db
+    run(target, COUNT, 3, (1,))
+    scrape(target, warehouse)
+    count_key = statement(target, "SELECT count(*) FROM items WHERE grp = $1")
+    run(target, "SELECT pg_stat_statements_reset(0, 0, %s)", params=(count_key[1],))
+    scrape(target, warehouse)  # marks it gone
+
+    def state_now() -> pd.DataFrame:
+        with session.connect(target) as conn:
+            scraped = pgss.scrape(conn, target, pgss.read_extension(conn, target)).statements
+        with warehouse.begin() as conn:
+            return snapshots.lock_and_load_state(conn, target.name, scraped).queries
+
+    def read(queries: pd.DataFrame) -> pd.DataFrame:
+        return queries[(queries["dbid"] == count_key[0]) & (queries["queryid"] == count_key[1])]
+
+    with warehouse.connect() as conn:
+        stored = conn.execute(
+            sa.text("SELECT count(*) FROM radar.query WHERE target = :t AND missing_since IS NOT NULL"),
+            {"t": target.name},
+        ).scalar_one()
+    assert stored >= 1
+    assert read(state_now()).empty  # gone, and not in this scrape: not read
+    run(target, COUNT, 2, (1,))
+    back = read(state_now())
+    assert len(back) == 1 and back["missing_since"].notna().all() and back["last_calls"].tolist() == [3]

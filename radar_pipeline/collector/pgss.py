@@ -9,19 +9,41 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 
+import numpy as np
 import pandas as pd
 import psycopg
 from psycopg import sql
 
+from radar_pipeline import binary_copy
 from radar_pipeline.collector.session import TargetUnavailable, describe
 from radar_pipeline.config import Target
-from radar_pipeline.pgss_model import COUNTERS, KEY, Key, PgssScrape, ScrapeInfo, statement_key
+from radar_pipeline.pgss_model import (
+    COUNTER_TYPES,
+    COUNTERS,
+    KEY,
+    KEY_TYPES,
+    Key,
+    PgssScrape,
+    ScrapeInfo,
+    statement_key,
+)
 
 # Every statement the collector sends carries this comment, so it can recognise its own entries in the view.
 COLLECTOR_MARK = "/* radar_pipeline collector */"
 
 MIN_EXTENSION = (1, 9)
+# The scrape's columns, in the order of its COPY: the server-wide facts on every row, then one statement's counters.
+SCRAPE_FIELDS = [
+    ("captured_at", "timestamptz"),
+    ("dealloc", "int8"),
+    ("stats_reset", "timestamptz"),
+    ("listed", "bool"),
+    *KEY_TYPES,
+    *COUNTER_TYPES,
+    ("stats_since", "timestamptz"),
+]
 
 _OWN_TABLES = re.compile(r"\b(pg_stat_statements(_info)?|pg_store_plans)\b", re.IGNORECASE)
 _LEADING_COMMENTS = re.compile(r"^(\s+|--[^\n]*\n|/\*.*?\*/)*", re.DOTALL)
@@ -70,64 +92,61 @@ def read_extension(conn: psycopg.Connection, target: Target) -> Extension:
 def scrape(conn: psycopg.Connection, target: Target, ext: Extension, exclude_role: str | None = None) -> PgssScrape:
     """Read every statement's counters and the server-wide facts in one statement, so they share one clock reading.
 
-    Texts are not read here (showtext := false keeps the scrape cheap); `fetch_texts` reads them for new statements.
-    Statements of `exclude_role`, the collector's dedicated role when it has one, are left out.
+    The rows come as a binary COPY read into numpy (binary_copy), with no Python object per value. Texts are not read
+    here (showtext := false keeps the scrape cheap); `fetch_texts` reads them for new statements. Statements of
+    `exclude_role`, the collector's dedicated role when it has one, are left out.
     """
     fn = sql.Identifier(ext.schema, "pg_stat_statements")
     info_view = sql.Identifier(ext.schema, "pg_stat_statements_info")
     since = ext.has_stats_since
+    # Every column coalesced, so each row of the binary COPY has one width (binary_copy); `listed` is false on the one
+    # row an empty view gives, which carries only the server-wide facts.
     query = sql.SQL(
-        "SELECT " + COLLECTOR_MARK + " h.captured_at, h.dealloc, h.stats_reset, "
-        "s.dbid, s.userid, s.queryid, s.toplevel, s.calls, s.total_exec_time, s.rows, s.shared_blks_hit, "
-        "s.shared_blks_read, s.temp_blks_written, s.{read_time}, s.stddev_exec_time, {stats_since} "
+        "COPY (SELECT " + COLLECTOR_MARK + " h.captured_at, coalesce(h.dealloc, -1), "
+        "coalesce(h.stats_reset, '-infinity'), s.queryid IS NOT NULL, coalesce(s.dbid, 0), coalesce(s.userid, 0), "
+        "coalesce(s.queryid, 0), coalesce(s.toplevel, false), coalesce(s.calls, 0), coalesce(s.total_exec_time, 0), "
+        "coalesce(s.rows, 0), coalesce(s.shared_blks_hit, 0), coalesce(s.shared_blks_read, 0), "
+        "coalesce(s.temp_blks_written, 0), coalesce(s.{read_time}, 0), coalesce(s.stddev_exec_time, 0), "
+        "coalesce({stats_since}, '-infinity') "
         "FROM (SELECT statement_timestamp() AS captured_at, i.dealloc, i.stats_reset FROM {info} i) h "
         "LEFT JOIN LATERAL (SELECT * FROM {fn}(false) p WHERE p.queryid IS NOT NULL {role_filter}) s ON true"
+        ") TO STDOUT (FORMAT binary)"
     ).format(
         read_time=sql.Identifier("shared_blk_read_time" if since else "blk_read_time"),
         stats_since=sql.SQL("s.stats_since" if since else "NULL::timestamptz"),
         info=info_view,
         fn=fn,
         role_filter=sql.SQL(
-            "AND p.userid IS DISTINCT FROM (SELECT oid FROM pg_roles WHERE rolname = %(role)s)" if exclude_role else ""
-        ),
+            "AND p.userid IS DISTINCT FROM (SELECT oid FROM pg_roles WHERE rolname = {role})" if exclude_role else ""
+        ).format(role=sql.Literal(exclude_role)),
     )
     try:
-        rows = conn.execute(query, {"role": exclude_role} if exclude_role else None).fetchall()
+        with conn.cursor() as cur, cur.copy(query) as copy:
+            data = b"".join(bytes(block) for block in copy)
     except psycopg.Error as exc:
         raise TargetUnavailable(
             f"target {target.name!r}: reading pg_stat_statements failed: {describe(exc, target)}"
         ) from None
+    rows = binary_copy.parse(data, SCRAPE_FIELDS)
+    listed = rows[rows["listed"]]
+    statements = pd.DataFrame({name: listed[name] for name in KEY + COUNTERS}).astype(
+        {"dbid": "int64", "userid": "int64"}
+    )
+    statements["stats_since"] = pd.to_datetime(listed["stats_since"], utc=True)
     head = rows[0]
-    statements = pd.DataFrame(
-        [r[3:] for r in rows if r[3] is not None],
-        columns=KEY + COUNTERS + ["stats_since"],
-    )
-    statements = statements.astype(
-        {
-            "dbid": "int64",
-            "userid": "int64",
-            "queryid": "int64",
-            "toplevel": "bool",
-            "calls": "int64",
-            "total_exec_time": "float64",
-            "rows": "int64",
-            "shared_blks_hit": "int64",
-            "shared_blks_read": "int64",
-            "temp_blks_written": "int64",
-            "shared_blk_read_time": "float64",
-            "stddev_exec_time": "float64",
-        }
-    )
-    statements["stats_since"] = pd.to_datetime(statements["stats_since"], utc=True)
     info = ScrapeInfo(
         target=target.name,
-        captured_at=head[0],
+        captured_at=_utc(head["captured_at"]),
         server_version_num=ext.server_version_num,
         pgss_version=ext.version,
-        dealloc=head[1],
-        stats_reset=head[2],
+        dealloc=None if head["dealloc"] < 0 else int(head["dealloc"]),
+        stats_reset=None if np.isnat(head["stats_reset"]) else _utc(head["stats_reset"]),
     )
     return PgssScrape(info=info, statements=statements)
+
+
+def _utc(value: np.datetime64) -> datetime:
+    return pd.Timestamp(value).tz_localize("UTC").to_pydatetime()
 
 
 def fetch_texts(conn: psycopg.Connection, target: Target, ext: Extension, queryids: list[int]) -> dict[Key, str]:

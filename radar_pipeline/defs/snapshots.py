@@ -103,7 +103,11 @@ def _metadata(outcomes: list[TargetOutcome], seconds: float) -> dict[str, Any]:
     }
 
 
-pgss_snapshot_job = dg.define_asset_job("pgss_snapshot_job", selection=[pgss_snapshots])
+# In the run's own process: the default multiprocess executor would start a second process for the one step, loading
+# the code location again (about half of a snapshot run's CPU, measured by benchmarks/load_bench.py).
+pgss_snapshot_job = dg.define_asset_job(
+    "pgss_snapshot_job", selection=[pgss_snapshots], executor_def=dg.in_process_executor
+)
 
 
 def pgss_snapshot_schedule_for() -> dg.ScheduleDefinition:

@@ -53,7 +53,7 @@ def snapshot_target(target: Target, warehouse: sa.Engine, exclude_role: str | No
                 texts.update(pgss.fetch_texts(conn, target, ext, sorted({k[2] for k in unread})))
                 read.update(unread)
             with warehouse.begin() as wconn:
-                state = snapshots.lock_and_load_state(wconn, target.name)
+                state = snapshots.lock_and_load_state(wconn, target.name, scrape.statements)
                 plan = snapshots.plan_snapshot(state, scrape.statements, scrape.info.stats_reset, scrape.info.dealloc)
                 wanted = plan.new_keys + plan.reappeared_keys
                 unread = {k for k in wanted if k not in read}

@@ -2,9 +2,12 @@
 
 Storage stays affordable because a statement whose counters did not move since its last stored row gets no new row.
 Each target keeps, in radar.query, the last counters stored for every statement it has seen, so deciding what moved
-needs no scan of the snapshot table. One scrape is written in one transaction, under a per-target advisory lock:
-its info row, the moved statements (COPY), and the catalogue updates. A scrape whose captured_at is not newer than the
-target's last stored scrape is refused as a duplicate, so a repeated write never duplicates rows.
+needs no scan of the snapshot table; a scrape reads (in binary, into numpy) only the catalogue rows of the statements
+its previous scrape listed, and looks up by key the few it lists that had left the view, so statements gone long ago
+are neither sent nor decoded (the warehouse still passes over their rows). One scrape is written in one transaction,
+under a per-target advisory lock: its info row, the moved statements (one binary COPY), and the catalogue updates. A
+scrape whose captured_at is not newer than the target's last stored scrape is refused as a duplicate, so a repeated
+write never duplicates rows.
 """
 
 from __future__ import annotations
@@ -15,12 +18,45 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 import sqlalchemy as sa
+from psycopg import sql as psql
 
-from radar_pipeline.pgss_model import COUNTERS, KEY, Key, ScrapeInfo, statement_key, statement_keys
+from radar_pipeline import binary_copy
+from radar_pipeline.pgss_model import (
+    COUNTER_TYPES,
+    COUNTERS,
+    KEY,
+    KEY_TYPES,
+    Key,
+    ScrapeInfo,
+    statement_key,
+    statement_keys,
+)
 from radar_pipeline.warehouse.database import KEYS, driver, key_params
 
 SNAPSHOT_COLUMNS = ["target", "captured_at", *KEY, *COUNTERS, "stats_since", "reset_before", "fingerprint"]
 MAX_QUERY_TEXT = 8192
+# What a scrape needs of the catalogue, per statement, read in binary (binary_copy): nulls read as '-infinity'.
+CATALOGUE_FIELDS = [
+    *KEY_TYPES,
+    ("fingerprint", "int8"),
+    ("last_calls", "int8"),
+    ("last_total_exec_time", "float8"),
+    ("last_stats_since", "timestamptz"),
+    ("missing_since", "timestamptz"),
+]
+CATALOGUE_COLUMNS = (
+    "dbid, userid, queryid, toplevel, fingerprint, last_calls, last_total_exec_time, "
+    "coalesce(last_stats_since, '-infinity'), coalesce(missing_since, '-infinity')"
+)
+# The moved statements as staged for the write, in binary; a null stats_since travels as '-infinity'.
+STAGE_FIELDS = [
+    *KEY_TYPES,
+    *COUNTER_TYPES,
+    ("stats_since", "timestamptz"),
+    ("reset_before", "bool"),
+    ("fingerprint", "int8"),
+    ("is_new", "bool"),
+]
 PARTITION_DAYS_AHEAD = 3
 
 
@@ -28,7 +64,9 @@ PARTITION_DAYS_AHEAD = 3
 class TargetState:
     """What the warehouse knows of a target before a scrape is written."""
 
-    queries: pd.DataFrame  # KEY + fingerprint, last_calls, last_total_exec_time, last_stats_since, missing_since
+    # KEY + fingerprint, last_calls, last_total_exec_time, last_stats_since, missing_since: the catalogue rows of the
+    # statements the last scrape listed, and of the scraped ones back in the view (lock_and_load_state)
+    queries: pd.DataFrame
     ignored: set[Key]
     last_captured_at: datetime | None = None
     last_dealloc: int | None = None
@@ -71,33 +109,19 @@ def lock_target(conn: sa.Connection, target: str) -> None:
     )
 
 
-def lock_and_load_state(conn: sa.Connection, target: str) -> TargetState:
-    """Take the target's write lock for this transaction and read what the warehouse knows of it."""
+def lock_and_load_state(conn: sa.Connection, target: str, statements: pd.DataFrame) -> TargetState:
+    """Take the target's write lock for this transaction and read what the warehouse knows of it that a scrape of
+    `statements` needs: the catalogue rows of the statements its previous scrape listed (read whole, in binary), and of
+    the scraped statements it did not list, those the catalogue has from before (gone from the view and back). The
+    statements gone long ago, which a catalogue gathers over months, are not read."""
     lock_target(conn, target)
-    with driver(conn).cursor(binary=True) as cur:
-        known = cur.execute(
-            "SELECT dbid, userid, queryid, toplevel, fingerprint, last_calls, last_total_exec_time, "
-            "last_stats_since, missing_since FROM radar.query WHERE target = %s",
-            (target,),
-        ).fetchall()
-    queries = pd.DataFrame(
-        known,
-        columns=[*KEY, "fingerprint", "last_calls", "last_total_exec_time", "last_stats_since", "missing_since"],
-    )
-    # Nullable integers, so a left join against new statements never turns a 64-bit fingerprint into a float.
-    queries = queries.astype(
-        {
-            "dbid": "int64",
-            "userid": "int64",
-            "queryid": "int64",
-            "toplevel": "bool",
-            "fingerprint": "Int64",
-            "last_calls": "Int64",
-            "last_total_exec_time": "float64",
-        }
-    )
-    for column in ("last_stats_since", "missing_since"):
-        queries[column] = pd.to_datetime(queries[column], utc=True)
+    with driver(conn).cursor() as cur:
+        copy_sql = psql.SQL(
+            "COPY (SELECT {columns} FROM radar.query WHERE target = {target} AND missing_since IS NULL) "
+            "TO STDOUT (FORMAT binary)"
+        ).format(columns=psql.SQL(CATALOGUE_COLUMNS), target=psql.Literal(target))
+        with cur.copy(copy_sql) as copy:
+            listed = binary_copy.parse(b"".join(bytes(block) for block in copy), CATALOGUE_FIELDS)
     ignored = {
         statement_key(r)
         for r in conn.execute(
@@ -105,6 +129,21 @@ def lock_and_load_state(conn: sa.Connection, target: str) -> TargetState:
             {"t": target},
         )
     }
+    queries = _catalogue_frame(listed)
+    unlisted = statements.iloc[np.flatnonzero(positions(key_codes(queries), key_codes(statements)) < 0)]
+    unlisted_keys = [k for k in statement_keys(unlisted) if k not in ignored]  # the collector's own are not in it
+    if unlisted_keys:
+        back = conn.execute(
+            sa.text(
+                f"SELECT {', '.join(name for name, _ in CATALOGUE_FIELDS)} FROM radar.query q "
+                f"JOIN {KEYS} AS k(dbid, userid, queryid, toplevel) USING (dbid, userid, queryid, toplevel) "
+                "WHERE q.target = :t AND q.missing_since IS NOT NULL"
+            ),
+            {"t": target, **key_params(unlisted_keys)},
+        ).fetchall()
+        if back:
+            frame = pd.DataFrame(back, columns=[name for name, _ in CATALOGUE_FIELDS])
+            queries = pd.concat([queries, _catalogue_frame(frame)], ignore_index=True)
     last = conn.execute(
         sa.text(
             "SELECT captured_at, dealloc, stats_reset FROM radar.pgss_info_snapshot "
@@ -116,6 +155,32 @@ def lock_and_load_state(conn: sa.Connection, target: str) -> TargetState:
     if last is not None:
         state.last_captured_at, state.last_dealloc, state.last_stats_reset = last
     return state
+
+
+def _catalogue_frame(rows: np.ndarray | pd.DataFrame) -> pd.DataFrame:
+    frame = pd.DataFrame({name: rows[name] for name, _ in CATALOGUE_FIELDS})
+    frame = frame.astype({"dbid": "int64", "userid": "int64", "toplevel": "bool"})
+    for column in ("last_stats_since", "missing_since"):
+        frame[column] = pd.to_datetime(frame[column], utc=True)
+    return frame
+
+
+def key_codes(frame: pd.DataFrame) -> np.ndarray:
+    """Each row's statement key as one fixed-size byte string, so keys compare, sort and search as numpy values."""
+    packed = np.empty(len(frame), dtype=[("queryid", ">i8"), ("dbid", ">u4"), ("userid", ">u4"), ("toplevel", "u1")])
+    for name in KEY:
+        packed[name] = frame[name].to_numpy()
+    return packed.view(f"V{packed.dtype.itemsize}")
+
+
+def positions(known: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """For each of `wanted` (key codes), its index in `known`, or -1 where `known` lacks it."""
+    if not len(known) or not len(wanted):
+        return np.full(len(wanted), -1, dtype=np.int64)
+    order = np.argsort(known, kind="stable")
+    ordered = known[order]
+    at = np.minimum(np.searchsorted(ordered, wanted), len(known) - 1)
+    return np.where(ordered[at] == wanted, order[at], -1)
 
 
 EVICTION_QUANTILE = 0.10  # a deallocation drops the least-used 5% of entries: twice that counts as near the edge
@@ -135,55 +200,80 @@ def plan_snapshot(
     evicted, and an interval is better lost than wrong.
     """
     if state.ignored and len(statements):
-        keys = list(zip(statements.dbid, statements.userid, statements.queryid, statements.toplevel, strict=True))
-        statements = statements[[k not in state.ignored for k in keys]]
-    merged = statements.merge(state.queries, on=KEY, how="left", indicator=True)
-    known = (merged["_merge"] == "both").to_numpy()
-    reappeared = known & merged["missing_since"].notna().to_numpy()
-    calls, last_calls = merged["calls"].to_numpy(), merged["last_calls"].fillna(-1).to_numpy("int64")
-    total, last_total = merged["total_exec_time"].to_numpy(), merged["last_total_exec_time"].to_numpy()
-    calls_changed = calls != last_calls
-    time_changed = total != last_total
-    since_changed = _differs(merged["stats_since"], merged["last_stats_since"])
+        ignored = pd.DataFrame(list(state.ignored), columns=KEY)
+        statements = statements.iloc[np.flatnonzero(positions(key_codes(ignored), key_codes(statements)) < 0)]
+    queries = state.queries
+    at = positions(key_codes(queries), key_codes(statements))
+    known = at >= 0
+    slot = np.where(known, at, len(queries))  # one past the catalogue's rows: a new statement's "previous" value
+
+    def previous(values: np.ndarray, missing: float) -> np.ndarray:
+        """The catalogue's values for each scraped statement, `missing` where the catalogue lacks it."""
+        return np.append(values, np.array([missing], dtype=values.dtype))[slot]
+
+    last_calls = previous(queries["last_calls"].to_numpy(dtype="int64", na_value=-1), -1)
+    last_total = previous(queries["last_total_exec_time"].to_numpy(dtype="float64", na_value=np.nan), np.nan)
+    catalogue_missing = _instants(queries["missing_since"]) != NAT
+    reappeared = known & previous(catalogue_missing, False)
+    calls, total = statements["calls"].to_numpy(), statements["total_exec_time"].to_numpy()
+    since = _instants(statements["stats_since"])
+    last_since = previous(_instants(queries["last_stats_since"]), NAT)
+    since_changed = since != last_since
     server_reset = (
         state.last_stats_reset is not None and stats_reset is not None and stats_reset != state.last_stats_reset
     )
     went_down = known & ((calls < last_calls) | (total < last_total))
-    moved = ~known | reappeared | calls_changed | time_changed | since_changed
-    reset_before = known & (
-        reappeared | server_reset | went_down | since_changed | _maybe_evicted(state, merged, dealloc)
-    )
+    moved = ~known | reappeared | (calls != last_calls) | (total != last_total) | since_changed
+    evicted = _maybe_evicted(state, statements, last_calls, known, catalogue_missing, dealloc)
+    reset_before = known & (reappeared | server_reset | went_down | since_changed | evicted)
 
-    rows = merged.loc[moved, [*KEY, *COUNTERS, "stats_since", "fingerprint"]].copy()
-    rows["reset_before"] = reset_before[moved]
-    rows["is_new"] = ~known[moved]
+    chosen = np.flatnonzero(moved)
+    rows = statements.iloc[chosen][[*KEY, *COUNTERS, "stats_since"]].reset_index(drop=True)
+    rows["fingerprint"] = pd.array(previous(queries["fingerprint"].to_numpy(dtype="int64", na_value=0), 0)[chosen])
+    rows["fingerprint"] = rows["fingerprint"].astype("Int64").mask(~known[chosen])
+    rows["reset_before"] = reset_before[chosen]
+    rows["is_new"] = ~known[chosen]
 
-    missing = state.queries[state.queries["missing_since"].isna()].merge(
-        statements[KEY], on=KEY, how="left", indicator=True
-    )
-    missing = missing[missing["_merge"] == "left_only"]
+    listed = queries.iloc[np.flatnonzero(~catalogue_missing)]
+    gone = listed.iloc[np.flatnonzero(positions(key_codes(statements), key_codes(listed)) < 0)]
     return SnapshotPlan(
         rows=rows,
-        new_keys=statement_keys(merged[~known]),
-        reappeared_keys=statement_keys(merged[reappeared]),
-        missing_keys=statement_keys(missing),
+        new_keys=statement_keys(statements.iloc[np.flatnonzero(~known)]),
+        reappeared_keys=statement_keys(statements.iloc[np.flatnonzero(reappeared)]),
+        missing_keys=statement_keys(gone),
         server_reset=server_reset,
         listed=len(statements),
     )
 
 
-def _maybe_evicted(state: TargetState, merged: pd.DataFrame, dealloc: int | None) -> np.ndarray:
+NAT = np.iinfo(np.int64).min  # NaT as an int64 of microseconds
+
+
+def _instants(values: pd.Series) -> np.ndarray:
+    """Timestamps as UTC microseconds (NaT as NAT), so columns of any unit or time zone compare as numbers."""
+    stamps = pd.to_datetime(values, utc=True).dt.tz_localize(None)
+    return stamps.to_numpy(dtype="datetime64[us]").view(np.int64)
+
+
+def _maybe_evicted(
+    state: TargetState,
+    statements: pd.DataFrame,
+    last_calls: np.ndarray,
+    known: np.ndarray,
+    catalogue_missing: np.ndarray,
+    dealloc: int | None,
+) -> np.ndarray:
     """Statements that may have been evicted since their previous row on a server without stats_since."""
-    none = np.zeros(len(merged), dtype=bool)
+    none = np.zeros(len(statements), dtype=bool)
     if dealloc is None or state.last_dealloc is None or dealloc <= state.last_dealloc:
         return none
-    if "stats_since" in merged.columns and merged["stats_since"].notna().any():
+    if statements["stats_since"].notna().any():
         return none  # PostgreSQL 17+: stats_since tells evictions apart exactly
-    listed = state.queries.loc[state.queries["missing_since"].isna(), "last_calls"]
-    if listed.empty:
+    listed = state.queries["last_calls"].to_numpy(dtype="float64", na_value=np.nan)[~catalogue_missing]
+    if not len(listed):
         return none
-    edge = listed.quantile(EVICTION_QUANTILE)
-    return (merged["last_calls"].to_numpy(dtype=float) <= edge) & merged["last_calls"].notna().to_numpy()
+    edge = np.quantile(listed, EVICTION_QUANTILE)
+    return known & (last_calls <= edge)
 
 
 def write_snapshot(
@@ -256,49 +346,55 @@ def write_snapshot(
 
 
 def _store_rows(conn: sa.Connection, info: ScrapeInfo, rows: pd.DataFrame, texts: dict[Key, str]) -> None:
-    """Stage the moved statements with one COPY, then insert their snapshot rows and update the catalogue from it."""
+    """Stage the moved statements with one binary COPY (built by numpy, no per-row loop) and their few texts, then
+    insert their snapshot rows and update the catalogue from the stage."""
     if not len(rows):
         return
-    keys = statement_keys(rows)
-    stats_since = [None if pd.isna(v) else v.to_pydatetime() for v in rows["stats_since"]]
-    columns = [rows[c].tolist() for c in KEY + COUNTERS]
-    reset_before = rows["reset_before"].tolist()
-    fingerprints = rows["fingerprint"].astype("int64").tolist()
-    is_new = rows["is_new"].tolist()
-    query = [texts[k][:MAX_QUERY_TEXT] if k in texts else None for k in keys]
-    stage_columns = [*SNAPSHOT_COLUMNS, "query", "is_new"]
-    conn.exec_driver_sql(
-        "CREATE TEMP TABLE radar_snapshot_stage (LIKE radar.pgss_snapshot, query text, is_new boolean) ON COMMIT DROP"
-    )
+    columns = {name: rows[name].to_numpy() for name, _ in STAGE_FIELDS if name != "stats_since"}
+    columns["fingerprint"] = rows["fingerprint"].to_numpy(dtype="int64")
+    columns["stats_since"] = _instants(rows["stats_since"]).view("datetime64[us]")
+    stage = binary_copy.encode(columns, STAGE_FIELDS)
     with driver(conn).cursor() as cur:
-        with cur.copy(f"COPY radar_snapshot_stage ({', '.join(stage_columns)}) FROM STDIN") as copy:
-            for i in range(len(rows)):
-                copy.write_row(
-                    (
-                        info.target,
-                        info.captured_at,
-                        *(c[i] for c in columns),
-                        stats_since[i],
-                        reset_before[i],
-                        fingerprints[i],
-                        query[i],
-                        is_new[i],
-                    )
-                )
-        cols = ", ".join(SNAPSHOT_COLUMNS)
-        cur.execute(f"INSERT INTO radar.pgss_snapshot ({cols}) SELECT {cols} FROM radar_snapshot_stage")
         cur.execute(
-            "UPDATE radar.query q SET last_seen = s.captured_at, last_calls = s.calls, "
-            "last_total_exec_time = s.total_exec_time, last_stats_since = s.stats_since, missing_since = NULL, "
-            "query = coalesce(s.query, q.query), fingerprint = s.fingerprint "
-            "FROM radar_snapshot_stage s WHERE NOT s.is_new AND q.target = s.target AND q.dbid = s.dbid "
-            "AND q.userid = s.userid AND q.queryid = s.queryid AND q.toplevel = s.toplevel"
+            "CREATE TEMP TABLE radar_snapshot_stage ("
+            + ", ".join(f"{name} {pg_type}" for name, pg_type in STAGE_FIELDS)
+            + ", query text) ON COMMIT DROP"
+        )
+        with cur.copy(
+            f"COPY radar_snapshot_stage ({', '.join(n for n, _ in STAGE_FIELDS)}) FROM STDIN (FORMAT binary)"
+        ) as copy:
+            copy.write(stage)
+        with_text = [k for k in statement_keys(rows) if k in texts]
+        if with_text:
+            cur.execute(
+                "UPDATE radar_snapshot_stage s SET query = t.query FROM unnest(%(dbid)s::oid[], %(userid)s::oid[], "
+                "%(queryid)s::bigint[], %(toplevel)s::boolean[], %(query)s::text[]) AS t(dbid, userid, queryid, "
+                "toplevel, query) WHERE (s.dbid, s.userid, s.queryid, s.toplevel) = (t.dbid, t.userid, t.queryid, "
+                "t.toplevel)",
+                {**key_params(with_text), "query": [texts[k][:MAX_QUERY_TEXT] for k in with_text]},
+            )
+        at = {"target": info.target, "at": info.captured_at}
+        counters = ", ".join(COUNTERS)
+        cur.execute(
+            f"INSERT INTO radar.pgss_snapshot ({', '.join(SNAPSHOT_COLUMNS)}) "
+            f"SELECT %(target)s, %(at)s, {', '.join(KEY)}, {counters}, nullif(stats_since, '-infinity'), "
+            "reset_before, fingerprint FROM radar_snapshot_stage ORDER BY dbid, userid, queryid, toplevel",
+            at,
+        )
+        cur.execute(
+            "UPDATE radar.query q SET last_seen = %(at)s, last_calls = s.calls, "
+            "last_total_exec_time = s.total_exec_time, last_stats_since = nullif(s.stats_since, '-infinity'), "
+            "missing_since = NULL, query = coalesce(s.query, q.query), fingerprint = s.fingerprint "
+            "FROM radar_snapshot_stage s WHERE NOT s.is_new AND q.target = %(target)s AND q.dbid = s.dbid "
+            "AND q.userid = s.userid AND q.queryid = s.queryid AND q.toplevel = s.toplevel",
+            at,
         )
         cur.execute(
             "INSERT INTO radar.query (target, dbid, userid, queryid, toplevel, fingerprint, query, first_seen, "
             "last_seen, last_calls, last_total_exec_time, last_stats_since) "
-            "SELECT target, dbid, userid, queryid, toplevel, fingerprint, query, captured_at, captured_at, calls, "
-            "total_exec_time, stats_since FROM radar_snapshot_stage WHERE is_new"
+            "SELECT %(target)s, dbid, userid, queryid, toplevel, fingerprint, query, %(at)s, %(at)s, calls, "
+            "total_exec_time, nullif(stats_since, '-infinity') FROM radar_snapshot_stage WHERE is_new",
+            at,
         )
 
 
@@ -328,10 +424,3 @@ def _record_ignored(conn: sa.Connection, target: str, ignored: dict[Key, str]) -
             for k, reason in ignored.items()
         ],
     )
-
-
-def _differs(a: pd.Series, b: pd.Series) -> np.ndarray:
-    """Element-wise 'is distinct from' for two timestamp columns (NaT equals NaT)."""
-    both_null = a.isna().to_numpy() & b.isna().to_numpy()
-    equal = (a == b).fillna(False).to_numpy(dtype=bool)
-    return ~(equal | both_null)
