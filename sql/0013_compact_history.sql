@@ -191,47 +191,7 @@ BEGIN
 END;
 $$;
 
--- The interval view and function read both forms; columns and rules unchanged (sql/0001, sql/0010).
-CREATE OR REPLACE VIEW radar.pgss_interval AS
-WITH paired AS (
-    SELECT
-        s.target, s.dbid, s.userid, s.queryid, s.toplevel, s.fingerprint,
-        s.captured_at AS interval_end,
-        lag(s.captured_at) OVER w AS prev_stored_at,
-        s.calls - lag(s.calls) OVER w AS calls,
-        s.total_exec_time - lag(s.total_exec_time) OVER w AS total_exec_time,
-        s.rows - lag(s.rows) OVER w AS rows,
-        s.shared_blks_hit - lag(s.shared_blks_hit) OVER w AS shared_blks_hit,
-        s.shared_blks_read - lag(s.shared_blks_read) OVER w AS shared_blks_read,
-        s.temp_blks_written - lag(s.temp_blks_written) OVER w AS temp_blks_written,
-        s.stats_since IS DISTINCT FROM lag(s.stats_since) OVER w AS stats_since_changed,
-        s.reset_before
-    FROM radar.pgss_sample s
-    WINDOW w AS (PARTITION BY s.target, s.dbid, s.userid, s.queryid, s.toplevel ORDER BY s.captured_at)
-)
-SELECT
-    p.target, p.dbid, p.userid, p.queryid, p.toplevel, p.fingerprint,
-    scrape.prev_scrape_at AS interval_start,
-    p.interval_end,
-    p.calls,
-    p.total_exec_time,
-    p.total_exec_time / p.calls AS mean_exec_time_ms,
-    p.rows,
-    p.shared_blks_hit,
-    p.shared_blks_read,
-    p.temp_blks_written
-FROM paired p
-CROSS JOIN LATERAL (
-    SELECT max(i.captured_at) AS prev_scrape_at
-    FROM radar.pgss_info_snapshot i
-    WHERE i.target = p.target AND i.captured_at < p.interval_end AND i.captured_at >= p.prev_stored_at
-) scrape
-WHERE p.prev_stored_at IS NOT NULL
-  AND p.calls > 0
-  AND p.total_exec_time >= 0
-  AND NOT p.stats_since_changed
-  AND NOT p.reset_before;
-
+-- The interval function and view read both forms; columns and rules unchanged (sql/0001, sql/0010).
 CREATE OR REPLACE FUNCTION radar.pgss_intervals(target_name text, from_at timestamptz, to_at timestamptz)
 RETURNS TABLE (
     target text, dbid oid, userid oid, queryid bigint, toplevel boolean, fingerprint bigint,
@@ -279,3 +239,11 @@ WHERE p.prev_stored_at IS NOT NULL
   AND NOT p.stats_since_changed
   AND NOT p.reset_before
 $$;
+
+-- The view: every target's intervals over all time, from the function (nothing is stored before -infinity, so each
+-- statement's first stored row starts no interval, as before).
+CREATE OR REPLACE VIEW radar.pgss_interval AS
+SELECT i.*
+FROM (SELECT DISTINCT target FROM radar.pgss_info_snapshot) t
+CROSS JOIN LATERAL radar.pgss_intervals(t.target, '-infinity', 'infinity') i;
+
