@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
 import sys
 import tempfile
 import textwrap
@@ -276,6 +277,7 @@ def main() -> None:
             daemon_backfill(server, url, keys, root, args.runs, args.pool, args.per_run)
     finally:
         server.destroy()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ given minute, plus the process's peak memory.
 from __future__ import annotations
 
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -152,6 +153,7 @@ def main() -> None:
     finally:
         watched.destroy()
         store.destroy()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
