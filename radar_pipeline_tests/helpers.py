@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
+import numpy as np
 import pandas as pd
 import psycopg
 import sqlalchemy as sa
@@ -123,6 +124,28 @@ def store_counters(warehouse: sa.Engine, target: str, frame: pd.DataFrame, texts
             ),
             [{"t": target, "q": q, "text": text, "at": first} for q, text in texts.items()],
         )
+
+
+def hourly_deploy_counters(
+    start: datetime,
+    rng: np.random.Generator,
+    queryids: list[int],
+    deploys: int,
+    level: Callable[[int, int], float],
+) -> pd.DataFrame:
+    """Cumulative counters (queryid, captured_at, calls, total_exec_time) around `deploys` deploys an hour apart from
+    `start`: 41 scrapes 10 s apart centred on each, 20 calls an interval, each interval's mean level(queryid, the
+    deploy in force: the one before until the deploy's scrape, then this one) with 5% log-normal noise."""
+    rows = []
+    for queryid in queryids:
+        calls, total = 0, 0.0
+        for d in range(deploys):
+            at = start + timedelta(hours=d)
+            for j in range(-20, 21):
+                mean = level(queryid, d if j > 0 else d - 1) * rng.lognormal(0, 0.05)
+                calls, total = calls + 20, total + 20 * mean
+                rows.append((queryid, at + timedelta(seconds=10 * j), calls, total))
+    return pd.DataFrame(rows, columns=["queryid", "captured_at", "calls", "total_exec_time"])
 
 
 def drive(

@@ -27,32 +27,25 @@ from radar_pipeline.defs.deploys import (
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.warehouse import deploys
 
-from .helpers import run_log_text, store_counters
+from .helpers import hourly_deploy_counters, run_log_text, store_counters
 
 DEPLOYS = 4
 SLOWER_AT = 2
 TEXTS = {21: "SELECT * FROM carts WHERE owner = $1", 22: "SELECT * FROM orders WHERE id = $1", 23: "SELECT 1"}
 
 
-def _counters(start: datetime, rng: np.random.Generator) -> pd.DataFrame:
-    rows = []
-    for queryid in TEXTS:
-        calls, total = 0, 0.0
-        for d in range(DEPLOYS):
-            at = start + timedelta(hours=d)
-            for j in range(-20, 21):
-                slower = queryid == 22 and (d > SLOWER_AT or (d == SLOWER_AT and j > 0))
-                mean = (3.0 if slower else 1.0) * rng.lognormal(0, 0.05)
-                calls, total = calls + 20, total + 20 * mean
-                rows.append((queryid, at + timedelta(seconds=10 * j), calls, total))
-    return pd.DataFrame(rows, columns=["queryid", "captured_at", "calls", "total_exec_time"])
+def _level(queryid: int, deploy: int) -> float:
+    """The true mean (ms): the carts lookup (22) three times slower from deploy SLOWER_AT on."""
+    return 3.0 if queryid == 22 and deploy >= SLOWER_AT else 1.0
 
 
 @pytest.fixture
 def recorded(warehouse, warehouse_url) -> list[str]:
     """Four deploys whose windows closed and, third in partition order, one whose window is still open."""
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=DEPLOYS + 2)
-    store_counters(warehouse, "main", _counters(start, np.random.default_rng(5)), TEXTS)
+    store_counters(
+        warehouse, "main", hourly_deploy_counters(start, np.random.default_rng(5), list(TEXTS), DEPLOYS, _level), TEXTS
+    )
     ids = [f"b-{d}" for d in range(DEPLOYS)]
     for d, deploy_id in enumerate(ids):
         deploys.record(warehouse, deploys.DeployEvent(deploy_id, "main", start + timedelta(hours=d)))

@@ -27,7 +27,7 @@ from radar_pipeline.steps.deploy_analysis import analyse_deploy
 from radar_pipeline.steps.history import HistoryRefused, history_charts, update_history
 from radar_pipeline.warehouse import deploys
 
-from .helpers import run_log_text, store_counters
+from .helpers import hourly_deploy_counters, run_log_text, store_counters
 
 SETTINGS = EngineSettings(window=timedelta(seconds=200), tolerance_floor=timedelta(seconds=10))
 ANALYSIS = AnalysisResource(window_seconds=200, scrape_interval_seconds=10, tolerance_floor_seconds=10)
@@ -43,25 +43,14 @@ def level(queryid: int, deploy: int) -> float:
     return {21: 1.0 * 1.08**deploy, 22: 2.0 if deploy < 6 else 6.0, 23: 0.5}[queryid]
 
 
-def _counters(start: datetime, rng: np.random.Generator) -> pd.DataFrame:
-    rows = []
-    for queryid in TEXTS:
-        calls, total = 0, 0.0
-        for d in range(DEPLOYS):
-            at = start + timedelta(hours=d)
-            for j in range(-20, 21):
-                mean = level(queryid, d if j > 0 else d - 1) * rng.lognormal(0, 0.05)
-                calls, total = calls + 20, total + 20 * mean
-                rows.append((queryid, at + timedelta(seconds=10 * j), calls, total))
-    return pd.DataFrame(rows, columns=["queryid", "captured_at", "calls", "total_exec_time"])
-
-
 @pytest.fixture
 def history(warehouse, warehouse_url, tmp_path, monkeypatch):
     """Twelve analysed deploys; every one but LATE has its points in radar.query_history."""
     monkeypatch.setenv("RADAR_CHART_DIR", str(tmp_path / "charts"))
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=DEPLOYS + 2)
-    store_counters(warehouse, "main", _counters(start, np.random.default_rng(2)), TEXTS)
+    store_counters(
+        warehouse, "main", hourly_deploy_counters(start, np.random.default_rng(2), list(TEXTS), DEPLOYS, level), TEXTS
+    )
     ids = [f"h-{d}" for d in range(DEPLOYS)]
     for d, deploy_id in enumerate(ids):
         deploys.record(warehouse, deploys.DeployEvent(deploy_id, "main", start + timedelta(hours=d)))
