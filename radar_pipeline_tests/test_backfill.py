@@ -147,3 +147,57 @@ def test_a_run_of_one_deploy_is_reported_as_before(recorded, warehouse, warehous
         assert sorted(e.check_name for e in result.get_asset_check_evaluations()) == sorted(
             [COVERAGE_CHECK, RESETS_CHECK]
         )
+
+
+def test_deploys_with_overlapping_windows_share_one_read_and_get_the_same_verdicts(
+    recorded, warehouse, warehouse_url, monkeypatch
+):
+    """analyse_deploys reads the common span of deploys whose windows overlap once and cuts each window from it: the
+    verdicts are analyse_deploy's, deploy by deploy, and no window is read on its own."""
+    from radar_pipeline.steps import deploy_analysis
+    from radar_pipeline.warehouse import analysis
+
+    settings = _resources(warehouse_url)["analysis"].settings()
+    with warehouse.connect() as conn:
+        at = deploys.get(conn, f"b-{SLOWER_AT}").deployed_at
+    close = [f"c-{k}" for k in range(4)]  # 150 s apart: their ±200 s windows overlap in a chain
+    for k, deploy_id in enumerate(close):
+        deploys.record(warehouse, deploys.DeployEvent(deploy_id, "main", at + timedelta(seconds=150 * (k - 1))))
+    ids = [*close, "b-0", "b-open"]
+    with warehouse.connect() as conn:
+        events = list(deploys.get_many(conn, ids[:-1]).values())
+    assert [[e.deploy_id for e in g] for g in deploy_analysis.shared_spans(events, settings.window)] == [["b-0"], close]
+
+    def alone(*args, **kwargs):
+        raise AssertionError("a window of the shared span was read on its own")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(analysis, "read_window", alone)
+        results = dict(deploy_analysis.analyse_deploys(warehouse, close, settings))
+    assert all(not isinstance(r, Exception) for r in results.values()), results
+    shared = _verdict_rows(warehouse, close)
+
+    for deploy_id in close:
+        deploy_analysis.analyse_deploy(warehouse, deploy_id, settings)
+    assert _verdict_rows(warehouse, close) == shared
+    assert len(shared) == len(close) * len(TEXTS)
+    assert any(row["verdict"] == "detected" for row in shared)  # the slowdown at b-2 is inside these windows
+
+    outcome = dict(deploy_analysis.analyse_deploys(warehouse, ids, settings))
+    assert isinstance(outcome["b-open"], deploy_analysis.AnalysisRefused)
+    assert all(not isinstance(outcome[i], Exception) for i in ids[:-1])
+
+
+def _verdict_rows(warehouse, ids: list[str]) -> list[dict]:
+    """Every stored column of the deploys' verdicts."""
+    with warehouse.connect() as conn:
+        return [
+            dict(r._mapping)
+            for r in conn.execute(
+                sa.text(
+                    "SELECT * FROM radar.verdict WHERE deploy_id = ANY(:ids) "
+                    "ORDER BY deploy_id, dbid, userid, queryid, toplevel"
+                ),
+                {"ids": ids},
+            )
+        ]

@@ -8,13 +8,14 @@ from datetime import UTC, date, datetime, timedelta
 
 import numpy as np
 import pandas as pd
+import pytest
 import sqlalchemy as sa
 
 from radar_pipeline.defs.resources import WarehouseResource
 from radar_pipeline.pgss_model import COUNTERS, KEY
 from radar_pipeline.steps.compaction import compact_history
 from radar_pipeline.steps.retention import apply_retention
-from radar_pipeline.warehouse.analysis import read_window
+from radar_pipeline.warehouse.analysis import read_samples, read_window
 from radar_pipeline.warehouse.compaction import raw_partition
 from radar_pipeline.warehouse.database import driver
 
@@ -163,6 +164,40 @@ def test_compacted_days_read_the_same_samples_windows_and_intervals(warehouse):
     assert [(r.queryid, r.calls < 500) for r in after if r.reset_before] == [(5, True)]
     assert any(r.stddev_exec_time is None for r in after) and any(r.stats_since is None for r in after)
     assert not math.isnan(after[0].total_exec_time)
+
+
+def _window_by_rule(rows: list[tuple], lo: datetime, hi: datetime) -> list[tuple]:
+    """(queryid, toplevel, captured_at, calls) of target t's window (lo, hi] by the rule, from the stored rows: each
+    statement's rows inside, after its last row at or before lo."""
+    out = []
+    for queryid, toplevel in sorted({(r[4], r[5]) for r in rows if r[0] == "t"}):
+        mine = sorted((r[1], r[6]) for r in rows if r[0] == "t" and (r[4], r[5]) == (queryid, toplevel))
+        inside = [(queryid, toplevel, at, calls) for at, calls in mine if lo < at <= hi]
+        earlier = [(queryid, toplevel, at, calls) for at, calls in mine if at <= lo]
+        out += (earlier[-1:] + inside) if inside else []
+    return out
+
+
+def test_a_window_cut_from_a_wider_span_is_the_window_read_alone(warehouse):
+    """A run of several deploys reads their common span once and cuts each window from it (read_samples): the cut
+    must be exactly read_window's, raw and compacted, for statements gone, back after a reset, rare or new."""
+    times, rows = _history()
+    _store(warehouse, times, rows)
+    for compacted in (False, True):
+        if compacted:
+            assert compact_history(warehouse, grace=timedelta(0))
+        with warehouse.connect() as conn:
+            for lo, hi in WINDOWS:
+                span = read_samples(conn, "t", lo - timedelta(hours=5), hi + timedelta(hours=3))
+                alone, cut = read_window(conn, "t", lo, hi), span.window(lo, hi)
+                assert len(cut.counters) < len(span.samples)
+                pd.testing.assert_frame_equal(cut.counters, alone.counters)
+                pd.testing.assert_frame_equal(cut.keys, alone.keys)
+                got = cut.counters.merge(cut.keys[["queryid"]], left_on="query_key", right_index=True)
+                columns = [got[c] for c in ("queryid", "toplevel", "captured_at", "calls")]
+                assert list(zip(*columns, strict=True)) == _window_by_rule(rows, lo, hi)
+            with pytest.raises(ValueError, match="is not inside the samples read"):
+                span.window(lo - timedelta(hours=6), hi)
 
 
 def test_a_failure_mid_way_leaves_the_day_raw_and_a_rerun_finishes(warehouse):

@@ -19,7 +19,7 @@ from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, War
 from radar_pipeline.defs.snapshots import pgss_snapshots
 from radar_pipeline.engine import ENGINE_VERSION, EngineSettings
 from radar_pipeline.pgss_model import key_label
-from radar_pipeline.steps.deploy_analysis import AnalysisRefused, DeployAnalysis, analyse_deploy
+from radar_pipeline.steps.deploy_analysis import AnalysisRefused, DeployAnalysis, analyse_deploy, analyse_deploys
 from radar_pipeline.warehouse import analysis as analysis_store
 from radar_pipeline.warehouse import deploys
 
@@ -173,21 +173,21 @@ def _several_deploys(
     targets: TargetsResource,
     settings: EngineSettings,
 ) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation | dg.Output]:
-    """Each deploy of the run's partition range in turn, through one warehouse engine; a materialization and the
-    checks for each one stored, and a Failure at the end naming those that were not."""
-    engine = warehouse.engine()
+    """The deploys of the run's partition range (analyse_deploys: overlapping windows read once), through one
+    warehouse engine; a materialization and the checks for each one stored, and a Failure at the end naming those
+    that were not."""
     live = configured_targets(targets, context)
     keys = context.partition_keys
     failed: list[str] = []
-    for number, deploy_id in enumerate(keys, 1):
-        try:
-            result = analyse_deploy(
-                engine, deploy_id, settings, context.run.run_id, settle=analysis.settle, live_targets=live
-            )
-        except Exception as exc:  # one deploy's failure leaves the others' analyses to run and be reported
+    analysed = analyse_deploys(
+        warehouse.engine(), keys, settings, context.run.run_id, settle=analysis.settle, live_targets=live
+    )
+    place = {deploy_id: number for number, deploy_id in enumerate(keys, 1)}
+    for deploy_id, result in analysed:
+        if isinstance(result, Exception):  # the others' analyses still run and are reported
             failed.append(deploy_id)
-            reason = str(exc) if isinstance(exc, AnalysisRefused) else f"{type(exc).__name__}: {exc}"
-            context.log.error(f"deploy {deploy_id} ({number}/{len(keys)}) not analysed: {reason}")
+            reason = str(result) if isinstance(result, AnalysisRefused) else f"{type(result).__name__}: {result}"
+            context.log.error(f"deploy {deploy_id} ({place[deploy_id]}/{len(keys)}) not analysed: {reason}")
             continue
         for line in _detections_log(result):
             context.log.info(f"{deploy_id}: {line}")

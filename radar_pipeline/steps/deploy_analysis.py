@@ -6,7 +6,7 @@ Plain Python, so the Dagster asset, the benchmarks and the tests run the same co
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -21,6 +21,9 @@ from radar_pipeline.pgss_model import KEY
 from radar_pipeline.steps.plan_diffs import plan_diffs
 from radar_pipeline.warehouse import analysis, deploys
 
+# The longest span a run of several deploys reads at once for their overlapping windows: 2 hours of 5,000
+# statements scraped every minute are 600,000 samples, 54 MB in memory and about 90 MB more while the COPY is read.
+SHARED_SPAN = timedelta(hours=2)
 TEXT_LENGTH = 120  # characters of a changed statement's text kept with the analysis's result
 CAUSE_TEXT = 60  # characters of the culprit's text in a `contention: …` cause
 
@@ -77,22 +80,123 @@ def analyse_deploy(
     would see half a window. Plans of detections: see `decide_window`, with the deploy's target in `live_targets`.
     """
     with engine.connect() as conn:
-        event = deploys.get(conn, deploy_id)
-        if event is None or event.deployed_at is None:
-            raise AnalysisRefused(f"deploy {deploy_id!r} is not recorded in radar.deploy_event")
-        try:
-            closes_at, _ = event.deployed_at + settings.window + settle, event.deployed_at - settings.window
-        except OverflowError:
-            raise AnalysisRefused(
-                f"deploy {deploy_id!r} at {event.deployed_at.isoformat()} is too far in the past to analyse: its "
-                "window reaches before the year 1"
-            ) from None
-        require_closed(conn, closes_at, f"the window after deploy {deploy_id!r}")
+        event = _closed_event(conn, deploy_id, deploys.get(conn, deploy_id), settings, settle)
+    return _analyse_event(engine, event, settings, run_id, live_targets)
+
+
+def analyse_deploys(
+    engine: sa.Engine,
+    deploy_ids: Sequence[str],
+    settings: EngineSettings,
+    run_id: str | None = None,
+    settle: timedelta = timedelta(0),
+    live_targets: Mapping[str, Target] | None = None,
+) -> Iterator[tuple[str, DeployAnalysis | Exception]]:
+    """Analyse several recorded deploys, each as `analyse_deploy` does and in a transaction of its own, yielding each
+    deploy id with its analysis, or with the exception that stopped it (the others go on), as each one is stored.
+
+    Refused deploys come first, then the others by target and time. Deploys of a target whose windows overlap (a
+    backfill over deploys close together) share one read of their common span, up to SHARED_SPAN long, and each
+    window is cut from it: the read is most of an analysis's cost, and overlapping windows would read the same rows
+    again and again. Each deploy's verdicts are the same as `analyse_deploy`'s.
+    """
+    ready: list[deploys.DeployEvent] = []
+    refused: list[tuple[str, Exception]] = []
+    with engine.connect() as conn:
+        stored = deploys.get_many(conn, list(deploy_ids))
+        for deploy_id in deploy_ids:
+            try:
+                ready.append(_closed_event(conn, deploy_id, stored.get(deploy_id), settings, settle))
+            except AnalysisRefused as exc:
+                refused.append((deploy_id, exc))
+    yield from refused
+    for group in shared_spans(ready, settings.window):
+        samples, read_s = None, 0.0
+        if len(group) > 1:
+            lo, hi = _deployed_at(group[0]) - settings.window, _deployed_at(group[-1]) + settings.window
+            started = time.perf_counter()
+            try:
+                with engine.connect() as conn:
+                    samples = analysis.read_samples(conn, group[0].target, lo, hi)
+            except Exception as exc:  # the span's deploys fail with it; other spans go on
+                yield from ((event.deploy_id, exc) for event in group)
+                continue
+            read_s = time.perf_counter() - started
+        for event in group:
+            try:
+                result = _analyse_event(engine, event, settings, run_id, live_targets, samples)
+            except Exception as exc:  # one deploy's failure leaves the others to run
+                yield event.deploy_id, exc
+                continue
+            result.seconds["read"] += read_s  # the span's read is counted with the first deploy that used it
+            read_s = 0.0
+            yield event.deploy_id, result
+
+
+def shared_spans(events: Sequence[deploys.DeployEvent], window: timedelta) -> list[list[deploys.DeployEvent]]:
+    """The events grouped by target and time so that each group's windows overlap in a chain and its whole span (the
+    first window's start to the last one's end) is at most SHARED_SPAN long, or the group is one event."""
+    groups: list[list[deploys.DeployEvent]] = []
+    for event in sorted(events, key=lambda e: (e.target, _deployed_at(e))):
+        group = groups[-1] if groups else None
+        if (
+            group is not None
+            and group[-1].target == event.target
+            and _deployed_at(event) - window < _deployed_at(group[-1]) + window
+            and _deployed_at(event) - _deployed_at(group[0]) + 2 * window <= SHARED_SPAN
+        ):
+            group.append(event)
+        else:
+            groups.append([event])
+    return groups
+
+
+def _deployed_at(event: deploys.DeployEvent) -> datetime:
+    assert event.deployed_at is not None, "only stored events, which have a time, are analysed"
+    return event.deployed_at
+
+
+def _closed_event(
+    conn: sa.Connection,
+    deploy_id: str,
+    event: deploys.DeployEvent | None,
+    settings: EngineSettings,
+    settle: timedelta,
+) -> deploys.DeployEvent:
+    """The stored event of the deploy, once its window has closed (see analyse_deploy), else AnalysisRefused."""
+    if event is None or event.deployed_at is None:
+        raise AnalysisRefused(f"deploy {deploy_id!r} is not recorded in radar.deploy_event")
+    try:
+        closes_at, _ = event.deployed_at + settings.window + settle, event.deployed_at - settings.window
+    except OverflowError:
+        raise AnalysisRefused(
+            f"deploy {deploy_id!r} at {event.deployed_at.isoformat()} is too far in the past to analyse: its "
+            "window reaches before the year 1"
+        ) from None
+    require_closed(conn, closes_at, f"the window after deploy {deploy_id!r}")
+    return event
+
+
+def _analyse_event(
+    engine: sa.Engine,
+    event: deploys.DeployEvent,
+    settings: EngineSettings,
+    run_id: str | None,
+    live_targets: Mapping[str, Target] | None,
+    samples: analysis.StoredSamples | None = None,
+) -> DeployAnalysis:
+    """Decide the deploy's window (cut from `samples` when given) and replace its verdicts, in one transaction."""
     decided = decide_window(
-        engine, deploy_id, event.target, event.deployed_at, settings, (live_targets or {}).get(event.target)
+        engine,
+        event.deploy_id,
+        event.target,
+        _deployed_at(event),
+        settings,
+        (live_targets or {}).get(event.target),
+        samples,
     )
     with engine.begin() as conn:
-        write_window(conn, deploy_id, event.target, decided, settings, run_id)
+        write_window(conn, event.deploy_id, event.target, decided, settings, run_id)
         started = time.perf_counter()
     decided.seconds["write"] += time.perf_counter() - started  # the commit
     return DeployAnalysis(**vars(decided), event=event)
@@ -105,6 +209,7 @@ def decide_window(
     split_at: datetime,
     settings: EngineSettings,
     live: Target | None,
+    samples: analysis.StoredSamples | None = None,
 ) -> WindowVerdicts:
     """Decide every query of the target on the window split_at ± settings.window, for the analysis `analysis_id`;
     `write_window` then replaces the analysis with what was decided, in the caller's transaction.
@@ -114,13 +219,14 @@ def decide_window(
     `contention: <queryid> <text>`. Each detection gets a plan diff from the stored plans (capturing the current plan
     from `live` when none was stored after the change); a changed shape makes its cause plan_changed, whatever else
     was found. The warehouse is read in a transaction that ends before the watched server is reached, and no
-    transaction is open on return: a slow watched server keeps no warehouse transaction or lock waiting.
+    transaction is open on return: a slow watched server keeps no warehouse transaction or lock waiting. With
+    `samples` (read for a span holding the window) the window is cut from them instead of read.
     """
     timings: dict[str, float] = {}
     lo, hi = split_at - settings.window, split_at + settings.window
     with engine.connect() as conn:
         started = time.perf_counter()
-        window = analysis.read_window(conn, target, lo, hi)
+        window = samples.window(lo, hi) if samples is not None else analysis.read_window(conn, target, lo, hi)
         health = analysis.window_health(conn, target, lo, hi)
         timings["read"] = time.perf_counter() - started
         conn.rollback()  # nothing written: no transaction stays open while the engine runs
@@ -196,8 +302,7 @@ def _with_statement_keys(result: pd.DataFrame, window: analysis.WindowCounters) 
     last_fingerprint = window.counters.groupby("query_key")["fingerprint"].last()
     out = pd.concat([result.reset_index(drop=True), keys], axis=1)
     out["fingerprint"] = last_fingerprint.loc[codes].to_numpy()
-    out["merged_queryids"] = [
-        [int(window.keys.iloc[int(k)]["queryid"]) for k in merged] for merged in result["merged_keys"]
-    ]
+    queryids = window.keys["queryid"].tolist()
+    out["merged_queryids"] = [[queryids[int(k)] for k in merged] for merged in result["merged_keys"]]
     out["plan_diff"] = None
     return out[[*KEY, *[c for c in out.columns if c not in KEY]]]

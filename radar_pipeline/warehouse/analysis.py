@@ -4,23 +4,26 @@ The window's counters are every stored row of the target with captured_at in (lo
 last row at or before lo, so that its first interval inside the window is not lost. Following the warehouse's rule for
 absent rows, that interval's calls happened in the scrape interval that ends at its row, however old the earlier row.
 Rows are read through radar.pgss_samples and radar.pgss_last_sample (sql/0013), so a window lying in compacted days
-reads the same rows as before they were compacted.
+reads the same rows as before they were compacted. A run that analyses several deploys of a target whose windows
+overlap reads their common span once (read_samples) and cuts each window from it (StoredSamples.window).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import sqlalchemy as sa
+from psycopg import sql as psql
 
+from radar_pipeline import binary_copy
 from radar_pipeline.engine import COLUMNS as ENGINE_COLUMNS
 from radar_pipeline.engine.impact import STATEMENT_COLUMNS, SUMMARY_COLUMNS
-from radar_pipeline.pgss_model import KEY, statement_keys
+from radar_pipeline.pgss_model import KEY, KEY_TYPES, statement_keys
 from radar_pipeline.warehouse.database import KEYS, copy_frame, driver, key_params
 
 # The engine's result columns that radar.verdict stores (not the query_key, Q or the merged keys, which are stored as
@@ -47,103 +50,145 @@ class WindowCounters:
     keys: pd.DataFrame  # KEY columns, indexed by query_key
 
 
-# The series read per statement in the window, in order: the SQL that gives each value and its numpy type. Times
-# travel as microseconds since the epoch (a double holds them exactly), which is far cheaper to parse.
-SERIES: dict[str, tuple[str, type]] = {
-    "captured_at": ("CAST(date_part('epoch', captured_at) * 1000000 AS bigint)", np.int64),
-    "calls": ("calls", np.int64),
-    "total_exec_time": ("total_exec_time", np.float64),
-    "rows": ("rows", np.int64),
-    "shared_blks_read": ("shared_blks_read", np.int64),
-    "stats_since": ("coalesce(CAST(date_part('epoch', stats_since) * 1000000 AS bigint), 0)", np.int64),
-    "reset_before": ("reset_before", np.bool_),
-    "stddev_exec_time": ("coalesce(stddev_exec_time, 'NaN')", np.float64),  # NaN in rows stored before 0007
+# The columns read per sample, in the binary COPY's order (binary_copy): nulls coalesced, so every row has one width.
+SAMPLE_FIELDS: list[tuple[str, str]] = [
+    *KEY_TYPES,
+    ("fingerprint", "int8"),
+    ("captured_at", "timestamptz"),
+    ("calls", "int8"),
+    ("total_exec_time", "float8"),
+    ("rows", "int8"),
+    ("shared_blks_read", "int8"),
+    ("stats_since", "timestamptz"),  # null (before PostgreSQL 17) read as '-infinity'
+    ("reset_before", "bool"),
+    ("stddev_exec_time", "float8"),  # null (rows stored before 0007) read as NaN
+]
+SAMPLE_SQL = {
+    "stats_since": "coalesce(stats_since, '-infinity')",
+    "stddev_exec_time": "coalesce(stddev_exec_time, 'NaN')",
 }
+# The engine's series, taken from the samples as they are (captured_at and stats_since become timestamps).
+SERIES = ["captured_at", "calls", "total_exec_time", "rows", "shared_blks_read", "stats_since", "stddev_exec_time"]
+
+
+@dataclass(frozen=True)
+class StoredSamples:
+    """A target's stored samples over a span (lo, hi], each statement's last sample at or before lo with them,
+    ordered by statement and time: what the window of any deploy inside the span needs, read once.
+
+    `window(lo, hi)` gives exactly what `read_window(lo, hi)` would read, for any (lo, hi] inside the span: every
+    sample in it, and each of those statements' last earlier sample (which lies in the span or is the span's own).
+    """
+
+    span: tuple[datetime, datetime]
+    samples: np.ndarray  # structured, SAMPLE_FIELDS, sorted by KEY then captured_at
+    starts: np.ndarray  # the row where each statement begins, and len(samples) last
+    keys: pd.DataFrame  # KEY columns, one row per statement, in the samples' order
+
+    def window(self, lo: datetime, hi: datetime) -> WindowCounters:
+        """The counters of the window (lo, hi], which must lie inside the span."""
+        if lo < self.span[0] or hi > self.span[1]:
+            raise ValueError(f"window ({lo}, {hi}] is not inside the samples read for ({self.span[0]}, {self.span[1]}]")
+        at = self.samples["captured_at"]
+        inside = (at > np.datetime64(_naive_utc(lo), "us")) & (at <= np.datetime64(_naive_utc(hi), "us"))
+        statement = np.repeat(np.arange(len(self.keys)), np.diff(self.starts))
+        # The last sample at or before lo of a statement with samples inside is the one whose successor is inside.
+        before = np.zeros(len(at), dtype=bool)
+        before[:-1] = ~inside[:-1] & inside[1:] & (statement[:-1] == statement[1:])
+        before &= at <= np.datetime64(_naive_utc(lo), "us")
+        kept = np.flatnonzero(inside | before)
+        return _as_counters(self.samples[kept], statement[kept], self.keys)
+
+
+def _naive_utc(at: datetime) -> datetime:
+    return at.astimezone(UTC).replace(tzinfo=None)
 
 
 def read_window(
     conn: sa.Connection, target: str, lo: datetime, hi: datetime, only: pd.DataFrame | None = None
 ) -> WindowCounters:
     """The target's counters for the window (lo, hi], each statement with its last row before it; see module doc.
+    `only` (KEY columns) limits the read to those statements."""
+    return read_samples(conn, target, lo, hi, only).window(lo, hi)
 
-    The server returns one row per statement with its series as arrays (binary, so psycopg parses them in C), which
-    is several times faster than a row per snapshot. reset_before is folded into stats_since (a counter epoch the
-    engine compares between rows), so an interval the collector saw cross a reset is discarded like one whose
-    counters went down. `only` (KEY columns) limits the read to those statements.
+
+def read_samples(
+    conn: sa.Connection, target: str, lo: datetime, hi: datetime, only: pd.DataFrame | None = None
+) -> StoredSamples:
+    """The target's samples over (lo, hi] with each statement's last earlier one (StoredSamples), for one window or
+    for the windows of several deploys inside the span.
+
+    The rows travel as one binary COPY read straight into numpy (binary_copy) and are put in order here, which costs
+    the server neither a sort nor an aggregate. `only` (KEY columns) limits the read to those statements.
     """
-    params: dict[str, Any] = {"t": target, "lo": lo, "hi": hi, "recent": lo - RECENT}
-    if only is not None:
-        params.update({f"only_{k}": only[k].tolist() for k in KEY})
-    with driver(conn).cursor(binary=True) as cur:
-        cur.execute("SET LOCAL work_mem = '64MB'")  # the window's rows sort in memory
-        statements = cur.execute(_window_query(restricted=only is not None), params).fetchall()
-    return _as_counters(statements)
-
-
-def _window_query(restricted: bool) -> str:
-    """One row per statement of the window: its KEY, its latest fingerprint and its SERIES as arrays in time order,
-    each series starting with the statement's last row before the window (looked for in the RECENT stretch first)."""
-    cols = ", ".join([*KEY, *SERIES, "fingerprint"])  # SERIES is named by the stored columns its values come from
-    key = ", ".join(KEY)
-    last_of = ", ".join(f"m.{k}" for k in KEY)
-    series = ", ".join(f"array_agg({sql} ORDER BY captured_at)" for sql, _ in SERIES.values())
-    restrict = (
-        f"AND ({key}) IN (SELECT * FROM unnest(%(only_dbid)s::oid[], %(only_userid)s::oid[], "
-        "%(only_queryid)s::bigint[], %(only_toplevel)s::boolean[]))"
-        if restricted
-        else ""
-    )
-    return f"""
-        WITH win AS (
-            SELECT {cols} FROM radar.pgss_samples(%(t)s, %(lo)s, %(hi)s) WHERE true {restrict}
-        ), win_keys AS (
-            SELECT DISTINCT {key} FROM win
-        ), recent AS (
-            SELECT o.* FROM win_keys m
-            CROSS JOIN LATERAL (
-                SELECT {cols} FROM radar.pgss_last_sample(%(t)s, {last_of}, %(recent)s, %(lo)s)
-            ) o
-        ), older AS (
-            SELECT o.* FROM (SELECT {key} FROM win_keys EXCEPT SELECT {key} FROM recent) m
-            CROSS JOIN LATERAL (
-                SELECT {cols} FROM radar.pgss_last_sample(%(t)s, {last_of}, '-infinity', %(recent)s)
-            ) o
-        )
-        SELECT {key}, (array_agg(fingerprint ORDER BY captured_at DESC))[1], {series}
-        FROM (SELECT * FROM win UNION ALL SELECT * FROM recent UNION ALL SELECT * FROM older) x
-        GROUP BY {key} ORDER BY {key}
-    """
-
-
-def _as_counters(statements: list[tuple]) -> WindowCounters:
-    """The engine's counters frame (a row per snapshot) and the statement keys, from the per-statement rows of
-    `_window_query`."""
-    keys = pd.DataFrame([s[:4] for s in statements], columns=KEY).astype(
+    with driver(conn).cursor() as cur:
+        with cur.copy(_samples_query(target, lo, hi, only)) as copy:
+            rows = binary_copy.parse(b"".join(bytes(block) for block in copy), SAMPLE_FIELDS)
+    rows = rows[np.lexsort([rows[name] for name in ("captured_at", *reversed(KEY))])]
+    new = np.ones(len(rows), dtype=bool)
+    if len(rows):
+        new[1:] = np.logical_or.reduce([rows[name][1:] != rows[name][:-1] for name in KEY])
+    starts = np.append(np.flatnonzero(new), len(rows))
+    keys = pd.DataFrame({name: rows[name][starts[:-1]] for name in KEY}).astype(
         {"dbid": "int64", "userid": "int64", "queryid": "int64", "toplevel": "bool"}
     )
-    first = 5  # the SERIES arrays follow KEY and the fingerprint
-    lengths = np.array([len(s[first]) for s in statements], dtype=np.int64)
-    arrays = {
-        name: (
-            np.concatenate([np.asarray(s[first + i], dtype=dtype) for s in statements])
-            if statements
-            else np.zeros(0, dtype=dtype)
-        )
-        for i, (name, (_, dtype)) in enumerate(SERIES.items())
-    }
-    columns: dict[str, Any] = {"query_key": np.repeat(np.arange(len(statements)), lengths)}
-    for name, values in arrays.items():
+    return StoredSamples(span=(lo, hi), samples=rows, starts=starts, keys=keys)
+
+
+def _samples_query(target: str, lo: datetime, hi: datetime, only: pd.DataFrame | None) -> psql.Composed:
+    """The COPY of every sample of the target in (lo, hi] and, for each statement with one, its last sample at or
+    before lo (looked for in the RECENT stretch before lo first, so older partitions are read only when needed)."""
+    cols = psql.SQL(", ").join(psql.SQL(SAMPLE_SQL.get(name, name)) for name, _ in SAMPLE_FIELDS)
+    key = psql.SQL(", ".join(KEY))
+    last_of = psql.SQL(", ".join(f"m.{k}" for k in KEY))
+    restrict: psql.Composable = psql.SQL("")
+    if only is not None:
+        arrays = [psql.SQL("{}::{}[]").format(psql.Literal(only[k].tolist()), psql.SQL(t)) for k, t in KEY_TYPES]
+        restrict = psql.SQL("AND ({}) IN (SELECT * FROM unnest({}))").format(key, psql.SQL(", ").join(arrays))
+    t, lo_, hi_, recent = (psql.Literal(v) for v in (target, lo, hi, lo - RECENT))
+    return psql.SQL("""
+        COPY (
+            WITH win AS (
+                SELECT * FROM radar.pgss_samples({t}, {lo}, {hi}) WHERE true {restrict}
+            ), win_keys AS (
+                SELECT DISTINCT {key} FROM win
+            ), recent AS (
+                SELECT o.* FROM win_keys m
+                CROSS JOIN LATERAL radar.pgss_last_sample({t}, {last_of}, {recent}, {lo}) o
+            ), older AS (
+                SELECT o.* FROM (SELECT {key} FROM win_keys EXCEPT SELECT {key} FROM recent) m
+                CROSS JOIN LATERAL radar.pgss_last_sample({t}, {last_of}, '-infinity', {recent}) o
+            )
+            SELECT {cols} FROM win UNION ALL SELECT {cols} FROM recent UNION ALL SELECT {cols} FROM older
+        ) TO STDOUT (FORMAT binary)
+    """).format(t=t, lo=lo_, hi=hi_, recent=recent, restrict=restrict, key=key, last_of=last_of, cols=cols)
+
+
+def _as_counters(samples: np.ndarray, statement: np.ndarray, keys: pd.DataFrame) -> WindowCounters:
+    """The engine's counters frame (a row per sample) and the statement keys, from the window's samples in order
+    (`statement`: each sample's row in `keys`); query_key numbers the window's statements in that order.
+
+    reset_before is folded into stats_since (a counter epoch the engine compares between rows), so an interval the
+    collector saw cross a reset is discarded like one whose counters went down. A statement's fingerprint is that of
+    its latest sample.
+    """
+    present, first = np.unique(statement, return_index=True)
+    lengths = np.diff(np.append(first, len(statement)))
+    columns: dict[str, Any] = {"query_key": np.repeat(np.arange(len(present)), lengths)}
+    for name in SERIES:
+        values = samples[name]
         if name == "captured_at":
-            columns[name] = pd.to_datetime(values, unit="us", utc=True)
+            values = pd.to_datetime(values.astype("datetime64[us]"), utc=True)
         elif name == "stats_since":
-            columns[name] = pd.to_datetime(values + _epochs(arrays["reset_before"], lengths), unit="us", utc=True)
-        elif name != "reset_before":
-            columns[name] = values
-    columns["fingerprint"] = np.repeat(np.array([s[4] for s in statements], dtype=np.int64), lengths)
+            micros = np.where(np.isnat(values), 0, values.astype("datetime64[us]").view(np.int64))
+            values = pd.to_datetime(micros + _epochs(samples["reset_before"], lengths), unit="us", utc=True)
+        columns[name] = values
+    last = np.append(first[1:], len(statement)) - 1
+    columns["fingerprint"] = np.repeat(samples["fingerprint"][last], lengths)
+    window_keys = keys.iloc[present].reset_index(drop=True)
     for name in ("dbid", "userid", "toplevel"):  # the engine merges fingerprints only within these
-        columns[name] = np.repeat(keys[name].to_numpy(), lengths)
-    counters = pd.DataFrame(columns)
-    return WindowCounters(counters=counters, keys=keys)
+        columns[name] = np.repeat(window_keys[name].to_numpy(), lengths)
+    return WindowCounters(counters=pd.DataFrame(columns), keys=window_keys)
 
 
 def _epochs(reset_before: np.ndarray, lengths: np.ndarray) -> np.ndarray:

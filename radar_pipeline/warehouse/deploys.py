@@ -143,7 +143,7 @@ def import_csv(engine: sa.Engine, path: Path, configured_targets: Iterable[str] 
         conn.execute(sa.text("LOCK TABLE radar.deploy_event IN SHARE ROW EXCLUSIVE MODE"))
         targets = known_targets(conn, configured_targets)
         now = _now(conn)
-        stored = _stored(conn, [e.deploy_id for _, e in events])
+        stored = get_many(conn, [e.deploy_id for _, e in events])
         recorded: list[Recorded] = []
         new: list[DeployEvent] = []
         for line, event in events:
@@ -215,8 +215,8 @@ def _event_of(row: dict[str | None, Any]) -> DeployEvent:
     )
 
 
-def _stored(conn: sa.Connection, ids: list[str]) -> dict[str, DeployEvent]:
-    """The stored events among these ids."""
+def get_many(conn: sa.Connection, ids: list[str]) -> dict[str, DeployEvent]:
+    """The stored events among these ids, by id."""
     found: dict[str, DeployEvent] = {}
     for i in range(0, len(ids), BATCH):
         rows = conn.execute(
