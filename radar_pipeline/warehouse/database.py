@@ -36,11 +36,31 @@ def driver(conn: sa.Connection) -> psycopg.Connection:
 
 def copy_frame(conn: sa.Connection, table: str, columns: list[str], frame: pd.DataFrame) -> None:
     """Append the frame's `columns` to `table` with one COPY, in the caller's transaction."""
-    values = [frame[c].tolist() for c in columns]
+    values = [_copy_column(frame[c]) for c in columns]
     with driver(conn).cursor() as cur:
         with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
-            for i in range(len(frame)):
-                copy.write_row(tuple(_copy_value(column[i]) for column in values))
+            for row in zip(*values, strict=True):
+                copy.write_row(row)
+
+
+def _copy_column(column: pd.Series) -> list[Any]:
+    """A column's values as COPY wants them (_copy_value), converted a whole column at a time where its type allows:
+    an analysis writes thousands of rows of tens of columns, and a call per value costs more than the COPY."""
+    if isinstance(column.dtype, np.dtype) and column.dtype.kind in "biu":
+        return column.tolist()
+    if isinstance(column.dtype, np.dtype) and column.dtype.kind == "f":
+        values = column.tolist()
+        missing = np.isnan(column.to_numpy())
+    elif isinstance(column.dtype, pd.DatetimeTZDtype) or column.dtype.kind == "M":
+        values = list(column.dt.to_pydatetime())
+        missing = column.isna().to_numpy()
+    else:
+        values = column.tolist()
+        missing = column.isna().to_numpy()  # lists and dicts are values, not missing
+        values = [v if isinstance(v, str | bool | int | float) else _copy_value(v) for v in values]
+    for i in np.flatnonzero(missing):
+        values[i] = None
+    return values
 
 
 def _copy_value(value: Any) -> Any:
