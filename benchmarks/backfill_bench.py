@@ -2,8 +2,10 @@
 
 Run with `make bench-backfill` (or `.venv/bin/python benchmarks/backfill_bench.py [--deploys N] [--queries Q]`). It
 starts an embedded PostgreSQL 18 as the warehouse, fills one target's history of Q statements by COPY (as
-analysis_bench does), imports N deploys two minutes apart (windows of ±30 minutes: each analysis reads Q × 60 scrapes
-a side, as analysis_bench's backfill) and measures, in the same run:
+analysis_bench does), imports N deploys --spacing minutes apart (default 2; windows of ±30 minutes: each analysis
+reads Q × 60 scrapes a side, as analysis_bench's backfill; a run of deploys whose windows overlap reads their common
+span once), with --compact compacts the history's ended days as the daily compaction would (a backfill over past
+deploys reads compacted days), and measures, in the same run:
 
 1. the old way, like for like: one in-process run per partition (`dg.materialize(partition_key=...)`) over the first
    --subset deploys, and the new way over the same deploys as one ranged run;
@@ -44,7 +46,8 @@ from daemon_harness import peak_memory, start_daemon, wait_for_daemon  # noqa: E
 from radar_pipeline.defs.deploys import BACKFILL_PARTITIONS_PER_RUN, deploy_verdicts  # noqa: E402
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource  # noqa: E402
 from radar_pipeline.demo.local_postgres import LocalPostgres  # noqa: E402
-from radar_pipeline.steps.deploy_analysis import analyse_deploy  # noqa: E402
+from radar_pipeline.steps.compaction import compact_history  # noqa: E402
+from radar_pipeline.steps.deploy_analysis import analyse_deploy, analyse_deploys  # noqa: E402
 from radar_pipeline.warehouse import deploys, migrations  # noqa: E402
 from radar_pipeline.warehouse.database import make_engine  # noqa: E402
 
@@ -79,16 +82,21 @@ def resources(url: str) -> dict:
     }
 
 
-def analysis_alone(url: str, keys: list[str]) -> float:
-    """Seconds for analyse_deploy over `keys` in a loop, without Dagster: the floor of any run's time."""
+def analysis_alone(url: str, keys: list[str]) -> tuple[float, float]:
+    """Seconds for analyse_deploy over `keys` in a loop, and for analyse_deploys over them (overlapping windows read
+    once), without Dagster: the floors of a run of one deploy and of a ranged run."""
     engine = make_engine(url)
     settings = AnalysisResource(window_seconds=WINDOW_S).settings()
     started = time.perf_counter()
     for key in keys:
         analyse_deploy(engine, key, settings)
-    took = time.perf_counter() - started
+    one_by_one = time.perf_counter() - started
+    started = time.perf_counter()
+    failed = [(key, r) for key, r in analyse_deploys(engine, keys, settings) if isinstance(r, Exception)]
+    assert not failed, failed
+    together = time.perf_counter() - started
     engine.dispose()
-    return took
+    return one_by_one, together
 
 
 def one_per_run(url: str, keys: list[str]) -> float:
@@ -231,8 +239,12 @@ def main() -> None:
     parser.add_argument("--deploys", type=int, default=1000)
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--subset", type=int, default=20, help="deploys run the old way, one per run")
+    parser.add_argument("--spacing", type=int, default=SPACING_MIN, help="minutes between deploys")
+    parser.add_argument("--compact", action="store_true", help="compact the history's ended days first")
     parser.add_argument("--per-run", type=int, default=BACKFILL_PARTITIONS_PER_RUN, help="partitions a run")
     parser.add_argument("--no-daemon", action="store_true", help="skip the real daemon backfill")
+    parser.add_argument("--skip-in-process", action="store_true", help="skip the in-process runs over all N deploys")
+    parser.add_argument("--skip-old-way", action="store_true", help="skip the daemon backfill of one deploy a run")
     parser.add_argument("--runs", type=int, default=2, help="the daemon's max concurrent runs")
     parser.add_argument("--pool", type=int, default=2, help="the pool radar/analysis's limit for the daemon")
     args = parser.parse_args()
@@ -243,37 +255,45 @@ def main() -> None:
         url = server.url(driver="postgresql+psycopg")
         migrations.upgrade(url)
         engine = make_engine(url)
-        scrapes = args.deploys * SPACING_MIN + 2 * 60 + 2
+        scrapes = args.deploys * args.spacing + 2 * 60 + 2
         started = time.perf_counter()
         fill(engine, TARGET, args.queries, scrapes, regressed_from=None, seed=2)
         print(f"loaded {args.queries:,} statements × {scrapes:,} scrapes in {time.perf_counter() - started:.1f} s")
+        if args.compact:
+            started = time.perf_counter()
+            days = compact_history(engine, grace=timedelta(0))
+            assert days and all(d.error is None for d in days), days
+            print(f"compacted {len(days)} days of history in {time.perf_counter() - started:.1f} s")
         csv = root / "deploys.csv"
         keys = [f"h-{i:04d}" for i in range(args.deploys)]
         lines = ["deploy_id,target,deployed_at"] + [
-            f"{k},{TARGET},{(START + timedelta(minutes=61 + i * SPACING_MIN)).isoformat()}" for i, k in enumerate(keys)
+            f"{k},{TARGET},{(START + timedelta(minutes=61 + i * args.spacing)).isoformat()}" for i, k in enumerate(keys)
         ]
         csv.write_text("\n".join(lines) + "\n")
         deploys.import_csv(engine, csv)
         engine.dispose()
 
         subset = keys[: args.subset]
-        bare = analysis_alone(url, subset)
+        bare, bare_together = analysis_alone(url, subset)
         old = one_per_run(url, subset)
         new, _ = ranged_runs(url, subset, args.per_run)
         print(
             f"like for like, {len(subset)} deploys × {args.queries:,} statements in-process: one run per partition "
             f"{old:.1f} s = {len(subset) / old * 60:,.0f} partitions per minute; one ranged run {new:.1f} s = "
-            f"{len(subset) / new * 60:,.0f} per minute ({old / new:.1f}×); the analysis alone (analyse_deploy in a "
-            f"loop) {bare:.1f} s = {len(subset) / bare * 60:,.0f} per minute"
+            f"{len(subset) / new * 60:,.0f} per minute ({old / new:.1f}×); the analysis alone: analyse_deploy in a "
+            f"loop {bare:.1f} s = {len(subset) / bare * 60:,.0f} per minute, analyse_deploys {bare_together:.1f} s = "
+            f"{len(subset) / bare_together * 60:,.0f} per minute"
         )
-        took, done = ranged_runs(url, keys, args.per_run)
-        print(
-            f"in-process, runs of {args.per_run}: {done:,} of {len(keys):,} deploys × {args.queries:,} statements in "
-            f"{took:.1f} s = {done / took * 60:,.0f} partitions per minute (one process, one run at a time)"
-        )
+        if not args.skip_in_process:
+            took, done = ranged_runs(url, keys, args.per_run)
+            print(
+                f"in-process, runs of {args.per_run}: {done:,} of {len(keys):,} deploys × {args.queries:,} statements "
+                f"in {took:.1f} s = {done / took * 60:,.0f} partitions per minute (one process, one run at a time)"
+            )
         print(f"peak memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
         if not args.no_daemon:
-            daemon_backfill(server, url, subset, root, args.runs, args.pool, 1)  # like for like: the old way
+            if not args.skip_old_way:
+                daemon_backfill(server, url, subset, root, args.runs, args.pool, 1)  # like for like: the old way
             daemon_backfill(server, url, keys, root, args.runs, args.pool, args.per_run)
     finally:
         server.destroy()

@@ -350,11 +350,10 @@ def _candidate_splits(
 
 
 def _empty_result(samples: WindowSamples) -> pd.DataFrame:
-    out = pd.DataFrame({"query_key": samples.keys, "merged_keys": samples.merged}, columns=["query_key", "merged_keys"])
-    for name in COLUMNS:
-        if name not in out:
-            out[name] = pd.Series(dtype="float64")
-    return out[COLUMNS]
+    n = len(samples.keys)
+    columns: dict[str, object] = {name: np.full(n, np.nan) for name in COLUMNS}  # one frame built at once
+    columns["query_key"], columns["merged_keys"] = samples.keys, samples.merged
+    return pd.DataFrame(columns, columns=COLUMNS)
 
 
 def _utc_ns(value: datetime | pd.Timestamp) -> int:

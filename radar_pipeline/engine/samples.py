@@ -238,15 +238,16 @@ def _fingerprint_groups(
     without a fingerprint, each key its own."""
     if "fingerprint" not in counters.columns or keys == 0:
         return np.arange(keys)
+    rows = np.arange(len(counters))
+    rows = rows[order] if order is not None else rows
+    rows = rows[keep] if keep is not None else rows
     last_row = np.zeros(keys, dtype=np.int64)
-    last_row[codes] = np.arange(len(codes))  # rows are ordered by time within a key: the last write wins
-    per_key = {}
-    for name in ("dbid", "userid", "toplevel", "fingerprint"):
-        if name in counters.columns:
-            values = counters[name].to_numpy(dtype=object)
-            values = values[order] if order is not None else values
-            values = values[keep] if keep is not None else values
-            per_key[name] = values[last_row]
+    last_row[codes] = rows  # rows are ordered by time within a key: the last write wins
+    per_key = {
+        name: counters[name].iloc[last_row].to_numpy(dtype=object)
+        for name in ("dbid", "userid", "toplevel", "fingerprint")
+        if name in counters.columns
+    }
     frame = pd.DataFrame(per_key)
     group_codes = frame.groupby(list(per_key), sort=False, dropna=False).ngroup().to_numpy(dtype=np.int64, copy=True)
     group_codes[frame["fingerprint"].isna().to_numpy()] = -1
