@@ -82,6 +82,7 @@ BACKFILL_PARTITIONS_PER_RUN = 100
 # across all runs, so a backfill leaves the CPU and the warehouse to the minutely snapshots.
 ANALYSIS_POOL = "radar/analysis"
 FAILED_SHOWN = 20  # failed deploys named in a backfill run's failure; the run log has each one's reason
+CHECKS_BATCH = 25  # a backfill run's deploys whose checks are evaluated together (their materializations read at once)
 # The tags a run over several partitions carries instead of `dagster/partition`: the range's first and last keys.
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 
@@ -174,8 +175,8 @@ def _several_deploys(
     settings: EngineSettings,
 ) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation | dg.Output]:
     """The deploys of the run's partition range (analyse_deploys: overlapping windows read once), through one
-    warehouse engine; a materialization and the checks for each one stored, and a Failure at the end naming those
-    that were not."""
+    warehouse engine; a materialization for each one stored, its checks CHECKS_BATCH deploys at a time, and a Failure
+    at the end naming those that were not."""
     live = configured_targets(targets, context)
     keys = context.partition_keys
     failed: list[str] = []
@@ -183,6 +184,7 @@ def _several_deploys(
         warehouse.engine(), keys, settings, context.run.run_id, settle=analysis.settle, live_targets=live
     )
     place = {deploy_id: number for number, deploy_id in enumerate(keys, 1)}
+    checks: dict[str, list[dg.AssetCheckResult]] = {}  # the stored deploys' checks, evaluated CHECKS_BATCH at a time
     for deploy_id, result in analysed:
         if isinstance(result, Exception):  # the others' analyses still run and are reported
             failed.append(deploy_id)
@@ -192,16 +194,11 @@ def _several_deploys(
         for line in _detections_log(result):
             context.log.info(f"{deploy_id}: {line}")
         yield dg.AssetMaterialization(asset_key=context.asset_key, partition=deploy_id, metadata=_metadata(result))
-        target = _stored_materialization(context, deploy_id)
-        for check in _checks(result, analysis.scrape_interval_seconds):
-            yield dg.AssetCheckEvaluation(
-                asset_key=context.asset_key,
-                check_name=str(check.check_name),
-                passed=check.passed,
-                metadata=check.metadata,
-                severity=check.severity,
-                target_materialization_data=target,
-            )
+        checks[deploy_id] = _checks(result, analysis.scrape_interval_seconds)
+        if len(checks) == CHECKS_BATCH:
+            yield from _check_evaluations(context, checks)
+            checks = {}
+    yield from _check_evaluations(context, checks)
     context.log.info(f"analysed {len(keys) - len(failed)} of {len(keys)} deploys")
     if not failed:
         # The checks' outputs, once for the run (each deploy's evaluations are above), as a MaterializeResult's
@@ -219,18 +216,33 @@ def _several_deploys(
     )
 
 
-def _stored_materialization(
-    context: dg.AssetExecutionContext, deploy_id: str
-) -> AssetCheckEvaluationTargetMaterializationData | None:
-    """The materialization just stored for the deploy, which its checks evaluate, as a one-deploy run's do."""
+def _check_evaluations(
+    context: dg.AssetExecutionContext, checks: dict[str, list[dg.AssetCheckResult]]
+) -> Iterator[dg.AssetCheckEvaluation]:
+    """The checks of deploys whose materializations this run just stored, each evaluation pointing at its deploy's
+    materialization (as a one-deploy run's do); the materializations are looked up in one query for them all."""
+    if not checks:
+        return
     records = context.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=context.asset_key, asset_partitions=[deploy_id]), limit=1
+        dg.AssetRecordsFilter(asset_key=context.asset_key, asset_partitions=list(checks)), limit=2 * len(checks)
     ).records
-    if not records:
-        return None
-    return AssetCheckEvaluationTargetMaterializationData(
-        run_id=records[0].run_id, storage_id=records[0].storage_id, timestamp=records[0].timestamp
-    )
+    stored: dict[str, AssetCheckEvaluationTargetMaterializationData] = {}
+    for record in records:  # newest first: the first of this run for each deploy
+        partition = record.partition_key
+        if record.run_id == context.run.run_id and partition is not None and partition not in stored:
+            stored[partition] = AssetCheckEvaluationTargetMaterializationData(
+                run_id=record.run_id, storage_id=record.storage_id, timestamp=record.timestamp
+            )
+    for deploy_id, results in checks.items():
+        for check in results:
+            yield dg.AssetCheckEvaluation(
+                asset_key=context.asset_key,
+                check_name=str(check.check_name),
+                passed=check.passed,
+                metadata=check.metadata,
+                severity=check.severity,
+                target_materialization_data=stored.get(deploy_id),
+            )
 
 
 def configured_targets(targets: TargetsResource, context: dg.AssetExecutionContext) -> dict[str, Target]:
