@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from analysis_bench import START, fill  # noqa: E402
-from daemon_harness import peak_memory, start_daemon, wait_for_daemon  # noqa: E402
+from daemon_harness import peak_memory, start_daemon, tree_cpu, wait_for_daemon  # noqa: E402
 
 from radar_pipeline.defs.deploys import BACKFILL_PARTITIONS_PER_RUN, deploy_verdicts  # noqa: E402
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource  # noqa: E402
@@ -183,6 +183,7 @@ def daemon_backfill(
         exec(compile(LOCATION, "bench_location", "exec"), namespace)  # noqa: S102
         defs = namespace["defs"]
 
+        cpu_before = {"Dagster (daemon, runs)": tree_cpu(daemon.pid), "PostgreSQL": tree_cpu(server.pid or 0)}
         submitted = time.time()
         instance.add_backfill(
             PartitionBackfill.from_asset_partitions(
@@ -208,6 +209,10 @@ def daemon_backfill(
                 break
             time.sleep(0.5)
         completed = time.time()
+        cpu = {
+            "Dagster (daemon, runs)": tree_cpu(daemon.pid) - cpu_before["Dagster (daemon, runs)"],
+            "PostgreSQL": tree_cpu(server.pid or 0) - cpu_before["PostgreSQL"],
+        }
         records = instance.get_run_records(dg.RunsFilter(tags={"dagster/backfill": "bench"}))
         ended = max((r.end_time or 0.0) for r in records)
         first_start = min((r.start_time or completed) for r in records)
@@ -227,6 +232,11 @@ def daemon_backfill(
         print(
             f"  run durations: median {durations[len(durations) // 2]:.1f} s, max {durations[-1]:.1f} s; "
             "peak memory (VmHWM): " + "; ".join(f"{kind}: {kib / 1024:.0f} MiB" for kind, kib in sorted(peaks.items()))
+        )
+        print(
+            "  CPU-s from submission to completion: "
+            + ", ".join(f"{kind} {seconds:.1f}" for kind, seconds in cpu.items())
+            + f" ({sum(cpu.values()) / materialized:.3f} a deploy; warehouse and Dagster storage share the server)"
         )
     finally:
         daemon.terminate()

@@ -81,23 +81,23 @@ class StoredSamples:
     """
 
     span: tuple[datetime, datetime]
-    samples: np.ndarray  # structured, SAMPLE_FIELDS, sorted by KEY then captured_at
-    starts: np.ndarray  # the row where each statement begins, and len(samples) last
+    columns: dict[str, np.ndarray]  # SAMPLE_FIELDS but KEY, each contiguous, sorted by KEY then captured_at
+    statement: np.ndarray  # each sample's statement: its row in `keys`
     keys: pd.DataFrame  # KEY columns, one row per statement, in the samples' order
 
     def window(self, lo: datetime, hi: datetime) -> WindowCounters:
         """The counters of the window (lo, hi], which must lie inside the span."""
         if lo < self.span[0] or hi > self.span[1]:
             raise ValueError(f"window ({lo}, {hi}] is not inside the samples read for ({self.span[0]}, {self.span[1]}]")
-        at = self.samples["captured_at"]
-        inside = (at > np.datetime64(_naive_utc(lo), "us")) & (at <= np.datetime64(_naive_utc(hi), "us"))
-        statement = np.repeat(np.arange(len(self.keys)), np.diff(self.starts))
+        at, statement = self.columns["captured_at"], self.statement
+        start, end = np.datetime64(_naive_utc(lo), "us"), np.datetime64(_naive_utc(hi), "us")
+        inside = (at > start) & (at <= end)
         # The last sample at or before lo of a statement with samples inside is the one whose successor is inside.
         before = np.zeros(len(at), dtype=bool)
         before[:-1] = ~inside[:-1] & inside[1:] & (statement[:-1] == statement[1:])
-        before &= at <= np.datetime64(_naive_utc(lo), "us")
+        before &= at <= start
         kept = np.flatnonzero(inside | before)
-        return _as_counters(self.samples[kept], statement[kept], self.keys)
+        return _as_counters({name: values[kept] for name, values in self.columns.items()}, statement[kept], self.keys)
 
 
 def _naive_utc(at: datetime) -> datetime:
@@ -128,11 +128,11 @@ def read_samples(
     new = np.ones(len(rows), dtype=bool)
     if len(rows):
         new[1:] = np.logical_or.reduce([rows[name][1:] != rows[name][:-1] for name in KEY])
-    starts = np.append(np.flatnonzero(new), len(rows))
-    keys = pd.DataFrame({name: rows[name][starts[:-1]] for name in KEY}).astype(
+    keys = pd.DataFrame({name: rows[name][new] for name in KEY}).astype(
         {"dbid": "int64", "userid": "int64", "queryid": "int64", "toplevel": "bool"}
     )
-    return StoredSamples(span=(lo, hi), samples=rows, starts=starts, keys=keys)
+    columns = {name: np.ascontiguousarray(rows[name]) for name, _ in SAMPLE_FIELDS if name not in KEY}
+    return StoredSamples(span=(lo, hi), columns=columns, statement=np.cumsum(new) - 1, keys=keys)
 
 
 def _samples_query(target: str, lo: datetime, hi: datetime, only: pd.DataFrame | None) -> psql.Composed:
@@ -164,7 +164,7 @@ def _samples_query(target: str, lo: datetime, hi: datetime, only: pd.DataFrame |
     """).format(t=t, lo=lo_, hi=hi_, recent=recent, restrict=restrict, key=key, last_of=last_of, cols=cols)
 
 
-def _as_counters(samples: np.ndarray, statement: np.ndarray, keys: pd.DataFrame) -> WindowCounters:
+def _as_counters(samples: dict[str, np.ndarray], statement: np.ndarray, keys: pd.DataFrame) -> WindowCounters:
     """The engine's counters frame (a row per sample) and the statement keys, from the window's samples in order
     (`statement`: each sample's row in `keys`); query_key numbers the window's statements in that order.
 
