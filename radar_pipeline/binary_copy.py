@@ -34,7 +34,7 @@ def _wire_dtype(fields: Fields) -> np.dtype:
     return np.dtype(layout)
 
 
-def parse(data: bytes, fields: Fields) -> np.ndarray:
+def parse(data: bytes | bytearray, fields: Fields) -> np.ndarray:
     """The rows of a binary COPY stream as a structured array of native types (timestamps as datetime64[us], with
     ±infinity as NaT). Raises ValueError when the stream is not rows of exactly these fields, none of them null."""
     if not data.startswith(SIGNATURE) or len(data) < len(HEADER) + len(TRAILER):

@@ -121,9 +121,13 @@ def read_samples(
     The rows travel as one binary COPY read straight into numpy (binary_copy) and are put in order here, which costs
     the server neither a sort nor an aggregate. `only` (KEY columns) limits the read to those statements.
     """
+    stream = bytearray()  # one copy of the stream in memory, not a block each and their join
     with driver(conn).cursor() as cur:
         with cur.copy(_samples_query(target, lo, hi, only)) as copy:
-            rows = binary_copy.parse(b"".join(bytes(block) for block in copy), SAMPLE_FIELDS)
+            for block in copy:
+                stream += block
+    rows = binary_copy.parse(stream, SAMPLE_FIELDS)
+    del stream
     rows = rows[np.lexsort([rows[name] for name in ("captured_at", *reversed(KEY))])]
     new = np.ones(len(rows), dtype=bool)
     if len(rows):
