@@ -203,3 +203,31 @@ def _verdict_rows(warehouse, ids: list[str]) -> list[dict]:
                 {"ids": ids},
             )
         ]
+
+
+def test_deploys_share_a_read_when_windows_overlap_or_lie_in_the_same_compacted_days():
+    from radar_pipeline.steps.deploy_analysis import SHARED_SAMPLES, shared_spans
+    from radar_pipeline.warehouse.analysis import ReadCosts
+
+    day = datetime(2026, 11, 2, tzinfo=UTC)
+    window = timedelta(minutes=30)
+
+    def at(target: str, *hours: float) -> list[deploys.DeployEvent]:
+        return [deploys.DeployEvent(f"{target}-{h}", target, day + timedelta(hours=h)) for h in hours]
+
+    def grouped(events, costs) -> list[list[str]]:
+        return [[e.deploy_id for e in g] for g in shared_spans(events, window, costs)]
+
+    raw = {"a": ReadCosts(1_000, frozenset())}
+    # raw days: only overlapping windows share, and over two hours at most
+    assert grouped(at("a", 1, 1.5, 3, 4, 4.25, 4.5, 4.75, 5, 5.25, 5.5), raw) == [
+        ["a-1", "a-1.5"], ["a-3"], ["a-4", "a-4.25", "a-4.5", "a-4.75", "a-5"], ["a-5.25", "a-5.5"]
+    ]  # fmt: skip
+    # compacted days: a day's deploys share one read whatever their gaps, while the samples stay under the cap
+    compacted = {"a": ReadCosts(1_000, frozenset({day.date(), (day - timedelta(days=1)).date()}))}
+    assert grouped(at("a", 1, 7, 13, 19), compacted) == [["a-1", "a-7", "a-13", "a-19"]]
+    assert grouped(at("a", 1, 7, 23.75), compacted) == [["a-1", "a-7"], ["a-23.75"]]  # its window ends on a raw day
+    big = {"a": ReadCosts(int(SHARED_SAMPLES / 60 / 6), compacted["a"].compacted_days)}  # six hours hold the cap
+    assert grouped(at("a", 1, 4, 6, 8), big) == [["a-1", "a-4", "a-6"], ["a-8"]]  # 0:30 to 6:30, then 8 hours
+    # targets never share; costs of another target do not apply
+    assert grouped(at("a", 1) + at("b", 1.25) + at("a", 2), {"b": compacted["a"]}) == [["a-1"], ["a-2"], ["b-1.25"]]

@@ -15,7 +15,7 @@ from radar_pipeline.defs.resources import WarehouseResource
 from radar_pipeline.pgss_model import COUNTERS, KEY
 from radar_pipeline.steps.compaction import compact_history
 from radar_pipeline.steps.retention import apply_retention
-from radar_pipeline.warehouse.analysis import read_samples, read_window
+from radar_pipeline.warehouse.analysis import read_costs, read_samples, read_window
 from radar_pipeline.warehouse.compaction import raw_partition
 from radar_pipeline.warehouse.database import driver
 
@@ -198,6 +198,11 @@ def test_a_window_cut_from_a_wider_span_is_the_window_read_alone(warehouse):
                 assert list(zip(*columns, strict=True)) == _window_by_rule(rows, lo, hi)
             with pytest.raises(ValueError, match="is not inside the samples read"):
                 span.window(lo - timedelta(hours=6), hi)
+            # which days a backfill's run may read whole for several deploys (steps.deploy_analysis.shared_spans)
+            costs = read_costs(conn, {"t": (START, START + timedelta(days=3, hours=4))})
+            assert costs["t"].compacted_days == ({FIRST + timedelta(days=d) for d in range(3)} if compacted else set())
+            assert costs["t"].compacted(START, START + timedelta(days=2, hours=23)) == compacted
+            assert not costs["t"].compacted(START, START + timedelta(days=3, hours=1))  # today's rows are raw
 
 
 def test_a_failure_mid_way_leaves_the_day_raw_and_a_rerun_finishes(warehouse):

@@ -24,6 +24,10 @@ from radar_pipeline.warehouse import analysis, deploys
 # The longest span a run of several deploys reads at once for their overlapping windows: 2 hours of 5,000
 # statements scraped every minute are 600,000 samples, 54 MB in memory and about 90 MB more while the COPY is read.
 SHARED_SPAN = timedelta(hours=2)
+# On compacted days, where any window's read opens each statement's whole day, deploys of the same days share a read
+# even when their windows do not overlap, as long as it holds at most this many samples, counting one a minute for
+# each statement the target's catalogue holds: 1,000 statements a day (1.44 million), 5,000 five hours.
+SHARED_SAMPLES = 1_500_000
 TEXT_LENGTH = 120  # characters of a changed statement's text kept with the analysis's result
 CAUSE_TEXT = 60  # characters of the culprit's text in a `contention: …` cause
 
@@ -96,9 +100,10 @@ def analyse_deploys(
     deploy id with its analysis, or with the exception that stopped it (the others go on), as each one is stored.
 
     Refused deploys come first, then the others by target and time. Deploys of a target whose windows overlap (a
-    backfill over deploys close together) share one read of their common span, up to SHARED_SPAN long, and each
-    window is cut from it: the read is most of an analysis's cost, and overlapping windows would read the same rows
-    again and again. Each deploy's verdicts are the same as `analyse_deploy`'s.
+    backfill over deploys close together), or lie in the same compacted days, share one read of their common span
+    (shared_spans), and each window is cut from it: the read is most of an analysis's cost, and overlapping windows
+    would read the same rows again and again, as windows on a compacted day would open the same day rows. Each
+    deploy's verdicts are the same as `analyse_deploy`'s.
     """
     ready: list[deploys.DeployEvent] = []
     refused: list[tuple[str, Exception]] = []
@@ -109,8 +114,16 @@ def analyse_deploys(
                 ready.append(_closed_event(conn, deploy_id, stored.get(deploy_id), settings, settle))
             except AnalysisRefused as exc:
                 refused.append((deploy_id, exc))
+        reach: dict[str, tuple[datetime, datetime]] = {}
+        for event in ready:
+            lo, hi = reach.get(event.target, (_deployed_at(event), _deployed_at(event)))
+            reach[event.target] = (min(lo, _deployed_at(event)), max(hi, _deployed_at(event)))
+        costs = analysis.read_costs(
+            conn, {t: (lo - settings.window, hi + settings.window) for t, (lo, hi) in reach.items()}
+        )
+        spans = shared_spans(ready, settings.window, costs)
     yield from refused
-    for group in shared_spans(ready, settings.window):
+    for group in spans:
         samples, read_s = None, 0.0
         if len(group) > 1:
             lo, hi = _deployed_at(group[0]) - settings.window, _deployed_at(group[-1]) + settings.window
@@ -133,21 +146,25 @@ def analyse_deploys(
             yield event.deploy_id, result
 
 
-def shared_spans(events: Sequence[deploys.DeployEvent], window: timedelta) -> list[list[deploys.DeployEvent]]:
-    """The events grouped by target and time so that each group's windows overlap in a chain and its whole span (the
-    first window's start to the last one's end) is at most SHARED_SPAN long, or the group is one event."""
+def shared_spans(
+    events: Sequence[deploys.DeployEvent], window: timedelta, costs: Mapping[str, analysis.ReadCosts] | None = None
+) -> list[list[deploys.DeployEvent]]:
+    """The events grouped by target and time into reads of their windows' common span (first window's start to the
+    last one's end): deploys whose windows overlap in a chain, over a span at most SHARED_SPAN long; and, where the
+    target's `costs` say the span lies in compacted days, deploys of those days whatever the gaps between windows,
+    over a span holding at most SHARED_SAMPLES samples. A group may be one event."""
     groups: list[list[deploys.DeployEvent]] = []
     for event in sorted(events, key=lambda e: (e.target, _deployed_at(e))):
         group = groups[-1] if groups else None
-        if (
-            group is not None
-            and group[-1].target == event.target
-            and _deployed_at(event) - window < _deployed_at(group[-1]) + window
-            and _deployed_at(event) - _deployed_at(group[0]) + 2 * window <= SHARED_SPAN
-        ):
-            group.append(event)
-        else:
-            groups.append([event])
+        if group is not None and group[-1].target == event.target:
+            start, end = _deployed_at(group[0]) - window, _deployed_at(event) + window
+            overlapping = _deployed_at(event) - window < _deployed_at(group[-1]) + window and end - start <= SHARED_SPAN
+            cost = (costs or {}).get(event.target)
+            compacted = cost is not None and cost.compacted(start, end) and cost.samples(end - start) <= SHARED_SAMPLES
+            if overlapping or compacted:
+                group.append(event)
+                continue
+        groups.append([event])
     return groups
 
 

@@ -11,8 +11,9 @@ overlap reads their common span once (read_samples) and cuts each window from it
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -137,6 +138,42 @@ def read_samples(
     )
     columns = {name: np.ascontiguousarray(rows[name]) for name, _ in SAMPLE_FIELDS if name not in KEY}
     return StoredSamples(span=(lo, hi), columns=columns, statement=np.cumsum(new) - 1, keys=keys)
+
+
+@dataclass(frozen=True)
+class ReadCosts:
+    """What a read of a target's samples costs: how many statements its catalogue holds, and which days are stored
+    compacted (a window there opens each statement's whole day)."""
+
+    statements: int
+    compacted_days: frozenset[date]
+
+    def compacted(self, lo: datetime, hi: datetime) -> bool:
+        """Whether every UTC day the span (lo, hi] touches is compacted."""
+        first, last = lo.astimezone(UTC).date(), hi.astimezone(UTC).date()
+        return all(first + timedelta(days=d) in self.compacted_days for d in range((last - first).days + 1))
+
+    def samples(self, span: timedelta) -> float:
+        """The samples a read of `span` may hold, one a minute for each statement."""
+        return self.statements * span.total_seconds() / 60.0
+
+
+def read_costs(conn: sa.Connection, spans: Mapping[str, tuple[datetime, datetime]]) -> dict[str, ReadCosts]:
+    """ReadCosts of each target, its compacted days looked for over its span (lo, hi] only."""
+    out = {}
+    for target, (lo, hi) in sorted(spans.items()):
+        statements = conn.execute(
+            sa.text("SELECT count(*) FROM radar.query WHERE target = :t"), {"t": target}
+        ).scalar_one()
+        days = conn.execute(
+            sa.text(
+                "SELECT CAST(d AS date) FROM generate_series(CAST(:lo AS date), CAST(:hi AS date), interval '1 day') d "
+                "WHERE EXISTS (SELECT 1 FROM radar.pgss_compact c WHERE c.target = :t AND c.day = CAST(d AS date))"
+            ),
+            {"t": target, "lo": lo.astimezone(UTC).date(), "hi": hi.astimezone(UTC).date()},
+        ).scalars()
+        out[target] = ReadCosts(int(statements), frozenset(days))
+    return out
 
 
 def _samples_query(target: str, lo: datetime, hi: datetime, only: pd.DataFrame | None) -> psql.Composed:
