@@ -129,14 +129,15 @@ def read_samples(
                 stream += block
     rows = binary_copy.parse(stream, SAMPLE_FIELDS)
     del stream
-    rows = rows[np.lexsort([rows[name] for name in ("captured_at", *reversed(KEY))])]
-    new = np.ones(len(rows), dtype=bool)
-    if len(rows):
-        new[1:] = np.logical_or.reduce([rows[name][1:] != rows[name][:-1] for name in KEY])
-    keys = pd.DataFrame({name: rows[name][new] for name in KEY}).astype(
+    order = np.lexsort([rows[name] for name in ("captured_at", *reversed(KEY))])
+    columns = {name: rows[name][order] for name, _ in SAMPLE_FIELDS}  # each contiguous, in order
+    del rows
+    new = np.ones(len(order), dtype=bool)
+    if len(order):
+        new[1:] = np.logical_or.reduce([columns[name][1:] != columns[name][:-1] for name in KEY])
+    keys = pd.DataFrame({name: columns.pop(name)[new] for name in KEY}).astype(
         {"dbid": "int64", "userid": "int64", "queryid": "int64", "toplevel": "bool"}
     )
-    columns = {name: np.ascontiguousarray(rows[name]) for name, _ in SAMPLE_FIELDS if name not in KEY}
     return StoredSamples(span=(lo, hi), columns=columns, statement=np.cumsum(new) - 1, keys=keys)
 
 
