@@ -90,6 +90,24 @@ RHO_MARGIN = 0.5
 
 
 @dataclass(frozen=True)
+class History:
+    """Per row, a statement's noise estimated from its own history before the window (module docstring,
+    "History"): rho, its serial correlation; dispersion, its relative dispersion per call; intervals, the intervals
+    they rest on as the test counts them (already capped; 0: no history, the row is tested on its window alone).
+    conflict_alpha: the level of the prior–data conflict checks."""
+
+    rho: np.ndarray
+    dispersion: np.ndarray
+    intervals: np.ndarray
+    conflict_alpha: float
+
+    def rows(self, index: np.ndarray | slice, column: bool = False) -> History:
+        """The estimates of some rows, as a column ([rows, 1]) when they meet a scan over splits."""
+        pick = (lambda v: v[index][:, None]) if column else (lambda v: v[index])  # noqa: E731
+        return History(pick(self.rho), pick(self.dispersion), pick(self.intervals), self.conflict_alpha)
+
+
+@dataclass(frozen=True)
 class SplitTest:
     """Per row: the chosen split k, its one-sided p (selection-adjusted), t, dof, the side means and sizes, the
     estimated serial correlation, and the confidence interval of the slowdown factor μ_B / μ_A at that split."""
@@ -122,12 +140,14 @@ def split_tests(
     n: np.ndarray,
     candidate: np.ndarray,
     threshold: float,
+    history: History | None = None,
 ) -> SplitTest:
     """The call-level test (module docstring) of every row at every candidate split; the best one per row.
 
     calls, time: [rows, L] per-interval ΔC and ΔT, left-aligned (zeros past n[row]); sumsq: the intervals' per-call
     sums of squares (NaN where unknown) or None; candidate: [rows, L + 1] boolean, the splits k (A = first k
-    intervals) to test. Rows with no candidate get p = 1 and NaN elsewhere.
+    intervals) to test; history: each row's estimates from its own history (None: every row on its window alone).
+    Rows with no candidate get p = 1 and NaN elsewhere.
     """
     from scipy import stats
 
@@ -185,7 +205,8 @@ def split_tests(
     a, b = side(0), side(1)
     total_n = n[:, None].astype(np.float64)
     n_a = np.broadcast_to(np.arange(lo, hi)[None, :], (rows, hi - lo)).astype(np.float64)
-    scan = _statistics(a, b, n_a, n[:, None] - n_a, total_n, centre[:, None], threshold)
+    scan_history = history.rows(slice(None), column=True) if history is not None else None
+    scan = _statistics(a, b, n_a, n[:, None] - n_a, total_n, centre[:, None], threshold, scan_history)
     valid = candidate[:, lo:hi] & scan["valid"]
     splits = candidate.sum(axis=1)
     # The largest t is the split tested (any rule may choose it: the Bonferroni bound below holds for all of them).
@@ -196,7 +217,11 @@ def split_tests(
     # The prefix sums chose the split; its figures are recomputed in two passes (residuals about each side's own
     # mean), which keeps full precision when the two sides' levels lie orders of magnitude apart.
     exact = _statistics(
-        *_side_sums_at(c, np.asarray(time, dtype=np.float64), sumsq, n, k), n.astype(np.float64), 0.0, threshold
+        *_side_sums_at(c, np.asarray(time, dtype=np.float64), sumsq, n, k),
+        n.astype(np.float64),
+        0.0,
+        threshold,
+        history,
     )
     valid_k = tested & exact["valid"]
     pick = lambda m: np.where(valid_k, m, np.nan)  # noqa: E731
@@ -298,7 +323,12 @@ def selection_p(p_k: np.ndarray, candidate: np.ndarray, calls: np.ndarray) -> np
 
 
 def interval_from_sums(
-    a: dict[str, np.ndarray], b: dict[str, np.ndarray], n_a: np.ndarray, n_b: np.ndarray, threshold: float
+    a: dict[str, np.ndarray],
+    b: dict[str, np.ndarray],
+    n_a: np.ndarray,
+    n_b: np.ndarray,
+    threshold: float,
+    history: History | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The 95% interval of the slowdown factor at one fixed split per row, from each side's sums (calls, mean, Σe²
     about the side's mean, lag-1 Σe·e, and optionally Σ S, Σ (c − 1)), with the same variance as the test: for
@@ -307,7 +337,7 @@ def interval_from_sums(
 
     n_a = n_a.astype(np.float64)
     n_b = n_b.astype(np.float64)
-    exact = _statistics(a, b, n_a, n_b, n_a + n_b, 0.0, threshold)
+    exact = _statistics(a, b, n_a, n_b, n_a + n_b, 0.0, threshold, history)
     ok = (exact["mean_a"] > 0) & (exact["mean_b"] > 0) & (n_a >= 2) & (n_b >= 2)
     nu = np.where(ok & np.isfinite(exact["nu"]), exact["nu"], 1.0)
     half = np.where(exact["se"] == 0, 0.0, stats.t.ppf(0.5 + CI_LEVEL / 2, nu) * exact["se"])
@@ -350,9 +380,11 @@ def _statistics(
     total_n: np.ndarray,
     centre: np.ndarray | float,
     threshold: float,
+    history: History | None = None,
 ) -> dict[str, np.ndarray]:
     """From each side's sums (calls, centred mean, Σe², lag-1 Σe·e, and optionally Σ S and Σ (c − 1)) to the test:
-    ρ, t, Welch–Satterthwaite ν, the log ratio and its standard error (module docstring)."""
+    ρ, t, Welch–Satterthwaite ν, the log ratio and its standard error (module docstring); with `history`, the
+    statements that have it use the window's estimates combined with their history's (`_with_history`)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         mean_a = a["mean"] + centre
         mean_b = b["mean"] + centre
@@ -361,7 +393,8 @@ def _statistics(
         scale_a = np.where(mean_a > 0, 1.0 / mean_a**2, 0.0)
         scale_b = np.where(mean_b > 0, 1.0 / mean_b**2, 0.0)
         ee = a["ee"] * scale_a + b["ee"] * scale_b
-        rho = _serial_correlation(np.where(ee > 0, (a["acov"] * scale_a + b["acov"] * scale_b) / ee, 0.0), total_n)
+        rho_hat = np.where(ee > 0, (a["acov"] * scale_a + b["acov"] * scale_b) / ee, 0.0)
+        rho = _serial_correlation(rho_hat, total_n)
         inflation = (1 + rho) / (1 - rho)
         # The floor of each side's sandwich (module docstring, "A short side"): the pooled relative dispersion per call.
         pooled = ee / (a["calls"] + b["calls"])
@@ -384,10 +417,13 @@ def _statistics(
             u.append(v / mean**2)
             dof.append(d)
         se2 = u[0] + u[1]
+        nu = se2**2 / (u[0] ** 2 / dof[0] + u[1] ** 2 / dof[1])
+        if history is not None:
+            use, h_se2, h_nu, h_rho = _with_history(a, b, n_a, n_b, total_n, mean_a, mean_b, ee, rho_hat, history)
+            se2, nu, rho = np.where(use, h_se2, se2), np.where(use, h_nu, nu), np.where(use, h_rho, rho)
         log_ratio = np.log(mean_b) - np.log(mean_a)
         excess = log_ratio - np.log1p(threshold)
         t = excess / np.sqrt(se2)
-        nu = se2**2 / (u[0] ** 2 / dof[0] + u[1] ** 2 / dof[1])
     certain = se2 == 0
     t = np.where(certain, np.where(excess > 0, np.inf, np.where(excess < 0, -np.inf, np.nan)), t)
     nu = np.where(certain | ~np.isfinite(nu), np.where(certain, np.inf, 1.0), nu)
@@ -402,6 +438,72 @@ def _statistics(
         "log_ratio": log_ratio,
         "se": np.sqrt(se2),
     }
+
+
+def _with_history(
+    a: dict[str, np.ndarray],
+    b: dict[str, np.ndarray],
+    n_a: np.ndarray,
+    n_b: np.ndarray,
+    total_n: np.ndarray,
+    mean_a: np.ndarray,
+    mean_b: np.ndarray,
+    ee: np.ndarray,
+    rho_hat: np.ndarray,
+    history: History,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The test's variance, degrees of freedom and ρ where the statement's own history is combined with the window
+    (module docstring, "History"); and where it is used: statements with history whose window does not conflict with
+    it. Called inside `_statistics`' error state."""
+    from scipy import special
+
+    n_h, rho_h, kappa_h = history.intervals, history.rho, history.dispersion
+    rho = np.clip(rho_h, 0.0, RHO_MAX)  # the history's long-run reading, its margin already in (noise)
+    inflation = (1 + rho) / (1 - rho)
+    rho_w = rho_hat + 2 * (1 + 3 * rho_hat) / total_n  # the window's own, bias-corrected as in _serial_correlation
+    dof_h = np.maximum(n_h * (1 - rho) / (1 + rho) - 1, 0.0)
+    pooled = ee / (a["calls"] + b["calls"])
+    own_terms: list[np.ndarray] = []
+    own_dofs: list[np.ndarray] = []
+    prior_coef: np.ndarray | float = 0.0
+    calls_terms: np.ndarray | float = 0.0
+    for sd, size, mean in ((a, n_a, mean_a), (b, n_b, mean_b)):
+        # The window's own relative variance of the side's mean, as the window-only test has it (floor included).
+        own = np.fmax(sd["ee"] / sd["calls"] ** 2, pooled / sd["calls"] * mean**2) / mean**2
+        own = size / np.maximum(size - inflation, 1.0) * own
+        dof_own = np.maximum(size * (1 - rho) / (1 + rho) - 1, 1.0)
+        share = dof_own / (dof_own + dof_h)
+        own_part, prior_part = inflation * share * own, inflation * (1 - share) * kappa_h / sd["calls"]
+        if "ss" in sd:
+            v_calls = sd["ss"] / sd["ss_dof"] / sd["calls"] / mean**2
+            use_calls = v_calls > own_part + prior_part  # False where v_calls is NaN
+            own_part = np.where(use_calls, v_calls, own_part)
+            own_dofs.append(np.where(use_calls, sd["ss_dof"], dof_own))
+            prior_part = np.where(use_calls, 0.0, prior_part)
+            calls_terms = calls_terms + np.where(use_calls, v_calls, 0.0)
+        else:
+            own_dofs.append(dof_own)
+        own_terms.append(own_part)
+        prior_coef = prior_coef + prior_part
+    se2 = own_terms[0] + own_terms[1] + prior_coef
+    # Satterthwaite over the independent mean squares: each side's own, and the history's (one estimate, shared by
+    # both sides, so its two coefficients add before squaring); then the uncertainty of ln f(ρ) for the share of se²
+    # that f scales, as in the window-only test but with the information of both.
+    spread = own_terms[0] ** 2 / own_dofs[0] + own_terms[1] ** 2 / own_dofs[1]
+    spread = spread + np.where(dof_h > 0, prior_coef**2 / np.maximum(dof_h, 1e-300), 0.0)
+    scaled = (se2 - calls_terms) / se2
+    nu = 1 / (spread / se2**2 + 2 * scaled**2 / ((1 - rho**2) * n_h))
+    # Prior–data conflict (Evans & Moshonov 2006): a window noisier or more correlated than its history allows, at
+    # level `conflict_alpha`, is tested on its own, as without history.
+    kappa_w = ee / (
+        a["calls"] * np.maximum(n_a - inflation, 1.0) / n_a + b["calls"] * np.maximum(n_b - inflation, 1.0) / n_b
+    )
+    dof_w = np.maximum(total_n / inflation - 2, 1.0)
+    noisier = kappa_w / kappa_h > special.fdtri(dof_w, np.maximum(dof_h, 1.0), 1 - history.conflict_alpha)
+    z_rho = (rho_w - rho) / np.sqrt(np.maximum(1 - rho**2, 1e-12) * (1 / total_n + 1 / np.maximum(n_h, 1.0)))
+    more_correlated = z_rho > special.ndtri(1 - history.conflict_alpha)
+    use = (n_h > 0) & (kappa_h > 0) & ~noisier & ~more_correlated & np.isfinite(se2) & np.isfinite(nu)
+    return use, se2, nu, rho
 
 
 def _serial_correlation(rho_hat: np.ndarray, total_n: np.ndarray) -> np.ndarray:
