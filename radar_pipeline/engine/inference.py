@@ -37,8 +37,9 @@ squares times f(ρ̂), so Var ln V̂ ≈ 2/(n_eff − 1) + Var ln f(ρ̂), and b
 Var ln f(ρ̂) ≈ (2/(1 − ρ²))² (1 − ρ²)/n = 4/((1 − ρ²) n); matching 2/ν (Satterthwaite 1946) gives the side's
 ν = 2 / (2/(n_eff − 1) + 4/((1 − ρ²) n)). With 30 intervals a side the level in the far tail, where a family budget
 spread over thousands of statements puts it (10⁻⁵ and below), depends on it: at φ ≈ 0.8, ρ̂ from 60 points is often
-low by chance, and a t reference that ignores that rejects too readily. It is not enough yet: with every statement on
-H0's boundary the engine still spends about twice its budget (README, benchmarks/detection_quality.py).
+low by chance, and a t reference that ignores that rejects too readily. On its window alone that is not enough: with
+every statement on H0's boundary the engine spends about twice its budget (README, benchmarks/detection_quality.py);
+a statement's own history (below, "History") is what buys it back.
 
 A short side. Under H0 a slowdown scales a statement's times, so the relative dispersion per call is the same on both
 sides; the pooled κ̂ = (Σ_A e²/μ̂_A² + Σ_B e²/μ̂_B²)/(C_A + C_B) estimates it from every interval. A side's sandwich
@@ -48,6 +49,33 @@ intervals whose few calls happen to lie low and close together — likely when p
 log-normal with CV 2 has most of its calls below the mean) — looks precise, Welch–Satterthwaite follows the long
 side's degrees of freedom, and the periodic check (whose splits reach the window's edges) reported such statements
 at 4.6 times its daily budget on interval means (engine 2.1.1: 19 in 1,000 null checks, 0.46 a day).
+
+History. Given `History` for a statement (estimated from its own earlier days by `noise`, from before the window),
+the two things the window estimates worst come from more data, of which at most `history_max_intervals` intervals
+count however long the history (a power prior's discount, Ibrahim & Chen 2000: other days may not be quite today):
+
+- the inflation. A latency series' residuals are not AR(1): per-call noise is white and overdispersion persistent,
+  so ρ_k = ρ_1 φ^(k−1) (AR(1) plus white noise, an ARMA(1, 1)), and the AR(1) reading (1 + ρ_1)/(1 − ρ_1) of the
+  lag-1 correlation understates the long-run variance inflation f = 1 + 2 ρ_1 / (1 − φ) (φ = 0.8 with half the
+  variance white gives ρ_1 = 0.4: 2.3 where f is 5). Thirty intervals a side cannot tell φ from ρ_1, a day of them
+  can (φ = ρ_2 / ρ_1); the window's test uses the history's f (its AR(1)-equivalent coefficient (f − 1)/(f + 1) is
+  what `serial_correlation` reports), and the window's lag-1 correlation only to check it (below). This is what made
+  the window-only test liberal in the far tail for φ > 0.6, beside ρ̂'s noise.
+- the dispersion. The history's relative dispersion per call κ_h predicts a side's relative variance κ_h / C. The
+  side's variance is the precision-weighted mix of the window's own estimate û (the sandwich and floor above, on
+  d = n/f − 1 degrees of freedom) and that prediction (d_h = N/f − 1 for N intervals of history): f · (d û +
+  d_h κ_h / C) / (d + d_h), the posterior of a scaled-inverse-χ² prior, as the moderated t of Smyth (2004) has it
+  with other genes where we have the statement's other days. Its degrees of freedom are Satterthwaite's over the
+  independent mean squares (each side's own, and the history's, shared by both sides, so its two coefficients add
+  before squaring), with the uncertainty of ln f from N intervals for the share of se² that f scales: a statement
+  with a day of history is tested against a t on hundreds of degrees of freedom, near the normal reference, and
+  where the per-call term dominates a side, that side is as without history.
+- conflict. A window whose pooled dispersion exceeds the history's at level `conflict_alpha` (F test on the two
+  degrees of freedom), or whose bias-corrected lag-1 correlation exceeds the history's reading by that normal
+  quantile, is not the history's kind of day (a prior–data conflict, Evans & Moshonov 2006): it is tested on its
+  own, exactly as without history. A calmer window is no conflict: the mix only makes it more conservative.
+
+A statement without usable history (none stored, too few intervals, NaN) is tested exactly as by engine 2.2.0.
 
 Selection. The split is not fixed: it is chosen among the K candidate splits the caller allows (the decision's:
 at or after the deploy, within the tolerance), where t is largest. A test at the maximising split is not a test at a

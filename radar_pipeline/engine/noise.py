@@ -10,14 +10,20 @@ of times more intervals. This module turns stored counters into the estimates th
   its residuals are taken on the relative scale, r_i = (ΔT_i − μ̂_b ΔC_i) / μ̂_b with μ̂_b = Σ ΔT / Σ ΔC over the
   block (the test's scale, so a statement's level may change from day to day without changing its estimates). Sums
   over the blocks with at least three intervals: intervals N, blocks B, calls C, Σ_b C_b / n_b, Σ r², and Σ r_i r_i+1
-  over neighbouring intervals with calls inside a block (the test's lag pairs).
-- `noise_estimates`: from sums (one day's, or several days' added up) to ρ_h and κ_h:
-  ρ̂ = Σ r r' / Σ r² bias-corrected for each block being demeaned on its own, E[ρ̂] ≈ ρ − (1 + 3ρ)/m for a block of
-  m points (Kendall 1954), so over the blocks ρ_h = ρ̂ + (1 + 3ρ̂) B / N; and with f = (1 + ρ_h)/(1 − ρ_h) (ρ_h
-  clipped to [0, RHO_MAX]) the dispersion κ_h = Σ r² / Σ_b C_b (n_b − f) / n_b, since demeaning an AR(1) block of n_b
-  points removes about f of its n_b squared deviations' expectation: E Σ r² ≈ (n_b − f) v with v ∝ C_b / n_b the
-  relative variance of one interval. κ_h / C is then what the history predicts for the relative variance of a side's
-  pooled mean over C calls, the quantity the test's sandwich estimates from its window.
+  and Σ r_i r_i+2 over intervals with calls one and two apart inside a block (lag 1 as the test pairs them).
+- `noise_estimates`: from sums (one day's, or several days' added up) to ρ_h and κ_h. The residuals are modelled
+  as AR(1) overdispersion plus white per-call noise, whose autocorrelations are ρ_k = ρ_1 φ^(k−1) (an ARMA(1, 1))
+  and whose long-run variance inflation is f = 1 + 2 ρ_1 / (1 − φ), φ = ρ_2 / ρ_1 (`long_run_inflation`; for a
+  pure AR(1), φ = ρ_1 and f = (1 + ρ_1)/(1 − ρ_1)). Each block is demeaned on its own, which lowers every
+  autocovariance by the variance of the block's mean, f γ_0 / m for m points, so ρ̂_k ≈ (ρ_k − f/m)/(1 − f/m);
+  inverted with the mean block length m = N/B, and iterated with f, it gives ρ_1 and ρ_2 (for lag 1 this is close
+  to Kendall's 1954 correction the window's test uses). ρ_h = (f − 1)/(f + 1) is the AR(1) coefficient with the
+  same inflation, which the test uses as its ρ. The dispersion is κ_h = Σ r² / Σ_b C_b (n_b − f) / n_b, since
+  demeaning a block of n_b points removes about f of its n_b squared deviations' expectation: E Σ r² ≈ (n_b − f) v
+  with v ∝ C_b / n_b the relative variance of one interval. κ_h / C is then what the history predicts for the
+  relative variance of a side's pooled mean over C calls, the quantity the test's sandwich estimates from its
+  window (this assumes an interval's variance grows with its calls; the window's own estimate and the test's
+  prior–data conflict check cover a day busier or noisier than the history).
 
 The history must end before the window it serves (the caller chooses the range): nothing of the change is seen.
 Like `samples`, this is pure computation: no I/O, no clock.
