@@ -7,8 +7,8 @@ Run with `make bench-engine` (or `.venv/bin/python benchmarks/engine_bench.py [-
   rows sorted as the warehouse delivers them and shuffled; and "all candidates", every query regressed, so every
   series goes through E-divisive and the call-level test. Both sorted mixes run again with every query's history
   estimates (analyse's `history`: ρ and dispersion from the half window before the deploy, counted as a day of
-  intervals), which the test then combines with the window's. Median of 5 runs after a warm-up, and the peak memory traced
-  during one run (tracemalloc sees numpy's and pandas' allocations).
+  intervals), which the test then combines with the window's. Median of 5 runs after a warm-up, and the peak memory
+  traced during one run (tracemalloc sees numpy's and pandas' allocations).
 - anchors, like for like: the series that reached E-divisive in the run they are compared with (the typical mix's
   candidates; all 10,000 series for "all candidates"), looped one at a time through Apache Otava's E-divisive
   statistic (PairDistanceCalculator, from a Python list) and MongoDB's signal-processing-algorithms C extension

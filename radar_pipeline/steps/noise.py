@@ -36,9 +36,11 @@ class NoiseDay:
     error: str | None = None
 
 
-def update_noise(engine: sa.Engine, days: int = 14, grace: timedelta = GRACE) -> list[NoiseDay]:
+def update_noise(engine: sa.Engine, days: int = HISTORY_DAYS, grace: timedelta = GRACE) -> list[NoiseDay]:
     """Compute and store the sums of every target's ended days of the last `days` that have none yet, oldest first,
-    each day in a transaction of its own (a failure is reported and the day is tried again next time)."""
+    each day in a transaction of its own (a failure is reported and the day is tried again next time). The default
+    covers what an analysis of today reads; a day read from its compacted form costs several times a raw one, so
+    the first run after an upgrade, which finds a week without sums, takes longest."""
     with engine.connect() as conn:
         today = conn.execute(
             sa.text("SELECT CAST((now() - :grace) AT TIME ZONE 'UTC' AS date)"), {"grace": grace}
