@@ -504,7 +504,7 @@ def _with_history(
     own_dofs: list[np.ndarray] = []
     prior_coef: np.ndarray | float = 0.0
     calls_terms: np.ndarray | float = 0.0
-    quantile = lambda dof, level: special.fdtri(dof, np.maximum(dof_h, 1.0), 1 - level)  # noqa: E731
+    prior_dof = np.maximum(dof_h, 1.0)
     for sd, size, mean in ((a, n_a, mean_a), (b, n_b, mean_b)):
         # The window's own relative variance of the side's mean, as the window-only test has it (floor included).
         own = np.fmax(sd["ee"] / sd["calls"] ** 2, pooled / sd["calls"] * mean**2) / mean**2
@@ -512,7 +512,7 @@ def _with_history(
         dof_own = np.maximum(size * (1 - rho) / (1 + rho) - 1, 1.0)
         # A side noisier than its history predicts for its calls (a rare huge call of a sparse, skewed statement)
         # keeps its own variance, which grows with that call, and its own degrees of freedom (self-normalisation).
-        alone = own / (kappa_h / sd["calls"]) > quantile(dof_own, SIDE_ALPHA)
+        alone = _f_exceeds(own / (kappa_h / sd["calls"]), dof_own, prior_dof, SIDE_ALPHA)
         share = np.where(alone, 1.0, dof_own / (dof_own + dof_h))
         own_part, prior_part = inflation * share * own, inflation * (1 - share) * kappa_h / sd["calls"]
         if "ss" in sd:
@@ -540,11 +540,24 @@ def _with_history(
         a["calls"] * np.maximum(n_a - inflation, 1.0) / n_a + b["calls"] * np.maximum(n_b - inflation, 1.0) / n_b
     )
     dof_w = np.maximum(total_n / inflation - 2, 1.0)
-    noisier = kappa_w / kappa_h > quantile(dof_w, history.conflict_alpha)
+    noisier = _f_exceeds(kappa_w / kappa_h, dof_w, prior_dof, history.conflict_alpha)
     z_rho = (rho_w - rho) / np.sqrt(np.maximum(1 - rho**2, 1e-12) * (1 / total_n + 1 / np.maximum(n_h, 1.0)))
     more_correlated = z_rho > special.ndtri(1 - history.conflict_alpha)
     use = (n_h > 0) & (kappa_h > 0) & ~noisier & ~more_correlated & np.isfinite(se2) & np.isfinite(nu)
     return use, se2, nu, rho
+
+
+def _f_exceeds(ratio: np.ndarray, dfn: np.ndarray, dfd: np.ndarray, alpha: float) -> np.ndarray:
+    """Where a ratio of two variance estimates lies beyond the upper `alpha` point of F(dfn, dfd). The tail is only
+    computed where the ratio exceeds 1 (an upper point of F at alpha ≤ 0.5 never lies below it), which keeps the
+    scan cheap."""
+    from scipy import special
+
+    ratio, dfn, dfd = np.broadcast_arrays(ratio, dfn, dfd)
+    out = np.zeros(ratio.shape, dtype=bool)
+    above = np.isfinite(ratio) & (ratio > 1) & np.isfinite(dfn) & np.isfinite(dfd)
+    out[above] = special.fdtrc(dfn[above], dfd[above], ratio[above]) < alpha
+    return out | (ratio == np.inf)
 
 
 def _serial_correlation(rho_hat: np.ndarray, total_n: np.ndarray) -> np.ndarray:
