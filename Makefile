@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export DAGSTER_DISABLE_TELEMETRY := 1
 
-.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-load clean
+.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load clean
 
 install: $(VENV)/.installed
 
@@ -50,6 +50,9 @@ bench-analysis: install
 
 bench-hot: install
 	$(BIN)/python benchmarks/hot_paths_bench.py
+
+bench-noise: install
+	$(BIN)/python benchmarks/noise_bench.py
 
 bench-backfill: install
 	$(BIN)/python benchmarks/backfill_bench.py

@@ -19,6 +19,11 @@ calls per scrape log-uniform in 0.5–1,500, per-call CV 0.5–3, interval means
 - ceiling, on the same stepped fleets: a call-level z-test at the true change point that knows each statement's
   per-call variance, overdispersion and AR(1) factor, at the same hypothesis (θ inside) and the same weighted
   Bonferroni budget share per statement as the engine.
+
+Every fleet is analysed twice in the same run: on its window alone (`analyse` without `history`: exactly engine
+2.2.0's decision) and with each statement's noise estimated from its own history, as production estimates it
+(engine.noise over `--history-intervals` one-minute scrapes before the window, drawn with the statement's own calls
+per scrape, CV, overdispersion, φ and level; fleet.history_estimates).
 """
 
 from __future__ import annotations
@@ -34,11 +39,17 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from radar_pipeline.engine import EngineSettings, analyse  # noqa: E402
-from radar_pipeline_tests.engine.fleet import DEPLOY, Fleet, draw  # noqa: E402
+from radar_pipeline.engine import ENGINE_VERSION, EngineSettings, analyse  # noqa: E402
+from radar_pipeline_tests.engine.fleet import DEPLOY, Fleet, draw, history_estimates  # noqa: E402
 
 STEPS = (1.3, 1.5, 2.0, 4.0)
 RATE_BINS = (0.5, 3.0, 30.0, 300.0, 1500.0)
+HISTORY_SEED = 77_000  # added to a fleet's seed for its history's
+
+
+def with_history(fleet: Fleet, seed: int, settings: EngineSettings, intervals: int) -> pd.DataFrame:
+    """The fleet's history estimates from `intervals` scrapes before its window."""
+    return history_estimates(fleet, intervals, HISTORY_SEED + seed, DEPLOY - pd.Timedelta(settings.window))
 
 
 def periodic_settings(budget_per_day: float = 0.1, period_s: float = 3600.0) -> EngineSettings:
@@ -90,38 +101,47 @@ def _realised_time(fleet: Fleet) -> np.ndarray:
 
 
 def null_runs(
-    statements: int, runs: int, seed: int, periodic: bool, threshold: float | None = None
+    statements: int, runs: int, seed: int, periodic: bool, history: int, threshold: float | None = None
 ) -> dict[str, float]:
+    """False detections per analysis (per day for the periodic check) on null fleets, for four arms: with
+    stddev_exec_time or on interval means only, each on the window alone and with history."""
     settings = periodic_settings() if periodic else EngineSettings()
     if threshold is not None:
         settings = dataclasses.replace(settings, threshold=threshold)
     minutes = 60 if periodic else 30
-    counts, counts_means, seconds = [], [], []
+    counts: dict[str, list[int]] = {arm: [] for arm in ("sd", "means", "sd_h", "means_h")}
+    seconds = []
     for r in range(runs):
         fleet = draw(statements, seed + r, minutes=minutes)
-        started = time.perf_counter()
-        out = analyse(fleet.counters, DEPLOY, settings)
-        seconds.append(time.perf_counter() - started)
-        counts.append(int((out["verdict"] == "detected").sum()))
-        plain = analyse(fleet.counters.drop(columns="stddev_exec_time"), DEPLOY, settings)
-        counts_means.append(int((plain["verdict"] == "detected").sum()))
+        known = with_history(fleet, seed + r, settings, history)
+        plain = fleet.counters.drop(columns="stddev_exec_time")
+        for arm, counters, estimates in (
+            ("sd", fleet.counters, None),
+            ("means", plain, None),
+            ("sd_h", fleet.counters, known),
+            ("means_h", plain, known),
+        ):
+            started = time.perf_counter()
+            out = analyse(counters, DEPLOY, settings, history=estimates)
+            if arm == "sd_h":
+                seconds.append(time.perf_counter() - started)
+            counts[arm].append(int((out["verdict"] == "detected").sum()))
         decided = int((out["verdict"] != "insufficient_data").sum())
     scale = 24 if periodic else 1
-    return {
-        "false": sum(counts) / runs * scale,
-        "false_means": sum(counts_means) / runs * scale,
-        "total": sum(counts),
-        "total_means": sum(counts_means),
-        "decided": decided,
-        "seconds": float(np.median(seconds)),
-    }
+    result: dict[str, float] = {"decided": decided, "seconds": float(np.median(seconds))}
+    for arm, values in counts.items():
+        result[arm] = sum(values) / runs * scale
+        result[arm + "_total"] = sum(values)
+    return result
 
 
-def stepped_runs(statements: int, runs: int, seed: int) -> pd.DataFrame:
+def stepped_runs(statements: int, runs: int, seed: int, history: int) -> pd.DataFrame:
     rows = []
     for r in range(runs):
         fleet = draw(statements, seed + r, stepped=0.05, drifting=0.05, steps=STEPS)
         out = analyse(fleet.counters, DEPLOY)
+        known = with_history(fleet, seed + r, EngineSettings(), history)
+        out_h = analyse(fleet.counters, DEPLOY, history=known)
         detected = (out["verdict"] == "detected").to_numpy()
         oracle = ceiling(fleet, out["budget_share"].to_numpy(), EngineSettings().threshold)
         real = _realised_time(fleet)
@@ -135,19 +155,21 @@ def stepped_runs(statements: int, runs: int, seed: int) -> pd.DataFrame:
                     "rate": fleet.rate,
                     "added_ms": added,
                     "detected": detected,
+                    "history": (out_h["verdict"] == "detected").to_numpy(),
                     "ceiling": oracle,
                     "reason": out["reason"].to_numpy(),
+                    "reason_h": out_h["reason"].to_numpy(),
                 }
             )
         )
     return pd.concat(rows, ignore_index=True)
 
 
-def clear_cases(statements: int, seed: int) -> dict[str, float]:
+def clear_cases(statements: int, seed: int, history: int) -> dict[str, tuple[float, float]]:
     """Share detected of today's clear cases, on fleets with 100–1,500 calls a minute and the old lab's noise (per-call
     CV 0.5–3, overdispersion 2%, no serial correlation): a ×3 step a minute after the deploy (must be 100%), an
     improvement (÷2), a ×3 step 10 minutes before the deploy, and one 10 minutes after it (tolerance 6 min); and a
-    sparse statement (3 calls a minute, 90 a side: below engine 1's floor) slowed ×4."""
+    sparse statement (3 calls a minute, 90 a side: below engine 1's floor) slowed ×4. Window alone, with history."""
     quiet = {"rate": (100.0, 1500.0), "phi": (0.0, 0.0), "spread": (0.02, 0.02)}
     cases = {
         "×3 at the deploy (≥ 100 calls/min)": {"steps": (3.0,), "lag_intervals": 1},
@@ -162,7 +184,10 @@ def clear_cases(statements: int, seed: int) -> dict[str, float]:
     out = {}
     for i, (name, case) in enumerate(cases.items()):
         fleet = draw(statements, seed + i, stepped=1.0, **{**quiet, **case})  # type: ignore[arg-type]
-        out[name] = float((analyse(fleet.counters, DEPLOY)["verdict"] == "detected").mean())
+        known = with_history(fleet, seed + i, EngineSettings(), history)
+        out[name] = tuple(  # type: ignore[assignment]
+            float((analyse(fleet.counters, DEPLOY, history=h)["verdict"] == "detected").mean()) for h in (None, known)
+        )
     return out
 
 
@@ -172,55 +197,67 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20, help="stepped analyses")
     parser.add_argument("--null-runs", type=int, default=100, help="null deploy analyses (and at the boundary)")
     parser.add_argument("--periodic-runs", type=int, default=100, help="null periodic checks")
+    parser.add_argument("--history-intervals", type=int, default=1440, help="one-minute scrapes of history")
     args = parser.parse_args()
-    n, runs, null, checks = args.statements, args.runs, args.null_runs, args.periodic_runs
+    n, runs, null, checks, past = args.statements, args.runs, args.null_runs, args.periodic_runs, args.history_intervals
 
-    deploy = null_runs(n, null, 1000, periodic=False)
-    periodic = null_runs(n, checks, 2000, periodic=True)
-    boundary = null_runs(n, null, 5000, periodic=False, threshold=0.0)
+    print(f"engine {ENGINE_VERSION}; window alone (= engine 2.2.0) vs with {past} intervals of history")
+    deploy = null_runs(n, null, 1000, periodic=False, history=past)
+    periodic = null_runs(n, checks, 2000, periodic=True, history=past)
+    boundary = null_runs(n, null, 5000, periodic=False, history=past, threshold=0.0)
     print(f"null fleets: {null} analyses × {n:,} statements (about {deploy['decided']:,} decided per analysis)")
-    print(f"{'false detections':<44}{'with stddev':>14}{'means only':>12}")
-    print(
-        f"{'per deploy analysis (budget 0.1)':<44}{deploy['false']:>14.3f}{deploy['false_means']:>12.3f}"
-        f"   ({deploy['total']} / {deploy['total_means']} in {null} analyses)"
-    )
-    print(
-        f"{'per day of hourly periodic checks (0.1/day)':<44}{periodic['false']:>14.3f}{periodic['false_means']:>12.3f}"
-        f"   ({periodic['total']} / {periodic['total_means']} in {checks} checks, ×24)"
-    )
-    print(
-        f"{'per deploy analysis at the boundary (θ = 0)':<44}{boundary['false']:>14.3f}{boundary['false_means']:>12.3f}"
-        f"   ({boundary['total']} / {boundary['total_means']} in {null} analyses)"
-    )
-    print(f"analyse() median seconds per analysis: deploy {deploy['seconds']:.3f}, periodic {periodic['seconds']:.3f}")
+    print(f"{'false detections':<44}{'alone: stddev':>14}{'means':>8}{'history: stddev':>17}{'means':>8}")
+    for title, got, count in (
+        ("per deploy analysis (budget 0.1)", deploy, f"in {null} analyses"),
+        ("per day of hourly periodic checks (0.1/day)", periodic, f"in {checks} checks, ×24"),
+        ("per deploy analysis at the boundary (θ = 0)", boundary, f"in {null} analyses"),
+    ):
+        totals = " / ".join(str(got[arm + "_total"]) for arm in ("sd", "means", "sd_h", "means_h"))
+        print(
+            f"{title:<44}{got['sd']:>14.3f}{got['means']:>8.3f}{got['sd_h']:>17.3f}{got['means_h']:>8.3f}"
+            f"   ({totals} {count})"
+        )
+    print(f"analyse() with history, median seconds: deploy {deploy['seconds']:.3f}, periodic {periodic['seconds']:.3f}")
     print()
 
-    table = stepped_runs(n, runs, 3000)
+    table = stepped_runs(n, runs, 3000, past)
     steps = table[table["factor"] > 1]
     drifts = table[table["rise"] > 0]
     unchanged = table[(table["factor"] == 1) & (table["rise"] == 0)]
     print(f"stepped fleets: {runs} analyses × {n:,} statements; {len(steps):,} steps, {len(drifts):,} drifts")
-    print(f"{'step':<12}{'statements':>11}{'recall':>9}{'ceiling':>9}")
+    print(f"{'step':<12}{'statements':>11}{'alone':>9}{'history':>9}{'ceiling':>9}")
     for factor in STEPS:
         s = steps[steps["factor"] == factor]
-        print(f"{'×' + format(factor, 'g'):<12}{len(s):>11}{s['detected'].mean():>9.1%}{s['ceiling'].mean():>9.1%}")
-    print(f"{'calls/scrape':<12}{'statements':>11}{'recall':>9}{'ceiling':>9}   (all step sizes)")
+        print(
+            f"{'×' + format(factor, 'g'):<12}{len(s):>11}{s['detected'].mean():>9.1%}{s['history'].mean():>9.1%}"
+            f"{s['ceiling'].mean():>9.1%}"
+        )
+    print(f"{'calls/scrape':<12}{'statements':>11}{'alone':>9}{'history':>9}{'ceiling':>9}   (all step sizes)")
     for lo, hi in zip(RATE_BINS[:-1], RATE_BINS[1:], strict=True):
         s = steps[(steps["rate"] >= lo) & (steps["rate"] < hi)]
-        print(f"{f'{lo:g}–{hi:g}':<12}{len(s):>11}{s['detected'].mean():>9.1%}{s['ceiling'].mean():>9.1%}")
-    share = steps.loc[steps["detected"], "added_ms"].sum() / steps["added_ms"].sum()
-    share_ceiling = steps.loc[steps["ceiling"], "added_ms"].sum() / steps["added_ms"].sum()
-    print(f"share of the added execution time detected: {share:.1%} (ceiling {share_ceiling:.1%})")
-    print(f"drifts detected: {drifts['detected'].mean():.1%} ({int(drifts['detected'].sum())} of {len(drifts)})")
-    print(f"drift reasons: {drifts['reason'].value_counts().to_dict()}")
+        print(
+            f"{f'{lo:g}–{hi:g}':<12}{len(s):>11}{s['detected'].mean():>9.1%}{s['history'].mean():>9.1%}"
+            f"{s['ceiling'].mean():>9.1%}"
+        )
+    shares = {
+        c: steps.loc[steps[c], "added_ms"].sum() / steps["added_ms"].sum() for c in ("detected", "history", "ceiling")
+    }
     print(
-        f"false detections among unchanged statements: {unchanged['detected'].sum() / runs:.3f} per analysis "
-        f"({int(unchanged['detected'].sum())} in {runs})"
+        f"share of the added execution time detected: alone {shares['detected']:.1%}, history {shares['history']:.1%}, "
+        f"ceiling {shares['ceiling']:.1%}"
     )
+    for column, name in (("detected", "alone"), ("history", "history")):
+        print(
+            f"{name}: drifts detected {drifts[column].mean():.1%} ({int(drifts[column].sum())} of {len(drifts)}); "
+            f"false detections among unchanged statements {unchanged[column].sum() / runs:.3f} per analysis "
+            f"({int(unchanged[column].sum())} in {runs})"
+        )
+    print(f"drift reasons, history: {drifts['reason_h'].value_counts().to_dict()}")
     print()
     print("clear cases (1,000 statements each, 100–1,500 calls a minute unless said, no serial correlation): detected")
-    for name, share in clear_cases(1000, 4000).items():
-        print(f"  {name:<48}{share:>8.1%}")
+    print(f"  {'':<48}{'alone':>8}{'history':>9}")
+    for name, (alone, known) in clear_cases(1000, 4000, past).items():
+        print(f"  {name:<48}{alone:>8.1%}{known:>9.1%}")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,10 @@ Run with `make bench-engine` (or `.venv/bin/python benchmarks/engine_bench.py [-
 - ours: analyse() from cumulative counters (1.21 million snapshot rows) through the whole decision, for two mixes:
   "typical", 3% of queries regressed 2× at the deploy (the rest unchanged, so most stop at the pre-filter), with the
   rows sorted as the warehouse delivers them and shuffled; and "all candidates", every query regressed, so every
-  series goes through E-divisive and the call-level test. Median of 5 runs after a warm-up, and the peak memory traced
-  during one run (tracemalloc sees numpy's and pandas' allocations).
+  series goes through E-divisive and the call-level test. Both sorted mixes run again with every query's history
+  estimates (analyse's `history`: ρ and dispersion from the half window before the deploy, counted as a day of
+  intervals), which the test then combines with the window's. Median of 5 runs after a warm-up, and the peak memory
+  traced during one run (tracemalloc sees numpy's and pandas' allocations).
 - anchors, like for like: the series that reached E-divisive in the run they are compared with (the typical mix's
   candidates; all 10,000 series for "all candidates"), looped one at a time through Apache Otava's E-divisive
   statistic (PairDistanceCalculator, from a Python list) and MongoDB's signal-processing-algorithms C extension
@@ -32,6 +34,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from radar_pipeline.engine import analyse  # noqa: E402
+from radar_pipeline.engine.noise import noise_estimates, noise_sums  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ANCHORS = {
@@ -66,15 +69,21 @@ def series(queries: int, regressed_share: float, seed: int = 0) -> tuple[pd.Data
     return frame, means
 
 
-def time_ours(frame: pd.DataFrame) -> tuple[float, float, dict, np.ndarray]:
-    analyse(frame, DEPLOY)  # warm-up
+def history_of(frame: pd.DataFrame) -> pd.DataFrame:
+    """Every query's history estimates, from its intervals before the deploy, counted as a day's worth."""
+    before = noise_estimates(noise_sums(frame, DEPLOY - SCRAPE * INTERVALS, DEPLOY, block=SCRAPE * (INTERVALS // 2)))
+    return before.assign(intervals=1440)
+
+
+def time_ours(frame: pd.DataFrame, history: pd.DataFrame | None = None) -> tuple[float, float, dict, np.ndarray]:
+    analyse(frame, DEPLOY, history=history)  # warm-up
     runs = []
     for _ in range(5):
         started = time.perf_counter()
-        out = analyse(frame, DEPLOY)
+        out = analyse(frame, DEPLOY, history=history)
         runs.append(time.perf_counter() - started)
     tracemalloc.start()
-    analyse(frame, DEPLOY)
+    analyse(frame, DEPLOY, history=history)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     reached = ~out["reason"].isin(["below_threshold", "floor_samples", "floor_calls"]).to_numpy()
@@ -112,6 +121,8 @@ def main() -> None:
         "typical (3% regressed), sorted": time_ours(typical),
         "typical, rows shuffled": time_ours(typical.sample(frac=1.0, random_state=0)),
         "all candidates (100% regressed)": time_ours(everything),
+        "typical, sorted, with history": time_ours(typical, history_of(typical)),
+        "all candidates, with history": time_ours(everything, history_of(everything)),
     }
     # Each run is compared with the anchors looping over the series that run sent through E-divisive.
     workloads = {"typical": typical_means[ours["typical (3% regressed), sorted"][3]], "all": matrix}
@@ -119,6 +130,8 @@ def main() -> None:
         "typical (3% regressed), sorted": "typical",
         "typical, rows shuffled": "typical",
         "all candidates (100% regressed)": "all",
+        "typical, sorted, with history": "typical",
+        "all candidates, with history": "all",
     }
     anchors: dict[str, dict[str, dict]] = {}
     for load, values in workloads.items():

@@ -11,6 +11,9 @@ budget share) does not, with the engine's own budget shares throughout:
 4. the choice paid for by Bonferroni (K · p, engine ≤ 2.1);
 5. the choice paid for as the engine does (the chain bound, engine 2.2);
 6. the whole engine (adds the pre-filter, E-divisive's location and tolerance, the drift check).
+
+Rows 1 to 6 are printed twice: on the window alone (engine 2.2.0's test) and with each statement's noise estimated
+from a day of its own history (engine 2.3; fleet.history_estimates, as detection_quality.py draws it).
 """
 
 from __future__ import annotations
@@ -27,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from detection_quality import STEPS, ceiling  # noqa: E402
 
 from radar_pipeline.engine import EngineSettings, analyse  # noqa: E402
-from radar_pipeline.engine.decision import _candidate_splits, _padded  # noqa: E402
+from radar_pipeline.engine.decision import _candidate_splits, _history_rows, _padded  # noqa: E402
 from radar_pipeline.engine.inference import split_tests  # noqa: E402
 from radar_pipeline.engine.samples import window_samples  # noqa: E402
 from radar_pipeline.engine.settings import ENGINE_VERSION  # noqa: E402
-from radar_pipeline_tests.engine.fleet import DEPLOY, draw  # noqa: E402
+from radar_pipeline_tests.engine.fleet import DEPLOY, draw, history_estimates  # noqa: E402
 
 ROWS = (
     "ceiling",
@@ -44,8 +47,9 @@ ROWS = (
 )
 
 
-def one_fleet(statements: int, seed: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """The step factor of every statement, and per row of ROWS whether it was detected."""
+def one_fleet(statements: int, seed: int, history: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The step factor of every statement, and per row of ROWS whether it was detected (rows 1–6 also with
+    `history` intervals of history, under the row's name + " h")."""
     from scipy import stats
 
     settings = EngineSettings()
@@ -66,22 +70,25 @@ def one_fleet(statements: int, seed: int) -> tuple[np.ndarray, dict[str, np.ndar
     tolerance = int(settings.tolerance.total_seconds() * 1e9)
     candidates = _candidate_splits(ends, n, DEPLOY.value, tolerance, settings)
     args = (padded["calls"], padded["time"], padded["sumsq"], n)
-    at_true = split_tests(*args, told, settings.threshold)
-    best = split_tests(*args, candidates, settings.threshold)
+    estimates = history_estimates(fleet, history, 77_000 + seed, DEPLOY - settings.window)
+    detected = {ROWS[0]: ceiling(fleet, share, settings.threshold)}
+    for suffix, known in (("", None), (" h", _history_rows(samples, estimates, settings))):
+        at_true = split_tests(*args, told, settings.threshold, known)
+        best = split_tests(*args, candidates, settings.threshold, known)
 
-    def t_p(res) -> np.ndarray:  # noqa: ANN001
-        return stats.t.sf(np.nan_to_num(res.t, nan=-np.inf), np.nan_to_num(res.dof, nan=1.0))
+        def t_p(res) -> np.ndarray:  # noqa: ANN001
+            return stats.t.sf(np.nan_to_num(res.t, nan=-np.inf), np.nan_to_num(res.dof, nan=1.0))
 
-    p = {
-        ROWS[1]: stats.norm.sf(np.nan_to_num(at_true.t, nan=-np.inf)),
-        ROWS[2]: t_p(at_true),
-        ROWS[3]: t_p(best),
-        ROWS[4]: np.minimum(1.0, best.splits * t_p(best)),
-        ROWS[5]: best.p,
-    }
-    detected = {name: np.nan_to_num(values, nan=1.0) <= alpha for name, values in p.items()}
-    detected[ROWS[0]] = ceiling(fleet, share, settings.threshold)
-    detected[ROWS[6]] = (out["verdict"] == "detected").to_numpy()
+        p = {
+            ROWS[1]: stats.norm.sf(np.nan_to_num(at_true.t, nan=-np.inf)),
+            ROWS[2]: t_p(at_true),
+            ROWS[3]: t_p(best),
+            ROWS[4]: np.minimum(1.0, best.splits * t_p(best)),
+            ROWS[5]: best.p,
+        }
+        detected.update({name + suffix: np.nan_to_num(values, nan=1.0) <= alpha for name, values in p.items()})
+        engine = out if known is None else analyse(fleet.counters, DEPLOY, settings, history=estimates)
+        detected[ROWS[6] + suffix] = (engine["verdict"] == "detected").to_numpy()
     return fleet.factor, detected
 
 
@@ -90,12 +97,15 @@ def main() -> None:
     parser.add_argument("--statements", type=int, default=5000)
     parser.add_argument("--runs", type=int, default=6)
     parser.add_argument("--seed", type=int, default=3000)
+    parser.add_argument("--history-intervals", type=int, default=1440)
     args = parser.parse_args()
-    factors, rows = [], {name: [] for name in ROWS}
+    names = [ROWS[0], *ROWS[1:], *(name + " h" for name in ROWS[1:])]
+    factors: list[np.ndarray] = []
+    rows: dict[str, list[np.ndarray]] = {name: [] for name in names}
     for r in range(args.runs):
-        factor, detected = one_fleet(args.statements, args.seed + r)
+        factor, detected = one_fleet(args.statements, args.seed + r, args.history_intervals)
         factors.append(factor)
-        for name in ROWS:
+        for name in names:
             rows[name].append(detected[name])
     factor = np.concatenate(factors)
     steps = factor > 1
@@ -103,10 +113,14 @@ def main() -> None:
         f"engine {ENGINE_VERSION}: {args.runs} stepped fleets × {args.statements:,} statements, {steps.sum():,} steps"
     )
     print(f"{'recall':<42}" + "".join(f"{'×' + format(f, 'g'):>8}" for f in STEPS) + f"{'all':>8}")
-    for name in ROWS:
+    for name in names:
+        if name == ROWS[1]:
+            print("on the window alone (engine 2.2.0's test)")
+        if name == ROWS[1] + " h":
+            print(f"with {args.history_intervals} intervals of each statement's history")
         hit = np.concatenate(rows[name])
         cells = "".join(f"{hit[factor == f].mean():>8.1%}" for f in STEPS)
-        print(f"{name:<42}{cells}{hit[steps].mean():>8.1%}")
+        print(f"{name.removesuffix(' h'):<42}{cells}{hit[steps].mean():>8.1%}")
 
 
 if __name__ == "__main__":

@@ -1,24 +1,35 @@
-"""The pgss_compaction asset and its daily schedule: ended days of raw snapshots rewritten as compact rows
-(steps.compaction; the form is described in sql/0013)."""
+"""The pgss_compaction asset and its daily schedule: each ended day's per-statement noise sums stored (steps.noise,
+sql/0014), then ended days of raw snapshots rewritten as compact rows (steps.compaction; the form is described in
+sql/0013)."""
 
 import dagster as dg
 
 from radar_pipeline.defs.metadata import table
 from radar_pipeline.defs.resources import WarehouseResource
 from radar_pipeline.steps.compaction import compact_history
+from radar_pipeline.steps.noise import update_noise
 
 
 @dg.asset(
     group_name="collection",
     deps=["pgss_snapshots"],
     description="Snapshot days that have ended, one row per statement per day holding its samples as arrays "
-    "(radar.pgss_compact); every reader reads them as before.",
+    "(radar.pgss_compact); every reader reads them as before. First, each ended day's noise sums per statement "
+    "(radar.statement_noise), from which analyses estimate serial correlation and dispersion.",
 )
 def pgss_compaction(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
-    """Compact every ended raw day, each day atomically; fails naming the days left raw (the others are compacted,
-    and the next run retries those)."""
+    """Store the noise sums of every ended day that has none (read while the day is still raw, the cheaper read),
+    then compact every ended raw day, each day atomically; fails naming the days left raw or without sums (the others
+    are done, and the next run retries those)."""
+    noise = update_noise(warehouse.engine())
+    for day in noise:
+        if day.error is None:
+            context.log.info(f"noise sums of {day.target} {day.day}: {day.statements} statements")
+        else:
+            context.log.error(f"noise sums of {day.target} {day.day} failed: {day.error}")
     outcomes = compact_history(warehouse.engine())
     failed = [o for o in outcomes if o.error is not None]
+    failed_noise = [d for d in noise if d.error is not None]
     for outcome in outcomes:
         if outcome.error is None:
             context.log.info(f"compacted {outcome.day}: {outcome.samples} samples")
@@ -30,11 +41,16 @@ def pgss_compaction(context: dg.AssetExecutionContext, warehouse: WarehouseResou
             [{"day": o.day, "samples": o.samples, "error": o.error} for o in outcomes],
         ),
         "samples": dg.MetadataValue.int(sum(o.samples for o in outcomes)),
+        "noise_days": table(
+            [("target", "string"), ("day", "string"), ("statements", "int"), ("error", "string")],
+            [{"target": d.target, "day": d.day, "statements": d.statements, "error": d.error} for d in noise],
+        ),
     }
-    if failed:
-        raise dg.Failure(
-            description="days left raw: " + "; ".join(f"{o.day}: {o.error}" for o in failed), metadata=metadata
-        )
+    if failed or failed_noise:
+        problems = [f"{o.day}: {o.error}" for o in failed] + [
+            f"noise {d.target} {d.day}: {d.error}" for d in failed_noise
+        ]
+        raise dg.Failure(description="days left raw or without noise sums: " + "; ".join(problems), metadata=metadata)
     return dg.MaterializeResult(metadata=metadata)
 
 

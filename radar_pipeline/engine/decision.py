@@ -39,7 +39,7 @@ import pandas as pd
 
 from radar_pipeline.engine.causes import BLOCKS, ROWS, explain
 from radar_pipeline.engine.edivisive import best_split, min_segment
-from radar_pipeline.engine.inference import interval_from_sums, level_shift_beyond_trend, split_tests
+from radar_pipeline.engine.inference import History, interval_from_sums, level_shift_beyond_trend, split_tests
 from radar_pipeline.engine.samples import WindowSamples, window_samples
 from radar_pipeline.engine.settings import EngineSettings
 from radar_pipeline.engine.vocabulary import DETECTED, INSUFFICIENT_DATA, NO_REGRESSION
@@ -82,8 +82,14 @@ BLOCK_CELLS = 1 << 19
 NAT = np.iinfo(np.int64).min
 
 
+HISTORY = ("query_key", "serial_correlation", "dispersion", "intervals")
+
+
 def analyse(
-    counters: pd.DataFrame, deploy_at: datetime | pd.Timestamp, settings: EngineSettings | None = None
+    counters: pd.DataFrame,
+    deploy_at: datetime | pd.Timestamp,
+    settings: EngineSettings | None = None,
+    history: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Decide, for every statement in `counters`, whether the deploy at `deploy_at` made it slower.
 
@@ -99,6 +105,12 @@ def analyse(
     ≤ false_alert_budget); budget_share = B · w is the statement's share of the budget; factor_low / factor_high the
     95% interval of the segment factor (of change_factor where no split was tested); serial_correlation the AR(1)
     coefficient the test used.
+
+    history: optionally, each statement's noise estimated from its own history before the window (`noise`): columns
+    query_key (as in counters), serial_correlation, dispersion (relative variance per call) and intervals (how many
+    it rests on); NaN estimates count as none. A statement with at least settings.history_min_intervals is tested with
+    them combined with its window's (inference, "History"); without (None, or a statement not in it), exactly as
+    engine 2.2.0.
     """
     settings = settings or EngineSettings()
     deploy = _utc_ns(deploy_at)
@@ -126,10 +138,11 @@ def analyse(
     candidates = np.flatnonzero(decidable & rose)
 
     g = samples.groups
+    known = _history_rows(samples, history, settings)
     found = _empty_columns(g)
     for block in _blocks(samples, candidates):
-        _decide_block(samples, block, deploy, settings, reason, found)
-    _intervals_without_split(samples, sides, decidable, settings, found)
+        _decide_block(samples, block, deploy, settings, reason, found, known)
+    _intervals_without_split(samples, sides, decidable, settings, found, known)
     _family_decision(found, weight, settings, verdict, reason)
 
     out["verdict"], out["reason"] = verdict, reason
@@ -152,6 +165,7 @@ def _intervals_without_split(
     decidable: np.ndarray,
     settings: EngineSettings,
     found: dict[str, np.ndarray],
+    known: History | None,
 ) -> None:
     """Every decided statement carries an interval: where no split was tested, that of the window factor at the
     deploy, from the same variance as the test (in place, in `found`)."""
@@ -165,6 +179,7 @@ def _intervals_without_split(
         sides["n_before"][untested],
         sides["n_after"][untested],
         settings.threshold,
+        known.rows(untested) if known is not None else None,
     )
     found["factor_low"][untested], found["factor_high"][untested] = low, high
 
@@ -291,6 +306,7 @@ def _decide_block(
     settings: EngineSettings,
     reason: np.ndarray,
     found: dict[str, np.ndarray],
+    known: History | None,
 ) -> None:
     """Steps 5 to 7 for one block of candidate statements: locate, check the tolerance, test, fit the trend."""
     tolerance = int(settings.tolerance.total_seconds() * 1e9)
@@ -312,7 +328,13 @@ def _decide_block(
     calls, time, n_t, ends_t = padded["calls"][keep], padded["time"][keep], n[keep], ends[keep]
     sumsq = padded["sumsq"][keep] if padded["sumsq"] is not None else None
     res = split_tests(
-        calls, time, sumsq, n_t, _candidate_splits(ends_t, n_t, deploy, tolerance, settings), settings.threshold
+        calls,
+        time,
+        sumsq,
+        n_t,
+        _candidate_splits(ends_t, n_t, deploy, tolerance, settings),
+        settings.threshold,
+        known.rows(tested) if known is not None else None,
     )
     found["t_stat"][tested], found["dof"][tested], found["p_value"][tested] = res.t, res.dof, res.p
     found["segment_mean_before_ms"][tested], found["segment_mean_after_ms"][tested] = res.mean_a, res.mean_b
@@ -347,6 +369,52 @@ def _candidate_splits(
         at_deploy = ((ends <= deploy) & inside).sum(axis=1)
         near &= k >= at_deploy[:, None]
     return (k >= side) & (k <= n[:, None] - side) & near
+
+
+def _history_rows(samples: WindowSamples, history: pd.DataFrame | None, settings: EngineSettings) -> History | None:
+    """Each query's history estimates (of the key it is reported under; failing that, of a key merged into it), the
+    intervals capped at settings.history_max_intervals and zeroed below history_min_intervals; None when no query
+    has usable ones, so the test runs exactly as without history."""
+    if history is None:
+        return None
+    if not isinstance(history, pd.DataFrame):
+        raise TypeError(f"history must be a pandas DataFrame, not {type(history).__name__}")
+    missing = [c for c in HISTORY if c not in history.columns]
+    if missing:
+        raise ValueError(f"history is missing column(s) {', '.join(missing)} (needs {', '.join(HISTORY)})")
+    if history["query_key"].duplicated().any():
+        raise ValueError("history.query_key has duplicates: one row of estimates per statement")
+    values = {}
+    for name in HISTORY[1:]:
+        try:
+            values[name] = history[name].to_numpy(dtype=np.float64, na_value=np.nan)
+        except (TypeError, ValueError):
+            raise ValueError(f"history.{name} must be numeric") from None
+        if np.isinf(values[name]).any():
+            raise ValueError(f"history.{name} has infinite values")
+    rho, dispersion, intervals = values["serial_correlation"], values["dispersion"], values["intervals"]
+    if ((np.abs(rho) >= 1) & ~np.isnan(rho)).any():
+        raise ValueError("history.serial_correlation must lie strictly between -1 and 1")
+    if ((dispersion < 0) | (intervals < 0)).any():
+        raise ValueError("history.dispersion and history.intervals must not be negative")
+    index = pd.Index(history["query_key"])
+    row = index.get_indexer(samples.keys)
+    for g, merged in enumerate(samples.merged):  # a rotated queryid: the history of a key merged into it
+        for key in merged:
+            if row[g] >= 0:
+                break
+            row[g] = index.get_indexer([key])[0]
+    usable = (row >= 0) & ~np.isnan(rho[row]) & ~np.isnan(dispersion[row]) & (dispersion[row] > 0)
+    n = np.where(usable, intervals[row], 0.0)
+    n = np.where(n >= settings.history_min_intervals, np.minimum(n, settings.history_max_intervals), 0.0)
+    if not (n > 0).any():
+        return None
+    return History(
+        rho=np.where(n > 0, rho[row], 0.0),
+        dispersion=np.where(n > 0, dispersion[row], 1.0),
+        intervals=n,
+        conflict_alpha=settings.history_conflict_alpha,
+    )
 
 
 def _empty_result(samples: WindowSamples) -> pd.DataFrame:

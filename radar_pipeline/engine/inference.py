@@ -37,8 +37,9 @@ squares times f(ρ̂), so Var ln V̂ ≈ 2/(n_eff − 1) + Var ln f(ρ̂), and b
 Var ln f(ρ̂) ≈ (2/(1 − ρ²))² (1 − ρ²)/n = 4/((1 − ρ²) n); matching 2/ν (Satterthwaite 1946) gives the side's
 ν = 2 / (2/(n_eff − 1) + 4/((1 − ρ²) n)). With 30 intervals a side the level in the far tail, where a family budget
 spread over thousands of statements puts it (10⁻⁵ and below), depends on it: at φ ≈ 0.8, ρ̂ from 60 points is often
-low by chance, and a t reference that ignores that rejects too readily. It is not enough yet: with every statement on
-H0's boundary the engine still spends about twice its budget (README, benchmarks/detection_quality.py).
+low by chance, and a t reference that ignores that rejects too readily. On its window alone that is not enough: with
+every statement on H0's boundary the engine spends about twice its budget (README, benchmarks/detection_quality.py);
+a statement's own history (below, "History") is what buys it back.
 
 A short side. Under H0 a slowdown scales a statement's times, so the relative dispersion per call is the same on both
 sides; the pooled κ̂ = (Σ_A e²/μ̂_A² + Σ_B e²/μ̂_B²)/(C_A + C_B) estimates it from every interval. A side's sandwich
@@ -48,6 +49,39 @@ intervals whose few calls happen to lie low and close together — likely when p
 log-normal with CV 2 has most of its calls below the mean) — looks precise, Welch–Satterthwaite follows the long
 side's degrees of freedom, and the periodic check (whose splits reach the window's edges) reported such statements
 at 4.6 times its daily budget on interval means (engine 2.1.1: 19 in 1,000 null checks, 0.46 a day).
+
+History. Given `History` for a statement (estimated from its own earlier days by `noise`, from before the window),
+the two things the window estimates worst come from more data, of which at most `history_max_intervals` intervals
+count however long the history (a power prior's discount, Ibrahim & Chen 2000: other days may not be quite today):
+
+- the inflation. A latency series' residuals are not AR(1): per-call noise is white and overdispersion persistent,
+  so ρ_k = ρ_1 φ^(k−1) (AR(1) plus white noise, an ARMA(1, 1)), and the AR(1) reading (1 + ρ_1)/(1 − ρ_1) of the
+  lag-1 correlation understates the long-run variance inflation f = 1 + 2 ρ_1 / (1 − φ) (φ = 0.8 with half the
+  variance white gives ρ_1 = 0.4: 2.3 where f is 5). Thirty intervals a side cannot tell φ from ρ_1, a day of them
+  can (φ = ρ_2 / ρ_1); the window's test uses the history's f (its AR(1)-equivalent coefficient (f − 1)/(f + 1) is
+  what `serial_correlation` reports), and the window's lag-1 correlation only to check it (below). This is what made
+  the window-only test liberal in the far tail for φ > 0.6, beside ρ̂'s noise.
+- the dispersion. The history's relative dispersion per call κ_h predicts a side's relative variance κ_h / C. The
+  side's variance is the precision-weighted mix of the window's own estimate û (the sandwich and floor above, on
+  d = n/f − 1 degrees of freedom) and that prediction (d_h = N/f − 1 for N intervals of history): f · (d û +
+  d_h κ_h / C) / (d + d_h), the posterior of a scaled-inverse-χ² prior, as the moderated t of Smyth (2004) has it
+  with other genes where we have the statement's other days. Its degrees of freedom are Satterthwaite's over the
+  independent mean squares (each side's own, and the history's, shared by both sides, so its two coefficients add
+  before squaring), with the uncertainty of ln f from N intervals for the share of se² that f scales: a statement
+  with a day of history is tested against a t on hundreds of degrees of freedom, near the normal reference, and
+  where the per-call term dominates a side, that side is as without history.
+- conflict. A window whose pooled dispersion exceeds what the history predicts at level `conflict_alpha` (F test
+  on the degrees of freedom of both), or whose bias-corrected lag-1 correlation exceeds the history's reading by
+  that normal quantile, is not the history's kind of day (a prior–data conflict, Evans & Moshonov 2006): it is
+  tested on its own, exactly as without history. A calmer window is no conflict: the mix only makes it more
+  conservative. And one side whose own variance exceeds the history's prediction for its calls at SIDE_ALPHA keeps
+  its own variance and degrees of freedom: a sparse statement with skewed per-call times (a log-normal of CV 3) has
+  a rare call hundreds of times its mean, its history's dispersion (made mostly of ordinary calls) is low beside
+  it, and a mean of a few such calls is far from normal; the window's own variance grows with that call, so the
+  window-only t stays moderate (it is self-normalised). Without this, the hourly check, whose splits reach a few
+  intervals from its window's edge, reported such statements (benchmarks/detection_quality.py).
+
+A statement without usable history (none stored, too few intervals, NaN) is tested exactly as by engine 2.2.0.
 
 Selection. The split is not fixed: it is chosen among the K candidate splits the caller allows (the decision's:
 at or after the deploy, within the tolerance), where t is largest. A test at the maximising split is not a test at a
@@ -87,6 +121,27 @@ CI_LEVEL = 0.95
 # uncertainty of ρ̂ is also carried by the degrees of freedom, and 0.5 with it holds the level better than 1 without
 # (benchmarks/calibration_check.py, and the boundary null of benchmarks/detection_quality.py).
 RHO_MARGIN = 0.5
+# A side whose own variance exceeds its history's prediction at this level keeps its own (module docstring,
+# "History"): a check that errs towards the window-only test, so it may be lenient.
+SIDE_ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class History:
+    """Per row, a statement's noise estimated from its own history before the window (module docstring,
+    "History"): rho, its serial correlation; dispersion, its relative dispersion per call; intervals, the intervals
+    they rest on as the test counts them (already capped; 0: no history, the row is tested on its window alone).
+    conflict_alpha: the level of the prior–data conflict checks."""
+
+    rho: np.ndarray
+    dispersion: np.ndarray
+    intervals: np.ndarray
+    conflict_alpha: float
+
+    def rows(self, index: np.ndarray | slice, column: bool = False) -> History:
+        """The estimates of some rows, as a column ([rows, 1]) when they meet a scan over splits."""
+        pick = (lambda v: v[index][:, None]) if column else (lambda v: v[index])  # noqa: E731
+        return History(pick(self.rho), pick(self.dispersion), pick(self.intervals), self.conflict_alpha)
 
 
 @dataclass(frozen=True)
@@ -122,12 +177,14 @@ def split_tests(
     n: np.ndarray,
     candidate: np.ndarray,
     threshold: float,
+    history: History | None = None,
 ) -> SplitTest:
     """The call-level test (module docstring) of every row at every candidate split; the best one per row.
 
     calls, time: [rows, L] per-interval ΔC and ΔT, left-aligned (zeros past n[row]); sumsq: the intervals' per-call
     sums of squares (NaN where unknown) or None; candidate: [rows, L + 1] boolean, the splits k (A = first k
-    intervals) to test. Rows with no candidate get p = 1 and NaN elsewhere.
+    intervals) to test; history: each row's estimates from its own history (None: every row on its window alone).
+    Rows with no candidate get p = 1 and NaN elsewhere.
     """
     from scipy import stats
 
@@ -185,7 +242,8 @@ def split_tests(
     a, b = side(0), side(1)
     total_n = n[:, None].astype(np.float64)
     n_a = np.broadcast_to(np.arange(lo, hi)[None, :], (rows, hi - lo)).astype(np.float64)
-    scan = _statistics(a, b, n_a, n[:, None] - n_a, total_n, centre[:, None], threshold)
+    scan_history = history.rows(slice(None), column=True) if history is not None else None
+    scan = _statistics(a, b, n_a, n[:, None] - n_a, total_n, centre[:, None], threshold, scan_history)
     valid = candidate[:, lo:hi] & scan["valid"]
     splits = candidate.sum(axis=1)
     # The largest t is the split tested (any rule may choose it: the Bonferroni bound below holds for all of them).
@@ -196,7 +254,11 @@ def split_tests(
     # The prefix sums chose the split; its figures are recomputed in two passes (residuals about each side's own
     # mean), which keeps full precision when the two sides' levels lie orders of magnitude apart.
     exact = _statistics(
-        *_side_sums_at(c, np.asarray(time, dtype=np.float64), sumsq, n, k), n.astype(np.float64), 0.0, threshold
+        *_side_sums_at(c, np.asarray(time, dtype=np.float64), sumsq, n, k),
+        n.astype(np.float64),
+        0.0,
+        threshold,
+        history,
     )
     valid_k = tested & exact["valid"]
     pick = lambda m: np.where(valid_k, m, np.nan)  # noqa: E731
@@ -298,7 +360,12 @@ def selection_p(p_k: np.ndarray, candidate: np.ndarray, calls: np.ndarray) -> np
 
 
 def interval_from_sums(
-    a: dict[str, np.ndarray], b: dict[str, np.ndarray], n_a: np.ndarray, n_b: np.ndarray, threshold: float
+    a: dict[str, np.ndarray],
+    b: dict[str, np.ndarray],
+    n_a: np.ndarray,
+    n_b: np.ndarray,
+    threshold: float,
+    history: History | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The 95% interval of the slowdown factor at one fixed split per row, from each side's sums (calls, mean, Σe²
     about the side's mean, lag-1 Σe·e, and optionally Σ S, Σ (c − 1)), with the same variance as the test: for
@@ -307,7 +374,7 @@ def interval_from_sums(
 
     n_a = n_a.astype(np.float64)
     n_b = n_b.astype(np.float64)
-    exact = _statistics(a, b, n_a, n_b, n_a + n_b, 0.0, threshold)
+    exact = _statistics(a, b, n_a, n_b, n_a + n_b, 0.0, threshold, history)
     ok = (exact["mean_a"] > 0) & (exact["mean_b"] > 0) & (n_a >= 2) & (n_b >= 2)
     nu = np.where(ok & np.isfinite(exact["nu"]), exact["nu"], 1.0)
     half = np.where(exact["se"] == 0, 0.0, stats.t.ppf(0.5 + CI_LEVEL / 2, nu) * exact["se"])
@@ -350,9 +417,11 @@ def _statistics(
     total_n: np.ndarray,
     centre: np.ndarray | float,
     threshold: float,
+    history: History | None = None,
 ) -> dict[str, np.ndarray]:
     """From each side's sums (calls, centred mean, Σe², lag-1 Σe·e, and optionally Σ S and Σ (c − 1)) to the test:
-    ρ, t, Welch–Satterthwaite ν, the log ratio and its standard error (module docstring)."""
+    ρ, t, Welch–Satterthwaite ν, the log ratio and its standard error (module docstring); with `history`, the
+    statements that have it use the window's estimates combined with their history's (`_with_history`)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         mean_a = a["mean"] + centre
         mean_b = b["mean"] + centre
@@ -361,7 +430,8 @@ def _statistics(
         scale_a = np.where(mean_a > 0, 1.0 / mean_a**2, 0.0)
         scale_b = np.where(mean_b > 0, 1.0 / mean_b**2, 0.0)
         ee = a["ee"] * scale_a + b["ee"] * scale_b
-        rho = _serial_correlation(np.where(ee > 0, (a["acov"] * scale_a + b["acov"] * scale_b) / ee, 0.0), total_n)
+        rho_hat = np.where(ee > 0, (a["acov"] * scale_a + b["acov"] * scale_b) / ee, 0.0)
+        rho = _serial_correlation(rho_hat, total_n)
         inflation = (1 + rho) / (1 - rho)
         # The floor of each side's sandwich (module docstring, "A short side"): the pooled relative dispersion per call.
         pooled = ee / (a["calls"] + b["calls"])
@@ -384,10 +454,13 @@ def _statistics(
             u.append(v / mean**2)
             dof.append(d)
         se2 = u[0] + u[1]
+        nu = se2**2 / (u[0] ** 2 / dof[0] + u[1] ** 2 / dof[1])
+        if history is not None:
+            use, h_se2, h_nu, h_rho = _with_history(a, b, n_a, n_b, total_n, mean_a, mean_b, ee, rho_hat, history)
+            se2, nu, rho = np.where(use, h_se2, se2), np.where(use, h_nu, nu), np.where(use, h_rho, rho)
         log_ratio = np.log(mean_b) - np.log(mean_a)
         excess = log_ratio - np.log1p(threshold)
         t = excess / np.sqrt(se2)
-        nu = se2**2 / (u[0] ** 2 / dof[0] + u[1] ** 2 / dof[1])
     certain = se2 == 0
     t = np.where(certain, np.where(excess > 0, np.inf, np.where(excess < 0, -np.inf, np.nan)), t)
     nu = np.where(certain | ~np.isfinite(nu), np.where(certain, np.inf, 1.0), nu)
@@ -402,6 +475,89 @@ def _statistics(
         "log_ratio": log_ratio,
         "se": np.sqrt(se2),
     }
+
+
+def _with_history(
+    a: dict[str, np.ndarray],
+    b: dict[str, np.ndarray],
+    n_a: np.ndarray,
+    n_b: np.ndarray,
+    total_n: np.ndarray,
+    mean_a: np.ndarray,
+    mean_b: np.ndarray,
+    ee: np.ndarray,
+    rho_hat: np.ndarray,
+    history: History,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The test's variance, degrees of freedom and ρ where the statement's own history is combined with the window
+    (module docstring, "History"); and where it is used: statements with history whose window does not conflict with
+    it. Called inside `_statistics`' error state."""
+    from scipy import special
+
+    n_h, rho_h, kappa_h = history.intervals, history.rho, history.dispersion
+    rho = np.clip(rho_h, 0.0, RHO_MAX)  # the history's long-run reading, its margin already in (noise)
+    inflation = (1 + rho) / (1 - rho)
+    rho_w = rho_hat + 2 * (1 + 3 * rho_hat) / total_n  # the window's own, bias-corrected as in _serial_correlation
+    dof_h = np.maximum(n_h * (1 - rho) / (1 + rho) - 1, 0.0)
+    pooled = ee / (a["calls"] + b["calls"])
+    own_terms: list[np.ndarray] = []
+    own_dofs: list[np.ndarray] = []
+    prior_coef: np.ndarray | float = 0.0
+    calls_terms: np.ndarray | float = 0.0
+    prior_dof = np.maximum(dof_h, 1.0)
+    for sd, size, mean in ((a, n_a, mean_a), (b, n_b, mean_b)):
+        # The window's own relative variance of the side's mean, as the window-only test has it (floor included).
+        own = np.fmax(sd["ee"] / sd["calls"] ** 2, pooled / sd["calls"] * mean**2) / mean**2
+        own = size / np.maximum(size - inflation, 1.0) * own
+        dof_own = np.maximum(size * (1 - rho) / (1 + rho) - 1, 1.0)
+        # A side noisier than its history predicts for its calls (a rare huge call of a sparse, skewed statement)
+        # keeps its own variance, which grows with that call, and its own degrees of freedom (self-normalisation).
+        alone = _f_exceeds(own / (kappa_h / sd["calls"]), dof_own, prior_dof, SIDE_ALPHA)
+        share = np.where(alone, 1.0, dof_own / (dof_own + dof_h))
+        own_part, prior_part = inflation * share * own, inflation * (1 - share) * kappa_h / sd["calls"]
+        if "ss" in sd:
+            v_calls = sd["ss"] / sd["ss_dof"] / sd["calls"] / mean**2
+            use_calls = v_calls > own_part + prior_part  # False where v_calls is NaN
+            own_part = np.where(use_calls, v_calls, own_part)
+            own_dofs.append(np.where(use_calls, sd["ss_dof"], dof_own))
+            prior_part = np.where(use_calls, 0.0, prior_part)
+            calls_terms = calls_terms + np.where(use_calls, v_calls, 0.0)
+        else:
+            own_dofs.append(dof_own)
+        own_terms.append(own_part)
+        prior_coef = prior_coef + prior_part
+    se2 = own_terms[0] + own_terms[1] + prior_coef
+    # Satterthwaite over the independent mean squares: each side's own, and the history's (one estimate, shared by
+    # both sides, so its two coefficients add before squaring); then the uncertainty of ln f for the share of se² that
+    # f scales, as in the window-only test but from the history's N intervals.
+    spread = own_terms[0] ** 2 / own_dofs[0] + own_terms[1] ** 2 / own_dofs[1]
+    spread = spread + np.where(dof_h > 0, prior_coef**2 / np.maximum(dof_h, 1e-300), 0.0)
+    scaled = (se2 - calls_terms) / se2
+    nu = 1 / (spread / se2**2 + 2 * scaled**2 / ((1 - rho**2) * n_h))
+    # Prior–data conflict (Evans & Moshonov 2006): a window noisier or more correlated than its history allows, at
+    # level `conflict_alpha`, is tested on its own, as without history.
+    kappa_w = ee / (
+        a["calls"] * np.maximum(n_a - inflation, 1.0) / n_a + b["calls"] * np.maximum(n_b - inflation, 1.0) / n_b
+    )
+    dof_w = np.maximum(total_n / inflation - 2, 1.0)
+    noisier = _f_exceeds(kappa_w / kappa_h, dof_w, prior_dof, history.conflict_alpha)
+    z_rho = (rho_w - rho) / np.sqrt(np.maximum(1 - rho**2, 1e-12) * (1 / total_n + 1 / np.maximum(n_h, 1.0)))
+    more_correlated = z_rho > special.ndtri(1 - history.conflict_alpha)
+    use = (n_h > 0) & (kappa_h > 0) & ~noisier & ~more_correlated & np.isfinite(se2) & np.isfinite(nu)
+    return use, se2, nu, rho
+
+
+def _f_exceeds(ratio: np.ndarray, dfn: np.ndarray, dfd: np.ndarray, alpha: float) -> np.ndarray:
+    """Where a ratio of two variance estimates lies beyond the upper `alpha` point of F(dfn, dfd). The tail is only
+    computed where the ratio exceeds 1 (an upper point of F at alpha ≤ 0.5 never lies below it), which keeps the
+    scan cheap."""
+    from scipy import special
+
+    ratio, dfn, dfd = np.broadcast_arrays(ratio, dfn, dfd)
+    out = np.zeros(ratio.shape, dtype=bool)
+    above = np.isfinite(ratio) & (ratio > 1) & np.isfinite(dfn) & np.isfinite(dfd)
+    out[above] = special.fdtrc(dfn[above], dfd[above], ratio[above]) < alpha
+    return out | (ratio == np.inf)
 
 
 def _serial_correlation(rho_hat: np.ndarray, total_n: np.ndarray) -> np.ndarray:

@@ -6,11 +6,12 @@ from dataclasses import asdict, dataclass, fields
 from datetime import timedelta
 from typing import Any
 
-ENGINE_VERSION = "2.2.0"  # 2.1: the minimum absolute rise; a step told from a drift by two models; 2.1.1: the
+ENGINE_VERSION = "2.3.0"  # 2.1: the minimum absolute rise; a step told from a drift by two models; 2.1.1: the
 # serial correlation pooled over both sides on the relative scale; a statement first seen at the target's first
 # scrape is no new load; 2.2: the choice of split paid by the chain bound instead of Bonferroni, a side's variance
 # floored by the pooled relative dispersion, Kendall's bias of two separately demeaned sides, and degrees of freedom
-# that carry the uncertainty of ρ̂ (margin 0.5 standard errors instead of 1)
+# that carry the uncertainty of ρ̂ (margin 0.5 standard errors instead of 1); 2.3: a statement's serial correlation
+# and dispersion from its own history, when the caller gives them, combined with its window's (without: as 2.2)
 # Calls a window mean needs before it stands for a statement's level (a history point, an episode's recovery): with
 # per-call CV 1 such a mean is good to about ±10%. Engine 1's min_calls default; the verdicts no longer use it.
 LEVEL_MIN_CALLS = 100
@@ -41,6 +42,11 @@ class EngineSettings:
     after ≤ ρ · before" (engine/impact.py); the same factor marks a rows-per-call change.
     new_statement_share: a statement new after the deploy is reported as heavy when its execution time after is at
     least this share of the target's.
+    history_min_intervals: intervals a statement's history estimates (analyse's `history`) must rest on to be used.
+    history_max_intervals: the most intervals a history counts for, however long (a discount of the prior, as a
+    power prior's: the history is other days, which may not be quite like today); one day of one-minute scrapes.
+    history_conflict_alpha: a window noisier or more serially correlated than its history at this level is tested on
+    its own (a prior–data conflict check).
     """
 
     window: timedelta = timedelta(minutes=30)
@@ -56,6 +62,9 @@ class EngineSettings:
     fleet_min_queries: int = 5
     surge_ratio: float = 2.0
     new_statement_share: float = 0.05
+    history_min_intervals: int = 120
+    history_max_intervals: int = 1440
+    history_conflict_alpha: float = 0.001
 
     def __post_init__(self) -> None:
         problems = []
@@ -87,6 +96,17 @@ class EngineSettings:
             problems.append(f"surge_ratio must be ≥ 1, not {self.surge_ratio}")
         if not 0 < self.new_statement_share <= 1:
             problems.append(f"new_statement_share must lie in (0, 1], not {self.new_statement_share}")
+        if self.history_min_intervals < 1:
+            problems.append(f"history_min_intervals must be at least 1, not {self.history_min_intervals}")
+        if self.history_max_intervals < self.history_min_intervals:
+            problems.append(
+                f"history_max_intervals ({self.history_max_intervals}) must be at least history_min_intervals "
+                f"({self.history_min_intervals})"
+            )
+        if not 0 < self.history_conflict_alpha < 1:
+            problems.append(
+                f"history_conflict_alpha must lie strictly between 0 and 1, not {self.history_conflict_alpha}"
+            )
         if problems:
             raise ValueError("invalid EngineSettings: " + "; ".join(problems))
 

@@ -18,6 +18,7 @@ from radar_pipeline.config import Target
 from radar_pipeline.engine import EngineSettings, analyse
 from radar_pipeline.engine.impact import contention_culprits, impact
 from radar_pipeline.pgss_model import KEY
+from radar_pipeline.steps.noise import history_for
 from radar_pipeline.steps.plan_diffs import plan_diffs
 from radar_pipeline.warehouse import analysis, deploys
 
@@ -239,6 +240,9 @@ def decide_window(
     was found. The warehouse is read in a transaction that ends before the watched server is reached, and no
     transaction is open on return: a slow watched server keeps no warehouse transaction or lock waiting. With
     `samples` (read for a span holding the window) the window is cut from them instead of read.
+
+    Each statement's serial correlation and dispersion, estimated from the days before the window (steps.noise), go
+    to the engine with the counters.
     """
     timings: dict[str, float] = {}
     lo, hi = split_at - settings.window, split_at + settings.window
@@ -246,11 +250,12 @@ def decide_window(
         started = time.perf_counter()
         window = samples.window(lo, hi) if samples is not None else analysis.read_window(conn, target, lo, hi)
         health = analysis.window_health(conn, target, lo, hi)
+        history = history_for(conn, target, lo, window.keys)  # each statement's noise from the days before
         timings["read"] = time.perf_counter() - started
         conn.rollback()  # nothing written: no transaction stays open while the engine runs
 
         started = time.perf_counter()
-        result = analyse(window.counters, split_at, settings)
+        result = analyse(window.counters, split_at, settings, history=history)
         verdicts = _with_statement_keys(result, window)
         found = impact(window.counters, split_at, settings, result, watched_since=health["first_scrape"])
         culprits = contention_culprits(verdicts, found, settings)

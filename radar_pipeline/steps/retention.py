@@ -5,6 +5,7 @@ from datetime import UTC, date, datetime, time, timedelta
 
 import sqlalchemy as sa
 
+from radar_pipeline.warehouse import noise
 from radar_pipeline.warehouse.snapshots import PARTITION_DAYS_AHEAD
 
 
@@ -26,6 +27,7 @@ def apply_retention(engine: sa.Engine, keep_days: int, today: date) -> list[str]
         conn.execute(
             sa.text("DELETE FROM radar.pgss_info_snapshot WHERE captured_at < :cutoff_at"), {"cutoff_at": cutoff_at}
         )
+        noise.delete_before(conn, cutoff)  # the noise sums of those days (sql/0014)
         conn.execute(
             sa.text(
                 "DELETE FROM radar.verdict v USING radar.analysis a WHERE a.deploy_id = v.deploy_id "

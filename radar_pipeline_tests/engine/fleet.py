@@ -175,13 +175,60 @@ def _counters(
     )
 
 
-def p_at_the_deploy(counters: pd.DataFrame, with_stddev: bool) -> tuple[np.ndarray, np.ndarray]:
+def past_counters(fleet: Fleet, intervals: int, seed: int, ends_at: pd.Timestamp, scrape_s: int = 60) -> pd.DataFrame:
+    """Counters of the `intervals` scrapes before `ends_at` (the window's start: the history a statement has before
+    it), each statement with its own calls per scrape, per-call CV, overdispersion, AR(1) φ and level as in the
+    fleet, nothing changed. Without stddev_exec_time (the history estimates use interval totals only), and each
+    interval's total drawn from the Fenton–Wilkinson log-normal of its calls (mean and variance exact) however few
+    they are, so a day of history for thousands of statements is cheap to draw."""
+    rng = np.random.default_rng(seed)
+    statements = len(fleet.rate)
+    z = rng.standard_normal((statements, intervals))
+    ar = np.empty_like(z)
+    ar[:, 0] = z[:, 0]
+    for i in range(1, intervals):
+        ar[:, i] = fleet.phi * ar[:, i - 1] + np.sqrt(1 - fleet.phi**2) * z[:, i]
+    spread = fleet.spread[:, None]
+    mean = fleet.base[:, None] * np.exp(spread * ar - spread**2 / 2)
+    del z, ar
+    calls = rng.poisson(fleet.rate[:, None], (statements, intervals))
+    c = np.maximum(calls, 1).astype(np.float64)
+    fw = np.log1p(fleet.cv[:, None] ** 2 / c)  # total of c calls: mean c·m, variance c·(CV·m)²
+    total = np.where(calls > 0, rng.lognormal(np.log(c * mean) - fw / 2, np.sqrt(fw)), 0.0)
+    cum_c = np.concatenate([np.full((statements, 1), 1000.0), 1000.0 + np.cumsum(calls, axis=1)], axis=1)
+    cum_t = np.concatenate([np.zeros((statements, 1)), np.cumsum(total, axis=1)], axis=1) + 1000.0 * fleet.base[:, None]
+    every = pd.Timedelta(seconds=scrape_s)
+    times = ends_at + every * np.arange(-intervals, 1)
+    return pd.DataFrame(
+        {
+            "query_key": np.repeat(np.arange(statements), intervals + 1),
+            "captured_at": np.tile(times, statements),
+            "calls": cum_c.ravel().astype(np.int64),
+            "total_exec_time": cum_t.ravel(),
+        }
+    )
+
+
+def history_estimates(fleet: Fleet, intervals: int, seed: int, window_start: pd.Timestamp) -> pd.DataFrame:
+    """The noise estimates production would have for the fleet's statements (engine.noise, from `intervals` scrapes
+    of history ending at `window_start`), the frame analyse takes as `history`."""
+    from radar_pipeline.engine.noise import noise_estimates, noise_sums
+
+    past = past_counters(fleet, intervals, seed, window_start)
+    return noise_estimates(noise_sums(past, window_start - pd.Timedelta(minutes=intervals), window_start))
+
+
+def p_at_the_deploy(
+    counters: pd.DataFrame, with_stddev: bool, history: pd.DataFrame | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The call-level test's one-sided p of each statement at the split at DEPLOY, with θ = 0 (the null's boundary,
-    where the level is attained), from the interval sums of squares or, without stddev, the interval means only; and
-    the mask of the statements tested (three intervals or more each side), whose p's these are, in statement order."""
-    from radar_pipeline.engine.decision import _padded
+    where the level is attained), from the interval sums of squares or, without stddev, the interval means only, and
+    with the statements' `history` estimates when given (default settings); and the mask of the statements tested
+    (three intervals or more each side), whose p's these are, in statement order."""
+    from radar_pipeline.engine.decision import _history_rows, _padded
     from radar_pipeline.engine.inference import split_tests
     from radar_pipeline.engine.samples import window_samples
+    from radar_pipeline.engine.settings import EngineSettings
 
     if not with_stddev:
         counters = counters.drop(columns="stddev_exec_time")  # as the engine reads rows stored without it
@@ -193,4 +240,6 @@ def p_at_the_deploy(counters: pd.DataFrame, with_stddev: bool) -> tuple[np.ndarr
     ok = (k >= 3) & (padded["n"] - k >= 3)
     candidate = np.zeros((len(k), padded["end"].shape[1] + 1), dtype=bool)
     candidate[np.arange(len(k)), k] = ok
-    return split_tests(padded["calls"], padded["time"], padded["sumsq"], padded["n"], candidate, 0.0).p[ok], ok
+    known = _history_rows(samples, history, EngineSettings())
+    test = split_tests(padded["calls"], padded["time"], padded["sumsq"], padded["n"], candidate, 0.0, known)
+    return test.p[ok], ok

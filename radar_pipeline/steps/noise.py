@@ -1,0 +1,86 @@
+"""Each statement's noise from its own history: the per-day sums written nightly, and the estimates an analysis
+reads for its window (engine/noise.py, warehouse/noise.py, sql/0014).
+
+Plain Python, so the Dagster asset, the benchmarks and the tests run the same code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+
+import pandas as pd
+import sqlalchemy as sa
+
+from radar_pipeline.engine.noise import SUMS, noise_estimates, noise_sums
+from radar_pipeline.pgss_model import KEY
+from radar_pipeline.warehouse import analysis
+from radar_pipeline.warehouse import noise as store
+
+# The days before an analysis's window whose sums it adds up: a week of one-minute scrapes is ten thousand intervals
+# a statement, far more than the engine counts (history_max_intervals); older days are stale, and without any the
+# statement is tested on its window alone.
+HISTORY_DAYS = 7
+# A day's sums are computed once it ended this long ago by the warehouse's clock (as compaction waits for it).
+GRACE = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class NoiseDay:
+    """One target's day: the statements whose sums were stored and the samples read, or the error that left it."""
+
+    target: str
+    day: str
+    statements: int = 0
+    samples: int = 0
+    error: str | None = None
+
+
+def update_noise(engine: sa.Engine, days: int = HISTORY_DAYS, grace: timedelta = GRACE) -> list[NoiseDay]:
+    """Compute and store the sums of every target's ended days of the last `days` that have none yet, oldest first,
+    each day in a transaction of its own (a failure is reported and the day is tried again next time). The default
+    covers what an analysis of today reads; a day read from its compacted form costs several times a raw one, so
+    the first run after an upgrade, which finds a week without sums, takes longest."""
+    with engine.connect() as conn:
+        today = conn.execute(
+            sa.text("SELECT CAST((now() - :grace) AT TIME ZONE 'UTC' AS date)"), {"grace": grace}
+        ).scalar_one()
+        todo = store.days_to_compute(conn, today - timedelta(days=days), today)
+    outcomes = []
+    for target, day in todo:
+        try:
+            outcomes.append(_update_day(engine, target, day))
+        except sa.exc.DBAPIError as exc:
+            outcomes.append(NoiseDay(target, day.isoformat(), error=str(exc.orig).strip()))
+    return outcomes
+
+
+def _update_day(engine: sa.Engine, target: str, day: date) -> NoiseDay:
+    """One target's day: its samples read once (both forms, through read_window), summed, and stored."""
+    lo = datetime.combine(day, datetime.min.time(), tzinfo=UTC)
+    hi = lo + timedelta(days=1)
+    with engine.connect() as conn:
+        window = analysis.read_window(conn, target, lo, hi)
+        conn.rollback()
+    sums = noise_sums(window.counters, pd.Timestamp(lo), pd.Timestamp(hi))
+    codes = sums["query_key"].to_numpy(dtype="int64")
+    frame = pd.concat([window.keys.iloc[codes].reset_index(drop=True), sums.drop(columns="query_key")], axis=1)
+    with engine.begin() as conn:
+        store.write_day(conn, target, day, frame, len(window.counters))
+    return NoiseDay(target, day.isoformat(), statements=len(frame), samples=len(window.counters))
+
+
+def history_for(conn: sa.Connection, target: str, window_start: datetime, keys: pd.DataFrame) -> pd.DataFrame | None:
+    """The noise estimates of the window's statements (`keys`: KEY columns indexed by query_key, as read_window
+    gives them) from the HISTORY_DAYS ended before the window's first day, as analyse takes them; None when none are
+    stored (the analysis then runs as engine 2.2.0 did)."""
+    sums = store.read_before(conn, target, window_start, HISTORY_DAYS)
+    if sums.empty:
+        return None
+    statements = keys[KEY].rename_axis("query_key").reset_index()
+    for name in KEY:
+        sums[name] = sums[name].astype(statements[name].dtype)
+    joined = statements.merge(sums, on=KEY, how="inner")
+    if joined.empty:
+        return None
+    return noise_estimates(joined[["query_key", *SUMS]])
