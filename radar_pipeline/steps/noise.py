@@ -21,6 +21,8 @@ from radar_pipeline.warehouse import noise as store
 # a statement, far more than the engine counts (history_max_intervals); older days are stale, and without any the
 # statement is tested on its window alone.
 HISTORY_DAYS = 7
+# A day is read this much at a time: a whole number of the sums' blocks (engine.noise.BLOCK), so chunks add up exactly.
+CHUNK = timedelta(hours=3)
 # A day's sums are computed once it ended this long ago by the warehouse's clock (as compaction waits for it).
 GRACE = timedelta(hours=1)
 
@@ -56,18 +58,30 @@ def update_noise(engine: sa.Engine, days: int = HISTORY_DAYS, grace: timedelta =
 
 
 def _update_day(engine: sa.Engine, target: str, day: date) -> NoiseDay:
-    """One target's day: its samples read once (both forms, through read_window), summed, and stored."""
-    lo = datetime.combine(day, datetime.min.time(), tzinfo=UTC)
-    hi = lo + timedelta(days=1)
-    with engine.connect() as conn:
-        window = analysis.read_window(conn, target, lo, hi)
-        conn.rollback()
-    sums = noise_sums(window.counters, pd.Timestamp(lo), pd.Timestamp(hi))
-    codes = sums["query_key"].to_numpy(dtype="int64")
-    frame = pd.concat([window.keys.iloc[codes].reset_index(drop=True), sums.drop(columns="query_key")], axis=1)
+    """One target's day: its samples read (both forms, through read_window) a CHUNK at a time, summed, and stored.
+
+    The sums are made of blocks aligned to the epoch, which never straddle a chunk's edge, so a day's sums are
+    exactly those of its chunks added up, while a read holds only a chunk's samples in memory (a whole day of 5,000
+    statements would hold 7.2 million).
+    """
+    start = datetime.combine(day, datetime.min.time(), tzinfo=UTC)
+    parts, samples = [], 0
+    for lo in (start + i * CHUNK for i in range(int(timedelta(days=1) / CHUNK))):
+        hi = lo + CHUNK
+        with engine.connect() as conn:
+            window = analysis.read_window(conn, target, lo, hi)
+            conn.rollback()
+        sums = noise_sums(window.counters, pd.Timestamp(lo), pd.Timestamp(hi))
+        codes = sums["query_key"].to_numpy(dtype="int64")
+        parts.append(
+            pd.concat([window.keys.iloc[codes].reset_index(drop=True), sums.drop(columns="query_key")], axis=1)
+        )
+        samples += len(window.counters)
+    frame = pd.concat(parts).groupby(KEY, as_index=False, sort=True)[SUMS].sum()
+    frame = frame.astype({"intervals": "int64", "blocks": "int64"})  # counts (an empty chunk's sums are floats)
     with engine.begin() as conn:
-        store.write_day(conn, target, day, frame, len(window.counters))
-    return NoiseDay(target, day.isoformat(), statements=len(frame), samples=len(window.counters))
+        store.write_day(conn, target, day, frame, samples)
+    return NoiseDay(target, day.isoformat(), statements=len(frame), samples=samples)
 
 
 def history_for(conn: sa.Connection, target: str, window_start: datetime, keys: pd.DataFrame) -> pd.DataFrame | None:
