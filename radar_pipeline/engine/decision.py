@@ -122,9 +122,6 @@ def analyse(
         return out
 
     sides = _window_sides(samples, deploy)
-    for name in ("n_before", "n_after", "calls_before", "calls_after", "mean_before_ms", "mean_after_ms"):
-        out[name] = sides[name]
-    out["change_factor"] = sides["change_factor"]
     verdict, reason = _floors(sides, settings)
     decidable = verdict != INSUFFICIENT_DATA
     weight = family_weights(sides["time_before"], decidable, settings.budget_time_weight)
@@ -145,15 +142,21 @@ def analyse(
     _intervals_without_split(samples, sides, decidable, settings, found, known)
     _family_decision(found, weight, settings, verdict, reason)
 
-    out["verdict"], out["reason"] = verdict, reason
-    out["change_at"] = pd.to_datetime(
+    # The result's columns gathered first and framed once: a column set at a time costs pandas a copy each.
+    columns: dict[str, object] = {name: out[name] for name in ("query_key", "merged_keys")}
+    for name in ("n_before", "n_after", "calls_before", "calls_after", "mean_before_ms", "mean_after_ms"):
+        columns[name] = sides[name]
+    columns["change_factor"] = sides["change_factor"]
+    columns["verdict"], columns["reason"] = verdict, reason
+    columns["change_at"] = pd.to_datetime(
         np.where(found["change_at"] == NAT, np.datetime64("NaT"), found["change_at"].view("datetime64[ns]")), utc=True
     )
     for name in COLUMNS:
         if name in found and name != "change_at":
-            out[name] = found[name]
-    out["budget_share"] = np.where(decidable, settings.false_alert_budget * weight, np.nan)
-    out["confidence"] = 1.0 - out["p_family"]
+            columns[name] = found[name]
+    columns["budget_share"] = np.where(decidable, settings.false_alert_budget * weight, np.nan)
+    columns["confidence"] = 1.0 - found["p_family"]
+    out = pd.DataFrame({name: columns[name] if name in columns else out[name] for name in COLUMNS})
     for name, values in explain(samples, out, settings).items():
         out[name] = values
     return out
