@@ -218,16 +218,42 @@ def test_deploys_share_a_read_when_windows_overlap_or_lie_in_the_same_compacted_
     def grouped(events, costs) -> list[list[str]]:
         return [[e.deploy_id for e in g] for g in shared_spans(events, window, costs)]
 
-    raw = {"a": ReadCosts(1_000, frozenset())}
+    raw = {"a": ReadCosts(1_000, 1.0, frozenset())}
     # raw days: only overlapping windows share, and over two hours at most
     assert grouped(at("a", 1, 1.5, 3, 4, 4.25, 4.5, 4.75, 5, 5.25, 5.5), raw) == [
         ["a-1", "a-1.5"], ["a-3"], ["a-4", "a-4.25", "a-4.5", "a-4.75", "a-5"], ["a-5.25", "a-5.5"]
     ]  # fmt: skip
     # compacted days: a day's deploys share one read whatever their gaps, while the samples stay under the cap
-    compacted = {"a": ReadCosts(1_000, frozenset({day.date(), (day - timedelta(days=1)).date()}))}
+    compacted = {"a": ReadCosts(1_000, 1.0, frozenset({day.date(), (day - timedelta(days=1)).date()}))}
     assert grouped(at("a", 1, 7, 13, 19), compacted) == [["a-1", "a-7", "a-13"], ["a-19"]]  # 19 h hold over a million
     assert grouped(at("a", 1, 7, 23.75), compacted) == [["a-1", "a-7"], ["a-23.75"]]  # its window ends on a raw day
-    big = {"a": ReadCosts(int(SHARED_SAMPLES / 60 / 6), compacted["a"].compacted_days)}  # six hours hold the cap
+    big = {"a": ReadCosts(int(SHARED_SAMPLES / 60 / 6), 1.0, compacted["a"].compacted_days)}  # 6 hours hold the cap
     assert grouped(at("a", 1, 4, 6, 8), big) == [["a-1", "a-4", "a-6"], ["a-8"]]  # 0:30 to 6:30, then 8 hours
     # targets never share; costs of another target do not apply
     assert grouped(at("a", 1) + at("b", 1.25) + at("a", 2), {"b": compacted["a"]}) == [["a-1"], ["a-2"], ["b-1.25"]]
+
+    fast = {"a": ReadCosts(int(SHARED_SAMPLES / 60 / 24), 4.0, compacted["a"].compacted_days)}  # every 15 s: 6 hours
+    assert grouped(at("a", 1, 4, 6, 8), fast) == [["a-1", "a-4", "a-6"], ["a-8"]]
+
+
+def test_a_warehouse_failure_before_the_analyses_fails_each_deploy_and_costs_are_optional(
+    recorded, warehouse, warehouse_url, monkeypatch
+):
+    from radar_pipeline.steps import deploy_analysis
+    from radar_pipeline.warehouse import analysis
+
+    settings = _resources(warehouse_url)["analysis"].settings()
+
+    def down(*args, **kwargs):
+        raise sa.exc.OperationalError("SELECT", {}, Exception("canceling statement due to statement timeout"))
+
+    with monkeypatch.context() as patched:
+        patched.setattr(deploys, "get_many", down)
+        outcome = list(deploy_analysis.analyse_deploys(warehouse, recorded, settings))
+    assert [d for d, _ in outcome] == recorded and all(isinstance(r, sa.exc.OperationalError) for _, r in outcome)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(analysis, "read_costs", down)  # only an optimisation: the deploys are still analysed
+        outcome = dict(deploy_analysis.analyse_deploys(warehouse, recorded, settings))
+    assert isinstance(outcome.pop("b-open"), deploy_analysis.AnalysisRefused)
+    assert all(not isinstance(r, Exception) for r in outcome.values()), outcome

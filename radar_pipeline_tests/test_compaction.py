@@ -198,6 +198,8 @@ def test_a_window_cut_from_a_wider_span_is_the_window_read_alone(warehouse):
                 assert list(zip(*columns, strict=True)) == _window_by_rule(rows, lo, hi)
             with pytest.raises(ValueError, match="is not inside the samples read"):
                 span.window(lo - timedelta(hours=6), hi)
+            with pytest.raises(ValueError, match="has no time zone"):  # the server and numpy would read it apart
+                read_window(conn, "t", lo.replace(tzinfo=None), hi)
             # which days a backfill's run may read whole for several deploys (steps.deploy_analysis.shared_spans)
             costs = read_costs(conn, {"t": (START, START + timedelta(days=3, hours=4))})
             assert costs["t"].compacted_days == ({FIRST + timedelta(days=d) for d in range(3)} if compacted else set())

@@ -110,3 +110,11 @@ def test_without_stored_sums_the_analysis_runs_on_its_window_alone(warehouse):
         result.verdicts.sort_values("query_key")["p_value"].to_numpy(),
         alone.sort_values("query_key")["p_value"].to_numpy(),
     )
+
+
+def test_a_day_is_read_in_chunks_of_whole_blocks():
+    """_update_day adds up a day's chunks: that is the day's sums only while no block straddles a chunk's edge."""
+    from radar_pipeline.engine.noise import BLOCK
+    from radar_pipeline.steps.noise import CHUNK
+
+    assert CHUNK % BLOCK == timedelta(0) and timedelta(days=1) % CHUNK == timedelta(0)

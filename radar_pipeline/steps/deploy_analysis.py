@@ -109,22 +109,30 @@ def analyse_deploys(
     """
     ready: list[deploys.DeployEvent] = []
     refused: list[tuple[str, Exception]] = []
-    with engine.connect() as conn:
-        stored = deploys.get_many(conn, list(deploy_ids))
-        for deploy_id in deploy_ids:
-            try:
-                ready.append(_closed_event(conn, deploy_id, stored.get(deploy_id), settings, settle))
-            except AnalysisRefused as exc:
-                refused.append((deploy_id, exc))
-        reach: dict[str, tuple[datetime, datetime]] = {}
-        for event in ready:
-            lo, hi = reach.get(event.target, (_deployed_at(event), _deployed_at(event)))
-            reach[event.target] = (min(lo, _deployed_at(event)), max(hi, _deployed_at(event)))
-        costs = analysis.read_costs(
-            conn, {t: (lo - settings.window, hi + settings.window) for t, (lo, hi) in reach.items()}
-        )
-        spans = shared_spans(ready, settings.window, costs)
+    try:
+        with engine.connect() as conn:
+            stored = deploys.get_many(conn, list(deploy_ids))
+            for deploy_id in deploy_ids:
+                try:
+                    ready.append(_closed_event(conn, deploy_id, stored.get(deploy_id), settings, settle))
+                except AnalysisRefused as exc:
+                    refused.append((deploy_id, exc))
+    except Exception as exc:  # the warehouse failed before any deploy could be looked at: each one fails with it
+        yield from ((deploy_id, exc) for deploy_id in deploy_ids)
+        return
     yield from refused
+    reach: dict[str, tuple[datetime, datetime]] = {}
+    for event in ready:
+        lo, hi = reach.get(event.target, (_deployed_at(event), _deployed_at(event)))
+        reach[event.target] = (min(lo, _deployed_at(event)), max(hi, _deployed_at(event)))
+    try:
+        with engine.connect() as conn:
+            costs = analysis.read_costs(
+                conn, {t: (lo - settings.window, hi + settings.window) for t, (lo, hi) in reach.items()}
+            )
+    except Exception:  # only an optimisation: without them, deploys share reads of overlapping windows alone
+        costs = {}
+    spans = shared_spans(ready, settings.window, costs)
     for group in spans:
         samples, read_s = None, 0.0
         if len(group) > 1:

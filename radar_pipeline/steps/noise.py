@@ -60,9 +60,9 @@ def update_noise(engine: sa.Engine, days: int = HISTORY_DAYS, grace: timedelta =
 def _update_day(engine: sa.Engine, target: str, day: date) -> NoiseDay:
     """One target's day: its samples read (both forms, through read_window) a CHUNK at a time, summed, and stored.
 
-    The sums are made of blocks aligned to the epoch, which never straddle a chunk's edge, so a day's sums are
-    exactly those of its chunks added up, while a read holds only a chunk's samples in memory (a whole day of 5,000
-    statements would hold 7.2 million).
+    The sums are made of blocks aligned to the epoch, which never straddle a chunk's edge, so a day's sums are those
+    of its chunks added up (the same to the last bits of floating-point rounding), while a read holds only a chunk's
+    samples in memory (a whole day of 5,000 statements would hold 7.2 million).
     """
     start = datetime.combine(day, datetime.min.time(), tzinfo=UTC)
     parts, samples = [], 0
@@ -76,7 +76,7 @@ def _update_day(engine: sa.Engine, target: str, day: date) -> NoiseDay:
         parts.append(
             pd.concat([window.keys.iloc[codes].reset_index(drop=True), sums.drop(columns="query_key")], axis=1)
         )
-        samples += len(window.counters)
+        samples += int((window.counters["captured_at"] > pd.Timestamp(lo)).sum())  # not the earlier rows read
     frame = pd.concat(parts).groupby(KEY, as_index=False, sort=True)[SUMS].sum()
     frame = frame.astype({"intervals": "int64", "blocks": "int64"})  # counts (an empty chunk's sums are floats)
     with engine.begin() as conn:

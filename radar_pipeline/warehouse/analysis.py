@@ -102,7 +102,14 @@ class StoredSamples:
 
 
 def _naive_utc(at: datetime) -> datetime:
-    return at.astimezone(UTC).replace(tzinfo=None)
+    return _aware(at).astimezone(UTC).replace(tzinfo=None)
+
+
+def _aware(at: datetime) -> datetime:
+    """`at`, refused when it has no time zone: the server would read it in its session's, numpy in none."""
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise ValueError(f"window bound {at.isoformat()} has no time zone")
+    return at
 
 
 def read_window(
@@ -122,6 +129,7 @@ def read_samples(
     The rows travel as one binary COPY read straight into numpy (binary_copy) and are put in order here, which costs
     the server neither a sort nor an aggregate. `only` (KEY columns) limits the read to those statements.
     """
+    lo, hi = _aware(lo), _aware(hi)
     stream = bytearray()  # one copy of the stream in memory, not a block each and their join
     with driver(conn).cursor() as cur:
         with cur.copy(_samples_query(target, lo, hi, only)) as copy:
@@ -143,10 +151,12 @@ def read_samples(
 
 @dataclass(frozen=True)
 class ReadCosts:
-    """What a read of a target's samples costs: how many statements its catalogue holds, and which days are stored
-    compacted (a window there opens each statement's whole day)."""
+    """What a read of a target's samples costs: how many statements its catalogue holds, how many scrapes a minute it
+    had over the span looked at, and which days are stored compacted (a window there opens each statement's whole
+    day)."""
 
     statements: int
+    scrapes_per_minute: float
     compacted_days: frozenset[date]
 
     def compacted(self, lo: datetime, hi: datetime) -> bool:
@@ -155,17 +165,23 @@ class ReadCosts:
         return all(first + timedelta(days=d) in self.compacted_days for d in range((last - first).days + 1))
 
     def samples(self, span: timedelta) -> float:
-        """The samples a read of `span` may hold, one a minute for each statement."""
-        return self.statements * span.total_seconds() / 60.0
+        """The samples a read of `span` may hold: every statement at every scrape."""
+        return self.statements * self.scrapes_per_minute * span.total_seconds() / 60.0
 
 
 def read_costs(conn: sa.Connection, spans: Mapping[str, tuple[datetime, datetime]]) -> dict[str, ReadCosts]:
-    """ReadCosts of each target, its compacted days looked for over its span (lo, hi] only."""
+    """ReadCosts of each target over its span (lo, hi]: its scrapes and compacted days there (at least one scrape a
+    minute is assumed, so a target scraped less often is not sized by a gap)."""
     out = {}
     for target, (lo, hi) in sorted(spans.items()):
-        statements = conn.execute(
-            sa.text("SELECT count(*) FROM radar.query WHERE target = :t"), {"t": target}
-        ).scalar_one()
+        statements, scrapes = conn.execute(
+            sa.text(
+                "SELECT (SELECT count(*) FROM radar.query WHERE target = :t), "
+                "(SELECT count(*) FROM radar.pgss_info_snapshot WHERE target = :t AND captured_at > :lo "
+                "AND captured_at <= :hi)"
+            ),
+            {"t": target, "lo": lo, "hi": hi},
+        ).one()
         days = conn.execute(
             sa.text(
                 "SELECT CAST(d AS date) FROM generate_series(CAST(:lo AS date), CAST(:hi AS date), interval '1 day') d "
@@ -173,7 +189,8 @@ def read_costs(conn: sa.Connection, spans: Mapping[str, tuple[datetime, datetime
             ),
             {"t": target, "lo": lo.astimezone(UTC).date(), "hi": hi.astimezone(UTC).date()},
         ).scalars()
-        out[target] = ReadCosts(int(statements), frozenset(days))
+        rate = max(1.0, int(scrapes) / max((hi - lo).total_seconds() / 60.0, 1.0))
+        out[target] = ReadCosts(int(statements), rate, frozenset(days))
     return out
 
 
