@@ -64,7 +64,10 @@ def without_index(engine: sa.Engine, index: str) -> Iterator[sa.Connection]:
             conn.rollback()
 
 
-def timed(fn: Callable[[], Any], n: int = 3) -> float:
+def timed(fn: Callable[[], Any], n: int = 3, warm: bool = False) -> float:
+    """Median seconds of `n` calls of fn (after one untimed call when `warm`)."""
+    if warm:
+        fn()
     runs = []
     for _ in range(n):
         started = time.perf_counter()

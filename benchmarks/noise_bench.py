@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import statistics
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from analysis_bench import START, fill  # noqa: E402
-from hot_paths_bench import explain  # noqa: E402
+from hot_paths_bench import explain, timed  # noqa: E402
 
 from radar_pipeline.demo.local_postgres import LocalPostgres  # noqa: E402
 from radar_pipeline.steps.compaction import compact_history  # noqa: E402
@@ -59,23 +58,13 @@ def plan_nodes(plan: dict) -> str:
     return f"{plan['Execution Time']:.1f} ms: " + " > ".join(nodes)
 
 
-def median_seconds(fn, n: int = 5) -> float:  # type: ignore[no-untyped-def]
-    fn()
-    runs = []
-    for _ in range(n):
-        started = time.perf_counter()
-        fn()
-        runs.append(time.perf_counter() - started)
-    return statistics.median(runs)
-
-
 def nightly(engine: sa.Engine, queries: int) -> None:
     fill(engine, "night", queries, 1441, regressed_from=None, seed=3)
     with engine.begin() as conn:
         conn.execute(sa.text("ANALYZE radar.pgss_snapshot"))
     hour = (START + timedelta(hours=12), START + timedelta(hours=13))
     with engine.connect() as conn:
-        anchor = median_seconds(lambda: read_window(conn, "night", *hour), 3)
+        anchor = timed(lambda: read_window(conn, "night", *hour), 3, warm=True)
     days = (pd.Timestamp.now(tz="UTC").date() - START.date()).days + 2
     started = time.perf_counter()
     done = update_noise(engine, days=days)
@@ -86,7 +75,7 @@ def nightly(engine: sa.Engine, queries: int) -> None:
         conn.execute(sa.text("DELETE FROM radar.statement_noise_day"))
         conn.execute(sa.text("DELETE FROM radar.statement_noise"))
     with engine.connect() as conn:
-        anchor_compacted = median_seconds(lambda: read_window(conn, "night", *hour), 3)
+        anchor_compacted = timed(lambda: read_window(conn, "night", *hour), 3, warm=True)
     started = time.perf_counter()
     update_noise(engine, days=days)
     compacted = time.perf_counter() - started
@@ -130,8 +119,8 @@ def analysis_read(engine: sa.Engine) -> None:
     at = pd.Timestamp(today, tz="UTC") + pd.Timedelta(hours=12)  # a window on the day after the sums
     with engine.connect() as conn:
         window = read_window(conn, "t3", lo, hi)
-        anchor = median_seconds(lambda: read_window(conn, "t3", lo, hi))
-        ours = median_seconds(lambda: history_for(conn, "t3", at, window.keys))
+        anchor = timed(lambda: read_window(conn, "t3", lo, hi), 5, warm=True)
+        ours = timed(lambda: history_for(conn, "t3", at, window.keys), 5, warm=True)
         tracemalloc.start()
         found = history_for(conn, "t3", at, window.keys)
         peak = tracemalloc.get_traced_memory()[1] / 2**20
