@@ -234,6 +234,8 @@ def test_deploys_share_a_read_when_windows_overlap_or_lie_in_the_same_compacted_
 
     fast = {"a": ReadCosts(int(SHARED_SAMPLES / 60 / 24), 4.0, compacted["a"].compacted_days)}  # every 15 s: 6 hours
     assert grouped(at("a", 1, 4, 6, 8), fast) == [["a-1", "a-4", "a-6"], ["a-8"]]
+    crowded = {"a": ReadCosts(int(SHARED_SAMPLES / 90), 1.0, frozenset())}  # the cap holds 90 minutes, raw days too
+    assert grouped(at("a", 1, 1.25, 1.5, 1.75), crowded) == [["a-1", "a-1.25", "a-1.5"], ["a-1.75"]]
 
 
 def test_a_warehouse_failure_before_the_analyses_fails_each_deploy_and_costs_are_optional(

@@ -25,10 +25,10 @@ from radar_pipeline.warehouse import analysis, deploys
 # The longest span a run of several deploys reads at once for their overlapping windows: 2 hours of 5,000
 # statements scraped every minute are 600,000 samples, 54 MB in memory and about 90 MB more while the COPY is read.
 SHARED_SPAN = timedelta(hours=2)
-# On compacted days, where any window's read opens each statement's whole day, deploys of the same days share a read
-# even when their windows do not overlap, as long as it holds at most this many samples, counting one a minute for
-# each statement the target's catalogue holds: 1,000 statements 16 hours, 5,000 three. A million samples are 82 MB
-# in memory, and 234 MB while the COPY's stream is parsed.
+# The most samples a shared read may hold, counting every statement of the target's catalogue at every scrape
+# (analysis.ReadCosts): scraped each minute, 1,000 statements 16 hours, 5,000 three. On compacted days, where any
+# window's read opens each statement's whole day, deploys of the same days share a read up to this even when their
+# windows do not overlap. A million samples are 82 MB in memory, and 234 MB while the COPY's stream is parsed.
 SHARED_SAMPLES = 1_000_000
 TEXT_LENGTH = 120  # characters of a changed statement's text kept with the analysis's result
 CAUSE_TEXT = 60  # characters of the culprit's text in a `contention: …` cause
@@ -161,17 +161,18 @@ def shared_spans(
 ) -> list[list[deploys.DeployEvent]]:
     """The events grouped by target and time into reads of their windows' common span (first window's start to the
     last one's end): deploys whose windows overlap in a chain, over a span at most SHARED_SPAN long; and, where the
-    target's `costs` say the span lies in compacted days, deploys of those days whatever the gaps between windows,
-    over a span holding at most SHARED_SAMPLES samples. A group may be one event."""
+    target's `costs` say the span lies in compacted days, deploys of those days whatever the gaps between windows;
+    with `costs`, no span holds more than SHARED_SAMPLES samples. A group may be one event."""
     groups: list[list[deploys.DeployEvent]] = []
     for event in sorted(events, key=lambda e: (e.target, _deployed_at(e))):
         group = groups[-1] if groups else None
         if group is not None and group[-1].target == event.target:
             start, end = _deployed_at(group[0]) - window, _deployed_at(event) + window
-            overlapping = _deployed_at(event) - window < _deployed_at(group[-1]) + window and end - start <= SHARED_SPAN
             cost = (costs or {}).get(event.target)
-            compacted = cost is not None and cost.compacted(start, end) and cost.samples(end - start) <= SHARED_SAMPLES
-            if overlapping or compacted:
+            fits = cost is None or cost.samples(end - start) <= SHARED_SAMPLES
+            overlapping = _deployed_at(event) - window < _deployed_at(group[-1]) + window and end - start <= SHARED_SPAN
+            compacted = cost is not None and cost.compacted(start, end)
+            if fits and (overlapping or compacted):
                 group.append(event)
                 continue
         groups.append([event])
