@@ -117,9 +117,8 @@ def analyse(
     width = int(settings.window.total_seconds() * 1e9)
     extra = tuple(name for name in (ROWS, BLOCKS) if name in counters.columns)
     samples = window_samples(counters, deploy - width, deploy + width, extra)
-    out = _empty_result(samples)
     if samples.groups == 0:
-        return out
+        return _result(samples, {})
 
     sides = _window_sides(samples, deploy)
     verdict, reason = _floors(sides, settings)
@@ -143,7 +142,7 @@ def analyse(
     _family_decision(found, weight, settings, verdict, reason)
 
     # The result's columns gathered first and framed once: a column set at a time costs pandas a copy each.
-    columns: dict[str, object] = {name: out[name] for name in ("query_key", "merged_keys")}
+    columns: dict[str, object] = {}
     for name in ("n_before", "n_after", "calls_before", "calls_after", "mean_before_ms", "mean_after_ms"):
         columns[name] = sides[name]
     columns["change_factor"] = sides["change_factor"]
@@ -156,7 +155,7 @@ def analyse(
             columns[name] = found[name]
     columns["budget_share"] = np.where(decidable, settings.false_alert_budget * weight, np.nan)
     columns["confidence"] = 1.0 - found["p_family"]
-    out = pd.DataFrame({name: columns[name] if name in columns else out[name] for name in COLUMNS})
+    out = _result(samples, columns)
     for name, values in explain(samples, out, settings).items():
         out[name] = values
     return out
@@ -420,11 +419,11 @@ def _history_rows(samples: WindowSamples, history: pd.DataFrame | None, settings
     )
 
 
-def _empty_result(samples: WindowSamples) -> pd.DataFrame:
+def _result(samples: WindowSamples, columns: dict[str, object]) -> pd.DataFrame:
+    """The result frame, built at once: a row per query group, the given columns, NaN in the others."""
     n = len(samples.keys)
-    columns: dict[str, object] = {name: np.full(n, np.nan) for name in COLUMNS}  # one frame built at once
-    columns["query_key"], columns["merged_keys"] = samples.keys, samples.merged
-    return pd.DataFrame(columns, columns=COLUMNS)
+    given = {"query_key": samples.keys, "merged_keys": samples.merged, **columns}
+    return pd.DataFrame({name: given[name] if name in given else np.full(n, np.nan) for name in COLUMNS})
 
 
 def _utc_ns(value: datetime | pd.Timestamp) -> int:

@@ -21,7 +21,7 @@ from radar_pipeline.warehouse import noise as store
 # a statement, far more than the engine counts (history_max_intervals); older days are stale, and without any the
 # statement is tested on its window alone.
 HISTORY_DAYS = 7
-# A day is read this much at a time: a whole number of the sums' blocks (engine.noise.BLOCK), so chunks add up exactly.
+# A day is read this much at a time: a whole number of the sums' blocks (engine.noise.BLOCK), so chunks add up.
 CHUNK = timedelta(hours=3)
 # A day's sums are computed once it ended this long ago by the warehouse's clock (as compaction waits for it).
 GRACE = timedelta(hours=1)

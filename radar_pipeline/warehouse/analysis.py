@@ -242,8 +242,7 @@ def _as_counters(samples: dict[str, np.ndarray], statement: np.ndarray, keys: pd
             micros = np.where(np.isnat(values), 0, values.astype("datetime64[us]").view(np.int64))
             values = pd.to_datetime(micros + _epochs(samples["reset_before"], lengths), unit="us", utc=True)
         columns[name] = values
-    last = np.append(first[1:], len(statement))[: len(first)] - 1  # none for an idle target
-    columns["fingerprint"] = np.repeat(samples["fingerprint"][last], lengths)
+    columns["fingerprint"] = np.repeat(samples["fingerprint"][np.cumsum(lengths) - 1], lengths)  # each one's last
     window_keys = keys.iloc[present].reset_index(drop=True)
     for name in ("dbid", "userid", "toplevel"):  # the engine merges fingerprints only within these
         columns[name] = np.repeat(window_keys[name].to_numpy(), lengths)
