@@ -11,14 +11,18 @@ calls per scrape log-uniform in 0.5–1,500, per-call CV 0.5–3, interval means
   each is also measured without stddev_exec_time (interval means only).
 - null at the boundary: the same deploy analyses with θ = 0, so every unchanged statement sits exactly on H0's
   boundary (after = (1 + θ) · before), where the budget's guarantee is hardest to keep: the least favourable null,
-  which the plain null (20% inside H0) cannot show.
+  which the plain null (20% inside H0) cannot show; the periodic checks' fleets are analysed with θ = 0 too.
 - stepped: 5% of statements step up (+30%, +50%, ×2, ×4) one minute after the deploy, 5% drift steadily through the
   window (+20% to +60% across it) with nothing at the deploy. Recall by step and by calls per scrape, the share of
   the execution time the steps added that belongs to detected statements, drifts detected, and false detections
   among the unchanged statements.
 - ceiling, on the same stepped fleets: a call-level z-test at the true change point that knows each statement's
   per-call variance, overdispersion and AR(1) factor, at the same hypothesis (θ inside) and the same weighted
-  Bonferroni budget share per statement as the engine.
+  Bonferroni budget share per statement as the engine; and its share of the added execution time with the budget
+  spread otherwise (uniformly, by execution time only) and with no family control (α = 0.05 per statement).
+- unlike: the deploy nulls again (plain and at the boundary), with each statement's history drawn unlike its window
+  (UNLIKE: the window 3× busier, 2× more overdispersed, or with twice the AR(1) φ), as a deploy at a peak hour or on a
+  bad day meets the days before it.
 
 Every fleet is analysed twice in the same run: on its window alone (`analyse` without `history`: exactly engine
 2.2.0's decision) and with each statement's noise estimated from its own history, as production estimates it
@@ -30,9 +34,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -40,11 +47,15 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from radar_pipeline.engine import ENGINE_VERSION, EngineSettings, analyse  # noqa: E402
+from radar_pipeline.engine.decision import family_weights  # noqa: E402
 from radar_pipeline_tests.engine.fleet import DEPLOY, Fleet, draw, history_estimates  # noqa: E402
 
 STEPS = (1.3, 1.5, 2.0, 4.0)
+CEILINGS = ("ceiling_w0", "ceiling_w1", "ceiling_alpha")
 RATE_BINS = (0.5, 3.0, 30.0, 300.0, 1500.0)
 HISTORY_SEED = 77_000  # added to a fleet's seed for its history's
+JOBS = 1  # processes the runs are spread over (--jobs)
+T = TypeVar("T")
 
 
 def with_history(fleet: Fleet, seed: int, settings: EngineSettings, intervals: int) -> pd.DataFrame:
@@ -100,69 +111,128 @@ def _realised_time(fleet: Fleet) -> np.ndarray:
     return np.diff(t, axis=1)
 
 
+# Histories unlike their window: the window is busier (a peak-hour deploy against a day's average), more
+# overdispersed, or more serially correlated than the days its statements' noise was estimated from.
+UNLIKE = {
+    "busier": ("window 3× busier (calls per interval)", lambda f: dataclasses.replace(f, rate=f.rate / 3)),
+    "noisier": ("window 2× more overdispersed", lambda f: dataclasses.replace(f, spread=f.spread / 2)),
+    "correlated": ("window's AR(1) φ 2× its history's", lambda f: dataclasses.replace(f, phi=f.phi / 2)),
+}
+
+
 def null_runs(
-    statements: int, runs: int, seed: int, periodic: bool, history: int, threshold: float | None = None
+    statements: int,
+    runs: int,
+    seed: int,
+    periodic: bool,
+    history: int,
+    threshold: float | None = None,
+    unlike: bool = False,
+    boundary: bool = False,
 ) -> dict[str, float]:
     """False detections per analysis (per day for the periodic check) on null fleets, for four arms: with
-    stddev_exec_time or on interval means only, each on the window alone and with history."""
+    stddev_exec_time or on interval means only, each on the window alone and with history; with `unlike`, also with
+    each of the UNLIKE histories (arms sd_<name>, means_<name>); with `boundary`, every arm also with θ = 0 on the
+    same fleets (arms <arm>@0)."""
     settings = periodic_settings() if periodic else EngineSettings()
     if threshold is not None:
         settings = dataclasses.replace(settings, threshold=threshold)
-    minutes = 60 if periodic else 30
-    counts: dict[str, list[int]] = {arm: [] for arm in ("sd", "means", "sd_h", "means_h")}
-    seconds = []
-    for r in range(runs):
-        fleet = draw(statements, seed + r, minutes=minutes)
-        known = with_history(fleet, seed + r, settings, history)
-        plain = fleet.counters.drop(columns="stddev_exec_time")
-        for arm, counters, estimates in (
-            ("sd", fleet.counters, None),
-            ("means", plain, None),
-            ("sd_h", fleet.counters, known),
-            ("means_h", plain, known),
-        ):
-            started = time.perf_counter()
-            out = analyse(counters, DEPLOY, settings, history=estimates)
-            if arm == "sd_h":
-                seconds.append(time.perf_counter() - started)
-            counts[arm].append(int((out["verdict"] == "detected").sum()))
-        decided = int((out["verdict"] != "insufficient_data").sum())
+    task = functools.partial(_null_run, statements, settings, 60 if periodic else 30, history, unlike, boundary)
+    done = _each(task, [seed + r for r in range(runs)])
     scale = 24 if periodic else 1
-    result: dict[str, float] = {"decided": decided, "seconds": float(np.median(seconds))}
-    for arm, values in counts.items():
-        result[arm] = sum(values) / runs * scale
-        result[arm + "_total"] = sum(values)
+    result: dict[str, float] = {
+        "decided": done[-1][2],
+        "seconds": float(np.median([seconds for _, seconds, _ in done])),
+    }
+    for arm in done[0][0]:
+        total = sum(counts[arm] for counts, _, _ in done)
+        result[arm] = total / runs * scale
+        result[arm + "_total"] = total
     return result
 
 
+def _null_run(
+    statements: int, settings: EngineSettings, minutes: int, history: int, unlike: bool, boundary: bool, seed: int
+) -> tuple[dict[str, int], float, int]:
+    """One null fleet's false detections per arm, the seconds of its analysis with history, and how many
+    statements were decided."""
+    fleet = draw(statements, seed, minutes=minutes)
+    known = with_history(fleet, seed, settings, history)
+    plain = fleet.counters.drop(columns="stddev_exec_time")
+    cases = [
+        ("sd", fleet.counters, None),
+        ("means", plain, None),
+        ("sd_h", fleet.counters, known),
+        ("means_h", plain, known),
+    ]
+    for name, (_, change) in UNLIKE.items() if unlike else ():
+        other = with_history(change(fleet), seed, settings, history)
+        cases += [(f"sd_{name}", fleet.counters, other), (f"means_{name}", plain, other)]
+    counts, seconds = {}, 0.0
+    for arm, counters, estimates in cases:
+        started = time.perf_counter()
+        out = analyse(counters, DEPLOY, settings, history=estimates)
+        if arm == "sd_h":
+            seconds = time.perf_counter() - started
+        counts[arm] = int((out["verdict"] == "detected").sum())
+        decided = int((out["verdict"] != "insufficient_data").sum())
+        if boundary:
+            at_zero = analyse(counters, DEPLOY, dataclasses.replace(settings, threshold=0.0), history=estimates)
+            counts[arm + "@0"] = int((at_zero["verdict"] == "detected").sum())
+    return counts, seconds, decided
+
+
+def _each(task: Callable[[int], T], seeds: list[int]) -> list[T]:
+    """task(seed) for every seed, in JOBS processes (each run is seeded, so the result does not depend on them)."""
+    if JOBS == 1:
+        return [task(seed) for seed in seeds]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(JOBS) as pool:
+        return list(pool.map(task, seeds))
+
+
 def stepped_runs(statements: int, runs: int, seed: int, history: int) -> pd.DataFrame:
-    rows = []
-    for r in range(runs):
-        fleet = draw(statements, seed + r, stepped=0.05, drifting=0.05, steps=STEPS)
-        out = analyse(fleet.counters, DEPLOY)
-        known = with_history(fleet, seed + r, EngineSettings(), history)
-        out_h = analyse(fleet.counters, DEPLOY, history=known)
-        detected = (out["verdict"] == "detected").to_numpy()
-        oracle = ceiling(fleet, out["budget_share"].to_numpy(), EngineSettings().threshold)
-        real = _realised_time(fleet)
-        after = slice(fleet.step_at, None)
-        added = (real[:, after] * (1 - 1 / fleet.factor[:, None])).sum(axis=1)
-        rows.append(
-            pd.DataFrame(
-                {
-                    "factor": fleet.factor,
-                    "rise": fleet.rise,
-                    "rate": fleet.rate,
-                    "added_ms": added,
-                    "detected": detected,
-                    "history": (out_h["verdict"] == "detected").to_numpy(),
-                    "ceiling": oracle,
-                    "reason": out["reason"].to_numpy(),
-                    "reason_h": out_h["reason"].to_numpy(),
-                }
-            )
-        )
-    return pd.concat(rows, ignore_index=True)
+    """Per statement of `runs` stepped fleets: its truth, and whether the engine (alone, with history) and the
+    ceilings detected it."""
+    task = functools.partial(_stepped_run, statements, history)
+    return pd.concat(_each(task, [seed + r for r in range(runs)]), ignore_index=True)
+
+
+def _stepped_run(statements: int, history: int, seed: int) -> pd.DataFrame:
+    fleet = draw(statements, seed, stepped=0.05, drifting=0.05, steps=STEPS)
+    out = analyse(fleet.counters, DEPLOY)
+    known = with_history(fleet, seed, EngineSettings(), history)
+    out_h = analyse(fleet.counters, DEPLOY, history=known)
+    detected = (out["verdict"] == "detected").to_numpy()
+    theta = EngineSettings().threshold
+    oracle = ceiling(fleet, out["budget_share"].to_numpy(), theta)
+    real = _realised_time(fleet)
+    # The ceiling under other allocations of the same budget (time weight 0 and 1) and with no family control at
+    # all (α = 0.05 per statement): what any test could reach on this lab.
+    decidable = ~np.isnan(out["budget_share"].to_numpy())
+    before = real[:, : fleet.intervals_before].sum(axis=1)
+    budget = EngineSettings().false_alert_budget
+    others = {
+        f"ceiling_w{w:g}": ceiling(fleet, budget * family_weights(before, decidable, w), theta) for w in (0.0, 1.0)
+    }
+    others["ceiling_alpha"] = ceiling(fleet, np.where(decidable, 0.05, np.nan), theta)
+    after = slice(fleet.step_at, None)
+    added = (real[:, after] * (1 - 1 / fleet.factor[:, None])).sum(axis=1)
+    return pd.DataFrame(
+        {
+            "factor": fleet.factor,
+            "rise": fleet.rise,
+            "rate": fleet.rate,
+            "added_ms": added,
+            "detected": detected,
+            "history": (out_h["verdict"] == "detected").to_numpy(),
+            "ceiling": oracle,
+            **others,
+            "reason": out["reason"].to_numpy(),
+            "reason_h": out_h["reason"].to_numpy(),
+        }
+    )
 
 
 def clear_cases(statements: int, seed: int, history: int) -> dict[str, tuple[float, float]]:
@@ -198,26 +268,36 @@ def main() -> None:
     parser.add_argument("--null-runs", type=int, default=100, help="null deploy analyses (and at the boundary)")
     parser.add_argument("--periodic-runs", type=int, default=100, help="null periodic checks")
     parser.add_argument("--history-intervals", type=int, default=1440, help="one-minute scrapes of history")
+    parser.add_argument("--jobs", type=int, default=1, help="processes to spread the runs over (same results)")
     args = parser.parse_args()
+    global JOBS
+    JOBS = max(args.jobs, 1)
     n, runs, null, checks, past = args.statements, args.runs, args.null_runs, args.periodic_runs, args.history_intervals
 
     print(f"engine {ENGINE_VERSION}; window alone (= engine 2.2.0) vs with {past} intervals of history")
-    deploy = null_runs(n, null, 1000, periodic=False, history=past)
-    periodic = null_runs(n, checks, 2000, periodic=True, history=past)
-    boundary = null_runs(n, null, 5000, periodic=False, history=past, threshold=0.0)
+    deploy = null_runs(n, null, 1000, periodic=False, history=past, unlike=True)
+    periodic = null_runs(n, checks, 2000, periodic=True, history=past, boundary=True)
+    boundary = null_runs(n, null, 5000, periodic=False, history=past, threshold=0.0, unlike=True)
     print(f"null fleets: {null} analyses × {n:,} statements (about {deploy['decided']:,} decided per analysis)")
     print(f"{'false detections':<44}{'alone: stddev':>14}{'means':>8}{'history: stddev':>17}{'means':>8}")
-    for title, got, count in (
-        ("per deploy analysis (budget 0.1)", deploy, f"in {null} analyses"),
-        ("per day of hourly periodic checks (0.1/day)", periodic, f"in {checks} checks, ×24"),
-        ("per deploy analysis at the boundary (θ = 0)", boundary, f"in {null} analyses"),
+    for title, got, suffix, count in (
+        ("per deploy analysis (budget 0.1)", deploy, "", f"in {null} analyses"),
+        ("per day of hourly periodic checks (0.1/day)", periodic, "", f"in {checks} checks, ×24"),
+        ("per deploy analysis at the boundary (θ = 0)", boundary, "", f"in {null} analyses"),
+        ("per day of periodic checks at the boundary", periodic, "@0", f"in {checks} checks, ×24"),
     ):
-        totals = " / ".join(str(got[arm + "_total"]) for arm in ("sd", "means", "sd_h", "means_h"))
-        print(
-            f"{title:<44}{got['sd']:>14.3f}{got['means']:>8.3f}{got['sd_h']:>17.3f}{got['means_h']:>8.3f}"
-            f"   ({totals} {count})"
-        )
+        arms = [arm + suffix for arm in ("sd", "means", "sd_h", "means_h")]
+        figures = "".join(f"{got[arm]:>{width}.3f}" for arm, width in zip(arms, (14, 8, 17, 8), strict=True))
+        totals = " / ".join(str(got[arm + "_total"]) for arm in arms)
+        print(f"{title:<44}{figures}   ({totals} {count})")
     print(f"analyse() with history, median seconds: deploy {deploy['seconds']:.3f}, periodic {periodic['seconds']:.3f}")
+    print(f"with a history unlike the window ({null} analyses each): stddev / means, plain null and at the boundary")
+    for name, (title, _) in UNLIKE.items():
+        row = f"  {title:<42}"
+        for got in (deploy, boundary):
+            sd, means = (f"{kind}_{name}" for kind in ("sd", "means"))
+            row += f"{got[sd]:>8.3f}{got[means]:>7.3f} ({got[sd + '_total']}/{got[means + '_total']})"
+        print(row)
     print()
 
     table = stepped_runs(n, runs, 3000, past)
@@ -245,6 +325,11 @@ def main() -> None:
     print(
         f"share of the added execution time detected: alone {shares['detected']:.1%}, history {shares['history']:.1%}, "
         f"ceiling {shares['ceiling']:.1%}"
+    )
+    reach = {c: steps.loc[steps[c], "added_ms"].sum() / steps["added_ms"].sum() for c in CEILINGS}
+    print(
+        f"the ceiling's share with the budget spread uniformly {reach['ceiling_w0']:.1%}, by execution time only "
+        f"{reach['ceiling_w1']:.1%}; with no family control (α = 0.05 per statement) {reach['ceiling_alpha']:.1%}"
     )
     for column, name in (("detected", "alone"), ("history", "history")):
         print(

@@ -108,9 +108,10 @@ def analyse(
 
     history: optionally, each statement's noise estimated from its own history before the window (`noise`): columns
     query_key (as in counters), serial_correlation, dispersion (relative variance per call) and intervals (how many
-    it rests on); NaN estimates count as none. A statement with at least settings.history_min_intervals is tested with
-    them combined with its window's (inference, "History"); without (None, or a statement not in it), exactly as
-    engine 2.2.0.
+    it rests on), and optionally calls_per_interval (the history's mean calls per interval; without it, the history
+    is taken to be as busy as the window); NaN estimates count as none. A statement with at least
+    settings.history_min_intervals is tested with them combined with its window's (inference, "History"); without
+    (None, or a statement not in it), exactly as engine 2.2.0.
     """
     settings = settings or EngineSettings()
     deploy = _utc_ns(deploy_at)
@@ -411,11 +412,20 @@ def _history_rows(samples: WindowSamples, history: pd.DataFrame | None, settings
     n = np.where(n >= settings.history_min_intervals, np.minimum(n, settings.history_max_intervals), 0.0)
     if not (n > 0).any():
         return None
+    busy = np.full(len(history), np.nan)
+    if "calls_per_interval" in history.columns:
+        try:
+            busy = history["calls_per_interval"].to_numpy(dtype=np.float64, na_value=np.nan)
+        except (TypeError, ValueError):
+            raise ValueError("history.calls_per_interval must be numeric") from None
+        if (busy < 0).any() or np.isinf(busy).any():
+            raise ValueError("history.calls_per_interval must be finite and not negative")
     return History(
         rho=np.where(n > 0, rho[row], 0.0),
         dispersion=np.where(n > 0, dispersion[row], 1.0),
         intervals=n,
         conflict_alpha=settings.history_conflict_alpha,
+        calls_per_interval=np.where(n > 0, busy[row], np.nan),
     )
 
 

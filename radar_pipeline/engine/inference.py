@@ -70,16 +70,27 @@ count however long the history (a power prior's discount, Ibrahim & Chen 2000: o
   before squaring), with the uncertainty of ln f from N intervals for the share of se² that f scales: a statement
   with a day of history is tested against a t on hundreds of degrees of freedom, near the normal reference, and
   where the per-call term dominates a side, that side is as without history.
-- conflict. A window whose pooled dispersion exceeds what the history predicts at level `conflict_alpha` (F test
-  on the degrees of freedom of both), or whose bias-corrected lag-1 correlation exceeds the history's reading by
-  that normal quantile, is not the history's kind of day (a prior–data conflict, Evans & Moshonov 2006): it is
-  tested on its own, exactly as without history. A calmer window is no conflict: the mix only makes it more
-  conservative. And one side whose own variance exceeds the history's prediction for its calls at SIDE_ALPHA keeps
-  its own variance and degrees of freedom: a sparse statement with skewed per-call times (a log-normal of CV 3) has
-  a rare call hundreds of times its mean, its history's dispersion (made mostly of ordinary calls) is low beside
-  it, and a mean of a few such calls is far from normal; the window's own variance grows with that call, so the
-  window-only t stays moderate (it is self-normalised). Without this, the hourly check, whose splits reach a few
-  intervals from its window's edge, reported such statements (benchmarks/detection_quality.py).
+- the window's calls. κ_h is a relative variance per call, and only per-call noise shrinks with an interval's
+  calls: an interval mean of c calls has relative variance a / c + b, a the per-call part (CV²) and b the
+  overdispersion, so κ = a + b c grows with the calls per interval. A deploy at the peak hour meets a history read at
+  a day's average (c̄_h = `calls_per_interval`); with r = c̄_w / c̄_h (the side's calls per interval over the
+  history's), the history predicts a + r (κ_h − a) for the side's relative dispersion per call, and a + r (f κ_h − a)
+  for its long-run variance (only the overdispersion carries the serial correlation, so the side's inflation is the
+  ratio of the two). a is the window's own per-call relative variance from its intervals' sums of squares (pooled over
+  both sides, as H0 scales the times; thousands of degrees of freedom), clipped to [0, κ_h]; without them (interval
+  means only), the worse of a = 0 and a = κ_h for the side's r. At r = 1 this is the history's prediction unchanged.
+  Without the scaling, a history read at a tenth of the window's calls put the test's level at 3.3 times α at 10⁻³
+  (engine 2.3.0; `test_a_history_quieter_than_the_window_is_scaled_to_its_calls`).
+- conflict. A window whose pooled dispersion exceeds what the history predicts for its calls at level `conflict_alpha`
+  (F test on the degrees of freedom of both), or whose bias-corrected lag-1 correlation exceeds the history's reading by
+  that normal quantile, is not the history's kind of day (a prior–data conflict, Evans & Moshonov 2006): it is tested on
+  its own, exactly as without history. A calmer window is no conflict: the mix only makes it more conservative. And one
+  side whose own variance exceeds the history's prediction for its calls at SIDE_ALPHA keeps its own variance and
+  degrees of freedom: a sparse statement with skewed per-call times (a log-normal of CV 3) has a rare call hundreds of
+  times its mean, its history's dispersion (made mostly of ordinary calls) is low beside it, and a mean of a few such
+  calls is far from normal; the window's own variance grows with that call, so the window-only t stays moderate (it is
+  self-normalised). Without this, the hourly check, whose splits reach a few intervals from its window's edge, reported
+  such statements (benchmarks/detection_quality.py).
 
 A statement without usable history (none stored, too few intervals, NaN) is tested exactly as by engine 2.2.0.
 
@@ -130,18 +141,26 @@ SIDE_ALPHA = 0.05
 class History:
     """Per row, a statement's noise estimated from its own history before the window (module docstring,
     "History"): rho, its serial correlation; dispersion, its relative dispersion per call; intervals, the intervals
-    they rest on as the test counts them (already capped; 0: no history, the row is tested on its window alone).
-    conflict_alpha: the level of the prior–data conflict checks."""
+    they rest on as the test counts them (already capped; 0: no history, the row is tested on its window alone);
+    calls_per_interval, how busy the history's intervals were, which scales its prediction to a busier or quieter
+    window. conflict_alpha: the level of the prior–data conflict checks."""
 
     rho: np.ndarray
     dispersion: np.ndarray
     intervals: np.ndarray
     conflict_alpha: float
+    calls_per_interval: np.ndarray  # the history's mean calls per interval (NaN: unknown, taken as the window's)
 
     def rows(self, index: np.ndarray | slice, column: bool = False) -> History:
         """The estimates of some rows, as a column ([rows, 1]) when they meet a scan over splits."""
         pick = (lambda v: v[index][:, None]) if column else (lambda v: v[index])  # noqa: E731
-        return History(pick(self.rho), pick(self.dispersion), pick(self.intervals), self.conflict_alpha)
+        return History(
+            pick(self.rho),
+            pick(self.dispersion),
+            pick(self.intervals),
+            self.conflict_alpha,
+            pick(self.calls_per_interval),
+        )
 
 
 @dataclass(frozen=True)
@@ -494,11 +513,28 @@ def _with_history(
     it. Called inside `_statistics`' error state."""
     from scipy import special
 
-    n_h, rho_h, kappa_h = history.intervals, history.rho, history.dispersion
-    rho = np.clip(rho_h, 0.0, RHO_MAX)  # the history's long-run reading, its margin already in (noise)
-    inflation = (1 + rho) / (1 - rho)
+    n_h, kappa_h = history.intervals, history.dispersion
+    rho_h = np.clip(history.rho, 0.0, RHO_MAX)  # the history's long-run reading, its margin already in (noise)
+    f_h = (1 + rho_h) / (1 - rho_h)
+    dof_h = np.maximum(n_h * (1 - rho_h) / (1 + rho_h) - 1, 0.0)
+    # The window's relative per-call variance, from its intervals' own sums of squares where known (NaN otherwise):
+    # the part of the history's dispersion that does not grow with an interval's calls.
+    per_call = np.nan
+    if "ss" in a:
+        per_call = (a["ss"] / mean_a**2 + b["ss"] / mean_b**2) / (a["ss_dof"] + b["ss_dof"])
+
+    def predicted(calls: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """What the history predicts for a stretch of `size` intervals holding `calls`: its relative dispersion per
+        call and its long-run variance inflation, scaled to the stretch's calls per interval (module docstring)."""
+        ratio = calls / size / history.calls_per_interval
+        ratio = np.where(np.isfinite(ratio) & (ratio > 0), ratio, 1.0)
+        # Unknown per-call variance: the worse of all-overdispersion and all-per-call for this ratio.
+        white = np.where(np.isfinite(per_call), np.clip(per_call, 0.0, kappa_h), np.where(ratio >= 1, 0.0, kappa_h))
+        short = white + ratio * (kappa_h - white)
+        long = white + ratio * (f_h * kappa_h - white)
+        return short, np.clip(long / short, 1.0, (1 + RHO_MAX) / (1 - RHO_MAX))
+
     rho_w = rho_hat + 2 * (1 + 3 * rho_hat) / total_n  # the window's own, bias-corrected as in _serial_correlation
-    dof_h = np.maximum(n_h * (1 - rho) / (1 + rho) - 1, 0.0)
     pooled = ee / (a["calls"] + b["calls"])
     own_terms: list[np.ndarray] = []
     own_dofs: list[np.ndarray] = []
@@ -506,15 +542,17 @@ def _with_history(
     calls_terms: np.ndarray | float = 0.0
     prior_dof = np.maximum(dof_h, 1.0)
     for sd, size, mean in ((a, n_a, mean_a), (b, n_b, mean_b)):
+        kappa_side, inflation = predicted(sd["calls"], size)
+        rho = (inflation - 1) / (inflation + 1)
         # The window's own relative variance of the side's mean, as the window-only test has it (floor included).
         own = np.fmax(sd["ee"] / sd["calls"] ** 2, pooled / sd["calls"] * mean**2) / mean**2
         own = size / np.maximum(size - inflation, 1.0) * own
         dof_own = np.maximum(size * (1 - rho) / (1 + rho) - 1, 1.0)
         # A side noisier than its history predicts for its calls (a rare huge call of a sparse, skewed statement)
         # keeps its own variance, which grows with that call, and its own degrees of freedom (self-normalisation).
-        alone = _f_exceeds(own / (kappa_h / sd["calls"]), dof_own, prior_dof, SIDE_ALPHA)
+        alone = _f_exceeds(own / (kappa_side / sd["calls"]), dof_own, prior_dof, SIDE_ALPHA)
         share = np.where(alone, 1.0, dof_own / (dof_own + dof_h))
-        own_part, prior_part = inflation * share * own, inflation * (1 - share) * kappa_h / sd["calls"]
+        own_part, prior_part = inflation * share * own, inflation * (1 - share) * kappa_side / sd["calls"]
         if "ss" in sd:
             v_calls = sd["ss"] / sd["ss_dof"] / sd["calls"] / mean**2
             use_calls = v_calls > own_part + prior_part  # False where v_calls is NaN
@@ -532,15 +570,18 @@ def _with_history(
     # f scales, as in the window-only test but from the history's N intervals.
     spread = own_terms[0] ** 2 / own_dofs[0] + own_terms[1] ** 2 / own_dofs[1]
     spread = spread + np.where(dof_h > 0, prior_coef**2 / np.maximum(dof_h, 1e-300), 0.0)
+    # The whole window's prediction, for its reported ρ, the uncertainty of ln f and the conflict checks.
+    kappa_pred, inflation = predicted(a["calls"] + b["calls"], total_n)
+    rho = (inflation - 1) / (inflation + 1)
     scaled = (se2 - calls_terms) / se2
-    nu = 1 / (spread / se2**2 + 2 * scaled**2 / ((1 - rho**2) * n_h))
-    # Prior–data conflict (Evans & Moshonov 2006): a window noisier or more correlated than its history allows, at
-    # level `conflict_alpha`, is tested on its own, as without history.
+    nu = 1 / (spread / se2**2 + 2 * scaled**2 / ((1 - rho_h**2) * n_h))
+    # Prior–data conflict (Evans & Moshonov 2006): a window noisier or more correlated than its history allows for
+    # its calls, at level `conflict_alpha`, is tested on its own, as without history.
     kappa_w = ee / (
         a["calls"] * np.maximum(n_a - inflation, 1.0) / n_a + b["calls"] * np.maximum(n_b - inflation, 1.0) / n_b
     )
     dof_w = np.maximum(total_n / inflation - 2, 1.0)
-    noisier = _f_exceeds(kappa_w / kappa_h, dof_w, prior_dof, history.conflict_alpha)
+    noisier = _f_exceeds(kappa_w / kappa_pred, dof_w, prior_dof, history.conflict_alpha)
     z_rho = (rho_w - rho) / np.sqrt(np.maximum(1 - rho**2, 1e-12) * (1 / total_n + 1 / np.maximum(n_h, 1.0)))
     more_correlated = z_rho > special.ndtri(1 - history.conflict_alpha)
     use = (n_h > 0) & (kappa_h > 0) & ~noisier & ~more_correlated & np.isfinite(se2) & np.isfinite(nu)

@@ -42,7 +42,7 @@ from radar_pipeline.engine.samples import window_samples
 BLOCK = timedelta(minutes=30)  # the default window W: a block is what one side of a deploy's test demeans
 MIN_BLOCK = 3  # intervals a block needs to give a residual and a lag pair (the engine's min_samples)
 SUMS = ["intervals", "blocks", "calls", "calls_per_interval", "sum_squares", "sum_lag", "sum_lag2"]
-ESTIMATES = ["query_key", "serial_correlation", "dispersion", "intervals"]
+ESTIMATES = ["query_key", "serial_correlation", "dispersion", "intervals", "calls_per_interval"]
 
 
 def noise_sums(counters: pd.DataFrame, lo: pd.Timestamp, hi: pd.Timestamp, block: timedelta = BLOCK) -> pd.DataFrame:
@@ -112,8 +112,9 @@ def long_run_inflation(rho1: np.ndarray, rho2: np.ndarray, n: np.ndarray) -> np.
 
 def noise_estimates(sums: pd.DataFrame) -> pd.DataFrame:
     """From sums (`noise_sums`, possibly several ranges' added up per key) to the estimates `analyse` takes as
-    `history`: query_key, serial_correlation ρ_h, dispersion κ_h (relative variance per call) and intervals N (see
-    the module docstring). A key whose sums give no estimate (no spread at all) gets NaN, which analyse ignores."""
+    `history`: query_key, serial_correlation ρ_h, dispersion κ_h (relative variance per call), intervals N and
+    calls_per_interval (the mean over blocks of a block's calls per interval; see the module docstring). A key
+    whose sums give no estimate (no spread at all) gets NaN, which analyse ignores."""
     missing = [c for c in ("query_key", *SUMS) if c not in sums.columns]
     if missing:
         raise ValueError(f"noise sums lack column(s) {', '.join(missing)}")
@@ -139,5 +140,7 @@ def noise_estimates(sums: pd.DataFrame) -> pd.DataFrame:
             "serial_correlation": np.where(ok, rho, np.nan),
             "dispersion": np.where(ok, dispersion, np.nan),
             "intervals": n.astype(np.int64),
+            "calls_per_interval": sums["calls_per_interval"].to_numpy(dtype=np.float64)
+            / sums["blocks"].to_numpy(dtype=np.float64),
         }
     )

@@ -6,12 +6,13 @@ from dataclasses import asdict, dataclass, fields
 from datetime import timedelta
 from typing import Any
 
-ENGINE_VERSION = "2.3.0"  # 2.1: the minimum absolute rise; a step told from a drift by two models; 2.1.1: the
+ENGINE_VERSION = "2.4.0"  # 2.1: the minimum absolute rise; a step told from a drift by two models; 2.1.1: the
 # serial correlation pooled over both sides on the relative scale; a statement first seen at the target's first
 # scrape is no new load; 2.2: the choice of split paid by the chain bound instead of Bonferroni, a side's variance
 # floored by the pooled relative dispersion, Kendall's bias of two separately demeaned sides, and degrees of freedom
 # that carry the uncertainty of ρ̂ (margin 0.5 standard errors instead of 1); 2.3: a statement's serial correlation
-# and dispersion from its own history, when the caller gives them, combined with its window's (without: as 2.2)
+# and dispersion from its own history, when the caller gives them, combined with its window's (without: as 2.2);
+# 2.4: the history's prediction scaled to the window's calls per interval (overdispersion does not shrink with calls)
 # Calls a window mean needs before it stands for a statement's level (a history point, an episode's recovery): with
 # per-call CV 1 such a mean is good to about ±10%. Engine 1's min_calls default; the verdicts no longer use it.
 LEVEL_MIN_CALLS = 100

@@ -50,6 +50,7 @@ def test_the_estimates_recover_the_long_run_inflation_and_the_dispersion(phi, ar
     inflation = 1 + 2 * (ar_sd**2 / total) * phi / (1 - phi)
     got_inflation = (1 + got["serial_correlation"]) / (1 - got["serial_correlation"])
     assert got["intervals"] == n
+    assert got["calls_per_interval"] == calls
     assert got["dispersion"] == pytest.approx(calls * total, rel=0.15)
     # The estimate is taken half a standard error high, never low by more than sampling allows.
     assert inflation * 0.85 <= got_inflation <= inflation * 1.35 + 0.1
@@ -120,6 +121,21 @@ def test_a_window_noisier_than_its_history_is_tested_on_its_own():
     pd.testing.assert_series_equal(out.loc[tested, "p_value"], alone.loc[tested, "p_value"])
 
 
+@pytest.mark.parametrize("with_stddev", [True, False])
+def test_a_history_quieter_than_the_window_is_scaled_to_its_calls(with_stddev):
+    # A deploy at the peak hour meets a history of quieter intervals: overdispersion does not shrink with an
+    # interval's calls, so a relative dispersion per call read at a tenth of the calls would understate the window's.
+    fleets = [draw(3000, seed, rate=(30.0, 1500.0), spread=(0.05, 0.2)) for seed in (81, 82)]
+    histories = [
+        history_estimates(dataclasses.replace(f, rate=f.rate / 10), 1440, 181 + i, WINDOW_START)
+        for i, f in enumerate(fleets)
+    ]
+    p = np.concatenate([p_at_the_deploy(f.counters, with_stddev, h)[0] for f, h in zip(fleets, histories, strict=True)])
+    assert len(p) > 5000
+    for alpha, slack in ((0.1, 1.25), (0.01, 1.25), (0.001, 2.5)):
+        assert (p <= alpha).mean() <= slack * alpha, (alpha, (p <= alpha).mean())
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
@@ -129,6 +145,7 @@ def test_a_window_noisier_than_its_history_is_tested_on_its_own():
         (lambda h: h.assign(dispersion=-1.0), "must not be negative"),
         (lambda h: h.assign(intervals=np.inf), "infinite"),
         (lambda h: h.assign(intervals="many"), "must be numeric"),
+        (lambda h: h.assign(calls_per_interval=-1.0), "calls_per_interval must be finite"),
     ],
 )
 def test_bad_history_is_refused_naming_what_is_wrong(change, message):
