@@ -8,7 +8,9 @@ on, range counts, INSERTs into growing log tables), called from two connections 
 shapes, many sparse ones), throttled to a few hundred calls a second. The collector's own scrape (its real code,
 `collector.pgss.scrape`, as a role of its own so its statements are left out) runs every `--scrape` seconds into
 memory; then a null deploy every 15 s, each with `--window` seconds either side, goes through `analyse()` with the
-default budget, with and without stddev_exec_time.
+default budget, with and without stddev_exec_time. With `--history S`, the first S seconds are the statements'
+history instead: their noise is estimated from it as production estimates it from earlier days (engine.noise, blocks
+of W), and every null deploy after it is analysed both on its window alone and with that history.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from radar_pipeline.collector.session import connect  # noqa: E402
 from radar_pipeline.config import Target  # noqa: E402
 from radar_pipeline.demo.local_postgres import LocalPostgres  # noqa: E402
 from radar_pipeline.engine import EngineSettings, analyse  # noqa: E402
+from radar_pipeline.engine.noise import noise_estimates, noise_sums  # noqa: E402
 from radar_pipeline.pgss_model import KEY  # noqa: E402
 
 TABLES = 20
@@ -105,6 +108,7 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=90.0, help="W, seconds each side of a null deploy")
     parser.add_argument("--scrape", type=float, default=3.0, help="seconds between scrapes")
     parser.add_argument("--rate", type=float, default=150.0, help="calls a second per connection (two connections)")
+    parser.add_argument("--history", type=float, default=0.0, help="seconds at the start that serve as history")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="radar-null-") as tmp:
@@ -141,18 +145,30 @@ def main() -> None:
     first, last = counters["captured_at"].min(), counters["captured_at"].max()
     window = timedelta(seconds=args.window)
     settings = EngineSettings(window=window, tolerance_floor=timedelta(seconds=2 * args.scrape))
-    deploys = pd.date_range(first + window, last - window, freq=pd.Timedelta(seconds=15))
+    history_end = first + pd.Timedelta(seconds=args.history)
+    known = None
+    if args.history > 0:
+        known = noise_estimates(noise_sums(counters, first, history_end, block=window))
+    deploys = pd.date_range(history_end + window, last - window, freq=pd.Timedelta(seconds=15))
     calls = sum(counts)
     print(
         f"workload: {args.seconds:.0f} s, {counters['query_key'].nunique()} statements seen, {calls:,} calls "
         f"({calls / args.seconds:.0f}/s), {len(frames)} scrapes every {args.scrape:g} s"
     )
     print(f"{len(deploys)} null deploys, W = {args.window:g} s, tolerance {settings.tolerance.total_seconds():g} s")
-    totals = {"with stddev": 0, "means only": 0}
+    arms = [("with stddev", counters, None), ("means only", counters.drop(columns="stddev_exec_time"), None)]
+    if known is not None:
+        usable = int((known["intervals"] >= settings.history_min_intervals).sum())
+        print(
+            f"history: the first {args.history:g} s, estimates for {len(known)} statements, {usable} with at least "
+            f"{settings.history_min_intervals} intervals (median {int(known['intervals'].median())})"
+        )
+        arms += [(name + ", history", frame, known) for name, frame, _ in arms]
+    totals = {name: 0 for name, _, _ in arms}
     decided = []
     for at in deploys:
-        for name, frame in (("with stddev", counters), ("means only", counters.drop(columns="stddev_exec_time"))):
-            out = analyse(frame, at, settings)
+        for name, frame, history in arms:
+            out = analyse(frame, at, settings, history=history)
             found = out[out["verdict"] == "detected"]
             totals[name] += len(found)
             if name == "with stddev":
