@@ -236,8 +236,9 @@ def _print_impact(summary: pd.DataFrame, changes: pd.DataFrame, show_all: bool) 
 
 
 def _print_verdicts(table: pd.DataFrame) -> None:
-    """The verdicts as a table fitted to the terminal: times in ms, factor and its 95% interval, confidence, the change
-    relative to the deploy, the statement's text cut to the room left (CSV or JSON give it whole)."""
+    """The verdicts as a table fitted to the terminal: times in ms, factor and its 95% interval, confidence, the history
+    intervals the test used, the change relative to the deploy, the statement's text cut to the room left (CSV or JSON
+    give it whole)."""
     import pandas as pd
     from rich.console import Console
 
@@ -259,6 +260,8 @@ def _print_verdicts(table: pd.DataFrame) -> None:
             for at, lo, hi in zip(table["factor_at_change"], table["factor_low"], table["factor_high"], strict=True)
         ],
         "confidence": fmt(table["confidence"], "{:.4f}"),
+        # The intervals of its own history the test combined with the window; "unused": the window alone.
+        "history": ["" if pd.isna(n) else (f"{n:,.0f}" if n > 0 else "unused") for n in table["history_intervals"]],
         "change": fmt(pd.to_timedelta(table["change_after_deploy"]).dt.total_seconds(), "{:+.0f}s"),
         "query": list(table["query"]),
     }
@@ -270,7 +273,7 @@ def _print_verdicts(table: pd.DataFrame) -> None:
             rows,
             console.width,
             flexible="query",
-            droppable=("reason", "confidence", "change", "before ms"),
+            droppable=("history", "reason", "confidence", "change", "before ms"),
         )
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from datetime import UTC, datetime, timedelta
@@ -117,6 +118,7 @@ def test_message_structure_escaping_and_chart(analysed, warehouse_url, slack):
         "*Mean:*",
         "(×",
         "*Confidence:*",
+        "; noise from this window alone)",  # no noise history stored for this target
         "*Change began:*",
         "*Calls:* 400 before",
         "*Cause:*",
@@ -268,6 +270,20 @@ def test_messages_stay_within_slacks_limits_whatever_the_number_of_regressions(c
         summary = blocks[-2]["text"]["text"]
         assert f"*… and {count - MAX_SHOWN} more* (up to ×{count + 1:.2f})" in summary
         assert "<http://localhost:3000/runs/abc|all of them in Dagster>" in summary
+
+
+def test_the_message_says_what_the_noise_estimate_rests_on():
+    from radar_pipeline.alerts.render import render
+
+    facts, (regression,) = _many(1, False)
+    said = {
+        1440.0: "*Confidence:* 0.9900 (1 − the family-adjusted p-value; noise from 1,440 intervals of its history)",
+        0.0: "*Confidence:* 0.9900 (1 − the family-adjusted p-value; noise from this window alone)",
+        None: "*Confidence:* 0.9900 (1 − the family-adjusted p-value)",  # a verdict stored before the column
+    }
+    for intervals, text in said.items():
+        _, blocks = render(facts, [dataclasses.replace(regression, history_intervals=intervals)])
+        assert text in [f["text"] for b in blocks for f in b.get("fields", [])]
 
 
 def test_the_stand_in_refuses_what_slack_refuses_and_takes_a_message_of_many_regressions(slack):

@@ -199,6 +199,7 @@ def test_the_slow_query_is_detected_and_the_control_is_not(scenario):
     assert 3 < slow.change_factor < 10
     assert abs(slow.change_at - s.deployed_at) <= timedelta(seconds=max(1.0, 0.2 * s.window))
     assert slow.cause in ("unexplained", "more_rows", "more_blocks_read")
+    assert slow.history_intervals == 0  # a new target has no noise history: tested on its window alone
     ctl = v.loc[s.queryids["probe_ctl"]]
     assert ctl.verdict == "no_regression"
 
@@ -207,6 +208,7 @@ def test_the_slow_query_is_detected_and_the_control_is_not(scenario):
     detections = mat.metadata["detections"]
     assert isinstance(detections, dg.TableMetadataValue)
     assert any("probe_slow" in r.data["query"] for r in detections.records)
+    assert all(r.data["history_intervals"] == 0 for r in detections.records)
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     # scrape_coverage reports a gap of over 3 scrape intervals in the window (its edges included): on time there is
     # none, and a machine too busy to keep the pace may leave one, which the check must then report.

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import dagster as dg
 import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
+from radar_pipeline.defs.deploys import deploy_verdicts
+from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings, analyse
 from radar_pipeline.engine.noise import noise_sums
 from radar_pipeline.steps.deploy_analysis import analyse_deploy
@@ -94,6 +97,45 @@ def test_noise_sums_are_stored_per_ended_day_and_read_from_the_days_before_the_w
         days = conn.execute(sa.text("SELECT DISTINCT day FROM radar.statement_noise ORDER BY 1")).scalars().all()
         marked = conn.execute(sa.text("SELECT day FROM radar.statement_noise_day ORDER BY 1")).scalars().all()
     assert days == marked == [DEPLOY.date()]
+
+
+def test_the_history_a_test_used_is_stored_with_its_verdict_and_shown(warehouse, warehouse_url):
+    # Seeded so that the split tested is one where the window agrees with its history (with seed 7 it is not: the
+    # split an interval late, whose window conflicts with the history, has the largest t there).
+    store_counters(warehouse, "main", _counters(seed=1), {q: f"SELECT {q}" for q in QUERIES})
+    update_noise(warehouse, grace=timedelta(0))
+    deploys.record(warehouse, deploys.DeployEvent("rel-shown", "main", DEPLOY))
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["rel-shown"])
+        result = dg.materialize(
+            [deploy_verdicts],
+            partition_key="rel-shown",
+            resources={
+                "warehouse": WarehouseResource(url=warehouse_url),
+                "analysis": AnalysisResource(),
+                "targets": TargetsResource(spec=""),  # no watched server here: no plans captured
+            },
+            instance=instance,
+        )
+    assert result.success
+    with warehouse.connect() as conn:
+        stored = pd.read_sql(
+            sa.text("SELECT queryid, reason, t_stat, history_intervals FROM radar.verdict WHERE deploy_id = :d"),
+            conn,
+            params={"d": "rel-shown"},
+        ).set_index("queryid")
+        shown = conn.execute(
+            sa.text("SELECT queryid, history_intervals FROM radar.regression WHERE deploy_id = 'rel-shown'")
+        ).all()
+    # The stepped statement was tested with its whole day of history (1,440 one-minute intervals, the cap); the
+    # others stopped before any split was tested, and say so with a null.
+    assert stored.loc[1, "reason"] == "significant" and stored.loc[1, "history_intervals"] == 1440
+    untested = stored["t_stat"].isna()
+    assert untested.sum() == 2 and stored.loc[untested, "history_intervals"].isna().all()
+    assert [tuple(r) for r in shown] == [(1, 1440)]
+    detections = result.asset_materializations_for_node("deploy_verdicts")[0].metadata["detections"]
+    assert isinstance(detections, dg.TableMetadataValue)
+    assert [(r.data["queryid"], r.data["history_intervals"]) for r in detections.records] == [(1, 1440)]
 
 
 def test_without_stored_sums_the_analysis_runs_on_its_window_alone(warehouse):

@@ -10,6 +10,7 @@ Partition k (hour [B+k h, B+(k+1) h)) compares that hour with the one before.
 
 from __future__ import annotations
 
+import io
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -124,12 +125,19 @@ def test_reported_once_left_to_the_deploy_and_reported_again_after_recovery(time
 
     with warehouse.connect() as conn:
         periodic = pd.read_sql(
-            sa.text("SELECT deploy_id, queryid, change_at FROM radar.regression WHERE trigger = 'periodic' ORDER BY 1"),
+            sa.text(
+                "SELECT deploy_id, queryid, change_at, history_intervals FROM radar.regression "
+                "WHERE trigger = 'periodic' ORDER BY 1"
+            ),
             conn,
         )
         episodes = pd.read_sql(sa.text("SELECT * FROM radar.regression_episode ORDER BY change_at"), conn)
         statuses = conn.execute(sa.text("SELECT queryid, status FROM radar.alert ORDER BY deploy_id")).fetchall()
     assert set(periodic["queryid"]) == {31, 32}
+    # No noise sums are stored here (no nightly compaction ran): each test used its window alone, and says so.
+    assert (periodic["history_intervals"] == 0).all()
+    shown = seen[1]["reported_regressions"].records
+    assert [(r.data["queryid"], r.data["history_intervals"]) for r in shown] == [(31, 0)]
     change = periodic.loc[periodic["deploy_id"] == "periodic:" + _key(timeline, 1), "change_at"].iloc[0] - timeline
     assert abs(change - timedelta(minutes=100)) <= timedelta(minutes=2)
     assert list(episodes["queryid"]) == [31, 31]
@@ -148,6 +156,13 @@ def test_reported_once_left_to_the_deploy_and_reported_again_after_recovery(time
     lines = printed.output.splitlines()
     assert lines[0].startswith("periodic check periodic:") and "1 detected" in lines[0]
     assert "detected" in lines[4] and "SELECT * FROM events WHERE account = $1" in lines[4]
+    assert "unused" in lines[4]  # the history column: the window alone
+    as_csv = CliRunner().invoke(
+        main, ["verdicts", "periodic:" + _key(timeline, 1), "--format", "csv", "--warehouse", warehouse_url]
+    )
+    assert as_csv.exit_code == 0, as_csv.output
+    table = pd.read_csv(io.StringIO(as_csv.output))
+    assert table.loc[table["verdict"] == "detected", "history_intervals"].tolist() == [0]
 
 
 def test_an_hour_without_scrapes_is_analysed_as_empty(timeline, warehouse_url, slack):

@@ -60,6 +60,7 @@ class Regression:
     plan_summary: str | None
     factor_low: float | None = None  # the 95% interval of the slowdown factor (engine 2)
     factor_high: float | None = None
+    history_intervals: float | None = None  # of its own history, the test combined with its window (0: window alone)
 
 
 @dataclass(frozen=True)
@@ -256,12 +257,17 @@ def _regression_fields(facts: AnalysisFacts, r: Regression) -> list[dict[str, st
     interval = ""
     if r.factor_low is not None and r.factor_high is not None and r.factor_low == r.factor_low:  # not NaN
         interval = f", 95% interval ×{r.factor_low:.2f} to ×{r.factor_high:.2f}"
+    noise = ""  # what the test's noise estimate rests on, where the verdict says (engine 2.3)
+    if r.history_intervals is not None and r.history_intervals == r.history_intervals:  # not NaN
+        noise = "; noise from this window alone"
+        if r.history_intervals > 0:
+            noise = f"; noise from {r.history_intervals:,.0f} intervals of its history"
     return [
         {
             "type": "mrkdwn",
             "text": f"*Mean:* {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms (×{r.change_factor:.2f}{interval})",
         },
-        {"type": "mrkdwn", "text": f"*Confidence:* {r.confidence:.4f} (1 − the family-adjusted p-value)"},
+        {"type": "mrkdwn", "text": f"*Confidence:* {r.confidence:.4f} (1 − the family-adjusted p-value{noise})"},
         {"type": "mrkdwn", "text": f"*Change began:* {began}"},
         {"type": "mrkdwn", "text": f"*Calls:* {r.calls_before:,} before, {r.calls_after:,} after"},
         {"type": "mrkdwn", "text": f"*Cause:* {escape_within(cause, MAX_FIELD_TEXT - 20)}"},

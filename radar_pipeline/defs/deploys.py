@@ -37,6 +37,7 @@ DETECTION_COLUMNS = [
     ("factor", "float"),
     ("factor_low", "float"),
     ("factor_high", "float"),
+    ("history_intervals", "int"),
     ("confidence", "float"),
     ("change_vs_deploy_s", "int"),
     ("cause", "string"),

@@ -40,7 +40,8 @@ def rounded(value: float | None, digits: int = 2) -> float | None:
 
 def detection_cells(row: Any, text: str) -> dict[str, Any]:
     """The cells every detections table starts with: the statement and its numbers before and after, the factor and
-    its 95% interval."""
+    its 95% interval, and the intervals of the statement's own history its test combined with the window (0: the
+    window alone; README, "Reading a verdict")."""
     return {
         "query": text,
         "queryid": int(row.queryid),
@@ -49,4 +50,5 @@ def detection_cells(row: Any, text: str) -> dict[str, Any]:
         "factor": round(float(row.change_factor), 2),
         "factor_low": rounded(row.factor_low),
         "factor_high": rounded(row.factor_high),
+        "history_intervals": None if row.history_intervals != row.history_intervals else int(row.history_intervals),
     }

@@ -125,7 +125,7 @@ def _metadata(done: list[PeriodAnalysis], period_s: float) -> dict[str, Any]:
     ]
     columns = [("target", "string"), ("query", "string"), ("queryid", "int")]
     columns += [("before_ms", "float"), ("after_ms", "float"), ("factor", "float")]
-    columns += [("factor_low", "float"), ("factor_high", "float")]
+    columns += [("factor_low", "float"), ("factor_high", "float"), ("history_intervals", "int")]
     columns += [("change_at", "string"), ("cause", "string")]
     return {
         "targets": dg.MetadataValue.json([r.target for r in done]),

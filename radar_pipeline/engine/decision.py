@@ -25,7 +25,9 @@ Every decided statement carries the 95% confidence interval [factor_low, factor_
 same variance as the test: at the tested split (segment_mean_after_ms / segment_mean_before_ms) where a split was
 tested, else at the deploy (change_factor); per statement, not adjusted for the family. confidence = 1 − p_family.
 Under H0, each statement is detected with probability at most B · w_i, so the expected number of false detections per
-analysis is at most B (Bonferroni's inequality needs no independence).
+analysis is at most B (Bonferroni's inequality needs no independence). Where a split was tested, history_intervals
+says what its noise estimate rests on: the intervals of the statement's own history the test combined with its window
+(inference, "History"), or 0 for the window alone.
 
 Every step runs for all statements at once; the expensive ones (5 and 6) only for those that passed the cheap ones.
 """
@@ -76,6 +78,7 @@ COLUMNS = [
     "p_family",
     "budget_share",
     "serial_correlation",
+    "history_intervals",
 ]
 # Rows of padded series per block in steps 5 and 6, so memory stays bounded whatever the number of statements.
 BLOCK_CELLS = 1 << 19
@@ -104,7 +107,10 @@ def analyse(
     choice of split but not for the family; p_family = min(1, p_value / w) is adjusted for the family (detected when
     ≤ false_alert_budget); budget_share = B · w is the statement's share of the budget; factor_low / factor_high the
     95% interval of the segment factor (of change_factor where no split was tested); serial_correlation the AR(1)
-    coefficient the test used.
+    coefficient the test used; history_intervals (float) how many intervals of the statement's history the test at
+    the tested split combined with its window (capped at settings.history_max_intervals), 0 where that test used the
+    window alone (no history given, too few intervals, or a window that conflicts with its history), NaN where no
+    split was tested.
 
     history: optionally, each statement's noise estimated from its own history before the window (`noise`): columns
     query_key (as in counters), serial_correlation, dispersion (relative variance per call) and intervals (how many
@@ -295,6 +301,7 @@ def _empty_columns(g: int) -> dict[str, np.ndarray]:
     names = ("t_stat", "dof", "p_value", "q_stat", "segment_mean_before_ms", "segment_mean_after_ms")
     out = {name: np.full(g, np.nan) for name in names}
     out.update({name: np.full(g, np.nan) for name in ("factor_low", "factor_high", "serial_correlation")})
+    out["history_intervals"] = np.full(g, np.nan)
     out["shift_beyond_trend"] = np.full(g, np.nan)
     out["segment_n_before"] = np.zeros(g, dtype=np.int64)
     out["segment_n_after"] = np.zeros(g, dtype=np.int64)
@@ -345,6 +352,7 @@ def _decide_block(
     found["segment_n_after"][tested] = np.nan_to_num(res.n_b).astype(np.int64)
     found["factor_low"][tested], found["factor_high"][tested] = res.factor_low, res.factor_high
     found["serial_correlation"][tested] = res.rho
+    found["history_intervals"][tested] = res.history_intervals
     ok = ~np.isnan(res.t)
     split_at = ends_t[np.arange(len(keep)), np.maximum(res.k - 1, 0)]
     found["change_at"][tested[ok]] = split_at[ok]

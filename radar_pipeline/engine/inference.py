@@ -180,6 +180,9 @@ class SplitTest:
     factor_low: np.ndarray
     factor_high: np.ndarray
     splits: np.ndarray  # K, the number of candidate splits the choice was made among
+    # The history intervals the test at the chosen split combined with the window: History.intervals where it used
+    # them, 0 where it used the window alone (no history, or a window that conflicts with it), NaN where not tested.
+    history_intervals: np.ndarray
 
 
 def _prefix(values: np.ndarray) -> np.ndarray:
@@ -301,6 +304,7 @@ def split_tests(
         factor_low=np.exp(log_ratio - half),
         factor_high=np.exp(log_ratio + half),
         splits=splits,
+        history_intervals=pick(exact["history_intervals"]),
     )
 
 
@@ -440,7 +444,8 @@ def _statistics(
 ) -> dict[str, np.ndarray]:
     """From each side's sums (calls, centred mean, Σe², lag-1 Σe·e, and optionally Σ S and Σ (c − 1)) to the test:
     ρ, t, Welch–Satterthwaite ν, the log ratio and its standard error (module docstring); with `history`, the
-    statements that have it use the window's estimates combined with their history's (`_with_history`)."""
+    statements that have it use the window's estimates combined with their history's (`_with_history`), and
+    history_intervals says how many history intervals each test combined (0: the window alone)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         mean_a = a["mean"] + centre
         mean_b = b["mean"] + centre
@@ -474,9 +479,11 @@ def _statistics(
             dof.append(d)
         se2 = u[0] + u[1]
         nu = se2**2 / (u[0] ** 2 / dof[0] + u[1] ** 2 / dof[1])
+        combined: np.ndarray | float = 0.0  # the history intervals the test combined with the window (0: none)
         if history is not None:
             use, h_se2, h_nu, h_rho = _with_history(a, b, n_a, n_b, total_n, mean_a, mean_b, ee, rho_hat, history)
             se2, nu, rho = np.where(use, h_se2, se2), np.where(use, h_nu, nu), np.where(use, h_rho, rho)
+            combined = np.where(use, history.intervals, 0.0)
         log_ratio = np.log(mean_b) - np.log(mean_a)
         excess = log_ratio - np.log1p(threshold)
         t = excess / np.sqrt(se2)
@@ -493,6 +500,7 @@ def _statistics(
         "mean_b": mean_b,
         "log_ratio": log_ratio,
         "se": np.sqrt(se2),
+        "history_intervals": np.broadcast_to(combined, t.shape),
     }
 
 

@@ -360,7 +360,7 @@ def verdicts_of(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
         sa.text(
             "SELECT v.target, v.verdict, v.reason, v.cause, v.mean_before_ms, v.mean_after_ms, v.change_factor, "
             "v.confidence, v.segment_mean_after_ms / nullif(v.segment_mean_before_ms, 0) AS factor_at_change, "
-            "v.factor_low, v.factor_high, "
+            "v.factor_low, v.factor_high, v.history_intervals, "
             "v.change_at - coalesce(d.deployed_at, a.window_start + (a.window_end - a.window_start) / 2) "
             "AS change_after_deploy, v.calls_before, v.calls_after, v.queryid, "
             "regexp_replace(coalesce(q.query, ''), '\\s+', ' ', 'g') AS query "

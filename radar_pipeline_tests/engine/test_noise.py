@@ -136,6 +136,41 @@ def test_a_history_quieter_than_the_window_is_scaled_to_its_calls(with_stddev):
         assert (p <= alpha).mean() <= slack * alpha, (alpha, (p <= alpha).mean())
 
 
+def test_each_verdict_says_how_many_history_intervals_its_test_used():
+    fleet = draw(1000, 81, stepped=0.2, steps=(2.0,))
+    history = history_estimates(fleet, 2000, 82, WINDOW_START)  # longer than history_max_intervals (1,440)
+    given = history.set_index("query_key")["intervals"]
+    for settings in (EngineSettings(), dataclasses.replace(EngineSettings(), history_max_intervals=600)):
+        out = analyse(fleet.counters, DEPLOY, settings, history=history)
+        tested = out["t_stat"].notna()
+        assert tested.sum() > 50
+        assert out.loc[~tested, "history_intervals"].isna().all()
+        used = out.loc[tested, "history_intervals"].to_numpy()
+        # Each tested statement's history intervals, as the test counts them (capped), or 0 where it was not used.
+        counted = np.minimum(given.loc[out.loc[tested, "query_key"]].to_numpy(), settings.history_max_intervals)
+        counted = np.where(counted >= settings.history_min_intervals, counted, 0)
+        assert ((used == counted) | (used == 0)).all()
+        assert (used == settings.history_max_intervals).mean() > 0.8
+
+    # Without history every tested statement was tested on its window alone.
+    alone = analyse(fleet.counters, DEPLOY)
+    tested = alone["t_stat"].notna()
+    assert (alone.loc[tested, "history_intervals"] == 0).all() and alone.loc[~tested, "history_intervals"].isna().all()
+
+
+def test_a_window_that_conflicts_with_its_history_says_it_used_none():
+    fleet = draw(1000, 61, stepped=0.2, steps=(2.0,), spread=(0.1, 0.2), phi=(0.0, 0.0))
+    history = history_estimates(fleet, 1440, 62, WINDOW_START)
+    fitting = analyse(fleet.counters, DEPLOY, history=history)
+    tested = fitting["t_stat"].notna()
+    assert (fitting.loc[tested, "history_intervals"] > 0).mean() > 0.9
+    quiet = history.assign(dispersion=history["dispersion"] / 100)  # a window far noisier than its history
+    out = analyse(fleet.counters, DEPLOY, history=quiet)
+    assert out["t_stat"].notna().equals(tested)
+    assert (out.loc[tested, "history_intervals"] == 0).all()
+    assert out.loc[~tested, "history_intervals"].isna().all()
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
