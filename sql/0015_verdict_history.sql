@@ -1,4 +1,4 @@
--- What a verdict's noise estimate rests on (engine 2.3): the intervals of the statement's own history that the test
+-- What a verdict's noise estimate rests on (engine 2.4): the intervals of the statement's own history that the test
 -- at the tested split combined with its window, 0 where it used the window alone (no history, too little, or a window
 -- that conflicts with it), null where no split was tested and in rows stored before this migration (README, "Reading
 -- a verdict"). radar.regression shows it after its existing columns.

@@ -257,7 +257,7 @@ def _regression_fields(facts: AnalysisFacts, r: Regression) -> list[dict[str, st
     interval = ""
     if r.factor_low is not None and r.factor_high is not None and r.factor_low == r.factor_low:  # not NaN
         interval = f", 95% interval ×{r.factor_low:.2f} to ×{r.factor_high:.2f}"
-    noise = ""  # what the test's noise estimate rests on, where the verdict says (engine 2.3)
+    noise = ""  # what the test's noise estimate rests on, where the verdict says (engine 2.4)
     if r.history_intervals is not None and r.history_intervals == r.history_intervals:  # not NaN
         noise = "; noise from this window alone"
         if r.history_intervals > 0:
