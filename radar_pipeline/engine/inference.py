@@ -70,17 +70,17 @@ count however long the history (a power prior's discount, Ibrahim & Chen 2000: o
   before squaring), with the uncertainty of ln f from N intervals for the share of se² that f scales: a statement
   with a day of history is tested against a t on hundreds of degrees of freedom, near the normal reference, and
   where the per-call term dominates a side, that side is as without history.
-- the window's calls. κ_h is a relative variance per call, and only per-call noise shrinks with an interval's
-  calls: an interval mean of c calls has relative variance a / c + b, a the per-call part (CV²) and b the
-  overdispersion, so κ = a + b c grows with the calls per interval. A deploy at the peak hour meets a history read at
-  a day's average (c̄_h = `calls_per_interval`); with r = c̄_w / c̄_h (the side's calls per interval over the
-  history's), the history predicts a + r (κ_h − a) for the side's relative dispersion per call, and a + r (f κ_h − a)
-  for its long-run variance (only the overdispersion carries the serial correlation, so the side's inflation is the
-  ratio of the two). a is the window's own per-call relative variance from its intervals' sums of squares (pooled over
-  both sides, as H0 scales the times; thousands of degrees of freedom), clipped to [0, κ_h]; without them (interval
-  means only), the worse of a = 0 and a = κ_h for the side's r. At r = 1 this is the history's prediction unchanged.
-  Without the scaling, a history read at a tenth of the window's calls put the test's level at 3.3 times α at 10⁻³
-  (engine 2.3.0; `test_a_history_quieter_than_the_window_is_scaled_to_its_calls`).
+- the window's calls. κ_h is a relative variance per call, and only per-call noise shrinks with an interval's calls: an
+  interval mean of c calls has relative variance a / c + b, a the per-call part (CV²) and b the overdispersion, so κ = a
+  + b c grows with the calls per interval. A deploy at the peak hour meets a history read at a day's average (c̄_h =
+  `calls_per_interval`); with r = c̄_w / c̄_h (the side's calls per interval over the history's), the history predicts a
+  + r (κ_h − a) for the side's relative dispersion per call, and a + r (f κ_h − a) for its long-run variance (only the
+  overdispersion carries the serial correlation, so the side's inflation is the ratio of the two). a is the window's own
+  per-call relative variance from its intervals' sums of squares (pooled over both sides, as H0 scales the times; about
+  as many degrees of freedom as calls), clipped to [0, κ_h]; without them (interval means only), the worse of a = 0 and
+  a = κ_h for the side's r. At r = 1 this is the history's prediction unchanged. Without the scaling, a history read at
+  a tenth of the window's calls put the test's level at 3.3 times α at 10⁻³ (engine 2.3.0;
+  `test_a_history_quieter_than_the_window_is_scaled_to_its_calls`).
 - conflict. A window whose pooled dispersion exceeds what the history predicts for its calls at level `conflict_alpha`
   (F test on the degrees of freedom of both), or whose bias-corrected lag-1 correlation exceeds the history's reading by
   that normal quantile, is not the history's kind of day (a prior–data conflict, Evans & Moshonov 2006): it is tested on
