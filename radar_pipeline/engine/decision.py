@@ -396,7 +396,8 @@ def _history_rows(samples: WindowSamples, history: pd.DataFrame | None, settings
     if history["query_key"].duplicated().any():
         raise ValueError("history.query_key has duplicates: one row of estimates per statement")
     values = {}
-    for name in HISTORY[1:]:
+    optional = ["calls_per_interval"] if "calls_per_interval" in history.columns else []
+    for name in [*HISTORY[1:], *optional]:
         try:
             values[name] = history[name].to_numpy(dtype=np.float64, na_value=np.nan)
         except (TypeError, ValueError):
@@ -408,6 +409,9 @@ def _history_rows(samples: WindowSamples, history: pd.DataFrame | None, settings
         raise ValueError("history.serial_correlation must lie strictly between -1 and 1")
     if ((dispersion < 0) | (intervals < 0)).any():
         raise ValueError("history.dispersion and history.intervals must not be negative")
+    busy = values.get("calls_per_interval", np.full(len(history), np.nan))
+    if (busy < 0).any():
+        raise ValueError("history.calls_per_interval must be finite and not negative")
     index = pd.Index(history["query_key"])
     row = index.get_indexer(samples.keys)
     for g, merged in enumerate(samples.merged):  # a rotated queryid: the history of a key merged into it
@@ -420,14 +424,6 @@ def _history_rows(samples: WindowSamples, history: pd.DataFrame | None, settings
     n = np.where(n >= settings.history_min_intervals, np.minimum(n, settings.history_max_intervals), 0.0)
     if not (n > 0).any():
         return None
-    busy = np.full(len(history), np.nan)
-    if "calls_per_interval" in history.columns:
-        try:
-            busy = history["calls_per_interval"].to_numpy(dtype=np.float64, na_value=np.nan)
-        except (TypeError, ValueError):
-            raise ValueError("history.calls_per_interval must be numeric") from None
-        if (busy < 0).any() or np.isinf(busy).any():
-            raise ValueError("history.calls_per_interval must be finite and not negative")
     return History(
         rho=np.where(n > 0, rho[row], 0.0),
         dispersion=np.where(n > 0, dispersion[row], 1.0),

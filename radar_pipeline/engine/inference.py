@@ -127,6 +127,7 @@ from dataclasses import dataclass
 import numpy as np
 
 RHO_MAX = 0.9  # inflation at most 19×: beyond it a 30-interval side holds about one independent observation
+INFLATION_MAX = (1 + RHO_MAX) / (1 - RHO_MAX)
 CI_LEVEL = 0.95
 # Standard errors added to ρ. Engine 2.1 added 1 (at 0.5 it found 3.4× the level at 10⁻³ for φ > 0.6); since 2.2 the
 # uncertainty of ρ̂ is also carried by the degrees of freedom, and 0.5 with it holds the level better than 1 without
@@ -540,9 +541,9 @@ def _with_history(
         white = np.where(np.isfinite(per_call), np.clip(per_call, 0.0, kappa_h), np.where(ratio >= 1, 0.0, kappa_h))
         short = white + ratio * (kappa_h - white)
         long = white + ratio * (f_h * kappa_h - white)
-        return short, np.clip(long / short, 1.0, (1 + RHO_MAX) / (1 - RHO_MAX))
+        return short, np.clip(long / short, 1.0, INFLATION_MAX)
 
-    rho_w = rho_hat + 2 * (1 + 3 * rho_hat) / total_n  # the window's own, bias-corrected as in _serial_correlation
+    rho_w = _bias_corrected(rho_hat, total_n)  # the window's own, as the window-only test reads it
     pooled = ee / (a["calls"] + b["calls"])
     own_terms: list[np.ndarray] = []
     own_dofs: list[np.ndarray] = []
@@ -609,10 +610,16 @@ def _f_exceeds(ratio: np.ndarray, dfn: np.ndarray, dfd: np.ndarray, alpha: float
     return out | (ratio == np.inf)
 
 
+def _bias_corrected(rho_hat: np.ndarray, total_n: np.ndarray) -> np.ndarray:
+    """The pooled lag-1 autocorrelation of two separately demeaned sides with Kendall's bias added back (module
+    docstring, 3.)."""
+    return rho_hat + 2 * (1 + 3 * rho_hat) / total_n
+
+
 def _serial_correlation(rho_hat: np.ndarray, total_n: np.ndarray) -> np.ndarray:
     """The AR(1) coefficient the test uses from ρ̂, the pooled lag-1 autocorrelation of the residuals (module
     docstring, 3.): bias-corrected, RHO_MARGIN standard errors high, clipped to [0, RHO_MAX]."""
-    rho_fixed = rho_hat + 2 * (1 + 3 * rho_hat) / total_n
+    rho_fixed = _bias_corrected(rho_hat, total_n)
     return np.clip(rho_fixed + RHO_MARGIN * np.sqrt(np.maximum(1 - rho_fixed**2, 0.0) / total_n), 0.0, RHO_MAX)
 
 

@@ -36,7 +36,7 @@ from datetime import timedelta
 import numpy as np
 import pandas as pd
 
-from radar_pipeline.engine.inference import RHO_MARGIN, RHO_MAX
+from radar_pipeline.engine.inference import INFLATION_MAX, RHO_MARGIN, RHO_MAX
 from radar_pipeline.engine.samples import window_samples
 
 BLOCK = timedelta(minutes=30)  # the default window W: a block is what one side of a deploy's test demeans
@@ -106,8 +106,7 @@ def long_run_inflation(rho1: np.ndarray, rho2: np.ndarray, n: np.ndarray) -> np.
     ratio = np.where(rho1 > 2 * se, rho2 / np.where(rho1 > 0, rho1, 1.0), rho1)
     phi = np.clip(ratio + RHO_MARGIN * np.sqrt(1 + ratio**2) * se / np.maximum(rho1, se), 0.0, RHO_MAX)
     phi = np.maximum(phi, np.minimum(r1, RHO_MAX))  # never below the AR(1) reading of ρ_1
-    cap = (1 + RHO_MAX) / (1 - RHO_MAX)
-    return np.minimum(1 + 2 * np.minimum(r1, RHO_MAX) / (1 - phi), cap)
+    return np.minimum(1 + 2 * np.minimum(r1, RHO_MAX) / (1 - phi), INFLATION_MAX)
 
 
 def noise_estimates(sums: pd.DataFrame) -> pd.DataFrame:
