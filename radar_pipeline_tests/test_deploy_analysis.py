@@ -225,6 +225,23 @@ def test_the_slow_query_is_detected_and_the_control_is_not(scenario):
     assert (s.queryids["probe_slow"], "SELECT probe_slow($1)", "api", "v42") in [tuple(r) for r in regressions]
 
 
+def test_the_ui_gets_queryids_as_exact_text(scenario):
+    """64-bit queryids go into Dagster's metadata as text: a JavaScript number (the UI's) would round them."""
+    s = scenario
+    slow = s.queryids["probe_slow"]
+    with dg.instance_for_test() as instance:
+        assert _materialize(s, instance).success
+        (record,) = instance.fetch_materializations(dg.AssetKey("deploy_verdicts"), limit=1).records
+        stored = record.asset_materialization.metadata  # as the UI reads it: from the instance's event log
+    for name in ("detections", "load_changes"):
+        table = stored[name]
+        assert isinstance(table, dg.TableMetadataValue)
+        assert {c.name: c.type for c in table.schema.columns}["queryid"] == "string", name
+        assert all(isinstance(r.data["queryid"], str) for r in table.records), name
+    (row,) = [r.data for r in stored["detections"].records if "probe_slow" in r.data["query"]]
+    assert row["queryid"] == str(slow) and int(row["queryid"]) == slow
+
+
 def test_a_rotated_queryid_is_reported_once(scenario):
     s = scenario
     with dg.instance_for_test() as instance:

@@ -287,7 +287,7 @@ def test_verdicts_command_and_metadata_show_the_summary(warehouse, warehouse_url
     summary = metadata["database_time"].records[0].data
     assert summary["database"] == "all" and summary["exec_ms_per_min_after"] > 10 * summary["exec_ms_per_min_before"]
     change = metadata["load_changes"].records[0].data
-    assert change["kind"] == "new" and change["heavy"] and change["query"] == SCAN and change["queryid"] == 52
+    assert change["kind"] == "new" and change["heavy"] and change["query"] == SCAN and change["queryid"] == "52"
 
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "radar"), "verdicts", "idx-cli", "--warehouse", warehouse_url],

@@ -13,7 +13,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 
 from radar_pipeline import plan_shape
 from radar_pipeline.config import REANALYSIS_DAYS_VAR, ConfigError, Target, count_setting
-from radar_pipeline.defs.metadata import detection_cells, rounded, table
+from radar_pipeline.defs.metadata import ID, detection_cells, rounded, table
 from radar_pipeline.defs.plans import plan_snapshots
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.defs.snapshots import pgss_snapshots
@@ -31,7 +31,7 @@ DETECTION_ROWS_SHOWN = 25
 SENSOR_PAGE = 200  # deploys requested per sensor evaluation at most; a larger burst continues on the next ticks
 DETECTION_COLUMNS = [
     ("query", "string"),
-    ("queryid", "int"),
+    ("queryid", ID),
     ("before_ms", "float"),
     ("after_ms", "float"),
     ("factor", "float"),
@@ -56,7 +56,7 @@ CHANGE_COLUMNS = [
     ("kind", "string"),
     ("heavy", "bool"),
     ("query", "string"),
-    ("queryid", "int"),
+    ("queryid", ID),
     ("calls_per_min_before", "float"),
     ("calls_per_min_after", "float"),
     ("exec_ms_per_min_before", "float"),

@@ -11,21 +11,37 @@ import dagster as dg
 from radar_pipeline.config import printable
 
 Cell = str | int | float | bool | None
+ID = "id"  # a column of 64-bit identifiers (queryid): shown as text, exact
+# The largest integer a JavaScript number (the UI's) holds exactly: 2**53 − 1. Past it the browser rounds
+# (3247342922765952897 shows as 3247342922765953000), so an integer cell beyond it is given as text instead.
+EXACT_IN_BROWSER = 2**53 - 1
 
 
 def table(columns: Iterable[tuple[str, str]], rows: Iterable[Mapping[str, Any]]) -> dg.TableMetadataValue:
-    """A metadata table of (name, type) columns ("string", "int", "float", "bool"); text cells stripped of control
-    characters, missing or NaN cells empty."""
-    schema = dg.TableSchema(columns=[dg.TableColumn(name, kind) for name, kind in columns])
-    names = [c.name for c in schema.columns]
+    """A metadata table of (name, type) columns ("string", "int", "float", "bool", or ID: 64-bit ids as text); text
+    cells stripped of control characters, missing or NaN cells empty, integers the browser would round given as
+    text."""
+    columns = list(columns)
+    schema = dg.TableSchema(columns=[dg.TableColumn(name, "string" if kind == ID else kind) for name, kind in columns])
+    ids = {name for name, kind in columns if kind == ID}
     return dg.MetadataValue.table(
-        records=[dg.TableRecord({n: _cell(row.get(n)) for n in names}) for row in rows], schema=schema
+        records=[
+            dg.TableRecord({n: _id(row.get(n)) if n in ids else _cell(row.get(n)) for n, _ in columns}) for row in rows
+        ],
+        schema=schema,
     )
+
+
+def _id(value: object) -> str | None:
+    cell = _cell(value)
+    return None if cell is None else str(int(cell)) if isinstance(cell, int | float) else cell
 
 
 def _cell(value: object) -> Cell:
     if value is None or (isinstance(value, float) and value != value):
         return None
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > EXACT_IN_BROWSER:
+        return str(value)
     if isinstance(value, bool | int | float):
         return value
     if hasattr(value, "item"):  # a numpy scalar

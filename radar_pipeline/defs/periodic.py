@@ -9,7 +9,7 @@ import pandas as pd
 from radar_pipeline.config import periodic_minute, periodic_start
 from radar_pipeline.defs.alerts import as_metadata
 from radar_pipeline.defs.deploys import DETECTION_ROWS_SHOWN, VerdictConfig, configured_targets
-from radar_pipeline.defs.metadata import detection_cells, table
+from radar_pipeline.defs.metadata import ID, detection_cells, table
 from radar_pipeline.defs.plans import plan_snapshots
 from radar_pipeline.defs.resources import AnalysisResource, SlackResource, TargetsResource, WarehouseResource
 from radar_pipeline.defs.snapshots import pgss_snapshots
@@ -123,7 +123,7 @@ def _metadata(done: list[PeriodAnalysis], period_s: float) -> dict[str, Any]:
         }
         for row in reported.head(DETECTION_ROWS_SHOWN).itertuples()
     ]
-    columns = [("target", "string"), ("query", "string"), ("queryid", "int")]
+    columns = [("target", "string"), ("query", "string"), ("queryid", ID)]
     columns += [("before_ms", "float"), ("after_ms", "float"), ("factor", "float")]
     columns += [("factor_low", "float"), ("factor_high", "float"), ("history_intervals", "int")]
     columns += [("change_at", "string"), ("cause", "string")]
