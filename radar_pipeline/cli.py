@@ -188,6 +188,8 @@ def _print_impact(summary: pd.DataFrame, changes: pd.DataFrame, show_all: bool) 
     import pandas as pd
     from rich.console import Console
 
+    from radar_pipeline.alerts.render import NO_DATA_BEFORE
+
     def ratio(before: float, after: float) -> str:
         return f" (×{after / before:.2f})" if before > 0 else ""
 
@@ -197,6 +199,12 @@ def _print_impact(summary: pd.DataFrame, changes: pd.DataFrame, show_all: bool) 
             continue
         where = "database time" if int(r.dbid) == -1 else f"  database {int(r.dbid)}"
         prefix = f"{clean(str(r.target))}: " if summary["target"].nunique() > 1 else ""
+        if not r.statements_before:  # nothing stored before the deploy: not a load of 0
+            click.echo(
+                f"{prefix}{where}: {NO_DATA_BEFORE}; after it {r.exec_ms_per_min_after:,.1f} ms per minute, calls "
+                f"{r.calls_per_min_after:,.1f} per minute, statements {r.statements_after}"
+            )
+            continue
         click.echo(
             f"{prefix}{where}: {r.exec_ms_per_min_before:,.1f} → {r.exec_ms_per_min_after:,.1f} ms per minute"
             f"{ratio(r.exec_ms_per_min_before, r.exec_ms_per_min_after)}; calls {r.calls_per_min_before:,.1f} → "

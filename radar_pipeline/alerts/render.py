@@ -20,6 +20,7 @@ BLOCKS_PER_REGRESSION = 4  # divider, query, numbers, plan
 MAX_SHOWN = 10  # regressions shown in one message: 2 + 10 × 4 + 2 = 44 blocks; the rest summarised with a link
 SEVERITY = {"fleet_wide": "low (fleet-wide shift: an outside cause is suspected)"}
 MAX_CHANGES = 3  # load changes (new heavy statements, surges) shown in full, before the regressions: 3 blocks each
+NO_DATA_BEFORE = "no data before the deploy"  # a target with no statement's calls stored before it, not a load of 0
 CHANGE_WORDS = {"new": "new statement", "n_plus_one": "N+1: calls surged, latency unchanged", "surge": "call surge"}
 
 
@@ -40,7 +41,8 @@ class AnalysisFacts:
     run_url: str | None  # the analysis run in the Dagster UI
     period: tuple[datetime, datetime] | None = None  # the latest period, compared with the one as long before it
     # the target's execution time per minute of window before and after the split (radar.deploy_impact), when known
-    load_ms_per_min: tuple[float, float] | None = None
+    # (before: None when no statement had calls before the split)
+    load_ms_per_min: tuple[float | None, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -194,8 +196,11 @@ def _title(facts: AnalysisFacts, count: int, changes: list[LoadChange] | None = 
     return f"{', '.join(parts) or '0 queries slower'} after deploy {what} on {facts.target}"
 
 
-def load_line(before: float, after: float) -> str:
-    """The target's execution time per minute either side of the split, as the message's summary line."""
+def load_line(before: float | None, after: float) -> str:
+    """The target's execution time per minute either side of the split, as the message's summary line (`before`
+    None: no statement had calls before it)."""
+    if before is None:
+        return f"*Database time:* {after:,.1f} ms per minute after the deploy ({NO_DATA_BEFORE})"
     factor = f" (×{after / before:.2f})" if before > 0 else ""
     return f"*Database time:* {before:,.1f} → {after:,.1f} ms per minute{factor}"
 
