@@ -165,11 +165,7 @@ def verdicts(deploy_id: str, show_all: bool, output: str, warehouse: str | None)
     if table.empty:
         raise click.ClickException(f"no verdicts for {clean(deploy_id)!r}: not recorded, or not analysed yet")
     if output != "table":
-        whole = table.assign(
-            change_after_deploy=table["change_after_deploy"].dt.total_seconds(), query=table["query"].map(clean)
-        ).rename(columns={"change_after_deploy": "change_after_deploy_s"})
-        text = whole.to_csv(index=False) if output == "csv" else whole.to_json(orient="records", indent=1) + "\n"
-        click.echo(text, nl=False)
+        click.echo(_for_scripts(table, output), nl=False)
         return
     counts = table["verdict"].value_counts()
     what = "periodic check" if deploy_id.startswith(PERIODIC_PREFIX) else "deploy"
@@ -180,6 +176,40 @@ def verdicts(deploy_id: str, show_all: bool, output: str, warehouse: str | None)
     _print_verdicts(shown)
     if len(shown) < len(table):
         click.echo(f"… {len(table) - len(shown)} more (--all)")
+
+
+def _for_scripts(table: pd.DataFrame, output: str) -> str:
+    """Every column of every verdict as CSV or JSON (a list of verdict objects): times in ISO 8601 and the change's
+    offset from the deploy in seconds, the plan diff and the merged queryids as JSON (nested in JSON, a JSON text in
+    a CSV cell), text from outside on one line without control characters (JSON escapes the rest)."""
+    import json
+
+    import pandas as pd
+
+    whole = table.assign(change_after_deploy=table["change_after_deploy"].dt.total_seconds()).rename(
+        columns={"change_after_deploy": "change_after_deploy_s"}
+    )
+    for name in whole.columns:
+        column = whole[name]
+        if isinstance(column.dtype, pd.DatetimeTZDtype):
+            whole[name] = [None if pd.isna(t) else t.isoformat() for t in column]
+        elif pd.api.types.is_object_dtype(column) or pd.api.types.is_string_dtype(column):
+            whole[name] = [_script_cell(v, nested=output == "json") for v in column]
+    if output == "csv":
+        return whole.to_csv(index=False)
+    return json.dumps(json.loads(whole.to_json(orient="records")), indent=1) + "\n"
+
+
+def _script_cell(value: object, nested: bool) -> object:
+    """A text cell on one line without control characters; a JSON value (a plan diff, merged queryids) as it is when
+    `nested`, else as its JSON text (ASCII: nothing in it can reorder or colour a terminal)."""
+    import json
+
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, dict | list):
+        return value if nested else json.dumps(value)
+    return value
 
 
 def _print_impact(summary: pd.DataFrame, changes: pd.DataFrame, show_all: bool) -> None:

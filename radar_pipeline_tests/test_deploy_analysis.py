@@ -323,6 +323,51 @@ def test_radar_verdicts_prints_the_table(scenario):
     assert max(len(line) for line in lines) <= 220
 
 
+def test_radar_verdicts_for_scripts_gives_every_column(scenario):
+    """--format csv and json: the plan diff, p_family, the change's time and the deploy's fields with each verdict."""
+    import io
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    s = scenario
+    with dg.instance_for_test() as instance:
+        assert _materialize(s, instance).success
+    out = {}
+    for fmt in ("csv", "json"):
+        proc = subprocess.run(
+            [str(Path(sys.executable).parent / "radar"), "verdicts", s.deploy_id, "--format", fmt],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "RADAR_WAREHOUSE_URL": s.warehouse_url},
+        )
+        assert proc.returncode == 0, proc.stderr
+        out[fmt] = proc.stdout
+    wanted = {"plan_diff", "p_family", "p_value", "change_at", "change_after_deploy_s", "deploy_id", "deployed_at"}
+    wanted |= {"service", "version", "url", "deploy_source", "dbid", "userid", "toplevel", "merged_queryids"}
+    table = pd.read_csv(io.StringIO(out["csv"]))
+    assert wanted <= set(table.columns), wanted - set(table.columns)
+    verdicts = json.loads(out["json"])
+    assert isinstance(verdicts, list) and wanted <= set(verdicts[0])
+    (slow,) = [v for v in verdicts if v["queryid"] == s.queryids["probe_slow"]]  # exact, not rounded
+    assert (slow["verdict"], slow["service"], slow["version"], slow["deploy_id"]) == (
+        "detected",
+        "api",
+        "v42",
+        "rel-42",
+    )
+    assert datetime.fromisoformat(slow["deployed_at"]) == s.deployed_at
+    change_at = datetime.fromisoformat(slow["change_at"])
+    assert abs((change_at - s.deployed_at).total_seconds() - slow["change_after_deploy_s"]) < 1e-3
+    assert isinstance(slow["plan_diff"], dict) and 0 <= slow["p_family"] <= 1
+    (row,) = table[table["queryid"] == s.queryids["probe_slow"]].to_dict("records")
+    assert json.loads(row["plan_diff"]) == slow["plan_diff"] and row["service"] == "api"
+    assert datetime.fromisoformat(row["change_at"]) == change_at
+
+
 def test_partitions_definition_name():
     assert deploys_partitions.name == "deploys"
 
