@@ -3,7 +3,9 @@ errors) go in as table records, never Markdown, so nothing in them can become a 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import base64
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -15,6 +17,10 @@ ID = "id"  # a column of 64-bit identifiers (queryid): shown as text, exact
 # The largest integer a JavaScript number (the UI's) holds exactly: 2**53 − 1. Past it the browser rounds
 # (3247342922765952897 shows as 3247342922765953000), so an integer cell beyond it is given as text instead.
 EXACT_IN_BROWSER = 2**53 - 1
+# Characters of chart images (base64) one materialization's metadata carries: the UI loads a materialization's
+# metadata whole, and a chart is about 57,000 (a 43 kB PNG), so the first three or so are shown.
+CHART_IMAGES_LIMIT = 200_000
+PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def table(columns: Iterable[tuple[str, str]], rows: Iterable[Mapping[str, Any]]) -> dg.TableMetadataValue:
@@ -47,6 +53,30 @@ def _cell(value: object) -> Cell:
     if hasattr(value, "item"):  # a numpy scalar
         return _cell(value.item())  # type: ignore[union-attr]
     return printable(str(value))
+
+
+def chart_images(paths: Sequence[str | Path], limit: int = CHART_IMAGES_LIMIT) -> dg.MarkdownMetadataValue | None:
+    """The charts drawn, shown in the UI: Markdown images with the PNGs inline (data URIs, so the UI needs no access
+    to the files, which may be on another machine or pod), the first ones within `limit` characters, then a line
+    saying how many more there are. None without a chart to show. Nothing from outside goes into the Markdown: the
+    chart's title (the statement) is in the image."""
+    shown: list[str] = []
+    used = 0
+    for number, path in enumerate(paths, 1):
+        try:
+            png = Path(path).read_bytes()
+        except OSError:  # gone already (a temporary folder cleaned up): the others are still shown
+            continue
+        if not png.startswith(PNG):
+            continue
+        data = base64.b64encode(png).decode("ascii")
+        if used + len(data) > limit:
+            more = len(paths) - number + 1
+            shown.append(f"{more} more chart(s) not shown here: the `charts` entry names their files")
+            break
+        used += len(data)
+        shown.append(f"![chart {number}](data:image/png;base64,{data})")
+    return dg.MetadataValue.md("\n\n".join(shown)) if shown else None
 
 
 def rounded(value: float | None, digits: int = 2) -> float | None:
