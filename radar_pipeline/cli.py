@@ -280,6 +280,8 @@ def _print_verdicts(table: pd.DataFrame) -> None:
     import pandas as pd
     from rich.console import Console
 
+    from radar_pipeline.pgss_model import shared_queryid_note
+
     def fmt(values: pd.Series, pattern: str) -> list[str]:
         return [("" if pd.isna(v) else pattern.format(v)) for v in values]
 
@@ -314,6 +316,9 @@ def _print_verdicts(table: pd.DataFrame) -> None:
             droppable=("history", "reason", "confidence", "change", "before ms"),
         )
     )
+    for row in table.itertuples():  # below the table: its query column is cut to the room left
+        if isinstance(row.queryid_shared_with, list) and row.queryid_shared_with:
+            click.echo(f"caution, queryid {row.queryid}: {clean(shared_queryid_note(row.queryid_shared_with))}")
 
 
 def _failure(what: str, exc: BaseException, url: str | None) -> str:

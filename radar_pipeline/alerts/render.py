@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from radar_pipeline.pgss_model import shared_queryid_note
+
 MAX_QUERY = 300  # characters of query text per regression
 # Slack's documented limits (Block Kit reference: blocks, section, header, text object; chat.postMessage):
 MAX_BLOCKS = 50
@@ -63,6 +65,7 @@ class Regression:
     factor_low: float | None = None  # the 95% interval of the slowdown factor (engine 2)
     factor_high: float | None = None
     history_intervals: float | None = None  # of its own history, the test combined with its window (0: window alone)
+    shared_with: list[str] | None = None  # other tables PostgreSQL 18 gives its queryid to (pgss_model.SHARED_QUERYID)
 
 
 @dataclass(frozen=True)
@@ -267,7 +270,7 @@ def _regression_fields(facts: AnalysisFacts, r: Regression) -> list[dict[str, st
         noise = "; noise from this window alone"
         if r.history_intervals > 0:
             noise = f"; noise from {r.history_intervals:,.0f} intervals of its history"
-    return [
+    fields = [
         {
             "type": "mrkdwn",
             "text": f"*Mean:* {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms (×{r.change_factor:.2f}{interval})",
@@ -278,6 +281,10 @@ def _regression_fields(facts: AnalysisFacts, r: Regression) -> list[dict[str, st
         {"type": "mrkdwn", "text": f"*Cause:* {escape_within(cause, MAX_FIELD_TEXT - 20)}"},
         {"type": "mrkdwn", "text": f"*queryid:* {r.queryid}"},
     ]
+    if r.shared_with:  # its text may not be the statement that slowed
+        caution = escape_within(shared_queryid_note(r.shared_with), MAX_FIELD_TEXT - 20)
+        fields.append({"type": "mrkdwn", "text": f"*Caution:* {caution}"})
+    return fields
 
 
 def _duration(span: timedelta) -> str:

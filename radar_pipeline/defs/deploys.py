@@ -43,6 +43,7 @@ DETECTION_COLUMNS = [
     ("change_vs_deploy_s", "int"),
     ("cause", "string"),
     ("plan", "string"),
+    ("caution", "string"),
 ]
 SUMMARY_COLUMNS = [
     ("database", "string"),

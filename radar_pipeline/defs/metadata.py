@@ -11,6 +11,7 @@ from typing import Any
 import dagster as dg
 
 from radar_pipeline.config import printable
+from radar_pipeline.pgss_model import shared_queryid_note
 
 Cell = str | int | float | bool | None
 ID = "id"  # a column of 64-bit identifiers (queryid): shown as text, exact
@@ -86,9 +87,12 @@ def rounded(value: float | None, digits: int = 2) -> float | None:
 
 def detection_cells(row: Any, text: str) -> dict[str, Any]:
     """The cells every detections table starts with: the statement and its numbers before and after, the factor and
-    its 95% interval, and the intervals of the statement's own history its test combined with the window (0: the
-    window alone; README, "Reading a verdict")."""
+    its 95% interval, the intervals of the statement's own history its test combined with the window (0: the window
+    alone; README, "Reading a verdict"), and a caution when its queryid is shared with statements over other tables
+    (pgss_model.SHARED_QUERYID)."""
+    shared = getattr(row, "queryid_shared_with", None)
     return {
+        "caution": shared_queryid_note(shared) if isinstance(shared, list) and shared else "",
         "query": text,
         "queryid": int(row.queryid),
         "before_ms": round(float(row.mean_before_ms), 3),

@@ -126,7 +126,7 @@ def _metadata(done: list[PeriodAnalysis], period_s: float) -> dict[str, Any]:
     columns = [("target", "string"), ("query", "string"), ("queryid", ID)]
     columns += [("before_ms", "float"), ("after_ms", "float"), ("factor", "float")]
     columns += [("factor_low", "float"), ("factor_high", "float"), ("history_intervals", "int")]
-    columns += [("change_at", "string"), ("cause", "string")]
+    columns += [("change_at", "string"), ("cause", "string"), ("caution", "string")]
     return {
         "targets": dg.MetadataValue.json([r.target for r in done]),
         "period_s": period_s,

@@ -257,6 +257,7 @@ def _regression(row: Any) -> Regression:
         factor_low=None if pd.isna(row.factor_low) else float(row.factor_low),
         factor_high=None if pd.isna(row.factor_high) else float(row.factor_high),
         history_intervals=None if pd.isna(row.history_intervals) else float(row.history_intervals),
+        shared_with=list(row.queryid_shared_with) if isinstance(row.queryid_shared_with, list) else None,
     )
 
 

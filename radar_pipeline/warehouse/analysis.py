@@ -32,7 +32,16 @@ from radar_pipeline.warehouse.database import KEYS, copy_frame, driver, key_para
 ENGINE_STORED = [
     c for c in ENGINE_COLUMNS if c not in ("query_key", "q_stat", "merged_keys", "segment_n_before", "segment_n_after")
 ]
-VERDICT_COLUMNS = ["deploy_id", "target", *KEY, "fingerprint", *ENGINE_STORED, "plan_diff", "merged_queryids"]
+VERDICT_COLUMNS = [
+    "deploy_id",
+    "target",
+    *KEY,
+    "fingerprint",
+    *ENGINE_STORED,
+    "plan_diff",
+    "merged_queryids",
+    "queryid_shared_with",
+]
 # A verdict (alias v) with its statement's text (alias q).
 VERDICT_QUERY_JOIN = (
     "LEFT JOIN radar.query q ON q.target = v.target AND q.dbid = v.dbid AND q.userid = v.userid "
@@ -356,8 +365,9 @@ def query_texts(conn: sa.Connection, target: str, keys: pd.DataFrame, length: in
 VERDICT_DETAILS = (
     "v.change_at, v.p_value, v.p_family, v.t_stat, v.dof, v.n_before, v.n_after, v.segment_mean_before_ms, "
     "v.segment_mean_after_ms, v.rows_per_call_before, v.rows_per_call_after, v.blks_read_per_call_before, "
-    "v.blks_read_per_call_after, v.budget_share, v.serial_correlation, v.plan_diff, v.dbid, v.userid, v.toplevel, "
-    "v.fingerprint, v.merged_queryids, v.trigger, v.deploy_id, d.deployed_at, d.service, d.version, d.url, "
+    "v.blks_read_per_call_after, v.budget_share, v.serial_correlation, v.plan_diff, v.queryid_shared_with, v.dbid, "
+    "v.userid, v.toplevel, v.fingerprint, v.merged_queryids, v.trigger, v.deploy_id, d.deployed_at, d.service, "
+    "d.version, d.url, "
     "d.source AS deploy_source, d.received_at AS deploy_received_at, a.analysed_at, a.engine_version, "
     "a.window_start, a.window_end"
 )
