@@ -125,7 +125,7 @@ DELTA = ECHO.replace("echo x", "delta x")  # the same statement over a table of 
 
 @pytest.mark.parametrize("server", ["pg18"], indirect=True)
 def test_a_queryid_postgresql_18_shares_between_two_tables_is_said_and_gets_no_plan_diff(
-    app_db, warehouse, warehouse_url, slack
+    app_db, warehouse, warehouse_url, slack, monkeypatch
 ):
     """PostgreSQL 18 jumbles a table reference by its alias: the joins over echo and over delta are one
     pg_stat_statements entry, stored with echo's text. delta's index is dropped at the deploy, and the entry slows;
@@ -215,6 +215,11 @@ def test_a_queryid_postgresql_18_shares_between_two_tables_is_said_and_gets_no_p
     fields = [f["text"] for b in blocks for f in b.get("fields", []) + b.get("elements", [])]
     assert f"*Caution:* {note}, and its text is whichever came first" in fields
     assert f"*Plan:* no plan diff: {SHARED_QUERYID_PLAN}" in fields and "plan unchanged" not in json.dumps(blocks)
+
+    # Past the bound on the checks an analysis makes, a detection is not looked into: null, not "none shared".
+    monkeypatch.setattr("radar_pipeline.steps.plan_diffs.SHARED_CHECKS", 0)
+    unchecked = analyse_deploy(warehouse, "shared-id", settings, live_targets={target.name: collector})
+    assert unchecked.verdicts.set_index("queryid").loc[queryid].queryid_shared_with is None
 
 
 @pytest.mark.parametrize("server", ["pg18"], indirect=True)

@@ -25,6 +25,9 @@ from radar_pipeline.steps.plan_capture import capture_one
 from radar_pipeline.warehouse import plans as stored_plans
 
 PLAN_REACH = timedelta(minutes=15)  # past the window's end: more than one plan capture interval (10 min)
+# Detections per analysis whose queryid is looked into, the most confident first (each costs the watched server up to
+# a few dozen EXPLAINs); the others are not checked (queryid_shared_with null), as when the target is not configured.
+SHARED_CHECKS = 50
 
 
 @dataclass(frozen=True)
@@ -55,10 +58,12 @@ def plan_diffs(
         now = conn.execute(sa.text("SELECT now()")).scalar_one()
         found = stored_plans.around_each(conn, target_name, keys, change_ats, until)
     out: list[DetectionPlan] = []
+    confidence = pd.to_numeric(detections["confidence"]).fillna(0.0).to_numpy()
+    checked = set(confidence.argsort(kind="stable")[::-1][:SHARED_CHECKS].tolist())
     connection, source = _open(live) if live is not None and keys else (None, None)
     try:
-        for key, change_at, plans_around in zip(keys, change_ats, found, strict=True):
-            shared = _shared(connection, key, source, plans_around.text)
+        for number, (key, change_at, plans_around) in enumerate(zip(keys, change_ats, found, strict=True)):
+            shared = _shared(connection, key, source, plans_around.text) if number in checked else None
             if shared:
                 out.append(DetectionPlan({"unavailable": SHARED_QUERYID_PLAN}, shared))
                 continue
