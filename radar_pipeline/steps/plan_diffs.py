@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from radar_pipeline import plan_shape
 from radar_pipeline.collector import plans, session
-from radar_pipeline.config import Target
+from radar_pipeline.config import Target, target_failure
 from radar_pipeline.pgss_model import Key, statement_keys
 from radar_pipeline.steps.plan_capture import capture_one
 from radar_pipeline.warehouse import plans as stored_plans
@@ -42,14 +42,22 @@ def plan_diffs(
     diffs: list[dict[str, Any]] = []
     connection: psycopg.Connection | None = None
     source: plans.PlanSource | None = None
+    failed: str | None = None  # why the watched server cannot give plans now: it is not tried again in this call
     try:
         for key, change_at, plans_around in zip(keys, change_ats, found, strict=True):
             after, why = plans_around.after, "none was captured within the window's reach"
             if after is None and live is not None and now <= until:
-                if connection is None:
-                    connection, source = _open(live)
+                if connection is None and failed is None:
+                    connection, source, failed = _open(live)
                 if connection is not None and source is not None:
-                    after, why = _capture_now(engine, connection, source, target_name, key, plans_around.text)
+                    try:
+                        after, why = _capture_now(engine, connection, source, target_name, key, plans_around.text)
+                    except (session.TargetUnavailable, psycopg.Error) as exc:  # silent, or gone: closed, not retried
+                        failed = target_failure(exc, live)
+                        connection.close()
+                        connection = None
+                if failed is not None:
+                    why = f"none could be captured now: {failed}"
             diffs.append(_diff(plans_around.before, after, change_at, why))
     finally:
         if connection is not None:
@@ -57,12 +65,16 @@ def plan_diffs(
     return diffs
 
 
-def _open(target: Target) -> tuple[psycopg.Connection | None, plans.PlanSource | None]:
+def _open(target: Target) -> tuple[psycopg.Connection | None, plans.PlanSource | None, str | None]:
+    """A session on the watched server and its plan source, or why there is none (password-free)."""
+    connection = None
     try:
         connection = session.connect(target)
-        return connection, plans.plan_source(connection)
-    except (session.TargetUnavailable, psycopg.Error):
-        return None, None
+        return connection, plans.plan_source(connection), None
+    except (session.TargetUnavailable, psycopg.Error) as exc:
+        if connection is not None:
+            connection.close()
+        return None, None, target_failure(exc, target)
 
 
 def _capture_now(
