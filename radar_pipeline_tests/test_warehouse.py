@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
 
+import pytest
 import sqlalchemy as sa
 
 from radar_pipeline.defs.retention import apply_retention
@@ -208,3 +209,56 @@ def test_interval_function_reads_a_range_and_agrees_with_the_view(warehouse):
         ).all()
     assert bounded == viewed and len(bounded) == 3 * 6
     assert {r[0] for r in bounded} == {1, 2, 3}
+
+
+@pytest.fixture
+def radar_role_db(pg18):
+    """A database owned by a login role named radar, as a new user sets the warehouse up (the role named after the
+    product, so the default search_path "$user", public finds schema radar once the first migration made it)."""
+    pg18.execute(
+        "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'radar') THEN CREATE ROLE radar LOGIN; "
+        "END IF; END $$"
+    )
+    name = pg18.new_database("radar_owned")
+    pg18.execute(f'ALTER DATABASE "{name}" OWNER TO radar')
+    yield name, pg18.pg.url(name, user="radar", driver="postgresql+psycopg")
+    pg18.drop_database(name)
+
+
+@pytest.mark.parametrize("search_path", [None, "radar, public", 'radar, "$user", public'])
+def test_upgrade_is_idempotent_when_the_role_is_named_radar(pg18, radar_role_db, search_path):
+    name, url = radar_role_db
+    if search_path is not None:
+        pg18.execute(f'ALTER ROLE radar IN DATABASE "{name}" SET search_path = {search_path}')
+    every = sorted(p.stem for p in migrations.SQL_DIR.glob("*.sql"))
+    assert migrations.upgrade(url) == every
+    for _ in range(2):
+        assert migrations.pending(url) == []
+        assert migrations.upgrade(url) == []
+    history = pg18.execute(
+        "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relname = "
+        "'_yoyo_migration'",
+        name,
+    )
+    assert history == [("public",)]  # one history, where the first upgrade put it
+
+
+def test_upgrade_finds_the_history_an_earlier_radar_left(pg18, radar_role_db):
+    """A warehouse upgraded by an earlier radar keeps its history where that put it; one where the second upgrade then
+    failed (yoyo's tables made again, empty, in schema radar) is upgraded from the full history, nothing re-applied."""
+    from yoyo import get_backend, read_migrations
+
+    name, url = radar_role_db
+    every = sorted(p.stem for p in migrations.SQL_DIR.glob("*.sql"))
+    earlier = get_backend(url)  # what `radar db upgrade` did before: yoyo's tables in the search_path's first schema
+    with earlier.lock():
+        earlier.apply_migrations(earlier.to_apply(read_migrations(str(migrations.SQL_DIR))))
+    earlier.connection.close()
+    failed = get_backend(url)  # the second upgrade: schema radar comes first now, and holds no history
+    with pytest.raises(Exception, match="already exists"), failed.lock():
+        failed.apply_migrations(failed.to_apply(read_migrations(str(migrations.SQL_DIR))))
+    failed.connection.close()
+    assert pg18.execute("SELECT count(*) FROM radar._yoyo_migration", name) == [(0,)]
+    assert migrations.pending(url) == []
+    assert migrations.upgrade(url) == []
+    assert len(pg18.execute("SELECT * FROM public._yoyo_migration", name)) == len(every)
