@@ -262,3 +262,63 @@ def test_upgrade_finds_the_history_an_earlier_radar_left(pg18, radar_role_db):
     assert migrations.pending(url) == []
     assert migrations.upgrade(url) == []
     assert len(pg18.execute("SELECT * FROM public._yoyo_migration", name)) == len(every)
+
+
+def _write_one_scrape(warehouse, target: str, at: datetime, written=None, commit=None):
+    """The write path of one scrape (one statement) of `target` at `at`; after writing, it sets `written` and waits
+    for `commit` before its transaction commits."""
+    import pandas as pd
+
+    from radar_pipeline.pgss_model import COUNTERS, KEY, ScrapeInfo
+    from radar_pipeline.warehouse import snapshots
+
+    statements = pd.DataFrame(
+        [[1, 10, 42, True, 5, 1.0, 5, 0, 0, 0, 0.0, 0.0, None]], columns=[*KEY, *COUNTERS, "stats_since"]
+    )
+    key = (1, 10, 42, True)
+    with warehouse.begin() as conn:
+        state = snapshots.lock_and_load_state(conn, target, statements)
+        plan = snapshots.plan_snapshot(state, statements, None)
+        info = ScrapeInfo(target, at, 180000, "1.12", 0, None)
+        result = snapshots.write_snapshot(conn, info, state, plan, {key: "SELECT 1"}, {key: 7}, {})
+        if written is not None:
+            written.set()
+        if commit is not None:
+            assert commit.wait(300)
+    return result
+
+
+def test_concurrent_first_scrapes_of_a_new_day_both_store(warehouse):
+    """Two targets' first scrapes of a UTC day with no partition yet: each transaction finds the day missing and
+    creates it; the second waits for the first to commit, and must then take its partition, not fail (it used to fail
+    with DuplicateTable, and its scrape was lost)."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    at = datetime(2031, 12, 1, 0, 0, 5, tzinfo=UTC)
+    assert "pgss_snapshot_p20311201" not in _partitions(warehouse)
+    written, commit = threading.Event(), threading.Event()
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(_write_one_scrape, warehouse, "one", at, written, commit)
+        assert written.wait(300), first.exception(timeout=0) if first.done() else "the first scrape never wrote"
+        second = pool.submit(_write_one_scrape, warehouse, "two", at)
+        deadline = time.monotonic() + 300
+        with warehouse.connect() as conn:  # the second is blocked behind the first's new partition
+            while not conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+                )
+            ).scalar_one():
+                assert not second.done(), second.exception()
+                assert time.monotonic() < deadline, "the second scrape never waited for the first"
+                time.sleep(0.05)
+                conn.rollback()
+        commit.set()
+        results = [first.result(timeout=300), second.result(timeout=300)]
+    assert [r.stored_rows for r in results] == [1, 1]
+    with warehouse.connect() as conn:
+        stored = conn.execute(sa.text("SELECT target FROM radar.pgss_snapshot ORDER BY target")).scalars().all()
+    assert stored == ["one", "two"]
+    assert "pgss_snapshot_p20311201" in _partitions(warehouse)
