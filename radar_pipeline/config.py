@@ -8,9 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-import sqlalchemy.engine
+if TYPE_CHECKING:
+    import sqlalchemy.engine
 
 WAREHOUSE_URL_VAR = "RADAR_WAREHOUSE_URL"
 TARGETS_VAR = "RADAR_TARGETS"
@@ -155,6 +157,8 @@ def _database_url(value: str, variable: str) -> sqlalchemy.engine.URL:
         raise ConfigError(f"{variable} holds white space: percent-encode it in the password (a space is %20)")
     if value.partition("://")[2].count("@") > 1:
         raise ConfigError(f"{variable} holds @ more than once: percent-encode @ in the user name and password (%40)")
+    import sqlalchemy.engine  # here: every command imports this module, and only some need SQLAlchemy
+
     try:
         return sqlalchemy.engine.make_url(value)
     except Exception:
