@@ -445,3 +445,27 @@ def test_radar_deploy_imports_no_heavy_library(known, warehouse_url):
     assert proc.stdout.splitlines()[-1] == "[]", proc.stdout
     with known.connect() as conn:
         assert deploys.get(conn, "light-1") is not None
+
+
+@pytest.mark.parametrize(
+    ("header", "row", "column"),
+    [
+        ("deploy_id,target,deployed_at,service,service", "t-1,main,2026-11-01T10:00:00Z,api,web", "service"),
+        ("deploy_id,target,deployed_at,target", "t-1,main,2026-11-01T10:00:00Z,main", "target"),
+        ("deploy_id, target,target ,deployed_at", "t-1,main,main,2026-11-01T10:00:00Z", "target"),
+    ],
+)
+def test_csv_import_refuses_a_column_named_twice(known, warehouse_url, tmp_path, header, row, column):
+    """csv.DictReader keeps the last of two same-named columns: the file is refused, naming the column, and nothing is
+    stored."""
+    from click.testing import CliRunner
+
+    from radar_pipeline.cli import main
+
+    path = tmp_path / "twice.csv"
+    path.write_text(f"{header}\n{row}\n")
+    with pytest.raises(DeployError, match=f"names {column!r} twice"):
+        deploys.import_csv(known, path)
+    result = CliRunner().invoke(main, ["deploy", "import", str(path)], env={"RADAR_WAREHOUSE_URL": warehouse_url})
+    assert result.exit_code != 0 and f"names {column!r} twice" in result.output, result.output
+    assert _rows(known) == []

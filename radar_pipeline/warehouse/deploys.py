@@ -178,6 +178,11 @@ def read_csv(path: Path) -> list[tuple[int, DeployEvent]]:
         reader = csv.DictReader(handle)
         try:
             header = [h.strip() for h in reader.fieldnames or []]
+            twice = sorted({h for h in header if header.count(h) > 1})
+            if twice:  # DictReader would keep the last one's value
+                raise DeployError(
+                    f"{path}: the header names {', '.join(map(repr, twice))} twice: name each column once"
+                )
             missing = [c for c in CSV_COLUMNS[:3] if c not in header]
             unknown = [c for c in header if c not in CSV_COLUMNS]
             if missing or unknown:
