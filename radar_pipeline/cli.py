@@ -54,8 +54,9 @@ def db() -> None:
 @db.command("upgrade")
 @click.option("--warehouse", "url", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
 def db_upgrade(url: str | None) -> None:
-    """Apply the sql/ migrations not yet applied to the warehouse."""
-    from radar_pipeline.steps.statement_keys import rekey
+    """Apply the sql/ migrations not yet applied to the warehouse, then bring stored statement keys and texts to
+    the current version (texts redacted as the collector now stores them)."""
+    from radar_pipeline.steps.statement_keys import redact_texts, rekey
     from radar_pipeline.warehouse import migrations
 
     try:
@@ -63,6 +64,7 @@ def db_upgrade(url: str | None) -> None:
         applied = migrations.upgrade(url)
         engine = _engine(url)
         rekeyed = rekey(engine)
+        redacted = redact_texts(engine)
         engine.dispose()
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
@@ -74,6 +76,8 @@ def db_upgrade(url: str | None) -> None:
         click.echo("the warehouse schema is up to date")
     if rekeyed:
         click.echo(f"{rekeyed} statement key(s) recomputed from their text")
+    if redacted:
+        click.echo(f"{redacted} statement text(s) redacted (literals of utility statements, such as passwords)")
 
 
 @main.group(invoke_without_command=True)

@@ -17,6 +17,7 @@ import psycopg
 from psycopg import sql
 
 from radar_pipeline import binary_copy
+from radar_pipeline.collector.fingerprint import redact
 from radar_pipeline.collector.session import TargetUnavailable, describe
 from radar_pipeline.config import Target
 from radar_pipeline.pgss_model import (
@@ -201,7 +202,10 @@ def _utc(value: np.datetime64) -> datetime:
 
 
 def fetch_texts(conn: psycopg.Connection, target: Target, ext: Extension, queryids: list[int]) -> dict[Key, str]:
-    """Read the texts of the given queryids (the view stores each text once; this reads only what we ask for)."""
+    """Read the texts of the given queryids (the view stores each text once; this reads only what we ask for),
+    redacted: a utility statement's literals (a CREATE ROLE's password) never leave this function. The texts of the
+    collector's own statements are not: they are never stored (by key only), and are recognised by what they read,
+    which a literal may name."""
     if not queryids:
         return {}
     query = sql.SQL(
@@ -214,7 +218,7 @@ def fetch_texts(conn: psycopg.Connection, target: Target, ext: Extension, queryi
         raise TargetUnavailable(
             f"target {target.name!r}: reading statement texts failed: {describe(exc, target)}"
         ) from None
-    return {statement_key(r): r[4] or "" for r in rows}
+    return {statement_key(r): r[4] if own_statement_reason(r[4] or "") else redact(r[4] or "") for r in rows}
 
 
 def own_statement_reason(text: str) -> str | None:
