@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export DAGSTER_DISABLE_TELEMETRY := 1
 
-.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load clean
+.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import clean
 
 install: $(VENV)/.installed
 
@@ -59,6 +59,9 @@ bench-backfill: install
 
 bench-run-cost: install
 	$(BIN)/python benchmarks/run_cost_bench.py
+
+bench-import: install
+	$(BIN)/python benchmarks/import_bench.py
 
 bench-compact: install
 	$(BIN)/python benchmarks/compaction_bench.py

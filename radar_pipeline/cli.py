@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,12 +16,16 @@ from radar_pipeline.terminal import clean, fitted_table
 if TYPE_CHECKING:
     import pandas as pd
 
+STARTED = "radar.started"  # ctx.meta key: when the command started
 WAREHOUSE_HELP = f"warehouse URL (default: ${WAREHOUSE_URL_VAR}, else the embedded default's under $RADAR_HOME)"
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """radar_pipeline: find the PostgreSQL queries a deploy made slower."""
+    # Before any heavy import or the warehouse's answer: `radar deploy` records this as the deploy's time.
+    ctx.meta[STARTED] = datetime.now(UTC)
 
 
 @main.command()
@@ -49,8 +54,9 @@ def db() -> None:
 @db.command("upgrade")
 @click.option("--warehouse", "url", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
 def db_upgrade(url: str | None) -> None:
-    """Apply the sql/ migrations not yet applied to the warehouse."""
-    from radar_pipeline.steps.statement_keys import rekey
+    """Apply the sql/ migrations not yet applied to the warehouse, then bring stored statement keys and texts to
+    the current version (texts redacted as the collector now stores them)."""
+    from radar_pipeline.steps.statement_keys import redact_texts, rekey
     from radar_pipeline.warehouse import migrations
 
     try:
@@ -58,6 +64,7 @@ def db_upgrade(url: str | None) -> None:
         applied = migrations.upgrade(url)
         engine = _engine(url)
         rekeyed = rekey(engine)
+        redacted = redact_texts(engine)
         engine.dispose()
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
@@ -69,12 +76,14 @@ def db_upgrade(url: str | None) -> None:
         click.echo("the warehouse schema is up to date")
     if rekeyed:
         click.echo(f"{rekeyed} statement key(s) recomputed from their text")
+    if redacted:
+        click.echo(f"{redacted} statement text(s) redacted (literals of utility statements, such as passwords)")
 
 
 @main.group(invoke_without_command=True)
 @click.option("--target", help="the watched target the deploy went to (default: $RADAR_DEPLOY_TARGET)")
 @click.option("--id", "deploy_id", help="a unique id for this deploy (default: from GitHub Actions or GitLab CI)")
-@click.option("--at", "at", help="when it happened, ISO 8601 with a time zone (default: the warehouse's clock now)")
+@click.option("--at", "at", help="when it happened, ISO 8601 with a time zone (default: when this command started)")
 @click.option("--service", help="the service deployed (default: the repository)")
 @click.option("--version", "version", help="the version deployed (default: the commit)")
 @click.option("--url", help="a link to the deploy (default: the CI run)")
@@ -109,7 +118,7 @@ def deploy(
             source=found.get("source", "cli") if deploy_id is None else "cli",
             **fields,  # type: ignore[arg-type]
         )
-        recorded = deploys.record(_engine(warehouse), event, _configured_targets())
+        recorded = deploys.record(_engine(warehouse), event, _configured_targets(), started=ctx.meta.get(STARTED))
     except (deploys.DeployError, ConfigError) as exc:
         raise click.ClickException(printable(str(exc))) from None
     except Exception as exc:  # the warehouse is down, or refused us: one line, not a traceback

@@ -8,9 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-import sqlalchemy.engine
+if TYPE_CHECKING:
+    import sqlalchemy.engine
 
 WAREHOUSE_URL_VAR = "RADAR_WAREHOUSE_URL"
 TARGETS_VAR = "RADAR_TARGETS"
@@ -116,7 +118,11 @@ def parse_targets(value: str | None, variable: str = TARGETS_VAR) -> list[Target
     for position, item in enumerate(value.split(), start=1):
         name, sep, dsn = item.partition("=")
         if not sep or not dsn:
-            raise ConfigError(f"{variable}: item {position} ({mask_password(item)!r}) is not name=postgresql://...")
+            # not quoted: after a space in a password, an item is the password's tail
+            raise ConfigError(
+                f"{variable}: item {position} is not name=postgresql://... (percent-encode white space in a password: "
+                "%20)"
+            )
         if not _TARGET_NAME.match(name):
             raise ConfigError(
                 f"{variable}: target name {name!r} must be 1-63 letters, digits, '_', '.' or '-' "
@@ -134,16 +140,31 @@ def warehouse_url(value: str | None, variable: str = WAREHOUSE_URL_VAR) -> str:
     if value is None or not value.strip():
         raise ConfigError(f"{variable} is not set: give a SQLAlchemy URL such as postgresql+psycopg://user@host/db")
     value = value.strip()
-    try:
-        url = sqlalchemy.engine.make_url(value)
-    except Exception:
-        raise ConfigError(f"{variable} does not parse as a database URL: {mask_password(value)!r}") from None
+    url = _database_url(value, variable)
     if url.drivername not in ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2"):
         raise ConfigError(f"{variable} must be a postgresql:// URL, not {url.drivername!r}")
     url = url.set(drivername="postgresql+psycopg")
     if not url.database:
-        raise ConfigError(f"{variable} names no database: {mask_password(value)!r}")
+        raise ConfigError(f"{variable} names no database (postgresql://user:password@host:5432/dbname)")
     return url.render_as_string(hide_password=False)
+
+
+def _database_url(value: str, variable: str) -> sqlalchemy.engine.URL:
+    """A SQLAlchemy URL from a setting, refused (the variable named, no part of it shown) when it does not parse or
+    holds what would defeat mask_password: white space, or an @ besides the one ending the password (drivers take
+    the part after the first @ for the host name, and print it in their errors)."""
+    if any(c.isspace() for c in value):
+        raise ConfigError(f"{variable} holds white space: percent-encode it in the password (a space is %20)")
+    if value.partition("://")[2].count("@") > 1:
+        raise ConfigError(f"{variable} holds @ more than once: percent-encode @ in the user name and password (%40)")
+    import sqlalchemy.engine  # here: every command imports this module, and only some need SQLAlchemy
+
+    try:
+        return sqlalchemy.engine.make_url(value)
+    except Exception:
+        raise ConfigError(
+            f"{variable} does not parse as a database URL (percent-encode : / @ in the password)"
+        ) from None
 
 
 def retention_days(value: str | None, variable: str = RETENTION_DAYS_VAR) -> int:
@@ -230,18 +251,23 @@ def _check_postgres_url(dsn: str, where: str) -> None:
     password = url_password(dsn) if "://" in dsn else None
     if password and any(c in password for c in "/#?@"):
         raise ConfigError(f"{where}: percent-encode / # ? @ in the password (libpq reads them as the URL's next part)")
+    if password and re.search("%(?![0-9A-Fa-f]{2})", password):
+        raise ConfigError(f"{where}: a % in the password must be written %25 (libpq quotes a bad one in its error)")
+    # The URL is never quoted: cut at a space in its password (RADAR_TARGETS splits there), it has no @ to mask up to.
     try:
         parts = urlsplit(dsn)
         parts.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError:
-        # urlsplit's own message quotes the part it choked on, which may be a piece of the password
         raise ConfigError(
-            f"{where}: the URL does not parse (percent-encode / # ? @ : in the password): {mask_password(dsn)!r}"
+            f"{where}: the URL does not parse (percent-encode / # ? @ : and white space in the password)"
         ) from None
     if parts.scheme not in ("postgresql", "postgres"):
-        raise ConfigError(f"{where}: the URL must start with postgresql://, not {mask_password(dsn)!r}")
+        raise ConfigError(f"{where}: the URL must start with postgresql://")
     if not parts.path.strip("/") and "dbname=" not in parts.query:
-        raise ConfigError(f"{where}: the URL names no database: {mask_password(dsn)!r}")
+        raise ConfigError(
+            f"{where}: the URL names no database (postgresql://user:password@host:5432/dbname; percent-encode white "
+            "space in the password)"
+        )
 
 
 _ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}")
@@ -269,19 +295,17 @@ def validate_environment(environ: Mapping[str, str]) -> None:
     if role and not _ROLE.fullmatch(role):
         raise ConfigError(f"{COLLECTOR_ROLE_VAR} must be a role name (letters, digits, _), not {role!r}")
     _slack(environ)
-    if value(DAGSTER_URL_VAR) and not _HTTP.fullmatch(value(DAGSTER_URL_VAR) or ""):
-        raise ConfigError(f"{DAGSTER_URL_VAR} must be an http(s) URL, not {value(DAGSTER_URL_VAR)!r}")
+    dagster_ui = value(DAGSTER_URL_VAR)
+    if dagster_ui and "@" in dagster_ui:
+        raise ConfigError(f"{DAGSTER_URL_VAR} must not hold @ (a user name or password): alerts show it as a link")
+    if dagster_ui and not _HTTP.fullmatch(dagster_ui):
+        raise ConfigError(f"{DAGSTER_URL_VAR} must be an http(s) URL, not {dagster_ui!r}")
     chart_dir = value(CHART_DIR_VAR)
     if chart_dir and Path(chart_dir).exists() and not Path(chart_dir).is_dir():
         raise ConfigError(f"{CHART_DIR_VAR} {chart_dir!r} exists and is not a folder")
     dagster_url = value(DAGSTER_PG_URL_VAR)
     if dagster_url:
-        try:
-            url = sqlalchemy.engine.make_url(dagster_url)
-        except Exception:
-            raise ConfigError(
-                f"{DAGSTER_PG_URL_VAR} does not parse as a database URL: {mask_password(dagster_url)!r}"
-            ) from None
+        url = _database_url(dagster_url.strip(), DAGSTER_PG_URL_VAR)
         if url.drivername != "postgresql+psycopg2":
             raise ConfigError(
                 f"{DAGSTER_PG_URL_VAR} must spell out the psycopg2 driver (postgresql+psycopg2://...), which Dagster's "

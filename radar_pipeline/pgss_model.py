@@ -1,12 +1,15 @@
 """The shape of a pg_stat_statements scrape: produced by the collector, stored by the warehouse (neither imports
 the other, so what they share lives here)."""
 
+from __future__ import annotations
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:  # `radar deploy` reaches KEY through the warehouse's helpers: it should not pay for pandas
+    import pandas as pd
 
 # pg_stat_statements keys a statement by these (toplevel from PostgreSQL 14); radar adds the target in front.
 KEY = ["dbid", "userid", "queryid", "toplevel"]

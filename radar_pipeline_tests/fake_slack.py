@@ -6,12 +6,16 @@ a method with given statuses (a 429 with Retry-After, a 500) before answering no
 
 For the outbox's faults it also keeps the messages it accepted (with their `metadata`), answers conversations.history
 from them, and can be told to accept the next message but answer only after a delay (longer than the client's
-timeout: the client cannot know the message was posted).
+timeout: the client cannot know the message was posted). What stands between radar and Slack can answer in ways Slack
+never does (a TLS-inspecting proxy's or a captive portal's HTML page, an empty or cut body, JSON that is not an
+object, a reset connection): `answer_next` makes the next calls answer so, with or without the message taken first.
 """
 
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import time
 from collections import defaultdict, deque
@@ -36,6 +40,21 @@ class Call:
         return {k: v[0] for k, v in parse_qs(self.body.decode()).items()}
 
 
+@dataclass(frozen=True)
+class Odd:
+    """An answer Slack itself never gives: `body` with `status` and `content_type`, or, with `reset`, the connection
+    closed with a TCP reset and no answer. With `taken`, the call is first handled as usual (a message is posted)."""
+
+    status: int = 200
+    body: bytes = b""
+    content_type: str = "text/html; charset=utf-8"
+    taken: bool = False
+    reset: bool = False
+
+
+PORTAL = b"<!DOCTYPE html><html><head><title>Sign in to the guest network</title></head><body>...</body></html>"
+
+
 @dataclass
 class FakeSlack:
     """The server's state: calls received and scripted failures per path."""
@@ -46,6 +65,7 @@ class FakeSlack:
     posted: list[dict[str, Any]] = field(default_factory=list)  # messages accepted, oldest first
     late: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))  # delays of the next answers
     hang: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))  # delays of the next lost requests
+    odd: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))  # answers Slack never gives
 
     @property
     def api_url(self) -> str:
@@ -76,6 +96,10 @@ class FakeSlack:
         """Let the next calls to `path` time out without being taken: no answer for these delays (seconds), then a
         500 to a client that has given up."""
         self.hang[path].extend(delays)
+
+    def answer_next(self, path: str, *answers: Odd) -> None:
+        """Answer the next calls to `path` with these, in order, instead of Slack's answer."""
+        self.odd[path].extend(answers)
 
     def messages(self) -> list[dict[str, Any]]:
         """The messages chat.postMessage accepted (a late answer included), oldest first."""
@@ -145,6 +169,7 @@ def start() -> tuple[FakeSlack, ThreadingHTTPServer]:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             path = self.path.split("?")[0]
             state.calls.append(Call(path, {k.lower(): v for k, v in self.headers.items()}, body))
+            self.odd: Odd | None = None
             if state.script[path]:
                 status, headers = state.script[path].popleft()
                 self._answer(status, {"ok": False, "error": "scripted"}, headers)
@@ -152,12 +177,18 @@ def start() -> tuple[FakeSlack, ThreadingHTTPServer]:
             if state.hang[path]:
                 self._answer(500, {"ok": False, "error": "lost"}, delay=state.hang[path].popleft())
                 return
+            self.odd = state.odd[path].popleft() if state.odd[path] else None
+            if self.odd is not None and not self.odd.taken:
+                self._answer(0, None)
+                return
             delay = state.late[path].popleft() if state.late[path] else 0.0  # a scripted late answer is this call's
             if path == "/api/chat.postMessage" or path.startswith("/hook/"):
                 broken = limit_errors(state.calls[-1].json)
-                if broken:  # as Slack answers: 200 with ok false from the Web API, 400 from a webhook
-                    status = 400 if path.startswith("/hook/") else 200
-                    self._answer(status, {"ok": False, "error": "invalid_blocks", "errors": broken}, delay=delay)
+                if broken and path.startswith("/hook/"):  # as Slack answers a webhook: 400 and the error code
+                    self._answer(400, None, raw=b"invalid_blocks", delay=delay)
+                    return
+                if broken:  # … and the Web API: 200 with ok false
+                    self._answer(200, {"ok": False, "error": "invalid_blocks", "errors": broken}, delay=delay)
                     return
             if path.startswith("/hook/"):
                 state.posted.append({"channel": "webhook", "ts": None, **state.calls[-1].json})
@@ -167,7 +198,7 @@ def start() -> tuple[FakeSlack, ThreadingHTTPServer]:
                 state.posted.append(_message(state.calls[-1].json, ts))
                 self._answer(200, {"ok": True, "channel": "C0RADAR", "ts": ts}, delay=delay)
             elif path == "/api/conversations.history":
-                self._answer(200, _history(state.posted, state.calls[-1].json))
+                self._answer(200, _history(state.posted, state.calls[-1].json), delay=delay)
             elif path == "/api/files.getUploadURLExternal":
                 file_id = f"F{len(state.calls)}"
                 self._answer(
@@ -195,9 +226,18 @@ def start() -> tuple[FakeSlack, ThreadingHTTPServer]:
             elif delay:
                 time.sleep(delay)
             data = raw if payload is None else json.dumps(payload).encode()
+            kind = "text/plain" if payload is None else "application/json"
+            odd = self.odd
+            if odd is not None and odd.reset:
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.connection.close()  # with a zero linger: a reset, not an orderly close
+                self.close_connection = True
+                return
+            if odd is not None:
+                status, data, kind = odd.status, odd.body, odd.content_type
             try:
                 self.send_response(status)
-                self.send_header("Content-Type", "text/plain" if payload is None else "application/json")
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(data)))
                 for key, value in (headers or {}).items():
                     self.send_header(key, value)

@@ -362,3 +362,40 @@ def test_the_fallback_text_mentions_no_one():
     facts = AnalysisFacts("d-1", "main", datetime(2026, 11, 30, tzinfo=UTC), "<!channel>", "<@U123>", None, None)
     text, _ = render(facts, [])
     assert "<!channel>" not in text and "<@U123>" not in text and "&lt;!channel&gt;" in text
+
+
+HIDDEN = "\u202e\u202a\u2066\u2069\u2028\x1b[31m\x07\x9b"  # bidi overrides and isolates, a line separator, escapes
+
+
+def _texts(value) -> list[str]:  # type: ignore[no-untyped-def]
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _texts(item)]
+    if isinstance(value, list):
+        return [t for item in value for t in _texts(item)]
+    return []
+
+
+def test_no_control_or_bidi_character_reaches_the_slack_message(analysed, warehouse_url, slack):
+    """A right-to-left override in a statement text (or a deploy's fields, stored before they were checked) would
+    reorder what the channel reads: `SELECT … 'gnp.exe'` shown as `… 'exe.png'`. The message is cleaned as `radar
+    verdicts` cleans its output."""
+    with analysed.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE radar.query SET query = :q WHERE queryid = 11"),
+            {"q": f"SELECT * FROM orders /* {HIDDEN} */ WHERE note = '\u202egnp.exe' AND id = $1"},
+        )
+        conn.execute(
+            sa.text("UPDATE radar.deploy_event SET service = :s, version = :v, url = :u WHERE deploy_id = 'd-7'"),
+            {"s": f"api{HIDDEN}", "v": f"v7\u202e{HIDDEN}", "u": f"https://ci.example/runs/7\u202e{HIDDEN}"},
+        )
+    result, _ = _alert(warehouse_url, _bot(slack))
+    assert result.success
+    body = slack.calls_to("/api/chat.postMessage")[0].json
+    blocks = body["blocks"] if isinstance(body["blocks"], list) else json.loads(body["blocks"])
+    texts = _texts(blocks) + [body["text"]]
+    assert "SELECT * FROM orders /* [31m */ WHERE note = 'gnp.exe' AND id = $1" in " ".join(texts)
+    assert body["text"] == "1 query slower after deploy api[31m v7[31m on main"
+    for text in texts:
+        assert not any(c in text for c in HIDDEN.replace("[31m", "")), text

@@ -213,7 +213,8 @@ def test_the_slow_query_is_detected_and_the_control_is_not(scenario):
     # scrape_coverage reports a gap of over 3 scrape intervals in the window (its edges included): on time there is
     # none, and a machine too busy to keep the pace may leave one, which the check must then report.
     lo, hi = s.deployed_at - timedelta(seconds=s.window), s.deployed_at + timedelta(seconds=s.window)
-    edges = [max(t for t in s.scrapes if t <= lo), *(t for t in s.scrapes if lo < t <= hi), hi]
+    # as the check does: the window's first edge is the last scrape at or before lo, or lo itself where there is none
+    edges = [max((t for t in s.scrapes if t <= lo), default=lo), *(t for t in s.scrapes if lo < t <= hi), hi]
     longest = max((b - a).total_seconds() for a, b in pairwise(edges))
     assert checks == {"scrape_coverage": longest <= 3 * SCRAPE, "no_resets_in_window": True}, longest
 

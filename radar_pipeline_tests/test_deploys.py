@@ -334,3 +334,138 @@ def test_events_stored_under_older_rules_are_still_read(known, warehouse):
     assert event is not None and event.version == "v1\x1b[31m" and event.deployed_at.year == 1990
     with pytest.raises(DeployError):  # the same fields from outside are still refused
         DeployEvent("old-2", "main", deployed_at=datetime(1990, 1, 1, tzinfo=UTC))
+
+
+class _HeldProxy:
+    """A loopback TCP proxy to a server that holds each connection, unanswered, until `release` is set: a warehouse
+    reached late, as on a busy machine or a slow network."""
+
+    def __init__(self, upstream_port: int) -> None:
+        import socket
+        import threading
+
+        self.upstream_port = upstream_port
+        self.accepted, self.release = threading.Event(), threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._forward, args=(client,), daemon=True).start()
+
+    def _forward(self, client) -> None:  # type: ignore[no-untyped-def]
+        import socket
+        import threading
+
+        self.accepted.set()
+        if not self.release.wait(300):
+            client.close()
+            return
+        upstream = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=60)
+
+        def pipe(source, sink) -> None:  # type: ignore[no-untyped-def]
+            try:
+                while data := source.recv(65536):
+                    sink.sendall(data)
+            except OSError:
+                pass
+            finally:
+                for s in (source, sink):
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+        threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
+        pipe(client, upstream)
+
+    def close(self) -> None:
+        self.release.set()
+        self.listener.close()
+
+
+def test_radar_deploy_records_when_it_started_not_when_the_warehouse_answered(known, warehouse_url, pg18):
+    """Without --at, the deploy's time is the command's start: a warehouse that answers late (the proxy holds the
+    connection until the test lets it through) must not move the deploy past its window's tolerance."""
+    proxy = _HeldProxy(pg18.pg.port)
+    try:
+        late = sa.engine.make_url(warehouse_url).set(port=proxy.port).render_as_string(hide_password=False)
+        clean = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "GITLAB_", "CI_", "RADAR_"))}
+        launched = datetime.now(UTC)
+        proc = subprocess.Popen(
+            [str(BIN / "radar"), "deploy", "--target", "main", "--id", "late-1"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**clean, "RADAR_WAREHOUSE_URL": late},
+        )
+        assert proxy.accepted.wait(300), proc.communicate(timeout=60)
+        answered = datetime.now(UTC)  # the warehouse hears of the command only from now on
+        proxy.release.set()
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proxy.close()
+    assert proc.returncode == 0, err
+    with known.connect() as conn:
+        stored = conn.execute(
+            sa.text("SELECT deployed_at FROM radar.deploy_event WHERE deploy_id = 'late-1'")
+        ).scalar_one()
+    assert launched <= stored < answered, (launched, stored, answered)
+    assert f"at {stored}: recorded" in out
+
+
+def test_radar_deploy_imports_no_heavy_library(known, warehouse_url):
+    """`radar deploy` runs in CI after every deploy: it loads neither pandas nor numpy, Dagster, matplotlib or scipy."""
+    code = (
+        "import sys\n"
+        "from radar_pipeline.cli import main\n"
+        "try:\n"
+        "    main(['deploy', '--target', 'main', '--id', 'light-1'])\n"
+        "except SystemExit as exc:\n"
+        "    assert not exc.code, exc.code\n"
+        "heavy = {'pandas', 'numpy', 'dagster', 'matplotlib', 'scipy'}\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & heavy))\n"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "GITLAB_", "CI_", "RADAR_"))}
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**clean, "RADAR_WAREHOUSE_URL": warehouse_url},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "[]", proc.stdout
+    with known.connect() as conn:
+        assert deploys.get(conn, "light-1") is not None
+
+
+@pytest.mark.parametrize(
+    ("header", "row", "column"),
+    [
+        ("deploy_id,target,deployed_at,service,service", "t-1,main,2026-11-01T10:00:00Z,api,web", "service"),
+        ("deploy_id,target,deployed_at,target", "t-1,main,2026-11-01T10:00:00Z,main", "target"),
+        ("deploy_id, target,target ,deployed_at", "t-1,main,main,2026-11-01T10:00:00Z", "target"),
+    ],
+)
+def test_csv_import_refuses_a_column_named_twice(known, warehouse_url, tmp_path, header, row, column):
+    """csv.DictReader keeps the last of two same-named columns: the file is refused, naming the column, and nothing is
+    stored."""
+    from click.testing import CliRunner
+
+    from radar_pipeline.cli import main
+
+    path = tmp_path / "twice.csv"
+    path.write_text(f"{header}\n{row}\n")
+    with pytest.raises(DeployError, match=f"names {column!r} twice"):
+        deploys.import_csv(known, path)
+    result = CliRunner().invoke(main, ["deploy", "import", str(path)], env={"RADAR_WAREHOUSE_URL": warehouse_url})
+    assert result.exit_code != 0 and f"names {column!r} twice" in result.output, result.output
+    assert _rows(known) == []

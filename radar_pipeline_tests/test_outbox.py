@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import pytest
@@ -19,6 +20,7 @@ from radar_pipeline.defs.deploys import REANALYSIS_TAG
 from radar_pipeline.defs.resources import SlackResource, WarehouseResource
 
 from . import fake_slack
+from .fake_slack import PORTAL, Odd
 from .test_alerts import _alert, _outbox, analysed  # noqa: F401 - the fixture is used by name
 
 POST = "/api/chat.postMessage"
@@ -166,3 +168,135 @@ def test_the_age_limit_is_validated(value):
     with pytest.raises(ConfigError, match="RADAR_ALERT_MAX_AGE_HOURS"):
         alert_max_age_hours(value)
     assert alert_max_age_hours(None) == 24.0 and alert_max_age_hours("2.5") == 2.5
+
+
+JSON = "application/json; charset=utf-8"
+HISTORY = "/api/conversations.history"
+HOOK = "/hook/T000/B000/secret"
+# Every way an answer can come, and what it means. Slack's own answers: its JSON (the Web API), `ok` or an error code
+# (a webhook). Anything else stood between radar and Slack (a proxy's or a captive portal's page, a cut or empty body,
+# JSON that is not an object, a reset, a timeout): whether Slack got the message cannot be told.
+ANSWERS = {
+    "slack's refusal": (Odd(200, b'{"ok": false, "error": "channel_not_found"}', JSON), "refused"),
+    "an html page with 200": (Odd(200, PORTAL), "unknown"),
+    "malformed json": (Odd(200, b'{"ok": tr', JSON), "unknown"),
+    "an empty body": (Odd(200, b"", JSON), "unknown"),
+    "a json list": (Odd(200, b"[]", JSON), "unknown"),
+    "a json string": (Odd(200, b'"ok"', JSON), "unknown"),
+    "json null": (Odd(200, b"null", JSON), "unknown"),
+    "an object that is not slack's": (Odd(200, b'{"message": "Forbidden"}', JSON), "unknown"),
+    "bytes that are not utf-8": (Odd(200, b"\xff\xfe<html>", "text/html; charset=utf-8"), "unknown"),
+    "an html page with 403": (Odd(403, PORTAL), "unknown"),
+    "an html page with 502": (Odd(502, PORTAL), "unknown"),
+    "a connection reset": (Odd(reset=True), "unknown"),
+    "a timeout": (None, "unknown"),
+}
+HOOK_ANSWERS = {
+    "slack's refusal": (Odd(404, b"channel_not_found", "text/plain"), "refused"),
+    "an html page with 200": (Odd(200, PORTAL), "unknown"),
+    "an empty body": (Odd(200, b"", "text/plain"), "unknown"),
+    "json": (Odd(200, b'{"ok": true}', JSON), "unknown"),
+    "an html page with 502": (Odd(502, PORTAL), "unknown"),
+    "a connection reset": (Odd(reset=True), "unknown"),
+    "a timeout": (None, "unknown"),
+}
+
+
+def _outcome(call) -> str:  # type: ignore[no-untyped-def]
+    from radar_pipeline.alerts.slack import DeliveryError
+
+    try:
+        call()
+    except DeliveryError as exc:
+        if exc.unknown:
+            assert exc.retryable and "may have been posted" in str(exc)
+            assert "<" not in str(exc)[160:] and len(str(exc)) < 300  # a page is quoted short, not whole
+            return "unknown"
+        assert not exc.retryable
+        return "refused"
+    return "delivered"
+
+
+def _give(slack: fake_slack.FakeSlack, path: str, answer: Odd | None) -> None:
+    if answer is None:
+        slack.answer_late(path, 3.0)  # past the client's timeout (1 s)
+    else:
+        slack.answer_next(path, answer, answer, answer)  # the first try and any retry inside it
+
+
+@pytest.mark.parametrize("name", list(ANSWERS))
+def test_every_answer_to_a_post_is_delivered_refused_or_unknown(slack, name):
+    from radar_pipeline.alerts.slack import SlackSender
+
+    answer, expected = ANSWERS[name]
+    bot = SlackSender(token="xoxb-t", channel="C0RADAR", base_url=slack.api_url, timeout=1)
+    assert _outcome(lambda: bot.send("x", [], delivery_id="d1")) == "delivered"
+    _give(slack, POST, answer)
+    assert _outcome(lambda: bot.send("x", [], delivery_id="d2")) == expected
+
+
+@pytest.mark.parametrize("name", list(HOOK_ANSWERS))
+def test_every_answer_to_a_webhook_is_delivered_refused_or_unknown(slack, name):
+    from radar_pipeline.alerts.slack import SlackSender
+
+    answer, expected = HOOK_ANSWERS[name]
+    hook = SlackSender(webhook_url=slack.webhook_url, timeout=1)
+    assert _outcome(lambda: hook.send("x", [])) == "delivered"
+    _give(slack, HOOK, answer)
+    assert _outcome(lambda: hook.send("x", [])) == expected
+
+
+@pytest.mark.parametrize("name", [*ANSWERS, "messages that are not a list"])
+def test_every_answer_to_the_history_lookup_is_read_refused_or_unknown(slack, name):
+    from radar_pipeline.alerts.slack import SlackSender
+
+    answer, expected = ANSWERS.get(name, (Odd(200, b'{"ok": true, "messages": "none"}', JSON), "unknown"))
+    bot = SlackSender(token="xoxb-t", channel="C0RADAR", base_url=slack.api_url, timeout=1)
+    bot.send("x", [], delivery_id="d1")
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    assert bot.find_posted({"d1"}, since) == {"d1": slack.messages()[0]["ts"]}
+    _give(slack, HISTORY, answer)
+    assert _outcome(lambda: bot.find_posted({"d1"}, since)) == expected
+
+
+@pytest.mark.parametrize("taken", [False, True], ids=["not-posted", "posted"])
+def test_an_html_page_instead_of_slacks_answer_is_retried_after_a_look_in_the_history(
+    analysed,  # noqa: F811
+    warehouse_url,
+    slack,
+    taken,
+):
+    """A TLS-inspecting proxy or a captive portal answers 200 with its page: the message may or may not have reached
+    Slack. It was marked `failed` for good (lost when it had not); now it waits, and the next attempt looks first."""
+    slack.answer_next(POST, Odd(200, PORTAL, taken=taken))
+    first, log = _alert(warehouse_url, _bot(slack))
+    assert first.success and "not Slack's (HTTP 200: <!DOCTYPE html>" in log
+    row = _row(analysed)
+    assert (row["status"], row["outcome_unknown"]) == ("pending", True)
+
+    _backoff_passes(analysed)
+    second, log = _alert(warehouse_url, _bot(slack))
+    assert second.success and len(slack.calls_to(HISTORY)) == 1
+    assert len(slack.messages()) == 1  # lost: nothing; duplicated: nothing
+    assert len(slack.calls_to(POST)) == (1 if taken else 2)
+    assert _row(analysed)["status"] == "sent" and ("posted after all" in log) == taken
+
+
+def test_a_malformed_history_answer_leaves_the_alert_pending_and_the_run_finishes(analysed, warehouse_url, slack):  # noqa: F811
+    """The look in the history got a 200 with a cut JSON body: the run crashed on a JSONDecodeError and left the row
+    `sending` for its lease. Now the row waits as `pending` and the next attempt looks again."""
+    slack.answer_late(POST, 3.0)
+    _alert(warehouse_url, _bot(slack, timeout_seconds=1))
+    _backoff_passes(analysed)
+    slack.answer_next(HISTORY, Odd(200, b'{"ok": true, "messages": [{"ts": "17', JSON))
+    second, log = _alert(warehouse_url, _bot(slack, timeout_seconds=1))
+    assert second.success and "cannot tell whether an earlier attempt was posted" in log
+    row = _row(analysed)
+    assert (row["status"], row["outcome_unknown"]) == ("pending", True) and row["wait_s"] > 0
+    assert len(slack.calls_to(POST)) == 1
+
+    _backoff_passes(analysed)
+    third, log = _alert(warehouse_url, _bot(slack, timeout_seconds=1))
+    assert third.success and "posted after all" in log
+    assert len(slack.calls_to(POST)) == 1 and len(slack.messages()) == 1
+    assert _row(analysed)["status"] == "sent"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
 
+import pytest
 import sqlalchemy as sa
 
 from radar_pipeline.defs.retention import apply_retention
@@ -208,3 +209,116 @@ def test_interval_function_reads_a_range_and_agrees_with_the_view(warehouse):
         ).all()
     assert bounded == viewed and len(bounded) == 3 * 6
     assert {r[0] for r in bounded} == {1, 2, 3}
+
+
+@pytest.fixture
+def radar_role_db(pg18):
+    """A database owned by a login role named radar, as a new user sets the warehouse up (the role named after the
+    product, so the default search_path "$user", public finds schema radar once the first migration made it)."""
+    pg18.execute(
+        "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'radar') THEN CREATE ROLE radar LOGIN; "
+        "END IF; END $$"
+    )
+    name = pg18.new_database("radar_owned")
+    pg18.execute(f'ALTER DATABASE "{name}" OWNER TO radar')
+    yield name, pg18.pg.url(name, user="radar", driver="postgresql+psycopg")
+    pg18.drop_database(name)
+
+
+@pytest.mark.parametrize("search_path", [None, "radar, public", 'radar, "$user", public'])
+def test_upgrade_is_idempotent_when_the_role_is_named_radar(pg18, radar_role_db, search_path):
+    name, url = radar_role_db
+    if search_path is not None:
+        pg18.execute(f'ALTER ROLE radar IN DATABASE "{name}" SET search_path = {search_path}')
+    every = sorted(p.stem for p in migrations.SQL_DIR.glob("*.sql"))
+    assert migrations.upgrade(url) == every
+    for _ in range(2):
+        assert migrations.pending(url) == []
+        assert migrations.upgrade(url) == []
+    history = pg18.execute(
+        "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relname = "
+        "'_yoyo_migration'",
+        name,
+    )
+    assert history == [("public",)]  # one history, where the first upgrade put it
+
+
+def test_upgrade_finds_the_history_an_earlier_radar_left(pg18, radar_role_db):
+    """A warehouse upgraded by an earlier radar keeps its history where that put it; one where the second upgrade then
+    failed (yoyo's tables made again, empty, in schema radar) is upgraded from the full history, nothing re-applied."""
+    from yoyo import get_backend, read_migrations
+
+    name, url = radar_role_db
+    every = sorted(p.stem for p in migrations.SQL_DIR.glob("*.sql"))
+    earlier = get_backend(url)  # what `radar db upgrade` did before: yoyo's tables in the search_path's first schema
+    with earlier.lock():
+        earlier.apply_migrations(earlier.to_apply(read_migrations(str(migrations.SQL_DIR))))
+    earlier.connection.close()
+    failed = get_backend(url)  # the second upgrade: schema radar comes first now, and holds no history
+    with pytest.raises(Exception, match="already exists"), failed.lock():
+        failed.apply_migrations(failed.to_apply(read_migrations(str(migrations.SQL_DIR))))
+    failed.connection.close()
+    assert pg18.execute("SELECT count(*) FROM radar._yoyo_migration", name) == [(0,)]
+    assert migrations.pending(url) == []
+    assert migrations.upgrade(url) == []
+    assert len(pg18.execute("SELECT * FROM public._yoyo_migration", name)) == len(every)
+
+
+def _write_one_scrape(warehouse, target: str, at: datetime, written=None, commit=None):
+    """The write path of one scrape (one statement) of `target` at `at`; after writing, it sets `written` and waits
+    for `commit` before its transaction commits."""
+    import pandas as pd
+
+    from radar_pipeline.pgss_model import COUNTERS, KEY, ScrapeInfo
+    from radar_pipeline.warehouse import snapshots
+
+    statements = pd.DataFrame(
+        [[1, 10, 42, True, 5, 1.0, 5, 0, 0, 0, 0.0, 0.0, None]], columns=[*KEY, *COUNTERS, "stats_since"]
+    )
+    key = (1, 10, 42, True)
+    with warehouse.begin() as conn:
+        state = snapshots.lock_and_load_state(conn, target, statements)
+        plan = snapshots.plan_snapshot(state, statements, None)
+        info = ScrapeInfo(target, at, 180000, "1.12", 0, None)
+        result = snapshots.write_snapshot(conn, info, state, plan, {key: "SELECT 1"}, {key: 7}, {})
+        if written is not None:
+            written.set()
+        if commit is not None:
+            assert commit.wait(300)
+    return result
+
+
+def test_concurrent_first_scrapes_of_a_new_day_both_store(warehouse):
+    """Two targets' first scrapes of a UTC day with no partition yet: each transaction finds the day missing and
+    creates it; the second waits for the first to commit, and must then take its partition, not fail (it used to fail
+    with DuplicateTable, and its scrape was lost)."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    at = datetime(2031, 12, 1, 0, 0, 5, tzinfo=UTC)
+    assert "pgss_snapshot_p20311201" not in _partitions(warehouse)
+    written, commit = threading.Event(), threading.Event()
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(_write_one_scrape, warehouse, "one", at, written, commit)
+        assert written.wait(300), first.exception(timeout=0) if first.done() else "the first scrape never wrote"
+        second = pool.submit(_write_one_scrape, warehouse, "two", at)
+        deadline = time.monotonic() + 300
+        with warehouse.connect() as conn:  # the second is blocked behind the first's new partition
+            while not conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+                )
+            ).scalar_one():
+                assert not second.done(), second.exception()
+                assert time.monotonic() < deadline, "the second scrape never waited for the first"
+                time.sleep(0.05)
+                conn.rollback()
+        commit.set()
+        results = [first.result(timeout=300), second.result(timeout=300)]
+    assert [r.stored_rows for r in results] == [1, 1]
+    with warehouse.connect() as conn:
+        stored = conn.execute(sa.text("SELECT target FROM radar.pgss_snapshot ORDER BY target")).scalars().all()
+    assert stored == ["one", "two"]
+    assert "pgss_snapshot_p20311201" in _partitions(warehouse)

@@ -1,5 +1,7 @@
 """The Slack message for the regressions of a deploy, or of a periodic check: plain text for notifications, Block Kit
-for the channel."""
+for the channel. Every text from outside (statements, deploy fields, target names, URLs) is escaped for mrkdwn where
+it is placed, and the finished message is cleaned of control and bidi characters as `radar verdicts` does
+(config.printable): a right-to-left override in a statement cannot reorder what the channel reads."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from radar_pipeline.config import printable
 from radar_pipeline.pgss_model import shared_queryid_note
 
 MAX_QUERY = 300  # characters of query text per regression
@@ -114,7 +117,7 @@ def link(url: str) -> str:
 
 def excerpt(query: str, limit: int = MAX_QUERY) -> str:
     """The query's text on one line, cut to `limit` characters, escaped, with no backticks to break a code span."""
-    one_line = " ".join(query.split()).replace("`", "'")
+    one_line = " ".join(printable(query).split()).replace("`", "'")
     if len(one_line) > limit:
         one_line = one_line[: limit - 1] + "…"
     return escape_within(one_line, MAX_SECTION_TEXT - 6)
@@ -173,7 +176,19 @@ def render(
             }
         )
     # The fallback text is parsed like mrkdwn in notifications: escaped, so a service named <!channel> mentions no one.
-    return escape_within(title, MAX_FALLBACK), blocks
+    return clean(escape_within(title, MAX_FALLBACK)), clean(blocks)
+
+
+def clean(value: Any) -> Any:
+    """Every text in `value` (a text, or blocks: lists and dicts of them) without control and bidi characters. Only
+    removes, so a text cut to a limit stays within it."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, list):
+        return [clean(item) for item in value]
+    if isinstance(value, dict):
+        return {key: clean(item) for key, item in value.items()}
+    return value
 
 
 def _cut(text: str, limit: int) -> str:
@@ -314,4 +329,4 @@ def render_run_failure(
         },
         {"type": "context", "elements": [{"type": "mrkdwn", "text": escape_within(error, 1500)}]},
     ]
-    return text, blocks
+    return clean(text), clean(blocks)

@@ -6,13 +6,22 @@ connections are retried by slack-sdk's retry handlers before a failure is report
 (DeliveryError.retry_after) for the outbox to wait out between runs. A timeout or a connection lost after the request
 went out is never retried here: Slack may have posted the message, so the failure is reported with `unknown` set and
 the next attempt first looks for the message (find_posted, token mode: each message carries its outbox delivery id in
-its metadata)."""
+its metadata).
+
+Every answer is one of three: delivered (Slack's JSON with `ok` true; a webhook's `ok`), Slack's own refusal (its
+JSON with an error code; a webhook's error code with a 4xx or 5xx), final unless the code or the status says it may
+pass, or anything else — an HTML page from a proxy or a captive portal, an empty, cut or malformed body, JSON that is
+not an object, a reset connection, a timeout — which is not Slack's answer, so its outcome is unknown: retried later,
+after a look in the channel's history."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from http.client import HTTPException
 from pathlib import Path
 from typing import Any
 from urllib.error import URLError
@@ -26,6 +35,8 @@ from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
 from slack_sdk.webhook import WebhookClient
 
+from radar_pipeline.config import printable
+
 SLACK_API = "https://slack.com/api/"
 RETRIES = 2
 RETRY_AFTER_CAP = 30.0  # seconds: a longer Retry-After is waited out between runs, not inside one
@@ -33,6 +44,13 @@ EVENT_TYPE = "radar_alert"  # the metadata event type of radar's messages; its p
 HISTORY_PAGES = 5  # pages of 200 messages read when looking for an earlier attempt's message
 # Slack errors worth trying again on the next run; any other error is final.
 RETRYABLE_ERRORS = {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
+ERROR_CODE = re.compile(r"[a-z0-9_.]{1,100}")  # how Slack names its errors (invalid_blocks, channel_not_found, no_text)
+# What slack-sdk raises when what answered is not Slack, or nothing did: a refused, reset, lost or timed-out connection
+# (OSError), a broken HTTP exchange (HTTPException: a bad status line, a cut body), a body that is not UTF-8 or not
+# JSON (ValueError), an unknown charset (LookupError), JSON that is not an object (AttributeError, TypeError on it).
+NOT_AN_ANSWER = (SlackRequestError, OSError, HTTPException, ValueError, LookupError, AttributeError, TypeError)
+NOT_JSON = "Received a response in a non-JSON format: "  # slack-sdk's error for a body that is not JSON
+SHOWN_BODY = 80  # characters of an answer that is not Slack's quoted in the error
 
 
 class DeliveryError(Exception):
@@ -126,6 +144,8 @@ class SlackSender:
     ) -> None:
         if token and not channel:
             raise ValueError("RADAR_SLACK_TOKEN is set but RADAR_SLACK_CHANNEL is not: name the channel to post in")
+        if not 0 < timeout <= 300:  # slack-sdk's bound on each wait for Slack; 0 would make its sockets non-blocking
+            raise ValueError(f"the Slack timeout must be 1 to 300 seconds, not {timeout}")
         self.channel = channel if token else ("webhook" if webhook_url else None)
         self.timeout = timeout
         handlers = _handlers()
@@ -158,38 +178,42 @@ class SlackSender:
         if self._web is not None:
             assert self.channel is not None
             metadata = {"event_type": EVENT_TYPE, "event_payload": {"delivery": delivery_id}} if delivery_id else None
-            try:
-                response = self._web.chat_postMessage(
-                    channel=self.channel, text=text, blocks=blocks, unfurl_links=False, metadata=metadata
-                )
-            except SlackApiError as exc:
-                raise _refused(exc) from None
-            except (SlackRequestError, OSError) as exc:
-                raise _unreachable(exc) from None
-            ts = response.get("ts")
-            channel_id = response.get("channel") or self.channel
+            response = _call(
+                "Slack refused the message",
+                self._web.chat_postMessage,
+                channel=self.channel,
+                text=text,
+                blocks=blocks,
+                unfurl_links=False,
+                metadata=metadata,
+            )
+            ts = _text(response.get("ts"))
+            channel_id = _text(response.get("channel")) or self.channel
             uploaded, errors = 0, []
             for path, title in charts:
                 try:
                     self._web.files_upload_v2(
-                        channel=channel_id, file=str(path), filename=path.name, title=title, thread_ts=ts
+                        channel=channel_id, file=str(path), filename=path.name, title=printable(title), thread_ts=ts
                     )
                     uploaded += 1
-                except (SlackApiError, SlackRequestError, OSError) as exc:  # the message is out: a chart is extra
-                    errors.append(f"{path.name}: {exc}".splitlines()[0])
+                except (SlackApiError, *NOT_AN_ANSWER) as exc:  # the message is out: a chart is extra
+                    errors.append(printable(f"{path.name}: {exc}".splitlines()[0]))
             return Delivered(self.channel, ts, uploaded, errors)
         if self._hook is not None:
             try:
                 result = self._hook.send(text=text, blocks=blocks, unfurl_links=False)
-            except (SlackRequestError, OSError) as exc:
+            except NOT_AN_ANSWER as exc:
                 raise _unreachable(exc, "the Slack webhook") from None
-            if result.status_code != 200:
+            body = result.body.strip() if isinstance(result.body, str) else ""
+            if result.status_code == 200 and body == "ok":
+                return Delivered("webhook", None, 0, [])
+            if result.status_code == 429 or (result.status_code >= 400 and ERROR_CODE.fullmatch(body)):
                 raise DeliveryError(
-                    f"the Slack webhook refused the message: {result.status_code} {result.body}",
-                    _retryable(str(result.body), result.status_code),
+                    f"the Slack webhook refused the message: {result.status_code} {body[:SHOWN_BODY]}",
+                    _retryable(body, result.status_code),
                     retry_after=_retry_after(result.headers) if result.status_code == 429 else None,
                 )
-            return Delivered("webhook", None, 0, [])
+            raise _not_slack(result.status_code, result.body, "the Slack webhook")
         raise DeliveryError("Slack is not configured", False)
 
     def find_posted(self, delivery_ids: Iterable[str], since: datetime) -> dict[str, str]:
@@ -202,41 +226,88 @@ class SlackSender:
         found: dict[str, str] = {}
         cursor = None
         for _ in range(HISTORY_PAGES):
-            try:
-                page = self._web.conversations_history(
-                    channel=self.channel,
-                    oldest=f"{since.timestamp():.6f}",
-                    include_all_metadata=True,
-                    limit=200,
-                    cursor=cursor,
-                )
-            except SlackApiError as exc:
-                raise _refused(exc, "Slack refused to list the channel's messages") from None
-            except (SlackRequestError, OSError) as exc:
-                raise _unreachable(exc) from None
-            for message in page.get("messages") or []:
-                metadata = message.get("metadata") or {}
-                delivery = (metadata.get("event_payload") or {}).get("delivery")
-                if metadata.get("event_type") == EVENT_TYPE and delivery in wanted:
-                    found.setdefault(delivery, message.get("ts"))
-            cursor = (page.get("response_metadata") or {}).get("next_cursor")
+            page = _call(
+                "Slack refused to list the channel's messages",
+                self._web.conversations_history,
+                channel=self.channel,
+                oldest=f"{since.timestamp():.6f}",
+                include_all_metadata=True,
+                limit=200,
+                cursor=cursor,
+            )
+            messages = page.get("messages")
+            if not isinstance(messages, list):
+                raise _not_slack(page.status_code, str(page.data), "Slack")
+            for message in messages:
+                metadata = _object(_object(message).get("metadata"))
+                delivery = _text(_object(metadata.get("event_payload")).get("delivery"))
+                if metadata.get("event_type") == EVENT_TYPE and delivery in wanted and _text(message.get("ts")):
+                    found.setdefault(delivery, str(message["ts"]))
+            cursor = _text(_object(page.get("response_metadata")).get("next_cursor"))
             if not page.get("has_more") or not cursor or found.keys() == wanted:
                 break
         return found
 
 
-def _refused(exc: SlackApiError, what: str = "Slack refused the message") -> DeliveryError:
-    error = exc.response.get("error", "") if exc.response is not None else ""
-    status = exc.response.status_code if exc.response is not None else 0
-    retry_after = _retry_after(exc.response.headers) if exc.response is not None and status == 429 else None
-    return DeliveryError(f"{what}: {error or status}", _retryable(error, status), retry_after=retry_after)
+def _call(what: str, method: Callable[..., Any], **arguments: Any) -> Any:
+    """The SlackResponse of one Web API call with Slack's `ok` true; else the DeliveryError its answer makes."""
+    try:
+        return method(**arguments)
+    except SlackApiError as exc:
+        raise _refused(exc, what) from None
+    except NOT_AN_ANSWER as exc:
+        raise _unreachable(exc) from None
+
+
+def _refused(exc: SlackApiError, what: str) -> DeliveryError:
+    response = exc.response
+    status = response.status_code if response is not None else 0
+    data = response.data if response is not None else None
+    error = data.get("error") if isinstance(data, dict) and data.get("ok") is False else None
+    if status == 429:
+        return DeliveryError(f"{what}: {error or status}", True, retry_after=_retry_after(response.headers))
+    if not isinstance(error, str) or not ERROR_CODE.fullmatch(error):
+        return _not_slack(status, _unparsed(data), "Slack")
+    return DeliveryError(f"{what}: {error}", _retryable(error, status))
+
+
+def _unparsed(data: object) -> str:
+    """What came instead of Slack's JSON: the body slack-sdk could not parse (it stands it in for the error), or the
+    JSON it could."""
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, str) and error.startswith(NOT_JSON):
+        return error.removeprefix(NOT_JSON)
+    return json.dumps(data, default=str)
+
+
+def _not_slack(status: int, body: object, who: str) -> DeliveryError:
+    """An answer that is not Slack's (a proxy's or a captive portal's page, an empty or malformed body): the request
+    went out and whether Slack got it cannot be told, so the outcome is unknown."""
+    shown = " ".join(printable(str(body or "")).split())
+    shown = f"{shown[:SHOWN_BODY]}…" if len(shown) > SHOWN_BODY else shown or "an empty body"
+    return DeliveryError(
+        f"an answer that is not {who}'s (HTTP {status}: {shown}); the message may have been posted",
+        True,
+        unknown=True,
+    )
 
 
 def _unreachable(exc: Exception, who: str = "Slack") -> DeliveryError:
+    first = printable(f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__)
     if _refused_connection(exc):
-        return DeliveryError(f"{who} could not be reached: {exc}", True)
-    # A timeout or a connection lost once the request was out: the message may have been posted.
-    return DeliveryError(f"no answer from {who} (the message may have been posted): {exc}", True, unknown=True)
+        return DeliveryError(f"{who} could not be reached: {first}", True)
+    # A timeout, a connection lost once the request was out, or an answer slack-sdk could not read: the message may
+    # have been posted.
+    what = "no answer from" if isinstance(exc, OSError) else "an unreadable answer from"
+    return DeliveryError(f"{what} {who} (the message may have been posted): {first}", True, unknown=True)
+
+
+def _object(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _retryable(error: str, status: int) -> bool:

@@ -6,6 +6,11 @@ as `events_2026_11`) and drops an aliased table's name, so it merges statements 
 a hash of the parse tree with only what must not matter taken out: constants and parameters (one placeholder), the
 types of casts applied directly to a parameter or a constant (psycopg's int2/int4/int8 parameters split one shape
 into several queryids), and token positions. Comments and formatting are not in the tree.
+
+Texts are redacted before anything else sees them (`redact`): PostgreSQL does not normalise utility statements, so
+`CREATE ROLE app PASSWORD 'apppw'` reaches pg_stat_statements as typed. The key is that of the redacted text, so it
+carries nothing of a secret either, and `radar db upgrade` recomputing keys from the stored text agrees with the
+collector.
 """
 
 from __future__ import annotations
@@ -20,6 +25,14 @@ from pglast import parser
 _WHITESPACE = re.compile(r"\s+")
 _VALUE = "$value"  # a constant and a parameter are one placeholder: pg_stat_statements shows constants as $n
 _POSITIONS = {"location", "stmt_location", "stmt_len", "rexpr_list_start", "rexpr_list_end", "version"}
+REDACTED = "'<redacted>'"
+# Statements PostgreSQL plans, whose constants pg_stat_statements already shows as $n; every other is a utility
+# statement, stored as typed.
+_PLANNABLE = {"SelectStmt", "InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt"}
+_STRING_TOKENS = {"SCONST", "USCONST", "BCONST", "XCONST"}  # '…', E'…', $$…$$, U&'…', B'…', X'…'
+# For a text the parser cannot read: every quoted literal, dollar-quoted or not, up to its end or the text's end (a
+# quote that does not close blanks the rest). Coarse on purpose: a quote in a comment or an identifier blanks more.
+_QUOTED = re.compile(r"\$(?P<tag>[^\W\d$][^\W$]*|)\$.*?(?:\$(?P=tag)\$|\Z)|'(?:[^']|'')*(?:'|\Z)", re.DOTALL)
 
 
 def fingerprint(text: str) -> int:
@@ -54,3 +67,22 @@ def _shape(node: Any) -> Any:
     if isinstance(node, list):
         return [_shape(item) for item in node]
     return node
+
+
+def redact(text: str) -> str:
+    """`text` with every string literal of its utility statements replaced by '<redacted>' (passwords of CREATE/ALTER
+    ROLE and USER, user mapping and server options, DO bodies, …); a plannable statement's text is returned as is.
+    A text that does not parse keeps none of its quoted literals, whatever it is."""
+    try:
+        statements = json.loads(parser.parse_sql_json(text)).get("stmts") or []
+        if all(next(iter(s.get("stmt") or {"": None})) in _PLANNABLE for s in statements):
+            return text
+        tokens = parser.scan(text)
+    except (parser.ParseError, ValueError):
+        return _QUOTED.sub(REDACTED, text)
+    out, end = [], 0
+    for before, token in zip([None, *tokens], tokens, strict=False):
+        if token.name in _STRING_TOKENS and (before is None or before.name != "UESCAPE"):  # UESCAPE takes one char
+            out += [text[end : token.start], REDACTED]
+            end = token.end + 1
+    return "".join(out) + text[end:]

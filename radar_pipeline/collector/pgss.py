@@ -17,6 +17,7 @@ import psycopg
 from psycopg import sql
 
 from radar_pipeline import binary_copy
+from radar_pipeline.collector.fingerprint import redact
 from radar_pipeline.collector.session import TargetUnavailable, describe
 from radar_pipeline.config import Target
 from radar_pipeline.pgss_model import (
@@ -69,9 +70,15 @@ class Extension:
 
 
 def read_extension(conn: psycopg.Connection, target: Target) -> Extension:
-    """Find pg_stat_statements in the connected database, refusing versions too old to read."""
+    """Find pg_stat_statements in the connected database, refusing versions too old to read and a server on which
+    the collector would see nothing (see `blindness`)."""
     row = conn.execute(
-        f"SELECT {COLLECTOR_MARK} n.nspname, e.extversion, current_setting('server_version_num')::int "
+        f"SELECT {COLLECTOR_MARK} n.nspname, e.extversion, current_setting('server_version_num')::int, "
+        "current_user, pg_has_role(current_user, 'pg_read_all_stats', 'USAGE'), "
+        "current_setting('pg_stat_statements.track', true), "
+        "(SELECT source FROM pg_settings WHERE name = 'pg_stat_statements.track'), "
+        "current_setting('compute_query_id', true), (SELECT source FROM pg_settings WHERE name = 'compute_query_id'), "
+        "(SELECT query_id IS NOT NULL FROM pg_stat_activity WHERE pid = pg_backend_pid()) "
         "FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_stat_statements'"
     ).fetchone()
     if row is None:
@@ -86,7 +93,52 @@ def read_extension(conn: psycopg.Connection, target: Target) -> Extension:
             f"target {target.name!r}: pg_stat_statements {ext.version} is older than 1.9 (PostgreSQL 14); "
             "run ALTER EXTENSION pg_stat_statements UPDATE"
         )
+    reasons = blindness(conn.info.dbname, *row[3:])
+    if reasons:
+        raise TargetUnavailable(f"target {target.name!r}: statements cannot be collected: {'; '.join(reasons)}")
     return ext
+
+
+# Where a setting came from when only the collector's own role has it (ALTER ROLE ... SET): other roles' sessions,
+# whose statements are collected, do not have it.
+_ROLE_SOURCES = {"user", "database user"}
+
+
+def blindness(
+    database: str,
+    role: str,
+    reads_all_stats: bool,
+    track: str | None,
+    track_source: str | None,
+    query_id: str | None,
+    query_id_source: str | None,
+    own_query_id: bool | None,
+) -> list[str]:
+    """Why a scrape would store nothing, or an empty list: the role lacks pg_read_all_stats (other roles' statements
+    come without queryid, and are dropped), pg_stat_statements.track is none, or compute_query_id is off with no
+    module computing query ids (this session's own statement then has none). Settings made for the collector's role
+    alone are not counted; none of this depends on the server having run any statement yet."""
+    reasons = []
+    if not reads_all_stats:
+        reasons.append(
+            f"role {role!r} lacks pg_read_all_stats, so other roles' statements show as <insufficient privilege> "
+            f"without a queryid; run GRANT pg_read_all_stats TO {role}"
+        )
+    where = {
+        "database": f"for database {database!r} (ALTER DATABASE ... SET)",
+        "configuration file": "in the server's configuration",
+    }
+    if track == "none" and track_source not in _ROLE_SOURCES:
+        reasons.append(
+            f"pg_stat_statements.track is none {where.get(track_source or '', f'(set by {track_source})')}, so "
+            "nothing is recorded; set it to top (the default) or all"
+        )
+    if query_id == "off" and query_id_source not in _ROLE_SOURCES and not own_query_id:
+        reasons.append(
+            f"compute_query_id is off {where.get(query_id_source or '', f'(set by {query_id_source})')} and no module "
+            "computes query ids, so pg_stat_statements records nothing; set it to auto (the default) or on"
+        )
+    return reasons
 
 
 def scrape(conn: psycopg.Connection, target: Target, ext: Extension, exclude_role: str | None = None) -> PgssScrape:
@@ -150,7 +202,10 @@ def _utc(value: np.datetime64) -> datetime:
 
 
 def fetch_texts(conn: psycopg.Connection, target: Target, ext: Extension, queryids: list[int]) -> dict[Key, str]:
-    """Read the texts of the given queryids (the view stores each text once; this reads only what we ask for)."""
+    """Read the texts of the given queryids (the view stores each text once; this reads only what we ask for),
+    redacted: a utility statement's literals (a CREATE ROLE's password) never leave this function. The texts of the
+    collector's own statements are not: they are never stored (by key only), and are recognised by what they read,
+    which a literal may name."""
     if not queryids:
         return {}
     query = sql.SQL(
@@ -163,7 +218,7 @@ def fetch_texts(conn: psycopg.Connection, target: Target, ext: Extension, queryi
         raise TargetUnavailable(
             f"target {target.name!r}: reading statement texts failed: {describe(exc, target)}"
         ) from None
-    return {statement_key(r): r[4] or "" for r in rows}
+    return {statement_key(r): r[4] if own_statement_reason(r[4] or "") else redact(r[4] or "") for r in rows}
 
 
 def own_statement_reason(text: str) -> str | None:

@@ -13,7 +13,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 
 from radar_pipeline import plan_shape
 from radar_pipeline.alerts.render import NO_DATA_BEFORE
-from radar_pipeline.config import REANALYSIS_DAYS_VAR, ConfigError, Target, count_setting
+from radar_pipeline.config import REANALYSIS_DAYS_VAR, ConfigError, Target, count_setting, mask_password
 from radar_pipeline.defs.metadata import ID, detection_cells, rounded, table
 from radar_pipeline.defs.plans import plan_snapshots
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
@@ -193,6 +193,7 @@ def _several_deploys(
         if isinstance(result, Exception):  # the others' analyses still run and are reported
             failed.append(deploy_id)
             reason = str(result) if isinstance(result, AnalysisRefused) else f"{type(result).__name__}: {result}"
+            reason = mask_password(reason)
             context.log.error(f"deploy {deploy_id} ({place[deploy_id]}/{len(keys)}) not analysed: {reason}")
             continue
         for line in _detections_log(result):

@@ -105,8 +105,17 @@ def _metadata(outcomes: list[TargetOutcome], seconds: float) -> dict[str, Any]:
 
 # In the run's own process: the default multiprocess executor would start a second process for the one step, loading
 # the code location again (about half of a snapshot run's CPU, measured by benchmarks/load_bench.py).
+# A second line of defence behind the collector's own bounds (collector/session.py): with dagster.yaml's run monitoring
+# the daemon ends a snapshot run still going after 5 minutes, so a run stuck for a reason nobody foresaw cannot pile
+# up behind the every-minute schedule. Even 100 targets all silent at once end sooner: 13 rounds of 8 threads, each
+# target failed within 20 s (the connect timeout, then one call's bound).
+MAX_RUNTIME_TAG = "dagster/max_runtime"
+SNAPSHOT_MAX_RUNTIME_S = 300
 pgss_snapshot_job = dg.define_asset_job(
-    "pgss_snapshot_job", selection=[pgss_snapshots], executor_def=dg.in_process_executor
+    "pgss_snapshot_job",
+    selection=[pgss_snapshots],
+    executor_def=dg.in_process_executor,
+    tags={MAX_RUNTIME_TAG: str(SNAPSHOT_MAX_RUNTIME_S)},
 )
 
 

@@ -28,6 +28,9 @@ WORKSPACE = Path(__file__).resolve().parents[2] / "workspace.yaml"
 STOP_GRACE_S = 20.0  # how long dagster dev gets to shut its webserver, daemon and code server down
 TERM_GRACE_S = 5.0
 SUPERSEDED_WARNING = "ignore:Function `dev_command` is superseded"
+# Requests to the code server (launching a run, evaluating a schedule) may take this long before they fail, not
+# Dagster's 60 s, which a busy machine exceeded (dagster.yaml says more).
+GRPC_TIMEOUT_S = "180"
 
 
 def main(host: str = "127.0.0.1", port: int = 3000) -> int:
@@ -39,6 +42,7 @@ def main(host: str = "127.0.0.1", port: int = 3000) -> int:
         env.update(embedded.environment())
         print(f"radar dev: the warehouse, while this runs: {environment.psql_command(embedded)}", file=sys.stderr)
     env.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+    env.setdefault("DAGSTER_GRPC_TIMEOUT_SECONDS", GRPC_TIMEOUT_S)
     # `dagster dev` warns that it is superseded by `dg dev`, of a package radar does not use: nothing to act on.
     env["PYTHONWARNINGS"] = ",".join(filter(None, [env.get("PYTHONWARNINGS"), SUPERSEDED_WARNING]))
     if "DAGSTER_HOME" not in env:

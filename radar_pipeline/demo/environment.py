@@ -45,6 +45,13 @@ retention:
       skipped: 1
       failure: 30
       success: 7
+run_monitoring:
+  enabled: true
+  start_timeout_seconds: 600
+  poll_interval_seconds: 60
+code_servers:
+  local_startup_timeout: 360
+  reload_timeout: 360
 """
 COMPRESSED = {
     "RADAR_WINDOW_SECONDS": "30",

@@ -144,8 +144,8 @@ def _already_posted(
             claimed.keys,
             "pending" if exc.retryable else "failed",
             error=str(exc),
-            unknown=True,
             wait=retry_wait(claimed.attempt, exc),
+            earlier=claimed,  # this attempt sent nothing: the next one looks for the earlier attempt's message
         )
         return None
     by_ts: dict[str, list[Key]] = {}

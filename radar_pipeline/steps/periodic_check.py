@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 import pandas as pd
 import sqlalchemy as sa
 
-from radar_pipeline.config import Target
+from radar_pipeline.config import Target, mask_password, target_failure
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.engine.settings import LEVEL_MIN_CALLS
 from radar_pipeline.steps.deploy_analysis import WindowVerdicts, decide_window, require_closed, write_window
@@ -85,8 +85,9 @@ def analyse_period(
             with engine.begin() as conn:
                 done.append(_record_target(conn, ident, target, decided, settings, deploy_tolerance, run_id))
         except Exception as exc:  # one target's failure must not stop the others
-            log.exception("periodic analysis of %s failed", target)
-            failed[target] = f"{type(exc).__name__}: {exc}"
+            live = (live_targets or {}).get(target)
+            failed[target] = target_failure(exc, live) if live else mask_password(f"{type(exc).__name__}: {exc}")
+            log.error("periodic analysis of %s failed: %s", target, failed[target])
     return done, failed
 
 

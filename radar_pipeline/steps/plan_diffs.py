@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from radar_pipeline import plan_shape
 from radar_pipeline.collector import plans, session
 from radar_pipeline.collector.shared_queryid import shared_with
-from radar_pipeline.config import Target
+from radar_pipeline.config import Target, target_failure
 from radar_pipeline.pgss_model import SHARED_QUERYID_PLAN, Key, statement_keys
 from radar_pipeline.steps.plan_capture import capture_one
 from radar_pipeline.warehouse import plans as stored_plans
@@ -60,16 +60,27 @@ def plan_diffs(
     out: list[DetectionPlan] = []
     confidence = pd.to_numeric(detections["confidence"]).fillna(0.0).to_numpy()
     checked = set(confidence.argsort(kind="stable")[::-1][:SHARED_CHECKS].tolist())
-    connection, source = _open(live) if live is not None and keys else (None, None)
+    connection, source, failed = _open(live) if live is not None and keys else (None, None, None)
     try:
         for number, (key, change_at, plans_around) in enumerate(zip(keys, change_ats, found, strict=True)):
-            shared = _shared(connection, key, source, plans_around.text) if number in checked else None
+            shared = None
+            if connection is not None and number in checked:
+                try:
+                    shared = _shared(connection, key, source, plans_around.text)
+                except session.TargetUnavailable as exc:  # silent: closed, not asked again in this call
+                    connection, failed = None, target_failure(exc, live)  # type: ignore[arg-type]
             if shared:
                 out.append(DetectionPlan({"unavailable": SHARED_QUERYID_PLAN}, shared))
                 continue
             after, why = plans_around.after, "none was captured within the window's reach"
             if after is None and connection is not None and source is not None and now <= until:
-                after, why = _capture_now(engine, connection, source, target_name, key, plans_around.text)
+                try:
+                    after, why = _capture_now(engine, connection, source, target_name, key, plans_around.text)
+                except (session.TargetUnavailable, psycopg.Error) as exc:  # silent, or gone: closed, not retried
+                    connection.close()
+                    connection, failed = None, target_failure(exc, live)  # type: ignore[arg-type]
+            if after is None and failed is not None and now <= until:
+                why = f"none could be captured now: {failed}"
             out.append(DetectionPlan(_diff(plans_around.before, after, change_at, why), shared))
     finally:
         if connection is not None:
@@ -92,12 +103,16 @@ def _shared(
         return None
 
 
-def _open(target: Target) -> tuple[psycopg.Connection | None, plans.PlanSource | None]:
+def _open(target: Target) -> tuple[psycopg.Connection | None, plans.PlanSource | None, str | None]:
+    """A session on the watched server and its plan source, or why there is none (password-free)."""
+    connection = None
     try:
         connection = session.connect(target)
-        return connection, plans.plan_source(connection)
-    except (session.TargetUnavailable, psycopg.Error):
-        return None, None
+        return connection, plans.plan_source(connection), None
+    except (session.TargetUnavailable, psycopg.Error) as exc:
+        if connection is not None:
+            connection.close()
+        return None, None, target_failure(exc, target)
 
 
 def _capture_now(

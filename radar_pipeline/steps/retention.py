@@ -6,7 +6,7 @@ from datetime import UTC, date, datetime, time, timedelta
 import sqlalchemy as sa
 
 from radar_pipeline.warehouse import noise
-from radar_pipeline.warehouse.snapshots import PARTITION_DAYS_AHEAD
+from radar_pipeline.warehouse.snapshots import ensure_partitions
 
 
 def apply_retention(engine: sa.Engine, keep_days: int, today: date) -> list[str]:
@@ -45,7 +45,5 @@ def apply_retention(engine: sa.Engine, keep_days: int, today: date) -> list[str]
             ),
             {"cutoff_at": cutoff_at},
         )
-        conn.execute(
-            sa.text("SELECT radar.ensure_pgss_snapshot_partitions(:d, :n)"), {"d": today, "n": PARTITION_DAYS_AHEAD}
-        )
+        ensure_partitions(conn, today)
     return dropped

@@ -1,11 +1,12 @@
 """Stored statement keys brought to the current key (sql/0008): every statement of radar.query gets the key of its
-text, and every table that carries a statement's key follows, in one transaction."""
+text, and every table that carries a statement's key follows, in one transaction. And stored texts cleaned of what
+the collector now redacts (a utility statement's literals, such as a CREATE ROLE's password), their keys following."""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 
-from radar_pipeline.collector.fingerprint import fingerprint
+from radar_pipeline.collector.fingerprint import fingerprint, redact
 from radar_pipeline.warehouse import history, snapshots
 from radar_pipeline.warehouse.snapshots import MAX_QUERY_TEXT
 
@@ -29,53 +30,98 @@ def rekey(engine: sa.Engine) -> int:
         version = conn.execute(sa.text("SELECT version FROM radar.key_version FOR UPDATE")).scalar_one()
         if version >= KEY_VERSION:
             return 0
-        # Every target's snapshot and history writers wait until the keys are rewritten: a scrape that read the old
-        # keys before this transaction would otherwise write them back after it.
-        for (target,) in conn.execute(sa.text("SELECT DISTINCT target FROM radar.query ORDER BY target")):
-            snapshots.lock_target(conn, target)
-            history.lock_target(conn, target)
+        _lock_writers(conn)
         rows = conn.execute(sa.text(f"SELECT {_STATEMENT}, fingerprint, query FROM radar.query")).fetchall()
         remap = [
             (*r[:5], new)
             for r in rows
             if len(r.query) < MAX_QUERY_TEXT and (new := fingerprint(r.query)) != r.fingerprint
         ]
-        conn.execute(
-            sa.text(
-                "CREATE TEMP TABLE key_remap (target text, dbid oid, userid oid, queryid bigint, toplevel boolean, "
-                "new bigint) ON COMMIT DROP"
-            )
-        )
-        if remap:
-            columns = list(zip(*remap, strict=True))
-            conn.execute(
-                sa.text(
-                    "INSERT INTO key_remap SELECT * FROM unnest(CAST(:t AS text[]), CAST(:d AS oid[]), "
-                    "CAST(:u AS oid[]), CAST(:q AS bigint[]), CAST(:l AS boolean[]), CAST(:n AS bigint[]))"
-                ),
-                dict(zip("tduqln", (list(c) for c in columns), strict=True)),
-            )
-        match = " AND ".join(f"x.{c} = m.{c}" for c in _STATEMENT.split(", "))
-        for table in ("radar.query", *_FOLLOWERS):
-            conn.execute(sa.text(f"UPDATE {table} x SET fingerprint = m.new FROM key_remap m WHERE {match}"))
-        # compacted days hold the key of each sample (sql/0013)
-        conn.execute(
-            sa.text(
-                "UPDATE radar.pgss_compact x SET fingerprint = array_fill(m.new, ARRAY[cardinality(x.fingerprint)]) "
-                f"FROM key_remap m WHERE {match}"
-            )
-        )
-        for table, (unique, keep) in _DEDUPED.items():
-            # the key each row will have, then drop all but one row per (query, unique) before updating
-            conn.execute(
-                sa.text(
-                    f"DELETE FROM {table} y USING ("
-                    f"  SELECT x.ctid AS row_id, row_number() OVER (PARTITION BY x.target, x.dbid, x.userid, "
-                    f"  x.toplevel, coalesce(m.new, x.fingerprint), x.{unique} ORDER BY x.{keep.replace(', ', ', x.')}"
-                    f"  ) AS rank FROM {table} x LEFT JOIN key_remap m ON {match}) d "
-                    "WHERE y.ctid = d.row_id AND d.rank > 1"
-                )
-            )
-            conn.execute(sa.text(f"UPDATE {table} x SET fingerprint = m.new FROM key_remap m WHERE {match}"))
+        _follow(conn, remap)
         conn.execute(sa.text("UPDATE radar.key_version SET version = :v"), {"v": KEY_VERSION})
     return len(remap)
+
+
+def redact_texts(engine: sa.Engine) -> int:
+    """Redact the stored statement texts as the collector now does (collector/fingerprint.py's `redact`), each
+    statement's key following its text as `rekey` would have it; returns the texts changed. Idempotent: a redacted
+    text is left as it is. Texts cut to the stored length keep their key, as in `rekey`."""
+    # only a text with a quote or a dollar quote ($$, $tag$; not $1) can hold a literal
+    literals = sa.text(
+        f"SELECT {_STATEMENT}, fingerprint, query FROM radar.query "
+        "WHERE strpos(query, chr(39)) > 0 OR query ~ '[$]([^$[:digit:][:space:]][^$[:space:]]*)?[$]'"
+    )
+    with engine.connect() as conn:  # the usual case, nothing to redact, holds no lock
+        if all(redact(r.query) == r.query for r in conn.execute(literals)):
+            return 0
+    with engine.begin() as conn:
+        _lock_writers(conn)
+        changed = [(r, text) for r in conn.execute(literals).fetchall() if (text := redact(r.query)) != r.query]
+        if changed:
+            columns = [list(c) for c in zip(*(r[:5] for r, _ in changed), strict=True)]
+            conn.execute(
+                sa.text(
+                    "UPDATE radar.query x SET query = t.query FROM unnest(CAST(:t AS text[]), CAST(:d AS oid[]), "
+                    "CAST(:u AS oid[]), CAST(:q AS bigint[]), CAST(:l AS boolean[]), CAST(:text AS text[])) "
+                    f"AS t({_STATEMENT}, query) WHERE " + " AND ".join(f"x.{c} = t.{c}" for c in _STATEMENT.split(", "))
+                ),
+                {**dict(zip("tduql", columns, strict=True)), "text": [text[:MAX_QUERY_TEXT] for _, text in changed]},
+            )
+            remap = [
+                (*r[:5], new)
+                for r, text in changed
+                if len(r.query) < MAX_QUERY_TEXT and (new := fingerprint(text)) != r.fingerprint
+            ]
+            _follow(conn, remap)
+    return len(changed)
+
+
+def _lock_writers(conn: sa.Connection) -> None:
+    # Every target's snapshot and history writers wait until the keys are rewritten: a scrape that read the old
+    # keys before this transaction would otherwise write them back after it.
+    for (target,) in conn.execute(sa.text("SELECT DISTINCT target FROM radar.query ORDER BY target")):
+        snapshots.lock_target(conn, target)
+        history.lock_target(conn, target)
+
+
+def _follow(conn: sa.Connection, remap: list[tuple]) -> None:
+    """Give each statement of `remap` ((target, dbid, userid, queryid, toplevel, new key) tuples) its new key in
+    radar.query and in every table that carries it."""
+    if not remap:
+        return
+    conn.execute(
+        sa.text(
+            "CREATE TEMP TABLE key_remap (target text, dbid oid, userid oid, queryid bigint, toplevel boolean, "
+            "new bigint) ON COMMIT DROP"
+        )
+    )
+    columns = list(zip(*remap, strict=True))
+    conn.execute(
+        sa.text(
+            "INSERT INTO key_remap SELECT * FROM unnest(CAST(:t AS text[]), CAST(:d AS oid[]), "
+            "CAST(:u AS oid[]), CAST(:q AS bigint[]), CAST(:l AS boolean[]), CAST(:n AS bigint[]))"
+        ),
+        dict(zip("tduqln", (list(c) for c in columns), strict=True)),
+    )
+    match = " AND ".join(f"x.{c} = m.{c}" for c in _STATEMENT.split(", "))
+    for table in ("radar.query", *_FOLLOWERS):
+        conn.execute(sa.text(f"UPDATE {table} x SET fingerprint = m.new FROM key_remap m WHERE {match}"))
+    # compacted days hold the key of each sample (sql/0013)
+    conn.execute(
+        sa.text(
+            "UPDATE radar.pgss_compact x SET fingerprint = array_fill(m.new, ARRAY[cardinality(x.fingerprint)]) "
+            f"FROM key_remap m WHERE {match}"
+        )
+    )
+    for table, (unique, keep) in _DEDUPED.items():
+        # the key each row will have, then drop all but one row per (query, unique) before updating
+        conn.execute(
+            sa.text(
+                f"DELETE FROM {table} y USING ("
+                f"  SELECT x.ctid AS row_id, row_number() OVER (PARTITION BY x.target, x.dbid, x.userid, "
+                f"  x.toplevel, coalesce(m.new, x.fingerprint), x.{unique} ORDER BY x.{keep.replace(', ', ', x.')}"
+                f"  ) AS rank FROM {table} x LEFT JOIN key_remap m ON {match}) d "
+                "WHERE y.ctid = d.row_id AND d.rank > 1"
+            )
+        )
+        conn.execute(sa.text(f"UPDATE {table} x SET fingerprint = m.new FROM key_remap m WHERE {match}"))

@@ -169,18 +169,24 @@ def settle(
     error: str | None = None,
     unknown: bool = False,
     wait: timedelta | None = None,
+    earlier: Claim | None = None,
 ) -> None:
     """Record how an attempt on these claimed rows ended: sent (with the message ts), skipped, withheld, failed, or
     pending again (retryable: no new attempt before `wait` has passed; `unknown`: it may have been posted). A
     retryable failure after MAX_ATTEMPTS attempts is final (failed). Only rows still claimed by `delivery_id` are
-    touched: an attempt that overran its lease cannot overwrite what a newer attempt recorded."""
+    touched: an attempt that overran its lease cannot overwrite what a newer attempt recorded. With `earlier` (this
+    attempt's claim, when it sent nothing), the rows an earlier attempt may have posted get that attempt's delivery id
+    and time back, so the next attempt still looks for its message."""
     if not keys:
         return
+    restore = earlier.earlier if earlier is not None else {}
     conn.execute(
         sa.text(
             "UPDATE radar.alert SET last_error = :error, message_ts = coalesce(:ts, message_ts), "
             "sent_at = CASE WHEN :status = 'sent' THEN now() ELSE sent_at END, "
-            "outcome_unknown = CASE WHEN :status = 'pending' THEN :unknown ELSE false END, "
+            "delivery_id = coalesce(CAST(:earlier AS uuid), delivery_id), "
+            "claimed_at = CASE WHEN :earlier IS NULL THEN claimed_at ELSE :since END, "
+            "outcome_unknown = CASE WHEN :status = 'pending' THEN :unknown OR :earlier IS NOT NULL ELSE false END, "
             "next_attempt_at = CASE WHEN :status = 'pending' THEN now() + CAST(:wait AS interval) END, "
             "status = CASE WHEN :status = 'pending' AND attempts >= :max THEN 'failed' ELSE :status END "
             "WHERE deploy_id = :d AND target = :t AND channel = :c AND dbid = :dbid AND userid = :userid "
@@ -199,6 +205,8 @@ def settle(
                 "unknown": unknown,
                 "wait": wait or timedelta(0),
                 "max": MAX_ATTEMPTS,
+                "earlier": restore.get(k),
+                "since": earlier.since if earlier is not None else None,
             }
             for k in keys
         ],

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
 import psycopg
 import sqlalchemy as sa
 
 from radar_pipeline.config import warehouse_url
 from radar_pipeline.pgss_model import KEY, Key
+
+if TYPE_CHECKING:  # numpy and pandas are imported where used: `radar deploy` needs neither
+    import pandas as pd
 
 # A list of statement keys as a table, bound with key_params: `FROM {KEYS} AS k(dbid, userid, queryid, toplevel)`.
 KEYS = "unnest(CAST(:dbid AS oid[]), CAST(:userid AS oid[]), CAST(:queryid AS bigint[]), CAST(:toplevel AS boolean[]))"
@@ -46,6 +47,9 @@ def copy_frame(conn: sa.Connection, table: str, columns: list[str], frame: pd.Da
 def _copy_column(column: pd.Series) -> list[Any]:
     """A column's values as COPY wants them (_copy_value), converted a whole column at a time where its type allows:
     an analysis writes thousands of rows of tens of columns, and a call per value costs more than the COPY."""
+    import numpy as np
+    import pandas as pd
+
     if isinstance(column.dtype, np.dtype) and column.dtype.kind in "biu":
         return column.tolist()
     if isinstance(column.dtype, np.dtype) and column.dtype.kind == "f":
@@ -65,6 +69,9 @@ def _copy_column(column: pd.Series) -> list[Any]:
 
 def _copy_value(value: Any) -> Any:
     """A DataFrame cell as COPY wants it: NaN and NaT as NULL, numpy scalars as Python ones, dicts as JSON."""
+    import numpy as np
+    import pandas as pd
+
     if isinstance(value, dict):
         return json.dumps(value)
     if isinstance(value, list | tuple):

@@ -32,7 +32,7 @@ class DeployError(ValueError):
 
 @dataclass(frozen=True)
 class DeployEvent:
-    """One deploy as CI reports it. deployed_at None means "now, by the warehouse's clock"."""
+    """One deploy as CI reports it. deployed_at None means "when it was reported" (see record)."""
 
     deploy_id: str
     target: str
@@ -118,10 +118,16 @@ def known_targets(conn: sa.Connection, configured: Iterable[str] = ()) -> set[st
     return stored | set(configured)
 
 
-def record(engine: sa.Engine, event: DeployEvent, configured_targets: Iterable[str] = ()) -> Recorded:
-    """Store one deploy event; the same event again changes nothing, a conflicting one is refused (DeployError)."""
+def record(
+    engine: sa.Engine, event: DeployEvent, configured_targets: Iterable[str] = (), started: datetime | None = None
+) -> Recorded:
+    """Store one deploy event; the same event again changes nothing, a conflicting one is refused (DeployError).
+
+    An event without its time is recorded at `started`, when the command reporting it began (reaching the warehouse
+    can take a while on a busy machine), but never after the warehouse's clock; without `started`, at that clock.
+    """
     with engine.begin() as conn:
-        return _record(conn, event, known_targets(conn, configured_targets))
+        return _record(conn, event, known_targets(conn, configured_targets), started)
 
 
 def import_csv(engine: sa.Engine, path: Path, configured_targets: Iterable[str] = ()) -> list[Recorded]:
@@ -172,6 +178,11 @@ def read_csv(path: Path) -> list[tuple[int, DeployEvent]]:
         reader = csv.DictReader(handle)
         try:
             header = [h.strip() for h in reader.fieldnames or []]
+            twice = sorted({h for h in header if header.count(h) > 1})
+            if twice:  # DictReader would keep the last one's value
+                raise DeployError(
+                    f"{path}: the header names {', '.join(map(repr, twice))} twice: name each column once"
+                )
             missing = [c for c in CSV_COLUMNS[:3] if c not in header]
             unknown = [c for c in header if c not in CSV_COLUMNS]
             if missing or unknown:
@@ -341,10 +352,10 @@ def _same_or_refuse(event: DeployEvent, stored: DeployEvent) -> Recorded:
     return Recorded(stored, inserted=False)
 
 
-def _record(conn: sa.Connection, event: DeployEvent, targets: set[str]) -> Recorded:
+def _record(conn: sa.Connection, event: DeployEvent, targets: set[str], started: datetime | None = None) -> Recorded:
     now = _now(conn)
     _check(event, targets, now)
-    deployed_at = event.deployed_at or now
+    deployed_at = event.deployed_at or (min(started, now) if started is not None else now)
     params = {**asdict(event), "deployed_at": deployed_at, "metadata": json.dumps(event.metadata, sort_keys=True)}
     inserted = conn.execute(
         sa.text(

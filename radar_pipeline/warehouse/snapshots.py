@@ -13,10 +13,11 @@ write never duplicates rows.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, date, datetime
 
 import numpy as np
 import pandas as pd
+import psycopg
 import sqlalchemy as sa
 from psycopg import sql as psql
 
@@ -100,6 +101,25 @@ class StoreResult:
     dealloc_since_last: int | None = None
     duplicate: bool = False
     skipped_keys: list[Key] = field(default_factory=list)
+
+
+def ensure_partitions(conn: sa.Connection, first_day: date, days: int = PARTITION_DAYS_AHEAD) -> None:
+    """Create the missing day partitions of radar.pgss_snapshot from first_day on, in the caller's transaction.
+
+    Two transactions can both find a day missing (the first scrapes of several targets on a new UTC day, a scrape and
+    the retention job): both create it, and the second, after waiting for the first to commit, fails with
+    DuplicateTable. That attempt is undone (a savepoint) and made again: it now finds the other's partition.
+    """
+    for attempt in range(1, 4):
+        try:
+            with conn.begin_nested():
+                conn.execute(
+                    sa.text("SELECT radar.ensure_pgss_snapshot_partitions(:d, :n)"), {"d": first_day, "n": days}
+                )
+            return
+        except sa.exc.ProgrammingError as exc:
+            if attempt == 3 or not isinstance(exc.orig, psycopg.errors.DuplicateTable):
+                raise
 
 
 def lock_target(conn: sa.Connection, target: str) -> None:
@@ -318,10 +338,7 @@ def write_snapshot(
     if info.dealloc is not None and state.last_dealloc is not None:
         result.dealloc_since_last = info.dealloc if plan.server_reset else max(0, info.dealloc - state.last_dealloc)
 
-    conn.execute(
-        sa.text("SELECT radar.ensure_pgss_snapshot_partitions((:at AT TIME ZONE 'UTC')::date, :days)"),
-        {"at": info.captured_at, "days": PARTITION_DAYS_AHEAD},
-    )
+    ensure_partitions(conn, info.captured_at.astimezone(UTC).date())
     conn.execute(
         sa.text(
             "INSERT INTO radar.pgss_info_snapshot (target, captured_at, dealloc, stats_reset, server_version_num, "
