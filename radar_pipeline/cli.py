@@ -174,11 +174,7 @@ def verdicts(deploy_id: str, show_all: bool, output: str, warehouse: str | None)
     if table.empty:
         raise click.ClickException(f"no verdicts for {clean(deploy_id)!r}: not recorded, or not analysed yet")
     if output != "table":
-        whole = table.assign(
-            change_after_deploy=table["change_after_deploy"].dt.total_seconds(), query=table["query"].map(clean)
-        ).rename(columns={"change_after_deploy": "change_after_deploy_s"})
-        text = whole.to_csv(index=False) if output == "csv" else whole.to_json(orient="records", indent=1) + "\n"
-        click.echo(text, nl=False)
+        click.echo(_for_scripts(table, output), nl=False)
         return
     counts = table["verdict"].value_counts()
     what = "periodic check" if deploy_id.startswith(PERIODIC_PREFIX) else "deploy"
@@ -191,11 +187,47 @@ def verdicts(deploy_id: str, show_all: bool, output: str, warehouse: str | None)
         click.echo(f"… {len(table) - len(shown)} more (--all)")
 
 
+def _for_scripts(table: pd.DataFrame, output: str) -> str:
+    """Every column of every verdict as CSV or JSON (a list of verdict objects): times in ISO 8601 and the change's
+    offset from the deploy in seconds, the plan diff and the merged queryids as JSON (nested in JSON, a JSON text in
+    a CSV cell), text from outside on one line without control characters (JSON escapes the rest)."""
+    import json
+
+    import pandas as pd
+
+    whole = table.assign(change_after_deploy=table["change_after_deploy"].dt.total_seconds()).rename(
+        columns={"change_after_deploy": "change_after_deploy_s"}
+    )
+    for name in whole.columns:
+        column = whole[name]
+        if isinstance(column.dtype, pd.DatetimeTZDtype):
+            whole[name] = [None if pd.isna(t) else t.isoformat() for t in column]
+        elif pd.api.types.is_object_dtype(column) or pd.api.types.is_string_dtype(column):
+            whole[name] = [_script_cell(v, nested=output == "json") for v in column]
+    if output == "csv":
+        return whole.to_csv(index=False)
+    return json.dumps(json.loads(whole.to_json(orient="records")), indent=1) + "\n"
+
+
+def _script_cell(value: object, nested: bool) -> object:
+    """A text cell on one line without control characters; a JSON value (a plan diff, merged queryids) as it is when
+    `nested`, else as its JSON text (ASCII: nothing in it can reorder or colour a terminal)."""
+    import json
+
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, dict | list):
+        return value if nested else json.dumps(value)
+    return value
+
+
 def _print_impact(summary: pd.DataFrame, changes: pd.DataFrame, show_all: bool) -> None:
     """The deploy's impact above its verdicts: execution time and calls per minute before → after for the target (and
     each database when there are several), then the statements whose load changed, heaviest first."""
     import pandas as pd
     from rich.console import Console
+
+    from radar_pipeline.alerts.render import NO_DATA_BEFORE
 
     def ratio(before: float, after: float) -> str:
         return f" (×{after / before:.2f})" if before > 0 else ""
@@ -206,6 +238,12 @@ def _print_impact(summary: pd.DataFrame, changes: pd.DataFrame, show_all: bool) 
             continue
         where = "database time" if int(r.dbid) == -1 else f"  database {int(r.dbid)}"
         prefix = f"{clean(str(r.target))}: " if summary["target"].nunique() > 1 else ""
+        if not r.statements_before:  # nothing stored before the deploy: not a load of 0
+            click.echo(
+                f"{prefix}{where}: {NO_DATA_BEFORE}; after it {r.exec_ms_per_min_after:,.1f} ms per minute, calls "
+                f"{r.calls_per_min_after:,.1f} per minute, statements {r.statements_after}"
+            )
+            continue
         click.echo(
             f"{prefix}{where}: {r.exec_ms_per_min_before:,.1f} → {r.exec_ms_per_min_after:,.1f} ms per minute"
             f"{ratio(r.exec_ms_per_min_before, r.exec_ms_per_min_after)}; calls {r.calls_per_min_before:,.1f} → "
@@ -251,6 +289,8 @@ def _print_verdicts(table: pd.DataFrame) -> None:
     import pandas as pd
     from rich.console import Console
 
+    from radar_pipeline.pgss_model import shared_queryid_note
+
     def fmt(values: pd.Series, pattern: str) -> list[str]:
         return [("" if pd.isna(v) else pattern.format(v)) for v in values]
 
@@ -285,6 +325,9 @@ def _print_verdicts(table: pd.DataFrame) -> None:
             droppable=("history", "reason", "confidence", "change", "before ms"),
         )
     )
+    for row in table.itertuples():  # below the table: its query column is cut to the room left
+        if isinstance(row.queryid_shared_with, list) and row.queryid_shared_with:
+            click.echo(f"caution, queryid {row.queryid}: {clean(shared_queryid_note(row.queryid_shared_with))}")
 
 
 def _failure(what: str, exc: BaseException, url: str | None) -> str:

@@ -16,6 +16,21 @@ KEY = ["dbid", "userid", "queryid", "toplevel"]
 Key = tuple[int, int, int, bool]
 
 
+# A detection whose queryid PostgreSQL 18 also gives to the same statement over other tables (collector/shared_queryid):
+# what it says, and why it has no plan diff.
+SHARED_QUERYID = (
+    "this queryid may cover statements over several tables (PostgreSQL 18 merges statements that differ only in "
+    "table names behind the same alias): the same statement over {tables} gets it too, and its text is whichever "
+    "came first"
+)
+SHARED_QUERYID_PLAN = "its queryid may cover statements over several tables, and no one table's plan stands for them"
+
+
+def shared_queryid_note(tables: Sequence[str]) -> str:
+    """What a verdict says when its queryid is shared with the same statement over these other tables."""
+    return SHARED_QUERYID.format(tables=", ".join(tables))
+
+
 def statement_key(values: Sequence[Any]) -> Key:
     """A statement's key as plain Python values, from the first four items of a row (dbid, userid, queryid,
     toplevel)."""

@@ -179,6 +179,50 @@ def test_webhook_mode(analysed, warehouse_url, slack):
     assert _outbox(analysed) == [(11, "webhook", "sent", 1, None)]
 
 
+def test_the_chart_is_in_the_ui_not_only_a_path_on_the_server(analysed, warehouse_url, slack):
+    """The chart goes into the materialization's metadata as an image (a data URI in Markdown, nothing else in it),
+    as the UI reads it from the instance, whether Slack takes images (a bot), not (a webhook) or is not set up."""
+    import base64
+    import re
+
+    for number, resource in enumerate((SlackResource(webhook_url=slack.webhook_url), _bot(slack))):
+        with dg.instance_for_test() as instance:
+            instance.add_dynamic_partitions("deploys", ["d-7"])
+            with analysed.begin() as conn:  # a fresh delivery each time
+                conn.execute(sa.text("DELETE FROM radar.alert"))
+            result = dg.materialize(
+                [regression_alerts],
+                partition_key="d-7",
+                resources={"warehouse": WarehouseResource(url=warehouse_url), "slack": resource},
+                instance=instance,
+                selection=[regression_alerts],
+            )
+            assert result.success
+            (record,) = instance.fetch_materializations(dg.AssetKey("regression_alerts"), limit=1).records
+            stored = record.asset_materialization.metadata
+        image = stored["chart_images"]
+        assert isinstance(image, dg.MarkdownMetadataValue), number
+        found = re.fullmatch(r"!\[chart 1\]\(data:image/png;base64,([A-Za-z0-9+/]+=*)\)", image.md_str)
+        assert found, image.md_str[:200]
+        (path,) = stored["charts"].value
+        assert base64.b64decode(found[1]) == Path(path).read_bytes()
+        assert len(image.md_str) < 100_000  # one chart of about 43 kB
+
+
+def test_chart_images_are_bounded_in_size(tmp_path):
+    from radar_pipeline.defs.metadata import chart_images
+
+    charts = []
+    for n in range(6):
+        charts.append(tmp_path / f"c{n}.png")
+        charts[-1].write_bytes(b"\x89PNG\r\n\x1a\n" + bytes([n]) * 30_000)  # 40,012 characters in base64
+    (tmp_path / "not.png").write_bytes(b"<svg onload=alert(1)>")
+    shown = chart_images([tmp_path / "gone.png", tmp_path / "not.png", *charts], limit=130_000).md_str
+    assert shown.count("](data:image/png;base64,") == 3 and len(shown) < 130_500
+    assert shown.endswith("\n\n3 more chart(s) not shown here: the `charts` entry names their files")
+    assert "svg" not in shown and chart_images([tmp_path / "gone.png"]) is None
+
+
 def test_without_slack_alerts_are_skipped_and_printed(analysed, warehouse_url):
     result, log = _alert(warehouse_url, SlackResource())
     assert result.success

@@ -220,3 +220,12 @@ def test_metadata_tables_hold_hostile_text_as_plain_cells():
     (record,) = value.records
     assert record.data == {"query": hostile.replace("\x1b", ""), "n": 3, "x": None}
     assert [c.type for c in value.schema.columns] == ["string", "int", "float"]
+
+
+def test_metadata_tables_give_64_bit_ids_as_text():
+    from radar_pipeline.defs.metadata import ID, table
+
+    queryid = 3247342922765952897  # a JavaScript number would show 3247342922765953000
+    value = table([("queryid", ID), ("n", "int")], [{"queryid": queryid, "n": -(2**60)}, {"queryid": None, "n": 7}])
+    assert [c.type for c in value.schema.columns] == ["string", "int"]
+    assert [r.data for r in value.records] == [{"queryid": str(queryid), "n": str(-(2**60))}, {"queryid": None, "n": 7}]

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
+from decimal import Decimal
 from pathlib import Path
 
 import psutil
@@ -38,6 +40,12 @@ def readme_commands() -> list[str]:
     text = (REPO / "README.md").read_text()
     block = text.split("## Two commands", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
     return [line.split("#", 1)[0].strip() for line in block.strip().splitlines()]
+
+
+def readme_sql(after: str) -> str:
+    """The README's first SQL block after the text `after`, as printed."""
+    text = (REPO / "README.md").read_text()
+    return text.split(after, 1)[1].split("```sql", 1)[1].split("```", 1)[0].strip()
 
 
 def next_commands(output: str) -> list[str]:
@@ -85,6 +93,8 @@ def test_the_commands_the_demo_prints_work_as_printed(newcomer):
     home, env, printed = newcomer
     verdicts = [c for c in printed if " verdicts " in c]
     assert verdicts and any(c.endswith(" dev") for c in printed), printed
+    (psql,) = [c for c in printed if c.split()[0].endswith("psql")]  # run while radar dev runs: see below
+    assert re.fullmatch(r"\S*psql postgresql://postgres@127\.0\.0\.1:\d+/radar", psql), psql  # no password in it
     proc = subprocess.run(
         verdicts[0], shell=True, cwd=REPO, env={**env, "COLUMNS": "120"}, capture_output=True, text=True, timeout=120
     )
@@ -152,6 +162,25 @@ def test_radar_dev_shows_the_detection_in_the_ui_and_stops_cleanly(newcomer, tmp
         )
     try:
         _wait_for(f"http://127.0.0.1:{port}/server_info", 120)
+        # The warehouse opens with the psql command the demo printed, and the README's examples run there as printed.
+        psql = next(c for c in printed if c.split()[0].endswith("psql"))
+        slowest = readme_sql("Example: the slowest statements of the last hour on one target")
+        asked = subprocess.run(
+            [*shlex.split(psql), "-X", "-At", "-F", "|", "-c", slowest],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert asked.returncode == 0, asked.stderr
+        assert "SELECT id, total, status FROM orders WHERE customer_id = $1" in asked.stdout, asked.stdout
+        queryid = subprocess.run(
+            [*shlex.split(psql), "-X", "-At", "-c", "SELECT queryid FROM radar.regression WHERE query LIKE '%orders%'"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        ).stdout.split()[0]
         with sync_playwright() as p:
             browser = p.chromium.launch(
                 executable_path=chromium,
@@ -173,9 +202,22 @@ def test_radar_dev_shows_the_detection_in_the_ui_and_stops_cleanly(newcomer, tmp
             body = page.inner_text("body")
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "ui_deploy_verdicts.png"))
+            # The regression's chart is in the UI itself (not a path on the server), drawn by the browser.
+            page.goto(f"http://127.0.0.1:{port}/assets/regression_alerts", wait_until="networkidle", timeout=90_000)
+            skip = page.get_by_role("button", name="Skip")
+            if skip.count():
+                skip.first.click()
+            page.get_by_text("[Show Markdown]").first.click(timeout=60_000)
+            chart = page.locator('img[src^="data:image/png;base64,"]').first
+            chart.wait_for(timeout=60_000)
+            drawn = chart.evaluate("img => img.complete && img.naturalWidth")
+            page.screenshot(path=str(ARTIFACTS / "ui_regression_chart.png"))
             browser.close()
+        assert drawn and drawn >= 400, drawn
         assert "shop-v2" in body and "Latest materialization" in body
         assert "plan_changed" in body and "SELECT id, total, status FROM orders" in body
+        rounded = format(Decimal(repr(float(queryid))), "f")  # how a JavaScript number shows it: 3247342922765953000
+        assert queryid in body and (rounded == queryid or rounded not in body), (queryid, rounded)
     finally:
         os.kill(dev.pid, signal.SIGTERM)  # radar dev alone: it must stop everything it started
         dev.wait(timeout=90)
@@ -184,6 +226,7 @@ def test_radar_dev_shows_the_detection_in_the_ui_and_stops_cleanly(newcomer, tmp
     assert not _postgres_under(demo_home)
     said = log.read_text()
     assert "Traceback" not in said and "Warning" not in said, said[-3000:]
+    assert f"radar dev: the warehouse, while this runs: {psql}" in said
 
 
 def _session_of(pid: int) -> int | None:

@@ -226,6 +226,23 @@ def test_the_slow_query_is_detected_and_the_control_is_not(scenario):
     assert (s.queryids["probe_slow"], "SELECT probe_slow($1)", "api", "v42") in [tuple(r) for r in regressions]
 
 
+def test_the_ui_gets_queryids_as_exact_text(scenario):
+    """64-bit queryids go into Dagster's metadata as text: a JavaScript number (the UI's) would round them."""
+    s = scenario
+    slow = s.queryids["probe_slow"]
+    with dg.instance_for_test() as instance:
+        assert _materialize(s, instance).success
+        (record,) = instance.fetch_materializations(dg.AssetKey("deploy_verdicts"), limit=1).records
+        stored = record.asset_materialization.metadata  # as the UI reads it: from the instance's event log
+    for name in ("detections", "load_changes"):
+        table = stored[name]
+        assert isinstance(table, dg.TableMetadataValue)
+        assert {c.name: c.type for c in table.schema.columns}["queryid"] == "string", name
+        assert all(isinstance(r.data["queryid"], str) for r in table.records), name
+    (row,) = [r.data for r in stored["detections"].records if "probe_slow" in r.data["query"]]
+    assert row["queryid"] == str(slow) and int(row["queryid"]) == slow
+
+
 def test_a_rotated_queryid_is_reported_once(scenario):
     s = scenario
     with dg.instance_for_test() as instance:
@@ -305,6 +322,51 @@ def test_radar_verdicts_prints_the_table(scenario):
     first_row = lines[header + 2]  # after the verdicts' header and rule: detections come first
     assert "detected" in first_row and "SELECT probe_slow($1)" in first_row
     assert max(len(line) for line in lines) <= 220
+
+
+def test_radar_verdicts_for_scripts_gives_every_column(scenario):
+    """--format csv and json: the plan diff, p_family, the change's time and the deploy's fields with each verdict."""
+    import io
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    s = scenario
+    with dg.instance_for_test() as instance:
+        assert _materialize(s, instance).success
+    out = {}
+    for fmt in ("csv", "json"):
+        proc = subprocess.run(
+            [str(Path(sys.executable).parent / "radar"), "verdicts", s.deploy_id, "--format", fmt],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "RADAR_WAREHOUSE_URL": s.warehouse_url},
+        )
+        assert proc.returncode == 0, proc.stderr
+        out[fmt] = proc.stdout
+    wanted = {"plan_diff", "p_family", "p_value", "change_at", "change_after_deploy_s", "deploy_id", "deployed_at"}
+    wanted |= {"service", "version", "url", "deploy_source", "dbid", "userid", "toplevel", "merged_queryids"}
+    table = pd.read_csv(io.StringIO(out["csv"]))
+    assert wanted <= set(table.columns), wanted - set(table.columns)
+    verdicts = json.loads(out["json"])
+    assert isinstance(verdicts, list) and wanted <= set(verdicts[0])
+    (slow,) = [v for v in verdicts if v["queryid"] == s.queryids["probe_slow"]]  # exact, not rounded
+    assert (slow["verdict"], slow["service"], slow["version"], slow["deploy_id"]) == (
+        "detected",
+        "api",
+        "v42",
+        "rel-42",
+    )
+    assert datetime.fromisoformat(slow["deployed_at"]) == s.deployed_at
+    change_at = datetime.fromisoformat(slow["change_at"])
+    assert abs((change_at - s.deployed_at).total_seconds() - slow["change_after_deploy_s"]) < 1e-3
+    assert isinstance(slow["plan_diff"], dict) and 0 <= slow["p_family"] <= 1
+    (row,) = table[table["queryid"] == s.queryids["probe_slow"]].to_dict("records")
+    assert json.loads(row["plan_diff"]) == slow["plan_diff"] and row["service"] == "api"
+    assert datetime.fromisoformat(row["change_at"]) == change_at
 
 
 def test_partitions_definition_name():

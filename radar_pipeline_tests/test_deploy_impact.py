@@ -287,7 +287,7 @@ def test_verdicts_command_and_metadata_show_the_summary(warehouse, warehouse_url
     summary = metadata["database_time"].records[0].data
     assert summary["database"] == "all" and summary["exec_ms_per_min_after"] > 10 * summary["exec_ms_per_min_before"]
     change = metadata["load_changes"].records[0].data
-    assert change["kind"] == "new" and change["heavy"] and change["query"] == SCAN and change["queryid"] == 52
+    assert change["kind"] == "new" and change["heavy"] and change["query"] == SCAN and change["queryid"] == "52"
 
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "radar"), "verdicts", "idx-cli", "--warehouse", warehouse_url],
@@ -343,3 +343,39 @@ def test_load_changes_keep_messages_within_slacks_limits(changes, regressions):
     assert len(shown_changes) == min(changes, MAX_CHANGES)
     if changes > MAX_CHANGES:
         assert f"{changes - MAX_CHANGES} more load changes" in json.dumps(blocks)
+
+
+def test_a_deploy_with_no_data_before_it_says_so(warehouse, warehouse_url, slack):
+    """A target first scraped after its deploy has no data before it, not a load of 0 ms per minute."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from radar_pipeline.defs.deploys import _metadata
+
+    store(
+        warehouse,
+        "first-look",
+        {
+            71: {"text": SCAN, "calls": (0, 10), "ms": (0.0, 200.0), "new": True},
+            72: {"text": OTHER, "calls": (0, 50), "ms": (0.0, 0.5), "new": True},
+        },
+    )
+    result = analyse_deploy(warehouse, "first-look", SETTINGS)
+    summary = _metadata(result)["database_time"].records[0].data
+    assert summary["note"] == "no data before the deploy" and summary["exec_ms_per_min_before"] is None
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "radar"), "verdicts", "first-look", "--warehouse", warehouse_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "160"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stdout.splitlines()[1]
+    assert line.startswith("database time: no data before the deploy; after it ") and " → " not in line, line
+    body, text = _alert(warehouse_url, slack, "first-look")
+    print(f"\n--- no data before ---\n{body.get('text')}\n{text}\n{proc.stdout}")
+    assert "*Database time:* " in text and "(no data before the deploy)" in text
+    assert "0.0 →" not in text.split("*Database time:*", 1)[1].splitlines()[0]

@@ -87,6 +87,7 @@ def test_bands_drift_and_a_backfill_out_of_order(history, warehouse, warehouse_u
     assert "creeping drift: SELECT * FROM carts WHERE owner = $1" in log
     charts = json.loads(json.dumps(meta["charts"].value))
     assert [Path(c).name for c in charts] == [_chart_name(21)] and Path(charts[0]).stat().st_size > 10_000
+    assert meta["chart_images"].md_str.startswith("![chart 1](data:image/png;base64,iVBORw0KGgo")  # shown in the UI
 
     points = _points(warehouse)
     assert len(points) == 3 * DEPLOYS

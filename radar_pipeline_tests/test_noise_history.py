@@ -135,7 +135,7 @@ def test_the_history_a_test_used_is_stored_with_its_verdict_and_shown(warehouse,
     assert [tuple(r) for r in shown] == [(1, 1440)]
     detections = result.asset_materializations_for_node("deploy_verdicts")[0].metadata["detections"]
     assert isinstance(detections, dg.TableMetadataValue)
-    assert [(r.data["queryid"], r.data["history_intervals"]) for r in detections.records] == [(1, 1440)]
+    assert [(r.data["queryid"], r.data["history_intervals"]) for r in detections.records] == [("1", 1440)]
 
 
 def test_without_stored_sums_the_analysis_runs_on_its_window_alone(warehouse):

@@ -137,7 +137,7 @@ def test_reported_once_left_to_the_deploy_and_reported_again_after_recovery(time
     # No noise sums are stored here (no nightly compaction ran): each test used its window alone, and says so.
     assert (periodic["history_intervals"] == 0).all()
     shown = seen[1]["reported_regressions"].records
-    assert [(r.data["queryid"], r.data["history_intervals"]) for r in shown] == [(31, 0)]
+    assert [(r.data["queryid"], r.data["history_intervals"]) for r in shown] == [("31", 0)]
     change = periodic.loc[periodic["deploy_id"] == "periodic:" + _key(timeline, 1), "change_at"].iloc[0] - timeline
     assert abs(change - timedelta(minutes=100)) <= timedelta(minutes=2)
     assert list(episodes["queryid"]) == [31, 31]

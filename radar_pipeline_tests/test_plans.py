@@ -119,6 +119,109 @@ def test_index_dropped_at_a_deploy_shows_in_the_plan_diff(app_db, warehouse):
     assert redo.cause == "plan_changed" and redo.plan_diff == diff
 
 
+ECHO = "SELECT x.v, y.w FROM echo x JOIN kilo y ON y.id = x.id WHERE x.k = %s"
+DELTA = ECHO.replace("echo x", "delta x")  # the same statement over a table of the same shape, behind the same alias
+
+
+@pytest.mark.parametrize("server", ["pg18"], indirect=True)
+def test_a_queryid_postgresql_18_shares_between_two_tables_is_said_and_gets_no_plan_diff(
+    app_db, warehouse, warehouse_url, slack, monkeypatch
+):
+    """PostgreSQL 18 jumbles a table reference by its alias: the joins over echo and over delta are one
+    pg_stat_statements entry, stored with echo's text. delta's index is dropped at the deploy, and the entry slows;
+    echo's plan did not change. The detection says its queryid is shared (radar verdicts, Slack, the UI's table) and
+    shows no plan diff, rather than echo's "plan unchanged" as if it were the statement's."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from radar_pipeline.defs.alerts import regression_alerts
+    from radar_pipeline.defs.deploys import _metadata
+    from radar_pipeline.defs.resources import SlackResource
+    from radar_pipeline.pgss_model import SHARED_QUERYID_PLAN
+
+    server, target = app_db
+    for table in ("echo", "delta"):
+        run(target, f"CREATE TABLE {table} (id int PRIMARY KEY, k int, v text)")
+        run(target, f"INSERT INTO {table} SELECT g, g, md5(g::text) FROM generate_series(1, 50000) g")
+        run(target, f"CREATE INDEX {table}_k_idx ON {table} (k)")
+    run(target, "CREATE TABLE kilo (id int PRIMARY KEY, w text)")
+    run(target, "INSERT INTO kilo SELECT g, md5(g::text) FROM generate_series(1, 50000) g")
+    run(target, "ANALYZE")
+    collector = collector_target(target)
+    run(target, ECHO, 1, (1,))  # first: pg_stat_statements keeps echo's text
+    run(target, DELTA, 1, (1,))
+    with psycopg.connect(target.dsn, autocommit=True) as conn:
+        entries = conn.execute(
+            "SELECT queryid, calls, query FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database "
+            "WHERE datname = current_database()) AND query LIKE 'SELECT x.v, y.w FROM %'"
+        ).fetchall()
+    assert [(calls, text) for _, calls, text in entries] == [(2, ECHO.replace("%s", "$1"))]  # PostgreSQL merged them
+    queryid = int(entries[0][0])
+
+    def joins(conn: psycopg.Connection) -> None:
+        for i in range(5):
+            conn.execute(ECHO, (i * 37 + 1,))
+            conn.execute(DELTA, (i * 37 + 1,))
+
+    nominal, scrape_every, samples = 3.0, 0.15, 20
+    drive(target, warehouse, joins, scrape_every, 3)
+    assert capture_target(collector, warehouse).stored >= 1  # echo's plan: the text's
+    earlier = drive(target, warehouse, joins, scrape_every, samples + 3)
+    at = deploys.record(warehouse, deploys.DeployEvent("shared-id", target.name)).event.deployed_at
+    run(target, "DROP INDEX delta_k_idx")  # delta's half now scans delta; echo's plan is unchanged
+    later = drive(target, warehouse, joins, scrape_every, samples + 2)
+    window = max(window_covering(earlier, at, samples, nominal), (later[samples] - at).total_seconds())
+    drive(target, warehouse, joins, scrape_every, 1, until=at + timedelta(seconds=window + scrape_every))
+    tolerance = tolerance_covering(earlier, later, at, 1.0)
+    settings = EngineSettings(window=timedelta(seconds=window), tolerance_floor=timedelta(seconds=tolerance))
+
+    result = analyse_deploy(warehouse, "shared-id", settings, live_targets={target.name: collector})
+    joined = result.verdicts.set_index("queryid").loc[queryid]
+    assert joined.verdict == "detected", joined[["verdict", "reason", "change_factor"]].to_dict()
+    assert joined.queryid_shared_with == ["public.delta"]
+    assert joined.plan_diff == {"unavailable": SHARED_QUERYID_PLAN} and joined.cause != "plan_changed"
+    with warehouse.connect() as conn:
+        stored = conn.execute(
+            sa.text("SELECT queryid_shared_with, plan_diff FROM radar.regression WHERE deploy_id = 'shared-id'")
+        ).one()
+    assert tuple(stored) == (["public.delta"], {"unavailable": SHARED_QUERYID_PLAN})
+    note = (
+        "this queryid may cover statements over several tables (PostgreSQL 18 merges statements that differ only in "
+        "table names behind the same alias): the same statement over public.delta gets it too"
+    )
+
+    printed = subprocess.run(
+        [str(Path(sys.executable).parent / "radar"), "verdicts", "shared-id", "--warehouse", warehouse_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "160"},
+    )
+    assert printed.returncode == 0, printed.stderr
+    assert f"caution, queryid {queryid}: {note}" in printed.stdout, printed.stdout
+    (row,) = [r.data for r in _metadata(result)["detections"].records if r.data["queryid"] == str(queryid)]
+    assert row["caution"].startswith(note) and "plan unchanged" not in row["plan"]
+
+    bot = SlackResource(token="xoxb-test-token", channel="#radar", base_url=slack.api_url)
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["shared-id"])
+        resources = {"warehouse": WarehouseResource(url=warehouse_url), "slack": bot}
+        sent = dg.materialize([regression_alerts], partition_key="shared-id", resources=resources, instance=instance)
+        assert sent.success
+    body = slack.calls_to("/api/chat.postMessage")[-1].json
+    blocks = body["blocks"] if isinstance(body["blocks"], list) else json.loads(body["blocks"])
+    fields = [f["text"] for b in blocks for f in b.get("fields", []) + b.get("elements", [])]
+    assert f"*Caution:* {note}, and its text is whichever came first" in fields
+    assert f"*Plan:* no plan diff: {SHARED_QUERYID_PLAN}" in fields and "plan unchanged" not in json.dumps(blocks)
+
+    # Past the bound on the checks an analysis makes, a detection is not looked into: null, not "none shared".
+    monkeypatch.setattr("radar_pipeline.steps.plan_diffs.SHARED_CHECKS", 0)
+    unchecked = analyse_deploy(warehouse, "shared-id", settings, live_targets={target.name: collector})
+    assert unchecked.verdicts.set_index("queryid").loc[queryid].queryid_shared_with is None
+
+
 @pytest.mark.parametrize("server", ["pg18"], indirect=True)
 def test_a_statement_that_no_longer_plans_is_skipped_and_remembered(app_db, warehouse):
     server, target = app_db

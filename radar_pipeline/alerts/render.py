@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from radar_pipeline.config import printable
+from radar_pipeline.pgss_model import shared_queryid_note
 
 MAX_QUERY = 300  # characters of query text per regression
 # Slack's documented limits (Block Kit reference: blocks, section, header, text object; chat.postMessage):
@@ -24,6 +25,7 @@ BLOCKS_PER_REGRESSION = 4  # divider, query, numbers, plan
 MAX_SHOWN = 10  # regressions shown in one message: 2 + 10 × 4 + 2 = 44 blocks; the rest summarised with a link
 SEVERITY = {"fleet_wide": "low (fleet-wide shift: an outside cause is suspected)"}
 MAX_CHANGES = 3  # load changes (new heavy statements, surges) shown in full, before the regressions: 3 blocks each
+NO_DATA_BEFORE = "no data before the deploy"  # a target with no statement's calls stored before it, not a load of 0
 CHANGE_WORDS = {"new": "new statement", "n_plus_one": "N+1: calls surged, latency unchanged", "surge": "call surge"}
 
 
@@ -44,7 +46,8 @@ class AnalysisFacts:
     run_url: str | None  # the analysis run in the Dagster UI
     period: tuple[datetime, datetime] | None = None  # the latest period, compared with the one as long before it
     # the target's execution time per minute of window before and after the split (radar.deploy_impact), when known
-    load_ms_per_min: tuple[float, float] | None = None
+    # (before: None when no statement had calls before the split)
+    load_ms_per_min: tuple[float | None, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class Regression:
     factor_low: float | None = None  # the 95% interval of the slowdown factor (engine 2)
     factor_high: float | None = None
     history_intervals: float | None = None  # of its own history, the test combined with its window (0: window alone)
+    shared_with: list[str] | None = None  # other tables PostgreSQL 18 gives its queryid to (pgss_model.SHARED_QUERYID)
 
 
 @dataclass(frozen=True)
@@ -210,8 +214,11 @@ def _title(facts: AnalysisFacts, count: int, changes: list[LoadChange] | None = 
     return f"{', '.join(parts) or '0 queries slower'} after deploy {what} on {facts.target}"
 
 
-def load_line(before: float, after: float) -> str:
-    """The target's execution time per minute either side of the split, as the message's summary line."""
+def load_line(before: float | None, after: float) -> str:
+    """The target's execution time per minute either side of the split, as the message's summary line (`before`
+    None: no statement had calls before it)."""
+    if before is None:
+        return f"*Database time:* {after:,.1f} ms per minute after the deploy ({NO_DATA_BEFORE})"
     factor = f" (×{after / before:.2f})" if before > 0 else ""
     return f"*Database time:* {before:,.1f} → {after:,.1f} ms per minute{factor}"
 
@@ -278,7 +285,7 @@ def _regression_fields(facts: AnalysisFacts, r: Regression) -> list[dict[str, st
         noise = "; noise from this window alone"
         if r.history_intervals > 0:
             noise = f"; noise from {r.history_intervals:,.0f} intervals of its history"
-    return [
+    fields = [
         {
             "type": "mrkdwn",
             "text": f"*Mean:* {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms (×{r.change_factor:.2f}{interval})",
@@ -289,6 +296,10 @@ def _regression_fields(facts: AnalysisFacts, r: Regression) -> list[dict[str, st
         {"type": "mrkdwn", "text": f"*Cause:* {escape_within(cause, MAX_FIELD_TEXT - 20)}"},
         {"type": "mrkdwn", "text": f"*queryid:* {r.queryid}"},
     ]
+    if r.shared_with:  # its text may not be the statement that slowed
+        caution = escape_within(shared_queryid_note(r.shared_with), MAX_FIELD_TEXT - 20)
+        fields.append({"type": "mrkdwn", "text": f"*Caution:* {caution}"})
+    return fields
 
 
 def _duration(span: timedelta) -> str:

@@ -10,6 +10,7 @@ import dagster as dg
 from radar_pipeline.alerts.render import render_run_failure
 from radar_pipeline.alerts.slack import DeliveryError
 from radar_pipeline.defs.deploys import RANGE_END, RANGE_START, REANALYSIS_TAG, deploy_verdicts, deploys_partitions
+from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, chart_images
 from radar_pipeline.defs.resources import SlackResource, WarehouseResource
 from radar_pipeline.steps.alert_delivery import deliver, deploy_facts, run_url, withhold_reason
 from radar_pipeline.warehouse import alerts as outbox
@@ -49,9 +50,14 @@ def regression_alerts(
     return dg.MaterializeResult(metadata=metadata)
 
 
-def as_metadata(delivery: dict) -> dict:
-    """A delivery's record as Dagster metadata: its message and chart list as JSON, the rest as they are."""
-    return {k: dg.MetadataValue.json(v) if k in ("message", "charts") else v for k, v in delivery.items()}
+def as_metadata(delivery: dict, chart_limit: int = CHART_IMAGES_LIMIT) -> dict:
+    """A delivery's record as Dagster metadata: its message and chart list as JSON, the charts themselves as images
+    within `chart_limit` characters (chart_images), the rest as they are."""
+    metadata = {k: dg.MetadataValue.json(v) if k in ("message", "charts") else v for k, v in delivery.items()}
+    images = chart_images(delivery.get("charts") or [], chart_limit)
+    if images is not None:
+        metadata["chart_images"] = images
+    return metadata
 
 
 def _partitions_of(tags: Mapping[str, str]) -> str | None:

@@ -12,8 +12,9 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 )
 
 from radar_pipeline import plan_shape
+from radar_pipeline.alerts.render import NO_DATA_BEFORE
 from radar_pipeline.config import REANALYSIS_DAYS_VAR, ConfigError, Target, count_setting, mask_password
-from radar_pipeline.defs.metadata import detection_cells, rounded, table
+from radar_pipeline.defs.metadata import ID, detection_cells, rounded, table
 from radar_pipeline.defs.plans import plan_snapshots
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.defs.snapshots import pgss_snapshots
@@ -31,7 +32,7 @@ DETECTION_ROWS_SHOWN = 25
 SENSOR_PAGE = 200  # deploys requested per sensor evaluation at most; a larger burst continues on the next ticks
 DETECTION_COLUMNS = [
     ("query", "string"),
-    ("queryid", "int"),
+    ("queryid", ID),
     ("before_ms", "float"),
     ("after_ms", "float"),
     ("factor", "float"),
@@ -42,6 +43,7 @@ DETECTION_COLUMNS = [
     ("change_vs_deploy_s", "int"),
     ("cause", "string"),
     ("plan", "string"),
+    ("caution", "string"),
 ]
 SUMMARY_COLUMNS = [
     ("database", "string"),
@@ -51,12 +53,13 @@ SUMMARY_COLUMNS = [
     ("calls_per_min_after", "float"),
     ("statements_before", "int"),
     ("statements_after", "int"),
+    ("note", "string"),
 ]
 CHANGE_COLUMNS = [
     ("kind", "string"),
     ("heavy", "bool"),
     ("query", "string"),
-    ("queryid", "int"),
+    ("queryid", ID),
     ("calls_per_min_before", "float"),
     ("calls_per_min_after", "float"),
     ("exec_ms_per_min_before", "float"),
@@ -314,19 +317,24 @@ def _metadata(result: DeployAnalysis) -> dict[str, Any]:
 
 
 def _summary_rows(result: DeployAnalysis) -> list[dict[str, Any]]:
-    """The impact summary: the whole target, then each database, execution time and calls per minute."""
-    return [
-        {
-            "database": "all" if int(r.dbid) == -1 else str(int(r.dbid)),
-            "exec_ms_per_min_before": round(float(r.exec_ms_per_min_before), 1),
-            "exec_ms_per_min_after": round(float(r.exec_ms_per_min_after), 1),
-            "calls_per_min_before": round(float(r.calls_per_min_before), 1),
-            "calls_per_min_after": round(float(r.calls_per_min_after), 1),
-            "statements_before": int(r.statements_before),
-            "statements_after": int(r.statements_after),
-        }
-        for r in result.summary.itertuples()
-    ]
+    """The impact summary: the whole target, then each database, execution time and calls per minute (the cells
+    before the deploy left empty, with a note, when no statement had calls there: no data, not a load of 0)."""
+    rows = []
+    for r in result.summary.itertuples():
+        before = int(r.statements_before) > 0
+        rows.append(
+            {
+                "database": "all" if int(r.dbid) == -1 else str(int(r.dbid)),
+                "exec_ms_per_min_before": round(float(r.exec_ms_per_min_before), 1) if before else None,
+                "exec_ms_per_min_after": round(float(r.exec_ms_per_min_after), 1),
+                "calls_per_min_before": round(float(r.calls_per_min_before), 1) if before else None,
+                "calls_per_min_after": round(float(r.calls_per_min_after), 1),
+                "statements_before": int(r.statements_before),
+                "statements_after": int(r.statements_after),
+                "note": "" if before else NO_DATA_BEFORE,
+            }
+        )
+    return rows
 
 
 def _change_rows(result: DeployAnalysis) -> list[dict[str, Any]]:

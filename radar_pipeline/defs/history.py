@@ -6,7 +6,7 @@ from typing import Any
 import dagster as dg
 
 from radar_pipeline.defs.deploys import deploy_verdicts, deploys_partitions
-from radar_pipeline.defs.metadata import table
+from radar_pipeline.defs.metadata import ID, chart_images, table
 from radar_pipeline.defs.resources import AnalysisResource, WarehouseResource
 from radar_pipeline.engine.history import HistorySettings
 from radar_pipeline.engine.settings import LEVEL_MIN_CALLS
@@ -80,7 +80,7 @@ def _metadata(update: HistoryUpdate, settings: HistorySettings, charts: list[Pat
         }
         for row in flagged.head(FLAGGED_ROWS_SHOWN).itertuples()
     ]
-    columns = [("query", "string"), ("queryid", "int")] + [
+    columns = [("query", "string"), ("queryid", ID)] + [
         (name, "float") for name in ("mean_ms", "centre_ms", "band_ms", "spread_ms", "z", "drift_rise", "drift_p")
     ]
     return {
@@ -93,6 +93,7 @@ def _metadata(update: HistoryUpdate, settings: HistorySettings, charts: list[Pat
         "flagged": table(columns, rows),
         "flagged_not_shown": max(0, len(flagged) - FLAGGED_ROWS_SHOWN),  # the rest: radar.query_history
         "charts": dg.MetadataValue.json([str(p) for p in charts]),
+        **({"chart_images": images} if (images := chart_images(charts)) is not None else {}),
         "settings": dg.MetadataValue.json(settings.to_dict()),
         "seconds": round(update.seconds, 3),
     }

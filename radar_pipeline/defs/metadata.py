@@ -3,34 +3,81 @@ errors) go in as table records, never Markdown, so nothing in them can become a 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import base64
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
 from radar_pipeline.config import printable
+from radar_pipeline.pgss_model import shared_queryid_note
 
 Cell = str | int | float | bool | None
+ID = "id"  # a column of 64-bit identifiers (queryid): shown as text, exact
+# The largest integer a JavaScript number (the UI's) holds exactly: 2**53 − 1. Past it the browser rounds
+# (3247342922765952897 shows as 3247342922765953000), so an integer cell beyond it is given as text instead.
+EXACT_IN_BROWSER = 2**53 - 1
+# Characters of chart images (base64) one materialization's metadata carries: the UI loads a materialization's
+# metadata whole, and a chart is 55,000–58,000 (PNGs of 41–43 kB in the tests and the demo): the first three fit.
+CHART_IMAGES_LIMIT = 200_000
+PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def table(columns: Iterable[tuple[str, str]], rows: Iterable[Mapping[str, Any]]) -> dg.TableMetadataValue:
-    """A metadata table of (name, type) columns ("string", "int", "float", "bool"); text cells stripped of control
-    characters, missing or NaN cells empty."""
-    schema = dg.TableSchema(columns=[dg.TableColumn(name, kind) for name, kind in columns])
-    names = [c.name for c in schema.columns]
+    """A metadata table of (name, type) columns ("string", "int", "float", "bool", or ID: 64-bit ids as text); text
+    cells stripped of control characters, missing or NaN cells empty, integers the browser would round given as
+    text."""
+    columns = list(columns)
+    schema = dg.TableSchema(columns=[dg.TableColumn(name, "string" if kind == ID else kind) for name, kind in columns])
+    ids = {name for name, kind in columns if kind == ID}
     return dg.MetadataValue.table(
-        records=[dg.TableRecord({n: _cell(row.get(n)) for n in names}) for row in rows], schema=schema
+        records=[
+            dg.TableRecord({n: _id(row.get(n)) if n in ids else _cell(row.get(n)) for n, _ in columns}) for row in rows
+        ],
+        schema=schema,
     )
+
+
+def _id(value: object) -> str | None:
+    cell = _cell(value)
+    return None if cell is None else str(int(cell)) if isinstance(cell, int | float) else cell
 
 
 def _cell(value: object) -> Cell:
     if value is None or (isinstance(value, float) and value != value):
         return None
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > EXACT_IN_BROWSER:
+        return str(value)
     if isinstance(value, bool | int | float):
         return value
     if hasattr(value, "item"):  # a numpy scalar
         return _cell(value.item())  # type: ignore[union-attr]
     return printable(str(value))
+
+
+def chart_images(paths: Sequence[str | Path], limit: int = CHART_IMAGES_LIMIT) -> dg.MarkdownMetadataValue | None:
+    """The charts drawn, shown in the UI: Markdown images with the PNGs inline (data URIs, so the UI needs no access
+    to the files, which may be on another machine or pod), the first ones within `limit` characters, then a line
+    saying how many more there are. None without a chart to show. Nothing from outside goes into the Markdown: the
+    chart's title (the statement) is in the image."""
+    shown: list[str] = []
+    used = 0
+    for number, path in enumerate(paths, 1):
+        try:
+            png = Path(path).read_bytes()
+        except OSError:  # gone already (a temporary folder cleaned up): the others are still shown
+            continue
+        if not png.startswith(PNG):
+            continue
+        data = base64.b64encode(png).decode("ascii")
+        if used + len(data) > limit:
+            more = len(paths) - number + 1
+            shown.append(f"{more} more chart(s) not shown here: the `charts` entry names their files")
+            break
+        used += len(data)
+        shown.append(f"![chart {number}](data:image/png;base64,{data})")
+    return dg.MetadataValue.md("\n\n".join(shown)) if shown else None
 
 
 def rounded(value: float | None, digits: int = 2) -> float | None:
@@ -40,9 +87,12 @@ def rounded(value: float | None, digits: int = 2) -> float | None:
 
 def detection_cells(row: Any, text: str) -> dict[str, Any]:
     """The cells every detections table starts with: the statement and its numbers before and after, the factor and
-    its 95% interval, and the intervals of the statement's own history its test combined with the window (0: the
-    window alone; README, "Reading a verdict")."""
+    its 95% interval, the intervals of the statement's own history its test combined with the window (0: the window
+    alone; README, "Reading a verdict"), and a caution when its queryid is shared with statements over other tables
+    (pgss_model.SHARED_QUERYID)."""
+    shared = getattr(row, "queryid_shared_with", None)
     return {
+        "caution": shared_queryid_note(shared) if isinstance(shared, list) and shared else "",
         "query": text,
         "queryid": int(row.queryid),
         "before_ms": round(float(row.mean_before_ms), 3),

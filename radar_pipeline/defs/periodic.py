@@ -9,7 +9,7 @@ import pandas as pd
 from radar_pipeline.config import periodic_minute, periodic_start
 from radar_pipeline.defs.alerts import as_metadata
 from radar_pipeline.defs.deploys import DETECTION_ROWS_SHOWN, VerdictConfig, configured_targets
-from radar_pipeline.defs.metadata import detection_cells, table
+from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, ID, detection_cells, table
 from radar_pipeline.defs.plans import plan_snapshots
 from radar_pipeline.defs.resources import AnalysisResource, SlackResource, TargetsResource, WarehouseResource
 from radar_pipeline.defs.snapshots import pgss_snapshots
@@ -123,10 +123,10 @@ def _metadata(done: list[PeriodAnalysis], period_s: float) -> dict[str, Any]:
         }
         for row in reported.head(DETECTION_ROWS_SHOWN).itertuples()
     ]
-    columns = [("target", "string"), ("query", "string"), ("queryid", "int")]
+    columns = [("target", "string"), ("query", "string"), ("queryid", ID)]
     columns += [("before_ms", "float"), ("after_ms", "float"), ("factor", "float")]
     columns += [("factor_low", "float"), ("factor_high", "float"), ("history_intervals", "int")]
-    columns += [("change_at", "string"), ("cause", "string")]
+    columns += [("change_at", "string"), ("cause", "string"), ("caution", "string")]
     return {
         "targets": dg.MetadataValue.json([r.target for r in done]),
         "period_s": period_s,
@@ -168,9 +168,10 @@ def periodic_alerts(
     engine = warehouse.engine()
     with engine.connect() as conn:
         found = outbox.detections(conn, ident)
+    share = CHART_IMAGES_LIMIT // max(1, found["target"].nunique())  # the targets' charts share one bound
     for target, rows in found.groupby("target", sort=True):
         facts = period_facts(ident, str(target), rows)
-        sent = as_metadata(deliver(context.log, engine, slack.sender(), rows.reset_index(drop=True), facts))
+        sent = as_metadata(deliver(context.log, engine, slack.sender(), rows.reset_index(drop=True), facts), share)
         metadata["regressions"] += sent.pop("regressions")
         metadata.update({f"{target}: {k}": v for k, v in sent.items()})
     with engine.connect() as conn:

@@ -6,7 +6,7 @@ from typing import Any
 import dagster as dg
 
 from radar_pipeline.config import PLAN_TOP_N_VAR, count_setting
-from radar_pipeline.defs.metadata import table
+from radar_pipeline.defs.metadata import ID, table
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource, env_cron_schedule
 from radar_pipeline.steps.plan_capture import capture_targets
 
@@ -59,7 +59,7 @@ def plan_snapshots(
         "plans_stored": sum(c.stored for c in captures),
         "skipped": sum(len(c.skipped) for c in captures),
         "skipped_statements": table(
-            [("target", "string"), ("queryid", "int"), ("dbid", "int"), ("userid", "int"), ("reason", "string")],
+            [("target", "string"), ("queryid", ID), ("dbid", "int"), ("userid", "int"), ("reason", "string")],
             skipped,
         ),
         "unavailable_targets": dg.MetadataValue.json(

@@ -40,6 +40,7 @@ def main(host: str = "127.0.0.1", port: int = 3000) -> int:
     if not env.get("RADAR_WAREHOUSE_URL"):
         embedded = environment.start(fresh=False)
         env.update(embedded.environment())
+        print(f"radar dev: the warehouse, while this runs: {environment.psql_command(embedded)}", file=sys.stderr)
     env.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
     env.setdefault("DAGSTER_GRPC_TIMEOUT_SECONDS", GRPC_TIMEOUT_S)
     # `dagster dev` warns that it is superseded by `dg dev`, of a package radar does not use: nothing to act on.

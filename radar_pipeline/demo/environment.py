@@ -99,6 +99,13 @@ class Embedded:
         self.radar.stop()
 
 
+def psql_command(embedded: Embedded) -> str:
+    """How to open the embedded warehouse with psql: psql (from PATH, else the embedded PostgreSQL's own) and its
+    URL. Nothing secret is in it: the embedded servers listen on loopback only, with trust authentication."""
+    found = shutil.which("psql")
+    return f"{'psql' if found else embedded.radar.bin_dir / 'psql'} {embedded.radar.url(WAREHOUSE_DB)}"
+
+
 def home() -> Path:
     """RADAR_HOME, or .radar in the current folder."""
     return Path(os.environ.get(HOME_VAR) or ".radar").resolve()

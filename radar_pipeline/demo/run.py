@@ -287,6 +287,7 @@ def _report(embedded, table, queries, regression, alert, checks, seconds: float)
     console.rule("[bold]Next[/bold]")
     console.print(f"  {radar} verdicts {DEPLOY_ID}        every statement's verdict, from the warehouse the demo left")
     console.print(f"  {radar} dev                    the Dagster UI at http://127.0.0.1:3000 (Ctrl-C stops it)")
+    console.print(f"  {environment.psql_command(embedded)}   the warehouse (schema radar) while radar dev runs")
     console.print(f"(the demo took {seconds:.0f} s; everything it made is under {embedded.home})")
     return 0 if found else 1
 

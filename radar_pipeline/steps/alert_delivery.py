@@ -97,8 +97,9 @@ def deliver(
     metadata["to_send"] = len(todo_rows) + len(todo_changes)
     metadata["message"] = {"text": text, "blocks": blocks}
     with engine.connect() as conn:
-        # a chart for each regression the message shows in full (its thread would otherwise grow without bound)
-        charts = _charts(conn, facts, todo_rows.head(MAX_SHOWN)) if channel != "webhook" and len(todo_rows) else []
+        # a chart for each regression the message shows in full (its thread would otherwise grow without bound), for
+        # the UI too (a webhook cannot upload them)
+        charts = _charts(conn, facts, todo_rows.head(MAX_SHOWN)) if len(todo_rows) else []
     metadata["charts"] = [str(p) for p, _ in charts]
 
     if not sender.configured:
@@ -256,6 +257,7 @@ def _regression(row: Any) -> Regression:
         factor_low=None if pd.isna(row.factor_low) else float(row.factor_low),
         factor_high=None if pd.isna(row.factor_high) else float(row.factor_high),
         history_intervals=None if pd.isna(row.history_intervals) else float(row.history_intervals),
+        shared_with=list(row.queryid_shared_with) if isinstance(row.queryid_shared_with, list) else None,
     )
 
 

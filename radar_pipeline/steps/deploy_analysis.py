@@ -287,8 +287,12 @@ def decide_window(
 
     started = time.perf_counter()
     if detected.any():
-        diffs = plan_diffs(engine, target, verdicts[detected], live, hi)
+        found_plans = plan_diffs(engine, target, verdicts[detected], live, hi)
+        diffs = [p.diff for p in found_plans]
         verdicts.loc[detected, "plan_diff"] = pd.Series(diffs, index=verdicts.index[detected], dtype=object)
+        verdicts.loc[detected, "queryid_shared_with"] = pd.Series(
+            [p.shared_with for p in found_plans], index=verdicts.index[detected], dtype=object
+        )
         changed = [bool(d.get("shape_changed")) for d in diffs]
         verdicts.loc[verdicts.index[detected][changed], "cause"] = "plan_changed"
     timings["plans"] = time.perf_counter() - started
@@ -337,4 +341,5 @@ def _with_statement_keys(result: pd.DataFrame, window: analysis.WindowCounters) 
     queryids = window.keys["queryid"].tolist()
     out["merged_queryids"] = [[queryids[int(k)] for k in merged] for merged in result["merged_keys"]]
     out["plan_diff"] = None
+    out["queryid_shared_with"] = None
     return out[[*KEY, *[c for c in out.columns if c not in KEY]]]

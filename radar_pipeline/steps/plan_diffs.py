@@ -1,11 +1,14 @@
 """The plan diff of each detected regression: the plan in force before the change against the one after it.
 
-Joins the warehouse, which keeps the captured plans, and (when no plan was stored after the change) the watched server,
-where the current plan is captured on the spot.
+Joins the warehouse, which keeps the captured plans, and the watched server, where the current plan is captured on the
+spot when none was stored after the change, and where PostgreSQL is asked whether the statement's queryid is shared
+with the same statement over other tables (collector/shared_queryid): such a detection gets no plan diff, since one
+table's plan would be shown as if it were the statement's.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -15,20 +18,35 @@ import sqlalchemy as sa
 
 from radar_pipeline import plan_shape
 from radar_pipeline.collector import plans, session
+from radar_pipeline.collector.shared_queryid import shared_with
 from radar_pipeline.config import Target, target_failure
-from radar_pipeline.pgss_model import Key, statement_keys
+from radar_pipeline.pgss_model import SHARED_QUERYID_PLAN, Key, statement_keys
 from radar_pipeline.steps.plan_capture import capture_one
 from radar_pipeline.warehouse import plans as stored_plans
 
 PLAN_REACH = timedelta(minutes=15)  # past the window's end: more than one plan capture interval (10 min)
+# Detections per analysis whose queryid is looked into, the most confident first (each costs the watched server up to
+# a few dozen EXPLAINs); the others are not checked (queryid_shared_with null), as when the target is not configured.
+SHARED_CHECKS = 50
+
+
+@dataclass(frozen=True)
+class DetectionPlan:
+    """A detection's plan diff, and the other tables PostgreSQL gives its queryid to ([]: none; None: not asked, as
+    when the target is not configured or cannot be reached)."""
+
+    diff: dict[str, Any]
+    shared_with: list[str] | None
 
 
 def plan_diffs(
     engine: sa.Engine, target_name: str, detections: pd.DataFrame, live: Target | None, window_end: datetime
-) -> list[dict[str, Any]]:
+) -> list[DetectionPlan]:
     """The plan diff of each detection (rows with KEY and change_at): the plan in force before the change against the
     first captured after it within the analysed window's reach (up to PLAN_REACH past `window_end`), capturing one
-    now when none was and the reach has not passed; a re-analysis later finds the same plans.
+    now when none was and the reach has not passed; a re-analysis later finds the same plans. With `live`, whether
+    each one's queryid is shared with statements over other tables is asked there too: a shared one gets no plan
+    diff (its `unavailable` says why).
 
     The stored plans of all detections are read in one query, in a short transaction of its own; the watched server
     is reached only after it ended, so no warehouse transaction waits on it. A plan captured now is stored in a short
@@ -39,30 +57,50 @@ def plan_diffs(
     with engine.connect() as conn:
         now = conn.execute(sa.text("SELECT now()")).scalar_one()
         found = stored_plans.around_each(conn, target_name, keys, change_ats, until)
-    diffs: list[dict[str, Any]] = []
-    connection: psycopg.Connection | None = None
-    source: plans.PlanSource | None = None
-    failed: str | None = None  # why the watched server cannot give plans now: it is not tried again in this call
+    out: list[DetectionPlan] = []
+    confidence = pd.to_numeric(detections["confidence"]).fillna(0.0).to_numpy()
+    checked = set(confidence.argsort(kind="stable")[::-1][:SHARED_CHECKS].tolist())
+    connection, source, failed = _open(live) if live is not None and keys else (None, None, None)
     try:
-        for key, change_at, plans_around in zip(keys, change_ats, found, strict=True):
+        for number, (key, change_at, plans_around) in enumerate(zip(keys, change_ats, found, strict=True)):
+            shared = None
+            if connection is not None and number in checked:
+                try:
+                    shared = _shared(connection, key, source, plans_around.text)
+                except session.TargetUnavailable as exc:  # silent: closed, not asked again in this call
+                    connection, failed = None, target_failure(exc, live)  # type: ignore[arg-type]
+            if shared:
+                out.append(DetectionPlan({"unavailable": SHARED_QUERYID_PLAN}, shared))
+                continue
             after, why = plans_around.after, "none was captured within the window's reach"
-            if after is None and live is not None and now <= until:
-                if connection is None and failed is None:
-                    connection, source, failed = _open(live)
-                if connection is not None and source is not None:
-                    try:
-                        after, why = _capture_now(engine, connection, source, target_name, key, plans_around.text)
-                    except (session.TargetUnavailable, psycopg.Error) as exc:  # silent, or gone: closed, not retried
-                        failed = target_failure(exc, live)
-                        connection.close()
-                        connection = None
-                if failed is not None:
-                    why = f"none could be captured now: {failed}"
-            diffs.append(_diff(plans_around.before, after, change_at, why))
+            if after is None and connection is not None and source is not None and now <= until:
+                try:
+                    after, why = _capture_now(engine, connection, source, target_name, key, plans_around.text)
+                except (session.TargetUnavailable, psycopg.Error) as exc:  # silent, or gone: closed, not retried
+                    connection.close()
+                    connection, failed = None, target_failure(exc, live)  # type: ignore[arg-type]
+            if after is None and failed is not None and now <= until:
+                why = f"none could be captured now: {failed}"
+            out.append(DetectionPlan(_diff(plans_around.before, after, change_at, why), shared))
     finally:
         if connection is not None:
             connection.close()
-    return diffs
+    return out
+
+
+def _shared(
+    connection: psycopg.Connection | None, key: Key, source: plans.PlanSource | None, text: str | None
+) -> list[str] | None:
+    """The other tables the statement's queryid is given to, when this connection can ask (the statement's own
+    database, its whole text, a role plans may be made as: the question is a plan)."""
+    if connection is None or source is None or source.source is None or not text or len(text) >= stored_plans.MAX_TEXT:
+        return None
+    if key[0] != source.database_oid:
+        return None
+    try:
+        return shared_with(connection, text)
+    except psycopg.Error:  # the server went away: the others' plans are still looked for
+        return None
 
 
 def _open(target: Target) -> tuple[psycopg.Connection | None, plans.PlanSource | None, str | None]:

@@ -65,16 +65,17 @@ def load_changes(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
     )
 
 
-def load_summary(conn: sa.Connection, analysis_id: str, target: str) -> tuple[float, float] | None:
-    """The target's execution time per minute before and after the split (radar.deploy_impact), when stored."""
+def load_summary(conn: sa.Connection, analysis_id: str, target: str) -> tuple[float | None, float] | None:
+    """The target's execution time per minute before and after the split (radar.deploy_impact), when stored; None
+    before it when no statement had calls there (no data before the split, not a load of 0)."""
     row = conn.execute(
         sa.text(
-            "SELECT exec_ms_per_min_before, exec_ms_per_min_after FROM radar.deploy_impact "
+            "SELECT exec_ms_per_min_before, exec_ms_per_min_after, statements_before FROM radar.deploy_impact "
             "WHERE deploy_id = :d AND target = :t AND dbid = -1"
         ),
         {"d": analysis_id, "t": target},
     ).one_or_none()
-    return None if row is None else (float(row[0]), float(row[1]))
+    return None if row is None else (float(row[0]) if row[2] else None, float(row[1]))
 
 
 def lock(conn: sa.Connection, analysis_id: str) -> None:

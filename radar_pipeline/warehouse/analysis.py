@@ -32,7 +32,16 @@ from radar_pipeline.warehouse.database import KEYS, copy_frame, driver, key_para
 ENGINE_STORED = [
     c for c in ENGINE_COLUMNS if c not in ("query_key", "q_stat", "merged_keys", "segment_n_before", "segment_n_after")
 ]
-VERDICT_COLUMNS = ["deploy_id", "target", *KEY, "fingerprint", *ENGINE_STORED, "plan_diff", "merged_queryids"]
+VERDICT_COLUMNS = [
+    "deploy_id",
+    "target",
+    *KEY,
+    "fingerprint",
+    *ENGINE_STORED,
+    "plan_diff",
+    "merged_queryids",
+    "queryid_shared_with",
+]
 # A verdict (alias v) with its statement's text (alias q).
 VERDICT_QUERY_JOIN = (
     "LEFT JOIN radar.query q ON q.target = v.target AND q.dbid = v.dbid AND q.userid = v.userid "
@@ -352,9 +361,22 @@ def query_texts(conn: sa.Connection, target: str, keys: pd.DataFrame, length: in
     return {int(r[0]): r[1] for r in rows}
 
 
+# Every other column of a verdict, its analysis and its deploy, for `radar verdicts --format csv|json`.
+VERDICT_DETAILS = (
+    "v.change_at, v.p_value, v.p_family, v.t_stat, v.dof, v.n_before, v.n_after, v.segment_mean_before_ms, "
+    "v.segment_mean_after_ms, v.rows_per_call_before, v.rows_per_call_after, v.blks_read_per_call_before, "
+    "v.blks_read_per_call_after, v.budget_share, v.serial_correlation, v.plan_diff, v.queryid_shared_with, v.dbid, "
+    "v.userid, v.toplevel, v.fingerprint, v.merged_queryids, v.trigger, v.deploy_id, d.deployed_at, d.service, "
+    "d.version, d.url, "
+    "d.source AS deploy_source, d.received_at AS deploy_received_at, a.analysed_at, a.engine_version, "
+    "a.window_start, a.window_end"
+)
+
+
 def verdicts_of(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
     """A deploy's (or a periodic check's) verdicts with each query's whole text on one line, detections first (for
-    `radar verdicts`).
+    `radar verdicts`): the columns its table shows, then every other column of the verdict, its analysis and its
+    deploy (VERDICT_DETAILS; deploy columns empty for a periodic check).
     change_after_deploy is measured from the deploy, or for a periodic check from the split between its periods."""
     return pd.read_sql(
         sa.text(
@@ -363,7 +385,8 @@ def verdicts_of(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
             "v.factor_low, v.factor_high, v.history_intervals, "
             "v.change_at - coalesce(d.deployed_at, a.window_start + (a.window_end - a.window_start) / 2) "
             "AS change_after_deploy, v.calls_before, v.calls_after, v.queryid, "
-            "regexp_replace(coalesce(q.query, ''), '\\s+', ' ', 'g') AS query "
+            "regexp_replace(coalesce(q.query, ''), '\\s+', ' ', 'g') AS query, "
+            f"{VERDICT_DETAILS} "
             "FROM radar.verdict v JOIN radar.analysis a ON a.deploy_id = v.deploy_id AND a.target = v.target "
             "LEFT JOIN radar.deploy_event d ON d.deploy_id = v.deploy_id "
             f"{VERDICT_QUERY_JOIN} "

@@ -142,8 +142,8 @@ def store(
 
 @dataclass(frozen=True)
 class PlansAround:
-    """A statement's plans around a change: the one in force before it and after it (None when not stored), and,
-    when there is none after it, the statement's text from radar.query (to capture one now)."""
+    """A statement's plans around a change: the one in force before it and after it (None when not stored), and the
+    statement's text from radar.query (to capture a plan now, and to ask whether its queryid is shared)."""
 
     before: StoredPlan | None
     after: StoredPlan | None
@@ -170,7 +170,7 @@ def around_each(
             SELECT {plan_of.format(side="b")}, {plan_of.format(side="a")},
                    EXISTS (SELECT 1 FROM radar.plan_snapshot p WHERE p.target = :t AND {match}
                            AND p.captured_at > d.at) AS later,
-                   c.checked_at, c.plan_hash, CASE WHEN a.captured_at IS NULL THEN q.query END
+                   c.checked_at, c.plan_hash, q.query
             FROM unnest(CAST(:dbid AS oid[]), CAST(:userid AS oid[]), CAST(:queryid AS bigint[]),
                         CAST(:toplevel AS boolean[]), CAST(:at AS timestamptz[]))
                  WITH ORDINALITY AS d(dbid, userid, queryid, toplevel, at, n)
@@ -206,5 +206,5 @@ def around_each(
                 and checked_hash == before.plan_hash
             ):
                 after = before
-        found.append(PlansAround(before, after, text if after is None else None))
+        found.append(PlansAround(before, after, text))
     return found
