@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,6 +45,11 @@ def _start(tmp_path_factory: pytest.TempPathFactory, bin_dir, major: int, **sett
     try:
         yield Server(pg, major)
     finally:
+        # the server's log outlives it, beside its data directory (pytest keeps the last runs' folders): a server
+        # that died under a test says why there
+        log = pg.data_dir / "server.log"
+        if log.exists():
+            shutil.copy(log, pg.data_dir.parent / "server.log")
         pg.destroy()
 
 
