@@ -135,13 +135,16 @@ def diff(
 
 
 def summary(plan_diff: dict[str, Any]) -> str:
-    """The diff in one line: the scan changes, else the root change, with the cost factor."""
+    """The diff in one line: the scan changes, else the root change, with the cost factor, and the caution of a
+    queryid not checked for sharing (steps.plan_diffs)."""
     if plan_diff.get("unavailable"):
         return f"no plan diff: {plan_diff['unavailable']}"
     if not plan_diff["shape_changed"]:
-        return "plan unchanged"
-    parts = plan_diff["changes"] or [f"{plan_diff['root_before']} → {plan_diff['root_after']}"]
-    text = "; ".join(parts)
-    if plan_diff.get("cost_factor"):
-        text += f" (estimated cost ×{plan_diff['cost_factor']:.1f})"
+        text = "plan unchanged"
+    else:
+        text = "; ".join(plan_diff["changes"] or [f"{plan_diff['root_before']} → {plan_diff['root_after']}"])
+        if plan_diff.get("cost_factor"):
+            text += f" (estimated cost ×{plan_diff['cost_factor']:.1f})"
+    if plan_diff.get("queryid_not_checked"):
+        text += f"; caution: {plan_diff['queryid_not_checked']}"
     return text

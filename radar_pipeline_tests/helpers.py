@@ -88,10 +88,17 @@ def run_log_text(instance, run_id: str) -> str:  # type: ignore[no-untyped-def]
     return "\n".join(f"{entry.user_message} {entry.dagster_event}" for entry in instance.all_logs(run_id))
 
 
-def store_counters(warehouse: sa.Engine, target: str, frame: pd.DataFrame, texts: dict[int, str]) -> None:
+def store_counters(
+    warehouse: sa.Engine,
+    target: str,
+    frame: pd.DataFrame,
+    texts: dict[int, str],
+    dbid: int = 5,
+    server_version_num: int = 180000,
+) -> None:
     """Write synthetic cumulative counters into the warehouse as the collector would: snapshot rows (columns queryid,
-    captured_at, calls, total_exec_time; dbid 5, userid 10, fingerprint = queryid), a scrape row per distinct
-    captured_at, and a catalogue entry per query with its text."""
+    captured_at, calls, total_exec_time; userid 10, fingerprint = queryid), a scrape row per distinct captured_at, and
+    a catalogue entry per query with its text."""
     days = pd.to_datetime(frame["captured_at"]).dt.date
     rows = [
         {"t": target, "at": r.captured_at, "q": int(r.queryid), "c": int(r.calls), "x": float(r.total_exec_time)}
@@ -104,25 +111,25 @@ def store_counters(warehouse: sa.Engine, target: str, frame: pd.DataFrame, texts
         )
         conn.execute(
             sa.text(
-                "INSERT INTO radar.pgss_snapshot VALUES (:t, :at, 5, 10, :q, true, :c, :x, :c, 0, 0, 0, 0.0, NULL, "
+                "INSERT INTO radar.pgss_snapshot VALUES (:t, :at, :dbid, 10, :q, true, :c, :x, :c, 0, 0, 0, 0.0, NULL, "
                 "false, :q)"
             ),
-            rows,
+            [{**row, "dbid": dbid} for row in rows],
         )
         conn.execute(
             sa.text(
-                "INSERT INTO radar.pgss_info_snapshot VALUES (:t, :at, 0, NULL, 180000, '1.12', 3, 3) "
+                "INSERT INTO radar.pgss_info_snapshot VALUES (:t, :at, 0, NULL, :v, '1.12', 3, 3) "
                 "ON CONFLICT DO NOTHING"
             ),
-            [{"t": target, "at": at} for at in sorted(set(frame["captured_at"]))],
+            [{"t": target, "at": at, "v": server_version_num} for at in sorted(set(frame["captured_at"]))],
         )
         first = frame["captured_at"].min()
         conn.execute(
             sa.text(
-                "INSERT INTO radar.query VALUES (:t, 5, 10, :q, true, :q, :text, :at, :at, 0, 0, NULL, NULL) "
+                "INSERT INTO radar.query VALUES (:t, :dbid, 10, :q, true, :q, :text, :at, :at, 0, 0, NULL, NULL) "
                 "ON CONFLICT DO NOTHING"
             ),
-            [{"t": target, "q": q, "text": text, "at": first} for q, text in texts.items()],
+            [{"t": target, "dbid": dbid, "q": q, "text": text, "at": first} for q, text in texts.items()],
         )
 
 

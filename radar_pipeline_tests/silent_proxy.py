@@ -1,16 +1,22 @@
-"""A loopback TCP proxy in front of a real PostgreSQL that forwards the start-up and then goes silent.
+"""Loopback TCP proxies in front of a real PostgreSQL that forward the start-up and then go silent (SilentProxy) or
+slow (SlowProxy).
 
 It stands for a frozen VM, a stuck pooler or a half-open connection: the connection is accepted and the session starts
 (so `connect_timeout` is passed), then nothing more is forwarded in either direction while both sockets stay open.
 The kernel still acknowledges what the client sends, so no TCP-level setting notices: only a client-side deadline
 ends the call. `release()` closes every socket (what a test does when its deadline has passed, so a hung call ends
 and the test fails instead of hanging).
+
+SlowProxy stands for an overloaded server: after the start-up it forwards everything, but each answer only after a
+delay, so every call ends within its bound and only a deadline on the work as a whole ends a long series of them.
 """
 
 from __future__ import annotations
 
 import socket
 import threading
+import time
+from collections.abc import Callable
 from urllib.parse import urlsplit, urlunsplit
 
 from radar_pipeline.config import Target
@@ -89,7 +95,11 @@ class SilentProxy:
     def _to_server(self, client: socket.socket, server: socket.socket, started: threading.Event) -> None:
         """Client to server until the session has started; afterwards nothing is read from the client at all (its
         bytes sit in the kernel's buffer, acknowledged)."""
-        while not started.is_set():
+        self._forward(client, server, lambda: not started.is_set())
+
+    def _forward(self, client: socket.socket, server: socket.socket, going: Callable[[], bool]) -> None:
+        """Client to server while going()."""
+        while going():
             try:
                 client.settimeout(0.05)
                 data = client.recv(65536)
@@ -124,8 +134,43 @@ class SilentProxy:
                 except OSError:
                     pass
                 self.silenced.set()
+                self._after_start(server, client, data[keep:])
                 return
             try:
                 client.sendall(data)
             except OSError:
+                return
+
+    def _after_start(self, server: socket.socket, client: socket.socket, pending: bytes) -> None:
+        """What becomes of the server's answers once the session has started: nothing, here."""
+
+
+class SlowProxy(SilentProxy):
+    """Like SilentProxy up to the start-up; then every query reaches the server at once and each chunk of its answer
+    reaches the client `delay` seconds after the server sent it. `silenced` is set when a session has started, and
+    `answers` counts the chunks delayed."""
+
+    def __init__(self, upstream_host: str, upstream_port: int, delay: float) -> None:
+        self.delay = delay
+        self.answers = 0
+        super().__init__(upstream_host, upstream_port)
+
+    def _to_server(self, client: socket.socket, server: socket.socket, started: threading.Event) -> None:
+        self._forward(client, server, lambda: not self._closed)
+
+    def _after_start(self, server: socket.socket, client: socket.socket, pending: bytes) -> None:
+        data = pending
+        while True:
+            if data:
+                time.sleep(self.delay)  # the overloaded server's slowness, not a test's wait
+                self.answers += 1
+                try:
+                    client.sendall(data)
+                except OSError:
+                    return
+            try:
+                data = server.recv(65536)
+            except OSError:
+                return
+            if not data:
                 return

@@ -4,9 +4,10 @@ statement that no longer plans."""
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
+import numpy as np
 import psycopg
 import pytest
 import sqlalchemy as sa
@@ -19,8 +20,18 @@ from radar_pipeline.engine import EngineSettings
 from radar_pipeline.steps.deploy_analysis import analyse_deploy
 from radar_pipeline.steps.plan_capture import capture_target
 from radar_pipeline.warehouse import deploys
+from radar_pipeline.warehouse import plans as stored_plans
 
-from .helpers import collector_target, drive, run, scrape, tolerance_covering, window_covering
+from .helpers import (
+    collector_target,
+    drive,
+    hourly_deploy_counters,
+    run,
+    scrape,
+    store_counters,
+    tolerance_covering,
+    window_covering,
+)
 
 LOOKUP = "SELECT payload FROM probe WHERE id = %s"
 
@@ -216,10 +227,57 @@ def test_a_queryid_postgresql_18_shares_between_two_tables_is_said_and_gets_no_p
     assert f"*Caution:* {note}, and its text is whichever came first" in fields
     assert f"*Plan:* no plan diff: {SHARED_QUERYID_PLAN}" in fields and "plan unchanged" not in json.dumps(blocks)
 
-    # Past the bound on the checks an analysis makes, a detection is not looked into: null, not "none shared".
+    # Past the bound on the checks an analysis makes, a detection is not looked into: null, not "none shared", and
+    # echo's plan diff, shown, says it may be one table's of several.
     monkeypatch.setattr("radar_pipeline.steps.plan_diffs.SHARED_CHECKS", 0)
     unchecked = analyse_deploy(warehouse, "shared-id", settings, live_targets={target.name: collector})
-    assert unchecked.verdicts.set_index("queryid").loc[queryid].queryid_shared_with is None
+    alone = unchecked.verdicts.set_index("queryid").loc[queryid]
+    assert alone.queryid_shared_with is None
+    caution = "not checked whether PostgreSQL 18 gives this queryid to the same statement over other tables (only the 0"
+    assert alone.plan_diff["queryid_not_checked"].startswith(caution)
+    assert f"; caution: {caution}" in alone.plan_diff["summary"]
+
+
+def test_an_unchecked_queryid_s_plan_diff_carries_a_caution_on_postgresql_18_not_on_15(warehouse):
+    """A detection whose queryid was not checked for sharing (here its target is not configured, so no watched
+    server is reached) keeps its plan diff from the stored plans, with a caution on PostgreSQL 18, where the queryid
+    may cover the same statement over other tables, in the plan diff and its summary (the UI's and Slack's "plan");
+    none on PostgreSQL 15, which computes a queryid from the table itself. The version is the one the target's
+    scrapes stored; when none is known, the caution says that too."""
+    from radar_pipeline.defs.deploys import _metadata
+    from radar_pipeline.steps.plan_diffs import not_checked
+
+    at = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=240)  # the window (±200 s) closed 40 s ago
+    texts = {31: "SELECT x.v FROM echo x WHERE x.id = $1"}
+    plan = {"Plan": {"Node Type": "Index Scan", "Relation Name": "echo", "Index Name": "echo_pkey"}}
+    stored = ("generic_plan", plan_shape.plan_hash(plan), "Index Scan using echo_pkey on echo", 8.0, plan)
+    settings = EngineSettings(window=timedelta(seconds=200), tolerance_floor=timedelta(seconds=30))
+    diffs, plans_shown = {}, {}
+    for name, version in (("new", 180000), ("old", 150000)):
+        counters = hourly_deploy_counters(
+            at, np.random.default_rng(3), list(texts), 1, lambda q, d: 3.0 if d >= 0 else 1.0
+        )
+        store_counters(warehouse, name, counters, texts, server_version_num=version)
+        with warehouse.begin() as conn:
+            for when in (at - timedelta(seconds=150), at + timedelta(seconds=100)):
+                stored_plans.store(conn, name, when, {(5, 10, 31, True): stored}, {})
+        deploys.record(warehouse, deploys.DeployEvent(f"unchecked-{name}", name, at))
+        result = analyse_deploy(warehouse, f"unchecked-{name}", settings)
+        (row,) = result.verdicts[result.verdicts["verdict"] == "detected"].itertuples()
+        assert row.queryid_shared_with is None  # not asked
+        diffs[name] = row.plan_diff
+        (plans_shown[name],) = [r.data["plan"] for r in _metadata(result)["detections"].records]
+
+    why = "the target is not among the configured targets, so the watched server was not reached"
+    caution = (
+        f"not checked whether PostgreSQL 18 gives this queryid to the same statement over other tables ({why}): this "
+        "plan may be one table's of several"
+    )
+    assert diffs["new"]["queryid_not_checked"] == caution == not_checked(why, 180000)
+    assert diffs["new"]["summary"] == plans_shown["new"] == f"plan unchanged; caution: {caution}"
+    assert "queryid_not_checked" not in diffs["old"] and diffs["old"]["summary"] == plans_shown["old"]
+    assert plans_shown["old"] == "plan unchanged"
+    assert "this server's PostgreSQL version is not known either" in not_checked(why, None)
 
 
 @pytest.mark.parametrize("server", ["pg18"], indirect=True)

@@ -18,6 +18,7 @@ their parent), and so are the catalogs and extensions' own tables and views.
 from __future__ import annotations
 
 import json
+import time
 
 import psycopg
 from pglast import ast, parse_sql, parser
@@ -33,18 +34,19 @@ CANDIDATES = 8  # tables tried per table reference (each costs one EXPLAIN)
 SHOWN = 5  # tables sharing the queryid named at most
 
 
-def shared_with(conn: psycopg.Connection, text: str) -> list[str] | None:
+def shared_with(conn: psycopg.Connection, text: str, deadline: float | None = None) -> list[str] | None:
     """The tables (schema-qualified) other than the statement's own that PostgreSQL gives the statement's queryid to,
     at most SHOWN; [] when there are none (or the server is older than PostgreSQL 18, which jumbles by the table);
-    None when it cannot be told (the text does not parse as one plannable statement, EXPLAIN fails on it, or the
-    server computes no query identifiers)."""
+    None when it cannot be told (the text does not parse as one plannable statement, EXPLAIN fails on it, the
+    server computes no query identifiers, or time.monotonic() reached `deadline` before every candidate was tried
+    and none was found sharing it: those found by then are returned)."""
     if int(conn.info.server_version) < FIRST_VERSION:
         return []
     try:
         statements = parse_sql(text)
     except parser.ParseError:
         return None
-    if len(statements) != 1 or type(statements[0].stmt).__name__ not in PLANNABLE:
+    if len(statements) != 1 or type(statements[0].stmt).__name__ not in PLANNABLE or _past(deadline):
         return None
     own = _query_id(conn, RawStream()(statements[0]))  # printed as the others will be
     if own is None:
@@ -55,8 +57,12 @@ def shared_with(conn: psycopg.Connection, text: str) -> list[str] | None:
     for reference in references.tables:
         if reference.relname in references.ctes and reference.schemaname is None:
             continue  # a CTE's name, not a table
+        if _past(deadline):
+            return found or None
         named, original = reference.relname, reference.schemaname
         for schema, table in _candidates(conn, reference, references):
+            if _past(deadline):
+                return found or None
             reference.schemaname, reference.relname = schema, table
             rewritten = RawStream()(statements[0])
             reference.schemaname, reference.relname = original, named
@@ -65,6 +71,10 @@ def shared_with(conn: psycopg.Connection, text: str) -> list[str] | None:
                 if len(found) == SHOWN:
                     return found
     return found
+
+
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
 
 
 class _References(Visitor):  # type: ignore[misc]

@@ -8,7 +8,8 @@ import dagster as dg
 from radar_pipeline.config import PLAN_TOP_N_VAR, count_setting
 from radar_pipeline.defs.metadata import ID, table
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource, env_cron_schedule
-from radar_pipeline.steps.plan_capture import capture_targets
+from radar_pipeline.defs.snapshots import MAX_RUNTIME_TAG
+from radar_pipeline.steps.plan_capture import CAPTURE_DEADLINE_S, OUT_OF_TIME, capture_targets
 
 PLAN_CRON_VAR = "RADAR_PLAN_CRON"
 DEFAULT_PLAN_CRON = "*/10 * * * *"
@@ -36,7 +37,13 @@ def plan_snapshots(
             context.log.warning(f"target {name!r}: plans are unavailable: {capture.reason}")
             rows.append({"target": name, "source": "none", "note": f"plans unavailable: {capture.reason}"})
         else:
-            note = f"pg_store_plans not used: {capture.reason}" if capture.reason else ""
+            notes = [f"pg_store_plans not used: {capture.reason}"] if capture.reason else []
+            if capture.out_of_time:
+                out_of_time = OUT_OF_TIME.format(CAPTURE_DEADLINE_S)
+                late = f"{capture.out_of_time} of {capture.tried + capture.out_of_time} not planned: {out_of_time}"
+                context.log.warning(f"target {name!r}: {late}")
+                notes.append(late)
+            note = "; ".join(notes)
             rows.append(
                 {
                     "target": name,
@@ -66,12 +73,18 @@ def plan_snapshots(
             {c.target: c.reason for c in captures if c.source is None and c.error is None}
         ),
         "failed_targets": dg.MetadataValue.json({c.target: c.error for c in captures if c.error is not None}),
+        "out_of_time": sum(c.out_of_time for c in captures),
         "duration_s": round(time.perf_counter() - started, 3),
     }
     return dg.MaterializeResult(metadata=metadata)
 
 
-plan_snapshot_job = dg.define_asset_job("plan_snapshot_job", selection=[plan_snapshots])
+# Behind each target's CAPTURE_DEADLINE_S: the daemon's run monitoring ends a run still going after this, before the
+# next one is due (every 10 minutes by default).
+PLAN_MAX_RUNTIME_S = 480
+plan_snapshot_job = dg.define_asset_job(
+    "plan_snapshot_job", selection=[plan_snapshots], tags={MAX_RUNTIME_TAG: str(PLAN_MAX_RUNTIME_S)}
+)
 
 
 def plan_snapshot_schedule_for() -> dg.ScheduleDefinition:

@@ -8,6 +8,7 @@ table's plan would be shown as if it were the statement's.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,7 +19,7 @@ import sqlalchemy as sa
 
 from radar_pipeline import plan_shape
 from radar_pipeline.collector import plans, session
-from radar_pipeline.collector.shared_queryid import shared_with
+from radar_pipeline.collector.shared_queryid import FIRST_VERSION, shared_with
 from radar_pipeline.config import Target, target_failure
 from radar_pipeline.pgss_model import SHARED_QUERYID_PLAN, Key, statement_keys
 from radar_pipeline.steps.plan_capture import capture_one
@@ -28,6 +29,16 @@ PLAN_REACH = timedelta(minutes=15)  # past the window's end: more than one plan 
 # Detections per analysis whose queryid is looked into, the most confident first (each costs the watched server up to
 # a few dozen EXPLAINs); the others are not checked (queryid_shared_with null), as when the target is not configured.
 SHARED_CHECKS = 50
+# The live work of one analysis on the watched server (its checks and plans captured now), checked between calls: a
+# server answering each call slowly, within the call bound, would otherwise hold the radar/analysis pool for up to
+# ~1,500 calls. What is left when it runs out is not asked (one call may still finish past it, within its own bound).
+LIVE_DEADLINE_S = 120.0
+OUT_OF_TIME = "the time given to the watched server ran out ({:g} s per analysis)"
+# A detection whose queryid was not asked about, on a server that may share it (PostgreSQL 18+, or not known).
+NOT_CHECKED = (
+    "not checked whether PostgreSQL 18 gives this queryid to the same statement over other tables ({why}): this "
+    "plan may be one table's of several"
+)
 
 
 @dataclass(frozen=True)
@@ -48,30 +59,42 @@ def plan_diffs(
     each one's queryid is shared with statements over other tables is asked there too: a shared one gets no plan
     diff (its `unavailable` says why).
 
-    The stored plans of all detections are read in one query, in a short transaction of its own; the watched server
-    is reached only after it ended, so no warehouse transaction waits on it. A plan captured now is stored in a short
-    transaction of its own."""
+    A detection whose queryid was not asked about (beyond SHARED_CHECKS, the target not configured, unreachable or
+    silent, the time run out), on a server of PostgreSQL 18 or later (the version its scrapes stored) or of a version
+    not known, has its plan diff carry `queryid_not_checked`, saying why, which its summary shows.
+
+    The live work on the watched server, the checks and captures together, stops at LIVE_DEADLINE_S: what is left
+    gets no plan captured now and is not checked, each saying the time ran out. The stored plans of all detections
+    are read in one query, in a short transaction of its own; the watched server is reached only after it ended, so
+    no warehouse transaction waits on it. A plan captured now is stored in a short transaction of its own."""
     keys = statement_keys(detections)
     change_ats = [t.to_pydatetime() for t in detections["change_at"]]
     until = window_end + PLAN_REACH
     with engine.connect() as conn:
         now = conn.execute(sa.text("SELECT now()")).scalar_one()
         found = stored_plans.around_each(conn, target_name, keys, change_ats, until)
+        version = stored_plans.server_version(conn, target_name, until)
     out: list[DetectionPlan] = []
     confidence = pd.to_numeric(detections["confidence"]).fillna(0.0).to_numpy()
     checked = set(confidence.argsort(kind="stable")[::-1][:SHARED_CHECKS].tolist())
+    deadline = time.monotonic() + LIVE_DEADLINE_S
     connection, source, failed = _open(live) if live is not None and keys else (None, None, None)
+    if version is None and connection is not None:
+        version = int(connection.info.server_version)
     try:
         for number, (key, change_at, plans_around) in enumerate(zip(keys, change_ats, found, strict=True)):
             shared = None
             if connection is not None and number in checked:
                 try:
-                    shared = _shared(connection, key, source, plans_around.text)
+                    shared = _shared(connection, key, source, plans_around.text, deadline)
                 except session.TargetUnavailable as exc:  # silent: closed, not asked again in this call
                     connection, failed = None, target_failure(exc, live)  # type: ignore[arg-type]
             if shared:
                 out.append(DetectionPlan({"unavailable": SHARED_QUERYID_PLAN}, shared))
                 continue
+            if connection is not None and time.monotonic() >= deadline:  # the check, if any, gave up on it too
+                connection.close()
+                connection, failed = None, OUT_OF_TIME.format(LIVE_DEADLINE_S)
             after, why = plans_around.after, "none was captured within the window's reach"
             if after is None and connection is not None and source is not None and now <= until:
                 try:
@@ -81,15 +104,41 @@ def plan_diffs(
                     connection, failed = None, target_failure(exc, live)  # type: ignore[arg-type]
             if after is None and failed is not None and now <= until:
                 why = f"none could be captured now: {failed}"
-            out.append(DetectionPlan(_diff(plans_around.before, after, change_at, why), shared))
+            caution = None
+            if shared is None and (version is None or version >= FIRST_VERSION):
+                caution = not_checked(_unasked(number in checked, live, failed), version)
+            out.append(DetectionPlan(_diff(plans_around.before, after, change_at, why, caution), shared))
     finally:
         if connection is not None:
             connection.close()
     return out
 
 
+def not_checked(why: str, version: int | None) -> str:
+    """The caution on the plan diff of a detection whose queryid was not checked for sharing, and why; the server's
+    version (None: not known) is said when it is not known."""
+    if version is None:
+        why += "; this server's PostgreSQL version is not known either"
+    return NOT_CHECKED.format(why=why)
+
+
+def _unasked(in_checked: bool, live: Target | None, failed: str | None) -> str:
+    """Why a detection's queryid was not asked about (password-free)."""
+    if live is None:
+        return "the target is not among the configured targets, so the watched server was not reached"
+    if not in_checked:
+        return f"only the {SHARED_CHECKS} most confident detections of an analysis are checked"
+    if failed is not None:
+        return failed
+    return "the watched server could not be asked about this statement"
+
+
 def _shared(
-    connection: psycopg.Connection | None, key: Key, source: plans.PlanSource | None, text: str | None
+    connection: psycopg.Connection | None,
+    key: Key,
+    source: plans.PlanSource | None,
+    text: str | None,
+    deadline: float | None = None,
 ) -> list[str] | None:
     """The other tables the statement's queryid is given to, when this connection can ask (the statement's own
     database, its whole text, a role plans may be made as: the question is a plan)."""
@@ -98,7 +147,7 @@ def _shared(
     if key[0] != source.database_oid:
         return None
     try:
-        return shared_with(connection, text)
+        return shared_with(connection, text, deadline)
     except psycopg.Error:  # the server went away: the others' plans are still looked for
         return None
 
@@ -135,7 +184,11 @@ def _capture_now(
 
 
 def _diff(
-    before: stored_plans.StoredPlan | None, after: stored_plans.StoredPlan | None, change_at: datetime, why: str
+    before: stored_plans.StoredPlan | None,
+    after: stored_plans.StoredPlan | None,
+    change_at: datetime,
+    why: str,
+    caution: str | None = None,
 ) -> dict[str, Any]:
     if before is None:
         return {"unavailable": f"no plan was captured before the change at {change_at.isoformat()}"}
@@ -144,5 +197,7 @@ def _diff(
     out = plan_shape.diff(before.plan, after.plan, before.source, after.source)
     out["captured_before"] = before.captured_at.isoformat()
     out["captured_after"] = after.captured_at.isoformat()
+    if caution is not None:
+        out["queryid_not_checked"] = caution
     out["summary"] = plan_shape.summary(out)
     return out

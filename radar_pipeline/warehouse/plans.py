@@ -58,6 +58,17 @@ def candidates(conn: sa.Connection, target: str, dbid: int, since: datetime, top
     return [(statement_key(r), r[4]) for r in rows]
 
 
+def server_version(conn: sa.Connection, target: str, at: datetime) -> int | None:
+    """The target's server_version_num as its last scrape at or before `at` stored it; None when none did."""
+    return conn.execute(
+        sa.text(
+            "SELECT server_version_num FROM radar.pgss_info_snapshot WHERE target = :t AND captured_at <= :at "
+            "ORDER BY captured_at DESC LIMIT 1"
+        ),
+        {"t": target, "at": at},
+    ).scalar_one_or_none()
+
+
 def last_capture(conn: sa.Connection, target: str) -> datetime | None:
     """When plans of this target were last captured (a plan stored, or a statement skipped), if ever."""
     return conn.execute(
