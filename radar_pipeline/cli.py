@@ -43,7 +43,11 @@ def dev(host: str, port: int) -> None:
     """The Dagster UI on the embedded default (what `radar demo` left) or on the configured databases."""
     from radar_pipeline.demo.dev import main as run_dev
 
-    sys.exit(run_dev(host, port))
+    try:
+        status = run_dev(host, port)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    sys.exit(status)
 
 
 @main.group()
