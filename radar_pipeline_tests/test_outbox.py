@@ -309,3 +309,23 @@ def test_a_malformed_history_answer_leaves_the_alert_pending_and_the_run_finishe
     assert third.success and "posted after all" in log
     assert len(slack.calls_to(POST)) == 1 and len(slack.messages()) == 1
     assert _row(analysed)["status"] == "sent"
+
+
+@pytest.mark.parametrize("mode", ["webhook", "token"])
+def test_a_page_that_echoes_the_webhook_url_or_the_token_is_quoted_without_it(analysed, warehouse_url, slack, mode):  # noqa: F811
+    """A proxy's plain-text page quoted the webhook URL (or the Authorization header) it blocked: the first 80
+    characters of it went into the outbox's last_error, the run's log and Dagster's event log."""
+    if mode == "webhook":
+        resource, path = SlackResource(webhook_url=slack.webhook_url), HOOK
+        page = f"Blocked by the egress policy (rule 12): POST {slack.webhook_url}\nPath: {HOOK}\n"
+    else:
+        resource, path = _bot(slack), POST
+        page = "Blocked by the egress policy (rule 12): Authorization: Bearer xoxb-test-token\n"
+    slack.answer_next(path, *[Odd(403, page.encode(), "text/plain; charset=utf-8")] * 3)
+    result, log = _alert(warehouse_url, resource)
+    assert result.success and "(HTTP 403: Blocked by the egress policy (rule 12)" in log
+    with analysed.connect() as conn:
+        (stored,) = conn.execute(sa.text("SELECT last_error FROM radar.alert")).scalars()
+    assert "***" in stored, stored
+    for text in (stored, log):
+        assert not any(piece in text for piece in ("xoxb-test-token", "/hook/", "T000/B000")), text
