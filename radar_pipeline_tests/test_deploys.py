@@ -392,8 +392,9 @@ class _HeldProxy:
 
 
 def test_radar_deploy_records_when_it_started_not_when_the_warehouse_answered(known, warehouse_url, pg18):
-    """Without --at, the deploy's time is the command's start: a warehouse that answers late (the proxy holds the
-    connection until the test lets it through) must not move the deploy past its window's tolerance."""
+    """Without --at, the deploy's time is the command's start (by the warehouse's clock, less the time the command
+    spent): a warehouse that answers late (the proxy holds the connection until the test lets it through) must not
+    move the deploy past its window's tolerance."""
     proxy = _HeldProxy(pg18.pg.port)
     try:
         late = sa.engine.make_url(warehouse_url).set(port=proxy.port).render_as_string(hide_password=False)
@@ -419,6 +420,43 @@ def test_radar_deploy_records_when_it_started_not_when_the_warehouse_answered(kn
         ).scalar_one()
     assert launched <= stored < answered, (launched, stored, answered)
     assert f"at {stored}: recorded" in out
+
+
+def test_radar_deploy_takes_its_time_from_the_warehouses_clock_not_the_runners(known, warehouse_url):
+    """A CI runner whose wall clock is 10 minutes behind the warehouse's (faked in the command's process only, time
+    and datetime both) recorded the deploy 10 minutes early: before its window, whose regression went unseen."""
+    code = (
+        "import datetime, sys, time\n"
+        "real_time, skew = time.time, datetime.timedelta(minutes=-10)\n"
+        "class Behind(datetime.datetime):\n"
+        "    @classmethod\n"
+        "    def now(cls, tz=None):\n"
+        "        return super().now(tz) + skew\n"
+        "    @classmethod\n"
+        "    def utcnow(cls):\n"
+        "        return super().utcnow() + skew\n"
+        "datetime.datetime = Behind\n"
+        "time.time = lambda: real_time() + skew.total_seconds()\n"
+        "from radar_pipeline.cli import main\n"
+        "main(['deploy', '--target', 'main', '--id', 'skewed-1'])\n"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "GITLAB_", "CI_", "RADAR_"))}
+    with known.connect() as conn:  # the warehouse runs on this machine: its clock is the test's
+        launched = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**clean, "RADAR_WAREHOUSE_URL": warehouse_url},
+    )
+    assert proc.returncode == 0, proc.stderr
+    with known.connect() as conn:
+        finished = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
+        stored = conn.execute(
+            sa.text("SELECT deployed_at FROM radar.deploy_event WHERE deploy_id = 'skewed-1'")
+        ).scalar_one()
+    assert launched <= stored <= finished, (launched, stored, finished)
 
 
 def test_radar_deploy_imports_no_heavy_library(known, warehouse_url):

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -58,8 +59,9 @@ def _wait_for(condition, what: str, timeout: float = 60.0) -> None:
 
 
 def test_an_answer_after_the_timeout_is_found_in_the_channel_not_posted_again(analysed, warehouse_url, slack):  # noqa: F811
-    slack.answer_late(POST, 3.0)  # Slack takes the message, answers after the client gave up (1 s)
-    first, log = _alert(warehouse_url, _bot(slack, timeout_seconds=1))
+    held = slack.hold_next(POST)  # Slack takes the message, answers only after the client gave up (10 s)
+    first, log = _alert(warehouse_url, _bot(slack))
+    held.set()
     assert first.success and "may have been posted" in log
     row = _row(analysed)
     assert (row["status"], row["outcome_unknown"]) == ("pending", True)
@@ -67,7 +69,7 @@ def test_an_answer_after_the_timeout_is_found_in_the_channel_not_posted_again(an
     assert slack.messages()[0]["metadata"]["event_payload"]["delivery"] == str(row["delivery_id"])
 
     _backoff_passes(analysed)
-    second, log = _alert(warehouse_url, _bot(slack, timeout_seconds=1))
+    second, log = _alert(warehouse_url, _bot(slack))
     assert second.success and "posted after all" in log
     assert len(slack.calls_to("/api/conversations.history")) == 1
     assert len(slack.calls_to(POST)) == 1  # duplicated: nothing
@@ -130,9 +132,10 @@ def test_a_long_retry_after_is_waited_out_between_runs(analysed, warehouse_url, 
 
 def test_a_webhook_cannot_check_and_sends_again(analysed, warehouse_url, slack):  # noqa: F811
     """What webhook mode guarantees: at least once. After a timeout the message is sent again, and may appear twice."""
-    slack.answer_late(slack.webhook_url.split(str(slack.port))[1], 3.0)
-    hook = SlackResource(webhook_url=slack.webhook_url, timeout_seconds=1)
+    held = slack.hold_next(slack.webhook_url.split(str(slack.port))[1])  # answered after the client's 10 s
+    hook = SlackResource(webhook_url=slack.webhook_url)
     first, _ = _alert(warehouse_url, hook)
+    held.set()
     assert first.success and _row(analysed)["outcome_unknown"]
     _backoff_passes(analysed)
     second, log = _alert(warehouse_url, hook)
@@ -217,11 +220,13 @@ def _outcome(call) -> str:  # type: ignore[no-untyped-def]
     return "delivered"
 
 
-def _give(slack: fake_slack.FakeSlack, path: str, answer: Odd | None) -> None:
+def _give(slack: fake_slack.FakeSlack, path: str, answer: Odd | None) -> threading.Event:
+    """Script the next answer to `path`; a timeout (None) is an answer held until the returned event is set, which
+    the test sets once the client (10 s) has given up."""
     if answer is None:
-        slack.answer_late(path, 3.0)  # past the client's timeout (1 s)
-    else:
-        slack.answer_next(path, answer, answer, answer)  # the first try and any retry inside it
+        return slack.hold_next(path)
+    slack.answer_next(path, answer, answer, answer)  # the first try and any retry inside it
+    return threading.Event()
 
 
 @pytest.mark.parametrize("name", list(ANSWERS))
@@ -229,10 +234,11 @@ def test_every_answer_to_a_post_is_delivered_refused_or_unknown(slack, name):
     from radar_pipeline.alerts.slack import SlackSender
 
     answer, expected = ANSWERS[name]
-    bot = SlackSender(token="xoxb-t", channel="C0RADAR", base_url=slack.api_url, timeout=1)
+    bot = SlackSender(token="xoxb-t", channel="C0RADAR", base_url=slack.api_url)
     assert _outcome(lambda: bot.send("x", [], delivery_id="d1")) == "delivered"
-    _give(slack, POST, answer)
+    held = _give(slack, POST, answer)
     assert _outcome(lambda: bot.send("x", [], delivery_id="d2")) == expected
+    held.set()
 
 
 @pytest.mark.parametrize("name", list(HOOK_ANSWERS))
@@ -240,10 +246,11 @@ def test_every_answer_to_a_webhook_is_delivered_refused_or_unknown(slack, name):
     from radar_pipeline.alerts.slack import SlackSender
 
     answer, expected = HOOK_ANSWERS[name]
-    hook = SlackSender(webhook_url=slack.webhook_url, timeout=1)
+    hook = SlackSender(webhook_url=slack.webhook_url)
     assert _outcome(lambda: hook.send("x", [])) == "delivered"
-    _give(slack, HOOK, answer)
+    held = _give(slack, HOOK, answer)
     assert _outcome(lambda: hook.send("x", [])) == expected
+    held.set()
 
 
 @pytest.mark.parametrize("name", [*ANSWERS, "messages that are not a list"])
@@ -251,12 +258,13 @@ def test_every_answer_to_the_history_lookup_is_read_refused_or_unknown(slack, na
     from radar_pipeline.alerts.slack import SlackSender
 
     answer, expected = ANSWERS.get(name, (Odd(200, b'{"ok": true, "messages": "none"}', JSON), "unknown"))
-    bot = SlackSender(token="xoxb-t", channel="C0RADAR", base_url=slack.api_url, timeout=1)
+    bot = SlackSender(token="xoxb-t", channel="C0RADAR", base_url=slack.api_url)
     bot.send("x", [], delivery_id="d1")
     since = datetime.now(UTC) - timedelta(minutes=1)
     assert bot.find_posted({"d1"}, since) == {"d1": slack.messages()[0]["ts"]}
-    _give(slack, HISTORY, answer)
+    held = _give(slack, HISTORY, answer)
     assert _outcome(lambda: bot.find_posted({"d1"}, since)) == expected
+    held.set()
 
 
 @pytest.mark.parametrize("taken", [False, True], ids=["not-posted", "posted"])
@@ -285,18 +293,39 @@ def test_an_html_page_instead_of_slacks_answer_is_retried_after_a_look_in_the_hi
 def test_a_malformed_history_answer_leaves_the_alert_pending_and_the_run_finishes(analysed, warehouse_url, slack):  # noqa: F811
     """The look in the history got a 200 with a cut JSON body: the run crashed on a JSONDecodeError and left the row
     `sending` for its lease. Now the row waits as `pending` and the next attempt looks again."""
-    slack.answer_late(POST, 3.0)
-    _alert(warehouse_url, _bot(slack, timeout_seconds=1))
+    held = slack.hold_next(POST)  # answered after the client's 10 s
+    _alert(warehouse_url, _bot(slack))
+    held.set()
     _backoff_passes(analysed)
     slack.answer_next(HISTORY, Odd(200, b'{"ok": true, "messages": [{"ts": "17', JSON))
-    second, log = _alert(warehouse_url, _bot(slack, timeout_seconds=1))
+    second, log = _alert(warehouse_url, _bot(slack))
     assert second.success and "cannot tell whether an earlier attempt was posted" in log
     row = _row(analysed)
     assert (row["status"], row["outcome_unknown"]) == ("pending", True) and row["wait_s"] > 0
     assert len(slack.calls_to(POST)) == 1
 
     _backoff_passes(analysed)
-    third, log = _alert(warehouse_url, _bot(slack, timeout_seconds=1))
+    third, log = _alert(warehouse_url, _bot(slack))
     assert third.success and "posted after all" in log
     assert len(slack.calls_to(POST)) == 1 and len(slack.messages()) == 1
     assert _row(analysed)["status"] == "sent"
+
+
+@pytest.mark.parametrize("mode", ["webhook", "token"])
+def test_a_page_that_echoes_the_webhook_url_or_the_token_is_quoted_without_it(analysed, warehouse_url, slack, mode):  # noqa: F811
+    """A proxy's plain-text page quoted the webhook URL (or the Authorization header) it blocked: the first 80
+    characters of it went into the outbox's last_error, the run's log and Dagster's event log."""
+    if mode == "webhook":
+        resource, path = SlackResource(webhook_url=slack.webhook_url), HOOK
+        page = f"Blocked by the egress policy (rule 12): POST {slack.webhook_url}\nPath: {HOOK}\n"
+    else:
+        resource, path = _bot(slack), POST
+        page = "Blocked by the egress policy (rule 12): Authorization: Bearer xoxb-test-token\n"
+    slack.answer_next(path, *[Odd(403, page.encode(), "text/plain; charset=utf-8")] * 3)
+    result, log = _alert(warehouse_url, resource)
+    assert result.success and "(HTTP 403: Blocked by the egress policy (rule 12)" in log
+    with analysed.connect() as conn:
+        (stored,) = conn.execute(sa.text("SELECT last_error FROM radar.alert")).scalars()
+    assert "***" in stored, stored
+    for text in (stored, log):
+        assert not any(piece in text for piece in ("xoxb-test-token", "/hook/", "T000/B000")), text

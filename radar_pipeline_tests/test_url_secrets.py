@@ -112,3 +112,29 @@ def test_the_code_location_refuses_a_warehouse_password_with_an_unencoded_at():
     assert proc.returncode != 0
     assert "ConfigError: RADAR_WAREHOUSE_URL holds @ more than once" in proc.stderr
     assert not _shown(proc.stdout + proc.stderr)
+
+
+def test_radar_dev_refuses_a_dagster_storage_password_it_cannot_mask_before_starting_dagster(tmp_path, monkeypatch):
+    """Dagster's webserver and daemon read dagster.yaml's postgres_url before radar's code location loads: radar dev
+    checks the environment first, as the code location would, and starts no Dagster process on a bad value."""
+    from radar_pipeline.demo import dev
+
+    def dagster_started(*args, **kwargs):
+        raise AssertionError(f"radar dev started {args[0] if args else kwargs}")
+
+    monkeypatch.setattr(dev.subprocess, "Popen", dagster_started)
+    closed = f"127.0.0.1:{free_port()}"
+    result = CliRunner().invoke(
+        main,
+        ["dev", "--port", str(free_port())],
+        env={
+            "RADAR_WAREHOUSE_URL": f"postgresql://radar@{closed}/radar",  # set: no embedded servers
+            "RADAR_DAGSTER_PG_URL": f"postgresql+psycopg2://dagster:Kq7z@Wx4v@{closed}/dagster",
+            "RADAR_TARGETS": None,
+            "DAGSTER_HOME": str(tmp_path),
+        },
+    )
+    assert result.exit_code == 1 and result.exception is not None, result.output
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert "RADAR_DAGSTER_PG_URL" in result.output and "percent-encode" in result.output, result.output
+    assert not _shown(result.output), result.output

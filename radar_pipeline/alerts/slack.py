@@ -25,6 +25,7 @@ from http.client import HTTPException
 from pathlib import Path
 from typing import Any
 from urllib.error import URLError
+from urllib.parse import urlsplit
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackRequestError
@@ -51,6 +52,7 @@ ERROR_CODE = re.compile(r"[a-z0-9_.]{1,100}")  # how Slack names its errors (inv
 NOT_AN_ANSWER = (SlackRequestError, OSError, HTTPException, ValueError, LookupError, AttributeError, TypeError)
 NOT_JSON = "Received a response in a non-JSON format: "  # slack-sdk's error for a body that is not JSON
 SHOWN_BODY = 80  # characters of an answer that is not Slack's quoted in the error
+SECRET_PART = 16  # a webhook URL's path part this long is its secret (24 characters), hidden on its own too
 
 
 class DeliveryError(Exception):
@@ -148,6 +150,7 @@ class SlackSender:
             raise ValueError(f"the Slack timeout must be 1 to 300 seconds, not {timeout}")
         self.channel = channel if token else ("webhook" if webhook_url else None)
         self.timeout = timeout
+        self._secrets = _secrets(token, webhook_url)
         handlers = _handlers()
         self._web = (
             WebClient(token=token, base_url=base_url, timeout=timeout, retry_handlers=handlers) if token else None
@@ -174,11 +177,13 @@ class SlackSender:
         delivery_id: str | None = None,
     ) -> Delivered:
         """Post the message, carrying `delivery_id` in its metadata (token mode); with a bot token, upload each
-        (png, title) chart into its thread. Raises DeliveryError."""
+        (png, title) chart into its thread. Raises DeliveryError. No error text (a quoted page, an exception's)
+        shows the bot token or the webhook URL: the outbox stores it and the run logs it."""
         if self._web is not None:
             assert self.channel is not None
             metadata = {"event_type": EVENT_TYPE, "event_payload": {"delivery": delivery_id}} if delivery_id else None
             response = _call(
+                self._secrets,
                 "Slack refused the message",
                 self._web.chat_postMessage,
                 channel=self.channel,
@@ -197,29 +202,30 @@ class SlackSender:
                     )
                     uploaded += 1
                 except (SlackApiError, *NOT_AN_ANSWER) as exc:  # the message is out: a chart is extra
-                    errors.append(printable(f"{path.name}: {exc}".splitlines()[0]))
+                    errors.append(_shown(f"{path.name}: {exc}".splitlines()[0], self._secrets))
             return Delivered(self.channel, ts, uploaded, errors)
         if self._hook is not None:
             try:
                 result = self._hook.send(text=text, blocks=blocks, unfurl_links=False)
             except NOT_AN_ANSWER as exc:
-                raise _unreachable(exc, "the Slack webhook") from None
+                raise _unreachable(exc, self._secrets, "the Slack webhook") from None
             body = result.body.strip() if isinstance(result.body, str) else ""
             if result.status_code == 200 and body == "ok":
                 return Delivered("webhook", None, 0, [])
             if result.status_code == 429 or (result.status_code >= 400 and ERROR_CODE.fullmatch(body)):
                 raise DeliveryError(
-                    f"the Slack webhook refused the message: {result.status_code} {body[:SHOWN_BODY]}",
+                    f"the Slack webhook refused the message: {result.status_code} "
+                    f"{_shown(body, self._secrets)[:SHOWN_BODY]}",
                     _retryable(body, result.status_code),
                     retry_after=_retry_after(result.headers) if result.status_code == 429 else None,
                 )
-            raise _not_slack(result.status_code, result.body, "the Slack webhook")
+            raise _not_slack(result.status_code, result.body, self._secrets, "the Slack webhook")
         raise DeliveryError("Slack is not configured", False)
 
     def find_posted(self, delivery_ids: Iterable[str], since: datetime) -> dict[str, str]:
         """Of these outbox deliveries, those whose message is in the channel since `since`: delivery id → message ts.
         Token mode only (conversations.history with metadata; scope channels:history or groups:history). Raises
-        DeliveryError when the history cannot be read."""
+        DeliveryError when the history cannot be read (its text, as `send`'s, shows no secret)."""
         if self._web is None or self.channel is None:
             raise DeliveryError("a webhook cannot look up the messages it posted", False)
         wanted = set(delivery_ids)
@@ -227,6 +233,7 @@ class SlackSender:
         cursor = None
         for _ in range(HISTORY_PAGES):
             page = _call(
+                self._secrets,
                 "Slack refused to list the channel's messages",
                 self._web.conversations_history,
                 channel=self.channel,
@@ -237,7 +244,7 @@ class SlackSender:
             )
             messages = page.get("messages")
             if not isinstance(messages, list):
-                raise _not_slack(page.status_code, str(page.data), "Slack")
+                raise _not_slack(page.status_code, str(page.data), self._secrets, "Slack")
             for message in messages:
                 metadata = _object(_object(message).get("metadata"))
                 delivery = _text(_object(metadata.get("event_payload")).get("delivery"))
@@ -249,25 +256,28 @@ class SlackSender:
         return found
 
 
-def _call(what: str, method: Callable[..., Any], **arguments: Any) -> Any:
-    """The SlackResponse of one Web API call with Slack's `ok` true; else the DeliveryError its answer makes."""
+def _call(secrets: tuple[str, ...], what: str, method: Callable[..., Any], **arguments: Any) -> Any:
+    """The SlackResponse of one Web API call with Slack's `ok` true; else the DeliveryError its answer makes, which
+    shows none of `secrets`."""
     try:
         return method(**arguments)
     except SlackApiError as exc:
-        raise _refused(exc, what) from None
+        raise _refused(exc, what, secrets) from None
     except NOT_AN_ANSWER as exc:
-        raise _unreachable(exc) from None
+        raise _unreachable(exc, secrets) from None
 
 
-def _refused(exc: SlackApiError, what: str) -> DeliveryError:
+def _refused(exc: SlackApiError, what: str, secrets: tuple[str, ...]) -> DeliveryError:
     response = exc.response
     status = response.status_code if response is not None else 0
     data = response.data if response is not None else None
     error = data.get("error") if isinstance(data, dict) and data.get("ok") is False else None
+    if not isinstance(error, str) or not ERROR_CODE.fullmatch(error):
+        error = None  # a page that is not Slack's (it may quote the Authorization header): never shown whole
     if status == 429:
         return DeliveryError(f"{what}: {error or status}", True, retry_after=_retry_after(response.headers))
-    if not isinstance(error, str) or not ERROR_CODE.fullmatch(error):
-        return _not_slack(status, _unparsed(data), "Slack")
+    if error is None:
+        return _not_slack(status, _unparsed(data), secrets, "Slack")
     return DeliveryError(f"{what}: {error}", _retryable(error, status))
 
 
@@ -280,10 +290,11 @@ def _unparsed(data: object) -> str:
     return json.dumps(data, default=str)
 
 
-def _not_slack(status: int, body: object, who: str) -> DeliveryError:
+def _not_slack(status: int, body: object, secrets: tuple[str, ...], who: str) -> DeliveryError:
     """An answer that is not Slack's (a proxy's or a captive portal's page, an empty or malformed body): the request
-    went out and whether Slack got it cannot be told, so the outcome is unknown."""
-    shown = " ".join(printable(str(body or "")).split())
+    went out and whether Slack got it cannot be told, so the outcome is unknown. The body is quoted short, without
+    `secrets` (a proxy's page may echo the webhook URL or the Authorization header)."""
+    shown = " ".join(_shown(str(body or ""), secrets).split())
     shown = f"{shown[:SHOWN_BODY]}…" if len(shown) > SHOWN_BODY else shown or "an empty body"
     return DeliveryError(
         f"an answer that is not {who}'s (HTTP {status}: {shown}); the message may have been posted",
@@ -292,14 +303,32 @@ def _not_slack(status: int, body: object, who: str) -> DeliveryError:
     )
 
 
-def _unreachable(exc: Exception, who: str = "Slack") -> DeliveryError:
-    first = printable(f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__)
+def _unreachable(exc: Exception, secrets: tuple[str, ...], who: str = "Slack") -> DeliveryError:
+    first = _shown(f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__, secrets)
     if _refused_connection(exc):
         return DeliveryError(f"{who} could not be reached: {first}", True)
     # A timeout, a connection lost once the request was out, or an answer slack-sdk could not read: the message may
     # have been posted.
     what = "no answer from" if isinstance(exc, OSError) else "an unreadable answer from"
     return DeliveryError(f"{what} {who} (the message may have been posted): {first}", True, unknown=True)
+
+
+def _secrets(token: str | None, webhook_url: str | None) -> tuple[str, ...]:
+    """What an error text must not show, longest first: the bot token, the webhook URL, its path, and the part of
+    that path long enough to be its secret (a page may quote the path with its / escaped)."""
+    found = {token, webhook_url}
+    if webhook_url:
+        path = urlsplit(webhook_url).path
+        found |= {path, *(part for part in path.split("/") if len(part) >= SECRET_PART)}
+    return tuple(sorted((s for s in found if s and s != "/"), key=len, reverse=True))
+
+
+def _shown(text: str, secrets: tuple[str, ...]) -> str:
+    """`text` fit to store and log: without `secrets`, and printable (quoted before it is cut, so no part of a secret
+    is left)."""
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return printable(text)
 
 
 def _object(value: object) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from pglast import parser
@@ -28,11 +29,15 @@ _POSITIONS = {"location", "stmt_location", "stmt_len", "rexpr_list_start", "rexp
 REDACTED = "'<redacted>'"
 # Statements PostgreSQL plans, whose constants pg_stat_statements already shows as $n; every other is a utility
 # statement, stored as typed.
-_PLANNABLE = {"SelectStmt", "InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt"}
-_STRING_TOKENS = {"SCONST", "USCONST", "BCONST", "XCONST"}  # '…', E'…', $$…$$, U&'…', B'…', X'…'
-# For a text the parser cannot read: every quoted literal, dollar-quoted or not, up to its end or the text's end (a
-# quote that does not close blanks the rest). Coarse on purpose: a quote in a comment or an identifier blanks more.
-_QUOTED = re.compile(r"\$(?P<tag>[^\W\d$][^\W$]*|)\$.*?(?:\$(?P=tag)\$|\Z)|'(?:[^']|'')*(?:'|\Z)", re.DOTALL)
+PLANNABLE = {"SelectStmt", "InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt"}
+STRING_TOKENS = {"SCONST", "USCONST", "BCONST", "XCONST"}  # '…', E'…', $$…$$, U&'…', B'…', X'…'
+_NUMBERS = {"ICONST", "FCONST"}
+_COMMENTS = {"SQL_COMMENT", "C_COMMENT"}
+# Statements that can set a parameter: SET x = v; ALTER ROLE, DATABASE, SYSTEM, FUNCTION … SET x TO v; CREATE
+# FUNCTION … SET x = v. An UPDATE's SET (a plannable statement) is not one.
+_SETTING = {"SET", "ALTER", "CREATE"}
+# Where a text neither the parser nor the scanner can read may start hiding a literal: it is blanked from there on.
+_FIRST_QUOTE = re.compile(r"['$]")
 
 
 def fingerprint(text: str) -> int:
@@ -70,19 +75,107 @@ def _shape(node: Any) -> Any:
 
 
 def redact(text: str) -> str:
-    """`text` with every string literal of its utility statements replaced by '<redacted>' (passwords of CREATE/ALTER
-    ROLE and USER, user mapping and server options, DO bodies, …); a plannable statement's text is returned as is.
-    A text that does not parse keeps none of its quoted literals, whatever it is."""
+    """`text` with the literals of its utility statements replaced by '<redacted>': every quoted string (passwords of
+    CREATE/ALTER ROLE and USER, user mapping and server options, DO bodies, …) and every value a SET gives a
+    parameter, quoted or not (`SET x = v`, `SET x TO 1, w`, `ALTER ROLE … SET x = v`, `ALTER SYSTEM SET …`). A
+    plannable statement's text is returned as is. A text the parser rejects (newer syntax, a cut text) is redacted
+    from the scanner's tokens, as if utility; a string the text's end cuts open is blanked to the end, and a text the
+    scanner cannot read either keeps nothing from its first quote on."""
     try:
         statements = json.loads(parser.parse_sql_json(text)).get("stmts") or []
-        if all(next(iter(s.get("stmt") or {"": None})) in _PLANNABLE for s in statements):
+        if all(next(iter(s.get("stmt") or {"": None})) in PLANNABLE for s in statements):
             return text
-        tokens = parser.scan(text)
     except (parser.ParseError, ValueError):
-        return _QUOTED.sub(REDACTED, text)
+        pass  # the scanner still knows where its literals are
+    try:
+        tokens, stop = _scan(text)
+    except (parser.ParseError, ValueError):
+        quote = _FIRST_QUOTE.search(text)
+        return (text[: quote.start()] if quote else "") + REDACTED
+    blanks = [(token.start, token.end + 1) for token in _literals(tokens)]
+    blanks += _setting_values(tokens)
+    if stop < len(text):
+        blanks.append((stop, len(text)))
     out, end = [], 0
-    for before, token in zip([None, *tokens], tokens, strict=False):
-        if token.name in _STRING_TOKENS and (before is None or before.name != "UESCAPE"):  # UESCAPE takes one char
-            out += [text[end : token.start], REDACTED]
-            end = token.end + 1
+    for start, until in sorted(blanks):  # a quoted value is both a literal and a value: one '<redacted>'
+        if start >= end:
+            out += [text[end:start], REDACTED]
+        end = max(end, until)
     return "".join(out) + text[end:]
+
+
+def _scan(text: str) -> tuple[list[parser.Token], int]:
+    """The scanner's tokens of `text`, and where they stop: the text's end, or a string or dollar quote that never
+    closes (a cut text; a quoted identifier or comment cut open is kept, as the parser's path keeps them)."""
+    try:
+        return list(parser.scan(text)), len(text)
+    except parser.ParseError as error:
+        stop = error.args[1]
+        if stop is None:
+            raise
+        tokens = list(parser.scan(text[:stop]))
+        if text.startswith('"', stop) or text.startswith("/*", stop):
+            return tokens, len(text)
+        return tokens, stop
+
+
+def _literals(tokens: list[parser.Token]) -> list[parser.Token]:
+    """The quoted strings among `tokens` (not the escape character UESCAPE takes)."""
+    return [
+        token
+        for before, token in zip([None, *tokens], tokens, strict=False)
+        if token.name in STRING_TOKENS and (before is None or before.name != "UESCAPE")
+    ]
+
+
+def _setting_values(tokens: list[parser.Token]) -> list[tuple[int, int]]:
+    """The character spans of the values of every `SET name = | TO value, …` in a statement that sets a parameter."""
+    spans: list[tuple[int, int]] = []
+    statement: list[parser.Token] = []
+    for token in [*tokens, None]:
+        if token is None or token.name == "ASCII_59":  # a ; ends a statement
+            if statement and statement[0].name in _SETTING:
+                spans += _values(statement)
+            statement = []
+        elif token.name not in _COMMENTS:
+            statement.append(token)
+    return spans
+
+
+def _values(s: list[parser.Token]) -> list[tuple[int, int]]:
+    """The spans of the values of each `SET [SESSION | LOCAL] name = | TO value, …` in statement `s`'s tokens; a
+    value is one span with its sign, a dotted one whole."""
+    spans = []
+    for i in (i for i, token in enumerate(s) if token.name == "SET"):
+        at = i + 1
+        while at < len(s) and s[at].name in ("SESSION", "LOCAL"):
+            at += 1
+        after = _dotted(s, at, _word)
+        if after == at or after == len(s) or s[after].name not in ("ASCII_61", "TO"):  # = or TO
+            continue
+        while (start := after + 1) < len(s):
+            at = start + (s[start].name in ("ASCII_43", "ASCII_45"))  # a sign, + or -
+            if (after := _dotted(s, at, _value)) == at:
+                break
+            spans.append((s[start].start, s[after - 1].end + 1))
+            if after == len(s) or s[after].name != "ASCII_44":  # a , before the next value
+                break
+    return spans
+
+
+def _dotted(s: list[parser.Token], at: int, first: Callable[[parser.Token], bool]) -> int:
+    """The index after the dotted name (a.b.c) that starts at s[at] with a token `first` accepts; `at` if none."""
+    if at >= len(s) or not first(s[at]):
+        return at
+    at += 1
+    while at + 1 < len(s) and s[at].name == "ASCII_46" and _word(s[at + 1]):
+        at += 2
+    return at
+
+
+def _word(token: parser.Token) -> bool:
+    return token.name == "IDENT" or token.kind != "NO_KEYWORD"
+
+
+def _value(token: parser.Token) -> bool:
+    return _word(token) or token.name in _NUMBERS or token.name in STRING_TOKENS

@@ -17,10 +17,10 @@ import psycopg
 from pglast import parser
 from psycopg import sql
 
+from radar_pipeline.collector.fingerprint import PLANNABLE
 from radar_pipeline.collector.pgss import COLLECTOR_MARK
 
 STORE_PLANS, GENERIC_PLAN = "pg_store_plans", "generic_plan"
-PLANNABLE = {"SelectStmt", "InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt"}
 # Functions whose right to run means the planner, folding a function wrongly marked IMMUTABLE, could reset statistics.
 RESET_FUNCTIONS = ("pg_stat_statements_reset", "pg_stat_reset", "pg_stat_reset_shared", "pg_store_plans_reset")
 

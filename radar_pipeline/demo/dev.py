@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from radar_pipeline.config import ConfigError, validate_environment
 from radar_pipeline.demo import environment
 
 WORKSPACE = Path(__file__).resolve().parents[2] / "workspace.yaml"
@@ -34,13 +35,22 @@ GRPC_TIMEOUT_S = "180"
 
 
 def main(host: str = "127.0.0.1", port: int = 3000) -> int:
-    """Run `dagster dev` until it stops or radar dev is told to stop; returns its exit status."""
+    """Run `dagster dev` until it stops or radar dev is told to stop; returns its exit status. Raises ConfigError
+    before Dagster starts (the embedded servers stopped again) on a RADAR_* setting the code location would refuse:
+    Dagster's webserver and daemon read dagster.yaml's postgres_url (RADAR_DAGSTER_PG_URL) before it loads, and would
+    print the part of a password they cut at an unencoded @."""
     embedded = None
     env = os.environ.copy()
     if not env.get("RADAR_WAREHOUSE_URL"):
         embedded = environment.start(fresh=False)
         env.update(embedded.environment())
         print(f"radar dev: the warehouse, while this runs: {environment.psql_command(embedded)}", file=sys.stderr)
+    try:
+        validate_environment(env)
+    except ConfigError:
+        if embedded is not None:
+            embedded.stop()
+        raise
     env.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
     env.setdefault("DAGSTER_GRPC_TIMEOUT_SECONDS", GRPC_TIMEOUT_S)
     # `dagster dev` warns that it is superseded by `dg dev`, of a package radar does not use: nothing to act on.

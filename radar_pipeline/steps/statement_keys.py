@@ -4,13 +4,21 @@ the collector now redacts (a utility statement's literals, such as a CREATE ROLE
 
 from __future__ import annotations
 
-import sqlalchemy as sa
+import json
+import re
 
-from radar_pipeline.collector.fingerprint import fingerprint, redact
+import sqlalchemy as sa
+from pglast import parser
+
+from radar_pipeline.collector.fingerprint import REDACTED, STRING_TOKENS, fingerprint, redact
 from radar_pipeline.warehouse import history, snapshots
 from radar_pipeline.warehouse.snapshots import MAX_QUERY_TEXT
 
 KEY_VERSION = 2
+# From version 3 the stored texts are redacted from the scanner's tokens. The first redaction read a text the parser
+# rejected with a regex, which a quote in a comment or an E'\'' could put out of step, keeping a literal (a password)
+# between two '<redacted>': the upgrade to 3 blanks such texts from their first quote on, once.
+TEXT_VERSION = 3
 _STATEMENT = "target, dbid, userid, queryid, toplevel"
 # Tables whose rows name a statement and carry its key; history and episodes have a key per query in their primary
 # key, so two of their rows that now share one keep the one with more calls (the later episode).
@@ -46,17 +54,23 @@ def redact_texts(engine: sa.Engine) -> int:
     """Redact the stored statement texts as the collector now does (collector/fingerprint.py's `redact`), each
     statement's key following its text as `rekey` would have it; returns the texts changed. Idempotent: a redacted
     text is left as it is. Texts cut to the stored length keep their key, as in `rekey`."""
-    # only a text with a quote or a dollar quote ($$, $tag$; not $1) can hold a literal
+    # only a text with a quote, a dollar quote ($$, $tag$; not $1) or a SET can hold a literal
     literals = sa.text(
         f"SELECT {_STATEMENT}, fingerprint, query FROM radar.query "
-        "WHERE strpos(query, chr(39)) > 0 OR query ~ '[$]([^$[:digit:][:space:]][^$[:space:]]*)?[$]'"
+        "WHERE strpos(query, chr(39)) > 0 OR query ~ '[$]([^$[:digit:][:space:]][^$[:space:]]*)?[$]' "
+        "OR query ~* '\\mset\\M'"
     )
+    version_sql = "SELECT version FROM radar.key_version"
     with engine.connect() as conn:  # the usual case, nothing to redact, holds no lock
-        if all(redact(r.query) == r.query for r in conn.execute(literals)):
+        version = conn.execute(sa.text(version_sql)).scalar_one()
+        if version >= TEXT_VERSION and all(redact(r.query) == r.query for r in conn.execute(literals)):
             return 0
     with engine.begin() as conn:
+        version = conn.execute(sa.text(version_sql + " FOR UPDATE")).scalar_one()
         _lock_writers(conn)
-        changed = [(r, text) for r in conn.execute(literals).fetchall() if (text := redact(r.query)) != r.query]
+        changed = [
+            (r, text) for r in conn.execute(literals).fetchall() if (text := _redacted(r.query, version)) != r.query
+        ]
         if changed:
             columns = [list(c) for c in zip(*(r[:5] for r, _ in changed), strict=True)]
             conn.execute(
@@ -73,7 +87,30 @@ def redact_texts(engine: sa.Engine) -> int:
                 if len(r.query) < MAX_QUERY_TEXT and (new := fingerprint(text)) != r.fingerprint
             ]
             _follow(conn, remap)
+        # after rekey's version (KEY_VERSION) only: a warehouse whose keys predate it keeps its version for rekey
+        conn.execute(sa.text("UPDATE radar.key_version SET version = :v WHERE version = :v - 1"), {"v": TEXT_VERSION})
     return len(changed)
+
+
+def _redacted(text: str, version: int) -> str:
+    """`text` redacted as the collector now does; before TEXT_VERSION, a text the first redaction's regex may have
+    put out of step is blanked from its first quote on first."""
+    if version < TEXT_VERSION and _by_the_regex(text):
+        text = re.split("['$]", text, maxsplit=1)[0] + REDACTED
+    return redact(text)
+
+
+def _by_the_regex(text: str) -> bool:
+    """Whether the first redaction may have stored `text` through its regex: it holds a '<redacted>', and is not a
+    statement the parser reads whose every literal is one (what its scanner path stored)."""
+    if REDACTED not in text:
+        return False
+    try:
+        if not json.loads(parser.parse_sql_json(text)).get("stmts"):
+            return True
+        return any(text[t.start : t.end + 1] != REDACTED for t in parser.scan(text) if t.name in STRING_TOKENS)
+    except (parser.ParseError, ValueError):
+        return True
 
 
 def _lock_writers(conn: sa.Connection) -> None:

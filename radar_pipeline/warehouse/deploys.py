@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -119,12 +120,13 @@ def known_targets(conn: sa.Connection, configured: Iterable[str] = ()) -> set[st
 
 
 def record(
-    engine: sa.Engine, event: DeployEvent, configured_targets: Iterable[str] = (), started: datetime | None = None
+    engine: sa.Engine, event: DeployEvent, configured_targets: Iterable[str] = (), started: float | None = None
 ) -> Recorded:
     """Store one deploy event; the same event again changes nothing, a conflicting one is refused (DeployError).
 
-    An event without its time is recorded at `started`, when the command reporting it began (reaching the warehouse
-    can take a while on a busy machine), but never after the warehouse's clock; without `started`, at that clock.
+    An event without its time is recorded when the command reporting it began, `started` (its time.monotonic()):
+    the warehouse's clock less the time the command spent before reaching it (which can take a while on a busy
+    machine), not the runner's wall clock, which may be minutes off. Without `started`, at the warehouse's clock.
     """
     with engine.begin() as conn:
         return _record(conn, event, known_targets(conn, configured_targets), started)
@@ -317,6 +319,12 @@ def _now(conn: sa.Connection) -> datetime:
     return conn.execute(sa.text("SELECT now()")).scalar_one()
 
 
+def _began(conn: sa.Connection, started: float) -> datetime:
+    """When something that began at time.monotonic() `started` began, by the warehouse's clock."""
+    clock = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
+    return clock - timedelta(seconds=max(0.0, time.monotonic() - started))  # read after the answer: never later
+
+
 def _before_earliest(at: datetime) -> bool:
     try:
         return at < EARLIEST
@@ -352,10 +360,10 @@ def _same_or_refuse(event: DeployEvent, stored: DeployEvent) -> Recorded:
     return Recorded(stored, inserted=False)
 
 
-def _record(conn: sa.Connection, event: DeployEvent, targets: set[str], started: datetime | None = None) -> Recorded:
+def _record(conn: sa.Connection, event: DeployEvent, targets: set[str], started: float | None = None) -> Recorded:
     now = _now(conn)
     _check(event, targets, now)
-    deployed_at = event.deployed_at or (min(started, now) if started is not None else now)
+    deployed_at = event.deployed_at or (_began(conn, started) if started is not None else now)
     params = {**asdict(event), "deployed_at": deployed_at, "metadata": json.dumps(event.metadata, sort_keys=True)}
     inserted = conn.execute(
         sa.text(
