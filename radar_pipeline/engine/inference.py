@@ -411,7 +411,8 @@ def clearing_bounds(
         limit = np.maximum(np.log1p(threshold), np.log1p(min_rise / scan["mean_a"]))
         room = limit - log_ratio  # how far the estimate lies within the tolerance (log scale)
         z = np.where(se > 0, room / se, np.where(room >= 0, np.inf, -np.inf))
-    defined = (scan["mean_a"] > 0) & (scan["mean_b"] > 0) & ~np.isnan(room) & (scan["n_a"] >= 2) & (scan["n_b"] >= 2)
+    defined = (scan["mean_a"] > 0) & (scan["mean_b"] > 0) & ~np.isnan(room) & ~np.isnan(se)
+    defined &= (scan["n_a"] >= 2) & (scan["n_b"] >= 2)
     # The confidence that the factor lies within the tolerance, per split: cleared at level β where it is ≥ β (the
     # bound U_k ≤ the tolerance); a split with no bound has none. The worst split is the least confident one.
     confidence = np.full(wanted.shape, -1.0)
