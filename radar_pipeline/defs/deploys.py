@@ -124,7 +124,8 @@ class VerdictConfig(dg.Config):
     backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=BACKFILL_PARTITIONS_PER_RUN),
     pool=ANALYSIS_POOL,
     output_required=False,  # a backfill's run reports each deploy by its own materialization instead
-    description="One verdict per query for each deploy (radar.analysis, radar.verdict; detections: radar.regression).",
+    description="One verdict per query for each deploy, and the deploy's state (radar.analysis, radar.verdict, "
+    "radar.deploy_state; detections: radar.regression).",
 )
 def deploy_verdicts(
     context: dg.AssetExecutionContext,
