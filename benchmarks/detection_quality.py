@@ -24,8 +24,13 @@ calls per scrape log-uniform in 0.5–1,500, per-call CV 0.5–3, interval means
   (UNLIKE: the window 3× busier, 2× more overdispersed, or with twice the AR(1) φ), as a deploy at a peak hour or on a
   bad day meets the days before it.
 
-Every fleet is analysed twice in the same run: on its window alone (`analyse` without `history`: exactly engine
-2.2.0's decision) and with each statement's noise estimated from its own history, as production estimates it
+- clearing (engine 2.5): the share of the truly regressed statements (the steps, all beyond θ) called `no_regression`
+  (a wrong "cleared": target ≤ 5%), and on the null deploy analyses the share of the execution time after the deploy
+  held by cleared statements at the first verdict, and how many of those deploys would pass (radar.deploy_state: at
+  least 90% of it cleared, nothing detected).
+
+Every fleet is analysed twice in the same run: on its window alone (`analyse` without `history`: the detection of
+engine 2.2.0) and with each statement's noise estimated from its own history, as production estimates it
 (engine.noise over `--history-intervals` one-minute scrapes before the window, drawn with the statement's own calls
 per scrape, CV, overdispersion, φ and level; fleet.history_estimates).
 """
@@ -46,7 +51,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from radar_pipeline.engine import ENGINE_VERSION, EngineSettings, analyse  # noqa: E402
+from radar_pipeline.engine import DETECTED, ENGINE_VERSION, NO_REGRESSION, EngineSettings, analyse  # noqa: E402
 from radar_pipeline.engine.decision import family_weights  # noqa: E402
 from radar_pipeline_tests.engine.fleet import DEPLOY, Fleet, draw, history_estimates  # noqa: E402
 
@@ -54,6 +59,7 @@ STEPS = (1.3, 1.5, 2.0, 4.0)
 CEILINGS = ("ceiling_w0", "ceiling_w1", "ceiling_alpha")
 RATE_BINS = (0.5, 3.0, 30.0, 300.0, 1500.0)
 HISTORY_SEED = 77_000  # added to a fleet's seed for its history's
+PASS_SHARE = 0.9  # radar.deploy_state's default: the share of the execution time after the deploy cleared to pass
 JOBS = 1  # processes the runs are spread over (--jobs)
 T = TypeVar("T")
 
@@ -133,7 +139,8 @@ def null_runs(
     """False detections per analysis (per day for the periodic check) on null fleets, for four arms: with
     stddev_exec_time or on interval means only, each on the window alone and with history; with `unlike`, also with
     each of the UNLIKE histories (arms sd_<name>, means_<name>); with `boundary`, every arm also with θ = 0 on the
-    same fleets (arms <arm>@0)."""
+    same fleets (arms <arm>@0). Per arm also (`cleared_<arm>`) the mean share of the execution time after the split
+    held by cleared statements, and (`pass_<arm>`) the share of the analyses that would pass."""
     settings = periodic_settings() if periodic else EngineSettings()
     if threshold is not None:
         settings = dataclasses.replace(settings, threshold=threshold)
@@ -144,16 +151,20 @@ def null_runs(
         "decided": done[-1][2],
         "seconds": float(np.median([seconds for _, seconds, _ in done])),
     }
-    for arm in done[0][0]:
+    for arm in [a for a in done[0][0] if not a.endswith("_cleared")]:
         total = sum(counts[arm] for counts, _, _ in done)
         result[arm] = total / runs * scale
         result[arm + "_total"] = total
+    for arm in [a for a in done[0][0] if a.endswith("_cleared")]:  # shares, not counts
+        shares = [counts[arm] for counts, _, _ in done]
+        result[arm] = float(np.mean(shares))
+        result[arm.replace("_cleared", "_pass")] = float(np.mean([share >= PASS_SHARE for share in shares]))
     return result
 
 
 def _null_run(
     statements: int, settings: EngineSettings, minutes: int, history: int, unlike: bool, boundary: bool, seed: int
-) -> tuple[dict[str, int], float, int]:
+) -> tuple[dict[str, float], float, int]:
     """One null fleet's false detections per arm, the seconds of its analysis with history, and how many
     statements were decided."""
     fleet = draw(statements, seed, minutes=minutes)
@@ -168,18 +179,28 @@ def _null_run(
     for name, (_, change) in UNLIKE.items() if unlike else ():
         other = with_history(change(fleet), seed, settings, history)
         cases += [(f"sd_{name}", fleet.counters, other), (f"means_{name}", plain, other)]
-    counts, seconds = {}, 0.0
+    counts: dict[str, float] = {}
+    seconds = 0.0
     for arm, counters, estimates in cases:
         started = time.perf_counter()
         out = analyse(counters, DEPLOY, settings, history=estimates)
         if arm == "sd_h":
             seconds = time.perf_counter() - started
-        counts[arm] = int((out["verdict"] == "detected").sum())
+        counts[arm] = int((out["verdict"] == DETECTED).sum())
+        counts[arm + "_cleared"] = cleared_share(out)
         decided = int((out["verdict"] != "insufficient_data").sum())
         if boundary:
             at_zero = analyse(counters, DEPLOY, dataclasses.replace(settings, threshold=0.0), history=estimates)
-            counts[arm + "@0"] = int((at_zero["verdict"] == "detected").sum())
+            counts[arm + "@0"] = int((at_zero["verdict"] == DETECTED).sum())
     return counts, seconds, decided
+
+
+def cleared_share(out: pd.DataFrame) -> float:
+    """The share of the execution time after the split held by cleared statements, as radar.deploy_state counts it
+    (calls_after × mean_after_ms over every statement of the analysis)."""
+    time_after = (out["calls_after"] * out["mean_after_ms"]).where(out["calls_after"] > 0, 0.0)
+    total = float(time_after.sum())
+    return float(time_after[out["verdict"] == NO_REGRESSION].sum()) / total if total > 0 else float("nan")
 
 
 def _each(task: Callable[[int], T], seeds: list[int]) -> list[T]:
@@ -204,7 +225,7 @@ def _stepped_run(statements: int, history: int, seed: int) -> pd.DataFrame:
     out = analyse(fleet.counters, DEPLOY)
     known = with_history(fleet, seed, EngineSettings(), history)
     out_h = analyse(fleet.counters, DEPLOY, history=known)
-    detected = (out["verdict"] == "detected").to_numpy()
+    detected = (out["verdict"] == DETECTED).to_numpy()
     theta = EngineSettings().threshold
     oracle = ceiling(fleet, out["budget_share"].to_numpy(), theta)
     real = _realised_time(fleet)
@@ -226,7 +247,9 @@ def _stepped_run(statements: int, history: int, seed: int) -> pd.DataFrame:
             "rate": fleet.rate,
             "added_ms": added,
             "detected": detected,
-            "history": (out_h["verdict"] == "detected").to_numpy(),
+            "history": (out_h["verdict"] == DETECTED).to_numpy(),
+            "cleared": (out["verdict"] == NO_REGRESSION).to_numpy(),
+            "cleared_h": (out_h["verdict"] == NO_REGRESSION).to_numpy(),
             "ceiling": oracle,
             **others,
             "reason": out["reason"].to_numpy(),
@@ -256,7 +279,7 @@ def clear_cases(statements: int, seed: int, history: int) -> dict[str, tuple[flo
         fleet = draw(statements, seed + i, stepped=1.0, **{**quiet, **case})  # type: ignore[arg-type]
         known = with_history(fleet, seed + i, EngineSettings(), history)
         out[name] = tuple(  # type: ignore[assignment]
-            float((analyse(fleet.counters, DEPLOY, history=h)["verdict"] == "detected").mean()) for h in (None, known)
+            float((analyse(fleet.counters, DEPLOY, history=h)["verdict"] == DETECTED).mean()) for h in (None, known)
         )
     return out
 
@@ -338,6 +361,26 @@ def main() -> None:
             f"({int(unchanged[column].sum())} in {runs})"
         )
     print(f"drift reasons, history: {drifts['reason_h'].value_counts().to_dict()}")
+    print()
+    bound = f"{EngineSettings().clear_level:.0%} upper bound is within 1 + θ = {1 + EngineSettings().threshold:g}"
+    print(f"clearing (engine {ENGINE_VERSION}): no_regression only when the {bound}")
+    print(f"{'truly regressed (step > θ) called no_regression':<52}{'alone':>9}{'history':>9}   (target ≤ 5%)")
+    for factor in STEPS:
+        s = steps[steps["factor"] == factor]
+        print(f"{'  ×' + format(factor, 'g'):<52}{s['cleared'].mean():>9.2%}{s['cleared_h'].mean():>9.2%}")
+    print(
+        f"{'  all steps':<52}{steps['cleared'].mean():>9.2%}{steps['cleared_h'].mean():>9.2%}"
+        f"   ({int(steps['cleared'].sum())} / {int(steps['cleared_h'].sum())} of {len(steps):,})"
+    )
+    print(f"unchanged fleets ({null} deploy analyses): share of the execution time after the deploy cleared at the")
+    print(f"first verdict (mean), and deploys that pass (≥ {PASS_SHARE:.0%} cleared, nothing detected)")
+    print(f"  {'':<30}{'alone: stddev':>14}{'means':>8}{'history: stddev':>17}{'means':>8}")
+    for title, key in (("time cleared", "_cleared"), ("deploys that pass", "_pass")):
+        figures = "".join(
+            f"{deploy[arm + key]:>{width}.1%}"
+            for arm, width in zip(("sd", "means", "sd_h", "means_h"), (14, 8, 17, 8), strict=True)
+        )
+        print(f"  {title:<30}{figures}")
     print()
     print("clear cases (1,000 statements each, 100–1,500 calls a minute unless said, no serial correlation): detected")
     print(f"  {'':<48}{'alone':>8}{'history':>9}")

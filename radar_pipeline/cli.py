@@ -164,7 +164,8 @@ def deploy_import(csv_file: Path, warehouse: str | None) -> None:
 @click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
 def verdicts(deploy_id: str, show_all: bool, output: str, warehouse: str | None) -> None:
     """Print a deploy's verdicts (or a periodic check's, DEPLOY_ID periodic:<hour>), detections first."""
-    from radar_pipeline.warehouse.analysis import impact_of, verdicts_of
+    from radar_pipeline.engine.vocabulary import VERDICTS
+    from radar_pipeline.warehouse.analysis import deploy_states, impact_of, verdicts_of
     from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX
 
     try:
@@ -172,6 +173,7 @@ def verdicts(deploy_id: str, show_all: bool, output: str, warehouse: str | None)
         with engine.connect() as conn:
             table = verdicts_of(conn, deploy_id)
             summary, changes = impact_of(conn, deploy_id)
+            state = deploy_states(conn, [deploy_id])
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     except Exception as exc:
@@ -183,7 +185,11 @@ def verdicts(deploy_id: str, show_all: bool, output: str, warehouse: str | None)
         return
     counts = table["verdict"].value_counts()
     what = "periodic check" if deploy_id.startswith(PERIODIC_PREFIX) else "deploy"
-    click.echo(f"{what} {clean(deploy_id)}: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    verdict_counts = ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS)
+    if state.empty:
+        click.echo(f"{what} {clean(deploy_id)}: {verdict_counts}")
+    else:
+        click.echo(f"{what} {clean(deploy_id)}: {_state_line(state.iloc[0])}; {verdict_counts}")
     if what == "deploy":
         _print_impact(summary, changes, show_all)
     shown = table if show_all else table.head(40)
@@ -224,6 +230,14 @@ def _script_cell(value: object, nested: bool) -> object:
     if isinstance(value, dict | list):
         return value if nested else json.dumps(value)
     return value
+
+
+def _state_line(row: pd.Series) -> str:
+    """The deploy's state (radar.deploy_state) and the share of its execution time after the deploy cleared."""
+    share = row["cleared_share"]
+    if share is None or share != share:  # no analysis yet, or nothing ran after the deploy
+        return str(row["state"])
+    return f"{row['state']} ({share:.1%} of the time after the deploy cleared; pass needs {row['pass_share']:.0%})"
 
 
 def _print_impact(summary: pd.DataFrame, changes: pd.DataFrame, show_all: bool) -> None:
@@ -288,9 +302,9 @@ def _print_impact(summary: pd.DataFrame, changes: pd.DataFrame, show_all: bool) 
 
 
 def _print_verdicts(table: pd.DataFrame) -> None:
-    """The verdicts as a table fitted to the terminal: times in ms, factor and its 95% interval, confidence, the history
-    intervals the test used, the change relative to the deploy, the statement's text cut to the room left (CSV or JSON
-    give it whole)."""
+    """The verdicts as a table fitted to the terminal: times in ms, factor and its 95% interval, the clearing rule's
+    bound, confidence, the history intervals the test used, the change relative to the deploy, the statement's text
+    cut to the room left (CSV or JSON give it whole)."""
     import pandas as pd
     from rich.console import Console
 
@@ -313,6 +327,8 @@ def _print_verdicts(table: pd.DataFrame) -> None:
             "" if pd.isna(lo) else (f"×{at:.2f} " if not pd.isna(at) else "") + f"[×{lo:.2f}, ×{hi:.2f}]"
             for at, lo, hi in zip(table["factor_at_change"], table["factor_low"], table["factor_high"], strict=True)
         ],
+        # The clearing rule's bound (95% one-sided): within 1 + θ at every split where the change could begin, or not.
+        "bound": fmt(table["factor_bound"], "≤×{:.2f}"),
         "confidence": fmt(table["confidence"], "{:.4f}"),
         # The intervals of its own history the test combined with the window; "unused": the window alone.
         "history": ["" if pd.isna(n) else (f"{n:,.0f}" if n > 0 else "unused") for n in table["history_intervals"]],
@@ -327,7 +343,7 @@ def _print_verdicts(table: pd.DataFrame) -> None:
             rows,
             console.width,
             flexible="query",
-            droppable=("history", "reason", "confidence", "change", "before ms"),
+            droppable=("history", "bound", "reason", "confidence", "change", "before ms"),
         )
     )
     for row in table.itertuples():  # below the table: its query column is cut to the room left

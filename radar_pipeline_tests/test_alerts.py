@@ -126,6 +126,10 @@ def test_message_structure_escaping_and_chart(analysed, warehouse_url, slack):
     ):
         assert expected in fields
     assert "<https://ci.example/runs/7|d-7>" in blocks[1]["fields"][0]["text"]
+    # The deploy's state leads with its counts (radar.deploy_state): the slowed query detected, the other one decided.
+    (state,) = [f["text"] for f in blocks[1]["fields"] if f["text"].startswith("*Deploy state:*")]
+    assert state.startswith("*Deploy state:* fail (1 detected, ") and " 0 insufficient_data; " in state, state
+    assert state.endswith("% of the time after the deploy cleared)")
     assert blocks[-1]["elements"][0]["text"] == "<http://localhost:3000/runs/abcdef12-run|Analysis run in Dagster>"
 
     uploads = [c for c in slack.calls if c.path.startswith("/upload/")]

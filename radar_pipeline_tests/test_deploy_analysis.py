@@ -201,9 +201,14 @@ def test_the_slow_query_is_detected_and_the_control_is_not(scenario):
     assert slow.cause in ("unexplained", "more_rows", "more_blocks_read")
     assert slow.history_intervals == 0  # a new target has no noise history: tested on its window alone
     ctl = v.loc[s.queryids["probe_ctl"]]
-    assert ctl.verdict == "no_regression"
+    # Never detected; cleared exactly when its bound lies within 1 + θ (engine 2.5). On time it does (about ×1.1); a
+    # machine too busy to keep pg_sleep's pace may widen it past 1.2, and the control is then inconclusive, saying why.
+    assert ctl.verdict in ("no_regression", "inconclusive")
+    assert (ctl.verdict == "no_regression") == (ctl.factor_bound <= 1.2), ctl.factor_bound
+    assert ctl.verdict == "no_regression" or ctl.reason in ("interval_too_wide", "interval_spans_threshold")
 
     mat = result.asset_materializations_for_node("deploy_verdicts")[0]
+    assert list(mat.metadata)[0] == "state" and mat.metadata["state"].value == "fail"  # the deploy's state first
     assert mat.metadata["detected"].value >= 1
     detections = mat.metadata["detections"]
     assert isinstance(detections, dg.TableMetadataValue)
@@ -316,7 +321,7 @@ def test_radar_verdicts_prints_the_table(scenario):
     )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith(f"deploy {s.deploy_id}: ") and "detected" in lines[0]
+    assert lines[0].startswith(f"deploy {s.deploy_id}: fail (") and "detected" in lines[0]
     header = next(i for i, line in enumerate(lines) if "┃ verdict" in line)  # the impact summary comes above
     assert lines[1].startswith("database time: ") and " ms per minute" in lines[1]
     first_row = lines[header + 2]  # after the verdicts' header and rule: detections come first

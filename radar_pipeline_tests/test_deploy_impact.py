@@ -299,7 +299,7 @@ def test_verdicts_command_and_metadata_show_the_summary(warehouse, warehouse_url
     assert proc.returncode == 0, proc.stderr
     print(f"\n--- radar verdicts idx-cli ---\n{proc.stdout}")
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("deploy idx-cli: 1 detected")
+    assert lines[0].startswith("deploy idx-cli: fail (") and "; 1 detected, " in lines[0]  # the state, then counts
     assert lines[1].startswith("database time: ") and "; statements 2 → 3" in lines[1]
     changes_at = next(i for i, line in enumerate(lines) if "┃ change" in line)
     verdicts_at = next(i for i, line in enumerate(lines) if "┃ verdict" in line)

@@ -48,6 +48,11 @@ class AnalysisFacts:
     # the target's execution time per minute of window before and after the split (radar.deploy_impact), when known
     # (before: None when no statement had calls before the split)
     load_ms_per_min: tuple[float | None, float] | None = None
+    # the deploy's state (radar.deploy_state: fail, pass, inconclusive), its statements' verdict counts (verdict,
+    # statements) and the share of its execution time after the deploy that is cleared, when known
+    state: str | None = None
+    verdict_counts: tuple[tuple[str, int], ...] = ()
+    cleared_share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,8 @@ def render(
     ]
     if facts.load_ms_per_min is not None:  # the summary, as one more field of the analysis
         blocks[1]["fields"].append({"type": "mrkdwn", "text": load_line(*facts.load_ms_per_min)})
+    if facts.state is not None:
+        blocks[1]["fields"].append({"type": "mrkdwn", "text": state_line(facts)})
     for c in changes[:MAX_CHANGES]:
         blocks.append({"type": "divider"})
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"```{excerpt(c.query)}```"}})
@@ -212,6 +219,13 @@ def _title(facts: AnalysisFacts, count: int, changes: list[LoadChange] | None = 
         if n:
             parts.append(f"{n} {one if n == 1 else many}")
     return f"{', '.join(parts) or '0 queries slower'} after deploy {what} on {facts.target}"
+
+
+def state_line(facts: AnalysisFacts) -> str:
+    """The deploy's state with its statements' verdict counts and the share of its execution time cleared."""
+    counts = ", ".join(f"{n:,} {verdict}" for verdict, n in facts.verdict_counts)
+    share = "" if facts.cleared_share is None else f"; {facts.cleared_share:.0%} of the time after the deploy cleared"
+    return f"*Deploy state:* {escape_within(facts.state or '-', 40)} ({counts}{share})"
 
 
 def load_line(before: float | None, after: float) -> str:

@@ -4,16 +4,20 @@ Slack message when one of radar's own runs fails."""
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 import dagster as dg
+import pandas as pd
 
 from radar_pipeline.alerts.render import render_run_failure
 from radar_pipeline.alerts.slack import DeliveryError
 from radar_pipeline.defs.deploys import RANGE_END, RANGE_START, REANALYSIS_TAG, deploy_verdicts, deploys_partitions
 from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, chart_images
 from radar_pipeline.defs.resources import SlackResource, WarehouseResource
+from radar_pipeline.engine import VERDICTS
 from radar_pipeline.steps.alert_delivery import deliver, deploy_facts, run_url, withhold_reason
 from radar_pipeline.warehouse import alerts as outbox
+from radar_pipeline.warehouse import analysis as analysis_store
 
 
 @dg.asset(
@@ -34,6 +38,7 @@ def regression_alerts(
         changes = outbox.load_changes(conn, analysis_id)
         either = found if len(found) else changes
         load = outbox.load_summary(conn, analysis_id, str(either["target"].iloc[0])) if len(either) else None
+        state = analysis_store.deploy_states(conn, [analysis_id])
     if either.empty:
         return dg.MaterializeResult(
             metadata={"regressions": 0, "note": "no regression, new heavy statement or call surge for this deploy"}
@@ -41,13 +46,26 @@ def regression_alerts(
     reason = withhold_reason(
         either, slack.alert_max_age, datetime.now(UTC), reanalysis=context.run.tags.get(REANALYSIS_TAG) == "true"
     )
-    facts = replace(deploy_facts(either), load_ms_per_min=load)
+    facts = replace(deploy_facts(either), load_ms_per_min=load, **state_facts(state))
     metadata = as_metadata(deliver(context.log, engine, slack.sender(), found, facts, withhold=reason, changes=changes))
     with engine.begin() as conn:
         if reason is not None and not context.run.tags.get(REANALYSIS_TAG):
             metadata["withheld_waiting"] = outbox.withhold_waiting(conn, analysis_id, reason)
         metadata["statuses"] = dg.MetadataValue.json(outbox.statuses(conn, analysis_id))
     return dg.MaterializeResult(metadata=metadata)
+
+
+def state_facts(state: pd.DataFrame) -> dict[str, Any]:
+    """The message's deploy state fields from the deploy's radar.deploy_state row (none when it has no row)."""
+    if state.empty:
+        return {}
+    row = state.iloc[0]
+    share = row["cleared_share"]
+    return {
+        "state": str(row["state"]),
+        "verdict_counts": tuple((verdict, int(row[verdict])) for verdict in VERDICTS),
+        "cleared_share": None if pd.isna(share) else float(share),
+    }
 
 
 def as_metadata(delivery: dict, chart_limit: int = CHART_IMAGES_LIMIT) -> dict:

@@ -18,7 +18,14 @@ from radar_pipeline.defs.metadata import ID, detection_cells, rounded, table
 from radar_pipeline.defs.plans import plan_snapshots
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.defs.snapshots import pgss_snapshots
-from radar_pipeline.engine import ENGINE_VERSION, EngineSettings
+from radar_pipeline.engine import (
+    DETECTED,
+    ENGINE_VERSION,
+    INCONCLUSIVE,
+    INSUFFICIENT_DATA,
+    NO_REGRESSION,
+    EngineSettings,
+)
 from radar_pipeline.pgss_model import key_label
 from radar_pipeline.steps.deploy_analysis import AnalysisRefused, DeployAnalysis, analyse_deploy, analyse_deploys
 from radar_pipeline.warehouse import analysis as analysis_store
@@ -106,6 +113,7 @@ class VerdictConfig(dg.Config):
     fleet_min_queries: int | None = None
     surge_ratio: float | None = None
     new_statement_share: float | None = None
+    clear_level: float | None = None
 
 
 @dg.asset(
@@ -119,7 +127,8 @@ class VerdictConfig(dg.Config):
     backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=BACKFILL_PARTITIONS_PER_RUN),
     pool=ANALYSIS_POOL,
     output_required=False,  # a backfill's run reports each deploy by its own materialization instead
-    description="One verdict per query for each deploy (radar.analysis, radar.verdict; detections: radar.regression).",
+    description="One verdict per query for each deploy, and the deploy's state (radar.analysis, radar.verdict, "
+    "radar.deploy_state; detections: radar.regression).",
 )
 def deploy_verdicts(
     context: dg.AssetExecutionContext,
@@ -260,7 +269,7 @@ def configured_targets(targets: TargetsResource, context: dg.AssetExecutionConte
 
 
 def _detections_log(result: DeployAnalysis) -> list[str]:
-    detected = result.verdicts[result.verdicts["verdict"] == "detected"]
+    detected = result.verdicts[result.verdicts["verdict"] == DETECTED]
     return [
         f"regression: queryid {r.queryid}: {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms "
         f"(×{r.change_factor:.2f}, confidence {r.confidence:.4f}, cause {r.cause})"
@@ -269,9 +278,11 @@ def _detections_log(result: DeployAnalysis) -> list[str]:
 
 
 def _metadata(result: DeployAnalysis) -> dict[str, Any]:
+    """The materialization's metadata, the deploy's state first (radar.deploy_state: pass, fail or inconclusive, and
+    the share of its execution time after the deploy that is cleared), then its verdict counts and tables."""
     v = result.verdicts
     counts = v["verdict"].value_counts()
-    detected = v[v["verdict"] == "detected"].sort_values("confidence", ascending=False)
+    detected = v[v["verdict"] == DETECTED].sort_values("confidence", ascending=False)
     rows = [
         {
             **detection_cells(row, result.texts.get(int(row.queryid), "")),
@@ -283,6 +294,9 @@ def _metadata(result: DeployAnalysis) -> dict[str, Any]:
         for row in detected.head(DETECTION_ROWS_SHOWN).itertuples()
     ]
     return {
+        "state": str(result.state["state"]),
+        "cleared_share": rounded(result.state["cleared_share"], 4),  # None where nothing ran after the deploy
+        "pass_share": float(result.state["pass_share"]),
         "deploy": dg.MetadataValue.json(
             {
                 "deploy_id": result.event.deploy_id,
@@ -293,9 +307,10 @@ def _metadata(result: DeployAnalysis) -> dict[str, Any]:
             }
         ),
         "queries": len(v),
-        "detected": int(counts.get("detected", 0)),
-        "no_regression": int(counts.get("no_regression", 0)),
-        "insufficient_data": int(counts.get("insufficient_data", 0)),
+        "detected": int(counts.get(DETECTED, 0)),
+        "no_regression": int(counts.get(NO_REGRESSION, 0)),
+        "inconclusive": int(counts.get(INCONCLUSIVE, 0)),
+        "insufficient_data": int(counts.get(INSUFFICIENT_DATA, 0)),
         "plan_diffs": dg.MetadataValue.json(
             {
                 key_label((r.dbid, r.userid, r.queryid, r.toplevel)): r.plan_diff

@@ -13,6 +13,7 @@ from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, ID, detection_cells
 from radar_pipeline.defs.plans import plan_snapshots
 from radar_pipeline.defs.resources import AnalysisResource, SlackResource, TargetsResource, WarehouseResource
 from radar_pipeline.defs.snapshots import pgss_snapshots
+from radar_pipeline.engine import DETECTED
 from radar_pipeline.steps.alert_delivery import deliver, period_facts
 from radar_pipeline.steps.deploy_analysis import AnalysisRefused
 from radar_pipeline.steps.periodic_check import (
@@ -91,7 +92,7 @@ def _report_log(result: PeriodAnalysis) -> list[str]:
     lines = [
         f"{result.target}: queryid {r.queryid} {r.report}: {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms "
         f"(×{r.change_factor:.2f}, change at {pd.Timestamp(r.change_at).isoformat()}, cause {r.cause})"
-        for r in v[v["verdict"] == "detected"].itertuples()
+        for r in v[v["verdict"] == DETECTED].itertuples()
     ]
     lines += [
         f"{result.target}: queryid {r.queryid} recovered: {r.recovered_ms:.3f} ms "
@@ -131,7 +132,7 @@ def _metadata(done: list[PeriodAnalysis], period_s: float) -> dict[str, Any]:
         "targets": dg.MetadataValue.json([r.target for r in done]),
         "period_s": period_s,
         "queries": len(v),
-        "detected": int((v["verdict"] == "detected").sum()),
+        "detected": int((v["verdict"] == DETECTED).sum()),
         "reported": int(reports.get(REPORTED, 0)),
         "already_reported": int(reports.get(ALREADY_REPORTED, 0)),
         "left_to_deploy": int(reports.get(LEFT_TO_DEPLOY, 0)),

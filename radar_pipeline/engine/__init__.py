@@ -6,13 +6,22 @@ verdicts = analyse(counters, deploy_at, settings=EngineSettings())
 
 from radar_pipeline.engine.decision import COLUMNS, analyse
 from radar_pipeline.engine.settings import ENGINE_VERSION, EngineSettings
-from radar_pipeline.engine.vocabulary import CAUSES, DETECTED, INSUFFICIENT_DATA, NO_REGRESSION, REASONS, VERDICTS
+from radar_pipeline.engine.vocabulary import (
+    CAUSES,
+    DETECTED,
+    INCONCLUSIVE,
+    INSUFFICIENT_DATA,
+    NO_REGRESSION,
+    REASONS,
+    VERDICTS,
+)
 
 __all__ = [
     "CAUSES",
     "COLUMNS",
     "DETECTED",
     "ENGINE_VERSION",
+    "INCONCLUSIVE",
     "INSUFFICIENT_DATA",
     "NO_REGRESSION",
     "REASONS",

@@ -8,7 +8,8 @@
    (`false_alert_budget`, expected false detections per analysis) by weighted Bonferroni (`family_weights`);
 4. pre-filter: the call-weighted window means ΣΔT/ΣΔC either side of the deploy must have risen by at least θ —
    otherwise the window's own estimate lies inside H0 (after ≤ (1 + θ) · before), and the statement stops as
-   `below_threshold` before the costly steps (a cheap gate, as in engine 1; the budget still counts it);
+   `below_threshold` before the costly steps (a cheap gate, as in engine 1; the budget still counts it; it is cleared
+   or not in step 8);
 5. E-divisive means locates the strongest change in the window (`edivisive`): none with Q > 0 → `no_change_point`;
    one farther than the tolerance from the deploy → `outside_tolerance` (a shift that began well before the deploy is
    never blamed on it, however significant);
@@ -29,7 +30,22 @@ analysis is at most B (Bonferroni's inequality needs no independence). Where a s
 says what its noise estimate rests on: the intervals of the statement's own history the test combined with its window
 (inference, "History"), or 0 for the window alone.
 
-Every step runs for all statements at once; the expensive ones (5 and 6) only for those that passed the cheap ones.
+8. cleared or not (engine 2.5): every decidable statement not detected is `no_regression` only when it is cleared —
+   the one-sided upper bound of its slowdown factor at `clear_level` (β = 95%), from the test's own variance, lies
+   within the tolerance 1 + θ at every split where the change the detection looks for could begin (its candidates and
+   the deploy's own split; `inference`, "Clearing": a wrong "cleared" is a missed regression, at most 1 − β per truly
+   regressed statement) — and `inconclusive` otherwise. Stopping early decides nothing: a statement the pre-filter
+   stopped keeps `below_threshold` when cleared, and when not, says why: `interval_spans_threshold` (precise enough,
+   but the estimate lies too close to 1 + θ), `interval_too_wide` (too few calls for its noise: even an unchanged
+   estimate's bound would exceed 1 + θ) or `history_conflict` (as interval_too_wide, with a window unlike its history,
+   tested alone). A deploy's statement that passed the pre-filter has its estimate at the deploy's split beyond the
+   tolerance, so it is not cleared: `no_change_point`, `outside_tolerance`, `not_significant` and `drift` end
+   inconclusive with their reason (a periodic check has no deploy split: they may be cleared there).
+   factor_bound is the bound at the split least certain to lie within the tolerance (within it for a cleared
+   statement, beyond it for an inconclusive one; NaN for insufficient_data and detections).
+
+Every step runs for all statements at once; the expensive ones (5 and 6) only for those that passed the cheap ones,
+and 8 for every decidable statement not detected.
 """
 
 from __future__ import annotations
@@ -41,10 +57,16 @@ import pandas as pd
 
 from radar_pipeline.engine.causes import BLOCKS, ROWS, explain
 from radar_pipeline.engine.edivisive import best_split, min_segment
-from radar_pipeline.engine.inference import History, interval_from_sums, level_shift_beyond_trend, split_tests
+from radar_pipeline.engine.inference import (
+    History,
+    clearing_bounds,
+    interval_from_sums,
+    level_shift_beyond_trend,
+    split_tests,
+)
 from radar_pipeline.engine.samples import WindowSamples, window_samples
 from radar_pipeline.engine.settings import EngineSettings
-from radar_pipeline.engine.vocabulary import DETECTED, INSUFFICIENT_DATA, NO_REGRESSION
+from radar_pipeline.engine.vocabulary import DETECTED, INCONCLUSIVE, INSUFFICIENT_DATA, NO_REGRESSION
 
 COLUMNS = [
     "query_key",
@@ -79,6 +101,7 @@ COLUMNS = [
     "budget_share",
     "serial_correlation",
     "history_intervals",
+    "factor_bound",
 ]
 # Rows of padded series per block in steps 5 and 6, so memory stays bounded whatever the number of statements.
 BLOCK_CELLS = 1 << 19
@@ -147,6 +170,9 @@ def analyse(
         _decide_block(samples, block, deploy, settings, reason, found, known)
     _intervals_without_split(samples, sides, decidable, settings, found, known)
     _family_decision(found, weight, settings, verdict, reason)
+    for block in _blocks(samples, np.flatnonzero(decidable & (verdict != DETECTED))):
+        _clearing_block(samples, block, deploy, settings, found, known)
+    _clear(found, verdict, reason)
 
     # The result's columns gathered first and framed once: a column set at a time costs pandas a copy each.
     columns: dict[str, object] = {}
@@ -283,9 +309,10 @@ def _deploy_side_sums(
 
 
 def _floors(sides: dict[str, np.ndarray], settings: EngineSettings) -> tuple[np.ndarray, np.ndarray]:
-    """Verdict and reason arrays, with `insufficient_data` where either side lacks the intervals or calls."""
+    """Verdict and reason arrays: `insufficient_data` where either side lacks the intervals or calls, `inconclusive`
+    elsewhere until the statement is detected or cleared."""
     g = len(sides["n_before"])
-    verdict = np.full(g, NO_REGRESSION, dtype=object)
+    verdict = np.full(g, INCONCLUSIVE, dtype=object)
     reason = np.full(g, "", dtype=object)
     few_samples = (sides["n_before"] < settings.min_samples) | (sides["n_after"] < settings.min_samples)
     few_calls = ~few_samples & (
@@ -302,6 +329,9 @@ def _empty_columns(g: int) -> dict[str, np.ndarray]:
     out = {name: np.full(g, np.nan) for name in names}
     out.update({name: np.full(g, np.nan) for name in ("factor_low", "factor_high", "serial_correlation")})
     out["history_intervals"] = np.full(g, np.nan)
+    out["factor_bound"] = np.full(g, np.nan)
+    for name in ("cleared", "precise", "conflict"):
+        out[name] = np.zeros(g, dtype=bool)
     out["shift_beyond_trend"] = np.full(g, np.nan)
     out["segment_n_before"] = np.zeros(g, dtype=np.int64)
     out["segment_n_after"] = np.zeros(g, dtype=np.int64)
@@ -376,10 +406,70 @@ def _candidate_splits(
         # A deploy cannot slow a statement down before it happened: only splits at or after it (the interval that
         # straddles the deploy is on the after side) are candidates, which halves K. The periodic check, whose
         # tolerance spans its window, has no such moment: every admissible split is a candidate there.
-        inside = np.arange(length)[None, :] < n[:, None]
-        at_deploy = ((ends <= deploy) & inside).sum(axis=1)
-        near &= k >= at_deploy[:, None]
+        near &= k >= _deploy_split(ends, n, deploy)[:, None]
     return (k >= side) & (k <= n[:, None] - side) & near
+
+
+def _deploy_split(ends: np.ndarray, n: np.ndarray, deploy: int) -> np.ndarray:
+    """Per row, the split at the deploy: the number of intervals that end at or before it."""
+    inside = np.arange(ends.shape[1])[None, :] < n[:, None]
+    return ((ends <= deploy) & inside).sum(axis=1)
+
+
+def _clearing_splits(
+    ends: np.ndarray, n: np.ndarray, deploy: int, tolerance: int, settings: EngineSettings
+) -> np.ndarray:
+    """[rows, L + 1]: the splits where the clearing rule checks its bound (engine/inference.py, "Clearing"): the
+    detection's candidates, and for a deploy its own split, which a sparse statement's candidates lack when its last
+    interval before the deploy ended more than the tolerance before it (the floors leave min_samples each side)."""
+    splits = _candidate_splits(ends, n, deploy, tolerance, settings)
+    if settings.tolerance < settings.window:
+        at = _deploy_split(ends, n, deploy)
+        ok = (at >= settings.min_samples) & (n - at >= settings.min_samples)
+        splits[np.flatnonzero(ok), at[ok]] = True
+    return splits
+
+
+def _clearing_block(
+    samples: WindowSamples,
+    block: np.ndarray,
+    deploy: int,
+    settings: EngineSettings,
+    found: dict[str, np.ndarray],
+    known: History | None,
+) -> None:
+    """The clearing rule's bound for one block of decidable statements not detected (in place, in `found`)."""
+    tolerance = int(settings.tolerance.total_seconds() * 1e9)
+    padded = _padded(samples, block)
+    res = clearing_bounds(
+        padded["calls"],
+        padded["time"],
+        padded["sumsq"],
+        padded["n"],
+        _clearing_splits(padded["end"], padded["n"], deploy, tolerance, settings),
+        settings.threshold,
+        settings.min_rise_ms,
+        settings.clear_level,
+        known.rows(block) if known is not None else None,
+    )
+    found["factor_bound"][block] = res.bound
+    found["cleared"][block], found["precise"][block], found["conflict"][block] = res.cleared, res.precise, res.conflict
+
+
+def _clear(found: dict[str, np.ndarray], verdict: np.ndarray, reason: np.ndarray) -> None:
+    """`no_regression` for the statements cleared; the others that were neither detected nor cleared stay
+    `inconclusive`, and those the pre-filter stopped say why (in place, in `verdict` and `reason`): the estimate lies
+    too close to 1 + θ for its precision (interval_spans_threshold), or the precision itself falls short, in a window
+    unlike its history (history_conflict) or not (interval_too_wide). The steps after the pre-filter keep their
+    reason."""
+    open_ = verdict == INCONCLUSIVE
+    cleared = open_ & found["cleared"]
+    verdict[cleared] = NO_REGRESSION
+    why = open_ & ~cleared & (reason == "below_threshold")
+    precise, conflict = found["precise"], found["conflict"]
+    reason[why & precise] = "interval_spans_threshold"
+    reason[why & ~precise & conflict] = "history_conflict"
+    reason[why & ~precise & ~conflict] = "interval_too_wide"
 
 
 def _history_rows(samples: WindowSamples, history: pd.DataFrame | None, settings: EngineSettings) -> History | None:

@@ -118,6 +118,49 @@ or 1, and an interval of zero width.
 
 The interval. exp(ln μ̂_B − ln μ̂_A ± t_{ν, 0.975} · se): a 95% interval of the slowdown factor at the tested split,
 per statement, not adjusted for the choice of split or for the family.
+
+Clearing (engine 2.5). `no_regression` is a claim, not the absence of a finding: the statement did not slow down
+beyond the tolerance. Its error is a missed regression — a statement cleared whose true factor exceeds 1 + θ — and the
+rule bounds it per statement: at every split k of a set S, the one-sided upper confidence bound at level β
+(`clear_level`, 0.95)
+
+    U_k = exp(ln μ̂_B − ln μ̂_A + t_{ν, β} · se)        (se, ν: the test's own, at that split)
+
+must lie within the tolerance 1 + θ (`clearing_bounds`): P_k = F_ν((ln(1 + θ) − ln μ̂_B + ln μ̂_A) / se) ≥ β at every k,
+and the verdict's `factor_bound` is U_k at the split whose P_k is least (the least certain). The variance
+is the detection's in full: the sandwich with its AR(1) inflation and margin, the short-side and per-call floors, the
+degrees of freedom that carry ρ̂'s uncertainty, the statement's history where it is used and the window alone where
+it conflicts with it.
+
+What it controls: if the change begins at a split k* of S, the two sides at k* each hold one level, and U_k* is an
+upper bound of the true factor there at level β (the t reference of the detection's fixed-split test, on its other
+tail): P(U_k* ≤ 1 + θ) ≤ 1 − β whenever the true factor exceeds 1 + θ. Clearing needs U_k ≤ 1 + θ at every k of S, k*
+among them, so P(cleared) ≤ 1 − β whichever split is the true one. This is an intersection–union test (Berger 1982;
+Berger & Hsu 1996): the null "slower beyond θ from some split of S" is a union, rejected only when each of its parts
+is, each at level 1 − β, and it owes nothing for the number of splits — unlike the detection, whose maximum over splits
+pays for the choice. The guarantee is per truly regressed statement (not family-wise): of N statements that truly
+slowed beyond θ, at most (1 − β) N are expected to be cleared. The price is power: the splits after the true change
+put some changed intervals on the before side, whose variance the mixture widens, and a statement is cleared only
+when every split's bound is low enough.
+
+Which splits. S is the detection's candidates (at or after the deploy, within the tolerance, leaving max(3, n/10)
+intervals each side) and, for a deploy, its own split (the interval that straddles the deploy first after it), which a
+sparse statement's candidates lack when its last interval before the deploy ended more than the tolerance before it.
+A change that begins at τ in [deploy, deploy + tolerance] falls in some interval (e_{j−1}, e_j]; the split j that puts
+it first on the after side is the deploy's own, or one whose change time e_{j−1} lies in (deploy, τ): a candidate,
+if its sides are long enough. Not covered, and said so: (1) the interval holding τ mixes both levels, and on the after
+side it dilutes the factor at j by about its share of the side's calls (1/24 of the slowdown with one-minute scrapes
+and a 30-minute window): a bias towards clearing of that order at the boundary; (2) a change that leaves fewer than
+max(3, n/10) of the statement's intervals after it (a sparse statement whose after-side calls fall mostly within the
+tolerance) is neither detected nor checked; (3) a change outside the tolerance is not blamed on the deploy, and one
+large enough to lift the window's means by θ leaves the deploy's own split uncleared anyway (`outside_tolerance`
+stays inconclusive: the deploy may have added a slowdown of its own that a test with the older level on its before
+side cannot rule out). The periodic check's tolerance spans its window: S is every admissible split there.
+
+The tolerance. 1 + θ, or for a statement so fast that θ of its before-mean μ̂_A is less than `min_rise_ms`, 1 +
+min_rise_ms / μ̂_A: a rise the detection would not report whatever its factor (its pre-filter). The level is then
+approximate, μ̂_A being an estimate; a split with no bound (a side without time) clears nothing. The bound comes from
+the scan's prefix sums (centred), not recomputed in two passes.
 """
 
 from __future__ import annotations
@@ -211,62 +254,11 @@ def split_tests(
     """
     from scipy import stats
 
-    rows, length = calls.shape
     c = np.asarray(calls, dtype=np.float64)
-    # Centre the times on each row's overall mean so the residual sums below do not cancel catastrophically.
-    total_c = c.sum(axis=1)
-    centre = np.where(total_c > 0, time.sum(axis=1) / np.where(total_c > 0, total_c, 1.0), 0.0)
-    tc = np.asarray(time, dtype=np.float64) - centre[:, None] * c
-    # Only the splits between the block's first and last candidate are evaluated: prefix sums up to k (side A) and
-    # totals minus them (side B), for k in [lo, hi).
+    # Only the splits between the block's first and last candidate are evaluated.
     cols = np.flatnonzero(candidate.any(axis=0))
     lo, hi = (int(cols[0]), int(cols[-1]) + 1) if len(cols) else (0, 1)
-    ks = np.arange(lo, hi)
-
-    def split_sums(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Σ over [0, k) and over [k, n) of a [rows, L] array (zeros past n), for every k in [lo, hi)."""
-        prefix = _prefix(values[:, : max(hi - 1, 0)])[:, lo:hi]
-        return prefix, values.sum(axis=1)[:, None] - prefix
-
-    def lag_sums(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Σ over the neighbour pairs (i, i + 1) inside [0, k) (i ≤ k − 2) and inside [k, n) (i ≥ k)."""
-        prefix = _prefix(values)  # prefix[:, j] = Σ_{i < j}
-        before = prefix[:, np.maximum(ks - 1, 0)]
-        return before, values.sum(axis=1)[:, None] - prefix[:, np.minimum(ks, values.shape[1])]
-
-    # Lag-1 cross products of neighbouring intervals, for the autocovariance of the residuals.
-    sums = {
-        "c": split_sums(c),
-        "t": split_sums(tc),
-        "tt": split_sums(tc * tc),
-        "tc": split_sums(tc * c),
-        "cc": split_sums(c * c),
-        "lag_tt": lag_sums(tc[:, :-1] * tc[:, 1:]),
-        "lag_tc": lag_sums(tc[:, :-1] * c[:, 1:] + c[:, :-1] * tc[:, 1:]),
-        "lag_cc": lag_sums(c[:, :-1] * c[:, 1:]),
-    }
-    if sumsq is not None:
-        sums["unknown"] = split_sums((np.isnan(sumsq) & (c > 0)).astype(np.float64))
-        sums["ss"] = split_sums(np.nan_to_num(sumsq, nan=0.0))
-        sums["ss_dof"] = split_sums(np.maximum(c - 1, 0.0))
-
-    def side(i: int) -> dict[str, np.ndarray]:
-        got = {key: v[i] for key, v in sums.items()}
-        with np.errstate(divide="ignore", invalid="ignore"):
-            mu = got["t"] / got["c"]  # centred pooled mean (NaN for an empty side, which is never a candidate)
-            ee = got["tt"] - 2 * mu * got["tc"] + mu * mu * got["cc"]
-            acov = got["lag_tt"] - mu * got["lag_tc"] + mu * mu * got["lag_cc"]
-        out = {"calls": got["c"], "mean": mu, "ee": np.maximum(ee, 0.0), "acov": acov}
-        if sumsq is not None:
-            out["ss"] = np.where(got["unknown"] > 0, np.nan, got["ss"])
-            out["ss_dof"] = got["ss_dof"]
-        return out
-
-    a, b = side(0), side(1)
-    total_n = n[:, None].astype(np.float64)
-    n_a = np.broadcast_to(np.arange(lo, hi)[None, :], (rows, hi - lo)).astype(np.float64)
-    scan_history = history.rows(slice(None), column=True) if history is not None else None
-    scan = _statistics(a, b, n_a, n[:, None] - n_a, total_n, centre[:, None], threshold, scan_history)
+    scan = _scan(c, time, sumsq, n, np.broadcast_to(np.arange(lo, hi)[None, :], (len(c), hi - lo)), threshold, history)
     valid = candidate[:, lo:hi] & scan["valid"]
     splits = candidate.sum(axis=1)
     # The largest t is the split tested (any rule may choose it: the Bonferroni bound below holds for all of them).
@@ -306,6 +298,138 @@ def split_tests(
         factor_high=np.exp(log_ratio + half),
         splits=splits,
         history_intervals=pick(exact["history_intervals"]),
+    )
+
+
+def _scan(
+    c: np.ndarray,
+    time: np.ndarray,
+    sumsq: np.ndarray | None,
+    n: np.ndarray,
+    ks: np.ndarray,
+    threshold: float,
+    history: History | None,
+) -> dict[str, np.ndarray]:
+    """The test's statistics (`_statistics`) of every row at the splits ks ([rows, J]: A = the first k intervals),
+    from prefix sums, as [rows, J] arrays (with the sides' sizes n_a, n_b)."""
+    # Centre the times on each row's overall mean so the residual sums below do not cancel catastrophically.
+    total_c = c.sum(axis=1)
+    centre = np.where(total_c > 0, time.sum(axis=1) / np.where(total_c > 0, total_c, 1.0), 0.0)
+    tc = np.asarray(time, dtype=np.float64) - centre[:, None] * c
+
+    # Per-interval values summed over [0, k) and [k, n) (zeros past n), and lag-1 cross products of neighbouring
+    # intervals (the pair (i, i + 1) at column i) summed over the pairs inside [0, k) (i ≤ k − 2) and inside [k, n)
+    # (i ≥ k): one prefix sum of them all ([names, rows, L + 1], Σ of the first j columns at j), read at k and k − 1.
+    rows, length = c.shape
+    plain = {"c": c, "t": tc, "tt": tc * tc, "tc": tc * c, "cc": c * c}
+    if sumsq is not None:
+        plain["unknown"] = (np.isnan(sumsq) & (c > 0)).astype(np.float64)
+        plain["ss"] = np.nan_to_num(sumsq, nan=0.0)
+        plain["ss_dof"] = np.maximum(c - 1, 0.0)
+    pairs = {
+        "lag_tt": tc[:, :-1] * tc[:, 1:],
+        "lag_tc": tc[:, :-1] * c[:, 1:] + c[:, :-1] * tc[:, 1:],
+        "lag_cc": c[:, :-1] * c[:, 1:],
+    }
+    prefix = np.zeros((len(plain) + len(pairs), rows, length + 1))
+    for i, values in enumerate([*plain.values(), *pairs.values()]):
+        prefix[i, :, 1 : values.shape[1] + 1] = values
+    np.cumsum(prefix, axis=2, out=prefix)
+    flat = prefix.reshape(len(prefix), -1)
+    start = (np.arange(rows) * (length + 1))[:, None]
+    at_k = np.take(flat, start + ks, axis=1)
+    total = prefix[:, :, -1:]
+    sums = {name: (at_k[i], total[i] - at_k[i]) for i, name in enumerate(plain)}
+    before_pairs = np.take(flat[len(plain) :], start + np.maximum(ks - 1, 0), axis=1)
+    for i, name in enumerate(pairs, len(plain)):
+        sums[name] = (before_pairs[i - len(plain)], total[i] - at_k[i])
+
+    def side(i: int) -> dict[str, np.ndarray]:
+        got = {key: v[i] for key, v in sums.items()}
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mu = got["t"] / got["c"]  # centred pooled mean (NaN for an empty side, which is never a candidate)
+            ee = got["tt"] - 2 * mu * got["tc"] + mu * mu * got["cc"]
+            acov = got["lag_tt"] - mu * got["lag_tc"] + mu * mu * got["lag_cc"]
+        out = {"calls": got["c"], "mean": mu, "ee": np.maximum(ee, 0.0), "acov": acov}
+        if sumsq is not None:
+            out["ss"] = np.where(got["unknown"] > 0, np.nan, got["ss"])
+            out["ss_dof"] = got["ss_dof"]
+        return out
+
+    a, b = side(0), side(1)
+    total_n = n[:, None].astype(np.float64)
+    n_a = ks.astype(np.float64)
+    scan_history = history.rows(slice(None), column=True) if history is not None else None
+    scan = _statistics(a, b, n_a, n[:, None] - n_a, total_n, centre[:, None], threshold, scan_history)
+    scan["n_a"], scan["n_b"] = n_a, n[:, None] - n_a
+    return scan
+
+
+@dataclass(frozen=True)
+class Clearing:
+    """Per row, the clearing rule's figures (module docstring, "Clearing") at its worst split, the one least certain
+    to lie within the tolerance: `bound`, the upper bound there of the slowdown factor (NaN
+    where some split has none: a side without time, or no split at all); `cleared`, whether every split's bound lies
+    within its tolerance; `precise`, whether the bound's margin over the estimate there fits within the tolerance
+    (with no change at all, this precision would clear); `conflict`, whether the statement has history but the test
+    there used its window alone (a window unlike its history)."""
+
+    bound: np.ndarray
+    cleared: np.ndarray
+    precise: np.ndarray
+    conflict: np.ndarray
+
+
+def clearing_bounds(
+    calls: np.ndarray,
+    time: np.ndarray,
+    sumsq: np.ndarray | None,
+    n: np.ndarray,
+    splits: np.ndarray,
+    threshold: float,
+    min_rise: float,
+    level: float,
+    history: History | None = None,
+) -> Clearing:
+    """The clearing rule (module docstring, "Clearing") for every row: the one-sided upper confidence bound, at
+    `level`, of the slowdown factor at each of its `splits` ([rows, L + 1] boolean, as split_tests' candidates), from
+    the test's own variance (`_statistics`, history included); cleared when at every split it lies within the
+    tolerance: factor ≤ 1 + θ, or a rise of the per-call mean ≤ `min_rise` ms (for a statement so fast that θ of it is
+    less), 1 + max(θ, min_rise / μ̂_A). Arrays and history as in `split_tests`."""
+    from scipy import special
+
+    c = np.asarray(calls, dtype=np.float64)
+    rows = c.shape[0]
+    # Each row's splits, first in its slots ([rows, J]; the slots past its count repeat a split and are not wanted).
+    count = splits.sum(axis=1)
+    width = max(int(count.max()), 1) if rows else 1
+    ks = np.argsort(~splits, axis=1, kind="stable")[:, :width]
+    wanted = np.arange(width)[None, :] < count[:, None]
+    scan = _scan(c, time, sumsq, n, ks, threshold, history)
+    log_ratio, se, nu = scan["log_ratio"], scan["se"], np.nan_to_num(scan["nu"], nan=1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        limit = np.maximum(np.log1p(threshold), np.log1p(min_rise / scan["mean_a"]))
+        room = limit - log_ratio  # how far the estimate lies within the tolerance (log scale)
+        z = np.where(se > 0, room / se, np.where(room >= 0, np.inf, -np.inf))
+    defined = (scan["mean_a"] > 0) & (scan["mean_b"] > 0) & ~np.isnan(room) & ~np.isnan(se)
+    defined &= (scan["n_a"] >= 2) & (scan["n_b"] >= 2)
+    # The confidence that the factor lies within the tolerance, per split: cleared at level β where it is ≥ β (the
+    # bound U_k ≤ the tolerance); a split with no bound has none. The worst split is the least confident one.
+    confidence = np.full(wanted.shape, -1.0)
+    use = wanted & defined
+    confidence[use] = special.stdtr(nu[use], z[use])
+    worst = np.argmin(np.where(wanted, confidence, np.inf), axis=1)
+    at = (np.arange(rows), worst)
+    bounded = wanted.any(axis=1) & (confidence[at] >= 0)
+    margin = np.where(bounded & (se[at] > 0), special.stdtrit(nu[at], level) * se[at], 0.0)
+    conflict = np.zeros(rows, dtype=bool)
+    if history is not None:
+        conflict = bounded & (history.intervals > 0) & (scan["history_intervals"][at] == 0)
+    return Clearing(
+        bound=np.where(bounded, np.exp(log_ratio[at] + margin), np.nan),
+        cleared=bounded & (confidence[at] >= level),
+        precise=bounded & (margin <= limit[at]),
+        conflict=conflict,
     )
 
 

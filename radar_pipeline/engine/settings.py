@@ -6,13 +6,15 @@ from dataclasses import asdict, dataclass, fields
 from datetime import timedelta
 from typing import Any
 
-ENGINE_VERSION = "2.4.0"  # 2.1: the minimum absolute rise; a step told from a drift by two models; 2.1.1: the
+ENGINE_VERSION = "2.5.0"  # 2.1: the minimum absolute rise; a step told from a drift by two models; 2.1.1: the
 # serial correlation pooled over both sides on the relative scale; a statement first seen at the target's first
 # scrape is no new load; 2.2: the choice of split paid by the chain bound instead of Bonferroni, a side's variance
 # floored by the pooled relative dispersion, Kendall's bias of two separately demeaned sides, and degrees of freedom
 # that carry the uncertainty of ρ̂ (margin 0.5 standard errors instead of 1); 2.3: a statement's serial correlation
 # and dispersion from its own history, when the caller gives them, combined with its window's (without: as 2.2);
-# 2.4: the history's prediction scaled to the window's calls per interval (overdispersion does not shrink with calls)
+# 2.4: the history's prediction scaled to the window's calls per interval (overdispersion does not shrink with calls);
+# 2.5: no_regression only when cleared (the slowdown's upper bound at clear_level within the tolerance at every split
+# the detection considers), else inconclusive; the factor_bound column; the detection itself as 2.4
 # Calls a window mean needs before it stands for a statement's level (a history point, an episode's recovery): with
 # per-call CV 1 such a mean is good to about ±10%. Engine 1's min_calls default; the verdicts no longer use it.
 LEVEL_MIN_CALLS = 100
@@ -48,6 +50,9 @@ class EngineSettings:
     power prior's: the history is other days, which may not be quite like today); one day of one-minute scrapes.
     history_conflict_alpha: a window noisier or more serially correlated than its history at this level is tested on
     its own (a prior–data conflict check).
+    clear_level: β, the one-sided confidence of the upper bound that clears a statement (`no_regression`): a statement
+    that truly slowed by more than θ is cleared with probability at most 1 − β (per statement; engine/inference.py,
+    "Clearing").
     """
 
     window: timedelta = timedelta(minutes=30)
@@ -66,6 +71,7 @@ class EngineSettings:
     history_min_intervals: int = 120
     history_max_intervals: int = 1440
     history_conflict_alpha: float = 0.001
+    clear_level: float = 0.95
 
     def __post_init__(self) -> None:
         problems = []
@@ -108,6 +114,8 @@ class EngineSettings:
             problems.append(
                 f"history_conflict_alpha must lie strictly between 0 and 1, not {self.history_conflict_alpha}"
             )
+        if not 0.5 <= self.clear_level < 1:
+            problems.append(f"clear_level must lie in [0.5, 1), not {self.clear_level}")
         if problems:
             raise ValueError("invalid EngineSettings: " + "; ".join(problems))
 

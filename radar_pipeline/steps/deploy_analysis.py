@@ -9,13 +9,14 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.config import Target
-from radar_pipeline.engine import EngineSettings, analyse
+from radar_pipeline.engine import DETECTED, EngineSettings, analyse
 from radar_pipeline.engine.impact import contention_culprits, impact
 from radar_pipeline.pgss_model import KEY
 from radar_pipeline.steps.noise import history_for
@@ -66,9 +67,11 @@ class WindowVerdicts:
 
 @dataclass
 class DeployAnalysis(WindowVerdicts):
-    """What a deploy's analysis found and how long each part took."""
+    """What a deploy's analysis found and how long each part took, and the deploy's state as it was stored (its row
+    of radar.deploy_state: state, the verdict counts, the share of its execution time cleared)."""
 
     event: deploys.DeployEvent
+    state: dict[str, Any]
 
 
 def analyse_deploy(
@@ -225,9 +228,10 @@ def _analyse_event(
     )
     with engine.begin() as conn:
         write_window(conn, event.deploy_id, event.target, decided, settings, run_id)
+        state = analysis.deploy_states(conn, [event.deploy_id]).iloc[0].to_dict()
         started = time.perf_counter()
     decided.seconds["write"] += time.perf_counter() - started  # the commit
-    return DeployAnalysis(**vars(decided), event=event)
+    return DeployAnalysis(**vars(decided), event=event, state=state)
 
 
 def decide_window(
@@ -281,7 +285,7 @@ def decide_window(
                 f"contention: {int(by_key.loc[k, 'queryid'])} {by_key.loc[k, 'query'][:CAUSE_TEXT]}".rstrip()
                 for k in culprits[blamed]
             ]
-        detected = verdicts["verdict"] == "detected"
+        detected = verdicts["verdict"] == DETECTED
         texts = analysis.query_texts(conn, target, verdicts.loc[detected, KEY])
         timings["write"] = time.perf_counter() - started  # the texts, read here for the write's sake
 

@@ -24,7 +24,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.config import Target, mask_password, target_failure
-from radar_pipeline.engine import EngineSettings
+from radar_pipeline.engine import DETECTED, EngineSettings
 from radar_pipeline.engine.settings import LEVEL_MIN_CALLS
 from radar_pipeline.steps.deploy_analysis import WindowVerdicts, decide_window, require_closed, write_window
 from radar_pipeline.warehouse import deploys, episodes
@@ -108,7 +108,7 @@ def _record_target(
     recovered = episodes.recover(conn, ident, target, end, settings.threshold, max(settings.min_calls, LEVEL_MIN_CALLS))
     verdicts = decided.verdicts
     verdicts["report"] = None
-    detected = verdicts[verdicts["verdict"] == "detected"]
+    detected = verdicts[verdicts["verdict"] == DETECTED]
     status = pd.Series(REPORTED, index=detected.index, dtype=object)
     if not detected.empty:
         lo, hi = decided.window

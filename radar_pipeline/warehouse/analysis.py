@@ -23,6 +23,7 @@ from psycopg import sql as psql
 
 from radar_pipeline import binary_copy
 from radar_pipeline.engine import COLUMNS as ENGINE_COLUMNS
+from radar_pipeline.engine import DETECTED, INCONCLUSIVE, INSUFFICIENT_DATA, NO_REGRESSION
 from radar_pipeline.engine.impact import STATEMENT_COLUMNS, SUMMARY_COLUMNS
 from radar_pipeline.pgss_model import KEY, KEY_TYPES, statement_keys
 from radar_pipeline.warehouse.database import KEYS, copy_frame, driver, key_params
@@ -286,13 +287,13 @@ def write_analysis(
     conn.execute(
         sa.text(
             "INSERT INTO radar.analysis (deploy_id, target, analysed_at, settings, engine_version, window_start, "
-            "window_end, queries, detected, no_regression, insufficient_data, run_id) VALUES (:deploy_id, :target, "
-            "now(), CAST(:settings AS jsonb), :engine_version, :lo, :hi, :queries, :detected, :no_regression, "
-            ":insufficient, :run_id) ON CONFLICT (deploy_id, target) DO UPDATE SET analysed_at = now(), "
-            "settings = EXCLUDED.settings, engine_version = EXCLUDED.engine_version, "
+            "window_end, queries, detected, no_regression, inconclusive, insufficient_data, run_id) VALUES "
+            "(:deploy_id, :target, now(), CAST(:settings AS jsonb), :engine_version, :lo, :hi, :queries, :detected, "
+            ":no_regression, :inconclusive, :insufficient, :run_id) ON CONFLICT (deploy_id, target) DO UPDATE SET "
+            "analysed_at = now(), settings = EXCLUDED.settings, engine_version = EXCLUDED.engine_version, "
             "window_start = EXCLUDED.window_start, window_end = EXCLUDED.window_end, queries = EXCLUDED.queries, "
-            "detected = EXCLUDED.detected, "
-            "no_regression = EXCLUDED.no_regression, insufficient_data = EXCLUDED.insufficient_data, "
+            "detected = EXCLUDED.detected, no_regression = EXCLUDED.no_regression, "
+            "inconclusive = EXCLUDED.inconclusive, insufficient_data = EXCLUDED.insufficient_data, "
             "run_id = EXCLUDED.run_id"
         ),
         {
@@ -303,9 +304,10 @@ def write_analysis(
             "lo": window[0],
             "hi": window[1],
             "queries": len(verdicts),
-            "detected": int(counts.get("detected", 0)),
-            "no_regression": int(counts.get("no_regression", 0)),
-            "insufficient": int(counts.get("insufficient_data", 0)),
+            "detected": int(counts.get(DETECTED, 0)),
+            "no_regression": int(counts.get(NO_REGRESSION, 0)),
+            "inconclusive": int(counts.get(INCONCLUSIVE, 0)),
+            "insufficient": int(counts.get(INSUFFICIENT_DATA, 0)),
             "run_id": run_id,
         },
     )
@@ -382,7 +384,7 @@ def verdicts_of(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
         sa.text(
             "SELECT v.target, v.verdict, v.reason, v.cause, v.mean_before_ms, v.mean_after_ms, v.change_factor, "
             "v.confidence, v.segment_mean_after_ms / nullif(v.segment_mean_before_ms, 0) AS factor_at_change, "
-            "v.factor_low, v.factor_high, v.history_intervals, "
+            "v.factor_low, v.factor_high, v.factor_bound, v.history_intervals, "
             "v.change_at - coalesce(d.deployed_at, a.window_start + (a.window_end - a.window_start) / 2) "
             "AS change_after_deploy, v.calls_before, v.calls_after, v.queryid, "
             "regexp_replace(coalesce(q.query, ''), '\\s+', ' ', 'g') AS query, "
@@ -391,11 +393,31 @@ def verdicts_of(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
             "LEFT JOIN radar.deploy_event d ON d.deploy_id = v.deploy_id "
             f"{VERDICT_QUERY_JOIN} "
             "WHERE v.deploy_id = :d "
-            "ORDER BY v.verdict = 'detected' DESC, v.confidence DESC NULLS LAST, v.change_factor DESC NULLS LAST"
+            f"ORDER BY v.verdict = '{DETECTED}' DESC, v.verdict = '{INCONCLUSIVE}' DESC, v.confidence DESC NULLS LAST, "
+            "v.change_factor DESC NULLS LAST"
         ),
         conn,
         params={"d": analysis_id},
     )
+
+
+PASS_SHARE = 0.9  # the view's default share of the execution time after the deploy that must be cleared to pass
+
+
+def deploy_states(conn: sa.Connection, deploy_ids: list[str], pass_share: float | None = None) -> pd.DataFrame:
+    """The rows of radar.deploy_state for these deploys (those recorded; in the order given): state (pending, fail,
+    pass, inconclusive), the verdict counts, exec_ms, cleared_ms and cleared_share. With `pass_share`, the state is
+    decided with that share instead of the database's (radar.pass_share, default PASS_SHARE), for the rest of the
+    caller's transaction."""
+    if pass_share is not None:
+        if not 0 < pass_share <= 1:
+            raise ValueError(f"pass_share must lie in (0, 1], not {pass_share}")
+        conn.execute(sa.text("SELECT set_config('radar.pass_share', :s, true)"), {"s": repr(float(pass_share))})
+    found = pd.read_sql(
+        sa.text("SELECT * FROM radar.deploy_state WHERE deploy_id = ANY(:ids)"), conn, params={"ids": list(deploy_ids)}
+    )
+    order = {deploy_id: i for i, deploy_id in enumerate(deploy_ids)}
+    return found.sort_values("deploy_id", key=lambda ids: ids.map(order), ignore_index=True)
 
 
 def stale_analyses(conn: sa.Connection, current: dict, engine_version: str, within: timedelta) -> list[str]:

@@ -81,16 +81,6 @@ def analyse_one(rows: pd.DataFrame, deploy: pd.Timestamp, settings: EngineSettin
         return {**out, "verdict": "insufficient_data", "reason": "floor_samples"}
     if out["calls_before"] < settings.min_calls or out["calls_after"] < settings.min_calls:
         return {**out, "verdict": "insufficient_data", "reason": "floor_calls"}
-    rose = ((ma / mb - 1 >= settings.threshold) if mb > 0 else ma > mb) and ma - mb >= settings.min_rise_ms
-    if not rose:
-        return {**out, "verdict": "no_regression", "reason": "below_threshold"}
-    x = np.array([s[2] / s[1] for s in samples])
-    k, q = best_split(x)
-    if k == 0:
-        return {**out, "verdict": "no_regression", "reason": "no_change_point"}
-    out["change_at"] = samples[k - 1][0]
-    if abs(out["change_at"] - deploy) > settings.tolerance:
-        return {**out, "verdict": "no_regression", "reason": "outside_tolerance"}
     calls = np.array([s[1] for s in samples], dtype=float)
     time = np.array([s[2] for s in samples])
     sumsq = np.array([s[3] for s in samples]) if "stddev_exec_time" in rows else None
@@ -101,23 +91,67 @@ def analyse_one(rows: pd.DataFrame, deploy: pd.Timestamp, settings: EngineSettin
         for j in range(max(side, first), len(samples) - side + 1)
         if abs(samples[j - 1][0] - deploy) <= settings.tolerance
     ]
+    out.update(clearing(calls, time, sumsq, splits, first, settings))
+    rose = ((ma / mb - 1 >= settings.threshold) if mb > 0 else ma > mb) and ma - mb >= settings.min_rise_ms
+    if not rose:
+        return {**out, "verdict": "inconclusive", "reason": "below_threshold"}
+    x = np.array([s[2] / s[1] for s in samples])
+    k, q = best_split(x)
+    if k == 0:
+        return {**out, "verdict": "inconclusive", "reason": "no_change_point"}
+    out["change_at"] = samples[k - 1][0]
+    if abs(out["change_at"] - deploy) > settings.tolerance:
+        return {**out, "verdict": "inconclusive", "reason": "outside_tolerance"}
     best = None
     for j in splits:
         res = call_level_test(calls, time, sumsq, j, settings.threshold)
         if not math.isnan(res["t"]) and (best is None or res["t"] > best[1]["t"]):
             best = (j, res)
     if best is None:
-        return {**out, "p_value": 1.0, "verdict": "no_regression", "reason": "not_significant"}
+        return {**out, "p_value": 1.0, "verdict": "inconclusive", "reason": "not_significant"}
     j, res = best
     out.update(t_stat=res["t"], dof=res["dof"], p_value=chain_p(res["p"], calls, splits))
     out["change_at"] = samples[j - 1][0]
     out["shift"] = trend_shift(calls, x, [s[0] for s in samples], j)
-    return {**out, "verdict": "no_regression", "reason": "tested"}
+    return {**out, "verdict": "inconclusive", "reason": "tested"}
+
+
+def clearing(
+    calls: np.ndarray, time: np.ndarray, sumsq: np.ndarray | None, splits: list[int], first: int, settings
+) -> dict:
+    """The clearing rule by a loop over its splits (the detection's candidates and, for a deploy, its own split
+    `first` when both sides keep min_samples): at each, the tolerance max(1 + θ, 1 + min_rise / mean before) and the
+    t distribution's confidence that the factor lies within it; at the least confident split, the one-sided upper
+    bound at clear_level, whether every split's confidence reaches clear_level, and whether the bound's margin over
+    the estimate alone fits within the tolerance."""
+    n = len(calls)
+    checked = set(splits)
+    if settings.tolerance < settings.window and min(first, n - first) >= settings.min_samples:
+        checked.add(first)
+    worst = None  # (confidence, bound, precise) at the least confident split
+    for j in sorted(checked):
+        res = call_level_test(calls, time, sumsq, j, settings.threshold)
+        if math.isnan(res["log_ratio"]):
+            worst = (-1.0, math.nan, False)
+            break
+        limit = max(math.log1p(settings.threshold), math.log1p(settings.min_rise_ms / res["mean_a"]))
+        room = limit - res["log_ratio"]
+        if res["se"] > 0:
+            confidence = stats.t.cdf(room / res["se"], res["dof"])
+            margin = stats.t.ppf(settings.clear_level, res["dof"]) * res["se"]
+        else:
+            confidence, margin = (1.0 if room >= 0 else 0.0), 0.0
+        if worst is None or confidence < worst[0]:
+            worst = (confidence, math.exp(res["log_ratio"] + margin), margin <= limit)
+    if worst is None or worst[0] < 0:
+        return {"factor_bound": math.nan, "cleared": False, "precise": False}
+    return {"factor_bound": worst[1], "cleared": worst[0] >= settings.clear_level, "precise": worst[2]}
 
 
 def family(results: dict, settings: EngineSettings) -> dict:
     """Weighted Bonferroni over one analysis' reference results (key → analyse_one's dict), in place: p_family,
-    and the verdict and reason of every tested statement."""
+    and the verdict and reason of every tested statement; then the clearing of every decidable statement not
+    detected."""
     decidable = [k for k, r in results.items() if r["verdict"] != "insufficient_data"]
     total = sum(max(results[k]["time_before"], 0.0) for k in decidable)
     lam = settings.budget_time_weight
@@ -126,13 +160,19 @@ def family(results: dict, settings: EngineSettings) -> dict:
         share = max(r["time_before"], 0.0) / total if total > 0 else 1 / len(decidable)
         weight = (1 - lam) / len(decidable) + lam * share
         r["p_family"] = min(1.0, r["p_value"] / weight) if not math.isnan(r["p_value"]) else math.nan
-        if r["reason"] != "tested":
+        if r["reason"] == "tested":
+            if r["p_family"] <= settings.false_alert_budget:
+                drift = not (r["shift"] - 1 >= settings.threshold)
+                r["verdict"], r["reason"] = ("inconclusive", "drift") if drift else ("detected", "significant")
+            else:
+                r["reason"] = "not_significant"
+        if r["verdict"] == "detected":
+            r["factor_bound"] = math.nan  # a detection is not cleared: its bound is not computed
             continue
-        if r["p_family"] <= settings.false_alert_budget:
-            drift = not (r["shift"] - 1 >= settings.threshold)
-            r["verdict"], r["reason"] = ("no_regression", "drift") if drift else ("detected", "significant")
-        else:
-            r["reason"] = "not_significant"
+        if r["cleared"]:
+            r["verdict"] = "no_regression"
+        elif r["reason"] == "below_threshold":
+            r["reason"] = "interval_spans_threshold" if r["precise"] else "interval_too_wide"
     return results
 
 
@@ -190,6 +230,9 @@ def call_level_test(calls: np.ndarray, time: np.ndarray, sumsq: np.ndarray | Non
     of ρ̂, one-sided p (not adjusted for the choice of split)."""
     n = len(calls)
     sides = [range(0, k), range(k, n)]
+    if any(sum(time[i] for i in idx) <= 0 for idx in sides):  # a side without time: no ratio
+        nan = math.nan
+        return {"t": nan, "dof": nan, "p": nan, "rho": nan, "mean_a": nan, "mean_b": nan, "se": nan, "log_ratio": nan}
     means, ee, acov = [], 0.0, 0.0
     resid = []
     for idx in sides:
@@ -222,10 +265,12 @@ def call_level_test(calls: np.ndarray, time: np.ndarray, sumsq: np.ndarray | Non
         u.append(v / mu**2)
         dof.append(d)
     se = math.sqrt(u[0] + u[1])
-    excess = math.log(means[1] / means[0]) - math.log1p(theta)
+    log_ratio = math.log(means[1] / means[0])
+    excess = log_ratio - math.log1p(theta)
+    found = {"rho": rho, "mean_a": means[0], "mean_b": means[1], "se": se, "log_ratio": log_ratio}
     if se == 0:  # both sides constant: a certain answer
         t = math.copysign(math.inf, excess) if excess else math.nan
-        return {"t": t, "dof": math.inf, "p": 0.0 if t > 0 else 1.0, "rho": rho, "mean_a": means[0], "mean_b": means[1]}
+        return {"t": t, "dof": math.inf, "p": 0.0 if t > 0 else 1.0, **found}
     t = excess / se
     nu = (u[0] + u[1]) ** 2 / (u[0] ** 2 / dof[0] + u[1] ** 2 / dof[1])
-    return {"t": t, "dof": nu, "p": stats.t.sf(t, nu), "rho": rho, "mean_a": means[0], "mean_b": means[1]}
+    return {"t": t, "dof": nu, "p": stats.t.sf(t, nu), **found}

@@ -1,0 +1,156 @@
+"""Three answers per statement and one per deploy, on real PostgreSQL with synthetic counters (engine 2.5, sql/0017):
+real analyses store detected, no_regression and inconclusive verdicts, and radar.deploy_state gives each deploy
+pass, fail, inconclusive or pending, with the share it passes on set per call, per session or not at all.
+
+Each deploy has a target of its own, scraped every 10 s for 200 s each side (20 calls an interval unless said):
+- st-pass: two busy statements unchanged (cleared) and a sparse, noisy one (inconclusive) holding under 1% of the time;
+- st-fail: the same, with the first three times slower from the deploy on (detected);
+- st-unsure: a heavy statement so noisy its bound cannot reach 1 + θ (inconclusive), beside a cleared light one;
+- st-pending: recorded, not analysed.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+import pytest
+import sqlalchemy as sa
+
+from radar_pipeline.defs.deploys import deploy_verdicts
+from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
+from radar_pipeline.engine import DETECTED, INCONCLUSIVE, NO_REGRESSION, EngineSettings
+from radar_pipeline.steps.deploy_analysis import analyse_deploy
+from radar_pipeline.warehouse import deploys
+from radar_pipeline.warehouse.analysis import PASS_SHARE, deploy_states
+
+from .helpers import store_counters
+
+SETTINGS = EngineSettings(window=timedelta(seconds=200), tolerance_floor=timedelta(seconds=30))
+TEXTS = {1: "SELECT * FROM orders WHERE id = $1", 2: "SELECT * FROM carts WHERE owner = $1", 3: "SELECT report()"}
+# Per deploy and statement: (mean ms, ×factor from the deploy on, calls per interval, log-normal noise per interval).
+PLANS = {
+    "st-pass": {1: (1.0, 1.0, 20, 0.03), 2: (0.5, 1.0, 20, 0.03), 3: (0.05, 1.0, 1, 0.6)},
+    "st-fail": {1: (1.0, 3.0, 20, 0.03), 2: (0.5, 1.0, 20, 0.03), 3: (0.05, 1.0, 1, 0.6)},
+    "st-unsure": {1: (5.0, 1.0, 1, 1.0), 2: (0.1, 1.0, 20, 0.03)},
+}
+
+
+def _counters(at: datetime, plan: dict, rng: np.random.Generator) -> pd.DataFrame:
+    """41 scrapes 10 s apart centred on `at`: each statement's interval means at its level (× its factor after the
+    deploy), with its noise, over its calls."""
+    rows = []
+    for queryid, (mean, factor, calls, noise) in plan.items():
+        count, total = 1000, 1000 * mean
+        for j in range(-20, 21):
+            level = mean * (factor if j > 0 else 1.0) * rng.lognormal(-(noise**2) / 2, noise)
+            count, total = count + calls, total + calls * level
+            rows.append((queryid, at + timedelta(seconds=10 * j), count, total))
+    return pd.DataFrame(rows, columns=["queryid", "captured_at", "calls", "total_exec_time"])
+
+
+@pytest.fixture
+def recorded(warehouse) -> datetime:
+    """The three analysable deploys (their windows closed an hour ago) and the pending one, with their counters."""
+    at = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+    rng = np.random.default_rng(24)
+    for deploy_id, plan in PLANS.items():
+        store_counters(warehouse, deploy_id, _counters(at, plan, rng), {q: TEXTS[q] for q in plan})
+        deploys.record(warehouse, deploys.DeployEvent(deploy_id, deploy_id, at))
+    deploys.record(warehouse, deploys.DeployEvent("st-pending", "st-pass", datetime.now(UTC) - timedelta(seconds=5)))
+    return at
+
+
+def _verdicts(warehouse, deploy_id: str) -> pd.Series:
+    with warehouse.connect() as conn:
+        return pd.read_sql(
+            sa.text("SELECT queryid, verdict FROM radar.verdict WHERE deploy_id = :d"), conn, params={"d": deploy_id}
+        ).set_index("queryid")["verdict"]
+
+
+def _states(warehouse, pass_share: float | None = None) -> dict[str, str]:
+    with warehouse.connect() as conn:
+        found = deploy_states(conn, ["st-pending", *PLANS], pass_share)
+    return dict(zip(found["deploy_id"], found["state"], strict=True))
+
+
+def test_real_analyses_store_three_answers_and_each_deploy_gets_its_state(recorded, warehouse):
+    for deploy_id in PLANS:
+        analyse_deploy(warehouse, deploy_id, SETTINGS)
+    fail = _verdicts(warehouse, "st-fail")
+    assert fail.to_dict() == {1: DETECTED, 2: NO_REGRESSION, 3: INCONCLUSIVE}
+    assert _verdicts(warehouse, "st-pass").to_dict() == {1: NO_REGRESSION, 2: NO_REGRESSION, 3: INCONCLUSIVE}
+    assert _verdicts(warehouse, "st-unsure").to_dict() == {1: INCONCLUSIVE, 2: NO_REGRESSION}
+    with warehouse.connect() as conn:
+        counts = conn.execute(
+            sa.text(
+                "SELECT detected, no_regression, inconclusive, insufficient_data FROM radar.analysis "
+                "WHERE deploy_id = 'st-fail'"
+            )
+        ).one()
+        stored = pd.read_sql(sa.text("SELECT * FROM radar.deploy_state ORDER BY deploy_id"), conn).set_index(
+            "deploy_id"
+        )
+    assert tuple(counts) == (1, 1, 1, 0)
+
+    assert _states(warehouse) == {
+        "st-pending": "pending",
+        "st-pass": "pass",
+        "st-fail": "fail",
+        "st-unsure": "inconclusive",
+    }
+    # The shares behind them: the sparse statement holds under 1% of st-pass's time, the noisy one most of st-unsure's.
+    assert stored.loc["st-pass", "cleared_share"] > 0.99 and 0.2 < stored.loc["st-unsure", "cleared_share"] < 0.5
+    assert (stored["pass_share"] == PASS_SHARE).all()
+    assert stored.loc["st-fail", ["detected", "no_regression", "inconclusive", "insufficient_data"]].tolist() == [
+        1,
+        1,
+        1,
+        0,
+    ]
+    assert pd.isna(stored.loc["st-pending", "analysed_at"]) and stored.loc["st-pending", "detected"] == 0
+
+    # The share to pass on is a setting: per call (what `radar gate` will pass), or per session and database.
+    assert _states(warehouse, pass_share=1.0)["st-pass"] == "inconclusive"
+    assert _states(warehouse, pass_share=0.2)["st-unsure"] == "pass"  # a team content with a fifth cleared
+    with warehouse.connect() as conn:
+        conn.execute(sa.text("SET radar.pass_share = '0.9999'"))
+        assert conn.execute(
+            sa.text("SELECT state FROM radar.deploy_state WHERE deploy_id = 'st-pass'")
+        ).scalar_one() == ("inconclusive")
+    with pytest.raises(ValueError, match="pass_share"), warehouse.connect() as conn:
+        deploy_states(conn, ["st-pass"], pass_share=1.5)
+
+    # An analysis stored before the clearing rule (no inconclusive count) never passes: its no_regression meant less.
+    with warehouse.begin() as conn:
+        conn.execute(sa.text("UPDATE radar.analysis SET inconclusive = NULL WHERE deploy_id = 'st-pass'"))
+    assert _states(warehouse)["st-pass"] == "inconclusive"
+
+
+def test_the_materialization_shows_the_deploy_state_first(recorded, warehouse, warehouse_url):
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["st-pass"])
+        result = dg.materialize(
+            [deploy_verdicts],
+            partition_key="st-pass",
+            resources={
+                "warehouse": WarehouseResource(url=warehouse_url),
+                "analysis": AnalysisResource(
+                    window_seconds=200, scrape_interval_seconds=10, tolerance_floor_seconds=30
+                ),
+                "targets": TargetsResource(spec="st-pass=postgresql://nowhere.invalid/none"),
+            },
+            instance=instance,
+        )
+    assert result.success
+    metadata = result.asset_materializations_for_node("deploy_verdicts")[0].metadata
+    assert list(metadata)[:3] == ["state", "cleared_share", "pass_share"]
+    assert metadata["state"].value == "pass" and metadata["cleared_share"].value > 0.99
+    assert [metadata[v].value for v in ("detected", "no_regression", "inconclusive", "insufficient_data")] == [
+        0,
+        2,
+        1,
+        0,
+    ]
