@@ -403,3 +403,11 @@ def test_no_control_or_bidi_character_reaches_the_slack_message(analysed, wareho
     assert body["text"] == "1 query slower after deploy api[31m v7[31m on main"
     for text in texts:
         assert not any(c in text for c in HIDDEN.replace("[31m", "")), text
+
+
+def test_a_chart_title_carries_no_control_or_bidi_character():
+    from radar_pipeline.alerts.chart import chart_title
+
+    title = chart_title("SELECT \x1b[31mred\x07 \u202egnp.\x9b $1", "interval means")
+    assert not any(c in title for c in "\x1b\x07\u202e\x9b"), repr(title)
+    assert title == "SELECT [31mred gnp. \\$1\ninterval means"

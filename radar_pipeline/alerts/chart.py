@@ -116,8 +116,11 @@ def _finish(fig: Figure, ax: Axes, path: Path, title: str) -> None:
 
 def chart_title(statement: str | None, what: str, limit: int = 70) -> str:
     """A chart's title: the statement's text on one line, cut with an ellipsis, then what the chart shows; `$` is
-    escaped, since matplotlib reads text between two `$` (a statement's $1 and $2) as mathematics."""
-    text = " ".join((statement or "").split())
+    escaped, since matplotlib reads text between two `$` (a statement's $1 and $2) as mathematics; control and bidi
+    characters are removed, as everywhere the statement is shown."""
+    from radar_pipeline.config import printable
+
+    text = " ".join(printable(statement or "").split())
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     return f"{text}\n{what}".replace("$", r"\$") if text else what.replace("$", r"\$")
