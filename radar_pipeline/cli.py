@@ -189,7 +189,11 @@ def verdicts(deploy_id: str, show_all: bool, output: str, warehouse: str | None)
     if state.empty:
         click.echo(f"{what} {clean(deploy_id)}: {verdict_counts}")
     else:
-        click.echo(f"{what} {clean(deploy_id)}: {_state_line(state.iloc[0])}; {verdict_counts}")
+        row = state.iloc[0]
+        click.echo(f"{what} {clean(deploy_id)}: {row['state']}; {verdict_counts}")
+        cleared = _cleared_line(row)
+        if cleared:
+            click.echo(cleared)
     if what == "deploy":
         _print_impact(summary, changes, show_all)
     shown = table if show_all else table.head(40)
@@ -232,12 +236,13 @@ def _script_cell(value: object, nested: bool) -> object:
     return value
 
 
-def _state_line(row: pd.Series) -> str:
-    """The deploy's state (radar.deploy_state) and the share of its execution time after the deploy cleared."""
+def _cleared_line(row: pd.Series) -> str:
+    """The share of the deploy's execution time after it that cleared statements hold (radar.deploy_state), against
+    the share a pass needs; empty with no analysis yet, or nothing run after the deploy."""
     share = row["cleared_share"]
-    if share is None or share != share:  # no analysis yet, or nothing ran after the deploy
-        return str(row["state"])
-    return f"{row['state']} ({share:.1%} of the time after the deploy cleared; pass needs {row['pass_share']:.0%})"
+    if share is None or share != share:
+        return ""
+    return f"{share:.1%} of the execution time after the deploy is cleared (a pass needs {row['pass_share']:.0%})"
 
 
 def _print_impact(summary: pd.DataFrame, changes: pd.DataFrame, show_all: bool) -> None:
