@@ -374,7 +374,7 @@ def test_a_deploy_with_no_data_before_it_says_so(warehouse, warehouse_url, slack
         env={**os.environ, "COLUMNS": "160"},
     )
     assert proc.returncode == 0, proc.stderr
-    line = proc.stdout.splitlines()[1]
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("database time: ")]
     assert line.startswith("database time: no data before the deploy; after it ") and " → " not in line, line
     body, text = _alert(warehouse_url, slack, "first-look")
     print(f"\n--- no data before ---\n{body.get('text')}\n{text}\n{proc.stdout}")
