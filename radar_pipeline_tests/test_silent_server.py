@@ -177,23 +177,7 @@ def test_an_analysis_gives_up_on_a_silent_target_s_live_plan_within_the_bound(ap
 
     with SilentProxy("127.0.0.1", server.pg.port) as proxy, dg.instance_for_test() as instance:
         frozen = proxy.target(Target("main", target.dsn), PASSWORD)
-        instance.add_dynamic_partitions("deploys", ["silent-1"])
-        result = _within(
-            proxy,
-            lambda: dg.materialize(
-                [deploy_verdicts],
-                partition_key="silent-1",
-                resources={
-                    "warehouse": WarehouseResource(url=warehouse_url),
-                    "analysis": AnalysisResource(
-                        window_seconds=200, scrape_interval_seconds=10, tolerance_floor_seconds=30
-                    ),
-                    "targets": TargetsResource(spec=f"main={frozen.dsn}"),
-                },
-                instance=instance,
-                raise_on_error=False,
-            ),
-        )
+        result = _analyse(proxy, instance, "silent-1", frozen, warehouse_url)
         text = run_log_text(instance, result.run_id)
     assert result.success
     (mat,) = result.asset_materializations_for_node("deploy_verdicts")
@@ -243,23 +227,7 @@ def test_an_analysis_on_a_slow_target_ends_its_live_work_at_its_deadline_and_say
 
     with SlowProxy("127.0.0.1", server.pg.port, SLOW_S) as proxy, dg.instance_for_test() as instance:
         slow = proxy.target(collector, PASSWORD)
-        instance.add_dynamic_partitions("deploys", ["slow-1"])
-        result = _within(
-            proxy,
-            lambda: dg.materialize(
-                [deploy_verdicts],
-                partition_key="slow-1",
-                resources={
-                    "warehouse": WarehouseResource(url=warehouse_url),
-                    "analysis": AnalysisResource(
-                        window_seconds=200, scrape_interval_seconds=10, tolerance_floor_seconds=30
-                    ),
-                    "targets": TargetsResource(spec=f"main={slow.dsn}"),
-                },
-                instance=instance,
-                raise_on_error=False,
-            ),
-        )
+        result = _analyse(proxy, instance, "slow-1", slow, warehouse_url)
         text = run_log_text(instance, result.run_id)
     assert result.success
     (mat,) = result.asset_materializations_for_node("deploy_verdicts")
@@ -327,3 +295,27 @@ def test_snapshot_and_plan_runs_carry_a_max_runtime_that_run_monitoring_enforces
         assert instance["run_monitoring"]["enabled"] is True
     values = yaml.safe_load((root / "deploy" / "helm" / "values.yaml").read_text())
     assert values["dagsterDaemon"]["runMonitoring"]["enabled"] is True
+
+
+def _analyse(
+    proxy: SilentProxy, instance: dg.DagsterInstance, deploy_id: str, target: Target, warehouse_url: str
+) -> dg.ExecuteInProcessResult:
+    """The deploy's analysis through Dagster, with `target` (behind `proxy`) as its watched server, within the
+    proxy's bound."""
+    instance.add_dynamic_partitions("deploys", [deploy_id])
+    return _within(
+        proxy,
+        lambda: dg.materialize(
+            [deploy_verdicts],
+            partition_key=deploy_id,
+            resources={
+                "warehouse": WarehouseResource(url=warehouse_url),
+                "analysis": AnalysisResource(
+                    window_seconds=200, scrape_interval_seconds=10, tolerance_floor_seconds=30
+                ),
+                "targets": TargetsResource(spec=f"main={target.dsn}"),
+            },
+            instance=instance,
+            raise_on_error=False,
+        ),
+    )
