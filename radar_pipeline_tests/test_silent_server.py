@@ -104,17 +104,8 @@ def test_a_silent_target_fails_its_snapshot_on_time_and_the_others_are_stored(ap
     run(target, "SELECT count(*) FROM items WHERE grp = %s", 3, (1,))
     with SilentProxy("127.0.0.1", server.pg.port) as proxy, dg.instance_for_test() as instance:
         frozen = proxy.target(Target("frozen", target.dsn), PASSWORD)
-        result = _within(
-            proxy,
-            lambda: dg.materialize(
-                [pgss_snapshots],
-                resources={
-                    "warehouse": WarehouseResource(url=warehouse_url),
-                    "targets": TargetsResource(spec=f"{target.name}={target.dsn} frozen={frozen.dsn}"),
-                },
-                instance=instance,
-                raise_on_error=False,
-            ),
+        result = _collect(
+            proxy, instance, pgss_snapshots, f"{target.name}={target.dsn} frozen={frozen.dsn}", warehouse_url
         )
         text = run_log_text(instance, result.run_id)
     assert result.success
@@ -135,17 +126,8 @@ def test_a_silent_target_fails_plan_capture_on_time(app_db, warehouse_url):
     server, target = app_db
     with SilentProxy("127.0.0.1", server.pg.port) as proxy, dg.instance_for_test() as instance:
         frozen = proxy.target(Target("frozen", target.dsn), PASSWORD)
-        result = _within(
-            proxy,
-            lambda: dg.materialize(
-                [plan_snapshots],
-                resources={
-                    "warehouse": WarehouseResource(url=warehouse_url),
-                    "targets": TargetsResource(spec=f"{target.name}={target.dsn} frozen={frozen.dsn}"),
-                },
-                instance=instance,
-                raise_on_error=False,
-            ),
+        result = _collect(
+            proxy, instance, plan_snapshots, f"{target.name}={target.dsn} frozen={frozen.dsn}", warehouse_url
         )
         text = run_log_text(instance, result.run_id)
     assert result.success
@@ -258,18 +240,7 @@ def test_plan_capture_on_a_slow_target_ends_at_its_deadline_and_says_so(app_db, 
     monkeypatch.setattr(plan_capture, "CAPTURE_DEADLINE_S", SLOW_DEADLINE_S)
     with SlowProxy("127.0.0.1", server.pg.port, SLOW_S) as proxy, dg.instance_for_test() as instance:
         slow = proxy.target(collector, PASSWORD)
-        result = _within(
-            proxy,
-            lambda: dg.materialize(
-                [plan_snapshots],
-                resources={
-                    "warehouse": WarehouseResource(url=warehouse_url),
-                    "targets": TargetsResource(spec=f"slow={slow.dsn}"),
-                },
-                instance=instance,
-                raise_on_error=False,
-            ),
-        )
+        result = _collect(proxy, instance, plan_snapshots, f"slow={slow.dsn}", warehouse_url)
         text = run_log_text(instance, result.run_id)
     assert result.success
     meta = result.asset_materializations_for_node("plan_snapshots")[0].metadata
@@ -315,6 +286,21 @@ def _analyse(
                 ),
                 "targets": TargetsResource(spec=f"main={target.dsn}"),
             },
+            instance=instance,
+            raise_on_error=False,
+        ),
+    )
+
+
+def _collect(
+    proxy: SilentProxy, instance: dg.DagsterInstance, asset: dg.AssetsDefinition, spec: str, warehouse_url: str
+) -> dg.ExecuteInProcessResult:
+    """A collection asset (snapshots or plans) through Dagster over the targets of `spec`, within the proxy's bound."""
+    return _within(
+        proxy,
+        lambda: dg.materialize(
+            [asset],
+            resources={"warehouse": WarehouseResource(url=warehouse_url), "targets": TargetsResource(spec=spec)},
             instance=instance,
             raise_on_error=False,
         ),
