@@ -30,9 +30,11 @@ class Server:
             cur = conn.execute(sql, params)  # type: ignore[arg-type]
             return cur.fetchall() if cur.description else []
 
-    def new_database(self, prefix: str) -> str:
+    def new_database(self, prefix: str, template: str | None = None) -> str:
         name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-        self.execute(f'CREATE DATABASE "{name}"')
+        # FILE_COPY: a copy of the files and a checkpoint, faster than WAL_LOG's page by page for a small template
+        copy = f' TEMPLATE "{template}" STRATEGY FILE_COPY' if template else ""
+        self.execute(f'CREATE DATABASE "{name}"{copy}')
         return name
 
     def drop_database(self, name: str) -> None:
@@ -76,12 +78,24 @@ def server(request: pytest.FixtureRequest) -> Server:
     return request.getfixturevalue(request.param)
 
 
-@pytest.fixture
-def warehouse_url(pg18: Server) -> Iterator[str]:
-    """A fresh, migrated warehouse database on the embedded server."""
-    name = pg18.new_database("warehouse")
+@pytest.fixture(scope="session")
+def warehouse_template(pg18: Server) -> str:
+    """A warehouse database migrated once per session, the template each test's warehouse is copied from (a copy
+    costs a tenth of applying every migration again)."""
+    name = pg18.new_database("warehouse_template")
     url = pg18.pg.url(name, driver="postgresql+psycopg")
     migrations.upgrade(url)
+    make_engine(url).dispose()
+    # A template must have no session open while it is copied: yoyo's backend may keep its connection.
+    pg18.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", params=(name,))
+    return name
+
+
+@pytest.fixture
+def warehouse_url(pg18: Server, warehouse_template: str) -> Iterator[str]:
+    """A fresh, migrated warehouse database on the embedded server."""
+    name = pg18.new_database("warehouse", template=warehouse_template)
+    url = pg18.pg.url(name, driver="postgresql+psycopg")
     yield url
     make_engine(url).dispose()
     pg18.drop_database(name)
