@@ -25,6 +25,8 @@ from .fake_slack import PORTAL, Odd
 from .test_alerts import _alert, _outbox, analysed  # noqa: F401 - the fixture is used by name
 
 POST = "/api/chat.postMessage"
+# The client's bound when the stand-in holds its answer (a timeout): short, so the suite does not wait out 10 s a case.
+HELD_TIMEOUT = 3
 
 
 def _bot(slack: fake_slack.FakeSlack, **kwargs: object) -> SlackResource:
@@ -59,8 +61,8 @@ def _wait_for(condition, what: str, timeout: float = 60.0) -> None:
 
 
 def test_an_answer_after_the_timeout_is_found_in_the_channel_not_posted_again(analysed, warehouse_url, slack):  # noqa: F811
-    held = slack.hold_next(POST)  # Slack takes the message, answers only after the client gave up (10 s)
-    first, log = _alert(warehouse_url, _bot(slack))
+    held = slack.hold_next(POST)  # Slack takes the message, answers only after the client gave up
+    first, log = _alert(warehouse_url, _bot(slack, timeout_seconds=HELD_TIMEOUT))
     held.set()
     assert first.success and "may have been posted" in log
     row = _row(analysed)
@@ -132,8 +134,8 @@ def test_a_long_retry_after_is_waited_out_between_runs(analysed, warehouse_url, 
 
 def test_a_webhook_cannot_check_and_sends_again(analysed, warehouse_url, slack):  # noqa: F811
     """What webhook mode guarantees: at least once. After a timeout the message is sent again, and may appear twice."""
-    held = slack.hold_next(slack.webhook_url.split(str(slack.port))[1])  # answered after the client's 10 s
-    hook = SlackResource(webhook_url=slack.webhook_url)
+    held = slack.hold_next(slack.webhook_url.split(str(slack.port))[1])  # answered after the client gave up
+    hook = SlackResource(webhook_url=slack.webhook_url, timeout_seconds=HELD_TIMEOUT)
     first, _ = _alert(warehouse_url, hook)
     held.set()
     assert first.success and _row(analysed)["outcome_unknown"]
@@ -222,7 +224,7 @@ def _outcome(call) -> str:  # type: ignore[no-untyped-def]
 
 def _give(slack: fake_slack.FakeSlack, path: str, answer: Odd | None) -> threading.Event:
     """Script the next answer to `path`; a timeout (None) is an answer held until the returned event is set, which
-    the test sets once the client (10 s) has given up."""
+    the test sets once the client (HELD_TIMEOUT) has given up."""
     if answer is None:
         return slack.hold_next(path)
     slack.answer_next(path, answer, answer, answer)  # the first try and any retry inside it
@@ -234,7 +236,7 @@ def test_every_answer_to_a_post_is_delivered_refused_or_unknown(slack, name):
     from radar_pipeline.alerts.slack import SlackSender
 
     answer, expected = ANSWERS[name]
-    bot = SlackSender(token="xoxb-t", channel="C0RADAR", base_url=slack.api_url)
+    bot = SlackSender(token="xoxb-t", channel="C0RADAR", base_url=slack.api_url, timeout=HELD_TIMEOUT)
     assert _outcome(lambda: bot.send("x", [], delivery_id="d1")) == "delivered"
     held = _give(slack, POST, answer)
     assert _outcome(lambda: bot.send("x", [], delivery_id="d2")) == expected
@@ -246,7 +248,7 @@ def test_every_answer_to_a_webhook_is_delivered_refused_or_unknown(slack, name):
     from radar_pipeline.alerts.slack import SlackSender
 
     answer, expected = HOOK_ANSWERS[name]
-    hook = SlackSender(webhook_url=slack.webhook_url)
+    hook = SlackSender(webhook_url=slack.webhook_url, timeout=HELD_TIMEOUT)
     assert _outcome(lambda: hook.send("x", [])) == "delivered"
     held = _give(slack, HOOK, answer)
     assert _outcome(lambda: hook.send("x", [])) == expected
@@ -258,7 +260,7 @@ def test_every_answer_to_the_history_lookup_is_read_refused_or_unknown(slack, na
     from radar_pipeline.alerts.slack import SlackSender
 
     answer, expected = ANSWERS.get(name, (Odd(200, b'{"ok": true, "messages": "none"}', JSON), "unknown"))
-    bot = SlackSender(token="xoxb-t", channel="C0RADAR", base_url=slack.api_url)
+    bot = SlackSender(token="xoxb-t", channel="C0RADAR", base_url=slack.api_url, timeout=HELD_TIMEOUT)
     bot.send("x", [], delivery_id="d1")
     since = datetime.now(UTC) - timedelta(minutes=1)
     assert bot.find_posted({"d1"}, since) == {"d1": slack.messages()[0]["ts"]}
@@ -293,8 +295,8 @@ def test_an_html_page_instead_of_slacks_answer_is_retried_after_a_look_in_the_hi
 def test_a_malformed_history_answer_leaves_the_alert_pending_and_the_run_finishes(analysed, warehouse_url, slack):  # noqa: F811
     """The look in the history got a 200 with a cut JSON body: the run crashed on a JSONDecodeError and left the row
     `sending` for its lease. Now the row waits as `pending` and the next attempt looks again."""
-    held = slack.hold_next(POST)  # answered after the client's 10 s
-    _alert(warehouse_url, _bot(slack))
+    held = slack.hold_next(POST)  # answered after the client gave up
+    _alert(warehouse_url, _bot(slack, timeout_seconds=HELD_TIMEOUT))
     held.set()
     _backoff_passes(analysed)
     slack.answer_next(HISTORY, Odd(200, b'{"ok": true, "messages": [{"ts": "17', JSON))
