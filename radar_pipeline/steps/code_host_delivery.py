@@ -238,7 +238,7 @@ def comment_body(deploy: Deploy, state: str, marker: str) -> str:
     if state == "fail":
         summary += ". These statements got slower after the deploy:"
     elif state == "pass":
-        summary += ". An earlier analysis found a regression; this one clears the deploy."
+        summary += ". This analysis clears the deploy (an earlier analysis found a regression)."
     else:
         summary += f". The deploy is {state} now (an earlier analysis found a regression)."
     lines += [summary, ""]
