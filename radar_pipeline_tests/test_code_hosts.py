@@ -128,7 +128,8 @@ def _wait(warehouse) -> float:
     with warehouse.connect() as conn:
         return conn.execute(
             sa.text(
-                "SELECT extract(epoch FROM next_attempt_at - now()) FROM radar.code_host_delivery WHERE kind = 'commit_status'"
+                "SELECT extract(epoch FROM next_attempt_at - now()) FROM radar.code_host_delivery "
+                "WHERE kind = 'commit_status'"
             )
         ).scalar_one()
 
@@ -245,7 +246,8 @@ def test_a_comment_applied_without_an_answer_is_found_not_posted_twice(analysed,
     assert len(host.calls_to("post_comment")) == 1  # not retried blindly
     assert (rows["review_comment"]["status"], len(host.comments)) == ("pending", 1)
     with analysed.connect() as conn:
-        assert conn.execute(sa.text("SELECT outcome_unknown FROM radar.code_host_delivery WHERE kind = 'review_comment'")).scalar_one()  # fmt: skip
+        unknown = "SELECT outcome_unknown FROM radar.code_host_delivery WHERE kind = 'review_comment'"
+        assert conn.execute(sa.text(unknown)).scalar_one()
 
     _backoff_passes(analysed)
     _deliver(analysed, host)
