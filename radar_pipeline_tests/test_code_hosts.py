@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,16 +18,18 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
+import pandas as pd
 import pytest
 import sqlalchemy as sa
 
-from radar_pipeline.alerts.code_hosts import HostClient
+from radar_pipeline.alerts.code_hosts import HostClient, HostError, Review
 from radar_pipeline.defs.code_hosts import code_host_retry_job, code_host_statuses
 from radar_pipeline.defs.reconcile import radar_reconciler
 from radar_pipeline.defs.resources import CodeHostResource, SlackResource, WarehouseResource
-from radar_pipeline.steps.code_host_delivery import comment_marker, deliver
+from radar_pipeline.steps.code_host_delivery import Deploy, comment_body, comment_marker, deliver, description
 from radar_pipeline.steps.deploy_analysis import analyse_deploy
 from radar_pipeline.warehouse import code_hosts as outbox
+from radar_pipeline.warehouse import deploys
 
 from . import fake_code_host
 from .fake_code_host import ECHO, TOKEN, FakeHost
@@ -347,3 +350,61 @@ def test_old_reanalysed_or_unconfigured_deploys_send_nothing(analysed, warehouse
     _ship(analysed, github, commit_sha=None, repository=None, code_host=None, github_deployment_id=None, api_url=None)
     metadata, _ = _materialize(warehouse_url, _resource(github))
     assert metadata["note"].startswith("no commit and repository recorded") and not github.calls
+
+
+def test_the_stand_in_refuses_what_the_hosts_refuse_and_radar_stays_within_their_limits(github):
+    client = HostClient("github", github.api_url, TOKEN, TIMEOUT)
+    try:
+        with pytest.raises(HostError, match="422 the fields were refused: Validation Failed"):
+            client.set_status(github.repository, COMMIT, "fail", "x" * 141, None)
+        with pytest.raises(HostError, match="422 the fields were refused"):
+            client.post_comment(github.repository, Review(12), "x" * 65_537)
+        with pytest.raises(HostError, match="422 the fields were refused: No commit found"):
+            client.set_status(github.repository, "0" * 40, "fail", "x", None)
+        assert not github.statuses and not github.comments
+        with pytest.raises(HostError, match="401 the token was refused") as refused:
+            HostClient("github", github.api_url, "ghp_other", TIMEOUT).set_status(
+                github.repository, COMMIT, "pass", "ok", None
+            )
+        assert not refused.value.retryable
+
+        # The largest deploy radar can describe: 60 detections of 5,000-character statements full of backticks.
+        many = pd.DataFrame(
+            {
+                "queryid": range(60),
+                "target": "main",
+                "change_factor": 3.5,
+                "factor_low": 2.0,
+                "factor_high": 6.0,
+                "cause": "plan_change",
+                "query": ["SELECT '```' || `x` FROM t WHERE a = $1 " * 130] * 60,
+            }
+        )
+        state = pd.Series({"state": "fail", "detected": 60, "no_regression": 0, "inconclusive": 0,
+                           "insufficient_data": 0, "cleared_share": 0.12345, "pass_share": 0.9})  # fmt: skip
+        event = deploys.DeployEvent("d-" + "9" * 120, "t" * 1000, commit_sha=COMMIT, repository="acme/api",
+                                    code_host="github")  # fmt: skip
+        deploy = Deploy(event, state, many, datetime.now(UTC), "run-1")
+        body = comment_body(deploy, "fail", comment_marker(event.deploy_id))
+        text = description("fail", state, many)
+        assert len(body) <= 65_536 and len(text) <= 140 and "and 50 more" in body
+        client.set_status(github.repository, COMMIT, "fail", text, None)
+        assert client.post_comment(github.repository, Review(12), body) > 0
+        # No backtick run in a statement closes its code block early: each block's fence is longer than any run.
+        assert body.count("\n  ````sql\n") == 10
+    finally:
+        client.close()
+
+
+def test_code_host_settings_are_checked_at_load():
+    from radar_pipeline.config import ConfigError, validate_environment
+
+    validate_environment({"RADAR_GITHUB_TOKEN": "ghp_x", "RADAR_GITHUB_API_URL": "https://ghe.example/api/v3"})
+    for env, words in (
+        ({"RADAR_GITHUB_TOKEN": "ghp_x\nX-Evil: 1"}, "RADAR_GITHUB_TOKEN holds white space"),
+        ({"RADAR_GITLAB_API_URL": "https://user:pw@gitlab.example/api/v4"}, "RADAR_GITLAB_API_URL must not hold @"),
+        ({"RADAR_GITHUB_API_URL": "api.github.com"}, "RADAR_GITHUB_API_URL must be an http(s) URL"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(words)) as refused:
+            validate_environment(env)
+        assert "pw@" not in str(refused.value) and "ghp_x" not in str(refused.value)
