@@ -338,6 +338,16 @@ def test_old_reanalysed_or_unconfigured_deploys_send_nothing(analysed, warehouse
         conn.execute(sa.text("DELETE FROM radar.code_host_delivery"))
     _deliver(analysed, github, max_age=timedelta(seconds=1))  # the window closed 100 s ago: too old
     assert {r["status"] for r in _rows(analysed).values()} == {"withheld"} and not github.calls
+    # A status still waiting when its deploy becomes too old is withheld too, not sent late.
+    with analysed.begin() as conn:
+        conn.execute(sa.text("DELETE FROM radar.code_host_delivery"))
+    github.fail_next("status", *[(503, {}, {"message": "unavailable"})] * 3)
+    _deliver(analysed, github)
+    assert _rows(analysed)["commit_status"]["status"] == "pending"
+    _backoff_passes(analysed)
+    _deliver(analysed, github, max_age=timedelta(seconds=1))
+    assert _rows(analysed)["commit_status"]["status"] == "withheld" and len(github.calls_to("status")) == 3
+    github.calls.clear()
 
     # A deploy record that names another API than radar's: the token is not sent there.
     with analysed.begin() as conn:

@@ -72,6 +72,8 @@ def deliver(
     with engine.begin() as conn:
         outbox.lock(conn, deploy_id)
         outbox.enqueue(conn, deploy_id, kinds, state, deploy.state["analysed_at"], withhold=reason)
+        if reason and not reanalysis:
+            outbox.withhold_waiting(conn, deploy_id, reason)
         claimed = [] if reason else outbox.claim(conn, deploy_id, LEASE)
     mismatch = _api_mismatch(event, client)
     for row in claimed:

@@ -33,13 +33,13 @@ def enqueue(
     """Record what the deploy's analysis (its `state`, `analysed_at`) asks to deliver: a row per kind not yet there
     (pending, or withheld with the reason); a row of an earlier analysis, or of another state, becomes pending again
     for this one (the status is sent anew, the comment edited in place). A row an attempt may be sending now keeps
-    that attempt's doubt (outcome_unknown), so its comment is looked for before another is posted. Withheld: existing
-    rows are left as they are."""
+    that attempt's doubt (outcome_unknown), so its comment is looked for before another is posted, and loses its
+    claim (what that attempt records is ignored). Withheld: existing rows are left as they are."""
     if withhold is None:
         conn.execute(
             sa.text(
                 "UPDATE radar.code_host_delivery SET state = :s, analysed_at = :a, status = 'pending', attempts = 0, "
-                "  last_error = NULL, created_at = now(), next_attempt_at = NULL, "
+                "  last_error = NULL, created_at = now(), next_attempt_at = NULL, delivery_id = NULL, "
                 "  outcome_unknown = outcome_unknown OR status = 'sending' "
                 "WHERE deploy_id = :d AND (state, analysed_at) IS DISTINCT FROM (:s, :a)"
             ),
@@ -143,6 +143,17 @@ def settle(
             "ids": None if remote_ids is None else json.dumps(remote_ids),
         },
     )
+
+
+def withhold_waiting(conn: sa.Connection, deploy_id: str, note: str) -> int:
+    """Withhold the deploy's deliveries still waiting to be sent (too old to be news); returns how many."""
+    return conn.execute(
+        sa.text(
+            "UPDATE radar.code_host_delivery SET status = 'withheld', last_error = :n, outcome_unknown = false "
+            "WHERE deploy_id = :d AND status = 'pending'"
+        ),
+        {"d": deploy_id, "n": note},
+    ).rowcount
 
 
 def rows(conn: sa.Connection, deploy_id: str) -> dict[str, dict]:
