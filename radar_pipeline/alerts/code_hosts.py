@@ -1,14 +1,14 @@
 """GitHub and GitLab through their REST APIs (httpx): commit statuses, GitHub deployment statuses, and a comment on
 the pull or merge request that merged a commit, found again by a hidden marker.
 
-Every wait of a request (connect, send, read) is bounded by the client's timeout. A refused connection (nothing was sent), a 5xx, and a rate limit
-(429, or GitHub's 403 with Retry-After, x-ratelimit-remaining 0 or a "secondary rate limit" message) whose wait is
-at most RETRY_AFTER_CAP seconds are retried here, up to RETRIES times; a longer wait is reported (HostError
-.retry_after) for the outbox to wait out between runs. A timeout or a connection lost after the request went out is
-retried here only for idempotent requests (a status: the same state for the same context again); for a comment it
-is reported with `unknown` set, and the next attempt looks for the comment's marker first. Any other answer is final:
-401 (the token), 403 (its permissions), 404 (repository, commit or request unknown, or unseen by the token), 422
-(fields refused). No error text shows the token.
+Every wait of a request (connect, send, read) is bounded by the client's timeout. A refused connection (nothing was
+sent), a 5xx, and a rate limit (429, or GitHub's 403 with Retry-After, x-ratelimit-remaining 0 or a "secondary rate
+limit" message) whose wait is at most RETRY_AFTER_CAP seconds are retried here, up to RETRIES times; a longer wait is
+reported (HostError.retry_after) for the outbox to wait out between runs. A timeout or a connection lost after the
+request went out is retried here only for idempotent requests (a status: the same state for the same context
+again); for a comment it is reported with `unknown` set, and the next attempt looks for the comment's marker first.
+Any other answer is final: 401 (the token), 403 (its permissions), 404 (repository, commit or request unknown, or
+unseen by the token), 422 (fields refused). No error text shows the token.
 """
 
 from __future__ import annotations
