@@ -92,6 +92,12 @@ def db_upgrade(url: str | None) -> None:
 @click.option("--service", help="the service deployed (default: the repository)")
 @click.option("--version", "version", help="the version deployed (default: the commit)")
 @click.option("--url", help="a link to the deploy (default: the CI run)")
+@click.option("--commit", "commit_sha", help="the full commit SHA deployed, for its status (default: the CI's)")
+@click.option("--repository", help="GitHub owner/name or GitLab project path, for the status (default: the CI's)")
+@click.option("--code-host", type=click.Choice(["github", "gitlab"]), help="where the repository is (default: the CI)")
+@click.option("--api-url", help="the code host's API (default: GITHUB_API_URL or CI_API_V4_URL)")
+@click.option("--run-url", help="the CI run that deployed (default: the CI's)")
+@click.option("--github-deployment", "github_deployment_id", type=click.IntRange(min=1), help="a GitHub deployment id")
 @click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
 @click.pass_context
 def deploy(
@@ -102,17 +108,41 @@ def deploy(
     service: str | None,
     version: str | None,
     url: str | None,
+    commit_sha: str | None,
+    repository: str | None,
+    code_host: str | None,
+    api_url: str | None,
+    run_url: str | None,
+    github_deployment_id: int | None,
     warehouse: str | None,
 ) -> None:
-    """Record a deploy (what CI calls after deploying); flags absent are read from the CI's own variables."""
+    """Record a deploy (what CI calls after deploying); flags absent are read from the CI's own variables (README,
+    "CI variables"). In a CI, a missing commit or repository (no status can be sent) or an empty service or version
+    is warned about on stderr, the variable named."""
     if ctx.invoked_subcommand is not None:
         return
-    from radar_pipeline.ci_env import TARGET_VAR, ci_defaults
+    from radar_pipeline.ci_env import TARGET_VAR, ci_defaults, ci_warnings
     from radar_pipeline.warehouse import deploys
 
     found = ci_defaults(os.environ)
-    given = {"target": target, "deploy_id": deploy_id, "service": service, "version": version, "url": url}
+    given = {
+        "target": target,
+        "deploy_id": deploy_id,
+        "service": service,
+        "version": version,
+        "url": url,
+        "commit_sha": commit_sha,
+        "repository": repository,
+        "code_host": code_host,
+        "api_url": api_url,
+        "run_url": run_url,
+        "github_deployment_id": github_deployment_id,
+    }
     fields = {k: v if v is not None else found.get(k) for k, v in given.items()}
+    if fields["github_deployment_id"] is not None:
+        fields["github_deployment_id"] = int(fields["github_deployment_id"])
+    for line in ci_warnings(os.environ, fields):
+        click.echo(printable(line), err=True)
     if not fields["target"]:
         raise click.UsageError(f"no target: pass --target or set {TARGET_VAR}")
     if not fields["deploy_id"]:

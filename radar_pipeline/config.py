@@ -23,6 +23,10 @@ ALERT_MAX_AGE_VAR = "RADAR_ALERT_MAX_AGE_HOURS"
 DEFAULT_ALERT_MAX_AGE_HOURS = 24.0
 DAGSTER_URL_VAR = "RADAR_DAGSTER_URL"  # the Dagster UI's address, for links in alerts
 DAGSTER_PG_URL_VAR = "RADAR_DAGSTER_PG_URL"
+# Code hosts (commit statuses, review comments): a token each, and the API the token is sent to.
+CODE_HOST_TOKEN_VARS = {"github": "RADAR_GITHUB_TOKEN", "gitlab": "RADAR_GITLAB_TOKEN"}
+CODE_HOST_API_VARS = {"github": "RADAR_GITHUB_API_URL", "gitlab": "RADAR_GITLAB_API_URL"}
+DEFAULT_API_URLS = {"github": "https://api.github.com", "gitlab": "https://gitlab.com/api/v4"}
 CHART_DIR_VAR = "RADAR_CHART_DIR"  # where chart images are kept (default: a new temporary folder per analysis)
 SECONDS_VARS = (
     "RADAR_WINDOW_SECONDS",
@@ -295,6 +299,7 @@ def validate_environment(environ: Mapping[str, str]) -> None:
     if role and not _ROLE.fullmatch(role):
         raise ConfigError(f"{COLLECTOR_ROLE_VAR} must be a role name (letters, digits, _), not {role!r}")
     _slack(environ)
+    _code_hosts(environ)
     dagster_ui = value(DAGSTER_URL_VAR)
     if dagster_ui and "@" in dagster_ui:
         raise ConfigError(f"{DAGSTER_URL_VAR} must not hold @ (a user name or password): alerts show it as a link")
@@ -324,3 +329,15 @@ def _slack(environ: Mapping[str, str]) -> None:
         raise ConfigError("RADAR_SLACK_TOKEN is not a Slack token (xoxb-...)")
     if webhook and not (webhook.startswith("https://") and _HTTP.fullmatch(webhook)):
         raise ConfigError("RADAR_SLACK_WEBHOOK_URL must be an https:// URL")
+
+
+def _code_hosts(environ: Mapping[str, str]) -> None:
+    for kind, variable in CODE_HOST_TOKEN_VARS.items():
+        token = environ.get(variable)
+        if token and (any(c.isspace() or not c.isprintable() for c in token)):
+            raise ConfigError(f"{variable} holds white space or control characters: not a token")
+        url = environ.get(CODE_HOST_API_VARS[kind])
+        if url and "@" in url:
+            raise ConfigError(f"{CODE_HOST_API_VARS[kind]} must not hold @ (a user name or password)")
+        if url and not _HTTP.fullmatch(url):
+            raise ConfigError(f"{CODE_HOST_API_VARS[kind]} must be an http(s) URL, not {url!r}")

@@ -8,6 +8,7 @@ import dagster as dg
 
 from radar_pipeline.config import validate_environment
 from radar_pipeline.defs.alerts import regression_alerts, slack_run_failure_sensor
+from radar_pipeline.defs.code_hosts import code_host_retry_job, code_host_statuses
 from radar_pipeline.defs.compaction import pgss_compaction, pgss_compaction_job, pgss_compaction_schedule
 from radar_pipeline.defs.deploys import (
     deploy_event_sensor,
@@ -24,7 +25,7 @@ from radar_pipeline.defs.reconcile import (
     periodic_alert_retry_job,
     radar_reconciler,
 )
-from radar_pipeline.defs.resources import default_resources, slack_from_environment
+from radar_pipeline.defs.resources import code_hosts_from_environment, default_resources, slack_from_environment
 from radar_pipeline.defs.retention import pgss_retention_job, pgss_retention_schedule
 from radar_pipeline.defs.snapshots import pgss_snapshot_job, pgss_snapshot_schedule_for, pgss_snapshots
 
@@ -37,6 +38,7 @@ defs = dg.Definitions(
         plan_snapshots,
         deploy_verdicts,
         regression_alerts,
+        code_host_statuses,
         query_history,
         periodic_verdicts,
         periodic_alerts,
@@ -51,6 +53,7 @@ defs = dg.Definitions(
         periodic_job,
         alert_retry_job,
         periodic_alert_retry_job,
+        code_host_retry_job,
     ],
     schedules=[
         pgss_snapshot_schedule_for(),
@@ -61,5 +64,5 @@ defs = dg.Definitions(
         periodic_schedule,
     ],
     sensors=[deploy_event_sensor, slack_run_failure_sensor, radar_reconciler],
-    resources={**default_resources(), "slack": slack_from_environment()},
+    resources={**default_resources(), "slack": slack_from_environment(), "code_hosts": code_hosts_from_environment()},
 )

@@ -48,6 +48,7 @@ def test_definitions_load():
     assert {k.to_user_string() for k in deploy_job.asset_layer.executable_asset_keys} == {
         "deploy_verdicts",
         "regression_alerts",
+        "code_host_statuses",
         "query_history",
     }
     assert sorted(s.name for s in repo.sensor_defs) == [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta, timezone
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from radar_pipeline.ci_env import ci_defaults
+from radar_pipeline.ci_env import ci_defaults, ci_warnings
 from radar_pipeline.warehouse import deploys
 from radar_pipeline.warehouse.deploys import DeployError, DeployEvent
 
@@ -109,14 +110,19 @@ def test_time_parsing():
             deploys.parse_time(old)
 
 
-def test_ci_variables():
+def test_ci_variables(tmp_path):
+    event = tmp_path / "event.json"
+    event.write_text('{"deployment": {"id": 4242, "environment": "production"}}')
     github = {
         "GITHUB_ACTIONS": "true",
         "GITHUB_RUN_ID": "991",
         "GITHUB_RUN_ATTEMPT": "2",
         "GITHUB_REPOSITORY": "acme/api",
-        "GITHUB_SHA": "0123456789abcdef0123",
-        "GITHUB_SERVER_URL": "https://github.com",
+        "GITHUB_SHA": "0123456789abcdef0123456789abcdef01234567",
+        "GITHUB_SERVER_URL": "https://github.example",
+        "GITHUB_API_URL": "https://github.example/api/v3",
+        "GITHUB_EVENT_NAME": "deployment",
+        "GITHUB_EVENT_PATH": str(event),
         "RADAR_DEPLOY_TARGET": "main",
     }
     assert ci_defaults(github) == {
@@ -124,18 +130,69 @@ def test_ci_variables():
         "deploy_id": "gh-991-2",
         "source": "github-actions",
         "service": "acme/api",
-        "url": "https://github.com/acme/api/actions/runs/991",
+        "url": "https://github.example/acme/api/actions/runs/991",
         "version": "0123456789ab",
+        "code_host": "github",
+        "repository": "acme/api",
+        "commit_sha": "0123456789abcdef0123456789abcdef01234567",
+        "run_url": "https://github.example/acme/api/actions/runs/991",
+        "api_url": "https://github.example/api/v3",
+        "github_deployment_id": "4242",
     }
+    event.write_text("not json")  # a push, or an unreadable payload: no deployment, nothing else lost
+    assert "github_deployment_id" not in ci_defaults(github) and ci_defaults(github)["repository"] == "acme/api"
     gitlab = {
         "GITLAB_CI": "true",
         "CI_JOB_ID": "77",
-        "CI_PROJECT_PATH": "acme/api",
-        "CI_COMMIT_SHORT_SHA": "0123abcd",
-        "CI_JOB_URL": "https://gitlab.example/acme/api/-/jobs/77",
+        "CI_PROJECT_PATH": "acme/platform/api",
+        "CI_COMMIT_SHA": "89abcdef" * 5,
+        "CI_COMMIT_SHORT_SHA": "89abcdef",
+        "CI_JOB_URL": "https://gitlab.example/acme/platform/api/-/jobs/77",
+        "CI_API_V4_URL": "https://gitlab.example/api/v4",
     }
-    assert ci_defaults(gitlab)["deploy_id"] == "gl-77" and ci_defaults(gitlab)["version"] == "0123abcd"
+    found = ci_defaults(gitlab)
+    assert (found["deploy_id"], found["version"], found["commit_sha"]) == ("gl-77", "89abcdef", "89abcdef" * 5)
+    assert (found["code_host"], found["repository"], found["api_url"], found["run_url"]) == (
+        "gitlab",
+        "acme/platform/api",
+        "https://gitlab.example/api/v4",
+        "https://gitlab.example/acme/platform/api/-/jobs/77",
+    )
     assert ci_defaults({}) == {}
+    assert ci_warnings(github, ci_defaults(github)) == [] and ci_warnings({}, {}) == []
+    bare = {"GITHUB_ACTIONS": "true", "GITHUB_RUN_ID": "5"}  # nothing a status needs: each missing variable named
+    assert ci_warnings(bare, ci_defaults(bare)) == [
+        "warning: GITHUB_SHA is not set: no commit status can be sent (give --commit)",
+        "warning: GITHUB_REPOSITORY is not set: no commit status can be sent (give --repository)",
+        "warning: GITHUB_REPOSITORY is not set: service is empty (give --service)",
+        "warning: GITHUB_SHA is not set: version is empty (give --version)",
+    ]
+    assert ci_warnings(bare, {**ci_defaults(bare), "service": "api", "version": "v1"}) == ci_warnings(bare, {})[:2]
+    assert "CI_COMMIT_SHA is not set" in ci_warnings({"GITLAB_CI": "true", "CI_JOB_ID": "1"}, {})[0]
+    assert "neither GitHub Actions nor GitLab CI" in ci_warnings({"CI": "true"}, {})[0]
+
+
+def test_status_facts_are_checked_before_anything_is_stored(known):
+    good = {"commit_sha": "ab" * 20, "repository": "acme/api", "code_host": "github"}
+    cases = [
+        ({**good, "commit_sha": "abc123"}, "is not a full commit SHA"),
+        ({**good, "code_host": None}, "needs its code host"),
+        ({**good, "code_host": "bitbucket"}, "is not one of github, gitlab"),
+        ({**good, "repository": "acme"}, "is not owner/name"),
+        ({**good, "code_host": "gitlab", "repository": "acme/../x y"}, "is not a project path"),
+        ({**good, "api_url": "https://user:pw@github.example/api"}, "must not hold @"),
+        ({**good, "api_url": "ftp://x"}, "is not an http(s) URL"),
+        ({**good, "github_deployment_id": 0}, "is not a positive number"),
+        ({**good, "code_host": "gitlab", "github_deployment_id": 5}, "needs --code-host github"),
+    ]
+    for fields, words in cases:
+        with pytest.raises(DeployError, match=re.escape(words)):
+            deploys.record(known, deploys.DeployEvent("s-1", "main", **fields))  # type: ignore[arg-type]
+    assert _rows(known) == []
+    stored = deploys.record(known, deploys.DeployEvent("s-1", "main", github_deployment_id=7, **good)).event
+    assert (stored.commit_sha, stored.repository, stored.code_host, stored.github_deployment_id) == (
+        "ab" * 20, "acme/api", "github", 7,
+    )  # fmt: skip
 
 
 def test_csv_import_is_all_or_nothing(known, tmp_path):
@@ -196,6 +253,31 @@ def test_radar_deploy_command(known, warehouse_url):
             sa.text("SELECT source, service, version FROM radar.deploy_event WHERE deploy_id = 'gh-5-1'")
         ).one()
     assert tuple(row) == ("github-actions", "acme/api", "f" * 12)
+    assert "warning" not in github.stderr  # everything a status needs was there
+
+
+def test_radar_deploy_says_which_ci_variables_a_status_lacks(known, warehouse_url):
+    env = {"RADAR_WAREHOUSE_URL": warehouse_url, "RADAR_DEPLOY_TARGET": "main", "GITHUB_ACTIONS": "true"}
+    bare = _radar(["deploy"], {**env, "GITHUB_RUN_ID": "6"})
+    assert bare.returncode == 0, bare.stderr
+    lines = bare.stderr.splitlines()
+    assert "warning: GITHUB_SHA is not set: no commit status can be sent (give --commit)" in lines
+    assert "warning: GITHUB_REPOSITORY is not set: service is empty (give --service)" in lines and len(lines) == 4
+    by_hand = _radar(
+        ["deploy", "--commit", "e" * 40, "--repository", "acme/api", "--service", "api", "--version", "v6"],
+        {**env, "GITHUB_RUN_ID": "7", "GITHUB_API_URL": "https://ghe.example/api/v3"},
+    )
+    assert by_hand.returncode == 0 and by_hand.stderr == "", by_hand.stderr
+    with known.connect() as conn:
+        row = conn.execute(
+            sa.text(
+                "SELECT commit_sha, repository, code_host, api_url, run_url FROM radar.deploy_event "
+                "WHERE deploy_id = 'gh-7-1'"
+            )
+        ).one()
+    assert tuple(row) == ("e" * 40, "acme/api", "github", "https://ghe.example/api/v3", None)
+    short = _radar(["deploy", "--commit", "abc123"], {**env, "GITHUB_RUN_ID": "8", "GITHUB_REPOSITORY": "acme/api"})
+    assert short.returncode == 1 and "commit 'abc123' is not a full commit SHA" in short.stderr
 
 
 def test_csv_import_encodings_and_surplus_fields(known, tmp_path):

@@ -398,11 +398,11 @@ def _checks(result: DeployAnalysis, scrape_interval_s: float) -> list[dg.AssetCh
     ]
 
 
-# One run per deploy decides, then alerts and extends the histories (regression_alerts and query_history are defined
-# in their own modules, downstream of this).
+# One run per deploy decides, then alerts, sends the commit's status and extends the histories: what depends on it
+# directly (regression_alerts, code_host_statuses and query_history, defined in their own modules).
 deploy_verdicts_job = dg.define_asset_job(
     "deploy_verdicts_job",
-    selection=dg.AssetSelection.assets("deploy_verdicts", "regression_alerts", "query_history"),
+    selection=dg.AssetSelection.assets("deploy_verdicts").downstream(depth=1),
 )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import dagster as dg
 
+from radar_pipeline.defs.code_hosts import code_host_retry_job
 from radar_pipeline.defs.deploys import RANGE_END, RANGE_START, deploy_verdicts_job, deploys_partitions
 from radar_pipeline.defs.resources import AnalysisResource, ReconcilerResource, SlackResource, WarehouseResource
 from radar_pipeline.steps.alert_delivery import LEASE
@@ -38,7 +39,7 @@ periodic_alert_retry_job = dg.define_asset_job(
 
 
 @dg.sensor(
-    jobs=[deploy_verdicts_job, alert_retry_job, periodic_alert_retry_job],
+    jobs=[deploy_verdicts_job, alert_retry_job, periodic_alert_retry_job, code_host_retry_job],
     minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Retries what waits for a later run: pending alerts, deploys without an analysis, imported deploys "
@@ -66,6 +67,7 @@ def radar_reconciler(
     with engine.begin() as conn:
         withheld = store.withhold_old(conn, slack.alert_max_age)
         waiting = store.waiting_alerts(conn, slack.alert_max_age, LEASE)
+        deliveries = store.waiting_deliveries(conn, slack.alert_max_age, LEASE)
         unanalysed = store.unanalysed_deploys(conn, delay, reconciler.grace, reconciler.max_age)
         imported = store.imported_deploys(conn)
         backlog = store.backlog(conn, slack.alert_max_age, LEASE, delay, reconciler.grace, reconciler.max_age)
@@ -75,16 +77,16 @@ def radar_reconciler(
         lines.append(f"withheld {withheld} alerts still unsent after {slack.alert_max_age} (no longer news)")
     requests: list[dg.RunRequest] = []
     now = datetime.now(UTC)
-    for w in waiting:
+    for w, what in [*((w, "alerts") for w in waiting), *((w, "code-hosts") for w in deliveries)]:
         job, partition = (
             (periodic_alert_retry_job, w.analysis_id.removeprefix(PERIODIC_PREFIX))
             if w.periodic
-            else (alert_retry_job, w.analysis_id)
+            else (alert_retry_job if what == "alerts" else code_host_retry_job, w.analysis_id)
         )
         # The same retry policy as analyses, per outbox attempt: a run that failed before it claimed the rows (the
         # warehouse was away, the run never started) is followed by another, with backoff, up to max_analysis_runs.
-        attempt = f"alerts:{w.analysis_id}:{w.attempts}"
-        tags = {"radar/reconciler": "alerts", "radar/alert-attempt": str(w.attempts)}
+        attempt = f"{what}:{w.analysis_id}:{w.attempts}"
+        tags = {"radar/reconciler": what, "radar/alert-attempt": str(w.attempts)}
         decision = analysis_retry(
             attempt,
             _past_runs(context.instance, job.name, partition, tags),
@@ -96,7 +98,8 @@ def radar_reconciler(
             requests.append(
                 dg.RunRequest(job_name=job.name, partition_key=partition, run_key=decision.run_key, tags=tags)
             )
-            lines.append(f"{w.analysis_id}: {w.rows} alerts due (attempt {w.attempts + 1})")
+            noun = "alerts" if what == "alerts" else "code-host deliveries"
+            lines.append(f"{w.analysis_id}: {w.rows} {noun} due (attempt {w.attempts + 1})")
         else:
             lines.append(decision.reason)
     known_keys = context.instance.get_dynamic_partitions("deploys")

@@ -3,7 +3,7 @@
 import os
 from datetime import timedelta
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 import sqlalchemy as sa
@@ -11,8 +11,11 @@ import sqlalchemy as sa
 from radar_pipeline.alerts.slack import SlackSender
 from radar_pipeline.config import (
     ALERT_MAX_AGE_VAR,
+    CODE_HOST_API_VARS,
+    CODE_HOST_TOKEN_VARS,
     COLLECTOR_ROLE_VAR,
     DEFAULT_ALERT_MAX_AGE_HOURS,
+    DEFAULT_API_URLS,
     TARGETS_VAR,
     WAREHOUSE_URL_VAR,
     ConfigError,
@@ -23,6 +26,9 @@ from radar_pipeline.config import (
 )
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.warehouse.database import make_engine
+
+if TYPE_CHECKING:
+    from radar_pipeline.alerts.code_hosts import HostClient
 
 
 class WarehouseResource(dg.ConfigurableResource):
@@ -184,6 +190,46 @@ class SlackResource(dg.ConfigurableResource):
     def alert_max_age(self) -> timedelta:
         """Alerts of an analysis whose window closed longer ago than this are withheld (RADAR_ALERT_MAX_AGE_HOURS)."""
         return timedelta(hours=alert_max_age_hours(str(self.alert_max_age_hours), ALERT_MAX_AGE_VAR))
+
+
+class CodeHostResource(dg.ConfigurableResource):
+    """GitHub and GitLab, for commit statuses and review comments: a token each (RADAR_GITHUB_TOKEN,
+    RADAR_GITLAB_TOKEN; a host without one gets nothing) and its API's URL (RADAR_GITHUB_API_URL, default
+    https://api.github.com; RADAR_GITLAB_API_URL, default https://gitlab.com/api/v4): the token is sent there only."""
+
+    github_token: str = ""
+    github_api_url: str = DEFAULT_API_URLS["github"]
+    gitlab_token: str = ""
+    gitlab_api_url: str = DEFAULT_API_URLS["gitlab"]
+    timeout_seconds: float = 10.0
+    alert_max_age_hours: float = DEFAULT_ALERT_MAX_AGE_HOURS
+
+    def clients(self) -> dict[str, "HostClient"]:
+        """A client per host with a token, by host (github, gitlab)."""
+        from radar_pipeline.alerts.code_hosts import HostClient  # httpx: only runs that deliver pay for its import
+
+        given = {"github": (self.github_token, self.github_api_url), "gitlab": (self.gitlab_token, self.gitlab_api_url)}
+        return {
+            kind: HostClient(kind, url, token, self.timeout_seconds) for kind, (token, url) in given.items() if token
+        }
+
+    @property
+    def alert_max_age(self) -> timedelta:
+        """Deliveries of an analysis whose window closed longer ago than this are withheld (RADAR_ALERT_MAX_AGE_HOURS,
+        as Slack's alerts)."""
+        return timedelta(hours=alert_max_age_hours(str(self.alert_max_age_hours), ALERT_MAX_AGE_VAR))
+
+
+def code_hosts_from_environment() -> CodeHostResource:
+    """The code-host resource as configured: tokens resolved at run time through EnvVar, only when they are set."""
+    fields: dict[str, Any] = {}
+    for kind in ("github", "gitlab"):
+        if os.environ.get(CODE_HOST_TOKEN_VARS[kind]):
+            fields[f"{kind}_token"] = dg.EnvVar(CODE_HOST_TOKEN_VARS[kind])
+        if os.environ.get(CODE_HOST_API_VARS[kind]):
+            fields[f"{kind}_api_url"] = os.environ[CODE_HOST_API_VARS[kind]]
+    fields["alert_max_age_hours"] = alert_max_age_hours(os.environ.get(ALERT_MAX_AGE_VAR))
+    return CodeHostResource(**fields)
 
 
 def slack_from_environment() -> SlackResource:

@@ -20,7 +20,15 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069
 MAX_FUTURE = timedelta(minutes=5)
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)  # no deploy predates this; a year-1 or 1900 time is a typo
 BATCH = 5000  # rows per statement of an import
-FIELDS = ("deploy_id", "target", "deployed_at", "service", "version", "source", "url", "metadata")
+# What a commit status needs (sql/0018), recorded with the deploy.
+STATUS_FIELDS = ("commit_sha", "repository", "code_host", "api_url", "run_url", "github_deployment_id")
+FIELDS = ("deploy_id", "target", "deployed_at", "service", "version", "source", "url", "metadata", *STATUS_FIELDS)
+COMMIT_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256, full: a status names the exact commit
+REPOSITORY = {
+    "github": re.compile(r"[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}"),  # owner/name
+    "gitlab": re.compile(r"[0-9]{1,20}|[A-Za-z0-9_.-]{1,255}(/[A-Za-z0-9_.-]{1,255}){1,20}"),  # project id or path
+}
+CODE_HOSTS = tuple(REPOSITORY)
 CSV_COLUMNS = ("deploy_id", "target", "deployed_at", "service", "version", "url")
 MAX_TEXT = 1000
 PERIODIC_PREFIX = "periodic:"  # ids of periodic analyses in radar.analysis (see sql/0006)
@@ -43,6 +51,12 @@ class DeployEvent:
     source: str = "cli"
     url: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    commit_sha: str | None = None
+    repository: str | None = None
+    code_host: str | None = None  # github or gitlab
+    api_url: str | None = None
+    run_url: str | None = None
+    github_deployment_id: int | None = None
 
     @classmethod
     def stored(cls, row: Any) -> DeployEvent:
@@ -84,6 +98,36 @@ class DeployEvent:
                 raise DeployError(f"{name} {value!r} holds control characters (a newline, an escape sequence)")
         if self.url is not None and not URL.fullmatch(self.url):
             raise DeployError(f"url {self.url!r} is not an http(s) URL")
+        self._check_status_fields()
+
+    def _check_status_fields(self) -> None:
+        """The facts a commit status needs: each well formed, and together or not at all (commit, repository and
+        code host: a deploy without them gets no status)."""
+        if self.code_host is not None and self.code_host not in CODE_HOSTS:
+            raise DeployError(f"code host {self.code_host!r} is not one of {', '.join(CODE_HOSTS)}")
+        if self.commit_sha is not None and not COMMIT_SHA.fullmatch(self.commit_sha):
+            raise DeployError(
+                f"commit {self.commit_sha!r} is not a full commit SHA (40 or 64 lowercase hex digits): a status "
+                "names the exact commit"
+            )
+        if (self.commit_sha or self.repository) and self.code_host is None:
+            raise DeployError("a commit or repository needs its code host (--code-host github or gitlab)")
+        if self.repository is not None and not REPOSITORY[self.code_host or "github"].fullmatch(self.repository):
+            shape = "owner/name" if self.code_host == "github" else "a project path (group/name) or numeric id"
+            raise DeployError(f"repository {self.repository!r} is not {shape}")
+        for name in ("api_url", "run_url"):
+            value = getattr(self, name)
+            if value is not None and (len(value) > MAX_TEXT or not URL.fullmatch(value)):
+                raise DeployError(f"{name} {value!r} is not an http(s) URL")
+        if self.api_url is not None and "@" in self.api_url:
+            raise DeployError("api_url must not hold @ (a user name or password)")
+        deployment = self.github_deployment_id
+        if deployment is not None and (
+            not isinstance(deployment, int) or isinstance(deployment, bool) or deployment <= 0
+        ):
+            raise DeployError(f"GitHub deployment id {deployment!r} is not a positive number")
+        if deployment is not None and self.code_host != "github":
+            raise DeployError("a GitHub deployment id needs --code-host github")
 
 
 @dataclass(frozen=True)
@@ -349,7 +393,7 @@ def _same_or_refuse(event: DeployEvent, stored: DeployEvent) -> Recorded:
     """The stored event when `event` says the same (deployed_at None agrees with any time), else DeployError."""
     differs = [
         name
-        for name in ("target", "deployed_at", "service", "version", "url")
+        for name in ("target", "deployed_at", "service", "version", "url", *STATUS_FIELDS)
         if (event.deployed_at is not None or name != "deployed_at") and getattr(event, name) != getattr(stored, name)
     ]
     if differs:
@@ -367,8 +411,10 @@ def _record(conn: sa.Connection, event: DeployEvent, targets: set[str], started:
     params = {**asdict(event), "deployed_at": deployed_at, "metadata": json.dumps(event.metadata, sort_keys=True)}
     inserted = conn.execute(
         sa.text(
-            "INSERT INTO radar.deploy_event (deploy_id, target, deployed_at, service, version, source, url, metadata) "
-            "VALUES (:deploy_id, :target, :deployed_at, :service, :version, :source, :url, CAST(:metadata AS jsonb)) "
+            "INSERT INTO radar.deploy_event (deploy_id, target, deployed_at, service, version, source, url, metadata, "
+            f"{', '.join(STATUS_FIELDS)}) "
+            "VALUES (:deploy_id, :target, :deployed_at, :service, :version, :source, :url, CAST(:metadata AS jsonb), "
+            f"{', '.join(':' + f for f in STATUS_FIELDS)}) "
             "ON CONFLICT (deploy_id) DO NOTHING RETURNING deploy_id"
         ),
         params,

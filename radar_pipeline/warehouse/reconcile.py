@@ -42,16 +42,37 @@ def waiting_alerts(conn: sa.Connection, max_age: timedelta, lease: timedelta, li
     return [WaitingAlerts(r[0], int(r[1]), int(r[2])) for r in rows]
 
 
-def withhold_old(conn: sa.Connection, max_age: timedelta) -> int:
-    """Withhold rows still `pending` that were created more than `max_age` ago (no longer news); returns how many."""
-    return conn.execute(
+def waiting_deliveries(
+    conn: sa.Connection, max_age: timedelta, lease: timedelta, limit: int = 100
+) -> list[WaitingAlerts]:
+    """Deploys with code-host deliveries (radar.code_host_delivery) due now, as waiting_alerts finds alerts."""
+    rows = conn.execute(
         sa.text(
-            "UPDATE radar.alert SET status = 'withheld', outcome_unknown = false, "
-            "last_error = coalesce(last_error || '; ', '') || 'still unsent after the alert age limit: withheld' "
-            "WHERE status = 'pending' AND created_at <= now() - :age"
+            "SELECT deploy_id, count(*), max(attempts) FROM radar.code_host_delivery "
+            "WHERE created_at > now() - :age AND attempts < :max AND ("
+            "  (status = 'pending' AND coalesce(next_attempt_at, '-infinity') <= now()) "
+            "  OR (status = 'sending' AND claimed_at < now() - :lease)) "
+            "GROUP BY deploy_id ORDER BY min(created_at) LIMIT :limit"
         ),
-        {"age": max_age},
-    ).rowcount
+        {"age": max_age, "lease": lease, "max": MAX_ATTEMPTS, "limit": limit},
+    )
+    return [WaitingAlerts(r[0], int(r[1]), int(r[2])) for r in rows]
+
+
+def withhold_old(conn: sa.Connection, max_age: timedelta) -> int:
+    """Withhold outbox rows (Slack's and the code hosts') still `pending` that were created more than `max_age` ago
+    (no longer news); returns how many."""
+    return sum(
+        conn.execute(
+            sa.text(
+                f"UPDATE radar.{table} SET status = 'withheld', outcome_unknown = false, "
+                "last_error = coalesce(last_error || '; ', '') || 'still unsent after the alert age limit: withheld' "
+                "WHERE status = 'pending' AND created_at <= now() - :age"
+            ),
+            {"age": max_age},
+        ).rowcount
+        for table in ("alert", "code_host_delivery")
+    )
 
 
 def unanalysed_deploys(

@@ -1,0 +1,48 @@
+"""code_host_statuses: the deploy's state on its commit (and GitHub deployment) and, on a regression, a comment on the
+requests that merged it, through the outbox in radar.code_host_delivery (steps/code_host_delivery.py)."""
+
+from datetime import UTC, datetime
+
+import dagster as dg
+
+from radar_pipeline.defs.deploys import REANALYSIS_TAG, deploy_verdicts, deploys_partitions
+from radar_pipeline.defs.resources import CodeHostResource, WarehouseResource
+from radar_pipeline.steps.code_host_delivery import deliver
+
+
+@dg.asset(
+    partitions_def=deploys_partitions,
+    deps=[deploy_verdicts],
+    group_name="analysis",
+    description="The deploy's state as a GitHub or GitLab commit status (and deployment status), and a comment on the "
+    "pull or merge request that merged the commit when something regressed (radar.code_host_delivery).",
+)
+def code_host_statuses(
+    context: dg.AssetExecutionContext, warehouse: WarehouseResource, code_hosts: CodeHostResource
+) -> dg.MaterializeResult:
+    """Send what is due of the deploy's code-host deliveries and record every outcome; withheld instead when the
+    deploy's window closed more than the alert age limit ago, or in a reanalysis run."""
+    clients = code_hosts.clients()
+    try:
+        metadata = deliver(
+            context.log,
+            warehouse.engine(),
+            clients,
+            context.partition_key,
+            code_hosts.alert_max_age,
+            datetime.now(UTC),
+            reanalysis=context.run.tags.get(REANALYSIS_TAG) == "true",
+        )
+    finally:
+        for client in clients.values():
+            client.close()
+    return dg.MaterializeResult(
+        metadata={k: dg.MetadataValue.json(v) if isinstance(v, dict) else v for k, v in metadata.items()}
+    )
+
+
+code_host_retry_job = dg.define_asset_job(
+    "code_host_retry_job",
+    selection=dg.AssetSelection.assets("code_host_statuses"),
+    description="Another attempt at a deploy's pending commit statuses and comments (requested by radar_reconciler).",
+)

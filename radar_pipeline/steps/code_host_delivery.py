@@ -1,0 +1,287 @@
+"""Deliveries to the code host of a deploy's commit: its state as a commit status (and as a GitHub deployment's
+status when it came from one), and, when something regressed, one comment on each pull or merge request that merged
+the commit, edited in place on re-analysis. Through the outbox in radar.code_host_delivery, with Slack's rules: rows
+committed before anything is sent, no transaction held while the host is called, retried with backoff by
+radar_reconciler, withheld when too old, and a comment whose posting may have happened looked for (by its hidden
+marker) before it is posted again."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import pandas as pd
+import sqlalchemy as sa
+
+from radar_pipeline.alerts.code_hosts import HostClient, HostError
+from radar_pipeline.config import CODE_HOST_API_VARS, CODE_HOST_TOKEN_VARS, printable
+from radar_pipeline.steps.alert_delivery import LEASE, RETRY_BASE, RETRY_CAP, run_url, withhold_reason
+from radar_pipeline.warehouse import alerts as alert_store
+from radar_pipeline.warehouse import code_hosts as outbox
+from radar_pipeline.warehouse import deploys
+from radar_pipeline.warehouse.analysis import deploy_states
+
+MAX_DESCRIPTION = 140  # GitHub's limit on a status's description
+MAX_COMMENT = 65_536  # GitHub's limit on a comment's body
+MAX_SHOWN = 10  # detections a comment shows in full
+MAX_STATEMENT = 1_000  # characters of a statement's text a comment shows
+
+
+@dataclass(frozen=True)
+class Deploy:
+    """What a delivery needs of the deploy: its event, its state row (radar.deploy_state), its detections
+    (warehouse.alerts.detections) and its analysis's window end and run."""
+
+    event: deploys.DeployEvent
+    state: pd.Series
+    found: pd.DataFrame
+    window_end: datetime
+    run_id: str | None
+
+
+def deliver(
+    log: logging.Logger,
+    engine: sa.Engine,
+    hosts: dict[str, HostClient],
+    deploy_id: str,
+    max_age: timedelta,
+    now: datetime,
+    reanalysis: bool = False,
+) -> dict[str, Any]:
+    """Send what is due of the deploy's code-host deliveries, and record every outcome; returns what the run's
+    metadata shows (never a token). A deploy without a commit and repository, one whose host has no token here
+    (`hosts` holds the configured ones), and one not analysed yet get nothing. Withheld instead of sent: in the nightly
+    reanalysis, or when the analysed window closed more than `max_age` ago."""
+    with engine.connect() as conn:
+        deploy = _read(conn, deploy_id)
+    if isinstance(deploy, str):
+        return {"note": deploy}
+    event = deploy.event
+    client = hosts.get(str(event.code_host))
+    if client is None:
+        return {"note": f"{CODE_HOST_TOKEN_VARS[str(event.code_host)]} is not set: no status for {event.code_host}"}
+    state = str(deploy.state["state"])
+    kinds = ["commit_status"]
+    if event.code_host == "github" and event.github_deployment_id:
+        kinds.append("deployment_status")
+    if state == "fail":
+        kinds.append("review_comment")
+    reason = withhold_reason(pd.DataFrame({"window_end": [deploy.window_end]}), max_age, now, reanalysis)
+    with engine.begin() as conn:
+        outbox.lock(conn, deploy_id)
+        outbox.enqueue(conn, deploy_id, kinds, state, deploy.state["analysed_at"], withhold=reason)
+        if reason and not reanalysis:
+            outbox.withhold_waiting(conn, deploy_id, reason)
+        claimed = [] if reason else outbox.claim(conn, deploy_id, LEASE)
+    mismatch = _api_mismatch(event, client)
+    for row in claimed:
+        outcome: dict[str, Any] = {"status": "sent"}
+        try:
+            if mismatch:
+                outcome = {"status": "failed", "error": mismatch}
+            elif row.kind == "review_comment":
+                outcome = _comment(client, deploy, row)
+            else:
+                _status(client, deploy, row)
+        except HostError as exc:
+            outcome = {
+                "status": "pending" if exc.retryable else "failed",
+                "error": str(exc),
+                "unknown": exc.unknown or row.unknown,  # an earlier attempt's doubt stays until looked into
+                "wait": retry_wait(row.attempt, exc),
+            }
+        if outcome.get("error"):
+            log.error(f"{client.name} {row.kind.replace('_', ' ')}: {outcome['error']}")
+        with engine.begin() as conn:
+            outbox.settle(conn, deploy_id, row, **outcome)
+    with engine.connect() as conn:
+        stored = outbox.rows(conn, deploy_id)
+    metadata: dict[str, Any] = {
+        "state": state,
+        "code_host": client.name,
+        "repository": printable(str(event.repository)),
+        "commit": str(event.commit_sha),
+        "deliveries": {kind: row["status"] for kind, row in stored.items()},
+    }
+    if reason:
+        metadata["withheld"] = reason
+    return metadata
+
+
+def retry_wait(attempt: int, error: HostError) -> timedelta:
+    """The wait before the next attempt: what the host asked, else RETRY_BASE doubling per attempt up to RETRY_CAP."""
+    if error.retry_after is not None:
+        return timedelta(seconds=error.retry_after)
+    return min(RETRY_CAP, RETRY_BASE * 2 ** max(0, attempt - 1))
+
+
+def _read(conn: sa.Connection, deploy_id: str) -> Deploy | str:
+    """The deploy as a delivery needs it, or why it gets none."""
+    event = deploys.get(conn, deploy_id)
+    if event is None:
+        return f"deploy {deploy_id!r} is not recorded"
+    if not (event.commit_sha and event.repository and event.code_host):
+        return (
+            "no commit and repository recorded with the deploy: no commit status (radar deploy --commit --repository)"
+        )
+    state = deploy_states(conn, [deploy_id])
+    if state.empty or state.iloc[0]["state"] == "pending":
+        return "the deploy is not analysed yet"
+    analysis = conn.execute(
+        sa.text(
+            "SELECT max(window_end), (array_agg(run_id ORDER BY analysed_at DESC))[1] FROM radar.analysis "
+            "WHERE deploy_id = :d"
+        ),
+        {"d": deploy_id},
+    ).one()
+    return Deploy(event, state.iloc[0], alert_store.detections(conn, deploy_id), analysis[0], analysis[1])
+
+
+def _api_mismatch(event: deploys.DeployEvent, client: HostClient) -> str | None:
+    """Why the deploy's host is not the one radar sends its token to: a deploy record must not be able to send the
+    token elsewhere."""
+    if event.api_url and event.api_url.rstrip("/") != client.api_url:
+        return (
+            f"the deploy's code host API is {printable(event.api_url)!r}, but radar sends its {client.name} token only "
+            f"to {client.api_url!r} ({CODE_HOST_API_VARS[client.kind]}): not sent"
+        )
+    return None
+
+
+def _status(client: HostClient, deploy: Deploy, row: outbox.Claimed) -> None:
+    event = deploy.event
+    text = description(row.state, deploy.state, deploy.found)
+    link = run_url(deploy.run_id)
+    if row.kind == "deployment_status":
+        assert event.github_deployment_id is not None
+        client.set_deployment_status(str(event.repository), event.github_deployment_id, row.state, text, link)
+    else:
+        client.set_status(str(event.repository), str(event.commit_sha), row.state, text, link)
+
+
+def _comment(client: HostClient, deploy: Deploy, row: outbox.Claimed) -> dict[str, Any]:
+    """Comment on (or edit our comment on) each request that merged the commit; the outcome for `settle`, with the
+    comment ids known so far even when one request failed."""
+    event = deploy.event
+    repository, sha = str(event.repository), str(event.commit_sha)
+    marker = comment_marker(event.deploy_id)
+    body = comment_body(deploy, row.state, marker)
+    ids = dict(row.remote_ids)
+    doubt = row.unknown  # an earlier attempt may have posted comments it could not record
+    if row.state != "fail" and not ids and not doubt:
+        return {"status": "skipped", "error": f"the deploy is {row.state} and no comment was posted: none to edit"}
+    reviews = client.reviews(repository, sha)
+    if not reviews:
+        return {"status": "skipped", "error": f"no pull or merge request merged commit {sha[:12]}: no comment"}
+    try:
+        for review in reviews:
+            key = str(review.number)
+            if key in ids:
+                try:
+                    client.edit_comment(repository, review, ids[key], body)
+                    continue
+                except HostError as exc:
+                    if exc.status != 404:  # else our comment was deleted: post another
+                        raise
+                    del ids[key]
+            found = client.find_comment(repository, review, marker) if doubt else None
+            if found is not None:
+                client.edit_comment(repository, review, found, body)
+                ids[key] = found
+            else:
+                ids[key] = client.post_comment(repository, review, body)
+    except HostError as exc:
+        return {
+            "status": "pending" if exc.retryable else "failed",
+            "error": str(exc),
+            "unknown": exc.unknown or (doubt and any(str(r.number) not in ids for r in reviews)),
+            "wait": retry_wait(row.attempt, exc),
+            "remote_ids": ids,
+        }
+    return {"status": "sent", "remote_ids": ids}
+
+
+def comment_marker(deploy_id: str) -> str:
+    """The hidden line that finds our comment again (deploy ids hold no > or space: see deploys.DEPLOY_ID)."""
+    return f"<!-- radar:deploy={deploy_id} -->"
+
+
+def description(state: str, row: pd.Series, found: pd.DataFrame) -> str:
+    """The status's one line (at most MAX_DESCRIPTION characters): the state and what decided it."""
+    if state == "fail":
+        worst = found["change_factor"].max() if len(found) else float("nan")
+        what = f"{len(found)} statement{'s' if len(found) != 1 else ''} slower"
+        text = f"fail: {what}" + (f", up to ×{worst:.2f}" if pd.notna(worst) else "")
+    else:
+        share = row.get("cleared_share")
+        cleared = "no execution time to clear" if pd.isna(share) else f"{share:.0%} of execution time cleared"
+        need = row.get("pass_share")
+        text = f"{state}: {cleared}" + ("" if pd.isna(need) else f" (pass needs {need:.0%})")
+    text = printable(" ".join(text.split()))
+    return text if len(text) <= MAX_DESCRIPTION else text[: MAX_DESCRIPTION - 1] + "…"
+
+
+def comment_body(deploy: Deploy, state: str, marker: str) -> str:
+    """The comment's Markdown (GitHub and GitLab): the marker, the state with a summary paragraph, each detection
+    (factor, interval, cause, statement in a code block), and the link to the run; at most MAX_COMMENT characters.
+    Text from outside sits in code spans or blocks, so it can neither mention anyone nor make a link."""
+    event, found = deploy.event, deploy.found
+    lines = [marker, f"### radar: deploy {_code(event.deploy_id)} to {_code(event.target)}: **{state}**", ""]
+    row = deploy.state
+    share = row.get("cleared_share")
+    counts = ", ".join(
+        f"{int(row[v])} {v}" for v in ("detected", "no_regression", "inconclusive", "insufficient_data") if v in row
+    )
+    summary = f"Commit {_code(str(event.commit_sha)[:12])}: {counts}"
+    if pd.notna(share):
+        summary += f"; {share:.0%} of the execution time after the deploy is cleared"
+    if state == "fail":
+        summary += ". These statements got slower after the deploy:"
+    elif state == "pass":
+        summary += ". This analysis clears the deploy (an earlier analysis found a regression)."
+    else:
+        summary += f". The deploy is {state} now (an earlier analysis found a regression)."
+    lines += [summary, ""]
+    if state == "fail":
+        for r in found.head(MAX_SHOWN).itertuples():
+            interval = ""
+            if pd.notna(getattr(r, "factor_low", None)) and pd.notna(getattr(r, "factor_high", None)):
+                interval = f" (95% interval ×{r.factor_low:.2f} to ×{r.factor_high:.2f})"
+            lines.append(
+                f"- **×{r.change_factor:.2f}**{interval}, cause {_code(str(r.cause))}, queryid {int(r.queryid)} on "
+                f"{_code(str(r.target))}"
+            )
+            lines += _block(str(r.query or f"queryid {r.queryid}"))
+        if len(found) > MAX_SHOWN:
+            lines.append(f"- and {len(found) - MAX_SHOWN} more: `radar verdicts {event.deploy_id}`")
+    link = run_url(deploy.run_id)
+    if link:
+        lines += ["", f"[The analysis run in Dagster]({link.replace(')', '%29')})"]
+    body = printable("\n".join(lines))
+    return body if len(body) <= MAX_COMMENT else body[: MAX_COMMENT - 1] + "…"
+
+
+def _code(text: str) -> str:
+    """`text` as an inline code span (its backticks cannot end it)."""
+    text = " ".join(printable(text).split())
+    fence = "`" * (_longest_run(text) + 1)
+    return f"{fence} {text} {fence}"
+
+
+def _block(text: str) -> list[str]:
+    """`text` as a fenced code block, cut to MAX_STATEMENT characters, indented under its list item."""
+    text = printable(text)
+    if len(text) > MAX_STATEMENT:
+        text = text[: MAX_STATEMENT - 1] + "…"
+    fence = "`" * max(3, _longest_run(text) + 1)
+    return ["", f"  {fence}sql", *(f"  {line}" for line in text.splitlines()), f"  {fence}", ""]
+
+
+def _longest_run(text: str) -> int:
+    longest = run = 0
+    for char in text:
+        run = run + 1 if char == "`" else 0
+        longest = max(longest, run)
+    return longest

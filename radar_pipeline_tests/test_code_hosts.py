@@ -1,0 +1,420 @@
+"""Commit statuses, deployment statuses and review comments for analysed deploys, sent by radar's httpx client to
+loopback stand-ins for GitHub and GitLab that enforce their APIs' contracts (fake_code_host.py), through the outbox
+in radar.code_host_delivery: each host answer (401, 403, 404, 422, 5xx, 429, rate limits) ends in a stored outcome,
+a comment is never posted twice (a lost answer, a killed run), a re-analysis edits it in place, the reconciler
+retries what waits, and the token shows nowhere."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import dagster as dg
+import pandas as pd
+import pytest
+import sqlalchemy as sa
+
+from radar_pipeline.alerts.code_hosts import HostClient, HostError, Review
+from radar_pipeline.defs.code_hosts import code_host_retry_job, code_host_statuses
+from radar_pipeline.defs.reconcile import radar_reconciler
+from radar_pipeline.defs.resources import CodeHostResource, SlackResource, WarehouseResource
+from radar_pipeline.steps.code_host_delivery import Deploy, comment_body, comment_marker, deliver, description
+from radar_pipeline.steps.deploy_analysis import analyse_deploy
+from radar_pipeline.warehouse import code_hosts as outbox
+from radar_pipeline.warehouse import deploys
+
+from . import fake_code_host
+from .fake_code_host import ECHO, TOKEN, FakeHost
+from .helpers import run_log_text
+from .test_alerts import EVIL, SETTINGS, analysed  # noqa: F401 - the fixture is used by name
+from .test_reconciler import ANALYSIS, NOW, _execute, _tick
+
+COMMIT = "c0ffee" + "0123456789abcdef" * 2 + "01"
+REPOSITORIES = {"github": "acme/api", "gitlab": "acme/platform/api"}
+TIMEOUT = 2.0  # the client's bound in these tests (10 s by default)
+AGE = timedelta(hours=24)
+
+
+@pytest.fixture(params=["github", "gitlab"])
+def host(request: pytest.FixtureRequest) -> Iterator[FakeHost]:
+    """A stand-in for the code host, which knows the repository, the commit and the request (12) that merged it."""
+    state = FakeHost(request.param, REPOSITORIES[request.param], COMMIT, reviews=[12])
+    server = fake_code_host.start(state)
+    yield state
+    server.shutdown()
+
+
+@pytest.fixture
+def github() -> Iterator[FakeHost]:
+    state = FakeHost("github", REPOSITORIES["github"], COMMIT, reviews=[12])
+    server = fake_code_host.start(state)
+    yield state
+    server.shutdown()
+
+
+def _ship(warehouse, host: FakeHost, **changes: object) -> None:
+    """Give the analysed deploy d-7 (a ×4 regression: state fail) what a status needs, as `radar deploy` records it
+    in the host's CI."""
+    fields = {
+        "commit_sha": COMMIT,
+        "repository": host.repository,
+        "code_host": host.kind,
+        "api_url": host.api_url,
+        "run_url": "https://ci.example/runs/7",
+        "github_deployment_id": host.deployment if host.kind == "github" else None,
+        **changes,
+    }
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE radar.deploy_event SET " + ", ".join(f"{k} = :{k}" for k in fields) + " WHERE deploy_id = 'd-7'"
+            ),
+            fields,
+        )
+
+
+def _resource(host: FakeHost, token: str = TOKEN, **kwargs: object) -> CodeHostResource:
+    return CodeHostResource(
+        **{f"{host.kind}_token": token, f"{host.kind}_api_url": host.api_url},  # type: ignore[arg-type]
+        timeout_seconds=TIMEOUT,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def _materialize(warehouse_url: str, resource: CodeHostResource, tags: dict | None = None) -> tuple[dict, str]:
+    """code_host_statuses for d-7 in Dagster: its metadata and the run's log text."""
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["d-7"])
+        result = dg.materialize(
+            [code_host_statuses],
+            partition_key="d-7",
+            resources={"warehouse": WarehouseResource(url=warehouse_url), "code_hosts": resource},
+            instance=instance,
+            tags=tags,
+        )
+        assert result.success
+        (materialization,) = result.asset_materializations_for_node("code_host_statuses")
+        return {k: v.value for k, v in materialization.metadata.items()}, run_log_text(instance, result.run_id)
+
+
+def _deliver(warehouse, host: FakeHost, max_age: timedelta = AGE) -> dict:
+    """The step alone (no Dagster run): one attempt at d-7's deliveries."""
+    client = HostClient(host.kind, host.api_url, TOKEN, TIMEOUT)
+    try:
+        return deliver(logging.getLogger("test"), warehouse, {host.kind: client}, "d-7", max_age, datetime.now(UTC))
+    finally:
+        client.close()
+
+
+def _rows(warehouse) -> dict[str, dict]:
+    with warehouse.connect() as conn:
+        return outbox.rows(conn, "d-7")
+
+
+def _backoff_passes(warehouse, lease: bool = False) -> None:
+    """Drive time through the recorded timestamps: the backoff (and, with `lease`, a stopped run's lease) is over."""
+    with warehouse.begin() as conn:
+        conn.execute(sa.text("UPDATE radar.code_host_delivery SET next_attempt_at = now()"))
+        if lease:
+            conn.execute(sa.text("UPDATE radar.code_host_delivery SET claimed_at = claimed_at - interval '1 day'"))
+
+
+def _wait(warehouse) -> float:
+    with warehouse.connect() as conn:
+        return conn.execute(
+            sa.text(
+                "SELECT extract(epoch FROM next_attempt_at - now()) FROM radar.code_host_delivery "
+                "WHERE kind = 'commit_status'"
+            )
+        ).scalar_one()
+
+
+def test_a_failed_deploy_gets_its_statuses_and_one_comment_edited_in_place_on_reanalysis(analysed, warehouse_url, host):  # noqa: F811
+    _ship(analysed, host)
+    metadata, log = _materialize(warehouse_url, _resource(host))
+    github = host.kind == "github"
+    expected = {"commit_status": "sent", "review_comment": "sent"} | ({"deployment_status": "sent"} if github else {})
+    assert metadata["deliveries"] == expected and metadata["state"] == "fail"
+    (status,) = host.statuses
+    assert status["state"] == ("failure" if github else "failed")
+    assert status["context" if github else "name"] == "radar"
+    assert status["description"].startswith("fail: 1 statement slower, up to ×")
+    assert status["target_url"].endswith("/runs/abcdef12-run")  # the Dagster run that analysed it
+    if github:
+        assert [s["state"] for s in host.deployment_statuses] == ["failure"]
+    (comment,) = host.comments.values()
+    assert comment["review"] == 12 and comment["body"].startswith(comment_marker("d-7"))
+    assert "**fail**" in comment["body"] and "×4" in comment["body"]
+    # The statement's text sits in a code block: its mentions cannot notify anyone.
+    assert f"  ```sql\n  {EVIL}\n  ```" in comment["body"]
+
+    again, _ = _materialize(warehouse_url, _resource(host))  # the same analysis again: nothing new is sent
+    assert again["deliveries"] == expected
+    assert len(host.calls_to("status")) == 1 and len(host.calls_to("post_comment")) == 1
+
+    # A re-analysis with a tolerance of ×10 no longer detects the ×4 statement: the deploy is no longer failed; the
+    # status says so and the comment is edited, not posted again.
+    analyse_deploy(analysed, "d-7", dataclasses.replace(SETTINGS, threshold=9.0), run_id="rerun-2")
+    metadata, rerun_log = _materialize(warehouse_url, _resource(host))
+    state = metadata["state"]
+    assert state in ("pass", "inconclusive") and metadata["deliveries"] == expected
+    mapped = {"pass": "success", "inconclusive": "error" if github else "failed"}[state]
+    assert [s["state"] for s in host.statuses] == ["failure" if github else "failed", mapped]
+    assert host.statuses[-1]["description"].startswith(f"{state}: ")
+    if github:
+        assert [s["state"] for s in host.deployment_statuses] == ["failure", mapped]
+    (comment,) = host.comments.values()
+    assert f"**{state}**" in comment["body"] and "an earlier analysis found a regression" in comment["body"]
+    assert len(host.calls_to("post_comment")) == 1 and len(host.calls_to("edit_comment")) == 1
+    for text in (log, rerun_log, repr(metadata), repr(_rows(analysed))):
+        assert TOKEN not in text
+
+
+def test_every_answer_of_the_host_ends_in_a_stored_outcome(analysed, warehouse_url, host):  # noqa: F811
+    """Each case starts from an empty outbox; the status request gets the answer. 401, 403, 404, 422 are final;
+    5xx is retried inside the attempt and then left pending with backoff; a rate limit is waited out inside the
+    attempt when short, else between runs for as long as the host asked."""
+    _ship(analysed, host)
+    reset = int(time.time()) + 900
+    cases = [
+        ((401, {}, {"message": "Bad credentials"}), "failed", "401 the token was refused"),
+        ((403, {}, {"message": "Resource not accessible by personal access token"}), "failed", "403 the token may"),
+        ((404, {}, {"message": "Not Found"}), "failed", "404 not found"),
+        ((422, {}, {"message": "Validation Failed"}), "failed", "422 the fields were refused"),
+        ((500, {}, {"message": "oops"}), "pending", "failed (HTTP 500)"),
+        ((429, {"Retry-After": "600"}, {"message": "slow down"}), "pending", "wait 600 s"),
+        ((403, {"x-ratelimit-remaining": "0", "x-ratelimit-reset": str(reset)}, {"message": "API rate limit"}),
+         "pending", "rate-limited"),
+        ((403, {}, {"message": "You have exceeded a secondary rate limit"}), "pending", "wait 60 s"),
+        ((502, {}, ECHO), "pending", "failed (HTTP 502): proxy error"),  # quoting the request, token and all
+    ]  # fmt: skip
+    for answer, status, words in cases:
+        with analysed.begin() as conn:
+            conn.execute(sa.text("DELETE FROM radar.code_host_delivery"))
+        before = len(host.calls_to("status"))
+        repeat = 3 if answer[0] >= 500 else 1  # a 5xx: the attempt and its two retries
+        host.fail_next("status", *[answer] * repeat)
+        _deliver(analysed, host)
+        row = _rows(analysed)["commit_status"]
+        assert (row["status"], words in row["last_error"]) == (status, True), (answer, row)
+        assert TOKEN not in row["last_error"] and len(host.calls_to("status")) - before == repeat
+        if answer[1].get("Retry-After") == "600":
+            assert 590 < _wait(analysed) <= 600
+        if "x-ratelimit-reset" in answer[1]:
+            assert 850 < _wait(analysed) <= 900
+    assert not host.statuses  # none of them was applied
+
+    # A short Retry-After (429, or GitHub's 403 secondary limit) is waited out inside the attempt: sent.
+    with analysed.begin() as conn:
+        conn.execute(sa.text("DELETE FROM radar.code_host_delivery"))
+    host.fail_next("status", (429, {"Retry-After": "1"}, {"message": "slow down"}))
+    host.fail_next("post_comment", (403, {"retry-after": "1"}, {"message": "You have exceeded a secondary rate limit"}))
+    posted = len(host.comments)
+    _deliver(analysed, host)
+    assert _rows(analysed)["commit_status"]["status"] == "sent" and len(host.statuses) == 1
+    assert _rows(analysed)["review_comment"]["status"] == "sent" and len(host.comments) == posted + 1
+
+
+def test_a_request_that_cannot_be_found_or_a_token_refused_is_final_and_said(analysed, warehouse_url, github):  # noqa: F811
+    _ship(analysed, github)
+    github.reviews.clear()  # no pull request merged the commit
+    metadata, _ = _materialize(warehouse_url, _resource(github, token="ghp_wrong"))
+    rows = _rows(analysed)
+    assert rows["commit_status"]["status"] == "failed" and "401" in rows["commit_status"]["last_error"]
+    assert "ghp_wrong" not in repr(rows) + repr(metadata)
+    with analysed.begin() as conn:
+        conn.execute(sa.text("DELETE FROM radar.code_host_delivery"))
+    _materialize(warehouse_url, _resource(github))
+    rows = _rows(analysed)
+    assert rows["commit_status"]["status"] == "sent"
+    assert rows["review_comment"]["status"] == "skipped"
+    assert "no pull or merge request merged commit c0ffee012345" in rows["review_comment"]["last_error"]
+
+
+def test_a_comment_applied_without_an_answer_is_found_not_posted_twice(analysed, warehouse_url, host):  # noqa: F811
+    _ship(analysed, host)
+    host.drop_next("status")  # applied, no answer: a status is idempotent, so it is sent again inside the attempt
+    host.drop_next("post_comment")  # applied, no answer: the comment may exist
+    _deliver(analysed, host)
+    rows = _rows(analysed)
+    assert rows["commit_status"]["status"] == "sent" and len(host.statuses) == 2
+    assert len(host.calls_to("post_comment")) == 1  # not retried blindly
+    assert (rows["review_comment"]["status"], len(host.comments)) == ("pending", 1)
+    with analysed.connect() as conn:
+        unknown = "SELECT outcome_unknown FROM radar.code_host_delivery WHERE kind = 'review_comment'"
+        assert conn.execute(sa.text(unknown)).scalar_one()
+
+    _backoff_passes(analysed)
+    _deliver(analysed, host)
+    assert len(host.calls_to("list_comments")) == 1  # looked for its marker …
+    assert len(host.calls_to("post_comment")) == 1 and len(host.comments) == 1  # … found it: duplicated: nothing
+    assert _rows(analysed)["review_comment"]["status"] == "sent"
+    assert _rows(analysed)["review_comment"]["remote_ids"] == {"12": next(iter(host.comments))}
+
+
+def test_a_run_killed_after_the_host_applied_the_comment_does_not_comment_twice(analysed, warehouse_url, github):  # noqa: F811
+    """The outbox row is committed (`sending`) before the comment goes out; the run dies before it can record the
+    outcome; the next attempt, after the lease, finds the comment by its marker."""
+    _ship(analysed, github)
+    github.late_next("post_comment", 60.0)
+    script = (
+        "import logging\n"
+        "from datetime import UTC, datetime, timedelta\n"
+        "from radar_pipeline.alerts.code_hosts import HostClient\n"
+        "from radar_pipeline.steps.code_host_delivery import deliver\n"
+        "from radar_pipeline.warehouse.database import make_engine\n"
+        f"client = HostClient('github', {github.api_url!r}, {TOKEN!r}, 120)\n"
+        f"deliver(logging.getLogger(), make_engine({warehouse_url!r}), {{'github': client}}, 'd-7', "
+        "timedelta(hours=24), datetime.now(UTC))\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], env=os.environ.copy())
+    try:
+        deadline = time.monotonic() + 60
+        while not github.comments:
+            assert time.monotonic() < deadline, "the comment never reached the host"
+            time.sleep(0.05)
+        assert _rows(analysed)["review_comment"]["status"] == "sending"  # committed before the request
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert _rows(analysed)["review_comment"]["status"] == "sending"  # the run died before recording it
+
+    _backoff_passes(analysed, lease=True)
+    _deliver(analysed, github)
+    assert len(github.calls_to("post_comment")) == 1 and len(github.comments) == 1  # lost: nothing; twice: never
+    assert _rows(analysed)["review_comment"]["status"] == "sent"
+
+
+def test_the_reconciler_retries_a_delivery_the_host_refused_for_now(analysed, warehouse_url, github):  # noqa: F811
+    _ship(analysed, github)
+    code_hosts = _resource(github)
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": ANALYSIS,
+        "slack": SlackResource(),
+        "reconciler": NOW,
+        "code_hosts": code_hosts,
+    }
+    defs = dg.Definitions(
+        assets=[code_host_statuses], jobs=[code_host_retry_job], sensors=[radar_reconciler], resources=resources
+    )
+    github.fail_next("status", *[(503, {}, {"message": "unavailable"})] * 3)
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["d-7"])
+        first = _execute(instance, defs, dg.RunRequest(job_name="code_host_retry_job", partition_key="d-7"))
+        assert first.success and _rows(analysed)["commit_status"]["status"] == "pending" and not github.statuses
+
+        assert not _tick(instance, resources).run_requests  # inside its backoff: nothing yet
+        _backoff_passes(analysed)
+        (request,) = _tick(instance, resources).run_requests
+        assert (request.job_name, request.partition_key, request.run_key) == (
+            "code_host_retry_job",
+            "d-7",
+            "code-hosts:d-7:1:reconcile-1",
+        )
+        assert _execute(instance, defs, request).success
+    assert _rows(analysed)["commit_status"]["status"] == "sent"
+    assert [s["state"] for s in github.statuses] == ["failure"]
+
+
+def test_old_reanalysed_or_unconfigured_deploys_send_nothing(analysed, warehouse_url, github):  # noqa: F811
+    _ship(analysed, github)
+    metadata, _ = _materialize(warehouse_url, CodeHostResource(timeout_seconds=TIMEOUT))  # no token
+    assert metadata["note"] == "RADAR_GITHUB_TOKEN is not set: no status for github" and not github.calls
+
+    metadata, _ = _materialize(warehouse_url, _resource(github), tags={"radar/reanalysis": "true"})
+    assert metadata["withheld"].startswith("found by the nightly reanalysis")
+    assert {r["status"] for r in _rows(analysed).values()} == {"withheld"} and not github.calls
+
+    with analysed.begin() as conn:
+        conn.execute(sa.text("DELETE FROM radar.code_host_delivery"))
+    _deliver(analysed, github, max_age=timedelta(seconds=1))  # the window closed 100 s ago: too old
+    assert {r["status"] for r in _rows(analysed).values()} == {"withheld"} and not github.calls
+    # A status still waiting when its deploy becomes too old is withheld too, not sent late.
+    with analysed.begin() as conn:
+        conn.execute(sa.text("DELETE FROM radar.code_host_delivery"))
+    github.fail_next("status", *[(503, {}, {"message": "unavailable"})] * 3)
+    _deliver(analysed, github)
+    assert _rows(analysed)["commit_status"]["status"] == "pending"
+    _backoff_passes(analysed)
+    _deliver(analysed, github, max_age=timedelta(seconds=1))
+    assert _rows(analysed)["commit_status"]["status"] == "withheld" and len(github.calls_to("status")) == 3
+    github.calls.clear()
+
+    # A deploy record that names another API than radar's: the token is not sent there.
+    with analysed.begin() as conn:
+        conn.execute(sa.text("DELETE FROM radar.code_host_delivery"))
+    _ship(analysed, github, api_url="https://evil.example/api")
+    _deliver(analysed, github)
+    row = _rows(analysed)["commit_status"]
+    assert row["status"] == "failed" and "sends its GitHub token only to" in row["last_error"] and not github.calls
+
+    _ship(analysed, github, commit_sha=None, repository=None, code_host=None, github_deployment_id=None, api_url=None)
+    metadata, _ = _materialize(warehouse_url, _resource(github))
+    assert metadata["note"].startswith("no commit and repository recorded") and not github.calls
+
+
+def test_the_stand_in_refuses_what_the_hosts_refuse_and_radar_stays_within_their_limits(github):
+    client = HostClient("github", github.api_url, TOKEN, TIMEOUT)
+    try:
+        with pytest.raises(HostError, match="422 the fields were refused: Validation Failed"):
+            client.set_status(github.repository, COMMIT, "fail", "x" * 141, None)
+        with pytest.raises(HostError, match="422 the fields were refused"):
+            client.post_comment(github.repository, Review(12), "x" * 65_537)
+        with pytest.raises(HostError, match="422 the fields were refused: No commit found"):
+            client.set_status(github.repository, "0" * 40, "fail", "x", None)
+        assert not github.statuses and not github.comments
+        with pytest.raises(HostError, match="401 the token was refused") as refused:
+            HostClient("github", github.api_url, "ghp_other", TIMEOUT).set_status(
+                github.repository, COMMIT, "pass", "ok", None
+            )
+        assert not refused.value.retryable
+
+        # The largest deploy radar can describe: 60 detections of 5,000-character statements full of backticks.
+        many = pd.DataFrame(
+            {
+                "queryid": range(60),
+                "target": "main",
+                "change_factor": 3.5,
+                "factor_low": 2.0,
+                "factor_high": 6.0,
+                "cause": "plan_change",
+                "query": ["SELECT '```' || `x` FROM t WHERE a = $1 " * 130] * 60,
+            }
+        )
+        state = pd.Series({"state": "fail", "detected": 60, "no_regression": 0, "inconclusive": 0,
+                           "insufficient_data": 0, "cleared_share": 0.12345, "pass_share": 0.9})  # fmt: skip
+        event = deploys.DeployEvent("d-" + "9" * 120, "t" * 1000, commit_sha=COMMIT, repository="acme/api",
+                                    code_host="github")  # fmt: skip
+        deploy = Deploy(event, state, many, datetime.now(UTC), "run-1")
+        body = comment_body(deploy, "fail", comment_marker(event.deploy_id))
+        text = description("fail", state, many)
+        assert len(body) <= 65_536 and len(text) <= 140 and "and 50 more" in body
+        client.set_status(github.repository, COMMIT, "fail", text, None)
+        assert client.post_comment(github.repository, Review(12), body) > 0
+        # No backtick run in a statement closes its code block early: each block's fence is longer than any run.
+        assert body.count("\n  ````sql\n") == 10
+    finally:
+        client.close()
+
+
+def test_code_host_settings_are_checked_at_load():
+    from radar_pipeline.config import ConfigError, validate_environment
+
+    validate_environment({"RADAR_GITHUB_TOKEN": "ghp_x", "RADAR_GITHUB_API_URL": "https://ghe.example/api/v3"})
+    for env, words in (
+        ({"RADAR_GITHUB_TOKEN": "ghp_x\nX-Evil: 1"}, "RADAR_GITHUB_TOKEN holds white space"),
+        ({"RADAR_GITLAB_API_URL": "https://user:pw@gitlab.example/api/v4"}, "RADAR_GITLAB_API_URL must not hold @"),
+        ({"RADAR_GITHUB_API_URL": "api.github.com"}, "RADAR_GITHUB_API_URL must be an http(s) URL"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(words)) as refused:
+            validate_environment(env)
+        assert "pw@" not in str(refused.value) and "ghp_x" not in str(refused.value)
