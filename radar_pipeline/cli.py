@@ -388,6 +388,7 @@ class Duration(click.ParamType):
 MAX_WAIT_S = 24 * 3600.0
 GATE_EXIT = {"pass": 0, "fail": 1, "inconclusive": 3, "pending": 4}
 CONFIG_EXIT, USAGE_EXIT = 5, 2
+MIN_POLL_S = 0.1
 PROGRESS_EVERY_S = 60.0  # a progress line at least this often while waiting (and whenever the news changes)
 OVERDUE = timedelta(minutes=2)  # an analysis this late after it was due: the daemon may not be running
 GATE_EPILOG = """\b
@@ -643,6 +644,7 @@ def gate(deploy_id: str, wait: float, poll: float, output: str, inconclusive_ok:
     from radar_pipeline.warehouse import status
 
     deadline = time.monotonic() + wait
+    poll = max(poll, MIN_POLL_S)
     try:
         url = _require(warehouse)
         engine = status.polling_engine(url)

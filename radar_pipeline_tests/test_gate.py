@@ -156,7 +156,7 @@ def test_a_target_never_scraped_is_said_while_waiting(gate_url):
     assert "after it was due: is the Dagster daemon running (deploy_event_sensor)?" in result.stderr
 
 
-def test_warehouse_down_is_exit_5_in_one_line_without_the_password():
+def test_warehouse_down_is_exit_5_in_one_line_without_the_password(pg18):
     url = f"postgresql://radar:Hid%2Fden9@127.0.0.1:{free_port()}/radar"
     at_once = _invoke(["gate", "st-pass", "--warehouse", url])
     assert at_once.exit_code == 5 and at_once.stdout == ""
@@ -167,6 +167,8 @@ def test_warehouse_down_is_exit_5_in_one_line_without_the_password():
     assert retried.exit_code == 5 and time.monotonic() - started >= 2
     assert "retrying (" in retried.stderr and "Hid" not in retried.output
     assert _invoke(["gate", "st-pass", "--warehouse", "mysql://x@h/db"]).exit_code == 5
+    no_schema = _invoke(["gate", "st-pass", "--wait", "1h", "--warehouse", pg18.pg.url(driver="postgresql+psycopg")])
+    assert no_schema.exit_code == 5 and "radar.deploy_event" in no_schema.stderr  # not retried for an hour
 
 
 class _Switch:
