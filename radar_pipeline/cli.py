@@ -759,11 +759,17 @@ def _json_value(value: object) -> object:
 @click.option("--probe/--no-probe", default=True, show_default=True, help="ask each configured target what it shows")
 @click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
 def status_command(probe: bool, warehouse: str | None) -> None:
-    """Each target's last scrape and its age, its health (scraped as often as configured, or not) and what radar
+    """Each target's last scrape and its age, its health (scraped as often as configured, or late) and what radar
     cannot see of it: statements evicted before a scrape, and, asked live for the targets in RADAR_TARGETS, the
     collector's own checks (its role without pg_read_all_stats, pg_stat_statements.track none, compute_query_id off,
     the extension missing or too old, the server unreachable)."""
-    from radar_pipeline.config import SCRAPE_INTERVAL_VAR, TARGETS_VAR, parse_targets, positive_seconds
+    from radar_pipeline.config import (
+        DEFAULT_SCRAPE_INTERVAL_SECONDS,
+        SCRAPE_INTERVAL_VAR,
+        TARGETS_VAR,
+        parse_targets,
+        positive_seconds,
+    )
     from radar_pipeline.warehouse import status
 
     environ = _times_environment(warehouse)
@@ -778,12 +784,10 @@ def status_command(probe: bool, warehouse: str | None) -> None:
         raise click.ClickException(str(exc)) from None
     except Exception as exc:
         raise click.ClickException(_failure("reading the targets' scrapes failed", exc, warehouse)) from None
-    from radar_pipeline.config import DEFAULT_SCRAPE_INTERVAL_SECONDS
-
     expected = scrape_s or DEFAULT_SCRAPE_INTERVAL_SECONDS
     by_name = {r["target"]: r for r in stored}
     names = sorted(set(by_name) | {t.name for t in configured})
-    probes = _probe_targets([t for t in configured]) if probe else {}
+    probes = _probe_targets(configured) if probe else {}
     if not names:
         click.echo(f"no target scraped yet, and {TARGETS_VAR} names none here")
         return
@@ -802,8 +806,8 @@ def status_command(probe: bool, warehouse: str | None) -> None:
                 health = f"ok: {row['scrapes']} scrapes in the last hour"
             else:
                 health = (
-                    f"failing: no scrape for {_span(seconds)}, one expected every {_span(expected)} (the snapshot "
-                    "run's log says why)"
+                    f"late: no scrape for {_span(seconds)}, one expected every {_span(expected)} (are the snapshot "
+                    "runs scheduled? a failed one's log says why)"
                 )
             if row["statements"] == 0:
                 blind.append("the last scrape saw no statement")
@@ -824,7 +828,7 @@ def status_command(probe: bool, warehouse: str | None) -> None:
 
 
 STATUS_RECENT = timedelta(hours=1)
-STALE_SCRAPES = 3  # a target not scraped for this many intervals is failing
+STALE_SCRAPES = 3  # a target not scraped for this many intervals is late
 PROBE_TIMEOUT_S = 10.0
 
 
