@@ -111,7 +111,8 @@ def test_the_commands_the_demo_prints_work_as_printed(newcomer):
 
 
 def test_gate_deploys_and_status_answer_on_the_embedded_default(newcomer):
-    home, env, _ = newcomer
+    home, env, printed = newcomer
+    assert any(c.endswith(" gate shop-v2") for c in printed), printed  # the demo tells of it
 
     def radar(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
