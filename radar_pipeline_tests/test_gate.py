@@ -98,8 +98,8 @@ def test_gate_exit_codes_and_answers_through_the_console_script(gate_url):
     detection = r"  ×[23]\.\d\d \[×\d\.\d\d, ×\d\.\d\d\] cause \w+, queryid 1: "
     assert re.fullmatch(detection + re.escape(LONG_TEXT), lines[5]), lines[5]
 
-    ok = _radar(["gate", "st-pass", "--warehouse", gate_url])
-    assert ok.returncode == 0 and ok.stdout.startswith("deploy st-pass: pass\n"), ok.stderr
+    ok = _invoke(["gate", "st-pass", "--warehouse", gate_url])
+    assert ok.exit_code == 0 and ok.stdout.startswith("deploy st-pass: pass\n"), ok.output
     assert "detections" not in ok.stdout
 
     pending = _radar(["gate", "st-open", "--wait", "1s", "--poll", "0.2s", "--warehouse", gate_url])
@@ -110,8 +110,8 @@ def test_gate_exit_codes_and_answers_through_the_console_script(gate_url):
     assert re.search(progress + r" at [-\d]+ [:\d]+ UTC" + stale, pending.stderr), pending.stderr
     assert pending.stderr.splitlines()[-1] == "Error: deploy 'st-open' is still pending at the deadline"
 
-    unknown = _radar(["gate", "nope-1", "--warehouse", gate_url])
-    assert unknown.returncode == 2 and unknown.stdout == ""
+    unknown = _invoke(["gate", "nope-1", "--warehouse", gate_url])
+    assert unknown.exit_code == 2 and unknown.stdout == ""
     assert unknown.stderr.strip() == (
         "Error: deploy 'nope-1' is not recorded (`radar deploy` records it; `radar deploys` lists the recent ones)"
     )
@@ -320,8 +320,8 @@ def _rows(printed: str, key: int) -> dict[str, list[str]]:
 
 
 def test_radar_deploys_lists_states_and_counts(gate_url):
-    table = _radar(["deploys", "--warehouse", gate_url])  # a pipe: every column, however many
-    assert table.returncode == 0, table.stderr
+    table = _invoke(["deploys", "--warehouse", gate_url])  # not a terminal: every column, however many
+    assert table.exit_code == 0, table.output
     rows = _rows(table.stdout, key=1)
     assert rows["st-fail"][3:8] == ["fail", "1", "1", "1", "0"]
     assert rows["st-pass"][3] == "pass" and rows["st-unsure"][3] == "inconclusive"
@@ -351,10 +351,10 @@ def test_radar_status_says_what_each_target_shows(gate_url, pg18):
                 f"gone=postgresql://radar:Hid9@127.0.0.1:{free_port()}/x",
             ]
         )
-        result = _radar(["status", "--warehouse", gate_url], {"RADAR_TARGETS": configured})
+        result = _invoke(["status", "--warehouse", gate_url], {"RADAR_TARGETS": configured})
     finally:
         pg18.drop_database(database)
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.output
     rows = _rows(result.stdout, key=0)
     assert set(rows) == {"st-pass", "st-fail", "st-unsure", "blind", "gone"}
     # st-pass: last scraped an hour ago (the fixture's counters), so late; asked now, it shows every statement.
@@ -364,7 +364,7 @@ def test_radar_status_says_what_each_target_shows(gate_url, pg18):
     assert rows["st-fail"][5] == "not in RADAR_TARGETS here: not asked"
     assert rows["blind"][1] == "never" and rows["blind"][4].startswith("never scraped")
     assert "role 'gate_blind' lacks pg_read_all_stats" in rows["blind"][5]
-    assert "cannot connect" in rows["gone"][5] and "Hid9" not in result.stdout + result.stderr
+    assert "cannot connect" in rows["gone"][5] and "Hid9" not in result.output
 
 
 def test_a_table_printed_to_a_pipe_is_whole(gate_url):
@@ -374,5 +374,5 @@ def test_a_table_printed_to_a_pipe_is_whole(gate_url):
     header = next(line for line in piped.stdout.splitlines() if "verdict" in line and "query" in line)
     for column in ("reason", "cause", "before ms", "history", "bound", "confidence", "change"):
         assert f" {column} " in header, header
-    asked = _radar(["verdicts", "st-fail", "--warehouse", gate_url], {"COLUMNS": "100"})  # a width asked for is kept
+    asked = _invoke(["verdicts", "st-fail", "--warehouse", gate_url], {"COLUMNS": "100"})  # a width asked for is kept
     assert max(len(line) for line in asked.stdout.splitlines()) <= 100 and "…" in asked.stdout
