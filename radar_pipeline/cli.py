@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import math
 import os
+import re
+import shlex
 import sys
 import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from radar_pipeline.config import WAREHOUSE_URL_VAR, ConfigError, printable, scrub_secret
-from radar_pipeline.terminal import clean, fitted_table
+from radar_pipeline.terminal import clean, console, fitted_table
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -161,6 +166,7 @@ def deploy(
     stored = recorded.event
     state = "recorded" if recorded.inserted else "already recorded, unchanged"
     click.echo(printable(f"deploy {stored.deploy_id} to {stored.target} at {stored.deployed_at}: {state}"))
+    _verdict_due(warehouse, stored.deploy_id, stored.target)
 
 
 @deploy.command("import")
@@ -279,7 +285,6 @@ def _print_impact(summary: pd.DataFrame, changes: pd.DataFrame, show_all: bool) 
     """The deploy's impact above its verdicts: execution time and calls per minute before → after for the target (and
     each database when there are several), then the statements whose load changed, heaviest first."""
     import pandas as pd
-    from rich.console import Console
 
     from radar_pipeline.alerts.render import NO_DATA_BEFORE
 
@@ -329,9 +334,9 @@ def _print_impact(summary: pd.DataFrame, changes: pd.DataFrame, show_all: bool) 
         "queryid": [str(q) for q in shown["queryid"]],
         "query": [clean(q) for q in shown["query"]],
     }
-    console = Console(highlight=False)
+    out = console()
     rows = list(zip(*columns.values(), strict=True))
-    console.print(fitted_table(list(columns), rows, console.width, flexible="query", droppable=("share ×", "queryid")))
+    out.print(fitted_table(list(columns), rows, out.width, flexible="query", droppable=("share ×", "queryid")))
     if len(shown) < len(changes):
         click.echo(f"… {len(changes) - len(shown)} more load changes (--all)")
 
@@ -341,7 +346,6 @@ def _print_verdicts(table: pd.DataFrame) -> None:
     bound, confidence, the history intervals the test used, the change relative to the deploy, the statement's text
     cut to the room left (CSV or JSON give it whole)."""
     import pandas as pd
-    from rich.console import Console
 
     from radar_pipeline.pgss_model import shared_queryid_note
 
@@ -370,13 +374,13 @@ def _print_verdicts(table: pd.DataFrame) -> None:
         "change": fmt(pd.to_timedelta(table["change_after_deploy"]).dt.total_seconds(), "{:+.0f}s"),
         "query": list(table["query"]),
     }
-    console = Console(highlight=False)
+    out = console()
     rows = list(zip(*columns.values(), strict=True))
-    console.print(
+    out.print(
         fitted_table(
             list(columns),
             rows,
-            console.width,
+            out.width,
             flexible="query",
             droppable=("history", "bound", "reason", "confidence", "change", "before ms"),
         )
@@ -384,6 +388,499 @@ def _print_verdicts(table: pd.DataFrame) -> None:
     for row in table.itertuples():  # below the table: its query column is cut to the room left
         if isinstance(row.queryid_shared_with, list) and row.queryid_shared_with:
             click.echo(f"caution, queryid {row.queryid}: {clean(shared_queryid_note(row.queryid_shared_with))}")
+
+
+class Duration(click.ParamType):
+    """A duration such as 90s, 10m, 1h or 1h30m (0 allowed), as seconds; anything else, a negative one included,
+    is a usage error naming the option."""
+
+    name = "duration"
+    PATTERN = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?")
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        """The duration in seconds."""
+        if isinstance(value, int | float):
+            return float(value)
+        text = str(value).strip().lower()
+        found = self.PATTERN.fullmatch(text)
+        if text == "0":
+            return 0.0
+        if not text or found is None or not any(found.groups()):
+            past = " (a deadline in the past)" if text.startswith("-") else ""
+            self.fail(f"{clean(value)!r} is not a duration such as 90s, 10m, 1h or 1h30m{past}", param, ctx)
+        hours, minutes, seconds = (float(g) if g else 0.0 for g in found.groups())
+        total = hours * 3600 + minutes * 60 + seconds
+        if total > MAX_WAIT_S:
+            self.fail(f"{clean(value)!r} is longer than {MAX_WAIT_S // 3600:.0f} hours", param, ctx)
+        return total
+
+
+MAX_WAIT_S = 24 * 3600.0
+GATE_EXIT = {"pass": 0, "fail": 1, "inconclusive": 3, "pending": 4}
+CONFIG_EXIT, USAGE_EXIT = 5, 2
+MIN_POLL_S = 0.1
+PROGRESS_EVERY_S = 60.0  # a progress line at least this often while waiting (and whenever the news changes)
+OVERDUE = timedelta(minutes=2)  # an analysis this late after it was due: the daemon may not be running
+GATE_EPILOG = """\b
+Exit codes:
+  0  pass: nothing detected, and the cleared statements hold at least the
+     pass share (radar.pass_share, default 90%) of the execution time
+  1  fail: a statement is detected slower
+  3  inconclusive: neither (0 with --inconclusive-ok)
+  4  still pending at the deadline (--wait; without it, at once)
+  5  warehouse or configuration error (retried until the deadline)
+  2  usage: a bad option or DURATION, or a deploy id not recorded
+
+\b
+Examples:
+  radar gate "$CI_PIPELINE_ID" --wait 40m
+  radar gate shop-v2 --format json --inconclusive-ok
+"""
+
+
+def _gate_exit(code: int, message: str) -> None:
+    """Leave with `code` after one line on stderr."""
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(code)
+
+
+def _times_environment(url: str | None) -> dict[str, str]:
+    """The environment that says the analysis's window and scrape interval: this one's, over the embedded default's
+    compressed times when the embedded default is the warehouse (no URL given)."""
+    if url:
+        return dict(os.environ)
+    from radar_pipeline.demo.environment import COMPRESSED
+
+    return {**COMPRESSED, **os.environ}
+
+
+def _clock(at: datetime) -> str:
+    """A time for a CI log: UTC, to the second."""
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _span(seconds: float) -> str:
+    """A span such as 1h05m, 4m12s or 9s."""
+    whole = max(0, round(seconds))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def _verdict_due(warehouse: str | None, deploy_id: str, target: str) -> None:
+    """After `radar deploy`: when the verdict is due (the sensor's rule on the stored time) and the gate to wait for
+    it. Only a hint: a failure to read it is one line on stderr, the deploy stays recorded."""
+    from radar_pipeline.warehouse import status
+
+    try:
+        engine = _engine(warehouse)
+        with engine.connect() as conn:
+            times = status.deploy_times(conn, deploy_id, _times_environment(warehouse), target)
+        engine.dispose()
+    except Exception as exc:
+        click.echo(_failure("when the verdict is due is unknown", exc, warehouse), err=True)
+        return
+    if times is None or times.source == "import":
+        return
+    wait = math.ceil(max(0.0, (times.due_at - times.now).total_seconds()) / 60) + 5  # and the run's few minutes
+    click.echo(
+        printable(f"verdict due at {_clock(times.due_at)}; `radar gate {shlex.quote(deploy_id)} --wait {wait}m`")
+    )
+
+
+@dataclass
+class GateView:
+    """What the gate read of a deploy: its times, its radar.deploy_state row and, once decided, the share of its
+    execution time each verdict holds and its detections."""
+
+    times: Any  # warehouse.status.DeployTimes
+    state: dict[str, Any]
+    shares: dict[str, float]
+    detections: list[dict[str, Any]]
+
+
+def _gate_read(engine: Any, deploy_id: str, environ: dict[str, str]) -> GateView | None:
+    """One look at the deploy (None: not recorded), in one connection: its times and state, and once it is no
+    longer pending, the shares of its execution time and its detections."""
+    from radar_pipeline.engine import DETECTED
+    from radar_pipeline.warehouse import status
+    from radar_pipeline.warehouse.analysis import deploy_states, verdicts_of
+
+    with engine.connect() as conn:
+        times = status.deploy_times(conn, deploy_id, environ)
+        if times is None:
+            return None
+        found = deploy_states(conn, [deploy_id])
+        state = {k: _plain(v) for k, v in found.iloc[0].items()}
+        if state["state"] == "pending":
+            return GateView(times, state, {}, [])
+        shares = status.execution_shares(conn, deploy_id)
+        table = verdicts_of(conn, deploy_id)
+    detected = table[table["verdict"] == DETECTED]
+    columns = [
+        "target", "queryid", "dbid", "userid", "toplevel", "change_factor", "factor_at_change", "factor_low",
+        "factor_high", "cause", "mean_before_ms", "mean_after_ms", "confidence", "change_after_deploy", "query",
+    ]  # fmt: skip
+    detections = []
+    for row in detected[columns].to_dict("records"):
+        cells = {k: _plain(v) for k, v in row.items()}
+        change = cells.pop("change_after_deploy")
+        cells["change_after_deploy_s"] = None if change is None else round(change.total_seconds())
+        detections.append(cells)
+    return GateView(times, state, shares, detections)
+
+
+def _plain(value: object) -> Any:
+    """A cell of a pandas frame as a plain Python value: None for a missing one, numbers and times unwrapped."""
+    import pandas as pd
+
+    if isinstance(value, str | list | dict) or value is None:
+        return value
+    if pd.isna(value):  # type: ignore[call-overload]
+        return None
+    if isinstance(value, pd.Timestamp):
+        return value.to_pydatetime()
+    if isinstance(value, timedelta):
+        return pd.Timedelta(value).to_pytimedelta()
+    return value.item() if hasattr(value, "item") else value
+
+
+def _gate_text(view: GateView, deploy_id: str) -> list[str]:
+    """The gate's answer for a person reading a CI log: the state first, then counts, shares and detections."""
+    t, s = view.times, view.state
+    lines = [f"deploy {clean(deploy_id)}: {s['state']}"]
+    facts = [f"target {clean(t.target)}", f"deployed {_clock(t.deployed_at)}"]
+    facts += [f"{name} {clean(value)}" for name, value in (("service", t.service), ("version", t.version)) if value]
+    if s.get("analysed_at") is not None:
+        facts.append(f"analysed {_clock(s['analysed_at'])}")
+    else:
+        facts.append(f"window closes {_clock(t.window_closes_at)}, verdict due {_clock(t.due_at)}")
+    lines.append("  " + ", ".join(facts))
+    if s["state"] == "pending":
+        return lines
+    from radar_pipeline.engine.vocabulary import VERDICTS
+
+    lines.append("  verdicts: " + ", ".join(f"{int(s.get(v) or 0)} {v}" for v in VERDICTS))
+    if view.shares:
+        cleared = view.shares.get("no_regression", 0.0)
+        shares = f"{cleared:.1%} cleared, {view.shares.get('inconclusive', 0.0):.1%} inconclusive"
+        rest = [f"{view.shares[v]:.1%} {v}" for v in ("insufficient_data", "detected") if view.shares.get(v)]
+        lines.append(
+            f"  execution time after the deploy: {', '.join([shares, *rest])} (a pass needs {s['pass_share']:.0%} "
+            "cleared)"
+        )
+    else:
+        lines.append("  execution time after the deploy: none (nothing ran in its window)")
+    if view.detections:
+        lines.append(f"detections ({len(view.detections)}):")
+    for d in view.detections:
+        at = d["factor_at_change"] if d["factor_at_change"] is not None else d["change_factor"]
+        factor = f"×{at:.2f}" if at is not None else "×?"
+        interval = f" [×{d['factor_low']:.2f}, ×{d['factor_high']:.2f}]" if d["factor_low"] is not None else ""
+        lines.append(
+            f"  {factor}{interval} cause {clean(d['cause'] or 'unexplained')}, queryid {d['queryid']}: "
+            f"{clean(d['query'])}"
+        )
+    return lines
+
+
+def _gate_json(view: GateView, deploy_id: str, code: int) -> str:
+    """The gate's answer for a script: one object (ASCII: nothing in it can move a terminal's cursor)."""
+    import json
+
+    t, s = view.times, view.state
+
+    def iso(at: datetime | None) -> str | None:
+        return at.isoformat() if at is not None else None
+
+    counts = {v: int(s.get(v) or 0) for v in ("detected", "no_regression", "inconclusive", "insufficient_data")}
+    answer = {
+        "deploy_id": deploy_id,
+        "state": s["state"],
+        "exit_code": code,
+        "counts": counts,
+        "shares": {
+            "cleared": view.shares.get("no_regression") if view.shares else s.get("cleared_share"),
+            "inconclusive": view.shares.get("inconclusive", 0.0) if view.shares else None,
+            "insufficient_data": view.shares.get("insufficient_data", 0.0) if view.shares else None,
+            "detected": view.shares.get("detected", 0.0) if view.shares else None,
+        },
+        "pass_share": s.get("pass_share"),
+        "analysed_at": iso(s.get("analysed_at")),
+        "engine_version": s.get("engine_version"),
+        "deploy": {
+            "target": t.target,
+            "deployed_at": iso(t.deployed_at),
+            "service": t.service,
+            "version": t.version,
+            "url": t.url,
+            "source": t.source,
+            "window_closes_at": iso(t.window_closes_at),
+            "verdict_due_at": iso(t.due_at),
+        },
+        "detections": view.detections,
+    }
+    return json.dumps(answer, indent=1, default=str)
+
+
+def _gate_progress(view: GateView) -> str:
+    """Where a pending deploy stands, for stderr: the time until its window closes, then the wait for the analysis
+    (saying so when it is late, or when its target has no scrapes to judge)."""
+    t = view.times
+    if t.last_scrape is None:
+        warning = (
+            f"; target {clean(t.target)} has no snapshots at all: nothing scrapes it (RADAR_TARGETS, the snapshot "
+            "schedule), so its analysis will have nothing to judge"
+        )
+    elif t.now - t.last_scrape > max(t.window_closes_at - t.deployed_at, OVERDUE):
+        warning = f"; target {clean(t.target)} was last scraped {_span((t.now - t.last_scrape).total_seconds())} ago"
+    else:
+        warning = ""
+    if t.now < t.window_closes_at:
+        return (
+            f"pending: the window after the deploy closes in {_span((t.window_closes_at - t.now).total_seconds())} "
+            f"(at {_clock(t.window_closes_at)}), its verdict is due at {_clock(t.due_at)}{warning}"
+        )
+    late = t.now - t.due_at
+    if late > OVERDUE:
+        return (
+            f"pending: waiting for the analysis, {_span(late.total_seconds())} after it was due: is the Dagster "
+            f"daemon running (deploy_event_sensor)?{warning}"
+        )
+    return f"pending: the window closed; waiting for the analysis (due at {_clock(t.due_at)}){warning}"
+
+
+@main.command(epilog=GATE_EPILOG)
+@click.argument("deploy_id")
+@click.option(
+    "--wait",
+    type=Duration(),
+    default="0s",
+    show_default=True,
+    help="keep waiting while the deploy is pending, up to this long (90s, 10m, 1h30m)",
+)
+@click.option("--poll", type=Duration(), default="5s", show_default=True, help="how often to look while waiting")
+@click.option("--format", "output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--inconclusive-ok", is_flag=True, help="exit 0, not 3, when the deploy is inconclusive")
+@click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
+def gate(deploy_id: str, wait: float, poll: float, output: str, inconclusive_ok: bool, warehouse: str | None) -> None:
+    """Answer for a deploy (what a CI job or a rollout step runs after `radar deploy`): its state (pass, fail,
+    inconclusive, pending), counts, the share of its execution time cleared and inconclusive, and each detection
+    with its factor, 95% interval and cause. Progress while waiting goes to stderr, the answer to stdout."""
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    from radar_pipeline.warehouse import status
+
+    deadline = time.monotonic() + wait
+    poll = max(poll, MIN_POLL_S)
+    try:
+        url = _require(warehouse)
+        engine = status.polling_engine(url)
+    except ConfigError as exc:
+        _gate_exit(CONFIG_EXIT, printable(str(exc)))
+    environ = _times_environment(warehouse)
+    said, said_at = "", 0.0
+    while True:
+        try:
+            view = _gate_read(engine, deploy_id, environ)
+        except (OperationalError, InterfaceError) as exc:  # the warehouse is away: again until the deadline
+            failure = _failure("the warehouse did not answer", exc, url)
+            if time.monotonic() >= deadline:
+                _gate_exit(CONFIG_EXIT, failure)
+            news = f"{failure}; retrying ({_span(deadline - time.monotonic())} left to wait)"
+            if news != said or time.monotonic() - said_at >= PROGRESS_EVERY_S:
+                click.echo(news, err=True)
+                said, said_at = news, time.monotonic()
+            time.sleep(max(0.0, min(poll, deadline - time.monotonic())))
+            continue
+        except ConfigError as exc:
+            _gate_exit(CONFIG_EXIT, printable(str(exc)))
+        except Exception as exc:  # a warehouse without radar's schema, or refusing us: no use asking again
+            _gate_exit(CONFIG_EXIT, _failure("reading the deploy's state failed", exc, url))
+        if view is None:
+            _gate_exit(
+                USAGE_EXIT,
+                f"deploy {clean(deploy_id)!r} is not recorded (`radar deploy` records it; `radar deploys` lists the "
+                "recent ones)",
+            )
+        assert view is not None
+        state = view.state["state"]
+        remaining = deadline - time.monotonic()
+        if state != "pending" or remaining <= 0:
+            break
+        news = f"deploy {clean(deploy_id)}: {_gate_progress(view)}"
+        if news.split(";")[0] != said.split(";")[0] or time.monotonic() - said_at >= PROGRESS_EVERY_S:
+            click.echo(f"{news}; {_span(remaining)} left to wait", err=True)
+            said, said_at = news, time.monotonic()
+        time.sleep(max(0.0, min(poll, remaining)))
+    code = 0 if state == "inconclusive" and inconclusive_ok else GATE_EXIT[state]
+    if output == "json":
+        click.echo(_gate_json(view, deploy_id, code))
+    else:
+        click.echo("\n".join(_gate_text(view, deploy_id)))
+    if state == "pending":
+        click.echo(f"deploy {clean(deploy_id)}: {_gate_progress(view)}", err=True)
+        click.echo(f"Error: deploy {clean(deploy_id)!r} is still pending at the deadline", err=True)
+    sys.exit(code)
+
+
+@main.command("deploys")
+@click.option("--target", help="only this target's deploys")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True, help="how many, newest first")
+@click.option("--format", "output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
+def deploys_command(target: str | None, limit: int, output: str, warehouse: str | None) -> None:
+    """List recent deploys, newest first, with their state (pass, fail, inconclusive, pending) and verdict counts."""
+    from radar_pipeline.warehouse import status
+
+    try:
+        engine = _engine(warehouse)
+        with engine.connect() as conn:
+            rows = status.recent_deploys(conn, target, limit)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    except Exception as exc:
+        raise click.ClickException(_failure("reading the deploys failed", exc, warehouse)) from None
+    if output == "json":
+        import json
+
+        fields = [
+            "deploy_id", "target", "deployed_at", "state", "analysed_at", "detected", "no_regression",
+            "inconclusive", "insufficient_data", "cleared_share", "pass_share", "service", "version", "source",
+        ]  # fmt: skip
+        click.echo(json.dumps([{k: r[k] for k in fields} for r in rows], indent=1, default=_json_value))
+        return
+    if not rows:
+        click.echo("no deploys recorded" + (f" for target {clean(target)!r}" if target else ""))
+        return
+
+    def count(row: dict[str, Any], name: str) -> str:
+        return "" if row["state"] == "pending" else str(int(row[name] or 0))
+
+    headers = [
+        "deployed at", "deploy", "target", "state", "detected", "cleared", "inconclusive", "insufficient",
+        "cleared share", "service", "version",
+    ]  # fmt: skip
+    cells = [
+        [
+            _clock(r["deployed_at"]),
+            r["deploy_id"],
+            r["target"],
+            r["state"],
+            *(count(r, v) for v in ("detected", "no_regression", "inconclusive", "insufficient_data")),
+            "" if r["cleared_share"] is None else f"{r['cleared_share']:.1%}",
+            r["service"] or "",
+            r["version"] or "",
+        ]
+        for r in rows
+    ]
+    out = console()
+    out.print(fitted_table(headers, cells, out.width, flexible="version", droppable=("service", "insufficient")))
+
+
+def _json_value(value: object) -> object:
+    """A value json cannot write itself: times in ISO 8601, the rest as text."""
+    return value.isoformat() if isinstance(value, datetime) else str(value)
+
+
+@main.command("status")
+@click.option("--probe/--no-probe", default=True, show_default=True, help="ask each configured target what it shows")
+@click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
+def status_command(probe: bool, warehouse: str | None) -> None:
+    """Each target's last scrape and its age, its health (scraped as often as configured, or late) and what radar
+    cannot see of it: statements evicted before a scrape, and, asked live for the targets in RADAR_TARGETS, the
+    collector's own checks (its role without pg_read_all_stats, pg_stat_statements.track none, compute_query_id off,
+    the extension missing or too old, the server unreachable)."""
+    from radar_pipeline.config import (
+        DEFAULT_SCRAPE_INTERVAL_SECONDS,
+        SCRAPE_INTERVAL_VAR,
+        TARGETS_VAR,
+        parse_targets,
+        positive_seconds,
+    )
+    from radar_pipeline.warehouse import status
+
+    environ = _times_environment(warehouse)
+    try:
+        interval = environ.get(SCRAPE_INTERVAL_VAR)
+        scrape_s = positive_seconds(interval, SCRAPE_INTERVAL_VAR) if interval else None
+        configured = parse_targets(os.environ[TARGETS_VAR]) if os.environ.get(TARGETS_VAR) else []
+        engine = _engine(warehouse)
+        with engine.connect() as conn:
+            stored = status.target_scrapes(conn, STATUS_RECENT)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    except Exception as exc:
+        raise click.ClickException(_failure("reading the targets' scrapes failed", exc, warehouse)) from None
+    expected = scrape_s or DEFAULT_SCRAPE_INTERVAL_SECONDS
+    by_name = {r["target"]: r for r in stored}
+    names = sorted(set(by_name) | {t.name for t in configured})
+    probes = _probe_targets(configured) if probe else {}
+    if not names:
+        click.echo(f"no target scraped yet, and {TARGETS_VAR} names none here")
+        return
+    headers = ["target", "last scrape", "age", "statements", "health", "cannot see"]
+    cells = []
+    for name in names:
+        row = by_name.get(name)
+        blind: list[str] = []
+        if row is None:
+            last, age, statements = "never", "", ""
+            health = "never scraped: is it in the snapshot runs' RADAR_TARGETS, and the schedule on?"
+        else:
+            seconds = row["age"].total_seconds()
+            last, age, statements = _clock(row["last_scrape"]), _span(seconds), str(row["statements"])
+            if seconds <= STALE_SCRAPES * expected:
+                health = f"ok: {row['scrapes']} scrapes in the last hour"
+            else:
+                health = (
+                    f"late: no scrape for {_span(seconds)}, one expected every {_span(expected)} (are the snapshot "
+                    "runs scheduled? a failed one's log says why)"
+                )
+            if row["statements"] == 0:
+                blind.append("the last scrape saw no statement")
+            if row["evicted"]:
+                blind.append(
+                    f"{row['evicted']} statements evicted in the last hour before a scrape saw them (raise "
+                    "pg_stat_statements.max)"
+                )
+        if name in probes:
+            blind.append(probes[name])
+        elif probe and configured:
+            blind.append(f"not in {TARGETS_VAR} here: not asked")
+        elif probe:
+            blind.append(f"not asked ({TARGETS_VAR} is not set here)")
+        cells.append([name, last, age, statements, health, "; ".join(blind)])
+    out = console()
+    out.print(fitted_table(headers, cells, out.width, flexible="cannot see"))
+
+
+STATUS_RECENT = timedelta(hours=1)
+STALE_SCRAPES = 3  # a target not scraped for this many intervals is late
+PROBE_TIMEOUT_S = 10.0
+
+
+def _probe_targets(targets: list[Any]) -> dict[str, str]:
+    """Each target's answer to the collector's own checks (collector.pgss.read_extension), asked now over a bounded,
+    read-only session, a few at once: "sees every statement", or why it cannot (no password in it)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from radar_pipeline.collector import pgss, session
+
+    def one(target: Any) -> str:
+        try:
+            with session.connect(target, call_timeout=PROBE_TIMEOUT_S) as conn:
+                ext = pgss.read_extension(conn, target)
+        except session.TargetUnavailable as exc:
+            return clean(str(exc))
+        except Exception as exc:
+            return clean(f"target {target.name!r}: {session.describe(exc, target)}")
+        return f"nothing: asked now, it shows every statement (pg_stat_statements {clean(ext.version)})"
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return dict(zip((t.name for t in targets), pool.map(one, targets), strict=True))
 
 
 def _failure(what: str, exc: BaseException, url: str | None) -> str:

@@ -34,6 +34,11 @@ SECONDS_VARS = (
     "RADAR_TOLERANCE_FLOOR_SECONDS",
     "RADAR_PERIOD_SECONDS",
 )
+WINDOW_VAR, SCRAPE_INTERVAL_VAR = SECONDS_VARS[:2]
+# The analysis window each side of a deploy and the scrape interval when the variables above are unset (the Dagster
+# resources' defaults; `radar deploy` and `radar gate` tell when a verdict is due from the same).
+DEFAULT_WINDOW_SECONDS = 1800.0
+DEFAULT_SCRAPE_INTERVAL_SECONDS = 60.0
 # Whole-number settings and their defaults: read with count_setting, checked at load by validate_environment.
 PLAN_TOP_N_VAR = "RADAR_PLAN_TOP_N"
 REANALYSIS_DAYS_VAR = "RADAR_REANALYSIS_DAYS"

@@ -3,8 +3,10 @@ to the terminal's width, for the demo and the `radar` command."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -12,6 +14,19 @@ from radar_pipeline.config import printable
 
 BORDER = 3  # characters a rich table spends per column on borders and padding
 MIN_FLEXIBLE = 30  # narrower than this, the flexible column makes room by dropping the droppable ones
+# The width given to output that is not a terminal (a pipe, a file, a CI log): wider than any table, so fitted_table
+# keeps every column and cell whole, and rich prints each table at its natural width.
+UNBOUNDED = 1_000_000
+
+
+def console(stderr: bool = False) -> Console:
+    """A rich Console for the command's output: the terminal's width on a terminal, or the width COLUMNS asks for;
+    elsewhere (a pipe, a file, a CI log, where nobody can widen the window) UNBOUNDED, so tables are printed whole,
+    not cut to 80 columns."""
+    found = Console(highlight=False, stderr=stderr)
+    if found.is_terminal or os.environ.get("COLUMNS", "").strip().isdigit():
+        return found
+    return Console(highlight=False, stderr=stderr, width=UNBOUNDED)
 
 
 def clean(text: object) -> str:

@@ -110,6 +110,26 @@ def test_the_commands_the_demo_prints_work_as_printed(newcomer):
     assert not _postgres_under(home), "radar verdicts left the embedded warehouse running"
 
 
+def test_gate_deploys_and_status_answer_on_the_embedded_default(newcomer):
+    home, env, printed = newcomer
+    assert any(c.endswith(" gate shop-v2") for c in printed), printed  # the demo tells of it
+
+    def radar(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(BIN / "radar"), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+        )
+
+    gate = radar("gate", "shop-v2")  # no warehouse configured: the demo's embedded one
+    assert gate.returncode == 1 and gate.stdout.startswith("deploy shop-v2: fail\n"), gate.stdout + gate.stderr
+    assert "SELECT id, total, status FROM orders WHERE customer_id = $1" in gate.stdout
+    listed = radar("deploys")
+    assert listed.returncode == 0 and re.search(r"│ shop-v2 +│ shop +│ fail +│", listed.stdout), listed.stdout
+    status = radar("status")
+    assert status.returncode == 0 and re.search(r"│ shop +│ [-\d]+ [:\d]+ UTC +│", status.stdout), status.stdout
+    assert "not asked (RADAR_TARGETS is not set here)" in status.stdout
+    assert not _postgres_under(home), "the commands left the embedded warehouse running"
+
+
 def _chromium() -> str:
     """Debian's Chromium, installed here when missing (the tests run as root on a Debian machine), else a skip."""
     path = shutil.which("chromium")

@@ -16,6 +16,8 @@ from radar_pipeline.config import (
     COLLECTOR_ROLE_VAR,
     DEFAULT_ALERT_MAX_AGE_HOURS,
     DEFAULT_API_URLS,
+    DEFAULT_SCRAPE_INTERVAL_SECONDS,
+    DEFAULT_WINDOW_SECONDS,
     TARGETS_VAR,
     WAREHOUSE_URL_VAR,
     ConfigError,
@@ -63,8 +65,8 @@ class AnalysisResource(dg.ConfigurableResource):
     The demo and tests compress time through these same fields (seconds-scale windows and scrapes).
     """
 
-    window_seconds: float = 1800.0
-    scrape_interval_seconds: float = 60.0
+    window_seconds: float = DEFAULT_WINDOW_SECONDS
+    scrape_interval_seconds: float = DEFAULT_SCRAPE_INTERVAL_SECONDS
     tolerance_floor_seconds: float = 120.0
     period_seconds: float = 3600.0
 

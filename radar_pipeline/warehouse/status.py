@@ -1,0 +1,162 @@
+"""What `radar gate`, `radar deploys` and `radar status` read: a deploy's times and the share of its execution time
+each verdict holds, the recent deploys with their states, each target's scrapes.
+
+A deploy's state itself is radar.deploy_state's (analysis.deploy_states); when its verdict is due follows the
+sensor's rule (deploys.READY_AT with the window and one scrape interval, as deploy_event_sensor computes it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.pool import NullPool
+
+from radar_pipeline.config import (
+    DEFAULT_SCRAPE_INTERVAL_SECONDS,
+    DEFAULT_WINDOW_SECONDS,
+    SCRAPE_INTERVAL_VAR,
+    WINDOW_VAR,
+    positive_seconds,
+    warehouse_url,
+)
+from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX, READY_AT
+
+CONNECT_TIMEOUT_S = 5
+STATEMENT_TIMEOUT_MS = 10_000
+TCP_USER_TIMEOUT_MS = 15_000  # a warehouse that stopped acknowledging is given up by the kernel after this
+
+
+def polling_engine(url: str) -> sa.Engine:
+    """An engine for a command that asks the warehouse again and again (`radar gate --wait`): every connection is
+    opened anew (a warehouse back from a restart is simply reached again), its connecting bounded by
+    CONNECT_TIMEOUT_S, each statement by STATEMENT_TIMEOUT_MS, and a peer gone silent found by TCP."""
+    return sa.create_engine(
+        warehouse_url(url),
+        poolclass=NullPool,
+        connect_args={
+            "connect_timeout": CONNECT_TIMEOUT_S,
+            "options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+            "tcp_user_timeout": TCP_USER_TIMEOUT_MS,
+            "keepalives": 1,
+            "keepalives_idle": 10,
+            "keepalives_interval": 5,
+            "keepalives_count": 2,
+        },
+    )
+
+
+def analysis_times(conn: sa.Connection, target: str, environ: Mapping[str, str]) -> tuple[timedelta, timedelta]:
+    """The analysis window each side of a deploy and the scrape interval the sensor waits after it: the window from
+    RADAR_WINDOW_SECONDS when set, else the one the target's latest deploy analysis used (what the daemon runs with,
+    when the command's environment does not say), else the default; the interval from RADAR_SCRAPE_INTERVAL_SECONDS
+    or its default."""
+    if environ.get(WINDOW_VAR):
+        window = positive_seconds(environ[WINDOW_VAR], WINDOW_VAR)
+    else:
+        stored = conn.execute(
+            sa.text(
+                "SELECT CAST(settings ->> 'window' AS double precision) FROM radar.analysis "
+                "WHERE target = :t AND deploy_id NOT LIKE :periodic AND settings ? 'window' "
+                "ORDER BY analysed_at DESC LIMIT 1"
+            ),
+            {"t": target, "periodic": PERIODIC_PREFIX + "%"},
+        ).scalar()
+        window = float(stored) if stored else DEFAULT_WINDOW_SECONDS
+    interval = environ.get(SCRAPE_INTERVAL_VAR)
+    scrape = positive_seconds(interval, SCRAPE_INTERVAL_VAR) if interval else DEFAULT_SCRAPE_INTERVAL_SECONDS
+    return timedelta(seconds=window), timedelta(seconds=scrape)
+
+
+@dataclass(frozen=True)
+class DeployTimes:
+    """A recorded deploy's fields and times by the warehouse's clock: when its window closes, when its analysis is
+    due (the sensor requests it then), and its target's last scrape (None: never scraped)."""
+
+    deploy_id: str
+    target: str
+    deployed_at: datetime
+    service: str | None
+    version: str | None
+    url: str | None
+    source: str
+    now: datetime
+    window_closes_at: datetime
+    due_at: datetime
+    last_scrape: datetime | None
+
+
+def deploy_times(
+    conn: sa.Connection, deploy_id: str, environ: Mapping[str, str], target: str | None = None
+) -> DeployTimes | None:
+    """The deploy's DeployTimes (analysis_times give its window and interval), or None when it is not recorded.
+    `target`, when the caller knows it, saves a query."""
+    if target is None:
+        target = conn.execute(
+            sa.text("SELECT target FROM radar.deploy_event WHERE deploy_id = :id"), {"id": deploy_id}
+        ).scalar()
+        if target is None:
+            return None
+    window, scrape = analysis_times(conn, target, environ)
+    row = conn.execute(
+        sa.text(
+            "SELECT deploy_id, target, deployed_at, service, version, url, source, now() AS now, "
+            f"deployed_at + :window AS window_closes_at, {READY_AT} AS due_at, "
+            "(SELECT max(captured_at) FROM radar.pgss_info_snapshot s WHERE s.target = e.target) AS last_scrape "
+            "FROM radar.deploy_event e WHERE deploy_id = :id"
+        ),
+        {"id": deploy_id, "window": window, "delay": window + scrape},
+    ).one_or_none()
+    return DeployTimes(**row._mapping) if row is not None else None
+
+
+def execution_shares(conn: sa.Connection, deploy_id: str) -> dict[str, float]:
+    """Verdict → the share of the deploy's execution time after it that its statements hold, measured as
+    radar.deploy_state measures it (calls after × mean after); empty when nothing ran after the deploy."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT verdict, sum(calls_after * mean_after_ms) FROM radar.verdict "
+            "WHERE deploy_id = :d AND calls_after > 0 GROUP BY verdict"
+        ),
+        {"d": deploy_id},
+    ).all()
+    total = sum(float(ms or 0) for _, ms in rows)
+    return {str(verdict): float(ms or 0) / total for verdict, ms in rows} if total > 0 else {}
+
+
+def recent_deploys(conn: sa.Connection, target: str | None, limit: int) -> list[dict[str, Any]]:
+    """The `limit` latest deploys (of `target`, or of all), newest first, each its radar.deploy_state row and source;
+    only those deploys' analyses and verdicts are read."""
+    where = "WHERE target = :t" if target is not None else ""
+    rows = conn.execute(
+        sa.text(
+            "SELECT s.*, e.source FROM radar.deploy_state s JOIN radar.deploy_event e USING (deploy_id) "
+            f"WHERE s.deploy_id = ANY(ARRAY(SELECT deploy_id FROM radar.deploy_event {where} "
+            "ORDER BY deployed_at DESC, deploy_id DESC LIMIT :n)) ORDER BY s.deployed_at DESC, s.deploy_id DESC"
+        ),
+        {"t": target, "n": limit},
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+def target_scrapes(conn: sa.Connection, within: timedelta) -> list[dict[str, Any]]:
+    """Each target the warehouse has scrapes of, by name: its last scrape (captured_at, age by the warehouse's
+    clock, the statements the view held then, server and extension versions), its scrapes in the last `within`,
+    and the statements pg_stat_statements evicted over them (dealloc, PostgreSQL 14+: those were never seen)."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT t.target, l.captured_at AS last_scrape, now() - l.captured_at AS age, l.statements, "
+            "l.server_version_num, l.pgss_version, r.scrapes, r.evicted "
+            "FROM (SELECT DISTINCT target FROM radar.pgss_info_snapshot) t "
+            "CROSS JOIN LATERAL (SELECT * FROM radar.pgss_info_snapshot s WHERE s.target = t.target "
+            "ORDER BY captured_at DESC LIMIT 1) l "
+            "CROSS JOIN LATERAL (SELECT count(*) AS scrapes, max(dealloc) - min(dealloc) AS evicted "
+            "FROM radar.pgss_info_snapshot s WHERE s.target = t.target AND s.captured_at > now() - :within) r "
+            "ORDER BY t.target"
+        ),
+        {"within": within},
+    )
+    return [dict(r._mapping) for r in rows]

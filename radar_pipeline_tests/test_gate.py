@@ -1,0 +1,378 @@
+"""`radar gate`, `radar deploys` and `radar status` on the embedded PostgreSQL, with deploys analysed for real (the
+counters and plans of test_deploy_state: st-pass passes, st-fail fails, st-unsure is inconclusive).
+
+One warehouse serves the module; the tests that analyse a deploy while the gate waits have a deploy each (st-late,
+st-away), pending until then. st-open's window is still open; st-ghost went to a target never scraped.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from click.testing import CliRunner
+
+from radar_pipeline.cli import main
+from radar_pipeline.demo.local_postgres import free_port
+from radar_pipeline.steps.deploy_analysis import analyse_deploy
+from radar_pipeline.warehouse import deploys, migrations
+from radar_pipeline.warehouse.database import make_engine
+
+from .helpers import store_counters
+from .test_deploy_state import PLANS, SETTINGS, TEXTS, _counters
+
+RADAR = str(Path(sys.executable).parent / "radar")
+# The st-fail statement's text, longer than any terminal: a table printed to a pipe shows it whole.
+LONG_TEXT = (
+    "SELECT o.id, o.customer_id, o.created_at, o.total, c.name, c.email, c.country FROM orders o JOIN customers c "
+    "ON c.id = o.customer_id WHERE o.customer_id = $1 AND o.created_at > now() - interval '30 days' AND o.status "
+    "IN ('paid', 'shipped', 'delivered') ORDER BY o.created_at DESC LIMIT 50 /* the end of a long statement */"
+)
+# The times the daemon would have: the window the analyses used, scrapes every 10 s.
+TIMES = {"RADAR_WINDOW_SECONDS": "200", "RADAR_SCRAPE_INTERVAL_SECONDS": "10"}
+DEADLINE_S = 120.0
+
+
+@pytest.fixture(scope="module")
+def gate_url(pg18) -> Iterator[str]:
+    """A warehouse with st-pass, st-fail and st-unsure analysed; st-late and st-away recorded on st-pass's target at
+    the same time, not analysed; st-open deployed just now; st-ghost, recorded an hour ago, to a target never
+    scraped."""
+    name = pg18.new_database("gate")
+    url = pg18.pg.url(name, driver="postgresql+psycopg")
+    migrations.upgrade(url)
+    engine = make_engine(url)
+    at = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+    rng = np.random.default_rng(24)
+    for deploy_id, plan in PLANS.items():
+        texts = {q: LONG_TEXT if (deploy_id, q) == ("st-fail", 1) else TEXTS[q] for q in plan}
+        store_counters(engine, deploy_id, _counters(at, plan, rng), texts)
+        deploys.record(engine, deploys.DeployEvent(deploy_id, deploy_id, at, service="shop", version="v2"))
+        analyse_deploy(engine, deploy_id, SETTINGS)
+    for deploy_id in ("st-late", "st-away"):
+        deploys.record(engine, deploys.DeployEvent(deploy_id, "st-pass", at))
+    deploys.record(engine, deploys.DeployEvent("st-open", "st-pass", datetime.now(UTC) - timedelta(seconds=5)))
+    deploys.record(engine, deploys.DeployEvent("st-ghost", "ghost", at), configured_targets=["ghost"])
+    with engine.begin() as conn:  # recorded an hour ago, and never analysed since: as with no daemon running
+        conn.execute(sa.text("UPDATE radar.deploy_event SET received_at = deployed_at WHERE deploy_id = 'st-ghost'"))
+    engine.dispose()
+    yield url
+    make_engine(url).dispose()
+    pg18.drop_database(name)
+
+
+def _radar(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The real console script, its output a pipe (as in a CI job, where COLUMNS is not set)."""
+    base = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    return subprocess.run(
+        [RADAR, *args], capture_output=True, text=True, timeout=300, env={**base, **TIMES, **(env or {})}
+    )
+
+
+def _invoke(args: list[str], env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(main, args, env={"COLUMNS": None, **TIMES, **(env or {})})
+
+
+def test_gate_exit_codes_and_answers_through_the_console_script(gate_url):
+    fail = _radar(["gate", "st-fail", "--warehouse", gate_url])
+    assert fail.returncode == 1, fail.stderr
+    lines = fail.stdout.splitlines()
+    assert lines[0] == "deploy st-fail: fail"
+    assert "target st-fail" in lines[1] and "service shop" in lines[1] and "analysed" in lines[1]
+    assert lines[2] == "  verdicts: 1 detected, 1 no_regression, 1 inconclusive, 0 insufficient_data"
+    shares = r"  execution time after the deploy: [\d.]+% cleared, [\d.]+% inconclusive, [\d.]+% detected"
+    assert re.fullmatch(shares + r" \(a pass needs 90% cleared\)", lines[3]), lines[3]
+    assert lines[4] == "detections (1):"
+    detection = r"  ×[23]\.\d\d \[×\d\.\d\d, ×\d\.\d\d\] cause \w+, queryid 1: "
+    assert re.fullmatch(detection + re.escape(LONG_TEXT), lines[5]), lines[5]
+
+    ok = _invoke(["gate", "st-pass", "--warehouse", gate_url])
+    assert ok.exit_code == 0 and ok.stdout.startswith("deploy st-pass: pass\n"), ok.output
+    assert "detections" not in ok.stdout
+
+    pending = _radar(["gate", "st-open", "--wait", "1s", "--poll", "0.2s", "--warehouse", gate_url])
+    assert pending.returncode == 4, pending.stderr
+    assert pending.stdout.startswith("deploy st-open: pending\n")
+    progress = r"st-open: pending: the window after the deploy closes in \dm\d\ds \(at .* UTC\), its verdict is due"
+    stale = r"; target st-pass was last scraped (5\dm\d\ds|1h\d\dm) ago\n"  # the fixture's counters stop an hour ago
+    assert re.search(progress + r" at [-\d]+ [:\d]+ UTC" + stale, pending.stderr), pending.stderr
+    assert pending.stderr.splitlines()[-1] == "Error: deploy 'st-open' is still pending at the deadline"
+
+    unknown = _invoke(["gate", "nope-1", "--warehouse", gate_url])
+    assert unknown.exit_code == 2 and unknown.stdout == ""
+    assert unknown.stderr.strip() == (
+        "Error: deploy 'nope-1' is not recorded (`radar deploy` records it; `radar deploys` lists the recent ones)"
+    )
+
+
+def test_gate_inconclusive_and_json(gate_url):
+    unsure = _invoke(["gate", "st-unsure", "--warehouse", gate_url])
+    assert unsure.exit_code == 3 and unsure.stdout.startswith("deploy st-unsure: inconclusive\n"), unsure.output
+    assert _invoke(["gate", "st-unsure", "--inconclusive-ok", "--warehouse", gate_url]).exit_code == 0
+    assert _invoke(["gate", "st-fail", "--inconclusive-ok", "--warehouse", gate_url]).exit_code == 1
+
+    import json
+
+    answer = json.loads(_invoke(["gate", "st-fail", "--format", "json", "--warehouse", gate_url]).stdout)
+    assert answer["state"] == "fail" and answer["exit_code"] == 1
+    assert answer["counts"] == {"detected": 1, "no_regression": 1, "inconclusive": 1, "insufficient_data": 0}
+    assert abs(sum(v for v in answer["shares"].values()) - 1) < 1e-9 and answer["pass_share"] == 0.9
+    [found] = answer["detections"]
+    assert found["queryid"] == 1 and found["query"] == LONG_TEXT and found["cause"]
+    assert found["factor_low"] < found["factor_at_change"] < found["factor_high"] and found["change_factor"] > 2
+    assert answer["deploy"]["target"] == "st-fail" and answer["deploy"]["version"] == "v2"
+    closes = datetime.fromisoformat(answer["deploy"]["window_closes_at"])
+    assert closes - datetime.fromisoformat(answer["deploy"]["deployed_at"]) == timedelta(seconds=200)
+    unsure = json.loads(_invoke(["gate", "st-unsure", "--format", "json", "--warehouse", gate_url]).stdout)
+    assert unsure["state"] == "inconclusive" and 0.5 < unsure["shares"]["inconclusive"] < 0.8
+
+
+@pytest.mark.parametrize("wait", ["10x", "-5m", "m", "1h-5m", ""])
+def test_gate_refuses_a_malformed_or_negative_duration(gate_url, wait):
+    result = _invoke(["gate", "st-pass", "--wait", wait, "--warehouse", gate_url])
+    assert result.exit_code == 2 and "Invalid value for '--wait'" in result.stderr, result.output
+    assert "is not a duration such as 90s, 10m, 1h or 1h30m" in result.stderr
+    if wait.startswith("-"):
+        assert "a deadline in the past" in result.stderr
+
+
+def test_a_target_never_scraped_is_said_while_waiting(gate_url):
+    result = _invoke(["gate", "st-ghost", "--wait", "1s", "--poll", "0.2s", "--warehouse", gate_url])
+    assert result.exit_code == 4
+    assert re.search(r"^deploy st-ghost: pending: .*; \ds left to wait$", result.stderr, re.MULTILINE), result.stderr
+    assert "target ghost has no snapshots at all: nothing scrapes it" in result.stderr
+    assert "after it was due: is the Dagster daemon running (deploy_event_sensor)?" in result.stderr
+
+
+def test_warehouse_down_is_exit_5_in_one_line_without_the_password(pg18):
+    url = f"postgresql://radar:Hid%2Fden9@127.0.0.1:{free_port()}/radar"
+    at_once = _invoke(["gate", "st-pass", "--warehouse", url])
+    assert at_once.exit_code == 5 and at_once.stdout == ""
+    assert at_once.stderr.startswith("Error: the warehouse did not answer: OperationalError: ")
+    assert len(at_once.stderr.strip().splitlines()) == 1 and "Hid" not in at_once.output
+    started = time.monotonic()
+    retried = _invoke(["gate", "st-pass", "--wait", "2s", "--poll", "0.3s", "--warehouse", url])
+    assert retried.exit_code == 5 and time.monotonic() - started >= 2
+    assert "retrying (" in retried.stderr and "Hid" not in retried.output
+    assert _invoke(["gate", "st-pass", "--warehouse", "mysql://x@h/db"]).exit_code == 5
+    no_schema = _invoke(["gate", "st-pass", "--wait", "1h", "--warehouse", pg18.pg.url(driver="postgresql+psycopg")])
+    assert no_schema.exit_code == 5 and "radar.deploy_event" in no_schema.stderr  # not retried for an hour
+
+
+class _Switch:
+    """A loopback TCP proxy to the warehouse that can be switched off (every connection cut, new ones refused) and
+    on again at the same port: a warehouse restarted, or a network gone for a while."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port, self.port = upstream_port, free_port()
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self.on()
+
+    def on(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._serve, args=(self._listener,), daemon=True).start()
+
+    def off(self) -> None:
+        with self._lock:
+            sockets, self._sockets = [self._listener, *self._sockets], []
+        for sock in sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def _serve(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=60)
+            with self._lock:
+                self._sockets += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
+class _Gate:
+    """`radar gate` running as a CI job runs it, its stderr lines collected as they come."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.proc = subprocess.Popen(
+            [RADAR, "gate", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **TIMES},
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.put(line)
+
+    def wait_for(self, text: str) -> None:
+        """Until a stderr line holds `text` (the test fails after DEADLINE_S)."""
+        deadline = time.monotonic() + DEADLINE_S
+        while not any(text in line for line in self.seen):
+            assert time.monotonic() < deadline, f"no {text!r} on stderr: {self.seen}"
+            try:
+                self.seen.append(self.lines.get(timeout=1))
+            except queue.Empty:
+                assert self.proc.poll() is None, f"the gate ended early: {self.seen}"
+
+    def finish(self) -> tuple[int, str]:
+        out, _ = self.proc.communicate(timeout=DEADLINE_S)
+        return self.proc.returncode, out
+
+
+def test_the_gate_waits_for_an_analysis_made_while_it_waits(gate_url):
+    gate = _Gate(["st-late", "--wait", "10m", "--poll", "0.2s", "--warehouse", gate_url])
+    try:
+        gate.wait_for("st-late: pending: ")
+        engine = make_engine(gate_url)
+        analysed: list[object] = []
+        analysing = threading.Thread(target=lambda: analysed.append(analyse_deploy(engine, "st-late", SETTINGS)))
+        analysing.start()
+        analysing.join(DEADLINE_S)
+        engine.dispose()
+        code, out = gate.finish()
+    finally:
+        gate.proc.kill()
+    assert analysed and code == 0 and out.startswith("deploy st-late: pass\n"), (out, gate.seen)
+
+
+def test_the_gate_rides_out_a_warehouse_that_goes_away(gate_url, pg18):
+    switch = _Switch(pg18.pg.port)
+    through = sa.make_url(gate_url).set(password="Hid9", port=switch.port).render_as_string(hide_password=False)
+    gate = _Gate(["st-away", "--wait", "10m", "--poll", "0.2s", "--warehouse", through])
+    try:
+        gate.wait_for("st-away: pending: ")
+        switch.off()
+        gate.wait_for("the warehouse did not answer")
+        engine = make_engine(gate_url)
+        analyse_deploy(engine, "st-away", SETTINGS)  # decided while the gate cannot see the warehouse
+        engine.dispose()
+        switch.on()
+        code, out = gate.finish()
+    finally:
+        gate.proc.kill()
+        switch.off()
+    assert code == 0 and out.startswith("deploy st-away: pass\n"), (out, gate.seen)
+    assert not any("Hid9" in line for line in gate.seen) and "Hid9" not in out
+
+
+def test_radar_deploy_says_when_the_verdict_is_due(gate_url):
+    with make_engine(gate_url).connect() as conn:
+        known_before = conn.execute(sa.text("SELECT count(*) FROM radar.deploy_event")).scalar_one()
+    for deploy_id, env in (("due-1", TIMES), ("due-2", {"RADAR_SCRAPE_INTERVAL_SECONDS": "10"})):
+        # due-2: the window is not in this environment; the one the target's last analysis used is (200 s).
+        result = CliRunner().invoke(
+            main, ["deploy", "--target", "st-pass", "--id", deploy_id, "--warehouse", gate_url], env=env
+        )
+        assert result.exit_code == 0, result.output
+        with make_engine(gate_url).connect() as conn:
+            at = conn.execute(
+                sa.text("SELECT deployed_at FROM radar.deploy_event WHERE deploy_id = :d"), {"d": deploy_id}
+            ).scalar_one()
+        due = (at + timedelta(seconds=210)).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        assert result.stdout.splitlines()[1] == f"verdict due at {due}; `radar gate {deploy_id} --wait 9m`"
+    with make_engine(gate_url).begin() as conn:
+        conn.execute(sa.text("DELETE FROM radar.deploy_event WHERE deploy_id LIKE 'due-%'"))
+        assert conn.execute(sa.text("SELECT count(*) FROM radar.deploy_event")).scalar_one() == known_before
+
+
+def _rows(printed: str, key: int) -> dict[str, list[str]]:
+    """A rich table's body rows (not its header), each a list of its cells, by the cell in column `key`."""
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in printed.splitlines() if line.startswith("│")]
+    return {row[key]: row for row in rows}
+
+
+def test_radar_deploys_lists_states_and_counts(gate_url):
+    table = _invoke(["deploys", "--warehouse", gate_url])  # not a terminal: every column, however many
+    assert table.exit_code == 0, table.output
+    rows = _rows(table.stdout, key=1)
+    assert rows["st-fail"][3:8] == ["fail", "1", "1", "1", "0"]
+    assert rows["st-pass"][3] == "pass" and rows["st-unsure"][3] == "inconclusive"
+    assert rows["st-open"][3] == "pending" and rows["st-open"][4:8] == ["", "", "", ""]
+    assert rows["st-fail"][-2:] == ["shop", "v2"]
+    assert list(rows)[0] == "st-open"  # newest first
+
+    import json
+
+    only = json.loads(_invoke(["deploys", "--target", "st-fail", "--format", "json", "--warehouse", gate_url]).stdout)
+    assert [(d["deploy_id"], d["state"], d["detected"]) for d in only] == [("st-fail", "fail", 1)]
+    assert len(_rows(_invoke(["deploys", "--limit", "2", "--warehouse", gate_url]).stdout, key=1)) == 2
+    assert _invoke(["deploys", "--target", "nowhere", "--warehouse", gate_url]).stdout == (
+        "no deploys recorded for target 'nowhere'\n"
+    )
+
+
+def test_radar_status_says_what_each_target_shows(gate_url, pg18):
+    database = pg18.new_database("seen")
+    try:
+        pg18.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements", database)
+        pg18.execute("DO $$ BEGIN CREATE ROLE gate_blind LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+        configured = " ".join(
+            [
+                f"st-pass={pg18.pg.url(database)}",
+                f"blind={pg18.pg.url(database, user='gate_blind')}",
+                f"gone=postgresql://radar:Hid9@127.0.0.1:{free_port()}/x",
+            ]
+        )
+        result = _invoke(["status", "--warehouse", gate_url], {"RADAR_TARGETS": configured})
+    finally:
+        pg18.drop_database(database)
+    assert result.exit_code == 0, result.output
+    rows = _rows(result.stdout, key=0)
+    assert set(rows) == {"st-pass", "st-fail", "st-unsure", "blind", "gone"}
+    # st-pass: last scraped an hour ago (the fixture's counters), so late; asked now, it shows every statement.
+    late = r"late: no scrape for (5\dm\d\ds|1h\d\dm), one expected every 10s \(are the snapshot runs scheduled\?"
+    assert re.match(late, rows["st-pass"][4]), rows["st-pass"]
+    assert rows["st-pass"][3] == "3" and "shows every statement (pg_stat_statements 1." in rows["st-pass"][5]
+    assert rows["st-fail"][5] == "not in RADAR_TARGETS here: not asked"
+    assert rows["blind"][1] == "never" and rows["blind"][4].startswith("never scraped")
+    assert "role 'gate_blind' lacks pg_read_all_stats" in rows["blind"][5]
+    assert "cannot connect" in rows["gone"][5] and "Hid9" not in result.output
+
+
+def test_a_table_printed_to_a_pipe_is_whole(gate_url):
+    piped = _radar(["verdicts", "st-fail", "--warehouse", gate_url])  # no COLUMNS: not a terminal, so not 80 wide
+    assert piped.returncode == 0, piped.stderr
+    assert LONG_TEXT in piped.stdout and "…" not in piped.stdout
+    header = next(line for line in piped.stdout.splitlines() if "verdict" in line and "query" in line)
+    for column in ("reason", "cause", "before ms", "history", "bound", "confidence", "change"):
+        assert f" {column} " in header, header
+    asked = _invoke(["verdicts", "st-fail", "--warehouse", gate_url], {"COLUMNS": "100"})  # a width asked for is kept
+    assert max(len(line) for line in asked.stdout.splitlines()) <= 100 and "…" in asked.stdout
