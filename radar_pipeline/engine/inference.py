@@ -380,22 +380,22 @@ def _scan(
 
     # Per-interval values summed over [0, k) and [k, n) (zeros past n), and lag-1 cross products of neighbouring
     # intervals (the pair (i, i + 1) at column i) summed over the pairs inside [0, k) (i ≤ k − 2) and inside [k, n)
-    # (i ≥ k): one prefix sum of them all ([names, rows, L + 1], Σ of the first j columns at j), read at k and k − 1.
+    # (i ≥ k): a prefix sum of each ([rows, L + 1], Σ of the first j columns at j), read at k and k − 1, one term at
+    # a time so only one is held.
     rows, length = c.shape
-    plain = dict(_interval_terms(c, tc, sumsq))
-    pairs = dict(_pair_terms(c[:, :-1], tc[:, :-1], c[:, 1:], tc[:, 1:]))
-    prefix = np.zeros((len(plain) + len(pairs), rows, length + 1))
-    for i, values in enumerate([*plain.values(), *pairs.values()]):
-        prefix[i, :, 1 : values.shape[1] + 1] = values
-    np.cumsum(prefix, axis=2, out=prefix)
-    flat = prefix.reshape(len(prefix), -1)
+    prefix = np.zeros((rows, length + 1))
+    flat = prefix.reshape(-1)
     start = (np.arange(rows) * (length + 1))[:, None]
-    at_k = np.take(flat, start + ks, axis=1)
-    total = prefix[:, :, -1:]
-    sums = {name: (at_k[i], total[i] - at_k[i]) for i, name in enumerate(plain)}
-    before_pairs = np.take(flat[len(plain) :], start + np.maximum(ks - 1, 0), axis=1)
-    for i, name in enumerate(pairs, len(plain)):
-        sums[name] = (before_pairs[i - len(plain)], total[i] - at_k[i])
+    sums = {}
+    for name, values in _interval_terms(c, tc, sumsq):
+        np.cumsum(values, axis=1, out=prefix[:, 1:])
+        at_k = np.take(flat, start + ks)
+        sums[name] = (at_k, prefix[:, -1:] - at_k)
+    for name, values in _pair_terms(c[:, :-1], tc[:, :-1], c[:, 1:], tc[:, 1:]):
+        np.cumsum(values, axis=1, out=prefix[:, 1:length])
+        prefix[:, length] = prefix[:, length - 1]
+        at_k = np.take(flat, start + ks)
+        sums[name] = (np.take(flat, start + np.maximum(ks - 1, 0)), prefix[:, -1:] - at_k)
     a, b = _sides(sums, sumsq is not None)
     total_n = n[:, None].astype(np.float64)
     n_a = ks.astype(np.float64)
