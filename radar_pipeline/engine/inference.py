@@ -345,7 +345,9 @@ def _pair_terms(
     yield "lag_cc", np.multiply(c0, c1, out=out)
 
 
-def _sides(sums: dict[str, tuple[np.ndarray, np.ndarray]], stddev: bool) -> list[dict[str, np.ndarray]]:
+def _sides(
+    sums: dict[str, tuple[np.ndarray, np.ndarray]], stddev: bool
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Both sides' test sums (as `_statistics` takes them) from their sums of interval and pair terms."""
     out = []
     for i in (0, 1):
@@ -359,7 +361,7 @@ def _sides(sums: dict[str, tuple[np.ndarray, np.ndarray]], stddev: bool) -> list
             side["ss"] = np.where(got["unknown"] > 0, np.nan, got["ss"])
             side["ss_dof"] = got["ss_dof"]
         out.append(side)
-    return out
+    return out[0], out[1]
 
 
 def _scan(
@@ -466,12 +468,12 @@ def clearing_bounds(
     per_block = max(1, CLEAR_CELLS // width)
     for lo in range(0, count, per_block):
         block = np.arange(lo, min(lo + per_block, count))
-        sums = _band_sums(c, tc, sumsq, start[block], n[block], first[block], width, head, tail, block)
+        a, b = _band_sums(c, tc, sumsq, start[block], n[block], first[block], width, head, tail, block)
         n_a = (first[block, None] + np.arange(width)[None, :]).astype(np.float64)
         total_n = n[block, None].astype(np.float64)
         known = history.rows(block, column=True) if history is not None else None
         with np.errstate(invalid="ignore", divide="ignore"):  # the slots past a row's last split are not read
-            scan = _statistics(*sums, n_a, total_n - n_a, total_n, centre[rows[block], None], threshold, known)
+            scan = _statistics(a, b, n_a, total_n - n_a, total_n, centre[rows[block], None], threshold, known)
         scan["n_a"], scan["n_b"] = n_a, total_n - n_a
         _bound_at_worst(scan, splits[block], min_rise, threshold, level, history, block, out)
     return out
@@ -528,7 +530,7 @@ def _band_sums(
     head: dict[str, np.ndarray],
     tail: dict[str, np.ndarray],
     block: np.ndarray,
-) -> list[dict[str, np.ndarray]]:
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Both sides' test sums at splits first .. first + J − 1 of a block of rows ([rows, J] each), from the sums
     outside the band and the band's intervals, added in order (as a prefix sum from the row's start would)."""
     col = first[:, None] - 1 + np.arange(width + 1)[None, :]  # intervals first − 1 .. first + J − 1
