@@ -187,6 +187,7 @@ RHO_MARGIN = 0.5
 SIDE_ALPHA = 0.05
 # Splits the clearing rule bounds at a time (rows × splits): its test's temporaries stay a few MB each.
 CLEAR_CELLS = 1 << 16
+COMPACT = 2  # the clearing rule gathers its rows' intervals first when they are fewer than 1/COMPACT of all
 
 
 @dataclass(frozen=True)
@@ -459,11 +460,18 @@ def clearing_bounds(
     )
     if count == 0 or width == 0:
         return out
+    n = offsets[rows + 1] - offsets[rows]
+    if n.sum() * COMPACT < len(c):
+        # Few rows (most statements detected): their intervals alone, so the passes below cost what they hold.
+        local = np.concatenate([[0], np.cumsum(n)])
+        index = np.arange(local[-1]) + np.repeat(offsets[rows] - local[:-1], n)
+        c, time, sumsq = c[index], time[index], sumsq[index] if sumsq is not None else None
+        offsets, centre, rows = local, centre[rows], np.arange(count)
     tc = np.repeat(centre, np.diff(offsets))
     tc *= c
     np.subtract(time, tc, out=tc)
     buffer = np.empty(len(c) + 1)
-    start, n = offsets[rows], offsets[rows + 1] - offsets[rows]
+    start = offsets[rows]
     head, tail = _outside_sums(c, tc, sumsq, start, n, first, width, buffer)
     per_block = max(1, CLEAR_CELLS // width)
     for lo in range(0, count, per_block):
