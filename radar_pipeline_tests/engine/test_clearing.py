@@ -304,5 +304,5 @@ def test_the_rows_intervals_gathered_first_give_the_same_bounds(monkeypatch):
     for compact in (0, 10**9):  # 0: always gather; 10⁹: never
         monkeypatch.setattr(inference, "COMPACT", compact)
         outs.append(analyse(fleet.counters, DEPLOY, history=known))
-    pd.testing.assert_frame_equal(outs[0], outs[1])
+    pd.testing.assert_frame_equal(outs[0], outs[1], check_exact=True)
     assert outs[0]["factor_bound"].notna().sum() > 250
