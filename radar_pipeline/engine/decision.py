@@ -170,8 +170,7 @@ def analyse(
         _decide_block(samples, block, deploy, settings, reason, found, known)
     _intervals_without_split(samples, sides, decidable, settings, found, known)
     _family_decision(found, weight, settings, verdict, reason)
-    for block in _blocks(samples, np.flatnonzero(decidable & (verdict != DETECTED))):
-        _clearing_block(samples, block, deploy, settings, found, known)
+    _clearing(samples, np.flatnonzero(decidable & (verdict != DETECTED)), sides, deploy, settings, found, known)
     _clear(found, verdict, reason)
 
     # The result's columns gathered first and framed once: a column set at a time costs pandas a copy each.
@@ -417,43 +416,90 @@ def _deploy_split(ends: np.ndarray, n: np.ndarray, deploy: int) -> np.ndarray:
 
 
 def _clearing_splits(
-    ends: np.ndarray, n: np.ndarray, deploy: int, tolerance: int, settings: EngineSettings
-) -> np.ndarray:
-    """[rows, L + 1]: the splits where the clearing rule checks its bound (engine/inference.py, "Clearing"): the
-    detection's candidates, and for a deploy its own split, which a sparse statement's candidates lack when its last
-    interval before the deploy ended more than the tolerance before it (the floors leave min_samples each side)."""
-    splits = _candidate_splits(ends, n, deploy, tolerance, settings)
-    if settings.tolerance < settings.window:
-        at = _deploy_split(ends, n, deploy)
-        ok = (at >= settings.min_samples) & (n - at >= settings.min_samples)
-        splits[np.flatnonzero(ok), at[ok]] = True
-    return splits
-
-
-def _clearing_block(
     samples: WindowSamples,
-    block: np.ndarray,
+    rows: np.ndarray,
+    n_before: np.ndarray,
+    deploy: int,
+    tolerance: int,
+    settings: EngineSettings,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, its first split and which of the splits from it on ([rows, J] boolean) the clearing rule checks its
+    bound at (engine/inference.py, "Clearing"): the detection's candidates (`_candidate_splits`: a change time — the
+    end of interval k − 1 — within the tolerance of the deploy, at least max(min_samples, ⌊n/10⌋) intervals each
+    side, for a deploy at or after its split), which form a range since a statement's intervals end in time order;
+    and for a deploy its own split, which a sparse statement's candidates lack when its last interval before the
+    deploy ended more than the tolerance before it (the floors leave min_samples each side)."""
+    n = np.diff(samples.offsets)[rows]
+    at = n_before[rows]  # the deploy's split: the intervals that end at or before it
+    early = at - _ends_within(samples, rows, at, n, -1, deploy - tolerance)  # end < deploy − tolerance
+    late = at + _ends_within(samples, rows, at, n, 1, deploy + tolerance)  # end ≤ deploy + tolerance
+    side = np.maximum(max(settings.min_samples, 2), min_segment(n))
+    low, high = np.maximum(early + 1, side), np.minimum(late, n - side)
+    own = np.zeros(len(rows), dtype=bool)
+    if settings.tolerance < settings.window:
+        low = np.maximum(low, at)  # at or after the deploy (see _candidate_splits)
+        own = (at >= settings.min_samples) & (n - at >= settings.min_samples)
+    some = low <= high
+    first = np.minimum(np.where(some, low, n), np.where(own, at, n))
+    last = np.maximum(np.where(some, high, 0), np.where(own, at, 0))
+    wanted = some | own
+    first = np.where(wanted, first, 1)
+    width = int((last - first + 1)[wanted].max()) if wanted.any() else 0
+    k = first[:, None] + np.arange(width)[None, :]
+    splits = (some[:, None] & (k >= low[:, None]) & (k <= high[:, None])) | (own[:, None] & (k == at[:, None]))
+    return first, splits
+
+
+def _ends_within(
+    samples: WindowSamples, rows: np.ndarray, at: np.ndarray, n: np.ndarray, direction: int, limit: int
+) -> np.ndarray:
+    """Per row, how many of its intervals next to its deploy split `at` end between the deploy and `limit`: those
+    after it (direction 1, ending at or before limit) or before it (−1, ending at or after limit). A statement's
+    intervals end in time order, so only its intervals nearest the deploy are read, in widening windows."""
+    start = samples.offsets[rows]
+    width = 16
+    while True:
+        step = np.arange(width)[None, :]
+        index = at[:, None] + step if direction > 0 else at[:, None] - 1 - step
+        inside = (index >= 0) & (index < n[:, None])
+        end = samples.end[np.where(inside, start[:, None] + index, 0)]
+        count = (inside & ((end <= limit) if direction > 0 else (end >= limit))).sum(axis=1)
+        if (count < width).all():
+            return count
+        width *= 2
+
+
+def _clearing(
+    samples: WindowSamples,
+    rows: np.ndarray,
+    sides: dict[str, np.ndarray],
     deploy: int,
     settings: EngineSettings,
     found: dict[str, np.ndarray],
     known: History | None,
 ) -> None:
-    """The clearing rule's bound for one block of decidable statements not detected (in place, in `found`)."""
+    """The clearing rule's bound for the decidable statements not detected (in place, in `found`)."""
     tolerance = int(settings.tolerance.total_seconds() * 1e9)
-    padded = _padded(samples, block)
+    first, splits = _clearing_splits(samples, rows, sides["n_before"], deploy, tolerance, settings)
+    calls, time = sides["calls"].reshape(-1, 2).sum(axis=1), sides["time"].reshape(-1, 2).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        centre = np.where(calls > 0, time / calls, 0.0)
     res = clearing_bounds(
-        padded["calls"],
-        padded["time"],
-        padded["sumsq"],
-        padded["n"],
-        _clearing_splits(padded["end"], padded["n"], deploy, tolerance, settings),
+        samples.calls,
+        samples.time,
+        samples.sumsq,
+        samples.offsets,
+        centre,
+        rows,
+        first,
+        splits,
         settings.threshold,
         settings.min_rise_ms,
         settings.clear_level,
-        known.rows(block) if known is not None else None,
+        known.rows(rows) if known is not None else None,
     )
-    found["factor_bound"][block] = res.bound
-    found["cleared"][block], found["precise"][block], found["conflict"][block] = res.cleared, res.precise, res.conflict
+    found["factor_bound"][rows] = res.bound
+    found["cleared"][rows], found["precise"][rows], found["conflict"][rows] = res.cleared, res.precise, res.conflict
 
 
 def _clear(found: dict[str, np.ndarray], verdict: np.ndarray, reason: np.ndarray) -> None:

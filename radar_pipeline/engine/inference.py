@@ -160,11 +160,17 @@ side cannot rule out). The periodic check's tolerance spans its window: S is eve
 The tolerance. 1 + θ, or for a statement so fast that θ of its before-mean μ̂_A is less than `min_rise_ms`, 1 +
 min_rise_ms / μ̂_A: a rise the detection would not report whatever its factor (its pre-filter). The level is then
 approximate, μ̂_A being an estimate; a split with no bound (a side without time) clears nothing. The bound comes from
-the scan's prefix sums (centred), not recomputed in two passes.
+sums of the times centred on the statement's mean (the scan's, not recomputed in two passes): each side's sums
+outside the band of splits from one pass over every statement's intervals, then added up through the band in order.
+The t tail P_k is computed where it can be the least only — at the split of least z_k = (ln(1 + θ) − ln μ̂_B +
+ln μ̂_A) / se, and at the splits whose z_k is small enough that F_ν(z_k) could fall to that one's for some ν of the
+statement's (F_ν(z) grows with z, and with ν where z > 0, shrinks with ν where z < 0): the same worst split as
+computing it everywhere, at a fraction of the cost (engine 2.5.0 first computed it at every split).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -179,6 +185,9 @@ RHO_MARGIN = 0.5
 # A side whose own variance exceeds its history's prediction at this level keeps its own (module docstring,
 # "History"): a check that errs towards the window-only test, so it may be lenient.
 SIDE_ALPHA = 0.05
+# Splits the clearing rule bounds at a time (rows × splits): its test's temporaries stay a few MB each.
+CLEAR_CELLS = 1 << 16
+COMPACT = 2  # the clearing rule gathers its rows' intervals first when they are fewer than 1/COMPACT of all
 
 
 @dataclass(frozen=True)
@@ -301,6 +310,61 @@ def split_tests(
     )
 
 
+def _interval_terms(
+    c: np.ndarray, tc: np.ndarray, sumsq: np.ndarray | None, out: np.ndarray | None = None
+) -> Iterator[tuple[str, np.ndarray]]:
+    """What each interval adds to a side's sums (its calls, centred time, and the products Σe² is made of; with
+    stddev_exec_time, whether its sum of squares is unknown, that sum and its c − 1), one term at a time; with
+    `out`, each is written there (valid until the next)."""
+
+    def put(values: np.ndarray) -> np.ndarray:
+        if out is None:
+            return values
+        out[...] = values
+        return out
+
+    yield "c", put(c)
+    yield "t", put(tc)
+    yield "tt", np.multiply(tc, tc, out=out)
+    yield "tc", np.multiply(tc, c, out=out)
+    yield "cc", np.multiply(c, c, out=out)
+    if sumsq is not None:
+        yield "unknown", put((np.isnan(sumsq) & (c > 0)).astype(np.float64))
+        yield "ss", put(np.nan_to_num(sumsq, nan=0.0))
+        yield "ss_dof", np.maximum(c - 1, 0.0, out=out)
+
+
+def _pair_terms(
+    c0: np.ndarray, tc0: np.ndarray, c1: np.ndarray, tc1: np.ndarray, out: np.ndarray | None = None
+) -> Iterator[tuple[str, np.ndarray]]:
+    """What a pair of neighbouring intervals (c0, tc0 then c1, tc1) adds to a side's lag-1 cross products, one term
+    at a time (with `out`, written there)."""
+    yield "lag_tt", np.multiply(tc0, tc1, out=out)
+    lag_tc = np.multiply(tc0, c1, out=out)
+    lag_tc += c0 * tc1
+    yield "lag_tc", lag_tc
+    yield "lag_cc", np.multiply(c0, c1, out=out)
+
+
+def _sides(
+    sums: dict[str, tuple[np.ndarray, np.ndarray]], stddev: bool
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Both sides' test sums (as `_statistics` takes them) from their sums of interval and pair terms."""
+    out = []
+    for i in (0, 1):
+        got = {key: v[i] for key, v in sums.items()}
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mu = got["t"] / got["c"]  # centred pooled mean (NaN for an empty side, which is never a candidate)
+            ee = got["tt"] - 2 * mu * got["tc"] + mu * mu * got["cc"]
+            acov = got["lag_tt"] - mu * got["lag_tc"] + mu * mu * got["lag_cc"]
+        side = {"calls": got["c"], "mean": mu, "ee": np.maximum(ee, 0.0), "acov": acov}
+        if stddev:
+            side["ss"] = np.where(got["unknown"] > 0, np.nan, got["ss"])
+            side["ss_dof"] = got["ss_dof"]
+        out.append(side)
+    return out[0], out[1]
+
+
 def _scan(
     c: np.ndarray,
     time: np.ndarray,
@@ -319,44 +383,23 @@ def _scan(
 
     # Per-interval values summed over [0, k) and [k, n) (zeros past n), and lag-1 cross products of neighbouring
     # intervals (the pair (i, i + 1) at column i) summed over the pairs inside [0, k) (i ≤ k − 2) and inside [k, n)
-    # (i ≥ k): one prefix sum of them all ([names, rows, L + 1], Σ of the first j columns at j), read at k and k − 1.
+    # (i ≥ k): a prefix sum of each ([rows, L + 1], Σ of the first j columns at j), read at k and k − 1, one term at
+    # a time so only one is held.
     rows, length = c.shape
-    plain = {"c": c, "t": tc, "tt": tc * tc, "tc": tc * c, "cc": c * c}
-    if sumsq is not None:
-        plain["unknown"] = (np.isnan(sumsq) & (c > 0)).astype(np.float64)
-        plain["ss"] = np.nan_to_num(sumsq, nan=0.0)
-        plain["ss_dof"] = np.maximum(c - 1, 0.0)
-    pairs = {
-        "lag_tt": tc[:, :-1] * tc[:, 1:],
-        "lag_tc": tc[:, :-1] * c[:, 1:] + c[:, :-1] * tc[:, 1:],
-        "lag_cc": c[:, :-1] * c[:, 1:],
-    }
-    prefix = np.zeros((len(plain) + len(pairs), rows, length + 1))
-    for i, values in enumerate([*plain.values(), *pairs.values()]):
-        prefix[i, :, 1 : values.shape[1] + 1] = values
-    np.cumsum(prefix, axis=2, out=prefix)
-    flat = prefix.reshape(len(prefix), -1)
+    prefix = np.zeros((rows, length + 1))
+    flat = prefix.reshape(-1)
     start = (np.arange(rows) * (length + 1))[:, None]
-    at_k = np.take(flat, start + ks, axis=1)
-    total = prefix[:, :, -1:]
-    sums = {name: (at_k[i], total[i] - at_k[i]) for i, name in enumerate(plain)}
-    before_pairs = np.take(flat[len(plain) :], start + np.maximum(ks - 1, 0), axis=1)
-    for i, name in enumerate(pairs, len(plain)):
-        sums[name] = (before_pairs[i - len(plain)], total[i] - at_k[i])
-
-    def side(i: int) -> dict[str, np.ndarray]:
-        got = {key: v[i] for key, v in sums.items()}
-        with np.errstate(divide="ignore", invalid="ignore"):
-            mu = got["t"] / got["c"]  # centred pooled mean (NaN for an empty side, which is never a candidate)
-            ee = got["tt"] - 2 * mu * got["tc"] + mu * mu * got["cc"]
-            acov = got["lag_tt"] - mu * got["lag_tc"] + mu * mu * got["lag_cc"]
-        out = {"calls": got["c"], "mean": mu, "ee": np.maximum(ee, 0.0), "acov": acov}
-        if sumsq is not None:
-            out["ss"] = np.where(got["unknown"] > 0, np.nan, got["ss"])
-            out["ss_dof"] = got["ss_dof"]
-        return out
-
-    a, b = side(0), side(1)
+    sums = {}
+    for name, values in _interval_terms(c, tc, sumsq):
+        np.cumsum(values, axis=1, out=prefix[:, 1:])
+        at_k = np.take(flat, start + ks)
+        sums[name] = (at_k, prefix[:, -1:] - at_k)
+    for name, values in _pair_terms(c[:, :-1], tc[:, :-1], c[:, 1:], tc[:, 1:]):
+        np.cumsum(values, axis=1, out=prefix[:, 1:length])
+        prefix[:, length] = prefix[:, length - 1]
+        at_k = np.take(flat, start + ks)
+        sums[name] = (np.take(flat, start + np.maximum(ks - 1, 0)), prefix[:, -1:] - at_k)
+    a, b = _sides(sums, sumsq is not None)
     total_n = n[:, None].astype(np.float64)
     n_a = ks.astype(np.float64)
     scan_history = history.rows(slice(None), column=True) if history is not None else None
@@ -384,28 +427,153 @@ def clearing_bounds(
     calls: np.ndarray,
     time: np.ndarray,
     sumsq: np.ndarray | None,
-    n: np.ndarray,
+    offsets: np.ndarray,
+    centre: np.ndarray,
+    rows: np.ndarray,
+    first: np.ndarray,
     splits: np.ndarray,
     threshold: float,
     min_rise: float,
     level: float,
     history: History | None = None,
 ) -> Clearing:
-    """The clearing rule (module docstring, "Clearing") for every row: the one-sided upper confidence bound, at
-    `level`, of the slowdown factor at each of its `splits` ([rows, L + 1] boolean, as split_tests' candidates), from
-    the test's own variance (`_statistics`, history included); cleared when at every split it lies within the
-    tolerance: factor ≤ 1 + θ, or a rise of the per-call mean ≤ `min_rise` ms (for a statement so fast that θ of it is
-    less), 1 + max(θ, min_rise / μ̂_A). Arrays and history as in `split_tests`."""
+    """The clearing rule (module docstring, "Clearing") for some rows: the one-sided upper confidence bound, at
+    `level`, of the slowdown factor at each of their splits, from the test's own variance (`_statistics`, history
+    included); cleared when at every split it lies within the tolerance: factor ≤ 1 + θ, or a rise of the per-call
+    mean ≤ `min_rise` ms (for a statement so fast that θ of it is less), 1 + max(θ, min_rise / μ̂_A).
+
+    calls, time, sumsq: every row's intervals, flat (row g's at offsets[g] .. offsets[g + 1] − 1, as WindowSamples
+    holds them; sumsq None without stddev); centre: every row's per-call mean over them (0 without calls), on which
+    its times are centred so the residual sums do not cancel (as in `_scan`); rows: the rows to bound;
+    first: each one's first split (≥ 1); splits: [rows, J] boolean, whether split first + j is one of its own (A =
+    the first k intervals); history: the estimates of those rows. The sums outside a row's splits come from one pass
+    over the flat arrays per term; those between them, and the test, for at most CLEAR_CELLS splits at a time.
+    """
+    c = np.asarray(calls, dtype=np.float64)
+    time = np.asarray(time, dtype=np.float64)
+    count, width = len(rows), splits.shape[1]
+    out = Clearing(
+        bound=np.full(count, np.nan),
+        cleared=np.zeros(count, dtype=bool),
+        precise=np.zeros(count, dtype=bool),
+        conflict=np.zeros(count, dtype=bool),
+    )
+    if count == 0 or width == 0:
+        return out
+    n = offsets[rows + 1] - offsets[rows]
+    if n.sum() * COMPACT < len(c):
+        # Few rows (most statements detected): their intervals alone, so the passes below cost what they hold.
+        local = np.concatenate([[0], np.cumsum(n)])
+        index = np.arange(local[-1]) + np.repeat(offsets[rows] - local[:-1], n)
+        c, time, sumsq = c[index], time[index], sumsq[index] if sumsq is not None else None
+        offsets, centre, rows = local, centre[rows], np.arange(count)
+    tc = np.repeat(centre, np.diff(offsets))
+    tc *= c
+    np.subtract(time, tc, out=tc)
+    buffer = np.empty(len(c) + 1)
+    start = offsets[rows]
+    head, tail = _outside_sums(c, tc, sumsq, start, n, first, width, buffer)
+    per_block = max(1, CLEAR_CELLS // width)
+    for lo in range(0, count, per_block):
+        block = np.arange(lo, min(lo + per_block, count))
+        a, b = _band_sums(c, tc, sumsq, start[block], n[block], first[block], width, head, tail, block)
+        n_a = (first[block, None] + np.arange(width)[None, :]).astype(np.float64)
+        total_n = n[block, None].astype(np.float64)
+        known = history.rows(block, column=True) if history is not None else None
+        with np.errstate(invalid="ignore", divide="ignore"):  # the slots past a row's last split are not read
+            scan = _statistics(a, b, n_a, total_n - n_a, total_n, centre[rows[block], None], threshold, known)
+        scan["n_a"], scan["n_b"] = n_a, total_n - n_a
+        _bound_at_worst(scan, splits[block], min_rise, threshold, level, history, block, out)
+    return out
+
+
+def _segment_sums(buffer: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Σ buffer[bounds[r, j] : bounds[r, j + 1]] per row r and j ([rows, m − 1]; bounds non-decreasing along a row,
+    at most len(buffer) − 1: the buffer ends with an extra 0)."""
+    got = np.add.reduceat(buffer, bounds.ravel()).reshape(bounds.shape)[:, :-1]
+    return np.where(bounds[:, 1:] > bounds[:, :-1], got, 0.0)
+
+
+def _outside_sums(
+    c: np.ndarray,
+    tc: np.ndarray,
+    sumsq: np.ndarray | None,
+    start: np.ndarray,
+    n: np.ndarray,
+    first: np.ndarray,
+    width: int,
+    buffer: np.ndarray,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Per row, each term summed over the intervals (and neighbouring pairs) before its first split's band and
+    after it: the band holds intervals first .. first + J − 2 and pairs first − 1 .. first + J − 2, as far as the
+    row goes. One term at a time, written in `buffer` (len(c) + 1: reduceat ends on its last, 0)."""
+    size = len(c)
+    band_end = np.minimum(first + width - 1, n)
+    plain = np.stack([start, start + first, start + band_end, start + n], axis=1)
+    pair_end = np.maximum(n - 1, 0)
+    paired = np.stack(
+        [start, start + np.minimum(first - 1, pair_end), start + np.minimum(band_end, pair_end), start + pair_end],
+        axis=1,
+    )
+    head, tail = {}, {}
+    buffer[size:] = 0.0
+    for name, _ in _interval_terms(c, tc, sumsq, out=buffer[:size]):
+        got = _segment_sums(buffer, plain)
+        head[name], tail[name] = got[:, 0], got[:, 2]
+    buffer[size - 1 :] = 0.0
+    for name, _ in _pair_terms(c[:-1], tc[:-1], c[1:], tc[1:], out=buffer[: size - 1]):
+        got = _segment_sums(buffer, paired)
+        head[name], tail[name] = got[:, 0], got[:, 2]
+    return head, tail
+
+
+def _band_sums(
+    c: np.ndarray,
+    tc: np.ndarray,
+    sumsq: np.ndarray | None,
+    start: np.ndarray,
+    n: np.ndarray,
+    first: np.ndarray,
+    width: int,
+    head: dict[str, np.ndarray],
+    tail: dict[str, np.ndarray],
+    block: np.ndarray,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Both sides' test sums at splits first .. first + J − 1 of a block of rows ([rows, J] each), from the sums
+    outside the band and the band's intervals, added in order (as a prefix sum from the row's start would)."""
+    col = first[:, None] - 1 + np.arange(width + 1)[None, :]  # intervals first − 1 .. first + J − 1
+    inside = col < n[:, None]
+    at = np.where(inside, start[:, None] + col, 0)
+    cb = np.where(inside, c[at], 0.0)
+    tb = np.where(inside, tc[at], 0.0)
+    sb = np.where(inside, sumsq[at], 0.0) if sumsq is not None else None
+    sums = {}
+    for name, values in _interval_terms(cb[:, 1:-1], tb[:, 1:-1], sb[:, 1:-1] if sb is not None else None):
+        prefix = np.cumsum(np.concatenate([head[name][block, None], values], axis=1), axis=1)
+        sums[name] = (prefix, prefix[:, -1:] + tail[name][block, None] - prefix)
+    for name, values in _pair_terms(cb[:, :-1], tb[:, :-1], cb[:, 1:], tb[:, 1:]):
+        prefix = np.cumsum(np.concatenate([head[name][block, None], values], axis=1), axis=1)
+        sums[name] = (prefix[:, :-1], prefix[:, -1:] + tail[name][block, None] - prefix[:, 1:])
+    return _sides(sums, sumsq is not None)
+
+
+def _bound_at_worst(
+    scan: dict[str, np.ndarray],
+    wanted: np.ndarray,
+    min_rise: float,
+    threshold: float,
+    level: float,
+    history: History | None,
+    block: np.ndarray,
+    out: Clearing,
+) -> None:
+    """The bound at each row's worst split, the least confident that the factor lies within the tolerance (in place,
+    in `out`'s rows `block`). A split with no bound (a side without time) is the worst. The confidence, a Student t
+    tail, is computed only where it may be the least: at the split of smallest z = room / se, and where z is small
+    enough that its confidence could fall below that one's for some ν of the row's (exact: the tail is monotone in
+    z, and in ν on each side of z = 0)."""
     from scipy import special
 
-    c = np.asarray(calls, dtype=np.float64)
-    rows = c.shape[0]
-    # Each row's splits, first in its slots ([rows, J]; the slots past its count repeat a split and are not wanted).
-    count = splits.sum(axis=1)
-    width = max(int(count.max()), 1) if rows else 1
-    ks = np.argsort(~splits, axis=1, kind="stable")[:, :width]
-    wanted = np.arange(width)[None, :] < count[:, None]
-    scan = _scan(c, time, sumsq, n, ks, threshold, history)
     log_ratio, se, nu = scan["log_ratio"], scan["se"], np.nan_to_num(scan["nu"], nan=1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         limit = np.maximum(np.log1p(threshold), np.log1p(min_rise / scan["mean_a"]))
@@ -413,24 +581,35 @@ def clearing_bounds(
         z = np.where(se > 0, room / se, np.where(room >= 0, np.inf, -np.inf))
     defined = (scan["mean_a"] > 0) & (scan["mean_b"] > 0) & ~np.isnan(room) & ~np.isnan(se)
     defined &= (scan["n_a"] >= 2) & (scan["n_b"] >= 2)
-    # The confidence that the factor lies within the tolerance, per split: cleared at level β where it is ≥ β (the
-    # bound U_k ≤ the tolerance); a split with no bound has none. The worst split is the least confident one.
-    confidence = np.full(wanted.shape, -1.0)
-    use = wanted & defined
-    confidence[use] = special.stdtr(nu[use], z[use])
-    worst = np.argmin(np.where(wanted, confidence, np.inf), axis=1)
-    at = (np.arange(rows), worst)
-    bounded = wanted.any(axis=1) & (confidence[at] >= 0)
+    rows = np.arange(len(wanted))
+    undefined = wanted & ~defined
+    least = np.argmin(np.where(wanted, z, np.inf), axis=1)
+    least = np.where(wanted[rows, least], least, np.argmax(wanted, axis=1))  # where every z is +∞ (se = 0)
+    least_conf = special.stdtr(nu[rows, least], z[rows, least])
+    # Where z ≥ 0 the tail grows with ν, where z < 0 it shrinks: a split's confidence is at least F_ν'(z) for the
+    # row's least ν' (z ≥ 0) or greatest (z < 0), so it can fall to the least split's only if z ≤ F_ν'⁻¹ of it (and
+    # only a split whose z has the least one's sign can: F(0) = 0.5 for every ν).
+    above = z[rows, least] >= 0
+    bound_nu = np.where(above, np.where(wanted, nu, np.inf).min(axis=1), np.where(wanted, nu, -np.inf).max(axis=1))
+    reach = special.stdtrit(bound_nu, least_conf)
+    # Within 1e-9 of 1 the tail's inverse loses its precision (and F itself is rounded to a few steps of the float
+    # below 1): every split is computed there, as where it underflows. Elsewhere it comes back within 1e-8 of z.
+    extreme = ~(least_conf > 1e-300) | ~(least_conf < 1 - 1e-9) | ~np.isfinite(reach)
+    reach = reach + 1e-6 * (1 + np.abs(reach))  # slack for the t functions' own rounding
+    candidate = wanted & defined & (extreme[:, None] | (z <= reach[:, None]))
+    candidate[rows, least] = False
+    confidence = np.full(wanted.shape, np.inf)
+    confidence[candidate] = special.stdtr(nu[candidate], z[candidate])
+    confidence[rows, least] = np.where(wanted[rows, least] & defined[rows, least], least_conf, np.inf)
+    worst = np.where(undefined.any(axis=1), np.argmax(undefined, axis=1), np.argmin(confidence, axis=1))
+    at = (rows, worst)
+    bounded = wanted.any(axis=1) & ~undefined.any(axis=1)
     margin = np.where(bounded & (se[at] > 0), special.stdtrit(nu[at], level) * se[at], 0.0)
-    conflict = np.zeros(rows, dtype=bool)
+    out.bound[block] = np.where(bounded, np.exp(log_ratio[at] + margin), np.nan)
+    out.cleared[block] = bounded & (confidence[at] >= level)
+    out.precise[block] = bounded & (margin <= limit[at])
     if history is not None:
-        conflict = bounded & (history.intervals > 0) & (scan["history_intervals"][at] == 0)
-    return Clearing(
-        bound=np.where(bounded, np.exp(log_ratio[at] + margin), np.nan),
-        cleared=bounded & (confidence[at] >= level),
-        precise=bounded & (margin <= limit[at]),
-        conflict=conflict,
-    )
+        out.conflict[block] = bounded & (history.intervals[block] > 0) & (scan["history_intervals"][at] == 0)
 
 
 def split_correlations(calls: np.ndarray, candidate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

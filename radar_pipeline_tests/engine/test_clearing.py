@@ -8,6 +8,7 @@ import dataclasses
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from radar_pipeline.engine import DETECTED, INCONCLUSIVE, NO_REGRESSION, EngineSettings, analyse
 
@@ -104,3 +105,204 @@ def test_clear_level_is_a_setting_and_a_lower_level_clears_more():
     assert (lenient["verdict"] == NO_REGRESSION).sum() > (strict["verdict"] == NO_REGRESSION).sum()
     assert (lenient["factor_bound"] <= strict["factor_bound"]).all()
     assert EngineSettings.from_dict(EngineSettings(clear_level=0.9).to_dict()).clear_level == 0.9
+
+
+def _pinned_cases():
+    fleet = draw(300, 51, stepped=0.1, drifting=0.05)
+    known = history_estimates(fleet, 720, 52, DEPLOY - pd.Timedelta(minutes=30))
+    periodic = dataclasses.replace(EngineSettings(), tolerance_floor=EngineSettings().window, tolerance_fraction=1.0)
+    return {
+        "deploy": lambda: analyse(fleet.counters, DEPLOY),
+        "history": lambda: analyse(fleet.counters, DEPLOY, history=known),
+        "no stddev": lambda: analyse(fleet.counters.drop(columns="stddev_exec_time"), DEPLOY),
+        "periodic": lambda: analyse(draw(300, 53).counters, DEPLOY, periodic),
+    }
+
+
+# What engine 2.5.0 as first written (every split's t tail, from prefix sums over padded series) gave: the sum of the
+# finite factor_bound values, how many are NaN, the verdicts by reason, and the first statement of each reason.
+PINNED = {
+    "deploy": (
+        456.36401588722583,
+        12,
+        {
+            "significant": 12,
+            "interval_spans_threshold": 25,
+            "interval_too_wide": 90,
+            "not_significant": 19,
+            "outside_tolerance": 21,
+            "below_threshold": 133,
+        },
+        {
+            0: 1.0356717271230664,
+            1: 1.5811883494079912,
+            5: 1.9913702637259263,
+            35: 5.470653370793942,
+            37: 1.201986305773917,
+        },
+    ),
+    "history": (
+        444.26483235626523,
+        15,
+        {
+            "significant": 15,
+            "history_conflict": 4,
+            "interval_spans_threshold": 29,
+            "interval_too_wide": 85,
+            "not_significant": 16,
+            "outside_tolerance": 21,
+            "below_threshold": 130,
+        },
+        {
+            0: 1.0872686420570024,
+            1: 1.5658305939964638,
+            5: 2.0128685734783907,
+            8: 1.3828188633957126,
+            35: 5.470653370793942,
+            67: 1.4980682777869399,
+        },
+    ),
+    "no stddev": (
+        446.1669714914587,
+        12,
+        {
+            "significant": 12,
+            "interval_spans_threshold": 24,
+            "interval_too_wide": 89,
+            "not_significant": 19,
+            "outside_tolerance": 21,
+            "below_threshold": 135,
+        },
+        {
+            0: 1.0356717271230664,
+            1: 1.5811883494079912,
+            5: 1.9913702637259263,
+            35: 5.3753380063164125,
+            37: 1.201986305773917,
+        },
+    ),
+    "periodic": (
+        7609778.752401972,
+        0,
+        {"interval_spans_threshold": 30, "interval_too_wide": 193, "not_significant": 19, "below_threshold": 58},
+        {0: 17.031736607271192, 1: 1.1189633632277347, 22: 13.217110801782965, 25: 1.2231837026890955},
+    ),
+}
+
+
+def test_factor_bounds_are_pinned_on_fixed_fleets():
+    # The clearing rule's figures on seeded fleets (a deploy on its window alone, with history, without
+    # stddev_exec_time, and a periodic check whose splits span the window): a faster way to compute them must give
+    # the same verdicts, reasons and bounds (to 1e-9).
+    for name, run in _pinned_cases().items():
+        total, missing, reasons, picked = PINNED[name]
+        out = run()
+        bound = out["factor_bound"].to_numpy()
+        assert np.nansum(bound) == pytest.approx(total, rel=1e-9), name
+        assert int(np.isnan(bound).sum()) == missing, name
+        assert out["reason"].value_counts().to_dict() == reasons, name
+        assert set(out.loc[out["verdict"] == NO_REGRESSION, "reason"]) <= {"below_threshold"}, name
+        by_key = out.set_index("query_key")["factor_bound"]
+        for key, value in picked.items():
+            assert by_key.loc[key] == pytest.approx(value, rel=1e-9), (name, key)
+
+
+def test_the_bound_is_taken_at_the_least_confident_split_however_nu_varies():
+    # The t tail is computed only where it can be the least (inference._bound_at_worst): the same worst split, bound
+    # and verdict as computing it at every split, on splits whose ν, z and signs vary widely, with ties, certain
+    # splits (se = 0), splits without a bound, and rows whose every split is all but certain to lie within the
+    # tolerance.
+    from scipy import special
+
+    from radar_pipeline.engine.inference import Clearing, _bound_at_worst
+
+    rng = np.random.default_rng(7)
+    rows, width = 4000, 9
+    se = rng.choice([0.0, 0.02, 0.1, 0.5], (rows, width), p=[0.05, 0.45, 0.4, 0.1]) * rng.uniform(0.5, 1.5, (rows, 1))
+    log_ratio = rng.normal(0.1, 0.15, (rows, width))
+    nu = np.exp(rng.uniform(np.log(0.8), np.log(3000), (rows, width)))
+    # A tenth of the rows all but certain at every split (z 12 to 20 on 15 to 30 degrees of freedom: confidences
+    # 1 − 1e-10 to 1 − 1e-15, where the t tail's inverse is imprecise).
+    sure = rng.random(rows) < 0.1
+    log_ratio[sure] = rng.uniform(0.0, 0.1, (sure.sum(), width))
+    se[sure] = (np.log1p(0.2) - log_ratio[sure]) / rng.uniform(12, 20, (sure.sum(), width))
+    nu[sure] = rng.uniform(15, 30, (sure.sum(), width))
+    log_ratio[:, 3] = np.where(rng.random(rows) < 0.2, log_ratio[:, 1], log_ratio[:, 3])  # ties
+    se[:, 3] = np.where(log_ratio[:, 3] == log_ratio[:, 1], se[:, 1], se[:, 3])
+    nu[:, 3] = np.where(log_ratio[:, 3] == log_ratio[:, 1], nu[:, 1], nu[:, 3])
+    mean_a = np.where(rng.random((rows, width)) < 0.01, 0.0, 1.0)
+    scan = {"log_ratio": log_ratio, "se": se, "nu": nu, "mean_a": mean_a, "mean_b": np.exp(log_ratio)}
+    scan["n_a"], scan["n_b"] = np.full((rows, width), 10.0), np.full((rows, width), 10.0)
+    wanted = rng.random((rows, width)) < 0.7
+    theta, level = 0.2, 0.95
+    out = Clearing(np.full(rows, np.nan), np.zeros(rows, bool), np.zeros(rows, bool), np.zeros(rows, bool))
+    _bound_at_worst(scan, wanted, 0.0, theta, level, None, np.arange(rows), out)
+
+    # Every split's confidence, the least one's bound (the rule as engine 2.5.0 first computed it).
+    limit = np.log1p(theta)
+    room = limit - log_ratio
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(se > 0, room / se, np.where(room >= 0, np.inf, -np.inf))
+    use = wanted & (mean_a > 0)
+    confidence = np.full((rows, width), -1.0)
+    confidence[use] = special.stdtr(nu[use], z[use])
+    worst = np.argmin(np.where(wanted, confidence, np.inf), axis=1)
+    at = (np.arange(rows), worst)
+    bounded = wanted.any(axis=1) & (confidence[at] >= 0)
+    margin = np.where(bounded & (se[at] > 0), special.stdtrit(nu[at], level) * se[at], 0.0)
+    expected = np.where(bounded, np.exp(log_ratio[at] + margin), np.nan)
+    assert bounded.sum() > 3000 and (~bounded).sum() > 100
+    np.testing.assert_array_equal(out.bound, expected)
+    np.testing.assert_array_equal(out.cleared, bounded & (confidence[at] >= level))
+    np.testing.assert_array_equal(out.precise, bounded & (margin <= limit))
+
+
+def test_the_clearing_splits_are_the_detections_candidates_and_the_deploys_own():
+    # The splits the clearing rule checks, found from counts of interval ends near the deploy
+    # (decision._clearing_splits), are those of the detection's candidate mask over padded series plus, for a deploy,
+    # its own split: on sparse statements whose intervals are irregular (calls missing from many scrapes).
+    from radar_pipeline.engine.decision import (
+        _candidate_splits,
+        _clearing_splits,
+        _deploy_split,
+        _padded,
+        _window_sides,
+    )
+    from radar_pipeline.engine.samples import window_samples
+
+    fleet = draw(400, 61, rate=(0.05, 30.0))
+    periodic = dataclasses.replace(EngineSettings(), tolerance_floor=EngineSettings().window, tolerance_fraction=1.0)
+    deploy = int(DEPLOY.value)
+    for settings in (EngineSettings(), periodic):
+        width = int(settings.window.total_seconds() * 1e9)
+        tolerance = int(settings.tolerance.total_seconds() * 1e9)
+        samples = window_samples(fleet.counters, deploy - width, deploy + width)
+        sides = _window_sides(samples, deploy)
+        rows = np.flatnonzero((sides["n_before"] >= 3) & (sides["n_after"] >= 3))
+        first, splits = _clearing_splits(samples, rows, sides["n_before"], deploy, tolerance, settings)
+        padded = _padded(samples, rows)
+        expected = _candidate_splits(padded["end"], padded["n"], deploy, tolerance, settings)
+        if settings.tolerance < settings.window:
+            own = _deploy_split(padded["end"], padded["n"], deploy)
+            expected[np.arange(len(rows)), own] = True
+        got = np.zeros_like(expected)
+        r, j = np.nonzero(splits)
+        got[r, first[r] + j] = True
+        assert len(rows) > 300 and len(set(map(int, padded["n"]))) > 20
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_the_rows_intervals_gathered_first_give_the_same_bounds(monkeypatch):
+    # When few statements are left to bound (most detected), the clearing rule gathers their intervals before its
+    # passes over them: the same figures, bit for bit, as reading them among every statement's (here forced both
+    # ways on one fleet, with stddev_exec_time and history).
+    from radar_pipeline.engine import inference
+
+    fleet = draw(300, 51, stepped=0.1, drifting=0.05)
+    known = history_estimates(fleet, 720, 52, DEPLOY - pd.Timedelta(minutes=30))
+    outs = []
+    for compact in (0, 10**9):  # 0: always gather; 10⁹: never
+        monkeypatch.setattr(inference, "COMPACT", compact)
+        outs.append(analyse(fleet.counters, DEPLOY, history=known))
+    pd.testing.assert_frame_equal(outs[0], outs[1], check_exact=True)
+    assert outs[0]["factor_bound"].notna().sum() > 250
