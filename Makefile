@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export DAGSTER_DISABLE_TELEMETRY := 1
 
-.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import clean
+.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-gate clean
 
 install: $(VENV)/.installed
 
@@ -62,6 +62,10 @@ bench-run-cost: install
 
 bench-import: install
 	$(BIN)/python benchmarks/import_bench.py
+
+# From a deploy's window closing to the gate's answer through the real daemon, 10 deploys (about 16 minutes).
+bench-gate: install
+	$(BIN)/python benchmarks/gate_latency.py
 
 bench-compact: install
 	$(BIN)/python benchmarks/compaction_bench.py

@@ -51,6 +51,9 @@ def test_definitions_load():
         "code_host_statuses",
         "query_history",
     }
+    # The gate waits on these: the analysis runs in the run's own process, and the sensor looks every 10 s.
+    assert deploy_job.executor_def is dg.in_process_executor
+    assert repo.get_sensor_def("deploy_event_sensor").minimum_interval_seconds == 10
     assert sorted(s.name for s in repo.sensor_defs) == [
         "deploy_event_sensor",
         "radar_reconciler",

@@ -26,6 +26,7 @@ from radar_pipeline.defs.deploys import (
     deploys_partitions,
 )
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
+from radar_pipeline.steps.deploy_analysis import AnalysisRefused, analyse_deploy
 from radar_pipeline.warehouse import deploys, migrations
 from radar_pipeline.warehouse.database import make_engine
 
@@ -35,6 +36,7 @@ SCRAPE = 0.25  # seconds between snapshots when the machine keeps up
 WINDOW = 5.0  # nominal seconds each side of the deploy: 20 samples (longer when scrapes came slower: see scenario)
 SAMPLES = 20  # scrape intervals each side of the deploy, whatever the machine's load
 CALLS = 8  # calls of each probe per scrape interval: 160 per window
+WEEK = timedelta(days=7)
 PROBE = "CREATE FUNCTION {name}(k int) RETURNS int LANGUAGE sql AS $$ SELECT k FROM pg_sleep({sleep}) $$"
 
 
@@ -186,6 +188,43 @@ def test_sensor_picks_up_a_late_event(scenario, tmp_path):
         finally:
             with s.engine.begin() as conn:
                 conn.execute(sa.text("DELETE FROM radar.deploy_event WHERE deploy_id IN ('rel-late', 'old-1')"))
+
+
+def test_a_complete_window_is_requested_and_analysed_before_its_settle(scenario):
+    """With a settle of an hour, a deploy whose window has closed is requested (and analysed) once a scrape captured
+    at or after its close is stored, without moving the cursor; one whose close no stored scrape has reached waits."""
+    s = scenario
+    slow_settle = AnalysisResource(
+        window_seconds=s.window, scrape_interval_seconds=3600, tolerance_floor_seconds=s.tolerance
+    )
+    complete_at = s.scrapes[-2] - timedelta(seconds=s.window)  # closed before the last stored scrape
+    with s.engine.connect() as conn:
+        now = conn.execute(sa.text("SELECT now()")).scalar_one()
+    waiting_at = now - timedelta(seconds=s.window)  # closes now: no scrape reaches it
+    deploys.record(s.engine, deploys.DeployEvent("rel-complete", s.target.name, complete_at))
+    deploys.record(s.engine, deploys.DeployEvent("rel-waiting", s.target.name, waiting_at))
+    try:
+        with dg.instance_for_test() as instance:
+            context = dg.build_sensor_context(
+                instance=instance,
+                cursor='{"ready_at": "2000-01-01T00:00:00+00:00", "deploy_id": ""}',
+                resources={"warehouse": WarehouseResource(url=s.warehouse_url), "analysis": slow_settle},
+            )
+            result = deploy_event_sensor(context)
+        requested = {r.run_key for r in result.run_requests}
+        assert "rel-complete" in requested and "rel-waiting" not in requested
+        assert result.cursor == '{"ready_at": "2000-01-01T00:00:00+00:00", "deploy_id": ""}'
+        settings = slow_settle.settings()
+        analysed = analyse_deploy(s.engine, "rel-complete", settings, settle=slow_settle.settle)
+        assert analysed.event.deploy_id == "rel-complete"
+        with pytest.raises(AnalysisRefused, match="closes at"):
+            analyse_deploy(s.engine, "rel-waiting", settings, settle=slow_settle.settle)
+        with s.engine.connect() as conn:  # analysed: not requested again
+            assert "rel-complete" not in {e.deploy_id for e in deploys.scraped_events(conn, settings.window, WEEK)}
+    finally:
+        with s.engine.begin() as conn:
+            conn.execute(sa.text("DELETE FROM radar.analysis WHERE deploy_id IN ('rel-complete', 'rel-waiting')"))
+            conn.execute(sa.text("DELETE FROM radar.deploy_event WHERE deploy_id IN ('rel-complete', 'rel-waiting')"))
 
 
 def test_the_slow_query_is_detected_and_the_control_is_not(scenario):

@@ -85,8 +85,9 @@ def analyse_deploy(
     """Analyse one recorded deploy and replace its verdicts, in one transaction.
 
     Refused (AnalysisRefused) when the id is unknown or when the window after the deploy, plus `settle` (one scrape
-    interval, so the last scrape of the window is stored), has not passed by the warehouse's clock: an early analysis
-    would see half a window. Plans of detections: see `decide_window`, with the deploy's target in `live_targets`.
+    interval, so the last scrape of the window is stored), has not passed by the warehouse's clock, unless the window
+    has closed and a scrape of its target captured at or after the close is stored: an early analysis would see half
+    a window. Plans of detections: see `decide_window`, with the deploy's target in `live_targets`.
     """
     with engine.connect() as conn:
         event = _closed_event(conn, deploy_id, deploys.get(conn, deploy_id), settings, settle)
@@ -204,7 +205,11 @@ def _closed_event(
             f"deploy {deploy_id!r} at {event.deployed_at.isoformat()} is too far in the past to analyse: its "
             "window reaches before the year 1"
         ) from None
-    require_closed(conn, closes_at, f"the window after deploy {deploy_id!r}")
+    try:
+        require_closed(conn, closes_at, f"the window after deploy {deploy_id!r}")
+    except AnalysisRefused:
+        if not deploys.window_scraped(conn, deploy_id, settings.window):  # else its last scrape is stored already
+            raise
     return event
 
 

@@ -347,6 +347,45 @@ def due_events(
     return [DueEvent(*r) for r in rows]
 
 
+# A target's window is complete once a scrape of it captured at or after the window's close is stored: its scrapes
+# are written one at a time under the target's lock, each in one transaction, so every earlier scrape is stored too.
+SCRAPED_PAST = (
+    "EXISTS (SELECT 1 FROM radar.pgss_info_snapshot s WHERE s.target = e.target "
+    "AND s.captured_at >= e.deployed_at + :window)"
+)
+
+
+def scraped_events(conn: sa.Connection, window: timedelta, delay: timedelta, limit: int = 200) -> list[DueEvent]:
+    """Events whose window has closed but whose settle (`delay` = window + one scrape interval) has not passed, that
+    have no analysis yet and whose window is complete (a scrape of their target captured at or after the close is
+    stored): ready before their keyset position comes, at most `limit`, oldest first. Imported deploys are left out,
+    as in due_events. Their ready_at is the keyset's, so the sensor's cursor never moves for them."""
+    rows = conn.execute(
+        sa.text(
+            f"SELECT e.deploy_id, e.target, e.deployed_at, {READY_AT} AS ready_at FROM radar.deploy_event e "
+            "WHERE e.deployed_at <= now() - :window AND e.deployed_at > now() - :delay AND e.source <> 'import' "
+            "AND NOT EXISTS (SELECT 1 FROM radar.analysis a WHERE a.deploy_id = e.deploy_id) "
+            f"AND {SCRAPED_PAST} ORDER BY e.deployed_at, e.deploy_id LIMIT :limit"
+        ),
+        {"window": window, "delay": delay, "limit": limit},
+    ).fetchall()
+    return [DueEvent(*r) for r in rows]
+
+
+def window_scraped(conn: sa.Connection, deploy_id: str, window: timedelta) -> bool:
+    """Whether the deploy's window has closed by the warehouse's clock and a scrape of its target captured at or after
+    the close is stored (so every scrape of the window is)."""
+    return bool(
+        conn.execute(
+            sa.text(
+                "SELECT e.deployed_at + :window <= now() AND "
+                f"{SCRAPED_PAST} FROM radar.deploy_event e WHERE e.deploy_id = :id"
+            ),
+            {"window": window, "id": deploy_id},
+        ).scalar()
+    )
+
+
 def deploy_times(conn: sa.Connection, target: str, lo: datetime, hi: datetime) -> list[datetime]:
     """When the target's recorded deploys in [lo, hi] happened."""
     rows = conn.execute(
