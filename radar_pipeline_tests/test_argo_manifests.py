@@ -27,6 +27,7 @@ ARGO = ROOT / "deploy" / "argo-rollouts"
 TEMPLATES = ARGO / "analysis-templates.yaml"
 ROLLOUT = ARGO / "rollout-example.yaml"
 RECORD, GATE = "radar-record-deploy", "radar-gate"
+DEPLOY_ID = "{{args.rollout}}-rev{{args.revision}}"  # the deploy recorded and gated
 ARG = re.compile(r"\{\{\s*args\.([A-Za-z0-9_.-]+)\s*\}\}")
 
 # Argo Rollouts v1alpha1, the fields these manifests use (unknown ones refused, so a misspelt field fails here rather
@@ -326,8 +327,11 @@ def test_every_argument_used_is_declared_and_passed(
             required = {a["name"] for a in args if "value" not in a and "valueFrom" not in a}
             assert required <= passed, f"{ref['templateName']}: {required - passed} not passed"
             assert passed <= {a["name"] for a in args}, f"{ref['templateName']}: {passed} not all declared"
-    ids = {a["value"] for step in analyses for a in step["args"] if a["name"] == "deploy-id"}
-    assert len(ids) == 1, f"the deploy is recorded and gated under one id, not {ids}"
+    # One deploy id for both steps, and a new one for each rollout: the Rollout's name and revision, read from it.
+    for step in analyses:
+        given = {a["name"]: a.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for a in step["args"]}
+        assert given["rollout"] == "metadata.name"
+        assert given["revision"] == "metadata.annotations['rollout.argoproj.io/revision']"
 
 
 def test_the_canary_records_then_gates_then_promotes(rollout: dict[str, Any]) -> None:
@@ -343,8 +347,8 @@ def test_the_canary_records_then_gates_then_promotes(rollout: dict[str, Any]) ->
 def test_jobs_run_the_radar_command_with_its_options(templates: dict[str, dict[str, Any]]) -> None:
     commands = {name: job_container(t)[2]["command"] for name, t in templates.items()}
     assert commands[RECORD][:2] == ["radar", "deploy"]
-    assert commands[GATE][:3] == ["radar", "gate", "{{args.deploy-id}}"]
-    assert "{{args.deploy-id}}" == commands[RECORD][commands[RECORD].index("--id") + 1]
+    assert commands[GATE][:3] == ["radar", "gate", DEPLOY_ID]
+    assert DEPLOY_ID == commands[RECORD][commands[RECORD].index("--id") + 1]
     assert "{{args.target}}" == commands[RECORD][commands[RECORD].index("--target") + 1]
     for words in commands.values():
         command = cli.main.commands.get(words[1])

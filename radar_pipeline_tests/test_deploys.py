@@ -216,8 +216,14 @@ def test_csv_import_is_all_or_nothing(known, tmp_path):
         deploys.import_csv(known, odd)
 
 
+def _outside_ci() -> dict[str, str]:
+    """This environment without any CI's or radar's variables: a command run in it is outside any CI."""
+    ci = ("GITHUB_", "GITLAB_", "CI_", "RADAR_")
+    return {k: v for k, v in os.environ.items() if k != "CI" and not k.startswith(ci)}
+
+
 def _radar(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "GITLAB_", "CI_", "RADAR_"))}
+    clean = _outside_ci()
     return subprocess.run([str(BIN / "radar"), *args], capture_output=True, text=True, env={**clean, **env}, timeout=60)
 
 
@@ -480,7 +486,7 @@ def test_radar_deploy_records_when_it_started_not_when_the_warehouse_answered(kn
     proxy = _HeldProxy(pg18.pg.port)
     try:
         late = sa.engine.make_url(warehouse_url).set(port=proxy.port).render_as_string(hide_password=False)
-        clean = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "GITLAB_", "CI_", "RADAR_"))}
+        clean = _outside_ci()
         launched = datetime.now(UTC)
         proc = subprocess.Popen(
             [str(BIN / "radar"), "deploy", "--target", "main", "--id", "late-1"],
@@ -522,7 +528,7 @@ def test_radar_deploy_takes_its_time_from_the_warehouses_clock_not_the_runners(k
         "from radar_pipeline.cli import main\n"
         "main(['deploy', '--target', 'main', '--id', 'skewed-1'])\n"
     )
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "GITLAB_", "CI_", "RADAR_"))}
+    clean = _outside_ci()
     with known.connect() as conn:  # the warehouse runs on this machine: its clock is the test's
         launched = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
     proc = subprocess.run(
@@ -553,7 +559,7 @@ def test_radar_deploy_imports_no_heavy_library(known, warehouse_url):
         "heavy = {'pandas', 'numpy', 'dagster', 'matplotlib', 'scipy'}\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & heavy))\n"
     )
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "GITLAB_", "CI_", "RADAR_"))}
+    clean = _outside_ci()
     proc = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
