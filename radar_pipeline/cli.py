@@ -433,7 +433,7 @@ Exit codes:
 
 \b
 Examples:
-  radar gate "$CI_PIPELINE_ID" --wait 40m
+  radar gate "gl-$CI_JOB_ID" --wait 45m
   radar gate shop-v2 --format json --inconclusive-ok
 """
 
