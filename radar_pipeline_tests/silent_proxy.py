@@ -25,6 +25,21 @@ from radar_pipeline.config import Target
 READY_FOR_QUERY = b"Z\x00\x00\x00\x05"
 
 
+def pipe(source: socket.socket, sink: socket.socket) -> None:
+    """Forward source to sink until either ends, then shut both down (a plain proxy's one direction)."""
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for sock in (source, sink):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
 class SilentProxy:
     """Listens on 127.0.0.1; each client gets its own upstream connection, silent once the session has started."""
 

@@ -16,6 +16,8 @@ from radar_pipeline.ci_env import ci_defaults, ci_warnings
 from radar_pipeline.warehouse import deploys
 from radar_pipeline.warehouse.deploys import DeployError, DeployEvent
 
+from .silent_proxy import pipe
+
 BIN = Path(sys.executable).parent
 
 
@@ -457,20 +459,6 @@ class _HeldProxy:
             client.close()
             return
         upstream = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=60)
-
-        def pipe(source, sink) -> None:  # type: ignore[no-untyped-def]
-            try:
-                while data := source.recv(65536):
-                    sink.sendall(data)
-            except OSError:
-                pass
-            finally:
-                for s in (source, sink):
-                    try:
-                        s.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
-
         threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
         pipe(client, upstream)
 

@@ -31,6 +31,7 @@ from radar_pipeline.warehouse import deploys, migrations
 from radar_pipeline.warehouse.database import make_engine
 
 from .helpers import store_counters
+from .silent_proxy import pipe
 from .test_deploy_state import PLANS, SETTINGS, TEXTS, _counters
 
 RADAR = str(Path(sys.executable).parent / "radar")
@@ -205,21 +206,7 @@ class _Switch:
             with self._lock:
                 self._sockets += [client, upstream]
             for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
-
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (source, sink):
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+                threading.Thread(target=pipe, args=(source, sink), daemon=True).start()
 
 
 class _Gate:
