@@ -26,29 +26,28 @@ class WaitingAlerts:
         return self.analysis_id.startswith(PERIODIC_PREFIX)
 
 
+# The outboxes whose rows the reconciler retries: Slack's alerts, and the code hosts' statuses and comments.
+OUTBOXES = ("radar.alert", "radar.code_host_delivery")
+
+
 def waiting_alerts(conn: sa.Connection, max_age: timedelta, lease: timedelta, limit: int = 100) -> list[WaitingAlerts]:
     """Analyses with rows due now: `pending` past their backoff, or left `sending` past `lease` by a run that
     stopped; only rows created within `max_age` (older ones are withheld by withhold_old)."""
-    rows = conn.execute(
-        sa.text(
-            "SELECT deploy_id, count(*), max(attempts) FROM radar.alert "
-            "WHERE created_at > now() - :age AND attempts < :max AND ("
-            "  (status = 'pending' AND coalesce(next_attempt_at, '-infinity') <= now()) "
-            "  OR (status = 'sending' AND claimed_at < now() - :lease)) "
-            "GROUP BY deploy_id ORDER BY min(created_at) LIMIT :limit"
-        ),
-        {"age": max_age, "lease": lease, "max": MAX_ATTEMPTS, "limit": limit},
-    )
-    return [WaitingAlerts(r[0], int(r[1]), int(r[2])) for r in rows]
+    return _waiting(conn, "radar.alert", max_age, lease, limit)
 
 
 def waiting_deliveries(
     conn: sa.Connection, max_age: timedelta, lease: timedelta, limit: int = 100
 ) -> list[WaitingAlerts]:
     """Deploys with code-host deliveries (radar.code_host_delivery) due now, as waiting_alerts finds alerts."""
+    return _waiting(conn, "radar.code_host_delivery", max_age, lease, limit)
+
+
+def _waiting(conn: sa.Connection, table: str, max_age: timedelta, lease: timedelta, limit: int) -> list[WaitingAlerts]:
+    assert table in OUTBOXES  # a name of ours, never input: it is written into the statement
     rows = conn.execute(
         sa.text(
-            "SELECT deploy_id, count(*), max(attempts) FROM radar.code_host_delivery "
+            f"SELECT deploy_id, count(*), max(attempts) FROM {table} "
             "WHERE created_at > now() - :age AND attempts < :max AND ("
             "  (status = 'pending' AND coalesce(next_attempt_at, '-infinity') <= now()) "
             "  OR (status = 'sending' AND claimed_at < now() - :lease)) "
@@ -65,13 +64,13 @@ def withhold_old(conn: sa.Connection, max_age: timedelta) -> int:
     return sum(
         conn.execute(
             sa.text(
-                f"UPDATE radar.{table} SET status = 'withheld', outcome_unknown = false, "
+                f"UPDATE {table} SET status = 'withheld', outcome_unknown = false, "
                 "last_error = coalesce(last_error || '; ', '') || 'still unsent after the alert age limit: withheld' "
                 "WHERE status = 'pending' AND created_at <= now() - :age"
             ),
             {"age": max_age},
         ).rowcount
-        for table in ("alert", "code_host_delivery")
+        for table in OUTBOXES
     )
 
 
