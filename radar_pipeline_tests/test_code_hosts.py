@@ -418,3 +418,15 @@ def test_code_host_settings_are_checked_at_load():
         with pytest.raises(ConfigError, match=re.escape(words)) as refused:
             validate_environment(env)
         assert "pw@" not in str(refused.value) and "ghp_x" not in str(refused.value)
+
+
+def test_an_odd_answer_is_quoted_without_the_token(github):
+    """A 200 that is not the list asked for (a proxy echoing the request, headers and all) is quoted token-free."""
+    client = HostClient("github", github.api_url, TOKEN, TIMEOUT)
+    try:
+        github.fail_next("pulls", (200, {}, ECHO))
+        with pytest.raises(HostError, match="an answer that is not a list") as odd:
+            client.reviews(github.repository, COMMIT)
+        assert TOKEN[:12] not in str(odd.value) and "***" in str(odd.value)
+    finally:
+        client.close()

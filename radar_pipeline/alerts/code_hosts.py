@@ -116,17 +116,19 @@ class HostClient:
     def reviews(self, repository: str, sha: str) -> list[Review]:
         """The pull or merge requests that merged the commit (those merged; else the open ones that hold it)."""
         if self.kind == "github":
-            found = _list(self.call("GET", f"/repos/{repository}/commits/{sha}/pulls", params={"per_page": 100}))
+            found = self._list(self.call("GET", f"/repos/{repository}/commits/{sha}/pulls", params={"per_page": 100}))
             merged = [r for r in found if r.get("merged_at")]
             return [Review(int(r["number"])) for r in (merged or found) if _number(r.get("number"))]
-        found = _list(self.call("GET", f"/projects/{_project(repository)}/repository/commits/{sha}/merge_requests"))
+        found = self._list(
+            self.call("GET", f"/projects/{_project(repository)}/repository/commits/{sha}/merge_requests")
+        )
         merged = [r for r in found if r.get("state") == "merged"]
         return [Review(int(r["iid"])) for r in (merged or found) if _number(r.get("iid"))]
 
     def find_comment(self, repository: str, review: Review, marker: str) -> int | None:
         """The id of the request's comment that holds `marker` (an earlier attempt's), or None."""
         for page in range(1, COMMENT_PAGES + 1):
-            comments = _list(
+            comments = self._list(
                 self.call("GET", self._comments(repository, review), params={"per_page": 100, "page": page})
             )
             for comment in comments:
@@ -243,6 +245,11 @@ class HostClient:
             found = f"{found} {json.dumps(data['errors'], default=str)}"
         return self._quote(found if isinstance(found, str) else json.dumps(found, default=str))
 
+    def _list(self, data: Any) -> list[dict[str, Any]]:
+        if not isinstance(data, list):
+            raise HostError(f"an answer that is not a list: {self._quote(str(data))}", True)
+        return [item for item in data if isinstance(item, dict)]
+
     def _quote(self, text: str) -> str:
         shown = " ".join(self._shown(text).split())
         return (f"{shown[:SHOWN]}…" if len(shown) > SHOWN else shown) or "an empty body"
@@ -288,12 +295,6 @@ def _wait(headers: httpx.Headers, message: str) -> float | None:
 def _project(repository: str) -> str:
     """A GitLab project's id for a URL path: its number, or its path with / encoded."""
     return quote(repository, safe="")
-
-
-def _list(data: Any) -> list[dict[str, Any]]:
-    if not isinstance(data, list):
-        raise HostError(f"an answer that is not a list: {printable(str(data))[:SHOWN]}", True)
-    return [item for item in data if isinstance(item, dict)]
 
 
 def _number(value: Any) -> bool:
