@@ -430,3 +430,15 @@ def test_an_odd_answer_is_quoted_without_the_token(github):
         assert TOKEN[:12] not in str(odd.value) and "***" in str(odd.value)
     finally:
         client.close()
+
+
+def test_a_retry_after_beyond_any_clock_is_clamped(analysed, github):  # noqa: F811
+    """Retry-After `inf` or `1e20` cannot be a timedelta: the wait is clamped to the alert age limit, not a crash."""
+    _ship(analysed, github)
+    for asked in ("inf", "1e20"):
+        with analysed.begin() as conn:
+            conn.execute(sa.text("DELETE FROM radar.code_host_delivery"))
+        github.fail_next("status", (429, {"Retry-After": asked}, {"message": "slow down"}))
+        _deliver(analysed, github)
+        assert _rows(analysed)["commit_status"]["status"] == "pending"
+        assert 23 * 3600 < _wait(analysed) <= 24 * 3600, asked
