@@ -10,7 +10,8 @@ back page by page, edited in place).
 Faults on demand, per route (`status`, `deployment_status`, `pulls`, `list_comments`, `post_comment`,
 `edit_comment`): `fail_next` answers with a given status, headers and body (401, 403, 404, 422, 5xx, 429 with
 Retry-After, GitHub's rate limits); `drop_next` applies the request and then resets the connection without an
-answer (the client cannot know it was applied); `late_next` applies it and answers after a delay.
+answer (the client cannot know it was applied); `late_next` applies it and answers after a delay; `fail_after_next`
+applies it and answers with a failure (a 5xx from a proxy or the host after the write).
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ class FakeHost:
     failures: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))
     drops: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))
     delays: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))
+    after: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -102,6 +104,10 @@ class FakeHost:
     def late_next(self, route: str, delay: float) -> None:
         """Apply the next call to `route`, then answer only after `delay` seconds."""
         self.delays[route].append(delay)
+
+    def fail_after_next(self, route: str, answer: tuple[int, dict[str, str], Any]) -> None:
+        """Apply the next call to `route`, then answer with this (status, headers, JSON body) instead of the result."""
+        self.after[route].append(answer)
 
     def calls_to(self, route: str) -> list[Call]:
         return [c for c in self.calls if c.route == route]
@@ -167,6 +173,9 @@ def start(host: FakeHost) -> ThreadingHTTPServer:
                 return
             if host.delays[route]:
                 time.sleep(host.delays[route].popleft())
+            if host.after[route]:
+                self._send(*host.after[route].popleft())
+                return
             self._send(status, answer)
 
         def _authorised(self, headers: dict[str, str]) -> bool:

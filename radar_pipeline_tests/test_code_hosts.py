@@ -442,3 +442,18 @@ def test_a_retry_after_beyond_any_clock_is_clamped(analysed, github):  # noqa: F
         _deliver(analysed, github)
         assert _rows(analysed)["commit_status"]["status"] == "pending"
         assert 23 * 3600 < _wait(analysed) <= 24 * 3600, asked
+
+
+def test_a_comment_answered_with_a_server_error_is_looked_for_not_posted_again(analysed, github):  # noqa: F811
+    """A 5xx to a comment's POST may come after the host applied it: not retried inside the attempt (unknown); the
+    next attempt finds it by its marker."""
+    _ship(analysed, github)
+    github.fail_after_next("post_comment", (502, {}, {"message": "Server Error"}))
+    _deliver(analysed, github)
+    row = _rows(analysed)["review_comment"]
+    assert (row["status"], len(github.calls_to("post_comment")), len(github.comments)) == ("pending", 1, 1)
+    assert "may have been applied" in row["last_error"]
+    _backoff_passes(analysed)
+    _deliver(analysed, github)
+    assert len(github.comments) == 1 and len(github.calls_to("post_comment")) == 1
+    assert _rows(analysed)["review_comment"]["status"] == "sent"

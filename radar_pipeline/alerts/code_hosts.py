@@ -2,13 +2,14 @@
 the pull or merge request that merged a commit, found again by a hidden marker.
 
 Every wait of a request (connect, send, read) is bounded by the client's timeout. A refused connection (nothing was
-sent), a 5xx, and a rate limit (429, or GitHub's 403 with Retry-After, x-ratelimit-remaining 0 or a "secondary rate
-limit" message) whose wait is at most RETRY_AFTER_CAP seconds are retried here, up to RETRIES times; a longer wait is
-reported (HostError.retry_after) for the outbox to wait out between runs. A timeout or a connection lost after the
-request went out is retried here only for idempotent requests (a status: the same state for the same context
-again); for a comment it is reported with `unknown` set, and the next attempt looks for the comment's marker first.
-Any other answer is final: 401 (the token), 403 (its permissions), 404 (repository, commit or request unknown, or
-unseen by the token), 422 (fields refused). No error text shows the token.
+sent), a 5xx to an idempotent request, and a rate limit (429, or GitHub's 403 with Retry-After, x-ratelimit-remaining
+0 or a "secondary rate limit" message) whose wait is at most RETRY_AFTER_CAP seconds are retried here, up to RETRIES
+times; a longer wait is reported (HostError.retry_after) for the outbox to wait out between runs. A timeout, a
+connection lost after the request went out, or a 5xx is retried here only for idempotent requests (a status: the same
+state for the same context again); for a comment it is reported with `unknown` set (the host may have applied it),
+and the next attempt looks for the comment's marker first. Any other answer is final: 401 (the token), 403 (its
+permissions), 404 (repository, commit or request unknown, or unseen by the token), 422 (fields refused). No error
+text shows the token.
 """
 
 from __future__ import annotations
@@ -186,7 +187,7 @@ class HostClient:
                 if not idempotent:
                     raise error from None
             else:
-                judged = self._judge(method, response)
+                judged = self._judge(method, response, idempotent)
                 if not isinstance(judged, HostError):
                     return judged
                 error = judged
@@ -197,7 +198,7 @@ class HostClient:
             time.sleep(error.retry_after if error.retry_after is not None else 0.5 * 2**attempt)
         raise AssertionError("unreachable")
 
-    def _judge(self, method: str, response: httpx.Response) -> Any:
+    def _judge(self, method: str, response: httpx.Response, idempotent: bool = True) -> Any:
         """The answer's JSON when it is a success, else the HostError it makes."""
         status = response.status_code
         try:
@@ -224,7 +225,14 @@ class HostClient:
                 status=status,
             )
         if status >= 500:
-            return HostError(f"{self.name} failed (HTTP {status}): {message}", True, retry_after=wait, status=status)
+            doubt = "" if idempotent else " (it may have been applied)"
+            return HostError(
+                f"{self.name} failed (HTTP {status}){doubt}: {message}",
+                True,
+                unknown=not idempotent,
+                retry_after=wait,
+                status=status,
+            )
         reasons = {
             401: "the token was refused",
             403: "the token may not do this",
