@@ -457,3 +457,44 @@ def test_a_comment_answered_with_a_server_error_is_looked_for_not_posted_again(a
     _deliver(analysed, github)
     assert len(github.comments) == 1 and len(github.calls_to("post_comment")) == 1
     assert _rows(analysed)["review_comment"]["status"] == "sent"
+
+
+def _unknown(warehouse) -> bool:
+    with warehouse.connect() as conn:
+        return conn.execute(
+            sa.text("SELECT outcome_unknown FROM radar.code_host_delivery WHERE kind = 'review_comment'")
+        ).scalar_one()
+
+
+def test_a_doubt_outlives_a_final_error_and_a_reanalysis(analysed, github):  # noqa: F811
+    """Only a sent comment clears the doubt that an earlier attempt posted one: not a final error on the marker search,
+    a withholding, or a run stopped out of attempts. A re-analysis then looks before it posts."""
+    _ship(analysed, github)
+    github.drop_next("post_comment")  # applied, no answer
+    _deliver(analysed, github)
+    assert len(github.comments) == 1 and _unknown(analysed)
+    _backoff_passes(analysed)
+    github.fail_next("list_comments", (403, {}, {"message": "Resource not accessible"}))  # final
+    _deliver(analysed, github)
+    assert _rows(analysed)["review_comment"]["status"] == "failed" and _unknown(analysed)
+    with analysed.begin() as conn:
+        outbox.withhold_waiting(conn, "d-7", "too old")  # a failed row is not waiting: untouched
+        conn.execute(sa.text("UPDATE radar.code_host_delivery SET status = 'pending' WHERE kind = 'review_comment'"))
+        outbox.withhold_waiting(conn, "d-7", "too old")
+    assert _rows(analysed)["review_comment"]["status"] == "withheld" and _unknown(analysed)
+
+    analyse_deploy(analysed, "d-7", SETTINGS, run_id="rerun-2")  # the same state (fail), a new analysis
+    _deliver(analysed, github)
+    assert len(github.comments) == 1 and len(github.calls_to("edit_comment")) == 1  # found, edited: not posted again
+    assert _rows(analysed)["review_comment"]["status"] == "sent" and not _unknown(analysed)
+
+    # A run stopped while sending, out of attempts: failed, and it may have posted.
+    with analysed.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE radar.code_host_delivery SET status = 'sending', attempts = 99, outcome_unknown = false, "
+                "claimed_at = now() - interval '1 day' WHERE kind = 'review_comment'"
+            )
+        )
+        outbox.claim(conn, "d-7", timedelta(minutes=15))
+    assert _rows(analysed)["review_comment"]["status"] == "failed" and _unknown(analysed)

@@ -80,8 +80,8 @@ def claim(conn: sa.Connection, deploy_id: str, lease: timedelta) -> list[Claimed
     A row left `sending` out of attempts is failed."""
     conn.execute(
         sa.text(
-            "UPDATE radar.code_host_delivery SET status = 'failed', last_error = 'stopped while sending, out of "
-            "attempts: it may have been applied' WHERE deploy_id = :d AND status = 'sending' "
+            "UPDATE radar.code_host_delivery SET status = 'failed', outcome_unknown = true, last_error = 'stopped "
+            "while sending, out of attempts: it may have been applied' WHERE deploy_id = :d AND status = 'sending' "
             "AND claimed_at < now() - :lease AND attempts >= :max"
         ),
         {"d": deploy_id, "lease": lease, "max": MAX_ATTEMPTS},
@@ -113,20 +113,22 @@ def settle(
     claimed: Claimed,
     status: str,
     error: str | None = None,
-    unknown: bool = False,
+    unknown: bool | None = None,
     wait: timedelta | None = None,
     remote_ids: dict[str, int] | None = None,
 ) -> None:
     """Record how the attempt on this row ended: sent, skipped, failed, or pending again (retryable: no attempt before
-    `wait`; `unknown`: this attempt, or an earlier one it could not rule out, may have posted); a retryable failure
-    after MAX_ATTEMPTS attempts is final. The comments known so far (`remote_ids`) are kept whatever the outcome. Only
-    a row still claimed by this attempt is touched."""
+    `wait`); a retryable failure after MAX_ATTEMPTS attempts is final. `unknown`: whether this attempt, or an earlier
+    one it could not rule out, may have posted (None: what is recorded stays); only `sent` clears that doubt. The
+    comments known so far (`remote_ids`) are kept whatever the outcome. Only a row still claimed by this attempt is
+    touched."""
     conn.execute(
         sa.text(
             "UPDATE radar.code_host_delivery SET last_error = :error, "
             "remote_ids = coalesce(CAST(:ids AS jsonb), remote_ids), "
             "sent_at = CASE WHEN :status = 'sent' THEN now() ELSE sent_at END, "
-            "outcome_unknown = CASE WHEN :status = 'pending' THEN :unknown ELSE false END, "
+            "outcome_unknown = CASE WHEN :status = 'sent' THEN false "
+            "  ELSE coalesce(CAST(:unknown AS boolean), outcome_unknown) END, "
             "next_attempt_at = CASE WHEN :status = 'pending' THEN now() + CAST(:wait AS interval) END, "
             "status = CASE WHEN :status = 'pending' AND attempts >= :max THEN 'failed' ELSE :status END "
             "WHERE deploy_id = :d AND kind = :k AND delivery_id = CAST(:claim AS uuid)"
@@ -146,10 +148,11 @@ def settle(
 
 
 def withhold_waiting(conn: sa.Connection, deploy_id: str, note: str) -> int:
-    """Withhold the deploy's deliveries still waiting to be sent (too old to be news); returns how many."""
+    """Withhold the deploy's deliveries still waiting to be sent (too old to be news); returns how many. A doubt that
+    an earlier attempt posted stays, for a later re-analysis to look before it posts."""
     return conn.execute(
         sa.text(
-            "UPDATE radar.code_host_delivery SET status = 'withheld', last_error = :n, outcome_unknown = false "
+            "UPDATE radar.code_host_delivery SET status = 'withheld', last_error = :n "
             "WHERE deploy_id = :d AND status = 'pending'"
         ),
         {"d": deploy_id, "n": note},
