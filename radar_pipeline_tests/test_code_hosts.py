@@ -498,3 +498,17 @@ def test_a_doubt_outlives_a_final_error_and_a_reanalysis(analysed, github):  # n
         )
         outbox.claim(conn, "d-7", timedelta(minutes=15))
     assert _rows(analysed)["review_comment"]["status"] == "failed" and _unknown(analysed)
+
+
+def test_a_deploy_no_longer_failed_gets_no_new_comment_after_a_doubt(analysed, github):  # noqa: F811
+    """An earlier post's outcome is unknown; a re-analysis clears the deploy; the marker is looked for and not found:
+    nothing is posted (a comment is started only for a failed deploy), and the doubt is settled."""
+    _ship(analysed, github)
+    github.fail_next("post_comment", (200, {}, ECHO))  # not applied; an answer that is not GitHub's: unknown
+    _deliver(analysed, github)
+    assert not github.comments and _unknown(analysed)
+    analyse_deploy(analysed, "d-7", dataclasses.replace(SETTINGS, threshold=9.0), run_id="rerun-2")
+    _deliver(analysed, github)
+    assert len(github.calls_to("list_comments")) == 1 and not github.comments
+    row = _rows(analysed)["review_comment"]
+    assert row["status"] == "skipped" and "none to edit" in row["last_error"] and not _unknown(analysed)

@@ -191,7 +191,7 @@ def _comment(client: HostClient, deploy: Deploy, row: outbox.Claimed) -> dict[st
             if found is not None:
                 client.edit_comment(repository, review, found, body)
                 ids[key] = found
-            else:
+            elif row.state == "fail":  # a comment is started only for a regression; else only ours is edited
                 ids[key] = client.post_comment(repository, review, body)
     except HostError as exc:
         return {
@@ -199,6 +199,13 @@ def _comment(client: HostClient, deploy: Deploy, row: outbox.Claimed) -> dict[st
             "error": str(exc),
             "unknown": exc.unknown or (doubt and any(str(r.number) not in ids for r in reviews)),
             "wait": retry_wait(row.attempt, exc),
+            "remote_ids": ids,
+        }
+    if not ids:
+        return {
+            "status": "skipped",
+            "error": f"the deploy is {row.state} and no earlier comment was found: none to edit",
+            "unknown": False,
             "remote_ids": ids,
         }
     return {"status": "sent", "remote_ids": ids}
