@@ -512,3 +512,35 @@ def test_a_deploy_no_longer_failed_gets_no_new_comment_after_a_doubt(analysed, g
     assert len(github.calls_to("list_comments")) == 1 and not github.comments
     row = _rows(analysed)["review_comment"]
     assert row["status"] == "skipped" and "none to edit" in row["last_error"] and not _unknown(analysed)
+
+
+def test_a_reanalysis_does_not_take_a_comment_another_run_is_posting(analysed, github):  # noqa: F811
+    """Run A has claimed the deliveries and is posting the first comment; a re-analysis's run B records its analysis
+    but leaves the rows to A; A's outcome, older than what is recorded, puts them back to pending, and the next
+    attempt edits A's comment: one comment."""
+    from radar_pipeline.warehouse.analysis import deploy_states
+
+    _ship(analysed, github)
+    with analysed.begin() as conn:  # run A, as deliver does it, stopped before it sends
+        first = deploy_states(conn, ["d-7"]).iloc[0]["analysed_at"]
+        outbox.enqueue(conn, "d-7", ["commit_status", "deployment_status", "review_comment"], "fail", first)
+        claimed = outbox.claim(conn, "d-7", timedelta(minutes=15))
+    analyse_deploy(analysed, "d-7", SETTINGS, run_id="rerun-2")  # still fail, a newer analysis
+    _deliver(analysed, github)  # run B
+    assert not github.comments and not github.statuses
+    assert {r["status"] for r in _rows(analysed).values()} == {"sending"}
+
+    client = HostClient("github", github.api_url, TOKEN, TIMEOUT)  # run A posts, then records what it sent
+    try:
+        posted = client.post_comment(github.repository, Review(12), "<!-- radar:deploy=d-7 --> older analysis")
+    finally:
+        client.close()
+    for row in claimed:
+        with analysed.begin() as conn:
+            ids = {"12": posted} if row.kind == "review_comment" else None
+            outbox.settle(conn, "d-7", row, "sent", remote_ids=ids)
+    assert {r["status"] for r in _rows(analysed).values()} == {"pending"}  # what A sent is older: again
+    _deliver(analysed, github)
+    assert len(github.comments) == 1 and len(github.calls_to("edit_comment")) == 1
+    assert "rerun-2" in github.comments[posted]["body"]
+    assert {r["status"] for r in _rows(analysed).values()} == {"sent"}

@@ -21,10 +21,10 @@ from radar_pipeline.engine.samples import interval_means
 from radar_pipeline.pgss_model import KEY, Key, key_label, statement_keys
 from radar_pipeline.plan_shape import summary
 from radar_pipeline.warehouse import alerts as outbox
+from radar_pipeline.warehouse.alerts import LEASE
 from radar_pipeline.warehouse.analysis import read_window
 
 NO_CHANNEL = "-"
-LEASE = timedelta(minutes=15)  # a row `sending` longer than this was left by a run that stopped mid-send
 RETRY_BASE = timedelta(minutes=1)  # the outbox's backoff after a retryable failure, doubling per attempt …
 RETRY_CAP = timedelta(hours=1)  # … up to this
 # The longest wait a host may ask for (Retry-After): beyond the default alert age limit a delivery is withheld anyway.
