@@ -11,7 +11,8 @@ Faults on demand, per route (`status`, `deployment_status`, `pulls`, `list_comme
 `edit_comment`): `fail_next` answers with a given status, headers and body (401, 403, 404, 422, 5xx, 429 with
 Retry-After, GitHub's rate limits); `drop_next` applies the request and then resets the connection without an
 answer (the client cannot know it was applied); `late_next` applies it and answers after a delay; `fail_after_next`
-applies it and answers with a failure (a 5xx from a proxy or the host after the write).
+applies it and answers with a failure (a 5xx from a proxy or the host after the write); `trickle_next` answers 200
+without applying it, its body a byte at a time (each read of the client gets something, the answer never ends).
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ class FakeHost:
     drops: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))
     delays: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))
     after: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))
+    trickles: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -108,6 +110,11 @@ class FakeHost:
     def fail_after_next(self, route: str, answer: tuple[int, dict[str, str], Any]) -> None:
         """Apply the next call to `route`, then answer with this (status, headers, JSON body) instead of the result."""
         self.after[route].append(answer)
+
+    def trickle_next(self, route: str, count: int = 1, seconds: float = 8.0) -> None:
+        """Answer the next `count` calls to `route` with a body of 100,000 bytes sent a byte per 0.2 s, for `seconds`
+        (then the connection is closed)."""
+        self.trickles[route].extend([seconds] * count)
 
     def calls_to(self, route: str) -> list[Call]:
         return [c for c in self.calls if c.route == route]
@@ -144,6 +151,9 @@ def start(host: FakeHost) -> ThreadingHTTPServer:
             if not self._authorised(headers):
                 self._send(401, {"message": "Bad credentials" if host.kind == "github" else "401 Unauthorized"})
                 return
+            if host.trickles[route]:
+                self._trickle(host.trickles[route].popleft())
+                return
             if host.failures[route]:
                 status, extra, payload = host.failures[route].popleft()
                 if payload == ECHO:
@@ -177,6 +187,22 @@ def start(host: FakeHost) -> ThreadingHTTPServer:
                 self._send(*host.after[route].popleft())
                 return
             self._send(status, answer)
+
+        def _trickle(self, seconds: float) -> None:
+            self.close_connection = True
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json; charset=utf-8")
+                self.send_header("Content-Length", "100000")
+                self.end_headers()
+                self.wfile.write(b"[")
+                until = time.monotonic() + seconds
+                while time.monotonic() < until:
+                    time.sleep(0.2)
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+            except OSError:  # the client gave up
+                pass
 
         def _authorised(self, headers: dict[str, str]) -> bool:
             if host.kind == "github":

@@ -544,3 +544,32 @@ def test_a_reanalysis_does_not_take_a_comment_another_run_is_posting(analysed, g
     assert len(github.comments) == 1 and len(github.calls_to("edit_comment")) == 1
     assert "rerun-2" in github.comments[posted]["body"]
     assert {r["status"] for r in _rows(analysed).values()} == {"sent"}
+
+
+def test_a_trickling_answer_is_bounded_and_an_attempt_has_a_time_budget(analysed, github, monkeypatch):  # noqa: F811
+    """httpx bounds each read, and a host sending a byte per 0.2 s satisfies every read: a request has a wall-clock
+    bound of its own, and an attempt starts no request once its budget is spent (its rows wait for the next one)."""
+    from radar_pipeline.alerts import code_hosts
+
+    monkeypatch.setattr(code_hosts, "REQUEST_BOUND", 1.0, raising=False)
+    client = HostClient("github", github.api_url, TOKEN, 0.5)
+    github.trickle_next("pulls", count=3)
+    started = time.monotonic()
+    try:
+        with pytest.raises(HostError, match="no whole answer within 1 s"):
+            client.reviews(github.repository, COMMIT)
+    finally:
+        client.close()
+    assert time.monotonic() - started < 7.5 and len(github.calls_to("pulls")) == 3  # a GET: retried, each bounded
+
+    monkeypatch.setattr(code_hosts, "ATTEMPT_BUDGET", 0.5, raising=False)
+    _ship(analysed, github)
+    github.calls.clear()
+    github.trickle_next("status")
+    started = time.monotonic()
+    _deliver(analysed, github)
+    assert time.monotonic() - started < 7.5
+    rows = _rows(analysed)
+    assert {r["status"] for r in rows.values()} == {"pending"}
+    assert "time budget" in rows["review_comment"]["last_error"] and not _unknown(analysed)
+    assert [len(github.calls_to(r)) for r in ("status", "deployment_status", "pulls")] == [1, 0, 0]

@@ -1,7 +1,10 @@
 """GitHub and GitLab through their REST APIs (httpx): commit statuses, GitHub deployment statuses, and a comment on
 the pull or merge request that merged a commit, found again by a hidden marker.
 
-Every wait of a request (connect, send, read) is bounded by the client's timeout. A refused connection (nothing was
+Every wait of a request (connect, send, read) is bounded by the client's timeout, and a whole request, however its host
+trickles the answer, by REQUEST_BOUND seconds (an answer over MAX_ANSWER bytes is not read); a client is made for one
+attempt, which starts no request after ATTEMPT_BUDGET seconds (well under the outbox's 15-minute lease: what is left
+waits for the next attempt). A refused connection (nothing was
 sent), a 5xx to an idempotent request, and a rate limit (429, or GitHub's 403 with Retry-After, x-ratelimit-remaining
 0 or a "secondary rate limit" message) whose wait is at most RETRY_AFTER_CAP seconds are retried here, up to RETRIES
 times; a longer wait is reported (HostError.retry_after) for the outbox to wait out between runs. A timeout, a
@@ -15,6 +18,7 @@ text shows the token.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -28,6 +32,9 @@ from radar_pipeline.config import printable
 RETRIES = 2
 RETRY_AFTER_CAP = 30.0  # seconds: a longer wait is waited out between runs, not inside one
 SECONDARY_WAIT = 60.0  # GitHub: a secondary rate limit without a header asks for at least a minute
+REQUEST_BOUND = 60.0  # seconds: a whole request, connect to the answer's last byte
+ATTEMPT_BUDGET = 300.0  # seconds: an attempt starts no request after this
+MAX_ANSWER = 32 * 2**20  # bytes of an answer read (a page of 100 comments of GitHub's 65,536 characters fits)
 SHOWN = 200  # characters of a host's message quoted in an error
 COMMENT_PAGES = 10  # pages of 100 comments read when looking for our marker
 # The deploy's state as each host's status (README, "Commit statuses"): inconclusive is not a success on either, so a
@@ -86,7 +93,14 @@ class HostClient:
             }
         else:
             headers["PRIVATE-TOKEN"] = token
-        self._http = httpx.Client(headers=headers, timeout=timeout, follow_redirects=False)
+        self._headers, self._timeout = headers, timeout
+        self._http = self._client()
+        self._bound = REQUEST_BOUND
+        self._budget = ATTEMPT_BUDGET
+        self._spent_at = time.monotonic() + ATTEMPT_BUDGET
+
+    def _client(self) -> httpx.Client:
+        return httpx.Client(headers=self._headers, timeout=self._timeout, follow_redirects=False)
 
     def close(self) -> None:
         """Close the connections."""
@@ -174,8 +188,13 @@ class HostClient:
         """One API request: the host's JSON answer (None for an empty success), retried as the module says; raises
         HostError, its text without the token."""
         for attempt in range(RETRIES + 1):
+            if time.monotonic() >= self._spent_at:
+                raise HostError(
+                    f"this attempt's time budget for {self.name} ({self._budget:g} s) is spent: left for the next one",
+                    True,
+                )
             try:
-                response = self._http.request(method, self.api_url + path, json=body, params=params)
+                response = self._send(method, self.api_url + path, body, params)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing was sent
                 error = HostError(f"{self.name} could not be reached: {self._shown(_first_line(exc))}", True)
             except httpx.TransportError as exc:
@@ -193,10 +212,42 @@ class HostClient:
                 error = judged
                 if not error.retryable or (error.unknown and not idempotent):
                     raise error
-            if attempt == RETRIES or (error.retry_after is not None and error.retry_after > RETRY_AFTER_CAP):
+            pause = error.retry_after if error.retry_after is not None else 0.5 * 2**attempt
+            if attempt == RETRIES or pause > RETRY_AFTER_CAP or time.monotonic() + pause >= self._spent_at:
                 raise error
-            time.sleep(error.retry_after if error.retry_after is not None else 0.5 * 2**attempt)
+            time.sleep(pause)
         raise AssertionError("unreachable")
+
+    def _send(
+        self, method: str, url: str, body: dict[str, Any] | None, params: dict[str, Any] | None
+    ) -> httpx.Response:
+        """One request, its answer read whole within REQUEST_BOUND seconds (httpx bounds each wait, not the whole),
+        in a thread of its own: a request past its bound is left to its client, closed, and a new client made."""
+        http, done = self._http, []
+
+        def run() -> None:
+            try:
+                with http.stream(method, url, json=body, params=params) as response:
+                    data = bytearray()
+                    for chunk in response.iter_bytes():
+                        data += chunk
+                        if len(data) > MAX_ANSWER:
+                            raise httpx.ReadError(f"an answer over {MAX_ANSWER} bytes, not read")
+                    headers = {k: v for k, v in response.headers.items() if k != "content-encoding"}
+                    done.append(httpx.Response(response.status_code, headers=headers, content=bytes(data)))
+            except Exception as exc:  # noqa: BLE001 - handed to the caller's thread
+                done.append(exc)
+
+        worker = threading.Thread(target=run, name="radar-code-host-request", daemon=True)
+        worker.start()
+        worker.join(self._bound)
+        if not done:
+            self._http = self._client()
+            http.close()  # the worker's reads fail once its socket is closed
+            raise httpx.ReadTimeout(f"no whole answer within {self._bound:g} s")
+        if isinstance(done[0], Exception):
+            raise done[0]
+        return done[0]
 
     def _judge(self, method: str, response: httpx.Response, idempotent: bool = True) -> Any:
         """The answer's JSON when it is a success, else the HostError it makes."""
