@@ -223,7 +223,8 @@ class HostClient:
     ) -> httpx.Response:
         """One request, its answer read whole within REQUEST_BOUND seconds (httpx bounds each wait, not the whole),
         in a thread of its own: a request past its bound is left to its client, closed, and a new client made."""
-        http, done = self._http, []
+        http = self._http
+        done: list[httpx.Response | Exception] = []
 
         def run() -> None:
             try:
