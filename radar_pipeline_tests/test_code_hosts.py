@@ -573,3 +573,18 @@ def test_a_trickling_answer_is_bounded_and_an_attempt_has_a_time_budget(analysed
     assert {r["status"] for r in rows.values()} == {"pending"}
     assert "time budget" in rows["review_comment"]["last_error"] and not _unknown(analysed)
     assert [len(github.calls_to(r)) for r in ("status", "deployment_status", "pulls")] == [1, 0, 0]
+
+
+def test_only_a_comment_of_the_tokens_own_user_is_taken_for_ours(host):
+    """Someone else's comment that quotes our marker is not ours to edit: the search takes only the token's user's
+    comments (GET /user, asked once per client)."""
+    marker = comment_marker("d-7")
+    host.comments[900] = {"review": 12, "body": f"> {marker}\n> as radar said", "author": 5}
+    client = HostClient(host.kind, host.api_url, TOKEN, TIMEOUT)
+    try:
+        assert client.find_comment(host.repository, Review(12), marker) is None
+        ours = client.post_comment(host.repository, Review(12), f"{marker}\nradar")
+        assert client.find_comment(host.repository, Review(12), marker) == ours
+    finally:
+        client.close()
+    assert len(host.calls_to("user")) == 1

@@ -98,6 +98,7 @@ class HostClient:
         self._bound = REQUEST_BOUND
         self._budget = ATTEMPT_BUDGET
         self._spent_at = time.monotonic() + ATTEMPT_BUDGET
+        self._user: object = _UNKNOWN
 
     def _client(self) -> httpx.Client:
         return httpx.Client(headers=self._headers, timeout=self._timeout, follow_redirects=False)
@@ -141,17 +142,35 @@ class HostClient:
         return [Review(int(r["iid"])) for r in (merged or found) if _number(r.get("iid"))]
 
     def find_comment(self, repository: str, review: Review, marker: str) -> int | None:
-        """The id of the request's comment that holds `marker` (an earlier attempt's), or None."""
+        """The id of the request's comment that holds `marker` (an earlier attempt's), or None; only the token's
+        user's comments count when the host names that user (someone quoting our marker is not us)."""
+        me = self._user_id()
         for page in range(1, COMMENT_PAGES + 1):
             comments = self._list(
                 self.call("GET", self._comments(repository, review), params={"per_page": 100, "page": page})
             )
             for comment in comments:
+                author = comment.get("user" if self.kind == "github" else "author")
+                if me is not None and not (isinstance(author, dict) and author.get("id") == me):
+                    continue
                 if isinstance(comment.get("body"), str) and marker in comment["body"] and _number(comment.get("id")):
                     return int(comment["id"])
             if len(comments) < 100:
                 return None
         return None
+
+    def _user_id(self) -> int | None:
+        """The token's user's id (GET /user, once per client); None when the host refuses to say (a GitHub App's
+        installation token cannot read /user)."""
+        if self._user is _UNKNOWN:
+            try:
+                found = self.call("GET", "/user")
+            except HostError as exc:
+                if exc.retryable:
+                    raise
+                found = None
+            self._user = int(found["id"]) if isinstance(found, dict) and _number(found.get("id")) else None
+        return self._user  # type: ignore[return-value]
 
     def post_comment(self, repository: str, review: Review, body: str) -> int:
         """Post a comment on the request; its id. Not idempotent: a lost answer raises HostError with `unknown`."""
@@ -320,6 +339,7 @@ class HostClient:
 
 
 _NOT_JSON = object()
+_UNKNOWN = object()
 
 
 def _first_line(exc: Exception) -> str:
