@@ -2,14 +2,17 @@
 
 GitHub Actions: the id is `gh-<run id>-<attempt>`, the service the repository, the version the commit (12 characters),
 the URL the workflow run; for statuses, the full commit, the repository, the API's URL (GitHub Enterprise too) and,
-in a run started by a `deployment` event, the deployment's id (from the event's payload). GitLab CI: `gl-<job id>`,
-the project path, the short commit, the job URL; for statuses, the full commit, the project path and the API's URL
-(self-hosted too). The target comes from RADAR_DEPLOY_TARGET when --target is not given. Flags always win over these.
+in a run started by a `deployment` event, the deployment's id (from the event's payload). In a `pull_request` run,
+GITHUB_SHA is GitHub's synthetic merge commit: the commit is the request's head (pull_request.head.sha). GitLab CI:
+`gl-<job id>`, the project path, the short commit, the job URL; for statuses, the full commit, the project path and
+the API's URL (self-hosted too). The target comes from RADAR_DEPLOY_TARGET when --target is not given. Flags always
+win over these.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -71,9 +74,10 @@ def ci_defaults(env: Mapping[str, str]) -> dict[str, str]:
             out["url"] = out["run_url"] = (
                 f"{env.get('GITHUB_SERVER_URL', 'https://github.com')}/{repo}/actions/runs/{env['GITHUB_RUN_ID']}"
             )
-        if env.get("GITHUB_SHA"):
-            out["version"] = env["GITHUB_SHA"][:12]
-            out["commit_sha"] = env["GITHUB_SHA"]
+        commit = _github_head(env) or env.get("GITHUB_SHA")
+        if commit:
+            out["version"] = commit[:12]
+            out["commit_sha"] = commit
         if env.get("GITHUB_API_URL"):
             out["api_url"] = env["GITHUB_API_URL"]
         deployment = _github_deployment(env)
@@ -96,18 +100,31 @@ def ci_defaults(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def _github_deployment(env: Mapping[str, str]) -> str | None:
-    """The deployment's id when the run was started by a `deployment` (or `deployment_status`) event: GitHub names
-    it only in the event's payload, the JSON file at GITHUB_EVENT_PATH."""
-    if env.get("GITHUB_EVENT_NAME") not in ("deployment", "deployment_status") or not env.get("GITHUB_EVENT_PATH"):
-        return None
+def _github_payload(env: Mapping[str, str], events: tuple[str, ...], key: str) -> dict:
+    """The `key` object of the event's payload (the JSON file at GITHUB_EVENT_PATH) when the run was started by one
+    of `events`, else (or when it cannot be read) an empty one."""
+    if env.get("GITHUB_EVENT_NAME") not in events or not env.get("GITHUB_EVENT_PATH"):
+        return {}
     try:
         payload = json.loads(Path(env["GITHUB_EVENT_PATH"]).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    deployment = payload.get("deployment") if isinstance(payload, dict) else None
-    found = deployment.get("id") if isinstance(deployment, dict) else None
+        return {}
+    found = payload.get(key) if isinstance(payload, dict) else None
+    return found if isinstance(found, dict) else {}
+
+
+def _github_deployment(env: Mapping[str, str]) -> str | None:
+    """The deployment's id when the run was started by a `deployment` (or `deployment_status`) event: GitHub names
+    it only in the event's payload."""
+    found = _github_payload(env, ("deployment", "deployment_status"), "deployment").get("id")
     return str(found) if isinstance(found, int) and not isinstance(found, bool) and found > 0 else None
+
+
+def _github_head(env: Mapping[str, str]) -> str | None:
+    """The pull request's head commit in a run started by a `pull_request` (or `pull_request_target`) event."""
+    head = _github_payload(env, ("pull_request", "pull_request_target"), "pull_request").get("head")
+    sha = head.get("sha") if isinstance(head, dict) else None
+    return sha if isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", sha) else None
 
 
 def ci_warnings(env: Mapping[str, str], fields: Mapping[str, object]) -> list[str]:

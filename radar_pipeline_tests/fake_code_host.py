@@ -8,9 +8,11 @@ GitHub's 422 for an unknown commit). It keeps what it was sent: statuses, deploy
 back page by page, edited in place).
 
 Faults on demand, per route (`status`, `deployment_status`, `pulls`, `list_comments`, `post_comment`,
-`edit_comment`): `fail_next` answers with a given status, headers and body (401, 403, 404, 422, 5xx, 429 with
+`edit_comment`, `user`): `fail_next` answers with a given status, headers and body (401, 403, 404, 422, 5xx, 429 with
 Retry-After, GitHub's rate limits); `drop_next` applies the request and then resets the connection without an
-answer (the client cannot know it was applied); `late_next` applies it and answers after a delay.
+answer (the client cannot know it was applied); `late_next` applies it and answers after a delay; `fail_after_next`
+applies it and answers with a failure (a 5xx from a proxy or the host after the write); `trickle_next` answers 200
+without applying it, its body a byte at a time (each read of the client gets something, the answer never ends).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ MAX_COMMENT = {"github": 65_536, "gitlab": 1_000_000}
 ECHO = "echo the request's headers"  # a body to `fail_next`: a page that quotes the request (a proxy's)
 
 GITHUB_ROUTES = [
+    ("GET", re.compile(r"/user"), "user"),
     ("POST", re.compile(r"/repos/(?P<repo>[^/]+/[^/]+)/statuses/(?P<sha>[^/]+)"), "status"),
     ("POST", re.compile(r"/repos/(?P<repo>[^/]+/[^/]+)/deployments/(?P<id>\d+)/statuses"), "deployment_status"),
     ("GET", re.compile(r"/repos/(?P<repo>[^/]+/[^/]+)/commits/(?P<sha>[^/]+)/pulls"), "pulls"),
@@ -44,6 +47,7 @@ GITHUB_ROUTES = [
     ("PATCH", re.compile(r"/repos/(?P<repo>[^/]+/[^/]+)/issues/comments/(?P<id>\d+)"), "edit_comment"),
 ]
 GITLAB_ROUTES = [
+    ("GET", re.compile(r"/api/v4/user"), "user"),
     ("POST", re.compile(r"/api/v4/projects/(?P<repo>[^/]+)/statuses/(?P<sha>[^/]+)"), "status"),
     ("GET", re.compile(r"/api/v4/projects/(?P<repo>[^/]+)/repository/commits/(?P<sha>[^/]+)/merge_requests"), "pulls"),
     ("GET", re.compile(r"/api/v4/projects/(?P<repo>[^/]+)/merge_requests/(?P<n>\d+)/notes"), "list_comments"),
@@ -77,14 +81,17 @@ class FakeHost:
     reviews: list[int]  # the requests that merged the commit
     deployment: int = 4242
     token: str = TOKEN
+    user: int = 77  # the token's user; comments by others can be added to `comments` with their "author"
     port: int = 0
     calls: list[Call] = field(default_factory=list)
     statuses: list[dict[str, Any]] = field(default_factory=list)
     deployment_statuses: list[dict[str, Any]] = field(default_factory=list)
-    comments: dict[int, dict[str, Any]] = field(default_factory=dict)  # id → {"review", "body"}
+    comments: dict[int, dict[str, Any]] = field(default_factory=dict)  # id → {"review", "body", "author"}
     failures: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))
     drops: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))
     delays: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))
+    after: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))
+    trickles: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -102,6 +109,15 @@ class FakeHost:
     def late_next(self, route: str, delay: float) -> None:
         """Apply the next call to `route`, then answer only after `delay` seconds."""
         self.delays[route].append(delay)
+
+    def fail_after_next(self, route: str, answer: tuple[int, dict[str, str], Any]) -> None:
+        """Apply the next call to `route`, then answer with this (status, headers, JSON body) instead of the result."""
+        self.after[route].append(answer)
+
+    def trickle_next(self, route: str, count: int = 1, seconds: float = 8.0) -> None:
+        """Answer the next `count` calls to `route` with a body of 100,000 bytes sent a byte per 0.2 s, for `seconds`
+        (then the connection is closed)."""
+        self.trickles[route].extend([seconds] * count)
 
     def calls_to(self, route: str) -> list[Call]:
         return [c for c in self.calls if c.route == route]
@@ -138,6 +154,9 @@ def start(host: FakeHost) -> ThreadingHTTPServer:
             if not self._authorised(headers):
                 self._send(401, {"message": "Bad credentials" if host.kind == "github" else "401 Unauthorized"})
                 return
+            if host.trickles[route]:
+                self._trickle(host.trickles[route].popleft())
+                return
             if host.failures[route]:
                 status, extra, payload = host.failures[route].popleft()
                 if payload == ECHO:
@@ -167,7 +186,26 @@ def start(host: FakeHost) -> ThreadingHTTPServer:
                 return
             if host.delays[route]:
                 time.sleep(host.delays[route].popleft())
+            if host.after[route]:
+                self._send(*host.after[route].popleft())
+                return
             self._send(status, answer)
+
+        def _trickle(self, seconds: float) -> None:
+            self.close_connection = True
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json; charset=utf-8")
+                self.send_header("Content-Length", "100000")
+                self.end_headers()
+                self.wfile.write(b"[")
+                until = time.monotonic() + seconds
+                while time.monotonic() < until:
+                    time.sleep(0.2)
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+            except OSError:  # the client gave up
+                pass
 
         def _authorised(self, headers: dict[str, str]) -> bool:
             if host.kind == "github":
@@ -204,6 +242,8 @@ def _invalid(field_name: str, message: str) -> tuple[int, dict[str, Any]]:
 def _apply(host: FakeHost, route: str, path: dict[str, str], data: Any, params: dict[str, str]) -> tuple[int, Any]:
     """What the API does with a well-authorised request: its status and JSON answer."""
     github = host.kind == "github"
+    if route == "user":
+        return 200, {"id": host.user, "login" if github else "username": f"radar-bot-{host.user}"}
     if path["repo"] != host.repository:
         return 404, {"message": "Not Found" if github else "404 Project Not Found"}
     if not isinstance(data, dict):
@@ -247,7 +287,11 @@ def _apply(host: FakeHost, route: str, path: dict[str, str], data: Any, params: 
     if route == "list_comments":
         page, per_page = int(params.get("page", "1")), min(100, int(params.get("per_page", "30")))
         mine = [{"id": i, **c} for i, c in sorted(host.comments.items()) if c["review"] == number]
-        return 200, [{"id": c["id"], "body": c["body"]} for c in mine[(page - 1) * per_page : page * per_page]]
+        by = "user" if github else "author"
+        return 200, [
+            {"id": c["id"], "body": c["body"], by: {"id": c.get("author", host.user)}}
+            for c in mine[(page - 1) * per_page : page * per_page]
+        ]
     body = data.get("body")
     if not isinstance(body, str) or not body:
         return _invalid("body", "body is missing") if github else (400, {"error": "body is missing"})
@@ -256,10 +300,12 @@ def _apply(host: FakeHost, route: str, path: dict[str, str], data: Any, params: 
             400, {"message": {"note": ["is too long (maximum is 1000000 characters)"]}})  # fmt: skip
     if route == "post_comment":
         comment_id = 1000 + len(host.comments) + 1
-        host.comments[comment_id] = {"review": number, "body": body}
+        host.comments[comment_id] = {"review": number, "body": body, "author": host.user}
         return 201, {"id": comment_id, "body": body}
     comment_id = int(path["id"])
     if comment_id not in host.comments or (not github and host.comments[comment_id]["review"] != number):
         return 404, {"message": "Not Found"}
+    if host.comments[comment_id].get("author", host.user) != host.user:  # another user's comment
+        return 403, {"message": "Must have admin rights to Repository." if github else "403 Forbidden"}
     host.comments[comment_id]["body"] = body
     return 200, {"id": comment_id, "body": body}

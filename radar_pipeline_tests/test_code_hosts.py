@@ -418,3 +418,173 @@ def test_code_host_settings_are_checked_at_load():
         with pytest.raises(ConfigError, match=re.escape(words)) as refused:
             validate_environment(env)
         assert "pw@" not in str(refused.value) and "ghp_x" not in str(refused.value)
+
+
+def test_an_odd_answer_is_quoted_without_the_token(github):
+    """A 200 that is not the list asked for (a proxy echoing the request, headers and all) is quoted token-free."""
+    client = HostClient("github", github.api_url, TOKEN, TIMEOUT)
+    try:
+        github.fail_next("pulls", (200, {}, ECHO))
+        with pytest.raises(HostError, match="an answer that is not a list") as odd:
+            client.reviews(github.repository, COMMIT)
+        assert TOKEN[:12] not in str(odd.value) and "***" in str(odd.value)
+    finally:
+        client.close()
+
+
+def test_a_retry_after_beyond_any_clock_is_clamped(analysed, github):  # noqa: F811
+    """Retry-After `inf` or `1e20` cannot be a timedelta: the wait is clamped to the alert age limit, not a crash."""
+    _ship(analysed, github)
+    for asked in ("inf", "1e20"):
+        with analysed.begin() as conn:
+            conn.execute(sa.text("DELETE FROM radar.code_host_delivery"))
+        github.fail_next("status", (429, {"Retry-After": asked}, {"message": "slow down"}))
+        _deliver(analysed, github)
+        assert _rows(analysed)["commit_status"]["status"] == "pending"
+        assert 23 * 3600 < _wait(analysed) <= 24 * 3600, asked
+
+
+def test_a_comment_answered_with_a_server_error_is_looked_for_not_posted_again(analysed, github):  # noqa: F811
+    """A 5xx to a comment's POST may come after the host applied it: not retried inside the attempt (unknown); the
+    next attempt finds it by its marker."""
+    _ship(analysed, github)
+    github.fail_after_next("post_comment", (502, {}, {"message": "Server Error"}))
+    _deliver(analysed, github)
+    row = _rows(analysed)["review_comment"]
+    assert (row["status"], len(github.calls_to("post_comment")), len(github.comments)) == ("pending", 1, 1)
+    assert "may have been applied" in row["last_error"]
+    _backoff_passes(analysed)
+    _deliver(analysed, github)
+    assert len(github.comments) == 1 and len(github.calls_to("post_comment")) == 1
+    assert _rows(analysed)["review_comment"]["status"] == "sent"
+
+
+def _unknown(warehouse) -> bool:
+    with warehouse.connect() as conn:
+        return conn.execute(
+            sa.text("SELECT outcome_unknown FROM radar.code_host_delivery WHERE kind = 'review_comment'")
+        ).scalar_one()
+
+
+def test_a_doubt_outlives_a_final_error_and_a_reanalysis(analysed, github):  # noqa: F811
+    """Only a sent comment clears the doubt that an earlier attempt posted one: not a final error on the marker search,
+    a withholding, or a run stopped out of attempts. A re-analysis then looks before it posts."""
+    _ship(analysed, github)
+    github.drop_next("post_comment")  # applied, no answer
+    _deliver(analysed, github)
+    assert len(github.comments) == 1 and _unknown(analysed)
+    _backoff_passes(analysed)
+    github.fail_next("list_comments", (403, {}, {"message": "Resource not accessible"}))  # final
+    _deliver(analysed, github)
+    assert _rows(analysed)["review_comment"]["status"] == "failed" and _unknown(analysed)
+    with analysed.begin() as conn:
+        outbox.withhold_waiting(conn, "d-7", "too old")  # a failed row is not waiting: untouched
+        conn.execute(sa.text("UPDATE radar.code_host_delivery SET status = 'pending' WHERE kind = 'review_comment'"))
+        outbox.withhold_waiting(conn, "d-7", "too old")
+    assert _rows(analysed)["review_comment"]["status"] == "withheld" and _unknown(analysed)
+
+    analyse_deploy(analysed, "d-7", SETTINGS, run_id="rerun-2")  # the same state (fail), a new analysis
+    _deliver(analysed, github)
+    assert len(github.comments) == 1 and len(github.calls_to("edit_comment")) == 1  # found, edited: not posted again
+    assert _rows(analysed)["review_comment"]["status"] == "sent" and not _unknown(analysed)
+
+    # A run stopped while sending, out of attempts: failed, and it may have posted.
+    with analysed.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE radar.code_host_delivery SET status = 'sending', attempts = 99, outcome_unknown = false, "
+                "claimed_at = now() - interval '1 day' WHERE kind = 'review_comment'"
+            )
+        )
+        outbox.claim(conn, "d-7", timedelta(minutes=15))
+    assert _rows(analysed)["review_comment"]["status"] == "failed" and _unknown(analysed)
+
+
+def test_a_deploy_no_longer_failed_gets_no_new_comment_after_a_doubt(analysed, github):  # noqa: F811
+    """An earlier post's outcome is unknown; a re-analysis clears the deploy; the marker is looked for and not found:
+    nothing is posted (a comment is started only for a failed deploy), and the doubt is settled."""
+    _ship(analysed, github)
+    github.fail_next("post_comment", (200, {}, ECHO))  # not applied; an answer that is not GitHub's: unknown
+    _deliver(analysed, github)
+    assert not github.comments and _unknown(analysed)
+    analyse_deploy(analysed, "d-7", dataclasses.replace(SETTINGS, threshold=9.0), run_id="rerun-2")
+    _deliver(analysed, github)
+    assert len(github.calls_to("list_comments")) == 1 and not github.comments
+    row = _rows(analysed)["review_comment"]
+    assert row["status"] == "skipped" and "none to edit" in row["last_error"] and not _unknown(analysed)
+
+
+def test_a_reanalysis_does_not_take_a_comment_another_run_is_posting(analysed, github):  # noqa: F811
+    """Run A has claimed the deliveries and is posting the first comment; a re-analysis's run B records its analysis
+    but leaves the rows to A; A's outcome, older than what is recorded, puts them back to pending, and the next
+    attempt edits A's comment: one comment."""
+    from radar_pipeline.warehouse.analysis import deploy_states
+
+    _ship(analysed, github)
+    with analysed.begin() as conn:  # run A, as deliver does it, stopped before it sends
+        first = deploy_states(conn, ["d-7"]).iloc[0]["analysed_at"]
+        outbox.enqueue(conn, "d-7", ["commit_status", "deployment_status", "review_comment"], "fail", first)
+        claimed = outbox.claim(conn, "d-7", timedelta(minutes=15))
+    analyse_deploy(analysed, "d-7", SETTINGS, run_id="rerun-2")  # still fail, a newer analysis
+    _deliver(analysed, github)  # run B
+    assert not github.comments and not github.statuses
+    assert {r["status"] for r in _rows(analysed).values()} == {"sending"}
+
+    client = HostClient("github", github.api_url, TOKEN, TIMEOUT)  # run A posts, then records what it sent
+    try:
+        posted = client.post_comment(github.repository, Review(12), "<!-- radar:deploy=d-7 --> older analysis")
+    finally:
+        client.close()
+    for row in claimed:
+        with analysed.begin() as conn:
+            ids = {"12": posted} if row.kind == "review_comment" else None
+            outbox.settle(conn, "d-7", row, "sent", remote_ids=ids)
+    assert {r["status"] for r in _rows(analysed).values()} == {"pending"}  # what A sent is older: again
+    _deliver(analysed, github)
+    assert len(github.comments) == 1 and len(github.calls_to("edit_comment")) == 1
+    assert "rerun-2" in github.comments[posted]["body"]
+    assert {r["status"] for r in _rows(analysed).values()} == {"sent"}
+
+
+def test_a_trickling_answer_is_bounded_and_an_attempt_has_a_time_budget(analysed, github, monkeypatch):  # noqa: F811
+    """httpx bounds each read, and a host sending a byte per 0.2 s satisfies every read: a request has a wall-clock
+    bound of its own, and an attempt starts no request once its budget is spent (its rows wait for the next one)."""
+    from radar_pipeline.alerts import code_hosts
+
+    monkeypatch.setattr(code_hosts, "REQUEST_BOUND", 1.0, raising=False)
+    client = HostClient("github", github.api_url, TOKEN, 0.5)
+    github.trickle_next("pulls", count=3)
+    started = time.monotonic()
+    try:
+        with pytest.raises(HostError, match="no whole answer within 1 s"):
+            client.reviews(github.repository, COMMIT)
+    finally:
+        client.close()
+    assert time.monotonic() - started < 7.5 and len(github.calls_to("pulls")) == 3  # a GET: retried, each bounded
+
+    monkeypatch.setattr(code_hosts, "ATTEMPT_BUDGET", 0.5, raising=False)
+    _ship(analysed, github)
+    github.calls.clear()
+    github.trickle_next("status")
+    started = time.monotonic()
+    _deliver(analysed, github)
+    assert time.monotonic() - started < 7.5
+    rows = _rows(analysed)
+    assert {r["status"] for r in rows.values()} == {"pending"}
+    assert "time budget" in rows["review_comment"]["last_error"] and not _unknown(analysed)
+    assert [len(github.calls_to(r)) for r in ("status", "deployment_status", "pulls")] == [1, 0, 0]
+
+
+def test_only_a_comment_of_the_tokens_own_user_is_taken_for_ours(host):
+    """Someone else's comment that quotes our marker is not ours to edit: the search takes only the token's user's
+    comments (GET /user, asked once per client)."""
+    marker = comment_marker("d-7")
+    host.comments[900] = {"review": 12, "body": f"> {marker}\n> as radar said", "author": 5}
+    client = HostClient(host.kind, host.api_url, TOKEN, TIMEOUT)
+    try:
+        assert client.find_comment(host.repository, Review(12), marker) is None
+        ours = client.post_comment(host.repository, Review(12), f"{marker}\nradar")
+        assert client.find_comment(host.repository, Review(12), marker) == ours
+    finally:
+        client.close()
+    assert len(host.calls_to("user")) == 1

@@ -143,6 +143,13 @@ def test_ci_variables(tmp_path):
     }
     event.write_text("not json")  # a push, or an unreadable payload: no deployment, nothing else lost
     assert "github_deployment_id" not in ci_defaults(github) and ci_defaults(github)["repository"] == "acme/api"
+    # A pull_request run: GITHUB_SHA is GitHub's synthetic merge commit; the commit deployed is the request's head.
+    head = "fedcba98" * 5
+    event.write_text(f'{{"pull_request": {{"number": 12, "head": {{"sha": "{head}"}}}}}}')
+    found = ci_defaults({**github, "GITHUB_EVENT_NAME": "pull_request"})
+    assert (found["commit_sha"], found["version"]) == (head, head[:12]) and "github_deployment_id" not in found
+    event.write_text('{"pull_request": {"head": {"sha": "not a sha"}}}')  # an odd payload: GITHUB_SHA, as before
+    assert ci_defaults({**github, "GITHUB_EVENT_NAME": "pull_request"})["commit_sha"] == github["GITHUB_SHA"]
     gitlab = {
         "GITLAB_CI": "true",
         "CI_JOB_ID": "77",

@@ -331,3 +331,17 @@ def test_a_page_that_echoes_the_webhook_url_or_the_token_is_quoted_without_it(an
     assert "***" in stored, stored
     for text in (stored, log):
         assert not any(piece in text for piece in ("xoxb-test-token", "/hook/", "T000/B000")), text
+
+
+def test_a_retry_after_beyond_any_clock_is_clamped(analysed, warehouse_url, slack):  # noqa: F811
+    """Retry-After `inf` cannot be a timedelta (clamped to a day); `-5` or `1.5` would crash slack-sdk's own wait
+    (it sleeps int(Retry-After)): not retried inside the run, waited out between runs."""
+    for asked, low, high in (("inf", 23 * 3600, 24 * 3600), ("-5", -60, 1), ("1.5", -60, 2)):
+        with analysed.begin() as conn:
+            conn.execute(sa.text("UPDATE radar.alert SET status = 'pending', attempts = 0, next_attempt_at = NULL"))
+        before = len(slack.calls_to(POST))
+        slack.fail_next(POST, (429, {"Retry-After": asked}))
+        first, _ = _alert(warehouse_url, _bot(slack))
+        assert first.success and len(slack.calls_to(POST)) - before == 1, asked
+        row = _row(analysed)
+        assert row["status"] == "pending" and low < row["wait_s"] <= high and not row["outcome_unknown"], (asked, row)

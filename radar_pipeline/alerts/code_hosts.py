@@ -1,19 +1,24 @@
 """GitHub and GitLab through their REST APIs (httpx): commit statuses, GitHub deployment statuses, and a comment on
 the pull or merge request that merged a commit, found again by a hidden marker.
 
-Every wait of a request (connect, send, read) is bounded by the client's timeout. A refused connection (nothing was
-sent), a 5xx, and a rate limit (429, or GitHub's 403 with Retry-After, x-ratelimit-remaining 0 or a "secondary rate
-limit" message) whose wait is at most RETRY_AFTER_CAP seconds are retried here, up to RETRIES times; a longer wait is
-reported (HostError.retry_after) for the outbox to wait out between runs. A timeout or a connection lost after the
-request went out is retried here only for idempotent requests (a status: the same state for the same context
-again); for a comment it is reported with `unknown` set, and the next attempt looks for the comment's marker first.
-Any other answer is final: 401 (the token), 403 (its permissions), 404 (repository, commit or request unknown, or
-unseen by the token), 422 (fields refused). No error text shows the token.
+Every wait of a request (connect, send, read) is bounded by the client's timeout, and a whole request, however its host
+trickles the answer, by REQUEST_BOUND seconds (an answer over MAX_ANSWER bytes is not read); a client is made for one
+attempt, which starts no request after ATTEMPT_BUDGET seconds (well under the outbox's 15-minute lease: what is left
+waits for the next attempt). A refused connection (nothing was
+sent), a 5xx to an idempotent request, and a rate limit (429, or GitHub's 403 with Retry-After, x-ratelimit-remaining
+0 or a "secondary rate limit" message) whose wait is at most RETRY_AFTER_CAP seconds are retried here, up to RETRIES
+times; a longer wait is reported (HostError.retry_after) for the outbox to wait out between runs. A timeout, a
+connection lost after the request went out, or a 5xx is retried here only for idempotent requests (a status: the same
+state for the same context again); for a comment it is reported with `unknown` set (the host may have applied it),
+and the next attempt looks for the comment's marker first. Any other answer is final: 401 (the token), 403 (its
+permissions), 404 (repository, commit or request unknown, or unseen by the token), 422 (fields refused). No error
+text shows the token.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -27,6 +32,9 @@ from radar_pipeline.config import printable
 RETRIES = 2
 RETRY_AFTER_CAP = 30.0  # seconds: a longer wait is waited out between runs, not inside one
 SECONDARY_WAIT = 60.0  # GitHub: a secondary rate limit without a header asks for at least a minute
+REQUEST_BOUND = 60.0  # seconds: a whole request, connect to the answer's last byte
+ATTEMPT_BUDGET = 300.0  # seconds: an attempt starts no request after this
+MAX_ANSWER = 32 * 2**20  # bytes of an answer read (a page of 100 comments of GitHub's 65,536 characters fits)
 SHOWN = 200  # characters of a host's message quoted in an error
 COMMENT_PAGES = 10  # pages of 100 comments read when looking for our marker
 # The deploy's state as each host's status (README, "Commit statuses"): inconclusive is not a success on either, so a
@@ -85,7 +93,15 @@ class HostClient:
             }
         else:
             headers["PRIVATE-TOKEN"] = token
-        self._http = httpx.Client(headers=headers, timeout=timeout, follow_redirects=False)
+        self._headers, self._timeout = headers, timeout
+        self._http = self._client()
+        self._bound = REQUEST_BOUND
+        self._budget = ATTEMPT_BUDGET
+        self._spent_at = time.monotonic() + ATTEMPT_BUDGET
+        self._user: object = _UNKNOWN
+
+    def _client(self) -> httpx.Client:
+        return httpx.Client(headers=self._headers, timeout=self._timeout, follow_redirects=False)
 
     def close(self) -> None:
         """Close the connections."""
@@ -116,25 +132,45 @@ class HostClient:
     def reviews(self, repository: str, sha: str) -> list[Review]:
         """The pull or merge requests that merged the commit (those merged; else the open ones that hold it)."""
         if self.kind == "github":
-            found = _list(self.call("GET", f"/repos/{repository}/commits/{sha}/pulls", params={"per_page": 100}))
+            found = self._list(self.call("GET", f"/repos/{repository}/commits/{sha}/pulls", params={"per_page": 100}))
             merged = [r for r in found if r.get("merged_at")]
             return [Review(int(r["number"])) for r in (merged or found) if _number(r.get("number"))]
-        found = _list(self.call("GET", f"/projects/{_project(repository)}/repository/commits/{sha}/merge_requests"))
+        found = self._list(
+            self.call("GET", f"/projects/{_project(repository)}/repository/commits/{sha}/merge_requests")
+        )
         merged = [r for r in found if r.get("state") == "merged"]
         return [Review(int(r["iid"])) for r in (merged or found) if _number(r.get("iid"))]
 
     def find_comment(self, repository: str, review: Review, marker: str) -> int | None:
-        """The id of the request's comment that holds `marker` (an earlier attempt's), or None."""
+        """The id of the request's comment that holds `marker` (an earlier attempt's), or None; only the token's
+        user's comments count when the host names that user (someone quoting our marker is not us)."""
+        me = self._user_id()
         for page in range(1, COMMENT_PAGES + 1):
-            comments = _list(
+            comments = self._list(
                 self.call("GET", self._comments(repository, review), params={"per_page": 100, "page": page})
             )
             for comment in comments:
+                author = comment.get("user" if self.kind == "github" else "author")
+                if me is not None and not (isinstance(author, dict) and author.get("id") == me):
+                    continue
                 if isinstance(comment.get("body"), str) and marker in comment["body"] and _number(comment.get("id")):
                     return int(comment["id"])
             if len(comments) < 100:
                 return None
         return None
+
+    def _user_id(self) -> int | None:
+        """The token's user's id (GET /user, once per client); None when the host refuses to say (a GitHub App's
+        installation token cannot read /user)."""
+        if self._user is _UNKNOWN:
+            try:
+                found = self.call("GET", "/user")
+            except HostError as exc:
+                if exc.retryable:
+                    raise
+                found = None
+            self._user = int(found["id"]) if isinstance(found, dict) and _number(found.get("id")) else None
+        return self._user  # type: ignore[return-value]
 
     def post_comment(self, repository: str, review: Review, body: str) -> int:
         """Post a comment on the request; its id. Not idempotent: a lost answer raises HostError with `unknown`."""
@@ -171,8 +207,13 @@ class HostClient:
         """One API request: the host's JSON answer (None for an empty success), retried as the module says; raises
         HostError, its text without the token."""
         for attempt in range(RETRIES + 1):
+            if time.monotonic() >= self._spent_at:
+                raise HostError(
+                    f"this attempt's time budget for {self.name} ({self._budget:g} s) is spent: left for the next one",
+                    True,
+                )
             try:
-                response = self._http.request(method, self.api_url + path, json=body, params=params)
+                response = self._send(method, self.api_url + path, body, params)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing was sent
                 error = HostError(f"{self.name} could not be reached: {self._shown(_first_line(exc))}", True)
             except httpx.TransportError as exc:
@@ -184,18 +225,51 @@ class HostClient:
                 if not idempotent:
                     raise error from None
             else:
-                judged = self._judge(method, response)
+                judged = self._judge(method, response, idempotent)
                 if not isinstance(judged, HostError):
                     return judged
                 error = judged
                 if not error.retryable or (error.unknown and not idempotent):
                     raise error
-            if attempt == RETRIES or (error.retry_after is not None and error.retry_after > RETRY_AFTER_CAP):
+            pause = error.retry_after if error.retry_after is not None else 0.5 * 2**attempt
+            if attempt == RETRIES or pause > RETRY_AFTER_CAP or time.monotonic() + pause >= self._spent_at:
                 raise error
-            time.sleep(error.retry_after if error.retry_after is not None else 0.5 * 2**attempt)
+            time.sleep(pause)
         raise AssertionError("unreachable")
 
-    def _judge(self, method: str, response: httpx.Response) -> Any:
+    def _send(
+        self, method: str, url: str, body: dict[str, Any] | None, params: dict[str, Any] | None
+    ) -> httpx.Response:
+        """One request, its answer read whole within REQUEST_BOUND seconds (httpx bounds each wait, not the whole),
+        in a thread of its own: a request past its bound is left to its client, closed, and a new client made."""
+        http = self._http
+        done: list[httpx.Response | Exception] = []
+
+        def run() -> None:
+            try:
+                with http.stream(method, url, json=body, params=params) as response:
+                    data = bytearray()
+                    for chunk in response.iter_bytes():
+                        data += chunk
+                        if len(data) > MAX_ANSWER:
+                            raise httpx.ReadError(f"an answer over {MAX_ANSWER} bytes, not read")
+                    headers = {k: v for k, v in response.headers.items() if k != "content-encoding"}
+                    done.append(httpx.Response(response.status_code, headers=headers, content=bytes(data)))
+            except Exception as exc:  # noqa: BLE001 - handed to the caller's thread
+                done.append(exc)
+
+        worker = threading.Thread(target=run, name="radar-code-host-request", daemon=True)
+        worker.start()
+        worker.join(self._bound)
+        if not done:
+            self._http = self._client()
+            http.close()  # the worker's reads fail once its socket is closed
+            raise httpx.ReadTimeout(f"no whole answer within {self._bound:g} s")
+        if isinstance(done[0], Exception):
+            raise done[0]
+        return done[0]
+
+    def _judge(self, method: str, response: httpx.Response, idempotent: bool = True) -> Any:
         """The answer's JSON when it is a success, else the HostError it makes."""
         status = response.status_code
         try:
@@ -222,7 +296,14 @@ class HostClient:
                 status=status,
             )
         if status >= 500:
-            return HostError(f"{self.name} failed (HTTP {status}): {message}", True, retry_after=wait, status=status)
+            doubt = "" if idempotent else " (it may have been applied)"
+            return HostError(
+                f"{self.name} failed (HTTP {status}){doubt}: {message}",
+                True,
+                unknown=not idempotent,
+                retry_after=wait,
+                status=status,
+            )
         reasons = {
             401: "the token was refused",
             403: "the token may not do this",
@@ -243,6 +324,11 @@ class HostClient:
             found = f"{found} {json.dumps(data['errors'], default=str)}"
         return self._quote(found if isinstance(found, str) else json.dumps(found, default=str))
 
+    def _list(self, data: Any) -> list[dict[str, Any]]:
+        if not isinstance(data, list):
+            raise HostError(f"an answer that is not a list: {self._quote(str(data))}", True)
+        return [item for item in data if isinstance(item, dict)]
+
     def _quote(self, text: str) -> str:
         shown = " ".join(self._shown(text).split())
         return (f"{shown[:SHOWN]}…" if len(shown) > SHOWN else shown) or "an empty body"
@@ -253,6 +339,7 @@ class HostClient:
 
 
 _NOT_JSON = object()
+_UNKNOWN = object()
 
 
 def _first_line(exc: Exception) -> str:
@@ -288,12 +375,6 @@ def _wait(headers: httpx.Headers, message: str) -> float | None:
 def _project(repository: str) -> str:
     """A GitLab project's id for a URL path: its number, or its path with / encoded."""
     return quote(repository, safe="")
-
-
-def _list(data: Any) -> list[dict[str, Any]]:
-    if not isinstance(data, list):
-        raise HostError(f"an answer that is not a list: {printable(str(data))[:SHOWN]}", True)
-    return [item for item in data if isinstance(item, dict)]
 
 
 def _number(value: Any) -> bool:

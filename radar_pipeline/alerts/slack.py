@@ -82,17 +82,25 @@ class CappedRateLimitRetryHandler(RateLimitErrorRetryHandler):
         response: HttpResponse | None = None,
         error: Exception | None = None,
     ) -> bool:
-        return response is not None and response.status_code == 429 and _retry_after(response.headers) <= self.cap
+        if response is None or response.status_code != 429:
+            return False
+        value = _retry_after_header(response.headers)
+        # slack-sdk sleeps int(Retry-After): only whole seconds from 0 to the cap are waited out here.
+        return value is None or (value.strip().isdigit() and int(value) <= self.cap)
+
+
+def _retry_after_header(headers: dict[str, Any]) -> str | None:
+    for key, value in (headers or {}).items():
+        if key.lower() == "retry-after":
+            return str(value[0] if isinstance(value, list) else value)
+    return None
 
 
 def _retry_after(headers: dict[str, Any]) -> float:
-    for key, value in (headers or {}).items():
-        if key.lower() == "retry-after":
-            try:
-                return float(value[0] if isinstance(value, list) else value)
-            except (TypeError, ValueError):
-                return 1.0
-    return 1.0
+    try:
+        return float(_retry_after_header(headers) or 1.0)
+    except ValueError:
+        return 1.0
 
 
 def _refused_connection(error: Exception) -> bool:

@@ -15,18 +15,20 @@ import sqlalchemy as sa
 
 from radar_pipeline.alerts.render import MAX_SHOWN, AnalysisFacts, LoadChange, Regression, render
 from radar_pipeline.alerts.slack import DeliveryError, SlackSender
-from radar_pipeline.config import CHART_DIR_VAR, DAGSTER_URL_VAR
+from radar_pipeline.config import CHART_DIR_VAR, DAGSTER_URL_VAR, DEFAULT_ALERT_MAX_AGE_HOURS
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.engine.samples import interval_means
 from radar_pipeline.pgss_model import KEY, Key, key_label, statement_keys
 from radar_pipeline.plan_shape import summary
 from radar_pipeline.warehouse import alerts as outbox
+from radar_pipeline.warehouse.alerts import LEASE
 from radar_pipeline.warehouse.analysis import read_window
 
 NO_CHANNEL = "-"
-LEASE = timedelta(minutes=15)  # a row `sending` longer than this was left by a run that stopped mid-send
 RETRY_BASE = timedelta(minutes=1)  # the outbox's backoff after a retryable failure, doubling per attempt …
 RETRY_CAP = timedelta(hours=1)  # … up to this
+# The longest wait a host may ask for (Retry-After): beyond the default alert age limit a delivery is withheld anyway.
+ASKED_WAIT_CAP = timedelta(hours=DEFAULT_ALERT_MAX_AGE_HOURS)
 HISTORY_SLACK = timedelta(minutes=1)  # clock difference allowed when looking for an earlier attempt's message
 
 
@@ -164,8 +166,14 @@ def retry_wait(attempt: int, error: DeliveryError) -> timedelta:
     """How long the outbox waits before the next attempt: what Slack asked (Retry-After), else an exponential
     backoff from RETRY_BASE doubling per attempt up to RETRY_CAP."""
     if error.retry_after is not None:
-        return timedelta(seconds=error.retry_after)
+        return asked_wait(error.retry_after)
     return min(RETRY_CAP, RETRY_BASE * 2 ** max(0, attempt - 1))
+
+
+def asked_wait(seconds: float) -> timedelta:
+    """A wait a host asked for, as a timedelta of at most ASKED_WAIT_CAP: it may ask for `inf`, `1e20` or `nan`."""
+    cap = ASKED_WAIT_CAP.total_seconds()
+    return timedelta(seconds=seconds if 0 <= seconds <= cap else 0 if seconds < 0 else cap)
 
 
 def withhold_reason(found: pd.DataFrame, max_age: timedelta, now: datetime, reanalysis: bool = False) -> str | None:

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.alerts.code_hosts import HostClient, HostError
 from radar_pipeline.config import CODE_HOST_API_VARS, CODE_HOST_TOKEN_VARS, printable
-from radar_pipeline.steps.alert_delivery import LEASE, RETRY_BASE, RETRY_CAP, run_url, withhold_reason
+from radar_pipeline.steps.alert_delivery import LEASE, RETRY_BASE, RETRY_CAP, asked_wait, run_url, withhold_reason
 from radar_pipeline.warehouse import alerts as alert_store
 from radar_pipeline.warehouse import code_hosts as outbox
 from radar_pipeline.warehouse import deploys
@@ -111,9 +111,10 @@ def deliver(
 
 
 def retry_wait(attempt: int, error: HostError) -> timedelta:
-    """The wait before the next attempt: what the host asked, else RETRY_BASE doubling per attempt up to RETRY_CAP."""
+    """The wait before the next attempt: what the host asked (at most a day), else RETRY_BASE doubling per attempt up
+    to RETRY_CAP."""
     if error.retry_after is not None:
-        return timedelta(seconds=error.retry_after)
+        return asked_wait(error.retry_after)
     return min(RETRY_CAP, RETRY_BASE * 2 ** max(0, attempt - 1))
 
 
@@ -190,7 +191,7 @@ def _comment(client: HostClient, deploy: Deploy, row: outbox.Claimed) -> dict[st
             if found is not None:
                 client.edit_comment(repository, review, found, body)
                 ids[key] = found
-            else:
+            elif row.state == "fail":  # a comment is started only for a regression; else only ours is edited
                 ids[key] = client.post_comment(repository, review, body)
     except HostError as exc:
         return {
@@ -198,6 +199,13 @@ def _comment(client: HostClient, deploy: Deploy, row: outbox.Claimed) -> dict[st
             "error": str(exc),
             "unknown": exc.unknown or (doubt and any(str(r.number) not in ids for r in reviews)),
             "wait": retry_wait(row.attempt, exc),
+            "remote_ids": ids,
+        }
+    if not ids:
+        return {
+            "status": "skipped",
+            "error": f"the deploy is {row.state} and no earlier comment was found: none to edit",
+            "unknown": False,
             "remote_ids": ids,
         }
     return {"status": "sent", "remote_ids": ids}

@@ -14,6 +14,7 @@ from radar_pipeline.pgss_model import KEY, Key, statement_key
 from radar_pipeline.warehouse.analysis import VERDICT_QUERY_JOIN
 
 MAX_ATTEMPTS = 8  # a retryable failure keeps an alert pending until it has been tried this many times
+LEASE = timedelta(minutes=15)  # a row `sending` longer than this was left by a run that stopped mid-send
 
 
 def detections(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
-from radar_pipeline.warehouse.alerts import MAX_ATTEMPTS
+from radar_pipeline.warehouse.alerts import LEASE, MAX_ATTEMPTS
 
 KINDS = ("commit_status", "deployment_status", "review_comment")
 
@@ -29,21 +29,27 @@ def enqueue(
     state: str,
     analysed_at: datetime,
     withhold: str | None = None,
+    lease: timedelta = LEASE,
 ) -> None:
     """Record what the deploy's analysis (its `state`, `analysed_at`) asks to deliver: a row per kind not yet there
     (pending, or withheld with the reason); a row of an earlier analysis, or of another state, becomes pending again
-    for this one (the status is sent anew, the comment edited in place). A row an attempt may be sending now keeps
-    that attempt's doubt (outcome_unknown), so its comment is looked for before another is posted, and loses its
-    claim (what that attempt records is ignored). Withheld: existing rows are left as they are."""
+    for this one (the status is sent anew, the comment edited in place), keeping the doubt that an earlier attempt
+    posted (outcome_unknown). A row an attempt is sending now (within `lease`) stays that attempt's: it records this
+    analysis, and that attempt's settle makes it pending again. A row left `sending` longer becomes pending with the
+    doubt, and what its attempt records is ignored. Withheld: existing rows are left as they are."""
     if withhold is None:
+        sending = "status = 'sending' AND claimed_at >= now() - :lease"
         conn.execute(
             sa.text(
-                "UPDATE radar.code_host_delivery SET state = :s, analysed_at = :a, status = 'pending', attempts = 0, "
-                "  last_error = NULL, created_at = now(), next_attempt_at = NULL, delivery_id = NULL, "
-                "  outcome_unknown = outcome_unknown OR status = 'sending' "
+                "UPDATE radar.code_host_delivery SET state = :s, analysed_at = :a, "
+                f"  status = CASE WHEN {sending} THEN status ELSE 'pending' END, "
+                f"  attempts = CASE WHEN {sending} THEN attempts ELSE 0 END, "
+                f"  last_error = CASE WHEN {sending} THEN last_error END, created_at = now(), "
+                f"  next_attempt_at = NULL, delivery_id = CASE WHEN {sending} THEN delivery_id END, "
+                f"  outcome_unknown = outcome_unknown OR (status = 'sending' AND NOT ({sending})) "
                 "WHERE deploy_id = :d AND (state, analysed_at) IS DISTINCT FROM (:s, :a)"
             ),
-            {"d": deploy_id, "s": state, "a": analysed_at},
+            {"d": deploy_id, "s": state, "a": analysed_at, "lease": lease},
         )
     conn.execute(
         sa.text(
@@ -63,11 +69,13 @@ def enqueue(
 
 @dataclass(frozen=True)
 class Claimed:
-    """One row an attempt took: its kind, the state to deliver, its new delivery id and attempt number, whether an
-    earlier attempt may have posted it, and the comments already known (request number → comment id)."""
+    """One row an attempt took: its kind, the state to deliver and the analysis it comes from, its new delivery id and
+    attempt number, whether an earlier attempt may have posted it, and the comments already known (request number →
+    comment id)."""
 
     kind: str
     state: str
+    analysed_at: datetime
     delivery_id: str
     attempt: int
     unknown: bool
@@ -80,8 +88,8 @@ def claim(conn: sa.Connection, deploy_id: str, lease: timedelta) -> list[Claimed
     A row left `sending` out of attempts is failed."""
     conn.execute(
         sa.text(
-            "UPDATE radar.code_host_delivery SET status = 'failed', last_error = 'stopped while sending, out of "
-            "attempts: it may have been applied' WHERE deploy_id = :d AND status = 'sending' "
+            "UPDATE radar.code_host_delivery SET status = 'failed', outcome_unknown = true, last_error = 'stopped "
+            "while sending, out of attempts: it may have been applied' WHERE deploy_id = :d AND status = 'sending' "
             "AND claimed_at < now() - :lease AND attempts >= :max"
         ),
         {"d": deploy_id, "lease": lease, "max": MAX_ATTEMPTS},
@@ -93,14 +101,22 @@ def claim(conn: sa.Connection, deploy_id: str, lease: timedelta) -> list[Claimed
             "WHERE deploy_id = :d AND attempts < :max AND ("
             "  (status = 'pending' AND coalesce(next_attempt_at, '-infinity') <= now()) "
             "  OR (status = 'sending' AND claimed_at < now() - :lease)) "
-            "RETURNING kind, state, attempts, outcome_unknown, remote_ids"
+            "RETURNING kind, state, analysed_at, attempts, outcome_unknown, remote_ids"
         ),
         {"d": deploy_id, "lease": lease, "id": (delivery_id := str(uuid.uuid4())), "max": MAX_ATTEMPTS},
     ).fetchall()
     order = {kind: i for i, kind in enumerate(KINDS)}
     return sorted(
         (
-            Claimed(r.kind, r.state, delivery_id, int(r.attempts), bool(r.outcome_unknown), dict(r.remote_ids))
+            Claimed(
+                r.kind,
+                r.state,
+                r.analysed_at,
+                delivery_id,
+                int(r.attempts),
+                bool(r.outcome_unknown),
+                dict(r.remote_ids),
+            )
             for r in rows
         ),
         key=lambda c: order[c.kind],
@@ -113,28 +129,35 @@ def settle(
     claimed: Claimed,
     status: str,
     error: str | None = None,
-    unknown: bool = False,
+    unknown: bool | None = None,
     wait: timedelta | None = None,
     remote_ids: dict[str, int] | None = None,
 ) -> None:
     """Record how the attempt on this row ended: sent, skipped, failed, or pending again (retryable: no attempt before
-    `wait`; `unknown`: this attempt, or an earlier one it could not rule out, may have posted); a retryable failure
-    after MAX_ATTEMPTS attempts is final. The comments known so far (`remote_ids`) are kept whatever the outcome. Only
-    a row still claimed by this attempt is touched."""
+    `wait`); a retryable failure after MAX_ATTEMPTS attempts is final. `unknown`: whether this attempt, or an earlier
+    one it could not rule out, may have posted (None: what is recorded stays); only `sent` clears that doubt. The
+    comments known so far (`remote_ids`) are kept whatever the outcome. A row that recorded a newer analysis while this
+    attempt was sending becomes pending again, for that one. Only a row still claimed by this attempt is touched."""
+    newer = "(state, analysed_at) IS DISTINCT FROM (:state, CAST(:analysed_at AS timestamptz))"
     conn.execute(
         sa.text(
             "UPDATE radar.code_host_delivery SET last_error = :error, "
             "remote_ids = coalesce(CAST(:ids AS jsonb), remote_ids), "
             "sent_at = CASE WHEN :status = 'sent' THEN now() ELSE sent_at END, "
-            "outcome_unknown = CASE WHEN :status = 'pending' THEN :unknown ELSE false END, "
+            "outcome_unknown = CASE WHEN :status = 'sent' THEN false "
+            "  ELSE coalesce(CAST(:unknown AS boolean), outcome_unknown) END, "
             "next_attempt_at = CASE WHEN :status = 'pending' THEN now() + CAST(:wait AS interval) END, "
-            "status = CASE WHEN :status = 'pending' AND attempts >= :max THEN 'failed' ELSE :status END "
+            f"attempts = CASE WHEN {newer} THEN 0 ELSE attempts END, "
+            f"status = CASE WHEN {newer} THEN 'pending' "
+            "  WHEN :status = 'pending' AND attempts >= :max THEN 'failed' ELSE :status END "
             "WHERE deploy_id = :d AND kind = :k AND delivery_id = CAST(:claim AS uuid)"
         ),
         {
             "d": deploy_id,
             "k": claimed.kind,
             "claim": claimed.delivery_id,
+            "state": claimed.state,
+            "analysed_at": claimed.analysed_at,
             "status": status,
             "error": error,
             "unknown": unknown,
@@ -146,10 +169,11 @@ def settle(
 
 
 def withhold_waiting(conn: sa.Connection, deploy_id: str, note: str) -> int:
-    """Withhold the deploy's deliveries still waiting to be sent (too old to be news); returns how many."""
+    """Withhold the deploy's deliveries still waiting to be sent (too old to be news); returns how many. A doubt that
+    an earlier attempt posted stays, for a later re-analysis to look before it posts."""
     return conn.execute(
         sa.text(
-            "UPDATE radar.code_host_delivery SET status = 'withheld', last_error = :n, outcome_unknown = false "
+            "UPDATE radar.code_host_delivery SET status = 'withheld', last_error = :n "
             "WHERE deploy_id = :d AND status = 'pending'"
         ),
         {"d": deploy_id, "n": note},
