@@ -30,6 +30,7 @@ from radar_pipeline.steps.code_host_delivery import Deploy, comment_body, commen
 from radar_pipeline.steps.deploy_analysis import analyse_deploy
 from radar_pipeline.warehouse import code_hosts as outbox
 from radar_pipeline.warehouse import deploys
+from radar_pipeline.warehouse.reconcile import withhold_old
 
 from . import fake_code_host
 from .fake_code_host import ECHO, TOKEN, FakeHost
@@ -481,6 +482,10 @@ def test_a_doubt_outlives_a_final_error_and_a_reanalysis(analysed, github):  # n
         outbox.withhold_waiting(conn, "d-7", "too old")  # a failed row is not waiting: untouched
         conn.execute(sa.text("UPDATE radar.code_host_delivery SET status = 'pending' WHERE kind = 'review_comment'"))
         outbox.withhold_waiting(conn, "d-7", "too old")
+    assert _rows(analysed)["review_comment"]["status"] == "withheld" and _unknown(analysed)
+    with analysed.begin() as conn:  # and the reconciler's withholding of rows past the alert age limit
+        conn.execute(sa.text("UPDATE radar.code_host_delivery SET status = 'pending' WHERE kind = 'review_comment'"))
+        assert withhold_old(conn, timedelta(0)) >= 1
     assert _rows(analysed)["review_comment"]["status"] == "withheld" and _unknown(analysed)
 
     analyse_deploy(analysed, "d-7", SETTINGS, run_id="rerun-2")  # the same state (fail), a new analysis

@@ -60,11 +60,13 @@ def _waiting(conn: sa.Connection, table: str, max_age: timedelta, lease: timedel
 
 def withhold_old(conn: sa.Connection, max_age: timedelta) -> int:
     """Withhold outbox rows (Slack's and the code hosts') still `pending` that were created more than `max_age` ago
-    (no longer news); returns how many."""
+    (no longer news); returns how many. A code host's row keeps its doubt (an earlier attempt may have posted its
+    comment), so a later re-analysis looks for that comment before it posts one."""
+    doubt = {"radar.alert": "false", "radar.code_host_delivery": "outcome_unknown"}
     return sum(
         conn.execute(
             sa.text(
-                f"UPDATE {table} SET status = 'withheld', outcome_unknown = false, "
+                f"UPDATE {table} SET status = 'withheld', outcome_unknown = {doubt[table]}, "
                 "last_error = coalesce(last_error || '; ', '') || 'still unsent after the alert age limit: withheld' "
                 "WHERE status = 'pending' AND created_at <= now() - :age"
             ),
