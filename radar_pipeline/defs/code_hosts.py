@@ -7,7 +7,6 @@ import dagster as dg
 
 from radar_pipeline.defs.deploys import REANALYSIS_TAG, deploy_verdicts, deploys_partitions
 from radar_pipeline.defs.resources import CodeHostResource, WarehouseResource
-from radar_pipeline.steps.code_host_delivery import deliver
 
 
 @dg.asset(
@@ -22,6 +21,8 @@ def code_host_statuses(
 ) -> dg.MaterializeResult:
     """Send what is due of the deploy's code-host deliveries and record every outcome; withheld instead when the
     deploy's window closed more than the alert age limit ago, or in a reanalysis run."""
+    from radar_pipeline.steps.code_host_delivery import deliver  # httpx: only the runs that deliver load it
+
     clients = code_hosts.clients()
     try:
         metadata = deliver(
