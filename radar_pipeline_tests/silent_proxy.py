@@ -34,10 +34,21 @@ def pipe(source: socket.socket, sink: socket.socket) -> None:
         pass
     finally:
         for sock in (source, sink):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            _shut(sock)
+
+
+def close_all(sockets: list[socket.socket]) -> None:
+    """Shut down and close each socket: a call waiting on one sees its connection end."""
+    for sock in sockets:
+        _shut(sock)
+        sock.close()
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 class SilentProxy:
@@ -66,12 +77,7 @@ class SilentProxy:
         with self._lock:
             self._closed = True
             sockets, self._sockets = self._sockets, []
-        for sock in sockets:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            sock.close()
+        close_all(sockets)
 
     def __enter__(self) -> SilentProxy:
         return self

@@ -231,6 +231,12 @@ def _outside_ci() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "CI" and not k.startswith(ci)}
 
 
+def _python(code: str, warehouse_url: str) -> subprocess.CompletedProcess:
+    """`code` run by this Python outside any CI, on the warehouse at `warehouse_url`."""
+    env = {**_outside_ci(), "RADAR_WAREHOUSE_URL": warehouse_url}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+
+
 def _radar(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     clean = _outside_ci()
     return subprocess.run([str(BIN / "radar"), *args], capture_output=True, text=True, env={**clean, **env}, timeout=60)
@@ -523,16 +529,9 @@ def test_radar_deploy_takes_its_time_from_the_warehouses_clock_not_the_runners(k
         "from radar_pipeline.cli import main\n"
         "main(['deploy', '--target', 'main', '--id', 'skewed-1'])\n"
     )
-    clean = _outside_ci()
     with known.connect() as conn:  # the warehouse runs on this machine: its clock is the test's
         launched = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**clean, "RADAR_WAREHOUSE_URL": warehouse_url},
-    )
+    proc = _python(code, warehouse_url)
     assert proc.returncode == 0, proc.stderr
     with known.connect() as conn:
         finished = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
@@ -554,14 +553,7 @@ def test_radar_deploy_imports_no_heavy_library(known, warehouse_url):
         "heavy = {'pandas', 'numpy', 'dagster', 'matplotlib', 'scipy'}\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & heavy))\n"
     )
-    clean = _outside_ci()
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**clean, "RADAR_WAREHOUSE_URL": warehouse_url},
-    )
+    proc = _python(code, warehouse_url)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "[]", proc.stdout
     with known.connect() as conn:

@@ -31,7 +31,7 @@ from radar_pipeline.warehouse import deploys, migrations
 from radar_pipeline.warehouse.database import make_engine
 
 from .helpers import store_counters
-from .silent_proxy import pipe
+from .silent_proxy import close_all, pipe
 from .test_deploy_state import PLANS, SETTINGS, TEXTS, _counters
 
 RADAR = str(Path(sys.executable).parent / "radar")
@@ -189,12 +189,7 @@ class _Switch:
     def off(self) -> None:
         with self._lock:
             sockets, self._sockets = [self._listener, *self._sockets], []
-        for sock in sockets:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            sock.close()
+        close_all(sockets)
 
     def _serve(self, listener: socket.socket) -> None:
         while True:
