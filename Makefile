@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 export DAGSTER_DISABLE_TELEMETRY := 1
+export NO_MKDOCS_2_WARNING := 1
 
 .PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-gate clean
 
@@ -20,7 +21,9 @@ demo: install
 dev: install
 	$(BIN)/radar dev
 
+# The docs (docs/, mkdocs.yml) are built first, offline, into the ignored site/: a broken link or anchor fails the test.
 test: install
+	$(BIN)/mkdocs build --strict --quiet
 	$(BIN)/pytest
 
 lint: install
@@ -76,4 +79,4 @@ bench-load: install
 	$(BIN)/python benchmarks/load_bench.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache build site *.egg-info

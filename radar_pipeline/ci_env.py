@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 TARGET_VAR = "RADAR_DEPLOY_TARGET"
-# Every variable `radar deploy` reads, by CI (the README lists them).
+# Every variable `radar deploy` reads, by CI (docs/ci.md lists them).
 GITHUB_VARS = (
     "GITHUB_ACTIONS",
     "GITHUB_RUN_ID",

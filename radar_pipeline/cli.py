@@ -121,8 +121,8 @@ def deploy(
     github_deployment_id: int | None,
     warehouse: str | None,
 ) -> None:
-    """Record a deploy (what CI calls after deploying); flags absent are read from the CI's own variables (README,
-    "CI variables"). In a CI, a missing commit or repository (no status can be sent) or an empty service or version
+    """Record a deploy (what CI calls after deploying); flags absent are read from the CI's own variables
+    (docs/ci.md). In a CI, a missing commit or repository (no status can be sent) or an empty service or version
     is warned about on stderr, the variable named."""
     if ctx.invoked_subcommand is not None:
         return

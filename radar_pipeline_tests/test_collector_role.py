@@ -1,7 +1,7 @@
 """The collector's role. One that could see nothing is reported, not left storing nothing: a role without
 pg_read_all_stats, pg_stat_statements.track = none, compute_query_id = off. A server that has run no statement yet is
-not blind, and neither is one where only the collector's own role has such a setting. The README's set-up of the role
-covers the tables the application's own role creates later."""
+not blind, and neither is one where only the collector's own role has such a setting. The documented set-up of the
+role (docs/databases.md) covers the tables the application's own role creates later."""
 
 from __future__ import annotations
 
@@ -122,16 +122,16 @@ def test_an_idle_server_is_not_blind(tmp_path: Path, warehouse):
     assert all(o.result is not None for o in outcomes + superuser)
 
 
-def _readme_collector_sql() -> str:
-    """The README's SQL block that creates the collector's role."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    blocks = re.findall(r"```sql\n(.*?)```", readme, re.DOTALL)
+def _documented_collector_sql() -> str:
+    """The docs' SQL block that creates the collector's role (docs/databases.md)."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "databases.md").read_text()
+    blocks = re.findall(r"```sql\n(.*?)```", page, re.DOTALL)
     (block,) = [b for b in blocks if "CREATE ROLE radar_collector" in b]
     return textwrap.dedent(block)
 
 
 @pytest.mark.parametrize("server", ["pg18"], indirect=True)
-def test_the_readme_s_collector_role_covers_tables_the_application_s_role_creates_later(app_db):
+def test_the_documented_collector_role_covers_tables_the_application_s_role_creates_later(app_db):
     """Default privileges are per creating role: tables the application's role creates after the set-up (its next
     migration) must be readable by the collector, and plannable as DML with the optional grants."""
     server, target = app_db
@@ -140,7 +140,7 @@ def test_the_readme_s_collector_role_covers_tables_the_application_s_role_create
     collector, app_role = f"radar_collector_{suffix}", f"app_role_{suffix}"
     server.execute(f"CREATE ROLE {app_role} LOGIN")
     server.execute(f"GRANT CREATE ON SCHEMA public TO {app_role}", database)
-    sql = _readme_collector_sql().replace("radar_collector", collector).replace("app_role", app_role)
+    sql = _documented_collector_sql().replace("radar_collector", collector).replace("app_role", app_role)
     try:
         with psycopg.connect(server.pg.dsn(database), autocommit=True) as conn:
             conn.execute(sql.replace("PASSWORD '...'", "PASSWORD 'pw'"))  # type: ignore[arg-type]

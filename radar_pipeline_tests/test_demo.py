@@ -42,9 +42,9 @@ def readme_commands() -> list[str]:
     return [line.split("#", 1)[0].strip() for line in block.strip().splitlines()]
 
 
-def readme_sql(after: str) -> str:
-    """The README's first SQL block after the text `after`, as printed."""
-    text = (REPO / "README.md").read_text()
+def reference_sql(after: str) -> str:
+    """The first SQL block after the text `after` in the docs' reference (the warehouse's examples), as printed."""
+    text = (REPO / "docs" / "reference.md").read_text()
     return text.split(after, 1)[1].split("```sql", 1)[1].split("```", 1)[0].strip()
 
 
@@ -182,9 +182,9 @@ def test_radar_dev_shows_the_detection_in_the_ui_and_stops_cleanly(newcomer, tmp
         )
     try:
         _wait_for(f"http://127.0.0.1:{port}/server_info", 120)
-        # The warehouse opens with the psql command the demo printed, and the README's examples run there as printed.
+        # The warehouse opens with the psql command the demo printed, and the docs' examples run there as printed.
         psql = next(c for c in printed if c.split()[0].endswith("psql"))
-        slowest = readme_sql("Example: the slowest statements of the last hour on one target")
+        slowest = reference_sql("Example: the slowest statements of the last hour on one target")
         asked = subprocess.run(
             [*shlex.split(psql), "-X", "-At", "-F", "|", "-c", slowest],
             capture_output=True,

@@ -280,11 +280,11 @@ def test_telemetry_is_off_everywhere(values: dict[str, Any], docker: dict[str, A
     assert yaml.safe_load((ROOT / "dagster.yaml").read_text())["telemetry"]["enabled"] is False
 
 
-def test_the_readme_installs_the_chart_of_the_pinned_dagster(pyproject: dict[str, Any]) -> None:
+def test_the_docs_install_the_chart_of_the_pinned_dagster(pyproject: dict[str, Any]) -> None:
     dagster_pin = pins(pyproject["project"]["dependencies"])["dagster"]
-    readme = (ROOT / "README.md").read_text()
-    commands = re.findall(r"helm upgrade --install [^\n]*", readme)
-    assert commands, "README.md shows no helm upgrade --install"
+    page = (ROOT / "docs" / "kubernetes.md").read_text()
+    commands = re.findall(r"helm upgrade --install [^\n]*", page)
+    assert commands, "docs/kubernetes.md shows no helm upgrade --install"
     for command in commands:
         assert f"--version {dagster_pin}" in command and "-f deploy/helm/values.yaml" in command, command
     assert f"--version {dagster_pin}" in VALUES.read_text()

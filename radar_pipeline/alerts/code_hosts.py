@@ -37,8 +37,8 @@ ATTEMPT_BUDGET = 300.0  # seconds: an attempt starts no request after this
 MAX_ANSWER = 32 * 2**20  # bytes of an answer read (a page of 100 comments of GitHub's 65,536 characters fits)
 SHOWN = 200  # characters of a host's message quoted in an error
 COMMENT_PAGES = 10  # pages of 100 comments read when looking for our marker
-# The deploy's state as each host's status (README, "Commit statuses"): inconclusive is not a success on either, so a
-# required "radar" check does not pass on what radar could not clear.
+# The deploy's state as each host's status (docs/ci.md, "Commit statuses"): inconclusive is not a success on either,
+# so a required "radar" check does not pass on what radar could not clear.
 GITHUB_STATE = {"pass": "success", "fail": "failure", "inconclusive": "error", "pending": "pending"}
 GITLAB_STATE = {"pass": "success", "fail": "failed", "inconclusive": "failed", "pending": "pending"}
 CONTEXT = "radar"  # the status's context (GitHub) or name (GitLab)

@@ -135,12 +135,12 @@ def _refused_role(conn: psycopg.Connection) -> str | None:
     if superuser:
         return (
             f"plan capture refuses to run as {role!r}, a superuser: planning may run functions wrongly marked IMMUTABLE"
-            " (connect as a role of its own, see the README)"
+            " (connect as a role of its own, see docs/databases.md)"
         )
     if resetting:
         return (
             f"plan capture refuses to run as {role!r}, which may execute {resetting}: planning may run functions "
-            "wrongly marked IMMUTABLE (connect as a role of its own, see the README)"
+            "wrongly marked IMMUTABLE (connect as a role of its own, see docs/databases.md)"
         )
     return None
 

@@ -56,7 +56,7 @@ def main(host: str = "127.0.0.1", port: int = 3000) -> int:
     # `dagster dev` warns that it is superseded by `dg dev`, of a package radar does not use: nothing to act on.
     env["PYTHONWARNINGS"] = ",".join(filter(None, [env.get("PYTHONWARNINGS"), SUPERSEDED_WARNING]))
     if "DAGSTER_HOME" not in env:
-        raise SystemExit("DAGSTER_HOME is not set: point it at a folder with a dagster.yaml (see README)")
+        raise SystemExit("DAGSTER_HOME is not set: point it at a folder with a dagster.yaml (see docs/databases.md)")
     target = ["-w", str(WORKSPACE)] if WORKSPACE.exists() else ["-m", "radar_pipeline.definitions"]
     command = [str(Path(sys.executable).parent / "dagster"), "dev", *target, "-h", host, "-p", str(port)]
     stopping: list[int] = []

@@ -151,7 +151,7 @@ def _create_databases(server: LocalPostgres, names: list[str]) -> None:
 
 
 def _create_collector_role(server: LocalPostgres) -> None:
-    """The collector's own role on the watched server, as the README sets it up (plan capture refuses to run as a
+    """The collector's own role on the watched server, as docs/databases.md sets it up (plan capture refuses to run as a
     superuser), with the shop's table privileges its plans of DML need."""
     with psycopg.connect(server.dsn(), autocommit=True) as conn:
         conn.execute(
