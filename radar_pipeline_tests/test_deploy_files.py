@@ -6,7 +6,6 @@ the queue limits tags the definitions put on runs, and telemetry is off everywhe
 
 from __future__ import annotations
 
-import ast
 import importlib
 import json
 import re
@@ -18,7 +17,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from radar_pipeline import config
+from radar_pipeline.config import settings as config
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
@@ -89,13 +88,8 @@ def pins(requirements: list[str]) -> dict[str, str]:
 
 
 def known_settings() -> set[str]:
-    """Every RADAR_* variable config.py names: its *_VAR constants, SECONDS_VARS, COUNTS and the literals it reads."""
-    tree = ast.parse(Path(config.__file__).read_text())
-    return {
-        node.value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(r"RADAR_[A-Z_]+", node.value)
-    }
+    """Every RADAR_* variable radar reads: the fields of its settings (config.settings.RadarSettings)."""
+    return set(config.RadarSettings.variables().values())
 
 
 @pytest.fixture(scope="module")
