@@ -66,7 +66,8 @@ def test_the_engine_does_no_io() -> None:
 
 def test_shared_modules_import_no_layer() -> None:
     for name in SHARED:
-        files = [PACKAGE / f"{name}.py"] if (PACKAGE / f"{name}.py").exists() else sorted((PACKAGE / name).rglob("*.py"))
+        module = PACKAGE / f"{name}.py"
+        files = [module] if module.exists() else sorted((PACKAGE / name).rglob("*.py"))  # a module or a package
         assert files, name
         used = {_room_of(m) for path in files for m in _imports(path)} - {None, *SHARED}
         assert not used, f"{name} imports {used}"

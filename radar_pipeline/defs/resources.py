@@ -98,14 +98,16 @@ class AnalysisResource(dg.ConfigurableResource):
         return timedelta(seconds=self.scrape_interval_seconds)
 
 
-def engine_overrides_config(name: str, doc: str, module: str) -> type[dg.Config]:
+def engine_overrides_config(
+    name: str, doc: str, module: str, engine_settings: type[EngineSettings] = EngineSettings
+) -> type[dg.Config]:
     """A Dagster config class whose fields are every EngineSettings field as an optional per-run override (durations
     in seconds; unset keeps the default): made from EngineSettings, so a new engine setting is a run-config field by
     itself, and its values are checked by EngineSettings when the run builds its settings."""
-    hints = get_type_hints(EngineSettings)
+    hints = get_type_hints(engine_settings)
     fields: dict[str, Any] = {
         f.name: (float | None if hints[f.name] is timedelta else hints[f.name] | None, None)
-        for f in dataclasses.fields(EngineSettings)
+        for f in dataclasses.fields(engine_settings)
     }
     model: type[dg.Config] = pydantic.create_model(name, __base__=dg.Config, __doc__=doc, __module__=module, **fields)
     return model
