@@ -5,8 +5,8 @@ the URL the workflow run; for statuses, the full commit, the repository, the API
 in a run started by a `deployment` event, the deployment's id (from the event's payload). In a `pull_request` run,
 GITHUB_SHA is GitHub's synthetic merge commit: the commit is the request's head (pull_request.head.sha). GitLab CI:
 `gl-<job id>`, the project path, the short commit, the job URL; for statuses, the full commit, the project path and
-the API's URL (self-hosted too). The target comes from RADAR_DEPLOY_TARGET when --target is not given. Flags always
-win over these.
+the API's URL (self-hosted too). Flags always win over these. Only the CI system's own variables are read here; the
+target's default, RADAR_DEPLOY_TARGET, is one of radar's settings (config.settings).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-TARGET_VAR = "RADAR_DEPLOY_TARGET"
 # Every variable `radar deploy` reads, by CI (docs/ci.md lists them).
 GITHUB_VARS = (
     "GITHUB_ACTIONS",
@@ -58,11 +57,9 @@ def ci_kind(env: Mapping[str, str]) -> str | None:
 
 
 def ci_defaults(env: Mapping[str, str]) -> dict[str, str]:
-    """The deploy fields the environment can give: deploy_id, target, service, version, url, source, and for statuses
+    """The deploy fields the CI's environment can give: deploy_id, service, version, url, source, and for statuses
     commit_sha, repository, code_host, api_url, run_url, github_deployment_id (any subset)."""
     out: dict[str, str] = {}
-    if env.get(TARGET_VAR):
-        out["target"] = env[TARGET_VAR]
     kind = ci_kind(env)
     if kind == "github":
         repo = env.get("GITHUB_REPOSITORY", "")

@@ -21,6 +21,8 @@ from radar_pipeline.terminal import clean, console, fitted_table
 if TYPE_CHECKING:
     import pandas as pd
 
+    from radar_pipeline.config.settings import RadarSettings
+
 STARTED = "radar.started"  # ctx.meta key: when the command started, by time.monotonic()
 WAREHOUSE_HELP = f"warehouse URL (default: ${WAREHOUSE_URL_VAR}, else the embedded default's under $RADAR_HOME)"
 
@@ -126,12 +128,13 @@ def deploy(
     is warned about on stderr, the variable named."""
     if ctx.invoked_subcommand is not None:
         return
-    from radar_pipeline.ci_env import TARGET_VAR, ci_defaults, ci_warnings
+    from radar_pipeline.ci_env import ci_defaults, ci_warnings
+    from radar_pipeline.config.settings import DEPLOY_TARGET_VAR, settings
     from radar_pipeline.warehouse import deploys
 
-    found = ci_defaults(os.environ)
+    found = ci_defaults(os.environ)  # the CI system's own variables (GITHUB_*, CI_*): not radar's settings
     given = {
-        "target": target,
+        "target": target if target is not None else settings("deploy_target").deploy_target,
         "deploy_id": deploy_id,
         "service": service,
         "version": version,
@@ -149,7 +152,7 @@ def deploy(
     for line in ci_warnings(os.environ, fields):
         click.echo(printable(line), err=True)
     if not fields["target"]:
-        raise click.UsageError(f"no target: pass --target or set {TARGET_VAR}")
+        raise click.UsageError(f"no target: pass --target or set {DEPLOY_TARGET_VAR}")
     if not fields["deploy_id"]:
         raise click.UsageError("no deploy id: pass --id (outside GitHub Actions and GitLab CI it has no default)")
     try:
@@ -444,14 +447,17 @@ def _gate_exit(code: int, message: str) -> None:
     sys.exit(code)
 
 
-def _times_environment(url: str | None) -> dict[str, str]:
-    """The environment that says the analysis's window and scrape interval: this one's, over the embedded default's
-    compressed times when the embedded default is the warehouse (no URL given)."""
+def _times(url: str | None) -> RadarSettings:
+    """The settings that say the analysis's window and scrape interval: this environment's, over the embedded
+    default's compressed times when the embedded default is the warehouse (no URL given)."""
+    from radar_pipeline.config.settings import settings
+
+    times = ("window_seconds", "scrape_interval_seconds")
     if url:
-        return dict(os.environ)
+        return settings(*times)
     from radar_pipeline.demo.environment import COMPRESSED
 
-    return {**COMPRESSED, **os.environ}
+    return settings(*times, environ={**COMPRESSED, **os.environ})
 
 
 def _clock(at: datetime) -> str:
@@ -477,7 +483,7 @@ def _verdict_due(warehouse: str | None, deploy_id: str, target: str) -> None:
     try:
         engine = _engine(warehouse)
         with engine.connect() as conn:
-            times = status.deploy_times(conn, deploy_id, _times_environment(warehouse), target)
+            times = status.deploy_times(conn, deploy_id, _times(warehouse), target)
         engine.dispose()
     except Exception as exc:
         click.echo(_failure("when the verdict is due is unknown", exc, warehouse), err=True)
@@ -501,7 +507,7 @@ class GateView:
     detections: list[dict[str, Any]]
 
 
-def _gate_read(engine: Any, deploy_id: str, environ: dict[str, str]) -> GateView | None:
+def _gate_read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | None:
     """One look at the deploy (None: not recorded), in one connection: its times and state, and once it is no
     longer pending, the shares of its execution time and its detections."""
     from radar_pipeline.engine import DETECTED
@@ -509,7 +515,7 @@ def _gate_read(engine: Any, deploy_id: str, environ: dict[str, str]) -> GateView
     from radar_pipeline.warehouse.analysis import deploy_states, verdicts_of
 
     with engine.connect() as conn:
-        times = status.deploy_times(conn, deploy_id, environ)
+        times = status.deploy_times(conn, deploy_id, configured)
         if times is None:
             return None
         found = deploy_states(conn, [deploy_id])
@@ -678,13 +684,13 @@ def gate(deploy_id: str, wait: float, poll: float, output: str, inconclusive_ok:
     try:
         url = _require(warehouse)
         engine = status.polling_engine(url)
+        configured = _times(warehouse)
     except ConfigError as exc:
         _gate_exit(CONFIG_EXIT, printable(str(exc)))
-    environ = _times_environment(warehouse)
     said, said_at = "", 0.0
     while True:
         try:
-            view = _gate_read(engine, deploy_id, environ)
+            view = _gate_read(engine, deploy_id, configured)
         except (OperationalError, InterfaceError) as exc:  # the warehouse is away: again until the deadline
             failure = _failure("the warehouse did not answer", exc, url)
             if time.monotonic() >= deadline:
@@ -793,20 +799,12 @@ def status_command(probe: bool, warehouse: str | None) -> None:
     cannot see of it: statements evicted before a scrape, and, asked live for the targets in RADAR_TARGETS, the
     collector's own checks (its role without pg_read_all_stats, pg_stat_statements.track none, compute_query_id off,
     the extension missing or too old, the server unreachable)."""
-    from radar_pipeline.config import (
-        DEFAULT_SCRAPE_INTERVAL_SECONDS,
-        SCRAPE_INTERVAL_VAR,
-        TARGETS_VAR,
-        parse_targets,
-        positive_seconds,
-    )
+    from radar_pipeline.config.settings import DEFAULT_SCRAPE_INTERVAL_SECONDS, TARGETS_VAR, settings
     from radar_pipeline.warehouse import status
 
-    environ = _times_environment(warehouse)
     try:
-        interval = environ.get(SCRAPE_INTERVAL_VAR)
-        scrape_s = positive_seconds(interval, SCRAPE_INTERVAL_VAR) if interval else None
-        configured = parse_targets(os.environ[TARGETS_VAR]) if os.environ.get(TARGETS_VAR) else []
+        scrape_s = _times(warehouse).scrape_interval_seconds
+        configured = settings("targets").target_list()
         engine = _engine(warehouse)
         with engine.connect() as conn:
             stored = status.target_scrapes(conn, STATUS_RECENT)
@@ -898,10 +896,9 @@ def _engine(url: str | None):  # type: ignore[no-untyped-def]
 
 def _configured_targets() -> list[str]:
     """Target names from RADAR_TARGETS when it is set (a deploy may name them before their first snapshot)."""
-    from radar_pipeline.config import TARGETS_VAR, parse_targets
+    from radar_pipeline.config.settings import settings
 
-    value = os.environ.get(TARGETS_VAR)
-    return [t.name for t in parse_targets(value)] if value else []
+    return [t.name for t in settings("targets").target_list()]
 
 
 def _require(url: str | None) -> str:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 import dagster as dg
 
-from radar_pipeline.config import validate_environment
+from radar_pipeline.config.settings import settings
 from radar_pipeline.defs.alerts import regression_alerts, slack_run_failure_sensor
 from radar_pipeline.defs.code_hosts import code_host_retry_job, code_host_statuses
 from radar_pipeline.defs.compaction import pgss_compaction, pgss_compaction_job, pgss_compaction_schedule
@@ -29,7 +27,7 @@ from radar_pipeline.defs.resources import code_hosts_from_environment, default_r
 from radar_pipeline.defs.retention import pgss_retention_job, pgss_retention_schedule
 from radar_pipeline.defs.snapshots import pgss_snapshot_job, pgss_snapshot_schedule_for, pgss_snapshots
 
-validate_environment(os.environ)  # a bad RADAR_* value stops the load here, the variable named
+settings()  # every RADAR_* setting checked: a bad value stops the load here, the variable named
 
 defs = dg.Definitions(
     assets=[

@@ -408,7 +408,8 @@ def test_the_stand_in_refuses_what_the_hosts_refuse_and_radar_stays_within_their
 
 
 def test_code_host_settings_are_checked_at_load():
-    from radar_pipeline.config import ConfigError, validate_environment
+    from radar_pipeline.config import ConfigError
+    from radar_pipeline.config.settings import validate_environment
 
     validate_environment({"RADAR_GITHUB_TOKEN": "ghp_x", "RADAR_GITHUB_API_URL": "https://ghe.example/api/v3"})
     for env, words in (

@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from radar_pipeline.config import (
-    ConfigError,
-    mask_password,
-    parse_targets,
-    positive_seconds,
-    retention_days,
-    scrub_secret,
-    warehouse_url,
-)
+from radar_pipeline.config import ConfigError, mask_password, parse_targets, scrub_secret, warehouse_url
+from radar_pipeline.config.settings import positive_seconds, retention_days
 
 
 def test_targets_parse():
@@ -146,7 +139,7 @@ def test_printable_strips_control_characters():
     ],
 )
 def test_every_variable_is_validated_when_the_definitions_load(variable, value, words):
-    from radar_pipeline.config import validate_environment
+    from radar_pipeline.config.settings import validate_environment
 
     with pytest.raises(ConfigError, match=variable) as err:
         validate_environment({variable: value})

@@ -174,7 +174,8 @@ def test_the_periodic_schedule_asks_for_the_hour_just_ended():
 
 
 def test_periodic_settings_from_the_environment_name_the_variable(monkeypatch):
-    from radar_pipeline.config import ConfigError, periodic_minute, periodic_start
+    from radar_pipeline.config import ConfigError
+    from radar_pipeline.config.settings import periodic_minute, periodic_start
 
     monkeypatch.setenv("RADAR_PERIODIC_START", "yesterday")
     with pytest.raises(ConfigError, match="RADAR_PERIODIC_START"):

@@ -1,12 +1,11 @@
 """deploy/ checked against the code, since no Kubernetes cluster or Docker daemon runs here: the Dockerfile serves a
 module that loads a dg.Definitions on the port the Helm values give the code location; the values set only
-variables config.py knows, secrets only from a Secret, and those that are literal pass config.py's validation; the
+variables the settings know, secrets only from a Secret, and those that are literal pass the settings validation; the
 image's pins are pyproject.toml's; Dagster's storage is an external PostgreSQL, runs go through the K8sRunLauncher,
 the queue limits tags the definitions put on runs, and telemetry is off everywhere."""
 
 from __future__ import annotations
 
-import ast
 import importlib
 import json
 import re
@@ -18,7 +17,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from radar_pipeline import config
+from radar_pipeline.config import settings as config
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
@@ -31,7 +30,7 @@ SECRET_SETTINGS = {
     "RADAR_SLACK_TOKEN",
     "RADAR_SLACK_WEBHOOK_URL",
 }
-# Stand-ins for what the Secret holds, of the form config.py accepts, to validate the literal values beside them.
+# Stand-ins for what the Secret holds, of the form the settings accept, to validate the literal values beside them.
 FAKE_SECRETS = {
     config.WAREHOUSE_URL_VAR: "postgresql://radar:x@warehouse:5432/radar",
     config.TARGETS_VAR: "main=postgresql://radar_collector:x@main:5432/app",
@@ -89,13 +88,8 @@ def pins(requirements: list[str]) -> dict[str, str]:
 
 
 def known_settings() -> set[str]:
-    """Every RADAR_* variable config.py names: its *_VAR constants, SECONDS_VARS, COUNTS and the literals it reads."""
-    tree = ast.parse(Path(config.__file__).read_text())
-    return {
-        node.value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(r"RADAR_[A-Z_]+", node.value)
-    }
+    """Every RADAR_* variable radar reads: the fields of its settings (config.settings.RadarSettings)."""
+    return set(config.RadarSettings.variables().values())
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +197,7 @@ def test_the_values_set_only_settings_config_knows_and_no_secret(radar: dict[str
     env = radar["env"]
     names = [e["name"] for e in env]
     assert len(names) == len(set(names)), names
-    assert set(names) <= known, f"not settings of config.py: {sorted(set(names) - known)}"
+    assert set(names) <= known, f"not settings of config/settings.py: {sorted(set(names) - known)}"
     assert {config.WAREHOUSE_URL_VAR, config.TARGETS_VAR} <= set(names)
     for entry in env:
         if entry["name"] in SECRET_SETTINGS:

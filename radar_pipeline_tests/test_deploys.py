@@ -125,10 +125,9 @@ def test_ci_variables(tmp_path):
         "GITHUB_API_URL": "https://github.example/api/v3",
         "GITHUB_EVENT_NAME": "deployment",
         "GITHUB_EVENT_PATH": str(event),
-        "RADAR_DEPLOY_TARGET": "main",
+        "RADAR_DEPLOY_TARGET": "main",  # radar's setting, not the CI's: ci_defaults leaves it to config.settings
     }
     assert ci_defaults(github) == {
-        "target": "main",
         "deploy_id": "gh-991-2",
         "source": "github-actions",
         "service": "acme/api",

@@ -168,7 +168,8 @@ def test_the_reanalysis_never_posts(analysed, warehouse_url, slack):  # noqa: F8
 
 @pytest.mark.parametrize("value", ["0", "-1", "abc", "9000"])
 def test_the_age_limit_is_validated(value):
-    from radar_pipeline.config import ConfigError, alert_max_age_hours
+    from radar_pipeline.config import ConfigError
+    from radar_pipeline.config.settings import alert_max_age_hours
 
     with pytest.raises(ConfigError, match="RADAR_ALERT_MAX_AGE_HOURS"):
         alert_max_age_hours(value)

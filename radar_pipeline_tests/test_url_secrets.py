@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from radar_pipeline.cli import main
-from radar_pipeline.config import ConfigError, validate_environment
+from radar_pipeline.config import ConfigError
+from radar_pipeline.config.settings import validate_environment
 from radar_pipeline.demo.local_postgres import free_port
 
 PIECES = ("Kq7z", "Wx4v")  # the two halves of every password below: neither may be shown

@@ -4,7 +4,7 @@ import json
 import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from dagster._core.definitions.asset_checks.asset_check_evaluation import (
@@ -13,10 +13,16 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 
 from radar_pipeline import plan_shape
 from radar_pipeline.alerts.render import NO_DATA_BEFORE
-from radar_pipeline.config import REANALYSIS_DAYS_VAR, ConfigError, Target, count_setting, mask_password
+from radar_pipeline.config import ConfigError, Target, mask_password
+from radar_pipeline.config.settings import REANALYSIS_DAYS_VAR, count_setting
 from radar_pipeline.defs.metadata import ID, detection_cells, rounded, table
 from radar_pipeline.defs.plans import plan_snapshots
-from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
+from radar_pipeline.defs.resources import (
+    AnalysisResource,
+    TargetsResource,
+    WarehouseResource,
+    engine_overrides_config,
+)
 from radar_pipeline.defs.snapshots import pgss_snapshots
 from radar_pipeline.engine import (
     DETECTED,
@@ -98,22 +104,14 @@ CHECKS_BATCH = 25  # a backfill run's deploys whose checks are evaluated togethe
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 
 
-class VerdictConfig(dg.Config):
-    """Per-run overrides of the engine settings (durations in seconds); unset fields keep the defaults."""
-
-    window: float | None = None
-    min_samples: int | None = None
-    min_calls: int | None = None
-    threshold: float | None = None
-    min_rise_ms: float | None = None
-    false_alert_budget: float | None = None
-    tolerance_floor: float | None = None
-    tolerance_fraction: float | None = None
-    fleet_share: float | None = None
-    fleet_min_queries: int | None = None
-    surge_ratio: float | None = None
-    new_statement_share: float | None = None
-    clear_level: float | None = None
+if TYPE_CHECKING:
+    VerdictConfig = dg.Config
+else:
+    VerdictConfig = engine_overrides_config(
+        "VerdictConfig",
+        "Per-run overrides of the engine settings (durations in seconds); unset fields keep the defaults.",
+        __name__,
+    )
 
 
 @dg.asset(

@@ -6,7 +6,7 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
-from radar_pipeline.config import periodic_minute, periodic_start
+from radar_pipeline.config.settings import periodic_minute, periodic_start
 from radar_pipeline.defs.alerts import as_metadata
 from radar_pipeline.defs.deploys import DETECTION_ROWS_SHOWN, VerdictConfig, configured_targets
 from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, ID, detection_cells, table

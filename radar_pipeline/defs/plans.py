@@ -5,7 +5,7 @@ from typing import Any
 
 import dagster as dg
 
-from radar_pipeline.config import PLAN_TOP_N_VAR, count_setting
+from radar_pipeline.config.settings import PLAN_TOP_N_VAR, count_setting
 from radar_pipeline.defs.metadata import ID, table
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource, env_cron_schedule
 from radar_pipeline.defs.snapshots import MAX_RUNTIME_TAG

@@ -1,30 +1,28 @@
-"""Dagster resources: the warehouse and the watched targets, configured from the environment through EnvVar."""
+"""Dagster resources: the warehouse, the watched targets, the analysis times and the channels, configured from the
+settings (config.settings); secrets reach Dagster as EnvVar, resolved at run time and never stored in its config."""
 
-import os
+import dataclasses
 from datetime import timedelta
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_type_hints
 
 import dagster as dg
+import pydantic
 import sqlalchemy as sa
 
 from radar_pipeline.alerts.slack import SlackSender
-from radar_pipeline.config import (
+from radar_pipeline.config import TARGETS_VAR, WAREHOUSE_URL_VAR, ConfigError, Target, parse_targets
+from radar_pipeline.config.settings import (
     ALERT_MAX_AGE_VAR,
-    CODE_HOST_API_VARS,
     CODE_HOST_TOKEN_VARS,
-    COLLECTOR_ROLE_VAR,
     DEFAULT_ALERT_MAX_AGE_HOURS,
     DEFAULT_API_URLS,
     DEFAULT_SCRAPE_INTERVAL_SECONDS,
-    DEFAULT_WINDOW_SECONDS,
-    TARGETS_VAR,
-    WAREHOUSE_URL_VAR,
-    ConfigError,
-    Target,
+    SLACK_TOKEN_VAR,
+    SLACK_WEBHOOK_VAR,
     alert_max_age_hours,
-    parse_targets,
-    positive_seconds,
+    field_of,
+    settings,
 )
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.warehouse.database import make_engine
@@ -55,7 +53,13 @@ class TargetsResource(dg.ConfigurableResource):
 
     def exclude_role(self) -> str | None:
         """The collector's dedicated role, whose statements are left out (RADAR_COLLECTOR_ROLE), if any."""
-        return self.collector_role or os.environ.get(COLLECTOR_ROLE_VAR) or None
+        return self.collector_role or settings("collector_role").collector_role or None
+
+
+_ENGINE_DEFAULTS = EngineSettings()
+# The resource's fields that set an engine setting (in seconds): their defaults are EngineSettings' own.
+ENGINE_TIMES = {"window_seconds": "window", "tolerance_floor_seconds": "tolerance_floor"}
+ANALYSIS_TIMES = ("window_seconds", "scrape_interval_seconds", "tolerance_floor_seconds", "period_seconds")
 
 
 class AnalysisResource(dg.ConfigurableResource):
@@ -65,17 +69,14 @@ class AnalysisResource(dg.ConfigurableResource):
     The demo and tests compress time through these same fields (seconds-scale windows and scrapes).
     """
 
-    window_seconds: float = DEFAULT_WINDOW_SECONDS
+    window_seconds: float = _ENGINE_DEFAULTS.window.total_seconds()
     scrape_interval_seconds: float = DEFAULT_SCRAPE_INTERVAL_SECONDS
-    tolerance_floor_seconds: float = 120.0
+    tolerance_floor_seconds: float = _ENGINE_DEFAULTS.tolerance_floor.total_seconds()
     period_seconds: float = 3600.0
 
     def settings(self, **overrides: object) -> EngineSettings:
         """Engine settings: EngineSettings' defaults, this resource's times, then per-run overrides."""
-        base = EngineSettings(
-            window=timedelta(seconds=self.window_seconds),
-            tolerance_floor=timedelta(seconds=self.tolerance_floor_seconds),
-        ).to_dict()
+        base = {setting: getattr(self, field) for field, setting in ENGINE_TIMES.items()}
         return EngineSettings.from_dict({**base, **{k: v for k, v in overrides.items() if v is not None}})
 
     def periodic_settings(self, **overrides: object) -> EngineSettings:
@@ -95,6 +96,21 @@ class AnalysisResource(dg.ConfigurableResource):
     def settle(self) -> timedelta:
         """One scrape interval: the wait after a window ends before its last scrape is surely stored."""
         return timedelta(seconds=self.scrape_interval_seconds)
+
+
+def engine_overrides_config(
+    name: str, doc: str, module: str, engine_settings: type[EngineSettings] = EngineSettings
+) -> type[dg.Config]:
+    """A Dagster config class whose fields are every EngineSettings field as an optional per-run override (durations
+    in seconds; unset keeps the default): made from EngineSettings, so a new engine setting is a run-config field by
+    itself, and its values are checked by EngineSettings when the run builds its settings."""
+    hints = get_type_hints(engine_settings)
+    fields: dict[str, Any] = {
+        f.name: (float | None if hints[f.name] is timedelta else hints[f.name] | None, None)
+        for f in dataclasses.fields(engine_settings)
+    }
+    model: type[dg.Config] = pydantic.create_model(name, __base__=dg.Config, __doc__=doc, __module__=module, **fields)
+    return model
 
 
 class ReconcilerResource(dg.ConfigurableResource):
@@ -126,7 +142,8 @@ class ReconcilerResource(dg.ConfigurableResource):
 def env_cron_schedule(name: str, job: Any, variable: str, default: str, description: str) -> dg.ScheduleDefinition:
     """A schedule that starts switched on, its cron from `variable` (else `default`), refused with the variable
     named when the cron does not parse."""
-    cron = os.environ.get(variable) or default
+    field = field_of(variable)
+    cron = getattr(settings(field), field) or default
     try:
         return dg.ScheduleDefinition(
             name=name,
@@ -148,16 +165,8 @@ def default_resources() -> dict[str, dg.ConfigurableResource]:
     """The resources as a deployment configures them: secrets come from the environment at run time; analysis
     times from RADAR_WINDOW_SECONDS, RADAR_SCRAPE_INTERVAL_SECONDS, RADAR_TOLERANCE_FLOOR_SECONDS and
     RADAR_PERIOD_SECONDS when set."""
-    times = {
-        field: positive_seconds(os.environ[var], var)
-        for field, var in (
-            ("window_seconds", "RADAR_WINDOW_SECONDS"),
-            ("scrape_interval_seconds", "RADAR_SCRAPE_INTERVAL_SECONDS"),
-            ("tolerance_floor_seconds", "RADAR_TOLERANCE_FLOOR_SECONDS"),
-            ("period_seconds", "RADAR_PERIOD_SECONDS"),
-        )
-        if os.environ.get(var)
-    }
+    configured = settings(*ANALYSIS_TIMES)
+    times = {field: getattr(configured, field) for field in ANALYSIS_TIMES if getattr(configured, field) is not None}
     return {
         "warehouse": WarehouseResource(url=dg.EnvVar(WAREHOUSE_URL_VAR)),
         "targets": TargetsResource(spec=dg.EnvVar(TARGETS_VAR)),
@@ -224,23 +233,24 @@ class CodeHostResource(dg.ConfigurableResource):
 
 def code_hosts_from_environment() -> CodeHostResource:
     """The code-host resource as configured: tokens resolved at run time through EnvVar, only when they are set."""
-    fields: dict[str, Any] = {}
-    for kind in ("github", "gitlab"):
-        if os.environ.get(CODE_HOST_TOKEN_VARS[kind]):
+    hosts = tuple(DEFAULT_API_URLS)
+    configured = settings(*(f"{kind}_{what}" for kind in hosts for what in ("token", "api_url")), "alert_max_age_hours")
+    fields: dict[str, Any] = {f"{kind}_api_url": configured.api_url(kind) for kind in hosts}
+    for kind in hosts:
+        if configured.token(kind):
             fields[f"{kind}_token"] = dg.EnvVar(CODE_HOST_TOKEN_VARS[kind])
-        if os.environ.get(CODE_HOST_API_VARS[kind]):
-            fields[f"{kind}_api_url"] = os.environ[CODE_HOST_API_VARS[kind]]
-    fields["alert_max_age_hours"] = alert_max_age_hours(os.environ.get(ALERT_MAX_AGE_VAR))
+    fields["alert_max_age_hours"] = configured.alert_max_age_hours
     return CodeHostResource(**fields)
 
 
 def slack_from_environment() -> SlackResource:
     """The Slack resource as configured: secrets are resolved at run time through EnvVar, only when they are set."""
-    fields: dict[str, Any] = {}
-    for field, var in (("token", "RADAR_SLACK_TOKEN"), ("webhook_url", "RADAR_SLACK_WEBHOOK_URL")):
-        if os.environ.get(var):
-            fields[field] = dg.EnvVar(var)
-    if os.environ.get("RADAR_SLACK_CHANNEL"):
-        fields["channel"] = os.environ["RADAR_SLACK_CHANNEL"]
-    fields["alert_max_age_hours"] = alert_max_age_hours(os.environ.get(ALERT_MAX_AGE_VAR))
+    configured = settings("slack_token", "slack_channel", "slack_webhook_url", "alert_max_age_hours")
+    fields: dict[str, Any] = {"alert_max_age_hours": configured.alert_max_age_hours}
+    if configured.slack_token:
+        fields["token"] = dg.EnvVar(SLACK_TOKEN_VAR)
+    if configured.slack_webhook_url:
+        fields["webhook_url"] = dg.EnvVar(SLACK_WEBHOOK_VAR)
+    if configured.slack_channel:
+        fields["channel"] = configured.slack_channel
     return SlackResource(**fields)

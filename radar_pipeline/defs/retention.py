@@ -1,13 +1,12 @@
 """Retention in Dagster: a daily job that applies RADAR_RETENTION_DAYS to the warehouse (see steps.retention) and
 deletes old runs of the frequent jobs from Dagster's own storage (ticks: the `retention` section of dagster.yaml)."""
 
-import os
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 from pydantic import Field
 
-from radar_pipeline.config import RETENTION_DAYS_VAR, RUN_RETENTION_VAR, count_setting, retention_days
+from radar_pipeline.config.settings import settings
 from radar_pipeline.defs.resources import WarehouseResource
 from radar_pipeline.steps.retention import apply_retention
 
@@ -15,7 +14,7 @@ from radar_pipeline.steps.retention import apply_retention
 @dg.op(description="Drop expired snapshot partitions and create the coming days' partitions.")
 def drop_expired_snapshots(context: dg.OpExecutionContext, warehouse: WarehouseResource) -> list[str]:
     """Apply RADAR_RETENTION_DAYS to the warehouse and report the partitions dropped."""
-    keep = retention_days(os.environ.get(RETENTION_DAYS_VAR))
+    keep = settings("retention_days").retention_days
     dropped = apply_retention(warehouse.engine(), keep, datetime.now(UTC).date())
     context.log.info(
         f"kept {keep} days of snapshots; dropped {len(dropped)} partitions: {', '.join(dropped) or 'none'}"
@@ -41,7 +40,7 @@ def prune_dagster_runs(context: dg.OpExecutionContext, config: PruneConfig) -> i
     many. Other jobs' runs (analyses, alerts) are kept: they are few and are the record of what was decided."""
     keep = config.keep_days
     if keep is None:
-        keep = count_setting(RUN_RETENTION_VAR)
+        keep = settings("dagster_run_retention_days").dagster_run_retention_days
     cutoff = datetime.now(UTC) - timedelta(days=keep)
     deleted = 0
     for job in PRUNED_JOBS:

@@ -5,7 +5,7 @@ from typing import Any
 
 import dagster as dg
 
-from radar_pipeline.config import DEFAULT_SNAPSHOT_CRON, SHARDS_VAR, SNAPSHOT_CRON_VAR, count_setting
+from radar_pipeline.config.settings import DEFAULT_SNAPSHOT_CRON, SHARDS_VAR, SNAPSHOT_CRON_VAR, count_setting
 from radar_pipeline.defs.metadata import table
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource, env_cron_schedule
 from radar_pipeline.steps.shards import targets_of_shard

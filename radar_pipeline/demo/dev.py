@@ -22,7 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-from radar_pipeline.config import ConfigError, validate_environment
+from radar_pipeline.config import ConfigError
+from radar_pipeline.config.settings import settings, validate_environment
 from radar_pipeline.demo import environment
 
 WORKSPACE = Path(__file__).resolve().parents[2] / "workspace.yaml"
@@ -41,7 +42,7 @@ def main(host: str = "127.0.0.1", port: int = 3000) -> int:
     print the part of a password they cut at an unencoded @."""
     embedded = None
     env = os.environ.copy()
-    if not env.get("RADAR_WAREHOUSE_URL"):
+    if settings("warehouse_url", environ=env).warehouse_url is None:
         embedded = environment.start(fresh=False)
         env.update(embedded.environment())
         print(f"radar dev: the warehouse, while this runs: {environment.psql_command(embedded)}", file=sys.stderr)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +22,6 @@ import psycopg
 
 from radar_pipeline.demo.local_postgres import LocalPostgres
 
-HOME_VAR = "RADAR_HOME"
 APP_DB, WAREHOUSE_DB, DAGSTER_DB = "shop", "radar", "dagster"
 COLLECTOR_ROLE = "radar_collector"
 TARGET = "shop"
@@ -108,7 +106,9 @@ def psql_command(embedded: Embedded) -> str:
 
 def home() -> Path:
     """RADAR_HOME, or .radar in the current folder."""
-    return Path(os.environ.get(HOME_VAR) or ".radar").resolve()
+    from radar_pipeline.config.settings import settings
+
+    return (settings("home").home or Path(".radar")).resolve()
 
 
 def start(fresh: bool) -> Embedded:

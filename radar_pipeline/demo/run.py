@@ -15,6 +15,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -22,6 +23,9 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from radar_pipeline.demo import environment, workload
 from radar_pipeline.terminal import clean, fitted_table
+
+if TYPE_CHECKING:
+    from radar_pipeline.config.settings import RadarSettings
 
 console = Console()
 if not console.is_terminal:  # a log or a pipe: wide enough for the verdict table
@@ -47,9 +51,12 @@ def _run(embedded: environment.Embedded, started: float) -> int:
     import dagster as dg
 
     from radar_pipeline import definitions
+    from radar_pipeline.config.settings import settings
     from radar_pipeline.warehouse import migrations
 
-    env = embedded.environment()
+    configured = settings()  # the embedded default's settings, which main has just put in the environment
+    assert configured.warehouse_url is not None
+    warehouse = configured.warehouse_url.get_secret_value()
     app_dsn = embedded.server.dsn(environment.APP_DB)
     repo = definitions.defs.get_repository_def()
     instance = dg.DagsterInstance.get()
@@ -58,21 +65,21 @@ def _run(embedded: environment.Embedded, started: float) -> int:
         SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console
     ) as progress:
         step = progress.add_task("Embedded PostgreSQL 18 started; creating the warehouse and the shop", total=None)
-        migrations.upgrade(env["RADAR_WAREHOUSE_URL"])
+        migrations.upgrade(warehouse)
         workload.create(app_dsn)
         progress.update(step, description="Warehouse migrated, shop created (20,000 customers, 100,000 orders)")
         progress.update(step, total=1, completed=1)
-        _deploy_under_load(dg, repo, instance, env, app_dsn, progress)
+        _deploy_under_load(dg, repo, instance, configured, app_dsn, progress)
         checks = _analyse_deploys(dg, repo, instance, progress)
-    table, queries, regression, alert = _findings(env["RADAR_WAREHOUSE_URL"], app_dsn)
+    table, queries, regression, alert = _findings(warehouse, app_dsn)
     return _report(embedded, table, queries, regression, alert, checks, time.monotonic() - started)
 
 
-def _deploy_under_load(dg, repo, instance, env: dict[str, str], app_dsn: str, progress: Progress) -> None:  # type: ignore[no-untyped-def]
+def _deploy_under_load(dg, repo, instance, configured: RadarSettings, app_dsn: str, progress: Progress) -> None:  # type: ignore[no-untyped-def]
     """Run the shop's workload with snapshots for a window, record the deploy as CI would and make its change, then
     keep going until the window after it has closed and its last scrape is stored."""
-    window = float(env["RADAR_WINDOW_SECONDS"])
-    scrape = float(env["RADAR_SCRAPE_INTERVAL_SECONDS"])
+    assert configured.window_seconds is not None and configured.scrape_interval_seconds is not None
+    window, scrape = configured.window_seconds, configured.scrape_interval_seconds
     with workload.Workload(app_dsn) as load:
         before = progress.add_task(f"Workload and snapshots every {scrape:.0f} s, before the deploy", total=window + 4)
         _snapshots(dg, repo, instance, window + 4, scrape, progress, before, plans_at=window / 2)

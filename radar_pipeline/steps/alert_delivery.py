@@ -4,7 +4,6 @@ radar.alert, with a chart per regression; and the plain-text form written to the
 from __future__ import annotations
 
 import logging
-import os
 import tempfile
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -15,7 +14,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.alerts.render import MAX_SHOWN, AnalysisFacts, LoadChange, Regression, render
 from radar_pipeline.alerts.slack import DeliveryError, SlackSender
-from radar_pipeline.config import CHART_DIR_VAR, DAGSTER_URL_VAR, DEFAULT_ALERT_MAX_AGE_HOURS
+from radar_pipeline.config.settings import DEFAULT_ALERT_MAX_AGE_HOURS, settings
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.engine.samples import interval_means
 from radar_pipeline.pgss_model import KEY, Key, key_label, statement_keys
@@ -194,7 +193,7 @@ def run_url(run_id: str | None) -> str | None:
     """The run's page in the Dagster UI (at RADAR_DAGSTER_URL, default http://localhost:3000)."""
     if not run_id:
         return None
-    return f"{os.environ.get(DAGSTER_URL_VAR, 'http://localhost:3000').rstrip('/')}/runs/{run_id}"
+    return f"{(settings('dagster_url').dagster_url or 'http://localhost:3000').rstrip('/')}/runs/{run_id}"
 
 
 def deploy_facts(found: pd.DataFrame) -> AnalysisFacts:
@@ -315,9 +314,9 @@ def _label(row: Any) -> str:
 
 def chart_folder(partition_key: str) -> Path:
     """Where a partition's chart images go: RADAR_CHART_DIR/<partition> when set, else a new temporary folder."""
-    chosen = os.environ.get(CHART_DIR_VAR)
+    chosen = settings("chart_dir").chart_dir
     if chosen:
-        return Path(chosen) / partition_key.replace(":", "_")
+        return chosen / partition_key.replace(":", "_")
     return Path(tempfile.mkdtemp(prefix=f"radar-charts-{partition_key.replace(':', '_')}-"))
 
 

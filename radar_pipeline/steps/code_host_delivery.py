@@ -16,7 +16,8 @@ import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.alerts.code_hosts import HostClient, HostError
-from radar_pipeline.config import CODE_HOST_API_VARS, CODE_HOST_TOKEN_VARS, printable
+from radar_pipeline.config import printable
+from radar_pipeline.config.settings import CODE_HOST_API_VARS, CODE_HOST_TOKEN_VARS
 from radar_pipeline.steps.alert_delivery import LEASE, RETRY_BASE, RETRY_CAP, asked_wait, run_url, withhold_reason
 from radar_pipeline.warehouse import alerts as alert_store
 from radar_pipeline.warehouse import code_hosts as outbox

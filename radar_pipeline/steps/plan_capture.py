@@ -13,7 +13,8 @@ import sqlalchemy as sa
 
 from radar_pipeline import plan_shape
 from radar_pipeline.collector import plans, session
-from radar_pipeline.config import COUNTS, PLAN_TOP_N_VAR, Target, target_failure
+from radar_pipeline.config import Target, target_failure
+from radar_pipeline.config.settings import COUNTS, PLAN_TOP_N_VAR
 from radar_pipeline.pgss_model import Key
 from radar_pipeline.warehouse import plans as stored_plans
 

@@ -7,7 +7,6 @@ sensor's rule (deploys.READY_AT with the window and one scrape interval, as depl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,14 +14,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from radar_pipeline.config import (
-    DEFAULT_SCRAPE_INTERVAL_SECONDS,
-    DEFAULT_WINDOW_SECONDS,
-    SCRAPE_INTERVAL_VAR,
-    WINDOW_VAR,
-    positive_seconds,
-    warehouse_url,
-)
+from radar_pipeline.config import warehouse_url
+from radar_pipeline.config.settings import DEFAULT_SCRAPE_INTERVAL_SECONDS, DEFAULT_WINDOW_SECONDS, RadarSettings
 from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX, READY_AT
 
 CONNECT_TIMEOUT_S = 5
@@ -49,13 +42,13 @@ def polling_engine(url: str) -> sa.Engine:
     )
 
 
-def analysis_times(conn: sa.Connection, target: str, environ: Mapping[str, str]) -> tuple[timedelta, timedelta]:
+def analysis_times(conn: sa.Connection, target: str, configured: RadarSettings) -> tuple[timedelta, timedelta]:
     """The analysis window each side of a deploy and the scrape interval the sensor waits after it: the window from
     RADAR_WINDOW_SECONDS when set, else the one the target's latest deploy analysis used (what the daemon runs with,
     when the command's environment does not say), else the default; the interval from RADAR_SCRAPE_INTERVAL_SECONDS
     or its default."""
-    if environ.get(WINDOW_VAR):
-        window = positive_seconds(environ[WINDOW_VAR], WINDOW_VAR)
+    if configured.window_seconds is not None:
+        window = configured.window_seconds
     else:
         stored = conn.execute(
             sa.text(
@@ -66,8 +59,7 @@ def analysis_times(conn: sa.Connection, target: str, environ: Mapping[str, str])
             {"t": target, "periodic": PERIODIC_PREFIX + "%"},
         ).scalar()
         window = float(stored) if stored else DEFAULT_WINDOW_SECONDS
-    interval = environ.get(SCRAPE_INTERVAL_VAR)
-    scrape = positive_seconds(interval, SCRAPE_INTERVAL_VAR) if interval else DEFAULT_SCRAPE_INTERVAL_SECONDS
+    scrape = configured.scrape_interval_seconds or DEFAULT_SCRAPE_INTERVAL_SECONDS
     return timedelta(seconds=window), timedelta(seconds=scrape)
 
 
@@ -90,7 +82,7 @@ class DeployTimes:
 
 
 def deploy_times(
-    conn: sa.Connection, deploy_id: str, environ: Mapping[str, str], target: str | None = None
+    conn: sa.Connection, deploy_id: str, configured: RadarSettings, target: str | None = None
 ) -> DeployTimes | None:
     """The deploy's DeployTimes (analysis_times give its window and interval), or None when it is not recorded.
     `target`, when the caller knows it, saves a query."""
@@ -100,7 +92,7 @@ def deploy_times(
         ).scalar()
         if target is None:
             return None
-    window, scrape = analysis_times(conn, target, environ)
+    window, scrape = analysis_times(conn, target, configured)
     row = conn.execute(
         sa.text(
             "SELECT deploy_id, target, deployed_at, service, version, url, source, now() AS now, "

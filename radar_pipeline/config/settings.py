@@ -1,0 +1,415 @@
+"""Every RADAR_* setting in one object, RadarSettings (pydantic-settings): the only reader of the RADAR_* environment.
+
+Each variable is checked by the same rules and with the same messages as ever: a message names the variable and never
+shows a secret; a URL whose password cannot be masked is refused. Secrets are SecretStr: they print as '**********'.
+The code location checks them all when its definitions load (`settings()`); a command reads the few it needs
+(`settings("window_seconds", ...)`), so a bad value elsewhere in its environment does not stop it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BeforeValidator, SecretStr, ValidationError, ValidationInfo, model_validator
+from pydantic_core import PydanticUseDefault
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
+
+from radar_pipeline.config.targets import TARGETS_VAR as TARGETS_VAR
+from radar_pipeline.config.targets import WAREHOUSE_URL_VAR as WAREHOUSE_URL_VAR
+from radar_pipeline.config.targets import ConfigError, Target, database_url, parse_targets, warehouse_url
+
+PREFIX = "RADAR_"
+MAX_SECONDS = 366 * 86400.0  # a year: longer windows or periods are a typo (and inf overflows timedelta)
+DEFAULT_PERIODIC_START = "2026-11-01-00:00"
+DEFAULT_ALERT_MAX_AGE_HOURS = 24.0
+DEFAULT_RETENTION_DAYS = 14
+DEFAULT_SNAPSHOT_CRON = "* * * * *"
+# The analysis window each side of a deploy and the scrape interval when RADAR_WINDOW_SECONDS and
+# RADAR_SCRAPE_INTERVAL_SECONDS are unset (`radar deploy` and `radar gate` tell when a verdict is due from the same;
+# the window is EngineSettings' default, which a test holds it to).
+DEFAULT_WINDOW_SECONDS = 1800.0
+DEFAULT_SCRAPE_INTERVAL_SECONDS = 60.0
+DEFAULT_API_URLS = {"github": "https://api.github.com", "gitlab": "https://gitlab.com/api/v4"}
+_ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}")
+_HTTP = re.compile(r"https?://[^\s\x00-\x1f\x7f]+")
+
+
+def positive_int(value: str | None, variable: str, default: int) -> int:
+    """A whole number of at least 1 from a variable's value; the default when it is unset or empty."""
+    if value is None or not value.strip():
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(f"{variable} must be a whole number, not {value!r}") from None
+    if number < 1:
+        raise ConfigError(f"{variable} must be at least 1, not {number}")
+    if number > 1_000_000:
+        raise ConfigError(f"{variable} must be at most 1000000, not {number}")
+    return number
+
+
+def positive_seconds(value: str, variable: str) -> float:
+    """A positive, finite number of seconds (at most a year) from a variable's value."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise ConfigError(f"{variable} must be a number of seconds, not {value!r}") from None
+    if not number > 0:
+        raise ConfigError(f"{variable} must be more than 0 seconds, not {value!r}")
+    if not number <= MAX_SECONDS:  # also refuses inf
+        raise ConfigError(f"{variable} must be at most {MAX_SECONDS:.0f} seconds (a year), not {value!r}")
+    return number
+
+
+def retention_days(value: str | None, variable: str = "RADAR_RETENTION_DAYS") -> int:
+    """Days of snapshots to keep (default 14)."""
+    return positive_int(value, variable, DEFAULT_RETENTION_DAYS)
+
+
+def alert_max_age_hours(value: str | None, variable: str = "RADAR_ALERT_MAX_AGE_HOURS") -> float:
+    """Hours after a deploy's window (or a periodic check's hour) closed beyond which its alerts are recorded as
+    withheld instead of sent (default 24): a backfill or a reanalysis of old deploys must not flood the channel."""
+    if value is None or not value.strip():
+        return DEFAULT_ALERT_MAX_AGE_HOURS
+    try:
+        hours = float(value)
+    except ValueError:
+        raise ConfigError(f"{variable} must be a number of hours, not {value!r}") from None
+    if not 0 < hours <= 24 * 365:
+        raise ConfigError(f"{variable} must be more than 0 and at most 8760 hours (a year), not {value!r}")
+    return hours
+
+
+# Each check below takes a variable's raw value (never empty: empty is unset) and returns it parsed, or raises
+# ConfigError naming the variable; PydanticUseDefault keeps the field's default.
+
+
+def _variable(info: ValidationInfo) -> str:
+    return PREFIX + str(info.field_name).upper()
+
+
+def _raw(value: object) -> str:
+    return value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+
+
+def _count(value: object, info: ValidationInfo) -> int:
+    number = positive_int(_raw(value), _variable(info), 0)
+    if number == 0:  # white space only: unset
+        raise PydanticUseDefault()
+    return number
+
+
+def _seconds(value: object, info: ValidationInfo) -> float:
+    return positive_seconds(_raw(value), _variable(info))
+
+
+def _hours(value: object, info: ValidationInfo) -> float:
+    return alert_max_age_hours(_raw(value), _variable(info))
+
+
+def _retention(value: object, info: ValidationInfo) -> int:
+    return retention_days(_raw(value), _variable(info))
+
+
+def _hour_start(value: object, info: ValidationInfo) -> str:
+    text = _raw(value)
+    try:
+        datetime.strptime(text, "%Y-%m-%d-%H:%M")
+    except ValueError:
+        raise ConfigError(f"{_variable(info)} must look like 2026-11-01-00:00 (an hour, UTC), not {text!r}") from None
+    return text
+
+
+def _minute(value: object, info: ValidationInfo) -> int:
+    text = _raw(value)
+    if not text.isdigit() or not 0 <= int(text) <= 59:
+        raise ConfigError(f"{_variable(info)} must be a minute of the hour, 0 to 59, not {text!r}")
+    return int(text)
+
+
+def _warehouse(value: object, info: ValidationInfo) -> str:
+    return warehouse_url(_raw(value), _variable(info))
+
+
+def _targets(value: object, info: ValidationInfo) -> str:
+    text = _raw(value)
+    parse_targets(text, _variable(info))
+    return text
+
+
+def _dagster_storage(value: object, info: ValidationInfo) -> str:
+    variable, text = _variable(info), _raw(value).strip()
+    url = database_url(text, variable)
+    if url.drivername != "postgresql+psycopg2":
+        raise ConfigError(
+            f"{variable} must spell out the psycopg2 driver (postgresql+psycopg2://...), which Dagster's storage uses, "
+            f"not {url.drivername!r}"
+        )
+    return text
+
+
+def _role(value: object, info: ValidationInfo) -> str:
+    text = _raw(value)
+    if not _ROLE.fullmatch(text):
+        raise ConfigError(f"{_variable(info)} must be a role name (letters, digits, _), not {text!r}")
+    return text
+
+
+def _slack_token(value: object, info: ValidationInfo) -> str:
+    text = _raw(value)
+    if not text.startswith("xox"):
+        raise ConfigError(f"{_variable(info)} is not a Slack token (xoxb-...)")
+    return text
+
+
+def _https(value: object, info: ValidationInfo) -> str:
+    text = _raw(value)
+    if not (text.startswith("https://") and _HTTP.fullmatch(text)):
+        raise ConfigError(f"{_variable(info)} must be an https:// URL")
+    return text
+
+
+def _token(value: object, info: ValidationInfo) -> str:
+    text = _raw(value)
+    if any(c.isspace() or not c.isprintable() for c in text):
+        raise ConfigError(f"{_variable(info)} holds white space or control characters: not a token")
+    return text
+
+
+def _api_url(value: object, info: ValidationInfo) -> str:
+    variable, text = _variable(info), _raw(value)
+    if "@" in text:
+        raise ConfigError(f"{variable} must not hold @ (a user name or password)")
+    if not _HTTP.fullmatch(text):
+        raise ConfigError(f"{variable} must be an http(s) URL, not {text!r}")
+    return text
+
+
+def _link(value: object, info: ValidationInfo) -> str:
+    variable, text = _variable(info), _raw(value)
+    if "@" in text:
+        raise ConfigError(f"{variable} must not hold @ (a user name or password): alerts show it as a link")
+    if not _HTTP.fullmatch(text):
+        raise ConfigError(f"{variable} must be an http(s) URL, not {text!r}")
+    return text
+
+
+def _folder(value: object, info: ValidationInfo) -> Path:
+    text = _raw(value)
+    if Path(text).exists() and not Path(text).is_dir():
+        raise ConfigError(f"{_variable(info)} {text!r} exists and is not a folder")
+    return Path(text)
+
+
+Count = Annotated[int, BeforeValidator(_count)]
+Seconds = Annotated[float | None, BeforeValidator(_seconds)]
+
+
+class RadarSettings(BaseSettings):
+    """radar's settings: each field is the variable RADAR_<FIELD NAME IN CAPITALS>; unset (or empty) variables keep
+    the defaults. Fields are checked in this order, so an error names the first bad variable."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=PREFIX,
+        env_prefix_target="all",  # the prefix goes before the aliases: WAREHOUSE_URL → RADAR_WAREHOUSE_URL
+        alias_generator=str.upper,
+        case_sensitive=True,
+        env_ignore_empty=True,
+        extra="ignore",
+        frozen=True,
+        hide_input_in_errors=True,
+        validate_default=False,  # the defaults are right; the checks are for what the environment says
+    )
+
+    # The periodic partitions: the first hour they offer (backfills reach back to it), as 2026-11-01-00:00 UTC; and
+    # the minutes past the hour when the schedule runs the hour just ended.
+    periodic_start: Annotated[str, BeforeValidator(_hour_start)] = DEFAULT_PERIODIC_START
+    periodic_minute: Annotated[int, BeforeValidator(_minute)] = 5
+    # The warehouse (a SQLAlchemy URL, given the psycopg 3 driver) and the watched targets (name=postgresql://...).
+    warehouse_url: Annotated[SecretStr | None, BeforeValidator(_warehouse)] = None
+    targets: Annotated[SecretStr | None, BeforeValidator(_targets)] = None
+    retention_days: Annotated[int, BeforeValidator(_retention)] = DEFAULT_RETENTION_DAYS
+    # The analysis times (the Dagster resources' defaults when unset) and the periodic check's period P.
+    window_seconds: Seconds = None
+    scrape_interval_seconds: Seconds = None
+    tolerance_floor_seconds: Seconds = None
+    period_seconds: Seconds = None
+    plan_top_n: Count = 200
+    reanalysis_days: Count = 7
+    dagster_run_retention_days: Count = 7
+    snapshot_shards: Count = 1
+    alert_max_age_hours: Annotated[float, BeforeValidator(_hours)] = DEFAULT_ALERT_MAX_AGE_HOURS
+    collector_role: Annotated[str | None, BeforeValidator(_role)] = None  # whose statements are left out
+    # Slack: a bot token and a channel (messages and chart images), or an incoming webhook (messages only).
+    slack_token: Annotated[SecretStr | None, BeforeValidator(_slack_token)] = None
+    slack_channel: str | None = None
+    slack_webhook_url: Annotated[SecretStr | None, BeforeValidator(_https)] = None
+    # Code hosts (commit statuses, review comments): a token each, and the API the token is sent to.
+    github_token: Annotated[SecretStr | None, BeforeValidator(_token)] = None
+    github_api_url: Annotated[str, BeforeValidator(_api_url)] = DEFAULT_API_URLS["github"]
+    gitlab_token: Annotated[SecretStr | None, BeforeValidator(_token)] = None
+    gitlab_api_url: Annotated[str, BeforeValidator(_api_url)] = DEFAULT_API_URLS["gitlab"]
+    dagster_url: Annotated[str | None, BeforeValidator(_link)] = None  # the Dagster UI's address, for links in alerts
+    chart_dir: Annotated[Path | None, BeforeValidator(_folder)] = None  # unset: a new temporary folder per analysis
+    dagster_pg_url: Annotated[SecretStr | None, BeforeValidator(_dagster_storage)] = None  # Dagster's own storage
+    # Crons, checked where their schedules are built (unset: the schedule's default).
+    snapshot_cron: str | None = None
+    plan_cron: str | None = None
+    deploy_target: str | None = None  # `radar deploy`'s target when --target is not given
+    home: Path | None = None  # where the embedded default lives (unset: ./.radar)
+
+    @model_validator(mode="after")
+    def _slack_pairs(self) -> RadarSettings:
+        if self.slack_token and not self.slack_channel:
+            raise ConfigError("RADAR_SLACK_TOKEN is set but RADAR_SLACK_CHANNEL is not: name the channel to post in")
+        if self.slack_channel and not self.slack_token:
+            raise ConfigError("RADAR_SLACK_CHANNEL is set but RADAR_SLACK_TOKEN is not: a channel needs a bot token")
+        return self
+
+    @classmethod
+    def variables(cls) -> dict[str, str]:
+        """Field name → its variable, for every setting."""
+        return {name: variable(name) for name in cls.model_fields}
+
+    def target_list(self) -> list[Target]:
+        """The watched targets RADAR_TARGETS names (none when it is unset)."""
+        return parse_targets(self.targets.get_secret_value(), TARGETS_VAR) if self.targets else []
+
+    def token(self, host: str) -> str | None:
+        """A code host's token (github, gitlab), or None."""
+        secret: SecretStr | None = getattr(self, f"{host}_token")
+        return secret.get_secret_value() if secret else None
+
+    def api_url(self, host: str) -> str:
+        """A code host's API URL (github, gitlab)."""
+        return str(getattr(self, f"{host}_api_url"))
+
+
+def variable(field: str) -> str:
+    """The environment variable of a RadarSettings field (KeyError when there is no such field)."""
+    if field not in RadarSettings.model_fields:
+        raise KeyError(field)
+    return PREFIX + field.upper()
+
+
+def field_of(name: str) -> str:
+    """The RadarSettings field a RADAR_* variable sets (KeyError when it is none)."""
+    field = name.removeprefix(PREFIX).lower()
+    if not name.startswith(PREFIX) or field not in RadarSettings.model_fields:
+        raise KeyError(name)
+    return field
+
+
+class _Environ(EnvSettingsSource):
+    """pydantic-settings' environment source over a given mapping (a command's environment, a test's)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {k: v for k, v in self._environ.items() if v != ""}
+
+
+def settings(*fields: str, environ: Mapping[str, str] | None = None) -> RadarSettings:
+    """The settings of `environ` (default: this process's environment, read again whenever a RADAR_* variable
+    changed). Without `fields`, every variable is checked; with them, only theirs are read (the rest keep their
+    defaults). Raises ConfigError naming the first bad variable, never showing a secret."""
+    source = os.environ if environ is None else environ
+    wanted = {variable(f) for f in fields}
+    return _load(
+        tuple(sorted((k, v) for k, v in source.items() if k.startswith(PREFIX) and (not fields or k in wanted)))
+    )
+
+
+@lru_cache(maxsize=32)
+def _load(items: tuple[tuple[str, str], ...]) -> RadarSettings:
+    try:
+        return RadarSettings(_build_sources=((_Environ(RadarSettings, dict(items)),), {}))  # type: ignore[call-arg]
+    except ValidationError as exc:
+        raise _config_error(exc) from None
+
+
+def _config_error(exc: ValidationError) -> ConfigError:
+    """The first problem as a ConfigError: a check's own message, else pydantic's, after the variable's name (never
+    the value)."""
+    error = exc.errors(include_input=False)[0]
+    cause = error.get("ctx", {}).get("error")
+    if isinstance(cause, ConfigError):
+        return ConfigError(str(cause))
+    where = PREFIX + str(error["loc"][0]) if error["loc"] else "a RADAR_* setting"
+    return ConfigError(f"{where}: {error['msg']}")
+
+
+def validate_environment(environ: Mapping[str, str]) -> None:
+    """Check every RADAR_* setting that is set (the crons are checked where their schedules are built); raises
+    ConfigError naming the first bad variable, never showing a password."""
+    settings(environ=environ)
+
+
+def count_setting(name: str, environ: Mapping[str, str] | None = None) -> int:
+    """One of the whole-number settings (COUNTS), by its variable, from the environment or its default."""
+    field = field_of(name)
+    return int(getattr(settings(field, environ=environ), field))
+
+
+def periodic_start(environ: Mapping[str, str] | None = None) -> str:
+    """The first hour of the periodic partitions, RADAR_PERIODIC_START (an hour, UTC, as 2026-11-01-00:00)."""
+    return settings("periodic_start", environ=environ).periodic_start
+
+
+def periodic_minute(environ: Mapping[str, str] | None = None) -> int:
+    """Minutes past the hour when the periodic check runs, RADAR_PERIODIC_MINUTE (default 5)."""
+    return settings("periodic_minute", environ=environ).periodic_minute
+
+
+# The variables by name, for messages and for Dagster's EnvVar (which resolves secrets at run time, unstored); the
+# warehouse's and the targets' are config.targets' (the same names: a test holds them to it).
+COLLECTOR_ROLE_VAR = variable("collector_role")
+RETENTION_DAYS_VAR = variable("retention_days")
+SNAPSHOT_CRON_VAR = variable("snapshot_cron")
+PLAN_CRON_VAR = variable("plan_cron")
+ALERT_MAX_AGE_VAR = variable("alert_max_age_hours")
+DAGSTER_URL_VAR = variable("dagster_url")
+DAGSTER_PG_URL_VAR = variable("dagster_pg_url")
+CHART_DIR_VAR = variable("chart_dir")
+DEPLOY_TARGET_VAR = variable("deploy_target")
+HOME_VAR = variable("home")
+SLACK_TOKEN_VAR, SLACK_CHANNEL_VAR, SLACK_WEBHOOK_VAR = (
+    variable("slack_token"),
+    variable("slack_channel"),
+    variable("slack_webhook_url"),
+)
+CODE_HOST_TOKEN_VARS = {host: variable(f"{host}_token") for host in DEFAULT_API_URLS}
+CODE_HOST_API_VARS = {host: variable(f"{host}_api_url") for host in DEFAULT_API_URLS}
+SECONDS_VARS = tuple(
+    variable(f) for f in ("window_seconds", "scrape_interval_seconds", "tolerance_floor_seconds", "period_seconds")
+)
+WINDOW_VAR, SCRAPE_INTERVAL_VAR = SECONDS_VARS[:2]
+PLAN_TOP_N_VAR = variable("plan_top_n")
+REANALYSIS_DAYS_VAR = variable("reanalysis_days")
+RUN_RETENTION_VAR = variable("dagster_run_retention_days")
+SHARDS_VAR = variable("snapshot_shards")
+PERIODIC_START_VAR = variable("periodic_start")
+PERIODIC_MINUTE_VAR = variable("periodic_minute")
+# Whole-number settings and their defaults.
+COUNTS: dict[str, int] = {
+    v: RadarSettings.model_fields[field_of(v)].default
+    for v in (PLAN_TOP_N_VAR, REANALYSIS_DAYS_VAR, RUN_RETENTION_VAR, SHARDS_VAR)
+}
+
+
+def secret_fields() -> list[str]:
+    """The fields that hold secrets (SecretStr): never printed, never stored in Dagster's config."""
+    return [
+        name
+        for name, info in RadarSettings.model_fields.items()
+        if SecretStr in getattr(info.annotation, "__args__", (info.annotation,))
+    ]
