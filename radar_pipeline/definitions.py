@@ -7,27 +7,32 @@ import os
 import dagster as dg
 
 from radar_pipeline.config import validate_environment
-from radar_pipeline.defs.alerts import regression_alerts, slack_run_failure_sensor
-from radar_pipeline.defs.code_hosts import code_host_retry_job, code_host_statuses
-from radar_pipeline.defs.compaction import pgss_compaction, pgss_compaction_job, pgss_compaction_schedule
-from radar_pipeline.defs.deploys import (
+from radar_pipeline.defs.alerts.code_host_statuses import code_host_retry_job, code_host_statuses
+from radar_pipeline.defs.alerts.regression_alerts import regression_alerts, slack_run_failure_sensor
+from radar_pipeline.defs.bands.query_history import query_history
+from radar_pipeline.defs.collection.compaction import pgss_compaction, pgss_compaction_job, pgss_compaction_schedule
+from radar_pipeline.defs.collection.plans import plan_snapshot_job, plan_snapshot_schedule_for, plan_snapshots
+from radar_pipeline.defs.collection.retention import pgss_retention_job, pgss_retention_schedule
+from radar_pipeline.defs.collection.snapshots import pgss_snapshot_job, pgss_snapshot_schedule_for, pgss_snapshots
+from radar_pipeline.defs.deploys.deploy_verdicts import (
     deploy_event_sensor,
     deploy_reanalysis_schedule,
     deploy_verdicts,
     deploy_verdicts_job,
 )
-from radar_pipeline.defs.history import query_history
-from radar_pipeline.defs.periodic import periodic_alerts, periodic_job, periodic_schedule, periodic_verdicts
-from radar_pipeline.defs.plans import plan_snapshot_job, plan_snapshot_schedule_for, plan_snapshots
-from radar_pipeline.defs.reconcile import (
+from radar_pipeline.defs.periodic.periodic_check import (
+    periodic_alerts,
+    periodic_job,
+    periodic_schedule,
+    periodic_verdicts,
+)
+from radar_pipeline.defs.reconcile.reconciler import (
     alert_retry_job,
     nothing_waiting,
     periodic_alert_retry_job,
     radar_reconciler,
 )
 from radar_pipeline.defs.resources import code_hosts_from_environment, default_resources, slack_from_environment
-from radar_pipeline.defs.retention import pgss_retention_job, pgss_retention_schedule
-from radar_pipeline.defs.snapshots import pgss_snapshot_job, pgss_snapshot_schedule_for, pgss_snapshots
 
 validate_environment(os.environ)  # a bad RADAR_* value stops the load here, the variable named
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from radar_pipeline.defs.alerts import regression_alerts, slack_run_failure_sensor
-from radar_pipeline.defs.deploys import RANGE_END, RANGE_START
+from radar_pipeline.defs.alerts.regression_alerts import regression_alerts, slack_run_failure_sensor
+from radar_pipeline.defs.deploys.deploy_verdicts import RANGE_END, RANGE_START
 from radar_pipeline.defs.resources import SlackResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.steps.deploy_analysis import analyse_deploy

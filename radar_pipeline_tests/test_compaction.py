@@ -314,7 +314,7 @@ def test_compaction_runs_through_dagster(warehouse_url, warehouse):
     import dagster as dg
 
     from radar_pipeline.definitions import defs
-    from radar_pipeline.defs.compaction import pgss_compaction
+    from radar_pipeline.defs.collection.compaction import pgss_compaction
 
     repo = defs.get_repository_def()
     assert repo.has_job("pgss_compaction_job")

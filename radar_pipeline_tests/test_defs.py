@@ -12,8 +12,8 @@ import dagster as dg
 import pytest
 import sqlalchemy as sa
 
+from radar_pipeline.defs.collection.snapshots import ALL_TARGETS_CHECK, pgss_snapshots
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource
-from radar_pipeline.defs.snapshots import ALL_TARGETS_CHECK, pgss_snapshots
 from radar_pipeline.demo.local_postgres import free_port
 
 from .helpers import run, run_log_text
@@ -144,7 +144,7 @@ def test_malformed_targets_stop_the_run_naming_the_variable(warehouse_url):
 
 
 def test_retention_job_runs_through_dagster(warehouse_url, warehouse, monkeypatch):
-    from radar_pipeline.defs.retention import pgss_retention_job
+    from radar_pipeline.defs.collection.retention import pgss_retention_job
 
     monkeypatch.setenv("RADAR_RETENTION_DAYS", "3")
     with warehouse.begin() as conn:
@@ -185,7 +185,7 @@ def test_periodic_settings_from_the_environment_name_the_variable(monkeypatch):
 
 
 def test_no_password_reaches_dagster_storage_from_bad_dsns(warehouse_url, tmp_path):
-    from radar_pipeline.defs.plans import plan_snapshots
+    from radar_pipeline.defs.collection.plans import plan_snapshots
 
     port = free_port()
     specs = [

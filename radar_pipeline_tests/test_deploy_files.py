@@ -248,7 +248,7 @@ def test_runs_go_through_the_kubernetes_run_launcher_and_the_daemon_s_queue(valu
 def test_the_analysis_pool_has_a_limit_here_and_in_the_helm_values(values: dict[str, Any]) -> None:
     """deploy_verdicts' pool is radar's only one, so each instance's default pool limit is its limit."""
     from radar_pipeline.definitions import defs
-    from radar_pipeline.defs.deploys import ANALYSIS_POOL, deploy_verdicts
+    from radar_pipeline.defs.deploys.deploy_verdicts import ANALYSIS_POOL, deploy_verdicts
 
     pools = {
         node.pool

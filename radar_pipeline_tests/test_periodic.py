@@ -24,7 +24,7 @@ from click.testing import CliRunner
 
 from radar_pipeline.cli import main
 from radar_pipeline.config import Target
-from radar_pipeline.defs.periodic import periodic_alerts, periodic_verdicts
+from radar_pipeline.defs.periodic.periodic_check import periodic_alerts, periodic_verdicts
 from radar_pipeline.defs.resources import AnalysisResource, SlackResource, TargetsResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.steps.deploy_analysis import AnalysisRefused

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from radar_pipeline import plan_shape
 from radar_pipeline.config import Target
-from radar_pipeline.defs.plans import plan_snapshots
+from radar_pipeline.defs.collection.plans import plan_snapshots
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.steps.deploy_analysis import analyse_deploy
@@ -147,8 +147,8 @@ def test_a_queryid_postgresql_18_shares_between_two_tables_is_said_and_gets_no_p
     import sys
     from pathlib import Path
 
-    from radar_pipeline.defs.alerts import regression_alerts
-    from radar_pipeline.defs.deploys import _metadata
+    from radar_pipeline.defs.alerts.regression_alerts import regression_alerts
+    from radar_pipeline.defs.deploys.deploy_verdicts import _metadata
     from radar_pipeline.defs.resources import SlackResource
     from radar_pipeline.pgss_model import SHARED_QUERYID_PLAN
 
@@ -244,7 +244,7 @@ def test_an_unchecked_queryid_s_plan_diff_carries_a_caution_on_postgresql_18_not
     may cover the same statement over other tables, in the plan diff and its summary (the UI's and Slack's "plan");
     none on PostgreSQL 15, which computes a queryid from the table itself. The version is the one the target's
     scrapes stored; when none is known, the caution says that too."""
-    from radar_pipeline.defs.deploys import _metadata
+    from radar_pipeline.defs.deploys.deploy_verdicts import _metadata
     from radar_pipeline.steps.plan_diffs import not_checked
 
     at = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=240)  # the window (±200 s) closed 40 s ago

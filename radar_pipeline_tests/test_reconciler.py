@@ -10,10 +10,10 @@ from datetime import UTC, datetime, timedelta
 import dagster as dg
 import sqlalchemy as sa
 
-from radar_pipeline.defs.alerts import regression_alerts
-from radar_pipeline.defs.deploys import RANGE_END, RANGE_START, deploy_verdicts, deploy_verdicts_job
-from radar_pipeline.defs.history import query_history
-from radar_pipeline.defs.reconcile import (
+from radar_pipeline.defs.alerts.regression_alerts import regression_alerts
+from radar_pipeline.defs.bands.query_history import query_history
+from radar_pipeline.defs.deploys.deploy_verdicts import RANGE_END, RANGE_START, deploy_verdicts, deploy_verdicts_job
+from radar_pipeline.defs.reconcile.reconciler import (
     BACKLOG_CHECK,
     alert_retry_job,
     nothing_waiting,

@@ -28,10 +28,15 @@ import yaml
 from radar_pipeline import plan_shape
 from radar_pipeline.collector import session
 from radar_pipeline.config import Target
-from radar_pipeline.defs.deploys import deploy_verdicts
-from radar_pipeline.defs.plans import plan_snapshot_job, plan_snapshots
+from radar_pipeline.defs.collection.plans import plan_snapshot_job, plan_snapshots
+from radar_pipeline.defs.collection.snapshots import (
+    ALL_TARGETS_CHECK,
+    MAX_RUNTIME_TAG,
+    pgss_snapshot_job,
+    pgss_snapshots,
+)
+from radar_pipeline.defs.deploys.deploy_verdicts import deploy_verdicts
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
-from radar_pipeline.defs.snapshots import ALL_TARGETS_CHECK, MAX_RUNTIME_TAG, pgss_snapshot_job, pgss_snapshots
 from radar_pipeline.steps import plan_capture, plan_diffs
 from radar_pipeline.steps.plan_diffs import OUT_OF_TIME
 from radar_pipeline.warehouse import deploys

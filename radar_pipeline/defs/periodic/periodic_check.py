@@ -7,12 +7,12 @@ import dagster as dg
 import pandas as pd
 
 from radar_pipeline.config import periodic_minute, periodic_start
-from radar_pipeline.defs.alerts import as_metadata
-from radar_pipeline.defs.deploys import DETECTION_ROWS_SHOWN, VerdictConfig, configured_targets
+from radar_pipeline.defs.alerts.regression_alerts import as_metadata
+from radar_pipeline.defs.collection.plans import plan_snapshots
+from radar_pipeline.defs.collection.snapshots import pgss_snapshots
+from radar_pipeline.defs.deploys.deploy_verdicts import DETECTION_ROWS_SHOWN, VerdictConfig, configured_targets
 from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, ID, detection_cells, table
-from radar_pipeline.defs.plans import plan_snapshots
 from radar_pipeline.defs.resources import AnalysisResource, SlackResource, TargetsResource, WarehouseResource
-from radar_pipeline.defs.snapshots import pgss_snapshots
 from radar_pipeline.engine import DETECTED
 from radar_pipeline.steps.alert_delivery import deliver, period_facts
 from radar_pipeline.steps.deploy_analysis import AnalysisRefused

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from radar_pipeline.defs.deploys import REANALYSIS_TAG, deploy_verdicts, deploys_partitions
+from radar_pipeline.defs.deploys.deploy_verdicts import REANALYSIS_TAG, deploy_verdicts, deploys_partitions
 from radar_pipeline.defs.resources import CodeHostResource, WarehouseResource
 
 

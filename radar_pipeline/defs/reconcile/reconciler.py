@@ -9,8 +9,8 @@ from typing import Any
 
 import dagster as dg
 
-from radar_pipeline.defs.code_hosts import code_host_retry_job
-from radar_pipeline.defs.deploys import RANGE_END, RANGE_START, deploy_verdicts_job, deploys_partitions
+from radar_pipeline.defs.alerts.code_host_statuses import code_host_retry_job
+from radar_pipeline.defs.deploys.deploy_verdicts import RANGE_END, RANGE_START, deploy_verdicts_job, deploys_partitions
 from radar_pipeline.defs.resources import AnalysisResource, ReconcilerResource, SlackResource, WarehouseResource
 from radar_pipeline.steps.alert_delivery import LEASE
 from radar_pipeline.steps.reconcile import PastRun, analysis_retry

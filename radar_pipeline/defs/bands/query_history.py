@@ -5,7 +5,7 @@ from typing import Any
 
 import dagster as dg
 
-from radar_pipeline.defs.deploys import deploy_verdicts, deploys_partitions
+from radar_pipeline.defs.deploys.deploy_verdicts import deploy_verdicts, deploys_partitions
 from radar_pipeline.defs.metadata import ID, chart_images, table
 from radar_pipeline.defs.resources import AnalysisResource, WarehouseResource
 from radar_pipeline.engine.history import HistorySettings

@@ -11,7 +11,13 @@ import pandas as pd
 
 from radar_pipeline.alerts.render import render_run_failure
 from radar_pipeline.alerts.slack import DeliveryError
-from radar_pipeline.defs.deploys import RANGE_END, RANGE_START, REANALYSIS_TAG, deploy_verdicts, deploys_partitions
+from radar_pipeline.defs.deploys.deploy_verdicts import (
+    RANGE_END,
+    RANGE_START,
+    REANALYSIS_TAG,
+    deploy_verdicts,
+    deploys_partitions,
+)
 from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, chart_images
 from radar_pipeline.defs.resources import SlackResource, WarehouseResource
 from radar_pipeline.engine import VERDICTS

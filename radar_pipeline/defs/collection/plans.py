@@ -6,9 +6,9 @@ from typing import Any
 import dagster as dg
 
 from radar_pipeline.config import PLAN_TOP_N_VAR, count_setting
+from radar_pipeline.defs.collection.snapshots import MAX_RUNTIME_TAG
 from radar_pipeline.defs.metadata import ID, table
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource, env_cron_schedule
-from radar_pipeline.defs.snapshots import MAX_RUNTIME_TAG
 from radar_pipeline.steps.plan_capture import CAPTURE_DEADLINE_S, OUT_OF_TIME, capture_targets
 
 PLAN_CRON_VAR = "RADAR_PLAN_CRON"

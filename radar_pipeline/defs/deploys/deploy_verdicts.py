@@ -14,10 +14,10 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 from radar_pipeline import plan_shape
 from radar_pipeline.alerts.render import NO_DATA_BEFORE
 from radar_pipeline.config import REANALYSIS_DAYS_VAR, ConfigError, Target, count_setting, mask_password
+from radar_pipeline.defs.collection.plans import plan_snapshots
+from radar_pipeline.defs.collection.snapshots import pgss_snapshots
 from radar_pipeline.defs.metadata import ID, detection_cells, rounded, table
-from radar_pipeline.defs.plans import plan_snapshots
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
-from radar_pipeline.defs.snapshots import pgss_snapshots
 from radar_pipeline.engine import (
     DETECTED,
     ENGINE_VERSION,
