@@ -20,7 +20,11 @@ demo: install
 dev: install
 	$(BIN)/radar dev
 
+# `dg check defs` first: the code location loads as Dagster loads it (in a throwaway Dagster home: no storage needed).
 test: install
+	home=$$(mktemp -d) && touch "$$home/dagster.yaml" && \
+		VIRTUAL_ENV=$(abspath $(VENV)) DAGSTER_HOME=$$home $(BIN)/dg check defs; status=$$?; rm -rf "$$home"; \
+		test $$status -eq 0
 	$(BIN)/pytest
 
 lint: install

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_definitions_load():
     from radar_pipeline.definitions import defs
 
-    repo = defs.get_repository_def()
+    repo = defs().get_repository_def()
     assets = {a.to_user_string() for a in repo.asset_graph.get_all_asset_keys()}
     assert assets >= {
         "pgss_snapshots",
@@ -163,7 +163,7 @@ def test_retention_job_runs_through_dagster(warehouse_url, warehouse, monkeypatc
 def test_the_periodic_schedule_asks_for_the_hour_just_ended():
     from radar_pipeline.definitions import defs
 
-    schedule = defs.get_repository_def().get_schedule_def("periodic_schedule")
+    schedule = defs().get_repository_def().get_schedule_def("periodic_schedule")
     assert schedule.cron_schedule == "5 * * * *"
     with dg.instance_for_test() as instance:
         context = dg.build_schedule_context(

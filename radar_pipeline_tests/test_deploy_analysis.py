@@ -452,7 +452,7 @@ def test_a_backfill_over_deploys_partitions_runs_each(scenario, monkeypatch, tmp
 
             backfill = PartitionBackfill.from_asset_partitions(
                 backfill_id="deploys-backfill",
-                asset_graph=defs.get_repository_def().asset_graph,
+                asset_graph=defs().get_repository_def().asset_graph,
                 partition_names=partitions,
                 asset_selection=[dg.AssetKey("deploy_verdicts")],
                 backfill_timestamp=time.time(),

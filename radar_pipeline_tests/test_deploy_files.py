@@ -252,7 +252,7 @@ def test_the_analysis_pool_has_a_limit_here_and_in_the_helm_values(values: dict[
 
     pools = {
         node.pool
-        for job in defs.get_repository_def().get_all_jobs()
+        for job in defs().get_repository_def().get_all_jobs()
         for node in job.graph.node_defs
         if getattr(node, "pool", None)
     }

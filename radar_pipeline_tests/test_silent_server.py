@@ -169,7 +169,7 @@ def test_an_analysis_gives_up_on_a_silent_target_s_live_plan_within_the_bound(ap
     assert result.success
     (mat,) = result.asset_materializations_for_node("deploy_verdicts")
     assert mat.metadata["detected"].value == 1
-    (diff,) = mat.metadata["plan_diffs"].value.values()
+    (diff,) = [row.data for row in mat.metadata["plan_diffs"].value.records]
     assert diff["unavailable"].startswith("no plan after the change: none could be captured now: ")
     _reason_names_the_target(diff["unavailable"], "main")
     assert PASSWORD not in text

@@ -244,3 +244,15 @@ def slack_from_environment() -> SlackResource:
         fields["channel"] = os.environ["RADAR_SLACK_CHANNEL"]
     fields["alert_max_age_hours"] = alert_max_age_hours(os.environ.get(ALERT_MAX_AGE_VAR))
     return SlackResource(**fields)
+
+
+@dg.definitions
+def resources() -> dg.Definitions:
+    """The resources every asset, check, sensor and schedule here uses, configured when the location loads."""
+    return dg.Definitions(
+        resources={
+            **default_resources(),
+            "slack": slack_from_environment(),
+            "code_hosts": code_hosts_from_environment(),
+        }
+    )

@@ -51,7 +51,7 @@ def _run(embedded: environment.Embedded, started: float) -> int:
 
     env = embedded.environment()
     app_dsn = embedded.server.dsn(environment.APP_DB)
-    repo = definitions.defs.get_repository_def()
+    repo = definitions.defs().get_repository_def()
     instance = dg.DagsterInstance.get()
 
     with Progress(

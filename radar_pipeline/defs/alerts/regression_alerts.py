@@ -18,7 +18,7 @@ from radar_pipeline.defs.deploys.deploy_verdicts import (
     deploy_verdicts,
     deploys_partitions,
 )
-from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, chart_images
+from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, OWNERS, chart_images
 from radar_pipeline.defs.resources import SlackResource, WarehouseResource
 from radar_pipeline.engine import VERDICTS
 from radar_pipeline.steps.alert_delivery import deliver, deploy_facts, run_url, withhold_reason
@@ -30,6 +30,8 @@ from radar_pipeline.warehouse import analysis as analysis_store
     partitions_def=deploys_partitions,
     deps=[deploy_verdicts],
     group_name="analysis",
+    kinds={"slack"},
+    owners=OWNERS,
     description="Slack alerts for the deploy's regressions, new heavy statements and call surges (radar.alert).",
 )
 def regression_alerts(

@@ -6,7 +6,7 @@ from typing import Any
 import dagster as dg
 
 from radar_pipeline.defs.deploys.deploy_verdicts import deploy_verdicts, deploys_partitions
-from radar_pipeline.defs.metadata import ID, chart_images, table
+from radar_pipeline.defs.metadata import ID, OWNERS, chart_images, table
 from radar_pipeline.defs.resources import AnalysisResource, WarehouseResource
 from radar_pipeline.engine.history import HistorySettings
 from radar_pipeline.engine.settings import LEVEL_MIN_CALLS
@@ -31,6 +31,8 @@ class HistoryConfig(dg.Config):
     partitions_def=deploys_partitions,
     deps=[deploy_verdicts],
     group_name="analysis",
+    kinds={"python", "postgres"},
+    owners=OWNERS,
     description="Each query's mean after the deploy against its segment-aware history band, and creeping drift "
     "(radar.query_history).",
 )

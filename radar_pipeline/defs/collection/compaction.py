@@ -4,7 +4,7 @@ sql/0013)."""
 
 import dagster as dg
 
-from radar_pipeline.defs.metadata import table
+from radar_pipeline.defs.metadata import OWNERS, table
 from radar_pipeline.defs.resources import WarehouseResource
 from radar_pipeline.steps.compaction import compact_history
 from radar_pipeline.steps.noise import update_noise
@@ -13,6 +13,8 @@ from radar_pipeline.steps.noise import update_noise
 @dg.asset(
     group_name="collection",
     deps=["pgss_snapshots"],
+    kinds={"postgres"},
+    owners=OWNERS,
     description="Snapshot days that have ended, one row per statement per day holding its samples as arrays "
     "(radar.pgss_compact); every reader reads them as before. First, each ended day's noise sums per statement "
     "(radar.statement_noise), from which analyses estimate serial correlation and dispersion.",

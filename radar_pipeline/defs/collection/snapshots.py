@@ -1,12 +1,22 @@
 """The pgss_snapshots asset and its schedule: pg_stat_statements from every target into the warehouse."""
 
 import time
+from datetime import timedelta
 from typing import Any
 
 import dagster as dg
 
-from radar_pipeline.config import DEFAULT_SNAPSHOT_CRON, SHARDS_VAR, SNAPSHOT_CRON_VAR, count_setting
-from radar_pipeline.defs.metadata import table
+from radar_pipeline.config import (
+    DEFAULT_SCRAPE_INTERVAL_SECONDS,
+    DEFAULT_SNAPSHOT_CRON,
+    SCRAPE_INTERVAL_VAR,
+    SHARDS_VAR,
+    SNAPSHOT_CRON_VAR,
+    count_setting,
+    env,
+    positive_seconds,
+)
+from radar_pipeline.defs.metadata import OWNERS, table
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource, env_cron_schedule
 from radar_pipeline.steps.shards import targets_of_shard
 from radar_pipeline.steps.snapshots import TargetOutcome, snapshot_targets
@@ -23,6 +33,8 @@ class ShardConfig(dg.Config):
 
 @dg.asset(
     group_name="collection",
+    kinds={"postgres"},
+    owners=OWNERS,
     check_specs=[dg.AssetCheckSpec(ALL_TARGETS_CHECK, asset="pgss_snapshots", description="every target was scraped")],
     description="Cumulative pg_stat_statements counters of every watched target (radar.pgss_snapshot).",
 )
@@ -155,3 +167,21 @@ def pgss_snapshot_schedule_for() -> dg.ScheduleDefinition:
         ]
 
     return sharded
+
+
+# Stale when the latest snapshot is older than the analysis's coverage check allows (a gap over 3 scrape intervals).
+STALE_AFTER_INTERVALS = 3
+
+
+@dg.definitions
+def snapshot_definitions() -> dg.Definitions:
+    """pgss_snapshots, its job and its schedule, built when the location loads (not at import): the schedule from
+    RADAR_SNAPSHOT_CRON and RADAR_SNAPSHOT_SHARDS, the asset's freshness from RADAR_SCRAPE_INTERVAL_SECONDS."""
+    value = env(SCRAPE_INTERVAL_VAR)
+    scrape = positive_seconds(value, SCRAPE_INTERVAL_VAR) if value else DEFAULT_SCRAPE_INTERVAL_SECONDS
+    fresh = dg.FreshnessPolicy.time_window(fail_window=timedelta(seconds=STALE_AFTER_INTERVALS * scrape))
+    return dg.Definitions(
+        assets=[pgss_snapshots.map_asset_specs(lambda spec: spec.replace_attributes(freshness_policy=fresh))],
+        jobs=[pgss_snapshot_job],
+        schedules=[pgss_snapshot_schedule_for()],
+    )

@@ -1,7 +1,6 @@
 """Deploys in Dagster: the `deploys` partitions, the deploy_verdicts asset, its sensor and the nightly reanalysis."""
 
 import json
-import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,9 +13,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 from radar_pipeline import plan_shape
 from radar_pipeline.alerts.render import NO_DATA_BEFORE
 from radar_pipeline.config import REANALYSIS_DAYS_VAR, ConfigError, Target, count_setting, mask_password
-from radar_pipeline.defs.collection.plans import plan_snapshots
-from radar_pipeline.defs.collection.snapshots import pgss_snapshots
-from radar_pipeline.defs.metadata import ID, detection_cells, rounded, table
+from radar_pipeline.defs.metadata import ID, OWNERS, detection_cells, rounded, table
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.engine import (
     DETECTED,
@@ -52,6 +49,23 @@ DETECTION_COLUMNS = [
     ("plan", "string"),
     ("caution", "string"),
 ]
+PLAN_DIFF_COLUMNS = [
+    ("statement", "string"),
+    ("summary", "string"),
+    ("unavailable", "string"),
+    ("root_before", "string"),
+    ("root_after", "string"),
+    ("changes", "string"),
+    ("removed", "string"),
+    ("added", "string"),
+    ("cost_before", "float"),
+    ("cost_after", "float"),
+    ("cost_factor", "float"),
+    ("source_before", "string"),
+    ("source_after", "string"),
+    ("cautions", "string"),
+    ("queryid_not_checked", "string"),
+]
 SUMMARY_COLUMNS = [
     ("database", "string"),
     ("exec_ms_per_min_before", "float"),
@@ -77,12 +91,6 @@ CHANGE_COLUMNS = [
     ("share_ratio", "float"),
     ("p_family", "float"),
 ]
-# At every load of the code location Dagster warns that `backfill_policy` is beta and that deploy_verdicts_job mixes
-# backfill policies (the job then takes one deploy a run, as the sensor's runs do; backfills are launched on the
-# asset). Both are known and chosen, and every process that loads the definitions would print them (the daemon, each
-# run, radar dev): filtered by their messages, for this asset and this job only.
-warnings.filterwarnings("ignore", r"Parameter `backfill_policy` of function `asset` is currently", dg.BetaWarning)
-warnings.filterwarnings("ignore", r"Asset job deploy_verdicts_job materializes assets with varying", UserWarning)
 REANALYSIS_TAG = "radar/reanalysis"  # on the nightly reanalysis's runs: their alerts are recorded, never sent
 # A backfill's run analyses this many deploys one after another. Measured (benchmarks/backfill_bench.py, 1,000
 # statements): a deploy takes about 0.5 s in a run, a run about 6 s to start, so a run of 100 (about a minute) spends
@@ -119,7 +127,9 @@ class VerdictConfig(dg.Config):
 @dg.asset(
     partitions_def=deploys_partitions,
     group_name="analysis",
-    deps=[pgss_snapshots, plan_snapshots],  # what it reads, so the UI's lineage shows the whole flow
+    deps=["pgss_snapshots", "plan_snapshots"],  # what it reads, so the UI's lineage shows the whole flow
+    kinds={"python", "postgres"},
+    owners=OWNERS,
     check_specs=[
         dg.AssetCheckSpec(COVERAGE_CHECK, asset="deploy_verdicts", description="no scrape gap over 3 intervals"),
         dg.AssetCheckSpec(RESETS_CHECK, asset="deploy_verdicts", description="no stats reset or eviction"),
@@ -311,14 +321,18 @@ def _metadata(result: DeployAnalysis) -> dict[str, Any]:
         "no_regression": int(counts.get(NO_REGRESSION, 0)),
         "inconclusive": int(counts.get(INCONCLUSIVE, 0)),
         "insufficient_data": int(counts.get(INSUFFICIENT_DATA, 0)),
-        "plan_diffs": dg.MetadataValue.json(
-            {
-                key_label((r.dbid, r.userid, r.queryid, r.toplevel)): r.plan_diff
+        "plan_diffs": table(
+            PLAN_DIFF_COLUMNS,
+            [
+                _plan_diff_row(key_label((r.dbid, r.userid, r.queryid, r.toplevel)), r.plan_diff)
                 for r in detected.head(DETECTION_ROWS_SHOWN).itertuples()
-                if r.plan_diff
-            }
+                if isinstance(r.plan_diff, dict) and r.plan_diff
+            ],
         ),
-        "reasons": dg.MetadataValue.json({str(k): int(n) for k, n in v["reason"].value_counts().items()}),
+        "reasons": table(
+            [("reason", "string"), ("statements", "int")],
+            [{"reason": str(k), "statements": int(n)} for k, n in v["reason"].value_counts().items()],
+        ),
         "detections": table(DETECTION_COLUMNS, rows),
         "database_time": table(SUMMARY_COLUMNS, _summary_rows(result)),
         "load_changes": table(CHANGE_COLUMNS, _change_rows(result)),
@@ -372,6 +386,14 @@ def _change_rows(result: DeployAnalysis) -> list[dict[str, Any]]:
         }
         for r in result.changes.head(DETECTION_ROWS_SHOWN).itertuples()
     ]
+
+
+def _plan_diff_row(statement: str, plan_diff: dict[str, Any]) -> dict[str, Any]:
+    """A detection's plan diff (plan_shape.diff, or why there is none) as one row of the plan_diffs table."""
+    row: dict[str, Any] = {"statement": statement, "summary": plan_shape.summary(plan_diff), **plan_diff}
+    for name in ("removed", "added", "changes", "cautions"):
+        row[name] = "; ".join(plan_diff.get(name) or [])
+    return row
 
 
 def _plan_summary(plan_diff: object) -> str:

@@ -1,4 +1,5 @@
-"""The periodic check in Dagster: hourly partitions, periodic_verdicts, periodic_alerts, their job and schedule."""
+"""The periodic check in Dagster: hourly partitions, periodic_verdicts, periodic_alerts, their job and schedule, built
+when the location loads (the partitions' first hour and the schedule's minute are settings)."""
 
 from datetime import UTC, datetime
 from typing import Any
@@ -8,10 +9,8 @@ import pandas as pd
 
 from radar_pipeline.config import periodic_minute, periodic_start
 from radar_pipeline.defs.alerts.regression_alerts import as_metadata
-from radar_pipeline.defs.collection.plans import plan_snapshots
-from radar_pipeline.defs.collection.snapshots import pgss_snapshots
 from radar_pipeline.defs.deploys.deploy_verdicts import DETECTION_ROWS_SHOWN, VerdictConfig, configured_targets
-from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, ID, detection_cells, table
+from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, ID, OWNERS, detection_cells, table
 from radar_pipeline.defs.resources import AnalysisResource, SlackResource, TargetsResource, WarehouseResource
 from radar_pipeline.engine import DETECTED
 from radar_pipeline.steps.alert_delivery import deliver, period_facts
@@ -26,20 +25,9 @@ from radar_pipeline.steps.periodic_check import (
 )
 from radar_pipeline.warehouse import alerts as outbox
 
-periodic_partitions = dg.HourlyPartitionsDefinition(start_date=periodic_start())
 ALL_TARGETS_CHECK = "all_targets_analysed"
 
 
-@dg.asset(
-    partitions_def=periodic_partitions,
-    group_name="periodic",
-    deps=[pgss_snapshots, plan_snapshots],  # what it reads, so the UI's lineage shows the whole flow
-    check_specs=[
-        dg.AssetCheckSpec(ALL_TARGETS_CHECK, asset="periodic_verdicts", description="every scraped target analysed")
-    ],
-    description="Hourly: every query's latest period P against the one before, for regressions with no deploy "
-    "behind them (radar.verdict with trigger 'periodic'; reporting: radar.regression_episode).",
-)
 def periodic_verdicts(
     context: dg.AssetExecutionContext,
     config: VerdictConfig,
@@ -142,12 +130,6 @@ def _metadata(done: list[PeriodAnalysis], period_s: float) -> dict[str, Any]:
     }
 
 
-@dg.asset(
-    partitions_def=periodic_partitions,
-    deps=[periodic_verdicts],
-    group_name="periodic",
-    description="Slack alerts for the regressions the periodic check reported (outbox: radar.alert).",
-)
 def periodic_alerts(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, slack: SlackResource
 ) -> dg.MaterializeResult:
@@ -182,15 +164,44 @@ def periodic_alerts(
     return dg.MaterializeResult(metadata=metadata)
 
 
-periodic_job = dg.define_asset_job(
-    "periodic_job",
-    selection=dg.AssetSelection.assets(periodic_verdicts, periodic_alerts),
-)
+def periodic_definitions(start: str, minute: int) -> dg.Definitions:
+    """periodic_verdicts and periodic_alerts over hourly partitions from `start` (an hour, UTC, as 2026-11-01-00:00),
+    their job, and the schedule that runs the hour just ended `minute` minutes past the next one."""
+    partitions = dg.HourlyPartitionsDefinition(start_date=start)
+    verdicts = dg.asset(
+        name="periodic_verdicts",
+        partitions_def=partitions,
+        group_name="periodic",
+        deps=["pgss_snapshots", "plan_snapshots"],  # what it reads, so the UI's lineage shows the whole flow
+        kinds={"python", "postgres"},
+        owners=OWNERS,
+        check_specs=[
+            dg.AssetCheckSpec(ALL_TARGETS_CHECK, asset="periodic_verdicts", description="every scraped target analysed")
+        ],
+        description="Hourly: every query's latest period P against the one before, for regressions with no deploy "
+        "behind them (radar.verdict with trigger 'periodic'; reporting: radar.regression_episode).",
+    )(periodic_verdicts)
+    alerts = dg.asset(
+        name="periodic_alerts",
+        partitions_def=partitions,
+        deps=[verdicts],
+        group_name="periodic",
+        kinds={"slack"},
+        owners=OWNERS,
+        description="Slack alerts for the regressions the periodic check reported (outbox: radar.alert).",
+    )(periodic_alerts)
+    job = dg.define_asset_job("periodic_job", selection=dg.AssetSelection.assets(verdicts, alerts))
+    schedule = dg.build_schedule_from_partitioned_job(
+        job,
+        minute_of_hour=minute,
+        name="periodic_schedule",
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Hourly, a few minutes after the hour: the periodic check of the hour just ended.",
+    )
+    return dg.Definitions(assets=[verdicts, alerts], jobs=[job], schedules=[schedule])
 
-periodic_schedule = dg.build_schedule_from_partitioned_job(
-    periodic_job,
-    minute_of_hour=periodic_minute(),
-    name="periodic_schedule",
-    default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Hourly, a few minutes after the hour: the periodic check of the hour just ended.",
-)
+
+@dg.definitions
+def periodic() -> dg.Definitions:
+    """The periodic check as configured: RADAR_PERIODIC_START and RADAR_PERIODIC_MINUTE."""
+    return periodic_definitions(periodic_start(), periodic_minute())
