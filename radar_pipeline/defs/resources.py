@@ -6,9 +6,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
-import sqlalchemy as sa
 
-from radar_pipeline.alerts.slack import SlackSender
 from radar_pipeline.config import (
     ALERT_MAX_AGE_VAR,
     CODE_HOST_API_VARS,
@@ -26,11 +24,13 @@ from radar_pipeline.config import (
     parse_targets,
     positive_seconds,
 )
-from radar_pipeline.engine import EngineSettings
-from radar_pipeline.warehouse.database import make_engine
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # SQLAlchemy, the engine (pandas) and slack_sdk load when a run or a tick uses the resource
+    import sqlalchemy as sa
+
     from radar_pipeline.alerts.code_hosts import HostClient
+    from radar_pipeline.alerts.slack import SlackSender
+    from radar_pipeline.engine import EngineSettings
 
 
 class WarehouseResource(dg.ConfigurableResource):
@@ -38,7 +38,7 @@ class WarehouseResource(dg.ConfigurableResource):
 
     url: str
 
-    def engine(self) -> sa.Engine:
+    def engine(self) -> "sa.Engine":
         """A pooled engine, shared by every use in this process."""
         return _engine_for(self.url)
 
@@ -70,18 +70,22 @@ class AnalysisResource(dg.ConfigurableResource):
     tolerance_floor_seconds: float = 120.0
     period_seconds: float = 3600.0
 
-    def settings(self, **overrides: object) -> EngineSettings:
+    def settings(self, **overrides: object) -> "EngineSettings":
         """Engine settings: EngineSettings' defaults, this resource's times, then per-run overrides."""
+        from radar_pipeline.engine import EngineSettings
+
         base = EngineSettings(
             window=timedelta(seconds=self.window_seconds),
             tolerance_floor=timedelta(seconds=self.tolerance_floor_seconds),
         ).to_dict()
         return EngineSettings.from_dict({**base, **{k: v for k, v in overrides.items() if v is not None}})
 
-    def periodic_settings(self, **overrides: object) -> EngineSettings:
+    def periodic_settings(self, **overrides: object) -> "EngineSettings":
         """Engine settings of the periodic check: as `settings`, with the window P (`window` overrides it) and a
         tolerance spanning the whole window, so a change anywhere in [t − 2P, t] counts; the false-alert budget is
         spread over a day's checks (B · P / 1 day each)."""
+        from radar_pipeline.engine import EngineSettings
+
         budget = EngineSettings().false_alert_budget * self.period_seconds / 86400
         chosen = {
             "window": self.period_seconds,
@@ -140,7 +144,9 @@ def env_cron_schedule(name: str, job: Any, variable: str, default: str, descript
 
 
 @lru_cache(maxsize=8)
-def _engine_for(url: str) -> sa.Engine:
+def _engine_for(url: str) -> "sa.Engine":
+    from radar_pipeline.warehouse.database import make_engine
+
     return make_engine(url)
 
 
@@ -178,8 +184,10 @@ class SlackResource(dg.ConfigurableResource):
     timeout_seconds: int = 10
     alert_max_age_hours: float = DEFAULT_ALERT_MAX_AGE_HOURS
 
-    def sender(self) -> SlackSender:
+    def sender(self) -> "SlackSender":
         """A sender for the configured mode: bot token and channel, webhook, or none."""
+        from radar_pipeline.alerts.slack import SlackSender  # slack_sdk: only runs that deliver pay for its import
+
         return SlackSender(
             token=self.token or None,
             channel=self.channel or None,

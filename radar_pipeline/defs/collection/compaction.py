@@ -6,8 +6,6 @@ import dagster as dg
 
 from radar_pipeline.defs.metadata import OWNERS, table
 from radar_pipeline.defs.resources import WarehouseResource
-from radar_pipeline.steps.compaction import compact_history
-from radar_pipeline.steps.noise import update_noise
 
 
 @dg.asset(
@@ -23,6 +21,9 @@ def pgss_compaction(context: dg.AssetExecutionContext, warehouse: WarehouseResou
     """Store the noise sums of every ended day that has none (read while the day is still raw, the cheaper read),
     then compact every ended raw day, each day atomically; fails naming the days left raw or without sums (the others
     are done, and the next run retries those)."""
+    from radar_pipeline.steps.compaction import compact_history
+    from radar_pipeline.steps.noise import update_noise
+
     noise = update_noise(warehouse.engine())
     for day in noise:
         if day.error is None:

@@ -11,7 +11,6 @@ from radar_pipeline.config import PLAN_TOP_N_VAR, count_setting
 from radar_pipeline.defs.collection.snapshots import MAX_RUNTIME_TAG
 from radar_pipeline.defs.metadata import ID, OWNERS, table
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource, env_cron_schedule
-from radar_pipeline.steps.plan_capture import CAPTURE_DEADLINE_S, OUT_OF_TIME, capture_targets
 
 PLAN_CRON_VAR = "RADAR_PLAN_CRON"
 DEFAULT_PLAN_CRON = "*/10 * * * *"
@@ -28,6 +27,8 @@ def plan_snapshots(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, targets: TargetsResource
 ) -> dg.MaterializeResult:
     """Capture plans on every target at once; a target without a plan source is named once, and the rest go on."""
+    from radar_pipeline.steps.plan_capture import CAPTURE_DEADLINE_S, OUT_OF_TIME, capture_targets
+
     started = time.perf_counter()
     top_n = count_setting(PLAN_TOP_N_VAR)
     captures = capture_targets(targets.targets(), warehouse.engine(), top_n)

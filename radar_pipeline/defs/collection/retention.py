@@ -9,12 +9,13 @@ from pydantic import Field
 
 from radar_pipeline.config import RETENTION_DAYS_VAR, RUN_RETENTION_VAR, count_setting, retention_days
 from radar_pipeline.defs.resources import WarehouseResource
-from radar_pipeline.steps.retention import apply_retention
 
 
 @dg.op(description="Drop expired snapshot partitions and create the coming days' partitions.")
 def drop_expired_snapshots(context: dg.OpExecutionContext, warehouse: WarehouseResource) -> list[str]:
     """Apply RADAR_RETENTION_DAYS to the warehouse and report the partitions dropped."""
+    from radar_pipeline.steps.retention import apply_retention
+
     keep = retention_days(os.environ.get(RETENTION_DAYS_VAR))
     dropped = apply_retention(warehouse.engine(), keep, datetime.now(UTC).date())
     context.log.info(

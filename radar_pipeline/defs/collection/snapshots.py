@@ -2,7 +2,7 @@
 
 import time
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
@@ -18,8 +18,9 @@ from radar_pipeline.config import (
 )
 from radar_pipeline.defs.metadata import OWNERS, table
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource, env_cron_schedule
-from radar_pipeline.steps.shards import targets_of_shard
-from radar_pipeline.steps.snapshots import TargetOutcome, snapshot_targets
+
+if TYPE_CHECKING:
+    from radar_pipeline.steps.snapshots import TargetOutcome
 
 ALL_TARGETS_CHECK = "all_targets_scraped"
 
@@ -42,6 +43,9 @@ def pgss_snapshots(
     context: dg.AssetExecutionContext, config: ShardConfig, warehouse: WarehouseResource, targets: TargetsResource
 ) -> dg.MaterializeResult:
     """Scrape the run's targets (all, or one shard's) concurrently and store the statements whose counters moved."""
+    from radar_pipeline.steps.shards import targets_of_shard
+    from radar_pipeline.steps.snapshots import snapshot_targets
+
     started = time.perf_counter()
     try:
         mine = targets_of_shard(targets.targets(), config.shard, config.shards)
@@ -78,7 +82,7 @@ def pgss_snapshots(
     )
 
 
-def _metadata(outcomes: list[TargetOutcome], seconds: float) -> dict[str, Any]:
+def _metadata(outcomes: "list[TargetOutcome]", seconds: float) -> dict[str, Any]:
     ok = [o for o in outcomes if o.result is not None]
     failed = [o for o in outcomes if o.error is not None]
     rows: list[dict[str, Any]] = []

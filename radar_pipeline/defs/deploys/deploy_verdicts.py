@@ -3,30 +3,20 @@
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
-from dagster._core.definitions.asset_checks.asset_check_evaluation import (
-    AssetCheckEvaluationTargetMaterializationData,
-)
 
 from radar_pipeline import plan_shape
 from radar_pipeline.alerts.render import NO_DATA_BEFORE
 from radar_pipeline.config import REANALYSIS_DAYS_VAR, ConfigError, Target, count_setting, mask_password
 from radar_pipeline.defs.metadata import ID, OWNERS, detection_cells, rounded, table
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
-from radar_pipeline.engine import (
-    DETECTED,
-    ENGINE_VERSION,
-    INCONCLUSIVE,
-    INSUFFICIENT_DATA,
-    NO_REGRESSION,
-    EngineSettings,
-)
 from radar_pipeline.pgss_model import key_label
-from radar_pipeline.steps.deploy_analysis import AnalysisRefused, DeployAnalysis, analyse_deploy, analyse_deploys
-from radar_pipeline.warehouse import analysis as analysis_store
-from radar_pipeline.warehouse import deploys
+
+if TYPE_CHECKING:  # the engine, steps/ and warehouse/ (pandas, SQLAlchemy) load when a run or a tick needs them
+    from radar_pipeline.engine import EngineSettings
+    from radar_pipeline.steps.deploy_analysis import DeployAnalysis
 
 deploys_partitions = dg.DynamicPartitionsDefinition(name="deploys")
 
@@ -169,8 +159,10 @@ def _single_deploy(
     warehouse: WarehouseResource,
     analysis: AnalysisResource,
     targets: TargetsResource,
-    settings: EngineSettings,
+    settings: "EngineSettings",
 ) -> dg.MaterializeResult:
+    from radar_pipeline.steps.deploy_analysis import AnalysisRefused, analyse_deploy
+
     try:
         result = analyse_deploy(
             warehouse.engine(),
@@ -195,11 +187,13 @@ def _several_deploys(
     warehouse: WarehouseResource,
     analysis: AnalysisResource,
     targets: TargetsResource,
-    settings: EngineSettings,
+    settings: "EngineSettings",
 ) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation | dg.Output]:
     """The deploys of the run's partition range (analyse_deploys: overlapping windows read once), through one
     warehouse engine; a materialization for each one stored, its checks CHECKS_BATCH deploys at a time, and a Failure
     at the end naming those that were not."""
+    from radar_pipeline.steps.deploy_analysis import AnalysisRefused, analyse_deploys
+
     live = configured_targets(targets, context)
     keys = context.partition_keys
     failed: list[str] = []
@@ -245,6 +239,12 @@ def _check_evaluations(
 ) -> Iterator[dg.AssetCheckEvaluation]:
     """The checks of deploys whose materializations this run just stored, each evaluation pointing at its deploy's
     materialization (as a one-deploy run's do); the materializations are looked up in one query for them all."""
+    # No public name in Dagster 1.13 for the pointer AssetCheckEvaluation takes (its own AssetCheckResult builds it
+    # from a one-partition step, which a backfill's run is not): loaded only by the backfill runs that need it.
+    from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+        AssetCheckEvaluationTargetMaterializationData,
+    )
+
     if not checks:
         return
     records = context.instance.fetch_materializations(
@@ -278,7 +278,9 @@ def configured_targets(targets: TargetsResource, context: dg.AssetExecutionConte
         return {}
 
 
-def _detections_log(result: DeployAnalysis) -> list[str]:
+def _detections_log(result: "DeployAnalysis") -> list[str]:
+    from radar_pipeline.engine import DETECTED
+
     detected = result.verdicts[result.verdicts["verdict"] == DETECTED]
     return [
         f"regression: queryid {r.queryid}: {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms "
@@ -287,9 +289,11 @@ def _detections_log(result: DeployAnalysis) -> list[str]:
     ]
 
 
-def _metadata(result: DeployAnalysis) -> dict[str, Any]:
+def _metadata(result: "DeployAnalysis") -> dict[str, Any]:
     """The materialization's metadata, the deploy's state first (radar.deploy_state: pass, fail or inconclusive, and
     the share of its execution time after the deploy that is cleared), then its verdict counts and tables."""
+    from radar_pipeline.engine import DETECTED, INCONCLUSIVE, INSUFFICIENT_DATA, NO_REGRESSION
+
     v = result.verdicts
     counts = v["verdict"].value_counts()
     detected = v[v["verdict"] == DETECTED].sort_values("confidence", ascending=False)
@@ -345,7 +349,7 @@ def _metadata(result: DeployAnalysis) -> dict[str, Any]:
     }
 
 
-def _summary_rows(result: DeployAnalysis) -> list[dict[str, Any]]:
+def _summary_rows(result: "DeployAnalysis") -> list[dict[str, Any]]:
     """The impact summary: the whole target, then each database, execution time and calls per minute (the cells
     before the deploy left empty, with a note, when no statement had calls there: no data, not a load of 0)."""
     rows = []
@@ -366,7 +370,7 @@ def _summary_rows(result: DeployAnalysis) -> list[dict[str, Any]]:
     return rows
 
 
-def _change_rows(result: DeployAnalysis) -> list[dict[str, Any]]:
+def _change_rows(result: "DeployAnalysis") -> list[dict[str, Any]]:
     """The statements whose load changed (new, stopped, surge, n_plus_one, rows_per_call), heaviest first."""
     return [
         {
@@ -402,7 +406,7 @@ def _plan_summary(plan_diff: object) -> str:
     return plan_shape.summary(plan_diff)
 
 
-def _checks(result: DeployAnalysis, scrape_interval_s: float) -> list[dg.AssetCheckResult]:
+def _checks(result: "DeployAnalysis", scrape_interval_s: float) -> list[dg.AssetCheckResult]:
     h = result.health
     return [
         dg.AssetCheckResult(
@@ -457,6 +461,8 @@ def deploy_event_sensor(
     not move for it): the scrape interval of settle is then not waited for. Its run key is its id, so when the keyset
     reaches it later Dagster starts no second run.
     """
+    from radar_pipeline.warehouse import deploys
+
     position = cursor_position(context.cursor)
     window = timedelta(seconds=analysis.window_seconds)
     delay = window + analysis.settle
@@ -513,6 +519,9 @@ def deploy_reanalysis_schedule(
 ) -> list[dg.RunRequest] | dg.SkipReason:
     """Deploys of the last RADAR_REANALYSIS_DAYS days (default 7) analysed with settings other than today's; the
     runs are tagged REANALYSIS_TAG, so their regressions are recorded in the outbox and never posted."""
+    from radar_pipeline.engine import ENGINE_VERSION
+    from radar_pipeline.warehouse import analysis as analysis_store
+
     days = count_setting(REANALYSIS_DAYS_VAR)
     current = analysis.settings().to_dict()
     with warehouse.engine().connect() as conn:

@@ -2,28 +2,18 @@
 when the location loads (the partitions' first hour and the schedule's minute are settings)."""
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
-import pandas as pd
 
 from radar_pipeline.config import periodic_minute, periodic_start
 from radar_pipeline.defs.alerts.regression_alerts import as_metadata
 from radar_pipeline.defs.deploys.deploy_verdicts import DETECTION_ROWS_SHOWN, VerdictConfig, configured_targets
 from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, ID, OWNERS, detection_cells, table
 from radar_pipeline.defs.resources import AnalysisResource, SlackResource, TargetsResource, WarehouseResource
-from radar_pipeline.engine import DETECTED
-from radar_pipeline.steps.alert_delivery import deliver, period_facts
-from radar_pipeline.steps.deploy_analysis import AnalysisRefused
-from radar_pipeline.steps.periodic_check import (
-    ALREADY_REPORTED,
-    LEFT_TO_DEPLOY,
-    REPORTED,
-    PeriodAnalysis,
-    analyse_period,
-    analysis_id,
-)
-from radar_pipeline.warehouse import alerts as outbox
+
+if TYPE_CHECKING:
+    from radar_pipeline.steps.periodic_check import PeriodAnalysis
 
 ALL_TARGETS_CHECK = "all_targets_analysed"
 
@@ -37,6 +27,9 @@ def periodic_verdicts(
 ) -> dg.MaterializeResult:
     """Decide, for every query of every target scraped in [t − 2P, t] (t: the end of the partition's hour), whether
     it got slower between the two periods; report each query once until it recovers."""
+    from radar_pipeline.steps.deploy_analysis import AnalysisRefused
+    from radar_pipeline.steps.periodic_check import analyse_period
+
     try:
         settings = analysis.periodic_settings(**config.model_dump())
     except ValueError as exc:
@@ -75,7 +68,11 @@ def periodic_verdicts(
     )
 
 
-def _report_log(result: PeriodAnalysis) -> list[str]:
+def _report_log(result: "PeriodAnalysis") -> list[str]:
+    import pandas as pd
+
+    from radar_pipeline.engine import DETECTED
+
     v = result.verdicts
     lines = [
         f"{result.target}: queryid {r.queryid} {r.report}: {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms "
@@ -90,7 +87,12 @@ def _report_log(result: PeriodAnalysis) -> list[str]:
     return lines
 
 
-def _metadata(done: list[PeriodAnalysis], period_s: float) -> dict[str, Any]:
+def _metadata(done: "list[PeriodAnalysis]", period_s: float) -> dict[str, Any]:
+    import pandas as pd
+
+    from radar_pipeline.engine import DETECTED
+    from radar_pipeline.steps.periodic_check import ALREADY_REPORTED, LEFT_TO_DEPLOY, REPORTED
+
     frames = [r.verdicts.assign(target=r.target) for r in done]
     if not frames:
         return {
@@ -136,6 +138,10 @@ def periodic_alerts(
     """One message per target for the regressions this hour's check reported, like a deploy's alerts; none for an
     hour that ended longer ago than the alert age limit (RADAR_ALERT_MAX_AGE_HOURS, default 24: a backfill; its
     reports are in radar.regression_episode)."""
+    from radar_pipeline.steps.alert_delivery import deliver, period_facts
+    from radar_pipeline.steps.periodic_check import analysis_id
+    from radar_pipeline.warehouse import alerts as outbox
+
     ident = analysis_id(context.partition_key)
     ended = context.partition_time_window.end
     max_age = slack.alert_max_age

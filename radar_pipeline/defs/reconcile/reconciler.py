@@ -5,17 +5,17 @@ shows what is still waiting."""
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
 from radar_pipeline.defs.alerts.code_host_statuses import code_host_retry_job
 from radar_pipeline.defs.deploys.deploy_verdicts import RANGE_END, RANGE_START, deploy_verdicts_job, deploys_partitions
 from radar_pipeline.defs.resources import AnalysisResource, ReconcilerResource, SlackResource, WarehouseResource
-from radar_pipeline.steps.alert_delivery import LEASE
 from radar_pipeline.steps.reconcile import PastRun, analysis_retry
-from radar_pipeline.warehouse import reconcile as store
-from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX
+
+if TYPE_CHECKING:
+    from radar_pipeline.warehouse import reconcile as store
 
 BACKLOG_CHECK = "nothing_waiting"
 IN_FLIGHT = [
@@ -62,6 +62,10 @@ def radar_reconciler(
 
     Cursor: {"backlog": the last reported counts}.
     """
+    from radar_pipeline.steps.alert_delivery import LEASE
+    from radar_pipeline.warehouse import reconcile as store
+    from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX
+
     engine = warehouse.engine()
     delay = timedelta(seconds=analysis.window_seconds) + analysis.settle
     with engine.begin() as conn:
@@ -175,7 +179,7 @@ def _in_ranged_runs(instance: dg.DagsterInstance, job_name: str, partition_keys:
     return covered
 
 
-def _summary(backlog: store.Backlog) -> dict[str, Any]:
+def _summary(backlog: "store.Backlog") -> dict[str, Any]:
     return {
         "alerts_due": backlog.alerts_due,
         "alerts_backing_off": backlog.alerts_backing_off,
@@ -185,11 +189,11 @@ def _summary(backlog: store.Backlog) -> dict[str, Any]:
     }
 
 
-def _passed(backlog: store.Backlog) -> bool:
+def _passed(backlog: "store.Backlog") -> bool:
     return backlog.alerts_failed == 0 and backlog.unanalysed == 0 and backlog.alerts_due == 0
 
 
-def _check_evaluation(backlog: store.Backlog, summary: dict[str, Any]) -> dg.AssetCheckEvaluation:
+def _check_evaluation(backlog: "store.Backlog", summary: dict[str, Any]) -> dg.AssetCheckEvaluation:
     return dg.AssetCheckEvaluation(
         asset_key=dg.AssetKey("regression_alerts"),
         check_name=BACKLOG_CHECK,
@@ -209,6 +213,9 @@ def nothing_waiting(
     warehouse: WarehouseResource, analysis: AnalysisResource, slack: SlackResource, reconciler: ReconcilerResource
 ) -> dg.AssetCheckResult:
     """What waits for a later run right now (see radar_reconciler)."""
+    from radar_pipeline.steps.alert_delivery import LEASE
+    from radar_pipeline.warehouse import reconcile as store
+
     delay = timedelta(seconds=analysis.window_seconds) + analysis.settle
     with warehouse.engine().connect() as conn:
         backlog = store.backlog(conn, slack.alert_max_age, LEASE, delay, reconciler.grace, reconciler.max_age)
