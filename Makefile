@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export DAGSTER_DISABLE_TELEMETRY := 1
 
-.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-gate clean
+.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-location bench-gate clean
 
 install: $(VENV)/.installed
 
@@ -66,6 +66,10 @@ bench-run-cost: install
 
 bench-import: install
 	$(BIN)/python benchmarks/import_bench.py
+
+# The code location's load (every run, the daemon, the UI pay it) beyond `import dagster`, best of 3.
+bench-location: install
+	$(BIN)/python benchmarks/location_import_bench.py
 
 # From a deploy's window closing to the gate's answer through the real daemon, 10 deploys (about 16 minutes).
 bench-gate: install
