@@ -147,7 +147,7 @@ def deploy_verdicts(
     try:
         settings = analysis.settings(**config.model_dump())
     except ValueError as exc:
-        raise dg.Failure(description=f"run config for deploy_verdicts: {exc}") from None
+        raise dg.Failure(description=f"run config for deploy_verdicts: {exc}", allow_retries=False) from None
     if context.has_partition_key:
         yield _single_deploy(context, warehouse, analysis, targets, settings)
         return
@@ -173,7 +173,7 @@ def _single_deploy(
             live_targets=configured_targets(targets, context),
         )
     except AnalysisRefused as exc:
-        raise dg.Failure(description=str(exc)) from None
+        raise dg.Failure(description=str(exc), allow_retries=False) from None
     for line in _detections_log(result):
         context.log.info(line)
     return dg.MaterializeResult(
@@ -228,6 +228,7 @@ def _several_deploys(
         f" and {len(failed) - FAILED_SHOWN} more" if len(failed) > FAILED_SHOWN else ""
     )
     raise dg.Failure(
+        allow_retries=False,  # the others are stored: a retry would analyse them all again
         description=f"{len(failed)} of {len(keys)} deploys were not analysed (the run log says why): {shown}; "
         "the others are stored and materialized",
         metadata={"failed": dg.MetadataValue.json(failed)},
@@ -429,10 +430,19 @@ def _checks(result: "DeployAnalysis", scrape_interval_s: float) -> list[dg.Asset
 # In the run's own process, one step after another: the default multiprocess executor starts a process per step,
 # each loading the code location again before the analysis can begin (benchmarks/gate_latency.py: from the run's
 # start to the stored analysis 4.0 s before, 1.3 s after, medians on a quiet machine; 9.7 s before at a load of 5).
+# Retries are Dagster's: a step that fails (the warehouse away for a moment, a connection cut) is tried again in the
+# same run, with backoff (RetryPolicy; a refusal is a Failure that allows none), and a run whose process died (its pod
+# evicted, its code server gone) is started again by the daemon (run retries: dagster.yaml and the Helm values enable
+# them for crashes only, the step retries covering step failures). radar_reconciler requests the deploys that never
+# got a run.
+ANALYSIS_RETRY = dg.RetryPolicy(max_retries=3, delay=30, backoff=dg.Backoff.EXPONENTIAL)
+ANALYSIS_RUN_RETRIES = 2
 deploy_verdicts_job = dg.define_asset_job(
     "deploy_verdicts_job",
     selection=dg.AssetSelection.assets("deploy_verdicts").downstream(depth=1),
     executor_def=dg.in_process_executor,
+    op_retry_policy=ANALYSIS_RETRY,
+    tags={"dagster/max_retries": str(ANALYSIS_RUN_RETRIES)},
 )
 # How often deploy_event_sensor looks: a CI job or a rollout waits on it (`radar gate`), and each look is one query.
 SENSOR_INTERVAL_S = 10
