@@ -16,7 +16,7 @@ from radar_pipeline.defs.deploys.deploy_verdicts import (
     deploy_verdicts,
     deploys_partitions,
 )
-from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, OWNERS, chart_images
+from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, OWNERS, chart_images, status_counts
 from radar_pipeline.defs.resources import SlackResource, WarehouseResource
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def regression_alerts(
     with engine.begin() as conn:
         if reason is not None and not context.run.tags.get(REANALYSIS_TAG):
             metadata["withheld_waiting"] = outbox.withhold_waiting(conn, analysis_id, reason)
-        metadata["statuses"] = dg.MetadataValue.json(outbox.statuses(conn, analysis_id))
+        metadata.update(status_counts(outbox.statuses(conn, analysis_id)))
     return dg.MaterializeResult(metadata=metadata)
 
 

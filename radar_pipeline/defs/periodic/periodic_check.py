@@ -9,7 +9,7 @@ import dagster as dg
 from radar_pipeline.config import periodic_minute, periodic_start
 from radar_pipeline.defs.alerts.regression_alerts import as_metadata
 from radar_pipeline.defs.deploys.deploy_verdicts import DETECTION_ROWS_SHOWN, VerdictConfig, configured_targets
-from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, ID, OWNERS, detection_cells, table
+from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, ID, OWNERS, detection_cells, status_counts, table
 from radar_pipeline.defs.resources import AnalysisResource, SlackResource, TargetsResource, WarehouseResource
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ def periodic_alerts(
         metadata["regressions"] += sent.pop("regressions")
         metadata.update({f"{target}: {k}": v for k, v in sent.items()})
     with engine.connect() as conn:
-        metadata["statuses"] = dg.MetadataValue.json(outbox.statuses(conn, ident))
+        metadata.update(status_counts(outbox.statuses(conn, ident)))
     if found.empty:
         metadata["note"] = "nothing new to report this hour"
     return dg.MaterializeResult(metadata=metadata)
