@@ -173,8 +173,10 @@ def pgss_snapshot_schedule_for() -> dg.ScheduleDefinition:
     return sharded
 
 
-# Stale when the latest snapshot is older than the analysis's coverage check allows (a gap over 3 scrape intervals).
+# Stale when the latest snapshot is older than the analysis's coverage check allows (a gap over 3 scrape intervals),
+# and never sooner than a minute, the shortest window Dagster accepts (the demo's and the tests' scrapes are seconds).
 STALE_AFTER_INTERVALS = 3
+SHORTEST_FRESHNESS = timedelta(minutes=1)
 
 
 @dg.definitions
@@ -183,7 +185,8 @@ def snapshot_definitions() -> dg.Definitions:
     RADAR_SNAPSHOT_CRON and RADAR_SNAPSHOT_SHARDS, the asset's freshness from RADAR_SCRAPE_INTERVAL_SECONDS."""
     value = env(SCRAPE_INTERVAL_VAR)
     scrape = positive_seconds(value, SCRAPE_INTERVAL_VAR) if value else DEFAULT_SCRAPE_INTERVAL_SECONDS
-    fresh = dg.FreshnessPolicy.time_window(fail_window=timedelta(seconds=STALE_AFTER_INTERVALS * scrape))
+    window = max(SHORTEST_FRESHNESS, timedelta(seconds=STALE_AFTER_INTERVALS * scrape))
+    fresh = dg.FreshnessPolicy.time_window(fail_window=window)
     return dg.Definitions(
         assets=[pgss_snapshots.map_asset_specs(lambda spec: spec.replace_attributes(freshness_policy=fresh))],
         jobs=[pgss_snapshot_job],
