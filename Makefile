@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export DAGSTER_DISABLE_TELEMETRY := 1
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-gate clean
+.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-location bench-gate clean
 
 install: $(VENV)/.installed
 
@@ -22,8 +22,12 @@ dev: install
 	$(BIN)/radar dev
 
 # The docs (docs/, mkdocs.yml) are built first, offline, into the ignored site/: a broken link or anchor fails the test.
+# Then `dg check defs`: the code location loads as Dagster loads it (in a throwaway Dagster home: no storage needed).
 test: install
 	$(BIN)/mkdocs build --strict --quiet
+	home=$$(mktemp -d) && touch "$$home/dagster.yaml" && \
+		VIRTUAL_ENV=$(abspath $(VENV)) DAGSTER_HOME=$$home $(BIN)/dg check defs; status=$$?; rm -rf "$$home"; \
+		test $$status -eq 0
 	$(BIN)/pytest
 
 lint: install
@@ -65,6 +69,10 @@ bench-run-cost: install
 
 bench-import: install
 	$(BIN)/python benchmarks/import_bench.py
+
+# The code location's load (every run, the daemon, the UI pay it) beyond `import dagster`, best of 3.
+bench-location: install
+	$(BIN)/python benchmarks/location_import_bench.py
 
 # From a deploy's window closing to the gate's answer through the real daemon, 10 deploys (about 16 minutes).
 bench-gate: install

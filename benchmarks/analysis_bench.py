@@ -188,7 +188,7 @@ def main() -> None:
 def dagster_rate(url: str, n: int, settings: EngineSettings) -> float:
     import dagster as dg
 
-    from radar_pipeline.defs.deploys import deploy_verdicts
+    from radar_pipeline.defs.deploys.deploy_verdicts import deploy_verdicts
     from radar_pipeline.defs.resources import TargetsResource, WarehouseResource
 
     resources = {

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from analysis_bench import START, fill  # noqa: E402
 from daemon_harness import peak_memory, start_daemon, tree_cpu, wait_for_daemon  # noqa: E402
 
-from radar_pipeline.defs.deploys import BACKFILL_PARTITIONS_PER_RUN, deploy_verdicts  # noqa: E402
+from radar_pipeline.defs.deploys.deploy_verdicts import BACKFILL_PARTITIONS_PER_RUN, deploy_verdicts  # noqa: E402
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource  # noqa: E402
 from radar_pipeline.demo.local_postgres import LocalPostgres  # noqa: E402
 from radar_pipeline.steps.compaction import compact_history  # noqa: E402
@@ -64,7 +64,7 @@ import os
 
 import dagster as dg
 import radar_pipeline.definitions  # noqa: F401
-from radar_pipeline.defs.deploys import deploy_verdicts
+from radar_pipeline.defs.deploys.deploy_verdicts import deploy_verdicts
 from radar_pipeline.defs.resources import default_resources
 
 per_run = int(os.environ["BENCH_PER_RUN"])

@@ -84,7 +84,7 @@ LOCATION = """
 import dagster as dg
 import radar_pipeline.definitions  # noqa: F401  (every definition's import, as each production run pays it)
 from radar_pipeline.defs.resources import default_resources
-from radar_pipeline.defs.snapshots import pgss_snapshot_job, pgss_snapshot_schedule_for, pgss_snapshots
+from radar_pipeline.defs.collection.snapshots import pgss_snapshot_job, pgss_snapshot_schedule_for, pgss_snapshots
 
 defs = dg.Definitions(
     assets=[pgss_snapshots],

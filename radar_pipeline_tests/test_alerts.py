@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from radar_pipeline.defs.alerts import regression_alerts, slack_run_failure_sensor
-from radar_pipeline.defs.deploys import RANGE_END, RANGE_START
+from radar_pipeline.defs.alerts.regression_alerts import regression_alerts, slack_run_failure_sensor
+from radar_pipeline.defs.deploys.deploy_verdicts import RANGE_END, RANGE_START
 from radar_pipeline.defs.resources import SlackResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.steps.deploy_analysis import analyse_deploy
@@ -140,8 +140,17 @@ def test_message_structure_escaping_and_chart(analysed, warehouse_url, slack):
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)  # for a person to look at: the message and its chart
     (ARTIFACTS / "slack_blocks.json").write_text(json.dumps(blocks, indent=1, ensure_ascii=False))
-    chart = result.asset_materializations_for_node("regression_alerts")[0].metadata["charts"].value[0]
-    shutil.copy(chart, ARTIFACTS / "regression_chart.png")
+    metadata = result.asset_materializations_for_node("regression_alerts")[0].metadata
+    shutil.copy(metadata["charts"].value[0], ARTIFACTS / "regression_chart.png")
+    # The outbox by status, numbers the UI charts (not a JSON object).
+    assert {k: v for k, v in metadata.items() if k.startswith("alerts_")} == {
+        "alerts_pending": dg.MetadataValue.int(0),
+        "alerts_sending": dg.MetadataValue.int(0),
+        "alerts_sent": dg.MetadataValue.int(1),
+        "alerts_failed": dg.MetadataValue.int(0),
+        "alerts_skipped": dg.MetadataValue.int(0),
+        "alerts_withheld": dg.MetadataValue.int(0),
+    }
 
     again, _ = _alert(warehouse_url, _bot(slack))  # sent already: nothing goes out twice
     assert again.success and len(slack.calls_to("/api/chat.postMessage")) == 1

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import sqlalchemy as sa
 
-from radar_pipeline.defs.deploys import (
+from radar_pipeline.defs.deploys.deploy_verdicts import (
     ANALYSIS_POOL,
     BACKFILL_PARTITIONS_PER_RUN,
     COVERAGE_CHECK,
@@ -91,7 +91,7 @@ def test_the_asset_has_a_multi_run_backfill_policy_and_the_analysis_pool():
 
 @pytest.mark.parametrize("batch", [2, 25], ids=["checks-in-two-batches", "checks-in-one-batch"])
 def test_a_run_of_several_deploys_stores_and_reports_each(recorded, warehouse, warehouse_url, monkeypatch, batch):
-    monkeypatch.setattr("radar_pipeline.defs.deploys.CHECKS_BATCH", batch)
+    monkeypatch.setattr("radar_pipeline.defs.deploys.deploy_verdicts.CHECKS_BATCH", batch)
     closed = [k for k in recorded if k != "b-open"]
     with dg.instance_for_test() as instance:
         result = _run_range(instance, warehouse_url, closed, closed[0], closed[-1])

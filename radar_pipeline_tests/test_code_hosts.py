@@ -23,8 +23,8 @@ import pytest
 import sqlalchemy as sa
 
 from radar_pipeline.alerts.code_hosts import HostClient, HostError, Review
-from radar_pipeline.defs.code_hosts import code_host_retry_job, code_host_statuses
-from radar_pipeline.defs.reconcile import radar_reconciler
+from radar_pipeline.defs.alerts.code_host_statuses import code_host_retry_job, code_host_statuses
+from radar_pipeline.defs.reconcile.reconciler import radar_reconciler
 from radar_pipeline.defs.resources import CodeHostResource, SlackResource, WarehouseResource
 from radar_pipeline.steps.code_host_delivery import Deploy, comment_body, comment_marker, deliver, description
 from radar_pipeline.steps.deploy_analysis import analyse_deploy

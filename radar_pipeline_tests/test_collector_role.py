@@ -17,8 +17,8 @@ import pytest
 import sqlalchemy as sa
 
 from radar_pipeline.config import Target
+from radar_pipeline.defs.collection.snapshots import ALL_TARGETS_CHECK, pgss_snapshots
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource
-from radar_pipeline.defs.snapshots import ALL_TARGETS_CHECK, pgss_snapshots
 from radar_pipeline.demo.local_postgres import LocalPostgres
 from radar_pipeline.steps.snapshots import snapshot_targets
 

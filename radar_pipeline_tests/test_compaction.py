@@ -314,9 +314,9 @@ def test_compaction_runs_through_dagster(warehouse_url, warehouse):
     import dagster as dg
 
     from radar_pipeline.definitions import defs
-    from radar_pipeline.defs.compaction import pgss_compaction
+    from radar_pipeline.defs.collection.compaction import pgss_compaction
 
-    repo = defs.get_repository_def()
+    repo = defs().get_repository_def()
     assert repo.has_job("pgss_compaction_job")
     schedule = repo.get_schedule_def("pgss_compaction_schedule")
     assert schedule.job_name == "pgss_compaction_job" and schedule.default_status == dg.DefaultScheduleStatus.RUNNING

@@ -152,7 +152,7 @@ def test_the_code_location_does_not_load_with_a_bad_variable():
     import sys
 
     proc = subprocess.run(
-        [sys.executable, "-c", "import radar_pipeline.definitions"],
+        [sys.executable, "-c", "from radar_pipeline.definitions import defs; defs()"],  # as Dagster loads it
         capture_output=True,
         text=True,
         timeout=120,

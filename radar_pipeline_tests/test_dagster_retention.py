@@ -7,8 +7,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from radar_pipeline.defs.collection.retention import pgss_retention_job
 from radar_pipeline.defs.resources import WarehouseResource
-from radar_pipeline.defs.retention import pgss_retention_job
 
 ROOT = Path(__file__).resolve().parents[1]
 

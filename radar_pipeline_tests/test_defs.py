@@ -5,15 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
 import pytest
 import sqlalchemy as sa
 
+from radar_pipeline.defs.collection.snapshots import ALL_TARGETS_CHECK, pgss_snapshots
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource
-from radar_pipeline.defs.snapshots import ALL_TARGETS_CHECK, pgss_snapshots
 from radar_pipeline.demo.local_postgres import free_port
 
 from .helpers import run, run_log_text
@@ -21,29 +21,57 @@ from .helpers import run, run_log_text
 REPO = Path(__file__).resolve().parents[1]
 
 
+ASSETS = {
+    "pgss_snapshots",
+    "pgss_compaction",
+    "plan_snapshots",
+    "deploy_verdicts",
+    "regression_alerts",
+    "code_host_statuses",
+    "query_history",
+    "periodic_verdicts",
+    "periodic_alerts",
+}
+CHECKS = {
+    "pgss_snapshots:all_targets_scraped",
+    "deploy_verdicts:scrape_coverage",
+    "deploy_verdicts:no_resets_in_window",
+    "periodic_verdicts:all_targets_analysed",
+    "regression_alerts:nothing_waiting",
+}
+JOBS = {
+    "pgss_snapshot_job",
+    "plan_snapshot_job",
+    "pgss_retention_job",
+    "pgss_compaction_job",
+    "deploy_verdicts_job",
+    "periodic_job",
+    "alert_retry_job",
+    "periodic_alert_retry_job",
+    "code_host_retry_job",
+}
+SCHEDULES = {
+    "pgss_snapshot_schedule",
+    "plan_snapshot_schedule",
+    "pgss_retention_schedule",
+    "pgss_compaction_schedule",
+    "deploy_reanalysis_schedule",
+    "periodic_schedule",
+}
+RESOURCES = {"warehouse", "targets", "analysis", "reconciler", "slack", "code_hosts"}
+
+
 def test_definitions_load():
     from radar_pipeline.definitions import defs
 
-    repo = defs.get_repository_def()
-    assets = {a.to_user_string() for a in repo.asset_graph.get_all_asset_keys()}
-    assert assets >= {
-        "pgss_snapshots",
-        "pgss_compaction",
-        "plan_snapshots",
-        "deploy_verdicts",
-        "regression_alerts",
-        "query_history",
-        "periodic_verdicts",
-        "periodic_alerts",
-    }
-    assert {s.name for s in repo.schedule_defs} >= {
-        "pgss_snapshot_schedule",
-        "plan_snapshot_schedule",
-        "pgss_retention_schedule",
-        "pgss_compaction_schedule",
-        "deploy_reanalysis_schedule",
-        "periodic_schedule",
-    }
+    repo = defs().get_repository_def()
+    # Everything defs/ holds, found by the defs-folder loader: no more, no less.
+    assert {a.to_user_string() for a in repo.asset_graph.get_all_asset_keys()} == ASSETS
+    checks = {f"{k.asset_key.to_user_string()}:{k.name}" for k in repo.asset_graph.asset_check_keys}
+    assert checks == CHECKS
+    assert {j.name for j in repo.get_all_jobs()} - {"__ASSET_JOB"} == JOBS
+    assert {s.name for s in repo.schedule_defs} == SCHEDULES
+    assert set(repo.get_top_level_resources()) == RESOURCES
     deploy_job = repo.get_job("deploy_verdicts_job")
     assert {k.to_user_string() for k in deploy_job.asset_layer.executable_asset_keys} == {
         "deploy_verdicts",
@@ -62,6 +90,65 @@ def test_definitions_load():
     assert repo.asset_graph.get(dg.AssetKey("deploy_verdicts")).partitions_def.name == "deploys"
     assert repo.get_schedule_def("pgss_snapshot_schedule").cron_schedule == "* * * * *"
     assert repo.has_job("pgss_retention_job")
+
+
+def test_every_asset_has_kinds_and_an_owner_and_the_snapshots_a_freshness_policy(monkeypatch):
+    from radar_pipeline.definitions import defs
+
+    def specs() -> dict[str, dg.AssetSpec]:
+        repo = defs().get_repository_def()
+        return {key.to_user_string(): repo.assets_defs_by_key[key].specs_by_key[key] for key in repo.assets_defs_by_key}
+
+    loaded = specs()
+    assert {name: spec.kinds for name, spec in loaded.items()} == {
+        "pgss_snapshots": {"postgres"},
+        "pgss_compaction": {"postgres"},
+        "plan_snapshots": {"postgres"},
+        "deploy_verdicts": {"python", "postgres"},
+        "regression_alerts": {"slack"},
+        "code_host_statuses": {"github", "gitlab"},
+        "query_history": {"python", "postgres"},
+        "periodic_verdicts": {"python", "postgres"},
+        "periodic_alerts": {"slack"},
+    }
+    assert {tuple(spec.owners) for spec in loaded.values()} == {("team:radar",)}
+    fresh = {name: spec.freshness_policy for name, spec in loaded.items() if spec.freshness_policy}
+    assert set(fresh) == {"pgss_snapshots", "plan_snapshots"}
+    # A gap over 3 scrape intervals (the coverage check's bound); plans: a whole capture of the plan cron missed.
+    assert fresh["pgss_snapshots"].fail_window.to_timedelta() == timedelta(minutes=3)
+    assert fresh["plan_snapshots"].fail_window.to_timedelta() == timedelta(minutes=20)
+    # Read when the location loads, from the settings.
+    monkeypatch.setenv("RADAR_SCRAPE_INTERVAL_SECONDS", "30")
+    monkeypatch.setenv("RADAR_PLAN_CRON", "0 */6 * * *")
+    reloaded = specs()
+    assert reloaded["pgss_snapshots"].freshness_policy.fail_window.to_timedelta() == timedelta(seconds=90)
+    assert reloaded["plan_snapshots"].freshness_policy.fail_window.to_timedelta() == timedelta(hours=12)
+    monkeypatch.setenv("RADAR_SCRAPE_INTERVAL_SECONDS", "2")  # the demo's: Dagster takes no window under a minute
+    assert specs()["pgss_snapshots"].freshness_policy.fail_window.to_timedelta() == timedelta(minutes=1)
+
+
+@pytest.mark.parametrize(
+    "variable, value",
+    [("RADAR_SNAPSHOT_CRON", "every minute"), ("RADAR_PLAN_CRON", "61 * * * *"), ("RADAR_PERIODIC_START", "today")],
+)
+def test_settings_are_read_when_the_location_loads_not_at_import(variable, value):
+    """Every module of defs/ imports with a bad setting; the location's load stops, naming the variable."""
+    code = (
+        "import pkgutil, importlib, radar_pipeline.defs as d\n"
+        "for m in pkgutil.walk_packages(d.__path__, 'radar_pipeline.defs.'): importlib.import_module(m.name)\n"
+        "import radar_pipeline.definitions\n"
+        "print('imported', flush=True)\n"
+        "radar_pipeline.definitions.defs()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, variable: value, "DAGSTER_DISABLE_TELEMETRY": "1"},
+    )
+    assert proc.stdout.strip() == "imported" and proc.returncode != 0
+    assert f"ConfigError: {variable}" in proc.stderr
 
 
 def test_dagster_cli_validates_the_code_location(tmp_path):
@@ -144,7 +231,7 @@ def test_malformed_targets_stop_the_run_naming_the_variable(warehouse_url):
 
 
 def test_retention_job_runs_through_dagster(warehouse_url, warehouse, monkeypatch):
-    from radar_pipeline.defs.retention import pgss_retention_job
+    from radar_pipeline.defs.collection.retention import pgss_retention_job
 
     monkeypatch.setenv("RADAR_RETENTION_DAYS", "3")
     with warehouse.begin() as conn:
@@ -163,7 +250,7 @@ def test_retention_job_runs_through_dagster(warehouse_url, warehouse, monkeypatc
 def test_the_periodic_schedule_asks_for_the_hour_just_ended():
     from radar_pipeline.definitions import defs
 
-    schedule = defs.get_repository_def().get_schedule_def("periodic_schedule")
+    schedule = defs().get_repository_def().get_schedule_def("periodic_schedule")
     assert schedule.cron_schedule == "5 * * * *"
     with dg.instance_for_test() as instance:
         context = dg.build_schedule_context(
@@ -186,7 +273,7 @@ def test_periodic_settings_from_the_environment_name_the_variable(monkeypatch):
 
 
 def test_no_password_reaches_dagster_storage_from_bad_dsns(warehouse_url, tmp_path):
-    from radar_pipeline.defs.plans import plan_snapshots
+    from radar_pipeline.defs.collection.plans import plan_snapshots
 
     port = free_port()
     specs = [

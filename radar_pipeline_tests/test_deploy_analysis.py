@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 from radar_pipeline.config import Target
-from radar_pipeline.defs.deploys import (
+from radar_pipeline.defs.deploys.deploy_verdicts import (
     deploy_event_sensor,
     deploy_verdicts,
     deploys_partitions,
@@ -452,7 +452,7 @@ def test_a_backfill_over_deploys_partitions_runs_each(scenario, monkeypatch, tmp
 
             backfill = PartitionBackfill.from_asset_partitions(
                 backfill_id="deploys-backfill",
-                asset_graph=defs.get_repository_def().asset_graph,
+                asset_graph=defs().get_repository_def().asset_graph,
                 partition_names=partitions,
                 asset_selection=[dg.AssetKey("deploy_verdicts")],
                 backfill_timestamp=time.time(),
@@ -481,7 +481,7 @@ def test_a_backfill_over_deploys_partitions_runs_each(scenario, monkeypatch, tmp
 
 
 def test_nightly_reanalysis_picks_deploys_analysed_with_other_settings(scenario):
-    from radar_pipeline.defs.deploys import deploy_reanalysis_schedule
+    from radar_pipeline.defs.deploys.deploy_verdicts import deploy_reanalysis_schedule
 
     s = scenario
     with dg.instance_for_test() as instance:

@@ -133,8 +133,12 @@ def test_the_image_serves_a_module_that_loads_the_definitions(docker: dict[str, 
     assert cmd[:3] == ["dagster", "code-server", "start"] or cmd[:3] == ["dagster", "api", "grpc"], cmd
     module_name = option(cmd, "-m", "--module-name")
     module = importlib.import_module(module_name)
-    found = [name for name, value in vars(module).items() if isinstance(value, dg.Definitions)]
+    from dagster.components.definitions import LazyDefinitions
+
+    # A dg.Definitions, or a @dg.definitions function (the dg layout) that returns one.
+    found = [name for name, value in vars(module).items() if isinstance(value, dg.Definitions | LazyDefinitions)]
     assert found == ["defs"], f"{module_name} should hold one dg.Definitions, has {found}"
+    assert isinstance(module.defs(), dg.Definitions)
     if "-a" in cmd or "--attribute" in cmd:
         assert option(cmd, "-a", "--attribute") in found
 
@@ -143,8 +147,9 @@ def test_the_image_module_and_location_are_the_workspace_s(docker: dict[str, Any
     workspace = yaml.safe_load((ROOT / "workspace.yaml").read_text())
     (entry,) = [e["python_module"] for e in workspace["load_from"]]
     module_name = option(docker["cmd"], "-m", "--module-name")
-    assert module_name == entry["module_name"] == pyproject["tool"]["dagster"]["module_name"]
-    assert option(docker["cmd"], "--location-name") == entry["location_name"]
+    project = pyproject["tool"]["dg"]["project"]
+    assert module_name == entry["module_name"] == project["code_location_target_module"]
+    assert option(docker["cmd"], "--location-name") == entry["location_name"] == project["code_location_name"]
 
 
 def test_the_chart_serves_the_image_s_module_on_the_image_s_port(docker: dict[str, Any], radar: dict[str, Any]) -> None:
@@ -242,11 +247,11 @@ def test_runs_go_through_the_kubernetes_run_launcher_and_the_daemon_s_queue(valu
 def test_the_analysis_pool_has_a_limit_here_and_in_the_helm_values(values: dict[str, Any]) -> None:
     """deploy_verdicts' pool is radar's only one, so each instance's default pool limit is its limit."""
     from radar_pipeline.definitions import defs
-    from radar_pipeline.defs.deploys import ANALYSIS_POOL, deploy_verdicts
+    from radar_pipeline.defs.deploys.deploy_verdicts import ANALYSIS_POOL, deploy_verdicts
 
     pools = {
         node.pool
-        for job in defs.get_repository_def().get_all_jobs()
+        for job in defs().get_repository_def().get_all_jobs()
         for node in job.graph.node_defs
         if getattr(node, "pool", None)
     }
@@ -259,7 +264,7 @@ def test_the_analysis_pool_has_a_limit_here_and_in_the_helm_values(values: dict[
 
 
 def test_the_queue_limits_tags_the_definitions_put_on_runs(values: dict[str, Any]) -> None:
-    source = "\n".join(p.read_text() for p in (ROOT / "radar_pipeline" / "defs").glob("*.py"))
+    source = "\n".join(p.read_text() for p in (ROOT / "radar_pipeline" / "defs").rglob("*.py"))
     limits = values["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"]["tagConcurrencyLimits"]
     assert limits
     for limit in limits:

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import sqlalchemy as sa
 
-from radar_pipeline.defs.alerts import regression_alerts
+from radar_pipeline.defs.alerts.regression_alerts import regression_alerts
 from radar_pipeline.defs.resources import SlackResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.steps.alert_delivery import plain_text
@@ -271,7 +271,7 @@ def test_verdicts_command_and_metadata_show_the_summary(warehouse, warehouse_url
     import sys
     from pathlib import Path
 
-    from radar_pipeline.defs.deploys import _metadata
+    from radar_pipeline.defs.deploys.deploy_verdicts import _metadata
 
     store(
         warehouse,
@@ -353,7 +353,7 @@ def test_a_deploy_with_no_data_before_it_says_so(warehouse, warehouse_url, slack
     import sys
     from pathlib import Path
 
-    from radar_pipeline.defs.deploys import _metadata
+    from radar_pipeline.defs.deploys.deploy_verdicts import _metadata
 
     store(
         warehouse,

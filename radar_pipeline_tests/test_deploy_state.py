@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 import sqlalchemy as sa
 
-from radar_pipeline.defs.deploys import deploy_verdicts
+from radar_pipeline.defs.deploys.deploy_verdicts import deploy_verdicts
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.engine import DETECTED, INCONCLUSIVE, NO_REGRESSION, EngineSettings
 from radar_pipeline.steps.deploy_analysis import analyse_deploy

@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from radar_pipeline.config import Target
-from radar_pipeline.defs.alerts import regression_alerts
+from radar_pipeline.defs.alerts.regression_alerts import regression_alerts
 from radar_pipeline.defs.resources import SlackResource, WarehouseResource
 from radar_pipeline.demo.local_postgres import LocalPostgres
 from radar_pipeline.engine import EngineSettings

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 import sqlalchemy as sa
 
-from radar_pipeline.defs.history import query_history
+from radar_pipeline.defs.bands.query_history import query_history
 from radar_pipeline.defs.resources import AnalysisResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.engine.history import STATE, HistorySettings, extend_history

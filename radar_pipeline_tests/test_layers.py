@@ -5,6 +5,9 @@ knows Dagster."""
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,3 +74,62 @@ def test_shared_modules_import_no_layer() -> None:
         assert files, name
         used = {_room_of(m) for path in files for m in _imports(path)} - {None, *SHARED}
         assert not used, f"{name} imports {used}"
+
+
+def _module_level(path: Path) -> list[ast.stmt]:
+    """The statements a module runs when imported (its top level, and the bodies of top-level if/try blocks other
+    than `if TYPE_CHECKING:`)."""
+    found: list[ast.stmt] = []
+    todo = list(ast.parse(path.read_text()).body)
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        if isinstance(node, ast.If) and not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+            todo += node.body + node.orelse
+        elif isinstance(node, ast.Try):
+            todo += node.body + node.orelse + node.finalbody + [s for h in node.handlers for s in h.body]
+    return found
+
+
+def test_no_private_dagster_import_or_warning_filter_at_import() -> None:
+    """Dagster's private modules are not imported when a module loads; no module changes the process's warning
+    filters when imported (definitions.py silences Dagster's known warnings when the location loads)."""
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in _module_level(path):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            wrong += [f"{path.relative_to(PACKAGE)} imports {n}" for n in names if n.startswith("dagster._")]
+            text = ast.unparse(node) if isinstance(node, ast.Expr) else ""
+            if "filterwarnings(" in text or "simplefilter(" in text:
+                wrong.append(f"{path.relative_to(PACKAGE)}: {text}")
+    assert not wrong, "\n".join(wrong)
+
+
+HEAVY = ("pandas", "numpy", "scipy", "sqlalchemy", "matplotlib", "httpx", "slack_sdk", "psycopg", "pglast")
+# The engine's settings (the run config is made from them) and its vocabulary load without numpy or pandas.
+LIGHT_ENGINE = {"radar_pipeline.engine", "radar_pipeline.engine.settings", "radar_pipeline.engine.vocabulary"}
+
+
+def test_loading_the_code_location_imports_no_heavy_library() -> None:
+    """What every Dagster process (each run, the daemon, the UI) pays: the location loads without the heavy
+    libraries, the engine's computation or warehouse/; runs, ticks and checks import them where they use them."""
+    code = (
+        "import sys\n"
+        "from radar_pipeline.definitions import defs\n"
+        "defs()\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in sys.argv[1:]\n"
+        "    or m.startswith(('radar_pipeline.engine', 'radar_pipeline.warehouse', 'radar_pipeline.collector')))))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *HEAVY],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "DAGSTER_DISABLE_TELEMETRY": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert set(proc.stdout.split()) - LIGHT_ENGINE == set()

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
-from radar_pipeline.defs.deploys import deploy_verdicts
+from radar_pipeline.defs.deploys.deploy_verdicts import deploy_verdicts
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings, analyse
 from radar_pipeline.engine.noise import noise_sums

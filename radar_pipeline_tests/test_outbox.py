@@ -16,8 +16,8 @@ import dagster as dg
 import pytest
 import sqlalchemy as sa
 
-from radar_pipeline.defs.alerts import regression_alerts
-from radar_pipeline.defs.deploys import REANALYSIS_TAG
+from radar_pipeline.defs.alerts.regression_alerts import regression_alerts
+from radar_pipeline.defs.deploys.deploy_verdicts import REANALYSIS_TAG
 from radar_pipeline.defs.resources import SlackResource, WarehouseResource
 
 from . import fake_slack
@@ -84,7 +84,7 @@ def test_a_run_killed_after_slack_accepted_does_not_post_twice(analysed, warehou
     slack.answer_late(POST, 60.0)
     script = (
         "import dagster as dg\n"
-        "from radar_pipeline.defs.alerts import regression_alerts\n"
+        "from radar_pipeline.defs.alerts.regression_alerts import regression_alerts\n"
         "from radar_pipeline.defs.resources import SlackResource, WarehouseResource\n"
         "with dg.instance_for_test() as instance:\n"
         "    instance.add_dynamic_partitions('deploys', ['d-7'])\n"

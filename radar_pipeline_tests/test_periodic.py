@@ -23,8 +23,8 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 
 from radar_pipeline.cli import main
-from radar_pipeline.config import Target
-from radar_pipeline.defs.periodic import periodic_alerts, periodic_verdicts
+from radar_pipeline.config import Target, periodic_minute, periodic_start
+from radar_pipeline.defs.periodic.periodic_check import periodic_definitions
 from radar_pipeline.defs.resources import AnalysisResource, SlackResource, TargetsResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.steps.deploy_analysis import AnalysisRefused
@@ -72,8 +72,9 @@ def _key(base: datetime, hour: int) -> str:
 
 
 def _run(instance: dg.DagsterInstance, warehouse_url: str, slack: SlackResource, key: str) -> dg.ExecuteInProcessResult:
+    periodic = periodic_definitions(periodic_start(), periodic_minute())
     return dg.materialize(
-        [periodic_verdicts, periodic_alerts],
+        [periodic.get_assets_def("periodic_verdicts"), periodic.get_assets_def("periodic_alerts")],
         partition_key=key,
         resources={
             "warehouse": WarehouseResource(url=warehouse_url),

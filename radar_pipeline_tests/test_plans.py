@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from radar_pipeline import plan_shape
 from radar_pipeline.config import Target
-from radar_pipeline.defs.plans import plan_snapshots
+from radar_pipeline.defs.collection.plans import plan_snapshots
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.steps.deploy_analysis import analyse_deploy
@@ -147,8 +147,8 @@ def test_a_queryid_postgresql_18_shares_between_two_tables_is_said_and_gets_no_p
     import sys
     from pathlib import Path
 
-    from radar_pipeline.defs.alerts import regression_alerts
-    from radar_pipeline.defs.deploys import _metadata
+    from radar_pipeline.defs.alerts.regression_alerts import regression_alerts
+    from radar_pipeline.defs.deploys.deploy_verdicts import _metadata
     from radar_pipeline.defs.resources import SlackResource
     from radar_pipeline.pgss_model import SHARED_QUERYID_PLAN
 
@@ -244,7 +244,7 @@ def test_an_unchecked_queryid_s_plan_diff_carries_a_caution_on_postgresql_18_not
     may cover the same statement over other tables, in the plan diff and its summary (the UI's and Slack's "plan");
     none on PostgreSQL 15, which computes a queryid from the table itself. The version is the one the target's
     scrapes stored; when none is known, the caution says that too."""
-    from radar_pipeline.defs.deploys import _metadata
+    from radar_pipeline.defs.deploys.deploy_verdicts import _metadata
     from radar_pipeline.steps.plan_diffs import not_checked
 
     at = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=240)  # the window (±200 s) closed 40 s ago
@@ -252,7 +252,7 @@ def test_an_unchecked_queryid_s_plan_diff_carries_a_caution_on_postgresql_18_not
     plan = {"Plan": {"Node Type": "Index Scan", "Relation Name": "echo", "Index Name": "echo_pkey"}}
     stored = ("generic_plan", plan_shape.plan_hash(plan), "Index Scan using echo_pkey on echo", 8.0, plan)
     settings = EngineSettings(window=timedelta(seconds=200), tolerance_floor=timedelta(seconds=30))
-    diffs, plans_shown = {}, {}
+    diffs, plans_shown, diff_rows = {}, {}, {}
     for name, version in (("new", 180000), ("old", 150000)):
         counters = hourly_deploy_counters(
             at, np.random.default_rng(3), list(texts), 1, lambda q, d: 3.0 if d >= 0 else 1.0
@@ -266,7 +266,14 @@ def test_an_unchecked_queryid_s_plan_diff_carries_a_caution_on_postgresql_18_not
         (row,) = result.verdicts[result.verdicts["verdict"] == "detected"].itertuples()
         assert row.queryid_shared_with is None  # not asked
         diffs[name] = row.plan_diff
-        (plans_shown[name],) = [r.data["plan"] for r in _metadata(result)["detections"].records]
+        metadata = _metadata(result)
+        (plans_shown[name],) = [r.data["plan"] for r in metadata["detections"].records]
+        # The UI's plan diffs and reasons: tables of plain cells, not JSON.
+        assert isinstance(metadata["plan_diffs"], dg.TableMetadataValue)
+        (diff_rows[name],) = [r.data for r in metadata["plan_diffs"].records]
+        assert {r.data["reason"]: r.data["statements"] for r in metadata["reasons"].records} == dict(
+            result.verdicts["reason"].value_counts()
+        )
 
     why = "the target is not among the configured targets, so the watched server was not reached"
     caution = (
@@ -277,6 +284,9 @@ def test_an_unchecked_queryid_s_plan_diff_carries_a_caution_on_postgresql_18_not
     assert diffs["new"]["summary"] == plans_shown["new"] == f"plan unchanged; caution: {caution}"
     assert "queryid_not_checked" not in diffs["old"] and diffs["old"]["summary"] == plans_shown["old"]
     assert plans_shown["old"] == "plan unchanged"
+    assert diff_rows["new"]["statement"].endswith("-31-top") and diff_rows["new"]["queryid_not_checked"] == caution
+    assert diff_rows["new"]["summary"] == plans_shown["new"] and diff_rows["old"]["queryid_not_checked"] is None
+    assert diff_rows["new"]["root_before"] == diff_rows["new"]["root_after"] == "Index Scan using echo_pkey on echo"
     assert "this server's PostgreSQL version is not known either" in not_checked(why, None)
 
 

@@ -1,19 +1,29 @@
-"""radar_reconciler without a person: it sends pending alerts, analyses deploys whose analysis failed or was never
-requested, adds partitions for imported deploys without runs, gives up after bounded retries, and shows what waits in
-its tick and in the nothing_waiting check. Run requests are executed as the daemon would, through the job they name.
+"""radar_reconciler without a person: it sends pending alerts, analyses deploys whose analysis was never requested,
+adds partitions for imported deploys without runs, gives up after bounded retries, and shows what waits in its tick
+and in the nothing_waiting check; a failed analysis is retried by Dagster (deploy_verdicts_job's RetryPolicy and run
+retries). Run requests are executed as the daemon would, through the job they name.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import dagster as dg
 import sqlalchemy as sa
+import yaml
 
-from radar_pipeline.defs.alerts import regression_alerts
-from radar_pipeline.defs.deploys import RANGE_END, RANGE_START, deploy_verdicts, deploy_verdicts_job
-from radar_pipeline.defs.history import query_history
-from radar_pipeline.defs.reconcile import (
+from radar_pipeline.defs.alerts.regression_alerts import regression_alerts
+from radar_pipeline.defs.bands.query_history import query_history
+from radar_pipeline.defs.deploys.deploy_verdicts import (
+    ANALYSIS_RETRY,
+    ANALYSIS_RUN_RETRIES,
+    RANGE_END,
+    RANGE_START,
+    deploy_verdicts,
+    deploy_verdicts_job,
+)
+from radar_pipeline.defs.reconcile.reconciler import (
     BACKLOG_CHECK,
     alert_retry_job,
     nothing_waiting,
@@ -59,6 +69,21 @@ def _defs(resources: dict) -> dg.Definitions:
         sensors=[radar_reconciler],
         resources=resources,
     )
+
+
+def _quick(resources: dict) -> dg.Definitions:
+    """deploy_verdicts_job as it runs, its step retries without their waits (ANALYSIS_RETRY's)."""
+    job = dg.define_asset_job(
+        deploy_verdicts_job.name,
+        selection=dg.AssetSelection.assets("deploy_verdicts").downstream(depth=1),
+        executor_def=dg.in_process_executor,
+        op_retry_policy=dg.RetryPolicy(max_retries=ANALYSIS_RETRY.max_retries),
+    )
+    return dg.Definitions(assets=[deploy_verdicts, regression_alerts, query_history], jobs=[job], resources=resources)
+
+
+def _retries(result: dg.ExecuteInProcessResult) -> int:
+    return sum(1 for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY)
 
 
 def _tick(instance: dg.DagsterInstance, resources: dict, cursor: str | None = None) -> dg.SensorResult:
@@ -126,57 +151,78 @@ def test_slack_500_429_then_timeout_then_accept_one_message_sent_by_the_reconcil
     assert [r[2] for r in _outbox(analysed)] == ["sent"]
 
 
-def test_a_transient_warehouse_error_fails_one_analysis_and_the_reconciler_analyses_it_later(
-    analysed,  # noqa: F811
-    warehouse_url,
-    slack,
-):
+def test_a_transient_warehouse_error_is_retried_in_the_run(analysed, warehouse_url, slack):  # noqa: F811
     _forget_analysis(analysed)
     resources = _resources(warehouse_url, _bot(slack))
-    defs = _defs(resources)
-    with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions("deploys", ["d-7"])
-        with analysed.begin() as conn:  # the warehouse fails the analysis's write, once
-            conn.execute(sa.text("ALTER TABLE radar.verdict RENAME TO verdict_away"))
-        try:
-            failed = _execute(instance, defs, dg.RunRequest(job_name="deploy_verdicts_job", partition_key="d-7"))
-        finally:
-            with analysed.begin() as conn:
-                conn.execute(sa.text("ALTER TABLE radar.verdict_away RENAME TO verdict"))
-        assert not failed.success and not _analysed(analysed)
+    with analysed.begin() as conn:  # the warehouse fails the analysis's first write (a sequence is not rolled back)
+        conn.execute(
+            sa.text(
+                "CREATE SEQUENCE radar.fail_once; "
+                "CREATE FUNCTION radar.fail_once() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "IF nextval('radar.fail_once') = 1 THEN RAISE EXCEPTION 'the warehouse went away'; END IF; "
+                "RETURN NEW; END $$; "
+                "CREATE TRIGGER fail_once BEFORE INSERT ON radar.verdict FOR EACH STATEMENT "
+                "EXECUTE FUNCTION radar.fail_once()"
+            )
+        )
+    try:
+        with dg.instance_for_test() as instance:
+            instance.add_dynamic_partitions("deploys", ["d-7"])
+            request = dg.RunRequest(job_name="deploy_verdicts_job", partition_key="d-7")
+            result = _execute(instance, _quick(resources), request)
+            assert result.success and _retries(result) == 1 and _analysed(analysed)
+            tick = _tick(instance, resources)
+            assert not tick.run_requests and _check(tick).passed
+    finally:
+        with analysed.begin() as conn:
+            conn.execute(sa.text("DROP TRIGGER fail_once ON radar.verdict; DROP FUNCTION radar.fail_once()"))
+            conn.execute(sa.text("DROP SEQUENCE radar.fail_once"))
+    assert len(slack.messages()) == 1  # the analysis alerted, once
 
-        tick = _tick(instance, resources)
-        (request,) = tick.run_requests
-        assert (request.job_name, request.run_key) == ("deploy_verdicts_job", "d-7:reconcile-2")
-        assert _check(tick).metadata["deploys_without_analysis"].value == 1
-        assert _execute(instance, defs, request).success
-        assert _analysed(analysed)
-        assert not _tick(instance, resources, tick.cursor).run_requests
-    assert len(slack.messages()) == 1  # the retried run alerted, once
 
-
-def test_retries_are_bounded(analysed, warehouse_url, slack):  # noqa: F811
+def test_a_deploy_whose_run_failed_for_good_is_not_requested_again(analysed, warehouse_url, slack):  # noqa: F811
+    """The reconciler requests a deploy that never had a run; once Dagster's retries of that run failed, it waits
+    for a person, and nothing_waiting says so."""
     _forget_analysis(analysed)
-    resources = _resources(
-        warehouse_url, _bot(slack), ReconcilerResource(backoff_seconds=0, grace_seconds=0, max_analysis_runs=2)
-    )
-    defs = _defs(resources)
+    resources = _resources(warehouse_url, _bot(slack))
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("deploys", ["d-7"])
         with analysed.begin() as conn:  # a lasting failure
             conn.execute(sa.text("ALTER TABLE radar.verdict RENAME TO verdict_away"))
         try:
-            keys = []
-            for _ in range(4):
+            keys, retries = [], []
+            for _ in range(3):
                 tick = _tick(instance, resources)
                 for request in tick.run_requests:
                     keys.append(request.run_key)
-                    assert not _execute(instance, defs, request).success
+                    result = _execute(instance, _quick(resources), request)
+                    assert not result.success
+                    retries.append(_retries(result))
         finally:
             with analysed.begin() as conn:
                 conn.execute(sa.text("ALTER TABLE radar.verdict_away RENAME TO verdict"))
-    assert keys == ["d-7:reconcile-1", "d-7:reconcile-2"]
-    assert not _check(tick).passed
+    assert keys == ["d-7:reconcile-1"] and retries == [ANALYSIS_RETRY.max_retries]
+    assert not _check(tick).passed and _check(tick).metadata["deploys_without_analysis"].value == 1
+
+
+def test_analysis_retries_are_dagster_s(analysed, warehouse_url, slack):  # noqa: F811
+    """deploy_verdicts_job retries a failed step with backoff and a crashed run (dagster.yaml and the Helm values
+    enable run retries for crashes only); a refusal is not retried."""
+    assert deploy_verdicts_job.op_retry_policy == ANALYSIS_RETRY
+    assert ANALYSIS_RETRY.backoff == dg.Backoff.EXPONENTIAL and ANALYSIS_RETRY.delay == 30
+    # the retries outlast a warehouse away for a quarter of an hour, as the reconciler's runs used to
+    assert sum(ANALYSIS_RETRY.calculate_delay(n) for n in range(1, ANALYSIS_RETRY.max_retries + 1)) >= 25 * 60
+    assert deploy_verdicts_job.tags["dagster/max_retries"] == str(ANALYSIS_RUN_RETRIES)
+    root = Path(__file__).resolve().parents[1]
+    local = yaml.safe_load((root / "dagster.yaml").read_text())["run_retries"]
+    assert local == {"enabled": True, "max_retries": 0, "retry_on_asset_or_op_failure": False}
+    helm = yaml.safe_load((root / "deploy" / "helm" / "values.yaml").read_text())["dagsterDaemon"]["runRetries"]
+    assert helm == {"enabled": True, "maxRetries": 0, "retryOnAssetOrOpFailure": False}
+    defs = _defs(_resources(warehouse_url, _bot(slack)))
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["nowhere"])
+        result = _execute(instance, defs, dg.RunRequest(job_name="deploy_verdicts_job", partition_key="nowhere"))
+        assert not result.success and _retries(result) == 0  # refused at once: no wait of 30 s
 
 
 def test_a_deploy_inside_a_backfill_run_in_flight_is_not_requested_again(analysed, warehouse_url, slack):  # noqa: F811

@@ -8,7 +8,7 @@ from collections import Counter
 import dagster as dg
 import sqlalchemy as sa
 
-from radar_pipeline.defs.deploys import SENSOR_PAGE, cursor_position, deploy_event_sensor
+from radar_pipeline.defs.deploys.deploy_verdicts import SENSOR_PAGE, cursor_position, deploy_event_sensor
 from radar_pipeline.defs.resources import AnalysisResource, WarehouseResource
 
 BURST = 1000

@@ -223,7 +223,7 @@ def _optional_type(annotation: Any) -> Any:
 def test_the_run_config_of_the_analyses_is_every_engine_setting():
     """VerdictConfig (deploy_verdicts' and periodic_verdicts' run config) has exactly EngineSettings' fields, each an
     optional override of the same type (durations in seconds), and each reaches the settings a run uses."""
-    from radar_pipeline.defs.deploys import VerdictConfig
+    from radar_pipeline.defs.deploys.deploy_verdicts import VerdictConfig
     from radar_pipeline.defs.resources import AnalysisResource
 
     engine = {f.name: f for f in dataclasses.fields(EngineSettings)}

@@ -42,8 +42,8 @@ def test_a_sharded_schedule_requests_a_run_per_shard_and_each_scrapes_its_own(ap
     import dagster as dg
     import sqlalchemy as sa
 
+    from radar_pipeline.defs.collection.snapshots import pgss_snapshot_schedule_for, pgss_snapshots
     from radar_pipeline.defs.resources import TargetsResource, WarehouseResource
-    from radar_pipeline.defs.snapshots import pgss_snapshot_schedule_for, pgss_snapshots
     from radar_pipeline.warehouse.database import make_engine
 
     _, target = app_db

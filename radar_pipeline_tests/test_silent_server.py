@@ -28,10 +28,15 @@ import yaml
 from radar_pipeline import plan_shape
 from radar_pipeline.collector import session
 from radar_pipeline.config import Target
-from radar_pipeline.defs.deploys import deploy_verdicts
-from radar_pipeline.defs.plans import plan_snapshot_job, plan_snapshots
+from radar_pipeline.defs.collection.plans import plan_snapshot_job, plan_snapshots
+from radar_pipeline.defs.collection.snapshots import (
+    ALL_TARGETS_CHECK,
+    MAX_RUNTIME_TAG,
+    pgss_snapshot_job,
+    pgss_snapshots,
+)
+from radar_pipeline.defs.deploys.deploy_verdicts import deploy_verdicts
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
-from radar_pipeline.defs.snapshots import ALL_TARGETS_CHECK, MAX_RUNTIME_TAG, pgss_snapshot_job, pgss_snapshots
 from radar_pipeline.steps import plan_capture, plan_diffs
 from radar_pipeline.steps.plan_diffs import OUT_OF_TIME
 from radar_pipeline.warehouse import deploys
@@ -164,7 +169,7 @@ def test_an_analysis_gives_up_on_a_silent_target_s_live_plan_within_the_bound(ap
     assert result.success
     (mat,) = result.asset_materializations_for_node("deploy_verdicts")
     assert mat.metadata["detected"].value == 1
-    (diff,) = mat.metadata["plan_diffs"].value.values()
+    (diff,) = [row.data for row in mat.metadata["plan_diffs"].value.records]
     assert diff["unavailable"].startswith("no plan after the change: none could be captured now: ")
     _reason_names_the_target(diff["unavailable"], "main")
     assert PASSWORD not in text

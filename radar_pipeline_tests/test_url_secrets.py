@@ -100,7 +100,7 @@ def test_the_code_location_refuses_a_warehouse_password_with_an_unencoded_at():
     import sys
 
     proc = subprocess.run(
-        [sys.executable, "-c", "import radar_pipeline.definitions"],
+        [sys.executable, "-c", "from radar_pipeline.definitions import defs; defs()"],  # as Dagster loads it
         capture_output=True,
         text=True,
         timeout=300,

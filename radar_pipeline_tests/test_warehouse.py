@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from radar_pipeline.defs.retention import apply_retention
+from radar_pipeline.steps.retention import apply_retention
 from radar_pipeline.warehouse import migrations
 
 

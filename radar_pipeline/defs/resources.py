@@ -8,9 +8,7 @@ from typing import TYPE_CHECKING, Any, get_type_hints
 
 import dagster as dg
 import pydantic
-import sqlalchemy as sa
 
-from radar_pipeline.alerts.slack import SlackSender
 from radar_pipeline.config import TARGETS_VAR, WAREHOUSE_URL_VAR, ConfigError, Target, parse_targets
 from radar_pipeline.config.settings import (
     ALERT_MAX_AGE_VAR,
@@ -24,11 +22,13 @@ from radar_pipeline.config.settings import (
     field_of,
     settings,
 )
-from radar_pipeline.engine import EngineSettings
-from radar_pipeline.warehouse.database import make_engine
+from radar_pipeline.engine.settings import EngineSettings
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # SQLAlchemy and slack_sdk load when a run or a tick uses the resource
+    import sqlalchemy as sa
+
     from radar_pipeline.alerts.code_hosts import HostClient
+    from radar_pipeline.alerts.slack import SlackSender
 
 
 class WarehouseResource(dg.ConfigurableResource):
@@ -36,7 +36,7 @@ class WarehouseResource(dg.ConfigurableResource):
 
     url: str
 
-    def engine(self) -> sa.Engine:
+    def engine(self) -> "sa.Engine":
         """A pooled engine, shared by every use in this process."""
         return _engine_for(self.url)
 
@@ -83,6 +83,8 @@ class AnalysisResource(dg.ConfigurableResource):
         """Engine settings of the periodic check: as `settings`, with the window P (`window` overrides it) and a
         tolerance spanning the whole window, so a change anywhere in [t − 2P, t] counts; the false-alert budget is
         spread over a day's checks (B · P / 1 day each)."""
+        from radar_pipeline.engine import EngineSettings
+
         budget = EngineSettings().false_alert_budget * self.period_seconds / 86400
         chosen = {
             "window": self.period_seconds,
@@ -114,9 +116,9 @@ def engine_overrides_config(
 
 
 class ReconcilerResource(dg.ConfigurableResource):
-    """How radar_reconciler retries what waits: a deploy with no analysis gets at most `max_analysis_runs` runs, the
-    next one `backoff_seconds` × 2^(n−1) after the n-th ended; it is left to deploy_event_sensor for `grace_seconds`
-    after it became ready; deploys ready more than `max_age_days` ago are left alone."""
+    """How radar_reconciler retries what waits: an outbox attempt gets at most `max_analysis_runs` runs, the next one
+    `backoff_seconds` × 2^(n−1) after the n-th ended; a deploy without a run is left to deploy_event_sensor for
+    `grace_seconds` after it became ready; deploys ready more than `max_age_days` ago are left alone."""
 
     backoff_seconds: float = 300.0
     max_analysis_runs: int = 4
@@ -157,7 +159,9 @@ def env_cron_schedule(name: str, job: Any, variable: str, default: str, descript
 
 
 @lru_cache(maxsize=8)
-def _engine_for(url: str) -> sa.Engine:
+def _engine_for(url: str) -> "sa.Engine":
+    from radar_pipeline.warehouse.database import make_engine
+
     return make_engine(url)
 
 
@@ -187,8 +191,10 @@ class SlackResource(dg.ConfigurableResource):
     timeout_seconds: int = 10
     alert_max_age_hours: float = DEFAULT_ALERT_MAX_AGE_HOURS
 
-    def sender(self) -> SlackSender:
+    def sender(self) -> "SlackSender":
         """A sender for the configured mode: bot token and channel, webhook, or none."""
+        from radar_pipeline.alerts.slack import SlackSender  # slack_sdk: only runs that deliver pay for its import
+
         return SlackSender(
             token=self.token or None,
             channel=self.channel or None,
@@ -254,3 +260,15 @@ def slack_from_environment() -> SlackResource:
     if configured.slack_channel:
         fields["channel"] = configured.slack_channel
     return SlackResource(**fields)
+
+
+@dg.definitions
+def resources() -> dg.Definitions:
+    """The resources every asset, check, sensor and schedule here uses, configured when the location loads."""
+    return dg.Definitions(
+        resources={
+            **default_resources(),
+            "slack": slack_from_environment(),
+            "code_hosts": code_hosts_from_environment(),
+        }
+    )

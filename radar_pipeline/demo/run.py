@@ -58,7 +58,7 @@ def _run(embedded: environment.Embedded, started: float) -> int:
     assert configured.warehouse_url is not None
     warehouse = configured.warehouse_url.get_secret_value()
     app_dsn = embedded.server.dsn(environment.APP_DB)
-    repo = definitions.defs.get_repository_def()
+    repo = definitions.defs().get_repository_def()
     instance = dg.DagsterInstance.get()
 
     with Progress(
@@ -209,7 +209,7 @@ def _snapshots(dg, repo, instance, seconds, scrape, progress, task, plans_at: fl
 
 def _sense(dg, repo, instance) -> list:  # type: ignore[no-untyped-def]
     """Evaluate deploy_event_sensor as the daemon would, and apply its partition requests."""
-    from radar_pipeline.defs.deploys import deploy_event_sensor
+    from radar_pipeline.defs.deploys.deploy_verdicts import deploy_event_sensor
 
     resources = {k: v for k, v in repo.get_top_level_resources().items() if k in ("warehouse", "analysis")}
     with dg.build_sensor_context(instance=instance, resources=resources) as context:

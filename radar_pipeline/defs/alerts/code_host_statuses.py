@@ -5,7 +5,8 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from radar_pipeline.defs.deploys import REANALYSIS_TAG, deploy_verdicts, deploys_partitions
+from radar_pipeline.defs.deploys.deploy_verdicts import REANALYSIS_TAG, deploy_verdicts, deploys_partitions
+from radar_pipeline.defs.metadata import OWNERS
 from radar_pipeline.defs.resources import CodeHostResource, WarehouseResource
 
 
@@ -13,6 +14,8 @@ from radar_pipeline.defs.resources import CodeHostResource, WarehouseResource
     partitions_def=deploys_partitions,
     deps=[deploy_verdicts],
     group_name="analysis",
+    kinds={"github", "gitlab"},
+    owners=OWNERS,
     description="The deploy's state as a GitHub or GitLab commit status (and deployment status), and a comment on the "
     "pull or merge request that merged the commit when something regressed (radar.code_host_delivery).",
 )

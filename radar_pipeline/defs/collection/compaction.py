@@ -4,15 +4,15 @@ sql/0013)."""
 
 import dagster as dg
 
-from radar_pipeline.defs.metadata import table
+from radar_pipeline.defs.metadata import OWNERS, table
 from radar_pipeline.defs.resources import WarehouseResource
-from radar_pipeline.steps.compaction import compact_history
-from radar_pipeline.steps.noise import update_noise
 
 
 @dg.asset(
     group_name="collection",
     deps=["pgss_snapshots"],
+    kinds={"postgres"},
+    owners=OWNERS,
     description="Snapshot days that have ended, one row per statement per day holding its samples as arrays "
     "(radar.pgss_compact); every reader reads them as before. First, each ended day's noise sums per statement "
     "(radar.statement_noise), from which analyses estimate serial correlation and dispersion.",
@@ -21,6 +21,9 @@ def pgss_compaction(context: dg.AssetExecutionContext, warehouse: WarehouseResou
     """Store the noise sums of every ended day that has none (read while the day is still raw, the cheaper read),
     then compact every ended raw day, each day atomically; fails naming the days left raw or without sums (the others
     are done, and the next run retries those)."""
+    from radar_pipeline.steps.compaction import compact_history
+    from radar_pipeline.steps.noise import update_noise
+
     noise = update_noise(warehouse.engine())
     for day in noise:
         if day.error is None:

@@ -1,29 +1,33 @@
 """The plan_snapshots asset and its schedule: plans of the statements that matter, stored when their shape changes."""
 
 import time
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
 
-from radar_pipeline.config.settings import PLAN_TOP_N_VAR, count_setting
-from radar_pipeline.defs.metadata import ID, table
+from radar_pipeline.config.settings import PLAN_CRON_VAR, PLAN_TOP_N_VAR, count_setting
+from radar_pipeline.defs.collection.snapshots import MAX_RUNTIME_TAG
+from radar_pipeline.defs.metadata import ID, OWNERS, table
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource, env_cron_schedule
-from radar_pipeline.defs.snapshots import MAX_RUNTIME_TAG
-from radar_pipeline.steps.plan_capture import CAPTURE_DEADLINE_S, OUT_OF_TIME, capture_targets
 
-PLAN_CRON_VAR = "RADAR_PLAN_CRON"
 DEFAULT_PLAN_CRON = "*/10 * * * *"
 SKIPPED_ROWS_SHOWN = 50  # per target: statements not planned this time, and why
 
 
 @dg.asset(
     group_name="collection",
+    kinds={"postgres"},
+    owners=OWNERS,
     description="Plans of each target's busiest statements (radar.plan_snapshot), stored when their shape changes.",
 )
 def plan_snapshots(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, targets: TargetsResource
 ) -> dg.MaterializeResult:
     """Capture plans on every target at once; a target without a plan source is named once, and the rest go on."""
+    from radar_pipeline.steps.plan_capture import CAPTURE_DEADLINE_S, OUT_OF_TIME, capture_targets
+
     started = time.perf_counter()
     top_n = count_setting(PLAN_TOP_N_VAR)
     captures = capture_targets(targets.targets(), warehouse.engine(), top_n)
@@ -96,3 +100,33 @@ def plan_snapshot_schedule_for() -> dg.ScheduleDefinition:
         DEFAULT_PLAN_CRON,
         "Capture plans of each target's busiest statements.",
     )
+
+
+@dg.definitions
+def plan_definitions() -> dg.Definitions:
+    """plan_snapshots, its job and its schedule, built when the location loads (not at import): the schedule from
+    RADAR_PLAN_CRON, and the asset stale when a whole capture was missed (twice the cron's longest gap)."""
+    schedule = plan_snapshot_schedule_for()
+    fresh = dg.FreshnessPolicy.time_window(fail_window=2 * longest_gap(schedule.cron_schedule))
+    return dg.Definitions(
+        assets=[plan_snapshots.map_asset_specs(lambda spec: spec.replace_attributes(freshness_policy=fresh))],
+        jobs=[plan_snapshot_job],
+        schedules=[schedule],
+    )
+
+
+def longest_gap(cron: str | Sequence[str], now: datetime | None = None) -> timedelta:
+    """The longest time between two ticks of a cron, over its recent ticks (the last 2 hours, else day, week or
+    month that hold at least 3), read through Dagster's own cron handling."""
+    now = now or datetime.now(UTC)
+    fmt = "%Y-%m-%d-%H:%M"
+    ticks: Sequence[str] = []
+    for span in (timedelta(hours=2), timedelta(days=1), timedelta(days=8), timedelta(days=32)):
+        partitions = dg.TimeWindowPartitionsDefinition(
+            cron_schedule=cron if isinstance(cron, str) else cron[0], start=(now - span).strftime(fmt), fmt=fmt
+        )
+        ticks = partitions.get_partition_keys(current_time=now)
+        if len(ticks) >= 3:
+            break
+    times = [datetime.strptime(tick, fmt) for tick in ticks]
+    return max((b - a for a, b in zip(times, times[1:], strict=False)), default=timedelta(days=32))

@@ -1,17 +1,17 @@
 """query_history: after each deploy's analysis, each query's post-deploy mean against its history band."""
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from radar_pipeline.defs.deploys import deploy_verdicts, deploys_partitions
-from radar_pipeline.defs.metadata import ID, chart_images, table
+from radar_pipeline.defs.deploys.deploy_verdicts import deploy_verdicts, deploys_partitions
+from radar_pipeline.defs.metadata import ID, OWNERS, chart_images, table
 from radar_pipeline.defs.resources import AnalysisResource, WarehouseResource
-from radar_pipeline.engine.history import HistorySettings
-from radar_pipeline.engine.settings import LEVEL_MIN_CALLS
-from radar_pipeline.steps.alert_delivery import chart_folder
-from radar_pipeline.steps.history import HistoryRefused, HistoryUpdate, history_charts, update_history
+
+if TYPE_CHECKING:
+    from radar_pipeline.engine.history import HistorySettings
+    from radar_pipeline.steps.history import HistoryUpdate
 
 FLAGGED_ROWS_SHOWN = 25
 
@@ -31,6 +31,8 @@ class HistoryConfig(dg.Config):
     partitions_def=deploys_partitions,
     deps=[deploy_verdicts],
     group_name="analysis",
+    kinds={"python", "postgres"},
+    owners=OWNERS,
     description="Each query's mean after the deploy against its segment-aware history band, and creeping drift "
     "(radar.query_history).",
 )
@@ -38,6 +40,11 @@ def query_history(
     context: dg.AssetExecutionContext, config: HistoryConfig, warehouse: WarehouseResource, analysis: AnalysisResource
 ) -> dg.MaterializeResult:
     """Add the deploy's points to the queries' histories; report the points above their band and the drifting."""
+    from radar_pipeline.engine.history import HistorySettings
+    from radar_pipeline.engine.settings import LEVEL_MIN_CALLS
+    from radar_pipeline.steps.alert_delivery import chart_folder
+    from radar_pipeline.steps.history import HistoryRefused, history_charts, update_history
+
     try:
         settings = HistorySettings.from_dict({k: v for k, v in config.model_dump().items() if v is not None})
     except ValueError as exc:
@@ -55,7 +62,7 @@ def query_history(
     return dg.MaterializeResult(metadata=_metadata(update, settings, charts))
 
 
-def _describe(row: Any, update: HistoryUpdate) -> str:
+def _describe(row: Any, update: "HistoryUpdate") -> str:
     text = update.texts.get(int(row.queryid), f"queryid {row.queryid}")
     if row.drift:
         return f"creeping drift: {text}: +{row.drift_rise:.0%} over the segment's last points (p {row.drift_p:.4f})"
@@ -63,7 +70,7 @@ def _describe(row: Any, update: HistoryUpdate) -> str:
     return f"above the band: {text}: {row.mean_ms:.3f} ms vs {band} (z {row.z_score:.1f})"
 
 
-def _metadata(update: HistoryUpdate, settings: HistorySettings, charts: list[Path]) -> dict[str, Any]:
+def _metadata(update: "HistoryUpdate", settings: "HistorySettings", charts: list[Path]) -> dict[str, Any]:
     points = update.points
     flagged = update.flagged
     rows = [

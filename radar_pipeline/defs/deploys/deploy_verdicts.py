@@ -1,41 +1,28 @@
 """Deploys in Dagster: the `deploys` partitions, the deploy_verdicts asset, its sensor and the nightly reanalysis."""
 
 import json
-import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
-from dagster._core.definitions.asset_checks.asset_check_evaluation import (
-    AssetCheckEvaluationTargetMaterializationData,
-)
 
 from radar_pipeline import plan_shape
 from radar_pipeline.alerts.render import NO_DATA_BEFORE
 from radar_pipeline.config import ConfigError, Target, mask_password
 from radar_pipeline.config.settings import REANALYSIS_DAYS_VAR, count_setting
-from radar_pipeline.defs.metadata import ID, detection_cells, rounded, table
-from radar_pipeline.defs.plans import plan_snapshots
+from radar_pipeline.defs.metadata import ID, OWNERS, detection_cells, rounded, table
 from radar_pipeline.defs.resources import (
     AnalysisResource,
     TargetsResource,
     WarehouseResource,
     engine_overrides_config,
 )
-from radar_pipeline.defs.snapshots import pgss_snapshots
-from radar_pipeline.engine import (
-    DETECTED,
-    ENGINE_VERSION,
-    INCONCLUSIVE,
-    INSUFFICIENT_DATA,
-    NO_REGRESSION,
-    EngineSettings,
-)
 from radar_pipeline.pgss_model import key_label
-from radar_pipeline.steps.deploy_analysis import AnalysisRefused, DeployAnalysis, analyse_deploy, analyse_deploys
-from radar_pipeline.warehouse import analysis as analysis_store
-from radar_pipeline.warehouse import deploys
+
+if TYPE_CHECKING:  # the engine, steps/ and warehouse/ (pandas, SQLAlchemy) load when a run or a tick needs them
+    from radar_pipeline.engine import EngineSettings
+    from radar_pipeline.steps.deploy_analysis import DeployAnalysis
 
 deploys_partitions = dg.DynamicPartitionsDefinition(name="deploys")
 
@@ -57,6 +44,23 @@ DETECTION_COLUMNS = [
     ("cause", "string"),
     ("plan", "string"),
     ("caution", "string"),
+]
+PLAN_DIFF_COLUMNS = [
+    ("statement", "string"),
+    ("summary", "string"),
+    ("unavailable", "string"),
+    ("root_before", "string"),
+    ("root_after", "string"),
+    ("changes", "string"),
+    ("removed", "string"),
+    ("added", "string"),
+    ("cost_before", "float"),
+    ("cost_after", "float"),
+    ("cost_factor", "float"),
+    ("source_before", "string"),
+    ("source_after", "string"),
+    ("cautions", "string"),
+    ("queryid_not_checked", "string"),
 ]
 SUMMARY_COLUMNS = [
     ("database", "string"),
@@ -83,12 +87,6 @@ CHANGE_COLUMNS = [
     ("share_ratio", "float"),
     ("p_family", "float"),
 ]
-# At every load of the code location Dagster warns that `backfill_policy` is beta and that deploy_verdicts_job mixes
-# backfill policies (the job then takes one deploy a run, as the sensor's runs do; backfills are launched on the
-# asset). Both are known and chosen, and every process that loads the definitions would print them (the daemon, each
-# run, radar dev): filtered by their messages, for this asset and this job only.
-warnings.filterwarnings("ignore", r"Parameter `backfill_policy` of function `asset` is currently", dg.BetaWarning)
-warnings.filterwarnings("ignore", r"Asset job deploy_verdicts_job materializes assets with varying", UserWarning)
 REANALYSIS_TAG = "radar/reanalysis"  # on the nightly reanalysis's runs: their alerts are recorded, never sent
 # A backfill's run analyses this many deploys one after another. Measured (benchmarks/backfill_bench.py, 1,000
 # statements): a deploy takes about 0.5 s in a run, a run about 6 s to start, so a run of 100 (about a minute) spends
@@ -117,7 +115,9 @@ else:
 @dg.asset(
     partitions_def=deploys_partitions,
     group_name="analysis",
-    deps=[pgss_snapshots, plan_snapshots],  # what it reads, so the UI's lineage shows the whole flow
+    deps=["pgss_snapshots", "plan_snapshots"],  # what it reads, so the UI's lineage shows the whole flow
+    kinds={"python", "postgres"},
+    owners=OWNERS,
     check_specs=[
         dg.AssetCheckSpec(COVERAGE_CHECK, asset="deploy_verdicts", description="no scrape gap over 3 intervals"),
         dg.AssetCheckSpec(RESETS_CHECK, asset="deploy_verdicts", description="no stats reset or eviction"),
@@ -145,7 +145,7 @@ def deploy_verdicts(
     try:
         settings = analysis.settings(**config.model_dump())
     except ValueError as exc:
-        raise dg.Failure(description=f"run config for deploy_verdicts: {exc}") from None
+        raise dg.Failure(description=f"run config for deploy_verdicts: {exc}", allow_retries=False) from None
     if context.has_partition_key:
         yield _single_deploy(context, warehouse, analysis, targets, settings)
         return
@@ -157,8 +157,10 @@ def _single_deploy(
     warehouse: WarehouseResource,
     analysis: AnalysisResource,
     targets: TargetsResource,
-    settings: EngineSettings,
+    settings: "EngineSettings",
 ) -> dg.MaterializeResult:
+    from radar_pipeline.steps.deploy_analysis import AnalysisRefused, analyse_deploy
+
     try:
         result = analyse_deploy(
             warehouse.engine(),
@@ -169,7 +171,7 @@ def _single_deploy(
             live_targets=configured_targets(targets, context),
         )
     except AnalysisRefused as exc:
-        raise dg.Failure(description=str(exc)) from None
+        raise dg.Failure(description=str(exc), allow_retries=False) from None
     for line in _detections_log(result):
         context.log.info(line)
     return dg.MaterializeResult(
@@ -183,11 +185,13 @@ def _several_deploys(
     warehouse: WarehouseResource,
     analysis: AnalysisResource,
     targets: TargetsResource,
-    settings: EngineSettings,
+    settings: "EngineSettings",
 ) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation | dg.Output]:
     """The deploys of the run's partition range (analyse_deploys: overlapping windows read once), through one
     warehouse engine; a materialization for each one stored, its checks CHECKS_BATCH deploys at a time, and a Failure
     at the end naming those that were not."""
+    from radar_pipeline.steps.deploy_analysis import AnalysisRefused, analyse_deploys
+
     live = configured_targets(targets, context)
     keys = context.partition_keys
     failed: list[str] = []
@@ -222,6 +226,7 @@ def _several_deploys(
         f" and {len(failed) - FAILED_SHOWN} more" if len(failed) > FAILED_SHOWN else ""
     )
     raise dg.Failure(
+        allow_retries=False,  # the others are stored: a retry would analyse them all again
         description=f"{len(failed)} of {len(keys)} deploys were not analysed (the run log says why): {shown}; "
         "the others are stored and materialized",
         metadata={"failed": dg.MetadataValue.json(failed)},
@@ -233,6 +238,12 @@ def _check_evaluations(
 ) -> Iterator[dg.AssetCheckEvaluation]:
     """The checks of deploys whose materializations this run just stored, each evaluation pointing at its deploy's
     materialization (as a one-deploy run's do); the materializations are looked up in one query for them all."""
+    # No public name in Dagster 1.13 for the pointer AssetCheckEvaluation takes (its own AssetCheckResult builds it
+    # from a one-partition step, which a backfill's run is not): loaded only by the backfill runs that need it.
+    from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+        AssetCheckEvaluationTargetMaterializationData,
+    )
+
     if not checks:
         return
     records = context.instance.fetch_materializations(
@@ -266,7 +277,9 @@ def configured_targets(targets: TargetsResource, context: dg.AssetExecutionConte
         return {}
 
 
-def _detections_log(result: DeployAnalysis) -> list[str]:
+def _detections_log(result: "DeployAnalysis") -> list[str]:
+    from radar_pipeline.engine import DETECTED
+
     detected = result.verdicts[result.verdicts["verdict"] == DETECTED]
     return [
         f"regression: queryid {r.queryid}: {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms "
@@ -275,9 +288,11 @@ def _detections_log(result: DeployAnalysis) -> list[str]:
     ]
 
 
-def _metadata(result: DeployAnalysis) -> dict[str, Any]:
+def _metadata(result: "DeployAnalysis") -> dict[str, Any]:
     """The materialization's metadata, the deploy's state first (radar.deploy_state: pass, fail or inconclusive, and
     the share of its execution time after the deploy that is cleared), then its verdict counts and tables."""
+    from radar_pipeline.engine import DETECTED, INCONCLUSIVE, INSUFFICIENT_DATA, NO_REGRESSION
+
     v = result.verdicts
     counts = v["verdict"].value_counts()
     detected = v[v["verdict"] == DETECTED].sort_values("confidence", ascending=False)
@@ -309,14 +324,18 @@ def _metadata(result: DeployAnalysis) -> dict[str, Any]:
         "no_regression": int(counts.get(NO_REGRESSION, 0)),
         "inconclusive": int(counts.get(INCONCLUSIVE, 0)),
         "insufficient_data": int(counts.get(INSUFFICIENT_DATA, 0)),
-        "plan_diffs": dg.MetadataValue.json(
-            {
-                key_label((r.dbid, r.userid, r.queryid, r.toplevel)): r.plan_diff
+        "plan_diffs": table(
+            PLAN_DIFF_COLUMNS,
+            [
+                _plan_diff_row(key_label((r.dbid, r.userid, r.queryid, r.toplevel)), r.plan_diff)
                 for r in detected.head(DETECTION_ROWS_SHOWN).itertuples()
-                if r.plan_diff
-            }
+                if isinstance(r.plan_diff, dict) and r.plan_diff
+            ],
         ),
-        "reasons": dg.MetadataValue.json({str(k): int(n) for k, n in v["reason"].value_counts().items()}),
+        "reasons": table(
+            [("reason", "string"), ("statements", "int")],
+            [{"reason": str(k), "statements": int(n)} for k, n in v["reason"].value_counts().items()],
+        ),
         "detections": table(DETECTION_COLUMNS, rows),
         "database_time": table(SUMMARY_COLUMNS, _summary_rows(result)),
         "load_changes": table(CHANGE_COLUMNS, _change_rows(result)),
@@ -329,7 +348,7 @@ def _metadata(result: DeployAnalysis) -> dict[str, Any]:
     }
 
 
-def _summary_rows(result: DeployAnalysis) -> list[dict[str, Any]]:
+def _summary_rows(result: "DeployAnalysis") -> list[dict[str, Any]]:
     """The impact summary: the whole target, then each database, execution time and calls per minute (the cells
     before the deploy left empty, with a note, when no statement had calls there: no data, not a load of 0)."""
     rows = []
@@ -350,7 +369,7 @@ def _summary_rows(result: DeployAnalysis) -> list[dict[str, Any]]:
     return rows
 
 
-def _change_rows(result: DeployAnalysis) -> list[dict[str, Any]]:
+def _change_rows(result: "DeployAnalysis") -> list[dict[str, Any]]:
     """The statements whose load changed (new, stopped, surge, n_plus_one, rows_per_call), heaviest first."""
     return [
         {
@@ -372,13 +391,21 @@ def _change_rows(result: DeployAnalysis) -> list[dict[str, Any]]:
     ]
 
 
+def _plan_diff_row(statement: str, plan_diff: dict[str, Any]) -> dict[str, Any]:
+    """A detection's plan diff (plan_shape.diff, or why there is none) as one row of the plan_diffs table."""
+    row: dict[str, Any] = {"statement": statement, "summary": plan_shape.summary(plan_diff), **plan_diff}
+    for name in ("removed", "added", "changes", "cautions"):
+        row[name] = "; ".join(plan_diff.get(name) or [])
+    return row
+
+
 def _plan_summary(plan_diff: object) -> str:
     if not isinstance(plan_diff, dict):
         return ""
     return plan_shape.summary(plan_diff)
 
 
-def _checks(result: DeployAnalysis, scrape_interval_s: float) -> list[dg.AssetCheckResult]:
+def _checks(result: "DeployAnalysis", scrape_interval_s: float) -> list[dg.AssetCheckResult]:
     h = result.health
     return [
         dg.AssetCheckResult(
@@ -401,10 +428,22 @@ def _checks(result: DeployAnalysis, scrape_interval_s: float) -> list[dg.AssetCh
 # In the run's own process, one step after another: the default multiprocess executor starts a process per step,
 # each loading the code location again before the analysis can begin (benchmarks/gate_latency.py: from the run's
 # start to the stored analysis 4.0 s before, 1.3 s after, medians on a quiet machine; 9.7 s before at a load of 5).
+# Retries are Dagster's: a step that fails (the warehouse away for a moment, a connection cut) is tried again in the
+# same run, with backoff (RetryPolicy; a refusal is a Failure that allows none), and a run whose process died (its pod
+# evicted, its code server gone) is started again by the daemon (run retries: dagster.yaml and the Helm values enable
+# them for crashes only, the step retries covering step failures). radar_reconciler requests the deploys that never
+# got a run.
+# Five retries, 30 s × (2^n − 1) after the n-th failure (30 s, 90, 210, 450, 930): the last about 29 minutes after the
+# first failure, as long as the reconciler's four runs used to wait, so a warehouse away for a quarter of an hour is
+# outlasted.
+ANALYSIS_RETRY = dg.RetryPolicy(max_retries=5, delay=30, backoff=dg.Backoff.EXPONENTIAL)
+ANALYSIS_RUN_RETRIES = 2
 deploy_verdicts_job = dg.define_asset_job(
     "deploy_verdicts_job",
     selection=dg.AssetSelection.assets("deploy_verdicts").downstream(depth=1),
     executor_def=dg.in_process_executor,
+    op_retry_policy=ANALYSIS_RETRY,
+    tags={"dagster/max_retries": str(ANALYSIS_RUN_RETRIES)},
 )
 # How often deploy_event_sensor looks: a CI job or a rollout waits on it (`radar gate`), and each look is one query.
 SENSOR_INTERVAL_S = 10
@@ -433,6 +472,8 @@ def deploy_event_sensor(
     not move for it): the scrape interval of settle is then not waited for. Its run key is its id, so when the keyset
     reaches it later Dagster starts no second run.
     """
+    from radar_pipeline.warehouse import deploys
+
     position = cursor_position(context.cursor)
     window = timedelta(seconds=analysis.window_seconds)
     delay = window + analysis.settle
@@ -489,6 +530,9 @@ def deploy_reanalysis_schedule(
 ) -> list[dg.RunRequest] | dg.SkipReason:
     """Deploys of the last RADAR_REANALYSIS_DAYS days (default 7) analysed with settings other than today's; the
     runs are tagged REANALYSIS_TAG, so their regressions are recorded in the outbox and never posted."""
+    from radar_pipeline.engine import ENGINE_VERSION
+    from radar_pipeline.warehouse import analysis as analysis_store
+
     days = count_setting(REANALYSIS_DAYS_VAR)
     current = analysis.settings().to_dict()
     with warehouse.engine().connect() as conn:

@@ -8,12 +8,13 @@ from pydantic import Field
 
 from radar_pipeline.config.settings import settings
 from radar_pipeline.defs.resources import WarehouseResource
-from radar_pipeline.steps.retention import apply_retention
 
 
 @dg.op(description="Drop expired snapshot partitions and create the coming days' partitions.")
 def drop_expired_snapshots(context: dg.OpExecutionContext, warehouse: WarehouseResource) -> list[str]:
     """Apply RADAR_RETENTION_DAYS to the warehouse and report the partitions dropped."""
+    from radar_pipeline.steps.retention import apply_retention
+
     keep = settings("retention_days").retention_days
     dropped = apply_retention(warehouse.engine(), keep, datetime.now(UTC).date())
     context.log.info(

@@ -1,45 +1,23 @@
-"""The periodic check in Dagster: hourly partitions, periodic_verdicts, periodic_alerts, their job and schedule."""
+"""The periodic check in Dagster: hourly partitions, periodic_verdicts, periodic_alerts, their job and schedule, built
+when the location loads (the partitions' first hour and the schedule's minute are settings)."""
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
-import pandas as pd
 
 from radar_pipeline.config.settings import periodic_minute, periodic_start
-from radar_pipeline.defs.alerts import as_metadata
-from radar_pipeline.defs.deploys import DETECTION_ROWS_SHOWN, VerdictConfig, configured_targets
-from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, ID, detection_cells, table
-from radar_pipeline.defs.plans import plan_snapshots
+from radar_pipeline.defs.alerts.regression_alerts import as_metadata
+from radar_pipeline.defs.deploys.deploy_verdicts import DETECTION_ROWS_SHOWN, VerdictConfig, configured_targets
+from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, ID, OWNERS, detection_cells, status_counts, table
 from radar_pipeline.defs.resources import AnalysisResource, SlackResource, TargetsResource, WarehouseResource
-from radar_pipeline.defs.snapshots import pgss_snapshots
-from radar_pipeline.engine import DETECTED
-from radar_pipeline.steps.alert_delivery import deliver, period_facts
-from radar_pipeline.steps.deploy_analysis import AnalysisRefused
-from radar_pipeline.steps.periodic_check import (
-    ALREADY_REPORTED,
-    LEFT_TO_DEPLOY,
-    REPORTED,
-    PeriodAnalysis,
-    analyse_period,
-    analysis_id,
-)
-from radar_pipeline.warehouse import alerts as outbox
 
-periodic_partitions = dg.HourlyPartitionsDefinition(start_date=periodic_start())
+if TYPE_CHECKING:
+    from radar_pipeline.steps.periodic_check import PeriodAnalysis
+
 ALL_TARGETS_CHECK = "all_targets_analysed"
 
 
-@dg.asset(
-    partitions_def=periodic_partitions,
-    group_name="periodic",
-    deps=[pgss_snapshots, plan_snapshots],  # what it reads, so the UI's lineage shows the whole flow
-    check_specs=[
-        dg.AssetCheckSpec(ALL_TARGETS_CHECK, asset="periodic_verdicts", description="every scraped target analysed")
-    ],
-    description="Hourly: every query's latest period P against the one before, for regressions with no deploy "
-    "behind them (radar.verdict with trigger 'periodic'; reporting: radar.regression_episode).",
-)
 def periodic_verdicts(
     context: dg.AssetExecutionContext,
     config: VerdictConfig,
@@ -49,6 +27,9 @@ def periodic_verdicts(
 ) -> dg.MaterializeResult:
     """Decide, for every query of every target scraped in [t − 2P, t] (t: the end of the partition's hour), whether
     it got slower between the two periods; report each query once until it recovers."""
+    from radar_pipeline.steps.deploy_analysis import AnalysisRefused
+    from radar_pipeline.steps.periodic_check import analyse_period
+
     try:
         settings = analysis.periodic_settings(**config.model_dump())
     except ValueError as exc:
@@ -87,7 +68,11 @@ def periodic_verdicts(
     )
 
 
-def _report_log(result: PeriodAnalysis) -> list[str]:
+def _report_log(result: "PeriodAnalysis") -> list[str]:
+    import pandas as pd
+
+    from radar_pipeline.engine import DETECTED
+
     v = result.verdicts
     lines = [
         f"{result.target}: queryid {r.queryid} {r.report}: {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms "
@@ -102,7 +87,12 @@ def _report_log(result: PeriodAnalysis) -> list[str]:
     return lines
 
 
-def _metadata(done: list[PeriodAnalysis], period_s: float) -> dict[str, Any]:
+def _metadata(done: "list[PeriodAnalysis]", period_s: float) -> dict[str, Any]:
+    import pandas as pd
+
+    from radar_pipeline.engine import DETECTED
+    from radar_pipeline.steps.periodic_check import ALREADY_REPORTED, LEFT_TO_DEPLOY, REPORTED
+
     frames = [r.verdicts.assign(target=r.target) for r in done]
     if not frames:
         return {
@@ -142,18 +132,16 @@ def _metadata(done: list[PeriodAnalysis], period_s: float) -> dict[str, Any]:
     }
 
 
-@dg.asset(
-    partitions_def=periodic_partitions,
-    deps=[periodic_verdicts],
-    group_name="periodic",
-    description="Slack alerts for the regressions the periodic check reported (outbox: radar.alert).",
-)
 def periodic_alerts(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, slack: SlackResource
 ) -> dg.MaterializeResult:
     """One message per target for the regressions this hour's check reported, like a deploy's alerts; none for an
     hour that ended longer ago than the alert age limit (RADAR_ALERT_MAX_AGE_HOURS, default 24: a backfill; its
     reports are in radar.regression_episode)."""
+    from radar_pipeline.steps.alert_delivery import deliver, period_facts
+    from radar_pipeline.steps.periodic_check import analysis_id
+    from radar_pipeline.warehouse import alerts as outbox
+
     ident = analysis_id(context.partition_key)
     ended = context.partition_time_window.end
     max_age = slack.alert_max_age
@@ -176,21 +164,50 @@ def periodic_alerts(
         metadata["regressions"] += sent.pop("regressions")
         metadata.update({f"{target}: {k}": v for k, v in sent.items()})
     with engine.connect() as conn:
-        metadata["statuses"] = dg.MetadataValue.json(outbox.statuses(conn, ident))
+        metadata.update(status_counts(outbox.statuses(conn, ident)))
     if found.empty:
         metadata["note"] = "nothing new to report this hour"
     return dg.MaterializeResult(metadata=metadata)
 
 
-periodic_job = dg.define_asset_job(
-    "periodic_job",
-    selection=dg.AssetSelection.assets(periodic_verdicts, periodic_alerts),
-)
+def periodic_definitions(start: str, minute: int) -> dg.Definitions:
+    """periodic_verdicts and periodic_alerts over hourly partitions from `start` (an hour, UTC, as 2026-11-01-00:00),
+    their job, and the schedule that runs the hour just ended `minute` minutes past the next one."""
+    partitions = dg.HourlyPartitionsDefinition(start_date=start)
+    verdicts = dg.asset(
+        name="periodic_verdicts",
+        partitions_def=partitions,
+        group_name="periodic",
+        deps=["pgss_snapshots", "plan_snapshots"],  # what it reads, so the UI's lineage shows the whole flow
+        kinds={"python", "postgres"},
+        owners=OWNERS,
+        check_specs=[
+            dg.AssetCheckSpec(ALL_TARGETS_CHECK, asset="periodic_verdicts", description="every scraped target analysed")
+        ],
+        description="Hourly: every query's latest period P against the one before, for regressions with no deploy "
+        "behind them (radar.verdict with trigger 'periodic'; reporting: radar.regression_episode).",
+    )(periodic_verdicts)
+    alerts = dg.asset(
+        name="periodic_alerts",
+        partitions_def=partitions,
+        deps=[verdicts],
+        group_name="periodic",
+        kinds={"slack"},
+        owners=OWNERS,
+        description="Slack alerts for the regressions the periodic check reported (outbox: radar.alert).",
+    )(periodic_alerts)
+    job = dg.define_asset_job("periodic_job", selection=dg.AssetSelection.assets(verdicts, alerts))
+    schedule = dg.build_schedule_from_partitioned_job(
+        job,
+        minute_of_hour=minute,
+        name="periodic_schedule",
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Hourly, a few minutes after the hour: the periodic check of the hour just ended.",
+    )
+    return dg.Definitions(assets=[verdicts, alerts], jobs=[job], schedules=[schedule])
 
-periodic_schedule = dg.build_schedule_from_partitioned_job(
-    periodic_job,
-    minute_of_hour=periodic_minute(),
-    name="periodic_schedule",
-    default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Hourly, a few minutes after the hour: the periodic check of the hour just ended.",
-)
+
+@dg.definitions
+def periodic() -> dg.Definitions:
+    """The periodic check as configured: RADAR_PERIODIC_START and RADAR_PERIODIC_MINUTE."""
+    return periodic_definitions(periodic_start(), periodic_minute())

@@ -1,21 +1,21 @@
-"""radar_reconciler: whatever waits for a later run gets it, with bounded retries and backoff — pending Slack alerts,
-deploys whose window closed without an analysis, imported deploys without a partition — and the asset check that
-shows what is still waiting."""
+"""radar_reconciler: what Dagster cannot see gets a run — the outboxes' waiting rows (with bounded retries and
+backoff), deploys whose window closed without a run, imported deploys without a partition — and the asset check that
+shows what is still waiting. A failed analysis run is retried by Dagster itself (deploy_verdicts_job)."""
 
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from radar_pipeline.defs.code_hosts import code_host_retry_job
-from radar_pipeline.defs.deploys import RANGE_END, RANGE_START, deploy_verdicts_job, deploys_partitions
+from radar_pipeline.defs.alerts.code_host_statuses import code_host_retry_job
+from radar_pipeline.defs.deploys.deploy_verdicts import RANGE_END, RANGE_START, deploy_verdicts_job, deploys_partitions
 from radar_pipeline.defs.resources import AnalysisResource, ReconcilerResource, SlackResource, WarehouseResource
-from radar_pipeline.steps.alert_delivery import LEASE
 from radar_pipeline.steps.reconcile import PastRun, analysis_retry
-from radar_pipeline.warehouse import reconcile as store
-from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX
+
+if TYPE_CHECKING:
+    from radar_pipeline.warehouse import reconcile as store
 
 BACKLOG_CHECK = "nothing_waiting"
 IN_FLIGHT = [
@@ -55,13 +55,17 @@ def radar_reconciler(
     """Each evaluation: (1) requests a run of the alert asset for every analysis with outbox rows due (pending past
     their backoff, or left `sending` by a stopped run), created within the alert age limit, and withholds older
     ones; (2) requests an analysis of every deploy whose window closed more than the grace ago without an analysis
-    row (its run failed, or was never requested), at most max_analysis_runs runs each with exponential backoff;
+    row and without a run (never requested: a failed run was Dagster's to retry);
     (3) adds the `deploys` partitions of imported deploys, without runs (a backfill stays a person's decision).
     Run keys name the attempt, so a repeated tick requests nothing twice. The tick's log says what it did, and the
     `nothing_waiting` check on regression_alerts is reported whenever what waits changes.
 
     Cursor: {"backlog": the last reported counts}.
     """
+    from radar_pipeline.steps.alert_delivery import LEASE
+    from radar_pipeline.warehouse import reconcile as store
+    from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX
+
     engine = warehouse.engine()
     delay = timedelta(seconds=analysis.window_seconds) + analysis.settle
     with engine.begin() as conn:
@@ -108,13 +112,9 @@ def radar_reconciler(
         runs = _past_runs(context.instance, deploy_verdicts_job.name, event.deploy_id)
         if event.deploy_id in in_backfill:
             runs.append(PastRun(in_flight=True, ended_at=None))
-        decision = analysis_retry(
-            event.deploy_id,
-            runs,
-            now,
-            reconciler.max_analysis_runs,
-            reconciler.backoff,
-        )
+        # One run, for a deploy that never had one: a failed run was retried by Dagster (deploy_verdicts_job's step
+        # and run retries) before it failed for good; nothing_waiting shows it then.
+        decision = analysis_retry(event.deploy_id, runs, now, 1, reconciler.backoff)
         lines.append(decision.reason)
         if decision.request:
             requests.append(
@@ -175,7 +175,7 @@ def _in_ranged_runs(instance: dg.DagsterInstance, job_name: str, partition_keys:
     return covered
 
 
-def _summary(backlog: store.Backlog) -> dict[str, Any]:
+def _summary(backlog: "store.Backlog") -> dict[str, Any]:
     return {
         "alerts_due": backlog.alerts_due,
         "alerts_backing_off": backlog.alerts_backing_off,
@@ -185,11 +185,11 @@ def _summary(backlog: store.Backlog) -> dict[str, Any]:
     }
 
 
-def _passed(backlog: store.Backlog) -> bool:
+def _passed(backlog: "store.Backlog") -> bool:
     return backlog.alerts_failed == 0 and backlog.unanalysed == 0 and backlog.alerts_due == 0
 
 
-def _check_evaluation(backlog: store.Backlog, summary: dict[str, Any]) -> dg.AssetCheckEvaluation:
+def _check_evaluation(backlog: "store.Backlog", summary: dict[str, Any]) -> dg.AssetCheckEvaluation:
     return dg.AssetCheckEvaluation(
         asset_key=dg.AssetKey("regression_alerts"),
         check_name=BACKLOG_CHECK,
@@ -209,6 +209,9 @@ def nothing_waiting(
     warehouse: WarehouseResource, analysis: AnalysisResource, slack: SlackResource, reconciler: ReconcilerResource
 ) -> dg.AssetCheckResult:
     """What waits for a later run right now (see radar_reconciler)."""
+    from radar_pipeline.steps.alert_delivery import LEASE
+    from radar_pipeline.warehouse import reconcile as store
+
     delay = timedelta(seconds=analysis.window_seconds) + analysis.settle
     with warehouse.engine().connect() as conn:
         backlog = store.backlog(conn, slack.alert_max_age, LEASE, delay, reconciler.grace, reconciler.max_age)

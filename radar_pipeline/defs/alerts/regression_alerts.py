@@ -4,26 +4,31 @@ Slack message when one of radar's own runs fails."""
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
-import pandas as pd
 
 from radar_pipeline.alerts.render import render_run_failure
-from radar_pipeline.alerts.slack import DeliveryError
-from radar_pipeline.defs.deploys import RANGE_END, RANGE_START, REANALYSIS_TAG, deploy_verdicts, deploys_partitions
-from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, chart_images
+from radar_pipeline.defs.deploys.deploy_verdicts import (
+    RANGE_END,
+    RANGE_START,
+    REANALYSIS_TAG,
+    deploy_verdicts,
+    deploys_partitions,
+)
+from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, OWNERS, chart_images, status_counts
 from radar_pipeline.defs.resources import SlackResource, WarehouseResource
-from radar_pipeline.engine import VERDICTS
-from radar_pipeline.steps.alert_delivery import deliver, deploy_facts, run_url, withhold_reason
-from radar_pipeline.warehouse import alerts as outbox
-from radar_pipeline.warehouse import analysis as analysis_store
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dg.asset(
     partitions_def=deploys_partitions,
     deps=[deploy_verdicts],
     group_name="analysis",
+    kinds={"slack"},
+    owners=OWNERS,
     description="Slack alerts for the deploy's regressions, new heavy statements and call surges (radar.alert).",
 )
 def regression_alerts(
@@ -31,6 +36,10 @@ def regression_alerts(
 ) -> dg.MaterializeResult:
     """Send what is due of the deploy's regressions, in one message, and record every attempt; record them as
     withheld instead when the deploy's window closed more than the alert age limit ago, or in a reanalysis run."""
+    from radar_pipeline.steps.alert_delivery import deliver, deploy_facts, withhold_reason
+    from radar_pipeline.warehouse import alerts as outbox
+    from radar_pipeline.warehouse import analysis as analysis_store
+
     analysis_id = context.partition_key
     engine = warehouse.engine()
     with engine.connect() as conn:
@@ -51,12 +60,16 @@ def regression_alerts(
     with engine.begin() as conn:
         if reason is not None and not context.run.tags.get(REANALYSIS_TAG):
             metadata["withheld_waiting"] = outbox.withhold_waiting(conn, analysis_id, reason)
-        metadata["statuses"] = dg.MetadataValue.json(outbox.statuses(conn, analysis_id))
+        metadata.update(status_counts(outbox.statuses(conn, analysis_id)))
     return dg.MaterializeResult(metadata=metadata)
 
 
-def state_facts(state: pd.DataFrame) -> dict[str, Any]:
+def state_facts(state: "pd.DataFrame") -> dict[str, Any]:
     """The message's deploy state fields from the deploy's radar.deploy_state row (none when it has no row)."""
+    import pandas as pd
+
+    from radar_pipeline.engine import VERDICTS
+
     if state.empty:
         return {}
     row = state.iloc[0]
@@ -93,6 +106,9 @@ def _partitions_of(tags: Mapping[str, str]) -> str | None:
 )
 def slack_run_failure_sensor(context: dg.RunFailureSensorContext, slack: SlackResource) -> dg.SkipReason | None:
     """Tell the team that a radar run failed, with the job, the run and the error."""
+    from radar_pipeline.alerts.slack import DeliveryError
+    from radar_pipeline.steps.alert_delivery import run_url
+
     sender = slack.sender()
     if not sender.configured:
         return dg.SkipReason("Slack is not configured")

@@ -1,15 +1,24 @@
 """The pgss_snapshots asset and its schedule: pg_stat_statements from every target into the warehouse."""
 
 import time
-from typing import Any
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from radar_pipeline.config.settings import DEFAULT_SNAPSHOT_CRON, SHARDS_VAR, SNAPSHOT_CRON_VAR, count_setting
-from radar_pipeline.defs.metadata import table
+from radar_pipeline.config.settings import (
+    DEFAULT_SCRAPE_INTERVAL_SECONDS,
+    DEFAULT_SNAPSHOT_CRON,
+    SHARDS_VAR,
+    SNAPSHOT_CRON_VAR,
+    count_setting,
+    settings,
+)
+from radar_pipeline.defs.metadata import OWNERS, table
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource, env_cron_schedule
-from radar_pipeline.steps.shards import targets_of_shard
-from radar_pipeline.steps.snapshots import TargetOutcome, snapshot_targets
+
+if TYPE_CHECKING:
+    from radar_pipeline.steps.snapshots import TargetOutcome
 
 ALL_TARGETS_CHECK = "all_targets_scraped"
 
@@ -23,6 +32,8 @@ class ShardConfig(dg.Config):
 
 @dg.asset(
     group_name="collection",
+    kinds={"postgres"},
+    owners=OWNERS,
     check_specs=[dg.AssetCheckSpec(ALL_TARGETS_CHECK, asset="pgss_snapshots", description="every target was scraped")],
     description="Cumulative pg_stat_statements counters of every watched target (radar.pgss_snapshot).",
 )
@@ -30,6 +41,9 @@ def pgss_snapshots(
     context: dg.AssetExecutionContext, config: ShardConfig, warehouse: WarehouseResource, targets: TargetsResource
 ) -> dg.MaterializeResult:
     """Scrape the run's targets (all, or one shard's) concurrently and store the statements whose counters moved."""
+    from radar_pipeline.steps.shards import targets_of_shard
+    from radar_pipeline.steps.snapshots import snapshot_targets
+
     started = time.perf_counter()
     try:
         mine = targets_of_shard(targets.targets(), config.shard, config.shards)
@@ -66,7 +80,7 @@ def pgss_snapshots(
     )
 
 
-def _metadata(outcomes: list[TargetOutcome], seconds: float) -> dict[str, Any]:
+def _metadata(outcomes: "list[TargetOutcome]", seconds: float) -> dict[str, Any]:
     ok = [o for o in outcomes if o.result is not None]
     failed = [o for o in outcomes if o.error is not None]
     rows: list[dict[str, Any]] = []
@@ -155,3 +169,23 @@ def pgss_snapshot_schedule_for() -> dg.ScheduleDefinition:
         ]
 
     return sharded
+
+
+# Stale when the latest snapshot is older than the analysis's coverage check allows (a gap over 3 scrape intervals),
+# and never sooner than a minute, the shortest window Dagster accepts (the demo's and the tests' scrapes are seconds).
+STALE_AFTER_INTERVALS = 3
+SHORTEST_FRESHNESS = timedelta(minutes=1)
+
+
+@dg.definitions
+def snapshot_definitions() -> dg.Definitions:
+    """pgss_snapshots, its job and its schedule, built when the location loads (not at import): the schedule from
+    RADAR_SNAPSHOT_CRON and RADAR_SNAPSHOT_SHARDS, the asset's freshness from RADAR_SCRAPE_INTERVAL_SECONDS."""
+    scrape = settings("scrape_interval_seconds").scrape_interval_seconds or DEFAULT_SCRAPE_INTERVAL_SECONDS
+    window = max(SHORTEST_FRESHNESS, timedelta(seconds=STALE_AFTER_INTERVALS * scrape))
+    fresh = dg.FreshnessPolicy.time_window(fail_window=window)
+    return dg.Definitions(
+        assets=[pgss_snapshots.map_asset_specs(lambda spec: spec.replace_attributes(freshness_policy=fresh))],
+        jobs=[pgss_snapshot_job],
+        schedules=[pgss_snapshot_schedule_for()],
+    )

@@ -1,0 +1,1 @@
+"""Deliveries: Slack alerts, commit statuses and review comments, and the run-failure message."""

@@ -1,0 +1,1 @@
+"""Bands: each query's mean after a deploy against its history band (query_history)."""

@@ -1,0 +1,1 @@
+"""Collection: pg_stat_statements snapshots, plans, their compaction and retention."""

@@ -1,0 +1,1 @@
+"""Deploys: the `deploys` partitions, deploy_verdicts, its sensor and the nightly reanalysis."""
