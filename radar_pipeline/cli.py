@@ -504,7 +504,7 @@ class GateView:
 def _gate_read(engine: Any, deploy_id: str, environ: dict[str, str]) -> GateView | None:
     """One look at the deploy (None: not recorded), in one connection: its times and state, and once it is no
     longer pending, the shares of its execution time and its detections."""
-    from radar_pipeline.engine import DETECTED
+    from radar_pipeline.engine import Verdict
     from radar_pipeline.warehouse import status
     from radar_pipeline.warehouse.analysis import deploy_states, verdicts_of
 
@@ -518,7 +518,7 @@ def _gate_read(engine: Any, deploy_id: str, environ: dict[str, str]) -> GateView
             return GateView(times, state, {}, [])
         shares = status.execution_shares(conn, deploy_id)
         table = verdicts_of(conn, deploy_id)
-    detected = table[table["verdict"] == DETECTED]
+    detected = table[table["verdict"] == Verdict.DETECTED]
     columns = [
         "target", "queryid", "dbid", "userid", "toplevel", "change_factor", "factor_at_change", "factor_low",
         "factor_high", "cause", "mean_before_ms", "mean_after_ms", "confidence", "change_after_deploy", "query",

@@ -5,27 +5,21 @@ verdicts = analyse(counters, deploy_at, settings=EngineSettings())
 """
 
 from radar_pipeline.engine.decision import COLUMNS, analyse
+from radar_pipeline.engine.frames import VERDICT_FRAME, FrameError
 from radar_pipeline.engine.settings import ENGINE_VERSION, EngineSettings
-from radar_pipeline.engine.vocabulary import (
-    CAUSES,
-    DETECTED,
-    INCONCLUSIVE,
-    INSUFFICIENT_DATA,
-    NO_REGRESSION,
-    REASONS,
-    VERDICTS,
-)
+from radar_pipeline.engine.vocabulary import CAUSES, REASONS, VERDICTS, Cause, Reason, Verdict
 
 __all__ = [
     "CAUSES",
     "COLUMNS",
-    "DETECTED",
     "ENGINE_VERSION",
-    "INCONCLUSIVE",
-    "INSUFFICIENT_DATA",
-    "NO_REGRESSION",
     "REASONS",
     "VERDICTS",
+    "VERDICT_FRAME",
+    "Cause",
     "EngineSettings",
+    "FrameError",
+    "Reason",
+    "Verdict",
     "analyse",
 ]
