@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import sqlalchemy as sa
 
-from radar_pipeline.engine import FrameError, Reason, Verdict, analyse
+from radar_pipeline.engine import Cause, FrameError, Reason, Verdict, analyse
 from radar_pipeline.engine.settings import RENAMED, EngineSettings
 from radar_pipeline.warehouse import analysis, deploys
 from radar_pipeline.warehouse.analysis import ANALYSED_VERDICTS
@@ -71,6 +71,7 @@ def test_a_verdict_frame_unlike_its_declaration_is_refused_before_anything_is_wr
     broken = [
         (verdicts.drop(columns="queryid"), "queryid missing"),
         (verdicts.assign(reason="bad luck"), "reason: values 'bad luck'"),
+        (verdicts.assign(cause="slow disk"), "cause: values 'slow disk'"),
         (verdicts.assign(verdict=[Verdict.DETECTED] * len(verdicts)), "verdict: values <Verdict.DETECTED"),
     ]
     for frame, named in broken:
@@ -80,6 +81,9 @@ def test_a_verdict_frame_unlike_its_declaration_is_refused_before_anything_is_wr
         with warehouse.connect() as conn:
             assert _stored(conn) == before  # nothing stored is lost or changed
 
+    # The analysis names a contention's culprit in the cause it overwrites (declared, with the reason).
+    ANALYSED_VERDICTS.check(verdicts.assign(cause=f"{Cause.CONTENTION}: 52 SELECT 1"), "here")
+    assert "cause" in ANALYSED_VERDICTS.overwrites
     with pytest.raises(FrameError, match="analysed verdicts may not overwrite verdicts column 'verdict'"):
         ANALYSED_VERDICTS.assign(verdicts, "verdict", Verdict.DETECTED.value)
 

@@ -12,6 +12,7 @@ column (about a millisecond for 10,000 statements).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -33,14 +34,15 @@ class FrameError(ValueError):
 @dataclass(frozen=True)
 class Column:
     """One column: its name; its kind (float, int, bool, time: tz-aware UTC timestamps, text: strings or missing,
-    any: not checked); whether a frame must have it; for text, the words it may hold (None: any string) and whether
-    it may be missing (None/NaN)."""
+    any: not checked); whether a frame must have it; for text, the words it may hold (None: any string), or else a
+    regular expression each value must match, and whether it may be missing (None/NaN)."""
 
     name: str
     kind: str
     required: bool = True
     words: tuple[str, ...] | None = None
     nullable: bool = True
+    pattern: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -66,10 +68,20 @@ class Column:
         if not self.nullable and len(present) < len(distinct):
             return "missing values"
         # Exactly str: a StrEnum member equals its word but must not reach a frame (a driver may store its name).
-        wrong = [v for v in present if type(v) is not str or (self.words is not None and v not in self.words)]
+        wrong = [
+            v
+            for v in present
+            if type(v) is not str
+            or (self.words is not None and v not in self.words)
+            or (self.pattern is not None and not re.fullmatch(self.pattern, v))
+        ]
         if wrong:
             shown = ", ".join(repr(v) for v in wrong[:3])
-            allowed = f" (allowed: {', '.join(self.words)})" if self.words is not None else " (plain strings)"
+            allowed = " (plain strings)"
+            if self.words is not None:
+                allowed = f" (allowed: {', '.join(self.words)})"
+            elif self.pattern is not None:
+                allowed = f" (allowed: {self.pattern})"
             return f"values {shown}{allowed}"
         return None
 
@@ -121,18 +133,20 @@ class FrameSchema:
         return frame
 
     def extend(self, name: str, added: Iterable[Column], overwrites: Mapping[str, str] | None = None) -> FrameSchema:
-        """This schema with `added` columns (none may be one of ours) and the columns of ours the extension overwrites
-        (`overwrites`: column → why; each must be one of ours)."""
-        added = tuple(added)
-        clash = [c.name for c in added if c.name in self.names]
-        if clash:
-            raise ValueError(f"{name} adds columns {self.name} has: {', '.join(clash)} (name them in overwrites)")
-        unknown = [c for c in (overwrites or {}) if c not in self.names]
+        """This schema with `added` columns and the columns of ours the extension overwrites (`overwrites`: column →
+        why; each must be one of ours). An added column may only bear one of our names when it overwrites it: its
+        declaration then replaces ours (the values the extension writes there may differ from ours)."""
+        overwrites = dict(overwrites or {})
+        unknown = [c for c in overwrites if c not in self.names]
         if unknown:
             raise ValueError(f"{name} overwrites columns {self.name} does not have: {', '.join(unknown)}")
-        return FrameSchema(
-            name, (*self.columns, *added), base=self, overwrites=MappingProxyType(dict(overwrites or {}))
-        )
+        added = tuple(added)
+        clash = [c.name for c in added if c.name in self.names and c.name not in overwrites]
+        if clash:
+            raise ValueError(f"{name} adds columns {self.name} has: {', '.join(clash)} (name them in overwrites)")
+        redeclared = {c.name: c for c in added if c.name in overwrites}
+        columns = (*(redeclared.get(c.name, c) for c in self.columns), *(c for c in added if c.name not in redeclared))
+        return FrameSchema(name, columns, base=self, overwrites=MappingProxyType(overwrites))
 
     def assign(self, frame: pd.DataFrame, column: str, values: Any, rows: Any = None) -> None:
         """Write `values` into `column` of `frame` (at `rows`, a boolean mask or index labels, or the whole column), in

@@ -22,9 +22,9 @@ import sqlalchemy as sa
 from psycopg import sql as psql
 
 from radar_pipeline import binary_copy
+from radar_pipeline.engine import CAUSES, VERDICT_FRAME, Cause, Verdict
 from radar_pipeline.engine import COLUMNS as ENGINE_COLUMNS
-from radar_pipeline.engine import VERDICT_FRAME, Verdict
-from radar_pipeline.engine.frames import ANY, BOOL, IMPACT_STATEMENTS, IMPACT_SUMMARY, INT, Column, FrameSchema
+from radar_pipeline.engine.frames import ANY, BOOL, IMPACT_STATEMENTS, IMPACT_SUMMARY, INT, TEXT, Column, FrameSchema
 from radar_pipeline.engine.impact import STATEMENT_COLUMNS, SUMMARY_COLUMNS
 from radar_pipeline.engine.settings import RENAMED
 from radar_pipeline.pgss_model import KEY, KEY_TYPES, statement_keys
@@ -42,6 +42,12 @@ ANALYSED_VERDICTS = VERDICT_FRAME.extend(
         Column("merged_queryids", ANY),
         Column("plan_diff", ANY),
         Column("queryid_shared_with", ANY),
+        # a counter's cause, plan_changed, or contention naming the statement (its text cut to steps' CAUSE_TEXT)
+        Column(
+            "cause",
+            TEXT,
+            pattern="|".join([*(c.value for c in CAUSES if c != Cause.CONTENTION), f"{Cause.CONTENTION}: .+"]),
+        ),
     ),
     overwrites={
         "cause": "the analysis sees what the engine does not: a changed plan shape makes it plan_changed, and a "

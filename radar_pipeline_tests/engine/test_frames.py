@@ -81,6 +81,9 @@ def test_an_extension_declares_what_it_adds_and_names_what_it_overwrites(decided
         ours.check(frame.assign(rank="first"), "here")
     with pytest.raises(ValueError, match="adds columns verdicts has: reason"):
         VERDICT_FRAME.extend("clash", (Column("reason", TEXT),))
+    free = VERDICT_FRAME.extend("free", (Column("cause", TEXT),), overwrites={"cause": "any text"})
+    assert free.names == VERDICT_FRAME.names and free.column("cause").words is None  # redeclared in place
+    free.check(out.assign(cause="the moon"), "here")
     with pytest.raises(ValueError, match="overwrites columns verdicts does not have: colour"):
         VERDICT_FRAME.extend("unknown", (), overwrites={"colour": "?"})
     with pytest.raises(ValueError, match="kind must be one of"):
