@@ -121,7 +121,9 @@ def main() -> None:
                     {"lo": deploy_at - settings.window, "hi": deploy_at + settings.window},
                 ).fetchall()
             anchor.append(time.perf_counter() - t0)
-        parts = {k: statistics.median(getattr(r.seconds, k) for r in runs) for k in ("read", "engine", "plans", "write")}
+        parts = {
+            k: statistics.median(getattr(r.seconds, k) for r in runs) for k in ("read", "engine", "plans", "write")
+        }
         total = sum(parts.values())
         counts = runs[-1].verdicts["verdict"].value_counts().to_dict()
         print(f"one partition: 5,000 queries × 60 scrapes each side ({len(runs[-1].verdicts)} verdicts: {counts})")
