@@ -82,6 +82,26 @@ class SideSums:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Statistics:
+    """The test at some splits of some rows (any shape the inputs broadcast to, [rows] or [rows, splits]): t, its
+    Welch–Satterthwaite degrees of freedom nu, the serial correlation rho it used, whether it is defined (`valid`:
+    both sides with time and at least two intervals), the side means and sizes, the log ratio of the means and its
+    standard error, and the intervals of the noise prior combined with the window (0: the window alone)."""
+
+    t: np.ndarray
+    nu: np.ndarray
+    rho: np.ndarray
+    valid: np.ndarray
+    mean_a: np.ndarray
+    mean_b: np.ndarray
+    n_a: np.ndarray
+    n_b: np.ndarray
+    log_ratio: np.ndarray
+    se: np.ndarray
+    prior_intervals: np.ndarray
+
+
 @dataclass(frozen=True)
 class SplitTest:
     """Per row: the chosen split k, its one-sided p (selection-adjusted), t, dof, the side means and sizes, the
@@ -134,10 +154,10 @@ def split_tests(
     cols = np.flatnonzero(candidate.any(axis=0))
     lo, hi = (int(cols[0]), int(cols[-1]) + 1) if len(cols) else (0, 1)
     scan = _scan(c, time, sumsq, n, np.broadcast_to(np.arange(lo, hi)[None, :], (len(c), hi - lo)), threshold, prior)
-    valid = candidate[:, lo:hi] & scan["valid"]
+    valid = candidate[:, lo:hi] & scan.valid
     splits = candidate.sum(axis=1)
     # The largest t is the split tested (any rule may choose it: the Bonferroni bound below holds for all of them).
-    k = lo + np.argmax(np.where(valid, np.maximum(scan["t"], -np.finfo(np.float64).max), -np.inf), axis=1)
+    k = lo + np.argmax(np.where(valid, np.maximum(scan.t, -np.finfo(np.float64).max), -np.inf), axis=1)
     tested = valid.any(axis=1)
     k = np.where(tested, k, 0)
 
@@ -150,29 +170,29 @@ def split_tests(
         threshold,
         prior,
     )
-    valid_k = tested & exact["valid"]
+    valid_k = tested & exact.valid
     pick = lambda m: np.where(valid_k, m, np.nan)  # noqa: E731
-    nu_k = pick(exact["nu"])
-    p_k = stats.t.sf(np.where(valid_k, exact["t"], 0.0), np.where(valid_k, nu_k, 1.0))
+    nu_k = pick(exact.nu)
+    p_k = stats.t.sf(np.where(valid_k, exact.t, 0.0), np.where(valid_k, nu_k, 1.0))
     p = np.where(valid_k, selection_p(p_k, candidate, c), 1.0)
-    se = pick(exact["se"])
+    se = pick(exact.se)
     half = stats.t.ppf(0.5 + CI_LEVEL / 2, np.where(valid_k, nu_k, 1.0)) * se
     half = np.where(se == 0, 0.0, half)
-    log_ratio = pick(exact["log_ratio"])
+    log_ratio = pick(exact.log_ratio)
     return SplitTest(
         k=np.where(valid_k, k, 0),
         p=p,
-        t=pick(exact["t"]),
+        t=pick(exact.t),
         dof=nu_k,
-        mean_a=pick(exact["mean_a"]),
-        mean_b=pick(exact["mean_b"]),
+        mean_a=pick(exact.mean_a),
+        mean_b=pick(exact.mean_b),
         n_a=pick(k.astype(np.float64)),
         n_b=pick((n - k).astype(np.float64)),
-        rho=pick(exact["rho"]),
+        rho=pick(exact.rho),
         factor_low=np.exp(log_ratio - half),
         factor_high=np.exp(log_ratio + half),
         splits=splits,
-        prior_intervals=pick(exact["prior_intervals"]),
+        prior_intervals=pick(exact.prior_intervals),
     )
 
 
@@ -242,7 +262,7 @@ def _scan(
     ks: np.ndarray,
     threshold: float,
     prior: Prior | None,
-) -> dict[str, np.ndarray]:
+) -> Statistics:
     """The test's statistics (`_statistics`) of every row at the splits ks ([rows, J]: A = the first k intervals),
     from prefix sums, as [rows, J] arrays (with the sides' sizes n_a, n_b)."""
     # Centre the times on each row's overall mean so the residual sums below do not cancel catastrophically.
@@ -273,7 +293,6 @@ def _scan(
     n_a = ks.astype(np.float64)
     scan_prior = prior.rows(slice(None), column=True) if prior is not None else None
     scan = _statistics(a, b, n_a, n[:, None] - n_a, total_n, centre[:, None], threshold, scan_prior)
-    scan["n_a"], scan["n_b"] = n_a, n[:, None] - n_a
     return scan
 
 
@@ -351,7 +370,6 @@ def clearing_bounds(
         known = prior.rows(block, column=True) if prior is not None else None
         with np.errstate(invalid="ignore", divide="ignore"):  # the slots past a row's last split are not read
             scan = _statistics(a, b, n_a, total_n - n_a, total_n, centre[rows[block], None], threshold, known)
-        scan["n_a"], scan["n_b"] = n_a, total_n - n_a
         _bound_at_worst(scan, splits[block], min_rise, threshold, level, prior, block, out)
     return out
 
@@ -427,7 +445,7 @@ def _band_sums(
 
 
 def _bound_at_worst(
-    scan: dict[str, np.ndarray],
+    scan: Statistics,
     wanted: np.ndarray,
     min_rise: float,
     threshold: float,
@@ -443,13 +461,13 @@ def _bound_at_worst(
     z, and in ν on each side of z = 0)."""
     from scipy import special
 
-    log_ratio, se, nu = scan["log_ratio"], scan["se"], np.nan_to_num(scan["nu"], nan=1.0)
+    log_ratio, se, nu = scan.log_ratio, scan.se, np.nan_to_num(scan.nu, nan=1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        limit = np.maximum(np.log1p(threshold), np.log1p(min_rise / scan["mean_a"]))
+        limit = np.maximum(np.log1p(threshold), np.log1p(min_rise / scan.mean_a))
         room = limit - log_ratio  # how far the estimate lies within the tolerance (log scale)
         z = np.where(se > 0, room / se, np.where(room >= 0, np.inf, -np.inf))
-    defined = (scan["mean_a"] > 0) & (scan["mean_b"] > 0) & ~np.isnan(room) & ~np.isnan(se)
-    defined &= (scan["n_a"] >= 2) & (scan["n_b"] >= 2)
+    defined = (scan.mean_a > 0) & (scan.mean_b > 0) & ~np.isnan(room) & ~np.isnan(se)
+    defined &= (scan.n_a >= 2) & (scan.n_b >= 2)
     rows = np.arange(len(wanted))
     undefined = wanted & ~defined
     least = np.argmin(np.where(wanted, z, np.inf), axis=1)
@@ -478,7 +496,7 @@ def _bound_at_worst(
     out.cleared[block] = bounded & (confidence[at] >= level)
     out.precise[block] = bounded & (margin <= limit[at])
     if prior is not None:
-        out.conflict[block] = bounded & (prior.intervals[block] > 0) & (scan["prior_intervals"][at] == 0)
+        out.conflict[block] = bounded & (prior.intervals[block] > 0) & (scan.prior_intervals[at] == 0)
 
 
 def split_correlations(calls: np.ndarray, candidate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -571,11 +589,11 @@ def interval_from_sums(
     n_a = n_a.astype(np.float64)
     n_b = n_b.astype(np.float64)
     exact = _statistics(a, b, n_a, n_b, n_a + n_b, 0.0, threshold, prior)
-    ok = (exact["mean_a"] > 0) & (exact["mean_b"] > 0) & (n_a >= 2) & (n_b >= 2)
-    nu = np.where(ok & np.isfinite(exact["nu"]), exact["nu"], 1.0)
-    half = np.where(exact["se"] == 0, 0.0, stats.t.ppf(0.5 + CI_LEVEL / 2, nu) * exact["se"])
-    low = np.where(ok, np.exp(exact["log_ratio"] - half), np.nan)
-    high = np.where(ok, np.exp(exact["log_ratio"] + half), np.nan)
+    ok = (exact.mean_a > 0) & (exact.mean_b > 0) & (n_a >= 2) & (n_b >= 2)
+    nu = np.where(ok & np.isfinite(exact.nu), exact.nu, 1.0)
+    half = np.where(exact.se == 0, 0.0, stats.t.ppf(0.5 + CI_LEVEL / 2, nu) * exact.se)
+    low = np.where(ok, np.exp(exact.log_ratio - half), np.nan)
+    high = np.where(ok, np.exp(exact.log_ratio + half), np.nan)
     return low, high
 
 
@@ -611,7 +629,7 @@ def _statistics(
     centre: np.ndarray | float,
     threshold: float,
     prior: Prior | None = None,
-) -> dict[str, np.ndarray]:
+) -> Statistics:
     """From each side's sums (calls, centred mean, Σe², lag-1 Σe·e, and optionally Σ S and Σ (c − 1)) to the test:
     ρ, t, Welch–Satterthwaite ν, the log ratio and its standard error (docs/method.md); with `prior`, the
     statements that have it use the window's estimates combined with their prior's (`_with_prior`), and
@@ -661,17 +679,19 @@ def _statistics(
     t = np.where(certain, np.where(excess > 0, np.inf, np.where(excess < 0, -np.inf, np.nan)), t)
     nu = np.where(certain | ~np.isfinite(nu), np.where(certain, np.inf, 1.0), nu)
     valid = (mean_a > 0) & (mean_b > 0) & ~np.isnan(t) & (n_a >= 2) & (n_b >= 2)
-    return {
-        "t": t,
-        "nu": nu,
-        "rho": rho,
-        "valid": valid,
-        "mean_a": mean_a,
-        "mean_b": mean_b,
-        "log_ratio": log_ratio,
-        "se": np.sqrt(se2),
-        "prior_intervals": np.broadcast_to(combined, t.shape),
-    }
+    return Statistics(
+        t=t,
+        nu=nu,
+        rho=rho,
+        valid=valid,
+        mean_a=mean_a,
+        mean_b=mean_b,
+        n_a=n_a,
+        n_b=n_b,
+        log_ratio=log_ratio,
+        se=np.sqrt(se2),
+        prior_intervals=np.broadcast_to(combined, t.shape),
+    )
 
 
 def _with_prior(

@@ -214,7 +214,7 @@ def test_the_bound_is_taken_at_the_least_confident_split_however_nu_varies():
     # tolerance.
     from scipy import special
 
-    from radar_pipeline.engine.inference import Clearing, _bound_at_worst
+    from radar_pipeline.engine.inference import Clearing, Statistics, _bound_at_worst
 
     rng = np.random.default_rng(7)
     rows, width = 4000, 9
@@ -231,8 +231,20 @@ def test_the_bound_is_taken_at_the_least_confident_split_however_nu_varies():
     se[:, 3] = np.where(log_ratio[:, 3] == log_ratio[:, 1], se[:, 1], se[:, 3])
     nu[:, 3] = np.where(log_ratio[:, 3] == log_ratio[:, 1], nu[:, 1], nu[:, 3])
     mean_a = np.where(rng.random((rows, width)) < 0.01, 0.0, 1.0)
-    scan = {"log_ratio": log_ratio, "se": se, "nu": nu, "mean_a": mean_a, "mean_b": np.exp(log_ratio)}
-    scan["n_a"], scan["n_b"] = np.full((rows, width), 10.0), np.full((rows, width), 10.0)
+    ten, unused = np.full((rows, width), 10.0), np.full((rows, width), np.nan)  # unused: not read by the bound
+    scan = Statistics(
+        t=unused,
+        nu=nu,
+        rho=unused,
+        valid=np.ones((rows, width), bool),
+        mean_a=mean_a,
+        mean_b=np.exp(log_ratio),
+        n_a=ten,
+        n_b=ten,
+        log_ratio=log_ratio,
+        se=se,
+        prior_intervals=unused,
+    )
     wanted = rng.random((rows, width)) < 0.7
     theta, level = 0.2, 0.95
     out = Clearing(np.full(rows, np.nan), np.zeros(rows, bool), np.zeros(rows, bool), np.zeros(rows, bool))
