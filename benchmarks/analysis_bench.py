@@ -34,7 +34,7 @@ from radar_pipeline.demo.local_postgres import LocalPostgres  # noqa: E402
 from radar_pipeline.engine import EngineSettings  # noqa: E402
 from radar_pipeline.engine.history import HistorySettings  # noqa: E402
 from radar_pipeline.pgss_model import COUNTERS, KEY  # noqa: E402
-from radar_pipeline.steps.deploy_analysis import analyse_deploy  # noqa: E402
+from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy  # noqa: E402
 from radar_pipeline.steps.history import update_history  # noqa: E402
 from radar_pipeline.steps.periodic_check import analyse_period  # noqa: E402
 from radar_pipeline.warehouse import deploys, migrations  # noqa: E402
@@ -108,7 +108,7 @@ def main() -> None:
         print(f"loaded 5,000 × 122 snapshots in {time.perf_counter() - started:.1f} s")
         deploy_at = START + timedelta(minutes=61)
         deploys.record(engine, deploys.DeployEvent("one-deploy", "one", deploy_at))
-        runs = [analyse_deploy(engine, "one-deploy", settings) for _ in range(3)]
+        runs = [analyse_deploy(AnalysisRun(engine, settings), "one-deploy") for _ in range(3)]
         anchor = []
         for _ in range(3):
             t0 = time.perf_counter()
@@ -121,7 +121,9 @@ def main() -> None:
                     {"lo": deploy_at - settings.window, "hi": deploy_at + settings.window},
                 ).fetchall()
             anchor.append(time.perf_counter() - t0)
-        parts = {k: statistics.median(r.seconds[k] for r in runs) for k in ("read", "engine", "plans", "write")}
+        parts = {
+            k: statistics.median(getattr(r.seconds, k) for r in runs) for k in ("read", "engine", "plans", "write")
+        }
         total = sum(parts.values())
         counts = runs[-1].verdicts["verdict"].value_counts().to_dict()
         print(f"one partition: 5,000 queries × 60 scrapes each side ({len(runs[-1].verdicts)} verdicts: {counts})")
@@ -145,7 +147,7 @@ def main() -> None:
         window = EngineSettings(window=timedelta(minutes=30))
         started = time.perf_counter()
         for i in range(deploys_n):
-            analyse_deploy(engine, f"h-{i}", window)
+            analyse_deploy(AnalysisRun(engine, window), f"h-{i}")
         raw = time.perf_counter() - started
         print(
             f"backfill, analysis only: {deploys_n} deploys × {queries:,} queries in {raw:.1f} s = "
@@ -168,10 +170,9 @@ def main() -> None:
         hourly = AnalysisResource(period_seconds=3600)
         started = time.perf_counter()
         done, failed = analyse_period(
-            engine,
+            AnalysisRun(engine, hourly.periodic_settings()),
             "2026-11-01-01:00",
             START + timedelta(hours=2),
-            hourly.periodic_settings(),
             hourly.settings().tolerance,
         )
         took = time.perf_counter() - started

@@ -47,7 +47,7 @@ from radar_pipeline.defs.deploys.deploy_verdicts import BACKFILL_PARTITIONS_PER_
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource  # noqa: E402
 from radar_pipeline.demo.local_postgres import LocalPostgres  # noqa: E402
 from radar_pipeline.steps.compaction import compact_history  # noqa: E402
-from radar_pipeline.steps.deploy_analysis import analyse_deploy, analyse_deploys  # noqa: E402
+from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy, analyse_deploys  # noqa: E402
 from radar_pipeline.warehouse import deploys, migrations  # noqa: E402
 from radar_pipeline.warehouse.database import make_engine  # noqa: E402
 
@@ -89,10 +89,10 @@ def analysis_alone(url: str, keys: list[str]) -> tuple[float, float]:
     settings = AnalysisResource(window_seconds=WINDOW_S).settings()
     started = time.perf_counter()
     for key in keys:
-        analyse_deploy(engine, key, settings)
+        analyse_deploy(AnalysisRun(engine, settings), key)
     one_by_one = time.perf_counter() - started
     started = time.perf_counter()
-    failed = [(key, r) for key, r in analyse_deploys(engine, keys, settings) if isinstance(r, Exception)]
+    failed = [(key, r) for key, r in analyse_deploys(AnalysisRun(engine, settings), keys) if isinstance(r, Exception)]
     assert not failed, failed
     together = time.perf_counter() - started
     engine.dispose()

@@ -51,7 +51,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from radar_pipeline.engine import DETECTED, ENGINE_VERSION, NO_REGRESSION, EngineSettings, analyse  # noqa: E402
+from radar_pipeline.engine import ENGINE_VERSION, EngineSettings, Verdict, analyse  # noqa: E402
 from radar_pipeline.engine.decision import family_weights  # noqa: E402
 from radar_pipeline_tests.engine.fleet import DEPLOY, Fleet, draw, history_estimates  # noqa: E402
 
@@ -183,15 +183,15 @@ def _null_run(
     seconds = 0.0
     for arm, counters, estimates in cases:
         started = time.perf_counter()
-        out = analyse(counters, DEPLOY, settings, history=estimates)
+        out = analyse(counters, DEPLOY, settings, prior=estimates)
         if arm == "sd_h":
             seconds = time.perf_counter() - started
-        counts[arm] = int((out["verdict"] == DETECTED).sum())
+        counts[arm] = int((out["verdict"] == Verdict.DETECTED).sum())
         counts[arm + "_cleared"] = cleared_share(out)
         decided = int((out["verdict"] != "insufficient_data").sum())
         if boundary:
-            at_zero = analyse(counters, DEPLOY, dataclasses.replace(settings, threshold=0.0), history=estimates)
-            counts[arm + "@0"] = int((at_zero["verdict"] == DETECTED).sum())
+            at_zero = analyse(counters, DEPLOY, dataclasses.replace(settings, threshold=0.0), prior=estimates)
+            counts[arm + "@0"] = int((at_zero["verdict"] == Verdict.DETECTED).sum())
     return counts, seconds, decided
 
 
@@ -200,7 +200,7 @@ def cleared_share(out: pd.DataFrame) -> float:
     (calls_after × mean_after_ms over every statement of the analysis)."""
     time_after = (out["calls_after"] * out["mean_after_ms"]).where(out["calls_after"] > 0, 0.0)
     total = float(time_after.sum())
-    return float(time_after[out["verdict"] == NO_REGRESSION].sum()) / total if total > 0 else float("nan")
+    return float(time_after[out["verdict"] == Verdict.NO_REGRESSION].sum()) / total if total > 0 else float("nan")
 
 
 def _each(task: Callable[[int], T], seeds: list[int]) -> list[T]:
@@ -224,8 +224,8 @@ def _stepped_run(statements: int, history: int, seed: int) -> pd.DataFrame:
     fleet = draw(statements, seed, stepped=0.05, drifting=0.05, steps=STEPS)
     out = analyse(fleet.counters, DEPLOY)
     known = with_history(fleet, seed, EngineSettings(), history)
-    out_h = analyse(fleet.counters, DEPLOY, history=known)
-    detected = (out["verdict"] == DETECTED).to_numpy()
+    out_h = analyse(fleet.counters, DEPLOY, prior=known)
+    detected = (out["verdict"] == Verdict.DETECTED).to_numpy()
     theta = EngineSettings().threshold
     oracle = ceiling(fleet, out["budget_share"].to_numpy(), theta)
     real = _realised_time(fleet)
@@ -247,9 +247,9 @@ def _stepped_run(statements: int, history: int, seed: int) -> pd.DataFrame:
             "rate": fleet.rate,
             "added_ms": added,
             "detected": detected,
-            "history": (out_h["verdict"] == DETECTED).to_numpy(),
-            "cleared": (out["verdict"] == NO_REGRESSION).to_numpy(),
-            "cleared_h": (out_h["verdict"] == NO_REGRESSION).to_numpy(),
+            "history": (out_h["verdict"] == Verdict.DETECTED).to_numpy(),
+            "cleared": (out["verdict"] == Verdict.NO_REGRESSION).to_numpy(),
+            "cleared_h": (out_h["verdict"] == Verdict.NO_REGRESSION).to_numpy(),
             "ceiling": oracle,
             **others,
             "reason": out["reason"].to_numpy(),
@@ -279,7 +279,8 @@ def clear_cases(statements: int, seed: int, history: int) -> dict[str, tuple[flo
         fleet = draw(statements, seed + i, stepped=1.0, **{**quiet, **case})  # type: ignore[arg-type]
         known = with_history(fleet, seed + i, EngineSettings(), history)
         out[name] = tuple(  # type: ignore[assignment]
-            float((analyse(fleet.counters, DEPLOY, history=h)["verdict"] == DETECTED).mean()) for h in (None, known)
+            float((analyse(fleet.counters, DEPLOY, prior=h)["verdict"] == Verdict.DETECTED).mean())
+            for h in (None, known)
         )
     return out
 

@@ -76,14 +76,14 @@ def history_of(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def time_ours(frame: pd.DataFrame, history: pd.DataFrame | None = None) -> tuple[float, float, dict, np.ndarray]:
-    analyse(frame, DEPLOY, history=history)  # warm-up
+    analyse(frame, DEPLOY, prior=history)  # warm-up
     runs = []
     for _ in range(5):
         started = time.perf_counter()
-        out = analyse(frame, DEPLOY, history=history)
+        out = analyse(frame, DEPLOY, prior=history)
         runs.append(time.perf_counter() - started)
     tracemalloc.start()
-    analyse(frame, DEPLOY, history=history)
+    analyse(frame, DEPLOY, prior=history)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     # the floors and the pre-filter stop a statement before E-divisive (engine 2.5 says why one it stopped is not

@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from detection_quality import STEPS, ceiling  # noqa: E402
 
-from radar_pipeline.engine import EngineSettings, analyse  # noqa: E402
-from radar_pipeline.engine.decision import _candidate_splits, _history_rows, _padded  # noqa: E402
+from radar_pipeline.engine import EngineSettings, Verdict, analyse  # noqa: E402
+from radar_pipeline.engine.decision import _candidate_splits, _padded, _prior_rows  # noqa: E402
 from radar_pipeline.engine.inference import split_tests  # noqa: E402
 from radar_pipeline.engine.samples import window_samples  # noqa: E402
 from radar_pipeline.engine.settings import ENGINE_VERSION  # noqa: E402
@@ -60,7 +60,7 @@ def one_fleet(statements: int, seed: int, history: int) -> tuple[np.ndarray, dic
     width = int(settings.window.total_seconds() * 1e9)
     samples = window_samples(fleet.counters, DEPLOY.value - width, DEPLOY.value + width)
     padded = _padded(samples, np.arange(samples.groups))
-    ends, n = padded["end"], padded["n"]
+    ends, n = padded.end, padded.n
     inside = np.arange(ends.shape[1])[None, :] < n[:, None]
     step_starts = DEPLOY.value + (fleet.step_at - fleet.intervals_before) * 60 * 10**9
     k_true = ((ends <= step_starts) & inside).sum(axis=1)
@@ -69,10 +69,10 @@ def one_fleet(statements: int, seed: int, history: int) -> tuple[np.ndarray, dic
     told[np.flatnonzero(ok), k_true[ok]] = True
     tolerance = int(settings.tolerance.total_seconds() * 1e9)
     candidates = _candidate_splits(ends, n, DEPLOY.value, tolerance, settings)
-    args = (padded["calls"], padded["time"], padded["sumsq"], n)
+    args = (padded.calls, padded.time, padded.sumsq, n)
     estimates = history_estimates(fleet, history, 77_000 + seed, DEPLOY - settings.window)
     detected = {ROWS[0]: ceiling(fleet, share, settings.threshold)}
-    for suffix, known in (("", None), (" h", _history_rows(samples, estimates, settings))):
+    for suffix, known in (("", None), (" h", _prior_rows(samples, estimates, settings))):
         at_true = split_tests(*args, told, settings.threshold, known)
         best = split_tests(*args, candidates, settings.threshold, known)
 
@@ -87,8 +87,8 @@ def one_fleet(statements: int, seed: int, history: int) -> tuple[np.ndarray, dic
             ROWS[5]: best.p,
         }
         detected.update({name + suffix: np.nan_to_num(values, nan=1.0) <= alpha for name, values in p.items()})
-        engine = out if known is None else analyse(fleet.counters, DEPLOY, settings, history=estimates)
-        detected[ROWS[6] + suffix] = (engine["verdict"] == "detected").to_numpy()
+        engine = out if known is None else analyse(fleet.counters, DEPLOY, settings, prior=estimates)
+        detected[ROWS[6] + suffix] = (engine["verdict"] == Verdict.DETECTED).to_numpy()
     return fleet.factor, detected
 
 

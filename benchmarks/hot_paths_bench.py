@@ -191,15 +191,17 @@ def plan_diffs(engine: sa.Engine, target: str) -> None:
     runs, statements = [], []
     for _ in range(3):
         counting["statements"] = 0
-        result = deploy_analysis.analyse_deploy(engine, f"{target}-deploy", EngineSettings(window=WINDOW))
+        result = deploy_analysis.analyse_deploy(
+            deploy_analysis.AnalysisRun(engine, EngineSettings(window=WINDOW)), f"{target}-deploy"
+        )
         runs.append(result)
         statements.append(counting["statements"])
     deploy_analysis.plan_diffs = real  # type: ignore[assignment]
     sa.event.remove(engine, "before_cursor_execute", count)
     detected = runs[-1].verdicts[runs[-1].verdicts["verdict"] == "detected"]
     changed = sum(bool(d.get("shape_changed")) for d in detected["plan_diff"])
-    plans_s = statistics.median(r.seconds["plans"] for r in runs)
-    per_analysis = statistics.median(sum(r.seconds.values()) for r in runs)
+    plans_s = statistics.median(r.seconds.plans for r in runs)
+    per_analysis = statistics.median(r.seconds.total for r in runs)
     print(
         f"plan diffs of one analysis ({len(runs[-1].verdicts):,} statements, {len(detected)} detections, "
         f"{changed} with a changed plan): {statistics.median(statements)} statements to the warehouse, "

@@ -6,7 +6,7 @@ PostgreSQL 18 as the warehouse, then:
 2. the nightly step (steps.noise.update_noise) on one target's day of one-minute scrapes of `--queries` statements
    (analysis_bench.fill), read raw, then again after the day was compacted (steps.compaction), seconds each; the
    anchor is read_window over one hour of the same day, the analysis's own read, in the same run;
-1. the analysis's read (steps.noise.history_for: one grouped query over 7 days of radar.statement_noise, and the
+1. the analysis's read (steps.noise.prior_for: one grouped query over 7 days of radar.statement_noise, and the
    estimates) for a target of 5,000 statements on a warehouse holding 8 such targets × 14 days of sums, median of 5,
    against read_window of that target's ±30-minute window in the same run (the raw samples the analysis reads
    anyway), with the query's EXPLAIN (ANALYZE, BUFFERS) summary; and the peak memory of one read.
@@ -35,7 +35,7 @@ from hot_paths_bench import explain, timed  # noqa: E402
 
 from radar_pipeline.demo.local_postgres import LocalPostgres  # noqa: E402
 from radar_pipeline.steps.compaction import compact_history  # noqa: E402
-from radar_pipeline.steps.noise import HISTORY_DAYS, history_for, update_noise  # noqa: E402
+from radar_pipeline.steps.noise import PRIOR_DAYS, prior_for, update_noise  # noqa: E402
 from radar_pipeline.warehouse import migrations  # noqa: E402
 from radar_pipeline.warehouse import noise as store  # noqa: E402
 from radar_pipeline.warehouse.analysis import read_window  # noqa: E402
@@ -120,9 +120,9 @@ def analysis_read(engine: sa.Engine) -> None:
     with engine.connect() as conn:
         window = read_window(conn, "t3", lo, hi)
         anchor = timed(lambda: read_window(conn, "t3", lo, hi), 5, warm=True)
-        ours = timed(lambda: history_for(conn, "t3", at, window.keys), 5, warm=True)
+        ours = timed(lambda: prior_for(conn, "t3", at, window.keys), 5, warm=True)
         tracemalloc.start()
-        found = history_for(conn, "t3", at, window.keys)
+        found = prior_for(conn, "t3", at, window.keys)
         peak = tracemalloc.get_traced_memory()[1] / 2**20
         tracemalloc.stop()
         before = at.date()
@@ -130,15 +130,15 @@ def analysis_read(engine: sa.Engine) -> None:
             conn,
             "SELECT dbid, userid, queryid, toplevel, sum(intervals), sum(sum_squares) FROM radar.statement_noise "
             "WHERE target = %(t)s AND day >= %(first)s AND day < %(before)s GROUP BY 1, 2, 3, 4",
-            {"t": "t3", "first": before - timedelta(days=HISTORY_DAYS), "before": before},
+            {"t": "t3", "first": before - timedelta(days=PRIOR_DAYS), "before": before},
         )
     rows = TARGETS * DAYS * STATEMENTS
     print(
-        f"1. an analysis's read of its statements' history: {STATEMENTS:,} statements, {HISTORY_DAYS} of the "
+        f"1. an analysis's read of its statements' history: {STATEMENTS:,} statements, {PRIOR_DAYS} of the "
         f"{DAYS} days of sums of {TARGETS} targets ({rows:,} rows)"
     )
-    print(f"   history_for    {ours:8.3f} s   ({0 if found is None else len(found):,} estimates, peak {peak:.1f} MiB)")
-    print(f"   read_window    {anchor:8.3f} s   (±30 min of the same statements; history_for is × {ours / anchor:.2f})")
+    print(f"   prior_for    {ours:8.3f} s   ({0 if found is None else len(found):,} estimates, peak {peak:.1f} MiB)")
+    print(f"   read_window    {anchor:8.3f} s   (±30 min of the same statements; prior_for is × {ours / anchor:.2f})")
     print(f"   EXPLAIN ANALYZE: {plan_nodes(plan)}")
     with engine.begin() as conn:  # the nightly part reads its own target only
         for table in ("radar.pgss_snapshot", "radar.pgss_info_snapshot", "radar.statement_noise"):

@@ -158,17 +158,17 @@ def main() -> None:
     print(f"{len(deploys)} null deploys, W = {args.window:g} s, tolerance {settings.tolerance.total_seconds():g} s")
     arms = [("with stddev", counters, None), ("means only", counters.drop(columns="stddev_exec_time"), None)]
     if known is not None:
-        usable = int((known["intervals"] >= settings.history_min_intervals).sum())
+        usable = int((known["intervals"] >= settings.prior_min_intervals).sum())
         print(
             f"history: the first {args.history:g} s, estimates for {len(known)} statements, {usable} with at least "
-            f"{settings.history_min_intervals} intervals (median {int(known['intervals'].median())})"
+            f"{settings.prior_min_intervals} intervals (median {int(known['intervals'].median())})"
         )
         arms += [(name + ", history", frame, known) for name, frame, _ in arms]
     totals = {name: 0 for name, _, _ in arms}
     decided = []
     for at in deploys:
         for name, frame, history in arms:
-            out = analyse(frame, at, settings, history=history)
+            out = analyse(frame, at, settings, prior=history)
             found = out[out["verdict"] == "detected"]
             totals[name] += len(found)
             if name == "with stddev":

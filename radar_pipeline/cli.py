@@ -510,7 +510,7 @@ class GateView:
 def _gate_read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | None:
     """One look at the deploy (None: not recorded), in one connection: its times and state, and once it is no
     longer pending, the shares of its execution time and its detections."""
-    from radar_pipeline.engine import DETECTED
+    from radar_pipeline.engine import Verdict
     from radar_pipeline.warehouse import status
     from radar_pipeline.warehouse.analysis import deploy_states, verdicts_of
 
@@ -524,7 +524,7 @@ def _gate_read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateVi
             return GateView(times, state, {}, [])
         shares = status.execution_shares(conn, deploy_id)
         table = verdicts_of(conn, deploy_id)
-    detected = table[table["verdict"] == DETECTED]
+    detected = table[table["verdict"] == Verdict.DETECTED]
     columns = [
         "target", "queryid", "dbid", "userid", "toplevel", "change_factor", "factor_at_change", "factor_low",
         "factor_high", "cause", "mean_before_ms", "mean_after_ms", "confidence", "change_after_deploy", "query",
@@ -566,13 +566,15 @@ def _gate_text(view: GateView, deploy_id: str) -> list[str]:
     lines.append("  " + ", ".join(facts))
     if s["state"] == "pending":
         return lines
-    from radar_pipeline.engine.vocabulary import VERDICTS
+    from radar_pipeline.engine.vocabulary import VERDICTS, Cause, Verdict  # loaded with the gate's view already
 
     lines.append("  verdicts: " + ", ".join(f"{int(s.get(v) or 0)} {v}" for v in VERDICTS))
     if view.shares:
-        cleared = view.shares.get("no_regression", 0.0)
-        shares = f"{cleared:.1%} cleared, {view.shares.get('inconclusive', 0.0):.1%} inconclusive"
-        rest = [f"{view.shares[v]:.1%} {v}" for v in ("insufficient_data", "detected") if view.shares.get(v)]
+        cleared = view.shares.get(Verdict.NO_REGRESSION, 0.0)
+        shares = f"{cleared:.1%} cleared, {view.shares.get(Verdict.INCONCLUSIVE, 0.0):.1%} inconclusive"
+        rest = [
+            f"{view.shares[v]:.1%} {v}" for v in (Verdict.INSUFFICIENT_DATA, Verdict.DETECTED) if view.shares.get(v)
+        ]
         lines.append(
             f"  execution time after the deploy: {', '.join([shares, *rest])} (a pass needs {s['pass_share']:.0%} "
             "cleared)"
@@ -586,7 +588,7 @@ def _gate_text(view: GateView, deploy_id: str) -> list[str]:
         factor = f"×{at:.2f}" if at is not None else "×?"
         interval = f" [×{d['factor_low']:.2f}, ×{d['factor_high']:.2f}]" if d["factor_low"] is not None else ""
         lines.append(
-            f"  {factor}{interval} cause {clean(d['cause'] or 'unexplained')}, queryid {d['queryid']}: "
+            f"  {factor}{interval} cause {clean(d['cause'] or Cause.UNEXPLAINED)}, queryid {d['queryid']}: "
             f"{clean(d['query'])}"
         )
     return lines
@@ -596,22 +598,24 @@ def _gate_json(view: GateView, deploy_id: str, code: int) -> str:
     """The gate's answer for a script: one object (ASCII: nothing in it can move a terminal's cursor)."""
     import json
 
+    from radar_pipeline.engine.vocabulary import VERDICTS, Verdict  # loaded with the gate's view already
+
     t, s = view.times, view.state
 
     def iso(at: datetime | None) -> str | None:
         return at.isoformat() if at is not None else None
 
-    counts = {v: int(s.get(v) or 0) for v in ("detected", "no_regression", "inconclusive", "insufficient_data")}
+    counts = {v.value: int(s.get(v) or 0) for v in VERDICTS}
     answer = {
         "deploy_id": deploy_id,
         "state": s["state"],
         "exit_code": code,
         "counts": counts,
         "shares": {
-            "cleared": view.shares.get("no_regression") if view.shares else s.get("cleared_share"),
-            "inconclusive": view.shares.get("inconclusive", 0.0) if view.shares else None,
-            "insufficient_data": view.shares.get("insufficient_data", 0.0) if view.shares else None,
-            "detected": view.shares.get("detected", 0.0) if view.shares else None,
+            "cleared": view.shares.get(Verdict.NO_REGRESSION) if view.shares else s.get("cleared_share"),
+            "inconclusive": view.shares.get(Verdict.INCONCLUSIVE, 0.0) if view.shares else None,
+            "insufficient_data": view.shares.get(Verdict.INSUFFICIENT_DATA, 0.0) if view.shares else None,
+            "detected": view.shares.get(Verdict.DETECTED, 0.0) if view.shares else None,
         },
         "pass_share": s.get("pass_share"),
         "analysed_at": iso(s.get("analysed_at")),

@@ -17,7 +17,7 @@ from radar_pipeline.defs.alerts.regression_alerts import regression_alerts, slac
 from radar_pipeline.defs.deploys.deploy_verdicts import RANGE_END, RANGE_START
 from radar_pipeline.defs.resources import SlackResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
-from radar_pipeline.steps.deploy_analysis import analyse_deploy
+from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 from radar_pipeline.warehouse import deploys
 
 from . import fake_slack
@@ -67,7 +67,7 @@ def analysed(warehouse):
         warehouse,
         deploys.DeployEvent("d-7", "main", deployed_at, service="api", version="v7", url="https://ci.example/runs/7"),
     )
-    result = analyse_deploy(warehouse, "d-7", SETTINGS, run_id="abcdef12-run")
+    result = analyse_deploy(AnalysisRun(warehouse, SETTINGS, run_id="abcdef12-run"), "d-7")
     assert result.verdicts.set_index("queryid").loc[11, "verdict"] == "detected"
     assert result.verdicts.set_index("queryid").loc[12, "verdict"] != "detected"
     return warehouse

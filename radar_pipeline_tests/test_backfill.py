@@ -175,17 +175,17 @@ def test_deploys_with_overlapping_windows_share_one_read_and_get_the_same_verdic
 
     with monkeypatch.context() as patched:
         patched.setattr(analysis, "read_window", alone)
-        results = dict(deploy_analysis.analyse_deploys(warehouse, close, settings))
+        results = dict(deploy_analysis.analyse_deploys(deploy_analysis.AnalysisRun(warehouse, settings), close))
     assert all(not isinstance(r, Exception) for r in results.values()), results
     shared = _verdict_rows(warehouse, close)
 
     for deploy_id in close:
-        deploy_analysis.analyse_deploy(warehouse, deploy_id, settings)
+        deploy_analysis.analyse_deploy(deploy_analysis.AnalysisRun(warehouse, settings), deploy_id)
     assert _verdict_rows(warehouse, close) == shared
     assert len(shared) == len(close) * len(TEXTS)
     assert any(row["verdict"] == "detected" for row in shared)  # the slowdown at b-2 is inside these windows
 
-    outcome = dict(deploy_analysis.analyse_deploys(warehouse, ids, settings))
+    outcome = dict(deploy_analysis.analyse_deploys(deploy_analysis.AnalysisRun(warehouse, settings), ids))
     assert isinstance(outcome["b-open"], deploy_analysis.AnalysisRefused)
     assert all(not isinstance(outcome[i], Exception) for i in ids[:-1])
 
@@ -251,11 +251,11 @@ def test_a_warehouse_failure_before_the_analyses_fails_each_deploy_and_costs_are
 
     with monkeypatch.context() as patched:
         patched.setattr(deploys, "get_many", down)
-        outcome = list(deploy_analysis.analyse_deploys(warehouse, recorded, settings))
+        outcome = list(deploy_analysis.analyse_deploys(deploy_analysis.AnalysisRun(warehouse, settings), recorded))
     assert [d for d, _ in outcome] == recorded and all(isinstance(r, sa.exc.OperationalError) for _, r in outcome)
 
     with monkeypatch.context() as patched:
         patched.setattr(analysis, "read_costs", down)  # only an optimisation: the deploys are still analysed
-        outcome = dict(deploy_analysis.analyse_deploys(warehouse, recorded, settings))
+        outcome = dict(deploy_analysis.analyse_deploys(deploy_analysis.AnalysisRun(warehouse, settings), recorded))
     assert isinstance(outcome.pop("b-open"), deploy_analysis.AnalysisRefused)
     assert all(not isinstance(r, Exception) for r in outcome.values()), outcome

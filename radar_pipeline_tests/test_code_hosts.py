@@ -27,7 +27,7 @@ from radar_pipeline.defs.alerts.code_host_statuses import code_host_retry_job, c
 from radar_pipeline.defs.reconcile.reconciler import radar_reconciler
 from radar_pipeline.defs.resources import CodeHostResource, SlackResource, WarehouseResource
 from radar_pipeline.steps.code_host_delivery import Deploy, comment_body, comment_marker, deliver, description
-from radar_pipeline.steps.deploy_analysis import analyse_deploy
+from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 from radar_pipeline.warehouse import code_hosts as outbox
 from radar_pipeline.warehouse import deploys
 from radar_pipeline.warehouse.reconcile import withhold_old
@@ -163,7 +163,7 @@ def test_a_failed_deploy_gets_its_statuses_and_one_comment_edited_in_place_on_re
 
     # A re-analysis with a tolerance of ×10 no longer detects the ×4 statement: the deploy is no longer failed; the
     # status says so and the comment is edited, not posted again.
-    analyse_deploy(analysed, "d-7", dataclasses.replace(SETTINGS, threshold=9.0), run_id="rerun-2")
+    analyse_deploy(AnalysisRun(analysed, dataclasses.replace(SETTINGS, threshold=9.0), run_id="rerun-2"), "d-7")
     metadata, rerun_log = _materialize(warehouse_url, _resource(host))
     state = metadata["state"]
     assert state in ("pass", "inconclusive") and metadata["deliveries"] == expected
@@ -489,7 +489,7 @@ def test_a_doubt_outlives_a_final_error_and_a_reanalysis(analysed, github):  # n
         assert withhold_old(conn, timedelta(0)) >= 1
     assert _rows(analysed)["review_comment"]["status"] == "withheld" and _unknown(analysed)
 
-    analyse_deploy(analysed, "d-7", SETTINGS, run_id="rerun-2")  # the same state (fail), a new analysis
+    analyse_deploy(AnalysisRun(analysed, SETTINGS, run_id="rerun-2"), "d-7")  # the same state (fail), a new analysis
     _deliver(analysed, github)
     assert len(github.comments) == 1 and len(github.calls_to("edit_comment")) == 1  # found, edited: not posted again
     assert _rows(analysed)["review_comment"]["status"] == "sent" and not _unknown(analysed)
@@ -513,7 +513,7 @@ def test_a_deploy_no_longer_failed_gets_no_new_comment_after_a_doubt(analysed, g
     github.fail_next("post_comment", (200, {}, ECHO))  # not applied; an answer that is not GitHub's: unknown
     _deliver(analysed, github)
     assert not github.comments and _unknown(analysed)
-    analyse_deploy(analysed, "d-7", dataclasses.replace(SETTINGS, threshold=9.0), run_id="rerun-2")
+    analyse_deploy(AnalysisRun(analysed, dataclasses.replace(SETTINGS, threshold=9.0), run_id="rerun-2"), "d-7")
     _deliver(analysed, github)
     assert len(github.calls_to("list_comments")) == 1 and not github.comments
     row = _rows(analysed)["review_comment"]
@@ -531,7 +531,7 @@ def test_a_reanalysis_does_not_take_a_comment_another_run_is_posting(analysed, g
         first = deploy_states(conn, ["d-7"]).iloc[0]["analysed_at"]
         outbox.enqueue(conn, "d-7", ["commit_status", "deployment_status", "review_comment"], "fail", first)
         claimed = outbox.claim(conn, "d-7", timedelta(minutes=15))
-    analyse_deploy(analysed, "d-7", SETTINGS, run_id="rerun-2")  # still fail, a newer analysis
+    analyse_deploy(AnalysisRun(analysed, SETTINGS, run_id="rerun-2"), "d-7")  # still fail, a newer analysis
     _deliver(analysed, github)  # run B
     assert not github.comments and not github.statuses
     assert {r["status"] for r in _rows(analysed).values()} == {"sending"}

@@ -26,7 +26,7 @@ from radar_pipeline.defs.deploys.deploy_verdicts import (
     deploys_partitions,
 )
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
-from radar_pipeline.steps.deploy_analysis import AnalysisRefused, analyse_deploy
+from radar_pipeline.steps.deploy_analysis import AnalysisRefused, AnalysisRun, analyse_deploy
 from radar_pipeline.warehouse import deploys, migrations
 from radar_pipeline.warehouse.database import make_engine
 
@@ -215,10 +215,10 @@ def test_a_complete_window_is_requested_and_analysed_before_its_settle(scenario)
         assert "rel-complete" in requested and "rel-waiting" not in requested
         assert result.cursor == '{"ready_at": "2000-01-01T00:00:00+00:00", "deploy_id": ""}'
         settings = slow_settle.settings()
-        analysed = analyse_deploy(s.engine, "rel-complete", settings, settle=slow_settle.settle)
+        analysed = analyse_deploy(AnalysisRun(s.engine, settings, settle=slow_settle.settle), "rel-complete")
         assert analysed.event.deploy_id == "rel-complete"
         with pytest.raises(AnalysisRefused, match="closes at"):
-            analyse_deploy(s.engine, "rel-waiting", settings, settle=slow_settle.settle)
+            analyse_deploy(AnalysisRun(s.engine, settings, settle=slow_settle.settle), "rel-waiting")
         with s.engine.connect() as conn:  # analysed: not requested again
             assert "rel-complete" not in {e.deploy_id for e in deploys.scraped_events(conn, settings.window, WEEK)}
     finally:

@@ -18,7 +18,7 @@ from radar_pipeline.defs.alerts.regression_alerts import regression_alerts
 from radar_pipeline.defs.resources import SlackResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.steps.alert_delivery import plain_text
-from radar_pipeline.steps.deploy_analysis import analyse_deploy
+from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 from radar_pipeline.warehouse import deploys
 from radar_pipeline.warehouse.analysis import impact_of
 
@@ -93,7 +93,7 @@ def test_an_n_plus_one_loop_is_a_surge_with_latency_unchanged(warehouse):
             33: {"text": OTHER, "calls": (50, 50), "ms": (0.5, 0.5)},
         },
     )
-    result = analyse_deploy(warehouse, "n1", SETTINGS)
+    result = analyse_deploy(AnalysisRun(warehouse, SETTINGS), "n1")
     assert (result.verdicts["verdict"] != "detected").all()
     summary, changes = changes_of(warehouse, "n1")
     assert list(changes.index) == [32]
@@ -115,7 +115,7 @@ def test_a_new_slow_statement_is_reported_heavy(warehouse):
             42: {"text": OTHER, "calls": (50, 50), "ms": (0.5, 0.5)},
         },
     )
-    result = analyse_deploy(warehouse, "new", SETTINGS)
+    result = analyse_deploy(AnalysisRun(warehouse, SETTINGS), "new")
     assert result.verdicts.set_index("queryid").loc[41, "verdict"] == "insufficient_data"
     summary, changes = changes_of(warehouse, "new")
     row = changes.loc[41]
@@ -135,7 +135,7 @@ def test_a_slowdown_beside_a_new_heavy_statement_is_contention(warehouse):
             53: {"text": OTHER, "calls": (50, 50), "ms": (0.5, 0.5)},
         },
     )
-    result = analyse_deploy(warehouse, "idx", SETTINGS)
+    result = analyse_deploy(AnalysisRun(warehouse, SETTINGS), "idx")
     verdicts = result.verdicts.set_index("queryid")
     assert verdicts.loc[51, "verdict"] == "detected"
     assert verdicts.loc[51, "cause"] == f"contention: 52 {SCAN}"
@@ -157,7 +157,7 @@ def test_a_traffic_doubling_is_no_surge(warehouse):
             63: {"text": OTHER, "calls": (50, 100), "ms": (0.5, 0.5)},
         },
     )
-    result = analyse_deploy(warehouse, "twice", SETTINGS)
+    result = analyse_deploy(AnalysisRun(warehouse, SETTINGS), "twice")
     assert (result.verdicts["verdict"] != "detected").all()
     summary, changes = changes_of(warehouse, "twice")
     assert changes.empty
@@ -173,8 +173,8 @@ def test_reanalysis_replaces_the_impact(warehouse):
             72: {"text": OTHER, "calls": (50, 50), "ms": (0.5, 0.5)},
         },
     )
-    analyse_deploy(warehouse, "again", SETTINGS)
-    analyse_deploy(warehouse, "again", SETTINGS)
+    analyse_deploy(AnalysisRun(warehouse, SETTINGS), "again")
+    analyse_deploy(AnalysisRun(warehouse, SETTINGS), "again")
     summary, changes = changes_of(warehouse, "again")
     assert len(changes) == 1 and len(summary) == 2
 
@@ -210,7 +210,7 @@ def test_an_n_plus_one_alone_is_announced_once(warehouse, warehouse_url, slack):
             32: {"text": LOOKUP, "calls": (20, 400), "ms": (0.1, 0.1)},
         },
     )
-    analyse_deploy(warehouse, "n1-alert", SETTINGS)
+    analyse_deploy(AnalysisRun(warehouse, SETTINGS), "n1-alert")
     body, text = _alert(warehouse_url, slack, "n1-alert")
     assert body["text"] == "1 N+1 surge after deploy api v2 on main"
     assert "*Database time:*" in text and "ms per minute (×" in text
@@ -234,7 +234,7 @@ def test_a_collateral_slowdown_alert_leads_with_its_cause(warehouse, warehouse_u
             53: {"text": OTHER, "calls": (50, 50), "ms": (0.5, 0.5)},
         },
     )
-    analyse_deploy(warehouse, "idx-alert", SETTINGS)
+    analyse_deploy(AnalysisRun(warehouse, SETTINGS), "idx-alert")
     with warehouse.begin() as conn:  # the scan's plan, as plan capture stores it
         conn.execute(
             sa.text(
@@ -261,7 +261,7 @@ def test_a_traffic_doubling_sends_nothing(warehouse, warehouse_url, slack):
             62: {"text": LOOKUP, "calls": (100, 200), "ms": (0.1, 0.1)},
         },
     )
-    analyse_deploy(warehouse, "twice-alert", SETTINGS)
+    analyse_deploy(AnalysisRun(warehouse, SETTINGS), "twice-alert")
     assert _alert(warehouse_url, slack, "twice-alert") == ({}, "")
 
 
@@ -282,7 +282,7 @@ def test_verdicts_command_and_metadata_show_the_summary(warehouse, warehouse_url
             53: {"text": OTHER, "calls": (50, 50), "ms": (0.5, 0.5)},
         },
     )
-    result = analyse_deploy(warehouse, "idx-cli", SETTINGS)
+    result = analyse_deploy(AnalysisRun(warehouse, SETTINGS), "idx-cli")
     metadata = _metadata(result)
     summary = metadata["database_time"].records[0].data
     assert summary["database"] == "all" and summary["exec_ms_per_min_after"] > 10 * summary["exec_ms_per_min_before"]
@@ -363,7 +363,7 @@ def test_a_deploy_with_no_data_before_it_says_so(warehouse, warehouse_url, slack
             72: {"text": OTHER, "calls": (0, 50), "ms": (0.0, 0.5), "new": True},
         },
     )
-    result = analyse_deploy(warehouse, "first-look", SETTINGS)
+    result = analyse_deploy(AnalysisRun(warehouse, SETTINGS), "first-look")
     summary = _metadata(result)["database_time"].records[0].data
     assert summary["note"] == "no data before the deploy" and summary["exec_ms_per_min_before"] is None
     proc = subprocess.run(

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.config import Target
 from radar_pipeline.engine import EngineSettings
-from radar_pipeline.steps.deploy_analysis import analyse_deploy
+from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 from radar_pipeline.warehouse import deploys, migrations
 from radar_pipeline.warehouse.analysis import impact_of
 from radar_pipeline.warehouse.database import make_engine
@@ -101,7 +101,7 @@ def deployed(pg18):
     results = {}
     for deploy_id, (_, window) in windows.items():
         settings = EngineSettings(window=timedelta(seconds=window), tolerance_floor=timedelta(seconds=1))
-        results[deploy_id] = analyse_deploy(engine, deploy_id, settings)
+        results[deploy_id] = analyse_deploy(AnalysisRun(engine, settings), deploy_id)
     yield url, engine, results
     engine.dispose()
     pg18.drop_database(app)

@@ -21,8 +21,8 @@ import sqlalchemy as sa
 
 from radar_pipeline.defs.deploys.deploy_verdicts import deploy_verdicts
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
-from radar_pipeline.engine import DETECTED, INCONCLUSIVE, NO_REGRESSION, EngineSettings
-from radar_pipeline.steps.deploy_analysis import analyse_deploy
+from radar_pipeline.engine import EngineSettings, Verdict
+from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 from radar_pipeline.warehouse import deploys
 from radar_pipeline.warehouse.analysis import PASS_SHARE, deploy_states
 
@@ -78,11 +78,15 @@ def _states(warehouse, pass_share: float | None = None) -> dict[str, str]:
 
 def test_real_analyses_store_three_answers_and_each_deploy_gets_its_state(recorded, warehouse):
     for deploy_id in PLANS:
-        analyse_deploy(warehouse, deploy_id, SETTINGS)
+        analyse_deploy(AnalysisRun(warehouse, SETTINGS), deploy_id)
     fail = _verdicts(warehouse, "st-fail")
-    assert fail.to_dict() == {1: DETECTED, 2: NO_REGRESSION, 3: INCONCLUSIVE}
-    assert _verdicts(warehouse, "st-pass").to_dict() == {1: NO_REGRESSION, 2: NO_REGRESSION, 3: INCONCLUSIVE}
-    assert _verdicts(warehouse, "st-unsure").to_dict() == {1: INCONCLUSIVE, 2: NO_REGRESSION}
+    assert fail.to_dict() == {1: Verdict.DETECTED, 2: Verdict.NO_REGRESSION, 3: Verdict.INCONCLUSIVE}
+    assert _verdicts(warehouse, "st-pass").to_dict() == {
+        1: Verdict.NO_REGRESSION,
+        2: Verdict.NO_REGRESSION,
+        3: Verdict.INCONCLUSIVE,
+    }
+    assert _verdicts(warehouse, "st-unsure").to_dict() == {1: Verdict.INCONCLUSIVE, 2: Verdict.NO_REGRESSION}
     with warehouse.connect() as conn:
         counts = conn.execute(
             sa.text(

@@ -23,7 +23,7 @@ from radar_pipeline.defs.alerts.regression_alerts import regression_alerts
 from radar_pipeline.defs.resources import SlackResource, WarehouseResource
 from radar_pipeline.demo.local_postgres import LocalPostgres
 from radar_pipeline.engine import EngineSettings
-from radar_pipeline.steps.deploy_analysis import analyse_deploy
+from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 from radar_pipeline.steps.snapshots import snapshot_target
 from radar_pipeline.warehouse import migrations
 from radar_pipeline.warehouse.database import make_engine
@@ -204,12 +204,17 @@ def test_stopped_mid_verdict_copy_leaves_no_partial_analysis_and_the_rerun_compl
         conn.execute(sa.text("DELETE FROM radar.verdict WHERE deploy_id = 'd-7'"))
         conn.execute(sa.text("DELETE FROM radar.analysis WHERE deploy_id = 'd-7'"))
     statement = _crash_inside(
-        dedicated, warehouse_url, engine, "radar.verdict", 2, lambda: analyse_deploy(engine, "d-7", SETTINGS)
+        dedicated,
+        warehouse_url,
+        engine,
+        "radar.verdict",
+        2,
+        lambda: analyse_deploy(AnalysisRun(engine, SETTINGS), "d-7"),
     )
     assert "COPY radar.verdict" in statement
     assert _count(engine, "SELECT count(*) FROM radar.verdict WHERE deploy_id = 'd-7'") == 0
     assert _count(engine, "SELECT count(*) FROM radar.analysis WHERE deploy_id = 'd-7'") == 0
-    result = analyse_deploy(engine, "d-7", SETTINGS)
+    result = analyse_deploy(AnalysisRun(engine, SETTINGS), "d-7")
     assert _count(engine, "SELECT count(*) FROM radar.verdict WHERE deploy_id = 'd-7'") == len(result.verdicts) == 2
 
 

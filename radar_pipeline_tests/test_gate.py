@@ -26,7 +26,7 @@ from click.testing import CliRunner
 
 from radar_pipeline.cli import main
 from radar_pipeline.demo.local_postgres import free_port
-from radar_pipeline.steps.deploy_analysis import analyse_deploy
+from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 from radar_pipeline.warehouse import deploys, migrations
 from radar_pipeline.warehouse.database import make_engine
 
@@ -61,7 +61,7 @@ def gate_url(pg18) -> Iterator[str]:
         texts = {q: LONG_TEXT if (deploy_id, q) == ("st-fail", 1) else TEXTS[q] for q in plan}
         store_counters(engine, deploy_id, _counters(at, plan, rng), texts)
         deploys.record(engine, deploys.DeployEvent(deploy_id, deploy_id, at, service="shop", version="v2"))
-        analyse_deploy(engine, deploy_id, SETTINGS)
+        analyse_deploy(AnalysisRun(engine, SETTINGS), deploy_id)
     for deploy_id in ("st-late", "st-away"):
         deploys.record(engine, deploys.DeployEvent(deploy_id, "st-pass", at))
     deploys.record(engine, deploys.DeployEvent("st-open", "st-pass", datetime.now(UTC) - timedelta(seconds=5)))
@@ -245,7 +245,9 @@ def test_the_gate_waits_for_an_analysis_made_while_it_waits(gate_url):
         gate.wait_for("st-late: pending: ")
         engine = make_engine(gate_url)
         analysed: list[object] = []
-        analysing = threading.Thread(target=lambda: analysed.append(analyse_deploy(engine, "st-late", SETTINGS)))
+        analysing = threading.Thread(
+            target=lambda: analysed.append(analyse_deploy(AnalysisRun(engine, SETTINGS), "st-late"))
+        )
         analysing.start()
         analysing.join(DEADLINE_S)
         engine.dispose()
@@ -264,7 +266,7 @@ def test_the_gate_rides_out_a_warehouse_that_goes_away(gate_url, pg18):
         switch.off()
         gate.wait_for("the warehouse did not answer")
         engine = make_engine(gate_url)
-        analyse_deploy(engine, "st-away", SETTINGS)  # decided while the gate cannot see the warehouse
+        analyse_deploy(AnalysisRun(engine, SETTINGS), "st-away")  # decided while the gate cannot see the warehouse
         engine.dispose()
         switch.on()
         code, out = gate.finish()

@@ -23,7 +23,7 @@ from radar_pipeline.defs.bands.query_history import query_history
 from radar_pipeline.defs.resources import AnalysisResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.engine.history import STATE, HistorySettings, extend_history
-from radar_pipeline.steps.deploy_analysis import analyse_deploy
+from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 from radar_pipeline.steps.history import HistoryRefused, history_charts, update_history
 from radar_pipeline.warehouse import deploys
 
@@ -54,7 +54,7 @@ def history(warehouse, warehouse_url, tmp_path, monkeypatch):
     ids = [f"h-{d}" for d in range(DEPLOYS)]
     for d, deploy_id in enumerate(ids):
         deploys.record(warehouse, deploys.DeployEvent(deploy_id, "main", start + timedelta(hours=d)))
-        analyse_deploy(warehouse, deploy_id, SETTINGS)
+        analyse_deploy(AnalysisRun(warehouse, SETTINGS), deploy_id)
     with warehouse.begin() as conn:
         for deploy_id in ids:
             if deploy_id != f"h-{LATE}":

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.engine.history import HistorySettings
-from radar_pipeline.steps.deploy_analysis import AnalysisRefused, analyse_deploy
+from radar_pipeline.steps.deploy_analysis import AnalysisRefused, AnalysisRun, analyse_deploy
 from radar_pipeline.steps.history import update_history
 from radar_pipeline.steps.periodic_check import analyse_period
 from radar_pipeline.warehouse import deploys
@@ -36,7 +36,7 @@ def idle(warehouse):
 def test_a_deploy_to_an_idle_target_gets_no_verdicts(idle):
     at = datetime.now(UTC) - timedelta(minutes=10)
     deploys.record(idle, deploys.DeployEvent("quiet-1", "idle", at))
-    result = analyse_deploy(idle, "quiet-1", SETTINGS)
+    result = analyse_deploy(AnalysisRun(idle, SETTINGS), "quiet-1")
     assert result.verdicts.empty
     with idle.connect() as conn:
         row = conn.execute(sa.text("SELECT queries, detected FROM radar.analysis WHERE deploy_id = 'quiet-1'")).one()
@@ -48,7 +48,7 @@ def test_a_deploy_to_an_idle_target_gets_no_verdicts(idle):
 def test_the_periodic_check_of_an_idle_target(idle):
     end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=1)
     done, failed = analyse_period(
-        idle, "2026-11-30-00:00", end, EngineSettings(window=timedelta(minutes=5)), timedelta(seconds=10)
+        AnalysisRun(idle, EngineSettings(window=timedelta(minutes=5))), "2026-11-30-00:00", end, timedelta(seconds=10)
     )
     assert not failed
     assert [(r.target, len(r.verdicts)) for r in done] == [("idle", 0)]
@@ -63,4 +63,4 @@ def test_a_deploy_in_the_far_past_is_refused(idle):
             )
         )
     with pytest.raises(AnalysisRefused, match="'ancient' at 0001-01-01T00:01:00\\+00:00 is too far in the past"):
-        analyse_deploy(idle, "ancient", SETTINGS)
+        analyse_deploy(AnalysisRun(idle, SETTINGS), "ancient")

@@ -15,8 +15,8 @@ from radar_pipeline.defs.deploys.deploy_verdicts import deploy_verdicts
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings, analyse
 from radar_pipeline.engine.noise import noise_sums
-from radar_pipeline.steps.deploy_analysis import analyse_deploy
-from radar_pipeline.steps.noise import history_for, update_noise
+from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
+from radar_pipeline.steps.noise import prior_for, update_noise
 from radar_pipeline.steps.retention import apply_retention
 from radar_pipeline.warehouse import deploys
 from radar_pipeline.warehouse import noise as store
@@ -70,7 +70,7 @@ def test_noise_sums_are_stored_per_ended_day_and_read_from_the_days_before_the_w
         # No peeking: a window on the first day reads nothing of that day, nor of the deploy's.
         assert store.read_before(conn, "main", FIRST + timedelta(hours=20), days=7).empty
         window = read_window(conn, "main", lo, DEPLOY + timedelta(minutes=30))
-        history = history_for(conn, "main", lo, window.keys)
+        history = prior_for(conn, "main", lo, window.keys)
     pd.testing.assert_frame_equal(
         stored[expected.columns], expected, check_dtype=False, check_names=False, check_index_type=False
     )
@@ -81,9 +81,9 @@ def test_noise_sums_are_stored_per_ended_day_and_read_from_the_days_before_the_w
 
     # The deploy analysis gives them to the engine: its verdicts are those of analyse with this history.
     deploys.record(warehouse, deploys.DeployEvent("rel-noise", "main", DEPLOY))
-    result = analyse_deploy(warehouse, "rel-noise", EngineSettings())
+    result = analyse_deploy(AnalysisRun(warehouse, EngineSettings()), "rel-noise")
     verdicts = result.verdicts.set_index("queryid").sort_index()
-    expected_verdicts = analyse(window.counters, DEPLOY, EngineSettings(), history=history)
+    expected_verdicts = analyse(window.counters, DEPLOY, EngineSettings(), prior=history)
     expected_verdicts.index = window.keys.loc[expected_verdicts["query_key"], "queryid"].to_numpy()
     alone = analyse(window.counters, DEPLOY, EngineSettings())
     alone.index = expected_verdicts.index
@@ -144,9 +144,9 @@ def test_without_stored_sums_the_analysis_runs_on_its_window_alone(warehouse):
     lo = DEPLOY - timedelta(minutes=30)
     with warehouse.connect() as conn:
         window = read_window(conn, "main", lo, DEPLOY + timedelta(minutes=30))
-        assert history_for(conn, "main", lo, window.keys) is None
+        assert prior_for(conn, "main", lo, window.keys) is None
     deploys.record(warehouse, deploys.DeployEvent("rel-alone", "main", DEPLOY))
-    result = analyse_deploy(warehouse, "rel-alone", EngineSettings())
+    result = analyse_deploy(AnalysisRun(warehouse, EngineSettings()), "rel-alone")
     alone = analyse(window.counters, DEPLOY, EngineSettings())
     np.testing.assert_array_equal(
         result.verdicts.sort_values("query_key")["p_value"].to_numpy(),

@@ -27,7 +27,7 @@ from radar_pipeline.config import Target, periodic_minute, periodic_start
 from radar_pipeline.defs.periodic.periodic_check import periodic_definitions
 from radar_pipeline.defs.resources import AnalysisResource, SlackResource, TargetsResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
-from radar_pipeline.steps.deploy_analysis import AnalysisRefused
+from radar_pipeline.steps.deploy_analysis import AnalysisRefused, AnalysisRun
 from radar_pipeline.steps.periodic_check import analyse_period
 from radar_pipeline.warehouse import deploys, migrations
 from radar_pipeline.warehouse.database import make_engine
@@ -235,10 +235,9 @@ def test_an_hour_not_yet_over_is_refused(timeline, warehouse):
     now = datetime.now(UTC)
     with pytest.raises(AnalysisRefused, match="closes at"):
         analyse_period(
-            warehouse,
+            AnalysisRun(warehouse, EngineSettings(window=timedelta(hours=1))),
             "now",
             now + timedelta(minutes=1),
-            EngineSettings(window=timedelta(hours=1)),
             timedelta(minutes=2),
         )
     with warehouse.connect() as conn:
@@ -276,13 +275,12 @@ def test_a_real_slowdown_without_a_deploy_is_found(pg18):
         drive(target, engine, _probes, SCRAPE, 1, until=changed + timedelta(seconds=period + SCRAPE))
         settings = AnalysisResource(window_seconds=period, scrape_interval_seconds=SCRAPE, period_seconds=period)
         done, failed = analyse_period(
-            engine,
+            AnalysisRun(
+                engine, settings.periodic_settings(), settle=settings.settle, live_targets={target.name: target}
+            ),
             "live",
             changed + timedelta(seconds=period),
-            settings.periodic_settings(),
             settings.settings().tolerance,
-            settle=settings.settle,
-            live_targets={target.name: target},
         )
         assert failed == {}
         (result,) = done

@@ -17,7 +17,7 @@ from radar_pipeline.config import Target
 from radar_pipeline.defs.collection.plans import plan_snapshots
 from radar_pipeline.defs.resources import TargetsResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
-from radar_pipeline.steps.deploy_analysis import analyse_deploy
+from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 from radar_pipeline.steps.plan_capture import capture_target
 from radar_pipeline.warehouse import deploys
 from radar_pipeline.warehouse import plans as stored_plans
@@ -96,7 +96,7 @@ def test_index_dropped_at_a_deploy_shows_in_the_plan_diff(app_db, warehouse):
     tolerance = tolerance_covering(earlier, later, at, 1.0)
     settings = EngineSettings(window=timedelta(seconds=window), tolerance_floor=timedelta(seconds=tolerance))
 
-    result = analyse_deploy(warehouse, "drop-index", settings, live_targets={target.name: collector})
+    result = analyse_deploy(AnalysisRun(warehouse, settings, live_targets={target.name: collector}), "drop-index")
     lookup = result.verdicts.set_index("queryid").loc[_lookup_queryid(warehouse, target.name)]
     shown = ["verdict", "reason", "change_factor", "t_stat", "dof", "p_value", "p_family", "serial_correlation"]
     assert lookup.verdict == "detected" and lookup.cause == "plan_changed", lookup[shown].to_dict()
@@ -125,7 +125,7 @@ def test_index_dropped_at_a_deploy_shows_in_the_plan_diff(app_db, warehouse):
     scrape(target, warehouse)
     assert capture_target(collector, warehouse).stored >= 1
     assert _plans(warehouse, target.name)[-1] == ("Index Scan using probe_id_idx on probe", "generic_plan")
-    again = analyse_deploy(warehouse, "drop-index", settings, live_targets={target.name: collector})
+    again = analyse_deploy(AnalysisRun(warehouse, settings, live_targets={target.name: collector}), "drop-index")
     redo = again.verdicts.set_index("queryid").loc[lookup.name]
     assert redo.cause == "plan_changed" and redo.plan_diff == diff
 
@@ -188,7 +188,7 @@ def test_a_queryid_postgresql_18_shares_between_two_tables_is_said_and_gets_no_p
     tolerance = tolerance_covering(earlier, later, at, 1.0)
     settings = EngineSettings(window=timedelta(seconds=window), tolerance_floor=timedelta(seconds=tolerance))
 
-    result = analyse_deploy(warehouse, "shared-id", settings, live_targets={target.name: collector})
+    result = analyse_deploy(AnalysisRun(warehouse, settings, live_targets={target.name: collector}), "shared-id")
     joined = result.verdicts.set_index("queryid").loc[queryid]
     assert joined.verdict == "detected", joined[["verdict", "reason", "change_factor"]].to_dict()
     assert joined.queryid_shared_with == ["public.delta"]
@@ -230,7 +230,7 @@ def test_a_queryid_postgresql_18_shares_between_two_tables_is_said_and_gets_no_p
     # Past the bound on the checks an analysis makes, a detection is not looked into: null, not "none shared", and
     # echo's plan diff, shown, says it may be one table's of several.
     monkeypatch.setattr("radar_pipeline.steps.plan_diffs.SHARED_CHECKS", 0)
-    unchecked = analyse_deploy(warehouse, "shared-id", settings, live_targets={target.name: collector})
+    unchecked = analyse_deploy(AnalysisRun(warehouse, settings, live_targets={target.name: collector}), "shared-id")
     alone = unchecked.verdicts.set_index("queryid").loc[queryid]
     assert alone.queryid_shared_with is None
     caution = "not checked whether PostgreSQL 18 gives this queryid to the same statement over other tables (only the 0"
@@ -262,7 +262,7 @@ def test_an_unchecked_queryid_s_plan_diff_carries_a_caution_on_postgresql_18_not
             for when in (at - timedelta(seconds=150), at + timedelta(seconds=100)):
                 stored_plans.store(conn, name, when, {(5, 10, 31, True): stored}, {})
         deploys.record(warehouse, deploys.DeployEvent(f"unchecked-{name}", name, at))
-        result = analyse_deploy(warehouse, f"unchecked-{name}", settings)
+        result = analyse_deploy(AnalysisRun(warehouse, settings), f"unchecked-{name}")
         (row,) = result.verdicts[result.verdicts["verdict"] == "detected"].itertuples()
         assert row.queryid_shared_with is None  # not asked
         diffs[name] = row.plan_diff

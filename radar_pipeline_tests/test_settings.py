@@ -201,9 +201,9 @@ def test_engine_settings_refuse_bad_values_naming_the_field():
     for bad, field in [
         ({"min_samples": "three"}, "min_samples"),
         ({"budget_time_weight": 1.5}, "budget_time_weight"),
-        ({"history_conflict_alpha": 0.0}, "history_conflict_alpha"),
+        ({"prior_conflict_alpha": 0.0}, "prior_conflict_alpha"),
         ({"window": timedelta(seconds=-1)}, "window"),
-        ({"history_min_intervals": 50, "history_max_intervals": 10}, "history_max_intervals"),
+        ({"prior_min_intervals": 50, "prior_max_intervals": 10}, "prior_max_intervals"),
     ]:
         with pytest.raises(ValueError, match=f"invalid EngineSettings: .*{field}") as err:
             EngineSettings(**bad)  # type: ignore[arg-type]
@@ -239,9 +239,9 @@ def test_the_run_config_of_the_analyses_is_every_engine_setting():
         "budget_time_weight": 0.25,
         "tolerance_floor": 30.0,
         "fleet_min_queries": 9,
-        "history_min_intervals": 60,
-        "history_max_intervals": 600,
-        "history_conflict_alpha": 0.01,
+        "prior_min_intervals": 60,
+        "prior_max_intervals": 600,
+        "prior_conflict_alpha": 0.01,
         "clear_level": 0.9,
     }
     built = AnalysisResource().settings(**VerdictConfig(**changed).model_dump()).to_dict()

@@ -171,8 +171,8 @@ def test_scrape_coverage_counts_the_gap_from_the_first_samples_interval_start(wa
                 {"at": at},
             )
         health = window_health(conn, "t", lo, hi)
-    assert health["scrapes"] == 30
-    assert health["longest_gap_s"] == (2 * 3600 + 60)
+    assert health.scrapes == 30
+    assert health.longest_gap_s == (2 * 3600 + 60)
 
 
 def test_interval_function_reads_a_range_and_agrees_with_the_view(warehouse):

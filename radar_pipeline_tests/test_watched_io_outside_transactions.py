@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.collector import pgss, plans, session
 from radar_pipeline.engine import EngineSettings
-from radar_pipeline.steps.deploy_analysis import analyse_deploy
+from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 from radar_pipeline.steps.periodic_check import analyse_period
 from radar_pipeline.warehouse import deploys
 from radar_pipeline.warehouse import plans as stored_plans
@@ -105,7 +105,7 @@ def test_analyses_capture_plans_outside_the_warehouse_transaction(app_db, wareho
     for module, name in ((session, "connect"), (plans, "plan_source"), (plans, "capture")):
         watch.wrap(monkeypatch, module, name)
     settings = EngineSettings(window=timedelta(minutes=20))
-    result = analyse_deploy(warehouse, "d-io", settings, live_targets={target.name: live})
+    result = analyse_deploy(AnalysisRun(warehouse, settings, live_targets={target.name: live}), "d-io")
     slowed = result.verdicts.set_index("queryid").loc[31]
     assert slowed.verdict == "detected"
     # The statement's key is synthetic (dbid 5): the capture is tried and says why it has no plan.
@@ -116,7 +116,7 @@ def test_analyses_capture_plans_outside_the_warehouse_transaction(app_db, wareho
     watch.seen.clear()
     period_end = start + timedelta(minutes=40)
     done, failed = analyse_period(
-        warehouse, "io", period_end, settings, timedelta(minutes=2), live_targets={target.name: live}
+        AnalysisRun(warehouse, settings, live_targets={target.name: live}), "io", period_end, timedelta(minutes=2)
     )
     assert failed == {} and len(done) == 1
     assert done[0].verdicts.set_index("queryid").loc[31].verdict == "detected"

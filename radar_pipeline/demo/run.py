@@ -155,7 +155,7 @@ def _findings(warehouse_url: str, app_dsn: str) -> tuple:
     import pandas as pd
     import sqlalchemy as sa
 
-    from radar_pipeline.engine.vocabulary import DETECTED
+    from radar_pipeline.engine.vocabulary import Verdict
 
     with sa.create_engine(warehouse_url).connect() as conn:
         shop_oid = _one(app_dsn, "SELECT oid FROM pg_database WHERE datname = current_database()")
@@ -166,7 +166,7 @@ def _findings(warehouse_url: str, app_dsn: str) -> tuple:
                 "FROM radar.verdict v JOIN radar.query q ON q.target = v.target AND q.dbid = v.dbid "
                 "AND q.userid = v.userid AND q.queryid = v.queryid AND q.toplevel = v.toplevel "
                 "WHERE v.deploy_id = :d AND v.dbid = :shop AND v.n_before + v.n_after > 0 "
-                f"ORDER BY v.verdict = '{DETECTED}' DESC, v.change_factor DESC"
+                f"ORDER BY v.verdict = '{Verdict.DETECTED}' DESC, v.change_factor DESC"
             ),
             conn,
             params={"d": DEPLOY_ID, "shop": shop_oid},
@@ -238,7 +238,7 @@ def _run_sql(dsn: str, statement: str) -> None:
 
 def _report(embedded, table, queries, regression, alert, checks, seconds: float) -> int:  # type: ignore[no-untyped-def]
     """Print what the demo found and what to do next; 0 when the regression was found and the controls were not."""
-    from radar_pipeline.engine.vocabulary import DETECTED
+    from radar_pipeline.engine.vocabulary import Verdict
 
     console.rule(f"[bold]Verdicts of deploy {DEPLOY_ID}[/bold]")
     rows = [
@@ -284,7 +284,7 @@ def _report(embedded, table, queries, regression, alert, checks, seconds: float)
     flagged = [
         clean(r.query)
         for r in table.itertuples()
-        if r.verdict == DETECTED and workload.REGRESSED.split(" WHERE")[0] not in (r.query or "")
+        if r.verdict == Verdict.DETECTED and workload.REGRESSED.split(" WHERE")[0] not in (r.query or "")
     ]
     if flagged:
         # Not a failure of the demo: the workload shares this machine, and when its load changes at the deploy the

@@ -7,40 +7,36 @@ verdicts = analyse(counters, deploy_at, settings=EngineSettings())
 from typing import TYPE_CHECKING, Any
 
 from radar_pipeline.engine.settings import ENGINE_VERSION, EngineSettings
-from radar_pipeline.engine.vocabulary import (
-    CAUSES,
-    DETECTED,
-    INCONCLUSIVE,
-    INSUFFICIENT_DATA,
-    NO_REGRESSION,
-    REASONS,
-    VERDICTS,
-)
+from radar_pipeline.engine.vocabulary import CAUSES, REASONS, VERDICTS, Cause, Reason, Verdict
 
 if TYPE_CHECKING:
     from radar_pipeline.engine.decision import COLUMNS, analyse
+    from radar_pipeline.engine.frames import VERDICT_FRAME, FrameError
+
+# Loaded on first use: they bring numpy, scipy and pandas, which the code location and the CLI, importing the
+# settings and the vocabulary from here, need not pay for.
+_LAZY = {"analyse": "decision", "COLUMNS": "decision", "VERDICT_FRAME": "frames", "FrameError": "frames"}
 
 
 def __getattr__(name: str) -> Any:
-    # analyse and COLUMNS load numpy, scipy and pandas: the code location and the CLI import the settings and the
-    # vocabulary from here without paying for them.
-    if name in ("analyse", "COLUMNS"):
-        from radar_pipeline.engine import decision
+    if name in _LAZY:
+        from importlib import import_module
 
-        return getattr(decision, name)
+        return getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
     "CAUSES",
     "COLUMNS",
-    "DETECTED",
     "ENGINE_VERSION",
-    "INCONCLUSIVE",
-    "INSUFFICIENT_DATA",
-    "NO_REGRESSION",
     "REASONS",
     "VERDICTS",
+    "VERDICT_FRAME",
+    "Cause",
     "EngineSettings",
+    "FrameError",
+    "Reason",
+    "Verdict",
     "analyse",
 ]

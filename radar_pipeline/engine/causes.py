@@ -23,7 +23,7 @@ import pandas as pd
 
 from radar_pipeline.engine.samples import WindowSamples
 from radar_pipeline.engine.settings import EngineSettings
-from radar_pipeline.engine.vocabulary import DETECTED, INSUFFICIENT_DATA
+from radar_pipeline.engine.vocabulary import Cause, Verdict
 
 ROWS, BLOCKS = "rows", "shared_blks_read"
 
@@ -45,7 +45,7 @@ def explain(samples: WindowSamples, verdicts: pd.DataFrame, settings: EngineSett
         },
         index=verdicts.index,
     )
-    detected = (verdicts["verdict"] == DETECTED).to_numpy()
+    detected = (verdicts["verdict"] == Verdict.DETECTED).to_numpy()
     if not detected.any():
         return out
     change = verdicts["change_at"].array.as_unit("ns").asi8
@@ -71,11 +71,13 @@ def explain(samples: WindowSamples, verdicts: pd.DataFrame, settings: EngineSett
     more_blocks = (per_call[BLOCKS, "after"] >= rise * per_call[BLOCKS, "before"]) & (
         per_call[BLOCKS, "after"] - per_call[BLOCKS, "before"] >= 1.0
     )
-    decidable = int((verdicts["verdict"] != INSUFFICIENT_DATA).sum())
+    decidable = int((verdicts["verdict"] != Verdict.INSUFFICIENT_DATA).sum())
     n_detected = int(detected.sum())
     fleet = n_detected >= settings.fleet_min_queries and n_detected >= settings.fleet_share * decidable
     cause = np.select(
-        [np.full(g, fleet), more_rows, more_blocks], ["fleet_wide", "more_rows", "more_blocks_read"], "unexplained"
+        [np.full(g, fleet), more_rows, more_blocks],
+        [Cause.FLEET_WIDE.value, Cause.MORE_ROWS.value, Cause.MORE_BLOCKS_READ.value],
+        Cause.UNEXPLAINED.value,
     ).astype(object)
     cause[~detected] = None
     out["cause"] = cause

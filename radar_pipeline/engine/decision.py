@@ -27,8 +27,8 @@ same variance as the test: at the tested split (segment_mean_after_ms / segment_
 tested, else at the deploy (change_factor); per statement, not adjusted for the family. confidence = 1 − p_family.
 Under H0, each statement is detected with probability at most B · w_i, so the expected number of false detections per
 analysis is at most B (Bonferroni's inequality needs no independence). Where a split was tested, history_intervals
-says what its noise estimate rests on: the intervals of the statement's own history the test combined with its window
-(inference, "History"), or 0 for the window alone.
+says what its noise estimate rests on: the intervals of the statement's noise prior (its earlier days, `noise`) the
+test combined with its window (docs/method.md), or 0 for the window alone (the column keeps its stored name).
 
 8. cleared or not (engine 2.5): every decidable statement not detected is `no_regression` only when it is cleared —
    the one-sided upper bound of its slowdown factor at `clear_level` (β = 95%), from the test's own variance, lies
@@ -37,10 +37,10 @@ says what its noise estimate rests on: the intervals of the statement's own hist
    regressed statement) — and `inconclusive` otherwise. Stopping early decides nothing: a statement the pre-filter
    stopped keeps `below_threshold` when cleared, and when not, says why: `interval_spans_threshold` (precise enough,
    but the estimate lies too close to 1 + θ), `interval_too_wide` (too few calls for its noise: even an unchanged
-   estimate's bound would exceed 1 + θ) or `history_conflict` (as interval_too_wide, with a window unlike its history,
-   tested alone). A deploy's statement that passed the pre-filter has its estimate at the deploy's split beyond the
-   tolerance, so it is not cleared: `no_change_point`, `outside_tolerance`, `not_significant` and `drift` end
-   inconclusive with their reason (a periodic check has no deploy split: they may be cleared there).
+   estimate's bound would exceed 1 + θ) or `history_conflict` (as interval_too_wide, with a window unlike its noise
+   prior, tested alone). A deploy's statement that passed the pre-filter has its estimate at the deploy's split
+   beyond the tolerance, so it is not cleared: `no_change_point`, `outside_tolerance`, `not_significant` and `drift`
+   end inconclusive with their reason (a periodic check has no deploy split: they may be cleared there).
    factor_bound is the bound at the split least certain to lie within the tolerance (within it for a cleared
    statement, beyond it for an inconclusive one; NaN for insufficient_data and detections).
 
@@ -50,6 +50,7 @@ and 8 for every decidable statement not detected.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
@@ -57,8 +58,10 @@ import pandas as pd
 
 from radar_pipeline.engine.causes import BLOCKS, ROWS, explain
 from radar_pipeline.engine.edivisive import best_split, min_segment
+from radar_pipeline.engine.frames import VERDICT_FRAME
 from radar_pipeline.engine.inference import (
-    History,
+    Prior,
+    SideSums,
     clearing_bounds,
     interval_from_sums,
     level_shift_beyond_trend,
@@ -66,56 +69,132 @@ from radar_pipeline.engine.inference import (
 )
 from radar_pipeline.engine.samples import WindowSamples, window_samples
 from radar_pipeline.engine.settings import EngineSettings
-from radar_pipeline.engine.vocabulary import DETECTED, INCONCLUSIVE, INSUFFICIENT_DATA, NO_REGRESSION
+from radar_pipeline.engine.vocabulary import Reason, Verdict
 
-COLUMNS = [
-    "query_key",
-    "verdict",
-    "reason",
-    "change_at",
-    "mean_before_ms",
-    "mean_after_ms",
-    "change_factor",
+COLUMNS = VERDICT_FRAME.names  # the result's columns, in order (engine/frames.py declares their dtypes)
+# Rows of padded series per block in steps 5 and 6, so memory stays bounded whatever the number of statements.
+BLOCK_CELLS = 1 << 19
+NAT = np.iinfo(np.int64).min
+# The columns of analyse's `prior` (optionally also calls_per_interval).
+PRIOR_COLUMNS = ("query_key", "serial_correlation", "dispersion", "intervals")
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSides:
+    """Per statement, its intervals, calls, time and call-weighted means either side of the deploy (the window's
+    means, before any split is located)."""
+
+    side: np.ndarray  # per sample: 2 · statement + (1 if after the deploy)
+    calls: np.ndarray  # per statement and side, interleaved (before, after): 2 · statement + side
+    time: np.ndarray  # as calls
+    n_before: np.ndarray
+    n_after: np.ndarray
+    calls_before: np.ndarray  # int64
+    calls_after: np.ndarray  # int64
+    time_before: np.ndarray
+    time_after: np.ndarray
+    mean_before_ms: np.ndarray
+    mean_after_ms: np.ndarray
+    change_factor: np.ndarray
+
+
+@dataclass(slots=True)
+class Found:
+    """What steps 5 to 8 found per statement, filled in place block by block (NaN, 0, False or NAT where a statement
+    did not reach the step). The fields named as result columns (RESULT_FIELDS) go to the result as they are;
+    change_at (ns since the epoch) becomes a timestamp; cleared, precise, conflict and shift_beyond_trend only
+    decide."""
+
+    t_stat: np.ndarray
+    dof: np.ndarray
+    p_value: np.ndarray
+    p_family: np.ndarray
+    q_stat: np.ndarray
+    segment_mean_before_ms: np.ndarray
+    segment_mean_after_ms: np.ndarray
+    segment_n_before: np.ndarray
+    segment_n_after: np.ndarray
+    factor_low: np.ndarray
+    factor_high: np.ndarray
+    serial_correlation: np.ndarray
+    history_intervals: np.ndarray  # the intervals of the noise prior the test combined (a stored column's name)
+    factor_bound: np.ndarray
+    change_at: np.ndarray
+    shift_beyond_trend: np.ndarray
+    cleared: np.ndarray
+    precise: np.ndarray
+    conflict: np.ndarray
+
+    @classmethod
+    def empty(cls, g: int) -> Found:
+        """Nothing found yet for g statements."""
+
+        def nan() -> np.ndarray:
+            return np.full(g, np.nan)
+
+        def no() -> np.ndarray:
+            return np.zeros(g, dtype=bool)
+
+        return cls(
+            t_stat=nan(),
+            dof=nan(),
+            p_value=nan(),
+            p_family=nan(),
+            q_stat=nan(),
+            segment_mean_before_ms=nan(),
+            segment_mean_after_ms=nan(),
+            segment_n_before=np.zeros(g, dtype=np.int64),
+            segment_n_after=np.zeros(g, dtype=np.int64),
+            factor_low=nan(),
+            factor_high=nan(),
+            serial_correlation=nan(),
+            history_intervals=nan(),
+            factor_bound=nan(),
+            change_at=np.full(g, NAT, dtype=np.int64),
+            shift_beyond_trend=nan(),
+            cleared=no(),
+            precise=no(),
+            conflict=no(),
+        )
+
+
+# Found's fields that are result columns as they are.
+RESULT_FIELDS = (
     "t_stat",
     "dof",
     "p_value",
-    "confidence",
-    "n_before",
-    "n_after",
-    "calls_before",
-    "calls_after",
+    "p_family",
+    "q_stat",
     "segment_mean_before_ms",
     "segment_mean_after_ms",
     "segment_n_before",
     "segment_n_after",
-    "q_stat",
-    "rows_per_call_before",
-    "rows_per_call_after",
-    "blks_read_per_call_before",
-    "blks_read_per_call_after",
-    "cause",
-    "merged_keys",
     "factor_low",
     "factor_high",
-    "p_family",
-    "budget_share",
     "serial_correlation",
     "history_intervals",
     "factor_bound",
-]
-# Rows of padded series per block in steps 5 and 6, so memory stays bounded whatever the number of statements.
-BLOCK_CELLS = 1 << 19
-NAT = np.iinfo(np.int64).min
+)
 
 
-HISTORY = ("query_key", "serial_correlation", "dispersion", "intervals")
+@dataclass(frozen=True, slots=True)
+class Padded:
+    """A block's series, left-aligned in [rows, longest] matrices (zeros past a row's length n): interval means, ΔC,
+    ΔT, sums of squares (None without stddev) and end times."""
+
+    mean: np.ndarray
+    calls: np.ndarray
+    time: np.ndarray
+    sumsq: np.ndarray | None
+    end: np.ndarray
+    n: np.ndarray
 
 
 def analyse(
     counters: pd.DataFrame,
     deploy_at: datetime | pd.Timestamp,
     settings: EngineSettings | None = None,
-    history: pd.DataFrame | None = None,
+    prior: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Decide, for every statement in `counters`, whether the deploy at `deploy_at` made it slower.
 
@@ -130,17 +209,17 @@ def analyse(
     choice of split but not for the family; p_family = min(1, p_value / w) is adjusted for the family (detected when
     ≤ false_alert_budget); budget_share = B · w is the statement's share of the budget; factor_low / factor_high the
     95% interval of the segment factor (of change_factor where no split was tested); serial_correlation the AR(1)
-    coefficient the test used; history_intervals (float) how many intervals of the statement's history the test at
-    the tested split combined with its window (capped at settings.history_max_intervals), 0 where that test used the
-    window alone (no history given, too few intervals, or a window that conflicts with its history), NaN where no
-    split was tested.
+    coefficient the test used; history_intervals (float) how many intervals of the statement's noise prior the test
+    at the tested split combined with its window (capped at settings.prior_max_intervals), 0 where that test used the
+    window alone (no prior given, too few intervals, or a window that conflicts with its prior), NaN where no split
+    was tested.
 
-    history: optionally, each statement's noise estimated from its own history before the window (`noise`): columns
-    query_key (as in counters), serial_correlation, dispersion (relative variance per call) and intervals (how many
-    it rests on), and optionally calls_per_interval (the history's mean calls per interval; without it, the history
-    is taken to be as busy as the window); NaN estimates count as none. A statement with at least
-    settings.history_min_intervals is tested with them combined with its window's (inference, "History"); without
-    (None, or a statement not in it), exactly as engine 2.2.0.
+    prior: optionally, each statement's noise prior, estimated from its own earlier days before the window (`noise`):
+    columns query_key (as in counters), serial_correlation, dispersion (relative variance per call) and intervals (how
+    many it rests on), and optionally calls_per_interval (the earlier days' mean calls per interval; without it, they
+    are taken to be as busy as the window); NaN estimates count as none. A statement with at least
+    settings.prior_min_intervals is tested with them combined with its window's (docs/method.md); without (None, or
+    a statement not in it), exactly as engine 2.2.0.
     """
     settings = settings or EngineSettings()
     deploy = _utc_ns(deploy_at)
@@ -152,41 +231,40 @@ def analyse(
 
     sides = _window_sides(samples, deploy)
     verdict, reason = _floors(sides, settings)
-    decidable = verdict != INSUFFICIENT_DATA
-    weight = family_weights(sides["time_before"], decidable, settings.budget_time_weight)
+    decidable = verdict != Verdict.INSUFFICIENT_DATA
+    weight = family_weights(sides.time_before, decidable, settings.budget_time_weight)
 
     rose = np.where(
-        sides["mean_before_ms"] > 0,
-        sides["change_factor"] - 1 >= settings.threshold,
-        sides["mean_after_ms"] > sides["mean_before_ms"],
-    ) & (sides["mean_after_ms"] - sides["mean_before_ms"] >= settings.min_rise_ms)
-    reason[decidable & ~rose] = "below_threshold"
+        sides.mean_before_ms > 0,
+        sides.change_factor - 1 >= settings.threshold,
+        sides.mean_after_ms > sides.mean_before_ms,
+    ) & (sides.mean_after_ms - sides.mean_before_ms >= settings.min_rise_ms)
+    reason[decidable & ~rose] = Reason.BELOW_THRESHOLD.value
     candidates = np.flatnonzero(decidable & rose)
 
     g = samples.groups
-    known = _history_rows(samples, history, settings)
-    found = _empty_columns(g)
+    known = _prior_rows(samples, prior, settings)
+    found = Found.empty(g)
     for block in _blocks(samples, candidates):
         _decide_block(samples, block, deploy, settings, reason, found, known)
     _intervals_without_split(samples, sides, decidable, settings, found, known)
     _family_decision(found, weight, settings, verdict, reason)
-    _clearing(samples, np.flatnonzero(decidable & (verdict != DETECTED)), sides, deploy, settings, found, known)
+    _clearing(samples, np.flatnonzero(decidable & (verdict != Verdict.DETECTED)), sides, deploy, settings, found, known)
     _clear(found, verdict, reason)
 
     # The result's columns gathered first and framed once: a column set at a time costs pandas a copy each.
     columns: dict[str, object] = {}
     for name in ("n_before", "n_after", "calls_before", "calls_after", "mean_before_ms", "mean_after_ms"):
-        columns[name] = sides[name]
-    columns["change_factor"] = sides["change_factor"]
+        columns[name] = getattr(sides, name)
+    columns["change_factor"] = sides.change_factor
     columns["verdict"], columns["reason"] = verdict, reason
     columns["change_at"] = pd.to_datetime(
-        np.where(found["change_at"] == NAT, np.datetime64("NaT"), found["change_at"].view("datetime64[ns]")), utc=True
+        np.where(found.change_at == NAT, np.datetime64("NaT"), found.change_at.view("datetime64[ns]")), utc=True
     )
-    for name in COLUMNS:
-        if name in found and name != "change_at":
-            columns[name] = found[name]
+    for name in RESULT_FIELDS:
+        columns[name] = getattr(found, name)
     columns["budget_share"] = np.where(decidable, settings.false_alert_budget * weight, np.nan)
-    columns["confidence"] = 1.0 - found["p_family"]
+    columns["confidence"] = 1.0 - found.p_family
     out = _result(samples, columns)
     for name, values in explain(samples, out, settings).items():
         out[name] = values
@@ -195,31 +273,31 @@ def analyse(
 
 def _intervals_without_split(
     samples: WindowSamples,
-    sides: dict[str, np.ndarray],
+    sides: WindowSides,
     decidable: np.ndarray,
     settings: EngineSettings,
-    found: dict[str, np.ndarray],
-    known: History | None,
+    found: Found,
+    known: Prior | None,
 ) -> None:
     """Every decided statement carries an interval: where no split was tested, that of the window factor at the
     deploy, from the same variance as the test (in place, in `found`)."""
-    untested = decidable & np.isnan(found["factor_low"])
+    untested = decidable & np.isnan(found.factor_low)
     if not untested.any():
         return
     a, b = _deploy_side_sums(samples, sides)
     low, high = interval_from_sums(
-        {k: v[untested] for k, v in a.items()},
-        {k: v[untested] for k, v in b.items()},
-        sides["n_before"][untested],
-        sides["n_after"][untested],
+        a.rows(untested),
+        b.rows(untested),
+        sides.n_before[untested],
+        sides.n_after[untested],
         settings.threshold,
         known.rows(untested) if known is not None else None,
     )
-    found["factor_low"][untested], found["factor_high"][untested] = low, high
+    found.factor_low[untested], found.factor_high[untested] = low, high
 
 
 def _family_decision(
-    found: dict[str, np.ndarray],
+    found: Found,
     weight: np.ndarray,
     settings: EngineSettings,
     verdict: np.ndarray,
@@ -227,15 +305,15 @@ def _family_decision(
 ) -> None:
     """Steps 6 and 7 across the family: p_family = min(1, p / w); significant when ≤ the budget; `drift` when the
     shift beyond the trend is under θ; else `detected` (in place, in `found`, `verdict` and `reason`)."""
-    found["p_family"] = np.where(np.isnan(found["p_value"]), np.nan, np.minimum(1.0, found["p_value"] / weight))
-    tested = ~np.isnan(found["p_family"])
-    significant = tested & (found["p_family"] <= settings.false_alert_budget)
-    drift = significant & ~(found["shift_beyond_trend"] - 1 >= settings.threshold)
+    found.p_family = np.where(np.isnan(found.p_value), np.nan, np.minimum(1.0, found.p_value / weight))
+    tested = ~np.isnan(found.p_family)
+    significant = tested & (found.p_family <= settings.false_alert_budget)
+    drift = significant & ~(found.shift_beyond_trend - 1 >= settings.threshold)
     detected = significant & ~drift
-    verdict[detected] = DETECTED
-    reason[detected] = "significant"
-    reason[drift] = "drift"
-    reason[tested & ~significant] = "not_significant"
+    verdict[detected] = Verdict.DETECTED.value
+    reason[detected] = Reason.SIGNIFICANT.value
+    reason[drift] = Reason.DRIFT.value
+    reason[tested & ~significant] = Reason.NOT_SIGNIFICANT.value
 
 
 def family_weights(time_before: np.ndarray, decidable: np.ndarray, time_weight: float) -> np.ndarray:
@@ -254,88 +332,77 @@ def family_weights(time_before: np.ndarray, decidable: np.ndarray, time_weight: 
     return np.where(decidable, weight, np.nan)
 
 
-def _window_sides(samples: WindowSamples, deploy: int) -> dict[str, np.ndarray]:
+def _window_sides(samples: WindowSamples, deploy: int) -> WindowSides:
     """Intervals, calls, time and call-weighted means either side of the deploy, per statement."""
     g = samples.groups
     side = 2 * samples.group + (samples.end > deploy)  # one bincount per measure for both sides
     count = np.bincount(side, minlength=2 * g).reshape(g, 2)
     calls = np.bincount(side, weights=samples.calls, minlength=2 * g).reshape(g, 2)
     time = np.bincount(side, weights=samples.time, minlength=2 * g).reshape(g, 2)
-    out: dict[str, np.ndarray] = {
-        "side": side,  # per sample: 2 · statement + (1 if after the deploy)
-        "calls": calls.ravel(),
-        "time": time.ravel(),
-        "n_before": count[:, 0],
-        "n_after": count[:, 1],
-        "calls_before": calls[:, 0],
-        "calls_after": calls[:, 1],
-        "time_before": time[:, 0],
-        "time_after": time[:, 1],
-    }
     with np.errstate(divide="ignore", invalid="ignore"):
-        out["mean_before_ms"] = out["time_before"] / out["calls_before"]
-        out["mean_after_ms"] = out["time_after"] / out["calls_after"]
-        out["change_factor"] = out["mean_after_ms"] / out["mean_before_ms"]
-    out["calls_before"] = out["calls_before"].astype(np.int64)
-    out["calls_after"] = out["calls_after"].astype(np.int64)
-    return out
+        mean_before_ms = time[:, 0] / calls[:, 0]
+        mean_after_ms = time[:, 1] / calls[:, 1]
+        change_factor = mean_after_ms / mean_before_ms
+    return WindowSides(
+        side=side,
+        calls=calls.ravel(),
+        time=time.ravel(),
+        n_before=count[:, 0],
+        n_after=count[:, 1],
+        calls_before=calls[:, 0].astype(np.int64),
+        calls_after=calls[:, 1].astype(np.int64),
+        time_before=time[:, 0],
+        time_after=time[:, 1],
+        mean_before_ms=mean_before_ms,
+        mean_after_ms=mean_after_ms,
+        change_factor=change_factor,
+    )
 
 
-def _deploy_side_sums(
-    samples: WindowSamples, sides: dict[str, np.ndarray]
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def _deploy_side_sums(samples: WindowSamples, sides: WindowSides) -> tuple[SideSums, SideSums]:
     """The test's sums for both sides of the deploy, per statement, straight from the samples (one bincount each):
     calls, call-weighted mean, Σ e² about the side's mean, Σ e_i e_(i+1) within the side, and with stddev_exec_time
     Σ S (NaN where an interval's is unknown) and Σ (c − 1)."""
     g = samples.groups
-    side, calls = sides["side"], sides["calls"]
+    side, calls = sides.side, sides.calls
     with np.errstate(divide="ignore", invalid="ignore"):
-        mean = sides["time"] / calls
+        mean = sides.time / calls
     e = samples.time - mean[side] * samples.calls  # residuals about each side's own mean: no cancellation
     pair = side[1:] == side[:-1]
-    sums = {
-        "calls": calls,
-        "mean": mean,
-        "ee": np.bincount(side, weights=e * e, minlength=2 * g),
-        "acov": np.bincount(side[1:][pair], weights=(e[1:] * e[:-1])[pair], minlength=2 * g),
-    }
+    ee = np.bincount(side, weights=e * e, minlength=2 * g)
+    acov = np.bincount(side[1:][pair], weights=(e[1:] * e[:-1])[pair], minlength=2 * g)
+    ss = ss_dof = None
     if samples.sumsq is not None:
         unknown = np.bincount(side, weights=np.isnan(samples.sumsq), minlength=2 * g)
         total = np.bincount(side, weights=np.nan_to_num(samples.sumsq, nan=0.0), minlength=2 * g)
-        sums["ss"] = np.where(unknown > 0, np.nan, total)
-        sums["ss_dof"] = np.bincount(side, weights=np.maximum(samples.calls - 1, 0.0), minlength=2 * g)
-    return {k: v[0::2] for k, v in sums.items()}, {k: v[1::2] for k, v in sums.items()}
+        ss = np.where(unknown > 0, np.nan, total)
+        ss_dof = np.bincount(side, weights=np.maximum(samples.calls - 1, 0.0), minlength=2 * g)
+
+    def one(i: int) -> SideSums:  # the before (0) or after (1) side of every statement
+        return SideSums(
+            calls=calls[i::2],
+            mean=mean[i::2],
+            ee=ee[i::2],
+            acov=acov[i::2],
+            ss=ss[i::2] if ss is not None else None,
+            ss_dof=ss_dof[i::2] if ss_dof is not None else None,
+        )
+
+    return one(0), one(1)
 
 
-def _floors(sides: dict[str, np.ndarray], settings: EngineSettings) -> tuple[np.ndarray, np.ndarray]:
-    """Verdict and reason arrays: `insufficient_data` where either side lacks the intervals or calls, `inconclusive`
-    elsewhere until the statement is detected or cleared."""
-    g = len(sides["n_before"])
-    verdict = np.full(g, INCONCLUSIVE, dtype=object)
+def _floors(sides: WindowSides, settings: EngineSettings) -> tuple[np.ndarray, np.ndarray]:
+    """Verdict and reason arrays (plain strings: the frame's values): `insufficient_data` where either side lacks the
+    intervals or calls, `inconclusive` elsewhere until the statement is detected or cleared."""
+    g = len(sides.n_before)
+    verdict = np.full(g, Verdict.INCONCLUSIVE.value, dtype=object)
     reason = np.full(g, "", dtype=object)
-    few_samples = (sides["n_before"] < settings.min_samples) | (sides["n_after"] < settings.min_samples)
-    few_calls = ~few_samples & (
-        (sides["calls_before"] < settings.min_calls) | (sides["calls_after"] < settings.min_calls)
-    )
-    verdict[few_samples | few_calls] = INSUFFICIENT_DATA
-    reason[few_samples] = "floor_samples"
-    reason[few_calls] = "floor_calls"
+    few_samples = (sides.n_before < settings.min_samples) | (sides.n_after < settings.min_samples)
+    few_calls = ~few_samples & ((sides.calls_before < settings.min_calls) | (sides.calls_after < settings.min_calls))
+    verdict[few_samples | few_calls] = Verdict.INSUFFICIENT_DATA.value
+    reason[few_samples] = Reason.FLOOR_SAMPLES.value
+    reason[few_calls] = Reason.FLOOR_CALLS.value
     return verdict, reason
-
-
-def _empty_columns(g: int) -> dict[str, np.ndarray]:
-    names = ("t_stat", "dof", "p_value", "q_stat", "segment_mean_before_ms", "segment_mean_after_ms")
-    out = {name: np.full(g, np.nan) for name in names}
-    out.update({name: np.full(g, np.nan) for name in ("factor_low", "factor_high", "serial_correlation")})
-    out["history_intervals"] = np.full(g, np.nan)
-    out["factor_bound"] = np.full(g, np.nan)
-    for name in ("cleared", "precise", "conflict"):
-        out[name] = np.zeros(g, dtype=bool)
-    out["shift_beyond_trend"] = np.full(g, np.nan)
-    out["segment_n_before"] = np.zeros(g, dtype=np.int64)
-    out["segment_n_after"] = np.zeros(g, dtype=np.int64)
-    out["change_at"] = np.full(g, NAT, dtype=np.int64)
-    return out
 
 
 def _decide_block(
@@ -344,28 +411,28 @@ def _decide_block(
     deploy: int,
     settings: EngineSettings,
     reason: np.ndarray,
-    found: dict[str, np.ndarray],
-    known: History | None,
+    found: Found,
+    known: Prior | None,
 ) -> None:
     """Steps 5 to 7 for one block of candidate statements: locate, check the tolerance, test, fit the trend."""
     tolerance = int(settings.tolerance.total_seconds() * 1e9)
     padded = _padded(samples, block)
-    x, ends, n = padded["mean"], padded["end"], padded["n"]
+    x, ends, n = padded.mean, padded.end, padded.n
     rows = np.arange(len(block))
     k, q = best_split(x, n)
     located = k > 0
-    found["q_stat"][block[located]] = q[located]
-    reason[block[~located]] = "no_change_point"
+    found.q_stat[block[located]] = q[located]
+    reason[block[~located]] = Reason.NO_CHANGE_POINT.value
     at = ends[rows, np.maximum(k - 1, 0)]
-    found["change_at"][block[located]] = at[located]
+    found.change_at[block[located]] = at[located]
     near = located & (np.abs(at - deploy) <= tolerance)
-    reason[block[located & ~near]] = "outside_tolerance"
+    reason[block[located & ~near]] = Reason.OUTSIDE_TOLERANCE.value
     if not near.any():
         return
     keep = np.flatnonzero(near)
     tested = block[keep]
-    calls, time, n_t, ends_t = padded["calls"][keep], padded["time"][keep], n[keep], ends[keep]
-    sumsq = padded["sumsq"][keep] if padded["sumsq"] is not None else None
+    calls, time, n_t, ends_t = padded.calls[keep], padded.time[keep], n[keep], ends[keep]
+    sumsq = padded.sumsq[keep] if padded.sumsq is not None else None
     res = split_tests(
         calls,
         time,
@@ -375,17 +442,17 @@ def _decide_block(
         settings.threshold,
         known.rows(tested) if known is not None else None,
     )
-    found["t_stat"][tested], found["dof"][tested], found["p_value"][tested] = res.t, res.dof, res.p
-    found["segment_mean_before_ms"][tested], found["segment_mean_after_ms"][tested] = res.mean_a, res.mean_b
-    found["segment_n_before"][tested] = np.nan_to_num(res.n_a).astype(np.int64)
-    found["segment_n_after"][tested] = np.nan_to_num(res.n_b).astype(np.int64)
-    found["factor_low"][tested], found["factor_high"][tested] = res.factor_low, res.factor_high
-    found["serial_correlation"][tested] = res.rho
-    found["history_intervals"][tested] = res.history_intervals
+    found.t_stat[tested], found.dof[tested], found.p_value[tested] = res.t, res.dof, res.p
+    found.segment_mean_before_ms[tested], found.segment_mean_after_ms[tested] = res.mean_a, res.mean_b
+    found.segment_n_before[tested] = np.nan_to_num(res.n_a).astype(np.int64)
+    found.segment_n_after[tested] = np.nan_to_num(res.n_b).astype(np.int64)
+    found.factor_low[tested], found.factor_high[tested] = res.factor_low, res.factor_high
+    found.serial_correlation[tested] = res.rho
+    found.history_intervals[tested] = res.prior_intervals
     ok = ~np.isnan(res.t)
     split_at = ends_t[np.arange(len(keep)), np.maximum(res.k - 1, 0)]
-    found["change_at"][tested[ok]] = split_at[ok]
-    found["shift_beyond_trend"][tested] = level_shift_beyond_trend(calls, x[keep], ends_t, n_t, res.k)
+    found.change_at[tested[ok]] = split_at[ok]
+    found.shift_beyond_trend[tested] = level_shift_beyond_trend(calls, x[keep], ends_t, n_t, res.k)
 
 
 def _candidate_splits(
@@ -472,16 +539,16 @@ def _ends_within(
 def _clearing(
     samples: WindowSamples,
     rows: np.ndarray,
-    sides: dict[str, np.ndarray],
+    sides: WindowSides,
     deploy: int,
     settings: EngineSettings,
-    found: dict[str, np.ndarray],
-    known: History | None,
+    found: Found,
+    known: Prior | None,
 ) -> None:
     """The clearing rule's bound for the decidable statements not detected (in place, in `found`)."""
     tolerance = int(settings.tolerance.total_seconds() * 1e9)
-    first, splits = _clearing_splits(samples, rows, sides["n_before"], deploy, tolerance, settings)
-    calls, time = sides["calls"].reshape(-1, 2).sum(axis=1), sides["time"].reshape(-1, 2).sum(axis=1)
+    first, splits = _clearing_splits(samples, rows, sides.n_before, deploy, tolerance, settings)
+    calls, time = sides.calls.reshape(-1, 2).sum(axis=1), sides.time.reshape(-1, 2).sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         centre = np.where(calls > 0, time / calls, 0.0)
     res = clearing_bounds(
@@ -498,73 +565,73 @@ def _clearing(
         settings.clear_level,
         known.rows(rows) if known is not None else None,
     )
-    found["factor_bound"][rows] = res.bound
-    found["cleared"][rows], found["precise"][rows], found["conflict"][rows] = res.cleared, res.precise, res.conflict
+    found.factor_bound[rows] = res.bound
+    found.cleared[rows], found.precise[rows], found.conflict[rows] = res.cleared, res.precise, res.conflict
 
 
-def _clear(found: dict[str, np.ndarray], verdict: np.ndarray, reason: np.ndarray) -> None:
+def _clear(found: Found, verdict: np.ndarray, reason: np.ndarray) -> None:
     """`no_regression` for the statements cleared; the others that were neither detected nor cleared stay
     `inconclusive`, and those the pre-filter stopped say why (in place, in `verdict` and `reason`): the estimate lies
     too close to 1 + θ for its precision (interval_spans_threshold), or the precision itself falls short, in a window
-    unlike its history (history_conflict) or not (interval_too_wide). The steps after the pre-filter keep their
+    unlike its noise prior (history_conflict) or not (interval_too_wide). The steps after the pre-filter keep their
     reason."""
-    open_ = verdict == INCONCLUSIVE
-    cleared = open_ & found["cleared"]
-    verdict[cleared] = NO_REGRESSION
-    why = open_ & ~cleared & (reason == "below_threshold")
-    precise, conflict = found["precise"], found["conflict"]
-    reason[why & precise] = "interval_spans_threshold"
-    reason[why & ~precise & conflict] = "history_conflict"
-    reason[why & ~precise & ~conflict] = "interval_too_wide"
+    open_ = verdict == Verdict.INCONCLUSIVE
+    cleared = open_ & found.cleared
+    verdict[cleared] = Verdict.NO_REGRESSION.value
+    why = open_ & ~cleared & (reason == Reason.BELOW_THRESHOLD)
+    precise, conflict = found.precise, found.conflict
+    reason[why & precise] = Reason.INTERVAL_SPANS_THRESHOLD.value
+    reason[why & ~precise & conflict] = Reason.PRIOR_CONFLICT.value
+    reason[why & ~precise & ~conflict] = Reason.INTERVAL_TOO_WIDE.value
 
 
-def _history_rows(samples: WindowSamples, history: pd.DataFrame | None, settings: EngineSettings) -> History | None:
-    """Each query's history estimates (of the key it is reported under; failing that, of a key merged into it), the
-    intervals capped at settings.history_max_intervals and zeroed below history_min_intervals; None when no query
-    has usable ones, so the test runs exactly as without history."""
-    if history is None:
+def _prior_rows(samples: WindowSamples, prior: pd.DataFrame | None, settings: EngineSettings) -> Prior | None:
+    """Each query's noise prior (of the key it is reported under; failing that, of a key merged into it), the
+    intervals capped at settings.prior_max_intervals and zeroed below prior_min_intervals; None when no query has a
+    usable one, so the test runs exactly as without a prior."""
+    if prior is None:
         return None
-    if not isinstance(history, pd.DataFrame):
-        raise TypeError(f"history must be a pandas DataFrame, not {type(history).__name__}")
-    missing = [c for c in HISTORY if c not in history.columns]
+    if not isinstance(prior, pd.DataFrame):
+        raise TypeError(f"prior must be a pandas DataFrame, not {type(prior).__name__}")
+    missing = [c for c in PRIOR_COLUMNS if c not in prior.columns]
     if missing:
-        raise ValueError(f"history is missing column(s) {', '.join(missing)} (needs {', '.join(HISTORY)})")
-    if history["query_key"].duplicated().any():
-        raise ValueError("history.query_key has duplicates: one row of estimates per statement")
+        raise ValueError(f"prior is missing column(s) {', '.join(missing)} (needs {', '.join(PRIOR_COLUMNS)})")
+    if prior["query_key"].duplicated().any():
+        raise ValueError("prior.query_key has duplicates: one row of estimates per statement")
     values = {}
-    optional = ["calls_per_interval"] if "calls_per_interval" in history.columns else []
-    for name in [*HISTORY[1:], *optional]:
+    optional = ["calls_per_interval"] if "calls_per_interval" in prior.columns else []
+    for name in [*PRIOR_COLUMNS[1:], *optional]:
         try:
-            values[name] = history[name].to_numpy(dtype=np.float64, na_value=np.nan)
+            values[name] = prior[name].to_numpy(dtype=np.float64, na_value=np.nan)
         except (TypeError, ValueError):
-            raise ValueError(f"history.{name} must be numeric") from None
+            raise ValueError(f"prior.{name} must be numeric") from None
         if np.isinf(values[name]).any():
-            raise ValueError(f"history.{name} has infinite values")
+            raise ValueError(f"prior.{name} has infinite values")
     rho, dispersion, intervals = values["serial_correlation"], values["dispersion"], values["intervals"]
     if ((np.abs(rho) >= 1) & ~np.isnan(rho)).any():
-        raise ValueError("history.serial_correlation must lie strictly between -1 and 1")
+        raise ValueError("prior.serial_correlation must lie strictly between -1 and 1")
     if ((dispersion < 0) | (intervals < 0)).any():
-        raise ValueError("history.dispersion and history.intervals must not be negative")
-    busy = values.get("calls_per_interval", np.full(len(history), np.nan))
+        raise ValueError("prior.dispersion and prior.intervals must not be negative")
+    busy = values.get("calls_per_interval", np.full(len(prior), np.nan))
     if (busy < 0).any():
-        raise ValueError("history.calls_per_interval must be finite and not negative")
-    index = pd.Index(history["query_key"])
+        raise ValueError("prior.calls_per_interval must be finite and not negative")
+    index = pd.Index(prior["query_key"])
     row = index.get_indexer(samples.keys)
-    for g, merged in enumerate(samples.merged):  # a rotated queryid: the history of a key merged into it
+    for g, merged in enumerate(samples.merged):  # a rotated queryid: the prior of a key merged into it
         for key in merged:
             if row[g] >= 0:
                 break
             row[g] = index.get_indexer([key])[0]
     usable = (row >= 0) & ~np.isnan(rho[row]) & ~np.isnan(dispersion[row]) & (dispersion[row] > 0)
     n = np.where(usable, intervals[row], 0.0)
-    n = np.where(n >= settings.history_min_intervals, np.minimum(n, settings.history_max_intervals), 0.0)
+    n = np.where(n >= settings.prior_min_intervals, np.minimum(n, settings.prior_max_intervals), 0.0)
     if not (n > 0).any():
         return None
-    return History(
+    return Prior(
         rho=np.where(n > 0, rho[row], 0.0),
         dispersion=np.where(n > 0, dispersion[row], 1.0),
         intervals=n,
-        conflict_alpha=settings.history_conflict_alpha,
+        conflict_alpha=settings.prior_conflict_alpha,
         calls_per_interval=np.where(n > 0, busy[row], np.nan),
     )
 
@@ -593,7 +660,7 @@ def _blocks(samples: WindowSamples, candidates: np.ndarray) -> list[np.ndarray]:
     return [order[i : i + rows] for i in range(0, len(order), rows)]
 
 
-def _padded(samples: WindowSamples, block: np.ndarray) -> dict[str, np.ndarray]:
+def _padded(samples: WindowSamples, block: np.ndarray) -> Padded:
     """The block's series, left-aligned in [rows, longest] matrices: interval means, ΔC, ΔT, sums of squares (None
     without stddev) and end times; and their lengths n."""
     starts = samples.offsets[block]
@@ -608,11 +675,4 @@ def _padded(samples: WindowSamples, block: np.ndarray) -> dict[str, np.ndarray]:
     with np.errstate(divide="ignore", invalid="ignore"):
         mean = np.where(inside, time / np.where(inside, calls, 1.0), 0.0)
     sumsq = np.where(inside, samples.sumsq[index], 0.0) if samples.sumsq is not None else None
-    return {
-        "mean": mean,
-        "calls": calls,
-        "time": time,
-        "sumsq": sumsq,
-        "end": np.where(inside, samples.end[index], 0),
-        "n": n,
-    }
+    return Padded(mean=mean, calls=calls, time=time, sumsq=sumsq, end=np.where(inside, samples.end[index], 0), n=n)

@@ -43,42 +43,15 @@ import numpy as np
 import pandas as pd
 
 from radar_pipeline.engine.decision import family_weights
+from radar_pipeline.engine.frames import IMPACT_STATEMENTS, IMPACT_SUMMARY
 from radar_pipeline.engine.samples import WindowSamples, window_samples
 from radar_pipeline.engine.settings import EngineSettings
-from radar_pipeline.engine.vocabulary import DETECTED
+from radar_pipeline.engine.vocabulary import IMPACT_KINDS, Cause, Verdict
 
-NEW, STOPPED, SURGE, N_PLUS_ONE, ROWS_PER_CALL = "new", "stopped", "surge", "n_plus_one", "rows_per_call"
-KINDS = (NEW, STOPPED, SURGE, N_PLUS_ONE, ROWS_PER_CALL)
-STATEMENT_COLUMNS = [
-    "query_key",
-    "dbid",
-    "kind",
-    "heavy",
-    "calls_before",
-    "calls_after",
-    "calls_per_min_before",
-    "calls_per_min_after",
-    "exec_ms_per_min_before",
-    "exec_ms_per_min_after",
-    "mean_before_ms",
-    "mean_after_ms",
-    "rows_per_call_before",
-    "rows_per_call_after",
-    "share_ratio",
-    "dispersion",
-    "p_value",
-    "p_family",
-    "onset_at",
-]
-SUMMARY_COLUMNS = [
-    "dbid",
-    "calls_per_min_before",
-    "calls_per_min_after",
-    "exec_ms_per_min_before",
-    "exec_ms_per_min_after",
-    "statements_before",
-    "statements_after",
-]
+NEW, STOPPED, SURGE, N_PLUS_ONE, ROWS_PER_CALL = IMPACT_KINDS
+KINDS = IMPACT_KINDS
+STATEMENT_COLUMNS = IMPACT_STATEMENTS.names
+SUMMARY_COLUMNS = IMPACT_SUMMARY.names
 ALL_DATABASES = -1  # the summary row of the whole target
 
 
@@ -313,7 +286,7 @@ def _latency_rose(
         rose = mean_a >= (1.0 + settings.threshold) * mean_b
     if verdicts is None or verdicts.empty:
         return rose
-    detected = verdicts.set_index("query_key")["verdict"].eq(DETECTED)
+    detected = verdicts.set_index("query_key")["verdict"].eq(Verdict.DETECTED)
     return detected.reindex(keys).fillna(False).to_numpy(dtype=bool)
 
 
@@ -358,7 +331,9 @@ def contention_culprits(verdicts: pd.DataFrame, found: Impact, settings: EngineS
     ]
     if culprits.empty or verdicts.empty:
         return out
-    open_cause = (verdicts["verdict"] == DETECTED) & verdicts["cause"].isin(["unexplained", "more_blocks_read"])
+    open_cause = (verdicts["verdict"] == Verdict.DETECTED) & verdicts["cause"].isin(
+        [Cause.UNEXPLAINED.value, Cause.MORE_BLOCKS_READ.value]
+    )
     tolerance = pd.Timedelta(settings.tolerance)
     onset = culprits["onset_at"]
     for i in np.flatnonzero(open_cause.to_numpy()):

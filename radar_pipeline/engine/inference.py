@@ -1,171 +1,10 @@
 """The call-level test of a slowdown, for many statements at once, at every candidate split near the deploy.
 
-For a split of a statement's window into a segment A (before) and B (after), each side's level is the pooled
-per-call mean μ̂ = Σ ΔT / Σ ΔC (a ratio estimator: every call counts once, however the calls fall into intervals).
-The hypothesis carries the practical threshold θ (H0: μ_B ≤ (1 + θ) · μ_A), tested on the log scale:
-
-    t = (ln μ̂_B − ln μ̂_A − ln(1 + θ)) / sqrt(V_A / μ̂_A² + V_B / μ̂_B²)        (delta method)
-
-and is rejected for large t only, so improvements are never a finding. V, the variance of a side's pooled mean,
-must hold three things that make latency series harder than textbook samples:
-
-1. per-call noise. With the intervals' own sums of squares S_i (recovered from stddev_exec_time, see `variance`), the
-   pooled per-call variance σ̂² = Σ S_i / Σ (c_i − 1) gives V_calls = σ̂² / C, the variance if calls were independent.
-2. overdispersion: interval means wander more than their calls explain (cache state, parameter mix, neighbours).
-   The ratio estimator's sandwich variance (Cochran 1977, §6.4) V_emp = n/(n − f) · Σ e_i² / C² · f, with residuals
-   e_i = ΔT_i − μ̂ ΔC_i, holds per-call noise and overdispersion alike, without a model of either; it is what the
-   test uses when stddev_exec_time is absent (old rows, other callers), so both paths are calibrated the same way.
-3. serial correlation between neighbouring intervals. The lag-1 autocorrelation ρ̂ of the residuals (both sides
-   pooled, each about its own mean and on the relative scale, e_i / μ̂, so a side whose level is hundreds of times
-   the other's does not set the correlation of both) is corrected for its small-sample bias: a series of m points
-   demeaned on its own has E[ρ̂] ≈ ρ − (1 + 3ρ)/m (Kendall 1954), and each side is demeaned on its own, so pooled
-   over the two sides (weighted by their sizes n_A, n_B) the bias is (1 + 3ρ)(n_A/n_A + n_B/n_B)/n = 2 (1 + 3ρ)/n
-   (engine 2.1 added back half of it). ρ is then raised by RHO_MARGIN standard errors sqrt((1 − ρ²)/n) (Bartlett
-   1946), because the splits where a test errs are those where the residuals about two side means understate the
-   correlation, clipped to [0, RHO_MAX], and turned
-   into the AR(1) variance inflation f = (1 + ρ)/(1 − ρ) and an effective sample size n_eff = n/f (Bayley &
-   Hammersley 1946; Zwiers & von Storch 1995 show the plain t-test's level failing without it). Demeaning a
-   correlated side removes about f of its n degrees of freedom, not one, so V_emp uses n/(n − f) in place of
-   n/(n − 1). A kernel (Newey–West 1987) estimator with the few lags a 30-point side allows cannot reach the
-   inflation of ρ = 0.8 (9×); the AR(1) model can.
-
-V = max(V_emp · inflation, V_calls): the per-call term is a floor that keeps a side with few, busy intervals from
-looking more precise than its calls allow. The reference distribution is Student's t with Welch–Satterthwaite
-degrees of freedom built from each side's: where the per-call term dominates, Σ (c_i − 1); else the sandwich's
-n_eff − 1 = n/f − 1 for its sum of squares, combined with the uncertainty of the inflation itself. V̂ is a sum of
-squares times f(ρ̂), so Var ln V̂ ≈ 2/(n_eff − 1) + Var ln f(ρ̂), and by the delta method with Var ρ̂ ≈ (1 − ρ²)/n,
-Var ln f(ρ̂) ≈ (2/(1 − ρ²))² (1 − ρ²)/n = 4/((1 − ρ²) n); matching 2/ν (Satterthwaite 1946) gives the side's
-ν = 2 / (2/(n_eff − 1) + 4/((1 − ρ²) n)). With 30 intervals a side the level in the far tail, where a family budget
-spread over thousands of statements puts it (10⁻⁵ and below), depends on it: at φ ≈ 0.8, ρ̂ from 60 points is often
-low by chance, and a t reference that ignores that rejects too readily. On its window alone that is not enough: with
-every statement on H0's boundary the engine spends about twice its budget (README, benchmarks/detection_quality.py);
-a statement's own history (below, "History") is what buys it back.
-
-A short side. Under H0 a slowdown scales a statement's times, so the relative dispersion per call is the same on both
-sides; the pooled κ̂ = (Σ_A e²/μ̂_A² + Σ_B e²/μ̂_B²)/(C_A + C_B) estimates it from every interval. A side's sandwich
-is never taken below κ̂ μ̂² / C, what that dispersion gives its C calls (with equal calls per interval, exactly the
-sandwich's expectation), so the test can only grow more conservative. Without it, a side of four or five sparse
-intervals whose few calls happen to lie low and close together — likely when per-call times are skewed (a
-log-normal with CV 2 has most of its calls below the mean) — looks precise, Welch–Satterthwaite follows the long
-side's degrees of freedom, and the periodic check (whose splits reach the window's edges) reported such statements
-at 4.6 times its daily budget on interval means (engine 2.1.1: 19 in 1,000 null checks, 0.46 a day).
-
-History. Given `History` for a statement (estimated from its own earlier days by `noise`, from before the window),
-the two things the window estimates worst come from more data, of which at most `history_max_intervals` intervals
-count however long the history (a power prior's discount, Ibrahim & Chen 2000: other days may not be quite today):
-
-- the inflation. A latency series' residuals are not AR(1): per-call noise is white and overdispersion persistent,
-  so ρ_k = ρ_1 φ^(k−1) (AR(1) plus white noise, an ARMA(1, 1)), and the AR(1) reading (1 + ρ_1)/(1 − ρ_1) of the
-  lag-1 correlation understates the long-run variance inflation f = 1 + 2 ρ_1 / (1 − φ) (φ = 0.8 with half the
-  variance white gives ρ_1 = 0.4: 2.3 where f is 5). Thirty intervals a side cannot tell φ from ρ_1, a day of them
-  can (φ = ρ_2 / ρ_1); the window's test uses the history's f (its AR(1)-equivalent coefficient (f − 1)/(f + 1) is
-  what `serial_correlation` reports), and the window's lag-1 correlation only to check it (below). This is what made
-  the window-only test liberal in the far tail for φ > 0.6, beside ρ̂'s noise.
-- the dispersion. The history's relative dispersion per call κ_h predicts a side's relative variance κ_h / C. The
-  side's variance is the precision-weighted mix of the window's own estimate û (the sandwich and floor above, on
-  d = n/f − 1 degrees of freedom) and that prediction (d_h = N/f − 1 for N intervals of history): f · (d û +
-  d_h κ_h / C) / (d + d_h), the posterior of a scaled-inverse-χ² prior, as the moderated t of Smyth (2004) has it
-  with other genes where we have the statement's other days. Its degrees of freedom are Satterthwaite's over the
-  independent mean squares (each side's own, and the history's, shared by both sides, so its two coefficients add
-  before squaring), with the uncertainty of ln f from N intervals for the share of se² that f scales: a statement
-  with a day of history is tested against a t on hundreds of degrees of freedom, near the normal reference, and
-  where the per-call term dominates a side, that side is as without history.
-- the window's calls. κ_h is a relative variance per call, and only per-call noise shrinks with an interval's calls: an
-  interval mean of c calls has relative variance a / c + b, a the per-call part (CV²) and b the overdispersion, so κ = a
-  + b c grows with the calls per interval. A deploy at the peak hour meets a history read at a day's average (c̄_h =
-  `calls_per_interval`); with r = c̄_w / c̄_h (the side's calls per interval over the history's), the history predicts a
-  + r (κ_h − a) for the side's relative dispersion per call, and a + r (f κ_h − a) for its long-run variance (only the
-  overdispersion carries the serial correlation, so the side's inflation is the ratio of the two). a is the window's own
-  per-call relative variance from its intervals' sums of squares (pooled over both sides, as H0 scales the times; about
-  as many degrees of freedom as calls), clipped to [0, κ_h]; without them (interval means only), the worse of a = 0 and
-  a = κ_h for the side's r. At r = 1 this is the history's prediction unchanged. Without the scaling, a history read at
-  a tenth of the window's calls put the test's level at 3.3 times α at 10⁻³ (engine 2.3.0;
-  `test_a_history_quieter_than_the_window_is_scaled_to_its_calls`).
-- conflict. A window whose pooled dispersion exceeds what the history predicts for its calls at level `conflict_alpha`
-  (F test on the degrees of freedom of both), or whose bias-corrected lag-1 correlation exceeds the history's reading by
-  that normal quantile, is not the history's kind of day (a prior–data conflict, Evans & Moshonov 2006): it is tested on
-  its own, exactly as without history. A calmer window is no conflict: the mix only makes it more conservative. And one
-  side whose own variance exceeds the history's prediction for its calls at SIDE_ALPHA keeps its own variance and
-  degrees of freedom: a sparse statement with skewed per-call times (a log-normal of CV 3) has a rare call hundreds of
-  times its mean, its history's dispersion (made mostly of ordinary calls) is low beside it, and a mean of a few such
-  calls is far from normal; the window's own variance grows with that call, so the window-only t stays moderate (it is
-  self-normalised). Without this, the hourly check, whose splits reach a few intervals from its window's edge, reported
-  such statements (benchmarks/detection_quality.py).
-
-A statement without usable history (none stored, too few intervals, NaN) is tested exactly as by engine 2.2.0.
-
-Selection. The split is not fixed: it is chosen among the K candidate splits the caller allows (the decision's:
-at or after the deploy, within the tolerance), where t is largest. A test at the maximising split is not a test at a
-fixed one. Bonferroni's p = min(1, K · p_k̂) holds whatever the dependence, but neighbouring splits share all but
-one interval (their statistics correlate at about 0.97 with 30 intervals a side), so it pays for K tests where there
-are far fewer. The engine uses the chain (upcrossing) bound instead (Hunter 1976; Worsley 1982): with A_j the event
-that candidate j's p is at most p_k̂, i.e. that its normal score Z_j reaches u = Φ⁻¹(1 − p_k̂),
-
-    P(∪ A_j) ≤ P(A_1) + Σ_j P(A_j+1 ∖ A_j) = p_k̂ + Σ_j 2 T(u, sqrt((1 − r_j)/(1 + r_j))),
-
-where P(Z_j < u ≤ Z_j+1) = 2 T(u, ·) for two standard normal scores of correlation r_j (T is Owen's function, Owen
-1956). The first step is an inequality for any events; the second treats neighbouring scores as bivariate normal
-with the correlation the split statistics have under H0 (`split_correlations`: computed from the intervals' calls,
-for independent intervals, the smaller of the per-call and the overdispersion case; positive serial correlation
-only raises it, so the bound stays on the safe side), as the t reference already treats each score as normal.
-Where it exceeds Bonferroni's K · p_k̂, that is used. For the deploy's seven candidate splits it pays for about 3.5
-tests at 10⁻⁵ instead of 7. The chosen split's figures are then recomputed in two passes, so the prefix sums of the
-scan cost no precision in what is reported.
-
-Numerical care. Times are centred on each statement's overall mean before the scan's prefix sums, so Σ e_i² does not
-come out of a difference of two large sums. Both sides of zero variance (a deterministic step) give t = ±∞ and p = 0
-or 1, and an interval of zero width.
-
-The interval. exp(ln μ̂_B − ln μ̂_A ± t_{ν, 0.975} · se): a 95% interval of the slowdown factor at the tested split,
-per statement, not adjusted for the choice of split or for the family.
-
-Clearing (engine 2.5). `no_regression` is a claim, not the absence of a finding: the statement did not slow down
-beyond the tolerance. Its error is a missed regression — a statement cleared whose true factor exceeds 1 + θ — and the
-rule bounds it per statement: at every split k of a set S, the one-sided upper confidence bound at level β
-(`clear_level`, 0.95)
-
-    U_k = exp(ln μ̂_B − ln μ̂_A + t_{ν, β} · se)        (se, ν: the test's own, at that split)
-
-must lie within the tolerance 1 + θ (`clearing_bounds`): P_k = F_ν((ln(1 + θ) − ln μ̂_B + ln μ̂_A) / se) ≥ β at every k,
-and the verdict's `factor_bound` is U_k at the split whose P_k is least (the least certain). The variance
-is the detection's in full: the sandwich with its AR(1) inflation and margin, the short-side and per-call floors, the
-degrees of freedom that carry ρ̂'s uncertainty, the statement's history where it is used and the window alone where
-it conflicts with it.
-
-What it controls: if the change begins at a split k* of S, the two sides at k* each hold one level, and U_k* is an
-upper bound of the true factor there at level β (the t reference of the detection's fixed-split test, on its other
-tail): P(U_k* ≤ 1 + θ) ≤ 1 − β whenever the true factor exceeds 1 + θ. Clearing needs U_k ≤ 1 + θ at every k of S, k*
-among them, so P(cleared) ≤ 1 − β whichever split is the true one. This is an intersection–union test (Berger 1982;
-Berger & Hsu 1996): the null "slower beyond θ from some split of S" is a union, rejected only when each of its parts
-is, each at level 1 − β, and it owes nothing for the number of splits — unlike the detection, whose maximum over splits
-pays for the choice. The guarantee is per truly regressed statement (not family-wise): of N statements that truly
-slowed beyond θ, at most (1 − β) N are expected to be cleared. The price is power: the splits after the true change
-put some changed intervals on the before side, whose variance the mixture widens, and a statement is cleared only
-when every split's bound is low enough.
-
-Which splits. S is the detection's candidates (at or after the deploy, within the tolerance, leaving max(3, n/10)
-intervals each side) and, for a deploy, its own split (the interval that straddles the deploy first after it), which a
-sparse statement's candidates lack when its last interval before the deploy ended more than the tolerance before it.
-A change that begins at τ in [deploy, deploy + tolerance] falls in some interval (e_{j−1}, e_j]; the split j that puts
-it first on the after side is the deploy's own, or one whose change time e_{j−1} lies in (deploy, τ): a candidate,
-if its sides are long enough. Not covered, and said so: (1) the interval holding τ mixes both levels, and on the after
-side it dilutes the factor at j by about its share of the side's calls (1/24 of the slowdown with one-minute scrapes
-and a 30-minute window): a bias towards clearing of that order at the boundary; (2) a change that leaves fewer than
-max(3, n/10) of the statement's intervals after it (a sparse statement whose after-side calls fall mostly within the
-tolerance) is neither detected nor checked; (3) a change outside the tolerance is not blamed on the deploy, and one
-large enough to lift the window's means by θ leaves the deploy's own split uncleared anyway (`outside_tolerance`
-stays inconclusive: the deploy may have added a slowdown of its own that a test with the older level on its before
-side cannot rule out). The periodic check's tolerance spans its window: S is every admissible split there.
-
-The tolerance. 1 + θ, or for a statement so fast that θ of its before-mean μ̂_A is less than `min_rise_ms`, 1 +
-min_rise_ms / μ̂_A: a rise the detection would not report whatever its factor (its pre-filter). The level is then
-approximate, μ̂_A being an estimate; a split with no bound (a side without time) clears nothing. The bound comes from
-sums of the times centred on the statement's mean (the scan's, not recomputed in two passes): each side's sums
-outside the band of splits from one pass over every statement's intervals, then added up through the band in order.
-The t tail P_k is computed where it can be the least only — at the split of least z_k = (ln(1 + θ) − ln μ̂_B +
-ln μ̂_A) / se, and at the splits whose z_k is small enough that F_ν(z_k) could fall to that one's for some ν of the
-statement's (F_ν(z) grows with z, and with ν where z > 0, shrinks with ν where z < 0): the same worst split as
-computing it everywhere, at a fraction of the cost (engine 2.5.0 first computed it at every split).
+H0: μ_B ≤ (1 + θ) · μ_A for the pooled per-call means either side of a split, tested on the log scale with a variance
+that carries per-call noise, overdispersion and serial correlation (`split_tests`), optionally combined with the
+statement's noise prior from its earlier days (`Prior`); the choice of split paid by the chain bound (`selection_p`);
+the 95% interval of the factor (`interval_from_sums`); and the clearing rule's upper bound (`clearing_bounds`).
+The method, its references and its calibration are in docs/method.md ("The test", "Selection", "Clearing").
 """
 
 from __future__ import annotations
@@ -182,8 +21,8 @@ CI_LEVEL = 0.95
 # uncertainty of ρ̂ is also carried by the degrees of freedom, and 0.5 with it holds the level better than 1 without
 # (benchmarks/calibration_check.py, and the boundary null of benchmarks/detection_quality.py).
 RHO_MARGIN = 0.5
-# A side whose own variance exceeds its history's prediction at this level keeps its own (module docstring,
-# "History"): a check that errs towards the window-only test, so it may be lenient.
+# A side whose own variance exceeds its prior's prediction at this level keeps its own (docs/method.md, the
+# noise prior): a check that errs towards the window-only test, so it may be lenient.
 SIDE_ALPHA = 0.05
 # Splits the clearing rule bounds at a time (rows × splits): its test's temporaries stay a few MB each.
 CLEAR_CELLS = 1 << 16
@@ -191,29 +30,76 @@ COMPACT = 2  # the clearing rule gathers its rows' intervals first when they are
 
 
 @dataclass(frozen=True)
-class History:
-    """Per row, a statement's noise estimated from its own history before the window (module docstring,
-    "History"): rho, its serial correlation; dispersion, its relative dispersion per call; intervals, the intervals
-    they rest on as the test counts them (already capped; 0: no history, the row is tested on its window alone);
-    calls_per_interval, how busy the history's intervals were, which scales its prediction to a busier or quieter
+class Prior:
+    """Per row, a statement's noise prior, estimated from its own earlier days before the window (docs/method.md,
+    the noise prior): rho, its serial correlation; dispersion, its relative dispersion per call; intervals, the
+    intervals they rest on as the test counts them (already capped; 0: no prior, the row is tested on its window alone);
+    calls_per_interval, how busy the prior's intervals were, which scales its prediction to a busier or quieter
     window. conflict_alpha: the level of the prior–data conflict checks."""
 
     rho: np.ndarray
     dispersion: np.ndarray
     intervals: np.ndarray
     conflict_alpha: float
-    calls_per_interval: np.ndarray  # the history's mean calls per interval (NaN: unknown, taken as the window's)
+    calls_per_interval: np.ndarray  # the prior's mean calls per interval (NaN: unknown, taken as the window's)
 
-    def rows(self, index: np.ndarray | slice, column: bool = False) -> History:
+    def rows(self, index: np.ndarray | slice, column: bool = False) -> Prior:
         """The estimates of some rows, as a column ([rows, 1]) when they meet a scan over splits."""
         pick = (lambda v: v[index][:, None]) if column else (lambda v: v[index])  # noqa: E731
-        return History(
+        return Prior(
             pick(self.rho),
             pick(self.dispersion),
             pick(self.intervals),
             self.conflict_alpha,
             pick(self.calls_per_interval),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class SideSums:
+    """One side of a split, per row: what the test's variance is made of (docs/method.md). calls, the side's calls;
+    mean, its call-weighted mean (centred on the row's mean where the caller centred the times); ee, Σ e² of the
+    residuals about that mean; acov, Σ e_i e_(i+1) over neighbouring intervals within the side; with
+    stddev_exec_time, ss, the intervals' own per-call sums of squares Σ S (NaN where one is unknown) and ss_dof,
+    Σ (c − 1) (both None without)."""
+
+    calls: np.ndarray
+    mean: np.ndarray
+    ee: np.ndarray
+    acov: np.ndarray
+    ss: np.ndarray | None = None
+    ss_dof: np.ndarray | None = None
+
+    def rows(self, index: np.ndarray) -> SideSums:
+        """The sums of some rows."""
+        return SideSums(
+            self.calls[index],
+            self.mean[index],
+            self.ee[index],
+            self.acov[index],
+            self.ss[index] if self.ss is not None else None,
+            self.ss_dof[index] if self.ss_dof is not None else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Statistics:
+    """The test at some splits of some rows (any shape the inputs broadcast to, [rows] or [rows, splits]): t, its
+    Welch–Satterthwaite degrees of freedom nu, the serial correlation rho it used, whether it is defined (`valid`:
+    both sides with time and at least two intervals), the side means and sizes, the log ratio of the means and its
+    standard error, and the intervals of the noise prior combined with the window (0: the window alone)."""
+
+    t: np.ndarray
+    nu: np.ndarray
+    rho: np.ndarray
+    valid: np.ndarray
+    mean_a: np.ndarray
+    mean_b: np.ndarray
+    n_a: np.ndarray
+    n_b: np.ndarray
+    log_ratio: np.ndarray
+    se: np.ndarray
+    prior_intervals: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -233,9 +119,9 @@ class SplitTest:
     factor_low: np.ndarray
     factor_high: np.ndarray
     splits: np.ndarray  # K, the number of candidate splits the choice was made among
-    # The history intervals the test at the chosen split combined with the window: History.intervals where it used
-    # them, 0 where it used the window alone (no history, or a window that conflicts with it), NaN where not tested.
-    history_intervals: np.ndarray
+    # The prior intervals the test at the chosen split combined with the window: Prior.intervals where it used
+    # them, 0 where it used the window alone (no prior, or a window that conflicts with it), NaN where not tested.
+    prior_intervals: np.ndarray
 
 
 def _prefix(values: np.ndarray) -> np.ndarray:
@@ -252,13 +138,13 @@ def split_tests(
     n: np.ndarray,
     candidate: np.ndarray,
     threshold: float,
-    history: History | None = None,
+    prior: Prior | None = None,
 ) -> SplitTest:
-    """The call-level test (module docstring) of every row at every candidate split; the best one per row.
+    """The call-level test (docs/method.md) of every row at every candidate split; the best one per row.
 
     calls, time: [rows, L] per-interval ΔC and ΔT, left-aligned (zeros past n[row]); sumsq: the intervals' per-call
     sums of squares (NaN where unknown) or None; candidate: [rows, L + 1] boolean, the splits k (A = first k
-    intervals) to test; history: each row's estimates from its own history (None: every row on its window alone).
+    intervals) to test; prior: each row's estimates from its earlier days (None: every row on its window alone).
     Rows with no candidate get p = 1 and NaN elsewhere.
     """
     from scipy import stats
@@ -267,11 +153,11 @@ def split_tests(
     # Only the splits between the block's first and last candidate are evaluated.
     cols = np.flatnonzero(candidate.any(axis=0))
     lo, hi = (int(cols[0]), int(cols[-1]) + 1) if len(cols) else (0, 1)
-    scan = _scan(c, time, sumsq, n, np.broadcast_to(np.arange(lo, hi)[None, :], (len(c), hi - lo)), threshold, history)
-    valid = candidate[:, lo:hi] & scan["valid"]
+    scan = _scan(c, time, sumsq, n, np.broadcast_to(np.arange(lo, hi)[None, :], (len(c), hi - lo)), threshold, prior)
+    valid = candidate[:, lo:hi] & scan.valid
     splits = candidate.sum(axis=1)
     # The largest t is the split tested (any rule may choose it: the Bonferroni bound below holds for all of them).
-    k = lo + np.argmax(np.where(valid, np.maximum(scan["t"], -np.finfo(np.float64).max), -np.inf), axis=1)
+    k = lo + np.argmax(np.where(valid, np.maximum(scan.t, -np.finfo(np.float64).max), -np.inf), axis=1)
     tested = valid.any(axis=1)
     k = np.where(tested, k, 0)
 
@@ -282,31 +168,31 @@ def split_tests(
         n.astype(np.float64),
         0.0,
         threshold,
-        history,
+        prior,
     )
-    valid_k = tested & exact["valid"]
+    valid_k = tested & exact.valid
     pick = lambda m: np.where(valid_k, m, np.nan)  # noqa: E731
-    nu_k = pick(exact["nu"])
-    p_k = stats.t.sf(np.where(valid_k, exact["t"], 0.0), np.where(valid_k, nu_k, 1.0))
+    nu_k = pick(exact.nu)
+    p_k = stats.t.sf(np.where(valid_k, exact.t, 0.0), np.where(valid_k, nu_k, 1.0))
     p = np.where(valid_k, selection_p(p_k, candidate, c), 1.0)
-    se = pick(exact["se"])
+    se = pick(exact.se)
     half = stats.t.ppf(0.5 + CI_LEVEL / 2, np.where(valid_k, nu_k, 1.0)) * se
     half = np.where(se == 0, 0.0, half)
-    log_ratio = pick(exact["log_ratio"])
+    log_ratio = pick(exact.log_ratio)
     return SplitTest(
         k=np.where(valid_k, k, 0),
         p=p,
-        t=pick(exact["t"]),
+        t=pick(exact.t),
         dof=nu_k,
-        mean_a=pick(exact["mean_a"]),
-        mean_b=pick(exact["mean_b"]),
+        mean_a=pick(exact.mean_a),
+        mean_b=pick(exact.mean_b),
         n_a=pick(k.astype(np.float64)),
         n_b=pick((n - k).astype(np.float64)),
-        rho=pick(exact["rho"]),
+        rho=pick(exact.rho),
         factor_low=np.exp(log_ratio - half),
         factor_high=np.exp(log_ratio + half),
         splits=splits,
-        history_intervals=pick(exact["history_intervals"]),
+        prior_intervals=pick(exact.prior_intervals),
     )
 
 
@@ -346,9 +232,7 @@ def _pair_terms(
     yield "lag_cc", np.multiply(c0, c1, out=out)
 
 
-def _sides(
-    sums: dict[str, tuple[np.ndarray, np.ndarray]], stddev: bool
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def _sides(sums: dict[str, tuple[np.ndarray, np.ndarray]], stddev: bool) -> tuple[SideSums, SideSums]:
     """Both sides' test sums (as `_statistics` takes them) from their sums of interval and pair terms."""
     out = []
     for i in (0, 1):
@@ -357,11 +241,16 @@ def _sides(
             mu = got["t"] / got["c"]  # centred pooled mean (NaN for an empty side, which is never a candidate)
             ee = got["tt"] - 2 * mu * got["tc"] + mu * mu * got["cc"]
             acov = got["lag_tt"] - mu * got["lag_tc"] + mu * mu * got["lag_cc"]
-        side = {"calls": got["c"], "mean": mu, "ee": np.maximum(ee, 0.0), "acov": acov}
-        if stddev:
-            side["ss"] = np.where(got["unknown"] > 0, np.nan, got["ss"])
-            side["ss_dof"] = got["ss_dof"]
-        out.append(side)
+        out.append(
+            SideSums(
+                calls=got["c"],
+                mean=mu,
+                ee=np.maximum(ee, 0.0),
+                acov=acov,
+                ss=np.where(got["unknown"] > 0, np.nan, got["ss"]) if stddev else None,
+                ss_dof=got["ss_dof"] if stddev else None,
+            )
+        )
     return out[0], out[1]
 
 
@@ -372,8 +261,8 @@ def _scan(
     n: np.ndarray,
     ks: np.ndarray,
     threshold: float,
-    history: History | None,
-) -> dict[str, np.ndarray]:
+    prior: Prior | None,
+) -> Statistics:
     """The test's statistics (`_statistics`) of every row at the splits ks ([rows, J]: A = the first k intervals),
     from prefix sums, as [rows, J] arrays (with the sides' sizes n_a, n_b)."""
     # Centre the times on each row's overall mean so the residual sums below do not cancel catastrophically.
@@ -402,20 +291,19 @@ def _scan(
     a, b = _sides(sums, sumsq is not None)
     total_n = n[:, None].astype(np.float64)
     n_a = ks.astype(np.float64)
-    scan_history = history.rows(slice(None), column=True) if history is not None else None
-    scan = _statistics(a, b, n_a, n[:, None] - n_a, total_n, centre[:, None], threshold, scan_history)
-    scan["n_a"], scan["n_b"] = n_a, n[:, None] - n_a
+    scan_prior = prior.rows(slice(None), column=True) if prior is not None else None
+    scan = _statistics(a, b, n_a, n[:, None] - n_a, total_n, centre[:, None], threshold, scan_prior)
     return scan
 
 
 @dataclass(frozen=True)
 class Clearing:
-    """Per row, the clearing rule's figures (module docstring, "Clearing") at its worst split, the one least certain
+    """Per row, the clearing rule's figures (docs/method.md, "Clearing") at its worst split, the one least certain
     to lie within the tolerance: `bound`, the upper bound there of the slowdown factor (NaN
     where some split has none: a side without time, or no split at all); `cleared`, whether every split's bound lies
     within its tolerance; `precise`, whether the bound's margin over the estimate there fits within the tolerance
-    (with no change at all, this precision would clear); `conflict`, whether the statement has history but the test
-    there used its window alone (a window unlike its history)."""
+    (with no change at all, this precision would clear); `conflict`, whether the statement has a prior but the test
+    there used its window alone (a window unlike its prior)."""
 
     bound: np.ndarray
     cleared: np.ndarray
@@ -435,10 +323,10 @@ def clearing_bounds(
     threshold: float,
     min_rise: float,
     level: float,
-    history: History | None = None,
+    prior: Prior | None = None,
 ) -> Clearing:
-    """The clearing rule (module docstring, "Clearing") for some rows: the one-sided upper confidence bound, at
-    `level`, of the slowdown factor at each of their splits, from the test's own variance (`_statistics`, history
+    """The clearing rule (docs/method.md, "Clearing") for some rows: the one-sided upper confidence bound, at
+    `level`, of the slowdown factor at each of their splits, from the test's own variance (`_statistics`, prior
     included); cleared when at every split it lies within the tolerance: factor ≤ 1 + θ, or a rise of the per-call
     mean ≤ `min_rise` ms (for a statement so fast that θ of it is less), 1 + max(θ, min_rise / μ̂_A).
 
@@ -446,7 +334,7 @@ def clearing_bounds(
     holds them; sumsq None without stddev); centre: every row's per-call mean over them (0 without calls), on which
     its times are centred so the residual sums do not cancel (as in `_scan`); rows: the rows to bound;
     first: each one's first split (≥ 1); splits: [rows, J] boolean, whether split first + j is one of its own (A =
-    the first k intervals); history: the estimates of those rows. The sums outside a row's splits come from one pass
+    the first k intervals); prior: the estimates of those rows. The sums outside a row's splits come from one pass
     over the flat arrays per term; those between them, and the test, for at most CLEAR_CELLS splits at a time.
     """
     c = np.asarray(calls, dtype=np.float64)
@@ -479,11 +367,10 @@ def clearing_bounds(
         a, b = _band_sums(c, tc, sumsq, start[block], n[block], first[block], width, head, tail, block)
         n_a = (first[block, None] + np.arange(width)[None, :]).astype(np.float64)
         total_n = n[block, None].astype(np.float64)
-        known = history.rows(block, column=True) if history is not None else None
+        known = prior.rows(block, column=True) if prior is not None else None
         with np.errstate(invalid="ignore", divide="ignore"):  # the slots past a row's last split are not read
             scan = _statistics(a, b, n_a, total_n - n_a, total_n, centre[rows[block], None], threshold, known)
-        scan["n_a"], scan["n_b"] = n_a, total_n - n_a
-        _bound_at_worst(scan, splits[block], min_rise, threshold, level, history, block, out)
+        _bound_at_worst(scan, splits[block], min_rise, threshold, level, prior, block, out)
     return out
 
 
@@ -538,7 +425,7 @@ def _band_sums(
     head: dict[str, np.ndarray],
     tail: dict[str, np.ndarray],
     block: np.ndarray,
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+) -> tuple[SideSums, SideSums]:
     """Both sides' test sums at splits first .. first + J − 1 of a block of rows ([rows, J] each), from the sums
     outside the band and the band's intervals, added in order (as a prefix sum from the row's start would)."""
     col = first[:, None] - 1 + np.arange(width + 1)[None, :]  # intervals first − 1 .. first + J − 1
@@ -558,12 +445,12 @@ def _band_sums(
 
 
 def _bound_at_worst(
-    scan: dict[str, np.ndarray],
+    scan: Statistics,
     wanted: np.ndarray,
     min_rise: float,
     threshold: float,
     level: float,
-    history: History | None,
+    prior: Prior | None,
     block: np.ndarray,
     out: Clearing,
 ) -> None:
@@ -574,13 +461,13 @@ def _bound_at_worst(
     z, and in ν on each side of z = 0)."""
     from scipy import special
 
-    log_ratio, se, nu = scan["log_ratio"], scan["se"], np.nan_to_num(scan["nu"], nan=1.0)
+    log_ratio, se, nu = scan.log_ratio, scan.se, np.nan_to_num(scan.nu, nan=1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        limit = np.maximum(np.log1p(threshold), np.log1p(min_rise / scan["mean_a"]))
+        limit = np.maximum(np.log1p(threshold), np.log1p(min_rise / scan.mean_a))
         room = limit - log_ratio  # how far the estimate lies within the tolerance (log scale)
         z = np.where(se > 0, room / se, np.where(room >= 0, np.inf, -np.inf))
-    defined = (scan["mean_a"] > 0) & (scan["mean_b"] > 0) & ~np.isnan(room) & ~np.isnan(se)
-    defined &= (scan["n_a"] >= 2) & (scan["n_b"] >= 2)
+    defined = (scan.mean_a > 0) & (scan.mean_b > 0) & ~np.isnan(room) & ~np.isnan(se)
+    defined &= (scan.n_a >= 2) & (scan.n_b >= 2)
     rows = np.arange(len(wanted))
     undefined = wanted & ~defined
     least = np.argmin(np.where(wanted, z, np.inf), axis=1)
@@ -608,13 +495,13 @@ def _bound_at_worst(
     out.bound[block] = np.where(bounded, np.exp(log_ratio[at] + margin), np.nan)
     out.cleared[block] = bounded & (confidence[at] >= level)
     out.precise[block] = bounded & (margin <= limit[at])
-    if history is not None:
-        out.conflict[block] = bounded & (history.intervals[block] > 0) & (scan["history_intervals"][at] == 0)
+    if prior is not None:
+        out.conflict[block] = bounded & (prior.intervals[block] > 0) & (scan.prior_intervals[at] == 0)
 
 
 def split_correlations(calls: np.ndarray, candidate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The correlation, under H0, of the test's statistics at each candidate split and at the previous candidate of
-    its row, and the mask of the splits that have one ([rows, L + 1] each; module docstring, "Selection").
+    its row, and the mask of the splits that have one ([rows, L + 1] each; docs/method.md, "Selection").
 
     The statistic at split k is, to first order, D_k = Σ_B e / C_B − Σ_A e / C_A (the residuals e_i of the pooled
     means, C the sides' calls). For independent intervals with Var e_i = v_i and blocks P = [0, k), M = [k, k'),
@@ -673,7 +560,7 @@ def selection_p(p_k: np.ndarray, candidate: np.ndarray, calls: np.ndarray) -> np
     chain bound P(∪ A_j) ≤ P(A_1) + Σ_j P(A_j+1 ∖ A_j) (Hunter 1976; Worsley 1982; the upcrossing form of
     Efron 1997), with A_j = {split j's p ≤ p_k} = {Z_j ≥ u}, u = Φ⁻¹(1 − p_k), and for two standard normal scores
     of correlation r, P(Z_j < u ≤ Z_j+1) = 2 T(u, sqrt((1 − r)/(1 + r))) (Owen's T; Owen 1956). Never more than
-    Bonferroni's K · p_k, which it replaces when smaller (module docstring, "Selection")."""
+    Bonferroni's K · p_k, which it replaces when smaller (docs/method.md, "Selection")."""
     from scipy import special, stats
 
     r, paired = split_correlations(calls, candidate)
@@ -687,12 +574,12 @@ def selection_p(p_k: np.ndarray, candidate: np.ndarray, calls: np.ndarray) -> np
 
 
 def interval_from_sums(
-    a: dict[str, np.ndarray],
-    b: dict[str, np.ndarray],
+    a: SideSums,
+    b: SideSums,
     n_a: np.ndarray,
     n_b: np.ndarray,
     threshold: float,
-    history: History | None = None,
+    prior: Prior | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The 95% interval of the slowdown factor at one fixed split per row, from each side's sums (calls, mean, Σe²
     about the side's mean, lag-1 Σe·e, and optionally Σ S, Σ (c − 1)), with the same variance as the test: for
@@ -701,18 +588,18 @@ def interval_from_sums(
 
     n_a = n_a.astype(np.float64)
     n_b = n_b.astype(np.float64)
-    exact = _statistics(a, b, n_a, n_b, n_a + n_b, 0.0, threshold, history)
-    ok = (exact["mean_a"] > 0) & (exact["mean_b"] > 0) & (n_a >= 2) & (n_b >= 2)
-    nu = np.where(ok & np.isfinite(exact["nu"]), exact["nu"], 1.0)
-    half = np.where(exact["se"] == 0, 0.0, stats.t.ppf(0.5 + CI_LEVEL / 2, nu) * exact["se"])
-    low = np.where(ok, np.exp(exact["log_ratio"] - half), np.nan)
-    high = np.where(ok, np.exp(exact["log_ratio"] + half), np.nan)
+    exact = _statistics(a, b, n_a, n_b, n_a + n_b, 0.0, threshold, prior)
+    ok = (exact.mean_a > 0) & (exact.mean_b > 0) & (n_a >= 2) & (n_b >= 2)
+    nu = np.where(ok & np.isfinite(exact.nu), exact.nu, 1.0)
+    half = np.where(exact.se == 0, 0.0, stats.t.ppf(0.5 + CI_LEVEL / 2, nu) * exact.se)
+    low = np.where(ok, np.exp(exact.log_ratio - half), np.nan)
+    high = np.where(ok, np.exp(exact.log_ratio + half), np.nan)
     return low, high
 
 
 def _side_sums_at(
     c: np.ndarray, time: np.ndarray, sumsq: np.ndarray | None, n: np.ndarray, k: np.ndarray
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray, np.ndarray]:
+) -> tuple[SideSums, SideSums, np.ndarray, np.ndarray]:
     """Both sides' sums at one split per row, residuals taken about each side's own mean (two passes)."""
     col = np.arange(c.shape[1])[None, :]
     sides = []
@@ -722,72 +609,69 @@ def _side_sums_at(
             mu = np.where(mask, time, 0.0).sum(axis=1) / cs
         e = np.where(mask, time - mu[:, None] * c, 0.0)
         pair = mask[:, :-1] & mask[:, 1:]
-        out = {
-            "calls": cs,
-            "mean": mu,
-            "ee": (e * e).sum(axis=1),
-            "acov": np.where(pair, e[:, :-1] * e[:, 1:], 0.0).sum(axis=1),
-        }
+        ss = ss_dof = None
         if sumsq is not None:
             unknown = (mask & np.isnan(sumsq) & (c > 0)).any(axis=1)
-            out["ss"] = np.where(unknown, np.nan, np.where(mask, np.nan_to_num(sumsq, nan=0.0), 0.0).sum(axis=1))
-            out["ss_dof"] = np.where(mask, np.maximum(c - 1, 0.0), 0.0).sum(axis=1)
-        sides.append(out)
+            ss = np.where(unknown, np.nan, np.where(mask, np.nan_to_num(sumsq, nan=0.0), 0.0).sum(axis=1))
+            ss_dof = np.where(mask, np.maximum(c - 1, 0.0), 0.0).sum(axis=1)
+        ee = (e * e).sum(axis=1)
+        acov = np.where(pair, e[:, :-1] * e[:, 1:], 0.0).sum(axis=1)
+        sides.append(SideSums(calls=cs, mean=mu, ee=ee, acov=acov, ss=ss, ss_dof=ss_dof))
     return sides[0], sides[1], k.astype(np.float64), (n - k).astype(np.float64)
 
 
 def _statistics(
-    a: dict[str, np.ndarray],
-    b: dict[str, np.ndarray],
+    a: SideSums,
+    b: SideSums,
     n_a: np.ndarray,
     n_b: np.ndarray,
     total_n: np.ndarray,
     centre: np.ndarray | float,
     threshold: float,
-    history: History | None = None,
-) -> dict[str, np.ndarray]:
+    prior: Prior | None = None,
+) -> Statistics:
     """From each side's sums (calls, centred mean, Σe², lag-1 Σe·e, and optionally Σ S and Σ (c − 1)) to the test:
-    ρ, t, Welch–Satterthwaite ν, the log ratio and its standard error (module docstring); with `history`, the
-    statements that have it use the window's estimates combined with their history's (`_with_history`), and
-    history_intervals says how many history intervals each test combined (0: the window alone)."""
+    ρ, t, Welch–Satterthwaite ν, the log ratio and its standard error (docs/method.md); with `prior`, the
+    statements that have it use the window's estimates combined with their prior's (`_with_prior`), and
+    prior_intervals says how many prior intervals each test combined (0: the window alone)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        mean_a = a["mean"] + centre
-        mean_b = b["mean"] + centre
+        mean_a = a.mean + centre
+        mean_b = b.mean + centre
         # The sides are pooled on the relative scale (residuals over their side's level), as the test's variance is:
         # pooled in milliseconds, a side 300× slower would set the correlation alone, for the other side too.
         scale_a = np.where(mean_a > 0, 1.0 / mean_a**2, 0.0)
         scale_b = np.where(mean_b > 0, 1.0 / mean_b**2, 0.0)
-        ee = a["ee"] * scale_a + b["ee"] * scale_b
-        rho_hat = np.where(ee > 0, (a["acov"] * scale_a + b["acov"] * scale_b) / ee, 0.0)
+        ee = a.ee * scale_a + b.ee * scale_b
+        rho_hat = np.where(ee > 0, (a.acov * scale_a + b.acov * scale_b) / ee, 0.0)
         rho = _serial_correlation(rho_hat, total_n)
         inflation = (1 + rho) / (1 - rho)
-        # The floor of each side's sandwich (module docstring, "A short side"): the pooled relative dispersion per call.
-        pooled = ee / (a["calls"] + b["calls"])
+        # The floor of each side's sandwich (docs/method.md, "A short side"): the pooled relative dispersion per call.
+        pooled = ee / (a.calls + b.calls)
         u, dof = [], []
         for sd, size, mean in ((a, n_a, mean_a), (b, n_b, mean_b)):
             # Demeaning a correlated series removes about `inflation` of its n degrees of freedom, not one.
-            own = sd["ee"] / sd["calls"] ** 2
-            floor = pooled / sd["calls"] * mean**2
+            own = sd.ee / sd.calls**2
+            floor = pooled / sd.calls * mean**2
             v_emp = size / np.maximum(size - inflation, 1.0) * np.fmax(own, floor) * inflation
-            # ln V̂ carries ln f(ρ̂) as well as the sum of squares: Var ln f(ρ̂) ≈ 4 / ((1 − ρ²) n) (module docstring).
+            # ln V̂ carries ln f(ρ̂) as well as the sum of squares: Var ln f(ρ̂) ≈ 4 / ((1 − ρ²) n) (docs/method.md).
             dof_emp = np.maximum(size * (1 - rho) / (1 + rho) - 1, 1.0)
             dof_emp = np.maximum(2 / (2 / dof_emp + 4 / ((1 - rho**2) * total_n)), 1.0)
-            if "ss" in sd:
-                v_calls = sd["ss"] / sd["ss_dof"] / sd["calls"]
+            if sd.ss is not None and sd.ss_dof is not None:
+                v_calls = sd.ss / sd.ss_dof / sd.calls
                 use_calls = v_calls > v_emp  # False where v_calls is NaN (unknown or no call pairs)
                 v = np.where(use_calls, v_calls, v_emp)
-                d = np.where(use_calls, sd["ss_dof"], dof_emp)
+                d = np.where(use_calls, sd.ss_dof, dof_emp)
             else:
                 v, d = v_emp, dof_emp
             u.append(v / mean**2)
             dof.append(d)
         se2 = u[0] + u[1]
         nu = se2**2 / (u[0] ** 2 / dof[0] + u[1] ** 2 / dof[1])
-        combined: np.ndarray | float = 0.0  # the history intervals the test combined with the window (0: none)
-        if history is not None:
-            use, h_se2, h_nu, h_rho = _with_history(a, b, n_a, n_b, total_n, mean_a, mean_b, ee, rho_hat, history)
+        combined: np.ndarray | float = 0.0  # the prior intervals the test combined with the window (0: none)
+        if prior is not None:
+            use, h_se2, h_nu, h_rho = _with_prior(a, b, n_a, n_b, total_n, mean_a, mean_b, ee, rho_hat, prior)
             se2, nu, rho = np.where(use, h_se2, se2), np.where(use, h_nu, nu), np.where(use, h_rho, rho)
-            combined = np.where(use, history.intervals, 0.0)
+            combined = np.where(use, prior.intervals, 0.0)
         log_ratio = np.log(mean_b) - np.log(mean_a)
         excess = log_ratio - np.log1p(threshold)
         t = excess / np.sqrt(se2)
@@ -795,22 +679,24 @@ def _statistics(
     t = np.where(certain, np.where(excess > 0, np.inf, np.where(excess < 0, -np.inf, np.nan)), t)
     nu = np.where(certain | ~np.isfinite(nu), np.where(certain, np.inf, 1.0), nu)
     valid = (mean_a > 0) & (mean_b > 0) & ~np.isnan(t) & (n_a >= 2) & (n_b >= 2)
-    return {
-        "t": t,
-        "nu": nu,
-        "rho": rho,
-        "valid": valid,
-        "mean_a": mean_a,
-        "mean_b": mean_b,
-        "log_ratio": log_ratio,
-        "se": np.sqrt(se2),
-        "history_intervals": np.broadcast_to(combined, t.shape),
-    }
+    return Statistics(
+        t=t,
+        nu=nu,
+        rho=rho,
+        valid=valid,
+        mean_a=mean_a,
+        mean_b=mean_b,
+        n_a=n_a,
+        n_b=n_b,
+        log_ratio=log_ratio,
+        se=np.sqrt(se2),
+        prior_intervals=np.broadcast_to(combined, t.shape),
+    )
 
 
-def _with_history(
-    a: dict[str, np.ndarray],
-    b: dict[str, np.ndarray],
+def _with_prior(
+    a: SideSums,
+    b: SideSums,
     n_a: np.ndarray,
     n_b: np.ndarray,
     total_n: np.ndarray,
@@ -818,27 +704,27 @@ def _with_history(
     mean_b: np.ndarray,
     ee: np.ndarray,
     rho_hat: np.ndarray,
-    history: History,
+    prior: Prior,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The test's variance, degrees of freedom and ρ where the statement's own history is combined with the window
-    (module docstring, "History"); and where it is used: statements with history whose window does not conflict with
+    """The test's variance, degrees of freedom and ρ where the statement's own prior is combined with the window
+    (docs/method.md, the noise prior); and where it is used: statements with a prior whose window does not conflict with
     it. Called inside `_statistics`' error state."""
     from scipy import special
 
-    n_h, kappa_h = history.intervals, history.dispersion
-    rho_h = np.clip(history.rho, 0.0, RHO_MAX)  # the history's long-run reading, its margin already in (noise)
+    n_h, kappa_h = prior.intervals, prior.dispersion
+    rho_h = np.clip(prior.rho, 0.0, RHO_MAX)  # the prior's long-run reading, its margin already in (noise)
     f_h = (1 + rho_h) / (1 - rho_h)
     dof_h = np.maximum(n_h * (1 - rho_h) / (1 + rho_h) - 1, 0.0)
     # The window's relative per-call variance, from its intervals' own sums of squares where known (NaN otherwise):
-    # the part of the history's dispersion that does not grow with an interval's calls.
+    # the part of the prior's dispersion that does not grow with an interval's calls.
     per_call = np.nan
-    if "ss" in a:
-        per_call = (a["ss"] / mean_a**2 + b["ss"] / mean_b**2) / (a["ss_dof"] + b["ss_dof"])
+    if a.ss is not None and b.ss is not None and a.ss_dof is not None and b.ss_dof is not None:
+        per_call = (a.ss / mean_a**2 + b.ss / mean_b**2) / (a.ss_dof + b.ss_dof)
 
     def predicted(calls: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """What the history predicts for a stretch of `size` intervals holding `calls`: its relative dispersion per
-        call and its long-run variance inflation, scaled to the stretch's calls per interval (module docstring)."""
-        ratio = calls / size / history.calls_per_interval
+        """What the prior predicts for a stretch of `size` intervals holding `calls`: its relative dispersion per
+        call and its long-run variance inflation, scaled to the stretch's calls per interval (docs/method.md)."""
+        ratio = calls / size / prior.calls_per_interval
         ratio = np.where(np.isfinite(ratio) & (ratio > 0), ratio, 1.0)
         # Unknown per-call variance: the worse of all-overdispersion and all-per-call for this ratio.
         white = np.where(np.isfinite(per_call), np.clip(per_call, 0.0, kappa_h), np.where(ratio >= 1, 0.0, kappa_h))
@@ -847,29 +733,29 @@ def _with_history(
         return short, np.clip(long / short, 1.0, INFLATION_MAX)
 
     rho_w = _bias_corrected(rho_hat, total_n)  # the window's own, as the window-only test reads it
-    pooled = ee / (a["calls"] + b["calls"])
+    pooled = ee / (a.calls + b.calls)
     own_terms: list[np.ndarray] = []
     own_dofs: list[np.ndarray] = []
     prior_coef: np.ndarray | float = 0.0
     calls_terms: np.ndarray | float = 0.0
     prior_dof = np.maximum(dof_h, 1.0)
     for sd, size, mean in ((a, n_a, mean_a), (b, n_b, mean_b)):
-        kappa_side, inflation = predicted(sd["calls"], size)
+        kappa_side, inflation = predicted(sd.calls, size)
         rho = (inflation - 1) / (inflation + 1)
         # The window's own relative variance of the side's mean, as the window-only test has it (floor included).
-        own = np.fmax(sd["ee"] / sd["calls"] ** 2, pooled / sd["calls"] * mean**2) / mean**2
+        own = np.fmax(sd.ee / sd.calls**2, pooled / sd.calls * mean**2) / mean**2
         own = size / np.maximum(size - inflation, 1.0) * own
         dof_own = np.maximum(size * (1 - rho) / (1 + rho) - 1, 1.0)
-        # A side noisier than its history predicts for its calls (a rare huge call of a sparse, skewed statement)
+        # A side noisier than its prior predicts for its calls (a rare huge call of a sparse, skewed statement)
         # keeps its own variance, which grows with that call, and its own degrees of freedom (self-normalisation).
-        alone = _f_exceeds(own / (kappa_side / sd["calls"]), dof_own, prior_dof, SIDE_ALPHA)
+        alone = _f_exceeds(own / (kappa_side / sd.calls), dof_own, prior_dof, SIDE_ALPHA)
         share = np.where(alone, 1.0, dof_own / (dof_own + dof_h))
-        own_part, prior_part = inflation * share * own, inflation * (1 - share) * kappa_side / sd["calls"]
-        if "ss" in sd:
-            v_calls = sd["ss"] / sd["ss_dof"] / sd["calls"] / mean**2
+        own_part, prior_part = inflation * share * own, inflation * (1 - share) * kappa_side / sd.calls
+        if sd.ss is not None and sd.ss_dof is not None:
+            v_calls = sd.ss / sd.ss_dof / sd.calls / mean**2
             use_calls = v_calls > own_part + prior_part  # False where v_calls is NaN
             own_part = np.where(use_calls, v_calls, own_part)
-            own_dofs.append(np.where(use_calls, sd["ss_dof"], dof_own))
+            own_dofs.append(np.where(use_calls, sd.ss_dof, dof_own))
             prior_part = np.where(use_calls, 0.0, prior_part)
             calls_terms = calls_terms + np.where(use_calls, v_calls, 0.0)
         else:
@@ -877,25 +763,23 @@ def _with_history(
         own_terms.append(own_part)
         prior_coef = prior_coef + prior_part
     se2 = own_terms[0] + own_terms[1] + prior_coef
-    # Satterthwaite over the independent mean squares: each side's own, and the history's (one estimate, shared by
+    # Satterthwaite over the independent mean squares: each side's own, and the prior's (one estimate, shared by
     # both sides, so its two coefficients add before squaring); then the uncertainty of ln f for the share of se² that
-    # f scales, as in the window-only test but from the history's N intervals.
+    # f scales, as in the window-only test but from the prior's N intervals.
     spread = own_terms[0] ** 2 / own_dofs[0] + own_terms[1] ** 2 / own_dofs[1]
     spread = spread + np.where(dof_h > 0, prior_coef**2 / np.maximum(dof_h, 1e-300), 0.0)
     # The whole window's prediction, for its reported ρ, the uncertainty of ln f and the conflict checks.
-    kappa_pred, inflation = predicted(a["calls"] + b["calls"], total_n)
+    kappa_pred, inflation = predicted(a.calls + b.calls, total_n)
     rho = (inflation - 1) / (inflation + 1)
     scaled = (se2 - calls_terms) / se2
     nu = 1 / (spread / se2**2 + 2 * scaled**2 / ((1 - rho_h**2) * n_h))
-    # Prior–data conflict (Evans & Moshonov 2006): a window noisier or more correlated than its history allows for
-    # its calls, at level `conflict_alpha`, is tested on its own, as without history.
-    kappa_w = ee / (
-        a["calls"] * np.maximum(n_a - inflation, 1.0) / n_a + b["calls"] * np.maximum(n_b - inflation, 1.0) / n_b
-    )
+    # Prior–data conflict (Evans & Moshonov 2006): a window noisier or more correlated than its prior allows for
+    # its calls, at level `conflict_alpha`, is tested on its own, as without a prior.
+    kappa_w = ee / (a.calls * np.maximum(n_a - inflation, 1.0) / n_a + b.calls * np.maximum(n_b - inflation, 1.0) / n_b)
     dof_w = np.maximum(total_n / inflation - 2, 1.0)
-    noisier = _f_exceeds(kappa_w / kappa_pred, dof_w, prior_dof, history.conflict_alpha)
+    noisier = _f_exceeds(kappa_w / kappa_pred, dof_w, prior_dof, prior.conflict_alpha)
     z_rho = (rho_w - rho) / np.sqrt(np.maximum(1 - rho**2, 1e-12) * (1 / total_n + 1 / np.maximum(n_h, 1.0)))
-    more_correlated = z_rho > special.ndtri(1 - history.conflict_alpha)
+    more_correlated = z_rho > special.ndtri(1 - prior.conflict_alpha)
     use = (n_h > 0) & (kappa_h > 0) & ~noisier & ~more_correlated & np.isfinite(se2) & np.isfinite(nu)
     return use, se2, nu, rho
 

@@ -1,9 +1,9 @@
-"""A statement's noise estimated from its own history: serial correlation and relative dispersion per call.
+"""A statement's noise prior, estimated from its own earlier days: serial correlation and relative dispersion per call.
 
 The deploy's test estimates both from its window alone (about 30 intervals a side, `inference`), and pays for that
 with a Student-t reference on few degrees of freedom; the statement's earlier days say the same things with hundreds
 of times more intervals. This module turns stored counters into the estimates the test combines with its window's
-(`inference`, "History"), in two steps, so the warehouse can keep the first per day and add days up:
+(`inference.Prior`; docs/method.md), in two steps, so the warehouse can keep the first per day and add days up:
 
 - `noise_sums`: per statement, additive sums over blocks of the window's side length (30 minutes by default, aligned
   to the epoch so a day holds whole blocks): each block is demeaned on its own, as the test demeans each side, and
@@ -20,12 +20,12 @@ of times more intervals. This module turns stored counters into the estimates th
   to Kendall's 1954 correction the window's test uses). ρ_h = (f − 1)/(f + 1) is the AR(1) coefficient with the
   same inflation, which the test uses as its ρ. The dispersion is κ_h = Σ r² / Σ_b C_b (n_b − f) / n_b, since
   demeaning a block of n_b points removes about f of its n_b squared deviations' expectation: E Σ r² ≈ (n_b − f) v
-  with v ∝ C_b / n_b the relative variance of one interval. κ_h / C is then what the history predicts for the
+  with v ∝ C_b / n_b the relative variance of one interval. κ_h / C is then what the prior predicts for the
   relative variance of a side's pooled mean over C calls, the quantity the test's sandwich estimates from its
   window (this assumes an interval's variance grows with its calls; the window's own estimate and the test's
-  prior–data conflict check cover a day busier or noisier than the history).
+  prior–data conflict check cover a day busier or noisier than the earlier days).
 
-The history must end before the window it serves (the caller chooses the range): nothing of the change is seen.
+The earlier days must end before the window they serve (the caller chooses the range): nothing of the change is seen.
 Like `samples`, this is pure computation: no I/O, no clock.
 """
 
@@ -111,7 +111,7 @@ def long_run_inflation(rho1: np.ndarray, rho2: np.ndarray, n: np.ndarray) -> np.
 
 def noise_estimates(sums: pd.DataFrame) -> pd.DataFrame:
     """From sums (`noise_sums`, possibly several ranges' added up per key) to the estimates `analyse` takes as
-    `history`: query_key, serial_correlation ρ_h, dispersion κ_h (relative variance per call), intervals N and
+    `prior`: query_key, serial_correlation ρ_h, dispersion κ_h (relative variance per call), intervals N and
     calls_per_interval (the mean over blocks of a block's calls per interval; see the module docstring). A key
     whose sums give no estimate (no spread at all) gets NaN, which analyse ignores."""
     missing = [c for c in ("query_key", *SUMS) if c not in sums.columns]

@@ -16,8 +16,9 @@ ENGINE_VERSION = "2.5.0"  # 2.1: the minimum absolute rise; a step told from a d
 # scrape is no new load; 2.2: the choice of split paid by the chain bound instead of Bonferroni, a side's variance
 # floored by the pooled relative dispersion, Kendall's bias of two separately demeaned sides, and degrees of freedom
 # that carry the uncertainty of ρ̂ (margin 0.5 standard errors instead of 1); 2.3: a statement's serial correlation
-# and dispersion from its own history, when the caller gives them, combined with its window's (without: as 2.2);
-# 2.4: the history's prediction scaled to the window's calls per interval (overdispersion does not shrink with calls);
+# and dispersion from its own earlier days (its noise prior), when the caller gives them, combined with its window's
+# (without: as 2.2);
+# 2.4: the prior's prediction scaled to the window's calls per interval (overdispersion does not shrink with calls);
 # 2.5: no_regression only when cleared (the slowdown's upper bound at clear_level within the tolerance at every split
 # the detection considers), else inconclusive; the factor_bound column; the detection itself as 2.4
 # Calls a window mean needs before it stands for a statement's level (a history point, an episode's recovery): with
@@ -25,6 +26,13 @@ ENGINE_VERSION = "2.5.0"  # 2.1: the minimum absolute rise; a step told from a d
 LEVEL_MIN_CALLS = 100
 # Settings of earlier engine versions, accepted (and ignored) when an old analysis record is read back.
 RETIRED = frozenset({"alpha"})
+# Settings renamed since they were stored (the noise prior's were called history_* until issue 26, when "history"
+# came to mean the history bands alone): an old analysis record is read back under the new names.
+RENAMED = {
+    "history_min_intervals": "prior_min_intervals",
+    "history_max_intervals": "prior_max_intervals",
+    "history_conflict_alpha": "prior_conflict_alpha",
+}
 
 
 _T = TypeVar("_T")
@@ -76,11 +84,12 @@ class EngineSettings:
     after ≤ ρ · before" (engine/impact.py); the same factor marks a rows-per-call change.
     new_statement_share: a statement new after the deploy is reported as heavy when its execution time after is at
     least this share of the target's.
-    history_min_intervals: intervals a statement's history estimates (analyse's `history`) must rest on to be used.
-    history_max_intervals: the most intervals a history counts for, however long (a discount of the prior, as a
-    power prior's: the history is other days, which may not be quite like today); one day of one-minute scrapes.
-    history_conflict_alpha: a window noisier or more serially correlated than its history at this level is tested on
-    its own (a prior–data conflict check).
+    prior_min_intervals: intervals a statement's noise prior (analyse's `prior`, estimated from its earlier days)
+    must rest on to be used.
+    prior_max_intervals: the most intervals a prior counts for, however long (a discount of the prior, as a power
+    prior's: the earlier days are other days, which may not be quite like today); one day of one-minute scrapes.
+    prior_conflict_alpha: a window noisier or more serially correlated than its prior at this level is tested on its
+    own (a prior–data conflict check).
     clear_level: β, the one-sided confidence of the upper bound that clears a statement (`no_regression`): a statement
     that truly slowed by more than θ is cleared with probability at most 1 − β (per statement; engine/inference.py,
     "Clearing").
@@ -99,17 +108,17 @@ class EngineSettings:
     fleet_min_queries: Annotated[int, Field(ge=1)] = 5
     surge_ratio: Annotated[float, Field(ge=1)] = 2.0
     new_statement_share: Annotated[float, Field(gt=0, le=1)] = 0.05
-    history_min_intervals: Annotated[int, Field(ge=1)] = 120
-    history_max_intervals: Annotated[int, Field(ge=1)] = 1440
-    history_conflict_alpha: Annotated[float, Field(gt=0, lt=1)] = 0.001
+    prior_min_intervals: Annotated[int, Field(ge=1)] = 120
+    prior_max_intervals: Annotated[int, Field(ge=1)] = 1440
+    prior_conflict_alpha: Annotated[float, Field(gt=0, lt=1)] = 0.001
     clear_level: Annotated[float, Field(ge=0.5, lt=1)] = 0.95
 
     @model_validator(mode="after")
-    def _history_bounds(self) -> EngineSettings:
-        if self.history_max_intervals < self.history_min_intervals:
+    def _prior_bounds(self) -> EngineSettings:
+        if self.prior_max_intervals < self.prior_min_intervals:
             raise ValueError(
-                f"history_max_intervals ({self.history_max_intervals}) must be at least history_min_intervals "
-                f"({self.history_min_intervals})"
+                f"prior_max_intervals ({self.prior_max_intervals}) must be at least prior_min_intervals "
+                f"({self.prior_min_intervals})"
             )
         return self
 
@@ -128,7 +137,9 @@ class EngineSettings:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> EngineSettings:
-        """Settings from a record made by `to_dict` or from run config (durations in seconds); unknown keys refused."""
+        """Settings from a record made by `to_dict` or from run config (durations in seconds); unknown keys refused,
+        retired ones ignored, renamed ones (RENAMED) read under their new names."""
+        values = {RENAMED.get(key, key): value for key, value in values.items()}
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(values) - set(known) - {"engine_version"} - RETIRED)
         if unknown:

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from radar_pipeline.alerts.code_hosts import HostClient, HostError
 from radar_pipeline.config import printable
 from radar_pipeline.config.settings import CODE_HOST_API_VARS, CODE_HOST_TOKEN_VARS
+from radar_pipeline.engine import VERDICTS
 from radar_pipeline.steps.alert_delivery import LEASE, RETRY_BASE, RETRY_CAP, asked_wait, run_url, withhold_reason
 from radar_pipeline.warehouse import alerts as alert_store
 from radar_pipeline.warehouse import code_hosts as outbox
@@ -240,9 +241,7 @@ def comment_body(deploy: Deploy, state: str, marker: str) -> str:
     lines = [marker, f"### radar: deploy {_code(event.deploy_id)} to {_code(event.target)}: **{state}**", ""]
     row = deploy.state
     share = row.get("cleared_share")
-    counts = ", ".join(
-        f"{int(row[v])} {v}" for v in ("detected", "no_regression", "inconclusive", "insufficient_data") if v in row
-    )
+    counts = ", ".join(f"{int(row[v])} {v}" for v in VERDICTS if v in row)
     summary = f"Commit {_code(str(event.commit_sha)[:12])}: {counts}"
     if pd.notna(share):
         summary += f"; {share:.0%} of the execution time after the deploy is cleared"

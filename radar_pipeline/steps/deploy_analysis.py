@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,12 +16,14 @@ import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.config import Target
-from radar_pipeline.engine import DETECTED, EngineSettings, analyse
+from radar_pipeline.engine import VERDICT_FRAME, Cause, EngineSettings, Verdict, analyse
+from radar_pipeline.engine.frames import IMPACT_STATEMENTS, IMPACT_SUMMARY
 from radar_pipeline.engine.impact import contention_culprits, impact
 from radar_pipeline.pgss_model import KEY
-from radar_pipeline.steps.noise import history_for
+from radar_pipeline.steps.noise import prior_for
 from radar_pipeline.steps.plan_diffs import plan_diffs
 from radar_pipeline.warehouse import analysis, deploys
+from radar_pipeline.warehouse.analysis import ANALYSED_VERDICTS, WindowHealth
 
 # The longest span a run of several deploys reads at once for their overlapping windows: 2 hours of 5,000
 # statements scraped every minute are 600,000 samples, 54 MB in memory and about 90 MB more while the COPY is read.
@@ -50,15 +52,49 @@ def require_closed(conn: sa.Connection, closes_at: datetime, what: str) -> None:
         )
 
 
+@dataclass(frozen=True)
+class AnalysisRun:
+    """What one run of analyses shares, whatever it analyses (one deploy, a backfill's deploys, a periodic check):
+    the warehouse, the engine settings, the Dagster run that asked (None outside one), the wait after a window
+    closes before its last scrape is surely stored (`settle`, one scrape interval), and the watched targets by
+    name, so the current plan of a detection can be captured (`live_targets`; none: plans from the warehouse only)."""
+
+    warehouse: sa.Engine
+    settings: EngineSettings
+    run_id: str | None = None
+    settle: timedelta = timedelta(0)
+    live_targets: Mapping[str, Target] = field(default_factory=dict)
+
+    def live(self, target: str) -> Target | None:
+        """The watched target `target`, when this run may reach it."""
+        return self.live_targets.get(target)
+
+
+@dataclass
+class Timings:
+    """Seconds each part of an analysis took: reading the window, the engine, the plans of detections, the write
+    (with the texts it reads for it, and the commit)."""
+
+    read: float = 0.0
+    engine: float = 0.0
+    plans: float = 0.0
+    write: float = 0.0
+
+    @property
+    def total(self) -> float:
+        """The whole analysis."""
+        return self.read + self.engine + self.plans + self.write
+
+
 @dataclass
 class WindowVerdicts:
     """One window decided and written: its verdicts, its scrape health, the detections' texts and the timings."""
 
     window: tuple[datetime, datetime]
-    verdicts: pd.DataFrame  # the engine's columns plus KEY, fingerprint, merged_queryids and plan_diff
-    health: dict
+    verdicts: pd.DataFrame  # ANALYSED_VERDICTS: the engine's columns plus KEY, fingerprint, merged_queryids, plan_diff
+    health: WindowHealth
     texts: dict[int, str]
-    seconds: dict[str, float]
+    seconds: Timings
     # What else the split changed (engine/impact.py): load per minute for the target (dbid -1) and per database, and
     # the statements whose load changed (KEY columns, kind, the numbers, `query` its text cut to TEXT_LENGTH).
     summary: pd.DataFrame
@@ -74,34 +110,20 @@ class DeployAnalysis(WindowVerdicts):
     state: dict[str, Any]
 
 
-def analyse_deploy(
-    engine: sa.Engine,
-    deploy_id: str,
-    settings: EngineSettings,
-    run_id: str | None = None,
-    settle: timedelta = timedelta(0),
-    live_targets: Mapping[str, Target] | None = None,
-) -> DeployAnalysis:
+def analyse_deploy(run: AnalysisRun, deploy_id: str) -> DeployAnalysis:
     """Analyse one recorded deploy and replace its verdicts, in one transaction.
 
-    Refused (AnalysisRefused) when the id is unknown or when the window after the deploy, plus `settle` (one scrape
-    interval, so the last scrape of the window is stored), has not passed by the warehouse's clock, unless the window
-    has closed and a scrape of its target captured at or after the close is stored: an early analysis would see half
-    a window. Plans of detections: see `decide_window`, with the deploy's target in `live_targets`.
+    Refused (AnalysisRefused) when the id is unknown or when the window after the deploy, plus `run.settle` (one
+    scrape interval, so the last scrape of the window is stored), has not passed by the warehouse's clock, unless the
+    window has closed and a scrape of its target captured at or after the close is stored: an early analysis would
+    see half a window. Plans of detections: see `decide_window`, with the deploy's target in `run.live_targets`.
     """
-    with engine.connect() as conn:
-        event = _closed_event(conn, deploy_id, deploys.get(conn, deploy_id), settings, settle)
-    return _analyse_event(engine, event, settings, run_id, live_targets)
+    with run.warehouse.connect() as conn:
+        event = _closed_event(conn, run, deploy_id, deploys.get(conn, deploy_id))
+    return _analyse_event(run, event)
 
 
-def analyse_deploys(
-    engine: sa.Engine,
-    deploy_ids: Sequence[str],
-    settings: EngineSettings,
-    run_id: str | None = None,
-    settle: timedelta = timedelta(0),
-    live_targets: Mapping[str, Target] | None = None,
-) -> Iterator[tuple[str, DeployAnalysis | Exception]]:
+def analyse_deploys(run: AnalysisRun, deploy_ids: Sequence[str]) -> Iterator[tuple[str, DeployAnalysis | Exception]]:
     """Analyse several recorded deploys, each as `analyse_deploy` does and in a transaction of its own, yielding each
     deploy id with its analysis, or with the exception that stopped it (the others go on), as each one is stored.
 
@@ -113,12 +135,13 @@ def analyse_deploys(
     """
     ready: list[deploys.DeployEvent] = []
     refused: list[tuple[str, Exception]] = []
+    window = run.settings.window
     try:
-        with engine.connect() as conn:
+        with run.warehouse.connect() as conn:
             stored = deploys.get_many(conn, list(deploy_ids))
             for deploy_id in deploy_ids:
                 try:
-                    ready.append(_closed_event(conn, deploy_id, stored.get(deploy_id), settings, settle))
+                    ready.append(_closed_event(conn, run, deploy_id, stored.get(deploy_id)))
                 except AnalysisRefused as exc:
                     refused.append((deploy_id, exc))
     except Exception as exc:  # the warehouse failed before any deploy could be looked at: each one fails with it
@@ -130,20 +153,18 @@ def analyse_deploys(
         lo, hi = reach.get(event.target, (_deployed_at(event), _deployed_at(event)))
         reach[event.target] = (min(lo, _deployed_at(event)), max(hi, _deployed_at(event)))
     try:
-        with engine.connect() as conn:
-            costs = analysis.read_costs(
-                conn, {t: (lo - settings.window, hi + settings.window) for t, (lo, hi) in reach.items()}
-            )
+        with run.warehouse.connect() as conn:
+            costs = analysis.read_costs(conn, {t: (lo - window, hi + window) for t, (lo, hi) in reach.items()})
     except Exception:  # only an optimisation: without them, deploys share reads of overlapping windows alone
         costs = {}
-    spans = shared_spans(ready, settings.window, costs)
+    spans = shared_spans(ready, window, costs)
     for group in spans:
         samples, read_s = None, 0.0
         if len(group) > 1:
-            lo, hi = _deployed_at(group[0]) - settings.window, _deployed_at(group[-1]) + settings.window
+            lo, hi = _deployed_at(group[0]) - window, _deployed_at(group[-1]) + window
             started = time.perf_counter()
             try:
-                with engine.connect() as conn:
+                with run.warehouse.connect() as conn:
                     samples = analysis.read_samples(conn, group[0].target, lo, hi)
             except Exception as exc:  # the span's deploys fail with it; other spans go on
                 yield from ((event.deploy_id, exc) for event in group)
@@ -151,11 +172,11 @@ def analyse_deploys(
             read_s = time.perf_counter() - started
         for event in group:
             try:
-                result = _analyse_event(engine, event, settings, run_id, live_targets, samples)
+                result = _analyse_event(run, event, samples)
             except Exception as exc:  # one deploy's failure leaves the others to run
                 yield event.deploy_id, exc
                 continue
-            result.seconds["read"] += read_s  # the span's read is counted with the first deploy that used it
+            result.seconds.read += read_s  # the span's read is counted with the first deploy that used it
             read_s = 0.0
             yield event.deploy_id, result
 
@@ -189,17 +210,14 @@ def _deployed_at(event: deploys.DeployEvent) -> datetime:
 
 
 def _closed_event(
-    conn: sa.Connection,
-    deploy_id: str,
-    event: deploys.DeployEvent | None,
-    settings: EngineSettings,
-    settle: timedelta,
+    conn: sa.Connection, run: AnalysisRun, deploy_id: str, event: deploys.DeployEvent | None
 ) -> deploys.DeployEvent:
     """The stored event of the deploy, once its window has closed (see analyse_deploy), else AnalysisRefused."""
     if event is None or event.deployed_at is None:
         raise AnalysisRefused(f"deploy {deploy_id!r} is not recorded in radar.deploy_event")
     try:
-        closes_at, _ = event.deployed_at + settings.window + settle, event.deployed_at - settings.window
+        window = run.settings.window
+        closes_at, _ = event.deployed_at + window + run.settle, event.deployed_at - window
     except OverflowError:
         raise AnalysisRefused(
             f"deploy {deploy_id!r} at {event.deployed_at.isoformat()} is too far in the past to analyse: its "
@@ -208,76 +226,67 @@ def _closed_event(
     try:
         require_closed(conn, closes_at, f"the window after deploy {deploy_id!r}")
     except AnalysisRefused:
-        if not deploys.window_scraped(conn, deploy_id, settings.window):  # else its last scrape is stored already
+        if not deploys.window_scraped(conn, deploy_id, run.settings.window):  # else its last scrape is stored already
             raise
     return event
 
 
 def _analyse_event(
-    engine: sa.Engine,
-    event: deploys.DeployEvent,
-    settings: EngineSettings,
-    run_id: str | None,
-    live_targets: Mapping[str, Target] | None,
-    samples: analysis.StoredSamples | None = None,
+    run: AnalysisRun, event: deploys.DeployEvent, samples: analysis.StoredSamples | None = None
 ) -> DeployAnalysis:
     """Decide the deploy's window (cut from `samples` when given) and replace its verdicts, in one transaction."""
-    decided = decide_window(
-        engine,
-        event.deploy_id,
-        event.target,
-        _deployed_at(event),
-        settings,
-        (live_targets or {}).get(event.target),
-        samples,
-    )
-    with engine.begin() as conn:
-        write_window(conn, event.deploy_id, event.target, decided, settings, run_id)
+    decided = decide_window(run, event.deploy_id, event.target, _deployed_at(event), samples)
+    with run.warehouse.begin() as conn:
+        write_window(conn, run, event.deploy_id, event.target, decided)
         state = analysis.deploy_states(conn, [event.deploy_id]).iloc[0].to_dict()
         started = time.perf_counter()
-    decided.seconds["write"] += time.perf_counter() - started  # the commit
+    decided.seconds.write += time.perf_counter() - started  # the commit
     return DeployAnalysis(**vars(decided), event=event, state=state)
 
 
 def decide_window(
-    engine: sa.Engine,
+    run: AnalysisRun,
     analysis_id: str,
     target: str,
     split_at: datetime,
-    settings: EngineSettings,
-    live: Target | None,
     samples: analysis.StoredSamples | None = None,
 ) -> WindowVerdicts:
-    """Decide every query of the target on the window split_at ± settings.window, for the analysis `analysis_id`;
+    """Decide every query of the target on the window split_at ± run.settings.window, for the analysis `analysis_id`;
     `write_window` then replaces the analysis with what was decided, in the caller's transaction.
 
     The impact (engine/impact.py) is computed from the same counters. A detection whose cause the counters left open
     and whose change coincides with another statement's surge or new heavy load gets cause
     `contention: <queryid> <text>`. Each detection gets a plan diff from the stored plans (capturing the current plan
-    from `live` when none was stored after the change); a changed shape makes its cause plan_changed, whatever else
+    from the target, when the run may reach it, when none was stored after the change); a changed shape makes its
+    cause plan_changed, whatever else
     was found. The warehouse is read in a transaction that ends before the watched server is reached, and no
     transaction is open on return: a slow watched server keeps no warehouse transaction or lock waiting. With
     `samples` (read for a span holding the window) the window is cut from them instead of read.
 
-    Each statement's serial correlation and dispersion, estimated from the days before the window (steps.noise), go
-    to the engine with the counters.
+    Each statement's noise prior (its serial correlation and dispersion, estimated from the days before the window,
+    steps.noise) goes to the engine with the counters. The engine's frames are checked as they arrive (VERDICT_FRAME,
+    IMPACT_STATEMENTS, IMPACT_SUMMARY); the columns added here, and the one engine column overwritten (a detection's
+    cause), are ANALYSED_VERDICTS'.
     """
-    timings: dict[str, float] = {}
+    settings = run.settings
+    timings = Timings()
     lo, hi = split_at - settings.window, split_at + settings.window
-    with engine.connect() as conn:
+    with run.warehouse.connect() as conn:
         started = time.perf_counter()
         window = samples.window(lo, hi) if samples is not None else analysis.read_window(conn, target, lo, hi)
         health = analysis.window_health(conn, target, lo, hi)
-        history = history_for(conn, target, lo, window.keys)  # each statement's noise from the days before
-        timings["read"] = time.perf_counter() - started
+        prior = prior_for(conn, target, lo, window.keys)  # each statement's noise from the days before
+        timings.read = time.perf_counter() - started
         conn.rollback()  # nothing written: no transaction stays open while the engine runs
 
         started = time.perf_counter()
-        result = analyse(window.counters, split_at, settings, history=history)
+        result = VERDICT_FRAME.check(analyse(window.counters, split_at, settings, prior=prior), "analyse")
         verdicts = _with_statement_keys(result, window)
-        found = impact(window.counters, split_at, settings, result, watched_since=health["first_scrape"])
+        found = impact(window.counters, split_at, settings, result, watched_since=health.first_scrape)
+        IMPACT_STATEMENTS.check(found.statements, "impact")
+        IMPACT_SUMMARY.check(found.summary, "impact")
         culprits = contention_culprits(verdicts, found, settings)
-        timings["engine"] = time.perf_counter() - started
+        timings.engine = time.perf_counter() - started
 
         started = time.perf_counter()
         changes = _changes_with_keys(found.changes, window)
@@ -286,25 +295,26 @@ def decide_window(
         blamed = culprits.notna().to_numpy()
         if blamed.any():
             by_key = changes.set_index("query_key")
-            verdicts.loc[blamed, "cause"] = [
-                f"contention: {int(by_key.loc[k, 'queryid'])} {by_key.loc[k, 'query'][:CAUSE_TEXT]}".rstrip()
+            contention = [
+                f"{Cause.CONTENTION}: {int(by_key.loc[k, 'queryid'])} {by_key.loc[k, 'query'][:CAUSE_TEXT]}".rstrip()
                 for k in culprits[blamed]
             ]
-        detected = verdicts["verdict"] == DETECTED
+            ANALYSED_VERDICTS.assign(verdicts, "cause", contention, rows=blamed)
+        detected = verdicts["verdict"] == Verdict.DETECTED
         texts = analysis.query_texts(conn, target, verdicts.loc[detected, KEY])
-        timings["write"] = time.perf_counter() - started  # the texts, read here for the write's sake
+        timings.write = time.perf_counter() - started  # the texts, read here for the write's sake
 
     started = time.perf_counter()
     if detected.any():
-        found_plans = plan_diffs(engine, target, verdicts[detected], live, hi)
+        found_plans = plan_diffs(run.warehouse, target, verdicts[detected], run.live(target), hi)
         diffs = [p.diff for p in found_plans]
-        verdicts.loc[detected, "plan_diff"] = pd.Series(diffs, index=verdicts.index[detected], dtype=object)
-        verdicts.loc[detected, "queryid_shared_with"] = pd.Series(
-            [p.shared_with for p in found_plans], index=verdicts.index[detected], dtype=object
-        )
+        at = verdicts.index[detected]
+        ANALYSED_VERDICTS.assign(verdicts, "plan_diff", pd.Series(diffs, index=at, dtype=object), rows=detected)
+        shared = pd.Series([p.shared_with for p in found_plans], index=at, dtype=object)
+        ANALYSED_VERDICTS.assign(verdicts, "queryid_shared_with", shared, rows=detected)
         changed = [bool(d.get("shape_changed")) for d in diffs]
-        verdicts.loc[verdicts.index[detected][changed], "cause"] = "plan_changed"
-    timings["plans"] = time.perf_counter() - started
+        ANALYSED_VERDICTS.assign(verdicts, "cause", Cause.PLAN_CHANGED.value, rows=at[changed])
+    timings.plans = time.perf_counter() - started
     return WindowVerdicts(
         window=(lo, hi),
         verdicts=verdicts,
@@ -316,20 +326,14 @@ def decide_window(
     )
 
 
-def write_window(
-    conn: sa.Connection,
-    analysis_id: str,
-    target: str,
-    decided: WindowVerdicts,
-    settings: EngineSettings,
-    run_id: str | None,
-) -> None:
+def write_window(conn: sa.Connection, run: AnalysisRun, analysis_id: str, target: str, decided: WindowVerdicts) -> None:
     """Replace the analysis `analysis_id` on the target with the decided window (verdicts, radar.deploy_impact and
-    radar.statement_change rows), in the caller's transaction; adds its time to decided.seconds["write"]."""
+    radar.statement_change rows), in the caller's transaction; adds its time to decided.seconds.write."""
     started = time.perf_counter()
-    analysis.write_analysis(conn, analysis_id, target, settings.to_dict(), decided.window, decided.verdicts, run_id)
+    settings = run.settings.to_dict()
+    analysis.write_analysis(conn, analysis_id, target, settings, decided.window, decided.verdicts, run.run_id)
     analysis.write_impact(conn, analysis_id, target, decided.summary, decided.changes)
-    decided.seconds["write"] += time.perf_counter() - started
+    decided.seconds.write += time.perf_counter() - started
 
 
 def _changes_with_keys(changes: pd.DataFrame, window: analysis.WindowCounters) -> pd.DataFrame:
@@ -346,9 +350,13 @@ def _with_statement_keys(result: pd.DataFrame, window: analysis.WindowCounters) 
     keys = window.keys.iloc[codes].reset_index(drop=True)
     last_fingerprint = window.counters.groupby("query_key")["fingerprint"].last()
     out = pd.concat([result.reset_index(drop=True), keys], axis=1)
-    out["fingerprint"] = last_fingerprint.loc[codes].to_numpy()
     queryids = window.keys["queryid"].tolist()
-    out["merged_queryids"] = [[queryids[int(k)] for k in merged] for merged in result["merged_keys"]]
-    out["plan_diff"] = None
-    out["queryid_shared_with"] = None
+    added = {
+        "fingerprint": last_fingerprint.loc[codes].to_numpy(),
+        "merged_queryids": [[queryids[int(k)] for k in merged] for merged in result["merged_keys"]],
+        "plan_diff": None,
+        "queryid_shared_with": None,
+    }
+    for name, values in added.items():
+        ANALYSED_VERDICTS.assign(out, name, values)
     return out[[*KEY, *[c for c in out.columns if c not in KEY]]]

@@ -1,5 +1,5 @@
-"""Each statement's noise from its own history: the per-day sums written nightly, and the estimates an analysis
-reads for its window (engine/noise.py, warehouse/noise.py, sql/0014).
+"""Each statement's noise prior, from its own earlier days: the per-day sums written nightly, and the estimates an
+analysis reads for its window (engine/noise.py, warehouse/noise.py, sql/0014). Not the history bands (steps/history.py).
 
 Plain Python, so the Dagster asset, the benchmarks and the tests run the same code.
 """
@@ -18,9 +18,9 @@ from radar_pipeline.warehouse import analysis
 from radar_pipeline.warehouse import noise as store
 
 # The days before an analysis's window whose sums it adds up: a week of one-minute scrapes is ten thousand intervals
-# a statement, far more than the engine counts (history_max_intervals); older days are stale, and without any the
+# a statement, far more than the engine counts (prior_max_intervals); older days are stale, and without any the
 # statement is tested on its window alone.
-HISTORY_DAYS = 7
+PRIOR_DAYS = 7
 # A day is read this much at a time: a whole number of the sums' blocks (engine.noise.BLOCK), so chunks add up.
 CHUNK = timedelta(hours=3)
 # A day's sums are computed once it ended this long ago by the warehouse's clock (as compaction waits for it).
@@ -38,7 +38,7 @@ class NoiseDay:
     error: str | None = None
 
 
-def update_noise(engine: sa.Engine, days: int = HISTORY_DAYS, grace: timedelta = GRACE) -> list[NoiseDay]:
+def update_noise(engine: sa.Engine, days: int = PRIOR_DAYS, grace: timedelta = GRACE) -> list[NoiseDay]:
     """Compute and store the sums of every target's ended days of the last `days` that have none yet, oldest first,
     each day in a transaction of its own (a failure is reported and the day is tried again next time). The default
     covers what an analysis of today reads; a day read from its compacted form costs several times a raw one, so
@@ -84,11 +84,11 @@ def _update_day(engine: sa.Engine, target: str, day: date) -> NoiseDay:
     return NoiseDay(target, day.isoformat(), statements=len(frame), samples=samples)
 
 
-def history_for(conn: sa.Connection, target: str, window_start: datetime, keys: pd.DataFrame) -> pd.DataFrame | None:
-    """The noise estimates of the window's statements (`keys`: KEY columns indexed by query_key, as read_window
-    gives them) from the HISTORY_DAYS ended before the window's first day, as analyse takes them; None when none are
+def prior_for(conn: sa.Connection, target: str, window_start: datetime, keys: pd.DataFrame) -> pd.DataFrame | None:
+    """The noise prior of the window's statements (`keys`: KEY columns indexed by query_key, as read_window
+    gives them) from the PRIOR_DAYS ended before the window's first day, as analyse takes them; None when none are
     stored (the analysis then runs as engine 2.2.0 did)."""
-    sums = store.read_before(conn, target, window_start, HISTORY_DAYS)
+    sums = store.read_before(conn, target, window_start, PRIOR_DAYS)
     if sums.empty:
         return None
     statements = keys[KEY].rename_axis("query_key").reset_index()

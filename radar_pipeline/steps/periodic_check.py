@@ -16,20 +16,31 @@ Plain Python, so the Dagster asset and the tests run the same code.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import pandas as pd
 import sqlalchemy as sa
 
-from radar_pipeline.config import Target, mask_password, target_failure
-from radar_pipeline.engine import DETECTED, EngineSettings
+from radar_pipeline.config import mask_password, target_failure
+from radar_pipeline.engine import Verdict
+from radar_pipeline.engine.frames import TEXT, Column
 from radar_pipeline.engine.settings import LEVEL_MIN_CALLS
-from radar_pipeline.steps.deploy_analysis import WindowVerdicts, decide_window, require_closed, write_window
+from radar_pipeline.steps.deploy_analysis import (
+    AnalysisRun,
+    WindowVerdicts,
+    decide_window,
+    require_closed,
+    write_window,
+)
 from radar_pipeline.warehouse import deploys, episodes
+from radar_pipeline.warehouse.analysis import ANALYSED_VERDICTS
 
 REPORTED, ALREADY_REPORTED, LEFT_TO_DEPLOY = "reported", "already_reported", "left_to_deploy"
+# A periodic check's verdicts: an analysis's, and for each detection whether it is reported (None elsewhere).
+PERIODIC_VERDICTS = ANALYSED_VERDICTS.extend(
+    "periodic verdicts", (Column("report", TEXT, required=False, words=(REPORTED, ALREADY_REPORTED, LEFT_TO_DEPLOY)),)
+)
 log = logging.getLogger(__name__)
 
 
@@ -59,56 +70,44 @@ def period_targets(conn: sa.Connection, lo: datetime, hi: datetime) -> list[str]
 
 
 def analyse_period(
-    engine: sa.Engine,
-    partition_key: str,
-    period_end: datetime,
-    settings: EngineSettings,
-    deploy_tolerance: timedelta,
-    run_id: str | None = None,
-    settle: timedelta = timedelta(0),
-    live_targets: Mapping[str, Target] | None = None,
+    run: AnalysisRun, partition_key: str, period_end: datetime, deploy_tolerance: timedelta
 ) -> tuple[list[PeriodAnalysis], dict[str, str]]:
-    """Analyse every target scraped in [period_end − 2P, period_end] (P = settings.window), one transaction each.
+    """Analyse every target scraped in [period_end − 2P, period_end] (P = run.settings.window), one transaction each.
 
     Returns the analyses and, by target, the error of each target that failed (the others are still analysed).
-    Refused (AnalysisRefused) before period_end + settle by the warehouse's clock.
+    Refused (AnalysisRefused) before period_end + run.settle by the warehouse's clock.
     """
     ident = analysis_id(partition_key)
-    split = period_end - settings.window
-    with engine.connect() as conn:
-        require_closed(conn, period_end + settle, f"the period {partition_key}")
-        targets = period_targets(conn, split - settings.window, period_end)
+    split = period_end - run.settings.window
+    with run.warehouse.connect() as conn:
+        require_closed(conn, period_end + run.settle, f"the period {partition_key}")
+        targets = period_targets(conn, split - run.settings.window, period_end)
     done, failed = [], {}
     for target in targets:
         try:
-            decided = decide_window(engine, ident, target, split, settings, (live_targets or {}).get(target))
-            with engine.begin() as conn:
-                done.append(_record_target(conn, ident, target, decided, settings, deploy_tolerance, run_id))
+            decided = decide_window(run, ident, target, split)
+            with run.warehouse.begin() as conn:
+                done.append(_record_target(conn, run, ident, target, decided, deploy_tolerance))
         except Exception as exc:  # one target's failure must not stop the others
-            live = (live_targets or {}).get(target)
+            live = run.live(target)
             failed[target] = target_failure(exc, live) if live else mask_password(f"{type(exc).__name__}: {exc}")
             log.error("periodic analysis of %s failed: %s", target, failed[target])
     return done, failed
 
 
 def _record_target(
-    conn: sa.Connection,
-    ident: str,
-    target: str,
-    decided: WindowVerdicts,
-    settings: EngineSettings,
-    deploy_tolerance: timedelta,
-    run_id: str | None,
+    conn: sa.Connection, run: AnalysisRun, ident: str, target: str, decided: WindowVerdicts, deploy_tolerance: timedelta
 ) -> PeriodAnalysis:
     """Write one target's decided window and its episodes (reopened, recovered, reported) in the caller's
     transaction, and say which detections are reported."""
     episodes.reopen(conn, ident, target)
-    write_window(conn, ident, target, decided, settings, run_id)
+    write_window(conn, run, ident, target, decided)
     end = decided.window[1]
+    settings = run.settings
     recovered = episodes.recover(conn, ident, target, end, settings.threshold, max(settings.min_calls, LEVEL_MIN_CALLS))
     verdicts = decided.verdicts
-    verdicts["report"] = None
-    detected = verdicts[verdicts["verdict"] == DETECTED]
+    PERIODIC_VERDICTS.assign(verdicts, "report", None)
+    detected = verdicts[verdicts["verdict"] == Verdict.DETECTED]
     status = pd.Series(REPORTED, index=detected.index, dtype=object)
     if not detected.empty:
         lo, hi = decided.window
@@ -120,7 +119,7 @@ def _record_target(
         status[near] = LEFT_TO_DEPLOY
         still_open = episodes.open_at(conn, target, end)
         status[[q in still_open for q in episodes.queries_of(detected)]] = ALREADY_REPORTED
-        verdicts.loc[detected.index, "report"] = status
+        PERIODIC_VERDICTS.assign(verdicts, "report", status, rows=detected.index)
     episodes.record_reports(conn, ident, target, end, detected[status == REPORTED])
     return PeriodAnalysis(**vars(decided), target=target, recovered=recovered)
 

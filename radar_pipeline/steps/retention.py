@@ -5,7 +5,7 @@ from datetime import UTC, date, datetime, time, timedelta
 
 import sqlalchemy as sa
 
-from radar_pipeline.engine import DETECTED
+from radar_pipeline.engine import Verdict
 from radar_pipeline.warehouse import noise
 from radar_pipeline.warehouse.snapshots import ensure_partitions
 
@@ -33,7 +33,7 @@ def apply_retention(engine: sa.Engine, keep_days: int, today: date) -> list[str]
             sa.text(
                 "DELETE FROM radar.verdict v USING radar.analysis a WHERE a.deploy_id = v.deploy_id "
                 "AND a.target = v.target AND a.trigger = 'periodic' AND a.window_end < :cutoff_at "
-                f"AND v.verdict <> '{DETECTED}'"
+                f"AND v.verdict <> '{Verdict.DETECTED}'"
             ),
             {"cutoff_at": cutoff_at},
         )

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import pandas as pd
 import sqlalchemy as sa
 
-from radar_pipeline.engine import DETECTED
+from radar_pipeline.engine import Verdict
 from radar_pipeline.pgss_model import KEY, Key, statement_key
 from radar_pipeline.warehouse.analysis import VERDICT_QUERY_JOIN
 
@@ -28,7 +28,7 @@ def detections(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
             "FROM radar.verdict v LEFT JOIN radar.deploy_event d USING (deploy_id) "
             "JOIN radar.analysis a ON a.deploy_id = v.deploy_id AND a.target = v.target "
             f"{VERDICT_QUERY_JOIN} "
-            f"WHERE v.deploy_id = :d AND v.verdict = '{DETECTED}' AND (v.trigger = 'deploy' OR EXISTS ("
+            f"WHERE v.deploy_id = :d AND v.verdict = '{Verdict.DETECTED}' AND (v.trigger = 'deploy' OR EXISTS ("
             "  SELECT 1 FROM radar.regression_episode e WHERE e.opened_by = v.deploy_id AND e.target = v.target "
             "  AND e.dbid = v.dbid AND e.userid = v.userid AND e.toplevel = v.toplevel "
             "  AND e.fingerprint = v.fingerprint)) "

@@ -22,12 +22,48 @@ import sqlalchemy as sa
 from psycopg import sql as psql
 
 from radar_pipeline import binary_copy
+from radar_pipeline.engine import CAUSES, VERDICT_FRAME, Cause, Verdict
 from radar_pipeline.engine import COLUMNS as ENGINE_COLUMNS
-from radar_pipeline.engine import DETECTED, INCONCLUSIVE, INSUFFICIENT_DATA, NO_REGRESSION
+from radar_pipeline.engine.frames import ANY, BOOL, IMPACT_STATEMENTS, IMPACT_SUMMARY, INT, TEXT, Column, FrameSchema
 from radar_pipeline.engine.impact import STATEMENT_COLUMNS, SUMMARY_COLUMNS
+from radar_pipeline.engine.settings import RENAMED
 from radar_pipeline.pgss_model import KEY, KEY_TYPES, statement_keys
 from radar_pipeline.warehouse.database import KEYS, copy_frame, driver, key_params
 
+# What an analysis hands the warehouse: the engine's verdicts with the statement each query_key stands for, its
+# fingerprint, the queryids merged into it and, for detections, the plan diff (steps/deploy_analysis.py adds them, and
+# names the one engine column it overwrites: a detection's cause, from what only the analysis sees).
+KEY_COLUMNS = (Column("dbid", INT), Column("userid", INT), Column("queryid", INT), Column("toplevel", BOOL))
+ANALYSED_VERDICTS = VERDICT_FRAME.extend(
+    "analysed verdicts",
+    (
+        *KEY_COLUMNS,
+        Column("fingerprint", ANY),
+        Column("merged_queryids", ANY),
+        Column("plan_diff", ANY),
+        Column("queryid_shared_with", ANY),
+        # a counter's cause, plan_changed, or contention naming the statement (its text cut to steps' CAUSE_TEXT)
+        Column(
+            "cause",
+            TEXT,
+            pattern="|".join([*(c.value for c in CAUSES if c != Cause.CONTENTION), f"{Cause.CONTENTION}: .+"]),
+        ),
+    ),
+    overwrites={
+        "cause": "the analysis sees what the engine does not: a changed plan shape makes it plan_changed, and a "
+        "statement whose surge coincided with the change makes it `contention: <queryid> <text>`",
+    },
+)
+# What radar.statement_change stores of the impact: the statement's KEY instead of the engine's query_key and dbid,
+# and optionally its text (`query`, for the run's metadata).
+STATEMENT_CHANGES = FrameSchema(
+    "statement changes",
+    (
+        *KEY_COLUMNS,
+        *(c for c in IMPACT_STATEMENTS.columns if c.name not in ("query_key", "dbid")),
+        Column("query", ANY, required=False),
+    ),
+)
 # The engine's result columns that radar.verdict stores (not the query_key, Q or the merged keys, which are stored as
 # the statement's identity and merged_queryids), between the statement and what later stages add.
 ENGINE_STORED = [
@@ -281,8 +317,10 @@ def write_analysis(
     """Replace the analysis's verdicts on the target (a deploy's, or a periodic check's) with these, in the caller's
     transaction; the analysis id is stored in the column deploy_id.
 
-    `verdicts` is the engine's result joined with the statement keys (KEY columns), fingerprint, merged_queryids.
+    `verdicts` is the engine's result joined with the statement keys (KEY columns), fingerprint, merged_queryids
+    (ANALYSED_VERDICTS; a FrameError naming what is missing or wrong, before anything is written).
     """
+    ANALYSED_VERDICTS.check(verdicts, "write_analysis")
     counts = verdicts["verdict"].value_counts()
     conn.execute(
         sa.text(
@@ -304,10 +342,10 @@ def write_analysis(
             "lo": window[0],
             "hi": window[1],
             "queries": len(verdicts),
-            "detected": int(counts.get(DETECTED, 0)),
-            "no_regression": int(counts.get(NO_REGRESSION, 0)),
-            "inconclusive": int(counts.get(INCONCLUSIVE, 0)),
-            "insufficient": int(counts.get(INSUFFICIENT_DATA, 0)),
+            "detected": int(counts.get(Verdict.DETECTED, 0)),
+            "no_regression": int(counts.get(Verdict.NO_REGRESSION, 0)),
+            "inconclusive": int(counts.get(Verdict.INCONCLUSIVE, 0)),
+            "insufficient": int(counts.get(Verdict.INSUFFICIENT_DATA, 0)),
             "run_id": run_id,
         },
     )
@@ -319,11 +357,23 @@ def write_analysis(
     copy_frame(conn, "radar.verdict", VERDICT_COLUMNS, verdicts.assign(deploy_id=analysis_id, target=target))
 
 
-def window_health(conn: sa.Connection, target: str, lo: datetime, hi: datetime) -> dict[str, Any]:
-    """Scrape coverage and resets in the window: scrapes, the longest gap between them (window edges included; the
-    first sample's interval starts at the last scrape at or before `lo`, so the gap before the window's first scrape
-    is measured from there), distinct stats_reset values seen, evictions (dealloc) counted inside it, and the target's
-    first scrape stored (None without any): a statement first seen then was not created then."""
+@dataclass(frozen=True)
+class WindowHealth:
+    """Scrape coverage and resets in a window: scrapes, the longest gap between them in seconds (window edges
+    included; the first sample's interval starts at the last scrape at or before the window, so the gap before its
+    first scrape is measured from there), stats resets seen (distinct stats_reset values − 1), evictions (dealloc)
+    counted inside it, and the target's first scrape stored (None without any): a statement first seen then was not
+    created then."""
+
+    scrapes: int
+    longest_gap_s: float
+    stats_resets: int
+    dealloc: int
+    first_scrape: datetime | None
+
+
+def window_health(conn: sa.Connection, target: str, lo: datetime, hi: datetime) -> WindowHealth:
+    """The window's WindowHealth."""
     row = conn.execute(
         sa.text(
             "WITH s AS (SELECT captured_at, dealloc, stats_reset FROM radar.pgss_info_snapshot "
@@ -339,13 +389,13 @@ def window_health(conn: sa.Connection, target: str, lo: datetime, hi: datetime) 
         ),
         {"t": target, "lo": lo, "hi": hi},
     ).one()
-    return {
-        "scrapes": int(row[0]),
-        "longest_gap_s": row[1].total_seconds() if row[1] is not None else (hi - lo).total_seconds(),
-        "stats_resets": max(0, int(row[2]) - 1),
-        "dealloc": int(row[3] or 0),
-        "first_scrape": row[4],
-    }
+    return WindowHealth(
+        scrapes=int(row[0]),
+        longest_gap_s=row[1].total_seconds() if row[1] is not None else (hi - lo).total_seconds(),
+        stats_resets=max(0, int(row[2]) - 1),
+        dealloc=int(row[3] or 0),
+        first_scrape=row[4],
+    )
 
 
 def query_texts(conn: sa.Connection, target: str, keys: pd.DataFrame, length: int = 120) -> dict[int, str]:
@@ -393,7 +443,8 @@ def verdicts_of(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
             "LEFT JOIN radar.deploy_event d ON d.deploy_id = v.deploy_id "
             f"{VERDICT_QUERY_JOIN} "
             "WHERE v.deploy_id = :d "
-            f"ORDER BY v.verdict = '{DETECTED}' DESC, v.verdict = '{INCONCLUSIVE}' DESC, v.confidence DESC NULLS LAST, "
+            f"ORDER BY v.verdict = '{Verdict.DETECTED}' DESC, v.verdict = '{Verdict.INCONCLUSIVE}' DESC, "
+            "v.confidence DESC NULLS LAST, "
             "v.change_factor DESC NULLS LAST"
         ),
         conn,
@@ -421,12 +472,18 @@ def deploy_states(conn: sa.Connection, deploy_ids: list[str], pass_share: float 
 
 
 def stale_analyses(conn: sa.Connection, current: dict, engine_version: str, within: timedelta) -> list[str]:
-    """Deploys within the period whose analysis used settings other than `current` or another engine version."""
+    """Deploys within the period whose analysis used settings other than `current` or another engine version. A stored
+    record's settings are compared under their current names (engine.settings.RENAMED): a rename alone makes no
+    analysis stale."""
+    # Old keys dropped, their values put under the new ones (a key the record lacks gives a null, stripped).
+    olds = ", ".join(f"'{old}'" for old in RENAMED)  # our own identifiers, never outside text
+    moved = ", ".join(f"'{new}', a.settings -> '{old}'" for old, new in RENAMED.items())
+    stored = f"((a.settings - CAST(ARRAY[{olds}] AS text[])) || jsonb_strip_nulls(jsonb_build_object({moved})))"
     rows = conn.execute(
         sa.text(
             "SELECT a.deploy_id FROM radar.analysis a JOIN radar.deploy_event d USING (deploy_id) "
             "WHERE d.deployed_at > now() - :within "
-            "AND (a.engine_version <> :version OR a.settings <> CAST(:s AS jsonb)) "
+            f"AND (a.engine_version <> :version OR {stored} <> CAST(:s AS jsonb)) "
             "ORDER BY d.deployed_at"
         ),
         {"within": within, "version": engine_version, "s": json.dumps(current, sort_keys=True)},
@@ -444,7 +501,10 @@ def write_impact(
     conn: sa.Connection, analysis_id: str, target: str, summary: pd.DataFrame, changes: pd.DataFrame
 ) -> None:
     """Replace the analysis's impact summary (radar.deploy_impact) and statement changes (radar.statement_change) with
-    these, in the caller's transaction (after `write_analysis`, whose row they reference). `changes` carries KEY."""
+    these, in the caller's transaction (after `write_analysis`, whose row they reference). `changes` carries KEY
+    (STATEMENT_CHANGES); a FrameError naming what is missing or wrong, before anything is written."""
+    IMPACT_SUMMARY.check(summary, "write_impact")
+    STATEMENT_CHANGES.check(changes, "write_impact")
     params = {"d": analysis_id, "t": target}
     conn.execute(sa.text("DELETE FROM radar.deploy_impact WHERE deploy_id = :d AND target = :t"), params)
     conn.execute(sa.text("DELETE FROM radar.statement_change WHERE deploy_id = :d AND target = :t"), params)

@@ -16,7 +16,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.engine.history import RESULT, STATE
-from radar_pipeline.engine.vocabulary import DETECTED
+from radar_pipeline.engine.vocabulary import Verdict
 from radar_pipeline.warehouse.database import copy_frame
 
 SERIES = ["target", "fingerprint"]
@@ -51,7 +51,7 @@ def deploy_points(conn: sa.Connection, deploy_id: str, min_calls: int) -> pd.Dat
     return pd.read_sql(
         sa.text(
             "SELECT v.target, v.fingerprint, v.deploy_id, d.deployed_at, v.dbid, v.userid, v.queryid, v.toplevel, "
-            f"v.mean_after_ms AS mean_ms, v.calls_after AS calls, v.verdict = '{DETECTED}' AS detected "
+            f"v.mean_after_ms AS mean_ms, v.calls_after AS calls, v.verdict = '{Verdict.DETECTED}' AS detected "
             "FROM radar.verdict v JOIN radar.deploy_event d USING (deploy_id) "
             "WHERE v.deploy_id = :d AND v.calls_after >= :min_calls AND v.n_after >= 1 "
             "AND v.mean_after_ms IS NOT NULL AND v.mean_after_ms = v.mean_after_ms"  # not NaN
@@ -105,7 +105,8 @@ def detected_at_deploys(conn: sa.Connection, target: str, deploy_ids: list[str])
     """(deploy_id, dbid, userid, toplevel, fingerprint) of the regressions detected at these deploys."""
     rows = conn.execute(
         sa.text(
-            f"SELECT deploy_id, {', '.join(QUERY)} FROM radar.verdict WHERE target = :t AND verdict = '{DETECTED}' "
+            f"SELECT deploy_id, {', '.join(QUERY)} FROM radar.verdict "
+            f"WHERE target = :t AND verdict = '{Verdict.DETECTED}' "
             "AND deploy_id = ANY(CAST(:ids AS text[]))"
         ),
         {"t": target, "ids": deploy_ids},
@@ -117,7 +118,8 @@ def periodic_detections(conn: sa.Connection, target: str, queries: list[Query], 
     """Changes the periodic check detected in these queries after `since`: QUERY columns, change_at."""
     return pd.read_sql(
         sa.text(
-            f"SELECT {', '.join(QUERY)}, change_at FROM radar.verdict WHERE target = :t AND verdict = '{DETECTED}' "
+            f"SELECT {', '.join(QUERY)}, change_at FROM radar.verdict "
+            f"WHERE target = :t AND verdict = '{Verdict.DETECTED}' "
             f"AND trigger = 'periodic' AND {_IN_QUERIES} AND change_at > :since "
             "ORDER BY change_at"
         ),

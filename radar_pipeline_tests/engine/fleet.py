@@ -211,7 +211,7 @@ def past_counters(fleet: Fleet, intervals: int, seed: int, ends_at: pd.Timestamp
 
 def history_estimates(fleet: Fleet, intervals: int, seed: int, window_start: pd.Timestamp) -> pd.DataFrame:
     """The noise estimates production would have for the fleet's statements (engine.noise, from `intervals` scrapes
-    of history ending at `window_start`), the frame analyse takes as `history`."""
+    of history ending at `window_start`), the frame analyse takes as `prior`."""
     from radar_pipeline.engine.noise import noise_estimates, noise_sums
 
     past = past_counters(fleet, intervals, seed, window_start)
@@ -225,7 +225,7 @@ def p_at_the_deploy(
     where the level is attained), from the interval sums of squares or, without stddev, the interval means only, and
     with the statements' `history` estimates when given (default settings); and the mask of the statements tested
     (three intervals or more each side), whose p's these are, in statement order."""
-    from radar_pipeline.engine.decision import _history_rows, _padded
+    from radar_pipeline.engine.decision import _padded, _prior_rows
     from radar_pipeline.engine.inference import split_tests
     from radar_pipeline.engine.samples import window_samples
     from radar_pipeline.engine.settings import EngineSettings
@@ -235,11 +235,11 @@ def p_at_the_deploy(
     width = 1800 * 10**9
     samples = window_samples(counters, DEPLOY.value - width, DEPLOY.value + width)
     padded = _padded(samples, np.arange(samples.groups))
-    inside = np.arange(padded["end"].shape[1])[None, :] < padded["n"][:, None]
-    k = ((padded["end"] <= DEPLOY.value) & inside).sum(axis=1)
-    ok = (k >= 3) & (padded["n"] - k >= 3)
-    candidate = np.zeros((len(k), padded["end"].shape[1] + 1), dtype=bool)
+    inside = np.arange(padded.end.shape[1])[None, :] < padded.n[:, None]
+    k = ((padded.end <= DEPLOY.value) & inside).sum(axis=1)
+    ok = (k >= 3) & (padded.n - k >= 3)
+    candidate = np.zeros((len(k), padded.end.shape[1] + 1), dtype=bool)
     candidate[np.arange(len(k)), k] = ok
-    known = _history_rows(samples, history, EngineSettings())
-    test = split_tests(padded["calls"], padded["time"], padded["sumsq"], padded["n"], candidate, 0.0, known)
+    known = _prior_rows(samples, history, EngineSettings())
+    test = split_tests(padded.calls, padded.time, padded.sumsq, padded.n, candidate, 0.0, known)
     return test.p[ok], ok

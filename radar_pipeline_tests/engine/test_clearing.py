@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from radar_pipeline.engine import DETECTED, INCONCLUSIVE, NO_REGRESSION, EngineSettings, analyse
+from radar_pipeline.engine import EngineSettings, Verdict, analyse
 
 from .fleet import DEPLOY, draw, history_estimates
 from .synthetic import counters, step
@@ -25,10 +25,10 @@ def _busy_fleet(extra: pd.DataFrame, statements: int = 200) -> pd.DataFrame:
 def test_a_clear_unchanged_busy_statement_is_cleared():
     out = analyse(_busy_fleet(counters("q", step(after=1.0, cv=0.05, seed=1), calls=800)), DEPLOY)
     r = out.set_index("query_key").loc["q"]
-    assert (r.verdict, r.reason) == (NO_REGRESSION, "below_threshold")
+    assert (r.verdict, r.reason) == (Verdict.NO_REGRESSION, "below_threshold")
     assert r.factor_bound <= 1 + EngineSettings().threshold
     # Its busy neighbours are all cleared too: an unchanged, quiet fleet passes.
-    assert (out["verdict"] == NO_REGRESSION).all()
+    assert (out["verdict"] == Verdict.NO_REGRESSION).all()
 
 
 def test_a_sparse_statement_twice_slower_with_too_few_calls_to_detect_is_inconclusive():
@@ -37,14 +37,14 @@ def test_a_sparse_statement_twice_slower_with_too_few_calls_to_detect_is_inconcl
     # this no_regression; it is not cleared.
     out = analyse(_busy_fleet(counters("q", step(after=2.0, cv=1.0, seed=3), calls=2)), DEPLOY)
     r = out.set_index("query_key").loc["q"]
-    assert (r.verdict, r.reason) == (INCONCLUSIVE, "not_significant")
+    assert (r.verdict, r.reason) == (Verdict.INCONCLUSIVE, "not_significant")
     assert r.change_factor > 1.2 and r.factor_low < 1.2 < r.factor_high
 
 
 def test_a_busy_statement_three_times_slower_is_detected():
     out = analyse(_busy_fleet(counters("q", step(after=3.0, cv=0.1, seed=4), calls=500)), DEPLOY)
     r = out.set_index("query_key").loc["q"]
-    assert (r.verdict, r.reason) == (DETECTED, "significant")
+    assert (r.verdict, r.reason) == (Verdict.DETECTED, "significant")
     assert np.isnan(r.factor_bound)  # a detection is not cleared: no bound is computed
 
 
@@ -54,16 +54,16 @@ def test_a_change_anywhere_in_the_tolerance_is_rarely_cleared():
     for lag in (1, 3, 5):
         fleet = draw(2000, 40 + lag, stepped=1.0, steps=(1.25, 1.4), lag_intervals=lag)
         verdict = analyse(fleet.counters, DEPLOY)["verdict"]
-        assert (verdict == NO_REGRESSION).mean() <= 0.05, (lag, (verdict == NO_REGRESSION).mean())
+        assert (verdict == Verdict.NO_REGRESSION).mean() <= 0.05, (lag, (verdict == Verdict.NO_REGRESSION).mean())
 
 
 def test_a_window_unlike_its_history_says_so_when_it_cannot_be_cleared():
     fleet = draw(600, 61, spread=(0.1, 0.2), phi=(0.0, 0.0))
     history = history_estimates(fleet, 1440, 62, DEPLOY - pd.Timedelta(minutes=30))
     quiet = history.assign(dispersion=history["dispersion"] / 100)  # a history far calmer than today
-    out = analyse(fleet.counters, DEPLOY, history=quiet)
+    out = analyse(fleet.counters, DEPLOY, prior=quiet)
     assert (out["reason"] == "history_conflict").sum() > 10
-    assert (out.loc[out["reason"] == "history_conflict", "verdict"] == INCONCLUSIVE).all()
+    assert (out.loc[out["reason"] == "history_conflict", "verdict"] == Verdict.INCONCLUSIVE).all()
     assert "history_conflict" not in set(analyse(fleet.counters, DEPLOY)["reason"])
 
 
@@ -81,10 +81,10 @@ def test_few_truly_regressed_statements_are_cleared():
         after = after[:, fleet.intervals_before :].sum(axis=1)
         factors.append(fleet.factor)
         for arm, history in (("alone", None), ("history", known)):
-            verdict = analyse(fleet.counters, DEPLOY, history=history)["verdict"].to_numpy()
-            cleared[arm].append(verdict == NO_REGRESSION)
+            verdict = analyse(fleet.counters, DEPLOY, prior=history)["verdict"].to_numpy()
+            cleared[arm].append(verdict == Verdict.NO_REGRESSION)
             unchanged = fleet.factor == 1
-            unchanged_time[arm][0] += after[unchanged & (verdict == NO_REGRESSION)].sum()
+            unchanged_time[arm][0] += after[unchanged & (verdict == Verdict.NO_REGRESSION)].sum()
             unchanged_time[arm][1] += after[unchanged].sum()
     factor = np.concatenate(factors)
     regressed = factor > 1 + EngineSettings().threshold
@@ -102,7 +102,7 @@ def test_clear_level_is_a_setting_and_a_lower_level_clears_more():
     fleet = draw(800, 31)
     strict = analyse(fleet.counters, DEPLOY)
     lenient = analyse(fleet.counters, DEPLOY, dataclasses.replace(EngineSettings(), clear_level=0.8))
-    assert (lenient["verdict"] == NO_REGRESSION).sum() > (strict["verdict"] == NO_REGRESSION).sum()
+    assert (lenient["verdict"] == Verdict.NO_REGRESSION).sum() > (strict["verdict"] == Verdict.NO_REGRESSION).sum()
     assert (lenient["factor_bound"] <= strict["factor_bound"]).all()
     assert EngineSettings.from_dict(EngineSettings(clear_level=0.9).to_dict()).clear_level == 0.9
 
@@ -113,7 +113,7 @@ def _pinned_cases():
     periodic = dataclasses.replace(EngineSettings(), tolerance_floor=EngineSettings().window, tolerance_fraction=1.0)
     return {
         "deploy": lambda: analyse(fleet.counters, DEPLOY),
-        "history": lambda: analyse(fleet.counters, DEPLOY, history=known),
+        "history": lambda: analyse(fleet.counters, DEPLOY, prior=known),
         "no stddev": lambda: analyse(fleet.counters.drop(columns="stddev_exec_time"), DEPLOY),
         "periodic": lambda: analyse(draw(300, 53).counters, DEPLOY, periodic),
     }
@@ -201,7 +201,7 @@ def test_factor_bounds_are_pinned_on_fixed_fleets():
         assert np.nansum(bound) == pytest.approx(total, rel=1e-9), name
         assert int(np.isnan(bound).sum()) == missing, name
         assert out["reason"].value_counts().to_dict() == reasons, name
-        assert set(out.loc[out["verdict"] == NO_REGRESSION, "reason"]) <= {"below_threshold"}, name
+        assert set(out.loc[out["verdict"] == Verdict.NO_REGRESSION, "reason"]) <= {"below_threshold"}, name
         by_key = out.set_index("query_key")["factor_bound"]
         for key, value in picked.items():
             assert by_key.loc[key] == pytest.approx(value, rel=1e-9), (name, key)
@@ -214,7 +214,7 @@ def test_the_bound_is_taken_at_the_least_confident_split_however_nu_varies():
     # tolerance.
     from scipy import special
 
-    from radar_pipeline.engine.inference import Clearing, _bound_at_worst
+    from radar_pipeline.engine.inference import Clearing, Statistics, _bound_at_worst
 
     rng = np.random.default_rng(7)
     rows, width = 4000, 9
@@ -231,8 +231,20 @@ def test_the_bound_is_taken_at_the_least_confident_split_however_nu_varies():
     se[:, 3] = np.where(log_ratio[:, 3] == log_ratio[:, 1], se[:, 1], se[:, 3])
     nu[:, 3] = np.where(log_ratio[:, 3] == log_ratio[:, 1], nu[:, 1], nu[:, 3])
     mean_a = np.where(rng.random((rows, width)) < 0.01, 0.0, 1.0)
-    scan = {"log_ratio": log_ratio, "se": se, "nu": nu, "mean_a": mean_a, "mean_b": np.exp(log_ratio)}
-    scan["n_a"], scan["n_b"] = np.full((rows, width), 10.0), np.full((rows, width), 10.0)
+    ten, unused = np.full((rows, width), 10.0), np.full((rows, width), np.nan)  # unused: not read by the bound
+    scan = Statistics(
+        t=unused,
+        nu=nu,
+        rho=unused,
+        valid=np.ones((rows, width), bool),
+        mean_a=mean_a,
+        mean_b=np.exp(log_ratio),
+        n_a=ten,
+        n_b=ten,
+        log_ratio=log_ratio,
+        se=se,
+        prior_intervals=unused,
+    )
     wanted = rng.random((rows, width)) < 0.7
     theta, level = 0.2, 0.95
     out = Clearing(np.full(rows, np.nan), np.zeros(rows, bool), np.zeros(rows, bool), np.zeros(rows, bool))
@@ -278,17 +290,17 @@ def test_the_clearing_splits_are_the_detections_candidates_and_the_deploys_own()
         tolerance = int(settings.tolerance.total_seconds() * 1e9)
         samples = window_samples(fleet.counters, deploy - width, deploy + width)
         sides = _window_sides(samples, deploy)
-        rows = np.flatnonzero((sides["n_before"] >= 3) & (sides["n_after"] >= 3))
-        first, splits = _clearing_splits(samples, rows, sides["n_before"], deploy, tolerance, settings)
+        rows = np.flatnonzero((sides.n_before >= 3) & (sides.n_after >= 3))
+        first, splits = _clearing_splits(samples, rows, sides.n_before, deploy, tolerance, settings)
         padded = _padded(samples, rows)
-        expected = _candidate_splits(padded["end"], padded["n"], deploy, tolerance, settings)
+        expected = _candidate_splits(padded.end, padded.n, deploy, tolerance, settings)
         if settings.tolerance < settings.window:
-            own = _deploy_split(padded["end"], padded["n"], deploy)
+            own = _deploy_split(padded.end, padded.n, deploy)
             expected[np.arange(len(rows)), own] = True
         got = np.zeros_like(expected)
         r, j = np.nonzero(splits)
         got[r, first[r] + j] = True
-        assert len(rows) > 300 and len(set(map(int, padded["n"]))) > 20
+        assert len(rows) > 300 and len(set(map(int, padded.n))) > 20
         np.testing.assert_array_equal(got, expected)
 
 
@@ -303,6 +315,6 @@ def test_the_rows_intervals_gathered_first_give_the_same_bounds(monkeypatch):
     outs = []
     for compact in (0, 10**9):  # 0: always gather; 10⁹: never
         monkeypatch.setattr(inference, "COMPACT", compact)
-        outs.append(analyse(fleet.counters, DEPLOY, history=known))
+        outs.append(analyse(fleet.counters, DEPLOY, prior=known))
     pd.testing.assert_frame_equal(outs[0], outs[1], check_exact=True)
     assert outs[0]["factor_bound"].notna().sum() > 250

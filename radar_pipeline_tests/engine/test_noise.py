@@ -69,14 +69,14 @@ def test_without_usable_history_the_verdicts_are_the_window_alone():
     fleet = draw(1500, 21, stepped=0.1, drifting=0.05)
     alone = analyse(fleet.counters, DEPLOY)
     history = history_estimates(fleet, 720, 22, WINDOW_START)
-    too_short = dataclasses.replace(EngineSettings(), history_min_intervals=100_000, history_max_intervals=100_000)
-    pd.testing.assert_frame_equal(analyse(fleet.counters, DEPLOY, too_short, history=history), alone)
+    too_short = dataclasses.replace(EngineSettings(), prior_min_intervals=100_000, prior_max_intervals=100_000)
+    pd.testing.assert_frame_equal(analyse(fleet.counters, DEPLOY, too_short, prior=history), alone)
     # Estimates for half the statements leave the other half's verdicts exactly as without any.
     half = history[history["query_key"] % 2 == 0]
-    mixed = analyse(fleet.counters, DEPLOY, history=half)
+    mixed = analyse(fleet.counters, DEPLOY, prior=half)
     odd = alone["query_key"] % 2 == 1
     pd.testing.assert_frame_equal(mixed[odd], alone[odd])
-    with_history = analyse(fleet.counters, DEPLOY, history=history)
+    with_history = analyse(fleet.counters, DEPLOY, prior=history)
     tested = with_history["t_stat"].notna()
     assert (with_history.loc[tested, "dof"] != alone.loc[tested, "dof"]).mean() > 0.9
 
@@ -94,7 +94,7 @@ def test_with_history_the_test_holds_its_level_and_uses_a_near_normal_reference(
         for alpha, slack in ((0.1, 1.25), (0.01, 1.6), (0.001, 2.5)):
             assert (p <= alpha).mean() <= slack * alpha, (with_stddev, alpha, (p <= alpha).mean())
     settings = dataclasses.replace(EngineSettings(), threshold=0.0)
-    out = analyse(fleets[0].counters, DEPLOY, settings, history=histories[0])
+    out = analyse(fleets[0].counters, DEPLOY, settings, prior=histories[0])
     assert int((out["verdict"] == "detected").sum()) <= 1  # the budget: 0.1 expected at H0's boundary
     tested = out["dof"].notna()
     assert out.loc[tested, "dof"].median() > 100
@@ -104,7 +104,7 @@ def test_history_finds_steps_the_window_alone_misses():
     fleet = draw(3000, 51, stepped=0.2, steps=(1.5, 2.0))
     history = history_estimates(fleet, 1440, 52, WINDOW_START)
     alone = analyse(fleet.counters, DEPLOY)["verdict"] == "detected"
-    known = analyse(fleet.counters, DEPLOY, history=history)["verdict"] == "detected"
+    known = analyse(fleet.counters, DEPLOY, prior=history)["verdict"] == "detected"
     stepped = fleet.factor > 1
     assert known[stepped].sum() >= 1.1 * alone[stepped].sum()
     assert not known[~stepped].any()
@@ -115,7 +115,7 @@ def test_a_window_noisier_than_its_history_is_tested_on_its_own():
     history = history_estimates(fleet, 1440, 62, WINDOW_START)
     alone = analyse(fleet.counters, DEPLOY)
     quiet = history.assign(dispersion=history["dispersion"] / 100)  # a history far calmer than today
-    out = analyse(fleet.counters, DEPLOY, history=quiet)
+    out = analyse(fleet.counters, DEPLOY, prior=quiet)
     tested = alone["t_stat"].notna()
     assert tested.sum() > 20
     pd.testing.assert_series_equal(out.loc[tested, "p_value"], alone.loc[tested, "p_value"])
@@ -138,19 +138,19 @@ def test_a_history_quieter_than_the_window_is_scaled_to_its_calls(with_stddev):
 
 def test_each_verdict_says_how_many_history_intervals_its_test_used():
     fleet = draw(1000, 81, stepped=0.2, steps=(2.0,))
-    history = history_estimates(fleet, 2000, 82, WINDOW_START)  # longer than history_max_intervals (1,440)
+    history = history_estimates(fleet, 2000, 82, WINDOW_START)  # longer than prior_max_intervals (1,440)
     given = history.set_index("query_key")["intervals"]
-    for settings in (EngineSettings(), dataclasses.replace(EngineSettings(), history_max_intervals=600)):
-        out = analyse(fleet.counters, DEPLOY, settings, history=history)
+    for settings in (EngineSettings(), dataclasses.replace(EngineSettings(), prior_max_intervals=600)):
+        out = analyse(fleet.counters, DEPLOY, settings, prior=history)
         tested = out["t_stat"].notna()
         assert tested.sum() > 50
         assert out.loc[~tested, "history_intervals"].isna().all()
         used = out.loc[tested, "history_intervals"].to_numpy()
         # Each tested statement's history intervals, as the test counts them (capped), or 0 where it was not used.
-        counted = np.minimum(given.loc[out.loc[tested, "query_key"]].to_numpy(), settings.history_max_intervals)
-        counted = np.where(counted >= settings.history_min_intervals, counted, 0)
+        counted = np.minimum(given.loc[out.loc[tested, "query_key"]].to_numpy(), settings.prior_max_intervals)
+        counted = np.where(counted >= settings.prior_min_intervals, counted, 0)
         assert ((used == counted) | (used == 0)).all()
-        assert (used == settings.history_max_intervals).mean() > 0.8
+        assert (used == settings.prior_max_intervals).mean() > 0.8
 
     # Without history every tested statement was tested on its window alone.
     alone = analyse(fleet.counters, DEPLOY)
@@ -161,11 +161,11 @@ def test_each_verdict_says_how_many_history_intervals_its_test_used():
 def test_a_window_that_conflicts_with_its_history_says_it_used_none():
     fleet = draw(1000, 61, stepped=0.2, steps=(2.0,), spread=(0.1, 0.2), phi=(0.0, 0.0))
     history = history_estimates(fleet, 1440, 62, WINDOW_START)
-    fitting = analyse(fleet.counters, DEPLOY, history=history)
+    fitting = analyse(fleet.counters, DEPLOY, prior=history)
     tested = fitting["t_stat"].notna()
     assert (fitting.loc[tested, "history_intervals"] > 0).mean() > 0.9
     quiet = history.assign(dispersion=history["dispersion"] / 100)  # a window far noisier than its history
-    out = analyse(fleet.counters, DEPLOY, history=quiet)
+    out = analyse(fleet.counters, DEPLOY, prior=quiet)
     assert out["t_stat"].notna().equals(tested)
     assert (out.loc[tested, "history_intervals"] == 0).all()
     assert out.loc[~tested, "history_intervals"].isna().all()
@@ -187,4 +187,4 @@ def test_bad_history_is_refused_naming_what_is_wrong(change, message):
     fleet = draw(50, 71)
     history = history_estimates(fleet, 240, 72, WINDOW_START)
     with pytest.raises(ValueError, match=message):
-        analyse(fleet.counters, DEPLOY, history=change(history))
+        analyse(fleet.counters, DEPLOY, prior=change(history))

@@ -18,6 +18,7 @@ from radar_pipeline.defs.resources import (
     WarehouseResource,
     engine_overrides_config,
 )
+from radar_pipeline.engine import Verdict
 from radar_pipeline.pgss_model import key_label
 
 if TYPE_CHECKING:  # the engine, steps/ and warehouse/ (pandas, SQLAlchemy) load when a run or a tick needs them
@@ -159,17 +160,13 @@ def _single_deploy(
     targets: TargetsResource,
     settings: "EngineSettings",
 ) -> dg.MaterializeResult:
-    from radar_pipeline.steps.deploy_analysis import AnalysisRefused, analyse_deploy
+    from radar_pipeline.steps.deploy_analysis import AnalysisRefused, AnalysisRun, analyse_deploy
 
     try:
-        result = analyse_deploy(
-            warehouse.engine(),
-            context.partition_key,
-            settings,
-            context.run.run_id,
-            settle=analysis.settle,
-            live_targets=configured_targets(targets, context),
+        run = AnalysisRun(
+            warehouse.engine(), settings, context.run.run_id, analysis.settle, configured_targets(targets, context)
         )
+        result = analyse_deploy(run, context.partition_key)
     except AnalysisRefused as exc:
         raise dg.Failure(description=str(exc), allow_retries=False) from None
     for line in _detections_log(result):
@@ -190,13 +187,13 @@ def _several_deploys(
     """The deploys of the run's partition range (analyse_deploys: overlapping windows read once), through one
     warehouse engine; a materialization for each one stored, its checks CHECKS_BATCH deploys at a time, and a Failure
     at the end naming those that were not."""
-    from radar_pipeline.steps.deploy_analysis import AnalysisRefused, analyse_deploys
+    from radar_pipeline.steps.deploy_analysis import AnalysisRefused, AnalysisRun, analyse_deploys
 
     live = configured_targets(targets, context)
     keys = context.partition_keys
     failed: list[str] = []
     analysed = analyse_deploys(
-        warehouse.engine(), keys, settings, context.run.run_id, settle=analysis.settle, live_targets=live
+        AnalysisRun(warehouse.engine(), settings, context.run.run_id, analysis.settle, live), keys
     )
     place = {deploy_id: number for number, deploy_id in enumerate(keys, 1)}
     checks: dict[str, list[dg.AssetCheckResult]] = {}  # the stored deploys' checks, evaluated CHECKS_BATCH at a time
@@ -278,9 +275,7 @@ def configured_targets(targets: TargetsResource, context: dg.AssetExecutionConte
 
 
 def _detections_log(result: "DeployAnalysis") -> list[str]:
-    from radar_pipeline.engine import DETECTED
-
-    detected = result.verdicts[result.verdicts["verdict"] == DETECTED]
+    detected = result.verdicts[result.verdicts["verdict"] == Verdict.DETECTED]
     return [
         f"regression: queryid {r.queryid}: {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms "
         f"(×{r.change_factor:.2f}, confidence {r.confidence:.4f}, cause {r.cause})"
@@ -291,11 +286,9 @@ def _detections_log(result: "DeployAnalysis") -> list[str]:
 def _metadata(result: "DeployAnalysis") -> dict[str, Any]:
     """The materialization's metadata, the deploy's state first (radar.deploy_state: pass, fail or inconclusive, and
     the share of its execution time after the deploy that is cleared), then its verdict counts and tables."""
-    from radar_pipeline.engine import DETECTED, INCONCLUSIVE, INSUFFICIENT_DATA, NO_REGRESSION
-
     v = result.verdicts
     counts = v["verdict"].value_counts()
-    detected = v[v["verdict"] == DETECTED].sort_values("confidence", ascending=False)
+    detected = v[v["verdict"] == Verdict.DETECTED].sort_values("confidence", ascending=False)
     rows = [
         {
             **detection_cells(row, result.texts.get(int(row.queryid), "")),
@@ -320,10 +313,10 @@ def _metadata(result: "DeployAnalysis") -> dict[str, Any]:
             }
         ),
         "queries": len(v),
-        "detected": int(counts.get(DETECTED, 0)),
-        "no_regression": int(counts.get(NO_REGRESSION, 0)),
-        "inconclusive": int(counts.get(INCONCLUSIVE, 0)),
-        "insufficient_data": int(counts.get(INSUFFICIENT_DATA, 0)),
+        "detected": int(counts.get(Verdict.DETECTED, 0)),
+        "no_regression": int(counts.get(Verdict.NO_REGRESSION, 0)),
+        "inconclusive": int(counts.get(Verdict.INCONCLUSIVE, 0)),
+        "insufficient_data": int(counts.get(Verdict.INSUFFICIENT_DATA, 0)),
         "plan_diffs": table(
             PLAN_DIFF_COLUMNS,
             [
@@ -341,10 +334,10 @@ def _metadata(result: "DeployAnalysis") -> dict[str, Any]:
         "load_changes": table(CHANGE_COLUMNS, _change_rows(result)),
         "load_changes_not_shown": max(0, len(result.changes) - DETECTION_ROWS_SHOWN),  # radar.statement_change
         "detections_not_shown": max(0, len(detected) - DETECTION_ROWS_SHOWN),  # the rest: radar.regression
-        "read_s": round(result.seconds["read"], 3),
-        "engine_s": round(result.seconds["engine"], 3),
-        "plans_s": round(result.seconds["plans"], 3),
-        "write_s": round(result.seconds["write"], 3),
+        "read_s": round(result.seconds.read, 3),
+        "engine_s": round(result.seconds.engine, 3),
+        "plans_s": round(result.seconds.plans, 3),
+        "write_s": round(result.seconds.write, 3),
     }
 
 
@@ -410,15 +403,15 @@ def _checks(result: "DeployAnalysis", scrape_interval_s: float) -> list[dg.Asset
     return [
         dg.AssetCheckResult(
             check_name=COVERAGE_CHECK,
-            passed=h["longest_gap_s"] <= 3 * scrape_interval_s and h["scrapes"] > 0,
+            passed=h.longest_gap_s <= 3 * scrape_interval_s and h.scrapes > 0,
             severity=dg.AssetCheckSeverity.WARN,
-            metadata={"scrapes": h["scrapes"], "longest_gap_s": round(h["longest_gap_s"], 1)},
+            metadata={"scrapes": h.scrapes, "longest_gap_s": round(h.longest_gap_s, 1)},
         ),
         dg.AssetCheckResult(
             check_name=RESETS_CHECK,
-            passed=h["stats_resets"] == 0 and h["dealloc"] == 0,
+            passed=h.stats_resets == 0 and h.dealloc == 0,
             severity=dg.AssetCheckSeverity.WARN,
-            metadata={"stats_resets": h["stats_resets"], "dealloc": h["dealloc"]},
+            metadata={"stats_resets": h.stats_resets, "dealloc": h.dealloc},
         ),
     ]
 

@@ -11,6 +11,7 @@ from radar_pipeline.defs.alerts.regression_alerts import as_metadata
 from radar_pipeline.defs.deploys.deploy_verdicts import DETECTION_ROWS_SHOWN, VerdictConfig, configured_targets
 from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, ID, OWNERS, detection_cells, status_counts, table
 from radar_pipeline.defs.resources import AnalysisResource, SlackResource, TargetsResource, WarehouseResource
+from radar_pipeline.engine import Verdict
 
 if TYPE_CHECKING:
     from radar_pipeline.steps.periodic_check import PeriodAnalysis
@@ -27,7 +28,7 @@ def periodic_verdicts(
 ) -> dg.MaterializeResult:
     """Decide, for every query of every target scraped in [t − 2P, t] (t: the end of the partition's hour), whether
     it got slower between the two periods; report each query once until it recovers."""
-    from radar_pipeline.steps.deploy_analysis import AnalysisRefused
+    from radar_pipeline.steps.deploy_analysis import AnalysisRefused, AnalysisRun
     from radar_pipeline.steps.periodic_check import analyse_period
 
     try:
@@ -35,15 +36,11 @@ def periodic_verdicts(
     except ValueError as exc:
         raise dg.Failure(description=f"run config for periodic_verdicts: {exc}") from None
     try:
+        run = AnalysisRun(
+            warehouse.engine(), settings, context.run.run_id, analysis.settle, configured_targets(targets, context)
+        )
         done, failed = analyse_period(
-            warehouse.engine(),
-            context.partition_key,
-            context.partition_time_window.end,
-            settings,
-            analysis.settings().tolerance,
-            context.run.run_id,
-            settle=analysis.settle,
-            live_targets=configured_targets(targets, context),
+            run, context.partition_key, context.partition_time_window.end, analysis.settings().tolerance
         )
     except AnalysisRefused as exc:
         raise dg.Failure(description=str(exc)) from None
@@ -71,13 +68,11 @@ def periodic_verdicts(
 def _report_log(result: "PeriodAnalysis") -> list[str]:
     import pandas as pd
 
-    from radar_pipeline.engine import DETECTED
-
     v = result.verdicts
     lines = [
         f"{result.target}: queryid {r.queryid} {r.report}: {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms "
         f"(×{r.change_factor:.2f}, change at {pd.Timestamp(r.change_at).isoformat()}, cause {r.cause})"
-        for r in v[v["verdict"] == DETECTED].itertuples()
+        for r in v[v["verdict"] == Verdict.DETECTED].itertuples()
     ]
     lines += [
         f"{result.target}: queryid {r.queryid} recovered: {r.recovered_ms:.3f} ms "
@@ -90,7 +85,6 @@ def _report_log(result: "PeriodAnalysis") -> list[str]:
 def _metadata(done: "list[PeriodAnalysis]", period_s: float) -> dict[str, Any]:
     import pandas as pd
 
-    from radar_pipeline.engine import DETECTED
     from radar_pipeline.steps.periodic_check import ALREADY_REPORTED, LEFT_TO_DEPLOY, REPORTED
 
     frames = [r.verdicts.assign(target=r.target) for r in done]
@@ -122,7 +116,7 @@ def _metadata(done: "list[PeriodAnalysis]", period_s: float) -> dict[str, Any]:
         "targets": dg.MetadataValue.json([r.target for r in done]),
         "period_s": period_s,
         "queries": len(v),
-        "detected": int((v["verdict"] == DETECTED).sum()),
+        "detected": int((v["verdict"] == Verdict.DETECTED).sum()),
         "reported": int(reports.get(REPORTED, 0)),
         "already_reported": int(reports.get(ALREADY_REPORTED, 0)),
         "left_to_deploy": int(reports.get(LEFT_TO_DEPLOY, 0)),
