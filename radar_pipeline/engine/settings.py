@@ -11,16 +11,7 @@ from typing import Annotated, Any, TypeVar
 from pydantic import Field, ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 
-ENGINE_VERSION = "2.5.0"  # 2.1: the minimum absolute rise; a step told from a drift by two models; 2.1.1: the
-# serial correlation pooled over both sides on the relative scale; a statement first seen at the target's first
-# scrape is no new load; 2.2: the choice of split paid by the chain bound instead of Bonferroni, a side's variance
-# floored by the pooled relative dispersion, Kendall's bias of two separately demeaned sides, and degrees of freedom
-# that carry the uncertainty of ρ̂ (margin 0.5 standard errors instead of 1); 2.3: a statement's serial correlation
-# and dispersion from its own earlier days (its noise prior), when the caller gives them, combined with its window's
-# (without: as 2.2);
-# 2.4: the prior's prediction scaled to the window's calls per interval (overdispersion does not shrink with calls);
-# 2.5: no_regression only when cleared (the slowdown's upper bound at clear_level within the tolerance at every split
-# the detection considers), else inconclusive; the factor_bound column; the detection itself as 2.4
+ENGINE_VERSION = "2.5.0"  # what each version changed: CHANGELOG.md, "Engine versions"
 # Calls a window mean needs before it stands for a statement's level (a history point, an episode's recovery): with
 # per-call CV 1 such a mean is good to about ±10%. Engine 1's min_calls default; the verdicts no longer use it.
 LEVEL_MIN_CALLS = 100
