@@ -10,6 +10,8 @@ LOCK := requirements.lock
 # Two pytest workers (the machine's two cores), each with its own PostgreSQL servers; a module stays on one worker,
 # so the scenarios its module-scoped fixtures build are built once.
 PYTEST_WORKERS ?= 2
+# e.g. PYTEST_ARGS=--basetemp=/tmp/mine when another pytest session runs beside this one
+PYTEST_ARGS ?=
 export DAGSTER_DISABLE_TELEMETRY := 1
 
 .PHONY: install lock demo dev test test-unit lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-gate clean
@@ -39,11 +41,11 @@ dev: install
 	$(BIN)/radar dev
 
 test: install
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadscope
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 # The unit tier: no server, no Dagster process (under a minute).
 test-unit: install
-	$(BIN)/pytest -m unit
+	$(BIN)/pytest -n $(PYTEST_WORKERS) -m unit $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check radar_pipeline radar_pipeline_tests benchmarks
