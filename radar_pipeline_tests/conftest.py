@@ -8,6 +8,7 @@ thousands of statements).
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -58,6 +59,23 @@ def tier_of(item: pytest.Item) -> str:
 
 
 COLLECTED = pytest.StashKey[list[pytest.Item]]()
+# pytest-xdist's workers start with COLUMNS=80 and LINES=24 in their environment, which the commands the tests start
+# would take for an 80-column terminal: each worker gets the session's own values (or none) instead.
+TERMINAL_VARIABLES = ("COLUMNS", "LINES")
+
+
+def pytest_configure_node(node) -> None:  # type: ignore[no-untyped-def]
+    """pytest-xdist, in the session: hand each worker the session's terminal variables."""
+    node.workerinput["terminal_variables"] = {name: os.environ.get(name) for name in TERMINAL_VARIABLES}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In a pytest-xdist worker: the session's terminal variables, not the worker's."""
+    for name, value in getattr(config, "workerinput", {}).get("terminal_variables", {}).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.hookimpl(tryfirst=True)
