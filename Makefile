@@ -2,18 +2,38 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# requirements.lock pins every package the install takes, transitive ones included (`make lock` writes it from
+# pyproject.toml); uv, itself pinned, installs from it.
+UV_VERSION := 0.13.8
+UV := $(BIN)/uv
+LOCK := requirements.lock
+# Two pytest workers (the machine's two cores), each with its own PostgreSQL servers; a module stays on one worker,
+# so the scenarios its module-scoped fixtures build are built once.
+PYTEST_WORKERS ?= 2
+# e.g. PYTEST_ARGS=--basetemp=/tmp/mine when another pytest session runs beside this one
+PYTEST_ARGS ?=
 export DAGSTER_DISABLE_TELEMETRY := 1
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install demo dev test lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-location bench-gate clean
+.PHONY: install lock demo dev test test-unit lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-location bench-gate clean
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+# Redone only when pyproject.toml or the lock changed: the same versions on every machine, whatever was installed.
+$(VENV)/.installed: pyproject.toml $(LOCK) $(VENV)/.uv-$(UV_VERSION)
+	$(UV) pip install --quiet --python $(BIN)/python --constraints $(LOCK) -e '.[test]'
 	touch $@
+
+$(VENV)/.uv-$(UV_VERSION):
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
+	touch $@
+
+# Every extra (test, k8s: the image installs with the same lock), resolved for every platform and Python >= 3.11;
+# versions already locked are kept where they still fit. To move everything to the newest: make lock LOCK_ARGS=--upgrade
+lock: $(VENV)/.uv-$(UV_VERSION)
+	$(UV) pip compile --quiet --universal --python-version 3.11 --all-extras --custom-compile-command 'make lock' \
+		$(LOCK_ARGS) pyproject.toml -o $(LOCK)
 
 demo: install
 	$(BIN)/radar demo
@@ -28,7 +48,11 @@ test: install
 	home=$$(mktemp -d) && touch "$$home/dagster.yaml" && \
 		VIRTUAL_ENV=$(abspath $(VENV)) DAGSTER_HOME=$$home $(BIN)/dg check defs; status=$$?; rm -rf "$$home"; \
 		test $$status -eq 0
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+
+# The unit tier: no server, no Dagster process (under a minute).
+test-unit: install
+	$(BIN)/pytest -n $(PYTEST_WORKERS) -m unit $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check radar_pipeline radar_pipeline_tests benchmarks

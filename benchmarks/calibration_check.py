@@ -2,7 +2,7 @@
 
 Run with `.venv/bin/python benchmarks/calibration_check.py [--fleets 5] [--history-intervals 1440]`.
 
-Each fleet holds 4,000 unchanged statements (radar_pipeline_tests/engine/fleet.py); the test of H0: after ≤ before
+Each fleet holds 4,000 unchanged statements (radar_pipeline/lab/fleet.py); the test of H0: after ≤ before
 (θ = 0, the boundary where the level is attained) runs at the deploy split only, so neither the choice of split nor
 the pre-filter nor the family budget helps. Printed: P(p ≤ α) / α for α = 0.1 … 10⁻⁴, with stddev_exec_time and on
 interval means only (a value above 1 is a test more liberal than it says), twice: on the window alone (as engine
@@ -22,7 +22,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from radar_pipeline.engine.settings import ENGINE_VERSION  # noqa: E402
-from radar_pipeline_tests.engine.fleet import DEPLOY, draw, history_estimates, p_at_the_deploy  # noqa: E402
+from radar_pipeline.lab.fleet import DEPLOY, draw, history_estimates, p_at_the_deploy  # noqa: E402
 
 LEVELS = (0.1, 0.01, 0.001, 0.0001)
 

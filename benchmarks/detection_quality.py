@@ -2,7 +2,7 @@
 
 Run with `make bench-quality` (or `.venv/bin/python benchmarks/detection_quality.py [--statements N] [--runs R]`).
 
-The fleet (radar_pipeline_tests/engine/fleet.py) is what one analysis of a production server sees: N statements with
+The fleet (radar_pipeline/lab/fleet.py) is what one analysis of a production server sees: N statements with
 calls per scrape log-uniform in 0.5–1,500, per-call CV 0.5–3, interval means overdispersed by 2–20% with AR(1)
 φ in 0–0.8, one-minute scrapes, counters with stddev_exec_time generated consistently.
 
@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from radar_pipeline.engine import ENGINE_VERSION, EngineSettings, Verdict, analyse  # noqa: E402
 from radar_pipeline.engine.decision import family_weights  # noqa: E402
-from radar_pipeline_tests.engine.fleet import DEPLOY, Fleet, draw, history_estimates  # noqa: E402
+from radar_pipeline.lab.fleet import DEPLOY, Fleet, draw, history_estimates  # noqa: E402
 
 STEPS = (1.3, 1.5, 2.0, 4.0)
 CEILINGS = ("ceiling_w0", "ceiling_w1", "ceiling_alpha")

@@ -34,7 +34,7 @@ from radar_pipeline.engine.decision import _candidate_splits, _padded, _prior_ro
 from radar_pipeline.engine.inference import split_tests  # noqa: E402
 from radar_pipeline.engine.samples import window_samples  # noqa: E402
 from radar_pipeline.engine.settings import ENGINE_VERSION  # noqa: E402
-from radar_pipeline_tests.engine.fleet import DEPLOY, draw, history_estimates  # noqa: E402
+from radar_pipeline.lab.fleet import DEPLOY, draw, history_estimates  # noqa: E402
 
 ROWS = (
     "ceiling",

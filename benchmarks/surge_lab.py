@@ -2,7 +2,7 @@
 
 Run with `.venv/bin/python benchmarks/surge_lab.py [--analyses 200] [--statements 2000]`.
 
-Each analysis draws one target (radar_pipeline_tests/engine/surges.py): calls per interval negative-binomial around
+Each analysis draws one target (radar_pipeline/lab/surges.py): calls per interval negative-binomial around
 each statement's rate times a target-wide traffic level that wanders (AR(1)); no statement's share of the calls
 changes. Scenarios: steady traffic, traffic doubled at the deploy, traffic halved; and the first two with the
 practical threshold ρ = 1, where every statement lies on the boundary of H0 and the test's level is attained (with
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from radar_pipeline.engine import EngineSettings  # noqa: E402
 from radar_pipeline.engine.impact import N_PLUS_ONE, SURGE, impact  # noqa: E402
-from radar_pipeline_tests.engine.surges import DEPLOY, draw  # noqa: E402
+from radar_pipeline.lab.surges import DEPLOY, draw  # noqa: E402
 
 
 def main() -> None:

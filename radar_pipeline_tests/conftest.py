@@ -1,7 +1,14 @@
-"""Real PostgreSQL for the tests: the embedded PostgreSQL 18 once per session, Debian's 15 where it is installed."""
+"""Real PostgreSQL for the tests: the embedded PostgreSQL 18 once per session, Debian's 15 where it is installed.
+
+Every test gets one tier, by what it uses (`make test-unit` runs the first): `unit` (no server, no subprocess run of
+Dagster), `pg` (a PostgreSQL server: any fixture below that starts one), `e2e` (the product as a user starts it: `make
+demo`, `radar dev`, Dagster's CLI or daemon), `calibration` (rates of the engine measured on seeded simulations of
+thousands of statements).
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -16,6 +23,68 @@ from radar_pipeline.warehouse import migrations
 from radar_pipeline.warehouse.database import make_engine
 
 from . import fake_slack
+
+TIERS = ("unit", "pg", "e2e", "calibration")
+# The fixtures that start a PostgreSQL server; a test using any of them, directly or through another fixture, is `pg`.
+PG_FIXTURES = {"pg18", "pg15", "server", "dedicated"}
+# Test ids (or their beginnings) by tier, where the fixtures a test uses do not tell.
+BY_ID = {
+    "e2e": (
+        "test_demo.py::",
+        "test_cli.py::",
+        "test_defs.py::test_dagster_cli_validates_the_code_location",
+        "test_deploy_analysis.py::test_a_backfill_over_deploys_partitions_runs_each",
+    ),
+    # rates (level, power, clearing) measured over thousands of simulated statements of the lab's fleet
+    "calibration": (
+        "engine/test_calibration.py::",
+        "engine/test_noise.py::test_with_history_the_test_holds_its_level_and_uses_a_near_normal_reference",
+        "engine/test_noise.py::test_history_finds_steps_the_window_alone_misses",
+        "engine/test_noise.py::test_a_history_quieter_than_the_window_is_scaled_to_its_calls",
+        "engine/test_clearing.py::test_few_truly_regressed_statements_are_cleared",
+    ),
+}
+
+
+def tier_of(item: pytest.Item) -> str:
+    """The tier a test belongs to: its own marker if it carries one, else by its id, else by its fixtures."""
+    own = [mark.name for mark in item.iter_markers() if mark.name in TIERS]
+    if own:
+        return own[0]
+    test_id = item.nodeid.removeprefix("radar_pipeline_tests/")
+    for tier, prefixes in BY_ID.items():
+        if test_id.startswith(prefixes):
+            return tier
+    return "pg" if PG_FIXTURES & set(getattr(item, "fixturenames", ())) else "unit"
+
+
+COLLECTED = pytest.StashKey[list[pytest.Item]]()
+# pytest-xdist's workers start with COLUMNS=80 and LINES=24 in their environment, which the commands the tests start
+# would take for an 80-column terminal: each worker gets the session's own values (or none) instead.
+TERMINAL_VARIABLES = ("COLUMNS", "LINES")
+
+
+def pytest_configure_node(node) -> None:  # type: ignore[no-untyped-def]
+    """pytest-xdist, in the session: hand each worker the session's terminal variables."""
+    node.workerinput["terminal_variables"] = {name: os.environ.get(name) for name in TERMINAL_VARIABLES}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In a pytest-xdist worker: the session's terminal variables, not the worker's."""
+    for name, value in getattr(config, "workerinput", {}).get("terminal_variables", {}).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test with its tier, before `-m` selects among them; keep the whole collection for test_tiers."""
+    for item in items:
+        if not any(mark.name in TIERS for mark in item.iter_markers()):
+            item.add_marker(tier_of(item))
+    config.stash[COLLECTED] = list(items)
 
 
 @dataclass

@@ -27,7 +27,7 @@ from radar_pipeline.defs.deploys.deploy_verdicts import (
 )
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.steps.deploy_analysis import AnalysisRefused, AnalysisRun, analyse_deploy
-from radar_pipeline.warehouse import deploys, migrations
+from radar_pipeline.warehouse import deploys
 from radar_pipeline.warehouse.database import make_engine
 
 from .helpers import drive, run_log_text, tolerance_covering, window_covering
@@ -79,14 +79,13 @@ def _probes(conn: psycopg.Connection) -> None:
 
 
 @pytest.fixture(scope="module")
-def scenario(pg18) -> Scenario:
+def scenario(pg18, warehouse_template) -> Scenario:
     app = pg18.new_database("deployapp")
-    wh = pg18.new_database("deploywh")
+    wh = pg18.new_database("deploywh", template=warehouse_template)
     pg18.execute("CREATE EXTENSION pg_stat_statements", app)
     for name in ("probe_slow", "probe_ctl", "probe_rot"):
         pg18.execute(PROBE.format(name=name, sleep=0.002), app)
     url = pg18.pg.url(wh, driver="postgresql+psycopg")
-    migrations.upgrade(url)
     engine = make_engine(url)
     target = Target("deployapp", pg18.pg.url(app))
 

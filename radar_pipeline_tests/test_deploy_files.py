@@ -180,7 +180,9 @@ def test_the_image_installs_pyproject_s_pins(docker: dict[str, Any], pyproject: 
     runs = " ".join(docker["by_kind"]["RUN"])
     written = pins(re.findall(r"[A-Za-z0-9_.\[\]-]+==[^\s\"']+", runs))
     assert {name: wanted.get(name) for name in written} == written, "a pin in the Dockerfile differs from pyproject"
-    assert re.search(r"pip install [\"']?\.\[k8s\][\"']?", runs), "the image installs the package with its k8s extra"
+    assert re.search(r"pip install --constraint requirements\.lock [\"']?\.\[k8s\][\"']?", runs), (
+        "the image installs the package with its k8s extra, at the lock's versions"
+    )
     # dagster-k8s ships with dagster-postgres, one version for both beside dagster's.
     k8s = pins(pyproject["project"]["optional-dependencies"]["k8s"])
     assert k8s["dagster-k8s"] == wanted["dagster-postgres"]

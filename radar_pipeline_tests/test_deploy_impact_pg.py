@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from radar_pipeline.config import Target
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
-from radar_pipeline.warehouse import deploys, migrations
+from radar_pipeline.warehouse import deploys
 from radar_pipeline.warehouse.analysis import impact_of
 from radar_pipeline.warehouse.database import make_engine
 
@@ -68,14 +68,13 @@ def _requests(per_row: bool, report: bool, times: int = 1) -> Callable[[psycopg.
 
 
 @pytest.fixture(scope="module")
-def deployed(pg18):
+def deployed(pg18, warehouse_template):
     app = pg18.new_database("impactapp")
-    wh = pg18.new_database("impactwh")
+    wh = pg18.new_database("impactwh", template=warehouse_template)
     pg18.execute("CREATE EXTENSION pg_stat_statements", app)
     for sql in SETUP:
         pg18.execute(sql, app)
     url = pg18.pg.url(wh, driver="postgresql+psycopg")
-    migrations.upgrade(url)
     engine = make_engine(url)
     target = Target("impactapp", pg18.pg.url(app))
     phases = [

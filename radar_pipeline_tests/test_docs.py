@@ -60,7 +60,9 @@ def test_the_readme_is_short_and_its_two_commands_are_what_make_and_ci_run() -> 
     makefile = (REPO / "Makefile").read_text()
     assert "$(BIN)/radar demo" in _recipe(makefile, "demo")
     test = _recipe(makefile, "test")
-    assert "$(BIN)/pytest" in test and any(line.startswith("$(BIN)/mkdocs build --strict") for line in test), test
+    assert any(line.startswith("$(BIN)/pytest") for line in test), test
+    assert any(line.startswith("$(BIN)/mkdocs build --strict") for line in test), test
+    assert any("$(BIN)/dg check defs" in line for line in test), test
     ci = [line for line in (REPO / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
     assert ci[-1] == "make test", ci
 

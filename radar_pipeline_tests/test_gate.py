@@ -27,7 +27,7 @@ from click.testing import CliRunner
 from radar_pipeline.cli import main
 from radar_pipeline.demo.local_postgres import free_port
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
-from radar_pipeline.warehouse import deploys, migrations
+from radar_pipeline.warehouse import deploys
 from radar_pipeline.warehouse.database import make_engine
 
 from .helpers import store_counters
@@ -47,13 +47,12 @@ DEADLINE_S = 120.0
 
 
 @pytest.fixture(scope="module")
-def gate_url(pg18) -> Iterator[str]:
+def gate_url(pg18, warehouse_template) -> Iterator[str]:
     """A warehouse with st-pass, st-fail and st-unsure analysed; st-late and st-away recorded on st-pass's target at
     the same time, not analysed; st-open deployed just now; st-ghost, recorded an hour ago, to a target never
     scraped."""
-    name = pg18.new_database("gate")
+    name = pg18.new_database("gate", template=warehouse_template)
     url = pg18.pg.url(name, driver="postgresql+psycopg")
-    migrations.upgrade(url)
     engine = make_engine(url)
     at = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
     rng = np.random.default_rng(24)

@@ -1,6 +1,6 @@
 """The layers' import rule, checked on the source: imports run one way, defs → steps → collector, warehouse, engine,
 alerts; the engine imports nothing of ours and nothing that does I/O; only defs/ (and what assembles or drives it)
-knows Dagster."""
+knows Dagster; the lab (the simulators tests and benchmarks draw from) may use the engine, and no layer uses the lab."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ ALLOWED: dict[str, tuple[set[str], bool]] = {
     "alerts": ({"engine"}, False),
     "steps": ({"collector", "warehouse", "engine", "alerts"}, False),
     "defs": ({"steps", "collector", "warehouse", "engine", "alerts"}, True),
+    "lab": ({"engine"}, False),
 }
 IO_LIBRARIES = {"sqlalchemy", "psycopg", "psycopg2", "dagster", "slack_sdk", "urllib", "http", "socket", "subprocess"}
 
@@ -133,3 +134,16 @@ def test_loading_the_code_location_imports_no_heavy_library() -> None:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert set(proc.stdout.split()) - LIGHT_ENGINE == set()
+
+
+def test_only_tests_and_benchmarks_use_the_lab_and_nothing_uses_the_tests() -> None:
+    # The lab ships with the package so that benchmarks/ runs on a fresh clone without the test fixtures.
+    root = PACKAGE.parent
+    wrong = []
+    for path in sorted([*PACKAGE.rglob("*.py"), *(root / "benchmarks").rglob("*.py")]):
+        for module in _imports(path):
+            if module.split(".")[0] == "radar_pipeline_tests":
+                wrong.append(f"{path.relative_to(root)} imports {module}")
+            if _room_of(module) == "lab" and PACKAGE / "lab" not in path.parents and path.parent.name != "benchmarks":
+                wrong.append(f"{path.relative_to(root)} imports {module}")
+    assert not wrong, "\n".join(wrong)

@@ -29,7 +29,7 @@ from radar_pipeline.defs.resources import AnalysisResource, SlackResource, Targe
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.steps.deploy_analysis import AnalysisRefused, AnalysisRun
 from radar_pipeline.steps.periodic_check import analyse_period
-from radar_pipeline.warehouse import deploys, migrations
+from radar_pipeline.warehouse import deploys
 from radar_pipeline.warehouse.database import make_engine
 
 from .helpers import drive, run_log_text, store_counters, window_covering
@@ -256,14 +256,13 @@ def _probes(conn: psycopg.Connection) -> None:
         conn.execute("SELECT probe_steady(%s)", (1,))
 
 
-def test_a_real_slowdown_without_a_deploy_is_found(pg18):
-    app, wh = pg18.new_database("periodicapp"), pg18.new_database("periodicwh")
+def test_a_real_slowdown_without_a_deploy_is_found(pg18, warehouse_template):
+    app, wh = pg18.new_database("periodicapp"), pg18.new_database("periodicwh", template=warehouse_template)
     try:
         pg18.execute("CREATE EXTENSION pg_stat_statements", app)
         pg18.execute(PROBE.format(s=0.002), app)
         pg18.execute(PROBE.format(s=0.002).replace("probe_bloat", "probe_steady"), app)
         url = pg18.pg.url(wh, driver="postgresql+psycopg")
-        migrations.upgrade(url)
         engine = make_engine(url)
         target = Target("periodicapp", pg18.pg.url(app))
         before = drive(target, engine, _probes, SCRAPE, SAMPLES + 3)

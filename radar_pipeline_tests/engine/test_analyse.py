@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from radar_pipeline.engine import COLUMNS, REASONS, VERDICTS, EngineSettings, analyse
+from radar_pipeline.lab.synthetic import DEPLOY, counters, step
 
 from . import reference
-from .synthetic import DEPLOY, counters, step
 
 
 def one(frame: pd.DataFrame, settings: EngineSettings | None = None) -> pd.Series:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from radar_pipeline.engine import EngineSettings, analyse
-
-from .fleet import DEPLOY, draw, p_at_the_deploy
+from radar_pipeline.lab.fleet import DEPLOY, draw, p_at_the_deploy
 
 
 def test_the_test_holds_its_level_at_a_fixed_split():

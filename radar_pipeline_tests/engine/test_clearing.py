@@ -11,9 +11,8 @@ import pandas as pd
 import pytest
 
 from radar_pipeline.engine import EngineSettings, Verdict, analyse
-
-from .fleet import DEPLOY, draw, history_estimates
-from .synthetic import counters, step
+from radar_pipeline.lab.fleet import DEPLOY, draw, history_estimates
+from radar_pipeline.lab.synthetic import counters, step
 
 
 def _busy_fleet(extra: pd.DataFrame, statements: int = 200) -> pd.DataFrame:

@@ -12,8 +12,7 @@ import pytest
 from radar_pipeline.engine import COLUMNS, VERDICT_FRAME, Cause, FrameError, Reason, Verdict, analyse
 from radar_pipeline.engine.frames import BOOL, IMPACT_STATEMENTS, IMPACT_SUMMARY, INT, TEXT, Column, FrameSchema
 from radar_pipeline.engine.impact import STATEMENT_COLUMNS, SUMMARY_COLUMNS, impact
-
-from .synthetic import DEPLOY, counters, step
+from radar_pipeline.lab.synthetic import DEPLOY, counters, step
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,7 @@ import pandas as pd
 import pytest
 
 from radar_pipeline.engine import analyse
-
-from .synthetic import DEPLOY, counters, step
+from radar_pipeline.lab.synthetic import DEPLOY, counters, step
 
 
 def _tenant(key: str, dbid: int, means: np.ndarray, calls: int, userid: int = 10, toplevel: bool = True):  # type: ignore[no-untyped-def]

@@ -10,7 +10,7 @@ import pytest
 
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.engine.impact import ALL_DATABASES, contention_culprits, impact
-from radar_pipeline_tests.engine.surges import DEPLOY, draw
+from radar_pipeline.lab.surges import DEPLOY, draw
 
 SETTINGS = EngineSettings()
 

@@ -13,8 +13,7 @@ import pytest
 
 from radar_pipeline.engine import EngineSettings, analyse
 from radar_pipeline.engine.noise import noise_estimates, noise_sums
-
-from .fleet import DEPLOY, draw, history_estimates, p_at_the_deploy
+from radar_pipeline.lab.fleet import DEPLOY, draw, history_estimates, p_at_the_deploy
 
 WINDOW_START = DEPLOY - pd.Timedelta(minutes=30)
 

@@ -9,8 +9,7 @@ import pytest
 
 from radar_pipeline.engine.samples import window_samples
 from radar_pipeline.engine.variance import interval_sum_of_squares
-
-from .synthetic import DEPLOY, THIRTY_MINUTES
+from radar_pipeline.lab.synthetic import DEPLOY, THIRTY_MINUTES
 
 
 def _welford(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
