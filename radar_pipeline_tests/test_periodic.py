@@ -23,7 +23,8 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 
 from radar_pipeline.cli import main
-from radar_pipeline.config import Target, periodic_minute, periodic_start
+from radar_pipeline.config import Target
+from radar_pipeline.config.settings import periodic_minute, periodic_start
 from radar_pipeline.defs.periodic.periodic_check import periodic_definitions
 from radar_pipeline.defs.resources import AnalysisResource, SlackResource, TargetsResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
