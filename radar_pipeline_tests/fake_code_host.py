@@ -228,7 +228,8 @@ def start(host: FakeHost) -> ThreadingHTTPServer:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     host.port = server.server_address[1]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # a short poll: shutdown() waits for it at every test's teardown (0.5 s by default)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     return server
 
 
