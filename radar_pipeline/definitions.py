@@ -27,9 +27,15 @@ def defs() -> dg.Definitions:
     settings()  # every RADAR_* setting checked: a bad value stops the load here, the variable named
     for message, category in KNOWN_WARNINGS:
         warnings.filterwarnings("ignore", message, category)
-    if (PACKAGE.parent / "pyproject.toml").is_file():  # a checkout (or an editable install): the dg project
+    if _dg_project(PACKAGE.parent / "pyproject.toml"):  # a checkout (or an editable install): the dg project
         return dg.load_from_defs_folder(path_within_project=PACKAGE)
-    # A regular install (the image) has no pyproject.toml beside the package: the same loader, rooted at the package.
+    # A regular install (the image) has no pyproject.toml of ours beside the package: the same loader, rooted at the
+    # package.
     import radar_pipeline.defs
 
     return dg.ComponentTree.from_module(radar_pipeline.defs, PACKAGE).build_defs()
+
+
+def _dg_project(pyproject: Path) -> bool:
+    # Ours, not any pyproject.toml that happens to lie beside an installed package (some wheels ship one).
+    return pyproject.is_file() and 'root_module = "radar_pipeline"' in pyproject.read_text()

@@ -203,7 +203,7 @@ COLLECTOR = "radar_collector"
 
 def collector_target(target: Target) -> Target:
     """The same database as `target` (a superuser's), reached as the collector's own role: pg_read_all_stats, and the
-    table privileges EXPLAIN needs (SELECT; INSERT, UPDATE, DELETE for DML plans), the README's set-up."""
+    table privileges EXPLAIN needs (SELECT; INSERT, UPDATE, DELETE for DML plans), the set-up in docs/databases.md."""
     with psycopg.connect(target.dsn, autocommit=True) as conn:
         conn.execute(
             f"DO $$ BEGIN CREATE ROLE {COLLECTOR} LOGIN IN ROLE pg_read_all_stats; "

@@ -321,3 +321,14 @@ def test_metadata_tables_give_64_bit_ids_as_text():
     value = table([("queryid", ID), ("n", "int")], [{"queryid": queryid, "n": -(2**60)}, {"queryid": None, "n": 7}])
     assert [c.type for c in value.schema.columns] == ["string", "int"]
     assert [r.data for r in value.records] == [{"queryid": str(queryid), "n": str(-(2**60))}, {"queryid": None, "n": 7}]
+
+
+def test_the_plan_freshness_window_sees_a_cron_s_nights_and_weekends_whenever_it_loads():
+    from datetime import timedelta
+
+    from radar_pipeline.defs.collection.plans import longest_gap
+
+    assert longest_gap("*/10 * * * *") == timedelta(minutes=10)
+    assert longest_gap("*/10 8-18 * * *") == timedelta(hours=13, minutes=10)  # 18:50 to 8:00
+    assert longest_gap("0 9 * * 1-5") == timedelta(days=3)  # Friday to Monday
+    assert longest_gap("0 0 1 * *") == timedelta(days=31)

@@ -180,18 +180,19 @@ def test_a_transient_warehouse_error_is_retried_in_the_run(analysed, warehouse_u
     assert len(slack.messages()) == 1  # the analysis alerted, once
 
 
-def test_a_deploy_whose_run_failed_for_good_is_not_requested_again(analysed, warehouse_url, slack):  # noqa: F811
-    """The reconciler requests a deploy that never had a run; once Dagster's retries of that run failed, it waits
-    for a person, and nothing_waiting says so."""
+def test_a_deploy_whose_runs_fail_gets_bounded_runs_then_waits_for_a_person(analysed, warehouse_url, slack):  # noqa: F811
+    """A lasting failure: each run retries its step (ANALYSIS_RETRY) and fails; the reconciler requests another run
+    after its backoff, at most max_analysis_runs in all, then stops, and nothing_waiting says the deploy waits."""
     _forget_analysis(analysed)
-    resources = _resources(warehouse_url, _bot(slack))
+    reconciler = ReconcilerResource(backoff_seconds=0, grace_seconds=0, max_analysis_runs=2)
+    resources = _resources(warehouse_url, _bot(slack), reconciler)
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("deploys", ["d-7"])
         with analysed.begin() as conn:  # a lasting failure
             conn.execute(sa.text("ALTER TABLE radar.verdict RENAME TO verdict_away"))
         try:
             keys, retries = [], []
-            for _ in range(3):
+            for _ in range(4):
                 tick = _tick(instance, resources)
                 for request in tick.run_requests:
                     keys.append(request.run_key)
@@ -201,17 +202,20 @@ def test_a_deploy_whose_run_failed_for_good_is_not_requested_again(analysed, war
         finally:
             with analysed.begin() as conn:
                 conn.execute(sa.text("ALTER TABLE radar.verdict_away RENAME TO verdict"))
-    assert keys == ["d-7:reconcile-1"] and retries == [ANALYSIS_RETRY.max_retries]
+    assert keys == ["d-7:reconcile-1", "d-7:reconcile-2"]
+    assert retries == [ANALYSIS_RETRY.max_retries] * 2
     assert not _check(tick).passed and _check(tick).metadata["deploys_without_analysis"].value == 1
 
 
-def test_analysis_retries_are_dagster_s(analysed, warehouse_url, slack):  # noqa: F811
-    """deploy_verdicts_job retries a failed step with backoff and a crashed run (dagster.yaml and the Helm values
-    enable run retries for crashes only); a refusal is not retried."""
+def test_analysis_retries_are_dagster_s_within_a_run_and_the_reconciler_s_between_runs(analysed, warehouse_url, slack):  # noqa: F811, E501
+    """deploy_verdicts_job retries a failed step with backoff for about a minute (the run holds its slot of the
+    analysis pool meanwhile, so no longer) and a crashed run (dagster.yaml and the Helm values enable run retries
+    for crashes only); a refusal is not retried; longer outages are the reconciler's (its default: 4 runs, 5 min
+    doubling)."""
     assert deploy_verdicts_job.op_retry_policy == ANALYSIS_RETRY
-    assert ANALYSIS_RETRY.backoff == dg.Backoff.EXPONENTIAL and ANALYSIS_RETRY.delay == 30
-    # the retries outlast a warehouse away for a quarter of an hour, as the reconciler's runs used to
-    assert sum(ANALYSIS_RETRY.calculate_delay(n) for n in range(1, ANALYSIS_RETRY.max_retries + 1)) >= 25 * 60
+    assert ANALYSIS_RETRY.backoff == dg.Backoff.EXPONENTIAL
+    assert sum(ANALYSIS_RETRY.calculate_delay(n) for n in range(1, ANALYSIS_RETRY.max_retries + 1)) <= 90
+    assert ReconcilerResource().max_analysis_runs == 4 and ReconcilerResource().backoff_seconds == 300
     assert deploy_verdicts_job.tags["dagster/max_retries"] == str(ANALYSIS_RUN_RETRIES)
     root = Path(__file__).resolve().parents[1]
     local = yaml.safe_load((root / "dagster.yaml").read_text())["run_retries"]
@@ -222,7 +226,7 @@ def test_analysis_retries_are_dagster_s(analysed, warehouse_url, slack):  # noqa
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("deploys", ["nowhere"])
         result = _execute(instance, defs, dg.RunRequest(job_name="deploy_verdicts_job", partition_key="nowhere"))
-        assert not result.success and _retries(result) == 0  # refused at once: no wait of 30 s
+        assert not result.success and _retries(result) == 0  # refused at once: no wait
 
 
 def test_a_deploy_inside_a_backfill_run_in_flight_is_not_requested_again(analysed, warehouse_url, slack):  # noqa: F811

@@ -95,7 +95,7 @@ def test_the_noise_prior_settings_read_records_stored_under_their_old_names(ware
     assert {"history_min_intervals", "history_max_intervals", "history_conflict_alpha"} <= set(old)
     assert EngineSettings.from_dict(old) == current
     assert EngineSettings.from_dict({**old, "history_min_intervals": 200}).prior_min_intervals == 200
-    with pytest.raises(ValueError, match="prior_min_intervals: Input should be greater than or equal to 1"):
+    with pytest.raises(ValueError, match="prior_min_intervals must be at least 1"):
         EngineSettings.from_dict({"history_min_intervals": 0})
 
     # The nightly reanalysis finds no analysis stale for the rename alone, and still finds one whose value differs.

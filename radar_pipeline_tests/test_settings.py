@@ -273,3 +273,14 @@ def test_the_deployment_defaults_are_the_engine_s():
         assert AnalysisResource.model_fields[field].default == getattr(defaults, setting).total_seconds()
     assert settings_module.DEFAULT_WINDOW_SECONDS == defaults.window.total_seconds()
     assert AnalysisResource().settings() == defaults
+
+
+def test_a_slack_token_without_its_channel_is_told_as_that_before_the_token_s_format():
+    """As before the settings object: the pair is checked first, so a half-configured Slack names what is missing."""
+    for environ, message in [
+        ({"RADAR_SLACK_TOKEN": "abc"}, "RADAR_SLACK_TOKEN is set but RADAR_SLACK_CHANNEL is not"),
+        ({"RADAR_SLACK_CHANNEL": "#x"}, "RADAR_SLACK_CHANNEL is set but RADAR_SLACK_TOKEN is not"),
+        ({"RADAR_SLACK_TOKEN": "abc", "RADAR_SLACK_CHANNEL": "#x"}, "RADAR_SLACK_TOKEN is not a Slack token"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            settings_module.settings(environ=environ)

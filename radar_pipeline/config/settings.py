@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BeforeValidator, SecretStr, ValidationError, ValidationInfo, model_validator
 from pydantic_core import PydanticUseDefault
@@ -265,13 +265,22 @@ class RadarSettings(BaseSettings):
     deploy_target: str | None = None  # `radar deploy`'s target when --target is not given
     home: Path | None = None  # where the embedded default lives (unset: ./.radar)
 
-    @model_validator(mode="after")
-    def _slack_pairs(self) -> RadarSettings:
-        if self.slack_token and not self.slack_channel:
-            raise ConfigError("RADAR_SLACK_TOKEN is set but RADAR_SLACK_CHANNEL is not: name the channel to post in")
-        if self.slack_channel and not self.slack_token:
-            raise ConfigError("RADAR_SLACK_CHANNEL is set but RADAR_SLACK_TOKEN is not: a channel needs a bot token")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _slack_pairs(cls, data: Any) -> Any:
+        # On the raw values, before the token's own check: a token without its channel is told as that.
+        if isinstance(data, dict):
+            raw = {str(k).lower(): v for k, v in data.items()}  # the environment source keeps the variables' case
+            token, channel = raw.get("slack_token"), raw.get("slack_channel")
+            if token and not channel:
+                raise ConfigError(
+                    "RADAR_SLACK_TOKEN is set but RADAR_SLACK_CHANNEL is not: name the channel to post in"
+                )
+            if channel and not token:
+                raise ConfigError(
+                    "RADAR_SLACK_CHANNEL is set but RADAR_SLACK_TOKEN is not: a channel needs a bot token"
+                )
+        return data
 
     @classmethod
     def variables(cls) -> dict[str, str]:

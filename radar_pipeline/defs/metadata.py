@@ -95,8 +95,8 @@ def rounded(value: float | None, digits: int = 2) -> float | None:
 def detection_cells(row: Any, text: str) -> dict[str, Any]:
     """The cells every detections table starts with: the statement and its numbers before and after, the factor and
     its 95% interval, the intervals of the statement's own history its test combined with the window (0: the window
-    alone; README, "Reading a verdict"), and a caution when its queryid is shared with statements over other tables
-    (pgss_model.SHARED_QUERYID)."""
+    alone; docs/method.md, "Reading a verdict"), and a caution when its queryid is shared with statements over other
+    tables (pgss_model.SHARED_QUERYID)."""
     shared = getattr(row, "queryid_shared_with", None)
     return {
         "caution": shared_queryid_note(shared) if isinstance(shared, list) and shared else "",

@@ -116,9 +116,10 @@ def engine_overrides_config(
 
 
 class ReconcilerResource(dg.ConfigurableResource):
-    """How radar_reconciler retries what waits: an outbox attempt gets at most `max_analysis_runs` runs, the next one
-    `backoff_seconds` × 2^(n−1) after the n-th ended; a deploy without a run is left to deploy_event_sensor for
-    `grace_seconds` after it became ready; deploys ready more than `max_age_days` ago are left alone."""
+    """How radar_reconciler retries what waits: a deploy without an analysis (or an outbox attempt) gets at most
+    `max_analysis_runs` runs, the next one `backoff_seconds` × 2^(n−1) after the n-th ended; a deploy is left to
+    deploy_event_sensor for `grace_seconds` after it became ready; deploys ready more than `max_age_days` ago are left
+    alone."""
 
     backoff_seconds: float = 300.0
     max_analysis_runs: int = 4

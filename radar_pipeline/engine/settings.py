@@ -6,9 +6,9 @@ from collections.abc import Callable
 from dataclasses import asdict, fields
 from datetime import timedelta
 from functools import wraps
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 
 ENGINE_VERSION = "2.5.0"  # what each version changed: CHANGELOG.md, "Engine versions"
@@ -31,7 +31,8 @@ _T = TypeVar("_T")
 
 def _one_line_errors(cls: type[_T]) -> type[_T]:
     """Construction (and dataclasses.replace) refuses bad values with one ValueError line naming each field, as
-    `invalid EngineSettings: min_samples: Input should be greater than or equal to 3, not 2`."""
+    `invalid EngineSettings: min_samples must be at least 3 (…), not 2`, or, for a value of the wrong type,
+    `invalid EngineSettings: min_samples: Input should be a valid integer…, not 'three'`."""
     validated: Callable[..., None] = cls.__init__  # type: ignore[misc]
 
     @wraps(validated)
@@ -86,31 +87,69 @@ class EngineSettings:
     "Clearing").
     """
 
-    window: Annotated[timedelta, Field(gt=timedelta(0))] = timedelta(minutes=30)
-    min_samples: Annotated[int, Field(ge=3)] = 3  # a variance and a lag-1 correlation
-    min_calls: Annotated[int, Field(ge=0)] = 2
-    threshold: Annotated[float, Field(ge=0)] = 0.20
-    min_rise_ms: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.01
-    false_alert_budget: Annotated[float, Field(gt=0, lt=1)] = 0.1
-    budget_time_weight: Annotated[float, Field(ge=0, le=1)] = 0.5
-    tolerance_floor: Annotated[timedelta, Field(ge=timedelta(0))] = timedelta(minutes=2)
-    tolerance_fraction: Annotated[float, Field(ge=0, le=1)] = 0.20
-    fleet_share: Annotated[float, Field(gt=0, le=1)] = 0.5
-    fleet_min_queries: Annotated[int, Field(ge=1)] = 5
-    surge_ratio: Annotated[float, Field(ge=1)] = 2.0
-    new_statement_share: Annotated[float, Field(gt=0, le=1)] = 0.05
-    prior_min_intervals: Annotated[int, Field(ge=1)] = 120
-    prior_max_intervals: Annotated[int, Field(ge=1)] = 1440
-    prior_conflict_alpha: Annotated[float, Field(gt=0, lt=1)] = 0.001
-    clear_level: Annotated[float, Field(ge=0.5, lt=1)] = 0.95
+    window: timedelta = timedelta(minutes=30)
+    min_samples: int = 3
+    min_calls: int = 2
+    threshold: float = 0.20
+    min_rise_ms: float = 0.01
+    false_alert_budget: float = 0.1
+    budget_time_weight: float = 0.5
+    tolerance_floor: timedelta = timedelta(minutes=2)
+    tolerance_fraction: float = 0.20
+    fleet_share: float = 0.5
+    fleet_min_queries: int = 5
+    surge_ratio: float = 2.0
+    new_statement_share: float = 0.05
+    prior_min_intervals: int = 120
+    prior_max_intervals: int = 1440
+    prior_conflict_alpha: float = 0.001
+    clear_level: float = 0.95
 
     @model_validator(mode="after")
-    def _prior_bounds(self) -> EngineSettings:
+    def _ranges(self) -> EngineSettings:
+        # pydantic checks the types; the ranges are checked here, each with the sentence users have always had.
+        problems = []
+        if self.window <= timedelta(0):
+            problems.append(f"window must be positive, not {self.window}")
+        if self.min_samples < 3:
+            problems.append(
+                f"min_samples must be at least 3 (a variance and a lag-1 correlation), not {self.min_samples}"
+            )
+        if self.min_calls < 0:
+            problems.append(f"min_calls must not be negative, not {self.min_calls}")
+        if not self.threshold >= 0:
+            problems.append(f"threshold must be ≥ 0, not {self.threshold}")
+        if not 0 <= self.min_rise_ms < float("inf"):
+            problems.append(f"min_rise_ms must be a finite number ≥ 0, not {self.min_rise_ms}")
+        if not 0 < self.false_alert_budget < 1:
+            problems.append(f"false_alert_budget must lie strictly between 0 and 1, not {self.false_alert_budget}")
+        if not 0 <= self.budget_time_weight <= 1:
+            problems.append(f"budget_time_weight must lie in [0, 1], not {self.budget_time_weight}")
+        if self.tolerance_floor < timedelta(0):
+            problems.append(f"tolerance_floor must not be negative, not {self.tolerance_floor}")
+        if not 0 <= self.tolerance_fraction <= 1:
+            problems.append(f"tolerance_fraction must lie in [0, 1], not {self.tolerance_fraction}")
+        if not 0 < self.fleet_share <= 1:
+            problems.append(f"fleet_share must lie in (0, 1], not {self.fleet_share}")
+        if self.fleet_min_queries < 1:
+            problems.append(f"fleet_min_queries must be at least 1, not {self.fleet_min_queries}")
+        if not self.surge_ratio >= 1:
+            problems.append(f"surge_ratio must be ≥ 1, not {self.surge_ratio}")
+        if not 0 < self.new_statement_share <= 1:
+            problems.append(f"new_statement_share must lie in (0, 1], not {self.new_statement_share}")
+        if self.prior_min_intervals < 1:
+            problems.append(f"prior_min_intervals must be at least 1, not {self.prior_min_intervals}")
         if self.prior_max_intervals < self.prior_min_intervals:
-            raise ValueError(
+            problems.append(
                 f"prior_max_intervals ({self.prior_max_intervals}) must be at least prior_min_intervals "
                 f"({self.prior_min_intervals})"
             )
+        if not 0 < self.prior_conflict_alpha < 1:
+            problems.append(f"prior_conflict_alpha must lie strictly between 0 and 1, not {self.prior_conflict_alpha}")
+        if not 0.5 <= self.clear_level < 1:
+            problems.append(f"clear_level must lie in [0.5, 1), not {self.clear_level}")
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     @property

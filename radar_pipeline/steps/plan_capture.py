@@ -23,8 +23,8 @@ MAX_PARALLEL_TARGETS = 8
 FIRST_LOOKBACK = timedelta(hours=1)  # how far back "since the last capture" reaches the first time
 # The live work of one plan capture, from its start, for each target (a target waiting for a free thread has less):
 # a server answering each call slowly, within the call bound, would otherwise keep a run going for hundreds of calls.
-# With one call's bound and the stores after it, a run ends well within PLAN_MAX_RUNTIME_S (defs/plans.py), itself
-# within the 10-minute schedule.
+# With one call's bound and the stores after it, a run ends well within PLAN_MAX_RUNTIME_S (defs/collection/plans.py),
+# itself within the 10-minute schedule.
 CAPTURE_DEADLINE_S = 240.0
 OUT_OF_TIME = "the time given to the watched servers ran out ({:g} s per plan capture)"
 

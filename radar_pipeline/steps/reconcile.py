@@ -1,6 +1,6 @@
 """The reconciler's policy for a deploy with no analysis, given the runs it already had: request another run now,
 wait (a run is in flight, or the backoff since the last failure has not passed), or give up after a bounded number of
-runs. Dagster-free: defs/reconcile.py reads the runs and turns the decisions into run requests."""
+runs. Dagster-free: defs/reconcile/reconciler.py reads the runs and turns the decisions into run requests."""
 
 from __future__ import annotations
 

@@ -115,18 +115,23 @@ def plan_definitions() -> dg.Definitions:
     )
 
 
-def longest_gap(cron: str | Sequence[str], now: datetime | None = None) -> timedelta:
-    """The longest time between two ticks of a cron, over its recent ticks (the last 2 hours, else day, week or
-    month that hold at least 3), read through Dagster's own cron handling."""
-    now = now or datetime.now(UTC)
+# Ticks are read from a fixed Monday, so the answer is the same whenever and wherever the location loads: two days
+# see a cron's gaps by hour of day (a cron of working hours waits all night); a cron of fewer than 30 ticks a day is
+# read over 15 days, which sees its gaps by day of week too, and one of fewer than 3 ticks in those over 130.
+GAP_ANCHOR = datetime(2026, 1, 5, tzinfo=UTC)
+
+
+def longest_gap(cron: str | Sequence[str]) -> timedelta:
+    """The longest time between two ticks of a cron (from a fixed Monday: 2 days, or 15 or 130 for sparser crons),
+    read through Dagster's own cron handling."""
     fmt = "%Y-%m-%d-%H:%M"
+    partitions = dg.TimeWindowPartitionsDefinition(
+        cron_schedule=cron if isinstance(cron, str) else cron[0], start=GAP_ANCHOR.strftime(fmt), fmt=fmt
+    )
     ticks: Sequence[str] = []
-    for span in (timedelta(hours=2), timedelta(days=1), timedelta(days=8), timedelta(days=32)):
-        partitions = dg.TimeWindowPartitionsDefinition(
-            cron_schedule=cron if isinstance(cron, str) else cron[0], start=(now - span).strftime(fmt), fmt=fmt
-        )
-        ticks = partitions.get_partition_keys(current_time=now)
-        if len(ticks) >= 3:
+    for days, enough in ((2, 60), (15, 3), (130, 0)):
+        ticks = partitions.get_partition_keys(current_time=GAP_ANCHOR + timedelta(days=days))
+        if len(ticks) >= enough:
             break
     times = [datetime.strptime(tick, fmt) for tick in ticks]
-    return max((b - a for a, b in zip(times, times[1:], strict=False)), default=timedelta(days=32))
+    return max((b - a for a, b in zip(times, times[1:], strict=False)), default=timedelta(days=130))

@@ -424,12 +424,11 @@ def _checks(result: "DeployAnalysis", scrape_interval_s: float) -> list[dg.Asset
 # Retries are Dagster's: a step that fails (the warehouse away for a moment, a connection cut) is tried again in the
 # same run, with backoff (RetryPolicy; a refusal is a Failure that allows none), and a run whose process died (its pod
 # evicted, its code server gone) is started again by the daemon (run retries: dagster.yaml and the Helm values enable
-# them for crashes only, the step retries covering step failures). radar_reconciler requests the deploys that never
-# got a run.
-# Five retries, 30 s × (2^n − 1) after the n-th failure (30 s, 90, 210, 450, 930): the last about 29 minutes after the
-# first failure, as long as the reconciler's four runs used to wait, so a warehouse away for a quarter of an hour is
-# outlasted.
-ANALYSIS_RETRY = dg.RetryPolicy(max_retries=5, delay=30, backoff=dg.Backoff.EXPONENTIAL)
+# them for crashes only, the step retries covering step failures). radar_reconciler requests the deploys still without
+# an analysis after that, in bounded runs with backoff.
+# Two retries, 15 s then 45 s after the failures: a blip of the warehouse or a cut connection. The run holds its slot of
+# the analysis pool while it waits, so longer outages are radar_reconciler's: its runs, minutes apart, hold none.
+ANALYSIS_RETRY = dg.RetryPolicy(max_retries=2, delay=15, backoff=dg.Backoff.EXPONENTIAL)
 ANALYSIS_RUN_RETRIES = 2
 deploy_verdicts_job = dg.define_asset_job(
     "deploy_verdicts_job",

@@ -1,6 +1,8 @@
 """radar_reconciler: what Dagster cannot see gets a run — the outboxes' waiting rows (with bounded retries and
-backoff), deploys whose window closed without a run, imported deploys without a partition — and the asset check that
-shows what is still waiting. A failed analysis run is retried by Dagster itself (deploy_verdicts_job)."""
+backoff), deploys whose window closed without an analysis (with
+bounded runs and backoff), imported deploys without a partition — and the asset check that
+shows what is still waiting. Dagster retries a failed analysis step within its run for a minute and restarts a
+crashed run; a deploy still without an analysis gets bounded runs here, with backoff."""
 
 import json
 from collections.abc import Sequence
@@ -55,7 +57,7 @@ def radar_reconciler(
     """Each evaluation: (1) requests a run of the alert asset for every analysis with outbox rows due (pending past
     their backoff, or left `sending` by a stopped run), created within the alert age limit, and withholds older
     ones; (2) requests an analysis of every deploy whose window closed more than the grace ago without an analysis
-    row and without a run (never requested: a failed run was Dagster's to retry);
+    row (never requested, or its runs failed: at most max_analysis_runs runs, with backoff);
     (3) adds the `deploys` partitions of imported deploys, without runs (a backfill stays a person's decision).
     Run keys name the attempt, so a repeated tick requests nothing twice. The tick's log says what it did, and the
     `nothing_waiting` check on regression_alerts is reported whenever what waits changes.
@@ -112,9 +114,9 @@ def radar_reconciler(
         runs = _past_runs(context.instance, deploy_verdicts_job.name, event.deploy_id)
         if event.deploy_id in in_backfill:
             runs.append(PastRun(in_flight=True, ended_at=None))
-        # One run, for a deploy that never had one: a failed run was retried by Dagster (deploy_verdicts_job's step
-        # and run retries) before it failed for good; nothing_waiting shows it then.
-        decision = analysis_retry(event.deploy_id, runs, now, 1, reconciler.backoff)
+        # Dagster retries a failed step within its run for a minute (ANALYSIS_RETRY) and restarts a crashed run; a
+        # longer outage is waited out here, between runs that hold no slot of the analysis pool meanwhile.
+        decision = analysis_retry(event.deploy_id, runs, now, reconciler.max_analysis_runs, reconciler.backoff)
         lines.append(decision.reason)
         if decision.request:
             requests.append(
