@@ -78,12 +78,32 @@ def pytest_configure(config: pytest.Config) -> None:
             os.environ[name] = value
 
 
+# The longest modules (make test's --durations), first: pytest-xdist hands out a module per worker in collection order,
+# so the long ones start at once on both workers instead of one of them ending the run alone.
+LONGEST_FIRST = (
+    "test_demo.py",
+    "test_cli.py",
+    "test_deploy_analysis.py",
+    "test_deploy_impact_pg.py",
+    "test_faults.py",
+    "test_periodic.py",
+    "test_silent_server.py",
+    "test_plans.py",
+    "test_noise.py",
+    "test_code_hosts.py",
+    "test_outbox.py",
+)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test with its tier, before `-m` selects among them; keep the whole collection for test_tiers."""
+    """Mark every test with its tier, before `-m` selects among them; keep the whole collection for test_tiers; put
+    the longest modules first (the order within a module is kept)."""
     for item in items:
         if not any(mark.name in TIERS for mark in item.iter_markers()):
             item.add_marker(tier_of(item))
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
     config.stash[COLLECTED] = list(items)
 
 
