@@ -184,18 +184,17 @@ def _token(value: object, info: ValidationInfo) -> str:
 
 
 def _api_url(value: object, info: ValidationInfo) -> str:
-    variable, text = _variable(info), _raw(value)
-    if "@" in text:
-        raise ConfigError(f"{variable} must not hold @ (a user name or password)")
-    if not _HTTP.fullmatch(text):
-        raise ConfigError(f"{variable} must be an http(s) URL, not {text!r}")
-    return text
+    return _http_url(value, info)
 
 
 def _link(value: object, info: ValidationInfo) -> str:
+    return _http_url(value, info, ": alerts show it as a link")
+
+
+def _http_url(value: object, info: ValidationInfo, why_no_at: str = "") -> str:
     variable, text = _variable(info), _raw(value)
     if "@" in text:
-        raise ConfigError(f"{variable} must not hold @ (a user name or password): alerts show it as a link")
+        raise ConfigError(f"{variable} must not hold @ (a user name or password){why_no_at}")
     if not _HTTP.fullmatch(text):
         raise ConfigError(f"{variable} must be an http(s) URL, not {text!r}")
     return text
