@@ -107,6 +107,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[COLLECTED] = list(items)
 
 
+@pytest.fixture(autouse=True)
+def _no_stale_dagster_state_storage() -> Iterator[None]:
+    """Each test starts with no Dagster instance's definitions-state storage current. An instance sets it when entered
+    and a test that leaves it set behind (a closed instance) makes the next in-process load of the code location in
+    that worker fail ("Attempted to resolve undefined DagsterInstance weakref"): which test runs before which differs
+    with the workers' shares. Dagster has no public handle on it; this is the tests' own hygiene, not the product's
+    (a Dagster process keeps its instance for its whole life)."""
+    from dagster._core.storage.defs_state.base import set_defs_state_storage
+
+    with set_defs_state_storage(None):
+        yield
+
+
 @dataclass
 class Server:
     """A running test server and its major version."""
