@@ -92,7 +92,7 @@ def alert_max_age_hours(value: str | None, variable: str = "RADAR_ALERT_MAX_AGE_
 
 
 def _variable(info: ValidationInfo) -> str:
-    return PREFIX + str(info.field_name).upper()
+    return variable(str(info.field_name))
 
 
 def _raw(value: object) -> str:

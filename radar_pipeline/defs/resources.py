@@ -83,9 +83,7 @@ class AnalysisResource(dg.ConfigurableResource):
         """Engine settings of the periodic check: as `settings`, with the window P (`window` overrides it) and a
         tolerance spanning the whole window, so a change anywhere in [t − 2P, t] counts; the false-alert budget is
         spread over a day's checks (B · P / 1 day each)."""
-        from radar_pipeline.engine import EngineSettings
-
-        budget = EngineSettings().false_alert_budget * self.period_seconds / 86400
+        budget = _ENGINE_DEFAULTS.false_alert_budget * self.period_seconds / 86400
         chosen = {
             "window": self.period_seconds,
             "false_alert_budget": budget,
