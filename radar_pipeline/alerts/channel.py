@@ -1,0 +1,93 @@
+"""The seam between the outbox and the channels beyond Slack (PagerDuty, Microsoft Teams, Grafana, generic webhooks).
+
+The outbox (steps/channel_delivery.py) claims rows, calls a Channel, and records the outcome; a Channel only maps what
+radar found to its API's request and reports how the request ended. Each Channel holds its own client-side time bound
+and never puts a secret (routing key, token, URL with a secret) in an error message."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from radar_pipeline.alerts.render import AnalysisFacts, LoadChange, Regression
+from radar_pipeline.pgss_model import Key
+
+
+class ChannelError(Exception):
+    """The channel did not take the request, or may have. `retryable`: a later attempt may succeed; `unknown`: the
+    request went out and no answer came (a timeout, a lost connection), so it may have been delivered; `retry_after`:
+    the seconds the channel asked to wait (a 429's Retry-After)."""
+
+    def __init__(self, message: str, retryable: bool, unknown: bool = False, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.unknown = unknown
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class Detection:
+    """One outbox row's content: a statement's regression, or its load change (a new heavy statement, a surge)."""
+
+    key: Key  # (dbid, userid, queryid, toplevel) on facts.target
+    regression: Regression | None = None
+    change: LoadChange | None = None
+
+
+@dataclass(frozen=True)
+class DeployNotice:
+    """A deploy as a marker on a channel (a PagerDuty change event, a Grafana annotation)."""
+
+    deploy_id: str
+    target: str
+    deployed_at: datetime
+    service: str | None
+    version: str | None
+    url: str | None  # the deploy's link (radar deploy --url)
+    run_url: str | None  # the CI run that deployed, when known
+    commit_sha: str | None = None
+    repository: str | None = None
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """What the channel answered to a request it took: its id of what it created, when it gives one (a PagerDuty
+    dedup_key, a Grafana annotation id), stored with the outbox row."""
+
+    remote_id: str | None = None
+
+
+class Channel(Protocol):
+    """A destination radar sends to through the outbox."""
+
+    name: str  # the outbox row's channel: "pagerduty", "teams", "grafana", "webhook:<name>"
+    per_detection: bool  # one request per detection (PagerDuty, Grafana, webhook), else one per analysis and target
+    can_check: bool  # find_delivered works: the channel can tell whether an earlier attempt was delivered
+
+    def notify(self, facts: AnalysisFacts, detections: list[Detection], delivery_id: str) -> Delivered:
+        """Send these detections of one analysis on facts.target (exactly one when per_detection) under the outbox's
+        delivery id; raise ChannelError when the channel did not take them, or may have."""
+        ...
+
+    def find_delivered(self, facts: AnalysisFacts, earlier: dict[Key, str], since: datetime) -> dict[Key, Delivered]:
+        """Of the rows an earlier attempt may have delivered (key → that attempt's delivery id, claimed after
+        `since`), those the channel shows were delivered. Only called when can_check; raises ChannelError."""
+        ...
+
+
+class DeployMarker(Protocol):
+    """A channel that also marks each deploy (PagerDuty's change events, Grafana's deploy annotations)."""
+
+    name: str
+    can_check: bool  # find_marked works
+
+    def mark_deploy(self, notice: DeployNotice, delivery_id: str) -> Delivered:
+        """Mark the deploy under the outbox's delivery id; raise ChannelError when the channel did not take it, or
+        may have."""
+        ...
+
+    def find_marked(self, notice: DeployNotice, delivery_id: str, since: datetime) -> Delivered | None:
+        """The mark an earlier attempt (that delivery id, claimed after `since`) made, or None. Only called when
+        can_check; raises ChannelError."""
+        ...
