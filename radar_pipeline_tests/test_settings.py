@@ -125,8 +125,12 @@ SECRETS = {
     "RADAR_SLACK_WEBHOOK_URL": "https://hooks.slack.com/services/T0/B0/Wb3secret",
     "RADAR_GITHUB_TOKEN": "ghp_Gh2secret",
     "RADAR_GITLAB_TOKEN": "glpat-Gl1secret",
+    "RADAR_RECEIVER_ARGOCD_TOKEN": "Ar9secret-0123456789",
+    "RADAR_RECEIVER_FLUX_TOKEN": "Fl8secret-0123456789",
+    "RADAR_RECEIVER_ROLLOUTS_TOKEN": "Ro6secret-0123456789",
 }
 PIECES = ("Wh0use9pw", "Tg7secret", "Dg5secret", "Sl4cksecret", "Wb3secret", "Gh2secret", "Gl1secret")
+PIECES += ("Ar9secret", "Fl8secret", "Ro6secret")
 
 
 def test_secrets_never_print():
@@ -157,6 +161,9 @@ def test_secrets_never_print():
         ("RADAR_SLACK_WEBHOOK_URL", "http://hooks.slack.com/services/T0/B0/Wb3secret"),
         ("RADAR_GITHUB_TOKEN", "ghp_Gh2secret x"),
         ("RADAR_GITLAB_TOKEN", "glpat-Gl1secret\x1b"),
+        ("RADAR_RECEIVER_ARGOCD_TOKEN", "Ar9secret-0123456789 x"),
+        ("RADAR_RECEIVER_FLUX_TOKEN", "Fl8secret"),
+        ("RADAR_RECEIVER_ROLLOUTS_TOKEN", "Ro6secret-0123456789\x1b"),
     ],
 )
 def test_a_refused_secret_is_not_shown(variable_name, bad):

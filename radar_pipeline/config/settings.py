@@ -38,6 +38,7 @@ DEFAULT_SCRAPE_INTERVAL_SECONDS = 60.0
 DEFAULT_API_URLS = {"github": "https://api.github.com", "gitlab": "https://gitlab.com/api/v4"}
 _ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}")
 _HTTP = re.compile(r"https?://[^\s\x00-\x1f\x7f]+")
+MIN_SHARED_SECRET = 16  # a webhook's token or HMAC key: `openssl rand -hex 32` gives 64
 
 
 def positive_int(value: str | None, variable: str, default: int) -> int:
@@ -183,6 +184,13 @@ def _token(value: object, info: ValidationInfo) -> str:
     return text
 
 
+def _shared_secret(value: object, info: ValidationInfo) -> str:
+    text = _token(value, info)
+    if len(text) < MIN_SHARED_SECRET:
+        raise ConfigError(f"{_variable(info)} is shorter than {MIN_SHARED_SECRET} characters: too easy to guess")
+    return text
+
+
 def _api_url(value: object, info: ValidationInfo) -> str:
     return _http_url(value, info)
 
@@ -263,6 +271,12 @@ class RadarSettings(BaseSettings):
     plan_cron: str | None = None
     deploy_target: str | None = None  # `radar deploy`'s target when --target is not given
     home: Path | None = None  # where the embedded default lives (unset: ./.radar)
+    # receiver sources (H4): the secret each tool's notifications authenticate with at `radar webhook serve` (unset:
+    # that source is refused): Argo CD's and Argo Rollouts' bearer token; Flux's bearer token (generic provider) or
+    # HMAC key (generic-hmac). docs/receiver-sources.md.
+    receiver_argocd_token: Annotated[SecretStr | None, BeforeValidator(_shared_secret)] = None
+    receiver_flux_token: Annotated[SecretStr | None, BeforeValidator(_shared_secret)] = None
+    receiver_rollouts_token: Annotated[SecretStr | None, BeforeValidator(_shared_secret)] = None
 
     @model_validator(mode="before")
     @classmethod
@@ -407,6 +421,8 @@ RUN_RETENTION_VAR = variable("dagster_run_retention_days")
 SHARDS_VAR = variable("snapshot_shards")
 PERIODIC_START_VAR = variable("periodic_start")
 PERIODIC_MINUTE_VAR = variable("periodic_minute")
+# receiver sources (H4): each source's secret by its NAME.
+RECEIVER_SOURCE_TOKEN_VARS = {name: variable(f"receiver_{name}_token") for name in ("argocd", "flux", "rollouts")}
 # Whole-number settings and their defaults.
 COUNTS: dict[str, int] = {
     v: RadarSettings.model_fields[field_of(v)].default
