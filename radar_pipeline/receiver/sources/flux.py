@@ -66,6 +66,7 @@ def parse(headers: Mapping[str, str], body: bytes, params: Mapping[str, str]) ->
         return Parsed(None, ignored=f"{what} reported {reason}, not {' or '.join(sorted(DEPLOYED[kind]))}")
     metadata = _metadata(obj)
     revision = _revision(metadata)
+    controller = _kube.text(obj, "reportingController", required=False)
     keyed = (kind, namespace, name, revision) if kind == "Kustomization" else (kind, namespace, name, revision, at)
     return Parsed(
         _kube.event(
@@ -81,7 +82,7 @@ def parse(headers: Mapping[str, str], body: bytes, params: Mapping[str, str]) ->
                     "namespace": namespace,
                     "reason": reason,
                     "timestamp": at.isoformat(),
-                    "controller": _kube.text(obj, "reportingController", required=False) or "",
+                    **({"controller": controller} if controller else {}),
                     **{k: v for k, v in metadata.items() if k in KEPT},
                 }
             },
