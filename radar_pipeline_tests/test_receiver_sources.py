@@ -10,12 +10,17 @@ import copy
 import hashlib
 import hmac
 import json
+import re
+import shlex
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 import sqlalchemy as sa
+import yaml
 
 from radar_pipeline.receiver.sources import argocd, flux, rollouts
 from radar_pipeline.receiver.sources.base import Parsed, Refused
@@ -530,3 +535,141 @@ def test_redeliveries_are_one_deploy_in_the_warehouse(warehouse):
     with warehouse.connect() as conn:
         sources = conn.execute(sa.text("SELECT source, count(*) FROM radar.deploy_event GROUP BY 1 ORDER BY 1"))
         assert [tuple(r) for r in sources] == [("argocd", 2), ("flux", 1), ("rollouts", 1)]
+
+
+# --- the templates docs/receiver-sources.md recommends, rendered against real-shaped objects ---
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "receiver-sources.md"
+ACTION = re.compile(r"\{\{\s*toJson\s+(.+?)\s*\}\}")
+NO_VALUE = object()  # what Go's templates give for a key a map does not have
+
+
+def _lookup(value: Any, path: str) -> Any:
+    """A Go template's field chain (.a.b.c) on maps: a missing key is no value; a field of no value is an error."""
+    for key in [k for k in path.split(".") if k]:
+        if value is NO_VALUE or not isinstance(value, dict):
+            raise ValueError(f"nil pointer evaluating .{key}")
+        value = value.get(key, NO_VALUE)
+    return value
+
+
+def _evaluate(expr: str, data: dict[str, Any]) -> Any:
+    """The few forms of Go template expressions the documented templates use, each evaluated as text/template does:
+    .a.b, (index .a "key"), (index .a 0).b, (printf "%s/x/%s" .a .b). Anything else fails the test."""
+    expr = expr.strip()
+    if expr.startswith("."):
+        return _lookup(data, expr)
+    match = re.fullmatch(r"\((\w+)\s+(.*)\)(\.[\w.]+)?", expr)
+    assert match, f"a template expression this test does not know: {expr}"
+    function, arguments, chain = match.groups()
+    args = [
+        _lookup(data, word) if word.startswith(".") else int(word) if word.isdigit() else word
+        for word in shlex.split(arguments)
+    ]
+    if function == "index":
+        container, key = args
+        result = container[key] if isinstance(container, list) else container.get(key, NO_VALUE)
+    elif function == "printf":
+        result = args[0].replace("%s", "{}").format(*args[1:])
+    else:
+        raise AssertionError(f"a template function this test does not know: {function}")
+    return _lookup(result, chain) if chain else result
+
+
+def render(template: str, data: dict[str, Any]) -> bytes:
+    """The template's body with each {{ toJson X }} replaced by sprig's toJson of X (no value is null)."""
+
+    def to_json(match: re.Match[str]) -> str:
+        value = _evaluate(match.group(1), data)
+        return json.dumps(None if value is NO_VALUE else value, ensure_ascii=False)
+
+    rendered = ACTION.sub(to_json, template)
+    assert "{{" not in rendered, rendered
+    return rendered.encode()
+
+
+def documented() -> list[dict[str, Any]]:
+    """Every YAML object of the docs page's yaml blocks."""
+    blocks = re.findall(r"```yaml\n(.*?)```", DOCS.read_text(), flags=re.S)
+    return [doc for block in blocks for doc in yaml.safe_load_all(block) if isinstance(doc, dict)]
+
+
+def _config_map(name: str) -> dict[str, str]:
+    (found,) = [d for d in documented() if d.get("kind") == "ConfigMap" and d["metadata"]["name"] == name]
+    return found["data"]
+
+
+def _webhook_body(data: dict[str, str], template: str) -> str:
+    return yaml.safe_load(data[f"template.{template}"])["webhook"]["radar"]["body"]
+
+
+APPLICATION = {  # an Argo CD Application as the notifications controller sees it after a sync
+    "metadata": {
+        "name": "shop",
+        "namespace": "argocd",
+        "annotations": {"notifications.argoproj.io/subscribe.on-deployed-radar.radar": "", "radar/target": "main"},
+    },
+    "spec": {"source": {"repoURL": "https://github.com/acme/shop-deploy.git", "path": "k8s", "targetRevision": "HEAD"}},
+    "status": {
+        "sync": {"status": "Synced", "revision": SHA},
+        "health": {"status": "Healthy"},
+        "operationState": {
+            "phase": "Succeeded",
+            "startedAt": "2026-11-29T11:59:40Z",
+            "finishedAt": FINISHED,
+            "syncResult": {"revision": SHA, "source": {"repoURL": "https://github.com/acme/shop-deploy.git"}},
+        },
+    },
+}
+ROLLOUT_OBJECT = {  # an Argo Rollout as its controller sends it to the notifications engine
+    "metadata": {
+        "name": "shop",
+        "namespace": "apps",
+        "annotations": {"rollout.argoproj.io/revision": "7", "radar/target": "main"},
+    },
+    "spec": {"template": {"spec": {"containers": [{"name": "shop", "image": "registry.example.com/shop:1.4.2"}]}}},
+    "status": {"currentPodHash": "6b7f9c8d5", "phase": "Healthy", "currentStepIndex": 3, "abort": False},
+}
+
+
+def test_the_documented_argocd_template_renders_a_body_mapped_to_the_deploy():
+    data = _config_map("argocd-notifications-cm")
+    context = yaml.safe_load(data["context"])
+    raw = render(_webhook_body(data, "radar-deploy"), {"app": APPLICATION, "context": context})
+    event = argocd.parse(bearer(), raw, {}).event
+    assert event is not None and event.url == "https://argocd.example.com/applications/shop"
+    assert (event.target, event.service, event.version) == ("main", "shop", SHA)
+    assert event == argocd.parse({}, body(ARGOCD), {}).event  # the payload the other tests use is this one
+    assert "$radar-token" in data["service.webhook.radar"] and "/v1/deploys/argocd" in data["service.webhook.radar"]
+    running = copy.deepcopy(APPLICATION)
+    running["status"]["operationState"]["phase"] = "Running"
+    assert argocd.parse(
+        {}, render(_webhook_body(data, "radar-deploy"), {"app": running, "context": context}), {}
+    ).ignored
+
+
+def test_the_documented_rollouts_template_renders_a_body_mapped_to_the_deploy():
+    data = _config_map("argo-rollouts-notification-configmap")
+    raw = render(_webhook_body(data, "radar-rollout-completed"), {"rollout": ROLLOUT_OBJECT})
+    event = rollouts.parse(bearer(), raw, {}).event
+    assert event is not None and event == rollouts.parse({}, body(ROLLOUT), {}).event
+    blue_green = copy.deepcopy(ROLLOUT_OBJECT)
+    del blue_green["status"]["currentStepIndex"]  # no steps: no value, rendered null
+    assert rollouts.parse({}, render(_webhook_body(data, "radar-rollout-completed"), {"rollout": blue_green}), {}).event
+    assert "radar-rollout-completed" in data["trigger.on-rollout-completed"]
+
+
+def test_the_documented_flux_providers_post_to_the_flux_source_with_the_target():
+    providers = [d for d in documented() if d.get("kind") == "Provider"]
+    assert sorted(p["spec"]["type"] for p in providers) == ["generic", "generic-hmac"]
+    for provider in providers:
+        address = urlsplit(provider["spec"]["address"])
+        assert address.path == f"/v1/deploys/{flux.NAME}"
+        params = dict(parse_qsl(address.query))
+        assert flux.parse({}, body(FLUX_KS), params).event is not None
+    secrets = {
+        d["stringData"].get("headers", "") + d["stringData"].get("token", "")
+        for d in documented()
+        if d.get("kind") == "Secret" and d["metadata"].get("namespace") == "flux-system"
+    }
+    assert any(s.startswith("Authorization: Bearer ") for s in secrets) and len(secrets) == 2
