@@ -79,14 +79,16 @@ def timestamp(obj: Mapping[str, Any], key: str, where: str = "") -> datetime:
 
 
 def target(obj: Mapping[str, Any], params: Mapping[str, str]) -> str:
-    """The watched database the deploy is for: the URL's ?target=, or the body's target (the same when both)."""
+    """The watched database the deploy is for: the URL's ?target=, or the body's target (the same when both; a
+    source whose bodies cannot name it passes an empty obj)."""
     given = text(params, "target", "the URL's ?", required=False)
     written = text(obj, "target", required=False)
     if given and written and given != written:
         raise Refused(422, "target differs between the URL's ?target= and the body: give one")
     found = given or written
     if not found:
-        raise Refused(422, "target is missing: add ?target=NAME to the URL, or a target field to the body")
+        where = "add ?target=NAME to the URL" + (", or a target field to the body" if obj else "")
+        raise Refused(422, f"target is missing: {where}")
     return found
 
 
