@@ -38,7 +38,6 @@ DEFAULT_SCRAPE_INTERVAL_SECONDS = 60.0
 DEFAULT_API_URLS = {"github": "https://api.github.com", "gitlab": "https://gitlab.com/api/v4"}
 _ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}")
 _HTTP = re.compile(r"https?://[^\s\x00-\x1f\x7f]+")
-MIN_SHARED_SECRET = 16  # a webhook's token or HMAC key: `openssl rand -hex 32` gives 64
 
 
 def positive_int(value: str | None, variable: str, default: int) -> int:
@@ -182,6 +181,10 @@ def _token(value: object, info: ValidationInfo) -> str:
     if any(c.isspace() or not c.isprintable() for c in text):
         raise ConfigError(f"{_variable(info)} holds white space or control characters: not a token")
     return text
+
+
+# receiver sources (H4): a webhook's token or HMAC key is long enough not to be guessed (`openssl rand -hex 32`: 64).
+MIN_SHARED_SECRET = 16
 
 
 def _shared_secret(value: object, info: ValidationInfo) -> str:
