@@ -673,3 +673,16 @@ def test_the_documented_flux_providers_post_to_the_flux_source_with_the_target()
         if d.get("kind") == "Secret" and d["metadata"].get("namespace") == "flux-system"
     }
     assert any(s.startswith("Authorization: Bearer ") for s in secrets) and len(secrets) == 2
+
+
+def test_flux_metadata_radar_does_not_keep_refuses_nothing():
+    """An Alert's summary or eventMetadata may hold anything: only the revision and the kept keys are read."""
+    noisy = with_field(FLUX_KS, "metadata.summary", "prod\ncluster \x1b[1m")
+    noisy = with_field(noisy, "metadata.env", {"nested": ["not", "a", "string"]})
+    event = flux.parse({}, body(noisy), {"target": "main"}).event
+    assert event is not None and "summary" not in event.metadata["flux"] and "env" not in event.metadata["flux"]
+    for key in ("app-version", "oci-digest", "origin-revision"):
+        assert (
+            "metadata"
+            in refused(flux.parse, body(with_field(FLUX_HR, f"metadata.{key}", "x\x1b")), {"target": "m"}).reason
+        )

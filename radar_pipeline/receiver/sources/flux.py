@@ -91,8 +91,9 @@ def parse(headers: Mapping[str, str], body: bytes, params: Mapping[str, str]) ->
 
 
 def _metadata(obj: Mapping[str, Any]) -> dict[str, str]:
-    """The event's metadata, each key and value a string by the deploy event's rules, the API group prefixes of
-    older controllers dropped (`kustomize.toolkit.fluxcd.io/revision` → `revision`)."""
+    """The metadata a deploy keeps (its revision, and KEPT), each value a string by the deploy event's rules; the
+    API group prefix of older controllers' keys dropped (`kustomize.toolkit.fluxcd.io/revision` → `revision`). Other
+    keys (an Alert's summary, the commit status flag) are not read, so they refuse nothing."""
     raw = obj.get("metadata")
     if raw is None:
         return {}
@@ -100,10 +101,9 @@ def _metadata(obj: Mapping[str, Any]) -> dict[str, str]:
         raise Refused(422, "metadata is not an object")
     found: dict[str, str] = {}
     for key in raw:
-        _kube.text({"key": key}, "key", "a metadata ")
-        value = _kube.text(raw, key, "metadata.", required=False)
-        if value is not None:
-            found[key.rsplit("/", 1)[-1]] = value
+        short = key.rsplit("/", 1)[-1]
+        if short in ("revision", *KEPT) and (value := _kube.text(raw, key, "metadata.", required=False)):
+            found[short] = value
     return found
 
 
