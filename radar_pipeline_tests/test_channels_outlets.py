@@ -1,0 +1,266 @@
+"""Microsoft Teams, Grafana annotations and generic webhooks (alerts/teams.py, grafana.py, webhook.py), each with its
+real HTTP client on the wire against a loopback stand-in that holds the API's contract (fake_webhook, fake_grafana):
+the mapping from what radar found to each request, the limits, the escaping, and every kind of answer."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from radar_pipeline.alerts.channel import ChannelError, Detection
+from radar_pipeline.alerts.render import AnalysisFacts, LoadChange, Regression
+
+from . import fake_webhook
+from .fake_webhook import PORTAL, Mode
+
+AT = datetime(2026, 11, 29, 12, tzinfo=UTC)
+HOSTILE = "SELECT \"a\", 'b' FROM t WHERE x = '{{ 7*7 }}'\n\t-- *bold* _it_ [l](http://evil) <at>x</at> \x1b[31m\u202e"
+
+
+def facts(**changed) -> AnalysisFacts:  # type: ignore[no-untyped-def]
+    values = dict(
+        analysis_id="shop-v2",
+        target="main",
+        split_at=AT,
+        service="shop",
+        version="v2",
+        url="https://ci.example/deploys/42?a=1&b=(2)",
+        run_url="http://localhost:3000/runs/abc",
+        load_ms_per_min=(100.0, 250.0),
+        state="fail",
+        verdict_counts=(("detected", 1), ("no_regression", 40)),
+        cleared_share=0.8,
+    )
+    values.update(changed)
+    return AnalysisFacts(**values)  # type: ignore[arg-type]
+
+
+def regression(i: int = 1, query: str = "SELECT * FROM orders WHERE customer_id = $1", plan: str | None = None):  # type: ignore[no-untyped-def]
+    return Regression(
+        queryid=1000 + i,
+        query=query,
+        mean_before_ms=1.5,
+        mean_after_ms=4.5 + i,
+        change_factor=3.0 + i,
+        confidence=0.999,
+        change_at=AT + timedelta(seconds=30),
+        calls_before=1200,
+        calls_after=1300,
+        cause="plan_changed",
+        plan_summary=plan or "Index Scan using orders_customer_idx → Seq Scan on orders",
+        factor_low=2.5,
+        factor_high=3.5,
+    )
+
+
+def detection(i: int = 1, **kwargs) -> Detection:  # type: ignore[no-untyped-def]
+    return Detection(key=(5, 10, 1000 + i, True), regression=regression(i, **kwargs))
+
+
+CHANGE = LoadChange(
+    queryid=77,
+    query="SELECT * FROM carts",
+    kind="new",
+    calls_per_min_before=0.0,
+    calls_per_min_after=300.0,
+    exec_ms_per_min_before=0.0,
+    exec_ms_per_min_after=90.0,
+    mean_before_ms=None,
+    mean_after_ms=0.3,
+    share_of_time_after=0.36,
+)
+
+
+@pytest.fixture(scope="module")
+def hook() -> Iterator[fake_webhook.FakeWebhook]:
+    """One stand-in for the module's tests (Teams' Workflows webhook and generic receivers); each test starts with
+    no call recorded and no answer scripted."""
+    state, http = fake_webhook.start()
+    yield state
+    http.shutdown()
+
+
+@pytest.fixture
+def webhook(hook: fake_webhook.FakeWebhook) -> fake_webhook.FakeWebhook:
+    hook.calls.clear()
+    hook.delivered.clear()
+    hook.script.clear()
+    return hook
+
+
+def _texts(value) -> list[str]:  # type: ignore[no-untyped-def]
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [t for item in value for t in _texts(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _texts(item)]
+    return []
+
+
+# Microsoft Teams
+
+
+def _teams(webhook: fake_webhook.FakeWebhook, timeout: float = 10.0):  # type: ignore[no-untyped-def]
+    from radar_pipeline.alerts.teams import TeamsChannel
+
+    return TeamsChannel(webhook.teams_url, timeout=timeout)
+
+
+def _card(call: fake_webhook.Call) -> dict:
+    message = call.json
+    assert message["type"] == "message"
+    (attachment,) = message["attachments"]
+    assert attachment["contentType"] == "application/vnd.microsoft.card.adaptive"
+    return attachment["content"]
+
+
+def test_teams_posts_an_adaptive_card_with_the_slack_messages_content(webhook):
+    from radar_pipeline.alerts.render import render
+
+    channel = _teams(webhook)
+    assert (channel.name, channel.per_detection, channel.can_check) == ("teams", False, False)
+    result = channel.notify(facts(), [detection(1), Detection(key=(5, 10, 77, True), change=CHANGE)], "d-1")
+    assert result.remote_id is None
+    (call,) = webhook.delivered
+    assert call.headers["content-type"].startswith("application/json")
+    card = _card(call)
+    assert card["type"] == "AdaptiveCard" and float(card["version"]) >= 1.4
+    body = card["body"]
+    assert body[0]["text"] == "1 query slower, 1 new heavy statement after deploy shop v2 on main"
+    facts_shown = {f["title"]: f["value"] for f in body[1]["facts"]}
+    assert facts_shown["Deploy"] == "[shop-v2](https://ci.example/deploys/42?a=1&b=%282%29)"
+    assert facts_shown["Database time"] == "100.0 → 250.0 ms per minute (×2.50)"
+    assert facts_shown["Deploy state"].startswith("fail (1 detected, 40 no\\_regression; 80% of the time")
+    monospace = [e["text"] for e in body if e.get("fontType") == "Monospace"]
+    assert monospace == ["SELECT \\* FROM carts", "SELECT \\* FROM orders WHERE customer\\_id = $1"]
+    regression_facts = {f["title"]: f["value"] for f in body[-3]["facts"]}
+    assert regression_facts["Mean"] == "1.500 → 5.500 ms (×4.00, 95% interval ×2.50 to ×3.50)"
+    assert regression_facts["queryid"] == "1001"
+    assert "Seq Scan on orders" in body[-2]["text"]
+    assert body[-1]["text"] == "[Analysis run in Dagster](http://localhost:3000/runs/abc)"
+    # the same content as Slack's message: every field Slack shows is a fact of the card
+    _, blocks = render(facts(), [regression(1)], [CHANGE])
+    slack_labels = [f["text"].split(":*")[0].lstrip("*") for b in blocks for f in b.get("fields", [])]
+    card_labels = [f["title"] for e in body if e["type"] == "FactSet" for f in e["facts"]]
+    assert card_labels == slack_labels
+
+
+def test_teams_escapes_outside_text_for_the_cards_markdown(webhook):
+    hostile_facts = facts(service="[x](http://evil) *s*", version="1. {{DATE(2017-02-14T06:08:39Z, SHORT)}}")
+    _teams(webhook).notify(hostile_facts, [detection(1, query=HOSTILE)], "d-1")
+    card = _card(webhook.delivered[0])
+    texts = _texts(card["body"])
+    joined = "\n".join(texts)
+    assert "{{" not in joined and "\\{\\{DATE" in joined  # no TextBlock date function runs
+    assert not re.search(r"(?<!\\)\]\(http://evil", joined) and "\\[x\\](http://evil)" in joined
+    assert "\\*bold\\*" in joined and "\\_it\\_" in joined and "\\<at\\>" in joined
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", joined)
+    statement = next(e["text"] for e in card["body"] if e.get("fontType") == "Monospace")
+    assert "\n" not in statement and "\"a\", 'b'" in statement
+
+
+@pytest.mark.parametrize("count", [1, 200])
+def test_teams_keeps_the_card_within_teams_limit(webhook, count):
+    from radar_pipeline.alerts.teams import MAX_PAYLOAD
+
+    huge = "SELECT " + ", ".join(f"\"col_{i}\" <> '&'" for i in range(20_000))
+    plan = "Seq Scan on orders " + "(cost=0.00..1.00) " * 2000
+    long_facts = facts(service="s" * 5000, version="v" * 5000, analysis_id="d-" + "9" * 400)
+    detections = [detection(i, query=huge, plan=plan) for i in range(count)]
+    _teams(webhook).notify(long_facts, detections, "d-1")  # the stand-in answers 413 over Teams' limit
+    (call,) = webhook.delivered
+    assert len(call.body) <= MAX_PAYLOAD < fake_webhook.MAX_TEAMS
+    texts = "\n".join(_texts(_card(call)["body"]))
+    if count == 200:
+        assert "… and 190 more" in texts and "all of them in Dagster" in texts
+    assert texts.count("SELECT") >= min(count, 10)
+
+
+def test_the_teams_stand_in_refuses_a_message_over_teams_limit(webhook):
+    from radar_pipeline.alerts import teams
+
+    message = teams._message([{"type": "TextBlock", "text": "x" * fake_webhook.MAX_TEAMS}])
+    with pytest.raises(ChannelError) as error:
+        _post_raw(webhook.teams_url, teams.encode(message))
+    assert "413" in str(error.value) and not error.value.retryable
+
+
+def _post_raw(url: str, body: bytes) -> None:
+    from radar_pipeline.alerts.outlet_http import Http, url_secrets
+
+    http = Http("Microsoft Teams", url_secrets(url))
+    answer = http.request("POST", url, content=body, headers={"Content-Type": "application/json"})
+    if answer.status != 202:
+        raise http.refused(answer, http.quote(answer.text))
+
+
+@pytest.mark.parametrize(
+    ("mode", "retryable", "unknown", "retry_after", "words"),
+    [
+        (
+            Mode(status=400, body=b'{"error":{"code":"InvalidRequestContent","message":"bad card"}}'),
+            False,
+            False,
+            None,
+            "bad card",
+        ),
+        (
+            Mode(status=413, body=b'{"error":{"code":"MessageTooLarge","message":"too big"}}'),
+            False,
+            False,
+            None,
+            "size limit",
+        ),
+        (
+            Mode(status=429, headers={"Retry-After": "17"}, body=b'{"error":{"code":"TooManyRequests"}}'),
+            True,
+            False,
+            17.0,
+            "429",
+        ),
+        (Mode(status=500, body=b'{"error":{"code":"InternalServerError","message":"boom"}}'), True, False, None, "500"),
+        (Mode(status=502, body=b"{}"), True, True, None, "may have been taken"),
+        (Mode(status=200, body=PORTAL, content_type="text/html"), True, True, None, "not Microsoft Teams"),
+        (Mode(status=503, body=PORTAL, content_type="text/html"), True, True, None, "not Microsoft Teams"),
+        (Mode(usual=True, delay=2.0), True, True, None, "no answer"),
+        (Mode(reset=True), True, True, None, "no answer"),
+    ],
+    ids=["400", "413", "429", "500", "502", "html-200", "html-503", "timeout", "reset"],
+)
+def test_teams_answers(webhook, mode, retryable, unknown, retry_after, words):
+    webhook.answer_next(mode)
+    with pytest.raises(ChannelError) as error:
+        _teams(webhook, timeout=0.5).notify(facts(), [detection()], "d-1")
+    assert (error.value.retryable, error.value.unknown, error.value.retry_after) == (retryable, unknown, retry_after)
+    assert words in str(error.value)
+    assert fake_webhook.SIG not in str(error.value) and "sig=" not in str(error.value)
+
+
+def test_teams_refused_connection_is_retryable_and_known_not_sent():
+    from radar_pipeline.alerts.teams import TeamsChannel
+
+    url = f"http://127.0.0.1:{fake_webhook.closed_port()}/workflows/x?sig={fake_webhook.SIG}"
+    with pytest.raises(ChannelError) as error:
+        TeamsChannel(url, timeout=2).notify(facts(), [detection()], "d-1")
+    assert error.value.retryable and not error.value.unknown
+    assert fake_webhook.SIG not in str(error.value)
+
+
+def test_teams_never_shows_the_urls_signature(webhook):
+    from radar_pipeline.alerts.teams import TeamsChannel
+
+    echo = f"<html>proxy: denied {webhook.teams_url}</html>".encode()
+    webhook.answer_next(Mode(status=403, body=echo, content_type="text/html"))
+    channel = TeamsChannel(webhook.teams_url)
+    with pytest.raises(ChannelError) as error:
+        channel.notify(facts(), [detection()], "d-1")
+    assert fake_webhook.SIG not in str(error.value) and fake_webhook.SIG not in repr(channel)
+    bad = TeamsChannel(webhook.teams_url.replace(fake_webhook.SIG, "wrong-signature-value"))
+    with pytest.raises(ChannelError) as refused:
+        bad.notify(facts(), [detection()], "d-1")
+    assert "401" in str(refused.value) and not refused.value.retryable
+    assert "wrong-signature-value" not in str(refused.value)
