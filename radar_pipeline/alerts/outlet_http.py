@@ -88,7 +88,7 @@ class Http:
         json_body: Any = None,
         content: bytes | None = None,
         headers: dict[str, str] | None = None,
-        params: list[tuple[str, str]] | None = None,
+        params: Any = None,
     ) -> Answer:
         """One request; its whole answer, or ChannelError when none came (nothing sent: retryable; sent: unknown)."""
         deadline = time.monotonic() + 2 * self.timeout
@@ -118,9 +118,9 @@ class Http:
         """The ChannelError of an answer that is not a success (`what`: the API's own message, already quoted)."""
         status = answer.status
         if status == 429:
-            wait = retry_after(answer.headers)
+            limited = retry_after(answer.headers)
             return ChannelError(
-                f"{self.who} rate-limited the request (HTTP 429, wait {wait:g} s): {what}", True, retry_after=wait
+                f"{self.who} rate-limited the request (HTTP 429, wait {limited:g} s): {what}", True, retry_after=limited
             )
         if answer.html or (300 <= status < 400):
             return self.not_the_api(answer)
