@@ -10,10 +10,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from radar_pipeline.alerts.channel import ChannelError, Detection
+from radar_pipeline.alerts.channel import ChannelError, Delivered, DeployNotice, Detection
 from radar_pipeline.alerts.render import AnalysisFacts, LoadChange, Regression
 
-from . import fake_webhook
+from . import fake_grafana, fake_webhook
 from .fake_webhook import PORTAL, Mode
 
 AT = datetime(2026, 11, 29, 12, tzinfo=UTC)
@@ -264,3 +264,188 @@ def test_teams_never_shows_the_urls_signature(webhook):
         bad.notify(facts(), [detection()], "d-1")
     assert "401" in str(refused.value) and not refused.value.retryable
     assert "wrong-signature-value" not in str(refused.value)
+
+
+# Grafana annotations
+
+
+@pytest.fixture(scope="module")
+def grafana_server() -> Iterator[fake_grafana.FakeGrafana]:
+    state, http = fake_grafana.start()
+    yield state
+    http.shutdown()
+
+
+@pytest.fixture
+def grafana(grafana_server: fake_grafana.FakeGrafana) -> fake_grafana.FakeGrafana:
+    grafana_server.calls.clear()
+    grafana_server.annotations.clear()
+    grafana_server.script.clear()
+    return grafana_server
+
+
+def _grafana(grafana: fake_grafana.FakeGrafana, token: str = fake_grafana.TOKEN, **options):  # type: ignore[no-untyped-def]
+    from radar_pipeline.alerts.grafana import GrafanaChannel
+
+    return GrafanaChannel(grafana.url, token, **options)
+
+
+NOTICE = DeployNotice(
+    deploy_id="shop-v2",
+    target="main",
+    deployed_at=AT,
+    service="shop",
+    version="v2",
+    url="https://ci.example/deploys/42",
+    run_url="https://ci.example/runs/7",
+    commit_sha="0123abcd",
+    repository="acme/shop",
+)
+
+
+def test_grafana_annotates_a_detection_with_its_tags_time_and_text(grafana):
+    channel = _grafana(grafana, dashboard_uid="db-1", panel_id=4)
+    assert (channel.name, channel.per_detection, channel.can_check) == ("grafana", True, True)
+    delivered = channel.notify(facts(), [detection(1, query=HOSTILE)], "out-17")
+    (annotation,) = grafana.annotations
+    assert delivered.remote_id == str(annotation["id"])
+    assert annotation["time"] == int((AT + timedelta(seconds=30)).timestamp() * 1000)
+    assert annotation["dashboardUID"] == "db-1" and annotation["panelId"] == 4
+    assert annotation["tags"] == [
+        "radar",
+        "target:main",
+        "service:shop",
+        "kind:regression",
+        "deploy:shop-v2",
+        "radar-delivery:out-17/5.10.1001.t",
+    ]
+    text = annotation["text"]
+    assert text.startswith("<b>radar: ×4.00 slower</b> on main after deploy shop-v2 (shop v2)")
+    assert "&lt;at&gt;x&lt;/at&gt;" in text and "<at>" not in text  # outside text escaped for Grafana's HTML
+    assert "&quot;a&quot;" in text and "\x1b" not in text and "\u202e" not in text
+    assert '<a href="https://ci.example/deploys/42?a=1&amp;b=(2)">deploy</a>' in text
+    assert '<a href="http://localhost:3000/runs/abc">analysis run in Dagster</a>' in text
+    change = channel.notify(facts(service=None), [Detection(key=(5, 10, 77, True), change=CHANGE)], "out-18")
+    assert grafana.annotations[1]["tags"][:3] == ["radar", "target:main", "kind:new"]
+    assert grafana.annotations[1]["time"] == int(AT.timestamp() * 1000) and change.remote_id == "2"
+    periodic = facts(analysis_id="periodic:2026-11-29-12:00", period=(AT, AT + timedelta(hours=1)))
+    channel.notify(periodic, [detection(2)], "out-19")
+    assert "check:periodic:2026-11-29-12:00" in grafana.annotations[2]["tags"]
+
+
+def test_grafana_tags_stay_within_grafanas_length_and_apart(grafana):
+    channel = _grafana(grafana)
+    long_target = "t" * 300
+    channel.notify(facts(target=long_target + "a"), [detection(1)], "x" * 200)
+    channel.notify(facts(target=long_target + "b"), [detection(1)], "x" * 200)
+    first, second = (a["tags"] for a in grafana.annotations)
+    assert all(len(tag) <= 100 for tag in first + second)
+    assert first[1] != second[1]  # the target tags, cut, still differ
+
+
+def test_grafana_marks_a_deploy(grafana):
+    channel = _grafana(grafana)
+    delivered = channel.mark_deploy(NOTICE, "out-5")
+    (annotation,) = grafana.annotations
+    assert delivered.remote_id == str(annotation["id"]) and annotation["time"] == int(AT.timestamp() * 1000)
+    assert annotation["tags"] == [
+        "radar",
+        "target:main",
+        "service:shop",
+        "kind:deploy",
+        "deploy:shop-v2",
+        "radar-delivery:out-5",
+    ]
+    assert annotation["text"].startswith("<b>Deploy shop-v2</b> (shop v2) on main<br>\ncommit 0123abcd in acme/shop")
+    assert '<a href="https://ci.example/runs/7">CI run</a>' in annotation["text"]
+
+
+def test_grafana_finds_what_an_earlier_attempt_added_and_only_that(grafana):
+    channel = _grafana(grafana)
+    since = AT + timedelta(hours=1)
+    grafana.answer_next(Mode(usual=True, delay=1.5))  # taken, the answer lost to the client's timeout
+    with pytest.raises(ChannelError) as lost:
+        _grafana(grafana, timeout=0.4).notify(facts(), [detection(1)], "out-1")
+    assert lost.value.unknown and lost.value.retryable
+    (key_1, key_2) = (detection(1).key, detection(2).key)
+    found = channel.find_delivered(facts(), {key_1: "out-1", key_2: "out-2"}, since)
+    assert found == {key_1: Delivered(str(grafana.annotations[0]["id"]))}
+    # another delivery of the same statement, or the same delivery of another statement, is not it
+    assert channel.find_delivered(facts(), {key_1: "out-9"}, since) == {}
+    assert channel.find_delivered(facts(), {key_2: "out-1"}, since) == {}
+    get = grafana.calls[-1]
+    assert get.method == "GET" and get.query["tags"] == ["radar", "radar-delivery:out-1/5.10.1002.t"]
+    assert get.query["matchAny"] == ["false"] and "from" in get.query and "to" in get.query
+    assert channel.find_marked(NOTICE, "out-5", since) is None
+    marked = channel.mark_deploy(NOTICE, "out-5")
+    assert channel.find_marked(NOTICE, "out-5", since) == marked
+    assert channel.find_marked(NOTICE, "out-6", since) is None
+
+
+def test_grafana_refuses_a_bad_token_without_showing_it(grafana):
+    channel = _grafana(grafana, token="glsa_wrong_token_value_0001")
+    with pytest.raises(ChannelError) as error:
+        channel.notify(facts(), [detection()], "out-1")
+    assert "401" in str(error.value) and "token was refused" in str(error.value) and not error.value.retryable
+    assert "glsa_wrong_token_value_0001" not in str(error.value) + repr(channel)
+    with pytest.raises(ChannelError):
+        channel.find_marked(NOTICE, "out-1", AT)
+    assert grafana.annotations == []
+
+
+def test_grafanas_stand_in_holds_the_annotation_contract(grafana):
+    from radar_pipeline.alerts.outlet_http import Http
+
+    http = Http("Grafana", ())
+    headers = {"Authorization": f"Bearer {fake_grafana.TOKEN}"}
+    seconds = {"time": int(AT.timestamp()), "text": "x", "tags": ["radar"]}
+    for body in (seconds, {"time": 1764417600000, "tags": ["a"]}, {"time": 1764417600000, "text": "x", "tags": [1]}):
+        answer = http.request("POST", grafana.url + "/api/annotations", json_body=body, headers=headers)
+        assert answer.status == 400, body
+    assert http.request("POST", grafana.url + "/api/annotations", json_body=seconds).status == 401
+    assert grafana.annotations == []
+
+
+@pytest.mark.parametrize(
+    ("mode", "retryable", "unknown", "retry_after", "words"),
+    [
+        (Mode(status=400, body=b'{"message":"bad request data"}'), False, False, None, "bad request data"),
+        (Mode(status=403, body=b'{"message":"Permission denied"}'), False, False, None, "may not add"),
+        (Mode(status=429, headers={"Retry-After": "30"}, body=b'{"message":"Too many"}'), True, False, 30.0, "429"),
+        (Mode(status=500, body=b'{"message":"Failed to save annotation"}'), True, False, None, "Failed to save"),
+        (Mode(status=504, body=b"gateway timeout", content_type="text/plain"), True, True, None, "may have been"),
+        (Mode(status=200, body=PORTAL, content_type="text/html"), True, True, None, "not Grafana"),
+        (Mode(status=200, body=b'{"message":"Annotation added"}'), True, True, None, "not Grafana"),
+        (Mode(status=302, headers={"Location": "https://sso.example/login"}), True, True, None, "not Grafana"),
+        (Mode(usual=True, delay=2.0), True, True, None, "no answer"),
+        (Mode(reset=True), True, True, None, "no answer"),
+    ],
+    ids=["400", "403", "429", "500", "504", "html", "no-id", "redirect", "timeout", "reset"],
+)
+def test_grafana_answers(grafana, mode, retryable, unknown, retry_after, words):
+    grafana.answer_next(mode)
+    with pytest.raises(ChannelError) as error:
+        _grafana(grafana, timeout=0.5).notify(facts(), [detection()], "out-1")
+    assert (error.value.retryable, error.value.unknown, error.value.retry_after) == (retryable, unknown, retry_after)
+    assert words in str(error.value) and fake_grafana.TOKEN not in str(error.value)
+
+
+def test_grafana_lookups_report_odd_answers(grafana):
+    channel = _grafana(grafana, timeout=0.5)
+    grafana.answer_next(Mode(status=200, body=b'{"not":"a list"}'))
+    with pytest.raises(ChannelError) as error:
+        channel.find_delivered(facts(), {detection().key: "out-1"}, AT)
+    assert error.value.unknown
+    grafana.answer_next(Mode(status=429, headers={"Retry-After": "5"}))
+    with pytest.raises(ChannelError) as limited:
+        channel.find_marked(NOTICE, "out-1", AT)
+    assert limited.value.retry_after == 5.0
+
+
+def test_grafana_refused_connection_is_retryable_and_known_not_sent():
+    from radar_pipeline.alerts.grafana import GrafanaChannel
+
+    channel = GrafanaChannel(f"http://127.0.0.1:{fake_webhook.closed_port()}", fake_grafana.TOKEN, timeout=2)
+    with pytest.raises(ChannelError) as error:
+        channel.mark_deploy(NOTICE, "out-1")
+    assert error.value.retryable and not error.value.unknown
