@@ -125,8 +125,15 @@ SECRETS = {
     "RADAR_SLACK_WEBHOOK_URL": "https://hooks.slack.com/services/T0/B0/Wb3secret",
     "RADAR_GITHUB_TOKEN": "ghp_Gh2secret",
     "RADAR_GITLAB_TOKEN": "glpat-Gl1secret",
+    # channels: Teams, Grafana, webhook (H2)
+    "RADAR_TEAMS_WEBHOOK_URL": "https://prod-1.westeurope.logic.azure.com/workflows/1/invoke?sv=1.0&sig=Tm8secret",
+    "RADAR_GRAFANA_TOKEN": "glsa_Gf6secret",
+    "RADAR_WEBHOOKS": '{"ops": {"url": "https://hooks.example.com/x?key=Wk1secret", "template": "{}"}}',
 }
+OTHERS = {"RADAR_SLACK_CHANNEL", "RADAR_GRAFANA_URL", "RADAR_WEBHOOK_ALLOWED_HOSTS"}  # not secrets, set beside them
+SECRETS |= {"RADAR_GRAFANA_URL": "https://grafana.example.com", "RADAR_WEBHOOK_ALLOWED_HOSTS": "hooks.example.com"}
 PIECES = ("Wh0use9pw", "Tg7secret", "Dg5secret", "Sl4cksecret", "Wb3secret", "Gh2secret", "Gl1secret")
+PIECES += ("Tm8secret", "Gf6secret", "Wk1secret")
 
 
 def test_secrets_never_print():
@@ -144,7 +151,7 @@ def test_secrets_never_print():
     assert loaded.token("github") == "ghp_Gh2secret" and [t.name for t in loaded.target_list()] == ["main"]
     assert "Tg7secret" not in repr(loaded.target_list())
     # Every setting that can hold a password or a token is a secret type.
-    assert {variable(f) for f in secret_fields()} == set(SECRETS) - {"RADAR_SLACK_CHANNEL"}
+    assert {variable(f) for f in secret_fields()} == set(SECRETS) - OTHERS
 
 
 @pytest.mark.parametrize(
@@ -157,6 +164,10 @@ def test_secrets_never_print():
         ("RADAR_SLACK_WEBHOOK_URL", "http://hooks.slack.com/services/T0/B0/Wb3secret"),
         ("RADAR_GITHUB_TOKEN", "ghp_Gh2secret x"),
         ("RADAR_GITLAB_TOKEN", "glpat-Gl1secret\x1b"),
+        ("RADAR_TEAMS_WEBHOOK_URL", "http://prod-1.westeurope.logic.azure.com/workflows/1?sig=Tm8secret"),
+        ("RADAR_GRAFANA_TOKEN", "glsa_Gf6secret\n"),
+        ("RADAR_WEBHOOKS", '{"ops": {"url": "https://hooks.example.com/x?key=Wk1secret", "template": "{}"'),
+        ("RADAR_WEBHOOKS", '{"ops": {"url": "https://hooks.example.com/x", "headers": {"A": "Wk1secret\\n"}}}'),
     ],
 )
 def test_a_refused_secret_is_not_shown(variable_name, bad):
