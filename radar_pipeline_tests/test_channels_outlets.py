@@ -4,6 +4,7 @@ the mapping from what radar found to each request, the limits, the escaping, and
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -449,3 +450,213 @@ def test_grafana_refused_connection_is_retryable_and_known_not_sent():
     with pytest.raises(ChannelError) as error:
         channel.mark_deploy(NOTICE, "out-1")
     assert error.value.retryable and not error.value.unknown
+
+
+# Generic webhooks
+
+TEMPLATE = """{
+  "text": "radar: {{ summary }}",
+  "statement": {{ query|tojson }},
+  "statement_quoted": "{{ query }}",
+  "kind": "{{ kind }}",
+  "factor": {{ regression.change_factor if regression else none }},
+  "service": {{ service|tojson }},
+  "queryid": {{ statement.queryid }},
+  "links": {"deploy": {{ deploy_url|tojson }}, "run": {{ run_url|tojson }}},
+  "key": "{{ idempotency_key }}"
+}"""
+
+
+def _hook(webhook: fake_webhook.FakeWebhook, template: str = TEMPLATE, **options):  # type: ignore[no-untyped-def]
+    from radar_pipeline.alerts.webhook import WebhookChannel
+
+    return WebhookChannel("ops", webhook.hook_url(), template, ["127.0.0.1"], **options)
+
+
+def test_a_webhook_posts_the_templates_json_with_an_idempotency_key(webhook):
+    channel = _hook(webhook, headers={"Authorization": "Bearer hook-secret-123"})
+    assert (channel.name, channel.per_detection, channel.can_check) == ("webhook:ops", True, False)
+    assert channel.notify(facts(), [detection(1, query=HOSTILE)], "out-3").remote_id is None
+    (call,) = webhook.delivered
+    assert call.headers["content-type"].startswith("application/json")
+    assert call.headers["idempotency-key"] == "out-3:5.10.1001.t"
+    assert call.headers["authorization"] == "Bearer hook-secret-123"
+    body = call.json
+    shown = " ".join(HOSTILE.replace("\x1b", "").replace("\u202e", "").split())
+    assert body["statement"] == body["statement_quoted"] == shown  # quotes, newlines, {{ }} kept as text, escaped
+    assert "{{ 7*7 }}" in body["statement"] and "49" not in body["statement"]
+    assert body["text"] == "radar: ×4.00 slower on main after deploy shop v2 (queryid 1001)"
+    assert (body["kind"], body["factor"], body["service"], body["queryid"]) == ("regression", 4.0, "shop", 1001)
+    assert body["links"] == {
+        "deploy": "https://ci.example/deploys/42?a=1&b=(2)",
+        "run": "http://localhost:3000/runs/abc",
+    }
+    channel.notify(facts(service=None), [Detection(key=(5, 10, 77, True), change=CHANGE)], "out-4")
+    second = webhook.delivered[1].json
+    assert (second["kind"], second["factor"], second["service"]) == ("new", None, None)
+
+
+def test_every_documented_field_is_given_to_the_template():
+    from pathlib import Path
+
+    from radar_pipeline.alerts.webhook import fields
+
+    given = fields(facts(), detection(1), "out-1")
+    names = (
+        set(given) | {f"regression.{k}" for k in given["regression"]} | {f"statement.{k}" for k in given["statement"]}
+    )
+    names |= {f"change.{k}" for k in fields(facts(), Detection((1, 2, 3, True), change=CHANGE), "x")["change"]}
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "channels.md").read_text()
+    assert not [name for name in sorted(names) if f"`{name}`" not in doc]
+    assert json.loads(json.dumps(given)) == given  # every field is a JSON value (times as text, NaN as null)
+
+
+def test_nan_numbers_reach_the_template_as_null(webhook):
+    from dataclasses import replace
+
+    odd = Detection((5, 10, 1, True), regression=replace(regression(1), factor_low=float("nan")))
+    template = '{% if regression %}{"low": {{ regression.factor_low|tojson }}, "low2": {{ regression.factor_low }}}'
+    template += "{% else %}{}{% endif %}"
+    _hook(webhook, template).notify(facts(), [odd], "out-1")
+    assert webhook.delivered[0].json == {"low": None, "low2": None}
+
+
+@pytest.mark.parametrize(
+    ("url", "template", "hosts", "words"),
+    [
+        ("https://hooks.example.com/x", '{"a": 1', ["hooks.example.com"], "syntax error|valid JSON"),
+        ("https://hooks.example.com/x", '{"a": {% if %}}', ["hooks.example.com"], "syntax error on line 1"),
+        (
+            "https://hooks.example.com/x",
+            '{"a": "{{ query.__class__.__mro__ }}"}',
+            ["hooks.example.com"],
+            "sandbox|unsafe",
+        ),
+        ("https://hooks.example.com/x", '{"a": "{{ "x" * 100000000 }}"}', ["hooks.example.com"], "sandbox"),
+        ("https://hooks.example.com/x", '{"a": "{{ no_such_field }}"}', ["hooks.example.com"], "no_such_field"),
+        ("https://hooks.example.com/x", '{"a": {{ no_such_field|tojson }}}', ["hooks.example.com"], "no_such_field"),
+        ("https://hooks.example.com/x", '{"a": {{ query }}}', ["hooks.example.com"], "valid JSON"),
+        ("https://hooks.example.com/x", '{"f": {{ regression.change_factor }}}', ["hooks.example.com"], "load change"),
+        ("https://evil.example.com/x?token=abc123", "{}", ["hooks.example.com"], "'evil.example.com' is not in"),
+        ("https://hooks.example.com.evil.io/x", "{}", ["hooks.example.com"], "is not in"),
+        ("https://example.com/x", "{}", ["*.example.com"], "is not in"),
+        ("http://hooks.example.com/x?token=abc123", "{}", ["hooks.example.com"], "must be https"),
+        ("https://u:abc123@hooks.example.com/x", "{}", ["hooks.example.com"], "user name or password"),
+        ("ftp://hooks.example.com/x", "{}", ["hooks.example.com"], "https:// URL"),
+        ("https://hooks.example.com/x", "{}", [], "RADAR_WEBHOOK_ALLOWED_HOSTS is empty"),
+    ],
+)
+def test_webhook_validation_names_the_setting_and_shows_no_secret(url, template, hosts, words):
+    from radar_pipeline.alerts.webhook import validate
+    from radar_pipeline.config import ConfigError
+
+    with pytest.raises(ConfigError, match=words) as error:
+        validate(url, template, hosts)
+    assert str(error.value).startswith("RADAR_WEBHOOKS") and "abc123" not in str(error.value)
+
+
+def test_webhook_validation_takes_good_urls_and_templates():
+    from radar_pipeline.alerts.webhook import validate
+
+    validate("https://a.hooks.example.com:8443/x?k=1", TEMPLATE, ["*.hooks.example.com"])
+    validate("http://127.0.0.1:9000/x", "{% if regression %}{}{% else %}[]{% endif %}", ["127.0.0.1"])
+    validate("https://HOOKS.example.com/x", '{"n": {{ statement.queryid }}}', ["hooks.example.com"])
+
+
+def test_webhooks_come_from_the_settings_and_are_checked_at_load(tmp_path):
+    from radar_pipeline.alerts.webhook import WebhookChannel
+    from radar_pipeline.config import ConfigError
+    from radar_pipeline.config.settings import settings
+
+    template_file = tmp_path / "ops.json.j2"
+    template_file.write_text(TEMPLATE)
+    hooks = {
+        "ops": {"url": "https://hooks.example.com/radar?key=k3y-value", "template_file": str(template_file)},
+        "chat": {"url": "https://chat.acme.io/in", "template": "{}", "headers": {"X-Token": "t0ken-value"}},
+    }
+    environ = {"RADAR_WEBHOOKS": json.dumps(hooks), "RADAR_WEBHOOK_ALLOWED_HOSTS": "hooks.example.com, *.acme.io"}
+    channels = WebhookChannel.from_settings(settings(environ=environ))
+    assert channels is not None and [c.name for c in channels] == ["webhook:ops", "webhook:chat"]
+    assert "k3y-value" not in repr(channels) and WebhookChannel.from_settings(settings(environ={})) is None
+    hooks["chat"]["url"] = "https://chat.elsewhere.io/in"
+    with pytest.raises(ConfigError, match=r"RADAR_WEBHOOKS \(chat\): the URL's host 'chat.elsewhere.io' is not in"):
+        WebhookChannel.from_settings(settings(environ={**environ, "RADAR_WEBHOOKS": json.dumps(hooks)}))
+    for bad, words in (
+        ("[1]", "JSON object"),
+        ('{"Bad Name": {"url": "https://hooks.example.com", "template": "{}"}}', "name"),
+        ('{"ops": {"url": "https://hooks.example.com"}}', "template"),
+        ('{"ops": {"url": "https://hooks.example.com", "template": "{}", "method": "PUT"}}', "unknown keys"),
+    ):
+        with pytest.raises(ConfigError, match=words):
+            settings(environ={**environ, "RADAR_WEBHOOKS": bad})
+    with pytest.raises(ConfigError, match="RADAR_WEBHOOK_ALLOWED_HOSTS is not"):
+        settings(environ={"RADAR_WEBHOOKS": json.dumps(hooks)})
+
+
+def test_a_template_that_fails_on_a_detection_is_a_final_error(webhook):
+    template = '{% if regression %}{"f": {{ regression.change_factor }}}{% else %}{"x": 1}{% endif %}'
+    channel = _hook(webhook, template)
+    odd = Detection((5, 10, 1, True))  # neither a regression nor a load change: the else branch
+    channel.notify(facts(), [odd], "out-1")
+    assert webhook.delivered[-1].json == {"x": 1}
+
+
+@pytest.mark.parametrize(
+    ("mode", "retryable", "unknown", "retry_after", "words"),
+    [
+        (Mode(status=400, body=b"bad payload", content_type="text/plain"), False, False, None, "bad payload"),
+        (Mode(status=404, body=b"no such hook", content_type="text/plain"), False, False, None, "404"),
+        (Mode(status=429, headers={"Retry-After": "12"}), True, False, 12.0, "429"),
+        (Mode(status=503, body=b"down", content_type="text/plain"), True, False, None, "503"),
+        (Mode(status=200, body=PORTAL, content_type="text/html"), True, True, None, "not webhook:ops"),
+        (Mode(usual=True, delay=2.0), True, True, None, "no answer"),
+        (Mode(reset=True), True, True, None, "no answer"),
+    ],
+    ids=["400", "404", "429", "503", "html", "timeout", "reset"],
+)
+def test_webhook_answers(webhook, mode, retryable, unknown, retry_after, words):
+    webhook.answer_next(mode)
+    with pytest.raises(ChannelError) as error:
+        _hook(webhook, timeout=0.5).notify(facts(), [detection()], "out-1")
+    assert (error.value.retryable, error.value.unknown, error.value.retry_after) == (retryable, unknown, retry_after)
+    assert words in str(error.value)
+
+
+def test_webhook_success_answers_and_secrets(webhook):
+    from radar_pipeline.alerts.webhook import WebhookChannel
+
+    for status in (200, 201, 202, 204):
+        webhook.answer_next(Mode(status=status, usual=False, taken=True))
+        _hook(webhook).notify(facts(), [detection()], "out-1")
+    url = webhook.hook_url() + "?key=k3y-value-9"
+    echo = f"<html>denied {url} Bearer hook-secret-123</html>".encode()
+    webhook.answer_next(Mode(status=403, body=echo, content_type="text/html"))
+    channel = WebhookChannel("ops", url, "{}", ["127.0.0.1"], headers={"Authorization": "Bearer hook-secret-123"})
+    with pytest.raises(ChannelError) as error:
+        channel.notify(facts(), [detection()], "out-1")
+    assert "k3y-value-9" not in str(error.value) and "hook-secret-123" not in str(error.value)
+    refused = WebhookChannel("ops", f"http://127.0.0.1:{fake_webhook.closed_port()}/x", "{}", ["127.0.0.1"])
+    with pytest.raises(ChannelError) as unreachable:
+        refused.notify(facts(), [detection()], "out-1")
+    assert unreachable.value.retryable and not unreachable.value.unknown
+
+
+def test_the_documented_example_template_renders_what_the_docs_say(webhook):
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "channels.md").read_text()
+    template = re.search(r"```jinja\n(.*?)```", doc, re.S).group(1)  # type: ignore[union-attr]
+    _hook(webhook, template).notify(facts(), [detection(1)], "out-1")
+    assert webhook.delivered[0].json == {
+        "text": "radar: ×4.00 slower on main after deploy shop v2 (queryid 1001)",
+        "severity": "critical",
+        "details": {
+            "target": "main",
+            "deploy": "shop-v2",
+            "service": "shop",
+            "statement": "SELECT * FROM orders WHERE customer_id = $1",
+            "queryid": 1001,
+            "factor": 4.0,
+            "links": {"deploy": "https://ci.example/deploys/42?a=1&b=(2)", "run": "http://localhost:3000/runs/abc"},
+        },
+    }

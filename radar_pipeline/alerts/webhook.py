@@ -114,7 +114,7 @@ def render_body(template: Any, context: dict[str, Any], who: str) -> bytes:
         text = template.render(context)
     except SecurityError as exc:
         raise ChannelError(f"the template of {who} was stopped by the sandbox: {exc}", False) from None
-    except TemplateError as exc:
+    except (TemplateError, ArithmeticError, LookupError, TypeError, ValueError) as exc:  # the template's own faults
         raise ChannelError(f"the template of {who} failed: {type(exc).__name__}: {exc}", False) from None
     body = text.encode()
     if len(body) > MAX_BODY:
@@ -229,10 +229,13 @@ def _cut(text: str, limit: int) -> str:
 def _insert(value: Any) -> Any:
     """How `{{ value }}` is written: JSON-escaped (a string's characters for use between quotes, anything else as a
     JSON value); tojson's output (Markup) is already JSON."""
+    from jinja2 import Undefined
     from markupsafe import Markup
 
     if isinstance(value, Markup):
         return value
+    if isinstance(value, Undefined):
+        return str(value)  # StrictUndefined: raises, naming the field (or the sandbox's refusal)
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)[1:-1]
     return json.dumps(value, ensure_ascii=False, default=str)
@@ -259,7 +262,17 @@ def _environment() -> Any:
                     raise SecurityError(f"a repetition over {MAX_BODY:,} items is not allowed")
             return super().call_binop(context, operator, left, right)
 
-    return Sandbox(undefined=StrictUndefined, autoescape=False, finalize=_insert, keep_trailing_newline=True)
+    sandbox = Sandbox(undefined=StrictUndefined, autoescape=False, finalize=_insert, keep_trailing_newline=True)
+    tojson = sandbox.filters["tojson"]
+
+    def strict_tojson(environment: Any, value: Any, indent: int | None = None) -> Any:
+        if isinstance(value, StrictUndefined):
+            value._fail_with_undefined_error()  # a missing field: its own error, naming it
+        return tojson(environment, value, indent)
+
+    strict_tojson.jinja_pass_arg = tojson.jinja_pass_arg  # type: ignore[attr-defined]
+    sandbox.filters["tojson"] = strict_tojson
+    return sandbox
 
 
 def validate(url: str, template: str, allowed_hosts: list[str], setting: str = SETTING) -> None:
