@@ -5,6 +5,7 @@ the mapping from what radar found to each request, the limits, the escaping, and
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -251,7 +252,9 @@ def test_teams_refused_connection_is_retryable_and_known_not_sent():
     assert fake_webhook.SIG not in str(error.value)
 
 
-def test_teams_never_shows_the_urls_signature(webhook):
+def test_teams_never_shows_the_urls_signature(webhook, caplog):
+    caplog.set_level(logging.DEBUG, logger="httpx")
+    caplog.set_level(logging.DEBUG, logger="httpcore")
     from radar_pipeline.alerts.teams import TeamsChannel
 
     echo = f"<html>proxy: denied {webhook.teams_url}</html>".encode()
@@ -265,6 +268,7 @@ def test_teams_never_shows_the_urls_signature(webhook):
         bad.notify(facts(), [detection()], "d-1")
     assert "401" in str(refused.value) and not refused.value.retryable
     assert "wrong-signature-value" not in str(refused.value)
+    assert "HTTP Request: POST" in caplog.text and "sig=" not in caplog.text and fake_webhook.SIG not in caplog.text
 
 
 # Grafana annotations
@@ -417,7 +421,7 @@ def test_grafanas_stand_in_holds_the_annotation_contract(grafana):
         (Mode(status=504, body=b"gateway timeout", content_type="text/plain"), True, True, None, "may have been"),
         (Mode(status=200, body=PORTAL, content_type="text/html"), True, True, None, "not Grafana"),
         (Mode(status=200, body=b'{"message":"Annotation added"}'), True, True, None, "not Grafana"),
-        (Mode(status=302, headers={"Location": "https://sso.example/login"}), True, True, None, "not Grafana"),
+        (Mode(status=302, headers={"Location": "https://sso.example/login?t=1"}), False, False, None, "redirect"),
         (Mode(usual=True, delay=2.0), True, True, None, "no answer"),
         (Mode(reset=True), True, True, None, "no answer"),
     ],
@@ -660,3 +664,37 @@ def test_the_documented_example_template_renders_what_the_docs_say(webhook):
             "links": {"deploy": "https://ci.example/deploys/42?a=1&b=(2)", "run": "http://localhost:3000/runs/abc"},
         },
     }
+
+
+def test_teams_and_grafana_come_from_the_settings():
+    from radar_pipeline.alerts.grafana import GrafanaChannel
+    from radar_pipeline.alerts.teams import TeamsChannel
+    from radar_pipeline.config import ConfigError
+    from radar_pipeline.config.settings import settings
+
+    assert TeamsChannel.from_settings(settings(environ={})) is None
+    assert GrafanaChannel.from_settings(settings(environ={})) is None
+    url = "https://prod-1.westeurope.logic.azure.com/workflows/1/invoke?sv=1.0&sig=Tm8secret"
+    teams = TeamsChannel.from_settings(settings(environ={"RADAR_TEAMS_WEBHOOK_URL": url}))
+    assert teams is not None and "Tm8secret" not in repr(teams) and "/workflows/1/invoke?***" in repr(teams)
+    environ = {
+        "RADAR_GRAFANA_URL": "https://grafana.example.com/g/",
+        "RADAR_GRAFANA_TOKEN": "glsa_Gf6secret",
+        "RADAR_GRAFANA_DASHBOARD_UID": "radar-db",
+        "RADAR_GRAFANA_PANEL_ID": "7",
+    }
+    grafana = GrafanaChannel.from_settings(settings(environ=environ))
+    assert grafana is not None and "Gf6secret" not in repr(grafana)
+    assert grafana._api == "https://grafana.example.com/g/api/annotations"
+    assert grafana._place == {"dashboardUID": "radar-db", "panelId": 7}
+    for bad, words in (
+        ({"RADAR_GRAFANA_URL": "https://g.example.com"}, "RADAR_GRAFANA_TOKEN is not"),
+        ({"RADAR_GRAFANA_TOKEN": "glsa_Gf6secret"}, "RADAR_GRAFANA_URL is not"),
+        ({**environ, "RADAR_GRAFANA_DASHBOARD_UID": "a b"}, "RADAR_GRAFANA_DASHBOARD_UID must be"),
+        ({**environ, "RADAR_GRAFANA_PANEL_ID": "x"}, "RADAR_GRAFANA_PANEL_ID must be a whole number"),
+        ({"RADAR_TEAMS_WEBHOOK_URL": url.replace("https", "http")}, "RADAR_TEAMS_WEBHOOK_URL must be an https"),
+        ({"RADAR_WEBHOOK_ALLOWED_HOSTS": "a.example.com, bad host"}, "RADAR_WEBHOOK_ALLOWED_HOSTS must list"),
+    ):
+        with pytest.raises(ConfigError, match=words) as error:
+            settings(environ=bad)
+        assert "Gf6secret" not in str(error.value) and "Tm8secret" not in str(error.value)

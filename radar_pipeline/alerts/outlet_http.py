@@ -8,6 +8,7 @@ where it was configured to go). How a request ends, as a ChannelError:
 - the request went out and no whole answer came (a timeout, a reset): retryable and unknown (it may have been taken);
 - 429: retryable, with its Retry-After; 408 and 5xx: retryable (502 and 504, a gateway's, also unknown: the request
   may have reached the server behind it);
+- a redirect: final (not followed, the request was not taken);
 - an answer that is not the API's (an HTML page from a proxy or a captive portal, a body that is not what the API
   answers): retryable and unknown;
 - any other 4xx: final.
@@ -17,6 +18,7 @@ query string (config.masking.mask_query)."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -27,6 +29,7 @@ import httpx
 
 from radar_pipeline.alerts.channel import ChannelError
 from radar_pipeline.config import printable
+from radar_pipeline.config.masking import mask_query
 
 DEFAULT_TIMEOUT = 10.0
 MAX_ANSWER = 256 * 1024  # bytes of an answer read; the APIs answer a few hundred
@@ -122,7 +125,12 @@ class Http:
             return ChannelError(
                 f"{self.who} rate-limited the request (HTTP 429, wait {limited:g} s): {what}", True, retry_after=limited
             )
-        if answer.html or (300 <= status < 400):
+        if 300 <= status < 400:  # the request was not taken: what answered sends it elsewhere, where it must not go
+            where = mask_query(answer.headers.get("location", "")) or "nowhere"
+            return ChannelError(
+                f"{self.who} answered a redirect (HTTP {status} to {self.shown(where)}), not followed", False
+            )
+        if answer.html:
             return self.not_the_api(answer)
         if status == 408 or status >= 500:
             wait = retry_after(answer.headers) if "retry-after" in answer.headers else None
@@ -152,6 +160,19 @@ class Http:
         for secret in self.secrets:
             text = text.replace(secret, "***")
         return printable(text)
+
+
+class _NoQuery(logging.Filter):
+    """httpx logs each request's URL (INFO): shown without its query string, which may be a secret (a Workflows
+    webhook's sig=, a webhook's key)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(mask_query(str(a)) if isinstance(a, httpx.URL) else a for a in record.args)
+        return True
+
+
+logging.getLogger("httpx").addFilter(_NoQuery())
 
 
 def retry_after(headers: httpx.Headers) -> float:
