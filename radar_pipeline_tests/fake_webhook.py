@@ -8,7 +8,7 @@ Power Automate's JSON error), answered 202 with no body when taken. A generic re
 
 `answer_next` scripts the next answers: a status with headers and a body (a 429 with Retry-After, a 500, an HTML page
 from a proxy), a late answer (the request taken, its answer sent only after a delay: the client times out), a lost
-request (no answer for a while, not taken) or a reset connection."""
+request (no answer for a while, not taken), an answer trickled a byte at a time, or a reset connection."""
 
 from __future__ import annotations
 
@@ -57,6 +57,7 @@ class Mode:
     delay: float = 0.0
     reset: bool = False
     usual: bool = False  # the usual answer, only late (with `delay`): the request is taken
+    trickle: float = 0.0  # seconds between the body's bytes: an answer that never quite stops coming
 
 
 @dataclass
@@ -192,7 +193,13 @@ def start() -> tuple[FakeWebhook, ThreadingHTTPServer]:
                 for key, value in mode.headers.items():
                     self.send_header(key, value)
                 self.end_headers()
-                self.wfile.write(mode.body)
+                if mode.trickle:
+                    for byte in mode.body:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        time.sleep(mode.trickle)
+                else:
+                    self.wfile.write(mode.body)
             except OSError:  # the client gave up and closed the connection
                 pass
 

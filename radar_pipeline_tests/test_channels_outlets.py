@@ -242,6 +242,17 @@ def test_teams_answers(webhook, mode, retryable, unknown, retry_after, words):
     assert fake_webhook.SIG not in str(error.value) and "sig=" not in str(error.value)
 
 
+def test_an_answer_trickled_byte_by_byte_is_cut_off_at_twice_the_timeout(webhook):
+    import time
+
+    webhook.answer_next(Mode(status=202, body=b" " * 600, content_type="text/plain", trickle=0.05))
+    started = time.monotonic()
+    with pytest.raises(ChannelError) as error:
+        _teams(webhook, timeout=0.5).notify(facts(), [detection()], "d-1")
+    assert error.value.unknown and "no whole answer within 1 s" in str(error.value)
+    assert time.monotonic() - started < 10  # each byte comes within the timeout: only the whole bound stops it
+
+
 def test_teams_refused_connection_is_retryable_and_known_not_sent():
     from radar_pipeline.alerts.teams import TeamsChannel
 
@@ -257,7 +268,7 @@ def test_teams_never_shows_the_urls_signature(webhook, caplog):
     caplog.set_level(logging.DEBUG, logger="httpcore")
     from radar_pipeline.alerts.teams import TeamsChannel
 
-    echo = f"<html>proxy: denied {webhook.teams_url}</html>".encode()
+    echo = f"<html>denied: sig={fake_webhook.SIG} of {webhook.teams_url}</html>".encode()
     webhook.answer_next(Mode(status=403, body=echo, content_type="text/html"))
     channel = TeamsChannel(webhook.teams_url)
     with pytest.raises(ChannelError) as error:
