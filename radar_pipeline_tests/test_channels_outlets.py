@@ -182,6 +182,14 @@ def test_teams_keeps_the_card_within_teams_limit(webhook, count):
     assert texts.count("SELECT") >= min(count, 10)
 
 
+def test_teams_shows_a_periodic_checks_detections(webhook):
+    periodic = facts(analysis_id="periodic:2026-11-29-12:00", period=(AT, AT + timedelta(hours=1)), state=None)
+    _teams(webhook).notify(periodic, [detection(1)], "d-1")
+    body = _card(webhook.delivered[0])["body"]
+    assert body[0]["text"].startswith("1 query slower on main with no deploy behind it (periodic check")
+    assert {f["title"] for f in body[1]["facts"]} >= {"Period", "Compared with", "Check"}
+
+
 def test_the_teams_stand_in_refuses_a_message_over_teams_limit(webhook):
     from radar_pipeline.alerts import teams
 
@@ -601,6 +609,7 @@ def test_webhooks_come_from_the_settings_and_are_checked_at_load(tmp_path):
         ('{"Bad Name": {"url": "https://hooks.example.com", "template": "{}"}}', "name"),
         ('{"ops": {"url": "https://hooks.example.com"}}', "template"),
         ('{"ops": {"url": "https://hooks.example.com", "template": "{}", "method": "PUT"}}', "unknown keys"),
+        ('{"ops": {"url": "https://hooks.example.com", "template": "{}", "headers": {"X": "caf\u00e9"}}}', "ASCII"),
     ):
         with pytest.raises(ConfigError, match=words):
             settings(environ={**environ, "RADAR_WEBHOOKS": bad})

@@ -254,10 +254,10 @@ def parse_webhooks(text: str, setting: str = "RADAR_WEBHOOKS") -> dict[str, dict
             raise ConfigError(f"{setting} ({name}): unknown keys {sorted(unknown)}")
         headers = spec.get("headers", {})
         if not isinstance(headers, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) and "\n" not in k + v and "\r" not in k + v
+            isinstance(k, str) and isinstance(v, str) and (k + v).isascii() and (k + v).isprintable() and k
             for k, v in headers.items()
         ):
-            raise ConfigError(f"{setting} ({name}): headers must be an object of one-line strings")
+            raise ConfigError(f"{setting} ({name}): headers must be an object of printable ASCII strings")
     return data
 
 
