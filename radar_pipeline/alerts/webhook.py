@@ -230,9 +230,8 @@ def _insert(value: Any) -> Any:
     """How `{{ value }}` is written: JSON-escaped (a string's characters for use between quotes, anything else as a
     JSON value); tojson's output (Markup) is already JSON."""
     from jinja2 import Undefined
-    from markupsafe import Markup
 
-    if isinstance(value, Markup):
+    if hasattr(value, "__html__"):  # Markup: tojson's output
         return value
     if isinstance(value, Undefined):
         return str(value)  # StrictUndefined: raises, naming the field (or the sandbox's refusal)
