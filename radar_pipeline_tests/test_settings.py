@@ -128,9 +128,16 @@ SECRETS = {
     "RADAR_RECEIVER_ARGOCD_TOKEN": "Ar9secret-0123456789",
     "RADAR_RECEIVER_FLUX_TOKEN": "Fl8secret-0123456789",
     "RADAR_RECEIVER_ROLLOUTS_TOKEN": "Ro6secret-0123456789",
+    # channels: Teams, Grafana, webhook (H2)
+    "RADAR_TEAMS_WEBHOOK_URL": "https://prod-1.westeurope.logic.azure.com/workflows/1/invoke?sv=1.0&sig=Tm8secret",
+    "RADAR_GRAFANA_TOKEN": "glsa_Gf6secret",
+    "RADAR_WEBHOOKS": '{"ops": {"url": "https://hooks.example.com/x?key=Wk1secret", "template": "{}"}}',
 }
+OTHERS = {"RADAR_SLACK_CHANNEL", "RADAR_GRAFANA_URL", "RADAR_WEBHOOK_ALLOWED_HOSTS"}  # not secrets, set beside them
+SECRETS |= {"RADAR_GRAFANA_URL": "https://grafana.example.com", "RADAR_WEBHOOK_ALLOWED_HOSTS": "hooks.example.com"}
 PIECES = ("Wh0use9pw", "Tg7secret", "Dg5secret", "Sl4cksecret", "Wb3secret", "Gh2secret", "Gl1secret")
 PIECES += ("Ar9secret", "Fl8secret", "Ro6secret")
+PIECES += ("Tm8secret", "Gf6secret", "Wk1secret")
 
 
 def test_secrets_never_print():
@@ -148,7 +155,7 @@ def test_secrets_never_print():
     assert loaded.token("github") == "ghp_Gh2secret" and [t.name for t in loaded.target_list()] == ["main"]
     assert "Tg7secret" not in repr(loaded.target_list())
     # Every setting that can hold a password or a token is a secret type.
-    assert {variable(f) for f in secret_fields()} == set(SECRETS) - {"RADAR_SLACK_CHANNEL"}
+    assert {variable(f) for f in secret_fields()} == set(SECRETS) - OTHERS
 
 
 @pytest.mark.parametrize(
@@ -164,6 +171,10 @@ def test_secrets_never_print():
         ("RADAR_RECEIVER_ARGOCD_TOKEN", "Ar9secret-0123456789 x"),
         ("RADAR_RECEIVER_FLUX_TOKEN", "Fl8secret"),
         ("RADAR_RECEIVER_ROLLOUTS_TOKEN", "Ro6secret-0123456789\x1b"),
+        ("RADAR_TEAMS_WEBHOOK_URL", "http://prod-1.westeurope.logic.azure.com/workflows/1?sig=Tm8secret"),
+        ("RADAR_GRAFANA_TOKEN", "glsa_Gf6secret\n"),
+        ("RADAR_WEBHOOKS", '{"ops": {"url": "https://hooks.example.com/x?key=Wk1secret", "template": "{}"'),
+        ("RADAR_WEBHOOKS", '{"ops": {"url": "https://hooks.example.com/x", "headers": {"A": "Wk1secret\\n"}}}'),
     ],
 )
 def test_a_refused_secret_is_not_shown(variable_name, bad):

@@ -42,3 +42,15 @@ def printable(text: str) -> str:
     """Text for a terminal or a UI cell: control characters other than newline and tab (escape sequences, C1 codes,
     bidi overrides) removed, so hostile statement text cannot retitle a terminal or move the cursor."""
     return _CONTROL.sub("", text)
+
+
+def mask_query(url: str) -> str:
+    """A URL fit to show when its query string may hold a secret (a Teams Workflows URL's `sig=`): the query and the
+    fragment replaced with ***, the user name and password dropped."""
+    head = url.split("#", 1)[0]
+    base, _, query = head.partition("?")
+    scheme, sep, rest = base.partition("://")
+    if sep:
+        host, slash, path = rest.partition("/")
+        base = f"{scheme}://{host.rpartition('@')[2]}{slash}{path}"
+    return f"{printable(base)}?***" if query else printable(base)

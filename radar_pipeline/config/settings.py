@@ -8,6 +8,7 @@ The code location checks them all when its definitions load (`settings()`); a co
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -218,6 +219,59 @@ def _folder(value: object, info: ValidationInfo) -> Path:
     return Path(text)
 
 
+# channels: Teams, Grafana, webhook (H2)
+
+
+def _dashboard_uid(value: object, info: ValidationInfo) -> str:
+    text = _raw(value).strip()
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,40}", text):
+        raise ConfigError(f"{_variable(info)} must be a dashboard UID (1 to 40 of letters, digits, _ and -)")
+    return text
+
+
+def _hosts(value: object, info: ValidationInfo) -> list[str]:
+    hosts = [h.strip().lower() for h in _raw(value).split(",") if h.strip()]
+    for host in hosts:
+        if not re.fullmatch(r"(\*\.)?[a-z0-9]([a-z0-9.-]*[a-z0-9])?|\[?[0-9a-f:]+\]?", host):
+            raise ConfigError(f"{_variable(info)} must list host names separated by commas, not {host!r}")
+    return hosts
+
+
+def _webhooks(value: object, info: ValidationInfo) -> str:
+    text = _raw(value)
+    parse_webhooks(text, _variable(info))
+    return text
+
+
+def parse_webhooks(text: str, setting: str = "RADAR_WEBHOOKS") -> dict[str, dict[str, Any]]:
+    """RADAR_WEBHOOKS's form: a JSON object of name → {"url", "template" or "template_file", optional "headers"};
+    raises ConfigError naming the setting, showing none of its values (URLs and headers may hold secrets). Each
+    webhook's URL, host and template are checked by alerts.webhook.validate when the definitions make the channels."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{setting} is not valid JSON: {exc.msg} (line {exc.lineno} column {exc.colno})") from None
+    if not isinstance(data, dict) or not data:
+        raise ConfigError(f'{setting} must be a JSON object of webhooks by name: {{"ops": {{"url": ..., ...}}}}')
+    for name, spec in data.items():
+        if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,39}", name):
+            raise ConfigError(f"{setting}: a webhook's name must be 1 to 40 of a-z, 0-9, _ and -, not {name!r}")
+        if not isinstance(spec, dict) or not isinstance(spec.get("url"), str):
+            raise ConfigError(f"{setting} ({name}): needs a url")
+        if ("template" in spec) == ("template_file" in spec):
+            raise ConfigError(f"{setting} ({name}): needs a template or a template_file (one of them)")
+        unknown = set(spec) - {"url", "template", "template_file", "headers"}
+        if unknown:
+            raise ConfigError(f"{setting} ({name}): unknown keys {sorted(unknown)}")
+        headers = spec.get("headers", {})
+        if not isinstance(headers, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and (k + v).isascii() and (k + v).isprintable() and k
+            for k, v in headers.items()
+        ):
+            raise ConfigError(f"{setting} ({name}): headers must be an object of printable ASCII strings")
+    return data
+
+
 Count = Annotated[int, BeforeValidator(_count)]
 Seconds = Annotated[float | None, BeforeValidator(_seconds)]
 
@@ -280,6 +334,33 @@ class RadarSettings(BaseSettings):
     receiver_argocd_token: Annotated[SecretStr | None, BeforeValidator(_shared_secret)] = None
     receiver_flux_token: Annotated[SecretStr | None, BeforeValidator(_shared_secret)] = None
     receiver_rollouts_token: Annotated[SecretStr | None, BeforeValidator(_shared_secret)] = None
+    # channels: Teams, Grafana, webhook (H2). Microsoft Teams: a Workflows webhook's URL (its sig= is a secret).
+    # Grafana: its URL, a service account token, and optionally the dashboard (and panel) the annotations belong to.
+    # Generic webhooks: a JSON object of name → {"url", "template" or "template_file", "headers"} (a secret: URLs
+    # and headers may hold one), posting only to the hosts of the allowlist (comma-separated; *.example.com allowed).
+    teams_webhook_url: Annotated[SecretStr | None, BeforeValidator(_https)] = None
+    grafana_url: Annotated[str | None, BeforeValidator(_api_url)] = None
+    grafana_token: Annotated[SecretStr | None, BeforeValidator(_token)] = None
+    grafana_dashboard_uid: Annotated[str | None, BeforeValidator(_dashboard_uid)] = None
+    grafana_panel_id: Count | None = None
+    webhook_allowed_hosts: Annotated[list[str] | None, BeforeValidator(_hosts)] = None
+    webhooks: Annotated[SecretStr | None, BeforeValidator(_webhooks)] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _channel_pairs(cls, data: Any) -> Any:
+        # On the raw values: a Grafana URL without its token (or the reverse), a panel without its dashboard.
+        if isinstance(data, dict):
+            raw = {str(k).lower(): v for k, v in data.items()}
+            for one, other, why in (
+                ("grafana_url", "grafana_token", "a service account token to send"),
+                ("grafana_token", "grafana_url", "the Grafana to send it to"),
+                ("grafana_panel_id", "grafana_dashboard_uid", "its dashboard's UID"),
+                ("webhooks", "webhook_allowed_hosts", "the hosts webhooks may post to"),
+            ):
+                if raw.get(one) and not raw.get(other):
+                    raise ConfigError(f"{variable(one)} is set but {variable(other)} is not: it needs {why}")
+        return data
 
     @model_validator(mode="before")
     @classmethod
