@@ -173,7 +173,19 @@ def record(
     machine), not the runner's wall clock, which may be minutes off. Without `started`, at the warehouse's clock.
     """
     with engine.begin() as conn:
-        return _record(conn, event, known_targets(conn, configured_targets), started)
+        return record_in(conn, event, configured_targets, started)
+
+
+def record_in(
+    conn: sa.Connection, event: DeployEvent, configured_targets: Iterable[str] = (), started: float | None = None
+) -> Recorded:
+    """record() in the caller's transaction (the webhook receiver stores the delivery's id in the same one). The
+    event's target is looked up by its key; every known target is read only to name them when it is not known."""
+    configured = set(configured_targets)
+    known = event.target in configured or conn.execute(
+        sa.text("SELECT EXISTS (SELECT 1 FROM radar.pgss_info_snapshot WHERE target = :t)"), {"t": event.target}
+    ).scalar_one()
+    return _record(conn, event, configured | {event.target} if known else known_targets(conn, configured), started)
 
 
 def import_csv(engine: sa.Engine, path: Path, configured_targets: Iterable[str] = ()) -> list[Recorded]:
