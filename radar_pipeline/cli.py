@@ -638,6 +638,42 @@ def gate(deploy_id: str, wait: float, poll: float, output: str, inconclusive_ok:
     sys.exit(code)
 
 
+@main.group()
+def webhook() -> None:
+    """The deploy-event receiver: deploys posted by GitHub, GitLab, CI jobs (docs/receiver.md)."""
+
+
+@webhook.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on (0.0.0.0: every one)")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535), help="port to listen on")
+@click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
+def webhook_serve(host: str, port: int, warehouse: str | None) -> None:
+    """Serve POST /v1/deploys/<source> (deploy events, each source authenticated by its secret), GET
+    /v1/deploys/<id>/gate (the gate's answer, for a token with the gate scope), /healthz and /readyz. The sources
+    and secrets are RADAR_RECEIVER_* settings; it refuses to start when an enabled source has no secret."""
+    from radar_pipeline.config.settings import RadarSettings, settings
+    from radar_pipeline.receiver.app import configure, make_app
+
+    try:
+        found = settings(*(f for f in RadarSettings.model_fields if f.startswith("receiver_")))
+        receiver = configure(found, _require(warehouse), _configured_targets(), _times(warehouse))
+    except ConfigError as exc:
+        raise click.ClickException(printable(str(exc))) from None
+    import uvicorn
+
+    click.echo(f"receiving deploy events from {', '.join(receiver.sources) or 'CI tokens only'} on {host}:{port}")
+    uvicorn.run(
+        make_app(receiver),
+        host=host,
+        port=port,
+        workers=None,
+        server_header=False,
+        limit_concurrency=512,  # beyond it: 503 at once, not a queue that grows
+        timeout_graceful_shutdown=15,
+        log_level="info",
+    )
+
+
 @main.command("deploys")
 @click.option("--target", help="only this target's deploys")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True, help="how many, newest first")
