@@ -31,6 +31,7 @@ from radar_pipeline.cli import main
 from radar_pipeline.demo.local_postgres import free_port
 from radar_pipeline.warehouse.database import make_engine
 
+from .silent_proxy import SilentProxy
 from .test_gate import TIMES, gate_url  # noqa: F401 - the module's warehouse is test_gate's
 
 RADAR = str(Path(sys.executable).parent / "radar")
@@ -615,3 +616,21 @@ def test_a_warehouse_down_is_503_at_once_and_health_still_answers():
         assert ready.status_code == 503 and "Hid" not in ready.text
     finally:
         _stop(down)
+
+
+def test_a_warehouse_gone_silent_is_503_at_the_deadline(served, pg18):
+    database = served.warehouse.rsplit("/", 1)[1]
+    with SilentProxy("127.0.0.1", pg18.pg.port) as proxy:
+        silent = _serve(f"postgresql+psycopg://postgres:Hid%2Fden9@127.0.0.1:{proxy.port}/{database}?sslmode=disable")
+        try:
+            started = time.monotonic()
+            answer = silent.post("generic", _generic("silent-1", _at(1)), _bearer(DEPLOY_TOKEN))
+            assert answer.status_code == 503 and answer.text == "the warehouse did not answer within 8 s\n"
+            assert time.monotonic() - started < 30
+            assert httpx.get(f"{silent.url}/healthz", timeout=10).status_code == 200  # the process is not stuck
+            ready = httpx.get(f"{silent.url}/readyz", timeout=10)
+            assert ready.status_code == 503 and ready.text == "the warehouse did not answer within 3 s\n"
+        finally:
+            proxy.release()
+            _stop(silent)
+    assert _row(served.warehouse, "silent-1") is None

@@ -125,8 +125,16 @@ SECRETS = {
     "RADAR_SLACK_WEBHOOK_URL": "https://hooks.slack.com/services/T0/B0/Wb3secret",
     "RADAR_GITHUB_TOKEN": "ghp_Gh2secret",
     "RADAR_GITLAB_TOKEN": "glpat-Gl1secret",
+    # receiver (H3)
+    "RADAR_RECEIVER_GITHUB_SECRET": "Rh1secret",
+    "RADAR_RECEIVER_GITLAB_SECRET": "Rl2secret",
+    "RADAR_RECEIVER_ARGOCD_SECRET": "Ra3secret",
+    "RADAR_RECEIVER_FLUX_SECRET": "Rf4secret",
+    "RADAR_RECEIVER_ROLLOUTS_SECRET": "Rr5secret",
+    "RADAR_RECEIVER_TOKENS": '[{"token": "Rt6secret-0123456789", "scopes": ["deploy"]}]',
 }
-PIECES = ("Wh0use9pw", "Tg7secret", "Dg5secret", "Sl4cksecret", "Wb3secret", "Gh2secret", "Gl1secret")
+PIECES = ("Wh0use9pw", "Tg7secret", "Dg5secret", "Sl4cksecret", "Wb3secret", "Gh2secret", "Gl1secret", "Rh1secret",
+          "Rl2secret", "Ra3secret", "Rf4secret", "Rr5secret", "Rt6secret")  # fmt: skip
 
 
 def test_secrets_never_print():
@@ -157,6 +165,11 @@ def test_secrets_never_print():
         ("RADAR_SLACK_WEBHOOK_URL", "http://hooks.slack.com/services/T0/B0/Wb3secret"),
         ("RADAR_GITHUB_TOKEN", "ghp_Gh2secret x"),
         ("RADAR_GITLAB_TOKEN", "glpat-Gl1secret\x1b"),
+        ("RADAR_RECEIVER_GITHUB_SECRET", "Rh1secret x"),
+        ("RADAR_RECEIVER_TOKENS", '[{"token": "Rt6secret", "scopes": ["deploy"]}]'),
+        ("RADAR_RECEIVER_TOKENS", '[{"token": "Rt6secret-0123456789", "scopes": ["root"]}]'),
+        ("RADAR_RECEIVER_TOKENS", '[{"token": "Rt6secret-0123456789\x1b", "scopes": ["gate"]}]'),
+        ("RADAR_RECEIVER_TOKENS", '{"token": "Rt6secret-0123456789"'),
     ],
 )
 def test_a_refused_secret_is_not_shown(variable_name, bad):
