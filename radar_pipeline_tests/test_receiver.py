@@ -634,3 +634,40 @@ def test_a_warehouse_gone_silent_is_503_at_the_deadline(served, pg18):
             proxy.release()
             _stop(silent)
     assert _row(served.warehouse, "silent-1") is None
+
+
+def test_the_same_delivery_or_deploy_at_the_same_moment_is_stored_once(served):
+    from concurrent.futures import ThreadPoolExecutor
+
+    deployment = 700_000 + int(time.time()) % 10_000
+    body = json.dumps(_github_payload(deployment, _at(2))).encode()
+    headers = _github_headers(body)  # one delivery, sent eight times at once
+    deploy_id = _new_id("race")
+    variants = [_generic(deploy_id, _at(2), version=f"v{i}") for i in range(8)]  # one id, eight different events
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        same = list(pool.map(lambda _: served.post("github", body, headers, target="st-pass"), range(8)))
+        rival = list(pool.map(lambda b: served.post("generic", b, _bearer(DEPLOY_TOKEN)), variants))
+    assert sorted(a.status_code for a in same) == [201] + [409] * 7, [a.text for a in same]
+    assert all("a replay" in a.text for a in same if a.status_code == 409)
+    assert sorted(a.status_code for a in rival) == [201] + [409] * 7, [a.text for a in rival]
+    won = next(b for b, a in zip(variants, rival, strict=True) if a.status_code == 201)
+    assert _row(served.warehouse, deploy_id)["version"] == won["version"]  # type: ignore[index]
+
+
+def test_the_gate_over_http_waits_for_an_analysis_made_while_it_waits(served):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
+
+    from .test_deploy_state import SETTINGS
+
+    assert served.gate("st-late").status_code == 202
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        started = time.monotonic()
+        waiting = pool.submit(served.gate, "st-late", wait="60s")  # open while the analysis (a second or more) runs
+        engine = make_engine(served.warehouse)
+        analyse_deploy(AnalysisRun(engine, SETTINGS), "st-late")
+        engine.dispose()
+        answer = waiting.result(timeout=DEADLINE_S)
+    assert answer.status_code == 200 and answer.json()["state"] == "pass"
+    assert time.monotonic() - started < 55  # answered once decided, not at the end of the wait
