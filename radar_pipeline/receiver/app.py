@@ -303,8 +303,10 @@ def _wait(value: str | None) -> float:
 
 
 def _line(status: int, text: str) -> Response:
-    """A one-line plain-text answer: control characters out, white space folded."""
-    return PlainTextResponse(" ".join(printable(text).split()) + "\n", status)
+    """A one-line plain-text answer: control characters out, white space folded. After a body refused unread (413,
+    408) the connection is closed, so its rest is not waited for."""
+    headers = {"Connection": "close"} if status in (408, 413) else None
+    return PlainTextResponse(" ".join(printable(text).split()) + "\n", status, headers=headers)
 
 
 def _failure(what: str, exc: BaseException, url: str) -> str:
