@@ -50,7 +50,7 @@ BODY_TIMEOUT_S = 5.0  # the whole body must arrive within this (a client that st
 MAX_WAIT_S = 60.0  # the gate's long poll: proxies commonly end idle requests after 60 s
 POLL_S = 2.0
 MAX_DELIVERY_ID = 200
-DELIVERY_ID = re.compile(r"[\x21-\x7e]{1,200}")
+DELIVERY_ID = re.compile(rf"[\x21-\x7e]{{1,{MAX_DELIVERY_ID}}}")
 GATE_STATUS = {0: 200, 1: 409, 3: 422, 4: 202}
 
 
