@@ -49,6 +49,7 @@ TOKENS = [
 SHA = "279484c09fbe69ededfced8c1bb6e6d24616b468"
 DEADLINE_S = 60.0
 # Every CI variable `radar deploy` reads, unset: the comparisons below give each CI's variables themselves.
+MAIN = {"RADAR_TARGETS": "main=postgresql://nowhere.invalid/none"}  # the target the docs' snippets name
 NO_CI = {name: None for name in ("CI", "GITHUB_ACTIONS", "GITLAB_CI", "GITHUB_RUN_ID", "CI_JOB_ID")}
 
 
@@ -81,6 +82,7 @@ def _serve(warehouse: str, extra: dict[str, str] | None = None) -> Served:
             "RADAR_RECEIVER_GITLAB_SECRET": GITLAB_SECRET,
             "RADAR_RECEIVER_TOKENS": json.dumps(TOKENS),
             "RADAR_RECEIVER_MAX_BODY_BYTES": str(LIMIT),
+            **MAIN,
             **(extra or {}),
         }
     )
@@ -676,3 +678,79 @@ def test_the_gate_over_http_waits_for_an_analysis_made_while_it_waits(served):
         answer = waiting.result(timeout=DEADLINE_S)
     assert answer.status_code == 200 and answer.json()["state"] == "pass"
     assert time.monotonic() - started < 55  # answered once decided, not at the end of the wait
+
+
+def _analysed_like(warehouse: str, deploy_id: str, like: str) -> None:
+    """Record `deploy_id` on `like`'s target at its time, and analyse it: the same state as `like`."""
+    from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
+    from radar_pipeline.warehouse import deploys
+
+    from .test_deploy_state import SETTINGS
+
+    engine = make_engine(warehouse)
+    with engine.connect() as conn:
+        stored = deploys.get(conn, like)
+    assert stored is not None
+    deploys.record(engine, deploys.DeployEvent(deploy_id, stored.target, stored.deployed_at))
+    analyse_deploy(AnalysisRun(engine, SETTINGS), deploy_id)
+    engine.dispose()
+
+
+def _run_script(script: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
+    return subprocess.run(["bash", "-ec", script], env={**base, **env}, cwd=cwd, capture_output=True, text=True,
+                          timeout=DEADLINE_S * 2)  # fmt: skip
+
+
+def test_the_documented_ci_snippets_deploy_and_gate_with_curl_only(served, tmp_path):
+    import re
+
+    import yaml
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "receiver.md").read_text()
+    github = yaml.safe_load(re.search(r"```yaml\n(# GitHub Actions.*?)```", text, re.S).group(1))  # type: ignore[union-attr]
+    gitlab = yaml.safe_load(re.search(r"```yaml\n(# GitLab CI.*?)```", text, re.S).group(1))  # type: ignore[union-attr]
+    run = int(time.time() * 1000) % 10**9
+    github_ci = {
+        "GITHUB_ACTIONS": "true", "GITHUB_RUN_ID": str(run), "GITHUB_RUN_ATTEMPT": "1",
+        "GITHUB_REPOSITORY": "acme/shop", "GITHUB_SHA": SHA, "GITHUB_SERVER_URL": "https://github.com",
+        "GITHUB_API_URL": "https://api.github.com",
+    }  # fmt: skip
+    report, gate = github
+    # the snippet's deploy is the one `radar deploy` records in the same run: posted after it, nothing differs
+    _radar_deploy(served.warehouse, [], {**github_ci, **MAIN, "RADAR_DEPLOY_TARGET": "main"})
+    stored = _row(served.warehouse, f"gh-{run}-1")
+    env = {**github_ci, "RADAR_URL": served.url, "TOKEN": DEPLOY_TOKEN}
+    posted = _run_script(report["run"], env, tmp_path)
+    assert posted.returncode == 0 and posted.stdout.endswith(": already recorded, unchanged\n"), posted
+    assert _row(served.warehouse, f"gh-{run}-1") == stored
+    # the gate step passes on a deploy that passes and fails on one that fails, the answer printed
+    _analysed_like(served.warehouse, f"gh-{run + 1}-1", "st-pass")
+    _analysed_like(served.warehouse, f"gh-{run + 2}-1", "st-fail")
+    for offset, code, state in ((1, 0, "pass"), (2, 1, "fail")):
+        env = {**github_ci, "GITHUB_RUN_ID": str(run + offset), "RADAR_URL": served.url, "TOKEN": GATE_TOKEN}
+        answer = _run_script(gate["run"], env, tmp_path)
+        assert answer.returncode == code and f'"state": "{state}"' in answer.stdout, answer
+
+    job = run + 10
+    gitlab_ci = {
+        "CI_JOB_ID": str(job), "CI_PROJECT_PATH": "group/shop", "CI_COMMIT_SHA": SHA, "CI_COMMIT_SHORT_SHA": SHA[:8],
+        "CI_JOB_URL": f"https://gitlab.example.com/group/shop/-/jobs/{job}",
+        "CI_API_V4_URL": "https://gitlab.example.com/api/v4",
+        "RADAR_URL": served.url, "RADAR_DEPLOY_TOKEN": DEPLOY_TOKEN, "RADAR_GATE_TOKEN": GATE_TOKEN,
+    }  # fmt: skip
+    for line in gitlab["report-deploy"]["script"]:
+        done = _run_script(line, gitlab_ci, tmp_path)
+        assert done.returncode == 0, done
+    assert (tmp_path / "deploy.env").read_text() == f"DEPLOY_ID=gl-{job}\n"
+    _radar_deploy(
+        served.warehouse, ["--id", f"gl-{job}-cli", "--target", "main"], {**gitlab_ci, **MAIN, "GITLAB_CI": "true"}
+    )
+    assert _facts(_row(served.warehouse, f"gl-{job}")) == {
+        **_facts(_row(served.warehouse, f"gl-{job}-cli")),
+        "deployed_at": _row(served.warehouse, f"gl-{job}")["deployed_at"],  # type: ignore[index]
+    }
+    (gate_script,) = gitlab["radar-gate"]["script"]
+    for offset, code in ((1, 0), (2, 1)):
+        answer = _run_script(gate_script, {**gitlab_ci, "DEPLOY_ID": f"gh-{run + offset}-1"}, tmp_path)
+        assert answer.returncode == code, answer
