@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 export DAGSTER_DISABLE_TELEMETRY := 1
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install lock demo dev test test-unit lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-location bench-gate clean
+.PHONY: install lock demo dev test test-unit lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-location bench-gate bench-receiver clean
 
 install: $(VENV)/.installed
 
@@ -101,6 +101,10 @@ bench-location: install
 # From a deploy's window closing to the gate's answer through the real daemon, 10 deploys (about 16 minutes).
 bench-gate: install
 	$(BIN)/python benchmarks/gate_latency.py
+
+# `radar webhook serve` on one core (taskset) under 60 s of back-to-back deploy events: events/s, none lost or doubled.
+bench-receiver: install
+	$(BIN)/python benchmarks/receiver_bench.py
 
 bench-compact: install
 	$(BIN)/python benchmarks/compaction_bench.py

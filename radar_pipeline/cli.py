@@ -8,7 +8,6 @@ import re
 import shlex
 import sys
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +21,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from radar_pipeline.config.settings import RadarSettings
+    from radar_pipeline.steps import gate as gate_step
 
 STARTED = "radar.started"  # ctx.meta key: when the command started, by time.monotonic()
 WAREHOUSE_HELP = f"warehouse URL (default: ${WAREHOUSE_URL_VAR}, else the embedded default's under $RADAR_HOME)"
@@ -419,7 +419,6 @@ class Duration(click.ParamType):
 
 
 MAX_WAIT_S = 24 * 3600.0
-GATE_EXIT = {"pass": 0, "fail": 1, "inconclusive": 3, "pending": 4}
 CONFIG_EXIT, USAGE_EXIT = 5, 2
 MIN_POLL_S = 0.1
 PROGRESS_EVERY_S = 60.0  # a progress line at least this often while waiting (and whenever the news changes)
@@ -496,64 +495,7 @@ def _verdict_due(warehouse: str | None, deploy_id: str, target: str) -> None:
     )
 
 
-@dataclass
-class GateView:
-    """What the gate read of a deploy: its times, its radar.deploy_state row and, once decided, the share of its
-    execution time each verdict holds and its detections."""
-
-    times: Any  # warehouse.status.DeployTimes
-    state: dict[str, Any]
-    shares: dict[str, float]
-    detections: list[dict[str, Any]]
-
-
-def _gate_read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | None:
-    """One look at the deploy (None: not recorded), in one connection: its times and state, and once it is no
-    longer pending, the shares of its execution time and its detections."""
-    from radar_pipeline.engine import Verdict
-    from radar_pipeline.warehouse import status
-    from radar_pipeline.warehouse.analysis import deploy_states, verdicts_of
-
-    with engine.connect() as conn:
-        times = status.deploy_times(conn, deploy_id, configured)
-        if times is None:
-            return None
-        found = deploy_states(conn, [deploy_id])
-        state = {k: _plain(v) for k, v in found.iloc[0].items()}
-        if state["state"] == "pending":
-            return GateView(times, state, {}, [])
-        shares = status.execution_shares(conn, deploy_id)
-        table = verdicts_of(conn, deploy_id)
-    detected = table[table["verdict"] == Verdict.DETECTED]
-    columns = [
-        "target", "queryid", "dbid", "userid", "toplevel", "change_factor", "factor_at_change", "factor_low",
-        "factor_high", "cause", "mean_before_ms", "mean_after_ms", "confidence", "change_after_deploy", "query",
-    ]  # fmt: skip
-    detections = []
-    for row in detected[columns].to_dict("records"):
-        cells = {k: _plain(v) for k, v in row.items()}
-        change = cells.pop("change_after_deploy")
-        cells["change_after_deploy_s"] = None if change is None else round(change.total_seconds())
-        detections.append(cells)
-    return GateView(times, state, shares, detections)
-
-
-def _plain(value: object) -> Any:
-    """A cell of a pandas frame as a plain Python value: None for a missing one, numbers and times unwrapped."""
-    import pandas as pd
-
-    if isinstance(value, str | list | dict) or value is None:
-        return value
-    if pd.isna(value):  # type: ignore[call-overload]
-        return None
-    if isinstance(value, pd.Timestamp):
-        return value.to_pydatetime()
-    if isinstance(value, timedelta):
-        return pd.Timedelta(value).to_pytimedelta()
-    return value.item() if hasattr(value, "item") else value
-
-
-def _gate_text(view: GateView, deploy_id: str) -> list[str]:
+def _gate_text(view: gate_step.GateView, deploy_id: str) -> list[str]:
     """The gate's answer for a person reading a CI log: the state first, then counts, shares and detections."""
     t, s = view.times, view.state
     lines = [f"deploy {clean(deploy_id)}: {s['state']}"]
@@ -594,48 +536,7 @@ def _gate_text(view: GateView, deploy_id: str) -> list[str]:
     return lines
 
 
-def _gate_json(view: GateView, deploy_id: str, code: int) -> str:
-    """The gate's answer for a script: one object (ASCII: nothing in it can move a terminal's cursor)."""
-    import json
-
-    from radar_pipeline.engine.vocabulary import VERDICTS, Verdict  # loaded with the gate's view already
-
-    t, s = view.times, view.state
-
-    def iso(at: datetime | None) -> str | None:
-        return at.isoformat() if at is not None else None
-
-    counts = {v.value: int(s.get(v) or 0) for v in VERDICTS}
-    answer = {
-        "deploy_id": deploy_id,
-        "state": s["state"],
-        "exit_code": code,
-        "counts": counts,
-        "shares": {
-            "cleared": view.shares.get(Verdict.NO_REGRESSION) if view.shares else s.get("cleared_share"),
-            "inconclusive": view.shares.get(Verdict.INCONCLUSIVE, 0.0) if view.shares else None,
-            "insufficient_data": view.shares.get(Verdict.INSUFFICIENT_DATA, 0.0) if view.shares else None,
-            "detected": view.shares.get(Verdict.DETECTED, 0.0) if view.shares else None,
-        },
-        "pass_share": s.get("pass_share"),
-        "analysed_at": iso(s.get("analysed_at")),
-        "engine_version": s.get("engine_version"),
-        "deploy": {
-            "target": t.target,
-            "deployed_at": iso(t.deployed_at),
-            "service": t.service,
-            "version": t.version,
-            "url": t.url,
-            "source": t.source,
-            "window_closes_at": iso(t.window_closes_at),
-            "verdict_due_at": iso(t.due_at),
-        },
-        "detections": view.detections,
-    }
-    return json.dumps(answer, indent=1, default=str)
-
-
-def _gate_progress(view: GateView) -> str:
+def _gate_progress(view: gate_step.GateView) -> str:
     """Where a pending deploy stands, for stderr: the time until its window closes, then the wait for the analysis
     (saying so when it is late, or when its target has no scrapes to judge)."""
     t = view.times
@@ -681,6 +582,7 @@ def gate(deploy_id: str, wait: float, poll: float, output: str, inconclusive_ok:
     with its factor, 95% interval and cause. Progress while waiting goes to stderr, the answer to stdout."""
     from sqlalchemy.exc import InterfaceError, OperationalError
 
+    from radar_pipeline.steps import gate as gate_step
     from radar_pipeline.warehouse import status
 
     deadline = time.monotonic() + wait
@@ -694,7 +596,7 @@ def gate(deploy_id: str, wait: float, poll: float, output: str, inconclusive_ok:
     said, said_at = "", 0.0
     while True:
         try:
-            view = _gate_read(engine, deploy_id, configured)
+            view = gate_step.read(engine, deploy_id, configured)
         except (OperationalError, InterfaceError) as exc:  # the warehouse is away: again until the deadline
             failure = _failure("the warehouse did not answer", exc, url)
             if time.monotonic() >= deadline:
@@ -725,15 +627,51 @@ def gate(deploy_id: str, wait: float, poll: float, output: str, inconclusive_ok:
             click.echo(f"{news}; {_span(remaining)} left to wait", err=True)
             said, said_at = news, time.monotonic()
         time.sleep(max(0.0, min(poll, remaining)))
-    code = 0 if state == "inconclusive" and inconclusive_ok else GATE_EXIT[state]
+    code = gate_step.exit_code(state, inconclusive_ok)
     if output == "json":
-        click.echo(_gate_json(view, deploy_id, code))
+        click.echo(gate_step.as_json(view, deploy_id, code))
     else:
         click.echo("\n".join(_gate_text(view, deploy_id)))
     if state == "pending":
         click.echo(f"deploy {clean(deploy_id)}: {_gate_progress(view)}", err=True)
         click.echo(f"Error: deploy {clean(deploy_id)!r} is still pending at the deadline", err=True)
     sys.exit(code)
+
+
+@main.group()
+def webhook() -> None:
+    """The deploy-event receiver: deploys posted by GitHub, GitLab, CI jobs (docs/receiver.md)."""
+
+
+@webhook.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on (0.0.0.0: every one)")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535), help="port to listen on")
+@click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
+def webhook_serve(host: str, port: int, warehouse: str | None) -> None:
+    """Serve POST /v1/deploys/<source> (deploy events, each source authenticated by its secret), GET
+    /v1/deploys/<id>/gate (the gate's answer, for a token with the gate scope), /healthz and /readyz. The sources
+    and secrets are RADAR_RECEIVER_* settings; it refuses to start when an enabled source has no secret."""
+    from radar_pipeline.config.settings import RadarSettings, settings
+    from radar_pipeline.receiver.app import configure, make_app
+
+    try:
+        found = settings(*(f for f in RadarSettings.model_fields if f.startswith("receiver_")))
+        receiver = configure(found, _require(warehouse), _configured_targets(), _times(warehouse))
+    except ConfigError as exc:
+        raise click.ClickException(printable(str(exc))) from None
+    import uvicorn
+
+    click.echo(f"receiving deploy events from {', '.join(receiver.sources) or 'CI tokens only'} on {host}:{port}")
+    uvicorn.run(
+        make_app(receiver),
+        host=host,
+        port=port,
+        workers=None,
+        server_header=False,
+        limit_concurrency=512,  # beyond it: 503 at once, not a queue that grows
+        timeout_graceful_shutdown=15,
+        log_level="info",
+    )
 
 
 @main.command("deploys")

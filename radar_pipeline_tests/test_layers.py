@@ -23,6 +23,7 @@ ALLOWED: dict[str, tuple[set[str], bool]] = {
     "steps": ({"collector", "warehouse", "engine", "alerts"}, False),
     "defs": ({"steps", "collector", "warehouse", "engine", "alerts"}, True),
     "lab": ({"engine"}, False),
+    "receiver": ({"steps", "warehouse", "engine"}, False),
 }
 IO_LIBRARIES = {"sqlalchemy", "psycopg", "psycopg2", "dagster", "slack_sdk", "urllib", "http", "socket", "subprocess"}
 

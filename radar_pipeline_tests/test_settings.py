@@ -125,19 +125,23 @@ SECRETS = {
     "RADAR_SLACK_WEBHOOK_URL": "https://hooks.slack.com/services/T0/B0/Wb3secret",
     "RADAR_GITHUB_TOKEN": "ghp_Gh2secret",
     "RADAR_GITLAB_TOKEN": "glpat-Gl1secret",
-    "RADAR_RECEIVER_ARGOCD_TOKEN": "Ar9secret-0123456789",
-    "RADAR_RECEIVER_FLUX_TOKEN": "Fl8secret-0123456789",
-    "RADAR_RECEIVER_ROLLOUTS_TOKEN": "Ro6secret-0123456789",
     # channels: Teams, Grafana, webhook (H2)
     "RADAR_TEAMS_WEBHOOK_URL": "https://prod-1.westeurope.logic.azure.com/workflows/1/invoke?sv=1.0&sig=Tm8secret",
     "RADAR_GRAFANA_TOKEN": "glsa_Gf6secret",
     "RADAR_WEBHOOKS": '{"ops": {"url": "https://hooks.example.com/x?key=Wk1secret", "template": "{}"}}',
+    # receiver (H3)
+    "RADAR_RECEIVER_GITHUB_SECRET": "Rh1secret-0123456789",
+    "RADAR_RECEIVER_GITLAB_SECRET": "Rl2secret-0123456789",
+    "RADAR_RECEIVER_ARGOCD_SECRET": "Ra3secret-0123456789",
+    "RADAR_RECEIVER_FLUX_SECRET": "Rf4secret-0123456789",
+    "RADAR_RECEIVER_ROLLOUTS_SECRET": "Rr5secret-0123456789",
+    "RADAR_RECEIVER_TOKENS": '[{"token": "Rt6secret-0123456789", "scopes": ["deploy"]}]',
 }
 OTHERS = {"RADAR_SLACK_CHANNEL", "RADAR_GRAFANA_URL", "RADAR_WEBHOOK_ALLOWED_HOSTS"}  # not secrets, set beside them
 SECRETS |= {"RADAR_GRAFANA_URL": "https://grafana.example.com", "RADAR_WEBHOOK_ALLOWED_HOSTS": "hooks.example.com"}
 PIECES = ("Wh0use9pw", "Tg7secret", "Dg5secret", "Sl4cksecret", "Wb3secret", "Gh2secret", "Gl1secret")
-PIECES += ("Ar9secret", "Fl8secret", "Ro6secret")
 PIECES += ("Tm8secret", "Gf6secret", "Wk1secret")
+PIECES += ("Rh1secret", "Rl2secret", "Ra3secret", "Rf4secret", "Rr5secret", "Rt6secret")
 
 
 def test_secrets_never_print():
@@ -168,13 +172,18 @@ def test_secrets_never_print():
         ("RADAR_SLACK_WEBHOOK_URL", "http://hooks.slack.com/services/T0/B0/Wb3secret"),
         ("RADAR_GITHUB_TOKEN", "ghp_Gh2secret x"),
         ("RADAR_GITLAB_TOKEN", "glpat-Gl1secret\x1b"),
-        ("RADAR_RECEIVER_ARGOCD_TOKEN", "Ar9secret-0123456789 x"),
-        ("RADAR_RECEIVER_FLUX_TOKEN", "Fl8secret"),
-        ("RADAR_RECEIVER_ROLLOUTS_TOKEN", "Ro6secret-0123456789\x1b"),
+        ("RADAR_RECEIVER_ARGOCD_SECRET", "Ra3secret-0123456789 x"),
+        ("RADAR_RECEIVER_FLUX_SECRET", "Rf4secret"),
+        ("RADAR_RECEIVER_ROLLOUTS_SECRET", "Rr5secret-0123456789\x1b"),
         ("RADAR_TEAMS_WEBHOOK_URL", "http://prod-1.westeurope.logic.azure.com/workflows/1?sig=Tm8secret"),
         ("RADAR_GRAFANA_TOKEN", "glsa_Gf6secret\n"),
         ("RADAR_WEBHOOKS", '{"ops": {"url": "https://hooks.example.com/x?key=Wk1secret", "template": "{}"'),
         ("RADAR_WEBHOOKS", '{"ops": {"url": "https://hooks.example.com/x", "headers": {"A": "Wk1secret\\n"}}}'),
+        ("RADAR_RECEIVER_GITHUB_SECRET", "Rh1secret x"),
+        ("RADAR_RECEIVER_TOKENS", '[{"token": "Rt6secret", "scopes": ["deploy"]}]'),
+        ("RADAR_RECEIVER_TOKENS", '[{"token": "Rt6secret-0123456789", "scopes": ["root"]}]'),
+        ("RADAR_RECEIVER_TOKENS", '[{"token": "Rt6secret-0123456789\x1b", "scopes": ["gate"]}]'),
+        ("RADAR_RECEIVER_TOKENS", '{"token": "Rt6secret-0123456789"'),
     ],
 )
 def test_a_refused_secret_is_not_shown(variable_name, bad):

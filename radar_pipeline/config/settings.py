@@ -184,7 +184,7 @@ def _token(value: object, info: ValidationInfo) -> str:
     return text
 
 
-# receiver sources (H4): a webhook's token or HMAC key is long enough not to be guessed (`openssl rand -hex 32`: 64).
+# the receiver: a source's token or HMAC key is long enough not to be guessed (`openssl rand -hex 32`: 64).
 MIN_SHARED_SECRET = 16
 
 
@@ -272,6 +272,62 @@ def parse_webhooks(text: str, setting: str = "RADAR_WEBHOOKS") -> dict[str, dict
     return data
 
 
+# receiver (H3): the checks of `radar webhook serve`'s settings (the fields are at the end of RadarSettings).
+RECEIVER_SCOPES = ("deploy", "gate")  # record deploys (POST /v1/deploys/generic); read a deploy's gate
+MIN_TOKEN_LENGTH = 16
+
+
+def receiver_tokens(text: str, variable: str) -> list[tuple[str, frozenset[str]]]:
+    """The CI tokens of RADAR_RECEIVER_TOKENS, a JSON list of {"token": ..., "scopes": ["deploy" and/or "gate"]}, as
+    (token, scopes); ConfigError names the entry that is wrong, never a token."""
+    import json
+
+    try:
+        entries = json.loads(text)
+    except ValueError:
+        raise ConfigError(
+            f'{variable} is not JSON: give a list such as [{{"token": "...", "scopes": ["deploy"]}}]'
+        ) from None
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"{variable} must be a non-empty JSON list of {{token, scopes}} objects")
+    found: list[tuple[str, frozenset[str]]] = []
+    for n, entry in enumerate(entries, 1):
+        where = f"{variable}, entry {n}"
+        if not isinstance(entry, dict) or set(entry) != {"token", "scopes"}:
+            raise ConfigError(f"{where}: must be an object with exactly the keys token and scopes")
+        token, scopes = entry["token"], entry["scopes"]
+        if not isinstance(token, str) or any(c.isspace() or not c.isprintable() or not c.isascii() for c in token):
+            raise ConfigError(f"{where}: the token must be printable ASCII without white space")
+        if len(token) < MIN_TOKEN_LENGTH:
+            raise ConfigError(f"{where}: the token is shorter than {MIN_TOKEN_LENGTH} characters: too easy to guess")
+        if not isinstance(scopes, list) or not scopes or not all(s in RECEIVER_SCOPES for s in scopes):
+            raise ConfigError(f"{where}: scopes must be a non-empty list of {', '.join(map(repr, RECEIVER_SCOPES))}")
+        if any(token == other for other, _ in found):
+            raise ConfigError(f"{where}: the same token as an earlier entry: give each token once")
+        found.append((token, frozenset(scopes)))
+    return found
+
+
+def _receiver_tokens(value: object, info: ValidationInfo) -> str:
+    text = _raw(value)
+    receiver_tokens(text, _variable(info))
+    return text
+
+
+def _receiver_sources(value: object, info: ValidationInfo) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in _raw(value).split(",") if n.strip())
+    if not names or any(not re.fullmatch(r"[a-z][a-z0-9-]{0,30}", n) for n in names):
+        raise ConfigError(f"{_variable(info)} must be a comma-separated list of source names, e.g. github,gitlab")
+    return names
+
+
+def _body_bytes(value: object, info: ValidationInfo) -> int:
+    number = positive_int(_raw(value), _variable(info), 0)
+    if number < 1024:
+        raise ConfigError(f"{_variable(info)} must be at least 1024 bytes, not {number}")
+    return number
+
+
 Count = Annotated[int, BeforeValidator(_count)]
 Seconds = Annotated[float | None, BeforeValidator(_seconds)]
 
@@ -328,12 +384,6 @@ class RadarSettings(BaseSettings):
     plan_cron: str | None = None
     deploy_target: str | None = None  # `radar deploy`'s target when --target is not given
     home: Path | None = None  # where the embedded default lives (unset: ./.radar)
-    # receiver sources (H4): the secret each tool's notifications authenticate with at `radar webhook serve` (unset:
-    # that source is refused): Argo CD's and Argo Rollouts' bearer token; Flux's bearer token (generic provider) or
-    # HMAC key (generic-hmac). docs/receiver-sources.md.
-    receiver_argocd_token: Annotated[SecretStr | None, BeforeValidator(_shared_secret)] = None
-    receiver_flux_token: Annotated[SecretStr | None, BeforeValidator(_shared_secret)] = None
-    receiver_rollouts_token: Annotated[SecretStr | None, BeforeValidator(_shared_secret)] = None
     # channels: Teams, Grafana, webhook (H2). Microsoft Teams: a Workflows webhook's URL (its sig= is a secret).
     # Grafana: its URL, a service account token, and optionally the dashboard (and panel) the annotations belong to.
     # Generic webhooks: a JSON object of name → {"url", "template" or "template_file", "headers"} (a secret: URLs
@@ -361,6 +411,18 @@ class RadarSettings(BaseSettings):
                 if raw.get(one) and not raw.get(other):
                     raise ConfigError(f"{variable(one)} is set but {variable(other)} is not: it needs {why}")
         return data
+
+    # receiver (H3): `radar webhook serve`. The sources it accepts (unset: each one whose secret is set, and generic
+    # when a token may record deploys), each source's secret (the HMAC key or token its sender is configured with),
+    # the CI tokens with their scopes (JSON, see receiver_tokens), and the largest body it reads.
+    receiver_sources: Annotated[tuple[str, ...] | None, BeforeValidator(_receiver_sources)] = None
+    receiver_github_secret: Annotated[SecretStr | None, BeforeValidator(_shared_secret)] = None
+    receiver_gitlab_secret: Annotated[SecretStr | None, BeforeValidator(_shared_secret)] = None
+    receiver_argocd_secret: Annotated[SecretStr | None, BeforeValidator(_shared_secret)] = None
+    receiver_flux_secret: Annotated[SecretStr | None, BeforeValidator(_shared_secret)] = None
+    receiver_rollouts_secret: Annotated[SecretStr | None, BeforeValidator(_shared_secret)] = None
+    receiver_tokens: Annotated[SecretStr | None, BeforeValidator(_receiver_tokens)] = None
+    receiver_max_body_bytes: Annotated[int, BeforeValidator(_body_bytes)] = 256 * 1024
 
     @model_validator(mode="before")
     @classmethod
@@ -505,8 +567,10 @@ RUN_RETENTION_VAR = variable("dagster_run_retention_days")
 SHARDS_VAR = variable("snapshot_shards")
 PERIODIC_START_VAR = variable("periodic_start")
 PERIODIC_MINUTE_VAR = variable("periodic_minute")
-# receiver sources (H4): each source's secret by its NAME.
-RECEIVER_SOURCE_TOKEN_VARS = {name: variable(f"receiver_{name}_token") for name in ("argocd", "flux", "rollouts")}
+# the receiver: each source's secret by its NAME (generic is authenticated by RADAR_RECEIVER_TOKENS).
+RECEIVER_SOURCE_SECRET_VARS = {
+    name: variable(f"receiver_{name}_secret") for name in ("github", "gitlab", "argocd", "flux", "rollouts")
+}
 # Whole-number settings and their defaults.
 COUNTS: dict[str, int] = {
     v: RadarSettings.model_fields[field_of(v)].default

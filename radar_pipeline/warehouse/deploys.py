@@ -39,6 +39,10 @@ class DeployError(ValueError):
     """A deploy event that cannot be stored; the message names the field. Nothing was written."""
 
 
+class DeployConflict(DeployError):
+    """The deploy id is already recorded with other values (the receiver answers it 409)."""
+
+
 @dataclass(frozen=True)
 class DeployEvent:
     """One deploy as CI reports it. deployed_at None means "when it was reported" (see record)."""
@@ -173,7 +177,22 @@ def record(
     machine), not the runner's wall clock, which may be minutes off. Without `started`, at the warehouse's clock.
     """
     with engine.begin() as conn:
-        return _record(conn, event, known_targets(conn, configured_targets), started)
+        return record_in(conn, event, configured_targets, started)
+
+
+def record_in(
+    conn: sa.Connection, event: DeployEvent, configured_targets: Iterable[str] = (), started: float | None = None
+) -> Recorded:
+    """record() in the caller's transaction (the webhook receiver stores the delivery's id in the same one). The
+    event's target is looked up by its key; every known target is read only to name them when it is not known."""
+    configured = set(configured_targets)
+    known = (
+        event.target in configured
+        or conn.execute(
+            sa.text("SELECT EXISTS (SELECT 1 FROM radar.pgss_info_snapshot WHERE target = :t)"), {"t": event.target}
+        ).scalar_one()
+    )
+    return _record(conn, event, configured | {event.target} if known else known_targets(conn, configured), started)
 
 
 def import_csv(engine: sa.Engine, path: Path, configured_targets: Iterable[str] = ()) -> list[Recorded]:
@@ -437,7 +456,7 @@ def _same_or_refuse(event: DeployEvent, stored: DeployEvent) -> Recorded:
     ]
     if differs:
         detail = "; ".join(f"{n}: stored {getattr(stored, n)!r}, given {getattr(event, n)!r}" for n in differs)
-        raise DeployError(
+        raise DeployConflict(
             f"deploy {event.deploy_id!r} is already recorded with other values ({detail}); nothing changed"
         )
     return Recorded(stored, inserted=False)

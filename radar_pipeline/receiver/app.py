@@ -1,0 +1,360 @@
+"""The receiver's HTTP application (Starlette): deploy events posted by each enabled source, the gate's answer for
+CI, liveness and readiness.
+
+    POST /v1/deploys/<source>       a deploy event: 201 recorded, 200 already recorded (unchanged), 202 ignored,
+                                    4xx refused with a one-line reason (nothing stored), 503 the warehouse is away
+    GET  /v1/deploys/<id>/gate      the gate's answer as JSON (`radar gate --format json`), its state as the status:
+                                    200 pass, 409 fail, 422 inconclusive (200 with ?inconclusive_ok=1), 202 pending;
+                                    ?wait=60s waits while it is pending (at most MAX_WAIT_S)
+    GET  /healthz                   liveness: the process answers
+    GET  /readyz                    readiness: the warehouse answers, with radar's schema, within READY_TIMEOUT_S
+
+Every warehouse call runs in a worker thread under a deadline (DB_DEADLINE_S): its own bounds (connect, statement,
+pool) end it first, and a warehouse gone silent is answered 503 at the deadline while the thread is left to its TCP
+timeout. Nothing here prints or returns a secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, TypeVar
+
+import anyio.to_thread
+import sqlalchemy as sa
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from radar_pipeline.config import printable, scrub_secret, warehouse_url
+from radar_pipeline.receiver.sources.base import Parsed, Refused
+from radar_pipeline.receiver.sources.common import bearer, same_token
+from radar_pipeline.steps import gate as gate_step
+from radar_pipeline.warehouse import deploys
+
+log = logging.getLogger("radar.receiver")
+T = TypeVar("T")
+
+CONNECT_TIMEOUT_S = 3
+STATEMENT_TIMEOUT_MS = 5_000
+POOL_TIMEOUT_S = 3.0  # a request waits this long for a connection when all are busy: then 503
+DB_DEADLINE_S = 8.0  # the most a request waits on the warehouse in all (connect 3 s + a statement 5 s)
+READY_TIMEOUT_S = 3.0
+BODY_TIMEOUT_S = 5.0  # the whole body must arrive within this (a client that stops sending holds nothing)
+MAX_WAIT_S = 60.0  # the gate's long poll: proxies commonly end idle requests after 60 s
+POLL_S = 2.0
+MAX_DELIVERY_ID = 200
+DELIVERY_ID = re.compile(rf"[\x21-\x7e]{{1,{MAX_DELIVERY_ID}}}")
+GATE_STATUS = {0: 200, 1: 409, 3: 422, 4: 202}
+
+
+@dataclass(frozen=True)
+class Receiver:
+    """What the application serves: the warehouse, the enabled sources with their secrets, the CI tokens with their
+    scopes, the body limit, the targets configured here, and the analysis times the gate tells due times by."""
+
+    url: str
+    sources: dict[str, tuple[ModuleType, list[str]]]
+    tokens: list[tuple[str, frozenset[str]]]
+    max_body_bytes: int
+    configured_targets: tuple[str, ...] = ()
+    times: Any = None  # RadarSettings: window_seconds, scrape_interval_seconds
+    engine: sa.Engine = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "engine", receiver_engine(self.url))
+
+
+def receiver_engine(url: str) -> sa.Engine:
+    """A pooled engine whose every wait is bounded: connecting, each statement, and waiting for a free connection;
+    a peer gone silent is found by TCP."""
+    return sa.create_engine(
+        warehouse_url(url),
+        pool_size=8,
+        max_overflow=4,
+        pool_timeout=POOL_TIMEOUT_S,
+        pool_pre_ping=True,
+        connect_args={
+            "connect_timeout": CONNECT_TIMEOUT_S,
+            "options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS} -c lock_timeout={STATEMENT_TIMEOUT_MS}",
+            "tcp_user_timeout": 15_000,
+            "keepalives": 1,
+            "keepalives_idle": 10,
+            "keepalives_interval": 5,
+            "keepalives_count": 2,
+        },
+    )
+
+
+class Replay(Exception):
+    """A delivery id seen before."""
+
+
+def store(receiver: Receiver, source: str, parsed: Parsed) -> deploys.Recorded:
+    """Record the parsed event as `radar deploy` would, and its delivery id in the same transaction (Replay when it
+    was seen before; deploys.DeployError when the event is refused)."""
+    assert parsed.event is not None
+    with receiver.engine.begin() as conn:
+        if parsed.delivery_id is not None:
+            seen = conn.execute(
+                sa.text("SELECT received_at FROM radar.webhook_delivery WHERE source = :s AND delivery_id = :d"),
+                {"s": source, "d": parsed.delivery_id},
+            ).scalar()
+            if seen is not None:
+                raise Replay(f"delivery {parsed.delivery_id!r} was received at {seen.isoformat()}: a replay")
+        recorded = deploys.record_in(conn, parsed.event, receiver.configured_targets)
+        if parsed.delivery_id is not None:
+            fresh = conn.execute(
+                sa.text(
+                    "INSERT INTO radar.webhook_delivery (source, delivery_id, deploy_id) VALUES (:s, :d, :id) "
+                    "ON CONFLICT DO NOTHING RETURNING 1"
+                ),
+                {"s": source, "d": parsed.delivery_id, "id": parsed.event.deploy_id},
+            ).scalar()
+            if fresh is None:  # the same delivery, received at the same moment by another request
+                raise Replay(f"delivery {parsed.delivery_id!r} was received just now: a replay")
+        return recorded
+
+
+def ready(receiver: Receiver) -> None:
+    """The warehouse answers, with this receiver's table (sql/0019)."""
+    with receiver.engine.connect() as conn:
+        conn.execute(sa.text("SELECT 1 FROM radar.webhook_delivery LIMIT 1"))
+
+
+def make_app(receiver: Receiver) -> Starlette:
+    """The Starlette application serving `receiver`."""
+
+    async def post_deploy(request: Request) -> Response:
+        name = request.path_params["source"]
+        try:
+            if name not in receiver.sources:
+                enabled = ", ".join(sorted(receiver.sources)) or "none"
+                raise Refused(404, f"no source {name!r} here (enabled: {enabled})")
+            module, secrets = receiver.sources[name]
+            body = await _body(request, receiver.max_body_bytes)
+            headers = {k.lower(): v for k, v in request.headers.items()}
+            _authenticate(module, headers, body, secrets, receiver.tokens if module.NAME == "generic" else [])
+            parsed = module.parse(headers, body, dict(request.query_params))
+            if parsed.delivery_id is not None and not DELIVERY_ID.fullmatch(parsed.delivery_id):
+                raise Refused(400, f"the delivery id is not 1-{MAX_DELIVERY_ID} printable ASCII characters")
+            if parsed.event is None:
+                return _line(202, f"ignored: {parsed.ignored or 'not a deploy'}")
+            recorded = await _warehouse(store, receiver, name, parsed)
+        except Refused as exc:
+            return _line(exc.status, exc.reason)
+        except Replay as exc:
+            return _line(409, f"refused: {exc}; nothing changed")
+        except deploys.DeployConflict as exc:
+            return _line(409, str(exc))
+        except deploys.DeployError as exc:
+            return _line(400, str(exc))
+        event = recorded.event
+        what = "recorded" if recorded.inserted else "already recorded, unchanged"
+        return _line(201 if recorded.inserted else 200, f"deploy {event.deploy_id} to {event.target} at "
+                     f"{event.deployed_at.isoformat() if event.deployed_at else '?'}: {what}")  # fmt: skip
+
+    async def get_gate(request: Request) -> Response:
+        deploy_id = request.path_params["deploy_id"]
+        try:
+            _authorize(request.headers, receiver.tokens, "gate")
+            if not deploys.DEPLOY_ID.fullmatch(deploy_id):
+                raise Refused(400, f"deploy id {deploy_id!r} is not a deploy id")
+            wait = _wait(request.query_params.get("wait"))
+            inconclusive_ok = request.query_params.get("inconclusive_ok", "").lower() in ("1", "true", "yes")
+            deadline = time.monotonic() + wait
+            while True:
+                try:
+                    view = await _warehouse(gate_step.read, receiver.engine, deploy_id, receiver.times)
+                except Refused as exc:
+                    if exc.status != 503 or time.monotonic() + POLL_S >= deadline:
+                        raise
+                    await asyncio.sleep(POLL_S)
+                    continue
+                if view is None:
+                    raise Refused(404, f"deploy {deploy_id!r} is not recorded")
+                state = view.state["state"]
+                if state != "pending" or time.monotonic() >= deadline or await request.is_disconnected():
+                    break
+                await asyncio.sleep(max(0.0, min(POLL_S, deadline - time.monotonic())))
+        except Refused as exc:
+            return _line(exc.status, exc.reason)
+        code = gate_step.exit_code(state, inconclusive_ok)
+        return Response(
+            gate_step.as_json(view, deploy_id, code) + "\n", GATE_STATUS[code], media_type="application/json"
+        )
+
+    async def healthz(request: Request) -> Response:
+        return _line(200, "ok")
+
+    async def readyz(request: Request) -> Response:
+        try:
+            await _warehouse(ready, receiver, deadline=READY_TIMEOUT_S)
+        except Refused as exc:
+            return _line(exc.status, exc.reason)
+        return _line(200, "ready")
+
+    async def _warehouse(call: Callable[..., T], *args: Any, deadline: float = DB_DEADLINE_S) -> T:
+        """`call` in a worker thread, answered within `deadline`; a warehouse that fails or does not answer in time
+        is Refused(503) with the driver's first line, the password removed."""
+        try:
+            return await asyncio.wait_for(anyio.to_thread.run_sync(call, *args, abandon_on_cancel=True), deadline)
+        except (Refused, Replay, deploys.DeployError):
+            raise
+        except TimeoutError:
+            raise Refused(503, f"the warehouse did not answer within {deadline:.0f} s") from None
+        except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError) as exc:
+            raise Refused(503, _failure("the warehouse did not answer", exc, receiver.url)) from None
+        except sa.exc.ProgrammingError as exc:
+            log.error("%s", _failure("the warehouse refused a statement", exc, receiver.url))
+            raise Refused(503, "the warehouse lacks radar's schema, or refused us: run `radar db upgrade`") from None
+
+    return Starlette(
+        routes=[
+            Route("/v1/deploys/{source}", post_deploy, methods=["POST"]),
+            Route("/v1/deploys/{deploy_id}/gate", get_gate, methods=["GET"]),
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
+        ]
+    )
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    """The body, read as it arrives and refused (413) the moment it passes `limit` bytes, whatever Content-Length
+    said (or whether it said anything: chunked); 408 when it does not arrive within BODY_TIMEOUT_S."""
+    length = request.headers.get("content-length")
+    if length is not None and (not length.strip().isdigit() or int(length) > limit):
+        raise Refused(413 if length.strip().isdigit() else 400,
+                      f"the body is larger than {limit} bytes" if length.strip().isdigit()
+                      else "Content-Length is not a number")  # fmt: skip
+    chunks: list[bytes] = []
+    size = 0
+
+    async def read() -> None:
+        nonlocal size
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise Refused(413, f"the body is larger than {limit} bytes")
+            chunks.append(chunk)
+
+    try:
+        await asyncio.wait_for(read(), BODY_TIMEOUT_S)
+    except TimeoutError:
+        raise Refused(408, f"the body did not arrive within {BODY_TIMEOUT_S:.0f} s") from None
+    except ClientDisconnect:
+        raise Refused(400, "the client went away before the body ended") from None
+    return b"".join(chunks)
+
+
+def _authenticate(
+    module: ModuleType,
+    headers: Mapping[str, str],
+    body: bytes,
+    secrets: list[str],
+    tokens: list[tuple[str, frozenset[str]]],
+) -> None:
+    """The source's own check against each of its secrets (every one compared); a bearer token known here without
+    the scope to record deploys is told as such (403)."""
+    refused: Refused | None = None
+    accepted = False
+    for secret in secrets:
+        try:
+            module.authenticate(headers, body, secret)
+            accepted = True
+        except Refused as exc:
+            refused = exc
+    if accepted:
+        return
+    given = bearer(headers)
+    if any(same_token(given, token) for token, _ in tokens):
+        raise Refused(403, "this token may not record deploys (its scopes do not include deploy)")
+    raise refused or Refused(401, "no secret is configured for this source")
+
+
+def _authorize(headers: Mapping[str, str], tokens: list[tuple[str, frozenset[str]]], scope: str) -> None:
+    """The request's bearer token is one of `tokens` (each compared in constant time) with `scope`, else 401 (no or
+    unknown token) or 403 (a token without the scope)."""
+    given = bearer(headers)
+    if given is None:
+        raise Refused(401, "Authorization is missing: send 'Authorization: Bearer <token>'")
+    scopes = [s for token, s in tokens if same_token(given, token)]
+    if not scopes:
+        raise Refused(401, "the bearer token is not known here")
+    if scope not in scopes[0]:
+        raise Refused(403, f"this token may not read the gate (its scopes: {', '.join(sorted(scopes[0]))})")
+
+
+def _wait(value: str | None) -> float:
+    """?wait=: seconds, or a duration such as 90s or 2m; capped at MAX_WAIT_S."""
+    if value is None or value == "":
+        return 0.0
+    found = re.fullmatch(r"(\d{1,6}(?:\.\d+)?)(s|m)?", value.strip().lower())
+    if found is None:
+        raise Refused(400, f"wait {value!r} is not a duration such as 30s or 1m")
+    seconds = float(found.group(1)) * (60 if found.group(2) == "m" else 1)
+    return min(seconds, MAX_WAIT_S)
+
+
+def _line(status: int, text: str) -> Response:
+    """A one-line plain-text answer: control characters out, white space folded. After a body refused unread (413,
+    408) the connection is closed, so its rest is not waited for."""
+    headers = {"Connection": "close"} if status in (408, 413) else None
+    return PlainTextResponse(" ".join(printable(text).split()) + "\n", status, headers=headers)
+
+
+def _failure(what: str, exc: BaseException, url: str) -> str:
+    """What failed and the driver's first line, without the password."""
+    cause = getattr(exc, "orig", None) or exc
+    first = next((line.strip() for line in str(cause).splitlines() if line.strip()), type(cause).__name__)
+    return printable(scrub_secret(f"{what}: {type(cause).__name__}: {first}", url))
+
+
+def configure(found: Any, url: str, configured_targets: list[str], times: Any) -> Receiver:
+    """The Receiver the settings describe (`found`: RadarSettings): the sources RADAR_RECEIVER_SOURCES enables
+    (unset: each one whose secret is set), each with its secret; ConfigError naming the variable when a source is
+    enabled without its secret, is not a source, or nothing at all would be served."""
+    from radar_pipeline.config import ConfigError
+    from radar_pipeline.config.settings import receiver_tokens, variable
+    from radar_pipeline.receiver.sources import SOURCES
+
+    tokens_var = variable("receiver_tokens")
+    tokens = receiver_tokens(found.receiver_tokens.get_secret_value(), tokens_var) if found.receiver_tokens else []
+
+    def secrets(name: str) -> list[str]:
+        if name == "generic":
+            return [token for token, scopes in tokens if "deploy" in scopes]
+        secret = getattr(found, f"receiver_{name.replace('-', '_')}_secret", None)
+        return [secret.get_secret_value()] if secret is not None else []
+
+    def secret_var(name: str) -> str:
+        if name == "generic":
+            return f"{tokens_var} (a token whose scopes include deploy)"
+        return variable(f"receiver_{name.replace('-', '_')}_secret")
+
+    sources_var = variable("receiver_sources")
+    names = found.receiver_sources if found.receiver_sources is not None else [n for n in SOURCES if secrets(n)]
+    for name in names:
+        if name not in SOURCES:
+            raise ConfigError(f"{sources_var} names {name!r}, which is not a source (sources: {', '.join(SOURCES)})")
+        if not secrets(name):
+            raise ConfigError(f"{sources_var} enables {name} but {secret_var(name)} is not set: it would take anyone's")
+    if not names and not tokens:
+        raise ConfigError(
+            f"nothing to serve: set a source's secret (e.g. {secret_var('github')}) or {tokens_var}, and "
+            f"{sources_var} to choose among them"
+        )
+    return Receiver(
+        url=url,
+        sources={name: (SOURCES[name], secrets(name)) for name in names},
+        tokens=tokens,
+        max_body_bytes=found.receiver_max_body_bytes,
+        configured_targets=tuple(configured_targets),
+        times=times,
+    )

@@ -1,0 +1,89 @@
+"""What the sources share: the JSON body read strictly, typed fields taken from it with a one-line reason naming
+the field, and the constant-time checks of a token and of an HMAC-SHA256 signature."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from radar_pipeline.receiver.sources.base import Refused
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object (UTF-8; NaN, Infinity and lone surrogates refused: PostgreSQL stores none of them),
+    else Refused(400)."""
+    try:
+        found = json.loads(body.decode("utf-8"), parse_constant=_no_constant)
+    except UnicodeDecodeError as exc:
+        raise Refused(400, f"the body is not UTF-8 (byte 0x{exc.object[exc.start]:02x} at {exc.start})") from None
+    except RecursionError:
+        raise Refused(400, "the body's JSON is nested too deeply") from None
+    except ValueError as exc:
+        raise Refused(400, f"the body is not JSON: {str(exc).splitlines()[0]}") from None
+    if not isinstance(found, dict):
+        raise Refused(400, f"the body must be a JSON object, not {type(found).__name__}")
+    return found
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def obj(data: Mapping[str, Any], name: str, where: str = "") -> dict[str, Any]:
+    """The object under `name`, else Refused(400) naming it."""
+    value = data.get(name)
+    if not isinstance(value, dict):
+        raise Refused(400, f"{where}{name} is missing or not an object")
+    return value
+
+
+def text(data: Mapping[str, Any], name: str, where: str = "", required: bool = False) -> str | None:
+    """The string under `name` (None when absent, null or empty, unless required), else Refused(400) naming it."""
+    value = data.get(name)
+    if value is None or value == "":
+        if required:
+            raise Refused(400, f"{where}{name} is missing")
+        return None
+    if not isinstance(value, str):
+        raise Refused(400, f"{where}{name} must be a string, not {type(value).__name__}")
+    if any("\ud800" <= c <= "\udfff" for c in value):
+        raise Refused(400, f"{where}{name} holds a lone surrogate (not valid Unicode text)")
+    return value
+
+
+def whole(data: Mapping[str, Any], name: str, where: str = "", required: bool = False) -> int | None:
+    """The positive whole number under `name` (None when absent, unless required), else Refused(400) naming it."""
+    value = data.get(name)
+    if value is None:
+        if required:
+            raise Refused(400, f"{where}{name} is missing")
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 2**63:
+        raise Refused(400, f"{where}{name} must be a positive whole number")
+    return value
+
+
+def header(headers: Mapping[str, str], name: str) -> str | None:
+    """A header's value (names lower-case), None when absent or empty."""
+    value = headers.get(name.lower())
+    return value if value else None
+
+
+def bearer(headers: Mapping[str, str]) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, or None."""
+    scheme, _, token = (header(headers, "authorization") or "").partition(" ")
+    return (token.strip() or None) if scheme.lower() == "bearer" else None
+
+
+def same_token(given: str | None, secret: str) -> bool:
+    """Whether a token given matches the secret, compared in constant time (as bytes: any text compares)."""
+    return given is not None and hmac.compare_digest(given.encode(), secret.encode())
+
+
+def signed(body: bytes, signature: str | None, secret: str, prefix: str = "sha256=") -> bool:
+    """Whether `signature` is `prefix` + the hex HMAC-SHA256 of the body under the secret (constant time)."""
+    expected = prefix + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return signature is not None and hmac.compare_digest(signature.strip().lower().encode(), expected.encode())

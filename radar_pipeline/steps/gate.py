@@ -1,0 +1,122 @@
+"""The gate's read and decision, shared by `radar gate` and the webhook receiver's gate over HTTP: one look at a
+deploy (its times, its radar.deploy_state row, and once decided its execution-time shares and detections), the exit
+code its state maps to, and the answer for scripts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from radar_pipeline.config.settings import RadarSettings
+
+# `radar gate`'s exit codes by state; the receiver's gate answers carry the same under exit_code.
+EXIT = {"pass": 0, "fail": 1, "inconclusive": 3, "pending": 4}
+
+
+def exit_code(state: str, inconclusive_ok: bool = False) -> int:
+    """The gate's code for a deploy state: 0 pass, 1 fail, 3 inconclusive (0 when that is accepted), 4 pending."""
+    return 0 if state == "inconclusive" and inconclusive_ok else EXIT[state]
+
+
+@dataclass
+class GateView:
+    """What the gate read of a deploy: its times, its radar.deploy_state row and, once decided, the share of its
+    execution time each verdict holds and its detections."""
+
+    times: Any  # warehouse.status.DeployTimes
+    state: dict[str, Any]
+    shares: dict[str, float]
+    detections: list[dict[str, Any]]
+
+
+def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | None:
+    """One look at the deploy (None: not recorded), in one connection: its times and state, and once it is no
+    longer pending, the shares of its execution time and its detections."""
+    from radar_pipeline.engine import Verdict
+    from radar_pipeline.warehouse import status
+    from radar_pipeline.warehouse.analysis import deploy_states, verdicts_of
+
+    with engine.connect() as conn:
+        times = status.deploy_times(conn, deploy_id, configured)
+        if times is None:
+            return None
+        found = deploy_states(conn, [deploy_id])
+        state = {k: plain(v) for k, v in found.iloc[0].items()}
+        if state["state"] == "pending":
+            return GateView(times, state, {}, [])
+        shares = status.execution_shares(conn, deploy_id)
+        table = verdicts_of(conn, deploy_id)
+    detected = table[table["verdict"] == Verdict.DETECTED]
+    columns = [
+        "target", "queryid", "dbid", "userid", "toplevel", "change_factor", "factor_at_change", "factor_low",
+        "factor_high", "cause", "mean_before_ms", "mean_after_ms", "confidence", "change_after_deploy", "query",
+    ]  # fmt: skip
+    detections = []
+    for row in detected[columns].to_dict("records"):
+        cells = {k: plain(v) for k, v in row.items()}
+        change = cells.pop("change_after_deploy")
+        cells["change_after_deploy_s"] = None if change is None else round(change.total_seconds())
+        detections.append(cells)
+    return GateView(times, state, shares, detections)
+
+
+def plain(value: object) -> Any:
+    """A cell of a pandas frame as a plain Python value: None for a missing one, numbers and times unwrapped."""
+    import pandas as pd
+
+    if isinstance(value, str | list | dict) or value is None:
+        return value
+    if pd.isna(value):  # type: ignore[call-overload]
+        return None
+    if isinstance(value, pd.Timestamp):
+        return value.to_pydatetime()
+    if isinstance(value, timedelta):
+        return pd.Timedelta(value).to_pytimedelta()
+    return value.item() if hasattr(value, "item") else value
+
+
+def answer(view: GateView, deploy_id: str, code: int) -> dict[str, Any]:
+    """The gate's answer for a script, as a JSON object (`radar gate --format json`, the receiver's gate)."""
+    from radar_pipeline.engine.vocabulary import VERDICTS, Verdict  # loaded with the gate's view already
+
+    t, s = view.times, view.state
+
+    def iso(at: datetime | None) -> str | None:
+        return at.isoformat() if at is not None else None
+
+    counts = {v.value: int(s.get(v) or 0) for v in VERDICTS}
+    answer = {
+        "deploy_id": deploy_id,
+        "state": s["state"],
+        "exit_code": code,
+        "counts": counts,
+        "shares": {
+            "cleared": view.shares.get(Verdict.NO_REGRESSION) if view.shares else s.get("cleared_share"),
+            "inconclusive": view.shares.get(Verdict.INCONCLUSIVE, 0.0) if view.shares else None,
+            "insufficient_data": view.shares.get(Verdict.INSUFFICIENT_DATA, 0.0) if view.shares else None,
+            "detected": view.shares.get(Verdict.DETECTED, 0.0) if view.shares else None,
+        },
+        "pass_share": s.get("pass_share"),
+        "analysed_at": iso(s.get("analysed_at")),
+        "engine_version": s.get("engine_version"),
+        "deploy": {
+            "target": t.target,
+            "deployed_at": iso(t.deployed_at),
+            "service": t.service,
+            "version": t.version,
+            "url": t.url,
+            "source": t.source,
+            "window_closes_at": iso(t.window_closes_at),
+            "verdict_due_at": iso(t.due_at),
+        },
+        "detections": view.detections,
+    }
+    return answer
+
+
+def as_json(view: GateView, deploy_id: str, code: int) -> str:
+    """answer() as JSON text (ASCII: nothing in it can move a terminal's cursor)."""
+    return json.dumps(answer(view, deploy_id, code), indent=1, default=str)
