@@ -20,6 +20,7 @@ from pydantic import BeforeValidator, SecretStr, ValidationError, ValidationInfo
 from pydantic_core import PydanticUseDefault
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
+from radar_pipeline.config.masking import printable
 from radar_pipeline.config.targets import TARGETS_VAR as TARGETS_VAR
 from radar_pipeline.config.targets import WAREHOUSE_URL_VAR as WAREHOUSE_URL_VAR
 from radar_pipeline.config.targets import ConfigError, Target, database_url, parse_targets, warehouse_url
@@ -207,6 +208,51 @@ def _folder(value: object, info: ValidationInfo) -> Path:
     return Path(text)
 
 
+# channels (H1): what the channels beyond Slack take (RADAR_CHANNEL_ROUTES) and PagerDuty's settings.
+CHANNEL_OUTCOMES = ("regression", "load_change", "deploy")  # a detection, a load change, a deploy (as a mark)
+CHANNEL_KINDS = ("pagerduty", "teams", "grafana", "webhook")  # a webhook is named: webhook:<name>
+DEFAULT_PAGERDUTY_URL = "https://events.pagerduty.com"
+_CHANNEL = re.compile(r"(pagerduty|teams|grafana|webhook:[a-z0-9][a-z0-9_-]{0,39})")
+_ROUTING_KEY = re.compile(r"[A-Za-z0-9]{32}")
+
+
+def channel_routes(text: str, variable: str = "RADAR_CHANNEL_ROUTES") -> dict[str, tuple[str, ...]]:
+    """Outcome → channels, from 'regression=pagerduty,teams load_change=teams deploy=pagerduty,grafana'; raises
+    ConfigError naming the variable and the unknown outcome or channel."""
+    routes: dict[str, tuple[str, ...]] = {}
+    for part in text.split():
+        outcome, sep, names = part.partition("=")
+        if not sep or outcome not in CHANNEL_OUTCOMES:
+            raise ConfigError(
+                f"{variable}: {outcome!r} is not an outcome ({', '.join(CHANNEL_OUTCOMES)}); write outcome=channel,..."
+            )
+        if outcome in routes:
+            raise ConfigError(f"{variable} names {outcome} twice")
+        channels = tuple(n for n in names.split(",") if n)
+        for name in channels:
+            if name == "slack":
+                raise ConfigError(f"{variable}: slack is not routed (it gets every detection when it is configured)")
+            if not _CHANNEL.fullmatch(name):
+                raise ConfigError(
+                    f"{variable}: {printable(name)!r} is not a channel (pagerduty, teams, grafana, webhook:<name>)"
+                )
+        routes[outcome] = channels
+    return routes
+
+
+def _routes(value: object, info: ValidationInfo) -> str:
+    text = _raw(value)
+    channel_routes(text, _variable(info))
+    return text
+
+
+def _routing_key(value: object, info: ValidationInfo) -> str:
+    text = _raw(value)
+    if not _ROUTING_KEY.fullmatch(text):
+        raise ConfigError(f"{_variable(info)} must be a PagerDuty integration key (32 letters and digits)")
+    return text
+
+
 Count = Annotated[int, BeforeValidator(_count)]
 Seconds = Annotated[float | None, BeforeValidator(_seconds)]
 
@@ -255,6 +301,12 @@ class RadarSettings(BaseSettings):
     github_api_url: Annotated[str, BeforeValidator(_api_url)] = DEFAULT_API_URLS["github"]
     gitlab_token: Annotated[SecretStr | None, BeforeValidator(_token)] = None
     gitlab_api_url: Annotated[str, BeforeValidator(_api_url)] = DEFAULT_API_URLS["gitlab"]
+    # channels (H1): which outcome goes to which channel beyond Slack (unset: every configured channel gets what it
+    # can take), and PagerDuty's Events API v2 (a service integration's routing key; the API's address, for the EU
+    # service region or a proxy).
+    channel_routes: Annotated[str | None, BeforeValidator(_routes)] = None
+    pagerduty_routing_key: Annotated[SecretStr | None, BeforeValidator(_routing_key)] = None
+    pagerduty_url: Annotated[str, BeforeValidator(_api_url)] = DEFAULT_PAGERDUTY_URL
     dagster_url: Annotated[str | None, BeforeValidator(_link)] = None  # the Dagster UI's address, for links in alerts
     chart_dir: Annotated[Path | None, BeforeValidator(_folder)] = None  # unset: a new temporary folder per analysis
     dagster_pg_url: Annotated[SecretStr | None, BeforeValidator(_dagster_storage)] = None  # Dagster's own storage
@@ -395,6 +447,7 @@ SLACK_TOKEN_VAR, SLACK_CHANNEL_VAR, SLACK_WEBHOOK_VAR = (
     variable("slack_channel"),
     variable("slack_webhook_url"),
 )
+CHANNEL_ROUTES_VAR, PAGERDUTY_KEY_VAR = variable("channel_routes"), variable("pagerduty_routing_key")  # channels (H1)
 CODE_HOST_TOKEN_VARS = {host: variable(f"{host}_token") for host in DEFAULT_API_URLS}
 CODE_HOST_API_VARS = {host: variable(f"{host}_api_url") for host in DEFAULT_API_URLS}
 SECONDS_VARS = tuple(

@@ -172,19 +172,21 @@ def settle(
     unknown: bool = False,
     wait: timedelta | None = None,
     earlier: Claim | None = None,
+    remote_id: str | None = None,
 ) -> None:
-    """Record how an attempt on these claimed rows ended: sent (with the message ts), skipped, withheld, failed, or
-    pending again (retryable: no new attempt before `wait` has passed; `unknown`: it may have been posted). A
-    retryable failure after MAX_ATTEMPTS attempts is final (failed). Only rows still claimed by `delivery_id` are
-    touched: an attempt that overran its lease cannot overwrite what a newer attempt recorded. With `earlier` (this
-    attempt's claim, when it sent nothing), the rows an earlier attempt may have posted get that attempt's delivery id
-    and time back, so the next attempt still looks for its message."""
+    """Record how an attempt on these claimed rows ended: sent (with Slack's message ts, or another channel's
+    `remote_id`), skipped, withheld, failed, or pending again (retryable: no new attempt before `wait` has passed;
+    `unknown`: it may have been posted). A retryable failure after MAX_ATTEMPTS attempts is final (failed). Only rows
+    still claimed by `delivery_id` are touched: an attempt that overran its lease cannot overwrite what a newer
+    attempt recorded. With `earlier` (this attempt's claim, when it sent nothing), the rows an earlier attempt may
+    have posted get that attempt's delivery id and time back, so the next attempt still looks for its message."""
     if not keys:
         return
     restore = earlier.earlier if earlier is not None else {}
     conn.execute(
         sa.text(
             "UPDATE radar.alert SET last_error = :error, message_ts = coalesce(:ts, message_ts), "
+            "remote_id = coalesce(:remote, remote_id), "
             "sent_at = CASE WHEN :status = 'sent' THEN now() ELSE sent_at END, "
             "delivery_id = coalesce(CAST(:earlier AS uuid), delivery_id), "
             "claimed_at = CASE WHEN :earlier IS NULL THEN claimed_at ELSE :since END, "
@@ -203,6 +205,7 @@ def settle(
                 "claim": delivery_id,
                 "status": status,
                 "ts": ts,
+                "remote": remote_id,
                 "error": error,
                 "unknown": unknown,
                 "wait": wait or timedelta(0),
