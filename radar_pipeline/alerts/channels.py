@@ -74,6 +74,14 @@ def build(routes: Mapping[str, tuple[str, ...]] | None, factories: Mapping[str, 
     return [Routed(factories[name](), taken[name]) for name in factories if name in taken]
 
 
+def close(routed: list[Routed]) -> None:
+    """Close the channels' connections (those that keep any)."""
+    for route in routed:
+        closing = getattr(route.channel, "close", None)
+        if callable(closing):
+            closing()
+
+
 def pagerduty_factory(routing_key: str, url: str, timeout: float) -> Callable[[], Any]:
     """PagerDuty's channel, made when a run needs it (httpx loads then)."""
 

@@ -9,16 +9,20 @@ from typing import TYPE_CHECKING, Any, get_type_hints
 import dagster as dg
 import pydantic
 
+from radar_pipeline.alerts.channels import Routed, build, pagerduty_factory, routing
 from radar_pipeline.config import TARGETS_VAR, WAREHOUSE_URL_VAR, ConfigError, Target, parse_targets
 from radar_pipeline.config.settings import (
     ALERT_MAX_AGE_VAR,
     CODE_HOST_TOKEN_VARS,
     DEFAULT_ALERT_MAX_AGE_HOURS,
     DEFAULT_API_URLS,
+    DEFAULT_PAGERDUTY_URL,
     DEFAULT_SCRAPE_INTERVAL_SECONDS,
+    PAGERDUTY_KEY_VAR,
     SLACK_TOKEN_VAR,
     SLACK_WEBHOOK_VAR,
     alert_max_age_hours,
+    channel_routes,
     field_of,
     settings,
 )
@@ -261,6 +265,55 @@ def slack_from_environment() -> SlackResource:
     return SlackResource(**fields)
 
 
+class ChannelsResource(dg.ConfigurableResource):
+    """The channels beyond Slack (alerts/channels.py), routed by RADAR_CHANNEL_ROUTES (unset: each configured channel
+    takes every outcome it can): PagerDuty from RADAR_PAGERDUTY_ROUTING_KEY (and RADAR_PAGERDUTY_URL). None
+    configured: nothing is sent beyond Slack."""
+
+    routes: str = ""
+    pagerduty_routing_key: str = ""
+    pagerduty_url: str = DEFAULT_PAGERDUTY_URL
+    timeout_seconds: float = 10.0
+    alert_max_age_hours: float = DEFAULT_ALERT_MAX_AGE_HOURS
+    # H2 (the lead merges): the Teams, Grafana and webhook fields go here.
+
+    def factories(self) -> dict[str, Any]:
+        """A factory per configured channel, by its name (the channel is made when a run needs it)."""
+        made: dict[str, Any] = {}
+        if self.pagerduty_routing_key:
+            made["pagerduty"] = pagerduty_factory(self.pagerduty_routing_key, self.pagerduty_url, self.timeout_seconds)
+        # H2 (the lead merges): "teams", "grafana" and each "webhook:<name>" factory go here.
+        return made
+
+    def routed(self) -> list[Routed]:
+        """The configured channels that take something, made, each with what it takes."""
+        return build(channel_routes(self.routes) if self.routes else None, self.factories())
+
+    @property
+    def alert_max_age(self) -> timedelta:
+        """Deliveries of an analysis whose window closed longer ago than this are withheld (as Slack's)."""
+        return timedelta(hours=alert_max_age_hours(str(self.alert_max_age_hours), ALERT_MAX_AGE_VAR))
+
+
+def channels_from_environment() -> ChannelsResource:
+    """The channels as configured, checked now (the definitions' load): a route to a channel that is not configured,
+    or that cannot take the outcome, stops the load naming RADAR_CHANNEL_ROUTES. Secrets resolve at run time through
+    EnvVar."""
+    configured = settings("channel_routes", "pagerduty_routing_key", "pagerduty_url", "alert_max_age_hours")
+    names = ["pagerduty"] if configured.pagerduty_routing_key else []
+    # H2 (the lead merges): the names of the configured Teams, Grafana and webhook channels join `names` here.
+    routing(channel_routes(configured.channel_routes) if configured.channel_routes else None, names)
+    fields: dict[str, Any] = {
+        "pagerduty_url": configured.pagerduty_url,
+        "alert_max_age_hours": configured.alert_max_age_hours,
+    }
+    if configured.channel_routes:
+        fields["routes"] = configured.channel_routes
+    if configured.pagerduty_routing_key:
+        fields["pagerduty_routing_key"] = dg.EnvVar(PAGERDUTY_KEY_VAR)
+    return ChannelsResource(**fields)
+
+
 @dg.definitions
 def resources() -> dg.Definitions:
     """The resources every asset, check, sensor and schedule here uses, configured when the location loads."""
@@ -269,5 +322,6 @@ def resources() -> dg.Definitions:
             **default_resources(),
             "slack": slack_from_environment(),
             "code_hosts": code_hosts_from_environment(),
+            "channels": channels_from_environment(),
         }
     )

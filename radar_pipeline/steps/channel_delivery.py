@@ -38,6 +38,7 @@ from radar_pipeline.warehouse import alerts as outbox
 from radar_pipeline.warehouse import channels as events
 from radar_pipeline.warehouse.alerts import LEASE
 
+UNDETECTED, RECOVERED, NO_RESOLVES = "undetected", "recovered", "none"  # which resolves deliver_routed sends
 NO_LONGER = "no longer announced by the analysis: not sent"
 
 
@@ -292,11 +293,12 @@ def deliver_routed(
     changes: pd.DataFrame | None,
     notice: DeployNotice | None = None,
     withhold: str | None = None,
-    recovered: bool = False,
+    resolves: str = UNDETECTED,
 ) -> dict[str, Any]:
     """Everything of one analysis (on one target) for each routed channel, after Slack: the deploy's mark (`notice`),
-    the detections (`facts` and `found`, `changes`), and the resolves of what it opened and no longer announces (a
-    deploy's re-analysis) or, with `recovered`, of the periodic episodes this analysis closed. One channel's failure
+    the detections (`facts` and `found`, `changes`), and the resolves (`resolves`): of what it opened and no longer
+    announces (UNDETECTED: a deploy's re-analysis), of the periodic episodes this analysis closed (RECOVERED), or
+    none (NO_RESOLVES). One channel's failure
     never stops the others: each is tried, and an unexpected error (not the channel's answer) is raised after them
     all. Returns each channel's record, by name, for the run's metadata."""
     metadata: dict[str, Any] = {}
@@ -311,8 +313,8 @@ def deliver_routed(
                 shown.update(
                     deliver(log, engine, channel, facts, detections_of(found, changes, route.outcomes), withhold)
                 )
-            if callable(getattr(channel, "resolve", None)):
-                if recovered:
+            if callable(getattr(channel, "resolve", None)) and resolves != NO_RESOLVES:
+                if resolves == RECOVERED:
                     shown.update(resolve_recovered(log, engine, channel, analysis_id))
                 else:
                     kept = announced(found, changes)
@@ -321,10 +323,6 @@ def deliver_routed(
             log.error(f"{route.name}: {type(exc).__name__}: {printable(str(exc).splitlines()[0] if str(exc) else '')}")
             shown["error"] = type(exc).__name__
             failures.append(exc)
-        finally:
-            close = getattr(channel, "close", None)
-            if callable(close):
-                close()
         metadata[route.name] = shown
     if failures:
         raise failures[0]

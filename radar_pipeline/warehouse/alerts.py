@@ -80,6 +80,13 @@ def load_summary(conn: sa.Connection, analysis_id: str, target: str) -> tuple[fl
     return None if row is None else (float(row[0]) if row[2] else None, float(row[1]))
 
 
+def analysis_window_end(conn: sa.Connection, analysis_id: str) -> datetime | None:
+    """When the analysis's window closed (the latest of its targets'), or None when it has no analysis yet."""
+    return conn.execute(
+        sa.text("SELECT max(window_end) FROM radar.analysis WHERE deploy_id = :d"), {"d": analysis_id}
+    ).scalar_one()
+
+
 def lock(conn: sa.Connection, analysis_id: str) -> None:
     """Serialise claiming the analysis's alerts for this transaction (held for a claim only, never while sending)."""
     conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended('radar.alert:' || :d, 0))"), {"d": analysis_id})
