@@ -66,9 +66,9 @@ def _waiting(conn: sa.Connection, table: str, max_age: timedelta, lease: timedel
 
 
 def withhold_old(conn: sa.Connection, max_age: timedelta) -> int:
-    """Withhold outbox rows (the alerts', the channels' events and the code hosts') still `pending` that were created more than `max_age` ago
-    (no longer news); returns how many. A code host's row keeps its doubt (an earlier attempt may have posted its
-    comment), so a later re-analysis looks for that comment before it posts one."""
+    """Withhold outbox rows (the alerts', the channels' events and the code hosts') still `pending` that were created
+    more than `max_age` ago (no longer news); returns how many. A code host's row keeps its doubt (an earlier attempt
+    may have posted its comment), so a later re-analysis looks for that comment before it posts one."""
     doubt = {"radar.alert": "false", "radar.channel_event": "false", "radar.code_host_delivery": "outcome_unknown"}
     return sum(
         conn.execute(
