@@ -158,7 +158,16 @@ def start() -> tuple[FakePagerDuty, ThreadingHTTPServer]:
             scripted = state.script[path].popleft() if state.script[path] else None
             if isinstance(scripted, tuple):
                 status, headers = scripted
-                self._answer(status, json.dumps({"status": "throttle event", "message": "Requests for this service are arriving too quickly. Please retry later."}).encode(), headers)
+                self._answer(
+                    status,
+                    json.dumps(
+                        {
+                            "status": "throttle event",
+                            "message": "Requests for this service are arriving too quickly. Please retry later.",
+                        }
+                    ).encode(),
+                    headers,
+                )
                 return
             if scripted is not None and not scripted.taken:
                 self._odd(scripted)
