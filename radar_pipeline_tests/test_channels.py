@@ -21,12 +21,16 @@ from radar_pipeline.alerts.channel import ChannelError, DeployNotice, Detection
 from radar_pipeline.alerts.pagerduty import PagerDutyChannel, dedup_key, severity, trigger_event
 from radar_pipeline.alerts.render import AnalysisFacts, LoadChange, Regression
 from radar_pipeline.config import ConfigError
+from radar_pipeline.config.settings import periodic_minute, periodic_start
 from radar_pipeline.defs.alerts.regression_alerts import regression_alerts
 from radar_pipeline.defs.deploys.deploy_verdicts import REANALYSIS_TAG
+from radar_pipeline.defs.periodic.periodic_check import periodic_definitions
 from radar_pipeline.defs.reconcile.reconciler import alert_retry_job, radar_reconciler
 from radar_pipeline.defs.resources import (
+    AnalysisResource,
     ChannelsResource,
     SlackResource,
+    TargetsResource,
     WarehouseResource,
     channels_from_environment,
 )
@@ -36,6 +40,7 @@ from .fake_pagerduty import CHANGES, EVENTS
 from .fake_slack import PORTAL, Odd
 from .helpers import run_log_text
 from .test_alerts import analysed  # noqa: F401 - the fixture is used by name
+from .test_periodic import _key, timeline  # noqa: F401 - the fixture is used by name
 from .test_reconciler import ANALYSIS, NOW
 
 KEY = "R0radarTestKey0000000000000000ab"  # a routing key's form: 32 letters and digits
@@ -474,3 +479,41 @@ def test_the_location_loads_routes_and_keeps_the_key_out_of_its_config(monkeypat
     everything = ChannelsResource(pagerduty_routing_key=KEY).routed()
     assert sorted(everything[0].outcomes) == ["deploy", "load_change", "regression"]
     assert ChannelsResource().routed() == []
+
+
+def test_the_periodic_checks_recovery_resolves_the_incident(timeline, warehouse, warehouse_url, pagerduty):  # noqa: F811
+    """Statement 31 slows in hour 1 (reported: an incident), recovers in hour 4 (resolved) and slows again in hour 5
+    (a new episode: a new incident)."""
+    periodic = periodic_definitions(periodic_start(), periodic_minute())
+    assets = [periodic.get_assets_def("periodic_verdicts"), periodic.get_assets_def("periodic_alerts")]
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": AnalysisResource(),
+        "targets": TargetsResource(spec=""),
+        "slack": SlackResource(),
+        "channels": _channels(pagerduty, routes="regression=pagerduty"),
+    }
+    opened = {}
+    with dg.instance_for_test() as instance:
+        for hour in range(1, 6):
+            result = dg.materialize(assets, partition_key=_key(timeline, hour), resources=resources, instance=instance)
+            assert result.success
+            opened[hour] = [(i.dedup_key, i.status) for i in pagerduty.incidents]
+    first = dedup_key("main", _statement(warehouse, 31), "periodic:" + _key(timeline, 1))
+    again = dedup_key("main", _statement(warehouse, 31), "periodic:" + _key(timeline, 5))
+    assert opened[1] == opened[3] == [(first, "triggered")]
+    assert opened[4] == [(first, "resolved")]
+    assert opened[5] == [(first, "resolved"), (again, "triggered")]
+    assert not pagerduty.changes  # a periodic check has no deploy to mark
+    with warehouse.connect() as conn:
+        (row,) = conn.execute(sa.text("SELECT deploy_id, status FROM radar.channel_event")).fetchall()
+    assert tuple(row) == ("periodic:" + _key(timeline, 4), "sent")
+
+
+def _statement(warehouse, queryid: int) -> tuple[int, int, int, bool]:  # type: ignore[no-untyped-def]
+    with warehouse.connect() as conn:
+        row = conn.execute(
+            sa.text("SELECT DISTINCT dbid, userid, queryid, toplevel FROM radar.alert WHERE queryid = :q"),
+            {"q": queryid},
+        ).one()
+    return (int(row[0]), int(row[1]), int(row[2]), bool(row[3]))

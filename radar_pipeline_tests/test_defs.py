@@ -58,7 +58,7 @@ SCHEDULES = {
     "deploy_reanalysis_schedule",
     "periodic_schedule",
 }
-RESOURCES = {"warehouse", "targets", "analysis", "reconciler", "slack", "code_hosts"}
+RESOURCES = {"warehouse", "targets", "analysis", "reconciler", "slack", "code_hosts", "channels"}
 
 
 def test_definitions_load():

@@ -125,8 +125,9 @@ SECRETS = {
     "RADAR_SLACK_WEBHOOK_URL": "https://hooks.slack.com/services/T0/B0/Wb3secret",
     "RADAR_GITHUB_TOKEN": "ghp_Gh2secret",
     "RADAR_GITLAB_TOKEN": "glpat-Gl1secret",
+    "RADAR_PAGERDUTY_ROUTING_KEY": "R0Pd8secret000000000000000000000",
 }
-PIECES = ("Wh0use9pw", "Tg7secret", "Dg5secret", "Sl4cksecret", "Wb3secret", "Gh2secret", "Gl1secret")
+PIECES = ("Wh0use9pw", "Tg7secret", "Dg5secret", "Sl4cksecret", "Wb3secret", "Gh2secret", "Gl1secret", "Pd8secret")
 
 
 def test_secrets_never_print():
