@@ -17,7 +17,7 @@ import dagster as dg
 import pytest
 import sqlalchemy as sa
 
-from radar_pipeline.alerts.channel import ChannelError, DeployNotice, Detection
+from radar_pipeline.alerts.channel import ChannelError, Delivered, DeployNotice, Detection
 from radar_pipeline.alerts.pagerduty import PagerDutyChannel, dedup_key, severity, trigger_event
 from radar_pipeline.alerts.render import AnalysisFacts, LoadChange, Regression
 from radar_pipeline.config import ConfigError
@@ -517,3 +517,69 @@ def _statement(warehouse, queryid: int) -> tuple[int, int, int, bool]:  # type: 
             {"q": queryid},
         ).one()
     return (int(row[0]), int(row[1]), int(row[2]), bool(row[3]))
+
+
+class Ledger:
+    """A channel that can tell what it received (can_check), one request per analysis (not per_detection) and a
+    deploy marker: the test's instrument for the outbox's generic path (a real warehouse, real Dagster runs); what it
+    receives is kept in `received` (delivery id → keys), and `doubt` makes its next request be taken but answered as
+    unknown, `blind` its next look-up fail."""
+
+    name = "grafana"  # a kind that takes every outcome
+    per_detection = False
+    can_check = True
+
+    def __init__(self) -> None:
+        self.received: dict[str, list] = {}
+        self.marks: dict[str, str] = {}
+        self.calls: list[str] = []
+        self.doubt = self.blind = 0
+
+    def notify(self, facts, detections, delivery_id):  # type: ignore[no-untyped-def]
+        self.calls.append("notify")
+        self.received[delivery_id] = [d.key for d in detections]
+        return self._answer(f"L-{len(self.received)}")
+
+    def find_delivered(self, facts, earlier, since):  # type: ignore[no-untyped-def]
+        self.calls.append("find_delivered")
+        if self.blind:
+            self.blind -= 1
+            raise ChannelError("the ledger cannot be read now", True)
+        return {k: Delivered(f"found-{d}") for k, d in earlier.items() if k in self.received.get(d, [])}
+
+    def mark_deploy(self, notice, delivery_id):  # type: ignore[no-untyped-def]
+        self.calls.append("mark_deploy")
+        self.marks[delivery_id] = notice.deploy_id
+        return self._answer(f"M-{len(self.marks)}")
+
+    def find_marked(self, notice, delivery_id, since):  # type: ignore[no-untyped-def]
+        self.calls.append("find_marked")
+        return Delivered(f"found-{delivery_id}") if self.marks.get(delivery_id) == notice.deploy_id else None
+
+    def _answer(self, remote: str) -> Delivered:
+        if self.doubt:
+            self.doubt -= 1
+            raise ChannelError("no answer from the ledger (it may have been taken)", True, unknown=True)
+        return Delivered(remote)
+
+
+def test_a_channel_that_can_tell_is_asked_before_anything_is_sent_again(analysed, warehouse_url, monkeypatch):  # noqa: F811
+    ledger = Ledger()
+    monkeypatch.setattr(ChannelsResource, "factories", lambda self: {"grafana": lambda: ledger})
+    ledger.doubt = 2  # the detections and the deploy mark: taken, answered as unknown
+    assert _alert(warehouse_url, ChannelsResource())[0].success
+    assert {(r["status"], r["outcome_unknown"]) for r in _rows(analysed) + _rows(analysed, "radar.channel_event")} == {
+        ("pending", True)
+    }
+    _backoff_passes(analysed)
+    ledger.blind = 1  # the look-up fails: nothing is sent, and the next attempt looks again for the same delivery
+    assert _alert(warehouse_url, ChannelsResource())[0].success
+    (row,) = _rows(analysed)
+    assert (row["status"], row["outcome_unknown"]) == ("pending", True)
+    _backoff_passes(analysed)
+    assert _alert(warehouse_url, ChannelsResource())[0].success
+    assert ledger.calls.count("notify") == 1 and ledger.calls.count("mark_deploy") == 1  # doubled: nothing
+    (row,) = _rows(analysed)
+    (mark,) = _rows(analysed, "radar.channel_event")
+    assert (row["status"], row["remote_id"]) == ("sent", f"found-{next(iter(ledger.received))}")
+    assert (mark["status"], mark["remote_id"]) == ("sent", f"found-{next(iter(ledger.marks))}")
