@@ -583,3 +583,29 @@ def test_a_channel_that_can_tell_is_asked_before_anything_is_sent_again(analysed
     (mark,) = _rows(analysed, "radar.channel_event")
     assert (row["status"], row["remote_id"]) == ("sent", f"found-{next(iter(ledger.received))}")
     assert (mark["status"], mark["remote_id"]) == ("sent", f"found-{next(iter(ledger.marks))}")
+
+
+def test_a_channel_that_breaks_does_not_stop_the_others(analysed, warehouse_url, pagerduty, monkeypatch):  # noqa: F811
+    """The first channel raises what is not a channel's answer (a bug, say): PagerDuty after it is still served, and
+    the run fails afterwards, so the break is seen; the broken channel's row waits for the reconciler."""
+    broken = Ledger()
+    broken.notify = lambda *args: (_ for _ in ()).throw(RuntimeError("a bug in a channel"))  # type: ignore[method-assign]
+    real = _channels(pagerduty).factories()["pagerduty"]
+    monkeypatch.setattr(ChannelsResource, "factories", lambda self: {"grafana": lambda: broken, "pagerduty": real})
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["d-7"])
+        result = dg.materialize(
+            [regression_alerts],
+            partition_key="d-7",
+            resources={
+                "warehouse": WarehouseResource(url=warehouse_url),
+                "slack": SlackResource(),
+                "channels": ChannelsResource(),
+            },
+            instance=instance,
+            raise_on_error=False,
+        )
+        log = run_log_text(instance, result.run_id)
+    assert not result.success and "grafana: RuntimeError: a bug in a channel" in log
+    assert len(pagerduty.incidents) == 1 and len(pagerduty.changes) == 1
+    assert {(r["channel"], r["status"]) for r in _rows(analysed)} == {("grafana", "sending"), ("pagerduty", "sent")}
