@@ -41,7 +41,7 @@ from .fake_slack import PORTAL, Odd
 from .helpers import run_log_text
 from .test_alerts import analysed  # noqa: F401 - the fixture is used by name
 from .test_periodic import _key, timeline  # noqa: F401 - the fixture is used by name
-from .test_reconciler import ANALYSIS, NOW
+from .test_reconciler import ANALYSIS, NOW, _check
 
 KEY = "R0radarTestKey0000000000000000ab"  # a routing key's form: 32 letters and digits
 SLOWED = (5, 10, 11, True)  # the statement the `analysed` deploy made 4× slower
@@ -435,8 +435,10 @@ def test_the_reconciler_retries_a_throttled_trigger_and_change_event(analysed, w
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("deploys", ["d-7"])
         context = dg.build_sensor_context(instance=instance, resources=resources)
-        (request,) = radar_reconciler(context).run_requests
+        tick = radar_reconciler(context)
+        (request,) = tick.run_requests
         assert request.partition_key == "d-7"
+        assert _check(tick).metadata["alerts_due"].value == 1 and not _check(tick).passed  # nothing_waiting sees it
 
 
 # Routing at load.

@@ -140,7 +140,7 @@ def backlog(
             "  count(*) FILTER (WHERE status = 'pending' AND next_attempt_at > now()), "
             "  count(*) FILTER (WHERE status = 'failed'), "
             "  min(created_at) FILTER (WHERE status IN ('pending', 'sending')) "
-            "FROM radar.alert WHERE created_at > now() - :age"
+            f"FROM {ALERT_ROWS} AS w WHERE created_at > now() - :age"
         ),
         {"age": alert_age, "lease": lease},
     ).one()
