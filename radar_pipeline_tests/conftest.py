@@ -92,6 +92,7 @@ LONGEST_FIRST = (
     "test_noise.py",
     "test_code_hosts.py",
     "test_outbox.py",
+    "test_channels.py",
 )
 
 

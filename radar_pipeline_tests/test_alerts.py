@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.defs.alerts.regression_alerts import regression_alerts, slack_run_failure_sensor
 from radar_pipeline.defs.deploys.deploy_verdicts import RANGE_END, RANGE_START
-from radar_pipeline.defs.resources import SlackResource, WarehouseResource
+from radar_pipeline.defs.resources import ChannelsResource, SlackResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 from radar_pipeline.warehouse import deploys
@@ -79,7 +79,11 @@ def _alert(warehouse_url: str, slack: SlackResource) -> tuple[dg.ExecuteInProces
         result = dg.materialize(
             [regression_alerts],
             partition_key="d-7",
-            resources={"warehouse": WarehouseResource(url=warehouse_url), "slack": slack},
+            resources={
+                "warehouse": WarehouseResource(url=warehouse_url),
+                "slack": slack,
+                "channels": ChannelsResource(),
+            },
             instance=instance,
             selection=[regression_alerts],
         )
@@ -206,7 +210,11 @@ def test_the_chart_is_in_the_ui_not_only_a_path_on_the_server(analysed, warehous
             result = dg.materialize(
                 [regression_alerts],
                 partition_key="d-7",
-                resources={"warehouse": WarehouseResource(url=warehouse_url), "slack": resource},
+                resources={
+                    "warehouse": WarehouseResource(url=warehouse_url),
+                    "slack": resource,
+                    "channels": ChannelsResource(),
+                },
                 instance=instance,
                 selection=[regression_alerts],
             )

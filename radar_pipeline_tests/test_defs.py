@@ -58,7 +58,7 @@ SCHEDULES = {
     "deploy_reanalysis_schedule",
     "periodic_schedule",
 }
-RESOURCES = {"warehouse", "targets", "analysis", "reconciler", "slack", "code_hosts"}
+RESOURCES = {"warehouse", "targets", "analysis", "reconciler", "slack", "code_hosts", "channels"}
 
 
 def test_definitions_load():
@@ -129,7 +129,12 @@ def test_every_asset_has_kinds_and_an_owner_and_the_snapshots_a_freshness_policy
 
 @pytest.mark.parametrize(
     "variable, value",
-    [("RADAR_SNAPSHOT_CRON", "every minute"), ("RADAR_PLAN_CRON", "61 * * * *"), ("RADAR_PERIODIC_START", "today")],
+    [
+        ("RADAR_SNAPSHOT_CRON", "every minute"),
+        ("RADAR_PLAN_CRON", "61 * * * *"),
+        ("RADAR_PERIODIC_START", "today"),
+        ("RADAR_CHANNEL_ROUTES", "regression=pagerduty"),  # routed to a channel that is not configured
+    ],
 )
 def test_settings_are_read_when_the_location_loads_not_at_import(variable, value):
     """Every module of defs/ imports with a bad setting; the location's load stops, naming the variable."""

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.defs.alerts.regression_alerts import regression_alerts
 from radar_pipeline.defs.deploys.deploy_verdicts import REANALYSIS_TAG
-from radar_pipeline.defs.resources import SlackResource, WarehouseResource
+from radar_pipeline.defs.resources import ChannelsResource, SlackResource, WarehouseResource
 
 from . import fake_slack
 from .fake_slack import PORTAL, Odd
@@ -85,11 +85,11 @@ def test_a_run_killed_after_slack_accepted_does_not_post_twice(analysed, warehou
     script = (
         "import dagster as dg\n"
         "from radar_pipeline.defs.alerts.regression_alerts import regression_alerts\n"
-        "from radar_pipeline.defs.resources import SlackResource, WarehouseResource\n"
+        "from radar_pipeline.defs.resources import ChannelsResource, SlackResource, WarehouseResource\n"
         "with dg.instance_for_test() as instance:\n"
         "    instance.add_dynamic_partitions('deploys', ['d-7'])\n"
         "    dg.materialize([regression_alerts], partition_key='d-7', instance=instance, resources={\n"
-        f"        'warehouse': WarehouseResource(url={warehouse_url!r}),\n"
+        f"        'warehouse': WarehouseResource(url={warehouse_url!r}), 'channels': ChannelsResource(),\n"
         f"        'slack': SlackResource(token='xoxb-test-token', channel='C0RADAR', base_url={slack.api_url!r},\n"
         "                               timeout_seconds=120)})\n"
     )
@@ -158,7 +158,11 @@ def test_the_reanalysis_never_posts(analysed, warehouse_url, slack):  # noqa: F8
         result = dg.materialize(
             [regression_alerts],
             partition_key="d-7",
-            resources={"warehouse": WarehouseResource(url=warehouse_url), "slack": _bot(slack)},
+            resources={
+                "warehouse": WarehouseResource(url=warehouse_url),
+                "slack": _bot(slack),
+                "channels": ChannelsResource(),
+            },
             instance=instance,
             tags={REANALYSIS_TAG: "true"},
         )

@@ -26,7 +26,13 @@ from radar_pipeline.cli import main
 from radar_pipeline.config import Target
 from radar_pipeline.config.settings import periodic_minute, periodic_start
 from radar_pipeline.defs.periodic.periodic_check import periodic_definitions
-from radar_pipeline.defs.resources import AnalysisResource, SlackResource, TargetsResource, WarehouseResource
+from radar_pipeline.defs.resources import (
+    AnalysisResource,
+    ChannelsResource,
+    SlackResource,
+    TargetsResource,
+    WarehouseResource,
+)
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.steps.deploy_analysis import AnalysisRefused, AnalysisRun
 from radar_pipeline.steps.periodic_check import analyse_period
@@ -82,6 +88,7 @@ def _run(instance: dg.DagsterInstance, warehouse_url: str, slack: SlackResource,
             "analysis": AnalysisResource(),
             "targets": TargetsResource(spec=""),
             "slack": slack,
+            "channels": ChannelsResource(),
         },
         instance=instance,
         raise_on_error=False,

@@ -31,6 +31,7 @@ from radar_pipeline.defs.reconcile.reconciler import (
 )
 from radar_pipeline.defs.resources import (
     AnalysisResource,
+    ChannelsResource,
     ReconcilerResource,
     SlackResource,
     TargetsResource,
@@ -56,6 +57,7 @@ def _resources(warehouse_url: str, slack: SlackResource, reconciler: ReconcilerR
         "warehouse": WarehouseResource(url=warehouse_url),
         "analysis": ANALYSIS,
         "slack": slack,
+        "channels": ChannelsResource(),
         "targets": TargetsResource(spec="main=postgresql://nobody@127.0.0.1:1/none"),
         "reconciler": reconciler,
     }

@@ -125,11 +125,12 @@ SECRETS = {
     "RADAR_SLACK_WEBHOOK_URL": "https://hooks.slack.com/services/T0/B0/Wb3secret",
     "RADAR_GITHUB_TOKEN": "ghp_Gh2secret",
     "RADAR_GITLAB_TOKEN": "glpat-Gl1secret",
-    # channels: Teams, Grafana, webhook (H2)
+    # channels: Teams, Grafana, generic webhooks
     "RADAR_TEAMS_WEBHOOK_URL": "https://prod-1.westeurope.logic.azure.com/workflows/1/invoke?sv=1.0&sig=Tm8secret",
     "RADAR_GRAFANA_TOKEN": "glsa_Gf6secret",
     "RADAR_WEBHOOKS": '{"ops": {"url": "https://hooks.example.com/x?key=Wk1secret", "template": "{}"}}',
-    # receiver (H3)
+    "RADAR_PAGERDUTY_ROUTING_KEY": "R0Pd8secret000000000000000000000",
+    # receiver
     "RADAR_RECEIVER_GITHUB_SECRET": "Rh1secret-0123456789",
     "RADAR_RECEIVER_GITLAB_SECRET": "Rl2secret-0123456789",
     "RADAR_RECEIVER_ARGOCD_SECRET": "Ra3secret-0123456789",
@@ -140,7 +141,7 @@ SECRETS = {
 OTHERS = {"RADAR_SLACK_CHANNEL", "RADAR_GRAFANA_URL", "RADAR_WEBHOOK_ALLOWED_HOSTS"}  # not secrets, set beside them
 SECRETS |= {"RADAR_GRAFANA_URL": "https://grafana.example.com", "RADAR_WEBHOOK_ALLOWED_HOSTS": "hooks.example.com"}
 PIECES = ("Wh0use9pw", "Tg7secret", "Dg5secret", "Sl4cksecret", "Wb3secret", "Gh2secret", "Gl1secret")
-PIECES += ("Tm8secret", "Gf6secret", "Wk1secret")
+PIECES += ("Tm8secret", "Gf6secret", "Wk1secret", "Pd8secret")
 PIECES += ("Rh1secret", "Rl2secret", "Ra3secret", "Rf4secret", "Rr5secret", "Rt6secret")
 
 

@@ -91,3 +91,14 @@ class DeployMarker(Protocol):
         """The mark an earlier attempt (that delivery id, claimed after `since`) made, or None. Only called when
         can_check; raises ChannelError."""
         ...
+
+
+class Resolver(Protocol):
+    """A channel that closes what a detection opened when its statement recovers (PagerDuty's resolve)."""
+
+    name: str
+
+    def resolve(self, remote_id: str, delivery_id: str) -> Delivered:
+        """Close what the detection's request made (its remote id: a dedup_key) under the outbox's delivery id; raise
+        ChannelError when the channel did not take it, or may have. Resolving something already closed succeeds."""
+        ...

@@ -21,6 +21,7 @@ from pydantic import BeforeValidator, SecretStr, ValidationError, ValidationInfo
 from pydantic_core import PydanticUseDefault
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
+from radar_pipeline.config.masking import printable
 from radar_pipeline.config.targets import TARGETS_VAR as TARGETS_VAR
 from radar_pipeline.config.targets import WAREHOUSE_URL_VAR as WAREHOUSE_URL_VAR
 from radar_pipeline.config.targets import ConfigError, Target, database_url, parse_targets, warehouse_url
@@ -219,7 +220,7 @@ def _folder(value: object, info: ValidationInfo) -> Path:
     return Path(text)
 
 
-# channels: Teams, Grafana, webhook (H2)
+# channels: Teams, Grafana, generic webhooks
 
 
 def _dashboard_uid(value: object, info: ValidationInfo) -> str:
@@ -272,7 +273,7 @@ def parse_webhooks(text: str, setting: str = "RADAR_WEBHOOKS") -> dict[str, dict
     return data
 
 
-# receiver (H3): the checks of `radar webhook serve`'s settings (the fields are at the end of RadarSettings).
+# receiver: the checks of `radar webhook serve`'s settings (the fields are at the end of RadarSettings).
 RECEIVER_SCOPES = ("deploy", "gate")  # record deploys (POST /v1/deploys/generic); read a deploy's gate
 MIN_TOKEN_LENGTH = 16
 
@@ -328,6 +329,51 @@ def _body_bytes(value: object, info: ValidationInfo) -> int:
     return number
 
 
+# channels: what the channels beyond Slack take (RADAR_CHANNEL_ROUTES) and PagerDuty's settings.
+CHANNEL_OUTCOMES = ("regression", "load_change", "deploy")  # a detection, a load change, a deploy (as a mark)
+CHANNEL_KINDS = ("pagerduty", "teams", "grafana", "webhook")  # a webhook is named: webhook:<name>
+DEFAULT_PAGERDUTY_URL = "https://events.pagerduty.com"
+_CHANNEL = re.compile(r"(pagerduty|teams|grafana|webhook:[a-z0-9][a-z0-9_-]{0,39})")
+_ROUTING_KEY = re.compile(r"[A-Za-z0-9]{32}")
+
+
+def channel_routes(text: str, variable: str = "RADAR_CHANNEL_ROUTES") -> dict[str, tuple[str, ...]]:
+    """Outcome → channels, from 'regression=pagerduty,teams load_change=teams deploy=pagerduty,grafana'; raises
+    ConfigError naming the variable and the unknown outcome or channel."""
+    routes: dict[str, tuple[str, ...]] = {}
+    for part in text.split():
+        outcome, sep, names = part.partition("=")
+        if not sep or outcome not in CHANNEL_OUTCOMES:
+            raise ConfigError(
+                f"{variable}: {outcome!r} is not an outcome ({', '.join(CHANNEL_OUTCOMES)}); write outcome=channel,..."
+            )
+        if outcome in routes:
+            raise ConfigError(f"{variable} names {outcome} twice")
+        channels = tuple(n for n in names.split(",") if n)
+        for name in channels:
+            if name == "slack":
+                raise ConfigError(f"{variable}: slack is not routed (it gets every detection when it is configured)")
+            if not _CHANNEL.fullmatch(name):
+                raise ConfigError(
+                    f"{variable}: {printable(name)!r} is not a channel (pagerduty, teams, grafana, webhook:<name>)"
+                )
+        routes[outcome] = channels
+    return routes
+
+
+def _routes(value: object, info: ValidationInfo) -> str:
+    text = _raw(value)
+    channel_routes(text, _variable(info))
+    return text
+
+
+def _routing_key(value: object, info: ValidationInfo) -> str:
+    text = _raw(value)
+    if not _ROUTING_KEY.fullmatch(text):
+        raise ConfigError(f"{_variable(info)} must be a PagerDuty integration key (32 letters and digits)")
+    return text
+
+
 Count = Annotated[int, BeforeValidator(_count)]
 Seconds = Annotated[float | None, BeforeValidator(_seconds)]
 
@@ -376,6 +422,12 @@ class RadarSettings(BaseSettings):
     github_api_url: Annotated[str, BeforeValidator(_api_url)] = DEFAULT_API_URLS["github"]
     gitlab_token: Annotated[SecretStr | None, BeforeValidator(_token)] = None
     gitlab_api_url: Annotated[str, BeforeValidator(_api_url)] = DEFAULT_API_URLS["gitlab"]
+    # channels: which outcome goes to which channel beyond Slack (unset: every configured channel gets what it
+    # can take), and PagerDuty's Events API v2 (a service integration's routing key; the API's address, for the EU
+    # service region or a proxy).
+    channel_routes: Annotated[str | None, BeforeValidator(_routes)] = None
+    pagerduty_routing_key: Annotated[SecretStr | None, BeforeValidator(_routing_key)] = None
+    pagerduty_url: Annotated[str, BeforeValidator(_api_url)] = DEFAULT_PAGERDUTY_URL
     dagster_url: Annotated[str | None, BeforeValidator(_link)] = None  # the Dagster UI's address, for links in alerts
     chart_dir: Annotated[Path | None, BeforeValidator(_folder)] = None  # unset: a new temporary folder per analysis
     dagster_pg_url: Annotated[SecretStr | None, BeforeValidator(_dagster_storage)] = None  # Dagster's own storage
@@ -384,7 +436,7 @@ class RadarSettings(BaseSettings):
     plan_cron: str | None = None
     deploy_target: str | None = None  # `radar deploy`'s target when --target is not given
     home: Path | None = None  # where the embedded default lives (unset: ./.radar)
-    # channels: Teams, Grafana, webhook (H2). Microsoft Teams: a Workflows webhook's URL (its sig= is a secret).
+    # channels: Teams, Grafana, generic webhooks. Microsoft Teams: a Workflows webhook's URL (its sig= is a secret).
     # Grafana: its URL, a service account token, and optionally the dashboard (and panel) the annotations belong to.
     # Generic webhooks: a JSON object of name → {"url", "template" or "template_file", "headers"} (a secret: URLs
     # and headers may hold one), posting only to the hosts of the allowlist (comma-separated; *.example.com allowed).
@@ -412,7 +464,7 @@ class RadarSettings(BaseSettings):
                     raise ConfigError(f"{variable(one)} is set but {variable(other)} is not: it needs {why}")
         return data
 
-    # receiver (H3): `radar webhook serve`. The sources it accepts (unset: each one whose secret is set, and generic
+    # receiver: `radar webhook serve`. The sources it accepts (unset: each one whose secret is set, and generic
     # when a token may record deploys), each source's secret (the HMAC key or token its sender is configured with),
     # the CI tokens with their scopes (JSON, see receiver_tokens), and the largest body it reads.
     receiver_sources: Annotated[tuple[str, ...] | None, BeforeValidator(_receiver_sources)] = None
@@ -555,6 +607,7 @@ SLACK_TOKEN_VAR, SLACK_CHANNEL_VAR, SLACK_WEBHOOK_VAR = (
     variable("slack_channel"),
     variable("slack_webhook_url"),
 )
+CHANNEL_ROUTES_VAR, PAGERDUTY_KEY_VAR = variable("channel_routes"), variable("pagerduty_routing_key")  # channels
 CODE_HOST_TOKEN_VARS = {host: variable(f"{host}_token") for host in DEFAULT_API_URLS}
 CODE_HOST_API_VARS = {host: variable(f"{host}_api_url") for host in DEFAULT_API_URLS}
 SECONDS_VARS = tuple(

@@ -9,18 +9,32 @@ from typing import TYPE_CHECKING, Any, get_type_hints
 import dagster as dg
 import pydantic
 
+from radar_pipeline.alerts.channels import (
+    Routed,
+    build,
+    grafana_factory,
+    pagerduty_factory,
+    routing,
+    teams_factory,
+    webhook_factories,
+    webhook_names,
+)
 from radar_pipeline.config import TARGETS_VAR, WAREHOUSE_URL_VAR, ConfigError, Target, parse_targets
 from radar_pipeline.config.settings import (
     ALERT_MAX_AGE_VAR,
     CODE_HOST_TOKEN_VARS,
     DEFAULT_ALERT_MAX_AGE_HOURS,
     DEFAULT_API_URLS,
+    DEFAULT_PAGERDUTY_URL,
     DEFAULT_SCRAPE_INTERVAL_SECONDS,
+    PAGERDUTY_KEY_VAR,
     SLACK_TOKEN_VAR,
     SLACK_WEBHOOK_VAR,
     alert_max_age_hours,
+    channel_routes,
     field_of,
     settings,
+    variable,
 )
 from radar_pipeline.engine.settings import EngineSettings
 
@@ -261,6 +275,102 @@ def slack_from_environment() -> SlackResource:
     return SlackResource(**fields)
 
 
+class ChannelsResource(dg.ConfigurableResource):
+    """The channels beyond Slack (alerts/channels.py), routed by RADAR_CHANNEL_ROUTES (unset: each configured channel
+    takes every outcome it can): PagerDuty (RADAR_PAGERDUTY_ROUTING_KEY, RADAR_PAGERDUTY_URL), Microsoft Teams
+    (RADAR_TEAMS_WEBHOOK_URL), Grafana (RADAR_GRAFANA_URL, RADAR_GRAFANA_TOKEN, optionally its dashboard and panel)
+    and generic webhooks (RADAR_WEBHOOKS, RADAR_WEBHOOK_ALLOWED_HOSTS). None configured: nothing is sent beyond
+    Slack. The secrets come as EnvVar: resolved at run time, never in Dagster's stored config."""
+
+    routes: str = ""
+    pagerduty_routing_key: str = ""
+    pagerduty_url: str = DEFAULT_PAGERDUTY_URL
+    timeout_seconds: float = 10.0
+    alert_max_age_hours: float = DEFAULT_ALERT_MAX_AGE_HOURS
+    teams_webhook_url: str = ""
+    grafana_url: str = ""
+    grafana_token: str = ""
+    grafana_dashboard_uid: str = ""
+    grafana_panel_id: int = 0
+    webhooks: str = ""  # RADAR_WEBHOOKS's JSON
+    webhook_allowed_hosts: str = ""  # comma-separated
+
+    def factories(self) -> dict[str, Any]:
+        """A factory per configured channel, by its name (the channel is made when a run needs it)."""
+        made: dict[str, Any] = {}
+        if self.pagerduty_routing_key:
+            made["pagerduty"] = pagerduty_factory(self.pagerduty_routing_key, self.pagerduty_url, self.timeout_seconds)
+        if self.teams_webhook_url:
+            made["teams"] = teams_factory(self.teams_webhook_url, self.timeout_seconds)
+        if self.grafana_url and self.grafana_token:
+            made["grafana"] = grafana_factory(
+                self.grafana_url,
+                self.grafana_token,
+                self.timeout_seconds,
+                self.grafana_dashboard_uid or None,
+                self.grafana_panel_id or None,
+            )
+        if self.webhooks:
+            made |= webhook_factories(self.webhooks, self._allowed_hosts(), self.timeout_seconds)
+        return made
+
+    def _allowed_hosts(self) -> list[str]:
+        return [h for h in self.webhook_allowed_hosts.split(",") if h]
+
+    def routed(self) -> list[Routed]:
+        """The configured channels that take something, made, each with what it takes."""
+        return build(channel_routes(self.routes) if self.routes else None, self.factories())
+
+    @property
+    def alert_max_age(self) -> timedelta:
+        """Deliveries of an analysis whose window closed longer ago than this are withheld (as Slack's)."""
+        return timedelta(hours=alert_max_age_hours(str(self.alert_max_age_hours), ALERT_MAX_AGE_VAR))
+
+
+def channels_from_environment() -> ChannelsResource:
+    """The channels as configured, checked now (the definitions' load): a route to a channel that is not configured,
+    or that cannot take the outcome, stops the load naming RADAR_CHANNEL_ROUTES. Secrets resolve at run time through
+    EnvVar."""
+    configured = settings(
+        "channel_routes",
+        "pagerduty_routing_key",
+        "pagerduty_url",
+        "alert_max_age_hours",
+        "teams_webhook_url",
+        "grafana_url",
+        "grafana_token",
+        "grafana_dashboard_uid",
+        "grafana_panel_id",
+        "webhooks",
+        "webhook_allowed_hosts",
+    )
+    hosts = configured.webhook_allowed_hosts or []
+    names = ["pagerduty"] if configured.pagerduty_routing_key else []
+    names += ["teams"] if configured.teams_webhook_url else []
+    names += ["grafana"] if configured.grafana_url and configured.grafana_token else []
+    names += webhook_names(configured.webhooks.get_secret_value(), hosts) if configured.webhooks else []
+    routing(channel_routes(configured.channel_routes) if configured.channel_routes else None, names)
+    fields: dict[str, Any] = {
+        "pagerduty_url": configured.pagerduty_url,
+        "alert_max_age_hours": configured.alert_max_age_hours,
+        "webhook_allowed_hosts": ",".join(hosts),
+    }
+    if configured.teams_webhook_url:
+        fields["teams_webhook_url"] = dg.EnvVar(variable("teams_webhook_url"))
+    if configured.grafana_url and configured.grafana_token:
+        fields["grafana_url"] = configured.grafana_url
+        fields["grafana_token"] = dg.EnvVar(variable("grafana_token"))
+        fields["grafana_dashboard_uid"] = configured.grafana_dashboard_uid or ""
+        fields["grafana_panel_id"] = configured.grafana_panel_id or 0
+    if configured.webhooks:
+        fields["webhooks"] = dg.EnvVar(variable("webhooks"))
+    if configured.channel_routes:
+        fields["routes"] = configured.channel_routes
+    if configured.pagerduty_routing_key:
+        fields["pagerduty_routing_key"] = dg.EnvVar(PAGERDUTY_KEY_VAR)
+    return ChannelsResource(**fields)
+
+
 @dg.definitions
 def resources() -> dg.Definitions:
     """The resources every asset, check, sensor and schedule here uses, configured when the location loads."""
@@ -269,5 +379,6 @@ def resources() -> dg.Definitions:
             **default_resources(),
             "slack": slack_from_environment(),
             "code_hosts": code_hosts_from_environment(),
+            "channels": channels_from_environment(),
         }
     )

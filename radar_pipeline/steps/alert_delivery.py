@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 import sqlalchemy as sa
 
+from radar_pipeline.alerts.channel import ChannelError
 from radar_pipeline.alerts.render import MAX_SHOWN, AnalysisFacts, LoadChange, Regression, render
 from radar_pipeline.alerts.slack import DeliveryError, SlackSender
 from radar_pipeline.config.settings import DEFAULT_ALERT_MAX_AGE_HOURS, settings
@@ -93,7 +94,7 @@ def deliver(
     todo_changes = changes[[k in todo_set and k not in seen for k in change_keys]] if len(changes) else changes
     todo = [k for k in keys if k in todo_set]
     text, blocks = render(
-        facts, [_regression(r) for r in todo_rows.itertuples()], [_change(r) for r in todo_changes.itertuples()]
+        facts, [regression_of(r) for r in todo_rows.itertuples()], [change_of(r) for r in todo_changes.itertuples()]
     )
     metadata["to_send"] = len(todo_rows) + len(todo_changes)
     metadata["message"] = {"text": text, "blocks": blocks}
@@ -161,8 +162,8 @@ def _already_posted(
     return [k for k in claimed.keys if k not in done]
 
 
-def retry_wait(attempt: int, error: DeliveryError) -> timedelta:
-    """How long the outbox waits before the next attempt: what Slack asked (Retry-After), else an exponential
+def retry_wait(attempt: int, error: DeliveryError | ChannelError) -> timedelta:
+    """How long the outbox waits before the next attempt: what the channel asked (Retry-After), else an exponential
     backoff from RETRY_BASE doubling per attempt up to RETRY_CAP."""
     if error.retry_after is not None:
         return asked_wait(error.retry_after)
@@ -228,7 +229,9 @@ def period_facts(analysis_id: str, target: str, rows: pd.DataFrame) -> AnalysisF
     )
 
 
-def _change(row: Any) -> LoadChange:
+def change_of(row: Any) -> LoadChange:
+    """A load change as the messages show it, from an outbox.load_changes row."""
+
     def number(value: Any) -> float | None:
         return None if value is None or pd.isna(value) else float(value)
 
@@ -247,7 +250,9 @@ def _change(row: Any) -> LoadChange:
     )
 
 
-def _regression(row: Any) -> Regression:
+def regression_of(row: Any) -> Regression:
+    """A regression as the messages show it, from an outbox.detections row."""
+
     plan = row.plan_diff if isinstance(row.plan_diff, dict) else None
     return Regression(
         queryid=int(row.queryid),

@@ -80,6 +80,13 @@ def load_summary(conn: sa.Connection, analysis_id: str, target: str) -> tuple[fl
     return None if row is None else (float(row[0]) if row[2] else None, float(row[1]))
 
 
+def analysis_window_end(conn: sa.Connection, analysis_id: str) -> datetime | None:
+    """When the analysis's window closed (the latest of its targets'), or None when it has no analysis yet."""
+    return conn.execute(
+        sa.text("SELECT max(window_end) FROM radar.analysis WHERE deploy_id = :d"), {"d": analysis_id}
+    ).scalar_one()
+
+
 def lock(conn: sa.Connection, analysis_id: str) -> None:
     """Serialise claiming the analysis's alerts for this transaction (held for a claim only, never while sending)."""
     conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended('radar.alert:' || :d, 0))"), {"d": analysis_id})
@@ -172,19 +179,21 @@ def settle(
     unknown: bool = False,
     wait: timedelta | None = None,
     earlier: Claim | None = None,
+    remote_id: str | None = None,
 ) -> None:
-    """Record how an attempt on these claimed rows ended: sent (with the message ts), skipped, withheld, failed, or
-    pending again (retryable: no new attempt before `wait` has passed; `unknown`: it may have been posted). A
-    retryable failure after MAX_ATTEMPTS attempts is final (failed). Only rows still claimed by `delivery_id` are
-    touched: an attempt that overran its lease cannot overwrite what a newer attempt recorded. With `earlier` (this
-    attempt's claim, when it sent nothing), the rows an earlier attempt may have posted get that attempt's delivery id
-    and time back, so the next attempt still looks for its message."""
+    """Record how an attempt on these claimed rows ended: sent (with Slack's message ts, or another channel's
+    `remote_id`), skipped, withheld, failed, or pending again (retryable: no new attempt before `wait` has passed;
+    `unknown`: it may have been posted). A retryable failure after MAX_ATTEMPTS attempts is final (failed). Only rows
+    still claimed by `delivery_id` are touched: an attempt that overran its lease cannot overwrite what a newer
+    attempt recorded. With `earlier` (this attempt's claim, when it sent nothing), the rows an earlier attempt may
+    have posted get that attempt's delivery id and time back, so the next attempt still looks for its message."""
     if not keys:
         return
     restore = earlier.earlier if earlier is not None else {}
     conn.execute(
         sa.text(
             "UPDATE radar.alert SET last_error = :error, message_ts = coalesce(:ts, message_ts), "
+            "remote_id = coalesce(:remote, remote_id), "
             "sent_at = CASE WHEN :status = 'sent' THEN now() ELSE sent_at END, "
             "delivery_id = coalesce(CAST(:earlier AS uuid), delivery_id), "
             "claimed_at = CASE WHEN :earlier IS NULL THEN claimed_at ELSE :since END, "
@@ -203,6 +212,7 @@ def settle(
                 "claim": delivery_id,
                 "status": status,
                 "ts": ts,
+                "remote": remote_id,
                 "error": error,
                 "unknown": unknown,
                 "wait": wait or timedelta(0),

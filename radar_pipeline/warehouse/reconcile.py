@@ -26,14 +26,21 @@ class WaitingAlerts:
         return self.analysis_id.startswith(PERIODIC_PREFIX)
 
 
-# The outboxes whose rows the reconciler retries: Slack's alerts, and the code hosts' statuses and comments.
-OUTBOXES = ("radar.alert", "radar.code_host_delivery")
+# The outboxes whose rows the reconciler retries: the alerts (Slack's and the other channels' detections), the
+# channels' resolves and deploy marks, and the code hosts' statuses and comments.
+OUTBOXES = ("radar.alert", "radar.channel_event", "radar.code_host_delivery")
+# What one run of the alert assets (regression_alerts, periodic_alerts) retries: both outboxes, as one.
+ALERT_ROWS = (
+    "(SELECT deploy_id, status, attempts, created_at, next_attempt_at, claimed_at FROM radar.alert "
+    "UNION ALL SELECT deploy_id, status, attempts, created_at, next_attempt_at, claimed_at FROM radar.channel_event)"
+)
 
 
 def waiting_alerts(conn: sa.Connection, max_age: timedelta, lease: timedelta, limit: int = 100) -> list[WaitingAlerts]:
-    """Analyses with rows due now: `pending` past their backoff, or left `sending` past `lease` by a run that
-    stopped; only rows created within `max_age` (older ones are withheld by withhold_old)."""
-    return _waiting(conn, "radar.alert", max_age, lease, limit)
+    """Analyses with rows due now (radar.alert's, and the channels' resolves and deploy marks): `pending` past their
+    backoff, or left `sending` past `lease` by a run that stopped; only rows created within `max_age` (older ones are
+    withheld by withhold_old)."""
+    return _waiting(conn, ALERT_ROWS, max_age, lease, limit)
 
 
 def waiting_deliveries(
@@ -44,10 +51,10 @@ def waiting_deliveries(
 
 
 def _waiting(conn: sa.Connection, table: str, max_age: timedelta, lease: timedelta, limit: int) -> list[WaitingAlerts]:
-    assert table in OUTBOXES  # a name of ours, never input: it is written into the statement
+    assert table in (*OUTBOXES, ALERT_ROWS)  # ours, never input: it is written into the statement
     rows = conn.execute(
         sa.text(
-            f"SELECT deploy_id, count(*), max(attempts) FROM {table} "
+            f"SELECT deploy_id, count(*), max(attempts) FROM {table} AS w "
             "WHERE created_at > now() - :age AND attempts < :max AND ("
             "  (status = 'pending' AND coalesce(next_attempt_at, '-infinity') <= now()) "
             "  OR (status = 'sending' AND claimed_at < now() - :lease)) "
@@ -59,10 +66,10 @@ def _waiting(conn: sa.Connection, table: str, max_age: timedelta, lease: timedel
 
 
 def withhold_old(conn: sa.Connection, max_age: timedelta) -> int:
-    """Withhold outbox rows (Slack's and the code hosts') still `pending` that were created more than `max_age` ago
-    (no longer news); returns how many. A code host's row keeps its doubt (an earlier attempt may have posted its
-    comment), so a later re-analysis looks for that comment before it posts one."""
-    doubt = {"radar.alert": "false", "radar.code_host_delivery": "outcome_unknown"}
+    """Withhold outbox rows (the alerts', the channels' events and the code hosts') still `pending` that were created
+    more than `max_age` ago (no longer news); returns how many. A code host's row keeps its doubt (an earlier attempt
+    may have posted its comment), so a later re-analysis looks for that comment before it posts one."""
+    doubt = {"radar.alert": "false", "radar.channel_event": "false", "radar.code_host_delivery": "outcome_unknown"}
     return sum(
         conn.execute(
             sa.text(
@@ -133,7 +140,7 @@ def backlog(
             "  count(*) FILTER (WHERE status = 'pending' AND next_attempt_at > now()), "
             "  count(*) FILTER (WHERE status = 'failed'), "
             "  min(created_at) FILTER (WHERE status IN ('pending', 'sending')) "
-            "FROM radar.alert WHERE created_at > now() - :age"
+            f"FROM {ALERT_ROWS} AS w WHERE created_at > now() - :age"
         ),
         {"age": alert_age, "lease": lease},
     ).one()

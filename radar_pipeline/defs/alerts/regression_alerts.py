@@ -17,10 +17,13 @@ from radar_pipeline.defs.deploys.deploy_verdicts import (
     deploys_partitions,
 )
 from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, OWNERS, chart_images, status_counts
-from radar_pipeline.defs.resources import SlackResource, WarehouseResource
+from radar_pipeline.defs.resources import ChannelsResource, SlackResource, WarehouseResource
 
 if TYPE_CHECKING:
     import pandas as pd
+    import sqlalchemy as sa
+
+    from radar_pipeline.alerts.render import AnalysisFacts
 
 
 @dg.asset(
@@ -29,13 +32,18 @@ if TYPE_CHECKING:
     group_name="analysis",
     kinds={"slack"},
     owners=OWNERS,
-    description="Slack alerts for the deploy's regressions, new heavy statements and call surges (radar.alert).",
+    description="Slack alerts for the deploy's regressions, new heavy statements and call surges (radar.alert); then "
+    "the routed channels beyond Slack: PagerDuty, Teams, Grafana, webhooks (radar.alert, radar.channel_event).",
 )
 def regression_alerts(
-    context: dg.AssetExecutionContext, warehouse: WarehouseResource, slack: SlackResource
+    context: dg.AssetExecutionContext,
+    warehouse: WarehouseResource,
+    slack: SlackResource,
+    channels: ChannelsResource,
 ) -> dg.MaterializeResult:
     """Send what is due of the deploy's regressions, in one message, and record every attempt; record them as
-    withheld instead when the deploy's window closed more than the alert age limit ago, or in a reanalysis run."""
+    withheld instead when the deploy's window closed more than the alert age limit ago, or in a reanalysis run. Then
+    the same, and the deploy's mark and the resolves of what it no longer announces, on each routed channel."""
     from radar_pipeline.steps.alert_delivery import deliver, deploy_facts, withhold_reason
     from radar_pipeline.warehouse import alerts as outbox
     from radar_pipeline.warehouse import analysis as analysis_store
@@ -48,20 +56,73 @@ def regression_alerts(
         either = found if len(found) else changes
         load = outbox.load_summary(conn, analysis_id, str(either["target"].iloc[0])) if len(either) else None
         state = analysis_store.deploy_states(conn, [analysis_id])
+    reanalysis = context.run.tags.get(REANALYSIS_TAG) == "true"
     if either.empty:
-        return dg.MaterializeResult(
-            metadata={"regressions": 0, "note": "no regression, new heavy statement or call surge for this deploy"}
-        )
-    reason = withhold_reason(
-        either, slack.alert_max_age, datetime.now(UTC), reanalysis=context.run.tags.get(REANALYSIS_TAG) == "true"
-    )
+        metadata: dict[str, Any] = {
+            "regressions": 0,
+            "note": "no regression, new heavy statement or call surge for this deploy",
+        }
+        metadata.update(_channels(context, engine, channels, analysis_id, None, found, changes, reanalysis))
+        return dg.MaterializeResult(metadata=metadata)
+    reason = withhold_reason(either, slack.alert_max_age, datetime.now(UTC), reanalysis=reanalysis)
     facts = replace(deploy_facts(either), load_ms_per_min=load, **state_facts(state))
     metadata = as_metadata(deliver(context.log, engine, slack.sender(), found, facts, withhold=reason, changes=changes))
+    metadata.update(_channels(context, engine, channels, analysis_id, facts, found, changes, reanalysis))
     with engine.begin() as conn:
         if reason is not None and not context.run.tags.get(REANALYSIS_TAG):
             metadata["withheld_waiting"] = outbox.withhold_waiting(conn, analysis_id, reason)
         metadata.update(status_counts(outbox.statuses(conn, analysis_id)))
     return dg.MaterializeResult(metadata=metadata)
+
+
+def _channels(
+    context: dg.AssetExecutionContext,
+    engine: "sa.Engine",
+    channels: ChannelsResource,
+    analysis_id: str,
+    facts: "AnalysisFacts | None",
+    found: "pd.DataFrame",
+    changes: "pd.DataFrame",
+    reanalysis: bool,
+) -> dict[str, Any]:
+    """The deploy's deliveries to each routed channel beyond Slack (steps/channel_delivery.py), as metadata: the
+    deploy's mark, its detections, the resolves of what it no longer announces; withheld when the deploy's window
+    closed more than the alert age limit ago, or in a reanalysis run."""
+    import pandas as pd
+
+    from radar_pipeline.alerts.channels import close
+    from radar_pipeline.steps.alert_delivery import withhold_reason
+    from radar_pipeline.steps.channel_delivery import deliver_routed, deploy_notice
+    from radar_pipeline.warehouse import alerts as outbox
+    from radar_pipeline.warehouse import channels as channel_events
+    from radar_pipeline.warehouse import deploys
+
+    if not channels.factories():
+        return {}
+    with engine.connect() as conn:
+        event = deploys.get(conn, analysis_id)
+        window = outbox.analysis_window_end(conn, analysis_id)
+    if event is None or window is None:
+        return {}
+    routed = channels.routed()
+    reason = withhold_reason(
+        pd.DataFrame({"window_end": [window]}), channels.alert_max_age, datetime.now(UTC), reanalysis=reanalysis
+    )
+    try:
+        delivered = deliver_routed(
+            context.log, engine, routed, analysis_id, facts, found, changes, deploy_notice(event), withhold=reason
+        )
+    finally:
+        close(routed)
+    if reason is not None and not reanalysis:
+        with engine.begin() as conn:
+            channel_events.withhold_waiting(conn, analysis_id, reason)
+    with engine.connect() as conn:
+        counts = channel_events.statuses(conn, analysis_id)
+    return {
+        "channels": dg.MetadataValue.json(delivered),
+        **({"channel_events": dg.MetadataValue.json(counts)} if counts else {}),
+    }
 
 
 def state_facts(state: "pd.DataFrame") -> dict[str, Any]:

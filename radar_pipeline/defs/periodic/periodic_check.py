@@ -10,7 +10,13 @@ from radar_pipeline.config.settings import periodic_minute, periodic_start
 from radar_pipeline.defs.alerts.regression_alerts import as_metadata
 from radar_pipeline.defs.deploys.deploy_verdicts import DETECTION_ROWS_SHOWN, VerdictConfig, configured_targets
 from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, ID, OWNERS, detection_cells, status_counts, table
-from radar_pipeline.defs.resources import AnalysisResource, SlackResource, TargetsResource, WarehouseResource
+from radar_pipeline.defs.resources import (
+    AnalysisResource,
+    ChannelsResource,
+    SlackResource,
+    TargetsResource,
+    WarehouseResource,
+)
 from radar_pipeline.engine import Verdict
 
 if TYPE_CHECKING:
@@ -127,12 +133,18 @@ def _metadata(done: "list[PeriodAnalysis]", period_s: float) -> dict[str, Any]:
 
 
 def periodic_alerts(
-    context: dg.AssetExecutionContext, warehouse: WarehouseResource, slack: SlackResource
+    context: dg.AssetExecutionContext,
+    warehouse: WarehouseResource,
+    slack: SlackResource,
+    channels: ChannelsResource,
 ) -> dg.MaterializeResult:
-    """One message per target for the regressions this hour's check reported, like a deploy's alerts; none for an
-    hour that ended longer ago than the alert age limit (RADAR_ALERT_MAX_AGE_HOURS, default 24: a backfill; its
-    reports are in radar.regression_episode)."""
+    """One message per target for the regressions this hour's check reported, like a deploy's alerts, then the same
+    on each routed channel beyond Slack, and the resolves of the episodes this hour closed; none for an hour that
+    ended longer ago than the alert age limit (RADAR_ALERT_MAX_AGE_HOURS, default 24: a backfill; its reports are in
+    radar.regression_episode)."""
+    from radar_pipeline.alerts.channels import close
     from radar_pipeline.steps.alert_delivery import deliver, period_facts
+    from radar_pipeline.steps.channel_delivery import NO_RESOLVES, RECOVERED, deliver_routed
     from radar_pipeline.steps.periodic_check import analysis_id
     from radar_pipeline.warehouse import alerts as outbox
 
@@ -157,6 +169,20 @@ def periodic_alerts(
         sent = as_metadata(deliver(context.log, engine, slack.sender(), rows.reset_index(drop=True), facts), share)
         metadata["regressions"] += sent.pop("regressions")
         metadata.update({f"{target}: {k}": v for k, v in sent.items()})
+    routed = channels.routed()
+    try:
+        delivered: dict[str, Any] = {}
+        for target, rows in found.groupby("target", sort=True) if routed else ():
+            facts = period_facts(ident, str(target), rows)
+            shown = deliver_routed(context.log, engine, routed, ident, facts, rows, None, resolves=NO_RESOLVES)
+            delivered.update({f"{target}: {k}": v for k, v in shown.items()})
+        if routed:
+            delivered.update(
+                deliver_routed(context.log, engine, routed, ident, None, found.iloc[0:0], None, resolves=RECOVERED)
+            )
+            metadata["channels"] = dg.MetadataValue.json(delivered)
+    finally:
+        close(routed)
     with engine.connect() as conn:
         metadata.update(status_counts(outbox.statuses(conn, ident)))
     if found.empty:

@@ -1,0 +1,329 @@
+"""Delivery to the channels beyond Slack (alerts/channel.py: PagerDuty, Teams, Grafana, webhooks) through the outbox,
+with Slack's rules (steps/alert_delivery.py): rows are committed before anything is sent (claimed under a new
+delivery id in a transaction of their own), no transaction is held while a channel is called, each outcome is
+recorded in a short transaction of its own, retryable failures wait (backoff, or the channel's Retry-After) for a
+later run (radar_reconciler), and an analysis too old, or the nightly reanalysis, records its rows as withheld.
+
+A detection's row is radar.alert's (one per statement per channel); a resolve and a deploy mark are
+radar.channel_event's. A row an earlier attempt may have delivered (it timed out, or its run stopped mid-send) is
+looked for on the channel first when the channel can tell (can_check); otherwise it is sent again, which a channel
+that deduplicates (PagerDuty's dedup_key) turns into one incident.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import pandas as pd
+import sqlalchemy as sa
+
+from radar_pipeline.alerts.channel import (
+    Channel,
+    ChannelError,
+    Delivered,
+    DeployMarker,
+    DeployNotice,
+    Detection,
+    Resolver,
+)
+from radar_pipeline.alerts.channels import DEPLOY, LOAD_CHANGE, REGRESSION, Routed
+from radar_pipeline.alerts.render import AnalysisFacts
+from radar_pipeline.config import printable
+from radar_pipeline.pgss_model import Key, statement_keys
+from radar_pipeline.steps.alert_delivery import HISTORY_SLACK, change_of, regression_of, retry_wait
+from radar_pipeline.warehouse import alerts as outbox
+from radar_pipeline.warehouse import channels as events
+from radar_pipeline.warehouse.alerts import LEASE
+
+UNDETECTED, RECOVERED, NO_RESOLVES = "undetected", "recovered", "none"  # which resolves deliver_routed sends
+NO_LONGER = "no longer announced by the analysis: not sent"
+
+
+def detections_of(
+    found: pd.DataFrame, changes: pd.DataFrame | None, outcomes: frozenset[str] | set[str]
+) -> dict[Key, Detection]:
+    """The analysis's detections a channel routed `outcomes` takes, by statement key: its regressions (outbox.detections
+    rows) and its load changes (outbox.load_changes rows); a statement both slower and surging is its regression."""
+    out: dict[Key, Detection] = {}
+    if REGRESSION in outcomes and len(found):
+        out.update(
+            {
+                k: Detection(k, regression=regression_of(r))
+                for k, r in zip(statement_keys(found), found.itertuples(), strict=True)
+            }
+        )
+    if LOAD_CHANGE in outcomes and changes is not None and len(changes):
+        for k, r in zip(statement_keys(changes), changes.itertuples(), strict=True):
+            out.setdefault(k, Detection(k, change=change_of(r)))
+    return out
+
+
+def deliver(
+    log: logging.Logger,
+    engine: sa.Engine,
+    channel: Channel,
+    facts: AnalysisFacts,
+    detections: dict[Key, Detection],
+    withhold: str | None = None,
+) -> dict[str, Any]:
+    """Send what is due of one analysis's detections on one target to `channel`, through the outbox (radar.alert rows
+    under the channel's name): one request per detection when the channel is per_detection, else one for them all.
+    With `withhold` (a reason), new rows are recorded withheld and nothing is sent. Returns what the run's metadata
+    shows (never a secret)."""
+    name = channel.name
+    metadata: dict[str, Any] = {"detections": len(detections), "sent": 0}
+    with engine.begin() as conn:
+        outbox.lock(conn, facts.analysis_id)
+        if withhold is not None:
+            outbox.enqueue(
+                conn, facts.analysis_id, facts.target, list(detections), name, status="withheld", note=withhold
+            )
+            metadata["withheld"] = withhold
+            return metadata
+        outbox.enqueue(conn, facts.analysis_id, facts.target, list(detections), name)
+        claimed = outbox.claim(conn, facts.analysis_id, facts.target, name, LEASE)
+    if not claimed.keys:
+        return metadata
+
+    def settle(keys: list[Key], status: str, **kwargs: Any) -> None:
+        with engine.begin() as conn:
+            outbox.settle(conn, facts.analysis_id, facts.target, name, keys, claimed.delivery_id, status, **kwargs)
+
+    gone = [k for k in claimed.keys if k not in detections]
+    if gone:  # claimed rows of statements a re-analysis no longer announces
+        settle(gone, "skipped", error=NO_LONGER)
+    todo = [k for k in claimed.keys if k in detections]
+    if claimed.earlier and todo:
+        remaining = _already_delivered(log, channel, facts, claimed, todo, settle)
+        if remaining is None:
+            return metadata
+        todo = remaining
+    groups = [[k] for k in todo] if channel.per_detection else ([todo] if todo else [])
+    for i, group in enumerate(groups):
+        try:
+            delivered = channel.notify(facts, [detections[k] for k in group], claimed.delivery_id)
+        except ChannelError as exc:
+            log.error(f"{name}: {exc}")
+            wait = retry_wait(claimed.attempt, exc)
+            settle(group, "pending" if exc.retryable else "failed", error=str(exc), unknown=exc.unknown, wait=wait)
+            if exc.retry_after is not None:  # the channel asked to wait: the rest wait too, unsent
+                rest = [k for g in groups[i + 1 :] for k in g]
+                settle(rest, "pending", error=f"not sent: {name} asked to wait", wait=wait)
+                break
+        else:
+            settle(group, "sent", remote_id=delivered.remote_id)
+            metadata["sent"] += len(group)
+    return metadata
+
+
+def _already_delivered(
+    log: logging.Logger,
+    channel: Channel,
+    facts: AnalysisFacts,
+    claimed: outbox.Claim,
+    todo: list[Key],
+    settle: Callable[..., None],
+) -> list[Key] | None:
+    """Of the rows to send, those still to send once the earlier attempts that may have delivered them are looked
+    for on the channel (when it can tell); those found are marked sent. None when it cannot be read now."""
+    if not channel.can_check:
+        log.warning(
+            f"{channel.name}: an earlier attempt got no answer and {channel.name} cannot be asked whether it was "
+            "delivered: sending again (the channel's deduplication, where it has one, keeps it once)"
+        )
+        return todo
+    assert claimed.since is not None
+    earlier = {k: v for k, v in claimed.earlier.items() if k in todo}
+    try:
+        found = channel.find_delivered(facts, earlier, claimed.since - HISTORY_SLACK)
+    except ChannelError as exc:
+        log.error(f"{channel.name}: cannot tell whether an earlier attempt was delivered: {exc}")
+        settle(
+            todo,
+            "pending" if exc.retryable else "failed",
+            error=str(exc),
+            wait=retry_wait(claimed.attempt, exc),
+            earlier=claimed,
+        )
+        return None
+    for key, delivered in found.items():
+        if key in earlier:
+            log.info(f"{channel.name}: an earlier attempt was delivered after all: not sending it again")
+            settle([key], "sent", remote_id=delivered.remote_id)
+    return [k for k in todo if k not in found]
+
+
+def resolve_undetected(
+    log: logging.Logger,
+    engine: sa.Engine,
+    resolver: Resolver,
+    analysis_id: str,
+    still: list[tuple[str, Key]],
+    withhold: str | None = None,
+) -> dict[str, Any]:
+    """Resolve what `resolver` opened for the analysis's detections that it no longer announces (a re-analysis
+    cleared them); `still`: the (target, key) it announces now. With `withhold`, new resolves are recorded withheld."""
+    with engine.begin() as conn:
+        outbox.lock(conn, analysis_id)
+        status = "withheld" if withhold else "pending"
+        events.enqueue_undetected_resolves(conn, resolver.name, analysis_id, still, status, withhold)
+    return deliver_resolves(log, engine, resolver, analysis_id)
+
+
+def resolve_recovered(log: logging.Logger, engine: sa.Engine, resolver: Resolver, analysis_id: str) -> dict[str, Any]:
+    """Resolve what `resolver` opened for the periodic detections whose episode this periodic analysis closed."""
+    with engine.begin() as conn:
+        outbox.lock(conn, analysis_id)
+        events.enqueue_recovered_resolves(conn, resolver.name, analysis_id)
+    return deliver_resolves(log, engine, resolver, analysis_id)
+
+
+def deliver_resolves(log: logging.Logger, engine: sa.Engine, resolver: Resolver, analysis_id: str) -> dict[str, Any]:
+    """Send the analysis's resolves due on `resolver` (resolving twice is harmless: no earlier attempt is looked
+    for)."""
+    return _deliver_events(
+        log, engine, resolver.name, analysis_id, events.RESOLVE, lambda e, d: resolver.resolve(e.subject, d)
+    )
+
+
+def mark_deploy(
+    log: logging.Logger, engine: sa.Engine, marker: DeployMarker, notice: DeployNotice, withhold: str | None = None
+) -> dict[str, Any]:
+    """Mark the deploy on `marker` once (radar.channel_event), or record it withheld with `withhold`'s reason."""
+    with engine.begin() as conn:
+        outbox.lock(conn, notice.deploy_id)
+        events.enqueue_mark(
+            conn, marker.name, notice.deploy_id, notice.target, "withheld" if withhold else "pending", withhold
+        )
+    if withhold:
+        return {"withheld": withhold}
+
+    def find(event: events.Event, since: datetime) -> Delivered | None:
+        return marker.find_marked(notice, str(event.earlier), since) if marker.can_check else None
+
+    return _deliver_events(
+        log,
+        engine,
+        marker.name,
+        notice.deploy_id,
+        events.DEPLOY_MARK,
+        lambda _, d: marker.mark_deploy(notice, d),
+        find if marker.can_check else None,
+    )
+
+
+def _deliver_events(
+    log: logging.Logger,
+    engine: sa.Engine,
+    name: str,
+    analysis_id: str,
+    kind: str,
+    send: Callable[[events.Event, str], Delivered],
+    find: Callable[[events.Event, datetime], Delivered | None] | None = None,
+) -> dict[str, Any]:
+    """Claim the analysis's due events of `kind` on channel `name`, send each (after looking for an earlier attempt's
+    with `find`, when given), and record each outcome."""
+    with engine.begin() as conn:
+        outbox.lock(conn, analysis_id)
+        delivery_id, claimed = events.claim(conn, analysis_id, name, kind, LEASE)
+    sent = 0
+    for event in claimed:
+
+        def settle(status: str, **kwargs: Any) -> None:
+            with engine.begin() as conn:
+                events.settle(conn, name, event, delivery_id, status, **kwargs)  # noqa: B023 - called in this turn
+
+        went_out = False
+        try:
+            if find is not None and event.earlier is not None and event.since is not None:
+                earlier = find(event, event.since - HISTORY_SLACK)
+                if earlier is not None:
+                    log.info(f"{name}: an earlier attempt's {kind.replace('_', ' ')} was delivered after all")
+                    settle("sent", remote_id=earlier.remote_id)
+                    sent += 1
+                    continue
+            went_out = True
+            delivered = send(event, delivery_id)
+        except ChannelError as exc:
+            log.error(f"{name} {kind.replace('_', ' ')}: {exc}")
+            settle(
+                "pending" if exc.retryable else "failed",
+                error=str(exc),
+                unknown=exc.unknown,
+                wait=retry_wait(event.attempt, exc),
+                keep_earlier=not went_out,  # this attempt sent nothing: the next one looks again
+            )
+        else:
+            settle("sent", remote_id=delivered.remote_id)
+            sent += 1
+    return {f"{kind}s_sent": sent, f"{kind}s_due": len(claimed)} if claimed else {}
+
+
+def announced(found: pd.DataFrame, changes: pd.DataFrame | None) -> list[tuple[str, Key]]:
+    """The (target, statement key) of every detection and load change an analysis announces."""
+    frames = [f for f in (found, changes) if f is not None and len(f)]
+    return [(str(t), k) for f in frames for t, k in zip(f["target"], statement_keys(f), strict=True)]
+
+
+def deploy_notice(event: Any) -> DeployNotice:
+    """A deploy as a channel marks it, from its radar.deploy_event (warehouse.deploys.DeployEvent)."""
+    return DeployNotice(
+        deploy_id=event.deploy_id,
+        target=event.target,
+        deployed_at=event.deployed_at,
+        service=event.service,
+        version=event.version,
+        url=event.url,
+        run_url=event.run_url,
+        commit_sha=event.commit_sha,
+        repository=event.repository,
+    )
+
+
+def deliver_routed(
+    log: logging.Logger,
+    engine: sa.Engine,
+    routed: list[Routed],
+    analysis_id: str,
+    facts: AnalysisFacts | None,
+    found: pd.DataFrame,
+    changes: pd.DataFrame | None,
+    notice: DeployNotice | None = None,
+    withhold: str | None = None,
+    resolves: str = UNDETECTED,
+) -> dict[str, Any]:
+    """Everything of one analysis (on one target) for each routed channel, after Slack: the deploy's mark (`notice`),
+    the detections (`facts` and `found`, `changes`), and the resolves (`resolves`): of what it opened and no longer
+    announces (UNDETECTED: a deploy's re-analysis), of the periodic episodes this analysis closed (RECOVERED), or
+    none (NO_RESOLVES). One channel's failure
+    never stops the others: each is tried, and an unexpected error (not the channel's answer) is raised after them
+    all. Returns each channel's record, by name, for the run's metadata."""
+    metadata: dict[str, Any] = {}
+    failures: list[Exception] = []
+    for route in routed:
+        shown: dict[str, Any] = {}
+        channel = route.channel
+        try:
+            if notice is not None and DEPLOY in route.outcomes:
+                shown.update(mark_deploy(log, engine, channel, notice, withhold))
+            if facts is not None and route.outcomes & {REGRESSION, LOAD_CHANGE}:
+                shown.update(
+                    deliver(log, engine, channel, facts, detections_of(found, changes, route.outcomes), withhold)
+                )
+            if callable(getattr(channel, "resolve", None)) and resolves != NO_RESOLVES:
+                if resolves == RECOVERED:
+                    shown.update(resolve_recovered(log, engine, channel, analysis_id))
+                else:
+                    kept = announced(found, changes)
+                    shown.update(resolve_undetected(log, engine, channel, analysis_id, kept, withhold))
+        except Exception as exc:  # noqa: BLE001 - one channel's failure must not stop the others
+            log.error(f"{route.name}: {type(exc).__name__}: {printable(str(exc).splitlines()[0] if str(exc) else '')}")
+            shown["error"] = type(exc).__name__
+            failures.append(exc)
+        metadata[route.name] = shown
+    if failures:
+        raise failures[0]
+    return metadata

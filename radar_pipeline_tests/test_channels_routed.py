@@ -1,0 +1,152 @@
+"""Every channel beyond Slack in one real run of regression_alerts: PagerDuty, Microsoft Teams, Grafana and a generic
+webhook, each configured the way the definitions configure them (ChannelsResource), each on the wire against its
+loopback stand-in, with the real warehouse's outbox; and the checks made when the definitions load."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from radar_pipeline.config import ConfigError
+from radar_pipeline.defs.resources import ChannelsResource, channels_from_environment
+
+from . import fake_grafana, fake_pagerduty, fake_webhook
+from .fake_webhook import Mode
+from .test_alerts import analysed  # noqa: F401 - the fixture is used by name
+from .test_channels import KEY, _alert, _backoff_passes, _rows
+from .test_channels_outlets import TEMPLATE
+
+
+@pytest.fixture
+def stand_ins() -> Iterator[tuple[fake_pagerduty.FakePagerDuty, fake_webhook.FakeWebhook, fake_grafana.FakeGrafana]]:
+    pd, pd_http = fake_pagerduty.start()
+    hook, hook_http = fake_webhook.start()
+    grafana, grafana_http = fake_grafana.start()
+    yield pd, hook, grafana
+    for http in (pd_http, hook_http, grafana_http):
+        http.shutdown()
+
+
+def _every_channel(pd, hook, grafana, **kwargs: object) -> ChannelsResource:  # type: ignore[no-untyped-def]
+    return ChannelsResource(
+        pagerduty_routing_key=KEY,
+        pagerduty_url=pd.url,
+        teams_webhook_url=hook.teams_url,
+        grafana_url=grafana.url,
+        grafana_token=fake_grafana.TOKEN,
+        webhooks=json.dumps({"ops": {"url": hook.hook_url("ops"), "template": TEMPLATE}}),
+        webhook_allowed_hosts="127.0.0.1",
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def test_one_run_reaches_every_routed_channel_once(analysed, warehouse_url, stand_ins):  # noqa: F811
+    pd, hook, grafana = stand_ins
+    result, log = _alert(warehouse_url, _every_channel(pd, hook, grafana))
+    assert result.success
+    assert len(pd.incidents) == 1 and len(pd.changes) == 1
+    teams = [c for c in hook.delivered if c.path.startswith("/workflows/")]
+    posted = [c for c in hook.delivered if c.path == "/hook/ops"]
+    assert len(teams) == 1 and teams[0].json["attachments"][0]["contentType"].endswith("card.adaptive")
+    assert len(posted) == 1 and posted[0].json["queryid"] == 11 and posted[0].headers["idempotency-key"]
+    kinds = sorted(t for a in grafana.annotations for t in a["tags"] if t.startswith("kind:"))
+    assert kinds == ["kind:deploy", "kind:regression"]
+    assert {a["tags"][0] for a in grafana.annotations} == {"radar"}
+    assert sorted((r["channel"], r["status"]) for r in _rows(analysed)) == [
+        ("grafana", "sent"),
+        ("pagerduty", "sent"),
+        ("teams", "sent"),
+        ("webhook:ops", "sent"),
+    ]
+    for secret in (KEY, fake_grafana.TOKEN, fake_webhook.SIG):
+        assert secret not in log
+
+    again, _ = _alert(warehouse_url, _every_channel(pd, hook, grafana))
+    assert again.success
+    assert len(hook.delivered) == 2 and len(grafana.annotations) == 2 and len(pd.incidents) == 1
+
+
+def test_routing_keeps_each_outcome_to_its_channels(analysed, warehouse_url, stand_ins):  # noqa: F811
+    pd, hook, grafana = stand_ins
+    routes = "regression=teams deploy=grafana"
+    result, _ = _alert(warehouse_url, _every_channel(pd, hook, grafana, routes=routes))
+    assert result.success
+    assert (
+        not pd.calls_to(fake_pagerduty.EVENTS)
+        and not pd.changes
+        and [c.path.split("/")[1] for c in hook.delivered] == ["workflows"]
+    )
+    assert [t for a in grafana.annotations for t in a["tags"] if t.startswith("kind:")] == ["kind:deploy"]
+
+
+def test_a_grafana_timeout_after_it_added_the_annotation_is_still_one(analysed, warehouse_url, stand_ins):  # noqa: F811
+    """Grafana can be asked: the next attempt finds the annotation by its delivery tag and does not add it again."""
+    pd, hook, grafana = stand_ins
+    grafana.answer_next(Mode(usual=True, delay=3.0))  # the first POST (the deploy's mark) is taken, answered late
+    grafana.answer_next(Mode(usual=True, delay=3.0))  # and so is the detection's
+    first, log = _alert(warehouse_url, _every_channel(pd, hook, grafana, routes="regression=grafana deploy=grafana",
+                                                      timeout_seconds=1.0))  # fmt: skip
+    assert first.success
+    assert len(grafana.annotations) == 2
+    with analysed.connect() as conn:
+        waiting = conn.execute(
+            sa.text(
+                "SELECT count(*) FROM (SELECT outcome_unknown FROM radar.alert WHERE channel = 'grafana' UNION ALL "
+                "SELECT outcome_unknown FROM radar.channel_event WHERE channel = 'grafana') x WHERE outcome_unknown"
+            )
+        ).scalar_one()
+    assert waiting == 2
+    _backoff_passes(analysed)
+    second, _ = _alert(warehouse_url, _every_channel(pd, hook, grafana, routes="regression=grafana deploy=grafana"))
+    assert second.success and len(grafana.annotations) == 2  # found, not added again
+    assert [(r["channel"], r["status"]) for r in _rows(analysed)] == [("grafana", "sent")]
+    assert [r["status"] for r in _rows(analysed, "radar.channel_event")] == ["sent"]
+
+
+@pytest.mark.parametrize(
+    ("environment", "message"),
+    [
+        (
+            {"RADAR_WEBHOOKS": '{"ops": {"url": "https://evil.example.net/x", "template": "{}"}}',
+             "RADAR_WEBHOOK_ALLOWED_HOSTS": "hooks.example.com"},
+            "RADAR_WEBHOOKS (ops)",
+        ),
+        (
+            {"RADAR_WEBHOOKS": '{"ops": {"url": "https://hooks.example.com/x", "template": "{{ x.__class__ }}"}}',
+             "RADAR_WEBHOOK_ALLOWED_HOSTS": "hooks.example.com"},
+            "RADAR_WEBHOOKS (ops)",
+        ),
+        (
+            {"RADAR_TEAMS_WEBHOOK_URL": "https://prod.logic.azure.com/workflows/1?sig=abc",
+             "RADAR_CHANNEL_ROUTES": "deploy=teams"},
+            "RADAR_CHANNEL_ROUTES routes deploy to teams, which cannot take it",
+        ),
+        ({"RADAR_CHANNEL_ROUTES": "regression=webhook:ops"}, "RADAR_CHANNEL_ROUTES routes regression to webhook:ops, "
+                                                              "which is not configured (set RADAR_WEBHOOKS"),
+    ],
+)  # fmt: skip
+def test_the_load_refuses_a_channel_it_cannot_send_to(monkeypatch, environment, message):
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as refused:
+        channels_from_environment()
+    assert str(refused.value).startswith(message) and "\n" not in str(refused.value), str(refused.value)
+    assert "sig=abc" not in str(refused.value)
+
+
+def test_the_load_keeps_every_channels_secret_out_of_its_config(monkeypatch):
+    secrets = {
+        "RADAR_TEAMS_WEBHOOK_URL": "https://prod.logic.azure.com/workflows/1?sig=Teams0secret",
+        "RADAR_GRAFANA_URL": "https://grafana.example.com",
+        "RADAR_GRAFANA_TOKEN": "glsa_Grafana0secret",
+        "RADAR_WEBHOOKS": '{"ops": {"url": "https://hooks.example.com/x?k=Hook0secret", "template": "{}"}}',
+        "RADAR_WEBHOOK_ALLOWED_HOSTS": "hooks.example.com",
+    }
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    resource = channels_from_environment()
+    shown = repr(resource) + str(resource.model_dump())
+    assert not [s for s in ("Teams0secret", "Grafana0secret", "Hook0secret") if s in shown], shown
