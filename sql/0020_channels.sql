@@ -4,7 +4,7 @@
 -- sent again). A detection's row stays in radar.alert (channel "pagerduty", "teams", "grafana", "webhook:<name>")
 -- and keeps the channel's own id of what it made; resolves (a PagerDuty incident closed when its statement recovers)
 -- and deploy marks (a PagerDuty change event, a Grafana deploy annotation) are rows of radar.channel_event.
--- depends: 0018_code_host_statuses
+-- depends: 0019_webhook_receiver
 
 ALTER TABLE radar.alert ADD COLUMN remote_id text;  -- the channel's id: a PagerDuty dedup_key, a Grafana annotation id
 
