@@ -542,6 +542,12 @@ def test_oversized_bodies_are_refused_while_they_arrive(served):
     assert _count(served.warehouse) == before and _row(served.warehouse, "lie-1") is None
 
 
+def test_headers_past_their_bound_are_refused_before_the_app(served):
+    port = int(served.url.rsplit(":", 1)[1])
+    pad = b"X-Pad: " + b"a" * 1_000_000 + b"\r\n"  # arrives in pieces: refused once 16 KiB are buffered unended
+    assert _raw(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + pad + b"\r\n", []) == "HTTP/1.1 400 Bad Request"
+
+
 def test_a_body_that_stops_arriving_is_given_up(served):
     port = int(served.url.rsplit(":", 1)[1])
     started = time.monotonic()
