@@ -10,8 +10,8 @@ For S seconds, C connections each post events back to back, in turn:
 - a GitHub deployment_status delivery (HMAC-SHA256 signed, a new X-GitHub-Delivery, a body of about 6 KB as GitHub's
   are): a new deploy, stored with its delivery id;
 - a generic JSON deploy with a bearer token: a new deploy;
-- every 20th request, a replay of an earlier GitHub delivery (refused, 409) or a repeat of an earlier generic deploy
-  (already recorded, 200): neither may add a row.
+- every 20th request, a replay of an earlier GitHub delivery or a repeat of an earlier generic deploy (each already
+  recorded, 200): neither may add a row.
 
 With `--rate R`, the requests are paced at R per second instead (the latency at that load, not at saturation).
 

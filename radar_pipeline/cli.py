@@ -652,7 +652,7 @@ def webhook_serve(host: str, port: int, warehouse: str | None) -> None:
     /v1/deploys/<id>/gate (the gate's answer, for a token with the gate scope), /healthz and /readyz. The sources
     and secrets are RADAR_RECEIVER_* settings; it refuses to start when an enabled source has no secret."""
     from radar_pipeline.config.settings import RadarSettings, settings
-    from radar_pipeline.receiver.app import configure, make_app
+    from radar_pipeline.receiver.app import SERVER, configure, make_app
 
     try:
         found = settings(*(f for f in RadarSettings.model_fields if f.startswith("receiver_")))
@@ -667,10 +667,8 @@ def webhook_serve(host: str, port: int, warehouse: str | None) -> None:
         host=host,
         port=port,
         workers=None,
-        server_header=False,
-        limit_concurrency=512,  # beyond it: 503 at once, not a queue that grows
-        timeout_graceful_shutdown=15,
         log_level="info",
+        **SERVER,
     )
 
 

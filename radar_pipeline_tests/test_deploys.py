@@ -57,6 +57,24 @@ def test_record_is_idempotent_and_refuses_conflicts(known):
     assert _rows(known) == before
 
 
+def test_one_gitlab_job_s_ci_step_and_webhook_are_one_deploy_whichever_comes_first(known):
+    """Their times differ by design (the step ran before the job ended): the first stands, each way; another id, or
+    two reports from the same path, still conflict on their time."""
+    at = datetime(2026, 11, 29, 10, 0, 0, 123456, tzinfo=UTC)
+    ended = datetime(2026, 11, 29, 10, 3, 0, tzinfo=UTC)
+    facts = {"service": "group/shop", "version": "27948", "url": "https://gitlab.example/group/shop/-/jobs/41"}
+    for first, second in (("gitlab-ci", "webhook-gitlab"), ("webhook-gitlab", "cli")):
+        job = f"gl-{41 if first == 'gitlab-ci' else 42}"
+        assert deploys.record(known, DeployEvent(job, "main", at, source=first, **facts)).inserted
+        later = deploys.record(known, DeployEvent(job, "main", ended, source=second, **facts))
+        assert not later.inserted and later.event.deployed_at == at
+    with pytest.raises(DeployError, match=r"\(deployed_at: stored"):  # two webhook reports of one job
+        deploys.record(known, DeployEvent("gl-42", "main", ended, source="webhook-gitlab", **facts))
+    deploys.record(known, DeployEvent("ci-43", "main", at, source="cli", **facts))
+    with pytest.raises(DeployError, match=r"\(deployed_at: stored"):  # not a GitLab job's id
+        deploys.record(known, DeployEvent("ci-43", "main", ended, source="webhook-gitlab", **facts))
+
+
 def test_at_defaults_to_the_warehouse_clock(known):
     recorded = deploys.record(known, DeployEvent("d-now", "main"))
     assert abs(recorded.event.deployed_at - datetime.now(UTC)) < timedelta(seconds=30)

@@ -37,6 +37,7 @@ from .test_gate import TIMES, gate_url  # noqa: F401 - the module's warehouse is
 RADAR = str(Path(sys.executable).parent / "radar")
 GITHUB_SECRET = "gh-hook-s3cret-value"
 GITLAB_SECRET = "gl-hook-t0ken-value"
+KUBE_SECRET = "kube-tools-t0ken-value"  # Argo CD's, Flux's and Rollouts'
 DEPLOY_TOKEN = "deploy-token-0123456789"
 GATE_TOKEN = "gate-token-0123456789ab"
 BOTH_TOKEN = "both-token-0123456789ab"
@@ -80,6 +81,7 @@ def _serve(warehouse: str, extra: dict[str, str] | None = None) -> Served:
         {
             "RADAR_RECEIVER_GITHUB_SECRET": GITHUB_SECRET,
             "RADAR_RECEIVER_GITLAB_SECRET": GITLAB_SECRET,
+            **{f"RADAR_RECEIVER_{tool}_SECRET": KUBE_SECRET for tool in ("ARGOCD", "FLUX", "ROLLOUTS")},
             "RADAR_RECEIVER_TOKENS": json.dumps(TOKENS),
             "RADAR_RECEIVER_MAX_BODY_BYTES": str(LIMIT),
             **MAIN,
@@ -205,10 +207,8 @@ def test_a_generic_deploy_stores_the_row_radar_deploy_would(served):
     before = _row(served.warehouse, by_http)
     conflict = served.post("generic", {**body, "version": "v3"}, _bearer(DEPLOY_TOKEN))
     assert conflict.status_code == 409
-    assert conflict.text == (
-        f"deploy {by_http!r} is already recorded with other values (version: stored 'v2.1-ß', given 'v3'); "
-        "nothing changed\n"
-    )
+    # a deploy token may not read what is stored: the fields that differ are named, their values are not
+    assert conflict.text == f"deploy {by_http!r} is already recorded with other values (version); nothing changed\n"
     assert _row(served.warehouse, by_http) == before
 
     # the target as a query parameter, no time (recorded at the warehouse's clock), the fewest fields
@@ -332,6 +332,9 @@ def test_a_github_deployment_status_is_the_deploy_radar_deploy_records_in_that_r
     assert same.status_code == 200 and same.text.endswith("already recorded, unchanged\n"), same.text
     assert _row(served.warehouse, deploy_id) == stored
     replay = served.post("github", body, _github_headers(body, delivery=delivery), target="st-pass")
+    assert replay.status_code == 200 and replay.text == same.text, replay.text  # a redelivery: the same deploy
+    other = json.dumps(_github_payload(deployment + 5, at)).encode()
+    replay = served.post("github", other, _github_headers(other, delivery=delivery), target="st-pass")
     assert replay.status_code == 409 and f"delivery {delivery!r} was received at" in replay.text, replay.text
 
     fresh = json.dumps(_github_payload(deployment + 1, at)).encode()
@@ -420,21 +423,41 @@ def test_a_gitlab_deployment_event_is_the_deploy_radar_deploy_records_in_that_jo
         "CI_COMMIT_SHORT_SHA": SHA[:8], "CI_JOB_URL": f"https://gitlab.example.com/group/shop/-/jobs/{job}",
         "CI_API_V4_URL": "https://gitlab.example.com/api/v4",
     }  # fmt: skip
-    _radar_deploy(served.warehouse, ["--target", "st-pass", "--at", at.isoformat()], gitlab_ci)
+    # `radar deploy` in the job, as a pipeline runs it: at the warehouse's clock, with microseconds
+    _radar_deploy(served.warehouse, ["--target", "st-pass"], gitlab_ci)
     stored = _row(served.warehouse, f"gl-{job}")
-    assert stored is not None and stored["source"] == "gitlab-ci"
+    assert stored is not None and stored["source"] == "gitlab-ci" and stored["deployed_at"].microsecond != 0
+    # GitLab's webhook when the job ends, at the status's change (later, whole seconds): the same deploy, its first
+    # time kept
+    ended = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
     event = str(uuid.uuid4())
-    same = served.post("gitlab", _gitlab_payload(job, at), _gitlab_headers(uuid_=event), target="st-pass")
+    same = served.post("gitlab", _gitlab_payload(job, ended), _gitlab_headers(uuid_=event), target="st-pass")
     assert same.status_code == 200 and same.text.endswith("already recorded, unchanged\n"), same.text
+    assert stored["deployed_at"].isoformat() in same.text
     assert _row(served.warehouse, f"gl-{job}") == stored
-    replay = served.post("gitlab", _gitlab_payload(job, at), _gitlab_headers(uuid_=event), target="st-pass")
-    assert replay.status_code == 409 and "a replay" in replay.text
+    # GitLab sends the delivery again (its answer was lost): the deploy it stored, unchanged
+    replay = served.post("gitlab", _gitlab_payload(job, ended), _gitlab_headers(uuid_=event), target="st-pass")
+    assert replay.status_code == 200 and replay.text == same.text, replay.text
+    # that delivery's id with another deploy in it is refused
+    other = served.post("gitlab", _gitlab_payload(job + 7, ended), _gitlab_headers(uuid_=event), target="st-pass")
+    assert other.status_code == 409 and f"delivery {event!r} was received at" in other.text, other.text
+    assert _row(served.warehouse, f"gl-{job + 7}") is None
+    # another project's job with that id is not this job: refused, the fields named and not their stored values
+    elsewhere = _gitlab_payload(job, ended)
+    elsewhere["project"] = {**elsewhere["project"], "path_with_namespace": "other/app"}
+    refused = served.post("gitlab", elsewhere, _gitlab_headers(), target="st-pass")
+    assert (
+        refused.status_code == 409
+        and "(service, repository, api_url)" in refused.text
+        and "group/shop" not in refused.text
+    )
+    assert _row(served.warehouse, f"gl-{job}") == stored
 
     fresh = served.post("gitlab", _gitlab_payload(job + 1, at), _gitlab_headers(), target="st-pass")
     assert fresh.status_code == 201, fresh.text
     row = _row(served.warehouse, f"gl-{job + 1}")
     job_url = f"https://gitlab.example.com/group/shop/-/jobs/{job + 1}"
-    assert _facts(row) == {**_facts(stored), "url": job_url, "run_url": job_url}
+    assert _facts(row) == {**_facts(stored), "url": job_url, "run_url": job_url, "deployed_at": at}
 
 
 @pytest.mark.parametrize(
@@ -519,6 +542,12 @@ def test_oversized_bodies_are_refused_while_they_arrive(served):
     assert _count(served.warehouse) == before and _row(served.warehouse, "lie-1") is None
 
 
+def test_headers_past_their_bound_are_refused_before_the_app(served):
+    port = int(served.url.rsplit(":", 1)[1])
+    pad = b"X-Pad: " + b"a" * 1_000_000 + b"\r\n"  # arrives in pieces: refused once 16 KiB are buffered unended
+    assert _raw(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + pad + b"\r\n", []) == "HTTP/1.1 400 Bad Request"
+
+
 def test_a_body_that_stops_arriving_is_given_up(served):
     port = int(served.url.rsplit(":", 1)[1])
     started = time.monotonic()
@@ -551,9 +580,141 @@ def test_scoped_tokens_each_way(served):
     # the source secrets are not tokens
     assert served.gate("st-fail", token=GITHUB_SECRET).status_code == 401
     assert served.post("github", body, _bearer(DEPLOY_TOKEN), target="st-pass").status_code == 401
-    assert served.post("nosuch", body, _bearer(DEPLOY_TOKEN)).text == (
-        "no source 'nosuch' here (enabled: generic, github, gitlab)\n"
-    )
+    # which sources are enabled is not told
+    assert served.post("nosuch", body, _bearer(DEPLOY_TOKEN)).text == "no source 'nosuch' here\n"
+
+
+@pytest.mark.parametrize("deploy_id", ["gh-deployment-5", "gl-deployment-6", "argocd:shop:1f2e", "flux-ks:a.b:9",
+                                       "flux-hr:a.b:9", "rollout:apps.shop:7"])  # fmt: skip
+def test_a_deploy_token_can_neither_claim_another_source_s_ids_nor_list_targets(served, deploy_id):
+    answer = served.post("generic", _generic(deploy_id, _at(3)), _bearer(DEPLOY_TOKEN))
+    assert answer.status_code == 400 and answer.text.startswith(f"deploy_id {deploy_id!r} starts with "), answer.text
+    assert _row(served.warehouse, deploy_id) is None
+    unknown = served.post("generic", _generic(_new_id("tg"), _at(3), target="nope-db"), _bearer(DEPLOY_TOKEN))
+    assert (unknown.status_code, unknown.text) == (400, "target 'nope-db' is not known here\n")
+    own = _new_id("gl-ci")  # an id of no source's: the caller's own (gl-<job id> included: the CI's id)
+    assert served.post("generic", _generic(own, _at(3)), _bearer(DEPLOY_TOKEN)).status_code == 201
+
+
+def _kube_bodies() -> dict[str, dict[str, Any]]:
+    from .test_receiver_sources import ARGOCD, FLUX_KS, ROLLOUT
+
+    return {"argocd": ARGOCD, "flux": FLUX_KS, "rollouts": ROLLOUT}
+
+
+def _leaves(node: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """The path of every string in a JSON value."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _leaves(value, (*path, key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _leaves(value, (*path, i))
+    elif isinstance(node, str):
+        yield path
+
+
+def _set(payload: Any, path: tuple[Any, ...], value: Any) -> Any:
+    changed = json.loads(json.dumps(payload))
+    node = changed
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return changed
+
+
+def test_lone_surrogates_in_every_field_of_every_source_are_refused_not_a_500(served):
+    bodies: dict[str, tuple[Any, dict[str, str]]] = {
+        "generic": (_generic(_new_id("sur"), _at(3)), {}),
+        "github": (_github_payload(900_001, _at(3)), {"target": "st-pass"}),
+        "gitlab": (_gitlab_payload(900_002, _at(3)), {"target": "st-pass"}),
+        **{name: (body, {}) for name, body in _kube_bodies().items()},
+    }
+    bodies["flux"] = (bodies["flux"][0], {"target": "main"})
+    before = _count(served.warehouse)
+    tried, wrong = 0, []
+    for source, (good, params) in bodies.items():
+        for path in _leaves(good):
+            for bad in (_set(good, path, _value(good, path) + "\ud800x"), _set(good, path[:-1] + ("k\udfff",), "v")):
+                raw = json.dumps(bad).encode()  # ASCII: the surrogate as its \\ud800 escape
+                if source == "github":
+                    headers = _github_headers(raw)
+                elif source == "gitlab":
+                    headers = _gitlab_headers()
+                else:
+                    headers = _bearer(DEPLOY_TOKEN if source == "generic" else KUBE_SECRET)
+                answer = served.post(source, raw, headers, **params)
+                if answer.status_code != 400 or "lone surrogate" not in answer.text:
+                    wrong.append((source, path, answer.status_code, answer.text))
+                tried += 1
+    assert not wrong and tried > 100, wrong
+    assert _count(served.warehouse) == before
+
+
+def _value(payload: Any, path: tuple[Any, ...]) -> Any:
+    for key in path:
+        payload = payload[key]
+    return payload
+
+
+def test_a_warehouse_refusing_a_value_is_a_one_line_400_and_failing_otherwise_a_503(gate_url):  # noqa: F811
+    import asyncio
+
+    from radar_pipeline.receiver.app import in_worker
+    from radar_pipeline.receiver.sources.base import Refused
+
+    engine = make_engine(gate_url)
+
+    def run(sql: str) -> None:
+        with engine.begin() as conn:
+            for statement in sql.split(";"):
+                conn.execute(sa.text(statement))
+
+    cases = {
+        "SELECT CAST('not-a-number-s3cret' AS integer)": 400,  # DataError
+        "CREATE TEMP TABLE t (x int NOT NULL); INSERT INTO t VALUES (NULL)": 400,  # IntegrityError
+        "DO $$ BEGIN RAISE EXCEPTION 'internal s3cret'; END $$": 503,  # InternalError: any other DBAPIError
+    }
+    try:
+        for sql, status in cases.items():
+            with pytest.raises(Refused) as caught:
+                asyncio.run(in_worker(gate_url, run, sql))
+            assert caught.value.status == status and "s3cret" not in caught.value.reason, caught.value.reason
+            assert "\n" not in caught.value.reason
+    finally:
+        engine.dispose()
+
+
+def test_a_deploy_answered_503_at_the_deadline_is_not_stored_after_it_and_its_redelivery_records_it(served):
+    """A warehouse slow enough to pass the 8 s deadline with statements each shorter than their own 5 s bound: the
+    request is answered 503, and its transaction must not commit afterwards (else GitHub's redelivery, same
+    X-GitHub-Delivery, would find the delivery stored)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    deployment = 910_000 + int(time.time()) % 10_000
+    body = json.dumps(_github_payload(deployment, _at(2))).encode()
+    headers = _github_headers(body)
+    engine = make_engine(served.warehouse)
+    try:
+        with engine.connect() as deploys_lock, engine.connect() as deliveries_lock:
+            deploys_lock.execute(sa.text("LOCK TABLE radar.deploy_event IN EXCLUSIVE MODE"))
+            deliveries_lock.execute(sa.text("LOCK TABLE radar.webhook_delivery IN EXCLUSIVE MODE"))
+            with ThreadPoolExecutor(1) as pool:
+                started = time.monotonic()
+                sent = pool.submit(served.post, "github", body, headers, target="st-pass")
+                # the deploy's INSERT waits 4 s for its table, then the delivery's INSERT for the other one
+                while time.monotonic() - started < 4.0:
+                    assert not sent.done(), sent.result().text
+                    time.sleep(0.05)
+                deploys_lock.rollback()
+                answer = sent.result(timeout=60)
+            assert answer.status_code == 503, answer.text
+            deliveries_lock.rollback()  # the abandoned transaction may go on now: it must not commit
+        again = served.post("github", body, headers, target="st-pass")  # waits for that transaction's end
+        assert again.status_code == 201, again.text
+        assert _row(served.warehouse, f"gh-deployment-{deployment}") is not None
+    finally:
+        engine.dispose()
 
 
 # --- the gate over HTTP ----------------------------------------------------------------------------------------------
@@ -655,8 +816,8 @@ def test_the_same_delivery_or_deploy_at_the_same_moment_is_stored_once(served):
     with ThreadPoolExecutor(max_workers=16) as pool:
         same = list(pool.map(lambda _: served.post("github", body, headers, target="st-pass"), range(8)))
         rival = list(pool.map(lambda b: served.post("generic", b, _bearer(DEPLOY_TOKEN)), variants))
-    assert sorted(a.status_code for a in same) == [201] + [409] * 7, [a.text for a in same]
-    assert all("a replay" in a.text for a in same if a.status_code == 409)
+    assert sorted(a.status_code for a in same) == [200] * 7 + [201], [a.text for a in same]
+    assert all("already recorded" in a.text for a in same if a.status_code == 200)
     assert sorted(a.status_code for a in rival) == [201] + [409] * 7, [a.text for a in rival]
     won = next(b for b, a in zip(variants, rival, strict=True) if a.status_code == 201)
     assert _row(served.warehouse, deploy_id)["version"] == won["version"]  # type: ignore[index]

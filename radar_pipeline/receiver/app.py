@@ -1,8 +1,9 @@
 """The receiver's HTTP application (Starlette): deploy events posted by each enabled source, the gate's answer for
 CI, liveness and readiness.
 
-    POST /v1/deploys/<source>       a deploy event: 201 recorded, 200 already recorded (unchanged), 202 ignored,
-                                    4xx refused with a one-line reason (nothing stored), 503 the warehouse is away
+    POST /v1/deploys/<source>       a deploy event: 201 recorded, 200 already recorded (unchanged, or a replayed
+                                    delivery of it), 202 ignored, 4xx refused with a one-line reason (nothing
+                                    stored), 503 the warehouse is away
     GET  /v1/deploys/<id>/gate      the gate's answer as JSON (`radar gate --format json`), its state as the status:
                                     200 pass, 409 fail, 422 inconclusive (200 with ?inconclusive_ok=1), 202 pending;
                                     ?wait=60s waits while it is pending (at most MAX_WAIT_S)
@@ -11,7 +12,10 @@ CI, liveness and readiness.
 
 Every warehouse call runs in a worker thread under a deadline (DB_DEADLINE_S): its own bounds (connect, statement,
 pool) end it first, and a warehouse gone silent is answered 503 at the deadline while the thread is left to its TCP
-timeout. Nothing here prints or returns a secret.
+timeout. A deploy's transaction is bounded by the same deadline (store): it never commits after its request was
+answered 503, except when the warehouse goes silent during the COMMIT itself; a redelivery of a deploy stored then
+is answered 200. Answers tell a caller only what it sent, never stored values it may not read. Nothing here prints or
+returns a secret.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from radar_pipeline.config import printable, scrub_secret, warehouse_url
+from radar_pipeline.receiver.sources import ID_PREFIXES
 from radar_pipeline.receiver.sources.base import Parsed, Refused
 from radar_pipeline.receiver.sources.common import bearer, same_token
 from radar_pipeline.steps import gate as gate_step
@@ -45,6 +50,7 @@ CONNECT_TIMEOUT_S = 3
 STATEMENT_TIMEOUT_MS = 5_000
 POOL_TIMEOUT_S = 3.0  # a request waits this long for a connection when all are busy: then 503
 DB_DEADLINE_S = 8.0  # the most a request waits on the warehouse in all (connect 3 s + a statement 5 s)
+COMMIT_S = 1.0  # a deploy's COMMIT is sent no later than this before DB_DEADLINE_S: it is answered by then
 READY_TIMEOUT_S = 3.0
 BODY_TIMEOUT_S = 5.0  # the whole body must arrive within this (a client that stops sending holds nothing)
 MAX_WAIT_S = 60.0  # the gate's long poll: proxies commonly end idle requests after 60 s
@@ -52,6 +58,17 @@ POLL_S = 2.0
 MAX_DELIVERY_ID = 200
 DELIVERY_ID = re.compile(rf"[\x21-\x7e]{{1,{MAX_DELIVERY_ID}}}")
 GATE_STATUS = {0: 200, 1: 409, 3: 422, 4: 202}
+MAX_HEADERS_BYTES = 16 * 1024  # the request line and headers: more is refused (400) before the app sees it
+# uvicorn's settings for the receiver. uvicorn (0.54) has no time limit for a request's headers: a client sending them
+# slowly holds a slot until limit_concurrency is reached, so an ingress in front bounds header time (docs/receiver.md).
+SERVER: dict[str, Any] = {
+    "http": "h11",  # the protocol whose header size limit is configurable
+    "h11_max_incomplete_event_size": MAX_HEADERS_BYTES,
+    "timeout_keep_alive": 5,  # an idle kept-alive connection is closed after 5 s
+    "server_header": False,
+    "limit_concurrency": 512,  # beyond it: 503 at once, not a queue that grows
+    "timeout_graceful_shutdown": 15,
+}
 
 
 @dataclass(frozen=True)
@@ -96,30 +113,70 @@ class Replay(Exception):
     """A delivery id seen before."""
 
 
-def store(receiver: Receiver, source: str, parsed: Parsed) -> deploys.Recorded:
-    """Record the parsed event as `radar deploy` would, and its delivery id in the same transaction (Replay when it
-    was seen before; deploys.DeployError when the event is refused)."""
-    assert parsed.event is not None
+def store(receiver: Receiver, source: str, parsed: Parsed, until: float) -> deploys.Recorded:
+    """Record the parsed event as `radar deploy` would, and its delivery id in the same transaction; a delivery seen
+    before is the stored deploy again when that deploy is the event's and says the same (a redelivery after an
+    answer that was lost), else Replay; deploys.DeployError when the event is refused.
+
+    The transaction ends by `until` (time.monotonic()): each statement and lock wait, and any idle time, is bounded by
+    what is left of it when it begins, and the COMMIT is not sent after it (Refused 503, rolled back), so a request
+    answered 503 at its deadline has stored nothing."""
+    event = parsed.event
+    assert event is not None
     with receiver.engine.begin() as conn:
-        if parsed.delivery_id is not None:
-            seen = conn.execute(
-                sa.text("SELECT received_at FROM radar.webhook_delivery WHERE source = :s AND delivery_id = :d"),
-                {"s": source, "d": parsed.delivery_id},
-            ).scalar()
-            if seen is not None:
-                raise Replay(f"delivery {parsed.delivery_id!r} was received at {seen.isoformat()}: a replay")
-        recorded = deploys.record_in(conn, parsed.event, receiver.configured_targets)
+        left = str(_left_ms(until))
+        conn.execute(
+            sa.text(
+                "SELECT set_config('statement_timeout', :ms, true), set_config('lock_timeout', :ms, true), "
+                "set_config('idle_in_transaction_session_timeout', :ms, true)"
+            ),
+            {"ms": left},
+        )
+        if parsed.delivery_id is not None and (seen := _delivery(conn, source, parsed.delivery_id)) is not None:
+            return _redelivered(conn, event, parsed.delivery_id, *seen)
+        recorded = deploys.record_in(conn, event, receiver.configured_targets)
         if parsed.delivery_id is not None:
             fresh = conn.execute(
                 sa.text(
                     "INSERT INTO radar.webhook_delivery (source, delivery_id, deploy_id) VALUES (:s, :d, :id) "
                     "ON CONFLICT DO NOTHING RETURNING 1"
                 ),
-                {"s": source, "d": parsed.delivery_id, "id": parsed.event.deploy_id},
+                {"s": source, "d": parsed.delivery_id, "id": event.deploy_id},
             ).scalar()
-            if fresh is None:  # the same delivery, received at the same moment by another request
-                raise Replay(f"delivery {parsed.delivery_id!r} was received just now: a replay")
+            seen = _delivery(conn, source, parsed.delivery_id) if fresh is None else None
+            if seen is not None:  # the same delivery, received at the same moment by another request
+                if recorded.inserted:
+                    raise Replay(f"delivery {parsed.delivery_id!r} was received just now: a replay")
+                recorded = _redelivered(conn, event, parsed.delivery_id, *seen)
+        _left_ms(until)
         return recorded
+
+
+def _left_ms(until: float) -> int:
+    """Milliseconds left before `until`; Refused(503) when none are (the transaction is rolled back)."""
+    left = int((until - time.monotonic()) * 1000)
+    if left <= 0:
+        raise Refused(503, f"the warehouse did not answer within {DB_DEADLINE_S:.0f} s")
+    return left
+
+
+def _delivery(conn: sa.Connection, source: str, delivery_id: str) -> tuple[Any, str] | None:
+    """(received_at, deploy_id) of a delivery seen before, or None."""
+    row = conn.execute(
+        sa.text("SELECT received_at, deploy_id FROM radar.webhook_delivery WHERE source = :s AND delivery_id = :d"),
+        {"s": source, "d": delivery_id},
+    ).fetchone()
+    return (row[0], row[1]) if row is not None else None
+
+
+def _redelivered(
+    conn: sa.Connection, event: deploys.DeployEvent, delivery_id: str, received_at: Any, deploy_id: str
+) -> deploys.Recorded:
+    """A delivery seen before: its deploy, unchanged, when it is this event's and says the same; else Replay."""
+    stored = deploys.get(conn, deploy_id) if deploy_id == event.deploy_id else None
+    if stored is None or deploys.differing(event, stored):
+        raise Replay(f"delivery {delivery_id!r} was received at {received_at.isoformat()} with another deploy")
+    return deploys.Recorded(stored, inserted=False)
 
 
 def ready(receiver: Receiver) -> None:
@@ -134,9 +191,8 @@ def make_app(receiver: Receiver) -> Starlette:
     async def post_deploy(request: Request) -> Response:
         name = request.path_params["source"]
         try:
-            if name not in receiver.sources:
-                enabled = ", ".join(sorted(receiver.sources)) or "none"
-                raise Refused(404, f"no source {name!r} here (enabled: {enabled})")
+            if name not in receiver.sources:  # which ones are enabled is not told: callers may not read it
+                raise Refused(404, f"no source {name!r} here")
             module, secrets = receiver.sources[name]
             body = await _body(request, receiver.max_body_bytes)
             headers = {k.lower(): v for k, v in request.headers.items()}
@@ -146,13 +202,18 @@ def make_app(receiver: Receiver) -> Starlette:
                 raise Refused(400, f"the delivery id is not 1-{MAX_DELIVERY_ID} printable ASCII characters")
             if parsed.event is None:
                 return _line(202, f"ignored: {parsed.ignored or 'not a deploy'}")
-            recorded = await _warehouse(store, receiver, name, parsed)
+            _owned(parsed.event.deploy_id, name)
+            until = time.monotonic() + DB_DEADLINE_S - COMMIT_S
+            recorded = await _warehouse(store, receiver, name, parsed, until)
         except Refused as exc:
             return _line(exc.status, exc.reason)
         except Replay as exc:
             return _line(409, f"refused: {exc}; nothing changed")
-        except deploys.DeployConflict as exc:
-            return _line(409, str(exc))
+        except deploys.DeployConflict as exc:  # its message holds the stored values: named, not told
+            return _line(409, f"deploy {exc.deploy_id!r} is already recorded with other values "
+                         f"({', '.join(exc.fields)}); nothing changed")  # fmt: skip
+        except deploys.UnknownTarget as exc:  # its message lists every known target
+            return _line(400, f"target {exc.target!r} is not known here")
         except deploys.DeployError as exc:
             return _line(400, str(exc))
         event = recorded.event
@@ -201,19 +262,7 @@ def make_app(receiver: Receiver) -> Starlette:
         return _line(200, "ready")
 
     async def _warehouse(call: Callable[..., T], *args: Any, deadline: float = DB_DEADLINE_S) -> T:
-        """`call` in a worker thread, answered within `deadline`; a warehouse that fails or does not answer in time
-        is Refused(503) with the driver's first line, the password removed."""
-        try:
-            return await asyncio.wait_for(anyio.to_thread.run_sync(call, *args, abandon_on_cancel=True), deadline)
-        except (Refused, Replay, deploys.DeployError):
-            raise
-        except TimeoutError:
-            raise Refused(503, f"the warehouse did not answer within {deadline:.0f} s") from None
-        except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError) as exc:
-            raise Refused(503, _failure("the warehouse did not answer", exc, receiver.url)) from None
-        except sa.exc.ProgrammingError as exc:
-            log.error("%s", _failure("the warehouse refused a statement", exc, receiver.url))
-            raise Refused(503, "the warehouse lacks radar's schema, or refused us: run `radar db upgrade`") from None
+        return await in_worker(receiver.url, call, *args, deadline=deadline)
 
     return Starlette(
         routes=[
@@ -223,6 +272,37 @@ def make_app(receiver: Receiver) -> Starlette:
             Route("/readyz", readyz, methods=["GET"]),
         ]
     )
+
+
+async def in_worker(url: str, call: Callable[..., T], *args: Any, deadline: float = DB_DEADLINE_S) -> T:
+    """`call` in a worker thread, answered within `deadline`; a warehouse that fails or does not answer in time is
+    Refused: 400 when it refused the data (a one-line reason, no detail of it), else 503 with the driver's first line
+    (the password removed)."""
+    try:
+        return await asyncio.wait_for(anyio.to_thread.run_sync(call, *args, abandon_on_cancel=True), deadline)
+    except (Refused, Replay, deploys.DeployError):
+        raise
+    except TimeoutError:
+        raise Refused(503, f"the warehouse did not answer within {deadline:.0f} s") from None
+    except (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError) as exc:
+        raise Refused(503, _failure("the warehouse did not answer", exc, url)) from None
+    except sa.exc.ProgrammingError as exc:
+        log.error("%s", _failure("the warehouse refused a statement", exc, url))
+        raise Refused(503, "the warehouse lacks radar's schema, or refused us: run `radar db upgrade`") from None
+    except (sa.exc.DataError, sa.exc.IntegrityError) as exc:
+        log.warning("%s", _failure("the warehouse refused the event", exc, url))
+        raise Refused(400, "the warehouse refused the event's values (a character or number it cannot store)") from None
+    except sa.exc.DBAPIError as exc:
+        log.error("%s", _failure("the warehouse failed", exc, url))
+        raise Refused(503, "the warehouse failed the request: try again later") from None
+
+
+def _owned(deploy_id: str, source: str) -> None:
+    """A deploy id that starts as another source's ids do is refused (400): the generic source's token could
+    otherwise claim an Argo CD sync's or a GitHub deployment's id before its own source records it."""
+    for prefix, owner in ID_PREFIXES.items():
+        if deploy_id.startswith(prefix) and owner != source:
+            raise Refused(400, f"deploy_id {deploy_id!r} starts with {prefix!r}: only the {owner} source records those")
 
 
 async def _body(request: Request, limit: int) -> bytes:
@@ -303,9 +383,10 @@ def _wait(value: str | None) -> float:
 
 
 def _line(status: int, text: str) -> Response:
-    """A one-line plain-text answer: control characters out, white space folded. After a body refused unread (413,
-    408) the connection is closed, so its rest is not waited for."""
-    headers = {"Connection": "close"} if status in (408, 413) else None
+    """A one-line plain-text answer: control characters out, white space folded. After a refusal the connection is
+    closed: the rest of a body refused unread (413, 408), or past a Content-Length that lied low, is not waited for
+    nor read as another request."""
+    headers = {"Connection": "close"} if status >= 400 else None
     return PlainTextResponse(" ".join(printable(text).split()) + "\n", status, headers=headers)
 
 

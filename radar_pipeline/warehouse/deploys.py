@@ -32,6 +32,10 @@ CODE_HOSTS = tuple(REPOSITORY)
 CSV_COLUMNS = ("deploy_id", "target", "deployed_at", "service", "version", "url")
 MAX_TEXT = 1000
 PERIODIC_PREFIX = "periodic:"  # ids of periodic analyses in radar.analysis (see sql/0006)
+# A GitLab job reported twice: by its CI step (`radar deploy`, or the documented curl) and by GitLab's deployment
+# webhook, both as gl-<job id> (see same_job).
+GITLAB_JOB = re.compile(r"gl-[0-9]{1,20}")
+GITLAB_WEBHOOK = "webhook-gitlab"
 FIRST_LOOK = timedelta(days=1)  # how far back a sensor with no cursor yet looks for deploys to analyse
 
 
@@ -40,7 +44,21 @@ class DeployError(ValueError):
 
 
 class DeployConflict(DeployError):
-    """The deploy id is already recorded with other values (the receiver answers it 409)."""
+    """The deploy id is already recorded with other values (the receiver answers it 409, naming only `fields`: the
+    message holds the stored values, which its callers may not read)."""
+
+    def __init__(self, message: str, deploy_id: str, fields: list[str]) -> None:
+        super().__init__(message)
+        self.deploy_id = deploy_id
+        self.fields = fields
+
+
+class UnknownTarget(DeployError):
+    """The event names a target radar does not know (the message lists the known ones, for the CLI's user)."""
+
+    def __init__(self, message: str, target: str) -> None:
+        super().__init__(message)
+        self.target = target
 
 
 @dataclass(frozen=True)
@@ -438,7 +456,7 @@ def _check(event: DeployEvent, targets: set[str], now: datetime) -> None:
     """The checks that need the warehouse: a known target, not too far ahead of its clock."""
     if event.target not in targets:
         known = ", ".join(sorted(targets)) or "none yet: snapshot a target first, or set RADAR_TARGETS"
-        raise DeployError(f"target {event.target!r} is not known (known targets: {known})")
+        raise UnknownTarget(f"target {event.target!r} is not known (known targets: {known})", event.target)
     deployed_at = event.deployed_at or now
     if deployed_at > now + MAX_FUTURE:
         raise DeployError(
@@ -447,17 +465,41 @@ def _check(event: DeployEvent, targets: set[str], now: datetime) -> None:
         )
 
 
-def _same_or_refuse(event: DeployEvent, stored: DeployEvent) -> Recorded:
-    """The stored event when `event` says the same (deployed_at None agrees with any time), else DeployError."""
-    differs = [
+def differing(event: DeployEvent, stored: DeployEvent) -> list[str]:
+    """The fields in which `event` does not say what `stored` says. deployed_at None agrees with any time, and so
+    does any time when both are the same GitLab job's reports (same_job)."""
+    timed = event.deployed_at is not None and not same_job(event, stored)
+    return [
         name
         for name in ("target", "deployed_at", "service", "version", "url", *STATUS_FIELDS)
-        if (event.deployed_at is not None or name != "deployed_at") and getattr(event, name) != getattr(stored, name)
+        if (timed or name != "deployed_at") and getattr(event, name) != getattr(stored, name)
     ]
+
+
+def same_job(event: DeployEvent, stored: DeployEvent) -> bool:
+    """Whether the two are one GitLab job's two reports: its CI step's and its deployment webhook's (gl-<job id>).
+
+    They differ in time by design: the CI step is recorded when `radar deploy` (or the curl) ran, just after the
+    rollout, and the webhook at status_changed_at, when the whole job ended (later, at second precision). The first
+    recorded time stands: in one job that is the CI step's, the nearer to when the new code went live, and it may
+    already have placed the deploy's analysis window (a stored deploy is never moved). Every other fact must agree.
+    """
+    return (
+        event.deploy_id == stored.deploy_id
+        and GITLAB_JOB.fullmatch(event.deploy_id) is not None
+        and (event.source == GITLAB_WEBHOOK) != (stored.source == GITLAB_WEBHOOK)
+    )
+
+
+def _same_or_refuse(event: DeployEvent, stored: DeployEvent) -> Recorded:
+    """The stored event when `event` says the same (see differing), else DeployConflict."""
+    differs = differing(event, stored)
     if differs:
         detail = "; ".join(f"{n}: stored {getattr(stored, n)!r}, given {getattr(event, n)!r}" for n in differs)
         raise DeployConflict(
-            f"deploy {event.deploy_id!r} is already recorded with other values ({detail}); nothing changed"
+            f"deploy {event.deploy_id!r} is already recorded with other values ({detail}); nothing changed",
+            event.deploy_id,
+            differs,
         )
     return Recorded(stored, inserted=False)
 

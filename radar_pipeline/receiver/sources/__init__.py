@@ -18,3 +18,5 @@ SOURCES: dict[str, ModuleType] = {
         rollouts,
     )
 }
+# Each source's deploy id prefixes, with their source: an id that starts as one does is only that source's.
+ID_PREFIXES: dict[str, str] = {prefix: name for name, module in SOURCES.items() for prefix in module.ID_PREFIXES}

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from radar_pipeline.receiver.sources import common
 from radar_pipeline.receiver.sources.base import Refused
 from radar_pipeline.warehouse import deploys
 
@@ -31,6 +32,7 @@ def json_object(body: bytes) -> dict[str, Any]:
         raise Refused(400, "the body is not JSON") from None
     if not isinstance(value, dict):
         raise Refused(400, f"the body is a JSON {_kind(value)}, not an object")
+    common.unicode_only(value)
     return value
 
 
@@ -56,6 +58,7 @@ def text(obj: Mapping[str, Any], key: str, where: str = "", required: bool = Tru
         raise Refused(422, f"{where}{key} is longer than {deploys.MAX_TEXT} characters")
     if deploys.CONTROL.search(value):
         raise Refused(422, f"{where}{key} holds control characters (a newline, an escape sequence)")
+    common.unicode_only(value, f"{where}{key}")
     return value
 
 

@@ -27,6 +27,7 @@ from radar_pipeline.receiver.sources import _kube
 from radar_pipeline.receiver.sources.base import Parsed
 
 NAME = "argocd"
+ID_PREFIXES: tuple[str, ...] = ("argocd:",)
 SUCCEEDED = "Succeeded"
 
 

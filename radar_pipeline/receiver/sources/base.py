@@ -1,6 +1,7 @@
 """The seam between the receiver and its sources. A source module has:
 
     NAME: str  # the path segment it is posted to: /v1/deploys/<NAME>
+    ID_PREFIXES: tuple[str, ...]  # how its deploy ids start: the receiver refuses them from any other source
     def authenticate(headers: Mapping[str, str], body: bytes, secret: str) -> None: ...  # raises Refused (401)
     def parse(headers: Mapping[str, str], body: bytes, params: Mapping[str, str]) -> Parsed: ...  # raises Refused
 

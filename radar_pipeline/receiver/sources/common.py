@@ -6,10 +6,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from radar_pipeline.receiver.sources.base import Refused
+
+SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def json_object(body: bytes) -> dict[str, Any]:
@@ -25,7 +28,27 @@ def json_object(body: bytes) -> dict[str, Any]:
         raise Refused(400, f"the body is not JSON: {str(exc).splitlines()[0]}") from None
     if not isinstance(found, dict):
         raise Refused(400, f"the body must be a JSON object, not {type(found).__name__}")
+    unicode_only(found)
     return found
+
+
+def unicode_only(value: Any, where: str = "") -> None:
+    """Refused(400) naming the field when a string anywhere in `value` (a JSON value: keys too) holds a lone
+    surrogate, which JSON's \\ud800 escapes allow but PostgreSQL cannot store (as text or jsonb)."""
+    stack: list[tuple[str, Any]] = [(where, value)]
+    while stack:  # not recursive: the parser's nesting limit is deeper than Python's stack allows here
+        path, node = stack.pop()
+        if isinstance(node, str):
+            if SURROGATE.search(node):
+                raise Refused(400, f"{path or 'the body'} holds a lone surrogate (not valid Unicode text)")
+        elif isinstance(node, dict):
+            for key, item in node.items():
+                inner = f"{path}.{key}" if path else str(key)
+                if SURROGATE.search(key):
+                    raise Refused(400, f"a key in {path or 'the body'} holds a lone surrogate (not valid Unicode text)")
+                stack.append((inner, item))
+        elif isinstance(node, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in enumerate(node))
 
 
 def _no_constant(name: str) -> None:
@@ -49,8 +72,7 @@ def text(data: Mapping[str, Any], name: str, where: str = "", required: bool = F
         return None
     if not isinstance(value, str):
         raise Refused(400, f"{where}{name} must be a string, not {type(value).__name__}")
-    if any("\ud800" <= c <= "\udfff" for c in value):
-        raise Refused(400, f"{where}{name} holds a lone surrogate (not valid Unicode text)")
+    unicode_only(value, f"{where}{name}")
     return value
 
 

@@ -32,6 +32,7 @@ from radar_pipeline.receiver.sources import _kube
 from radar_pipeline.receiver.sources.base import Parsed, Refused
 
 NAME = "flux"
+ID_PREFIXES: tuple[str, ...] = ("flux-ks:", "flux-hr:")
 DEPLOYED = {"Kustomization": {"ReconciliationSucceeded"}, "HelmRelease": {"InstallSucceeded", "UpgradeSucceeded"}}
 PREFIX = {"Kustomization": "flux-ks", "HelmRelease": "flux-hr"}
 KEPT = ("app-version", "oci-digest", "origin-revision")  # metadata kept with the deploy, beside its revision

@@ -18,6 +18,7 @@ from radar_pipeline.receiver.sources.common import bearer, json_object, same_tok
 from radar_pipeline.warehouse.deploys import DeployError, DeployEvent, parse_time
 
 NAME = "generic"
+ID_PREFIXES: tuple[str, ...] = ()
 TEXT_FIELDS = (
     "deploy_id", "target", "deployed_at", "service", "version", "url", "commit_sha", "repository", "code_host",
     "api_url", "run_url",

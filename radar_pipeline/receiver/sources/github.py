@@ -16,6 +16,7 @@ from radar_pipeline.receiver.sources.common import header, json_object, obj, sig
 from radar_pipeline.warehouse.deploys import DeployError, DeployEvent, parse_time
 
 NAME = "github"
+ID_PREFIXES: tuple[str, ...] = ("gh-deployment-",)
 EVENT = "deployment_status"
 
 

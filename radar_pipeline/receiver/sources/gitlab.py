@@ -18,6 +18,7 @@ from radar_pipeline.receiver.sources.common import header, json_object, obj, sam
 from radar_pipeline.warehouse.deploys import DeployError, DeployEvent, parse_time
 
 NAME = "gitlab"
+ID_PREFIXES: tuple[str, ...] = ("gl-deployment-",)
 EVENT = "Deployment Hook"
 COMMIT = re.compile(r"/-/commit/([0-9a-f]{40}|[0-9a-f]{64})")
 

@@ -29,6 +29,7 @@ from radar_pipeline.receiver.sources import _kube
 from radar_pipeline.receiver.sources.base import Parsed, Refused
 
 NAME = "rollouts"
+ID_PREFIXES: tuple[str, ...] = ("rollout:",)
 COMPLETED, STEP_COMPLETED, ABORTED = "on-rollout-completed", "on-rollout-step-completed", "on-rollout-aborted"
 
 
