@@ -6,12 +6,14 @@ them through the outbox (radar.channel_event); regression_alerts later finds the
 
 import hashlib
 import json
+import time
 
 import dagster as dg
 
 from radar_pipeline.defs.resources import ChannelsResource, WarehouseResource
 
 MARKS_TAG = "radar/deploy-marks"
+FAILED_RUN_BACKOFF_S = 300
 
 
 @dg.op(description="Mark each recent deploy whose mark is due on the channels routed deploys (radar.channel_event).")
@@ -60,6 +62,10 @@ def deploy_mark_sensor(
     runs = context.instance.get_run_records(dg.RunsFilter(job_name=deploy_marks_job.name))
     if any(not r.dagster_run.is_finished for r in runs):
         return dg.SkipReason("a run of deploy_marks_job is queued or in progress")
+    last = max(runs, key=lambda r: r.end_time or 0, default=None)
+    if last is not None and last.dagster_run.is_failure and time.time() - (last.end_time or 0) < FAILED_RUN_BACKOFF_S:
+        # A run that failed before it recorded anything (a bug, the warehouse away) is not repeated every tick.
+        return dg.SkipReason(f"the last run of deploy_marks_job failed: the next one {FAILED_RUN_BACKOFF_S} s after it")
     digest = hashlib.sha256(json.dumps(due).encode()).hexdigest()[:16]
     context.log.info(f"deploy marks due for {len(due)} deploys: {', '.join(due[:10])}")
     return dg.SensorResult(
