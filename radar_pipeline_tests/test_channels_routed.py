@@ -213,3 +213,28 @@ def test_no_tick_runs_without_a_channel_routed_deploys(analysed, warehouse_url, 
     with dg.instance_for_test() as instance:
         tick = deploy_mark_sensor(dg.build_sensor_context(instance=instance, resources=resources))
     assert isinstance(tick, dg.SkipReason) and "no channel is routed deploys" in str(tick.skip_message)
+
+
+def test_a_failed_marks_run_is_not_repeated_every_tick(analysed, warehouse_url, stand_ins, monkeypatch):  # noqa: F811
+    """A run that fails before it records anything (a bug, here) fails visibly, and the next tick waits its backoff
+    instead of requesting another run at once; after it, what is due is requested again."""
+    from radar_pipeline.defs.deploys import deploy_marks as module
+    from radar_pipeline.steps import channel_delivery
+
+    pd, hook, grafana = stand_ins
+    channels = _every_channel(pd, hook, grafana, routes="deploy=pagerduty")
+    resources = {"warehouse": WarehouseResource(url=warehouse_url), "channels": channels}
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("a bug before anything is recorded")
+
+    monkeypatch.setattr(channel_delivery, "mark_recent_deploys", broken)
+    with dg.instance_for_test() as instance:
+        run = _tick(instance, resources)
+        assert run is not None and not run.success and not pd.changes
+        tick = deploy_mark_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+        assert isinstance(tick, dg.SkipReason) and "failed" in str(tick.skip_message)
+        monkeypatch.undo()
+        monkeypatch.setattr(module, "FAILED_RUN_BACKOFF_S", 0)
+        again = _tick(instance, resources)
+        assert again is not None and again.success and len(pd.changes) == 1
