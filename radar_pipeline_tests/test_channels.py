@@ -757,3 +757,86 @@ def test_an_error_in_one_periodic_step_does_not_stop_the_rest(
         log = run_log_text(instance, result.run_id)
     assert not result.success and "a bug in Slack's path" in log
     assert len(pagerduty.incidents) == 1  # the routed channels were served all the same
+
+
+def test_one_targets_broken_channel_does_not_stop_the_next_targets(
+    timeline,  # noqa: F811
+    warehouse,
+    warehouse_url,
+    pagerduty,
+    monkeypatch,
+):
+    """Hour 1 reports statement 31 on two targets; a channel breaks (not a channel's answer: a bug) on the first: the
+    second target is still delivered on every channel, and the run fails afterwards."""
+    periodic = periodic_definitions(periodic_start(), periodic_minute())
+    assets = [periodic.get_assets_def("periodic_verdicts"), periodic.get_assets_def("periodic_alerts")]
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": AnalysisResource(),
+        "targets": TargetsResource(spec=""),
+        "slack": SlackResource(),
+        "channels": ChannelsResource(),
+    }
+    broken = Ledger()
+    real_notify = broken.notify
+
+    def notify(facts, detections, delivery_id):  # type: ignore[no-untyped-def]
+        if facts.target == "aux":
+            raise RuntimeError("a bug in a channel")
+        return real_notify(facts, detections, delivery_id)
+
+    broken.notify = notify  # type: ignore[method-assign]
+    real = _channels(pagerduty).factories()["pagerduty"]
+    monkeypatch.setattr(ChannelsResource, "factories", lambda self: {"grafana": lambda: broken, "pagerduty": real})
+    hour1 = "periodic:" + _key(timeline, 1)
+    with dg.instance_for_test() as instance:
+        verdicts = dg.materialize(
+            assets, partition_key=_key(timeline, 1), resources=resources, instance=instance, selection=[assets[0]]
+        )
+        assert verdicts.success
+        with warehouse.begin() as conn:  # the same report on a second target, "aux" (sorted first)
+            for table, where in (
+                ("radar.analysis", "deploy_id = :d"),
+                ("radar.verdict", "deploy_id = :d"),
+                ("radar.regression_episode", "opened_by = :d"),
+                ("radar.query", "target = 'main'"),
+            ):
+                columns = ", ".join(
+                    conn.execute(
+                        sa.text(
+                            "SELECT quote_ident(column_name) FROM information_schema.columns WHERE table_schema = "
+                            "'radar' AND table_name = :t AND is_generated = 'NEVER' ORDER BY ordinal_position"
+                        ),
+                        {"t": table.removeprefix("radar.")},
+                    ).scalars()
+                )
+                conn.execute(
+                    sa.text(f"CREATE TEMP TABLE copied AS SELECT {columns} FROM {table} WHERE {where}"), {"d": hour1}
+                )
+                conn.execute(sa.text("UPDATE copied SET target = 'aux'"))
+                conn.execute(sa.text(f"INSERT INTO {table} ({columns}) SELECT * FROM copied; DROP TABLE copied"))
+        alerts = dg.materialize(
+            assets,
+            partition_key=_key(timeline, 1),
+            resources=resources,
+            instance=instance,
+            selection=[assets[1]],
+            raise_on_error=False,
+        )
+        log = run_log_text(instance, alerts.run_id)
+    assert not alerts.success and "grafana: RuntimeError: a bug in a channel" in log
+    assert sorted(i.dedup_key for i in pagerduty.incidents) == sorted(
+        dedup_key(t, _statement_of(warehouse, t, 31), hour1) for t in ("aux", "main")
+    )
+    assert len(broken.received) == 1  # main's, on the broken channel too
+
+
+def _statement_of(warehouse, target: str, queryid: int) -> tuple[int, int, int, bool]:  # type: ignore[no-untyped-def]
+    with warehouse.connect() as conn:
+        row = conn.execute(
+            sa.text(
+                "SELECT DISTINCT dbid, userid, queryid, toplevel FROM radar.alert WHERE target = :t AND queryid = :q"
+            ),
+            {"t": target, "q": queryid},
+        ).one()
+    return (int(row[0]), int(row[1]), int(row[2]), bool(row[3]))
