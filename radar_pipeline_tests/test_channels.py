@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import pytest
@@ -430,8 +430,13 @@ def test_the_reconciler_retries_a_throttled_trigger_and_change_event(analysed, w
     assert len(pagerduty.incidents) == 1 and len(pagerduty.changes) == 1
     assert {r["status"] for r in _rows(analysed) + _rows(analysed, "radar.channel_event")} == {"sent"}
 
-    with analysed.begin() as conn:  # only a channel event waits (the detections were sent): still retried
-        conn.execute(sa.text("UPDATE radar.channel_event SET status = 'pending', next_attempt_at = now()"))
+    with analysed.begin() as conn:  # only a resolve waits (the detections were sent): still retried
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.channel_event (channel, kind, subject, deploy_id, target) "
+                "VALUES ('pagerduty', 'resolve', 'k-1', 'd-7', 'main')"
+            )
+        )
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("deploys", ["d-7"])
         context = dg.build_sensor_context(instance=instance, resources=resources)
@@ -439,6 +444,15 @@ def test_the_reconciler_retries_a_throttled_trigger_and_change_event(analysed, w
         (request,) = tick.run_requests
         assert request.partition_key == "d-7"
         assert _check(tick).metadata["alerts_due"].value == 1 and not _check(tick).passed  # nothing_waiting sees it
+
+    with analysed.begin() as conn:  # a deploy mark waits: deploy_mark_sensor's (it needs no analysis), seen here
+        conn.execute(sa.text("DELETE FROM radar.channel_event WHERE kind = 'resolve'"))
+        conn.execute(sa.text("UPDATE radar.channel_event SET status = 'pending', next_attempt_at = now()"))
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["d-7"])
+        tick = radar_reconciler(dg.build_sensor_context(instance=instance, resources=resources))
+        assert not tick.run_requests
+        assert _check(tick).metadata["alerts_due"].value == 1 and not _check(tick).passed
 
 
 # Routing at load.
@@ -611,3 +625,218 @@ def test_a_channel_that_breaks_does_not_stop_the_others(analysed, warehouse_url,
     assert not result.success and "grafana: RuntimeError: a bug in a channel" in log
     assert len(pagerduty.incidents) == 1 and len(pagerduty.changes) == 1
     assert {(r["channel"], r["status"]) for r in _rows(analysed)} == {("grafana", "sending"), ("pagerduty", "sent")}
+
+
+# A hostile review's findings: an incident must never stay open because of the outbox's own rules.
+
+
+@pytest.mark.parametrize("why", ["reanalysis", "old deploy"])
+def test_a_resolve_is_sent_in_the_reanalysis_and_for_an_old_deploy(analysed, warehouse_url, pagerduty, why):  # noqa: F811
+    """An engine upgrade's nightly reanalysis (or a re-analysis past the alert age limit) clears a false positive: its
+    incident is resolved (closing is never noise), and a resolve an older version recorded withheld is sent too."""
+    assert _alert(warehouse_url, _channels(pagerduty))[0].success
+    (incident,) = pagerduty.open_incidents()
+    with analysed.begin() as conn:  # cleared; the older version had already recorded the resolve withheld
+        conn.execute(sa.text("UPDATE radar.verdict SET verdict = 'no_regression' WHERE deploy_id = 'd-7'"))
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.channel_event (channel, kind, subject, deploy_id, target, status, last_error) "
+                "VALUES ('pagerduty', 'resolve', :k, 'd-7', 'main', 'withheld', 'reanalysis: not sent')"
+            ),
+            {"k": incident.dedup_key},
+        )
+    if why == "reanalysis":
+        result, _ = _alert(warehouse_url, _channels(pagerduty), tags={REANALYSIS_TAG: "true"})
+    else:
+        result, _ = _alert(warehouse_url, _channels(pagerduty, alert_max_age_hours=0.01))  # closed 100 s ago
+    assert result.success and not pagerduty.open_incidents()
+    resolves = [c for c in pagerduty.calls_to(EVENTS) if c["event_action"] == "resolve"]
+    assert [c["dedup_key"] for c in resolves] == [incident.dedup_key]
+    assert ("resolve", "sent") in [(r["kind"], r["status"]) for r in _rows(analysed, "radar.channel_event")]
+
+
+def test_a_trigger_sent_after_its_episode_recovered_is_resolved(timeline, warehouse, warehouse_url, pagerduty):  # noqa: F811
+    """Hour 1's trigger is throttled; hour 4 recovers while it still waits; the retry then sends it: the incident it
+    opens after its recovery is resolved in the same run, and the waiting resolve is never due before it."""
+    from radar_pipeline.warehouse import reconcile as store
+
+    periodic = periodic_definitions(periodic_start(), periodic_minute())
+    assets = [periodic.get_assets_def("periodic_verdicts"), periodic.get_assets_def("periodic_alerts")]
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": AnalysisResource(),
+        "targets": TargetsResource(spec=""),
+        "slack": SlackResource(),
+        "channels": _channels(pagerduty, routes="regression=pagerduty"),
+    }
+    hour1 = "periodic:" + _key(timeline, 1)
+    pagerduty.throttle_next(EVENTS, "3600")  # hour 1's trigger waits an hour (Retry-After)
+    with dg.instance_for_test() as instance:
+        for hour in range(1, 5):
+            result = dg.materialize(assets, partition_key=_key(timeline, hour), resources=resources, instance=instance)
+            assert result.success
+        assert not pagerduty.incidents
+        with warehouse.connect() as conn:
+            (waits,) = conn.execute(
+                sa.text("SELECT deploy_id, status FROM radar.channel_event WHERE kind = 'resolve'")
+            ).fetchall()
+            assert tuple(waits) == (hour1, "pending")
+            assert not store.waiting_alerts(conn, timedelta(days=1), timedelta(minutes=10))  # the trigger backs off
+        _backoff_passes(warehouse)
+        with warehouse.connect() as conn:  # due: hour 1's trigger, and its resolve only with it
+            assert [(w.analysis_id, w.rows) for w in store.waiting_alerts(conn, timedelta(days=1), timedelta(0))] == [
+                (hour1, 1)
+            ]
+        retry = dg.materialize(
+            assets, partition_key=_key(timeline, 1), resources=resources, instance=instance, selection=[assets[1]]
+        )
+        assert retry.success
+    (incident,) = pagerduty.incidents
+    assert incident.dedup_key == dedup_key("main", _statement(warehouse, 31), hour1)
+    assert incident.status == "resolved"
+    assert [c["event_action"] for c in pagerduty.calls_to(EVENTS)] == ["trigger", "trigger", "resolve"]
+    assert {(r["kind"], r["status"]) for r in _rows(warehouse, "radar.channel_event")} == {("resolve", "sent")}
+
+
+def _broken_slack(monkeypatch, slack) -> SlackResource:  # type: ignore[no-untyped-def]
+    from radar_pipeline.alerts.slack import SlackSender
+
+    def send(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug in Slack's path")
+
+    monkeypatch.setattr(SlackSender, "send", send)
+    return SlackResource(token="xoxb-test-token", channel="C0RADAR", base_url=slack.api_url)
+
+
+def test_slacks_error_does_not_keep_a_deploys_channels_from_their_deliveries(
+    analysed,  # noqa: F811
+    warehouse_url,
+    pagerduty,
+    slack,
+    monkeypatch,
+):
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["d-7"])
+        result = dg.materialize(
+            [regression_alerts],
+            partition_key="d-7",
+            resources={
+                "warehouse": WarehouseResource(url=warehouse_url),
+                "slack": _broken_slack(monkeypatch, slack),
+                "channels": _channels(pagerduty),
+            },
+            instance=instance,
+            raise_on_error=False,
+        )
+        log = run_log_text(instance, result.run_id)
+    assert not result.success and "a bug in Slack's path" in log  # the run fails, visibly
+    assert len(pagerduty.incidents) == 1 and len(pagerduty.changes) == 1
+
+
+def test_an_error_in_one_periodic_step_does_not_stop_the_rest(
+    timeline,  # noqa: F811
+    warehouse,
+    warehouse_url,
+    pagerduty,
+    slack,
+    monkeypatch,
+):
+    periodic = periodic_definitions(periodic_start(), periodic_minute())
+    assets = [periodic.get_assets_def("periodic_verdicts"), periodic.get_assets_def("periodic_alerts")]
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": AnalysisResource(),
+        "targets": TargetsResource(spec=""),
+        "slack": _broken_slack(monkeypatch, slack),
+        "channels": _channels(pagerduty, routes="regression=pagerduty"),
+    }
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            assets, partition_key=_key(timeline, 1), resources=resources, instance=instance, raise_on_error=False
+        )
+        log = run_log_text(instance, result.run_id)
+    assert not result.success and "a bug in Slack's path" in log
+    assert len(pagerduty.incidents) == 1  # the routed channels were served all the same
+
+
+def test_one_targets_broken_channel_does_not_stop_the_next_targets(
+    timeline,  # noqa: F811
+    warehouse,
+    warehouse_url,
+    pagerduty,
+    monkeypatch,
+):
+    """Hour 1 reports statement 31 on two targets; a channel breaks (not a channel's answer: a bug) on the first: the
+    second target is still delivered on every channel, and the run fails afterwards."""
+    periodic = periodic_definitions(periodic_start(), periodic_minute())
+    assets = [periodic.get_assets_def("periodic_verdicts"), periodic.get_assets_def("periodic_alerts")]
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": AnalysisResource(),
+        "targets": TargetsResource(spec=""),
+        "slack": SlackResource(),
+        "channels": ChannelsResource(),
+    }
+    broken = Ledger()
+    real_notify = broken.notify
+
+    def notify(facts, detections, delivery_id):  # type: ignore[no-untyped-def]
+        if facts.target == "aux":
+            raise RuntimeError("a bug in a channel")
+        return real_notify(facts, detections, delivery_id)
+
+    broken.notify = notify  # type: ignore[method-assign]
+    real = _channels(pagerduty).factories()["pagerduty"]
+    monkeypatch.setattr(ChannelsResource, "factories", lambda self: {"grafana": lambda: broken, "pagerduty": real})
+    hour1 = "periodic:" + _key(timeline, 1)
+    with dg.instance_for_test() as instance:
+        verdicts = dg.materialize(
+            assets, partition_key=_key(timeline, 1), resources=resources, instance=instance, selection=[assets[0]]
+        )
+        assert verdicts.success
+        with warehouse.begin() as conn:  # the same report on a second target, "aux" (sorted first)
+            for table, where in (
+                ("radar.analysis", "deploy_id = :d"),
+                ("radar.verdict", "deploy_id = :d"),
+                ("radar.regression_episode", "opened_by = :d"),
+                ("radar.query", "target = 'main'"),
+            ):
+                columns = ", ".join(
+                    conn.execute(
+                        sa.text(
+                            "SELECT quote_ident(column_name) FROM information_schema.columns WHERE table_schema = "
+                            "'radar' AND table_name = :t AND is_generated = 'NEVER' ORDER BY ordinal_position"
+                        ),
+                        {"t": table.removeprefix("radar.")},
+                    ).scalars()
+                )
+                conn.execute(
+                    sa.text(f"CREATE TEMP TABLE copied AS SELECT {columns} FROM {table} WHERE {where}"), {"d": hour1}
+                )
+                conn.execute(sa.text("UPDATE copied SET target = 'aux'"))
+                conn.execute(sa.text(f"INSERT INTO {table} ({columns}) SELECT * FROM copied; DROP TABLE copied"))
+        alerts = dg.materialize(
+            assets,
+            partition_key=_key(timeline, 1),
+            resources=resources,
+            instance=instance,
+            selection=[assets[1]],
+            raise_on_error=False,
+        )
+        log = run_log_text(instance, alerts.run_id)
+    assert not alerts.success and "grafana: RuntimeError: a bug in a channel" in log
+    assert sorted(i.dedup_key for i in pagerduty.incidents) == sorted(
+        dedup_key(t, _statement_of(warehouse, t, 31), hour1) for t in ("aux", "main")
+    )
+    assert len(broken.received) == 1  # main's, on the broken channel too
+
+
+def _statement_of(warehouse, target: str, queryid: int) -> tuple[int, int, int, bool]:  # type: ignore[no-untyped-def]
+    with warehouse.connect() as conn:
+        row = conn.execute(
+            sa.text(
+                "SELECT DISTINCT dbid, userid, queryid, toplevel FROM radar.alert WHERE target = :t AND queryid = :q"
+            ),
+            {"t": target, "q": queryid},
+        ).one()
+    return (int(row[0]), int(row[1]), int(row[2]), bool(row[3]))

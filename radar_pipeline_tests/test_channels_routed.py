@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
+import dagster as dg
 import pytest
 import sqlalchemy as sa
 
 from radar_pipeline.config import ConfigError
-from radar_pipeline.defs.resources import ChannelsResource, channels_from_environment
+from radar_pipeline.defs.deploys.deploy_marks import deploy_mark_sensor, deploy_marks_job
+from radar_pipeline.defs.resources import ChannelsResource, WarehouseResource, channels_from_environment
+from radar_pipeline.warehouse import deploys
 
 from . import fake_grafana, fake_pagerduty, fake_webhook
 from .fake_webhook import Mode
@@ -150,3 +154,87 @@ def test_the_load_keeps_every_channels_secret_out_of_its_config(monkeypatch):
     resource = channels_from_environment()
     shown = repr(resource) + str(resource.model_dump())
     assert not [s for s in ("Teams0secret", "Grafana0secret", "Hook0secret") if s in shown], shown
+
+
+def _tick(instance: dg.DagsterInstance, resources: dict) -> dg.ExecuteInProcessResult | None:
+    """One real tick of deploy_mark_sensor against the warehouse, and the run it requested (None: it requested none)."""
+    tick = deploy_mark_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    if isinstance(tick, dg.SkipReason):
+        return None
+    (request,) = tick.run_requests or []
+    tags = {**request.tags, "dagster/run_key": request.run_key or ""}
+    job = dg.Definitions(jobs=[deploy_marks_job], resources=resources).resolve_job_def(deploy_marks_job.name)
+    return job.execute_in_process(instance=instance, tags=tags, raise_on_error=False)
+
+
+def test_a_deploy_is_marked_soon_after_it_is_recorded(analysed, warehouse_url, stand_ins):  # noqa: F811
+    """The marks go out from deploy_mark_sensor's run, before any analysis: a deploy never analysed is marked too, a
+    throttled mark is retried by a later tick, an imported or old deploy is not marked, and regression_alerts finds
+    the marks sent."""
+    pd, hook, grafana = stand_ins
+    with analysed.begin() as conn:  # d-7's analysis has not run its alerts: nothing is marked yet
+        conn.execute(sa.text("DELETE FROM radar.channel_event"))
+    now = datetime.now(UTC).replace(microsecond=0)
+    for event in (
+        deploys.DeployEvent("d-8", "main", now - timedelta(seconds=20), service="api", version="v8"),  # no analysis
+        deploys.DeployEvent("d-old", "main", now - timedelta(days=3), service="api", version="v0"),
+        deploys.DeployEvent("d-imp", "main", now - timedelta(hours=1), source="import"),
+    ):
+        deploys.record(analysed, event)
+    channels = _every_channel(pd, hook, grafana, routes="regression=teams deploy=pagerduty,grafana")
+    resources = {"warehouse": WarehouseResource(url=warehouse_url), "channels": channels}
+    pd.throttle_next(fake_pagerduty.CHANGES, "1")
+    with dg.instance_for_test() as instance:
+        run = _tick(instance, resources)
+        assert run is not None and run.success
+        assert sorted(c["payload"]["custom_details"]["deploy_id"] for c in pd.changes) == ["d-8"]  # d-7's was throttled
+        assert sorted(t for a in grafana.annotations for t in a["tags"] if t.startswith("deploy:")) == [
+            "deploy:d-7",
+            "deploy:d-8",
+        ]
+        assert _tick(instance, resources) is None  # the throttled mark waits out its backoff: no run
+        _backoff_passes(analysed)
+        again = _tick(instance, resources)
+        assert again is not None and again.success
+        assert sorted(c["payload"]["custom_details"]["deploy_id"] for c in pd.changes) == ["d-7", "d-8"]
+        assert _tick(instance, resources) is None  # nothing more is due
+    rows = {(r["channel"], r["subject"], r["status"]) for r in _rows(analysed, "radar.channel_event")}
+    assert rows == {(c, d, "sent") for c in ("pagerduty", "grafana") for d in ("d-7", "d-8")}
+
+    result, _ = _alert(warehouse_url, channels)  # the deploy's alerts: the marks are already sent
+    assert result.success and len(pd.changes) == 2
+    assert len([a for a in grafana.annotations if "kind:deploy" in a["tags"]]) == 2
+
+
+def test_no_tick_runs_without_a_channel_routed_deploys(analysed, warehouse_url, stand_ins):  # noqa: F811
+    pd, hook, grafana = stand_ins
+    channels = _every_channel(pd, hook, grafana, routes="regression=pagerduty")
+    resources = {"warehouse": WarehouseResource(url=warehouse_url), "channels": channels}
+    with dg.instance_for_test() as instance:
+        tick = deploy_mark_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    assert isinstance(tick, dg.SkipReason) and "no channel is routed deploys" in str(tick.skip_message)
+
+
+def test_a_failed_marks_run_is_not_repeated_every_tick(analysed, warehouse_url, stand_ins, monkeypatch):  # noqa: F811
+    """A run that fails before it records anything (a bug, here) fails visibly, and the next tick waits its backoff
+    instead of requesting another run at once; after it, what is due is requested again."""
+    from radar_pipeline.defs.deploys import deploy_marks as module
+    from radar_pipeline.steps import channel_delivery
+
+    pd, hook, grafana = stand_ins
+    channels = _every_channel(pd, hook, grafana, routes="deploy=pagerduty")
+    resources = {"warehouse": WarehouseResource(url=warehouse_url), "channels": channels}
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("a bug before anything is recorded")
+
+    monkeypatch.setattr(channel_delivery, "mark_recent_deploys", broken)
+    with dg.instance_for_test() as instance:
+        run = _tick(instance, resources)
+        assert run is not None and not run.success and not pd.changes
+        tick = deploy_mark_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+        assert isinstance(tick, dg.SkipReason) and "failed" in str(tick.skip_message)
+        monkeypatch.undo()
+        monkeypatch.setattr(module, "FAILED_RUN_BACKOFF_S", 0)
+        again = _tick(instance, resources)
+        assert again is not None and again.success and len(pd.changes) == 1

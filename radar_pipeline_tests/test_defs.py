@@ -49,6 +49,7 @@ JOBS = {
     "alert_retry_job",
     "periodic_alert_retry_job",
     "code_host_retry_job",
+    "deploy_marks_job",
 }
 SCHEDULES = {
     "pgss_snapshot_schedule",
@@ -84,6 +85,7 @@ def test_definitions_load():
     assert repo.get_sensor_def("deploy_event_sensor").minimum_interval_seconds == 10
     assert sorted(s.name for s in repo.sensor_defs) == [
         "deploy_event_sensor",
+        "deploy_mark_sensor",
         "radar_reconciler",
         "slack_run_failure_sensor",
     ]

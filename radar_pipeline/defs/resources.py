@@ -10,6 +10,7 @@ import dagster as dg
 import pydantic
 
 from radar_pipeline.alerts.channels import (
+    DEPLOY,
     Routed,
     build,
     grafana_factory,
@@ -320,6 +321,11 @@ class ChannelsResource(dg.ConfigurableResource):
     def routed(self) -> list[Routed]:
         """The configured channels that take something, made, each with what it takes."""
         return build(channel_routes(self.routes) if self.routes else None, self.factories())
+
+    def marking(self) -> list[str]:
+        """The names of the configured channels routed deploys (none made: cheap enough for a sensor's tick)."""
+        taken = routing(channel_routes(self.routes) if self.routes else None, list(self.factories()))
+        return [name for name, outcomes in taken.items() if DEPLOY in outcomes]
 
     @property
     def alert_max_age(self) -> timedelta:

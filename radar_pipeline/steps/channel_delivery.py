@@ -2,7 +2,8 @@
 with Slack's rules (steps/alert_delivery.py): rows are committed before anything is sent (claimed under a new
 delivery id in a transaction of their own), no transaction is held while a channel is called, each outcome is
 recorded in a short transaction of its own, retryable failures wait (backoff, or the channel's Retry-After) for a
-later run (radar_reconciler), and an analysis too old, or the nightly reanalysis, records its rows as withheld.
+later run (radar_reconciler), and an analysis too old, or the nightly reanalysis, records its new triggers and marks
+as withheld; its resolves are always sent (closing an incident is never noise).
 
 A detection's row is radar.alert's (one per statement per channel); a resolve and a deploy mark are
 radar.channel_event's. A row an earlier attempt may have delivered (it timed out, or its run stopped mid-send) is
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pandas as pd
@@ -157,19 +158,14 @@ def _already_delivered(
 
 
 def resolve_undetected(
-    log: logging.Logger,
-    engine: sa.Engine,
-    resolver: Resolver,
-    analysis_id: str,
-    still: list[tuple[str, Key]],
-    withhold: str | None = None,
+    log: logging.Logger, engine: sa.Engine, resolver: Resolver, analysis_id: str, still: list[tuple[str, Key]]
 ) -> dict[str, Any]:
     """Resolve what `resolver` opened for the analysis's detections that it no longer announces (a re-analysis
-    cleared them); `still`: the (target, key) it announces now. With `withhold`, new resolves are recorded withheld."""
+    cleared them); `still`: the (target, key) it announces now. Never withheld, not even in the nightly reanalysis or
+    for an old analysis: closing an incident is never noise (only new triggers and marks are withheld)."""
     with engine.begin() as conn:
         outbox.lock(conn, analysis_id)
-        status = "withheld" if withhold else "pending"
-        events.enqueue_undetected_resolves(conn, resolver.name, analysis_id, still, status, withhold)
+        events.enqueue_undetected_resolves(conn, resolver.name, analysis_id, still)
     return deliver_resolves(log, engine, resolver, analysis_id)
 
 
@@ -183,9 +179,9 @@ def resolve_recovered(log: logging.Logger, engine: sa.Engine, resolver: Resolver
 
 def deliver_resolves(log: logging.Logger, engine: sa.Engine, resolver: Resolver, analysis_id: str) -> dict[str, Any]:
     """Send the analysis's resolves due on `resolver` (resolving twice is harmless: no earlier attempt is looked
-    for)."""
+    for); one that waits for its trigger is due once the trigger is sent, and closes the trigger's remote id."""
     return _deliver_events(
-        log, engine, resolver.name, analysis_id, events.RESOLVE, lambda e, d: resolver.resolve(e.subject, d)
+        log, engine, resolver.name, analysis_id, events.RESOLVE, lambda e, d: resolver.resolve(e.remote, d)
     )
 
 
@@ -318,12 +314,47 @@ def deliver_routed(
                     shown.update(resolve_recovered(log, engine, channel, analysis_id))
                 else:
                     kept = announced(found, changes)
-                    shown.update(resolve_undetected(log, engine, channel, analysis_id, kept, withhold))
+                    shown.update(resolve_undetected(log, engine, channel, analysis_id, kept))
         except Exception as exc:  # noqa: BLE001 - one channel's failure must not stop the others
             log.error(f"{route.name}: {type(exc).__name__}: {printable(str(exc).splitlines()[0] if str(exc) else '')}")
             shown["error"] = type(exc).__name__
             failures.append(exc)
         metadata[route.name] = shown
+    if failures:
+        raise failures[0]
+    return metadata
+
+
+def mark_recent_deploys(
+    log: logging.Logger, engine: sa.Engine, routed: list[Routed], max_age: timedelta
+) -> dict[str, Any]:
+    """Mark every reported deploy of the last `max_age` whose mark is due on a channel routed deploys (not enqueued
+    yet, or waiting past its backoff), through the outbox, soon after the deploy is recorded rather than after its
+    analysis. One deploy's or channel's failure never stops the others: an unexpected error is raised after them
+    all. Returns each deploy's record, by deploy id."""
+    from radar_pipeline.warehouse import deploys
+
+    marking = [r for r in routed if DEPLOY in r.outcomes]
+    with engine.connect() as conn:
+        due = events.marks_due(conn, [r.name for r in marking], max_age, LEASE)
+    metadata: dict[str, Any] = {}
+    failures: list[Exception] = []
+    for deploy_id in due:
+        with engine.connect() as conn:
+            event = deploys.get(conn, deploy_id)
+        if event is None:
+            continue
+        shown: dict[str, Any] = {}
+        for route in marking:
+            try:
+                shown[route.name] = mark_deploy(log, engine, route.channel, deploy_notice(event))
+            except Exception as exc:  # noqa: BLE001 - one channel's failure must not stop the others
+                log.error(
+                    f"{route.name}: {type(exc).__name__}: {printable(str(exc).splitlines()[0] if str(exc) else '')}"
+                )
+                shown[route.name] = {"error": type(exc).__name__}
+                failures.append(exc)
+        metadata[deploy_id] = shown
     if failures:
         raise failures[0]
     return metadata

@@ -15,6 +15,27 @@ from radar_pipeline.pgss_model import Key
 from radar_pipeline.warehouse.alerts import MAX_ATTEMPTS
 
 RESOLVE, DEPLOY_MARK = "resolve", "deploy_mark"
+# Closing an incident is never noise: a resolve is never withheld when it is enqueued, and one recorded withheld
+# earlier (an older version withheld the reanalysis's and old analyses' resolves) becomes pending again.
+REVIVE = (
+    "ON CONFLICT (channel, kind, subject) DO UPDATE SET status = 'pending', attempts = 0, next_attempt_at = NULL, "
+    "outcome_unknown = false, last_error = NULL, deploy_id = EXCLUDED.deploy_id, created_at = now() "
+    "WHERE radar.channel_event.status = 'withheld'"
+)
+# A resolve waiting for its trigger (sql/0021): its key until the trigger is sent, unique per radar.alert row.
+WAITING_SUBJECT = (
+    "concat_ws(' ', 'unsent', a.deploy_id, a.target, a.dbid::text, a.userid::text, a.queryid::text, a.toplevel::text)"
+)
+# A waiting resolve's trigger: the radar.alert row it names (columns of radar.channel_event w).
+TRIGGER = (
+    "radar.alert t WHERE t.deploy_id = w.deploy_id AND t.target = w.target AND t.channel = w.channel "
+    "AND t.dbid = w.dbid AND t.userid = w.userid AND t.queryid = w.queryid AND t.toplevel = w.toplevel"
+)
+# A row that waits for its trigger (not sent yet): not due, whatever its status.
+BLOCKED = (
+    f"(w.queryid IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {TRIGGER} AND t.status = 'sent' "
+    "AND t.remote_id IS NOT NULL))"
+)
 
 
 def enqueue_mark(
@@ -35,28 +56,24 @@ def enqueue_undetected_resolves(
     channel: str,
     analysis_id: str,
     still: list[tuple[str, Key]],
-    status: str = "pending",
-    note: str | None = None,
 ) -> int:
     """A resolve for each of the analysis's detections this channel took (sent, with its remote id) whose statement the
-    analysis no longer announces (`still`: the (target, key) it does): pending, or withheld with a note; returns how
-    many were added."""
+    analysis no longer announces (`still`: the (target, key) it does), pending; one recorded withheld before (by a
+    version that withheld resolves) is made pending again. Returns how many were added or revived."""
     return conn.execute(
         sa.text(
-            "INSERT INTO radar.channel_event (channel, kind, subject, deploy_id, target, status, last_error) "
-            "SELECT a.channel, :k, a.remote_id, a.deploy_id, a.target, :s, :n FROM radar.alert a "
+            "INSERT INTO radar.channel_event (channel, kind, subject, deploy_id, target) "
+            "SELECT a.channel, :k, a.remote_id, a.deploy_id, a.target FROM radar.alert a "
             "WHERE a.deploy_id = :d AND a.channel = :c AND a.status = 'sent' AND a.remote_id IS NOT NULL "
             "AND (a.target, a.dbid, a.userid, a.queryid, a.toplevel) NOT IN (SELECT * FROM unnest("
             "  CAST(:t AS text[]), CAST(:db AS oid[]), CAST(:u AS oid[]), CAST(:q AS bigint[]), "
             "  CAST(:l AS boolean[]))) "
-            "ON CONFLICT DO NOTHING"
+            f"{REVIVE}"
         ),
         {
             "k": RESOLVE,
             "d": analysis_id,
             "c": channel,
-            "s": status,
-            "n": note,
             "t": [t for t, _ in still],
             "db": [k[0] for _, k in still],
             "u": [k[1] for _, k in still],
@@ -67,19 +84,35 @@ def enqueue_undetected_resolves(
 
 
 def enqueue_recovered_resolves(conn: sa.Connection, channel: str, analysis_id: str) -> int:
-    """A resolve for each detection this channel took (sent, with its remote id) whose periodic episode this periodic
-    analysis closed (radar.regression_episode.recovered_by); returns how many were added."""
-    return conn.execute(
+    """A resolve for each detection this channel took whose periodic episode this periodic analysis closed
+    (radar.regression_episode.recovered_by): for a trigger sent (with its remote id), due now; for one still waiting
+    (pending or sending: throttled, or its outcome unknown), a resolve of the trigger's own analysis that is claimed
+    only once the trigger is sent (claim), so an incident opened after its recovery is closed too. A resolve recorded
+    withheld before is made pending again. Returns how many were added or revived."""
+    episode = (
+        "FROM radar.regression_episode e JOIN radar.alert a ON a.deploy_id = e.opened_by AND a.target = e.target "
+        "AND a.dbid = e.dbid AND a.userid = e.userid AND a.queryid = e.queryid AND a.toplevel = e.toplevel "
+        "WHERE e.recovered_by = :d AND a.channel = :c "
+    )
+    params = {"k": RESOLVE, "d": analysis_id, "c": channel}
+    sent = conn.execute(
         sa.text(
             "INSERT INTO radar.channel_event (channel, kind, subject, deploy_id, target) "
-            "SELECT a.channel, :k, a.remote_id, :d, a.target FROM radar.regression_episode e "
-            "JOIN radar.alert a ON a.deploy_id = e.opened_by AND a.target = e.target AND a.dbid = e.dbid "
-            "AND a.userid = e.userid AND a.queryid = e.queryid AND a.toplevel = e.toplevel "
-            "WHERE e.recovered_by = :d AND a.channel = :c AND a.status = 'sent' AND a.remote_id IS NOT NULL "
-            "ON CONFLICT DO NOTHING"
+            f"SELECT a.channel, :k, a.remote_id, :d, a.target {episode}"
+            f"AND a.status = 'sent' AND a.remote_id IS NOT NULL {REVIVE}"
         ),
-        {"k": RESOLVE, "d": analysis_id, "c": channel},
+        params,
     ).rowcount
+    waiting = conn.execute(
+        sa.text(
+            "INSERT INTO radar.channel_event "
+            "(channel, kind, subject, deploy_id, target, dbid, userid, queryid, toplevel) "
+            f"SELECT a.channel, :k, {WAITING_SUBJECT}, a.deploy_id, a.target, a.dbid, a.userid, a.queryid, a.toplevel "
+            f"{episode}AND a.status IN ('pending', 'sending') ON CONFLICT DO NOTHING"
+        ),
+        params,
+    ).rowcount
+    return sent + waiting
 
 
 @dataclass(frozen=True)
@@ -93,6 +126,7 @@ class Event:
     attempt: int
     earlier: str | None
     since: datetime | None
+    remote: str = ""  # what to act on: the subject, or (a resolve that waited for its trigger) the trigger's remote id
 
 
 def claim(conn: sa.Connection, analysis_id: str, channel: str, kind: str, lease: timedelta) -> tuple[str, list[Event]]:
@@ -110,17 +144,26 @@ def claim(conn: sa.Connection, analysis_id: str, channel: str, kind: str, lease:
         ),
         params,
     )
+    conn.execute(
+        sa.text(
+            "UPDATE radar.channel_event w SET status = 'skipped', last_error = 'its trigger was never sent: nothing "
+            f"to resolve' WHERE {where} AND status = 'pending' AND queryid IS NOT NULL "
+            f"AND EXISTS (SELECT 1 FROM {TRIGGER} AND t.status IN ('skipped', 'withheld', 'failed'))"
+        ),
+        params,
+    )
     rows = conn.execute(
         sa.text(
             "WITH due AS (SELECT channel, kind, subject, delivery_id, claimed_at, "
-            "  (status = 'sending' OR outcome_unknown) AS unknown FROM radar.channel_event "
-            f"  WHERE {where} AND attempts < :max AND ("
+            "  (status = 'sending' OR outcome_unknown) AS unknown FROM radar.channel_event w "
+            f"  WHERE {where} AND attempts < :max AND NOT {BLOCKED} AND ("
             "    (status = 'pending' AND coalesce(next_attempt_at, '-infinity') <= now()) "
             "    OR (status = 'sending' AND claimed_at < now() - :lease)) FOR UPDATE) "
-            "UPDATE radar.channel_event e SET status = 'sending', claimed_at = now(), attempts = e.attempts + 1, "
+            "UPDATE radar.channel_event w SET status = 'sending', claimed_at = now(), attempts = w.attempts + 1, "
             "  delivery_id = CAST(:id AS uuid), outcome_unknown = due.unknown "
-            "FROM due WHERE e.channel = due.channel AND e.kind = due.kind AND e.subject = due.subject "
-            "RETURNING e.subject, e.target, e.attempts, due.delivery_id, due.claimed_at, due.unknown"
+            "FROM due WHERE w.channel = due.channel AND w.kind = due.kind AND w.subject = due.subject "
+            "RETURNING w.subject, w.target, w.attempts, due.delivery_id, due.claimed_at, due.unknown, "
+            f"  coalesce((SELECT t.remote_id FROM {TRIGGER}), w.subject) AS remote"
         ),
         params,
     ).fetchall()
@@ -132,6 +175,7 @@ def claim(conn: sa.Connection, analysis_id: str, channel: str, kind: str, lease:
             int(r.attempts),
             str(r.delivery_id) if r.unknown and r.delivery_id is not None else None,
             r.claimed_at if r.unknown else None,
+            str(r.remote),
         )
         for r in rows
     ]
@@ -183,13 +227,14 @@ def settle(
 
 
 def withhold_waiting(conn: sa.Connection, analysis_id: str, note: str) -> int:
-    """Withhold the analysis's channel events still waiting to be sent (too old to be news); returns how many."""
+    """Withhold the analysis's deploy marks still waiting to be sent (too old to be news; a resolve is always sent);
+    returns how many."""
     return conn.execute(
         sa.text(
             "UPDATE radar.channel_event SET status = 'withheld', last_error = :n, outcome_unknown = false "
-            "WHERE deploy_id = :d AND status = 'pending'"
+            "WHERE deploy_id = :d AND status = 'pending' AND kind = :k"
         ),
-        {"d": analysis_id, "n": note},
+        {"d": analysis_id, "n": note, "k": DEPLOY_MARK},
     ).rowcount
 
 
@@ -200,3 +245,22 @@ def statuses(conn: sa.Connection, analysis_id: str) -> dict[str, int]:
         {"d": analysis_id},
     )
     return {r[0]: int(r[1]) for r in rows}
+
+
+def marks_due(
+    conn: sa.Connection, channels: list[str], max_age: timedelta, lease: timedelta, limit: int = 100
+) -> list[str]:
+    """The reported deploys (not imported) of the last `max_age` whose mark is due on one of `channels`: not enqueued
+    yet, pending past its backoff, or left `sending` past `lease` by a run that stopped. Oldest first."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT e.deploy_id FROM radar.deploy_event e CROSS JOIN unnest(CAST(:c AS text[])) AS c(name) "
+            "LEFT JOIN radar.channel_event m ON m.channel = c.name AND m.kind = :k AND m.subject = e.deploy_id "
+            "WHERE e.source <> 'import' AND e.deployed_at > now() - :age AND (m.channel IS NULL OR m.attempts < :max "
+            "  AND (m.status = 'pending' AND coalesce(m.next_attempt_at, '-infinity') <= now() "
+            "    OR m.status = 'sending' AND m.claimed_at < now() - :lease)) "
+            "GROUP BY e.deploy_id ORDER BY min(e.deployed_at), e.deploy_id LIMIT :limit"
+        ),
+        {"c": channels, "k": DEPLOY_MARK, "age": max_age, "max": MAX_ATTEMPTS, "lease": lease, "limit": limit},
+    )
+    return [r[0] for r in rows]

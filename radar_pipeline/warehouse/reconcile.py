@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from radar_pipeline.warehouse.alerts import MAX_ATTEMPTS
+from radar_pipeline.warehouse.channels import BLOCKED, DEPLOY_MARK
 from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX, READY_AT, DueEvent
 
 
@@ -29,18 +30,27 @@ class WaitingAlerts:
 # The outboxes whose rows the reconciler retries: the alerts (Slack's and the other channels' detections), the
 # channels' resolves and deploy marks, and the code hosts' statuses and comments.
 OUTBOXES = ("radar.alert", "radar.channel_event", "radar.code_host_delivery")
-# What one run of the alert assets (regression_alerts, periodic_alerts) retries: both outboxes, as one.
+# What waits in the alert outboxes, as one: radar.alert and radar.channel_event, less the resolves that wait for
+# their trigger to be sent (not due: they go out after it, in the trigger's run).
 ALERT_ROWS = (
     "(SELECT deploy_id, status, attempts, created_at, next_attempt_at, claimed_at FROM radar.alert "
-    "UNION ALL SELECT deploy_id, status, attempts, created_at, next_attempt_at, claimed_at FROM radar.channel_event)"
+    "UNION ALL SELECT deploy_id, status, attempts, created_at, next_attempt_at, claimed_at FROM radar.channel_event w "
+    f"WHERE NOT {BLOCKED})"
+)
+# What one run of the alert assets (regression_alerts, periodic_alerts) retries: ALERT_ROWS less the deploy marks,
+# which deploy_marks_job sends and retries (defs/deploys/deploy_marks.py), with or without an analysis.
+RETRIED_ROWS = (
+    "(SELECT deploy_id, status, attempts, created_at, next_attempt_at, claimed_at FROM radar.alert "
+    "UNION ALL SELECT deploy_id, status, attempts, created_at, next_attempt_at, claimed_at FROM radar.channel_event w "
+    f"WHERE NOT {BLOCKED} AND kind <> '{DEPLOY_MARK}')"
 )
 
 
 def waiting_alerts(conn: sa.Connection, max_age: timedelta, lease: timedelta, limit: int = 100) -> list[WaitingAlerts]:
-    """Analyses with rows due now (radar.alert's, and the channels' resolves and deploy marks): `pending` past their
+    """Analyses with rows due now (radar.alert's, and the channels' resolves; not deploy marks): `pending` past their
     backoff, or left `sending` past `lease` by a run that stopped; only rows created within `max_age` (older ones are
     withheld by withhold_old)."""
-    return _waiting(conn, ALERT_ROWS, max_age, lease, limit)
+    return _waiting(conn, RETRIED_ROWS, max_age, lease, limit)
 
 
 def waiting_deliveries(
@@ -51,7 +61,7 @@ def waiting_deliveries(
 
 
 def _waiting(conn: sa.Connection, table: str, max_age: timedelta, lease: timedelta, limit: int) -> list[WaitingAlerts]:
-    assert table in (*OUTBOXES, ALERT_ROWS)  # ours, never input: it is written into the statement
+    assert table in (*OUTBOXES, RETRIED_ROWS)  # ours, never input: it is written into the statement
     rows = conn.execute(
         sa.text(
             f"SELECT deploy_id, count(*), max(attempts) FROM {table} AS w "

@@ -66,7 +66,14 @@ def regression_alerts(
         return dg.MaterializeResult(metadata=metadata)
     reason = withhold_reason(either, slack.alert_max_age, datetime.now(UTC), reanalysis=reanalysis)
     facts = replace(deploy_facts(either), load_ms_per_min=load, **state_facts(state))
-    metadata = as_metadata(deliver(context.log, engine, slack.sender(), found, facts, withhold=reason, changes=changes))
+    try:
+        metadata = as_metadata(
+            deliver(context.log, engine, slack.sender(), found, facts, withhold=reason, changes=changes)
+        )
+    except Exception as exc:  # Slack's error never keeps the other channels from their deliveries: raised after them
+        context.log.error(f"Slack: {type(exc).__name__}")
+        _channels(context, engine, channels, analysis_id, facts, found, changes, reanalysis)
+        raise exc
     metadata.update(_channels(context, engine, channels, analysis_id, facts, found, changes, reanalysis))
     with engine.begin() as conn:
         if reason is not None and not context.run.tags.get(REANALYSIS_TAG):

@@ -164,9 +164,15 @@ def periodic_alerts(
     with engine.connect() as conn:
         found = outbox.detections(conn, ident)
     share = CHART_IMAGES_LIMIT // max(1, found["target"].nunique())  # the targets' charts share one bound
+    failures: list[Exception] = []  # one target's or step's error never stops the others: raised after them all
     for target, rows in found.groupby("target", sort=True):
         facts = period_facts(ident, str(target), rows)
-        sent = as_metadata(deliver(context.log, engine, slack.sender(), rows.reset_index(drop=True), facts), share)
+        try:
+            sent = as_metadata(deliver(context.log, engine, slack.sender(), rows.reset_index(drop=True), facts), share)
+        except Exception as exc:  # noqa: BLE001 - raised below, after the other targets and channels
+            context.log.error(f"{target}: Slack: {type(exc).__name__}")
+            failures.append(exc)
+            continue
         metadata["regressions"] += sent.pop("regressions")
         metadata.update({f"{target}: {k}": v for k, v in sent.items()})
     routed = channels.routed()
@@ -174,15 +180,24 @@ def periodic_alerts(
         delivered: dict[str, Any] = {}
         for target, rows in found.groupby("target", sort=True) if routed else ():
             facts = period_facts(ident, str(target), rows)
-            shown = deliver_routed(context.log, engine, routed, ident, facts, rows, None, resolves=NO_RESOLVES)
+            try:  # deliver_routed logs each channel's error and raises after its channels
+                shown = deliver_routed(context.log, engine, routed, ident, facts, rows, None, resolves=NO_RESOLVES)
+            except Exception as exc:  # noqa: BLE001 - raised below, after the other targets and the recoveries
+                failures.append(exc)
+                continue
             delivered.update({f"{target}: {k}": v for k, v in shown.items()})
         if routed:
-            delivered.update(
-                deliver_routed(context.log, engine, routed, ident, None, found.iloc[0:0], None, resolves=RECOVERED)
-            )
+            try:
+                delivered.update(
+                    deliver_routed(context.log, engine, routed, ident, None, found.iloc[0:0], None, resolves=RECOVERED)
+                )
+            except Exception as exc:  # noqa: BLE001 - raised below
+                failures.append(exc)
             metadata["channels"] = dg.MetadataValue.json(delivered)
     finally:
         close(routed)
+    if failures:
+        raise failures[0]
     with engine.connect() as conn:
         metadata.update(status_counts(outbox.statuses(conn, ident)))
     if found.empty:
