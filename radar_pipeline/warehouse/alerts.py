@@ -15,6 +15,16 @@ from radar_pipeline.warehouse.analysis import VERDICT_QUERY_JOIN
 
 MAX_ATTEMPTS = 8  # a retryable failure keeps an alert pending until it has been tried this many times
 LEASE = timedelta(minutes=15)  # a row `sending` longer than this was left by a run that stopped mid-send
+# How an attempt's outcome is recorded on a row it claimed, in radar.alert and radar.channel_event alike (parameters
+# :status, :unknown, :wait, :max, and :earlier/:since: the earlier attempt's delivery id and time to give back).
+SETTLED = (
+    "sent_at = CASE WHEN :status = 'sent' THEN now() ELSE sent_at END, "
+    "delivery_id = coalesce(CAST(:earlier AS uuid), delivery_id), "
+    "claimed_at = CASE WHEN :earlier IS NULL THEN claimed_at ELSE :since END, "
+    "outcome_unknown = CASE WHEN :status = 'pending' THEN :unknown OR :earlier IS NOT NULL ELSE false END, "
+    "next_attempt_at = CASE WHEN :status = 'pending' THEN now() + CAST(:wait AS interval) END, "
+    "status = CASE WHEN :status = 'pending' AND attempts >= :max THEN 'failed' ELSE :status END"
+)
 
 
 def detections(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
@@ -194,12 +204,7 @@ def settle(
         sa.text(
             "UPDATE radar.alert SET last_error = :error, message_ts = coalesce(:ts, message_ts), "
             "remote_id = coalesce(:remote, remote_id), "
-            "sent_at = CASE WHEN :status = 'sent' THEN now() ELSE sent_at END, "
-            "delivery_id = coalesce(CAST(:earlier AS uuid), delivery_id), "
-            "claimed_at = CASE WHEN :earlier IS NULL THEN claimed_at ELSE :since END, "
-            "outcome_unknown = CASE WHEN :status = 'pending' THEN :unknown OR :earlier IS NOT NULL ELSE false END, "
-            "next_attempt_at = CASE WHEN :status = 'pending' THEN now() + CAST(:wait AS interval) END, "
-            "status = CASE WHEN :status = 'pending' AND attempts >= :max THEN 'failed' ELSE :status END "
+            f"{SETTLED} "
             "WHERE deploy_id = :d AND target = :t AND channel = :c AND dbid = :dbid AND userid = :userid "
             "AND queryid = :queryid AND toplevel = :toplevel AND delivery_id = CAST(:claim AS uuid)"
         ),

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from radar_pipeline.pgss_model import Key
-from radar_pipeline.warehouse.alerts import MAX_ATTEMPTS
+from radar_pipeline.warehouse.alerts import MAX_ATTEMPTS, SETTLED
 
 RESOLVE, DEPLOY_MARK = "resolve", "deploy_mark"
 # Closing an incident is never noise: a resolve is never withheld when it is enqueued, and one recorded withheld
@@ -201,12 +201,7 @@ def settle(
     conn.execute(
         sa.text(
             "UPDATE radar.channel_event SET last_error = :error, remote_id = coalesce(:remote, remote_id), "
-            "sent_at = CASE WHEN :status = 'sent' THEN now() ELSE sent_at END, "
-            "delivery_id = coalesce(CAST(:earlier AS uuid), delivery_id), "
-            "claimed_at = CASE WHEN :earlier IS NULL THEN claimed_at ELSE :since END, "
-            "outcome_unknown = CASE WHEN :status = 'pending' THEN :unknown OR :earlier IS NOT NULL ELSE false END, "
-            "next_attempt_at = CASE WHEN :status = 'pending' THEN now() + CAST(:wait AS interval) END, "
-            "status = CASE WHEN :status = 'pending' AND attempts >= :max THEN 'failed' ELSE :status END "
+            f"{SETTLED} "
             "WHERE channel = :c AND kind = :k AND subject = :s AND delivery_id = CAST(:claim AS uuid)"
         ),
         {
