@@ -820,6 +820,10 @@ def test_compressed_answers_are_read_decoded_and_bounded(grafana, webhook):
         ("{{ range(1000000)|length }}", "a range over 10,000"),
         ('[{% for i in range(100) %}"{{ "x" * 500000 }}",{% endfor %}1]', "rendered over 524,288 bytes"),
         ("{{ lipsum(1000000) }}", "'lipsum' is undefined"),
+        ('{% set s = "y" * 500000 %}{% set x %}{% for i in range(100) %}{{ s }}{% endfor %}{% endset %}{}',
+         "at most 16,777,216 characters"),
+        ("{% set x %}{% for i in range(10000) %}" + "z" * 5000 + "{% endfor %}{% endset %}{}",
+         "at most 16,777,216 characters"),
     ],
 )  # fmt: skip
 def test_a_template_cannot_exhaust_memory_or_time_when_the_definitions_load(template, words):

@@ -379,6 +379,14 @@ def _concat(parts: tuple[Any, ...]) -> str:
     return str(_made("".join(str(p) for p in parts)))
 
 
+def _text(context: Any, text: str) -> Any:
+    """The template's own text, counted as built (a loop in a {% set %} block repeats it); Markup: _insert keeps it."""
+    from markupsafe import Markup
+
+    _spend(1, len(text))
+    return Markup(text)
+
+
 def _bounded_filter(name: str, function: Any) -> Any:
     passes = 1 if getattr(function, "jinja_pass_arg", None) is not None else 0
 
@@ -407,8 +415,10 @@ def _insert(value: Any) -> Any:
         return value
     if isinstance(value, Undefined):
         return str(value)  # StrictUndefined: raises, naming the field (or the sandbox's refusal)
-    if _size(value) > MAX_BODY:
+    size = _size(value)
+    if size > MAX_BODY:
         _refuse(f"a value over {MAX_BODY:,} characters is not allowed")
+    _spend(1, size)  # output captured by {% set %} blocks and macros is built too
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)[1:-1]
     return json.dumps(value, ensure_ascii=False, allow_nan=False, default=str)
@@ -418,16 +428,27 @@ def _insert(value: Any) -> Any:
 def _environment() -> Any:
     """Jinja2's immutable sandbox, StrictUndefined (a misspelt field is an error), every insertion JSON-escaped, and
     what a template may build and how long it may run bounded (see MAX_*)."""
-    from jinja2 import StrictUndefined, nodes
+    from jinja2 import StrictUndefined, nodes, pass_context
     from jinja2.sandbox import ImmutableSandboxedEnvironment
     from jinja2.visitor import NodeTransformer
 
     class Bound(NodeTransformer):
-        """Each loop's items counted as steps, and `~` bounded: neither passes through the sandbox's hooks."""
+        """Each loop's items counted as steps, the template's own text counted as built, and `~` bounded: none of
+        them passes through the sandbox's hooks."""
 
         def visit_For(self, node: Any) -> Any:  # noqa: N802 - the visitor's API
             self.generic_visit(node)
             node.iter = nodes.Filter(node.iter, "radar_steps", [], [], None, None, lineno=node.lineno)
+            return node
+
+        def visit_Output(self, node: Any) -> Any:  # noqa: N802
+            self.generic_visit(node)
+            node.nodes = [
+                nodes.Filter(nodes.Const(n.data), "radar_text", [], [], None, None, lineno=n.lineno)
+                if isinstance(n, nodes.TemplateData)
+                else n
+                for n in node.nodes
+            ]
             return node
 
         def visit_Concat(self, node: Any) -> Any:  # noqa: N802
@@ -498,6 +519,7 @@ def _environment() -> Any:
     sandbox.filters = {name: _bounded_filter(name, f) for name, f in sandbox.filters.items()}
     sandbox.filters["radar_steps"] = _steps
     sandbox.filters["radar_concat"] = _concat
+    sandbox.filters["radar_text"] = pass_context(_text)  # with the context: never run as the template compiles
     return sandbox
 
 
