@@ -8,7 +8,8 @@ strings, optional `dashboardUID` (string) and `panelId` (number) (400 "bad reque
 `time` to `timeEnd` overlapping them), newest first, at most `limit` (100 by default).
 
 `answer_next` scripts the next answers as fake_webhook's does (a 429 with Retry-After, a 500, an HTML page, a late
-answer after the annotation was added, a reset)."""
+answer after the annotation was added, a reset). With `compress`, every answer is gzip-compressed whatever the
+request's Accept-Encoding (a compressing proxy in front of Grafana, or Grafana's enable_gzip)."""
 
 from __future__ import annotations
 
@@ -18,12 +19,12 @@ import struct
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from .fake_webhook import Call, Mode
+from .fake_webhook import Call, Mode, send
 
 TOKEN = "glsa_s3rv1ce-acc0unt-t0ken_0123456789"
 MIN_MS = 10**11  # 1973 in milliseconds, or 5138 in seconds: a time below it was given in seconds
@@ -37,6 +38,7 @@ class FakeGrafana:
     annotations: list[dict[str, Any]] = field(default_factory=list)
     script: deque = field(default_factory=deque)
     port: int = 0
+    compress: bool = False
 
     @property
     def url(self) -> str:
@@ -140,16 +142,7 @@ def start() -> tuple[FakeGrafana, ThreadingHTTPServer]:
                 self.connection.close()
                 self.close_connection = True
                 return
-            try:
-                self.send_response(mode.status)
-                self.send_header("Content-Type", mode.content_type)
-                self.send_header("Content-Length", str(len(mode.body)))
-                for key, value in mode.headers.items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(mode.body)
-            except OSError:
-                pass
+            send(self, replace(mode, gzip=mode.gzip or state.compress))
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     state.port = server.server_address[1]

@@ -8,10 +8,12 @@ Power Automate's JSON error), answered 202 with no body when taken. A generic re
 
 `answer_next` scripts the next answers: a status with headers and a body (a 429 with Retry-After, a 500, an HTML page
 from a proxy), a late answer (the request taken, its answer sent only after a delay: the client times out), a lost
-request (no answer for a while, not taken), an answer trickled a byte at a time, or a reset connection."""
+request (no answer for a while, not taken), an answer trickled a byte at a time, a gzip-compressed answer (from a
+proxy that compresses whatever the request's Accept-Encoding), or a reset connection."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import struct
@@ -58,6 +60,30 @@ class Mode:
     reset: bool = False
     usual: bool = False  # the usual answer, only late (with `delay`): the request is taken
     trickle: float = 0.0  # seconds between the body's bytes: an answer that never quite stops coming
+    gzip: bool = False  # the body sent gzip-compressed (Content-Encoding: gzip)
+
+
+def send(handler: BaseHTTPRequestHandler, mode: Mode) -> None:
+    """Write `mode`'s answer (compressed when it says so); a client that gave up is no error."""
+    body = gzip.compress(mode.body) if mode.gzip else mode.body
+    try:
+        handler.send_response(mode.status)
+        handler.send_header("Content-Type", mode.content_type)
+        handler.send_header("Content-Length", str(len(body)))
+        if mode.gzip:
+            handler.send_header("Content-Encoding", "gzip")
+        for key, value in mode.headers.items():
+            handler.send_header(key, value)
+        handler.end_headers()
+        if mode.trickle:
+            for byte in body:
+                handler.wfile.write(bytes([byte]))
+                handler.wfile.flush()
+                time.sleep(mode.trickle)
+        else:
+            handler.wfile.write(body)
+    except OSError:  # the client gave up and closed the connection
+        pass
 
 
 @dataclass
@@ -186,22 +212,7 @@ def start() -> tuple[FakeWebhook, ThreadingHTTPServer]:
                 self.connection.close()
                 self.close_connection = True
                 return
-            try:
-                self.send_response(mode.status)
-                self.send_header("Content-Type", mode.content_type)
-                self.send_header("Content-Length", str(len(mode.body)))
-                for key, value in mode.headers.items():
-                    self.send_header(key, value)
-                self.end_headers()
-                if mode.trickle:
-                    for byte in mode.body:
-                        self.wfile.write(bytes([byte]))
-                        self.wfile.flush()
-                        time.sleep(mode.trickle)
-                else:
-                    self.wfile.write(mode.body)
-            except OSError:  # the client gave up and closed the connection
-                pass
+            send(self, mode)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     state.port = server.server_address[1]

@@ -305,6 +305,7 @@ def grafana(grafana_server: fake_grafana.FakeGrafana) -> fake_grafana.FakeGrafan
     grafana_server.calls.clear()
     grafana_server.annotations.clear()
     grafana_server.script.clear()
+    grafana_server.compress = False
     return grafana_server
 
 
@@ -493,7 +494,7 @@ TEMPLATE = """{
 def _hook(webhook: fake_webhook.FakeWebhook, template: str = TEMPLATE, **options):  # type: ignore[no-untyped-def]
     from radar_pipeline.alerts.webhook import WebhookChannel
 
-    return WebhookChannel("ops", webhook.hook_url(), template, ["127.0.0.1"], **options)
+    return WebhookChannel("ops", webhook.hook_url(), template, [f"127.0.0.1:{webhook.port}"], **options)
 
 
 def test_a_webhook_posts_the_templates_json_with_an_idempotency_key(webhook):
@@ -502,7 +503,8 @@ def test_a_webhook_posts_the_templates_json_with_an_idempotency_key(webhook):
     assert channel.notify(facts(), [detection(1, query=HOSTILE)], "out-3").remote_id is None
     (call,) = webhook.delivered
     assert call.headers["content-type"].startswith("application/json")
-    assert call.headers["idempotency-key"] == "out-3:5.10.1001.t"
+    assert re.fullmatch(r"radar-[0-9a-f]{40}", call.headers["idempotency-key"])
+    assert body_key(call) == call.headers["idempotency-key"]
     assert call.headers["authorization"] == "Bearer hook-secret-123"
     body = call.json
     shown = " ".join(HOSTILE.replace("\x1b", "").replace("\u202e", "").split())
@@ -560,9 +562,18 @@ def test_nan_numbers_reach_the_template_as_null(webhook):
         ("https://hooks.example.com/x", '{"a": {{ no_such_field|tojson }}}', ["hooks.example.com"], "no_such_field"),
         ("https://hooks.example.com/x", '{"a": {{ query }}}', ["hooks.example.com"], "valid JSON"),
         ("https://hooks.example.com/x", '{"f": {{ regression.change_factor }}}', ["hooks.example.com"], "load change"),
-        ("https://evil.example.com/x?token=abc123", "{}", ["hooks.example.com"], "'evil.example.com' is not in"),
-        ("https://hooks.example.com.evil.io/x", "{}", ["hooks.example.com"], "is not in"),
-        ("https://example.com/x", "{}", ["*.example.com"], "is not in"),
+        ("https://evil.example.com/x?token=abc123", "{}", ["hooks.example.com"], "'evil.example.com:443' are not in"),
+        ("https://hooks.example.com.evil.io/x", "{}", ["hooks.example.com"], "are not in"),
+        ("https://example.com/x", "{}", ["*.example.com"], "are not in"),
+        ("https://hooks.example.com:22/x", "{}", ["hooks.example.com"], "'hooks.example.com:22' are not in"),
+        ("https://hooks.example.com/x", "{}", ["hooks.example.com:8443"], "'hooks.example.com:443' are not in"),
+        ("http://[::1]:9000/x", "{}", ["[::1]"], r"'\[::1\]:9000' are not in"),
+        ("https://hooks.example.com:99999/x", "{}", ["hooks.example.com"], "not a port number"),
+        ("https://hooks.example.com/x", '{"a": {{ 1e308 * 10 }}}', ["hooks.example.com"], "not JSON compliant"),
+        ("https://hooks.example.com/x", '{"a": {{ (1e308 * 10)|tojson }}}', ["hooks.example.com"], "not JSON"),
+        ("https://hooks.example.com/x", '{"a": Infinity}', ["hooks.example.com"], "Infinity is not JSON"),
+        ("https://hooks.example.com/x", '{"a": NaN}', ["hooks.example.com"], "NaN is not JSON"),
+        ("https://hooks.example.com/x", '{"a": 1, "b": {"a": 2, "a": 3}}', ["hooks.example.com"], "'a' is given twice"),
         ("http://hooks.example.com/x?token=abc123", "{}", ["hooks.example.com"], "must be https"),
         ("https://u:abc123@hooks.example.com/x", "{}", ["hooks.example.com"], "user name or password"),
         ("ftp://hooks.example.com/x", "{}", ["hooks.example.com"], "https:// URL"),
@@ -581,8 +592,14 @@ def test_webhook_validation_names_the_setting_and_shows_no_secret(url, template,
 def test_webhook_validation_takes_good_urls_and_templates():
     from radar_pipeline.alerts.webhook import validate
 
-    validate("https://a.hooks.example.com:8443/x?k=1", TEMPLATE, ["*.hooks.example.com"])
-    validate("http://127.0.0.1:9000/x", "{% if regression %}{}{% else %}[]{% endif %}", ["127.0.0.1"])
+    validate("https://a.hooks.example.com:8443/x?k=1", TEMPLATE, ["*.hooks.example.com:8443"])
+    validate("http://127.0.0.1:9000/x", "{% if regression %}{}{% else %}[]{% endif %}", ["127.0.0.1:9000"])
+    validate("http://127.0.0.1/x", "{}", ["127.0.0.1"])  # no port: the scheme's own
+    validate("https://hooks.example.com:443/x", "{}", ["hooks.example.com"])
+    for entry in ("[::1]:9000", "[::1]:9000 ", "[::1]:9000"):
+        validate("http://[::1]:9000/x", "{}", [entry])
+    for entry in ("::1", "[::1]"):
+        validate("http://[::1]/x", "{}", [entry])
     validate("https://HOOKS.example.com/x", '{"n": {{ statement.queryid }}}', ["hooks.example.com"])
 
 
@@ -602,7 +619,9 @@ def test_webhooks_come_from_the_settings_and_are_checked_at_load(tmp_path):
     assert channels is not None and [c.name for c in channels] == ["webhook:ops", "webhook:chat"]
     assert "k3y-value" not in repr(channels) and WebhookChannel.from_settings(settings(environ={})) is None
     hooks["chat"]["url"] = "https://chat.elsewhere.io/in"
-    with pytest.raises(ConfigError, match=r"RADAR_WEBHOOKS \(chat\): the URL's host 'chat.elsewhere.io' is not in"):
+    with pytest.raises(
+        ConfigError, match=r"RADAR_WEBHOOKS \(chat\): the URL's host and port 'chat.elsewhere.io:443' are not"
+    ):
         WebhookChannel.from_settings(settings(environ={**environ, "RADAR_WEBHOOKS": json.dumps(hooks)}))
     for bad, words in (
         ("[1]", "JSON object"),
@@ -655,11 +674,13 @@ def test_webhook_success_answers_and_secrets(webhook):
     url = webhook.hook_url() + "?key=k3y-value-9"
     echo = f"<html>denied {url} Bearer hook-secret-123</html>".encode()
     webhook.answer_next(Mode(status=403, body=echo, content_type="text/html"))
-    channel = WebhookChannel("ops", url, "{}", ["127.0.0.1"], headers={"Authorization": "Bearer hook-secret-123"})
+    here = [f"127.0.0.1:{webhook.port}"]
+    channel = WebhookChannel("ops", url, "{}", here, headers={"Authorization": "Bearer hook-secret-123"})
     with pytest.raises(ChannelError) as error:
         channel.notify(facts(), [detection()], "out-1")
     assert "k3y-value-9" not in str(error.value) and "hook-secret-123" not in str(error.value)
-    refused = WebhookChannel("ops", f"http://127.0.0.1:{fake_webhook.closed_port()}/x", "{}", ["127.0.0.1"])
+    port = fake_webhook.closed_port()
+    refused = WebhookChannel("ops", f"http://127.0.0.1:{port}/x", "{}", [f"127.0.0.1:{port}"])
     with pytest.raises(ChannelError) as unreachable:
         refused.notify(facts(), [detection()], "out-1")
     assert unreachable.value.retryable and not unreachable.value.unknown
@@ -714,7 +735,131 @@ def test_teams_and_grafana_come_from_the_settings():
         ({**environ, "RADAR_GRAFANA_PANEL_ID": "x"}, "RADAR_GRAFANA_PANEL_ID must be a whole number"),
         ({"RADAR_TEAMS_WEBHOOK_URL": url.replace("https", "http")}, "RADAR_TEAMS_WEBHOOK_URL must be an https"),
         ({"RADAR_WEBHOOK_ALLOWED_HOSTS": "a.example.com, bad host"}, "RADAR_WEBHOOK_ALLOWED_HOSTS must list"),
+        ({"RADAR_WEBHOOK_ALLOWED_HOSTS": "a.example.com:99999"}, "RADAR_WEBHOOK_ALLOWED_HOSTS must list"),
+        ({"RADAR_WEBHOOK_ALLOWED_HOSTS": "[::1]x"}, "RADAR_WEBHOOK_ALLOWED_HOSTS must list"),
     ):
         with pytest.raises(ConfigError, match=words) as error:
             settings(environ=bad)
         assert "Gf6secret" not in str(error.value) and "Tm8secret" not in str(error.value)
+    hosts = settings(environ={"RADAR_WEBHOOK_ALLOWED_HOSTS": "[::1]:8080, Hooks.Example.com:8443, *.acme.io"})
+    assert hosts.webhook_allowed_hosts == ["[::1]:8080", "hooks.example.com:8443", "*.acme.io"]
+
+
+def body_key(call: fake_webhook.Call) -> str | None:
+    """The `key` a template put in the body (TEMPLATE's: its idempotency_key)."""
+    return call.json.get("key")
+
+
+def test_the_idempotency_key_is_the_same_for_every_attempt_at_a_row(webhook):
+    from radar_pipeline.alerts.webhook import WebhookChannel
+
+    template = '{"key": "{{ idempotency_key }}", "delivery": "{{ delivery_id }}"}'
+    ops = _hook(webhook, template)
+    chat = WebhookChannel("chat", webhook.hook_url("chat"), template, [f"127.0.0.1:{webhook.port}"])
+    ops.notify(facts(), [detection(1)], "claim-a")  # an attempt whose answer was lost ...
+    ops.notify(facts(), [detection(1)], "claim-b")  # ... and the retry, under a new claim
+    first, retry = webhook.delivered
+    assert first.headers["idempotency-key"] == retry.headers["idempotency-key"] == body_key(first) == body_key(retry)
+    assert (first.json["delivery"], retry.json["delivery"]) == ("claim-a", "claim-b")
+    ops.notify(facts(), [detection(2)], "claim-a")  # another statement
+    ops.notify(facts(analysis_id="shop-v3"), [detection(1)], "claim-a")  # another deploy
+    ops.notify(facts(target="replica"), [detection(1)], "claim-a")  # another target
+    chat.notify(facts(), [detection(1)], "claim-a")  # another webhook
+    keys = [call.headers["idempotency-key"] for call in webhook.delivered[1:]]
+    assert len(set(keys)) == len(keys) == 5
+
+
+def test_compressed_answers_are_read_decoded_and_bounded(grafana, webhook):
+    grafana.compress = True  # every answer gzip-compressed, as from a compressing proxy
+    channel = _grafana(grafana)
+    added = channel.notify(facts(), [detection(1)], "out-1")
+    assert added == Delivered(str(grafana.annotations[0]["id"]))
+    since = AT + timedelta(hours=1)
+    assert channel.find_delivered(facts(), {detection(1).key: "out-1"}, since) == {detection(1).key: added}
+    assert channel.find_marked(NOTICE, "out-5", since) is None
+    assert {call.headers.get("accept-encoding") for call in grafana.calls} == {"identity"}
+    refusal = json.dumps({"error": {"code": "InvalidRequestContent", "message": "card version 9 is not known"}})
+    webhook.answer_next(Mode(status=400, body=refusal.encode(), gzip=True))
+    with pytest.raises(ChannelError, match="card version 9 is not known") as refused:
+        _teams(webhook).notify(facts(), [detection()], "out-1")
+    assert not refused.value.retryable
+    bomb = b"{" + b" " * 8_000_000 + b"}"  # 8 MB of JSON, about 8 KB compressed
+    webhook.answer_next(Mode(status=200, body=bomb, gzip=True))
+    with pytest.raises(ChannelError, match="decodes to over 262144 bytes") as bounded:
+        _teams(webhook).notify(facts(), [detection()], "out-1")
+    assert bounded.value.retryable and bounded.value.unknown
+    webhook.answer_next(Mode(status=200, body=b"{}", headers={"Content-Encoding": "gzip"}))  # says gzip, is not
+    with pytest.raises(ChannelError, match="does not decode") as broken:
+        _hook(webhook).notify(facts(), [detection()], "out-1")
+    assert broken.value.unknown
+
+
+@pytest.mark.parametrize(
+    ("template", "words"),
+    [
+        ('{"a": "{{ "x"|center(50000000) }}"}', "center: a width or count over"),
+        ('{"a": "{{ "x".ljust(50000000) }}"}', "ljust: a width or count over"),
+        ('{"a": "{{ "%050000000d" % 1 }}"}', "format width or precision over 1024"),
+        ('{"a": "{{ "%0*d" % (50000000, 1) }}"}', "format width or precision over 1024"),
+        ('{"a": "{{ "%050000000d"|format(1) }}"}', "format width or precision over 1024"),
+        ('{"a": "{{ "{:>50000000}".format(1) }}"}', "format width or precision over 1024"),
+        ('{"a": "{{ "{:>{}}".format(1, 50000000) }}"}', "computed width"),
+        ('{"a": "{{ ("y" * 1000)|replace("", "x" * 500000) }}"}', "replace could build over"),
+        ('{"a": "{{ ("y" * 1000).replace("", "x" * 500000) }}"}', "replace could build over"),
+        ('{"a": "{{ ("x" * 500000).translate({120: "yy"}) }}"}', "translate is not allowed"),
+        ('{"a": {{ (["x" * 500000] * 2)|tojson }}}', "repetition over"),
+        ('{"a": "{{ range(100)|map("center", 500000)|join }}"}', "at most 16,777,216 characters"),
+        ('{% set ns = namespace(s="xxxxxxxx") %}{% for i in range(24) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{}',
+         "a value over 524,288"),
+        ('{% set ns = namespace(s=["x"]) %}{% for i in range(24) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{}',
+         "a value over 524,288"),
+        ("{% set ns = namespace(n=3) %}{% for i in range(20) %}{% set ns.n = ns.n * ns.n %}{% endfor %}{}",
+         "a number over 4096 bits"),
+        ("{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}{}", "at most 100,000 steps"),
+        ("{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(20) }}{}", "steps"),
+        ("{{ range(1000000)|length }}", "a range over 10,000"),
+        ('[{% for i in range(100) %}"{{ "x" * 500000 }}",{% endfor %}1]', "rendered over 524,288 bytes"),
+        ("{{ lipsum(1000000) }}", "'lipsum' is undefined"),
+        ('{% set s = "y" * 500000 %}{% set x %}{% for i in range(100) %}{{ s }}{% endfor %}{% endset %}{}',
+         "at most 16,777,216 characters"),
+        ("{% set x %}{% for i in range(10000) %}" + "z" * 5000 + "{% endfor %}{% endset %}{}",
+         "at most 16,777,216 characters"),
+    ],
+)  # fmt: skip
+def test_a_template_cannot_exhaust_memory_or_time_when_the_definitions_load(template, words):
+    """Without the sandbox's bounds, each of these builds 50 MB or more, or runs for seconds (kept small: more
+    than that, and a regression here would take the machine's memory)."""
+    import time
+    import tracemalloc
+
+    from radar_pipeline.alerts.webhook import validate
+    from radar_pipeline.config import ConfigError
+
+    started = time.monotonic()
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConfigError, match=words):
+            validate("https://hooks.example.com/x", template, ["hooks.example.com"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 40_000_000, f"{peak:,} bytes at the peak"
+    assert time.monotonic() - started < 60
+
+
+def test_a_bounded_template_still_does_what_templates_do(webhook):
+    template = """{
+  "list": [{% for q in [1, 2, 3] %}{{ q }}{% if not loop.last %}, {% endif %}{% endfor %}],
+  "joined": {{ range(3)|map("string")|join("-")|tojson }},
+  "line": "{{ "%-8s|%5.1f" % (service, regression.change_factor if regression else 0) }}",
+  "fmt": "{{ "{:>6}".format(statement.queryid) }}",
+  "pad": "{{ kind|center(12) }}",
+  "cat": "{{ service ~ "/" ~ version }}",
+  "big": {{ (2 ** 64) * statement.queryid }},
+  "text": {{ (query ~ " " ~ summary)|wordwrap(40)|tojson }}
+}"""
+    _hook(webhook, template).notify(facts(), [detection(1)], "out-1")
+    body = webhook.delivered[0].json
+    assert body["list"] == [1, 2, 3] and body["joined"] == "0-1-2" and body["cat"] == "shop/v2"
+    assert (body["line"], body["fmt"], body["pad"]) == ("shop    |  4.0", "  1001", " regression ")
+    assert body["big"] == 2**64 * 1001 and "orders" in body["text"]

@@ -42,7 +42,7 @@ def _every_channel(pd, hook, grafana, **kwargs: object) -> ChannelsResource:  # 
         grafana_url=grafana.url,
         grafana_token=fake_grafana.TOKEN,
         webhooks=json.dumps({"ops": {"url": hook.hook_url("ops"), "template": TEMPLATE}}),
-        webhook_allowed_hosts="127.0.0.1",
+        webhook_allowed_hosts=f"127.0.0.1:{hook.port}",
         **kwargs,  # type: ignore[arg-type]
     )
 

@@ -2,8 +2,10 @@
 
 Each call is one attempt: the outbox (steps/channel_delivery.py) retries with backoff between runs. Every wait of a
 request is bounded by the client's timeout and the whole request by twice it (an answer trickled byte by byte is cut
-off); an answer over MAX_ANSWER bytes is not read; redirects are not followed (a secret in a header or a URL goes only
-where it was configured to go). How a request ends, as a ChannelError:
+off); an answer over MAX_ANSWER bytes is not read, nor one that decompresses to more (requests ask for none,
+`Accept-Encoding: identity`; a gzip or deflate answer from a server or proxy that compresses anyway is decoded within
+that bound; another encoding is judged as it came: not the API's answer); redirects are not followed (a secret in a
+header or a URL goes only where it was configured to go). How a request ends, as a ChannelError:
 - nothing was sent (a refused connection, a name that does not resolve, a connect timeout): retryable, not unknown;
 - the request went out and no whole answer came (a timeout, a reset): retryable and unknown (it may have been taken);
 - 429: retryable, with its Retry-After; 408 and 5xx: retryable (502 and 504, a gateway's, also unknown: the request
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import zlib
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -97,6 +100,7 @@ class Http:
         deadline = time.monotonic() + 2 * self.timeout
         try:
             with httpx.Client(timeout=self.timeout, follow_redirects=False) as client:
+                headers = {**(headers or {}), "Accept-Encoding": "identity"}
                 with client.stream(
                     method, url, json=json_body, content=content, headers=headers, params=params
                 ) as response:
@@ -107,7 +111,8 @@ class Http:
                             raise httpx.ReadError(f"an answer over {MAX_ANSWER} bytes, not read")
                         if time.monotonic() > deadline:
                             raise httpx.ReadTimeout(f"no whole answer within {2 * self.timeout:g} s")
-                    return Answer(response.status_code, response.headers, bytes(data))
+                    body = _decoded(bytes(data), response.headers.get("content-encoding", ""))
+                    return Answer(response.status_code, response.headers, body)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing was sent
             raise ChannelError(f"{self.who} could not be reached: {self.shown(_first_line(exc))}", True) from None
         except httpx.TransportError as exc:
@@ -197,6 +202,27 @@ def url_secrets(url: str) -> tuple[str, ...]:
     query = url.split("#", 1)[0].partition("?")[2]
     values = [part.partition("=")[2] for part in query.split("&")]
     return (url, query, *values, *(unquote(v) for v in values))
+
+
+def _decoded(data: bytes, encoding: str) -> bytes:
+    """An answer's body as sent before its Content-Encoding (gzip, deflate; another is left as it came), at most
+    MAX_ANSWER bytes once decoded (a small compressed answer may decode to gigabytes); httpx.ReadError otherwise."""
+    coding = encoding.strip().lower()
+    if not data or coding not in ("gzip", "x-gzip", "deflate"):
+        return data
+    tries = (16 + zlib.MAX_WBITS,) if coding != "deflate" else (zlib.MAX_WBITS, -zlib.MAX_WBITS)  # zlib-wrapped or raw
+    for wbits in tries:
+        decoder = zlib.decompressobj(wbits)
+        try:
+            body = decoder.decompress(data, MAX_ANSWER + 1)
+        except zlib.error:
+            continue
+        if len(body) > MAX_ANSWER:
+            raise httpx.ReadError(f"an answer that decodes to over {MAX_ANSWER} bytes, not read")
+        if not decoder.eof:
+            raise httpx.ReadError(f"a {coding} answer cut short")
+        return body
+    raise httpx.ReadError(f"a {coding} answer that does not decode")
 
 
 def _first_line(exc: Exception) -> str:

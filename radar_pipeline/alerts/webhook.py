@@ -10,17 +10,20 @@ may be null, or for an object). So a statement holding quotes, newlines, control
 body or be read as a template.
 
 Delivery is at least once: a receiver cannot be asked what it received, so a request whose answer was lost is sent
-again; each request carries an Idempotency-Key header (the outbox delivery id and the statement) that a receiver can
-dedupe on. Redirects are not followed (the allowlist would not hold), and the URL's query string and the configured
-headers' values are never shown."""
+again; each request carries an Idempotency-Key header, the same for every attempt at a detection (a hash of the
+webhook, the analysis, the target and the statement), that a receiver can dedupe on. Redirects are not followed (the
+allowlist would not hold), and the URL's query string and the configured headers' values are never shown."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import re
+import threading
 from datetime import datetime
-from functools import lru_cache
-from typing import Any
+from functools import lru_cache, wraps
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from radar_pipeline.alerts.channel import ChannelError, Delivered, Detection
@@ -81,11 +84,12 @@ class WebhookChannel:
         JSON for it: final)."""
         if len(detections) != 1:
             raise ChannelError(f"{self.name} takes one detection a request, not {len(detections)}", False)
-        body = render_body(self._template, fields(facts, detections[0], delivery_id), self.name)
+        given = fields(facts, detections[0], delivery_id, self.name)
+        body = render_body(self._template, given, self.name)
         headers = {
             **self._headers,
             "Content-Type": "application/json; charset=utf-8",
-            "Idempotency-Key": idempotency_key(delivery_id, detections[0].key),
+            "Idempotency-Key": given["idempotency_key"],
             "User-Agent": "radar-pipeline",
         }
         answer = self._http.request("POST", self._url, content=body, headers=headers)
@@ -100,34 +104,59 @@ class WebhookChannel:
         raise ChannelError(f"{self.name} cannot look up what it delivered", False)
 
 
-def idempotency_key(delivery_id: str, key: Key) -> str:
-    """The Idempotency-Key of one detection's request: the same for every attempt at it."""
+def idempotency_key(channel: str, facts: AnalysisFacts, key: Key) -> str:
+    """The Idempotency-Key of one detection's request: made of what the outbox row is (the webhook, the analysis, the
+    target and the statement), not of the attempt, so it is the same for every attempt at that row."""
     dbid, userid, queryid, toplevel = key
-    return printable(f"{delivery_id}:{dbid}.{userid}.{queryid}.{'t' if toplevel else 'f'}")
+    row = json.dumps([channel, facts.analysis_id, facts.target, dbid, userid, queryid, bool(toplevel)])
+    return "radar-" + hashlib.sha256(row.encode()).hexdigest()[:40]
 
 
 def render_body(template: Any, context: dict[str, Any], who: str) -> bytes:
-    """The rendered body, checked to be valid JSON of at most MAX_BODY bytes; else ChannelError (final)."""
+    """The rendered body, checked to be JSON (no NaN or Infinity, no key twice) of at most MAX_BODY bytes; else
+    ChannelError (final). Rendering stops as soon as the body is over MAX_BODY, or the template over its bounds."""
     from jinja2.exceptions import SecurityError, TemplateError
 
+    _budget.steps, _budget.built = 0, 0
+    parts: list[str] = []
+    size = 0
     try:
-        text = template.render(context)
+        for part in template.generate(context):
+            size += len(part.encode())
+            if size > MAX_BODY:
+                raise ChannelError(f"the template of {who} rendered over {MAX_BODY:,} bytes", False)
+            _spend(1)
+            parts.append(part)
     except SecurityError as exc:
         raise ChannelError(f"the template of {who} was stopped by the sandbox: {exc}", False) from None
-    except (TemplateError, ArithmeticError, LookupError, TypeError, ValueError) as exc:  # the template's own faults
+    except (TemplateError, ArithmeticError, LookupError, TypeError, ValueError, RecursionError) as exc:  # its faults
         raise ChannelError(f"the template of {who} failed: {type(exc).__name__}: {exc}", False) from None
-    body = text.encode()
-    if len(body) > MAX_BODY:
-        raise ChannelError(f"the template of {who} rendered {len(body):,} bytes, over {MAX_BODY:,}", False)
+    text = "".join(parts)
     try:
-        json.loads(text)
+        json.loads(text, parse_constant=_not_json, object_pairs_hook=_no_key_twice)
     except ValueError as exc:
         raise ChannelError(f"the template of {who} did not render valid JSON: {exc}", False) from None
-    return body
+    return text.encode()
 
 
-def fields(facts: AnalysisFacts, found: Detection, delivery_id: str) -> dict[str, Any]:
-    """What a template can use (docs/channels.md lists each field)."""
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _no_key_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    taken = dict(pairs)
+    if len(taken) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key {key!r} is given twice")
+            seen.add(key)
+    return taken
+
+
+def fields(facts: AnalysisFacts, found: Detection, delivery_id: str, channel: str = "webhook:sample") -> dict[str, Any]:
+    """What a template can use (docs/channels.md lists each field): `delivery_id` is this attempt's, `idempotency_key`
+    the same for every attempt."""
     regression, change = found.regression, found.change
     dbid, userid, queryid, toplevel = found.key
     query = regression.query if regression is not None else change.query if change is not None else ""
@@ -136,7 +165,7 @@ def fields(facts: AnalysisFacts, found: Detection, delivery_id: str) -> dict[str
     return _plain(
         {
             "delivery_id": delivery_id,
-            "idempotency_key": idempotency_key(delivery_id, found.key),
+            "idempotency_key": idempotency_key(channel, facts, found.key),
             "kind": kind,
             "summary": _summary(facts, regression, change),
             "analysis_id": facts.analysis_id,
@@ -224,44 +253,260 @@ def _cut(text: str, limit: int) -> str:
 
 
 # The sandbox and its checks
+#
+# A template is the operator's, but it runs in the code location's process (validate, when the definitions load) and
+# in every run that delivers: what it may build and how long it may run are bounded, before anything is built. Each
+# operation the template can grow a value with (a filter, a method call, `*`, `+`, `%`, `**`, `~`, a loop's step) is
+# checked first: no single value over MAX_BODY (the deep size of a list of lists counts every item), no format width
+# over MAX_WIDTH, no number over MAX_BITS bits, at most MAX_STEPS steps and MAX_BUILT characters built in a render.
+
+MAX_WIDTH = 1024  # of a %-format's or str.format's width or precision
+MAX_BITS = 4096  # of an integer a template computes
+MAX_RANGE = 10_000  # items of range()
+MAX_STEPS = 100_000  # loop iterations and calls in one render
+MAX_BUILT = 32 * MAX_BODY  # characters and items built in one render, all values together
+_GROWS_BY_TEXT = {"replace", "wordwrap", "join", "indent"}  # output: the input times a text argument's length
+_GROWS_BY_NUMBER = {"indent", "expandtabs", "tojson"}  # output: the input times a number argument
+_WIDTHS = {"center", "ljust", "rjust", "zfill", "truncate", "batch", "slice"}  # output: up to a number argument
+_REFUSED = {"translate", "maketrans"}  # str methods that map characters to texts of any length
+_budget = threading.local()
+
+
+def _refuse(why: str) -> NoReturn:
+    from jinja2.exceptions import SecurityError
+
+    raise SecurityError(why)
+
+
+def _spend(steps: int, built: int = 0) -> None:
+    """Count a render's steps and what it built; over the bounds, the render stops."""
+    _budget.steps = getattr(_budget, "steps", 0) + steps
+    _budget.built = getattr(_budget, "built", 0) + built
+    if _budget.steps > MAX_STEPS:
+        _refuse(f"a template may take at most {MAX_STEPS:,} steps (loop iterations and calls)")
+    if _budget.built > MAX_BUILT:
+        _refuse(f"a template may build at most {MAX_BUILT:,} characters in all")
+
+
+def _size(value: Any, cap: int = MAX_BUILT) -> int:
+    """A value's deep size: characters of its texts and items of its lists, counted until over `cap`."""
+    if isinstance(value, str | bytes):
+        return len(value)
+    if isinstance(value, dict):
+        value = [*value.keys(), *value.values()]
+    if isinstance(value, list | tuple | set | frozenset):
+        total = len(value)
+        for item in value:
+            if total > cap:
+                break
+            total += _size(item, cap - total)
+        return total
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value.bit_length() // 3 + 1
+    return 1
+
+
+def _numbers(values: Any) -> list[int]:
+    return [abs(v) for v in values if isinstance(v, int) and not isinstance(v, bool)]
+
+
+def _guard(name: str, value: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Refuse a filter or a str method (`name`, on `value`) whose result could be over MAX_BODY."""
+    given = (*args, *kwargs.values())
+    texts, numbers = [len(v) for v in given if isinstance(v, str)], _numbers(given)
+    if name in _WIDTHS | _GROWS_BY_NUMBER and any(n > MAX_BODY for n in numbers):
+        _refuse(f"{name}: a width or count over {MAX_BODY:,} is not allowed")
+    work = _size(value) + sum(_size(v) for v in given)
+    if name in _WIDTHS:
+        work += max(numbers, default=0)
+    factor = max(texts if name in _GROWS_BY_TEXT else [], default=0)
+    factor = max([factor, *(numbers if name in _GROWS_BY_NUMBER else [])])
+    work += (_size(value) + 1) * factor
+    if work > MAX_BODY:
+        _refuse(f"{name} could build over {MAX_BODY:,} characters")
+
+
+def _made(value: Any) -> Any:
+    """An operation's result, counted (and refused over MAX_BODY)."""
+    size = len(value) if isinstance(value, str | bytes | list | tuple | dict | set) else 0
+    if size > MAX_BODY:
+        _refuse(f"a value over {MAX_BODY:,} characters or items is not allowed")
+    _spend(1, size)
+    return value
+
+
+_PERCENT = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
+
+
+def _check_format(text: Any, percent: bool) -> None:
+    """Refuse a %-format (`percent`) or a str.format whose widths or precisions are over MAX_WIDTH or computed."""
+    if not isinstance(text, str):
+        return
+    if percent:
+        found = [part for match in _PERCENT.finditer(text) for part in match.groups() if part]
+    else:
+        from string import Formatter
+
+        try:
+            specs = [spec for _, field, spec, _ in Formatter().parse(text) if field is not None and spec]
+        except ValueError:
+            return  # str.format raises its own error
+        if any("{" in spec for spec in specs):
+            _refuse("a computed width in a format is not allowed")
+        found = [n for spec in specs for n in re.findall(r"\d+", spec)]
+    if "*" in found or any(int(n) > MAX_WIDTH for n in found if n.isdigit()):
+        _refuse(f"a format width or precision over {MAX_WIDTH} (or computed) is not allowed")
+
+
+def _bounded_range(*args: int) -> range:
+    numbers = range(*args)
+    if len(numbers) > MAX_RANGE:
+        _refuse(f"a range over {MAX_RANGE:,} items is not allowed")
+    return numbers
+
+
+def _steps(items: Any) -> Any:
+    """A loop's items, each counted as a step."""
+    for item in items:
+        _spend(1)
+        yield item
+
+
+def _concat(parts: tuple[Any, ...]) -> str:
+    """`a ~ b`: bounded like `+`."""
+    if sum(_size(p) for p in parts) > MAX_BODY:
+        _refuse(f"a value over {MAX_BODY:,} characters is not allowed")
+    return str(_made("".join(str(p) for p in parts)))
+
+
+def _text(context: Any, text: str) -> Any:
+    """The template's own text, counted as built (a loop in a {% set %} block repeats it); Markup: _insert keeps it."""
+    from markupsafe import Markup
+
+    _spend(1, len(text))
+    return Markup(text)
+
+
+def _bounded_filter(name: str, function: Any) -> Any:
+    passes = 1 if getattr(function, "jinja_pass_arg", None) is not None else 0
+
+    @wraps(function)
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        if len(args) <= passes:
+            return function(*args, **kwargs)
+        value = args[passes]
+        if name == "join" and not isinstance(value, str | list | tuple | dict | set):
+            value = list(value)  # a generator (map, select): its items are counted
+            args = (*args[:passes], value, *args[passes + 1 :])
+        if name == "format":
+            _check_format(value, percent=True)
+        _guard(name, value, args[passes + 1 :], kwargs)
+        return _made(function(*args, **kwargs))
+
+    return bounded
 
 
 def _insert(value: Any) -> Any:
     """How `{{ value }}` is written: JSON-escaped (a string's characters for use between quotes, anything else as a
-    JSON value); tojson's output (Markup) is already JSON."""
+    JSON value; an infinity or NaN the template computed is an error); tojson's output (Markup) is already JSON."""
     from jinja2 import Undefined
 
     if hasattr(value, "__html__"):  # Markup: tojson's output
         return value
     if isinstance(value, Undefined):
         return str(value)  # StrictUndefined: raises, naming the field (or the sandbox's refusal)
+    size = _size(value)
+    if size > MAX_BODY:
+        _refuse(f"a value over {MAX_BODY:,} characters is not allowed")
+    _spend(1, size)  # output captured by {% set %} blocks and macros is built too
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)[1:-1]
-    return json.dumps(value, ensure_ascii=False, default=str)
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, default=str)
 
 
 @lru_cache(maxsize=1)
 def _environment() -> Any:
     """Jinja2's immutable sandbox, StrictUndefined (a misspelt field is an error), every insertion JSON-escaped, and
-    repetition bounded (`"x" * 10**9` would fill the memory)."""
-    from jinja2 import StrictUndefined
-    from jinja2.exceptions import SecurityError
+    what a template may build and how long it may run bounded (see MAX_*)."""
+    from jinja2 import StrictUndefined, nodes, pass_context
     from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from jinja2.visitor import NodeTransformer
+
+    class Bound(NodeTransformer):
+        """Each loop's items counted as steps, the template's own text counted as built, and `~` bounded: none of
+        them passes through the sandbox's hooks."""
+
+        def visit_For(self, node: Any) -> Any:  # noqa: N802 - the visitor's API
+            self.generic_visit(node)
+            node.iter = nodes.Filter(node.iter, "radar_steps", [], [], None, None, lineno=node.lineno)
+            return node
+
+        def visit_Output(self, node: Any) -> Any:  # noqa: N802
+            self.generic_visit(node)
+            node.nodes = [
+                nodes.Filter(nodes.Const(n.data), "radar_text", [], [], None, None, lineno=n.lineno)
+                if isinstance(n, nodes.TemplateData)
+                else n
+                for n in node.nodes
+            ]
+            return node
+
+        def visit_Concat(self, node: Any) -> Any:  # noqa: N802
+            self.generic_visit(node)
+            parts = nodes.Tuple(node.nodes, "load", lineno=node.lineno)
+            return nodes.Filter(parts, "radar_concat", [], [], None, None, lineno=node.lineno)
 
     class Sandbox(ImmutableSandboxedEnvironment):
-        intercepted_binops = frozenset({"*", "**"})
+        intercepted_binops = frozenset({"*", "**", "+", "%"})
+
+        def _parse(self, source: str, name: str | None, filename: str | None) -> Any:
+            return Bound().visit(super()._parse(source, name, filename))
 
         def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            numbers = [x for x in (left, right) if isinstance(x, int) and not isinstance(x, bool)]
             if operator == "**" and isinstance(right, int | float) and abs(right) > 64:
-                raise SecurityError("a power over 64 is not allowed")
+                _refuse("a power over 64 is not allowed")
+            if operator == "**" and len(numbers) == 2 and left.bit_length() * abs(right) > MAX_BITS:
+                _refuse(f"a number over {MAX_BITS} bits is not allowed")
+            if operator == "*" and len(numbers) == 2 and sum(n.bit_length() for n in numbers) > MAX_BITS:
+                _refuse(f"a number over {MAX_BITS} bits is not allowed")
             if operator == "*":
-                size = next((len(x) for x in (left, right) if isinstance(x, str | list | tuple)), None)
+                size = next((_size(x) for x in (left, right) if isinstance(x, str | list | tuple)), None)
                 times = next((x for x in (left, right) if isinstance(x, int)), None)
                 if size is not None and times is not None and size * times > MAX_BODY:
-                    raise SecurityError(f"a repetition over {MAX_BODY:,} items is not allowed")
-            return super().call_binop(context, operator, left, right)
+                    _refuse(f"a repetition over {MAX_BODY:,} items is not allowed")
+            if operator == "+" and all(isinstance(x, str | list | tuple) for x in (left, right)):
+                if _size(left) + _size(right) > MAX_BODY:
+                    _refuse(f"a value over {MAX_BODY:,} characters or items is not allowed")
+            if operator == "%" and isinstance(left, str):
+                _check_format(left, percent=True)
+                if _size(left) + _size(right) > MAX_BODY:
+                    _refuse(f"a value over {MAX_BODY:,} characters is not allowed")
+            return _made(super().call_binop(context, operator, left, right))
+
+        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - Jinja's API
+            _spend(1)
+            receiver, name = getattr(__obj, "__self__", None), getattr(__obj, "__name__", "")
+            if isinstance(receiver, str) and name in _REFUSED:
+                _refuse(f"str.{name} is not allowed")
+            if isinstance(receiver, str) and name == "join":
+                items = [*args[0]] if args and not isinstance(args[0], str | list | tuple) else args[0] if args else ()
+                args = (items, *args[1:])
+                _guard("join", items, (receiver,), {})
+            elif isinstance(receiver, str) and name not in ("format", "format_map"):
+                _guard(name, receiver, args, kwargs)
+            return _made(super().call(__context, __obj, *args, **kwargs))
+
+        def wrap_str_format(self, value: Any) -> Any:
+            if getattr(value, "__name__", "") in ("format", "format_map"):
+                _check_format(getattr(value, "__self__", None), percent=False)
+            return super().wrap_str_format(value)
 
     sandbox = Sandbox(undefined=StrictUndefined, autoescape=False, finalize=_insert, keep_trailing_newline=True)
+    for unbounded in ("lipsum", "cycler", "joiner"):  # lipsum(n) builds n paragraphs
+        del sandbox.globals[unbounded]
+    sandbox.globals["range"] = _bounded_range
+    sandbox.policies["json.dumps_kwargs"] = {"sort_keys": True, "allow_nan": False}
     tojson = sandbox.filters["tojson"]
 
     def strict_tojson(environment: Any, value: Any, indent: int | None = None) -> Any:
@@ -271,6 +516,10 @@ def _environment() -> Any:
 
     strict_tojson.jinja_pass_arg = tojson.jinja_pass_arg  # type: ignore[attr-defined]
     sandbox.filters["tojson"] = strict_tojson
+    sandbox.filters = {name: _bounded_filter(name, f) for name, f in sandbox.filters.items()}
+    sandbox.filters["radar_steps"] = _steps
+    sandbox.filters["radar_concat"] = _concat
+    sandbox.filters["radar_text"] = pass_context(_text)  # with the context: never run as the template compiles
     return sandbox
 
 
@@ -290,10 +539,15 @@ def validate(url: str, template: str, allowed_hosts: list[str], setting: str = S
         raise ConfigError(f"{setting}: the URL must be https:// (http only to a loopback address), not {shown!r}")
     if "@" in parts.netloc:
         raise ConfigError(f"{setting}: the URL must not hold a user name or password (put them in its headers)")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise ConfigError(f"{setting}: the URL's port is not a port number: {shown!r}") from None
     if not allowed_hosts:
         raise ConfigError(f"{setting}: {HOSTS_SETTING} is empty: name the hosts webhooks may post to")
-    if not any(_allowed(host, pattern) for pattern in allowed_hosts):
-        raise ConfigError(f"{setting}: the URL's host {host!r} is not in {HOSTS_SETTING}")
+    if not any(_allowed(host, port, parts.scheme, pattern) for pattern in allowed_hosts):
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        raise ConfigError(f"{setting}: the URL's host and port {where!r} are not in {HOSTS_SETTING}")
     try:
         compiled = _environment().from_string(template)
     except TemplateSyntaxError as exc:
@@ -306,8 +560,16 @@ def validate(url: str, template: str, allowed_hosts: list[str], setting: str = S
             raise ConfigError(f"{setting}: for {what}, {exc}") from None
 
 
-def _allowed(host: str, pattern: str) -> bool:
-    pattern = pattern.strip().lower()
+def _allowed(host: str, port: int, scheme: str, entry: str) -> bool:
+    """Whether an allowlist entry takes the URL's host and port (an entry without a port: the scheme's default)."""
+    from radar_pipeline.config.settings import allowed_host
+
+    try:
+        pattern, allowed_port = allowed_host(entry)
+    except ValueError:
+        return False
+    if port != (allowed_port or (443 if scheme == "https" else 80)):
+        return False
     if pattern.startswith("*."):
         return host.endswith(pattern[1:]) and host != pattern[2:]
     return host == pattern

@@ -233,9 +233,32 @@ def _dashboard_uid(value: object, info: ValidationInfo) -> str:
 def _hosts(value: object, info: ValidationInfo) -> list[str]:
     hosts = [h.strip().lower() for h in _raw(value).split(",") if h.strip()]
     for host in hosts:
-        if not re.fullmatch(r"(\*\.)?[a-z0-9]([a-z0-9.-]*[a-z0-9])?|\[?[0-9a-f:]+\]?", host):
-            raise ConfigError(f"{_variable(info)} must list host names separated by commas, not {host!r}")
+        try:
+            allowed_host(host)
+        except ValueError:
+            raise ConfigError(
+                f"{_variable(info)} must list hosts (each with an optional :port) separated by commas, not {host!r}"
+            ) from None
     return hosts
+
+
+def allowed_host(entry: str) -> tuple[str, int | None]:
+    """An entry of RADAR_WEBHOOK_ALLOWED_HOSTS as (host, port or None): a host name (`*.` for its subdomains) or an
+    IP address (IPv6 in brackets, or bare without a port), optionally followed by `:port`; ValueError otherwise."""
+    entry = entry.strip().lower()
+    host, port = entry, None
+    if entry.startswith("["):
+        host, _, rest = entry[1:].partition("]")
+        if rest:
+            port = rest.removeprefix(":") if rest.startswith(":") else "x"
+    elif entry.count(":") == 1:
+        host, port = entry.split(":")
+    name = r"(\*\.)?[a-z0-9]([a-z0-9.-]*[a-z0-9])?"
+    if not (re.fullmatch(name, host) or (":" in host and re.fullmatch(r"[0-9a-f:.]+", host))):
+        raise ValueError(entry)
+    if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
+        raise ValueError(entry)
+    return host, int(port) if port is not None else None
 
 
 def _webhooks(value: object, info: ValidationInfo) -> str:
