@@ -11,9 +11,11 @@ import dagster as dg
 PACKAGE = Path(__file__).resolve().parent
 # Known and chosen, silenced here, where the location is loaded (every process that loads it: the daemon, each run,
 # radar dev): deploy_verdicts' `backfill_policy` is beta, and deploy_verdicts_job mixes backfill policies (the job
-# takes one deploy a run, as the sensor's runs do; backfills are launched on the asset).
+# takes one deploy a run, as the sensor's runs do; backfills are launched on the asset); and binding the resources of an
+# op job a sensor targets (deploy_marks_job), Dagster copies the sensor passing its (empty) `owners`, a beta parameter.
 KNOWN_WARNINGS = [
     (r"Parameter `backfill_policy` of function `asset` is currently", dg.BetaWarning),
+    (r"Parameter `owners` of initializer `SensorDefinition.__init__` is currently", dg.BetaWarning),
     (r"Asset job deploy_verdicts_job materializes assets with varying", UserWarning),
 ]
 
