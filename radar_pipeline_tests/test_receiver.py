@@ -263,8 +263,10 @@ def test_unicode_in_every_free_text_field_is_stored_exactly(served):
         (b'{"target": "st-pass"}', "deploy_id is missing"),
         (b'{"deploy_id": "x-1"}', "target is missing"),
         (b'{"deploy_id": "x-1", "target": "st-pass", "colour": "red"}', "unknown field(s) 'colour'"),
-        (json.dumps({"deploy_id": "x-1", "k" * 9000: 1, **{f"a{i}": 1 for i in range(9)}}).encode(),
-         "unknown field(s) 'a0', 'a1', 'a2' and 7 more: the fields are deploy_id,"),
+        (
+            json.dumps({"deploy_id": "x-1", "k" * 9000: 1, **{f"a{i}": 1 for i in range(9)}}).encode(),
+            "unknown field(s) 'a0', 'a1', 'a2' and 7 more: the fields are deploy_id,",
+        ),
         (json.dumps({"deploy_id": "x-1", "k" * 9000: 1}).encode(), f"unknown field(s) '{'k' * 40}…': the fields"),
         (b'{"deploy_id": 7, "target": "st-pass"}', "deploy_id must be a string, not int"),
         (b'{"deploy_id": "x-1", "target": "st-pass", "github_deployment_id": "7"}', "must be a positive whole"),

@@ -36,22 +36,24 @@ def unicode_only(value: Any, where: str = "") -> None:
     """Refused(400) naming the field when a string anywhere in `value` (a JSON value: keys too) holds a lone
     surrogate, which JSON's \\ud800 escapes allow but PostgreSQL cannot store (as text or jsonb)."""
     # Not recursive (the parser's nesting limit is deeper than Python's stack allows here), and no path is built
-    # until a surrogate is found: each node keeps only its parent's crumb and its own key, so many values under a
-    # long key do not each copy it.
-    stack: list[tuple[Crumb, Any]] = [(None, value)]
+    # until a surrogate is found: a container waiting its turn keeps only its parent's crumb and its own key (many
+    # values under a long key do not each copy it), and strings and numbers are checked at once, never queued.
+    if isinstance(value, str):
+        if SURROGATE.search(value):
+            raise Refused(400, f"{where or 'the body'} holds a lone surrogate (not valid Unicode text)")
+        return
+    stack: list[tuple[Crumb, Any]] = [(None, value)] if isinstance(value, (dict, list)) else []
     while stack:
         crumb, node = stack.pop()
-        if isinstance(node, str):
-            if SURROGATE.search(node):
-                raise Refused(400, f"{_path(crumb, where)} holds a lone surrogate (not valid Unicode text)")
-        elif isinstance(node, dict):
-            for key, item in node.items():
-                if SURROGATE.search(key):
-                    where_key = _path(crumb, where)
-                    raise Refused(400, f"a key in {where_key} holds a lone surrogate (not valid Unicode text)")
+        for key, item in node.items() if isinstance(node, dict) else enumerate(node):
+            if isinstance(key, str) and SURROGATE.search(key):
+                where_key = _path(crumb, where)
+                raise Refused(400, f"a key in {where_key} holds a lone surrogate (not valid Unicode text)")
+            if isinstance(item, str):
+                if SURROGATE.search(item):
+                    raise Refused(400, f"{_path((crumb, key), where)} holds a lone surrogate (not valid Unicode text)")
+            elif isinstance(item, (dict, list)) and item:
                 stack.append(((crumb, key), item))
-        elif isinstance(node, list):
-            stack.extend(((crumb, i), item) for i, item in enumerate(node))
 
 
 Crumb = tuple[Any, str | int] | None  # (the parent's crumb, the key or index), None at the top
