@@ -10,9 +10,9 @@ CI, liveness and readiness.
     GET  /healthz                   liveness: the process answers
     GET  /readyz                    readiness: the warehouse answers, with radar's schema, within READY_TIMEOUT_S
 
-Every warehouse call runs in a worker thread under a deadline (DB_DEADLINE_S): its own bounds (connect, statement,
-pool) end it first, and a warehouse gone silent is answered 503 at the deadline while the thread is left to its TCP
-timeout. A deploy's transaction is bounded by the same deadline (store): it never commits after its request was
+A source's check and reading of a body run in a worker thread (the event loop keeps answering), and every warehouse
+call runs in one under a deadline (DB_DEADLINE_S): its own bounds (connect, statement, pool) end it first, and a
+warehouse gone silent is answered 503 at the deadline while the thread is left to its TCP timeout. A deploy's transaction is bounded by the same deadline (store): it never commits after its request was
 answered 503, except when the warehouse goes silent during the COMMIT itself; a redelivery of a deploy stored then
 is answered 200. Answers tell a caller only what it sent, never stored values it may not read. Nothing here prints or
 returns a secret.
