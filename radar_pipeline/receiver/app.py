@@ -12,10 +12,10 @@ CI, liveness and readiness.
 
 A source's check and reading of a body run in a worker thread (the event loop keeps answering), and every warehouse
 call runs in one under a deadline (DB_DEADLINE_S): its own bounds (connect, statement, pool) end it first, and a
-warehouse gone silent is answered 503 at the deadline while the thread is left to its TCP timeout. A deploy's transaction is bounded by the same deadline (store): it never commits after its request was
-answered 503, except when the warehouse goes silent during the COMMIT itself; a redelivery of a deploy stored then
-is answered 200. Answers tell a caller only what it sent, never stored values it may not read. Nothing here prints or
-returns a secret.
+warehouse gone silent is answered 503 at the deadline while the thread is left to its TCP timeout. A deploy's
+transaction is bounded by the same deadline (store): it never commits after its request was answered 503, except
+when the warehouse goes silent during the COMMIT itself; a redelivery of a deploy stored then is answered 200.
+Answers tell a caller only what it sent, never stored values it may not read. Nothing here prints or returns a secret.
 """
 
 from __future__ import annotations
