@@ -481,6 +481,36 @@ def test_a_body_that_is_not_a_json_object_is_a_400(source):
         assert refused(module.parse, raw, params).status == 400
 
 
+def test_many_values_under_a_long_key_are_read_in_little_memory_and_time():
+    """Each value once carried a copy of its path, so every child of a long key copied the key: 68,000 zeros under a
+    120,000-character key (256,007 bytes) took 7.8 GB and 9 s. The small body first: a regression fails on it (40 MB
+    then) before the big one could take the machine's memory. A lone surrogate at the end is still found and named,
+    the long key shortened in the reason."""
+    import time
+    import tracemalloc
+
+    from radar_pipeline.receiver.sources import _kube, common
+
+    for key, count in ((2_000, 20_000), (120_000, 68_000)):
+        raw = ('{"' + "k" * key + '": [' + ",".join(["0"] * count) + "]}").encode()
+        spoiled = raw[:-2] + b',"\\ud800"]}'  # the surrogate as its JSON escape
+        for read in (common.json_object, _kube.json_object):
+            tracemalloc.start()
+            started = time.monotonic()
+            try:
+                assert read(raw)["k" * key] == [0] * count
+                with pytest.raises(Refused) as caught:
+                    read(spoiled)
+                took = time.monotonic() - started
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            assert peak < 12 * 2**20 and took < 10, (len(raw), read.__module__, peak, took)
+            reason = caught.value.reason
+            assert caught.value.status == 400 and len(reason) < 300, reason[:300]
+            assert reason.endswith(f"[{count}] holds a lone surrogate (not valid Unicode text)"), reason
+
+
 def test_free_text_that_is_not_stored_may_hold_anything():
     """Flux's message (a change set, with newlines) is not stored, so it refuses nothing."""
     noisy = with_field(FLUX_KS, "message", "Deployment/apps/webapp configured\n\x1b[31mred\x1b[0m \u202e")

@@ -10,12 +10,12 @@ CI, liveness and readiness.
     GET  /healthz                   liveness: the process answers
     GET  /readyz                    readiness: the warehouse answers, with radar's schema, within READY_TIMEOUT_S
 
-Every warehouse call runs in a worker thread under a deadline (DB_DEADLINE_S): its own bounds (connect, statement,
-pool) end it first, and a warehouse gone silent is answered 503 at the deadline while the thread is left to its TCP
-timeout. A deploy's transaction is bounded by the same deadline (store): it never commits after its request was
-answered 503, except when the warehouse goes silent during the COMMIT itself; a redelivery of a deploy stored then
-is answered 200. Answers tell a caller only what it sent, never stored values it may not read. Nothing here prints or
-returns a secret.
+A source's check and reading of a body run in a worker thread (the event loop keeps answering), and every warehouse
+call runs in one under a deadline (DB_DEADLINE_S): its own bounds (connect, statement, pool) end it first, and a
+warehouse gone silent is answered 503 at the deadline while the thread is left to its TCP timeout. A deploy's
+transaction is bounded by the same deadline (store): it never commits after its request was answered 503, except
+when the warehouse goes silent during the COMMIT itself; a redelivery of a deploy stored then is answered 200.
+Answers tell a caller only what it sent, never stored values it may not read. Nothing here prints or returns a secret.
 """
 
 from __future__ import annotations
@@ -118,9 +118,11 @@ def store(receiver: Receiver, source: str, parsed: Parsed, until: float) -> depl
     before is the stored deploy again when that deploy is the event's and says the same (a redelivery after an
     answer that was lost), else Replay; deploys.DeployError when the event is refused.
 
-    The transaction ends by `until` (time.monotonic()): each statement and lock wait, and any idle time, is bounded by
-    what is left of it when it begins, and the COMMIT is not sent after it (Refused 503, rolled back), so a request
-    answered 503 at its deadline has stored nothing."""
+    The transaction ends by `until` (time.monotonic()): statement_timeout, lock_timeout and
+    idle_in_transaction_session_timeout are set once, at its start, to the time left then (each statement, lock wait
+    and idle spell is bounded by that, not by what is left when it begins: one begun late may run past `until`), and
+    the COMMIT is not sent after `until` (Refused 503, rolled back), so a request answered 503 at its deadline has
+    stored nothing."""
     event = parsed.event
     assert event is not None
     with receiver.engine.begin() as conn:
@@ -133,7 +135,7 @@ def store(receiver: Receiver, source: str, parsed: Parsed, until: float) -> depl
             {"ms": left},
         )
         if parsed.delivery_id is not None and (seen := _delivery(conn, source, parsed.delivery_id)) is not None:
-            return _redelivered(conn, event, parsed.delivery_id, *seen)
+            return _redelivered(conn, event, parsed.delivery_id, seen)
         recorded = deploys.record_in(conn, event, receiver.configured_targets)
         if parsed.delivery_id is not None:
             fresh = conn.execute(
@@ -147,7 +149,7 @@ def store(receiver: Receiver, source: str, parsed: Parsed, until: float) -> depl
             if seen is not None:  # the same delivery, received at the same moment by another request
                 if recorded.inserted:
                     raise Replay(f"delivery {parsed.delivery_id!r} was received just now: a replay")
-                recorded = _redelivered(conn, event, parsed.delivery_id, *seen)
+                recorded = _redelivered(conn, event, parsed.delivery_id, seen)
         _left_ms(until)
         return recorded
 
@@ -160,22 +162,20 @@ def _left_ms(until: float) -> int:
     return left
 
 
-def _delivery(conn: sa.Connection, source: str, delivery_id: str) -> tuple[Any, str] | None:
-    """(received_at, deploy_id) of a delivery seen before, or None."""
-    row = conn.execute(
-        sa.text("SELECT received_at, deploy_id FROM radar.webhook_delivery WHERE source = :s AND delivery_id = :d"),
+def _delivery(conn: sa.Connection, source: str, delivery_id: str) -> str | None:
+    """The deploy id of a delivery seen before, or None."""
+    return conn.execute(
+        sa.text("SELECT deploy_id FROM radar.webhook_delivery WHERE source = :s AND delivery_id = :d"),
         {"s": source, "d": delivery_id},
-    ).fetchone()
-    return (row[0], row[1]) if row is not None else None
+    ).scalar()
 
 
-def _redelivered(
-    conn: sa.Connection, event: deploys.DeployEvent, delivery_id: str, received_at: Any, deploy_id: str
-) -> deploys.Recorded:
-    """A delivery seen before: its deploy, unchanged, when it is this event's and says the same; else Replay."""
+def _redelivered(conn: sa.Connection, event: deploys.DeployEvent, delivery_id: str, deploy_id: str) -> deploys.Recorded:
+    """A delivery seen before: its deploy, unchanged, when it is this event's and says the same; else Replay (when
+    it was received is not told: a stored value)."""
     stored = deploys.get(conn, deploy_id) if deploy_id == event.deploy_id else None
     if stored is None or deploys.differing(event, stored):
-        raise Replay(f"delivery {delivery_id!r} was received at {received_at.isoformat()} with another deploy")
+        raise Replay(f"delivery {delivery_id!r} was received before with another deploy")
     return deploys.Recorded(stored, inserted=False)
 
 
@@ -195,9 +195,12 @@ def make_app(receiver: Receiver) -> Starlette:
                 raise Refused(404, f"no source {name!r} here")
             module, secrets = receiver.sources[name]
             body = await _body(request, receiver.max_body_bytes)
+            params = dict(request.query_params)
             headers = {k.lower(): v for k, v in request.headers.items()}
-            _authenticate(module, headers, body, secrets, receiver.tokens if module.NAME == "generic" else [])
-            parsed = module.parse(headers, body, dict(request.query_params))
+            tokens = receiver.tokens if module.NAME == "generic" else []
+            # off the event loop: an HMAC over the body and reading a large JSON body take CPU time that health
+            # checks and other requests should not wait behind
+            parsed = await anyio.to_thread.run_sync(_read, module, headers, body, secrets, tokens, params)
             if parsed.delivery_id is not None and not DELIVERY_ID.fullmatch(parsed.delivery_id):
                 raise Refused(400, f"the delivery id is not 1-{MAX_DELIVERY_ID} printable ASCII characters")
             if parsed.event is None:
@@ -217,9 +220,10 @@ def make_app(receiver: Receiver) -> Starlette:
         except deploys.DeployError as exc:
             return _line(400, str(exc))
         event = recorded.event
-        what = "recorded" if recorded.inserted else "already recorded, unchanged"
-        return _line(201 if recorded.inserted else 200, f"deploy {event.deploy_id} to {event.target} at "
-                     f"{event.deployed_at.isoformat() if event.deployed_at else '?'}: {what}")  # fmt: skip
+        if not recorded.inserted:  # the stored time is not told: it may be another report's (a CI step's)
+            return _line(200, f"deploy {event.deploy_id} to {event.target}: already recorded, unchanged")
+        at = event.deployed_at.isoformat() if event.deployed_at else "?"  # this request's (or the warehouse's clock)
+        return _line(201, f"deploy {event.deploy_id} to {event.target} at {at}: recorded")
 
     async def get_gate(request: Request) -> Response:
         deploy_id = request.path_params["deploy_id"]
@@ -331,6 +335,19 @@ async def _body(request: Request, limit: int) -> bytes:
     except ClientDisconnect:
         raise Refused(400, "the client went away before the body ended") from None
     return b"".join(chunks)
+
+
+def _read(
+    module: ModuleType,
+    headers: Mapping[str, str],
+    body: bytes,
+    secrets: list[str],
+    tokens: list[tuple[str, frozenset[str]]],
+    params: Mapping[str, str],
+) -> Parsed:
+    """The request authenticated (_authenticate) and read by its source (Refused when either refuses it)."""
+    _authenticate(module, headers, body, secrets, tokens)
+    return module.parse(headers, body, params)
 
 
 def _authenticate(

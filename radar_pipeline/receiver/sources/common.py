@@ -35,20 +35,43 @@ def json_object(body: bytes) -> dict[str, Any]:
 def unicode_only(value: Any, where: str = "") -> None:
     """Refused(400) naming the field when a string anywhere in `value` (a JSON value: keys too) holds a lone
     surrogate, which JSON's \\ud800 escapes allow but PostgreSQL cannot store (as text or jsonb)."""
-    stack: list[tuple[str, Any]] = [(where, value)]
-    while stack:  # not recursive: the parser's nesting limit is deeper than Python's stack allows here
-        path, node = stack.pop()
-        if isinstance(node, str):
-            if SURROGATE.search(node):
-                raise Refused(400, f"{path or 'the body'} holds a lone surrogate (not valid Unicode text)")
-        elif isinstance(node, dict):
-            for key, item in node.items():
-                inner = f"{path}.{key}" if path else str(key)
-                if SURROGATE.search(key):
-                    raise Refused(400, f"a key in {path or 'the body'} holds a lone surrogate (not valid Unicode text)")
-                stack.append((inner, item))
-        elif isinstance(node, list):
-            stack.extend((f"{path}[{i}]", item) for i, item in enumerate(node))
+    # Not recursive (the parser's nesting limit is deeper than Python's stack allows here), and no path is built
+    # until a surrogate is found: a container waiting its turn keeps only its parent's crumb and its own key (many
+    # values under a long key do not each copy it), and strings and numbers are checked at once, never queued.
+    if isinstance(value, str):
+        if SURROGATE.search(value):
+            raise Refused(400, f"{where or 'the body'} holds a lone surrogate (not valid Unicode text)")
+        return
+    stack: list[tuple[Crumb, Any]] = [(None, value)] if isinstance(value, (dict, list)) else []
+    while stack:
+        crumb, node = stack.pop()
+        for key, item in node.items() if isinstance(node, dict) else enumerate(node):
+            if isinstance(key, str) and SURROGATE.search(key):
+                where_key = _path(crumb, where)
+                raise Refused(400, f"a key in {where_key} holds a lone surrogate (not valid Unicode text)")
+            if isinstance(item, str):
+                if SURROGATE.search(item):
+                    raise Refused(400, f"{_path((crumb, key), where)} holds a lone surrogate (not valid Unicode text)")
+            elif isinstance(item, (dict, list)) and item:
+                stack.append(((crumb, key), item))
+
+
+Crumb = tuple[Any, str | int] | None  # (the parent's crumb, the key or index), None at the top
+MAX_PATH = 200  # a longer path is shown cut in its middle: a reason stays one short line
+
+
+def _path(crumb: Crumb, where: str) -> str:
+    """The dotted path a crumb stands for (`where` first), cut to MAX_PATH characters; 'the body' when empty."""
+    parts: list[str] = []
+    while crumb is not None:
+        crumb, key = crumb
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+    path = where + "".join(reversed(parts))
+    if not where and path.startswith("."):
+        path = path[1:]
+    if len(path) > MAX_PATH:
+        path = f"{path[: MAX_PATH // 2]}…{path[-MAX_PATH // 2 :]}"
+    return path or "the body"
 
 
 def _no_constant(name: str) -> None:

@@ -39,8 +39,10 @@ def parse(headers: Mapping[str, str], body: bytes, params: Mapping[str, str]) ->
     """The deploy the body describes (Refused(400) naming the field that is wrong)."""
     data = json_object(body)
     unknown = sorted(k for k in data if k not in FIELDS)
-    if unknown:
-        raise Refused(400, f"unknown field(s) {', '.join(map(repr, unknown))}: the fields are {', '.join(FIELDS)}")
+    if unknown:  # at most three named, each cut: the reason stays one short line whatever the body holds
+        named = ", ".join(repr(k if len(k) <= 40 else k[:40] + "…") for k in unknown[:3])
+        more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
+        raise Refused(400, f"unknown field(s) {named}{more}: the fields are {', '.join(FIELDS)}")
     values = {name: text(data, name) for name in TEXT_FIELDS}
     target = values.pop("target") or params.get("target") or None
     if values["deploy_id"] is None:
