@@ -272,8 +272,8 @@ MAX_RANGE = 10_000  # items of range()
 MAX_STEPS = 100_000  # loop iterations, calls and items measured in one render
 MAX_SECONDS = 2.0  # of one render, wall-clock (a sample renders in milliseconds)
 MAX_BUILT = 32 * MAX_BODY  # characters and items built in one render, all values together
-_GROWS_BY_TEXT = {"replace", "wordwrap", "join", "indent"}  # output: the input times a text argument's length
-_GROWS_BY_NUMBER = {"indent", "expandtabs", "tojson"}  # output: the input times a number argument
+_GROWS_BY_TEXT = {"replace", "wordwrap", "join", "indent", "tojson"}  # output: input × a text argument's length
+_GROWS_BY_NUMBER = {"indent", "expandtabs", "tojson"}  # output: input × a number argument (tojson: × nesting depth)
 _WIDTHS = {"center", "ljust", "rjust", "zfill", "truncate", "batch", "slice"}  # output: up to a number argument
 _REFUSED = {"translate", "maketrans"}  # str methods that map characters to texts of any length
 _budget = threading.local()
@@ -318,6 +318,15 @@ def _size(value: Any, cap: int = MAX_BODY) -> int:
     return 1
 
 
+def _depth(value: Any) -> int:
+    """How deeply lists and mappings nest in `value`: json.dumps indents each level."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if not isinstance(value, list | tuple | set | frozenset):
+        return 0
+    return 1 + max(map(_depth, value), default=0)
+
+
 def _numbers(values: Any) -> list[int]:
     return [abs(v) for v in values if isinstance(v, int) and not isinstance(v, bool)]
 
@@ -334,7 +343,7 @@ def _guard(name: str, value: Any, args: tuple[Any, ...], kwargs: dict[str, Any])
         work += max(numbers, default=0)
     factor = max(texts if name in _GROWS_BY_TEXT else [], default=0)
     factor = max([factor, *(numbers if name in _GROWS_BY_NUMBER else [])])
-    work += (size + 1) * factor
+    work += (size + 1) * factor * (_depth(value) if name == "tojson" and factor else 1)  # an indent a nesting level
     if work > MAX_BODY:
         _refuse(f"{name} could build over {MAX_BODY:,} characters")
 
@@ -579,6 +588,7 @@ def _environment() -> Any:
     sandbox = Sandbox(undefined=StrictUndefined, autoescape=False, finalize=_insert, keep_trailing_newline=True)
     for unbounded in ("lipsum", "cycler", "joiner"):  # lipsum(n) builds n paragraphs
         del sandbox.globals[unbounded]
+    del sandbox.filters["pprint"]  # indents each nesting level: its output is not bounded by its input
     sandbox.globals["range"] = _bounded_range
     sandbox.policies["json.dumps_kwargs"] = {"sort_keys": True, "allow_nan": False}
     tojson = sandbox.filters["tojson"]
