@@ -22,6 +22,7 @@ import math
 import re
 import threading
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from functools import lru_cache, wraps
 from typing import Any, NoReturn
@@ -262,9 +263,10 @@ def _cut(text: str, limit: int) -> str:
 # operation the template can grow a value with (a filter, a method call, `*`, `+`, `%`, `**`, `~`, a loop's step) is
 # checked first: no single value over MAX_BODY (the deep size of a list of lists counts every item), no format whose
 # result could be over MAX_BODY (estimated from its placeholders and its largest argument), no format width over
-# MAX_WIDTH, no number over MAX_BITS bits, at most MAX_STEPS steps (each item a size check visits is one) and
-# MAX_BUILT characters built in a render, no recursive loop (its inner iterations pass no hook); and whatever these
-# counts miss, a render stops after MAX_SECONDS.
+# MAX_WIDTH, no number over MAX_BITS bits, at most MAX_STEPS steps (each item of a list made or measured, or taken
+# from a generator by a filter, is one: an item costs tens of bytes) and MAX_BUILT characters built in a render, no
+# recursive loop (its inner iterations pass no hook); and whatever these counts miss, a render stops after
+# MAX_SECONDS.
 
 MAX_WIDTH = 1024  # of a %-format's or str.format's width or precision
 MAX_BITS = 4096  # of an integer a template computes
@@ -349,8 +351,11 @@ def _guard(name: str, value: Any, args: tuple[Any, ...], kwargs: dict[str, Any])
 
 
 def _made(value: Any) -> Any:
-    """An operation's result, counted (and refused over MAX_BODY)."""
-    size = len(value) if isinstance(value, str | bytes | list | tuple | dict | set) else 0
+    """An operation's result, counted (and refused over MAX_BODY); a list's or mapping's items are steps too (each
+    item costs tens of bytes, a character one)."""
+    size = len(value) if isinstance(value, str | bytes) else 0
+    if isinstance(value, list | tuple | dict | set | frozenset):
+        size = _size(value)
     if size > MAX_BODY:
         _refuse(f"a value over {MAX_BODY:,} characters or items is not allowed")
     _spend(1, size)
@@ -460,6 +465,9 @@ def _bounded_filter(name: str, function: Any) -> Any:
         if len(args) <= passes:
             return function(*args, **kwargs)
         value = args[passes]
+        if isinstance(value, Iterator):  # a generator (batch, map, select): each item it yields is a step
+            value = _steps(value)
+            args = (*args[:passes], value, *args[passes + 1 :])
         if name == "join" and not isinstance(value, str | list | tuple | dict | set):
             value = list(value)  # a generator (map, select): its items are counted
             args = (*args[:passes], value, *args[passes + 1 :])
