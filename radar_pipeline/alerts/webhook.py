@@ -259,7 +259,7 @@ def _cut(text: str, limit: int) -> str:
 # The sandbox and its checks
 #
 # A template is the operator's, but it runs in the code location's process (validate, when the definitions load) and
-# in every run that delivers: what it may build and how long it may run are bounded, before anything is built. Each
+# in every run that delivers: what it may build and how long it may run are bounded, mostly before it is built. Each
 # operation the template can grow a value with (a filter, a method call, `*`, `+`, `%`, `**`, `~`, a loop's step) is
 # checked first: no single value over MAX_BODY (the deep size of a list of lists counts every item), no format whose
 # result could be over MAX_BODY (estimated from its placeholders and its largest argument), no format width over
