@@ -812,11 +812,12 @@ def test_compressed_answers_are_read_decoded_and_bounded(grafana, webhook):
         ('{% set ns = namespace(s="xxxxxxxx") %}{% for i in range(24) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{}',
          "a value over 524,288"),
         ('{% set ns = namespace(s=["x"]) %}{% for i in range(24) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{}',
-         "a value over 524,288"),
+         "at most 100,000 steps"),  # measuring the list each time: 2**17 items visited
         ("{% set ns = namespace(n=3) %}{% for i in range(20) %}{% set ns.n = ns.n * ns.n %}{% endfor %}{}",
          "a number over 4096 bits"),
         ("{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}{}", "at most 100,000 steps"),
-        ("{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(20) }}{}", "steps"),
+        ("{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(20) }}{}",
+         "100,000 steps|2 seconds"),
         ("{{ range(1000000)|length }}", "a range over 10,000"),
         ('[{% for i in range(100) %}"{{ "x" * 500000 }}",{% endfor %}1]', "rendered over 524,288 bytes"),
         ("{{ lipsum(1000000) }}", "'lipsum' is undefined"),
@@ -824,18 +825,47 @@ def test_compressed_answers_are_read_decoded_and_bounded(grafana, webhook):
          "at most 16,777,216 characters"),
         ("{% set x %}{% for i in range(10000) %}" + "z" * 5000 + "{% endfor %}{% endset %}{}",
          "at most 16,777,216 characters"),
+        # measuring a value is work too: 10,000 times a 260,000-item list (once: 151 s for 807 of them)
+        ("{% set L = [0] * 260000 %}{% for i in range(10000) %}{{ L|max }}{% endfor %}{}", "at most 100,000 steps"),
+        # a recursive loop's inner iterations passed no counter (4 million iterations counted as 38 steps)
+        ('{% set S = "x" * 500000 %}{% for x in [S, S, S, S, S, S, S, S] recursive %}{% if x != "x" %}'
+         '{{ loop(x) }}{% endif %}{% endfor %}{}', "line 1: a recursive loop"),
+        # a format's result is estimated before it is built: each of these would build 60 MB
+        ('{% set S = "x" * 400000 %}{{ ("%(a)s" * 150)|format(a=S) }}{}', "format could build over 524,288"),
+        ('{% set S = "x" * 400000 %}{{ ("%(a)s" * 150) % {"a": S} }}{}', "format could build over 524,288"),
+        ('{% set S = "x" * 400000 %}{{ ("{0}" * 150).format(S) }}{}', "format could build over 524,288"),
+        ('{% set S = "x" * 400000 %}{{ ("{a}" * 150).format_map({"a": S}) }}{}', "format_map could build over"),
+        ('{% set S = "\\x01" * 100000 %}{{ ("%r" * 5)|format(*([S] * 5)) }}{}', "format could build over"),
+        # an item costs tens of bytes, a character one: the items of lists made are steps (these would hold 100 MB)
+        ('{% set S = "x" * 500000 %}{% set a = S|batch(1)|list %}{% set b = S|batch(1)|list %}{}',
+         "at most 100,000 steps"),
+        # json.dumps indents each nesting level (and its indent may be a text): the depth counts too
+        ("{% set ns = namespace(l=[]) %}{% for i in range(200) %}{% set ns.l = [ns.l"
+         + ", 1" * 20 + "] %}{% endfor %}{{ ns.l|tojson(indent=4) }}{}", "tojson could build over"),
+        ('{{ [[1, 2], [3, 4]]|tojson(indent="x" * 300000) }}{}', "tojson could build over"),
+        ("{{ [[1, 2]]|pprint }}{}", "No filter named 'pprint'"),
+        # what no counter sees (a scan of a long text: 40,000 of them, within the steps) still stops at the deadline
+        ('{% set S = "x" * 500000 %}{% for i in range(10000) %}'
+         '{% if S.count("xy") or S.count("xy") or S.count("xy") or S.count("xy") %}{% endif %}{% endfor %}{}',
+         "at most 2 seconds"),
     ],
 )  # fmt: skip
 def test_a_template_cannot_exhaust_memory_or_time_when_the_definitions_load(template, words):
     """Without the sandbox's bounds, each of these builds 50 MB or more, or runs for seconds (kept small: more
     than that, and a regression here would take the machine's memory)."""
+    import signal
     import time
     import tracemalloc
 
     from radar_pipeline.alerts.webhook import validate
     from radar_pipeline.config import ConfigError
 
+    def too_long(*_) -> None:  # type: ignore[no-untyped-def]
+        raise AssertionError("the template ran for 60 s")
+
     started = time.monotonic()
+    earlier = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(60)
     tracemalloc.start()
     try:
         with pytest.raises(ConfigError, match=words):
@@ -843,6 +873,8 @@ def test_a_template_cannot_exhaust_memory_or_time_when_the_definitions_load(temp
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, earlier)
     assert peak < 40_000_000, f"{peak:,} bytes at the peak"
     assert time.monotonic() - started < 60
 
@@ -856,10 +888,26 @@ def test_a_bounded_template_still_does_what_templates_do(webhook):
   "pad": "{{ kind|center(12) }}",
   "cat": "{{ service ~ "/" ~ version }}",
   "big": {{ (2 ** 64) * statement.queryid }},
-  "text": {{ (query ~ " " ~ summary)|wordwrap(40)|tojson }}
+  "text": {{ (query ~ " " ~ summary)|wordwrap(40)|tojson }},
+  "indented": {{ statement|tojson(indent=2) }},
+  "sorted": [{% for k, v in statement|dictsort %}"{{ k }}={{ v }}"{% if not loop.last %}, {% endif %}{% endfor %}],
+  "filtered": "{{ "%s@%s (%d)"|format(service, target, statement.queryid) }}",
+  "named": "{{ "%(s)s/%(v)s" % {"s": service, "v": version} }}",
+  "mapped": "{{ "{s}:{n:>5}".format_map({"s": service, "n": statement.queryid}) }}",
+  "short": "{{ query|truncate(20) }}",
+  "rule": "{{ "=" * 40 }}",
+  "million": {{ 10 ** 12 }},
+  "share": "{{ "{:.1%}".format(0.256) }}",
+  "long": {{ (("%s" % query) * 100)|length }}
 }"""
     _hook(webhook, template).notify(facts(), [detection(1)], "out-1")
     body = webhook.delivered[0].json
     assert body["list"] == [1, 2, 3] and body["joined"] == "0-1-2" and body["cat"] == "shop/v2"
     assert (body["line"], body["fmt"], body["pad"]) == ("shop    |  4.0", "  1001", " regression ")
     assert body["big"] == 2**64 * 1001 and "orders" in body["text"]
+    assert body["indented"] == {"dbid": 5, "userid": 10, "queryid": 1001, "toplevel": True}
+    assert body["sorted"] == ["dbid=5", "queryid=1001", "toplevel=true", "userid=10"]
+    assert (body["filtered"], body["named"], body["mapped"]) == ("shop@main (1001)", "shop/v2", "shop: 1001")
+    assert body["short"] == "SELECT * FROM...", body["short"]
+    assert (body["rule"], body["million"], body["share"]) == ("=" * 40, 10**12, "25.6%")
+    assert body["long"] == 100 * len("SELECT * FROM orders WHERE customer_id = $1")

@@ -21,6 +21,8 @@ import json
 import math
 import re
 import threading
+import time
+from collections.abc import Iterator
 from datetime import datetime
 from functools import lru_cache, wraps
 from typing import Any, NoReturn
@@ -117,7 +119,7 @@ def render_body(template: Any, context: dict[str, Any], who: str) -> bytes:
     ChannelError (final). Rendering stops as soon as the body is over MAX_BODY, or the template over its bounds."""
     from jinja2.exceptions import SecurityError, TemplateError
 
-    _budget.steps, _budget.built = 0, 0
+    _budget.steps, _budget.built, _budget.deadline = 0, 0, time.monotonic() + MAX_SECONDS
     parts: list[str] = []
     size = 0
     try:
@@ -131,6 +133,8 @@ def render_body(template: Any, context: dict[str, Any], who: str) -> bytes:
         raise ChannelError(f"the template of {who} was stopped by the sandbox: {exc}", False) from None
     except (TemplateError, ArithmeticError, LookupError, TypeError, ValueError, RecursionError) as exc:  # its faults
         raise ChannelError(f"the template of {who} failed: {type(exc).__name__}: {exc}", False) from None
+    finally:
+        _budget.deadline = None  # a filter Jinja folds while compiling another template is not this render's
     text = "".join(parts)
     try:
         json.loads(text, parse_constant=_not_json, object_pairs_hook=_no_key_twice)
@@ -255,18 +259,23 @@ def _cut(text: str, limit: int) -> str:
 # The sandbox and its checks
 #
 # A template is the operator's, but it runs in the code location's process (validate, when the definitions load) and
-# in every run that delivers: what it may build and how long it may run are bounded, before anything is built. Each
+# in every run that delivers: what it may build and how long it may run are bounded, mostly before it is built. Each
 # operation the template can grow a value with (a filter, a method call, `*`, `+`, `%`, `**`, `~`, a loop's step) is
-# checked first: no single value over MAX_BODY (the deep size of a list of lists counts every item), no format width
-# over MAX_WIDTH, no number over MAX_BITS bits, at most MAX_STEPS steps and MAX_BUILT characters built in a render.
+# checked first: no single value over MAX_BODY (the deep size of a list of lists counts every item), no format whose
+# result could be over MAX_BODY (estimated from its placeholders and its largest argument), no format width over
+# MAX_WIDTH, no number over MAX_BITS bits, at most MAX_STEPS steps (each item of a list made or measured, or taken
+# from a generator by a filter, is one: an item costs tens of bytes) and MAX_BUILT characters built in a render, no
+# recursive loop (its inner iterations pass no hook); and whatever these counts miss, a render stops after
+# MAX_SECONDS.
 
 MAX_WIDTH = 1024  # of a %-format's or str.format's width or precision
 MAX_BITS = 4096  # of an integer a template computes
 MAX_RANGE = 10_000  # items of range()
-MAX_STEPS = 100_000  # loop iterations and calls in one render
+MAX_STEPS = 100_000  # loop iterations, calls and items measured in one render
+MAX_SECONDS = 2.0  # of one render, wall-clock (a sample renders in milliseconds)
 MAX_BUILT = 32 * MAX_BODY  # characters and items built in one render, all values together
-_GROWS_BY_TEXT = {"replace", "wordwrap", "join", "indent"}  # output: the input times a text argument's length
-_GROWS_BY_NUMBER = {"indent", "expandtabs", "tojson"}  # output: the input times a number argument
+_GROWS_BY_TEXT = {"replace", "wordwrap", "join", "indent", "tojson"}  # output: input × a text argument's length
+_GROWS_BY_NUMBER = {"indent", "expandtabs", "tojson"}  # output: input × a number argument (tojson: × nesting depth)
 _WIDTHS = {"center", "ljust", "rjust", "zfill", "truncate", "batch", "slice"}  # output: up to a number argument
 _REFUSED = {"translate", "maketrans"}  # str methods that map characters to texts of any length
 _budget = threading.local()
@@ -279,22 +288,27 @@ def _refuse(why: str) -> NoReturn:
 
 
 def _spend(steps: int, built: int = 0) -> None:
-    """Count a render's steps and what it built; over the bounds, the render stops."""
+    """Count a render's steps and what it built; over the bounds, or past the render's deadline, the render stops."""
     _budget.steps = getattr(_budget, "steps", 0) + steps
     _budget.built = getattr(_budget, "built", 0) + built
     if _budget.steps > MAX_STEPS:
-        _refuse(f"a template may take at most {MAX_STEPS:,} steps (loop iterations and calls)")
+        _refuse(f"a template may take at most {MAX_STEPS:,} steps (loop iterations, calls and items measured)")
     if _budget.built > MAX_BUILT:
         _refuse(f"a template may build at most {MAX_BUILT:,} characters in all")
+    deadline = getattr(_budget, "deadline", None)
+    if deadline is not None and time.monotonic() > deadline:
+        _refuse(f"a template may run for at most {MAX_SECONDS:g} seconds")
 
 
-def _size(value: Any, cap: int = MAX_BUILT) -> int:
-    """A value's deep size: characters of its texts and items of its lists, counted until over `cap`."""
+def _size(value: Any, cap: int = MAX_BODY) -> int:
+    """A value's deep size: characters of its texts and items of its lists, counted until over `cap`. Each item of a
+    list or mapping is a step, spent before it is looked at (measuring a long list again and again is work too)."""
     if isinstance(value, str | bytes):
         return len(value)
     if isinstance(value, dict):
         value = [*value.keys(), *value.values()]
     if isinstance(value, list | tuple | set | frozenset):
+        _spend(len(value))
         total = len(value)
         for item in value:
             if total > cap:
@@ -304,6 +318,15 @@ def _size(value: Any, cap: int = MAX_BUILT) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return value.bit_length() // 3 + 1
     return 1
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists and mappings nest in `value`: json.dumps indents each level."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if not isinstance(value, list | tuple | set | frozenset):
+        return 0
+    return 1 + max(map(_depth, value), default=0)
 
 
 def _numbers(values: Any) -> list[int]:
@@ -316,19 +339,23 @@ def _guard(name: str, value: Any, args: tuple[Any, ...], kwargs: dict[str, Any])
     texts, numbers = [len(v) for v in given if isinstance(v, str)], _numbers(given)
     if name in _WIDTHS | _GROWS_BY_NUMBER and any(n > MAX_BODY for n in numbers):
         _refuse(f"{name}: a width or count over {MAX_BODY:,} is not allowed")
-    work = _size(value) + sum(_size(v) for v in given)
+    size = _size(value)
+    work = size + sum(_size(v) for v in given)
     if name in _WIDTHS:
         work += max(numbers, default=0)
     factor = max(texts if name in _GROWS_BY_TEXT else [], default=0)
     factor = max([factor, *(numbers if name in _GROWS_BY_NUMBER else [])])
-    work += (_size(value) + 1) * factor
+    work += (size + 1) * factor * (_depth(value) if name == "tojson" and factor else 1)  # an indent a nesting level
     if work > MAX_BODY:
         _refuse(f"{name} could build over {MAX_BODY:,} characters")
 
 
 def _made(value: Any) -> Any:
-    """An operation's result, counted (and refused over MAX_BODY)."""
-    size = len(value) if isinstance(value, str | bytes | list | tuple | dict | set) else 0
+    """An operation's result, counted (and refused over MAX_BODY); a list's or mapping's items are steps too (each
+    item costs tens of bytes, a character one)."""
+    size = len(value) if isinstance(value, str | bytes) else 0
+    if isinstance(value, list | tuple | dict | set | frozenset):
+        size = _size(value)
     if size > MAX_BODY:
         _refuse(f"a value over {MAX_BODY:,} characters or items is not allowed")
     _spend(1, size)
@@ -336,6 +363,49 @@ def _made(value: Any) -> Any:
 
 
 _PERCENT = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
+_PLACEHOLDER = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[hlL]?(.)", re.S)
+
+
+def _check_output(name: str, text: Any, values: list[Any], percent: bool) -> None:
+    """Refuse a format (`name`: %-format if `percent`, else str.format) whose result could be over MAX_BODY, before it
+    is built: its own length, plus for each placeholder its width and precision and the largest argument as text (a
+    repr, 10 characters a character: `\\U000e0000`; a list or an object: 10 a character or item of its deep size)."""
+    if not isinstance(text, str):
+        return
+    if percent:
+        kinds = [kind for kind in _PLACEHOLDER.findall(text) if kind != "%"]
+        widths = [int(n) for match in _PERCENT.finditer(text) for n in match.groups() if n and n.isdigit()]
+    else:
+        from string import Formatter
+
+        try:
+            parsed = [(conversion, spec) for _, field, spec, conversion in Formatter().parse(text) if field is not None]
+        except ValueError:
+            return  # str.format raises its own error
+        kinds = [conversion or "s" for conversion, _ in parsed]
+        widths = [int(n) for _, spec in parsed for n in re.findall(r"\d+", spec or "")]
+    if not kinds:
+        return
+    shown = 1
+    for value in values:
+        if isinstance(value, str):
+            shown = max(shown, len(value) * (10 if any(k in "ra" for k in kinds) else 1) + 2)
+        elif isinstance(value, int | float):
+            shown = max(shown, _size(value) + 330)  # a float's digits: up to 309 and a sign, a point, an exponent
+        else:
+            shown = max(shown, 10 * _size(value) + 16)
+    factor = 6 if hasattr(text, "__html__") else 1  # Markup escapes each argument: & is &amp;
+    if len(text) + len(kinds) * shown * factor + sum(widths) > MAX_BODY:
+        _refuse(f"{name} could build over {MAX_BODY:,} characters")
+
+
+def _arguments(values: Any, text: Any) -> list[Any]:
+    """The values a %-format takes from its right side: a tuple's items, a mapping's values if it names them."""
+    if isinstance(values, tuple):
+        return list(values)
+    if isinstance(values, dict) and isinstance(text, str) and "%(" in text:
+        return list(values.values())
+    return [values]
 
 
 def _check_format(text: Any, percent: bool) -> None:
@@ -395,11 +465,15 @@ def _bounded_filter(name: str, function: Any) -> Any:
         if len(args) <= passes:
             return function(*args, **kwargs)
         value = args[passes]
+        if isinstance(value, Iterator):  # a generator (batch, map, select): each item it yields is a step
+            value = _steps(value)
+            args = (*args[:passes], value, *args[passes + 1 :])
         if name == "join" and not isinstance(value, str | list | tuple | dict | set):
             value = list(value)  # a generator (map, select): its items are counted
             args = (*args[:passes], value, *args[passes + 1 :])
         if name == "format":
             _check_format(value, percent=True)
+            _check_output(name, value, [*args[passes + 1 :], *kwargs.values()], percent=True)
         _guard(name, value, args[passes + 1 :], kwargs)
         return _made(function(*args, **kwargs))
 
@@ -428,7 +502,7 @@ def _insert(value: Any) -> Any:
 def _environment() -> Any:
     """Jinja2's immutable sandbox, StrictUndefined (a misspelt field is an error), every insertion JSON-escaped, and
     what a template may build and how long it may run bounded (see MAX_*)."""
-    from jinja2 import StrictUndefined, nodes, pass_context
+    from jinja2 import StrictUndefined, TemplateSyntaxError, nodes, pass_context
     from jinja2.sandbox import ImmutableSandboxedEnvironment
     from jinja2.visitor import NodeTransformer
 
@@ -437,6 +511,10 @@ def _environment() -> Any:
         them passes through the sandbox's hooks."""
 
         def visit_For(self, node: Any) -> Any:  # noqa: N802 - the visitor's API
+            if node.recursive:  # loop(x) runs the body again on x's items, past the counted iterable
+                raise TemplateSyntaxError(
+                    "a recursive loop (`for ... recursive`) is not allowed in a webhook's template", node.lineno
+                )
             self.generic_visit(node)
             node.iter = nodes.Filter(node.iter, "radar_steps", [], [], None, None, lineno=node.lineno)
             return node
@@ -480,6 +558,7 @@ def _environment() -> Any:
                     _refuse(f"a value over {MAX_BODY:,} characters or items is not allowed")
             if operator == "%" and isinstance(left, str):
                 _check_format(left, percent=True)
+                _check_output("format", left, _arguments(right, left), percent=True)
                 if _size(left) + _size(right) > MAX_BODY:
                     _refuse(f"a value over {MAX_BODY:,} characters is not allowed")
             return _made(super().call_binop(context, operator, left, right))
@@ -493,18 +572,31 @@ def _environment() -> Any:
                 items = [*args[0]] if args and not isinstance(args[0], str | list | tuple) else args[0] if args else ()
                 args = (items, *args[1:])
                 _guard("join", items, (receiver,), {})
-            elif isinstance(receiver, str) and name not in ("format", "format_map"):
+            elif isinstance(receiver, str) and name not in ("format", "format_map"):  # those: wrap_str_format
                 _guard(name, receiver, args, kwargs)
             return _made(super().call(__context, __obj, *args, **kwargs))
 
         def wrap_str_format(self, value: Any) -> Any:
-            if getattr(value, "__name__", "") in ("format", "format_map"):
-                _check_format(getattr(value, "__self__", None), percent=False)
-            return super().wrap_str_format(value)
+            name, text = getattr(value, "__name__", ""), getattr(value, "__self__", None)
+            if name in ("format", "format_map"):
+                _check_format(text, percent=False)
+            wrapped = super().wrap_str_format(value)
+            if wrapped is None:
+                return None
+
+            def checked(*args: Any, **kwargs: Any) -> Any:  # the result, estimated before it is built
+                given = [*args, *kwargs.values()]
+                if name == "format_map" and len(args) == 1 and isinstance(args[0], dict):
+                    given = list(args[0].values())
+                _check_output(name, text, given, percent=False)
+                return wrapped(*args, **kwargs)
+
+            return checked
 
     sandbox = Sandbox(undefined=StrictUndefined, autoescape=False, finalize=_insert, keep_trailing_newline=True)
     for unbounded in ("lipsum", "cycler", "joiner"):  # lipsum(n) builds n paragraphs
         del sandbox.globals[unbounded]
+    del sandbox.filters["pprint"]  # indents each nesting level: its output is not bounded by its input
     sandbox.globals["range"] = _bounded_range
     sandbox.policies["json.dumps_kwargs"] = {"sort_keys": True, "allow_nan": False}
     tojson = sandbox.filters["tojson"]
