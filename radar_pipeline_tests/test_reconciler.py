@@ -344,7 +344,9 @@ def test_an_old_resolve_is_never_withheld_and_still_retried(warehouse):
         assert [tuple(r) for r in rows] == [("deploy_mark", "withheld"), ("resolve", "pending")]
         waiting = store.waiting_alerts(conn, timedelta(days=1), timedelta(minutes=15))
         assert [(w.analysis_id, w.rows) for w in waiting] == [("d-old", 1)]
-        backlog = store.backlog(conn, timedelta(days=1), timedelta(minutes=15), timedelta(0), timedelta(0), timedelta(1))
+        backlog = store.backlog(
+            conn, timedelta(days=1), timedelta(minutes=15), timedelta(0), timedelta(0), timedelta(1)
+        )
         assert backlog.alerts_due == 1
         conn.execute(sa.text("UPDATE radar.channel_event SET attempts = 8 WHERE kind = 'resolve'"))
         assert not store.waiting_alerts(conn, timedelta(days=1), timedelta(minutes=15))
