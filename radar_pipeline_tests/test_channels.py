@@ -912,3 +912,29 @@ def test_a_waiting_resolve_closes_a_trigger_that_may_have_opened_and_ended_withh
     resolves = [c for c in pagerduty.calls_to(EVENTS) if c["event_action"] == "resolve"]
     assert [c["dedup_key"] for c in resolves] == [dedup_key("main", _statement(warehouse, 31), hour1)]
     assert {(r["kind"], r["status"]) for r in _rows(warehouse, "radar.channel_event")} == {("resolve", "sent")}
+
+
+def test_slacks_error_is_raised_even_when_the_channels_fail_too(analysed, warehouse_url, pagerduty, slack, monkeypatch):  # noqa: F811
+    def broken(*args: object) -> None:
+        raise RuntimeError("a bug in PagerDuty's path")
+
+    monkeypatch.setattr(PagerDutyChannel, "mark_deploy", broken)
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["d-7"])
+        result = dg.materialize(
+            [regression_alerts],
+            partition_key="d-7",
+            resources={
+                "warehouse": WarehouseResource(url=warehouse_url),
+                "slack": _broken_slack(monkeypatch, slack),
+                "channels": _channels(pagerduty),
+            },
+            instance=instance,
+            raise_on_error=False,
+        )
+        log = run_log_text(instance, result.run_id)
+    failure = result.failure_data_for_node("regression_alerts")
+    assert failure is not None and failure.error is not None
+    assert "a bug in Slack's path" in failure.error.message  # Slack's error is the run's, after the channels
+    assert "Slack: RuntimeError: a bug in Slack's path" in log and "a bug in PagerDuty's path" in log
+    assert len(pagerduty.incidents) == 1  # the trigger went out all the same
