@@ -934,7 +934,7 @@ def test_slacks_error_is_raised_even_when_the_channels_fail_too(analysed, wareho
         )
         log = run_log_text(instance, result.run_id)
     failure = result.failure_data_for_node("regression_alerts")
-    assert failure is not None and failure.error is not None
-    assert "a bug in Slack's path" in failure.error.message  # Slack's error is the run's, after the channels
+    assert failure is not None and failure.error is not None and failure.error.cause is not None
+    assert failure.error.cause.message == "RuntimeError: a bug in Slack's path\n"  # the run's error, after the channels
     assert "Slack: RuntimeError: a bug in Slack's path" in log and "a bug in PagerDuty's path" in log
     assert len(pagerduty.incidents) == 1  # the trigger went out all the same
