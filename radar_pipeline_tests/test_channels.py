@@ -840,3 +840,100 @@ def _statement_of(warehouse, target: str, queryid: int) -> tuple[int, int, int, 
             {"t": target, "q": queryid},
         ).one()
     return (int(row[0]), int(row[1]), int(row[2]), bool(row[3]))
+
+
+def test_a_trigger_that_may_have_opened_an_incident_is_resolved_when_it_ends_unsent(analysed, warehouse_url, pagerduty):  # noqa: F811
+    """Attempt 1 times out after PagerDuty took the trigger; the re-analysis then drops the statement, so the retry
+    skips the trigger: the incident it may have opened is resolved all the same (its dedup_key was recorded)."""
+    held = pagerduty.hold_next(EVENTS)
+    first, _ = _alert(warehouse_url, _channels(pagerduty, timeout_seconds=HELD_TIMEOUT))
+    held.set()
+    assert first.success and len(pagerduty.open_incidents()) == 1
+    (row,) = _rows(analysed)
+    assert (row["status"], row["remote_id"]) == ("pending", dedup_key("main", SLOWED, "d-7"))
+    with analysed.begin() as conn:
+        conn.execute(sa.text("UPDATE radar.verdict SET verdict = 'no_regression' WHERE deploy_id = 'd-7'"))
+    _backoff_passes(analysed)
+    assert _alert(warehouse_url, _channels(pagerduty))[0].success
+    assert _rows(analysed)[0]["status"] in ("pending", "skipped")  # never sent again: no longer announced
+    assert not pagerduty.open_incidents()
+    assert [c["event_action"] for c in pagerduty.calls_to(EVENTS)] == ["trigger", "resolve"]
+    with analysed.begin() as conn:  # it ends withheld (too old) or skipped: nothing more is sent
+        conn.execute(sa.text("UPDATE radar.alert SET status = 'withheld' WHERE channel = 'pagerduty'"))
+    _backoff_passes(analysed)
+    assert _alert(warehouse_url, _channels(pagerduty))[0].success
+    assert [c["event_action"] for c in pagerduty.calls_to(EVENTS)] == ["trigger", "resolve"]
+
+
+def test_a_refused_trigger_is_never_resolved(analysed, warehouse_url, pagerduty):  # noqa: F811
+    assert _alert(warehouse_url, _channels(pagerduty, key=KEY[:31]))[0].success  # 400: nothing opened
+    (row,) = _rows(analysed)
+    assert (row["status"], row["remote_id"]) == ("failed", None)
+    with analysed.begin() as conn:
+        conn.execute(sa.text("UPDATE radar.verdict SET verdict = 'no_regression' WHERE deploy_id = 'd-7'"))
+    assert _alert(warehouse_url, _channels(pagerduty))[0].success
+    assert [c["event_action"] for c in pagerduty.calls_to(EVENTS)] == ["trigger"]
+    assert [r["kind"] for r in _rows(analysed, "radar.channel_event")] == ["deploy_mark"]
+
+
+def test_a_waiting_resolve_closes_a_trigger_that_may_have_opened_and_ended_withheld(
+    timeline,  # noqa: F811
+    warehouse,
+    warehouse_url,
+    pagerduty,
+):
+    """Hour 1's trigger times out after PagerDuty took it; hour 4 recovers while it waits; it then ends withheld (too
+    old): its waiting resolve is not skipped but sent, with the trigger's dedup_key."""
+    periodic = periodic_definitions(periodic_start(), periodic_minute())
+    assets = [periodic.get_assets_def("periodic_verdicts"), periodic.get_assets_def("periodic_alerts")]
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": AnalysisResource(),
+        "targets": TargetsResource(spec=""),
+        "slack": SlackResource(),
+        "channels": _channels(pagerduty, routes="regression=pagerduty", timeout_seconds=HELD_TIMEOUT),
+    }
+    hour1 = "periodic:" + _key(timeline, 1)
+    held = pagerduty.hold_next(EVENTS)
+    with dg.instance_for_test() as instance:
+        for hour in range(1, 5):
+            result = dg.materialize(assets, partition_key=_key(timeline, hour), resources=resources, instance=instance)
+            assert result.success
+            held.set()
+        assert len(pagerduty.open_incidents()) == 1
+        with warehouse.begin() as conn:  # as withhold_old does to a trigger still unsent after the age limit
+            conn.execute(sa.text("UPDATE radar.alert SET status = 'withheld', outcome_unknown = false"))
+        _backoff_passes(warehouse)
+        retry = dg.materialize(
+            assets, partition_key=_key(timeline, 1), resources=resources, instance=instance, selection=[assets[1]]
+        )
+        assert retry.success
+    assert not pagerduty.open_incidents()
+    resolves = [c for c in pagerduty.calls_to(EVENTS) if c["event_action"] == "resolve"]
+    assert [c["dedup_key"] for c in resolves] == [dedup_key("main", _statement(warehouse, 31), hour1)]
+    assert {(r["kind"], r["status"]) for r in _rows(warehouse, "radar.channel_event")} == {("resolve", "sent")}
+
+
+def test_slacks_error_is_raised_even_when_the_channels_fail_too(analysed, warehouse_url, pagerduty, slack, monkeypatch):  # noqa: F811
+    def broken(*args: object) -> None:
+        raise RuntimeError("a bug in PagerDuty's path")
+
+    monkeypatch.setattr(PagerDutyChannel, "mark_deploy", broken)
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["d-7"])
+        result = dg.materialize(
+            [regression_alerts],
+            partition_key="d-7",
+            resources={
+                "warehouse": WarehouseResource(url=warehouse_url),
+                "slack": _broken_slack(monkeypatch, slack),
+                "channels": _channels(pagerduty),
+            },
+            instance=instance,
+            raise_on_error=False,
+        )
+        log = run_log_text(instance, result.run_id)
+    failure = result.failure_data_for_node("regression_alerts")
+    assert failure is not None and failure.error is not None and failure.error.cause is not None
+    assert failure.error.cause.message == "RuntimeError: a bug in Slack's path\n"  # the run's error, after the channels
+    assert "Slack: RuntimeError: a bug in Slack's path" in log and "a bug in PagerDuty's path" in log

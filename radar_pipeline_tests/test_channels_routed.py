@@ -5,6 +5,7 @@ loopback stand-in, with the real warehouse's outbox; and the checks made when th
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -156,11 +157,16 @@ def test_the_load_keeps_every_channels_secret_out_of_its_config(monkeypatch):
     assert not [s for s in ("Teams0secret", "Grafana0secret", "Hook0secret") if s in shown], shown
 
 
+_CURSORS: dict[int, str | None] = {}  # the sensor's cursor per instance, kept between ticks as the daemon does
+
+
 def _tick(instance: dg.DagsterInstance, resources: dict) -> dg.ExecuteInProcessResult | None:
     """One real tick of deploy_mark_sensor against the warehouse, and the run it requested (None: it requested none)."""
-    tick = deploy_mark_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    cursor = _CURSORS.get(id(instance))
+    tick = deploy_mark_sensor(dg.build_sensor_context(instance=instance, resources=resources, cursor=cursor))
     if isinstance(tick, dg.SkipReason):
         return None
+    _CURSORS[id(instance)] = tick.cursor
     (request,) = tick.run_requests or []
     tags = {**request.tags, "dagster/run_key": request.run_key or ""}
     job = dg.Definitions(jobs=[deploy_marks_job], resources=resources).resolve_job_def(deploy_marks_job.name)
@@ -238,3 +244,48 @@ def test_a_failed_marks_run_is_not_repeated_every_tick(analysed, warehouse_url, 
         monkeypatch.setattr(module, "FAILED_RUN_BACKOFF_S", 0)
         again = _tick(instance, resources)
         assert again is not None and again.success and len(pd.changes) == 1
+
+
+def test_the_mark_sensor_names_a_stuck_run_backs_off_and_counts_its_requests(
+    analysed,  # noqa: F811
+    warehouse_url,
+    stand_ins,
+    monkeypatch,
+):
+    """An unfinished run is named in the skip (with its status and age); failed runs in a row double the wait; a
+    request carries dagster/max_runtime (run monitoring ends a stuck run) and a run key from the cursor's counter
+    (started from the clock, so a reset cursor cannot bring back a key Dagster would skip)."""
+    from radar_pipeline.defs.deploys import deploy_marks as module
+
+    pd, hook, grafana = stand_ins
+    channels = _every_channel(pd, hook, grafana, routes="deploy=pagerduty")
+    resources = {"warehouse": WarehouseResource(url=warehouse_url), "channels": channels}
+    job = dg.Definitions(jobs=[deploy_marks_job], resources=resources).resolve_job_def(deploy_marks_job.name)
+
+    def tick(cursor: str | None = None) -> dg.SensorResult | dg.SkipReason:
+        return deploy_mark_sensor(dg.build_sensor_context(instance=instance, resources=resources, cursor=cursor))
+
+    with dg.instance_for_test() as instance:
+        stuck = instance.create_run_for_job(job, status=dg.DagsterRunStatus.STARTED)
+        skipped = tick()
+        assert isinstance(skipped, dg.SkipReason)
+        assert f"run {stuck.run_id} of deploy_marks_job is started for" in str(skipped.skip_message)
+        instance.report_run_failed(stuck)
+        skipped = tick()
+        assert isinstance(skipped, dg.SkipReason) and "last 1 run(s)" in str(skipped.skip_message)
+        assert "300 s after" in str(skipped.skip_message)
+        instance.report_run_failed(instance.create_run_for_job(job, status=dg.DagsterRunStatus.STARTED))
+        skipped = tick()
+        assert isinstance(skipped, dg.SkipReason) and "last 2 run(s)" in str(skipped.skip_message)
+        assert "600 s after" in str(skipped.skip_message)  # doubled
+        monkeypatch.setattr(module, "FAILED_RUN_BACKOFF_S", 0)
+        before = int(time.time())
+        first = tick()
+        assert isinstance(first, dg.SensorResult) and first.run_requests
+        (request,) = first.run_requests
+        assert request.tags["dagster/max_runtime"] == "900"
+        count = int((request.run_key or "").rsplit(":", 1)[1])
+        assert before <= count <= time.time() and first.cursor == str(count + 1)
+        later = tick(first.cursor)
+        assert isinstance(later, dg.SensorResult) and later.run_requests
+        assert (later.run_requests[0].run_key or "").endswith(f":{count + 1}") and later.cursor == str(count + 2)

@@ -324,3 +324,29 @@ def test_an_alert_run_that_fails_before_claiming_is_followed_by_another(analysed
         assert again.run_key == request.run_key.replace("reconcile-1", "reconcile-2")
         assert _execute(instance, defs, again).success
     assert len(slack.messages()) == 1 and [r[2] for r in _outbox(analysed)] == ["sent"]
+
+
+def test_an_old_resolve_is_never_withheld_and_still_retried(warehouse):
+    """A resolve still pending after the alert age limit is neither withheld nor left behind (MAX_ATTEMPTS bounds
+    it); a deploy mark that old is withheld."""
+    from radar_pipeline.warehouse import reconcile as store
+
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.channel_event (channel, kind, subject, deploy_id, target, created_at) VALUES "
+                "('pagerduty', 'resolve', 'radar-old', 'd-old', 'main', now() - interval '3 days'), "
+                "('pagerduty', 'deploy_mark', 'd-old', 'd-old', 'main', now() - interval '3 days')"
+            )
+        )
+        assert store.withhold_old(conn, timedelta(days=1)) == 1
+        rows = conn.execute(sa.text("SELECT kind, status FROM radar.channel_event ORDER BY kind")).fetchall()
+        assert [tuple(r) for r in rows] == [("deploy_mark", "withheld"), ("resolve", "pending")]
+        waiting = store.waiting_alerts(conn, timedelta(days=1), timedelta(minutes=15))
+        assert [(w.analysis_id, w.rows) for w in waiting] == [("d-old", 1)]
+        backlog = store.backlog(
+            conn, timedelta(days=1), timedelta(minutes=15), timedelta(0), timedelta(0), timedelta(1)
+        )
+        assert backlog.alerts_due == 1
+        conn.execute(sa.text("UPDATE radar.channel_event SET attempts = 8 WHERE kind = 'resolve'"))
+        assert not store.waiting_alerts(conn, timedelta(days=1), timedelta(minutes=15))

@@ -192,6 +192,11 @@ class PagerDutyChannel:
         answer = self._post("/v2/enqueue", event, "trigger")
         return Delivered(remote_id=str(answer.get("dedup_key") or event["dedup_key"]))
 
+    def remote_id_of(self, facts: AnalysisFacts, detection: Detection) -> str:
+        """The dedup_key a trigger for this detection has, known before it is sent (recorded with its first attempt,
+        so an incident an attempt may have opened is resolved even if the trigger never ends sent)."""
+        return dedup_key(facts.target, detection.key, facts.analysis_id)
+
     def find_delivered(self, facts: AnalysisFacts, earlier: dict[Key, str], since: datetime) -> dict[Key, Delivered]:
         """Never called (can_check is False): the Events API cannot be read."""
         return {}

@@ -86,6 +86,10 @@ def deliver(
             return metadata
         outbox.enqueue(conn, facts.analysis_id, facts.target, list(detections), name)
         claimed = outbox.claim(conn, facts.analysis_id, facts.target, name, LEASE)
+        expected = getattr(channel, "remote_id_of", None)  # a resolver's id known before sending (a dedup_key)
+        if callable(expected):
+            remote = {k: expected(facts, detections[k]) for k in claimed.keys if k in detections}
+            outbox.expect_remote(conn, facts.analysis_id, facts.target, name, claimed.delivery_id, remote)
     if not claimed.keys:
         return metadata
 
@@ -109,10 +113,14 @@ def deliver(
         except ChannelError as exc:
             log.error(f"{name}: {exc}")
             wait = retry_wait(claimed.attempt, exc)
-            settle(group, "pending" if exc.retryable else "failed", error=str(exc), unknown=exc.unknown, wait=wait)
+            # An answer that says nothing was taken (a refusal, a throttle, no connection) keeps an earlier attempt's
+            # doubt and drops the remote id of a row no attempt may have delivered (settle's `earlier`).
+            unsent = None if exc.unknown else claimed
+            status = "pending" if exc.retryable else "failed"
+            settle(group, status, error=str(exc), unknown=exc.unknown, wait=wait, earlier=unsent)
             if exc.retry_after is not None:  # the channel asked to wait: the rest wait too, unsent
                 rest = [k for g in groups[i + 1 :] for k in g]
-                settle(rest, "pending", error=f"not sent: {name} asked to wait", wait=wait)
+                settle(rest, "pending", error=f"not sent: {name} asked to wait", wait=wait, earlier=claimed)
                 break
         else:
             settle(group, "sent", remote_id=delivered.remote_id)

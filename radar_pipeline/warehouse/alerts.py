@@ -196,14 +196,15 @@ def settle(
     `unknown`: it may have been posted). A retryable failure after MAX_ATTEMPTS attempts is final (failed). Only rows
     still claimed by `delivery_id` are touched: an attempt that overran its lease cannot overwrite what a newer
     attempt recorded. With `earlier` (this attempt's claim, when it sent nothing), the rows an earlier attempt may
-    have posted get that attempt's delivery id and time back, so the next attempt still looks for its message."""
+    have posted get that attempt's delivery id and time back, so the next attempt still looks for its message, and
+    the others lose the remote id recorded before sending (expect_remote: nothing of theirs can be on the channel)."""
     if not keys:
         return
     restore = earlier.earlier if earlier is not None else {}
     conn.execute(
         sa.text(
             "UPDATE radar.alert SET last_error = :error, message_ts = coalesce(:ts, message_ts), "
-            "remote_id = coalesce(:remote, remote_id), "
+            "remote_id = CASE WHEN :clear THEN NULL ELSE coalesce(:remote, remote_id) END, "
             f"{SETTLED} "
             "WHERE deploy_id = :d AND target = :t AND channel = :c AND dbid = :dbid AND userid = :userid "
             "AND queryid = :queryid AND toplevel = :toplevel AND delivery_id = CAST(:claim AS uuid)"
@@ -224,8 +225,37 @@ def settle(
                 "max": MAX_ATTEMPTS,
                 "earlier": restore.get(k),
                 "since": earlier.since if earlier is not None else None,
+                "clear": earlier is not None and k not in restore,
             }
             for k in keys
+        ],
+    )
+
+
+def expect_remote(
+    conn: sa.Connection, analysis_id: str, target: str, channel: str, delivery_id: str, remote: dict[Key, str]
+) -> None:
+    """Record, on rows claimed by `delivery_id` before they are sent, the remote id their request will have (a
+    PagerDuty dedup_key): from then on what they may have made on the channel can be closed (a resolve), whatever
+    the row's end; settle clears it when an attempt surely made nothing."""
+    if not remote:
+        return
+    conn.execute(
+        sa.text(
+            "UPDATE radar.alert SET remote_id = :r WHERE deploy_id = :d AND target = :t AND channel = :c "
+            "AND dbid = :dbid AND userid = :userid AND queryid = :queryid AND toplevel = :toplevel "
+            "AND delivery_id = CAST(:claim AS uuid)"
+        ),
+        [
+            {
+                "d": analysis_id,
+                "t": target,
+                "c": channel,
+                **dict(zip(KEY, k, strict=True)),
+                "claim": delivery_id,
+                "r": r,
+            }
+            for k, r in remote.items()
         ],
     )
 

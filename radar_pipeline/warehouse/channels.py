@@ -31,10 +31,14 @@ TRIGGER = (
     "radar.alert t WHERE t.deploy_id = w.deploy_id AND t.target = w.target AND t.channel = w.channel "
     "AND t.dbid = w.dbid AND t.userid = w.userid AND t.queryid = w.queryid AND t.toplevel = w.toplevel"
 )
-# A row that waits for its trigger (not sent yet): not due, whatever its status.
+# A trigger row that may have made something on its channel: its remote id is recorded with its first attempt
+# (outbox.expect_remote) and dropped only when no attempt can have delivered it (a refusal, a throttle, no
+# connection), so any end (sent, skipped, withheld, failed) with a remote id is resolved.
+MAY_HAVE_OPENED = "remote_id IS NOT NULL"
+# A row that waits for its trigger (still pending or sending, or ended with nothing to resolve): not due.
 BLOCKED = (
-    f"(w.queryid IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {TRIGGER} AND t.status = 'sent' "
-    "AND t.remote_id IS NOT NULL))"
+    f"(w.queryid IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {TRIGGER} AND t.status NOT IN ('pending', 'sending') "
+    f"AND t.{MAY_HAVE_OPENED}))"
 )
 
 
@@ -57,14 +61,15 @@ def enqueue_undetected_resolves(
     analysis_id: str,
     still: list[tuple[str, Key]],
 ) -> int:
-    """A resolve for each of the analysis's detections this channel took (sent, with its remote id) whose statement the
-    analysis no longer announces (`still`: the (target, key) it does), pending; one recorded withheld before (by a
-    version that withheld resolves) is made pending again. Returns how many were added or revived."""
+    """A resolve for each of the analysis's detections this channel took or may have taken (MAY_HAVE_OPENED: sent,
+    or attempted without a sure refusal, whatever its end) whose statement the analysis no longer announces (`still`:
+    the (target, key) it does), pending; one recorded withheld before (by a version that withheld resolves) is made
+    pending again. Returns how many were added or revived."""
     return conn.execute(
         sa.text(
             "INSERT INTO radar.channel_event (channel, kind, subject, deploy_id, target) "
             "SELECT a.channel, :k, a.remote_id, a.deploy_id, a.target FROM radar.alert a "
-            "WHERE a.deploy_id = :d AND a.channel = :c AND a.status = 'sent' AND a.remote_id IS NOT NULL "
+            f"WHERE a.deploy_id = :d AND a.channel = :c AND a.{MAY_HAVE_OPENED} "
             "AND (a.target, a.dbid, a.userid, a.queryid, a.toplevel) NOT IN (SELECT * FROM unnest("
             "  CAST(:t AS text[]), CAST(:db AS oid[]), CAST(:u AS oid[]), CAST(:q AS bigint[]), "
             "  CAST(:l AS boolean[]))) "
@@ -85,34 +90,26 @@ def enqueue_undetected_resolves(
 
 def enqueue_recovered_resolves(conn: sa.Connection, channel: str, analysis_id: str) -> int:
     """A resolve for each detection this channel took whose periodic episode this periodic analysis closed
-    (radar.regression_episode.recovered_by): for a trigger sent (with its remote id), due now; for one still waiting
-    (pending or sending: throttled, or its outcome unknown), a resolve of the trigger's own analysis that is claimed
-    only once the trigger is sent (claim), so an incident opened after its recovery is closed too. A resolve recorded
-    withheld before is made pending again. Returns how many were added or revived."""
-    episode = (
-        "FROM radar.regression_episode e JOIN radar.alert a ON a.deploy_id = e.opened_by AND a.target = e.target "
-        "AND a.dbid = e.dbid AND a.userid = e.userid AND a.queryid = e.queryid AND a.toplevel = e.toplevel "
-        "WHERE e.recovered_by = :d AND a.channel = :c "
-    )
-    params = {"k": RESOLVE, "d": analysis_id, "c": channel}
-    sent = conn.execute(
-        sa.text(
-            "INSERT INTO radar.channel_event (channel, kind, subject, deploy_id, target) "
-            f"SELECT a.channel, :k, a.remote_id, :d, a.target {episode}"
-            f"AND a.status = 'sent' AND a.remote_id IS NOT NULL {REVIVE}"
-        ),
-        params,
-    ).rowcount
-    waiting = conn.execute(
+    (radar.regression_episode.recovered_by): for a trigger that ended with something to resolve (MAY_HAVE_OPENED),
+    due now; for one still waiting (pending or sending: throttled, or its outcome unknown), a resolve of the
+    trigger's own analysis that is claimed only once the trigger ends (claim), so an incident opened after its
+    recovery is closed too. One statement (one snapshot): a trigger settled meanwhile is one or the other, never
+    neither. A resolve recorded withheld before is made pending again. Returns how many were added or revived."""
+    return conn.execute(
         sa.text(
             "INSERT INTO radar.channel_event "
             "(channel, kind, subject, deploy_id, target, dbid, userid, queryid, toplevel) "
-            f"SELECT a.channel, :k, {WAITING_SUBJECT}, a.deploy_id, a.target, a.dbid, a.userid, a.queryid, a.toplevel "
-            f"{episode}AND a.status IN ('pending', 'sending') ON CONFLICT DO NOTHING"
+            f"SELECT a.channel, :k, CASE WHEN s.waits THEN {WAITING_SUBJECT} ELSE a.remote_id END, "
+            "  CASE WHEN s.waits THEN a.deploy_id ELSE :d END, a.target, CASE WHEN s.waits THEN a.dbid END, "
+            "  CASE WHEN s.waits THEN a.userid END, CASE WHEN s.waits THEN a.queryid END, "
+            "  CASE WHEN s.waits THEN a.toplevel END "
+            "FROM radar.regression_episode e JOIN radar.alert a ON a.deploy_id = e.opened_by AND a.target = e.target "
+            "AND a.dbid = e.dbid AND a.userid = e.userid AND a.queryid = e.queryid AND a.toplevel = e.toplevel "
+            "CROSS JOIN LATERAL (SELECT a.status IN ('pending', 'sending') AS waits) s "
+            f"WHERE e.recovered_by = :d AND a.channel = :c AND (s.waits OR a.{MAY_HAVE_OPENED}) {REVIVE}"
         ),
-        params,
+        {"k": RESOLVE, "d": analysis_id, "c": channel},
     ).rowcount
-    return sent + waiting
 
 
 @dataclass(frozen=True)
@@ -148,7 +145,8 @@ def claim(conn: sa.Connection, analysis_id: str, channel: str, kind: str, lease:
         sa.text(
             "UPDATE radar.channel_event w SET status = 'skipped', last_error = 'its trigger was never sent: nothing "
             f"to resolve' WHERE {where} AND status = 'pending' AND queryid IS NOT NULL "
-            f"AND EXISTS (SELECT 1 FROM {TRIGGER} AND t.status IN ('skipped', 'withheld', 'failed'))"
+            f"AND EXISTS (SELECT 1 FROM {TRIGGER} AND t.status IN ('skipped', 'withheld', 'failed') "
+            "AND t.remote_id IS NULL)"
         ),
         params,
     )

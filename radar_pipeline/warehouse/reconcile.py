@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from radar_pipeline.warehouse.alerts import MAX_ATTEMPTS
-from radar_pipeline.warehouse.channels import BLOCKED, DEPLOY_MARK
+from radar_pipeline.warehouse.channels import BLOCKED, DEPLOY_MARK, RESOLVE
 from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX, READY_AT, DueEvent
 
 
@@ -31,17 +31,18 @@ class WaitingAlerts:
 # channels' resolves and deploy marks, and the code hosts' statuses and comments.
 OUTBOXES = ("radar.alert", "radar.channel_event", "radar.code_host_delivery")
 # What waits in the alert outboxes, as one: radar.alert and radar.channel_event, less the resolves that wait for
-# their trigger to be sent (not due: they go out after it, in the trigger's run).
+# their trigger to end (not due: they go out after it, in the trigger's run). `aged`: the row is bound by the alert
+# age limit; a resolve is not (closing an incident is never noise: only MAX_ATTEMPTS bounds it).
+_COLUMNS = "deploy_id, status, attempts, created_at, next_attempt_at, claimed_at"
 ALERT_ROWS = (
-    "(SELECT deploy_id, status, attempts, created_at, next_attempt_at, claimed_at FROM radar.alert "
-    "UNION ALL SELECT deploy_id, status, attempts, created_at, next_attempt_at, claimed_at FROM radar.channel_event w "
-    f"WHERE NOT {BLOCKED})"
+    f"(SELECT {_COLUMNS}, true AS aged FROM radar.alert "
+    f"UNION ALL SELECT {_COLUMNS}, kind <> '{RESOLVE}' FROM radar.channel_event w WHERE NOT {BLOCKED})"
 )
 # What one run of the alert assets (regression_alerts, periodic_alerts) retries: ALERT_ROWS less the deploy marks,
 # which deploy_marks_job sends and retries (defs/deploys/deploy_marks.py), with or without an analysis.
 RETRIED_ROWS = (
-    "(SELECT deploy_id, status, attempts, created_at, next_attempt_at, claimed_at FROM radar.alert "
-    "UNION ALL SELECT deploy_id, status, attempts, created_at, next_attempt_at, claimed_at FROM radar.channel_event w "
+    f"(SELECT {_COLUMNS}, true AS aged FROM radar.alert "
+    f"UNION ALL SELECT {_COLUMNS}, kind <> '{RESOLVE}' FROM radar.channel_event w "
     f"WHERE NOT {BLOCKED} AND kind <> '{DEPLOY_MARK}')"
 )
 
@@ -49,7 +50,7 @@ RETRIED_ROWS = (
 def waiting_alerts(conn: sa.Connection, max_age: timedelta, lease: timedelta, limit: int = 100) -> list[WaitingAlerts]:
     """Analyses with rows due now (radar.alert's, and the channels' resolves; not deploy marks): `pending` past their
     backoff, or left `sending` past `lease` by a run that stopped; only rows created within `max_age` (older ones are
-    withheld by withhold_old)."""
+    withheld by withhold_old), except resolves (never withheld; MAX_ATTEMPTS bounds them)."""
     return _waiting(conn, RETRIED_ROWS, max_age, lease, limit)
 
 
@@ -62,10 +63,11 @@ def waiting_deliveries(
 
 def _waiting(conn: sa.Connection, table: str, max_age: timedelta, lease: timedelta, limit: int) -> list[WaitingAlerts]:
     assert table in (*OUTBOXES, RETRIED_ROWS)  # ours, never input: it is written into the statement
+    aged = "w.aged" if table == RETRIED_ROWS else "true"
     rows = conn.execute(
         sa.text(
             f"SELECT deploy_id, count(*), max(attempts) FROM {table} AS w "
-            "WHERE created_at > now() - :age AND attempts < :max AND ("
+            f"WHERE (created_at > now() - :age OR NOT {aged}) AND attempts < :max AND ("
             "  (status = 'pending' AND coalesce(next_attempt_at, '-infinity') <= now()) "
             "  OR (status = 'sending' AND claimed_at < now() - :lease)) "
             "GROUP BY deploy_id ORDER BY min(created_at) LIMIT :limit"
@@ -76,16 +78,19 @@ def _waiting(conn: sa.Connection, table: str, max_age: timedelta, lease: timedel
 
 
 def withhold_old(conn: sa.Connection, max_age: timedelta) -> int:
-    """Withhold outbox rows (the alerts', the channels' events and the code hosts') still `pending` that were created
-    more than `max_age` ago (no longer news); returns how many. A code host's row keeps its doubt (an earlier attempt
-    may have posted its comment), so a later re-analysis looks for that comment before it posts one."""
+    """Withhold outbox rows (the alerts', the channels' deploy marks and the code hosts') still `pending` that were
+    created more than `max_age` ago (no longer news); returns how many. A resolve is never withheld (closing an
+    incident is never noise; MAX_ATTEMPTS bounds it). A code host's row keeps its doubt (an earlier attempt may have
+    posted its comment), so a later re-analysis looks for that comment before it posts one; a PagerDuty trigger keeps
+    its remote id, so what it may have opened is still resolved."""
     doubt = {"radar.alert": "false", "radar.channel_event": "false", "radar.code_host_delivery": "outcome_unknown"}
+    kinds = {"radar.channel_event": f"AND kind <> '{RESOLVE}'"}
     return sum(
         conn.execute(
             sa.text(
                 f"UPDATE {table} SET status = 'withheld', outcome_unknown = {doubt[table]}, "
                 "last_error = coalesce(last_error || '; ', '') || 'still unsent after the alert age limit: withheld' "
-                "WHERE status = 'pending' AND created_at <= now() - :age"
+                f"WHERE status = 'pending' AND created_at <= now() - :age {kinds.get(table, '')}"
             ),
             {"age": max_age},
         ).rowcount
@@ -150,7 +155,7 @@ def backlog(
             "  count(*) FILTER (WHERE status = 'pending' AND next_attempt_at > now()), "
             "  count(*) FILTER (WHERE status = 'failed'), "
             "  min(created_at) FILTER (WHERE status IN ('pending', 'sending')) "
-            f"FROM {ALERT_ROWS} AS w WHERE created_at > now() - :age"
+            f"FROM {ALERT_ROWS} AS w WHERE created_at > now() - :age OR NOT aged"
         ),
         {"age": alert_age, "lease": lease},
     ).one()

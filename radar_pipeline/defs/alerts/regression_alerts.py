@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 
 from radar_pipeline.alerts.render import render_run_failure
+from radar_pipeline.config import printable
 from radar_pipeline.defs.deploys.deploy_verdicts import (
     RANGE_END,
     RANGE_START,
@@ -71,8 +72,11 @@ def regression_alerts(
             deliver(context.log, engine, slack.sender(), found, facts, withhold=reason, changes=changes)
         )
     except Exception as exc:  # Slack's error never keeps the other channels from their deliveries: raised after them
-        context.log.error(f"Slack: {type(exc).__name__}")
-        _channels(context, engine, channels, analysis_id, facts, found, changes, reanalysis)
+        context.log.error(f"Slack: {type(exc).__name__}: {printable(str(exc).splitlines()[0] if str(exc) else '')}")
+        try:
+            _channels(context, engine, channels, analysis_id, facts, found, changes, reanalysis)
+        except Exception as other:  # noqa: BLE001 - logged (deliver_routed logs each channel's); Slack's is raised
+            context.log.error(f"channels: {type(other).__name__} (after Slack's error, which fails the run)")
         raise exc
     metadata.update(_channels(context, engine, channels, analysis_id, facts, found, changes, reanalysis))
     with engine.begin() as conn:

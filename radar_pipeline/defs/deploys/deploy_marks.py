@@ -13,7 +13,19 @@ import dagster as dg
 from radar_pipeline.defs.resources import ChannelsResource, WarehouseResource
 
 MARKS_TAG = "radar/deploy-marks"
-FAILED_RUN_BACKOFF_S = 300
+FAILED_RUN_BACKOFF_S = 300  # after a failed run; doubled for each failure in a row, up to MAX_BACKOFF_S
+MAX_BACKOFF_S = 3600
+# A run is ended by run monitoring (dagster.yaml) past this, so a stuck one cannot keep the sensor waiting forever;
+# the outbox's lease (15 minutes) then lets the next run take what it left `sending`.
+MAX_RUNTIME_S = 900
+UNFINISHED = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
+ENDED = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
 
 
 @dg.op(description="Mark each recent deploy whose mark is due on the channels routed deploys (radar.channel_event).")
@@ -47,8 +59,11 @@ def deploy_mark_sensor(
     context: dg.SensorEvaluationContext, warehouse: WarehouseResource, channels: ChannelsResource
 ) -> dg.SensorResult | dg.SkipReason:
     """Each tick: the recent deploys (within the alert age limit) whose mark is due; a run of deploy_marks_job for
-    them unless one is queued or running. The run key names what is due and how many runs came before, so a repeated
-    tick requests nothing twice while a later one retries what is still due."""
+    them unless one is unfinished (said in the skip, with its status and age: run monitoring ends one past its
+    dagster/max_runtime), or the last runs failed (the next one waits FAILED_RUN_BACKOFF_S, doubled for each failure
+    in a row, at most MAX_BACKOFF_S). The run key names what is due and a request counter kept in the cursor
+    (started from the clock, so a reset cursor never brings back a key Dagster would skip): a tick evaluated again
+    requests nothing twice, a later one retries what is still due."""
     from radar_pipeline.steps.alert_delivery import LEASE
     from radar_pipeline.warehouse.channels import marks_due
 
@@ -59,15 +74,26 @@ def deploy_mark_sensor(
         due = marks_due(conn, names, channels.alert_max_age, LEASE)
     if not due:
         return dg.SkipReason("no deploy mark is due")
-    runs = context.instance.get_run_records(dg.RunsFilter(job_name=deploy_marks_job.name))
-    if any(not r.dagster_run.is_finished for r in runs):
-        return dg.SkipReason("a run of deploy_marks_job is queued or in progress")
-    last = max(runs, key=lambda r: r.end_time or 0, default=None)
-    if last is not None and last.dagster_run.is_failure and time.time() - (last.end_time or 0) < FAILED_RUN_BACKOFF_S:
-        # A run that failed before it recorded anything (a bug, the warehouse away) is not repeated every tick.
-        return dg.SkipReason(f"the last run of deploy_marks_job failed: the next one {FAILED_RUN_BACKOFF_S} s after it")
+    job = deploy_marks_job.name
+    unfinished = context.instance.get_run_records(dg.RunsFilter(job_name=job, statuses=UNFINISHED), limit=1)
+    if unfinished:
+        run = unfinished[0]
+        age = time.time() - run.create_timestamp.timestamp()
+        return dg.SkipReason(
+            f"run {run.dagster_run.run_id} of {job} is {run.dagster_run.status.value.lower()} for {age:.0f} s: "
+            f"the next one after it (run monitoring ends a run past {MAX_RUNTIME_S} s)"
+        )
+    ended = context.instance.get_run_records(dg.RunsFilter(job_name=job, statuses=ENDED), limit=6)  # newest first
+    streak = next((i for i, r in enumerate(ended) if r.dagster_run.status == dg.DagsterRunStatus.SUCCESS), len(ended))
+    if streak:  # failed (or canceled) runs in a row
+        wait = min(FAILED_RUN_BACKOFF_S * 2 ** (streak - 1), MAX_BACKOFF_S)
+        if time.time() - (ended[0].end_time or 0) < wait:
+            # A run that failed before it recorded anything (a bug, the warehouse away) is not repeated every tick.
+            return dg.SkipReason(f"the last {streak} run(s) of {job} failed: the next one {wait} s after the last")
+    count = int(context.cursor) if context.cursor and context.cursor.isdigit() else int(time.time())
     digest = hashlib.sha256(json.dumps(due).encode()).hexdigest()[:16]
     context.log.info(f"deploy marks due for {len(due)} deploys: {', '.join(due[:10])}")
+    tags = {MARKS_TAG: str(len(due)), "dagster/max_runtime": str(MAX_RUNTIME_S)}
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(run_key=f"marks:{digest}:{len(runs)}", tags={MARKS_TAG: str(len(due))})]
+        run_requests=[dg.RunRequest(run_key=f"marks:{digest}:{count}", tags=tags)], cursor=str(count + 1)
     )
