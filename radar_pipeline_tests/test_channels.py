@@ -60,7 +60,11 @@ def _channels(pd: fake_pagerduty.FakePagerDuty, key: str = KEY, **kwargs: object
 
 
 def _alert(
-    warehouse_url: str, channels: ChannelsResource, slack: SlackResource | None = None, tags: dict | None = None
+    warehouse_url: str,
+    channels: ChannelsResource,
+    slack: SlackResource | None = None,
+    tags: dict | None = None,
+    raise_on_error: bool = True,
 ) -> tuple[dg.ExecuteInProcessResult, str]:
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("deploys", ["d-7"])
@@ -74,8 +78,25 @@ def _alert(
             },
             instance=instance,
             tags=tags,
+            raise_on_error=raise_on_error,
         )
         return result, run_log_text(instance, result.run_id)
+
+
+def _periodic(
+    warehouse_url: str, channels: ChannelsResource, slack: SlackResource
+) -> tuple[list[dg.AssetsDefinition], dict[str, dg.ConfigurableResource]]:
+    """The periodic check's two assets and the resources a run of them takes."""
+    periodic = periodic_definitions(periodic_start(), periodic_minute())
+    assets = [periodic.get_assets_def("periodic_verdicts"), periodic.get_assets_def("periodic_alerts")]
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": AnalysisResource(),
+        "targets": TargetsResource(spec=""),
+        "slack": slack,
+        "channels": channels,
+    }
+    return assets, resources
 
 
 def _rows(warehouse, table: str = "radar.alert") -> list[dict]:
@@ -500,15 +521,7 @@ def test_the_location_loads_routes_and_keeps_the_key_out_of_its_config(monkeypat
 def test_the_periodic_checks_recovery_resolves_the_incident(timeline, warehouse, warehouse_url, pagerduty):  # noqa: F811
     """Statement 31 slows in hour 1 (reported: an incident), recovers in hour 4 (resolved) and slows again in hour 5
     (a new episode: a new incident)."""
-    periodic = periodic_definitions(periodic_start(), periodic_minute())
-    assets = [periodic.get_assets_def("periodic_verdicts"), periodic.get_assets_def("periodic_alerts")]
-    resources = {
-        "warehouse": WarehouseResource(url=warehouse_url),
-        "analysis": AnalysisResource(),
-        "targets": TargetsResource(spec=""),
-        "slack": SlackResource(),
-        "channels": _channels(pagerduty, routes="regression=pagerduty"),
-    }
+    assets, resources = _periodic(warehouse_url, _channels(pagerduty, routes="regression=pagerduty"), SlackResource())
     opened = {}
     with dg.instance_for_test() as instance:
         for hour in range(1, 6):
@@ -608,20 +621,7 @@ def test_a_channel_that_breaks_does_not_stop_the_others(analysed, warehouse_url,
     broken.notify = lambda *args: (_ for _ in ()).throw(RuntimeError("a bug in a channel"))  # type: ignore[method-assign]
     real = _channels(pagerduty).factories()["pagerduty"]
     monkeypatch.setattr(ChannelsResource, "factories", lambda self: {"grafana": lambda: broken, "pagerduty": real})
-    with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions("deploys", ["d-7"])
-        result = dg.materialize(
-            [regression_alerts],
-            partition_key="d-7",
-            resources={
-                "warehouse": WarehouseResource(url=warehouse_url),
-                "slack": SlackResource(),
-                "channels": ChannelsResource(),
-            },
-            instance=instance,
-            raise_on_error=False,
-        )
-        log = run_log_text(instance, result.run_id)
+    result, log = _alert(warehouse_url, ChannelsResource(), SlackResource(), raise_on_error=False)
     assert not result.success and "grafana: RuntimeError: a bug in a channel" in log
     assert len(pagerduty.incidents) == 1 and len(pagerduty.changes) == 1
     assert {(r["channel"], r["status"]) for r in _rows(analysed)} == {("grafana", "sending"), ("pagerduty", "sent")}
@@ -660,15 +660,7 @@ def test_a_trigger_sent_after_its_episode_recovered_is_resolved(timeline, wareho
     opens after its recovery is resolved in the same run, and the waiting resolve is never due before it."""
     from radar_pipeline.warehouse import reconcile as store
 
-    periodic = periodic_definitions(periodic_start(), periodic_minute())
-    assets = [periodic.get_assets_def("periodic_verdicts"), periodic.get_assets_def("periodic_alerts")]
-    resources = {
-        "warehouse": WarehouseResource(url=warehouse_url),
-        "analysis": AnalysisResource(),
-        "targets": TargetsResource(spec=""),
-        "slack": SlackResource(),
-        "channels": _channels(pagerduty, routes="regression=pagerduty"),
-    }
+    assets, resources = _periodic(warehouse_url, _channels(pagerduty, routes="regression=pagerduty"), SlackResource())
     hour1 = "periodic:" + _key(timeline, 1)
     pagerduty.throttle_next(EVENTS, "3600")  # hour 1's trigger waits an hour (Retry-After)
     with dg.instance_for_test() as instance:
@@ -715,20 +707,7 @@ def test_slacks_error_does_not_keep_a_deploys_channels_from_their_deliveries(
     slack,
     monkeypatch,
 ):
-    with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions("deploys", ["d-7"])
-        result = dg.materialize(
-            [regression_alerts],
-            partition_key="d-7",
-            resources={
-                "warehouse": WarehouseResource(url=warehouse_url),
-                "slack": _broken_slack(monkeypatch, slack),
-                "channels": _channels(pagerduty),
-            },
-            instance=instance,
-            raise_on_error=False,
-        )
-        log = run_log_text(instance, result.run_id)
+    result, log = _alert(warehouse_url, _channels(pagerduty), _broken_slack(monkeypatch, slack), raise_on_error=False)
     assert not result.success and "a bug in Slack's path" in log  # the run fails, visibly
     assert len(pagerduty.incidents) == 1 and len(pagerduty.changes) == 1
 
@@ -741,15 +720,9 @@ def test_an_error_in_one_periodic_step_does_not_stop_the_rest(
     slack,
     monkeypatch,
 ):
-    periodic = periodic_definitions(periodic_start(), periodic_minute())
-    assets = [periodic.get_assets_def("periodic_verdicts"), periodic.get_assets_def("periodic_alerts")]
-    resources = {
-        "warehouse": WarehouseResource(url=warehouse_url),
-        "analysis": AnalysisResource(),
-        "targets": TargetsResource(spec=""),
-        "slack": _broken_slack(monkeypatch, slack),
-        "channels": _channels(pagerduty, routes="regression=pagerduty"),
-    }
+    assets, resources = _periodic(
+        warehouse_url, _channels(pagerduty, routes="regression=pagerduty"), _broken_slack(monkeypatch, slack)
+    )
     with dg.instance_for_test() as instance:
         result = dg.materialize(
             assets, partition_key=_key(timeline, 1), resources=resources, instance=instance, raise_on_error=False
@@ -768,15 +741,7 @@ def test_one_targets_broken_channel_does_not_stop_the_next_targets(
 ):
     """Hour 1 reports statement 31 on two targets; a channel breaks (not a channel's answer: a bug) on the first: the
     second target is still delivered on every channel, and the run fails afterwards."""
-    periodic = periodic_definitions(periodic_start(), periodic_minute())
-    assets = [periodic.get_assets_def("periodic_verdicts"), periodic.get_assets_def("periodic_alerts")]
-    resources = {
-        "warehouse": WarehouseResource(url=warehouse_url),
-        "analysis": AnalysisResource(),
-        "targets": TargetsResource(spec=""),
-        "slack": SlackResource(),
-        "channels": ChannelsResource(),
-    }
+    assets, resources = _periodic(warehouse_url, ChannelsResource(), SlackResource())
     broken = Ledger()
     real_notify = broken.notify
 
@@ -884,15 +849,11 @@ def test_a_waiting_resolve_closes_a_trigger_that_may_have_opened_and_ended_withh
 ):
     """Hour 1's trigger times out after PagerDuty took it; hour 4 recovers while it waits; it then ends withheld (too
     old): its waiting resolve is not skipped but sent, with the trigger's dedup_key."""
-    periodic = periodic_definitions(periodic_start(), periodic_minute())
-    assets = [periodic.get_assets_def("periodic_verdicts"), periodic.get_assets_def("periodic_alerts")]
-    resources = {
-        "warehouse": WarehouseResource(url=warehouse_url),
-        "analysis": AnalysisResource(),
-        "targets": TargetsResource(spec=""),
-        "slack": SlackResource(),
-        "channels": _channels(pagerduty, routes="regression=pagerduty", timeout_seconds=HELD_TIMEOUT),
-    }
+    assets, resources = _periodic(
+        warehouse_url,
+        _channels(pagerduty, routes="regression=pagerduty", timeout_seconds=HELD_TIMEOUT),
+        SlackResource(),
+    )
     hour1 = "periodic:" + _key(timeline, 1)
     held = pagerduty.hold_next(EVENTS)
     with dg.instance_for_test() as instance:
@@ -919,20 +880,7 @@ def test_slacks_error_is_raised_even_when_the_channels_fail_too(analysed, wareho
         raise RuntimeError("a bug in PagerDuty's path")
 
     monkeypatch.setattr(PagerDutyChannel, "mark_deploy", broken)
-    with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions("deploys", ["d-7"])
-        result = dg.materialize(
-            [regression_alerts],
-            partition_key="d-7",
-            resources={
-                "warehouse": WarehouseResource(url=warehouse_url),
-                "slack": _broken_slack(monkeypatch, slack),
-                "channels": _channels(pagerduty),
-            },
-            instance=instance,
-            raise_on_error=False,
-        )
-        log = run_log_text(instance, result.run_id)
+    result, log = _alert(warehouse_url, _channels(pagerduty), _broken_slack(monkeypatch, slack), raise_on_error=False)
     failure = result.failure_data_for_node("regression_alerts")
     assert failure is not None and failure.error is not None and failure.error.cause is not None
     assert failure.error.cause.message == "RuntimeError: a bug in Slack's path\n"  # the run's error, after the channels
