@@ -14,8 +14,6 @@ request's Accept-Encoding (a compressing proxy in front of Grafana, or Grafana's
 from __future__ import annotations
 
 import json
-import socket
-import struct
 import threading
 import time
 from collections import deque
@@ -135,13 +133,6 @@ def start() -> tuple[FakeGrafana, ThreadingHTTPServer]:
             return 200, json.dumps({"message": "Annotation added", "id": number}).encode()
 
         def _send(self, mode: Mode) -> None:
-            if mode.delay:
-                time.sleep(mode.delay)
-            if mode.reset:
-                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                self.connection.close()
-                self.close_connection = True
-                return
             send(self, replace(mode, gzip=mode.gzip or state.compress))
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -64,7 +64,15 @@ class Mode:
 
 
 def send(handler: BaseHTTPRequestHandler, mode: Mode) -> None:
-    """Write `mode`'s answer (compressed when it says so); a client that gave up is no error."""
+    """Write `mode`'s answer (compressed when it says so), after its delay, or reset the connection instead; a client
+    that gave up is no error."""
+    if mode.delay:
+        time.sleep(mode.delay)
+    if mode.reset:
+        handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        handler.connection.close()
+        handler.close_connection = True
+        return
     body = gzip.compress(mode.body) if mode.gzip else mode.body
     try:
         handler.send_response(mode.status)
@@ -205,13 +213,6 @@ def start() -> tuple[FakeWebhook, ThreadingHTTPServer]:
             return 404, "text/plain", b"not found"
 
         def _send(self, mode: Mode) -> None:
-            if mode.delay:
-                time.sleep(mode.delay)
-            if mode.reset:
-                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                self.connection.close()
-                self.close_connection = True
-                return
             send(self, mode)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
