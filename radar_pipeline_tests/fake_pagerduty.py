@@ -24,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from .fake_slack import Odd
+from .fake_webhook import Mode, send
 
 EVENTS, CHANGES = "/v2/enqueue", "/v2/change/enqueue"
 SEVERITIES = ("critical", "error", "warning", "info")
@@ -198,16 +199,7 @@ def start() -> tuple[FakePagerDuty, ThreadingHTTPServer]:
         def _answer(
             self, status: int, data: bytes, headers: dict | None = None, content_type: str = "application/json"
         ) -> None:
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(data)))
-                for key, value in (headers or {}).items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(data)
-            except OSError:  # the client timed out and closed the connection
-                pass
+            send(self, Mode(status=status, body=data, content_type=content_type, headers=headers or {}))
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     state.port = server.server_address[1]

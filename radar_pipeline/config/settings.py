@@ -298,7 +298,6 @@ def parse_webhooks(text: str, setting: str = "RADAR_WEBHOOKS") -> dict[str, dict
 
 # receiver: the checks of `radar webhook serve`'s settings (the fields are at the end of RadarSettings).
 RECEIVER_SCOPES = ("deploy", "gate")  # record deploys (POST /v1/deploys/generic); read a deploy's gate
-MIN_TOKEN_LENGTH = 16
 
 
 def receiver_tokens(text: str, variable: str) -> list[tuple[str, frozenset[str]]]:
@@ -322,8 +321,8 @@ def receiver_tokens(text: str, variable: str) -> list[tuple[str, frozenset[str]]
         token, scopes = entry["token"], entry["scopes"]
         if not isinstance(token, str) or any(c.isspace() or not c.isprintable() or not c.isascii() for c in token):
             raise ConfigError(f"{where}: the token must be printable ASCII without white space")
-        if len(token) < MIN_TOKEN_LENGTH:
-            raise ConfigError(f"{where}: the token is shorter than {MIN_TOKEN_LENGTH} characters: too easy to guess")
+        if len(token) < MIN_SHARED_SECRET:
+            raise ConfigError(f"{where}: the token is shorter than {MIN_SHARED_SECRET} characters: too easy to guess")
         if not isinstance(scopes, list) or not scopes or not all(s in RECEIVER_SCOPES for s in scopes):
             raise ConfigError(f"{where}: scopes must be a non-empty list of {', '.join(map(repr, RECEIVER_SCOPES))}")
         if any(token == other for other, _ in found):

@@ -1,5 +1,5 @@
-"""What the Kubernetes tools' sources (Argo CD, Flux, Argo Rollouts) share: the JSON body read as an object, each
-field taken with its type and the deploy event's own text rules (radar_pipeline.warehouse.deploys: its control
+"""What the Kubernetes tools' sources (Argo CD, Flux, Argo Rollouts) share (the body is read by common.json_object):
+each field taken with its type and the deploy event's own text rules (radar_pipeline.warehouse.deploys: its control
 characters and length limit), object names checked as Kubernetes names, a deploy id stable for the facts that make
 a deploy, and the bearer token or HMAC signature checked in constant time. Pure: no I/O."""
 
@@ -22,18 +22,6 @@ KUBE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z
 MAX_KUBE_NAME = 253
 DIGEST = 16  # hex characters of the deploy id's hash: 64 bits, no collision among a warehouse's deploys
 HMAC_HASHES = {"sha224", "sha256", "sha384", "sha512"}  # what Flux's documented verifier accepts
-
-
-def json_object(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object (400 when it is not one)."""
-    try:
-        value = json.loads(body)
-    except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested beyond the parser's depth
-        raise Refused(400, "the body is not JSON") from None
-    if not isinstance(value, dict):
-        raise Refused(400, f"the body is a JSON {_kind(value)}, not an object")
-    common.unicode_only(value)
-    return value
 
 
 def section(obj: Mapping[str, Any], key: str, where: str = "") -> dict[str, Any]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from radar_pipeline.receiver.sources import _kube
+from radar_pipeline.receiver.sources import _kube, common
 from radar_pipeline.receiver.sources.base import Parsed
 
 NAME = "argocd"
@@ -38,7 +38,7 @@ def authenticate(headers: Mapping[str, str], body: bytes, secret: str) -> None:
 
 def parse(headers: Mapping[str, str], body: bytes, params: Mapping[str, str]) -> Parsed:
     """A succeeded sync as a deploy; another phase as ignored, with why (Refused when the body is not usable)."""
-    obj = _kube.json_object(body)
+    obj = common.json_object(body)
     app = _kube.kube_name(obj, "app")
     phase = _kube.text(obj, "phase")
     if phase != SUCCEEDED:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from radar_pipeline.receiver.sources import _kube
+from radar_pipeline.receiver.sources import _kube, common
 from radar_pipeline.receiver.sources.base import Parsed, Refused
 
 NAME = "flux"
@@ -49,7 +49,7 @@ def authenticate(headers: Mapping[str, str], body: bytes, secret: str) -> None:
 def parse(headers: Mapping[str, str], body: bytes, params: Mapping[str, str]) -> Parsed:
     """A reconciled Kustomization or an installed or upgraded HelmRelease as a deploy; any other event as ignored,
     with why (Refused when the body is not a usable event)."""
-    obj = _kube.json_object(body)
+    obj = common.json_object(body)
     involved = _kube.section(obj, "involvedObject")
     kind = _kube.text(involved, "kind", "involvedObject.")
     namespace = _kube.kube_name(involved, "namespace", "involvedObject.")

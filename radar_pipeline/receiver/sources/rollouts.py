@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from radar_pipeline.receiver.sources import _kube
+from radar_pipeline.receiver.sources import _kube, common
 from radar_pipeline.receiver.sources.base import Parsed, Refused
 
 NAME = "rollouts"
@@ -41,7 +41,7 @@ def authenticate(headers: Mapping[str, str], body: bytes, secret: str) -> None:
 def parse(headers: Mapping[str, str], body: bytes, params: Mapping[str, str]) -> Parsed:
     """A completed rollout, or a canary's first step, as a deploy; an aborted rollout or any other notification as
     ignored, with why (Refused when the body is not usable)."""
-    obj = _kube.json_object(body)
+    obj = common.json_object(body)
     trigger = _kube.text(obj, "trigger")
     namespace = _kube.kube_name(obj, "namespace")
     rollout = _kube.kube_name(obj, "rollout")
