@@ -125,7 +125,7 @@ def test_a_new_slow_statement_is_reported_heavy(warehouse):
     assert summary.loc[-1, "statements_before"] == 1 and summary.loc[-1, "statements_after"] == 2
 
 
-def test_a_slowdown_beside_a_new_heavy_statement_is_contention(warehouse):
+def test_a_slowdown_beside_a_new_heavy_statement_is_collateral(warehouse):
     store(
         warehouse,
         "idx",
@@ -138,11 +138,14 @@ def test_a_slowdown_beside_a_new_heavy_statement_is_contention(warehouse):
     result = analyse_deploy(AnalysisRun(warehouse, SETTINGS), "idx")
     verdicts = result.verdicts.set_index("queryid")
     assert verdicts.loc[51, "verdict"] == "detected"
-    assert verdicts.loc[51, "cause"] == f"contention: 52 {SCAN}"
+    assert verdicts.loc[51, "cause"] == "collateral"
+    assert verdicts.loc[51, "cause_detail"] == f"collateral of queryid 52: {SCAN}"
     assert verdicts.loc[53, "verdict"] != "detected"
     with warehouse.connect() as conn:
-        stored = conn.execute(sa.text("SELECT cause FROM radar.verdict WHERE deploy_id = 'idx' AND queryid = 51"))
-        assert stored.scalar_one() == f"contention: 52 {SCAN}"
+        stored = conn.execute(
+            sa.text("SELECT cause, cause_detail FROM radar.regression WHERE deploy_id = 'idx' AND queryid = 51")
+        )
+        assert tuple(stored.one()) == ("collateral", f"collateral of queryid 52: {SCAN}")
     _, changes = changes_of(warehouse, "idx")
     assert changes.loc[52, "kind"] == "new" and changes.loc[52, "heavy"]
 

@@ -48,7 +48,13 @@ def _analysed() -> pd.DataFrame:
     out = analyse(pd.concat(rows, ignore_index=True), DEPLOY)
     out["dbid"], out["userid"], out["toplevel"] = 1, 10, True
     out["queryid"] = out["query_key"].astype("int64")
-    for name, value in (("fingerprint", 7), ("plan_diff", None), ("queryid_shared_with", None)):
+    for name, value in (
+        ("fingerprint", 7),
+        ("plan_diff", None),
+        ("queryid_shared_with", None),
+        ("named_changes", None),
+        ("undo_hint", None),
+    ):
         ANALYSED_VERDICTS.assign(out, name, value)
     ANALYSED_VERDICTS.assign(out, "merged_queryids", [[] for _ in range(len(out))])
     return out
@@ -81,8 +87,8 @@ def test_a_verdict_frame_unlike_its_declaration_is_refused_before_anything_is_wr
         with warehouse.connect() as conn:
             assert _stored(conn) == before  # nothing stored is lost or changed
 
-    # The analysis names a contention's culprit in the cause it overwrites (declared, with the reason).
-    ANALYSED_VERDICTS.check(verdicts.assign(cause=f"{Cause.CONTENTION}: 52 SELECT 1"), "here")
+    # The analysis names a collateral slowdown's culprit in the cause_detail it overwrites (declared, with the reason).
+    ANALYSED_VERDICTS.check(verdicts.assign(cause=Cause.COLLATERAL.value, cause_detail="collateral of queryid 52"), "here")
     assert "cause" in ANALYSED_VERDICTS.overwrites
     with pytest.raises(FrameError, match="analysed verdicts may not overwrite verdicts column 'verdict'"):
         ANALYSED_VERDICTS.assign(verdicts, "verdict", Verdict.DETECTED.value)

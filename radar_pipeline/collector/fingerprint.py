@@ -179,3 +179,32 @@ def _word(token: parser.Token) -> bool:
 
 def _value(token: parser.Token) -> bool:
     return _word(token) or token.name in _NUMBERS or token.name in STRING_TOKENS
+
+
+def relations(text: str) -> frozenset[str]:
+    """The tables a statement text names (its range variables: FROM, JOIN, INSERT/UPDATE/DELETE targets, subqueries),
+    as written: `schema.table` when qualified, else `table`; the names its WITH clauses define are left out. Empty
+    for a text the parser does not accept."""
+    try:
+        tree = json.loads(parser.parse_sql_json(text))
+    except parser.ParseError:
+        return frozenset()
+    found: set[str] = set()
+    ctes: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("relname"), str):  # a RangeVar, wrapped or (a DML target's `relation`) bare
+                schema = node.get("schemaname")
+                found.add(f"{schema}.{node['relname']}" if schema else node["relname"])
+            cte = node.get("CommonTableExpr")
+            if isinstance(cte, dict) and "ctename" in cte:
+                ctes.add(cte["ctename"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(tree)
+    return frozenset(found - ctes)

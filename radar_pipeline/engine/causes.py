@@ -42,6 +42,7 @@ def explain(samples: WindowSamples, verdicts: pd.DataFrame, settings: EngineSett
             "blks_read_per_call_before": np.full(g, np.nan),
             "blks_read_per_call_after": np.full(g, np.nan),
             "cause": np.full(g, None, dtype=object),
+            "cause_detail": np.full(g, None, dtype=object),
         },
         index=verdicts.index,
     )

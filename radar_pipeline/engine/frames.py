@@ -186,6 +186,7 @@ VERDICT_FRAME = FrameSchema(
         *_floats("q_stat", "rows_per_call_before", "rows_per_call_after"),
         *_floats("blks_read_per_call_before", "blks_read_per_call_after"),
         Column("cause", TEXT, words=tuple(c.value for c in CAUSES)),
+        Column("cause_detail", TEXT),  # the cause in words, with its figures (None: nothing more to say)
         Column("merged_keys", ANY),
         *_floats("factor_low", "factor_high", "p_family", "budget_share", "serial_correlation"),
         *_floats("history_intervals", "factor_bound"),

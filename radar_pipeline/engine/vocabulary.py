@@ -38,17 +38,69 @@ class Reason(StrEnum):
 
 
 class Cause(StrEnum):
-    """Why a detected statement got slower. plan_changed comes from the plans around the change (set by the analysis,
-    which has them); the others from counters. contention is stored as "contention: <queryid> <text>", naming the
-    statement whose surge or new heavy load coincided with the change (engine/impact.py finds it; the analysis adds
-    its text)."""
+    """Why a detected statement got slower, one word per detection (the first that applies, in the order of README's
+    "Reading a verdict"): its verdict's `cause_detail` says it in words, `named_changes` lists the catalog and setting
+    changes found on its relations (also beside plan_changed), `undo_hint` how to undo the first where it can be told.
+
+    plan_changed comes from the plans around the change; the named-change words from the catalog and settings facts
+    collected around the deploy (a ChangeKind of the statement's relations, database or role); the counter words from
+    the counters of the two segments; collateral names the statement whose load rose at the same change point.
+    contention (`contention: <queryid> <text>`) is what analyses before issue 28 stored for collateral."""
 
     PLAN_CHANGED = "plan_changed"
+    # a change named in the catalog or settings (ChangeKind, CAUSE_OF_CHANGE)
+    INDEX_DROPPED = "index_dropped"
+    INDEX_INVALID = "index_invalid"
+    COLUMN_TYPE_CHANGED = "column_type_changed"
+    TRIGGER_ADDED = "trigger_added"
+    CONSTRAINT_ADDED = "constraint_added"
+    STATISTICS_RESET = "statistics_reset"
+    SETTING_CHANGED = "setting_changed"
+    SCHEMA_CHANGED = "schema_changed"  # any other catalog change on its relations
     FLEET_WIDE = "fleet_wide"
+    # from the counters of the two segments
     MORE_ROWS = "more_rows"
-    CONTENTION = "contention"
+    PLANNING_TIME = "planning_time"
+    TEMP_SPILL = "temp_spill"
+    LOST_PARALLELISM = "lost_parallelism"
+    JIT = "jit"
+    WAL_BOUND = "wal_bound"
+    MORE_BUFFERS = "more_buffers"  # shared buffers touched (hit + read) per call
     MORE_BLOCKS_READ = "more_blocks_read"
+    COLLATERAL = "collateral"
+    CONTENTION = "contention"
     UNEXPLAINED = "unexplained"
+
+
+class ChangeKind(StrEnum):
+    """What a named change did (radar_pipeline/named_changes.py), most telling first: a statement touched by several
+    is given the cause of the first (CAUSE_OF_CHANGE)."""
+
+    INDEX_DROPPED = "index_dropped"
+    INDEX_INVALID = "index_invalid"  # left invalid or not ready (a failed CREATE INDEX CONCURRENTLY)
+    COLUMN_TYPE_CHANGED = "column_type_changed"
+    TRIGGER_ADDED = "trigger_added"
+    CONSTRAINT_ADDED = "constraint_added"
+    STATISTICS_RESET = "statistics_reset"  # no statistics since a rewrite, a replacement or a reset
+    SETTING_CHANGED = "setting_changed"  # pg_settings, or pg_db_role_setting for a database and/or role
+    INDEX_ADDED = "index_added"
+    INDEX_CHANGED = "index_changed"
+    TRIGGER_DROPPED = "trigger_dropped"
+    TRIGGER_CHANGED = "trigger_changed"  # its definition, or enabled/disabled
+    CONSTRAINT_DROPPED = "constraint_dropped"
+    COLUMN_ADDED = "column_added"
+    COLUMN_DROPPED = "column_dropped"
+    TABLE_REWRITTEN = "table_rewritten"  # a new relfilenode: VACUUM FULL, CLUSTER, a rewriting ALTER TABLE
+    EXTENDED_STATISTICS_DROPPED = "extended_statistics_dropped"
+    EXTENDED_STATISTICS_ADDED = "extended_statistics_added"
+    UTILITY_STATEMENT = "utility_statement"  # the deploy's own DDL seen in pg_stat_statements
+
+
+_SAME_WORD = {k.value for k in ChangeKind} & {c.value for c in Cause}
+# The cause a named change gives a statement it touches: its own word where there is one, else schema_changed.
+CAUSE_OF_CHANGE = {k: Cause(k.value) if k.value in _SAME_WORD else Cause.SCHEMA_CHANGED for k in ChangeKind}
+# Causes a named change gives: a statement with one of them has a change of its own (not collateral, not fleet_wide).
+NAMED_CAUSES = frozenset(CAUSE_OF_CHANGE.values())
 
 
 # What else a deploy changed, per statement (engine/impact.py's `kind`).
@@ -57,3 +109,4 @@ IMPACT_KINDS = ("new", "stopped", "surge", "n_plus_one", "rows_per_call")
 VERDICTS = tuple(Verdict)
 REASONS = tuple(Reason)
 CAUSES = tuple(Cause)
+CHANGE_KINDS = tuple(ChangeKind)

@@ -34,7 +34,7 @@ SHARED_SPAN = timedelta(hours=2)
 # windows do not overlap. A million samples are 82 MB in memory, and 234 MB while the COPY's stream is parsed.
 SHARED_SAMPLES = 1_000_000
 TEXT_LENGTH = 120  # characters of a changed statement's text kept with the analysis's result
-CAUSE_TEXT = 60  # characters of the culprit's text in a `contention: …` cause
+CAUSE_TEXT = 60  # characters of the culprit's text in a collateral detection's cause_detail
 
 
 class AnalysisRefused(RuntimeError):
@@ -256,7 +256,7 @@ def decide_window(
 
     The impact (engine/impact.py) is computed from the same counters. A detection whose cause the counters left open
     and whose change coincides with another statement's surge or new heavy load gets cause
-    `contention: <queryid> <text>`. Each detection gets a plan diff from the stored plans (capturing the current plan
+    collateral, its cause_detail naming that statement. Each detection gets a plan diff from the stored plans (capturing the current plan
     from the target, when the run may reach it, when none was stored after the change); a changed shape makes its
     cause plan_changed, whatever else
     was found. The warehouse is read in a transaction that ends before the watched server is reached, and no
@@ -295,11 +295,12 @@ def decide_window(
         blamed = culprits.notna().to_numpy()
         if blamed.any():
             by_key = changes.set_index("query_key")
-            contention = [
-                f"{Cause.CONTENTION}: {int(by_key.loc[k, 'queryid'])} {by_key.loc[k, 'query'][:CAUSE_TEXT]}".rstrip()
+            collateral = [
+                f"collateral of queryid {int(by_key.loc[k, 'queryid'])}: {by_key.loc[k, 'query'][:CAUSE_TEXT]}".rstrip()
                 for k in culprits[blamed]
             ]
-            ANALYSED_VERDICTS.assign(verdicts, "cause", contention, rows=blamed)
+            ANALYSED_VERDICTS.assign(verdicts, "cause", Cause.COLLATERAL.value, rows=blamed)
+            ANALYSED_VERDICTS.assign(verdicts, "cause_detail", collateral, rows=blamed)
         detected = verdicts["verdict"] == Verdict.DETECTED
         texts = analysis.query_texts(conn, target, verdicts.loc[detected, KEY])
         timings.write = time.perf_counter() - started  # the texts, read here for the write's sake
@@ -356,6 +357,8 @@ def _with_statement_keys(result: pd.DataFrame, window: analysis.WindowCounters) 
         "merged_queryids": [[queryids[int(k)] for k in merged] for merged in result["merged_keys"]],
         "plan_diff": None,
         "queryid_shared_with": None,
+        "named_changes": None,
+        "undo_hint": None,
     }
     for name, values in added.items():
         ANALYSED_VERDICTS.assign(out, name, values)

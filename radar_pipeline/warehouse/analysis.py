@@ -42,16 +42,19 @@ ANALYSED_VERDICTS = VERDICT_FRAME.extend(
         Column("merged_queryids", ANY),
         Column("plan_diff", ANY),
         Column("queryid_shared_with", ANY),
-        # a counter's cause, plan_changed, or contention naming the statement (its text cut to steps' CAUSE_TEXT)
-        Column(
-            "cause",
-            TEXT,
-            pattern="|".join([*(c.value for c in CAUSES if c != Cause.CONTENTION), f"{Cause.CONTENTION}: .+"]),
-        ),
+        # the changes named on the statement's relations, database or role (a JSON array of NamedChange.to_json, as
+        # text; None when none was named) and the statement undoing the first, where one can be derived
+        Column("named_changes", ANY),
+        Column("undo_hint", TEXT),
+        # a counter's cause, plan_changed, a named change's, or collateral naming the statement in cause_detail
+        Column("cause", TEXT, words=tuple(c.value for c in CAUSES if c != Cause.CONTENTION)),
+        Column("cause_detail", TEXT),
     ),
     overwrites={
-        "cause": "the analysis sees what the engine does not: a changed plan shape makes it plan_changed, and a "
-        "statement whose surge coincided with the change makes it `contention: <queryid> <text>`",
+        "cause": "the analysis sees what the engine does not: a changed plan shape makes it plan_changed, a change "
+        "named on its relations gives that change's cause, and a statement whose load rose at the same change point "
+        "makes it collateral",
+        "cause_detail": "the analysis says the named change, or the statement a collateral slowdown is due to",
     },
 )
 # What radar.statement_change stores of the impact: the statement's KEY instead of the engine's query_key and dbid,
@@ -78,6 +81,8 @@ VERDICT_COLUMNS = [
     "plan_diff",
     "merged_queryids",
     "queryid_shared_with",
+    "named_changes",
+    "undo_hint",
 ]
 # A verdict (alias v) with its statement's text (alias q).
 VERDICT_QUERY_JOIN = (
