@@ -88,7 +88,8 @@ def test_a_verdict_frame_unlike_its_declaration_is_refused_before_anything_is_wr
             assert _stored(conn) == before  # nothing stored is lost or changed
 
     # The analysis names a collateral slowdown's culprit in the cause_detail it overwrites (declared, with the reason).
-    ANALYSED_VERDICTS.check(verdicts.assign(cause=Cause.COLLATERAL.value, cause_detail="collateral of queryid 52"), "here")
+    collateral = verdicts.assign(cause=Cause.COLLATERAL.value, cause_detail="collateral of queryid 52")
+    ANALYSED_VERDICTS.check(collateral, "here")
     assert "cause" in ANALYSED_VERDICTS.overwrites
     with pytest.raises(FrameError, match="analysed verdicts may not overwrite verdicts column 'verdict'"):
         ANALYSED_VERDICTS.assign(verdicts, "verdict", Verdict.DETECTED.value)
