@@ -389,6 +389,14 @@ def _print_verdicts(table: pd.DataFrame) -> None:
         )
     )
     for row in table.itertuples():  # below the table: its query column is cut to the room left
+        if isinstance(row.cause_detail, str) and row.cause_detail:
+            click.echo(f"{clean(row.cause)}, queryid {row.queryid}: {clean(row.cause_detail)}")
+        if isinstance(row.named_changes, list):
+            for change in row.named_changes[1:] if row.cause_detail else row.named_changes:
+                if isinstance(change, dict) and change.get("sentence"):
+                    click.echo(f"also changed, queryid {row.queryid}: {clean(change['sentence'])}")
+        if isinstance(row.undo_hint, str) and row.undo_hint:
+            click.echo(f"to undo, queryid {row.queryid}: {clean(row.undo_hint)}")
         if isinstance(row.queryid_shared_with, list) and row.queryid_shared_with:
             click.echo(f"caution, queryid {row.queryid}: {clean(shared_queryid_note(row.queryid_shared_with))}")
 
@@ -530,7 +538,8 @@ def _gate_text(view: gate_step.GateView, deploy_id: str) -> list[str]:
         factor = f"×{at:.2f}" if at is not None else "×?"
         interval = f" [×{d['factor_low']:.2f}, ×{d['factor_high']:.2f}]" if d["factor_low"] is not None else ""
         lines.append(
-            f"  {factor}{interval} cause {clean(d['cause'] or Cause.UNEXPLAINED)}, queryid {d['queryid']}: "
+            f"  {factor}{interval} cause {clean(d['cause'] or Cause.UNEXPLAINED)}"
+            f"{' (' + clean(d['cause_detail']) + ')' if d.get('cause_detail') else ''}, queryid {d['queryid']}: "
             f"{clean(d['query'])}"
         )
     return lines

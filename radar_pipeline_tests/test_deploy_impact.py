@@ -1,6 +1,6 @@
-"""The deploy's impact in the warehouse: summary and statement changes stored with the analysis, the contention
+"""The deploy's impact in the warehouse: summary and statement changes stored with the analysis, the collateral
 cause, the alert and `radar verdicts`. Synthetic counters stored as the collector would (deterministic on a busy
-machine: the contention case cannot be made reliable with real load on two shared cores)."""
+machine: the collateral case cannot be made reliable with real load on two shared cores)."""
 
 from __future__ import annotations
 
@@ -249,9 +249,9 @@ def test_a_collateral_slowdown_alert_leads_with_its_cause(warehouse, warehouse_u
     assert body["text"] == "1 query slower, 1 new heavy statement after deploy api v2 on main"
     assert text.index(SCAN.replace("$1", "$1")) < text.index(UPDATE)  # the cause first
     assert "*Load change:* new statement, " in text and "of the database time after the deploy" in text
-    assert f"*Cause:* contention: 52 {SCAN}" in text
+    assert f"*Cause:* collateral: collateral of queryid 52: {SCAN}" in text
     assert "*First plan:* Seq Scan on accounts" in text
-    print(f"\n--- contention alert ---\n{body['text']}\n{text}")
+    print(f"\n--- collateral alert ---\n{body['text']}\n{text}")
     assert not fake_slack.limit_errors(body)
 
 
@@ -309,7 +309,8 @@ def test_verdicts_command_and_metadata_show_the_summary(warehouse, warehouse_url
     verdicts_at = next(i for i, line in enumerate(lines) if "┃ verdict" in line)
     assert changes_at < verdicts_at  # the summary above the verdicts
     assert "new (heavy)" in lines[changes_at + 2] and SCAN in lines[changes_at + 2]
-    assert "contention: 52 SELECT * FROM accounts" in lines[verdicts_at + 2]
+    assert "collateral" in lines[verdicts_at + 2]
+    assert f"collateral, queryid 51: collateral of queryid 52: {SCAN}" in lines
     assert max(len(line) for line in lines) <= 160
 
 

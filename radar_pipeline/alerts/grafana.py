@@ -27,7 +27,7 @@ from typing import Any
 
 from radar_pipeline.alerts.channel import ChannelError, Delivered, DeployNotice, Detection
 from radar_pipeline.alerts.outlet_http import DEFAULT_TIMEOUT, NOT_JSON, Answer, Http
-from radar_pipeline.alerts.render import CHANGE_WORDS, AnalysisFacts
+from radar_pipeline.alerts.render import CHANGE_WORDS, AnalysisFacts, cause_line
 from radar_pipeline.config import printable
 from radar_pipeline.config.masking import mask_query
 from radar_pipeline.pgss_model import Key
@@ -155,7 +155,7 @@ def detection_text(facts: AnalysisFacts, found: Detection) -> str:
         lines.append(f"<code>{_text(r.query, MAX_QUERY)}</code>")
         lines.append(
             f"Mean {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms, confidence {r.confidence:.4f}, "
-            f"cause {_text(r.cause, MAX_FIELD)}, queryid {r.queryid}"
+            f"cause {_text(cause_line(r), MAX_FIELD)}, queryid {r.queryid}"
         )
     elif found.change is not None:
         c = found.change

@@ -104,6 +104,9 @@ def trigger_event(facts: AnalysisFacts, detection: Detection) -> dict[str, Any]:
             calls_before=regression.calls_before,
             calls_after=regression.calls_after,
             cause=regression.cause,
+            cause_detail=regression.cause_detail,
+            named_changes=regression.named_changes,
+            undo_hint=regression.undo_hint,
             plan=regression.plan_summary,
         )
         kind = "regression"

@@ -74,6 +74,9 @@ class Regression:
     factor_high: float | None = None
     history_intervals: float | None = None  # of its own history, the test combined with its window (0: window alone)
     shared_with: list[str] | None = None  # other tables PostgreSQL 18 gives its queryid to (pgss_model.SHARED_QUERYID)
+    cause_detail: str | None = None  # the cause in words: the named change, the counters' figures, the culprit
+    named_changes: list[str] | None = None  # every change named on its relations, database or role, in words
+    undo_hint: str | None = None  # a statement that undoes the first named change, where one can be derived
 
 
 @dataclass(frozen=True)
@@ -307,13 +310,26 @@ def _regression_fields(facts: AnalysisFacts, r: Regression) -> list[dict[str, st
         {"type": "mrkdwn", "text": f"*Confidence:* {r.confidence:.4f} (1 − the family-adjusted p-value{noise})"},
         {"type": "mrkdwn", "text": f"*Change began:* {began}"},
         {"type": "mrkdwn", "text": f"*Calls:* {r.calls_before:,} before, {r.calls_after:,} after"},
-        {"type": "mrkdwn", "text": f"*Cause:* {escape_within(cause, MAX_FIELD_TEXT - 20)}"},
+        {"type": "mrkdwn", "text": f"*Cause:* {escape_within(cause_line(r, cause), MAX_FIELD_TEXT - 20)}"},
         {"type": "mrkdwn", "text": f"*queryid:* {r.queryid}"},
     ]
+    also = [c for c in r.named_changes or [] if c != r.cause_detail and c not in (r.cause_detail or "")]
+    if also:
+        also_text = escape_within("; ".join(also), MAX_FIELD_TEXT - 30)
+        fields.append({"type": "mrkdwn", "text": f"*Also changed:* {also_text}"})
+    if r.undo_hint:
+        fields.append({"type": "mrkdwn", "text": f"*To undo:* {escape_within(r.undo_hint, MAX_FIELD_TEXT - 30)}"})
     if r.shared_with:  # its text may not be the statement that slowed
         caution = escape_within(shared_queryid_note(r.shared_with), MAX_FIELD_TEXT - 20)
         fields.append({"type": "mrkdwn", "text": f"*Caution:* {caution}"})
     return fields
+
+
+def cause_line(r: Regression, cause: str | None = None) -> str:
+    """A regression's cause word with its words after it ("index_dropped: index public.orders_idx on … dropped
+    between …"), unescaped: each channel escapes it for where it shows it."""
+    word = cause if cause is not None else r.cause
+    return f"{word}: {r.cause_detail}" if r.cause_detail else word
 
 
 def _duration(span: timedelta) -> str:

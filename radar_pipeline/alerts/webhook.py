@@ -217,6 +217,9 @@ def _regression(r: Regression) -> dict[str, Any]:
         "calls_before": r.calls_before,
         "calls_after": r.calls_after,
         "cause": r.cause,
+        "cause_detail": r.cause_detail,
+        "named_changes": list(r.named_changes or []),
+        "undo_hint": r.undo_hint,
         "plan_summary": r.plan_summary,
         "shared_with": list(r.shared_with or []),
     }

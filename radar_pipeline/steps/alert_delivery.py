@@ -3,6 +3,7 @@ radar.alert, with a chart per regression; and the plain-text form written to the
 
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
 from datetime import datetime, timedelta
@@ -270,7 +271,23 @@ def regression_of(row: Any) -> Regression:
         factor_high=None if pd.isna(row.factor_high) else float(row.factor_high),
         history_intervals=None if pd.isna(row.history_intervals) else float(row.history_intervals),
         shared_with=list(row.queryid_shared_with) if isinstance(row.queryid_shared_with, list) else None,
+        cause_detail=_text_or_none(getattr(row, "cause_detail", None)),
+        named_changes=_sentences(getattr(row, "named_changes", None)),
+        undo_hint=_text_or_none(getattr(row, "undo_hint", None)),
     )
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _sentences(value: Any) -> list[str] | None:
+    """The sentences of a verdict's named_changes (a JSON array of NamedChange.to_json objects), None without."""
+    if isinstance(value, str):
+        value = json.loads(value)
+    if not isinstance(value, list):
+        return None
+    return [str(c["sentence"]) for c in value if isinstance(c, dict) and c.get("sentence")] or None
 
 
 def _charts(conn: sa.Connection, facts: AnalysisFacts, rows: pd.DataFrame) -> list[tuple[Path, str]]:

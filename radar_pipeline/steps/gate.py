@@ -52,7 +52,8 @@ def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | N
     detected = table[table["verdict"] == Verdict.DETECTED]
     columns = [
         "target", "queryid", "dbid", "userid", "toplevel", "change_factor", "factor_at_change", "factor_low",
-        "factor_high", "cause", "mean_before_ms", "mean_after_ms", "confidence", "change_after_deploy", "query",
+        "factor_high", "cause", "cause_detail", "mean_before_ms", "mean_after_ms", "confidence", "change_after_deploy",
+        "query",
     ]  # fmt: skip
     detections = []
     for row in detected[columns].to_dict("records"):

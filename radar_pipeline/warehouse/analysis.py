@@ -422,7 +422,8 @@ def query_texts(conn: sa.Connection, target: str, keys: pd.DataFrame, length: in
 VERDICT_DETAILS = (
     "v.change_at, v.p_value, v.p_family, v.t_stat, v.dof, v.n_before, v.n_after, v.segment_mean_before_ms, "
     "v.segment_mean_after_ms, v.rows_per_call_before, v.rows_per_call_after, v.blks_read_per_call_before, "
-    "v.blks_read_per_call_after, v.budget_share, v.serial_correlation, v.plan_diff, v.queryid_shared_with, v.dbid, "
+    "v.blks_read_per_call_after, v.budget_share, v.serial_correlation, v.plan_diff, v.queryid_shared_with, "
+    "v.cause_detail, v.named_changes, v.undo_hint, v.dbid, "
     "v.userid, v.toplevel, v.fingerprint, v.merged_queryids, v.trigger, v.deploy_id, d.deployed_at, d.service, "
     "d.version, d.url, "
     "d.source AS deploy_source, d.received_at AS deploy_received_at, a.analysed_at, a.engine_version, "

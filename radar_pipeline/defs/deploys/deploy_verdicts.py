@@ -43,6 +43,8 @@ DETECTION_COLUMNS = [
     ("confidence", "float"),
     ("change_vs_deploy_s", "int"),
     ("cause", "string"),
+    ("cause_detail", "string"),
+    ("undo", "string"),
     ("plan", "string"),
     ("caution", "string"),
 ]
@@ -278,7 +280,8 @@ def _detections_log(result: "DeployAnalysis") -> list[str]:
     detected = result.verdicts[result.verdicts["verdict"] == Verdict.DETECTED]
     return [
         f"regression: queryid {r.queryid}: {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms "
-        f"(×{r.change_factor:.2f}, confidence {r.confidence:.4f}, cause {r.cause})"
+        f"(×{r.change_factor:.2f}, confidence {r.confidence:.4f}, cause {r.cause}"
+        f"{': ' + r.cause_detail if r.cause_detail else ''})"
         for r in detected.itertuples()
     ]
 
@@ -295,6 +298,8 @@ def _metadata(result: "DeployAnalysis") -> dict[str, Any]:
             "confidence": round(float(row.confidence), 4),
             "change_vs_deploy_s": round((row.change_at - result.event.deployed_at).total_seconds()),
             "cause": row.cause,
+            "cause_detail": row.cause_detail or "",
+            "undo": row.undo_hint or "",
             "plan": _plan_summary(row.plan_diff),
         }
         for row in detected.head(DETECTION_ROWS_SHOWN).itertuples()

@@ -111,13 +111,14 @@ def _metadata(done: "list[PeriodAnalysis]", period_s: float) -> dict[str, Any]:
             **detection_cells(row, texts.get((row.target, int(row.queryid)), "")),
             "change_at": pd.Timestamp(row.change_at).isoformat(),
             "cause": row.cause,
+            "cause_detail": row.cause_detail or "",
         }
         for row in reported.head(DETECTION_ROWS_SHOWN).itertuples()
     ]
     columns = [("target", "string"), ("query", "string"), ("queryid", ID)]
     columns += [("before_ms", "float"), ("after_ms", "float"), ("factor", "float")]
     columns += [("factor_low", "float"), ("factor_high", "float"), ("history_intervals", "int")]
-    columns += [("change_at", "string"), ("cause", "string"), ("caution", "string")]
+    columns += [("change_at", "string"), ("cause", "string"), ("cause_detail", "string"), ("caution", "string")]
     return {
         "targets": dg.MetadataValue.json([r.target for r in done]),
         "period_s": period_s,
