@@ -59,20 +59,26 @@ def candidates(
     found unplannable within RETRY_SKIPPED_AFTER are left out (pg_stat_statements spans the server; a plan can only
     be had from the statement's database).
 
-    Execution time is read from the snapshots, as the growth of total_exec_time over the stored rows since then (raw
-    or compacted: a capture that has not run for days still finds them); activity from radar.query's last_seen (a
-    statement's row is stored only when its counters moved).
+    Execution time is read from the snapshots, as the growth of total_exec_time over the stored rows from the last
+    scrape at or before `since` (raw or compacted: a capture that has not run for days still finds them), all of it
+    for a statement first seen since then; activity from radar.query's last_seen (a statement's row is stored only
+    when its counters moved).
     """
     same = " AND ".join(f"{{a}}.{k} = q.{k}" for k in KEY)
     rows = conn.execute(
         sa.text(
             f"""
             WITH moved AS (
-                SELECT {", ".join(KEY)}, max(total_exec_time) - min(total_exec_time) AS spent, count(*) AS n
-                FROM radar.pgss_samples(:t, :since, 'infinity') WHERE dbid = :dbid
+                SELECT {", ".join(KEY)}, max(total_exec_time) AS last, min(total_exec_time) AS first, count(*) AS n
+                -- from the last scrape at or before `since` on: the growth since then counts whole
+                FROM radar.pgss_samples(:t, coalesce((SELECT max(captured_at) FROM radar.pgss_info_snapshot
+                                                      WHERE target = :t AND captured_at <= :since), :since)
+                                            - interval '1 microsecond', 'infinity') WHERE dbid = :dbid
                 GROUP BY {", ".join(KEY)}
             ), eligible AS (
-                SELECT q.dbid, q.userid, q.queryid, q.toplevel, q.query, coalesce(m.spent, 0) AS spent,
+                -- a statement first seen since `since` spent all its time since
+                SELECT q.dbid, q.userid, q.queryid, q.toplevel, q.query,
+                       coalesce(m.last - CASE WHEN q.first_seen > :since THEN 0 ELSE m.first END, 0) AS spent,
                        coalesce(m.n, 0) AS n, c.checked_at IS NULL AND s.skipped_at IS NULL AND q.first_seen > :since
                        AS new, greatest(c.checked_at, s.skipped_at) AS looked
                 FROM radar.query q
@@ -82,7 +88,7 @@ def candidates(
                 WHERE q.target = :t AND q.dbid = :dbid AND (m.n IS NOT NULL OR q.last_seen >= :active)
                   AND (s.skipped_at IS NULL OR s.skipped_at < now() - :retry)
             ), busiest AS (
-                SELECT * FROM eligible WHERE n > 0 ORDER BY spent DESC, n DESC, queryid LIMIT :n
+                SELECT * FROM eligible WHERE spent > 0 ORDER BY spent DESC, n DESC, queryid LIMIT :n
             )
             SELECT dbid, userid, queryid, toplevel, query, '{BUSIEST}' FROM busiest
             UNION ALL
