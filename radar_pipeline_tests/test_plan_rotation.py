@@ -15,6 +15,7 @@ from radar_pipeline.config import Target
 from radar_pipeline.pgss_model import KEY, Key
 from radar_pipeline.steps.plan_capture import capture_target
 from radar_pipeline.steps.plan_diffs import plan_diffs
+from radar_pipeline.warehouse.plans import REPLAN_AFTER
 
 from .helpers import collector_target, run, scrape
 
@@ -37,6 +38,15 @@ def _checked(warehouse: sa.Engine, target: str) -> dict[Key, str]:
     with warehouse.connect() as conn:
         rows = conn.execute(
             sa.text(f"SELECT {', '.join(KEY)}, plan_hash FROM radar.plan_check WHERE target = :t"), {"t": target}
+        ).fetchall()
+    return {(int(r[0]), int(r[1]), int(r[2]), bool(r[3])): r[4] for r in rows}
+
+
+def _checked_at(warehouse: sa.Engine, target: str) -> dict[Key, object]:
+    """When each statement was last planned (radar.plan_check)."""
+    with warehouse.connect() as conn:
+        rows = conn.execute(
+            sa.text(f"SELECT {', '.join(KEY)}, checked_at FROM radar.plan_check WHERE target = :t"), {"t": target}
         ).fetchall()
     return {(int(r[0]), int(r[1]), int(r[2]), bool(r[3])): r[4] for r in rows}
 
@@ -142,9 +152,21 @@ def test_every_active_statement_gets_a_plan_in_turn_within_the_count_per_run(app
         )
         for c in runs
     ]
-    # Once every statement has a plan, the rotation goes on with the least recently planned: the first run's.
+    # Once every statement has a plan recent enough, a run with nothing new or busy plans nothing; as plans age, the
+    # rotation goes on with the least recently planned (the first run's), ROTATION_N a run.
+    assert capture_target(collector, warehouse, TOP_N, rotation_n=ROTATION_N).tried == 0
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE radar.plan_check SET checked_at = checked_at - :age WHERE target = :t"),
+            {"t": target.name, "age": REPLAN_AFTER},
+        )
+    aged = _checked_at(warehouse, target.name)
     again = capture_target(collector, warehouse, TOP_N, rotation_n=ROTATION_N)
     assert again.tried == ROTATION_N and again.planned == {"rotation": ROTATION_N} and again.stored == 0
+    now = _checked_at(warehouse, target.name)
+    replanned = {k for k in aged if now[k] != aged[k]}
+    assert len(replanned) == ROTATION_N
+    assert max(aged[k] for k in replanned) <= min(aged[k] for k in set(aged) - replanned)
 
 
 # Typed literals as an application writes them; pg_stat_statements shows each as `typename $n` (PostgreSQL 15 and 18

@@ -32,6 +32,7 @@ class StoredPlan:
 # rotation through the rest (the least recently looked at first).
 BUSIEST, NEW, ROTATION = "busiest", "new", "rotation"
 ACTIVE_WITHIN = timedelta(days=1)  # the rotation goes through the statements whose calls moved within this
+REPLAN_AFTER = timedelta(hours=1)  # and takes those not looked at within this (a plan that recent is recent enough)
 PLAN_RUN_DAYS = 90  # how long each capture run's outcome is kept (radar.plan_capture_run)
 
 
@@ -55,7 +56,8 @@ def candidates(
 ) -> list[Candidate]:
     """The statements of one database to plan in this run, in order: the top_n by execution time since `since`, then
     up to rotation_n of the rest of those active (calls moved within ACTIVE_WITHIN of `now`): first those first seen
-    since `since` and never looked at, then the least recently looked at (planned, or found unplannable). Statements
+    since `since` and never looked at, then the least recently looked at (planned, or found unplannable), of those
+    not looked at within REPLAN_AFTER. Statements
     found unplannable within RETRY_SKIPPED_AFTER are left out (pg_stat_statements spans the server; a plan can only
     be had from the statement's database).
 
@@ -94,6 +96,7 @@ def candidates(
             UNION ALL
             (SELECT dbid, userid, queryid, toplevel, query, CASE WHEN new THEN '{NEW}' ELSE '{ROTATION}' END
              FROM eligible q WHERE NOT EXISTS (SELECT 1 FROM busiest b WHERE {same.format(a="b")})
+                                   AND (looked IS NULL OR looked < :replan)
              ORDER BY new DESC, looked NULLS FIRST, spent DESC, queryid LIMIT :rotation)
             """
         ),
@@ -102,6 +105,7 @@ def candidates(
             "dbid": dbid,
             "since": since,
             "active": now - ACTIVE_WITHIN,
+            "replan": now - REPLAN_AFTER,
             "n": top_n,
             "rotation": rotation_n,
             "retry": RETRY_SKIPPED_AFTER,
