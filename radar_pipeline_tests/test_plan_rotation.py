@@ -15,7 +15,7 @@ from radar_pipeline.config import Target
 from radar_pipeline.pgss_model import KEY, Key
 from radar_pipeline.steps.plan_capture import capture_target
 from radar_pipeline.steps.plan_diffs import plan_diffs
-from radar_pipeline.warehouse.plans import REPLAN_AFTER
+from radar_pipeline.warehouse.plans import REPLAN_AFTER, RETRY_SKIPPED_AFTER
 
 from .helpers import collector_target, run, scrape
 
@@ -167,6 +167,20 @@ def test_every_active_statement_gets_a_plan_in_turn_within_the_count_per_run(app
     replanned = {k for k in aged if now[k] != aged[k]}
     assert len(replanned) == ROTATION_N
     assert max(aged[k] for k in replanned) <= min(aged[k] for k in set(aged) - replanned)
+    # Not forever: a day after, the statements that could not be planned are tried again (and skipped again).
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE radar.plan_skip SET skipped_at = skipped_at - :age WHERE target = :t"),
+            {"t": target.name, "age": RETRY_SKIPPED_AFTER},
+        )
+    retried = capture_target(collector, warehouse, TOP_N, rotation_n=len(skipped_once) + ROTATION_N)
+    assert skipped_once <= set(retried.skipped)
+    # A role plan capture refuses (here the superuser): no plans from then on, and that is what is said.
+    refused = capture_target(target, warehouse, TOP_N, rotation_n=ROTATION_N)
+    assert refused.source is None and refused.tried == 0
+    (refused_words,) = _why(warehouse, target.name, [utility_key], _now(target))
+    assert refused_words.startswith("no plans on this target before the change at ")
+    assert "plan capture refuses to run as 'postgres', a superuser" in refused_words
 
 
 # Typed literals as an application writes them; pg_stat_statements shows each as `typename $n` (PostgreSQL 15 and 18
