@@ -201,10 +201,10 @@ def no_plan_before(change_at: datetime, known: stored_plans.NoPlanBefore | None)
     if run.source is None:
         reason = run.reason or "no plan source"
         version = run.server_version_num
-        if version is not None and version < 160000 and reason.startswith("pg_store_plans is not installed"):
-            return f"no plans on PostgreSQL {version // 10000} without pg_store_plans ({reason})"
-        if version is not None and version < 160000 and "pg_store_plans" in reason.split(", and EXPLAIN")[0]:
-            return f"no plans on PostgreSQL {version // 10000} without a usable pg_store_plans ({reason})"
+        if version is not None and version < 160000 and reason.endswith(f"(this is {version // 10000})"):
+            # collector/plans.py's reason when neither pg_store_plans nor GENERIC_PLAN can be had
+            usable = "" if reason.startswith("pg_store_plans is not installed") else "a usable "
+            return f"no plans on PostgreSQL {version // 10000} without {usable}pg_store_plans ({reason})"
         return f"no plans on this target before the change at {at}: {reason}"
     if known.skip_reason is not None:
         tried = known.skipped_at.isoformat() if known.skipped_at is not None else "once"
