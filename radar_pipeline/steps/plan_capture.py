@@ -91,7 +91,7 @@ def capture_target(
             return result
         with warehouse.connect() as wconn:
             since = stored_plans.last_capture(wconn, target.name) or now - FIRST_LOOKBACK
-            todo = stored_plans.candidates(wconn, target.name, source.database_oid, since, now, top_n, rotation_n)
+            todo = stored_plans.candidates(wconn, target.name, source.database_oid, since, top_n, rotation_n, now)
         captured: dict[Key, Captured] = {}
         for candidate in todo:
             if time.monotonic() >= deadline:

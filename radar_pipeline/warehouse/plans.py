@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -50,9 +50,9 @@ def candidates(
     target: str,
     dbid: int,
     since: datetime,
-    now: datetime,
     top_n: int,
     rotation_n: int = 0,
+    now: datetime | None = None,
 ) -> list[Candidate]:
     """The statements of one database to plan in this run, in order: the top_n by execution time since `since`, then
     up to rotation_n of the rest of those active (calls moved within ACTIVE_WITHIN of `now`): first those first seen
@@ -64,8 +64,9 @@ def candidates(
     Execution time is read from the snapshots, as the growth of total_exec_time over the stored rows from the last
     scrape at or before `since` (raw or compacted: a capture that has not run for days still finds them), all of it
     for a statement first seen since then; activity from radar.query's last_seen (a statement's row is stored only
-    when its counters moved).
+    when its counters moved). `now` is the watched server's time (by default this machine's).
     """
+    now = now or datetime.now(UTC)
     same = " AND ".join(f"{{a}}.{k} = q.{k}" for k in KEY)
     rows = conn.execute(
         sa.text(
