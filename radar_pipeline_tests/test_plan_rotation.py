@@ -5,6 +5,8 @@ words (PostgreSQL 15 without pg_store_plans, a statement that cannot be planned,
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pandas as pd
 import psycopg
 import pytest
@@ -12,12 +14,15 @@ import sqlalchemy as sa
 
 from radar_pipeline.collector.plans import parsable
 from radar_pipeline.config import Target
+from radar_pipeline.engine import EngineSettings
 from radar_pipeline.pgss_model import KEY, Key
+from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 from radar_pipeline.steps.plan_capture import capture_target
 from radar_pipeline.steps.plan_diffs import plan_diffs
+from radar_pipeline.warehouse import deploys
 from radar_pipeline.warehouse.plans import REPLAN_AFTER, RETRY_SKIPPED_AFTER
 
-from .helpers import collector_target, run, scrape
+from .helpers import collector_target, drive, run, scrape, tolerance_covering, window_covering
 
 BUSY, CHEAP = 10, 50
 TOP_N, ROTATION_N = 10, 15
@@ -271,3 +276,49 @@ def test_postgresql_15_without_pg_store_plans_says_so_where_a_plan_from_before_i
         assert never.endswith("no plan capture is recorded on this target before it")
     finally:
         pg15.drop_database(name)
+
+
+LOOKUP = "SELECT payload FROM probe WHERE id = %s"
+HEAVY = "SELECT count(DISTINCT payload) FROM items WHERE payload > %s"
+
+
+@pytest.mark.parametrize("server", ["pg18"], indirect=True)
+def test_a_cheap_statement_has_a_plan_from_before_an_index_drop_so_its_cause_is_plan_changed(app_db, warehouse):
+    """The issue's case: an index dropped at a deploy slows a statement that was cheap before it. With one statement
+    planned by execution time per capture (the heavy one), the lookup still gets its plan from before, in turn, so
+    its detection has a plan diff and the cause plan_changed (not "no plan was captured before the change")."""
+    server, target = app_db
+    run(target, "CREATE TABLE probe (id int, payload text)")
+    run(target, "INSERT INTO probe SELECT g, md5(g::text) FROM generate_series(1, 50000) g")
+    run(target, "CREATE INDEX probe_id_idx ON probe (id)")
+    run(target, "ANALYZE probe")
+    collector = collector_target(target)
+    nominal, scrape_every, samples = 3.0, 0.15, 20
+
+    def work(conn: psycopg.Connection) -> None:
+        for i in range(10):
+            conn.execute(LOOKUP, (i * 37 + 1,))
+        for _ in range(3):
+            conn.execute(HEAVY, ("a",))
+
+    for _ in range(4):  # plan captures come every 10 minutes between the scrapes
+        drive(target, warehouse, work, scrape_every, 2)
+        capture = capture_target(collector, warehouse, 1, rotation_n=3)
+        assert capture.tried <= 4
+    (lookup,) = _keys(warehouse, target.name, "SELECT payload FROM probe%").values()
+    (heavy,) = _keys(warehouse, target.name, "SELECT count(DISTINCT payload)%").values()
+    assert {lookup, heavy} <= set(_checked(warehouse, target.name))
+
+    earlier = drive(target, warehouse, work, scrape_every, samples + 3)
+    recorded = deploys.record(warehouse, deploys.DeployEvent("drop-cheap", target.name))
+    at = recorded.event.deployed_at
+    run(target, "DROP INDEX probe_id_idx")
+    later = drive(target, warehouse, work, scrape_every, samples + 2)
+    window = max(window_covering(earlier, at, samples, nominal), (later[samples] - at).total_seconds())
+    drive(target, warehouse, work, scrape_every, 1, until=at + timedelta(seconds=window + scrape_every))
+    tolerance = tolerance_covering(earlier, later, at, 1.0)
+    settings = EngineSettings(window=timedelta(seconds=window), tolerance_floor=timedelta(seconds=tolerance))
+    result = analyse_deploy(AnalysisRun(warehouse, settings, live_targets={target.name: collector}), "drop-cheap")
+    row = result.verdicts.set_index("queryid").loc[lookup[2]]
+    assert row.verdict == "detected" and row.cause == "plan_changed", (row.cause, row.plan_diff)
+    assert row.plan_diff["changes"] == ["Index Scan using probe_id_idx on probe → Seq Scan on probe"]
