@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 export DAGSTER_DISABLE_TELEMETRY := 1
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install lock demo dev test test-unit lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-location bench-gate bench-receiver clean
+.PHONY: install lock demo dev test test-unit lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-location bench-gate bench-receiver bench-plans clean
 
 install: $(VENV)/.installed
 
@@ -63,6 +63,9 @@ bench: bench-snapshot bench-engine bench-quality bench-analysis bench-hot bench-
 
 bench-snapshot: install
 	$(BIN)/python benchmarks/snapshot_bench.py
+
+bench-plans: install
+	$(BIN)/python benchmarks/plan_capture_bench.py
 
 bench-engine: install
 	$(BIN)/python benchmarks/engine_bench.py

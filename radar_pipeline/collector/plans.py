@@ -5,6 +5,10 @@ on PostgreSQL 14+, and it is silently disabled when compute_query_id is off; eac
 recorded when one fails. EXPLAIN (FORMAT JSON, GENERIC_PLAN) plans a normalised text with its $n parameters as they
 are (PostgreSQL 16+): an estimate, not necessarily the plan a real call used. Before 16 without pg_store_plans, there
 is no plan to have and the collector says so once.
+
+pg_stat_statements normalises a typed literal (`date '2024-01-01'`, `interval '1 day'`) into `date $1`, `interval $1`,
+which PostgreSQL does not parse (pglast's parser, libpg_query, does, as a cast): such texts are rewritten before
+EXPLAIN into `CAST($1 AS date)` (`parsable`); the stored text and its key stay as they are.
 """
 
 from __future__ import annotations
@@ -101,14 +105,78 @@ def generic_plan(conn: psycopg.Connection, text: str) -> dict[str, Any]:
     kind = statement_kind(text)
     if kind not in PLANNABLE:
         raise PlanUnavailable(f"not plannable: {kind}")
+    explained = parsable(text)
     try:  # the session is read-only with a statement timeout; EXPLAIN without ANALYZE runs nothing
-        row = conn.execute(sql.SQL("EXPLAIN (FORMAT JSON, GENERIC_PLAN) ") + sql.SQL(text)).fetchone()  # type: ignore[arg-type]
+        row = conn.execute(sql.SQL("EXPLAIN (FORMAT JSON, GENERIC_PLAN) ") + sql.SQL(explained)).fetchone()  # type: ignore[arg-type]
     except psycopg.Error as exc:
         raise PlanUnavailable(f"EXPLAIN failed: {describe_error(exc)}") from None
     if row is None:
         raise PlanUnavailable("EXPLAIN returned no plan")
     plan = json.loads(row[0]) if isinstance(row[0], str) else row[0]
     return plan[0]
+
+
+# After `interval $n`, the interval qualifier that belongs to its type: `interval $1 day`, `interval $1 year to month`,
+# `interval $1 second(3)`.
+_INTERVAL_FIELDS = {"YEAR_P", "MONTH_P", "DAY_P", "HOUR_P", "MINUTE_P", "SECOND_P", "TO"}
+_TYPMOD = ("ASCII_40", "ICONST", "ASCII_41")  # ( n )
+
+
+def parsable(text: str) -> str:
+    """The statement text with each typed literal pg_stat_statements normalised (`typename $n`, with any type
+    modifier and interval qualifier: `numeric(10,2) $2`, `time with time zone $1`, `interval $3 day`) written as
+    `CAST($n AS typename ...)`, which PostgreSQL parses; any other text as it is. The casts are found in pglast's
+    parse tree (a cast whose type is written before its parameter) and cut out along the scanner's tokens."""
+    try:
+        tree = json.loads(parser.parse_sql_json(text))
+        tokens = parser.scan(text)
+    except parser.ParseError:
+        return text
+    data = text.encode()
+
+    def chars(byte_offset: int) -> int:  # the parse tree counts bytes, the scanner characters
+        return len(data[:byte_offset].decode(errors="ignore"))
+
+    prefixed: list[tuple[int, int, bool]] = []  # (type start, parameter start, an interval), in characters
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            cast = node.get("TypeCast")
+            if isinstance(cast, dict):
+                param, type_name = cast.get("arg", {}).get("ParamRef"), cast.get("typeName") or {}
+                if isinstance(param, dict) and type_name.get("location", -1) >= 0:
+                    if type_name["location"] < param.get("location", -1):
+                        names = [n.get("String", {}).get("sval") for n in type_name.get("names", [])]
+                        prefixed.append(
+                            (chars(type_name["location"]), chars(param["location"]), names[-1:] == ["interval"])
+                        )
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(tree)
+    if not prefixed:
+        return text
+    at = {t.start: i for i, t in enumerate(tokens)}
+    pieces, done = [], 0
+    for type_start, param_start, interval in sorted(prefixed):
+        p = at.get(param_start)
+        if p is None or tokens[p].name != "PARAM" or type_start < done:
+            continue
+        end = p  # the last token of the cast: the parameter, or the interval qualifier after it
+        if interval:
+            while end + 1 < len(tokens) and tokens[end + 1].name in _INTERVAL_FIELDS:
+                end += 1
+            if tokens[end].name == "SECOND_P" and tuple(t.name for t in tokens[end + 1 : end + 4]) == _TYPMOD:
+                end += 3
+        param = text[tokens[p].start : tokens[p].end + 1]
+        written = text[type_start : tokens[p - 1].end + 1]
+        qualifier = text[tokens[p + 1].start : tokens[end].end + 1] if end > p else ""
+        pieces += [text[done:type_start], f"CAST({param} AS {' '.join(filter(None, (written, qualifier)))})"]
+        done = tokens[end].end + 1
+    return "".join(pieces) + text[done:]
 
 
 def statement_kind(text: str) -> str:

@@ -468,6 +468,10 @@ class RadarSettings(BaseSettings):
     grafana_dashboard_uid: Annotated[str | None, BeforeValidator(_dashboard_uid)] = None
     grafana_panel_id: Count | None = None
     webhook_allowed_hosts: Annotated[list[str] | None, BeforeValidator(_hosts)] = None
+    # H3, plans for every active statement (issue 28, item 5): per plan capture and target, beyond the plan_top_n
+    # busiest, how many statements are planned in turn (those first seen since the last capture, then the least
+    # recently planned of those with calls within a day).
+    plan_rotation_n: Count = 200
     webhooks: Annotated[SecretStr | None, BeforeValidator(_webhooks)] = None
 
     @model_validator(mode="before")

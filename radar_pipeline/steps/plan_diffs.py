@@ -74,6 +74,11 @@ def plan_diffs(
         now = conn.execute(sa.text("SELECT now()")).scalar_one()
         found = stored_plans.around_each(conn, target_name, keys, change_ats, until)
         version = stored_plans.server_version(conn, target_name, until)
+        unplanned = [n for n, around in enumerate(found) if around.before is None]
+        known = stored_plans.no_plan_before(
+            conn, target_name, [keys[n] for n in unplanned], [change_ats[n] for n in unplanned]
+        )
+        no_before = dict(zip(unplanned, known, strict=True))
     out: list[DetectionPlan] = []
     confidence = pd.to_numeric(detections["confidence"]).fillna(0.0).to_numpy()
     checked = set(confidence.argsort(kind="stable")[::-1][:SHARED_CHECKS].tolist())
@@ -107,7 +112,8 @@ def plan_diffs(
             caution = None
             if shared is None and (version is None or version >= FIRST_VERSION):
                 caution = not_checked(_unasked(number in checked, live, failed), version)
-            out.append(DetectionPlan(_diff(plans_around.before, after, change_at, why, caution), shared))
+            diff = _diff(plans_around.before, after, change_at, why, caution, no_before.get(number))
+            out.append(DetectionPlan(diff, shared))
     finally:
         if connection is not None:
             connection.close()
@@ -183,15 +189,49 @@ def _capture_now(
     return stored_plans.StoredPlan(now, origin, plan_hash, root_node, cost, plan), ""
 
 
+def no_plan_before(change_at: datetime, known: stored_plans.NoPlanBefore | None) -> str:
+    """Why a statement has no plan from before its change, in words, from what the captures recorded: the target had
+    no plan source then (PostgreSQL 15 without pg_store_plans, a role plan capture refuses) or its capture failed, the
+    statement cannot be planned (a utility statement, a text that does not plan), it first ran after the last capture
+    before the change, or the rotation through the statements had not reached it."""
+    at = change_at.isoformat()
+    run = known.run if known is not None else None
+    if known is None or run is None:
+        return f"no plan was captured before the change at {at}: no plan capture is recorded on this target before it"
+    if run.source is None:
+        reason = run.reason or "no plan source"
+        version = run.server_version_num
+        if version is not None and version < 160000 and reason.endswith(f"(this is {version // 10000})"):
+            # collector/plans.py's reason when neither pg_store_plans nor GENERIC_PLAN can be had
+            usable = "" if reason.startswith("pg_store_plans is not installed") else "a usable "
+            return f"no plans on PostgreSQL {version // 10000} without {usable}pg_store_plans ({reason})"
+        return f"no plans on this target before the change at {at}: {reason}"
+    if known.skip_reason is not None:
+        tried = known.skipped_at.isoformat() if known.skipped_at is not None else "once"
+        return f"it cannot be planned: {known.skip_reason} (last tried {tried})"
+    last = known.last_planning_run
+    if last is not None and known.first_seen is not None and known.first_seen > last:
+        return (
+            f"it is new: it first ran at {known.first_seen.isoformat()}, after the last plan capture before the "
+            f"change at {at} (at {last.isoformat()})"
+        )
+    out_of_time = " (that capture ran out of time)" if run.out_of_time else ""
+    return (
+        f"it was not planned before the change at {at}: the plan captures up to {run.captured_at.isoformat()} had "
+        f"not reached it in their rotation through the statements{out_of_time}"
+    )
+
+
 def _diff(
     before: stored_plans.StoredPlan | None,
     after: stored_plans.StoredPlan | None,
     change_at: datetime,
     why: str,
     caution: str | None = None,
+    no_before: stored_plans.NoPlanBefore | None = None,
 ) -> dict[str, Any]:
     if before is None:
-        return {"unavailable": f"no plan was captured before the change at {change_at.isoformat()}"}
+        return {"unavailable": no_plan_before(change_at, no_before)}
     if after is None:
         return {"unavailable": f"no plan after the change: {why}"}
     out = plan_shape.diff(before.plan, after.plan, before.source, after.source)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -28,34 +28,123 @@ class StoredPlan:
     plan: dict[str, Any]
 
 
-def candidates(conn: sa.Connection, target: str, dbid: int, since: datetime, top_n: int) -> list[tuple[Key, str]]:
-    """The top_n statements of one database by execution time since `since`, with their texts, less those recently
-    found unplannable (pg_stat_statements spans the server; a plan can only be had from the statement's database).
+# Why a statement is planned in a run: among the busiest since the last run, first seen since it, or its turn in the
+# rotation through the rest (the least recently looked at first).
+BUSIEST, NEW, ROTATION = "busiest", "new", "rotation"
+ACTIVE_WITHIN = timedelta(days=1)  # the rotation goes through the statements whose calls moved within this
+REPLAN_AFTER = timedelta(hours=1)  # and takes those not looked at within this (a plan that recent is recent enough)
+PLAN_RUN_DAYS = 90  # how long each capture run's outcome is kept (radar.plan_capture_run)
 
-    Execution time is read from the snapshots, as the growth of total_exec_time over the stored rows since then (raw
-    or compacted: a capture that has not run for days still finds them).
+
+@dataclass(frozen=True)
+class Candidate:
+    """A statement to plan in this run, its text, and why it is planned now (BUSIEST, NEW or ROTATION)."""
+
+    key: Key
+    text: str
+    why: str
+
+
+def candidates(
+    conn: sa.Connection,
+    target: str,
+    dbid: int,
+    since: datetime,
+    top_n: int,
+    rotation_n: int = 0,
+    now: datetime | None = None,
+) -> list[Candidate]:
+    """The statements of one database to plan in this run, in order: the top_n by execution time since `since`, then
+    up to rotation_n of the rest of those active (calls moved within ACTIVE_WITHIN of `now`): first those first seen
+    since `since` and never looked at, then the least recently looked at (planned, or found unplannable), of those
+    not looked at within REPLAN_AFTER. Statements
+    found unplannable within RETRY_SKIPPED_AFTER are left out (pg_stat_statements spans the server; a plan can only
+    be had from the statement's database).
+
+    Execution time is read from the snapshots, as the growth of total_exec_time over the stored rows from the last
+    scrape at or before `since` (raw or compacted: a capture that has not run for days still finds them), all of it
+    for a statement first seen since then; activity from radar.query's last_seen (a statement's row is stored only
+    when its counters moved). `now` is the watched server's time (by default this machine's).
     """
+    now = now or datetime.now(UTC)
+    same = " AND ".join(f"{{a}}.{k} = q.{k}" for k in KEY)
     rows = conn.execute(
         sa.text(
             f"""
             WITH moved AS (
-                SELECT {", ".join(KEY)}, max(total_exec_time) - min(total_exec_time) AS spent, count(*) AS n
-                FROM radar.pgss_samples(:t, :since, 'infinity') WHERE dbid = :dbid
+                SELECT {", ".join(KEY)}, max(total_exec_time) AS last, min(total_exec_time) AS first, count(*) AS n
+                -- from the last scrape at or before `since` on: the growth since then counts whole
+                FROM radar.pgss_samples(:t, coalesce((SELECT max(captured_at) FROM radar.pgss_info_snapshot
+                                                      WHERE target = :t AND captured_at <= :since), :since)
+                                            - interval '1 microsecond', 'infinity') WHERE dbid = :dbid
                 GROUP BY {", ".join(KEY)}
+            ), eligible AS (
+                -- a statement first seen since `since` spent all its time since
+                SELECT q.dbid, q.userid, q.queryid, q.toplevel, q.query,
+                       coalesce(m.last - CASE WHEN q.first_seen > :since THEN 0 ELSE m.first END, 0) AS spent,
+                       coalesce(m.n, 0) AS n, c.checked_at IS NULL AND s.skipped_at IS NULL AND q.first_seen > :since
+                       AS new, greatest(c.checked_at, s.skipped_at) AS looked
+                FROM radar.query q
+                LEFT JOIN moved m ON {same.format(a="m")}
+                LEFT JOIN radar.plan_check c ON c.target = q.target AND {same.format(a="c")}
+                LEFT JOIN radar.plan_skip s ON s.target = q.target AND {same.format(a="s")}
+                WHERE q.target = :t AND q.dbid = :dbid AND (m.n IS NOT NULL OR q.last_seen >= :active)
+                  AND (s.skipped_at IS NULL OR s.skipped_at < now() - :retry)
+            ), busiest AS (
+                SELECT * FROM eligible WHERE spent > 0 ORDER BY spent DESC, n DESC, queryid LIMIT :n
             )
-            SELECT q.dbid, q.userid, q.queryid, q.toplevel, q.query
-            FROM moved m
-            JOIN radar.query q ON q.target = :t AND (q.dbid, q.userid, q.queryid, q.toplevel) =
-                                  (m.dbid, m.userid, m.queryid, m.toplevel)
-            LEFT JOIN radar.plan_skip s ON s.target = :t AND (s.dbid, s.userid, s.queryid, s.toplevel) =
-                                           (m.dbid, m.userid, m.queryid, m.toplevel)
-            WHERE s.skipped_at IS NULL OR s.skipped_at < now() - :retry
-            ORDER BY m.spent DESC, m.n DESC LIMIT :n
+            SELECT dbid, userid, queryid, toplevel, query, '{BUSIEST}' FROM busiest
+            UNION ALL
+            (SELECT dbid, userid, queryid, toplevel, query, CASE WHEN new THEN '{NEW}' ELSE '{ROTATION}' END
+             FROM eligible q WHERE NOT EXISTS (SELECT 1 FROM busiest b WHERE {same.format(a="b")})
+                                   AND (looked IS NULL OR looked < :replan)
+             ORDER BY new DESC, looked NULLS FIRST, spent DESC, queryid LIMIT :rotation)
             """
         ),
-        {"t": target, "dbid": dbid, "since": since, "n": top_n, "retry": RETRY_SKIPPED_AFTER},
+        {
+            "t": target,
+            "dbid": dbid,
+            "since": since,
+            "active": now - ACTIVE_WITHIN,
+            "replan": now - REPLAN_AFTER,
+            "n": top_n,
+            "rotation": rotation_n,
+            "retry": RETRY_SKIPPED_AFTER,
+        },
     )
-    return [(statement_key(r), r[4]) for r in rows]
+    return [Candidate(statement_key(r), r[4], r[5]) for r in rows]
+
+
+@dataclass(frozen=True)
+class CaptureRun:
+    """One plan capture run's outcome on a target, as radar.plan_capture_run keeps it."""
+
+    captured_at: datetime
+    source: str | None
+    reason: str | None
+    server_version_num: int | None
+    busiest: int = 0
+    new: int = 0
+    rotation: int = 0
+    stored: int = 0
+    skipped: int = 0
+    out_of_time: int = 0
+
+
+def record_run(conn: sa.Connection, target: str, run: CaptureRun) -> None:
+    """Keep one capture run's outcome (and forget the target's runs older than PLAN_RUN_DAYS)."""
+    fields = CaptureRun.__dataclass_fields__
+    conn.execute(
+        sa.text(
+            f"INSERT INTO radar.plan_capture_run (target, {', '.join(fields)}) "
+            f"VALUES (:target, {', '.join(f':{f}' for f in fields)}) ON CONFLICT DO NOTHING"
+        ),
+        {"target": target, **{f: getattr(run, f) for f in fields}},
+    )
+    conn.execute(
+        sa.text("DELETE FROM radar.plan_capture_run WHERE target = :t AND captured_at < :at - :keep"),
+        {"t": target, "at": run.captured_at, "keep": timedelta(days=PLAN_RUN_DAYS)},
+    )
 
 
 def server_version(conn: sa.Connection, target: str, at: datetime) -> int | None:
@@ -70,11 +159,13 @@ def server_version(conn: sa.Connection, target: str, at: datetime) -> int | None
 
 
 def last_capture(conn: sa.Connection, target: str) -> datetime | None:
-    """When plans of this target were last captured (a plan stored, or a statement skipped), if ever."""
+    """When plans of this target were last captured (a run that reached a plan source, a plan stored, or a statement
+    skipped), if ever."""
     return conn.execute(
         sa.text(
             "SELECT greatest((SELECT max(captured_at) FROM radar.plan_snapshot WHERE target = :t), "
-            "(SELECT max(skipped_at) FROM radar.plan_skip WHERE target = :t))"
+            "(SELECT max(skipped_at) FROM radar.plan_skip WHERE target = :t), "
+            "(SELECT max(captured_at) FROM radar.plan_capture_run WHERE target = :t AND source IS NOT NULL))"
         ),
         {"t": target},
     ).scalar_one()
@@ -219,3 +310,47 @@ def around_each(
                 after = before
         found.append(PlansAround(before, after, text))
     return found
+
+
+@dataclass(frozen=True)
+class NoPlanBefore:
+    """What is known of why a statement has no plan from before a change: the last capture run at or before it (None:
+    none recorded) and the last one there that reached a plan source, when the statement was first seen, and its
+    skip (why it could not be planned, and when it was last tried), if any."""
+
+    run: CaptureRun | None
+    last_planning_run: datetime | None
+    first_seen: datetime | None
+    skip_reason: str | None
+    skipped_at: datetime | None
+
+
+def no_plan_before(conn: sa.Connection, target: str, keys: list[Key], at: list[datetime]) -> list[NoPlanBefore]:
+    """For each statement and its change time, in one query, what is known of why no plan of it was stored before."""
+    if not keys:
+        return []
+    match = " AND ".join(f"{{a}}.{k} = d.{k}" for k in KEY)
+    fields = list(CaptureRun.__dataclass_fields__)
+    rows = conn.execute(
+        sa.text(
+            f"""
+            SELECT {", ".join(f"r.{f}" for f in fields)},
+                   (SELECT max(g.captured_at) FROM radar.plan_capture_run g
+                    WHERE g.target = :t AND g.captured_at <= d.at AND g.source IS NOT NULL),
+                   q.first_seen, s.reason, s.skipped_at
+            FROM unnest(CAST(:dbid AS oid[]), CAST(:userid AS oid[]), CAST(:queryid AS bigint[]),
+                        CAST(:toplevel AS boolean[]), CAST(:at AS timestamptz[]))
+                 WITH ORDINALITY AS d(dbid, userid, queryid, toplevel, at, n)
+            LEFT JOIN LATERAL (
+                SELECT * FROM radar.plan_capture_run r WHERE r.target = :t AND r.captured_at <= d.at
+                ORDER BY r.captured_at DESC LIMIT 1
+            ) r ON true
+            LEFT JOIN radar.query q ON q.target = :t AND {match.format(a="q")}
+            LEFT JOIN radar.plan_skip s ON s.target = :t AND {match.format(a="s")}
+            ORDER BY d.n
+            """
+        ),
+        {"t": target, "at": at, **key_params(keys)},
+    ).fetchall()
+    width = len(fields)
+    return [NoPlanBefore(CaptureRun(*row[:width]) if row[0] is not None else None, *row[width:]) for row in rows]

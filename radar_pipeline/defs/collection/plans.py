@@ -20,17 +20,21 @@ SKIPPED_ROWS_SHOWN = 50  # per target: statements not planned this time, and why
     group_name="collection",
     kinds={"postgres"},
     owners=OWNERS,
-    description="Plans of each target's busiest statements (radar.plan_snapshot), stored when their shape changes.",
+    description=(
+        "Plans of each target's busiest statements, of new ones and, in turn, of the rest of its active statements "
+        "(radar.plan_snapshot), stored when their shape changes."
+    ),
 )
 def plan_snapshots(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, targets: TargetsResource
 ) -> dg.MaterializeResult:
     """Capture plans on every target at once; a target without a plan source is named once, and the rest go on."""
-    from radar_pipeline.steps.plan_capture import CAPTURE_DEADLINE_S, OUT_OF_TIME, capture_targets
+    from radar_pipeline.steps.plan_capture import CAPTURE_DEADLINE_S, OUT_OF_TIME, PLAN_ROTATION_N_VAR, capture_targets
+    from radar_pipeline.warehouse.plans import BUSIEST, NEW, ROTATION
 
     started = time.perf_counter()
-    top_n = count_setting(PLAN_TOP_N_VAR)
-    captures = capture_targets(targets.targets(), warehouse.engine(), top_n)
+    top_n, rotation_n = count_setting(PLAN_TOP_N_VAR), count_setting(PLAN_ROTATION_N_VAR)
+    captures = capture_targets(targets.targets(), warehouse.engine(), top_n, rotation_n)
     rows: list[dict[str, Any]] = []
     for capture in captures:
         name = capture.target
@@ -53,6 +57,7 @@ def plan_snapshots(
                     "target": name,
                     "source": capture.source,
                     "tried": capture.tried,
+                    **{why: capture.planned.get(why, 0) for why in (BUSIEST, NEW, ROTATION)},
                     "stored": capture.stored,
                     "skipped": len(capture.skipped),
                     "note": note,
@@ -63,7 +68,8 @@ def plan_snapshots(
         for c in captures
         for key, reason in sorted(c.skipped.items())[:SKIPPED_ROWS_SHOWN]
     ]
-    columns = [("target", "string"), ("source", "string"), ("tried", "int"), ("stored", "int")]
+    columns = [("target", "string"), ("source", "string"), ("tried", "int")]
+    columns += [("busiest", "int"), ("new", "int"), ("rotation", "int"), ("stored", "int")]
     columns += [("skipped", "int"), ("note", "string")]
     metadata: dict[str, Any] = {
         "targets": table(columns, rows),
@@ -98,7 +104,7 @@ def plan_snapshot_schedule_for() -> dg.ScheduleDefinition:
         plan_snapshot_job,
         PLAN_CRON_VAR,
         DEFAULT_PLAN_CRON,
-        "Capture plans of each target's busiest statements.",
+        "Capture plans of each target's busiest statements, new ones, and the rest in turn.",
     )
 
 
