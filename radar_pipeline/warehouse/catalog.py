@@ -138,7 +138,7 @@ def changes_between(conn: sa.Connection, target: str, lo: datetime, hi: datetime
             "SELECT value FROM radar.catalog_fact o WHERE o.target = v.target AND o.kind = v.kind "
             "AND o.identity = v.identity AND o.first_seen_at < v.first_seen_at ORDER BY o.first_seen_at DESC LIMIT 1"
             ") p ON true WHERE v.target = :t AND v.last_seen_before IS NOT NULL AND v.first_seen_at >= :lo "
-            "AND v.last_seen_before <= :hi ORDER BY v.first_seen_at, v.kind, v.identity"
+            "AND v.last_seen_before < :hi ORDER BY v.first_seen_at, v.kind, v.identity"
         ),
         {"t": target, "lo": lo, "hi": hi},
     ).all()
