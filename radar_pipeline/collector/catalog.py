@@ -43,14 +43,13 @@ _REL = "quote_ident(tn.nspname) || '.' || quote_ident(t.relname)"
 _FACTS = f"""
 SELECT 'index' AS kind, {_REL} || '.' || quote_ident(c.relname) AS identity, db.oid AS dbid, NULL::oid AS roleid,
        {_REL} AS relation, c.relname::text AS name, NULL::text AS role, NULL::text AS database,
-       pg_get_indexdef(i.indexrelid) || CASE WHEN NOT (i.indisvalid AND i.indisready) THEN ' [invalid]' ELSE '' END
-         AS value
+       {{index_value}} AS value
   FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid
   JOIN pg_namespace tn ON tn.oid = t.relnamespace, db
  WHERE {_USER.format(ns="tn")}
 UNION ALL
 SELECT 'constraint', {_REL} || '.' || quote_ident(co.conname), db.oid, NULL, {_REL}, co.conname::text, NULL, NULL,
-       pg_get_constraintdef(co.oid)
+       {{constraint_value}}
   FROM pg_constraint co JOIN pg_class t ON t.oid = co.conrelid JOIN pg_namespace tn ON tn.oid = t.relnamespace, db
  WHERE {_USER.format(ns="tn")}
 UNION ALL
@@ -69,11 +68,10 @@ SELECT 'table', {_REL}, db.oid, NULL, {_REL}, {_REL}, NULL, NULL, t.relfilenode:
  WHERE t.relkind IN ('r', 'm') AND {_USER.format(ns="tn")}
 UNION ALL
 SELECT 'statistics', {_REL}, db.oid, NULL, {_REL}, {_REL}, NULL, NULL,
-       CASE WHEN s.last_analyze IS NOT NULL OR s.last_autoanalyze IS NOT NULL
-              OR EXISTS (SELECT 1 FROM pg_stats st WHERE st.schemaname = tn.nspname AND st.tablename = t.relname)
+       CASE WHEN pg_stat_get_last_analyze_time(t.oid) IS NOT NULL
+              OR pg_stat_get_last_autoanalyze_time(t.oid) IS NOT NULL {{statistics_shown}}
             THEN 'analysed' ELSE 'not analysed' END
-  FROM pg_class t JOIN pg_namespace tn ON tn.oid = t.relnamespace
-  LEFT JOIN pg_stat_user_tables s ON s.relid = t.oid, db
+  FROM pg_class t JOIN pg_namespace tn ON tn.oid = t.relnamespace, db
  WHERE t.relkind IN ('r', 'm', 'p') AND {_USER.format(ns="tn")}
 UNION ALL
 SELECT 'ext_statistics', quote_ident(sn.nspname) || '.' || quote_ident(se.stxname), db.oid, NULL, {_REL},
@@ -95,14 +93,35 @@ SELECT 'setting', name, NULL, NULL, NULL, name, NULL, NULL,
   FROM pg_settings
  WHERE source NOT IN ('default', 'override', 'client', 'session', 'database', 'user', 'database user', 'interactive')
 """
-_WITH = f"WITH db AS (SELECT oid FROM pg_database WHERE datname = current_database()), f AS ({_FACTS})"
+# An index's and a constraint's definition in words costs a relation cache entry each in a new session (the
+# collector's is new at every scrape), and pg_stats is a costly view: the digests are taken over the catalog columns
+# the words are made of, and over the analyze times alone.
+_DEFINITIONS = {
+    "index_value": "pg_get_indexdef(i.indexrelid) "
+    "|| CASE WHEN NOT (i.indisvalid AND i.indisready) THEN ' [invalid]' ELSE '' END",
+    "constraint_value": "pg_get_constraintdef(co.oid)",
+    # statistics the role may see (its columns' in pg_stats): a table whose analyze times were reset with the
+    # database's counters (pg_stat_reset) has not lost them
+    "statistics_shown": "OR EXISTS (SELECT 1 FROM pg_stats st WHERE st.schemaname = tn.nspname "
+    "AND st.tablename = t.relname)",
+}
+_CATALOG_COLUMNS = {
+    "index_value": "concat_ws(' ', c.relam, i.indisunique, i.indkey, i.indclass, i.indcollation, i.indoption, "
+    "i.indexprs, i.indpred, i.indisvalid AND i.indisready)",
+    "constraint_value": "concat_ws(' ', co.contype, co.conkey, co.confrelid, co.confkey, co.conbin, co.convalidated, "
+    "co.condeferrable, co.condeferred, co.confupdtype, co.confdeltype, co.confmatchtype, co.conexclop)",
+    "statistics_shown": "",
+}
+_WITH = "WITH db AS (SELECT oid FROM pg_database WHERE datname = current_database()), f AS ({facts})"
 DIGESTS_SQL = (
-    f"{COLLECTOR_MARK} {_WITH} SELECT statement_timestamp(), (SELECT oid FROM db), kind, "
+    f"{COLLECTOR_MARK} {_WITH.format(facts=_FACTS.format(**_CATALOG_COLUMNS))} "
+    "SELECT statement_timestamp(), (SELECT oid FROM db), kind, "
     "md5(string_agg(identity || '|' || coalesce(relation, '') || '|' || coalesce(value, ''), E'\\n' "
     "ORDER BY identity)) FROM f GROUP BY kind"
 )
 FACTS_SQL = (
-    f"{COLLECTOR_MARK} {_WITH} SELECT kind, identity, dbid, roleid, relation, name, role, database, value "
+    f"{COLLECTOR_MARK} {_WITH.format(facts=_FACTS.format(**_DEFINITIONS))} "
+    "SELECT kind, identity, dbid, roleid, relation, name, role, database, value "
     "FROM f WHERE kind = ANY(%(kinds)s)"
 )
 

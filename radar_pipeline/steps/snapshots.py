@@ -79,9 +79,13 @@ def collect_catalog(conn: session.BoundedConnection, target: Target, warehouse: 
     """Read the target's catalog and settings facts (collector/catalog.py) in the scrape's session, only the kinds
     whose digest changed, and store what changed (warehouse/catalog.py); returns the versions stored."""
     digests = catalog.read_digests(conn, target)
-    with warehouse.connect() as wconn:
+    with warehouse.begin() as wconn:
         kinds = catalog_store.kinds_to_read(wconn, target.name, digests.dbid, digests.digests)
-    facts = catalog.read_facts(conn, target, kinds)
+        if not kinds:  # the usual scrape: nothing changed, only the capture is stored
+            return catalog_store.write_capture(
+                wconn, target.name, digests.captured_at, digests.dbid, digests.digests, [], []
+            )
+    facts = catalog.read_facts(conn, target, kinds)  # no warehouse transaction waits on the watched server
     with warehouse.begin() as wconn:
         return catalog_store.write_capture(
             wconn, target.name, digests.captured_at, digests.dbid, digests.digests, kinds, [vars(f) for f in facts]

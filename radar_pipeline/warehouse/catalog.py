@@ -59,6 +59,14 @@ def write_capture(
     ).scalar_one()
     if last is not None and last >= at:
         return 0
+    if not kinds_read:
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.catalog_capture (target, captured_at, dbid, kinds_read) VALUES (:t, :at, :d, '{}')"
+            ),
+            {"t": target, "at": at, "d": dbid},
+        )
+        return 0
     known = {
         r[0]
         for r in conn.execute(
