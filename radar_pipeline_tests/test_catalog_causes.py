@@ -231,6 +231,16 @@ def test_each_change_is_collected_bracketed_and_named(watched: Watched, warehous
         relations = {c.relation for c in found if c.relation}
         assert relations <= {f"public.{row['table']}"}, (row["table"], relations)
         assert {c.name for c in found if c.kind == ChangeKind.SETTING_CHANGED} == {"work_mem", "random_page_cost"}
+    # a statement with no stored text: its plan diff names the table (in words, or in a plan's JSON nodes)
+    unknown = detections.iloc[[0, 0]].assign(queryid=[-1, -2], table=None)
+    unknown["plan_diff"] = [
+        {"removed": ["Index Scan using orders_customer_idx on orders"], "added": ["Seq Scan on orders"]},
+        {"plans": [{"Plan": {"Node Type": "Seq Scan", "Relation Name": "events", "Schema": "public"}}]},
+    ]
+    with warehouse.connect() as conn:
+        by_plan = name_changes(conn, target, unknown.reset_index(drop=True), quiet, changed)
+    assert ranked(by_plan[0])[0].name == "orders_customer_idx"
+    assert ranked(by_plan[1])[0].kind == ChangeKind.STATISTICS_RESET
     # a change whose bracket lies after the detection's change (beyond the tolerance) did not cause it
     early = detections.assign(change_at=quiet - timedelta(minutes=10))
     with warehouse.connect() as conn:

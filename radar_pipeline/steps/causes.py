@@ -1,5 +1,6 @@
 """Which named changes (warehouse/catalog.py) touch which detections: a catalog change on one of the statement's
-relations (named in its stored text, or in its plan diff's nodes), or a setting that changes plans or execution, set
+relations (named in its stored text, or in its plan diff: its nodes in words, or the plans' JSON nodes where the diff
+holds them), or a setting that changes plans or execution, set
 for the statement's database and/or role, or server-wide."""
 
 from __future__ import annotations
@@ -117,6 +118,7 @@ def _named_relations(text: str, plan_diff: Any) -> tuple[set[str], set[str]]:
     """The relations a statement names (its text, its plan diff's nodes) and the indexes its plan diff names."""
     named = set(relations(text)) if text else set()
     indexes: set[str] = set()
+    _plan_nodes(plan_diff, named, indexes)
     if isinstance(plan_diff, dict):
         nodes: Iterable[Any] = [
             *plan_diff.get("removed", []),
@@ -129,6 +131,23 @@ def _named_relations(text: str, plan_diff: Any) -> tuple[set[str], set[str]]:
                 named.update(m.group(1) for m in [_NODE_RELATION.search(node)] if m)
                 indexes.update(m.group(1) for m in [_NODE_INDEX.search(node)] if m)
     return named, indexes
+
+
+def _plan_nodes(value: Any, named: set[str], indexes: set[str]) -> None:
+    """The relations and indexes of the plans a diff may hold (EXPLAIN's JSON nodes), added to `named`/`indexes`."""
+    if isinstance(value, dict):
+        if isinstance(value.get("Relation Name"), str):
+            schema = value.get("Schema")
+            named.add(value["Relation Name"])
+            if isinstance(schema, str):
+                named.add(f"{schema}.{value['Relation Name']}")
+        if isinstance(value.get("Index Name"), str):
+            indexes.add(value["Index Name"])
+        for item in value.values():
+            _plan_nodes(item, named, indexes)
+    elif isinstance(value, list):
+        for item in value:
+            _plan_nodes(item, named, indexes)
 
 
 def _touches(

@@ -192,12 +192,6 @@ def delete_before(conn: sa.Connection, cutoff_at: datetime) -> None:
     )
 
 
-def delete_target(conn: sa.Connection, target: str) -> None:
-    """Every catalog fact, capture and digest of the target, in the caller's transaction."""
-    for table in ("catalog_fact", "catalog_capture", "catalog_digest"):
-        conn.execute(sa.text(f"DELETE FROM radar.{table} WHERE target = :t"), {"t": target})
-
-
 def _named(r: sa.Row) -> NamedChange | None:
     """The named change one stored version makes, or None when it changes nothing a plan depends on."""
     before, after = r.before, r.value
