@@ -262,10 +262,8 @@ def decide_window(
     cause_detail naming that statement. Each detection gets a plan diff from the stored plans (capturing the current
     plan from the target, when the run may reach it, when none was stored after the change); a changed shape makes its
     cause plan_changed, whatever else
-    was found. The catalog and settings changes of the window that touch a detection (steps/causes.py) are listed in
-    its named_changes, the first's undo in undo_hint; the first gives its cause and cause_detail unless its plan
-    changed (then cause_detail names it beside the plan change). The warehouse is read in a transaction that ends
-    before the watched server is reached, and no transaction is open on return: a slow watched server keeps no warehouse transaction or lock waiting. With
+    was found. The warehouse is read in a transaction that ends before the watched server is reached, and no
+    transaction is open on return: a slow watched server keeps no warehouse transaction or lock waiting. With
     `samples` (read for a span holding the window) the window is cut from them instead of read.
 
     Each statement's noise prior (its serial correlation and dispersion, estimated from the days before the window,
