@@ -50,8 +50,7 @@ def write_capture(
     """Store one capture (at `captured_at` by the watched server's clock, of database `dbid`; `facts` every fact of
     the kinds read, as collector/catalog.py's CatalogFact fields), in the caller's transaction, under the target's
     lock: the versions of the kinds read that differ from the last stored ones (a disappearance too), and the new
-    digests. Returns the versions written; a
-    capture not newer than the target's last one writes nothing (0)."""
+    digests. Returns the versions written; a capture not newer than the target's last one writes nothing (0)."""
     _lock(conn, target)
     at = captured_at
     last = conn.execute(
@@ -59,13 +58,11 @@ def write_capture(
     ).scalar_one()
     if last is not None and last >= at:
         return 0
-    if not kinds_read:
-        conn.execute(
-            sa.text(
-                "INSERT INTO radar.catalog_capture (target, captured_at, dbid, kinds_read) VALUES (:t, :at, :d, '{}')"
-            ),
-            {"t": target, "at": at, "d": dbid},
-        )
+    conn.execute(
+        sa.text("INSERT INTO radar.catalog_capture (target, captured_at, dbid, kinds_read) VALUES (:t, :at, :d, :k)"),
+        {"t": target, "at": at, "d": dbid, "k": list(kinds_read)},
+    )
+    if not kinds_read:  # the usual capture: nothing changed
         return 0
     known = {
         r[0]
@@ -85,18 +82,13 @@ def write_capture(
         )
         if r.value is not None
     }
-    rows = []
-    seen = set()
-    for f in facts:
-        seen.add((f["kind"], f["identity"]))
-        if current.get((f["kind"], f["identity"])) != f["value"]:
-            rows.append(dict(f))
-    gone = [
-        {"kind": kind, "identity": identity, "value": None}
-        for (kind, identity) in current
-        if (kind, identity) not in seen
+    seen = {(f["kind"], f["identity"]) for f in facts}
+    params = [
+        {**f, "t": target, "at": at, "before": last if f["kind"] in known else None}
+        for f in facts
+        if current.get((f["kind"], f["identity"])) != f["value"]
     ]
-    params = [{"t": target, "at": at, "before": last if r["kind"] in known else None, **r} for r in rows]
+    gone = [{"kind": kind, "identity": identity} for (kind, identity) in current if (kind, identity) not in seen]
     if params:
         conn.execute(
             sa.text(
@@ -120,17 +112,12 @@ def write_capture(
             [{"t": target, "at": at, "before": last, **g} for g in gone],
         )
     conn.execute(
-        sa.text("INSERT INTO radar.catalog_capture (target, captured_at, dbid, kinds_read) VALUES (:t, :at, :d, :k)"),
-        {"t": target, "at": at, "d": dbid, "k": list(kinds_read)},
+        sa.text(
+            "INSERT INTO radar.catalog_digest (target, kind, dbid, digest) VALUES (:t, :kind, :d, :digest) "
+            "ON CONFLICT (target, kind) DO UPDATE SET dbid = excluded.dbid, digest = excluded.digest"
+        ),
+        [{"t": target, "kind": k, "d": dbid, "digest": digests[k]} for k in kinds_read],
     )
-    if kinds_read:
-        conn.execute(
-            sa.text(
-                "INSERT INTO radar.catalog_digest (target, kind, dbid, digest) VALUES (:t, :kind, :d, :digest) "
-                "ON CONFLICT (target, kind) DO UPDATE SET dbid = excluded.dbid, digest = excluded.digest"
-            ),
-            [{"t": target, "kind": k, "d": dbid, "digest": digests[k]} for k in kinds_read],
-        )
     return len(params) + len(gone)
 
 
