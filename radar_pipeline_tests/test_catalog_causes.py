@@ -166,13 +166,14 @@ def test_each_change_is_collected_bracketed_and_named(watched: Watched, warehous
     later, _ = _scrape(watched, warehouse)
 
     with warehouse.connect() as conn:
+        conn.execute(sa.text("SET LOCAL TIME ZONE 'Asia/Kolkata'"))  # the sentences say UTC whatever the session's
         assert catalog.changes_between(conn, target, first, quiet) == []  # nothing changed: nothing named
         changes = catalog.changes_between(conn, target, quiet, changed)
         detections = _detections(warehouse, target, changed)
         named = name_changes(conn, target, detections, quiet, changed)
         assert name_changes(conn, target, detections, first, quiet) == [[] for _ in range(len(detections))]
         after_reset = catalog.changes_between(conn, target, changed + timedelta(microseconds=1), later)
-    span = f"between {quiet:%H:%M:%S} and {changed:%H:%M:%S}"
+    span = f"between {quiet.astimezone(UTC):%H:%M:%S} and {changed.astimezone(UTC):%H:%M:%S}"
     by = {(c.kind, c.name): c for c in changes}
     assert all(c.last_seen_before == quiet and c.first_seen_after == changed for c in changes)
     expected = {

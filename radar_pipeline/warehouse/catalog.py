@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -191,8 +191,8 @@ def _named(r: sa.Row) -> NamedChange | None:
         relation=r.relation,
         dbid=None if r.dbid is None else int(r.dbid),
         role=r.role,
-        last_seen_before=r.last_seen_before,
-        first_seen_after=r.first_seen_at,
+        last_seen_before=r.last_seen_before.astimezone(UTC),  # the sentence says UTC, whatever the session's zone
+        first_seen_after=r.first_seen_at.astimezone(UTC),
         before=before,
         after=after,
         undo=undo,
