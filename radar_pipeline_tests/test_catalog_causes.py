@@ -248,6 +248,22 @@ def test_each_change_is_collected_bracketed_and_named(watched: Watched, warehous
         assert name_changes(conn, target, early, quiet, changed) == [[] for _ in range(len(detections))]
 
 
+def test_an_index_rebuilt_under_another_name_is_no_change(watched: Watched, warehouse):
+    with session.connect(watched.collector) as conn:
+        first = collect_catalog(conn, watched.collector, warehouse)
+        watched.execute("CREATE INDEX CONCURRENTLY orders_customer_idx2 ON orders (customer)")
+        watched.execute("DROP INDEX CONCURRENTLY orders_customer_idx")
+        swapped = collect_catalog(conn, watched.collector, warehouse)
+        watched.execute("CREATE INDEX orders_amount_idx ON orders (amount)")
+        added = collect_catalog(conn, watched.collector, warehouse)
+    assert first > 0 and swapped == 2 and added == 1  # the two versions are stored, and named as nothing
+    with warehouse.connect() as conn:
+        times = [r[0] for r in conn.execute(sa.text("SELECT captured_at FROM radar.catalog_capture ORDER BY 1"))]
+        assert catalog.changes_between(conn, watched.target.name, times[0], times[1]) == []
+        (change,) = catalog.changes_between(conn, watched.target.name, times[1], times[2])
+    assert change.kind == ChangeKind.INDEX_ADDED and change.undo == "DROP INDEX CONCURRENTLY public.orders_amount_idx;"
+
+
 def test_a_catalog_read_failure_does_not_fail_the_scrape(watched: Watched, warehouse):
     # the collector's role may no longer read one catalog of this database: the statements are still stored
     watched.execute("REVOKE SELECT ON pg_catalog.pg_db_role_setting FROM PUBLIC")

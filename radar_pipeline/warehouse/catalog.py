@@ -137,12 +137,23 @@ def changes_between(conn: sa.Connection, target: str, lo: datetime, hi: datetime
         ),
         {"t": target, "lo": lo, "hi": hi},
     ).all()
-    changes = []
-    for r in rows:
-        change = _named(r)
-        if change is not None:
-            changes.append(change)
-    return changes
+    changes = [c for c in map(_named, rows) if c is not None]
+    # an index dropped while one of the same definition under another name was added (a swap, as after a rebuild
+    # with CREATE INDEX CONCURRENTLY) left the table as it was: neither is a change
+    added = {_unnamed(c) for c in changes if c.kind == ChangeKind.INDEX_ADDED}
+    dropped = {_unnamed(c) for c in changes if c.kind == ChangeKind.INDEX_DROPPED}
+    swapped = added & dropped
+    return [
+        c
+        for c in changes
+        if c.kind not in (ChangeKind.INDEX_ADDED, ChangeKind.INDEX_DROPPED) or _unnamed(c) not in swapped
+    ]
+
+
+def _unnamed(change: NamedChange) -> str:
+    """An index's definition without its name."""
+    definition = (change.after if change.kind == ChangeKind.INDEX_ADDED else change.before) or ""
+    return definition.replace(f" {ident(change.name)} ON ", " ON ", 1)
 
 
 def setting_roles(conn: sa.Connection, target: str) -> dict[str, int]:
