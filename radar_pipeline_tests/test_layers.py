@@ -18,9 +18,9 @@ SHARED = {"pgss_model", "plan_shape", "config", "binary_copy"}  # small modules 
 ALLOWED: dict[str, tuple[set[str], bool]] = {
     "engine": (set(), False),
     "collector": ({"engine"}, False),
-    "warehouse": ({"engine"}, False),
+    "warehouse": ({"engine", "named_changes"}, False),  # named_changes: the named changes it reads (issue 28)
     "alerts": ({"engine"}, False),
-    "steps": ({"collector", "warehouse", "engine", "alerts"}, False),
+    "steps": ({"collector", "warehouse", "engine", "alerts", "named_changes"}, False),
     "defs": ({"steps", "collector", "warehouse", "engine", "alerts"}, True),
     "lab": ({"engine"}, False),
     "receiver": ({"steps", "warehouse", "engine"}, False),

@@ -5,6 +5,7 @@ Plain Python, so the Dagster asset, the benchmarks and the tests run the same co
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,9 @@ from radar_pipeline.config import Target
 from radar_pipeline.engine import VERDICT_FRAME, Cause, EngineSettings, Verdict, analyse
 from radar_pipeline.engine.frames import IMPACT_STATEMENTS, IMPACT_SUMMARY
 from radar_pipeline.engine.impact import contention_culprits, impact
+from radar_pipeline.named_changes import NamedChange, ranked
 from radar_pipeline.pgss_model import KEY
+from radar_pipeline.steps.causes import name_changes
 from radar_pipeline.steps.noise import prior_for
 from radar_pipeline.steps.plan_diffs import plan_diffs
 from radar_pipeline.warehouse import analysis, deploys
@@ -315,6 +318,9 @@ def decide_window(
         ANALYSED_VERDICTS.assign(verdicts, "queryid_shared_with", shared, rows=detected)
         changed = [bool(d.get("shape_changed")) for d in diffs]
         ANALYSED_VERDICTS.assign(verdicts, "cause", Cause.PLAN_CHANGED.value, rows=at[changed])
+        with run.warehouse.connect() as conn:  # the catalog and settings changes of the window (issue 28)
+            named = name_changes(conn, target, verdicts[detected], lo, hi, settings.tolerance)
+        _apply_named_changes(verdicts, at, named, changed)
     timings.plans = time.perf_counter() - started
     return WindowVerdicts(
         window=(lo, hi),
@@ -325,6 +331,25 @@ def decide_window(
         summary=found.summary,
         changes=changes.drop(columns="query_key"),
     )
+
+
+def _apply_named_changes(
+    verdicts: pd.DataFrame, at: pd.Index, named: list[list[NamedChange]], plan_changed: list[bool]
+) -> None:
+    """Each detection's named changes (most telling first) and the undo of the first; the first's cause and sentence
+    unless its plan changed, which stays the cause, the change named beside it in cause_detail."""
+    for label, changes, replanned in zip(at, named, plan_changed, strict=True):
+        if not changes:
+            continue
+        first, *_ = changes = ranked(changes)
+        rows = [label]
+        ANALYSED_VERDICTS.assign(verdicts, "named_changes", json.dumps([c.to_json() for c in changes]), rows=rows)
+        ANALYSED_VERDICTS.assign(verdicts, "undo_hint", first.undo, rows=rows)
+        if replanned:
+            ANALYSED_VERDICTS.assign(verdicts, "cause_detail", f"plan changed; {first.sentence()}", rows=rows)
+        else:
+            ANALYSED_VERDICTS.assign(verdicts, "cause", first.cause.value, rows=rows)
+            ANALYSED_VERDICTS.assign(verdicts, "cause_detail", first.sentence(), rows=rows)
 
 
 def write_window(conn: sa.Connection, run: AnalysisRun, analysis_id: str, target: str, decided: WindowVerdicts) -> None:

@@ -6,7 +6,7 @@ from datetime import UTC, date, datetime, time, timedelta
 import sqlalchemy as sa
 
 from radar_pipeline.engine import Verdict
-from radar_pipeline.warehouse import noise
+from radar_pipeline.warehouse import catalog, noise
 from radar_pipeline.warehouse.snapshots import ensure_partitions
 
 
@@ -29,6 +29,7 @@ def apply_retention(engine: sa.Engine, keep_days: int, today: date) -> list[str]
             sa.text("DELETE FROM radar.pgss_info_snapshot WHERE captured_at < :cutoff_at"), {"cutoff_at": cutoff_at}
         )
         noise.delete_before(conn, cutoff)  # the noise sums of those days (sql/0014)
+        catalog.delete_before(conn, cutoff_at)  # catalog captures and superseded facts of those days (sql/0023)
         conn.execute(
             sa.text(
                 "DELETE FROM radar.verdict v USING radar.analysis a WHERE a.deploy_id = v.deploy_id "

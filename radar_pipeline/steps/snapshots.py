@@ -12,10 +12,11 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from radar_pipeline.collector import pgss, session
+from radar_pipeline.collector import catalog, pgss, session
 from radar_pipeline.collector.fingerprint import fingerprint
 from radar_pipeline.config import Target, target_failure
 from radar_pipeline.pgss_model import Key
+from radar_pipeline.warehouse import catalog as catalog_store
 from radar_pipeline.warehouse import snapshots
 
 MAX_PARALLEL_TARGETS = 8
@@ -64,8 +65,31 @@ def snapshot_target(target: Target, warehouse: sa.Engine, exclude_role: str | No
                     k: reason for k in plan.new_keys if k in chosen and (reason := pgss.own_statement_reason(chosen[k]))
                 }
                 fingerprints = {k: fingerprint(text) for k, text in chosen.items() if k not in ignored}
-                return snapshots.write_snapshot(wconn, scrape.info, state, plan, chosen, fingerprints, ignored)
+                result = snapshots.write_snapshot(wconn, scrape.info, state, plan, chosen, fingerprints, ignored)
+                break
+        try:  # the catalog's facts: their failure is reported, and never fails the scrape stored above
+            result.catalog_changes = collect_catalog(conn, target, warehouse)
+        except Exception as exc:
+            result.catalog_error = target_failure(exc, target)
+        return result
     raise AssertionError("unreachable: the last round always writes")
+
+
+def collect_catalog(conn: session.BoundedConnection, target: Target, warehouse: sa.Engine) -> int:
+    """Read the target's catalog and settings facts (collector/catalog.py) in the scrape's session, only the kinds
+    whose digest changed, and store what changed (warehouse/catalog.py); returns the versions stored."""
+    digests = catalog.read_digests(conn, target)
+    with warehouse.begin() as wconn:
+        kinds = catalog_store.kinds_to_read(wconn, target.name, digests.dbid, digests.digests)
+        if not kinds:  # the usual scrape: nothing changed, only the capture is stored
+            return catalog_store.write_capture(
+                wconn, target.name, digests.captured_at, digests.dbid, digests.digests, [], []
+            )
+    facts = catalog.read_facts(conn, target, kinds)  # no warehouse transaction waits on the watched server
+    with warehouse.begin() as wconn:
+        return catalog_store.write_capture(
+            wconn, target.name, digests.captured_at, digests.dbid, digests.digests, kinds, [vars(f) for f in facts]
+        )
 
 
 def snapshot_targets(

@@ -101,6 +101,9 @@ class StoreResult:
     dealloc_since_last: int | None = None
     duplicate: bool = False
     skipped_keys: list[Key] = field(default_factory=list)
+    # issue 28, catalog facts (steps/snapshots.py): versions stored by the scrape's catalog read, or why it failed
+    catalog_changes: int = 0
+    catalog_error: str | None = None
 
 
 def ensure_partitions(conn: sa.Connection, first_day: date, days: int = PARTITION_DAYS_AHEAD) -> None:

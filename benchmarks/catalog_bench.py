@@ -1,0 +1,129 @@
+"""Catalog benchmark: the CPU a target-scrape costs with the catalog and settings facts read (issue 28).
+
+Run with `.venv/bin/python benchmarks/catalog_bench.py`. It starts two embedded PostgreSQL 18 servers (the watched one
+and the warehouse) and gives the watched one 50 tables of 10 columns, each with a primary key and 3 more indexes, a
+check constraint, a trigger and statistics, and a workload of 500 statements. It prints the mean CPU-seconds (this
+process, the watched server's processes, the warehouse server's) of: a target-scrape as the collector runs it (pgss
+and the catalog, nothing changed in the catalog: digests only), the same scrape without the catalog read, the catalog
+read alone in a new session with nothing changed, and after an index was dropped (that kind read row by row and
+stored).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from unittest import mock
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from daemon_harness import tree_cpu  # noqa: E402
+
+from radar_pipeline.collector import session  # noqa: E402
+from radar_pipeline.config import Target  # noqa: E402
+from radar_pipeline.demo.local_postgres import LocalPostgres  # noqa: E402
+from radar_pipeline.steps import snapshots  # noqa: E402
+from radar_pipeline.steps.snapshots import collect_catalog, snapshot_target  # noqa: E402
+from radar_pipeline.warehouse import migrations  # noqa: E402
+from radar_pipeline.warehouse.database import make_engine  # noqa: E402
+
+TABLES, COLUMNS, STATEMENTS, REPEATS = 50, 10, 500, 30
+
+
+class Costs:
+    """CPU-seconds summed over repeated calls (this process, the watched server's processes, the warehouse's): the
+    servers' are counted in clock ticks of 1/100 s, so a sum over many calls, divided, is the only precise figure."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids, self.sums, self.calls = pids, [0.0, 0.0, 0.0], 0
+
+    def add(self, fn) -> None:  # type: ignore[no-untyped-def]
+        """Run fn once, adding its CPU-seconds."""
+        servers = [tree_cpu(p) for p in self.pids]  # reading /proc costs this process CPU: not counted as fn's
+        own = time.process_time()
+        fn()
+        own = time.process_time() - own
+        spent = (own, *(tree_cpu(p) - s for p, s in zip(self.pids, servers, strict=True)))
+        self.sums = [a + b for a, b in zip(self.sums, spent, strict=True)]
+        self.calls += 1
+
+    def line(self, name: str) -> str:
+        """The mean per call, per process and in total."""
+        own, watched, warehouse = (s / self.calls for s in self.sums)
+        return (
+            f"{name:<50} {own + watched + warehouse:6.3f} CPU-s (radar {own:.4f}, watched server {watched:.4f}, "
+            f"warehouse {warehouse:.4f})"
+        )
+
+
+def main() -> None:
+    root = Path(tempfile.mkdtemp(prefix="radar-catalog-bench-"))
+    watched = LocalPostgres(root / "watched").start()
+    store = LocalPostgres(root / "warehouse").start()
+    try:
+        with psycopg.connect(watched.dsn(), autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION pg_stat_statements")
+            conn.execute("CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$")
+            for t in range(TABLES):
+                cols = ", ".join(f"c{c} int" for c in range(COLUMNS))
+                conn.execute(f"CREATE TABLE t{t} (id int PRIMARY KEY, {cols}, CHECK (c0 >= 0))")
+                for i in range(1, 4):
+                    conn.execute(f"CREATE INDEX t{t}_c{i}_idx ON t{t} (c{i})")
+                conn.execute(f"CREATE TRIGGER t{t}_audit BEFORE UPDATE ON t{t} FOR EACH ROW EXECUTE FUNCTION audit()")
+                conn.execute(f"INSERT INTO t{t} SELECT g, {', '.join(['g'] * COLUMNS)} FROM generate_series(1, 100) g")
+            conn.execute("ANALYZE")
+            conn.execute("CREATE ROLE radar_collector LOGIN IN ROLE pg_read_all_stats")
+            conn.execute("SELECT pg_stat_statements_reset()")
+        url = store.url(driver="postgresql+psycopg")
+        migrations.upgrade(url)
+        engine = make_engine(url)
+        target = Target("bench", watched.url(user="radar_collector"))
+        assert watched.pid is not None and store.pid is not None
+        pids = [watched.pid, store.pid]
+
+        def workload() -> None:
+            with psycopg.connect(watched.dsn(), autocommit=True) as conn, conn.pipeline():
+                for i in range(STATEMENTS):
+                    conn.execute(f"SELECT c{i % COLUMNS} FROM t{i % TABLES} WHERE c{i // TABLES % COLUMNS} = %s", (1,))
+
+        workload()
+        snapshot_target(target, engine, "radar_collector")  # the first: every statement and fact is new
+        with_catalog, without_catalog, idle, changed = (Costs(pids) for _ in range(4))
+        for r in range(REPEATS):
+            with psycopg.connect(watched.dsn(), autocommit=True) as admin:
+                admin.execute(f"DROP INDEX t{r}_c1_idx")
+            with session.connect(target) as conn:
+                conn.execute("SELECT 1")
+                changed.add(lambda: collect_catalog(conn, target, engine))
+            snapshot_target(target, engine, "radar_collector")  # the DROP INDEX is a new statement: read its text
+            workload()
+            with_catalog.add(lambda: snapshot_target(target, engine, "radar_collector"))
+            workload()
+            with mock.patch.object(snapshots, "collect_catalog", return_value=0):  # the scrape as before issue 28
+                without_catalog.add(lambda: snapshot_target(target, engine, "radar_collector"))
+            with session.connect(target) as conn:  # the catalog read as a scrape makes it: in a new session
+                conn.execute("SELECT 1")
+                idle.add(lambda: collect_catalog(conn, target, engine))
+        engine.dispose()
+        print(
+            f"{TABLES} tables × {COLUMNS} columns, 4 indexes, a constraint and a trigger each; {STATEMENTS} statements"
+        )
+        print(f"means of {REPEATS} calls each")
+        print(with_catalog.line("target-scrape (pgss + catalog, catalog unchanged)"))
+        print(without_catalog.line("target-scrape without the catalog read"))
+        print(idle.line("catalog read, nothing changed (digests only)"))
+        print(changed.line("catalog read, an index dropped (reread, stored)"))
+    finally:
+        watched.destroy()
+        store.destroy()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""The catalog and settings facts of a watched database that change plans: indexes, constraints, triggers, column
+types, table rewrites, whether a table has statistics, extended statistics, per-database and per-role settings, and
+the server's settings changed from their defaults.
+
+Read in the collector's read-only session, cheaply: one statement computes a digest of each kind on the server (md5
+of its rows in a fixed order) and only the kinds whose digest differs from the last stored one are read row by row.
+Numbers that move with the workload (reltuples, n_mod_since_analyze, sizes) are never part of a fact, so they do not
+make every scrape a change: a table's statistics are a state (`analysed` / `not analysed`: an ANALYZE has run on it, or
+pg_stats shows rows for it) and a rewrite is its new relfilenode. Everything read is in catalogs and views any role
+may read (pg_stats only shows the columns the role may select; pg_settings hides superuser-only settings from a role
+without pg_read_all_settings, none of which change plans).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+
+from radar_pipeline.collector.pgss import COLLECTOR_MARK
+from radar_pipeline.collector.session import TargetUnavailable, describe
+from radar_pipeline.config import Target
+
+KINDS = (
+    "index",
+    "constraint",
+    "trigger",
+    "column",
+    "table",
+    "statistics",
+    "ext_statistics",
+    "role_setting",
+    "setting",
+)
+EMPTY_DIGEST = "empty"  # a kind with no rows (the server gives no row to aggregate)
+
+# Schemas of the database's own objects: not the system's, not TOAST, not other sessions' temporary ones.
+_USER = "{ns}.nspname NOT IN ('pg_catalog', 'information_schema') AND {ns}.nspname !~ '^pg_(toast|temp_)'"
+_REL = "quote_ident(tn.nspname) || '.' || quote_ident(t.relname)"
+# The columns of every kind: kind, identity (unique within the kind), dbid, roleid, relation, name, role, database,
+# value (the definition, type, state or setting).
+_FACTS = f"""
+SELECT 'index' AS kind, {_REL} || '.' || quote_ident(c.relname) AS identity, db.oid AS dbid, NULL::oid AS roleid,
+       {_REL} AS relation, c.relname::text AS name, NULL::text AS role, NULL::text AS database,
+       {{index_value}} AS value
+  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid
+  JOIN pg_namespace tn ON tn.oid = t.relnamespace, db
+ WHERE {_USER.format(ns="tn")}
+UNION ALL
+SELECT 'constraint', {_REL} || '.' || quote_ident(co.conname), db.oid, NULL, {_REL}, co.conname::text, NULL, NULL,
+       {{constraint_value}}
+  FROM pg_constraint co JOIN pg_class t ON t.oid = co.conrelid JOIN pg_namespace tn ON tn.oid = t.relnamespace, db
+ WHERE {_USER.format(ns="tn")}
+UNION ALL
+SELECT 'trigger', {_REL} || '.' || quote_ident(tg.tgname), db.oid, NULL, {_REL}, tg.tgname::text, NULL, NULL,
+       pg_get_triggerdef(tg.oid) || CASE WHEN tg.tgenabled = 'D' THEN ' [disabled]' ELSE '' END
+  FROM pg_trigger tg JOIN pg_class t ON t.oid = tg.tgrelid JOIN pg_namespace tn ON tn.oid = t.relnamespace, db
+ WHERE NOT tg.tgisinternal AND {_USER.format(ns="tn")}
+UNION ALL
+SELECT 'column', {_REL} || '.' || quote_ident(a.attname), db.oid, NULL, {_REL}, a.attname::text, NULL, NULL,
+       format_type(a.atttypid, a.atttypmod)
+  FROM pg_attribute a JOIN pg_class t ON t.oid = a.attrelid JOIN pg_namespace tn ON tn.oid = t.relnamespace, db
+ WHERE a.attnum > 0 AND NOT a.attisdropped AND t.relkind IN ('r', 'p') AND {_USER.format(ns="tn")}
+UNION ALL
+SELECT 'table', {_REL}, db.oid, NULL, {_REL}, {_REL}, NULL, NULL, t.relfilenode::text
+  FROM pg_class t JOIN pg_namespace tn ON tn.oid = t.relnamespace, db
+ WHERE t.relkind IN ('r', 'm') AND {_USER.format(ns="tn")}
+UNION ALL
+SELECT 'statistics', {_REL}, db.oid, NULL, {_REL}, {_REL}, NULL, NULL,
+       CASE WHEN pg_stat_get_last_analyze_time(t.oid) IS NOT NULL
+              OR pg_stat_get_last_autoanalyze_time(t.oid) IS NOT NULL {{statistics_shown}}
+            THEN 'analysed' ELSE 'not analysed' END
+  FROM pg_class t JOIN pg_namespace tn ON tn.oid = t.relnamespace, db
+ WHERE t.relkind IN ('r', 'm', 'p') AND {_USER.format(ns="tn")}
+UNION ALL
+SELECT 'ext_statistics', quote_ident(sn.nspname) || '.' || quote_ident(se.stxname), db.oid, NULL, {_REL},
+       se.stxname::text, NULL, NULL, pg_get_statisticsobjdef(se.oid)
+  FROM pg_statistic_ext se JOIN pg_namespace sn ON sn.oid = se.stxnamespace JOIN pg_class t ON t.oid = se.stxrelid
+  JOIN pg_namespace tn ON tn.oid = t.relnamespace, db
+ WHERE {_USER.format(ns="sn")}
+UNION ALL
+SELECT 'role_setting',
+       coalesce(d.datname::text, '*') || '/' || coalesce(r.rolname::text, '*') || '/' || split_part(cfg, '=', 1),
+       nullif(s.setdatabase, 0), nullif(s.setrole, 0), NULL, split_part(cfg, '=', 1), r.rolname::text,
+       d.datname::text, substr(cfg, strpos(cfg, '=') + 1)
+  FROM pg_db_role_setting s LEFT JOIN pg_database d ON d.oid = s.setdatabase
+  LEFT JOIN pg_roles r ON r.oid = s.setrole, unnest(s.setconfig) cfg
+UNION ALL
+SELECT 'setting', name, NULL, NULL, NULL, name, NULL, NULL,
+       CASE WHEN unit ~ '^[0-9]' THEN (setting::numeric * pg_size_bytes(unit) / 1024)::bigint || 'kB'
+            ELSE setting || coalesce(unit, '') END
+  FROM pg_settings
+ WHERE source NOT IN ('default', 'override', 'client', 'session', 'database', 'user', 'database user', 'interactive')
+"""
+# An index's and a constraint's definition in words costs a relation cache entry each in a new session (the
+# collector's is new at every scrape), and pg_stats is a costly view: the digests are taken over the catalog columns
+# the words are made of, and over the analyze times alone.
+_DEFINITIONS = {
+    "index_value": "pg_get_indexdef(i.indexrelid) "
+    "|| CASE WHEN NOT (i.indisvalid AND i.indisready) THEN ' [invalid]' ELSE '' END",
+    "constraint_value": "pg_get_constraintdef(co.oid)",
+    # statistics the role may see (its columns' in pg_stats): a table whose analyze times were reset with the
+    # database's counters (pg_stat_reset) has not lost them
+    "statistics_shown": "OR EXISTS (SELECT 1 FROM pg_stats st WHERE st.schemaname = tn.nspname "
+    "AND st.tablename = t.relname)",
+}
+_CATALOG_COLUMNS = {
+    "index_value": "concat_ws(' ', c.relam, i.indisunique, i.indkey, i.indclass, i.indcollation, i.indoption, "
+    "i.indexprs, i.indpred, i.indisvalid AND i.indisready)",
+    "constraint_value": "concat_ws(' ', co.contype, co.conkey, co.confrelid, co.confkey, co.conbin, co.convalidated, "
+    "co.condeferrable, co.condeferred, co.confupdtype, co.confdeltype, co.confmatchtype, co.conexclop)",
+    "statistics_shown": "",
+}
+_WITH = "WITH db AS (SELECT oid FROM pg_database WHERE datname = current_database()), f AS ({facts})"
+DIGESTS_SQL = (
+    f"{COLLECTOR_MARK} {_WITH.format(facts=_FACTS.format(**_CATALOG_COLUMNS))} "
+    "SELECT statement_timestamp(), (SELECT oid FROM db), kind, "
+    "md5(string_agg(identity || '|' || coalesce(relation, '') || '|' || coalesce(value, ''), E'\\n' "
+    "ORDER BY identity)) FROM f GROUP BY kind"
+)
+FACTS_SQL = (
+    f"{COLLECTOR_MARK} {_WITH.format(facts=_FACTS.format(**_DEFINITIONS))} "
+    "SELECT kind, identity, dbid, roleid, relation, name, role, database, value "
+    "FROM f WHERE kind = ANY(%(kinds)s)"
+)
+
+
+@dataclass(frozen=True)
+class CatalogFact:
+    """One object's or setting's state: `identity` is unique within its kind (schema-qualified, quoted as needed);
+    `dbid`/`roleid` the database and role a setting applies to (None: all), or for catalog objects the connected
+    database; `relation` the table it belongs to; `value` its definition, type, state or setting."""
+
+    kind: str
+    identity: str
+    dbid: int | None
+    roleid: int | None
+    relation: str | None
+    name: str
+    role: str | None
+    database: str | None
+    value: str | None
+
+
+@dataclass(frozen=True)
+class Digests:
+    """One reading of the digests: when (the server's clock), of which database, and one digest per kind."""
+
+    captured_at: datetime
+    dbid: int
+    digests: dict[str, str]
+
+
+def read_digests(conn: psycopg.Connection, target: Target) -> Digests:
+    """The digest of each kind of fact, computed on the server in one statement (EMPTY_DIGEST for a kind with none)."""
+    try:
+        rows = conn.execute(DIGESTS_SQL).fetchall()
+        if not rows:  # no kind has a row: still one reading, with the server's clock and database
+            head = conn.execute(
+                f"SELECT {COLLECTOR_MARK} statement_timestamp(), oid FROM pg_database "
+                "WHERE datname = current_database()"
+            ).fetchone()
+            assert head is not None
+            rows = [(head[0], head[1], None, None)]
+    except psycopg.Error as exc:
+        raise _failed(exc, target) from None
+    found = {str(r[2]): str(r[3]) for r in rows if r[2] is not None}
+    return Digests(captured_at=rows[0][0], dbid=int(rows[0][1]), digests={k: found.get(k, EMPTY_DIGEST) for k in KINDS})
+
+
+def _failed(exc: psycopg.Error, target: Target) -> TargetUnavailable:
+    return TargetUnavailable(f"target {target.name!r}: reading the catalog failed: {describe(exc, target)}")
+
+
+def read_facts(conn: psycopg.Connection, target: Target, kinds: list[str]) -> list[CatalogFact]:
+    """Every fact of the given kinds."""
+    if not kinds:
+        return []
+    try:
+        rows = conn.execute(FACTS_SQL, {"kinds": list(kinds)}).fetchall()
+    except psycopg.Error as exc:
+        raise _failed(exc, target) from None
+    return [
+        CatalogFact(
+            kind=r[0],
+            identity=r[1],
+            dbid=None if r[2] is None else int(r[2]),
+            roleid=None if r[3] is None else int(r[3]),
+            relation=r[4],
+            name=r[5],
+            role=r[6],
+            database=r[7],
+            value=r[8],
+        )
+        for r in rows
+    ]

@@ -1,0 +1,168 @@
+"""Which named changes (warehouse/catalog.py) touch which detections: a catalog change on one of the statement's
+relations (named in its stored text, or in its plan diff: its nodes in words, or the plans' JSON nodes where the diff
+holds them), or a setting that changes plans or execution, set
+for the statement's database and/or role, or server-wide."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+import pandas as pd
+import sqlalchemy as sa
+
+from radar_pipeline.collector.fingerprint import relations
+from radar_pipeline.engine.vocabulary import ChangeKind
+from radar_pipeline.named_changes import NamedChange
+from radar_pipeline.pgss_model import KEY
+from radar_pipeline.warehouse import analysis, catalog
+
+# Settings that change what the planner chooses or how a plan executes; a change of any other names no statement.
+PLAN_SETTINGS = frozenset(
+    {
+        "work_mem",
+        "hash_mem_multiplier",
+        "maintenance_work_mem",
+        "temp_buffers",
+        "random_page_cost",
+        "seq_page_cost",
+        "cpu_tuple_cost",
+        "cpu_index_tuple_cost",
+        "cpu_operator_cost",
+        "parallel_setup_cost",
+        "parallel_tuple_cost",
+        "min_parallel_table_scan_size",
+        "min_parallel_index_scan_size",
+        "effective_cache_size",
+        "effective_io_concurrency",
+        "default_statistics_target",
+        "constraint_exclusion",
+        "cursor_tuple_fraction",
+        "from_collapse_limit",
+        "join_collapse_limit",
+        "geqo",
+        "geqo_threshold",
+        "plan_cache_mode",
+        "max_parallel_workers_per_gather",
+        "max_parallel_workers",
+        "parallel_leader_participation",
+        "recursive_worktable_factor",
+        "jit",
+        "jit_above_cost",
+        "jit_inline_above_cost",
+        "jit_optimize_above_cost",
+        "search_path",
+        "statement_timeout",
+        "lock_timeout",
+        "synchronous_commit",
+        "commit_delay",
+        "default_transaction_isolation",
+        "track_io_timing",
+        "session_replication_role",
+        "row_security",
+        "enable_partitionwise_join",
+        "enable_partitionwise_aggregate",
+    }
+)
+_PLAN_SETTING_PREFIXES = ("enable_", "jit_")
+_NODE_RELATION = re.compile(r" on (\S+)$")
+_NODE_INDEX = re.compile(r" using (\S+) on ")
+TEXT_LENGTH = 100_000  # the whole stored text (radar.query keeps at most 8,192 characters)
+
+
+def affects_plans(setting: str) -> bool:
+    """Whether a change of this setting can change a statement's plan or its execution time."""
+    name = setting.lower()
+    return name in PLAN_SETTINGS or name.startswith(_PLAN_SETTING_PREFIXES)
+
+
+def name_changes(
+    conn: sa.Connection,
+    target: str,
+    detections: pd.DataFrame,
+    lo: datetime,
+    hi: datetime,
+    tolerance: timedelta = timedelta(minutes=2),
+) -> list[list[NamedChange]]:
+    """Per detection (a row of KEY columns, `change_at` and optionally `plan_diff`), the changes of the target named
+    in [lo, hi] (their bracket overlapping it) that touch it, oldest first: a catalog change on a relation its text or
+    plan diff names (an unqualified name matching that table in any schema; an index its plan diff names matching that
+    index), a setting that affects plans set server-wide or for its database and/or role. A change whose bracket lies
+    entirely after the detection's change_at + `tolerance` did not cause it."""
+    if detections.empty:
+        return []
+    changes = catalog.changes_between(conn, target, lo, hi)
+    if not changes:
+        return [[] for _ in range(len(detections))]
+    roles = catalog.setting_roles(conn, target) if any(c.role for c in changes) else {}
+    texts = analysis.query_texts(conn, target, detections[KEY], length=TEXT_LENGTH)
+    found = []
+    for row in detections.to_dict("records"):
+        named, indexes = _named_relations(texts.get(int(row["queryid"]), ""), row.get("plan_diff"))
+        change_at = row.get("change_at")
+        latest = None if change_at is None or pd.isna(change_at) else pd.Timestamp(change_at) + tolerance
+        found.append(
+            [
+                c
+                for c in changes
+                if (latest is None or c.last_seen_before is None or c.last_seen_before <= latest)
+                and _touches(c, row, named, indexes, roles)
+            ]
+        )
+    return found
+
+
+def _named_relations(text: str, plan_diff: Any) -> tuple[set[str], set[str]]:
+    """The relations a statement names (its text, its plan diff's nodes) and the indexes its plan diff names."""
+    named = set(relations(text)) if text else set()
+    indexes: set[str] = set()
+    _plan_nodes(plan_diff, named, indexes)
+    if isinstance(plan_diff, dict):
+        nodes: Iterable[Any] = [
+            *plan_diff.get("removed", []),
+            *plan_diff.get("added", []),
+            plan_diff.get("root_before"),
+            plan_diff.get("root_after"),
+        ]
+        for node in nodes:
+            if isinstance(node, str):
+                named.update(m.group(1) for m in [_NODE_RELATION.search(node)] if m)
+                indexes.update(m.group(1) for m in [_NODE_INDEX.search(node)] if m)
+    return named, indexes
+
+
+def _plan_nodes(value: Any, named: set[str], indexes: set[str]) -> None:
+    """The relations and indexes of the plans a diff may hold (EXPLAIN's JSON nodes), added to `named`/`indexes`."""
+    if isinstance(value, dict):
+        if isinstance(value.get("Relation Name"), str):
+            schema = value.get("Schema")
+            named.add(value["Relation Name"])
+            if isinstance(schema, str):
+                named.add(f"{schema}.{value['Relation Name']}")
+        if isinstance(value.get("Index Name"), str):
+            indexes.add(value["Index Name"])
+        for item in value.values():
+            _plan_nodes(item, named, indexes)
+    elif isinstance(value, list):
+        for item in value:
+            _plan_nodes(item, named, indexes)
+
+
+def _touches(
+    change: NamedChange, row: dict[str, Any], named: set[str], indexes: set[str], roles: dict[str, int]
+) -> bool:
+    if change.kind == ChangeKind.SETTING_CHANGED:
+        return (
+            affects_plans(change.name)
+            and (change.dbid is None or change.dbid == int(row["dbid"]))
+            and (change.role is None or roles.get(change.role) == int(row["userid"]))
+        )
+    if change.dbid is not None and change.dbid != int(row["dbid"]):
+        return False
+    relation = (change.relation or "").replace('"', "")
+    table = relation.rsplit(".", 1)[-1]
+    if relation in named or table in named:
+        return True
+    return change.kind in (ChangeKind.INDEX_DROPPED, ChangeKind.INDEX_INVALID) and change.name in indexes

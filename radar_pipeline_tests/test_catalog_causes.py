@@ -1,0 +1,400 @@
+"""Causes that name the change (issue 28): the catalog and settings facts of a watched database, collected in the
+scrape by the collector's least-privilege role, stored only when they change, bracketed by the captures around each
+change, named with a sentence and an undo, attached to the detections whose relations, database or role they touch,
+and given as a detection's cause by the deploy's analysis."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import pandas as pd
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from radar_pipeline.collector import session
+from radar_pipeline.config import Target
+from radar_pipeline.engine.vocabulary import ChangeKind
+from radar_pipeline.named_changes import NamedChange, ranked
+from radar_pipeline.pgss_model import KEY
+from radar_pipeline.steps.causes import name_changes
+from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
+from radar_pipeline.steps.retention import apply_retention
+from radar_pipeline.steps.snapshots import collect_catalog, snapshot_target
+from radar_pipeline.warehouse import catalog
+
+from .helpers import run
+from .test_deploy_impact import LIST, LOOKUP, SETTINGS, store
+
+SCHEMA = """
+CREATE TABLE orders (id int PRIMARY KEY, customer int, amount int);
+CREATE INDEX orders_customer_idx ON orders (customer);
+CREATE TABLE accounts (id int PRIMARY KEY, balance int);
+CREATE TABLE events (id int, kind text);
+CREATE TABLE invoices (id int, total int);
+CREATE TABLE users (id int, email text);
+INSERT INTO orders SELECT g, g % 50, g FROM generate_series(1, 500) g;
+INSERT INTO accounts SELECT g, 100 FROM generate_series(1, 100) g;
+INSERT INTO events SELECT g, 'k' || g % 3 FROM generate_series(1, 200) g;
+INSERT INTO invoices SELECT g, g FROM generate_series(1, 100) g;
+INSERT INTO users SELECT g, 'u' || g % 20 || '@example.com' FROM generate_series(1, 40) g;
+CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
+ANALYZE;
+"""
+# The application's statements, one per changed table, one on an untouched table (items, from app_db).
+WORKLOAD = {
+    "orders": ("SELECT amount FROM orders WHERE customer = %s", (3,)),
+    "accounts": ("UPDATE accounts SET balance = balance + %s WHERE id = %s", (1, 7)),
+    "events": ("SELECT count(*) FROM events WHERE kind = %s", ("k1",)),
+    "invoices": ("SELECT id FROM invoices WHERE total > %s", (90,)),
+    "users": ("SELECT id FROM users WHERE email = %s", ("u1@example.com",)),
+    "items": ("SELECT payload FROM items WHERE id = %s", (5,)),
+}
+
+
+@dataclass
+class Watched:
+    """A watched database with the schema above, its application role (which runs the workload) and the collector's
+    least-privilege role (pg_read_all_stats, nothing else)."""
+
+    server: object
+    target: Target  # the superuser's
+    collector: Target  # the collector role's
+    database: str
+    app_role: str
+    collector_role: str
+
+    def execute(self, sql: str) -> None:
+        self.server.execute(sql, self.database)  # type: ignore[attr-defined]
+
+    def workload(self) -> None:
+        for text, params in WORKLOAD.values():
+            run(self.target, text, 2, params, user=self.app_role)
+
+
+@pytest.fixture
+def watched(app_db) -> Iterator[Watched]:
+    server, target = app_db
+    database = target.dsn.rsplit("/", 1)[1]
+    suffix = uuid.uuid4().hex[:8]
+    app_role, collector_role = f"app_{suffix}", f"radar_collector_{suffix}"
+    server.execute(f"CREATE ROLE {app_role} LOGIN")
+    server.execute(f"CREATE ROLE {collector_role} LOGIN IN ROLE pg_read_all_stats")
+    with psycopg.connect(server.pg.dsn(database), autocommit=True) as conn:
+        conn.execute(SCHEMA)
+        conn.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {app_role}")
+    collector = Target(target.name, target.dsn.replace("postgres@", f"{collector_role}@"))
+    yield Watched(server, target, collector, database, app_role, collector_role)
+    server.drop_database(database)
+    for role in (app_role, collector_role):
+        server.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def _scrape(watched: Watched, warehouse: sa.Engine) -> tuple[datetime, int]:
+    """One scrape by the collector's role; returns the catalog capture's time and the versions it stored."""
+    result = snapshot_target(watched.collector, warehouse, exclude_role=watched.collector_role)
+    assert result.catalog_error is None, result.catalog_error
+    with warehouse.connect() as conn:
+        at = conn.execute(
+            sa.text("SELECT max(captured_at) FROM radar.catalog_capture WHERE target = :t"), {"t": watched.target.name}
+        ).scalar_one()
+    return at, result.catalog_changes
+
+
+def _wait_for_setting(watched: Watched, name: str, value: str) -> None:
+    deadline = time.monotonic() + 30
+    while watched.server.execute(f"SHOW {name}", watched.database)[0][0] != value:  # type: ignore[attr-defined]
+        assert time.monotonic() < deadline, f"{name} never became {value} after pg_reload_conf()"
+        time.sleep(0.1)
+
+
+def _detections(warehouse: sa.Engine, target: str, change_at: datetime) -> pd.DataFrame:
+    """Each statement of the workload as a detection changed at `change_at`, with the table it reads (`table`)."""
+    tables = {text.replace("%s", "$1", 1).replace("%s", "$2"): table for table, (text, _) in WORKLOAD.items()}
+    with warehouse.connect() as conn:
+        rows = pd.read_sql(
+            sa.text("SELECT dbid, userid, queryid, toplevel, query FROM radar.query WHERE target = :t"),
+            conn,
+            params={"t": target},
+        )
+    rows["table"] = rows["query"].map(tables)
+    rows = rows[rows["table"].notna()].drop_duplicates("table").reset_index(drop=True)
+    assert set(rows["table"]) == set(WORKLOAD), rows
+    rows["change_at"] = change_at
+    rows["plan_diff"] = None
+    return rows
+
+
+def test_each_change_is_collected_bracketed_and_named(watched: Watched, warehouse):
+    target = watched.target.name
+    watched.workload()
+    first, stored = _scrape(watched, warehouse)
+    assert stored > 0  # the first capture is the state then
+    watched.workload()
+    quiet, stored = _scrape(watched, warehouse)
+    assert stored == 0
+
+    watched.execute("DROP INDEX orders_customer_idx")
+    with pytest.raises(psycopg.errors.UniqueViolation):  # duplicates: the index stays, invalid
+        watched.execute("CREATE UNIQUE INDEX CONCURRENTLY users_email_key ON users (email)")
+    watched.execute("CREATE TRIGGER audit_update BEFORE UPDATE ON accounts FOR EACH ROW EXECUTE FUNCTION audit()")
+    watched.execute("ALTER TABLE accounts ADD CONSTRAINT balance_positive CHECK (balance >= 0)")
+    watched.execute("ALTER TABLE invoices ALTER COLUMN total TYPE bigint")
+    # a table replaced by a new one (fewer than autovacuum's 50 rows, so nothing analyses it before the capture)
+    watched.execute(
+        "CREATE TABLE events_new (LIKE events); INSERT INTO events_new SELECT * FROM events LIMIT 10; "
+        f"DROP TABLE events; ALTER TABLE events_new RENAME TO events; GRANT ALL ON events TO {watched.app_role}"
+    )
+    watched.execute(f"ALTER ROLE {watched.app_role} SET work_mem = '64kB'")
+    watched.server.execute("ALTER SYSTEM SET random_page_cost = 7")  # type: ignore[attr-defined]
+    try:
+        watched.server.execute("SELECT pg_reload_conf()")  # type: ignore[attr-defined]
+        _wait_for_setting(watched, "random_page_cost", "7")
+        watched.workload()
+        changed, stored = _scrape(watched, warehouse)
+        assert stored > 0
+    finally:
+        watched.server.execute("ALTER SYSTEM RESET random_page_cost")  # type: ignore[attr-defined]
+        watched.server.execute("SELECT pg_reload_conf()")  # type: ignore[attr-defined]
+        _wait_for_setting(watched, "random_page_cost", "4")
+    watched.execute(f"ALTER ROLE {watched.app_role} RESET work_mem")
+    later, _ = _scrape(watched, warehouse)
+
+    with warehouse.connect() as conn:
+        conn.execute(sa.text("SET LOCAL TIME ZONE 'Asia/Kolkata'"))  # the sentences say UTC whatever the session's
+        assert catalog.changes_between(conn, target, first, quiet) == []  # nothing changed: nothing named
+        changes = catalog.changes_between(conn, target, quiet, changed)
+        detections = _detections(warehouse, target, changed)
+        named = name_changes(conn, target, detections, quiet, changed)
+        assert name_changes(conn, target, detections, first, quiet) == [[] for _ in range(len(detections))]
+        after_reset = catalog.changes_between(conn, target, changed + timedelta(microseconds=1), later)
+    span = f"between {quiet.astimezone(UTC):%H:%M:%S} and {changed.astimezone(UTC):%H:%M:%S}"
+    by = {(c.kind, c.name): c for c in changes}
+    assert all(c.last_seen_before == quiet and c.first_seen_after == changed for c in changes)
+    expected = {
+        (ChangeKind.INDEX_DROPPED, "orders_customer_idx"): (
+            f"index orders_customer_idx on public.orders dropped {span}",
+            "CREATE INDEX orders_customer_idx ON public.orders USING btree (customer);",
+        ),
+        (ChangeKind.INDEX_INVALID, "users_email_key"): (
+            f"index users_email_key on public.users left invalid {span}",
+            "DROP INDEX CONCURRENTLY public.users_email_key;",
+        ),
+        (ChangeKind.TRIGGER_ADDED, "audit_update"): (
+            f"trigger audit_update on public.accounts added {span}",
+            "DROP TRIGGER audit_update ON public.accounts;",
+        ),
+        (ChangeKind.CONSTRAINT_ADDED, "balance_positive"): (
+            f"constraint balance_positive on public.accounts added {span}",
+            "ALTER TABLE public.accounts DROP CONSTRAINT balance_positive;",
+        ),
+        (ChangeKind.COLUMN_TYPE_CHANGED, "total"): (
+            f"column total on public.invoices changed type {span}",
+            "ALTER TABLE public.invoices ALTER COLUMN total TYPE integer;",
+        ),
+        (ChangeKind.STATISTICS_RESET, "public.events"): (
+            f"statistics of public.events reset (no ANALYZE since) {span}",
+            "ANALYZE public.events;",
+        ),
+        (ChangeKind.SETTING_CHANGED, "work_mem"): (
+            f"work_mem for role {watched.app_role} (default → 64kB) changed {span}",
+            f"ALTER ROLE {watched.app_role} RESET work_mem;",
+        ),
+        (ChangeKind.SETTING_CHANGED, "random_page_cost"): (
+            f"random_page_cost (default → 7) changed {span}",
+            "ALTER SYSTEM RESET random_page_cost; SELECT pg_reload_conf();",
+        ),
+    }
+    for key, (sentence, undo) in expected.items():
+        assert key in by, f"{key} not named; named: {sorted(by)}"
+        assert (by[key].sentence(), by[key].undo) == (sentence, undo)
+    assert (ChangeKind.TABLE_REWRITTEN, "public.invoices") in by  # ALTER COLUMN TYPE rewrote it
+    assert {(c.kind, c.name) for c in after_reset} >= {(ChangeKind.SETTING_CHANGED, "work_mem")}
+    reset_work_mem = next(c for c in after_reset if c.name == "work_mem")
+    assert reset_work_mem.undo == f"ALTER ROLE {watched.app_role} SET work_mem = '64kB';"
+
+    # which change touches which statement: its table's first (the most telling), the settings of its role after
+    first_named = {
+        row["table"]: ranked(found)[0] for row, found in zip(detections.to_dict("records"), named, strict=True)
+    }
+    assert first_named["orders"].kind == ChangeKind.INDEX_DROPPED
+    assert first_named["users"].kind == ChangeKind.INDEX_INVALID
+    assert first_named["accounts"].kind == ChangeKind.TRIGGER_ADDED
+    assert first_named["invoices"].kind == ChangeKind.COLUMN_TYPE_CHANGED
+    assert first_named["events"].kind == ChangeKind.STATISTICS_RESET
+    assert first_named["items"].kind == ChangeKind.SETTING_CHANGED  # its own table untouched: the settings only
+    for row, found in zip(detections.to_dict("records"), named, strict=True):
+        relations = {c.relation for c in found if c.relation}
+        assert relations <= {f"public.{row['table']}"}, (row["table"], relations)
+        assert {c.name for c in found if c.kind == ChangeKind.SETTING_CHANGED} == {"work_mem", "random_page_cost"}
+    # a statement with no stored text: its plan diff names the table (in words, or in a plan's JSON nodes)
+    unknown = detections.iloc[[0, 0]].assign(queryid=[-1, -2], table=None)
+    unknown["plan_diff"] = [
+        {"removed": ["Index Scan using orders_customer_idx on orders"], "added": ["Seq Scan on orders"]},
+        {"plans": [{"Plan": {"Node Type": "Seq Scan", "Relation Name": "events", "Schema": "public"}}]},
+    ]
+    with warehouse.connect() as conn:
+        by_plan = name_changes(conn, target, unknown.reset_index(drop=True), quiet, changed)
+    assert ranked(by_plan[0])[0].name == "orders_customer_idx"
+    assert ranked(by_plan[1])[0].kind == ChangeKind.STATISTICS_RESET
+    # a change whose bracket lies after the detection's change (beyond the tolerance) did not cause it
+    early = detections.assign(change_at=quiet - timedelta(minutes=10))
+    with warehouse.connect() as conn:
+        assert name_changes(conn, target, early, quiet, changed) == [[] for _ in range(len(detections))]
+
+
+def test_an_index_rebuilt_under_another_name_is_no_change(watched: Watched, warehouse):
+    with session.connect(watched.collector) as conn:
+        first = collect_catalog(conn, watched.collector, warehouse)
+        watched.execute("CREATE INDEX CONCURRENTLY orders_customer_idx2 ON orders (customer)")
+        watched.execute("DROP INDEX CONCURRENTLY orders_customer_idx")
+        swapped = collect_catalog(conn, watched.collector, warehouse)
+        watched.execute("CREATE INDEX orders_amount_idx ON orders (amount)")
+        added = collect_catalog(conn, watched.collector, warehouse)
+    assert first > 0 and swapped == 2 and added == 1  # the two versions are stored, and named as nothing
+    with warehouse.connect() as conn:
+        times = [r[0] for r in conn.execute(sa.text("SELECT captured_at FROM radar.catalog_capture ORDER BY 1"))]
+        assert catalog.changes_between(conn, watched.target.name, times[0], times[1]) == []
+        (change,) = catalog.changes_between(conn, watched.target.name, times[1], times[2])
+    assert change.kind == ChangeKind.INDEX_ADDED and change.undo == "DROP INDEX CONCURRENTLY public.orders_amount_idx;"
+
+
+def test_a_catalog_read_failure_does_not_fail_the_scrape(watched: Watched, warehouse):
+    # the collector's role may no longer read one catalog of this database: the statements are still stored
+    watched.execute("REVOKE SELECT ON pg_catalog.pg_db_role_setting FROM PUBLIC")
+    watched.workload()
+    result = snapshot_target(watched.collector, warehouse, exclude_role=watched.collector_role)
+    assert result.catalog_error is not None and "reading the catalog failed" in result.catalog_error
+    assert "pg_db_role_setting" in result.catalog_error and result.stored_rows > 0
+    with warehouse.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM radar.catalog_capture")).scalar_one() == 0
+    watched.execute("GRANT SELECT ON pg_catalog.pg_db_role_setting TO PUBLIC")
+    again = snapshot_target(watched.collector, warehouse, exclude_role=watched.collector_role)
+    assert again.catalog_error is None and again.catalog_changes > 0
+
+
+def test_retention_keeps_what_later_changes_need(watched: Watched, warehouse):
+    target = watched.target.name
+    with session.connect(watched.collector) as conn:
+        collect_catalog(conn, watched.collector, warehouse)
+        watched.execute("DROP INDEX orders_customer_idx")
+        collect_catalog(conn, watched.collector, warehouse)
+        watched.execute("CREATE INDEX orders_customer_idx ON orders (customer)")
+        collect_catalog(conn, watched.collector, warehouse)
+    with warehouse.connect() as conn:
+        captures = [r[0] for r in conn.execute(sa.text("SELECT captured_at FROM radar.catalog_capture ORDER BY 1"))]
+        versions = conn.execute(sa.text("SELECT count(*) FROM radar.catalog_fact")).scalar_one()
+    assert len(captures) == 3
+    # everything older than tomorrow: only the last capture and each object's current version stay
+    apply_retention(warehouse, 0, (captures[-1] + timedelta(days=1)).date())
+    with warehouse.connect() as conn:
+        kept = [r[0] for r in conn.execute(sa.text("SELECT captured_at FROM radar.catalog_capture"))]
+        index = conn.execute(
+            sa.text(
+                "SELECT value FROM radar.catalog_fact WHERE target = :t AND kind = 'index' "
+                "AND identity = 'public.orders.orders_customer_idx'"
+            ),
+            {"t": target},
+        ).all()
+        left = conn.execute(sa.text("SELECT count(*) FROM radar.catalog_fact")).scalar_one()
+    assert kept == [captures[-1]]
+    assert [r[0] for r in index] == ["CREATE INDEX orders_customer_idx ON public.orders USING btree (customer)"]
+    assert 0 < left < versions
+
+
+def test_the_named_change_becomes_the_cause_of_a_detection(pg18, warehouse):
+    """Synthetic counters (as test_deploy_impact stores them) around a deploy, and real catalog facts captured before
+    and after a real DROP INDEX, at times bracketing the deploy."""
+    database = pg18.new_database("shop")
+    try:
+        pg18.execute(
+            "CREATE TABLE orders (id int PRIMARY KEY, customer_id int); "
+            "CREATE INDEX orders_customer_idx ON orders (customer_id); CREATE TABLE products (id int, name text)",
+            database,
+        )
+        dbid = pg18.execute("SELECT oid FROM pg_database WHERE datname = current_database()", database)[0][0]
+        deployed_at = store(
+            warehouse,
+            "shop-v2",
+            {
+                81: {"text": LIST, "calls": (20, 20), "ms": (2.0, 40.0)},  # reads orders: its index was dropped
+                82: {"text": LOOKUP, "calls": (20, 20), "ms": (1.0, 8.0)},  # reads products: slowed, nothing named
+            },
+        )
+        with warehouse.begin() as conn:  # the synthetic statements live in the real database
+            for table in ("pgss_snapshot", "query"):
+                conn.execute(sa.text(f"UPDATE radar.{table} SET dbid = :d WHERE target = 'main'"), {"d": dbid})
+        shop = Target("main", pg18.pg.url(database))
+        with session.connect(shop) as conn, warehouse.begin() as wconn:
+            from radar_pipeline.collector import catalog as collector_catalog
+
+            for at in (deployed_at - timedelta(seconds=40), deployed_at + timedelta(seconds=15)):
+                digests = collector_catalog.read_digests(conn, shop)
+                kinds = catalog.kinds_to_read(wconn, "main", digests.dbid, digests.digests)
+                facts = [vars(f) for f in collector_catalog.read_facts(conn, shop, kinds)]
+                catalog.write_capture(wconn, "main", at, digests.dbid, digests.digests, kinds, facts)
+                pg18.execute("DROP INDEX IF EXISTS orders_customer_idx", database)
+        result = analyse_deploy(AnalysisRun(warehouse, SETTINGS), "shop-v2")
+    finally:
+        pg18.drop_database(database)
+    verdicts = result.verdicts.set_index("queryid")
+    assert (verdicts.loc[[81, 82], "verdict"] == "detected").all()
+    span = f"between {deployed_at - timedelta(seconds=40):%H:%M:%S} and {deployed_at + timedelta(seconds=15):%H:%M:%S}"
+    sentence = f"index orders_customer_idx on public.orders dropped {span}"
+    undo = "CREATE INDEX orders_customer_idx ON public.orders USING btree (customer_id);"
+    assert tuple(verdicts.loc[81, ["cause", "cause_detail", "undo_hint"]]) == ("index_dropped", sentence, undo)
+    assert verdicts.loc[82, "cause"] != "index_dropped" and verdicts.loc[82, "named_changes"] is None
+    with warehouse.connect() as conn:
+        stored = conn.execute(
+            sa.text(
+                "SELECT cause, cause_detail, undo_hint, named_changes FROM radar.regression "
+                "WHERE deploy_id = 'shop-v2' AND queryid = 81"
+            )
+        ).one()
+    assert tuple(stored[:3]) == ("index_dropped", sentence, undo)
+    (change,) = [NamedChange.from_json(c) for c in stored[3]]
+    assert change.kind == ChangeKind.INDEX_DROPPED and change.sentence() == sentence and change.undo == undo
+    assert json.loads(json.dumps(stored[3]))[0]["sentence"] == sentence
+
+
+def test_a_changed_plan_stays_the_cause_with_the_change_beside_it():
+    """decide_window's rule: plan_changed whatever else holds; the named change in cause_detail and named_changes."""
+    from radar_pipeline.steps.deploy_analysis import _apply_named_changes
+
+    at = datetime(2026, 12, 2, 18, 41, 35, tzinfo=UTC)
+    change = NamedChange(
+        ChangeKind.INDEX_DROPPED,
+        "orders_customer_idx",
+        "public.orders",
+        5,
+        None,
+        at - timedelta(seconds=20),
+        at,
+        before="CREATE INDEX orders_customer_idx ON public.orders USING btree (customer)",
+        undo="CREATE INDEX …;",
+    )
+    setting = NamedChange(ChangeKind.SETTING_CHANGED, "work_mem", None, None, "app", at - timedelta(seconds=20), at)
+    frame = pd.DataFrame(
+        {
+            "cause": ["unexplained", "plan_changed", "more_rows"],
+            "cause_detail": [None, None, None],
+            "named_changes": [None, None, None],
+            "undo_hint": [None, None, None],
+        }
+    )
+    for column in KEY:
+        frame[column] = 1
+    _apply_named_changes(frame, frame.index, [[setting, change], [change], []], [False, True, False])
+    assert list(frame["cause"]) == ["index_dropped", "plan_changed", "more_rows"]
+    assert (
+        frame.loc[0, "cause_detail"]
+        == "index orders_customer_idx on public.orders dropped between 18:41:15 and 18:41:35"
+    )
+    assert frame.loc[1, "cause_detail"] == "plan changed; " + frame.loc[0, "cause_detail"]
+    assert [c["kind"] for c in json.loads(frame.loc[0, "named_changes"])] == ["index_dropped", "setting_changed"]
+    assert frame.loc[0, "undo_hint"] == "CREATE INDEX …;" and frame.loc[2, "named_changes"] is None
