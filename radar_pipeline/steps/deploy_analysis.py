@@ -18,10 +18,11 @@ import sqlalchemy as sa
 from radar_pipeline.config import Target
 from radar_pipeline.engine import VERDICT_FRAME, Cause, EngineSettings, Verdict, analyse
 from radar_pipeline.engine.frames import IMPACT_STATEMENTS, IMPACT_SUMMARY
-from radar_pipeline.engine.impact import contention_culprits, impact
+from radar_pipeline.engine.impact import Impact, classify, collateral_culprits, impact
 from radar_pipeline.pgss_model import KEY
 from radar_pipeline.steps.noise import prior_for
 from radar_pipeline.steps.plan_diffs import plan_diffs
+from radar_pipeline.steps.replacements import candidate_pairs, statement_class
 from radar_pipeline.warehouse import analysis, deploys
 from radar_pipeline.warehouse.analysis import ANALYSED_VERDICTS, WindowHealth
 
@@ -35,6 +36,7 @@ SHARED_SPAN = timedelta(hours=2)
 SHARED_SAMPLES = 1_000_000
 TEXT_LENGTH = 120  # characters of a changed statement's text kept with the analysis's result
 CAUSE_TEXT = 60  # characters of the culprit's text in a collateral detection's cause_detail
+FULL_TEXT = 100_000  # characters of a statement's text parsed to classify it (a cut text does not parse)
 
 
 class AnalysisRefused(RuntimeError):
@@ -285,19 +287,25 @@ def decide_window(
         found = impact(window.counters, split_at, settings, result, watched_since=health.first_scrape)
         IMPACT_STATEMENTS.check(found.statements, "impact")
         IMPACT_SUMMARY.check(found.summary, "impact")
-        culprits = contention_culprits(verdicts, found, settings)
         timings.engine = time.perf_counter() - started
 
         started = time.perf_counter()
+        found = _classified(conn, target, found, window, settings)
+        culprits = collateral_culprits(verdicts, found, settings)
         changes = _changes_with_keys(found.changes, window)
-        texts_of_changes = analysis.query_texts(conn, target, changes[KEY], length=TEXT_LENGTH)
+        blamed = culprits["culprit"].notna().to_numpy()
+        culprit_keys = window.keys.loc[culprits.loc[blamed, "culprit"].tolist()]
+        texts_of_changes = analysis.query_texts(
+            conn, target, pd.concat([changes[KEY], culprit_keys], ignore_index=True), length=TEXT_LENGTH
+        )
         changes["query"] = [texts_of_changes.get(int(q), "") for q in changes["queryid"]]
-        blamed = culprits.notna().to_numpy()
         if blamed.any():
-            by_key = changes.set_index("query_key")
             collateral = [
-                f"collateral of queryid {int(by_key.loc[k, 'queryid'])}: {by_key.loc[k, 'query'][:CAUSE_TEXT]}".rstrip()
-                for k in culprits[blamed]
+                f"collateral of queryid {q} ({rose} at the same change): {texts_of_changes.get(q, '')[:CAUSE_TEXT]}"
+                .rstrip()
+                for q, rose in zip(
+                    culprit_keys["queryid"].astype(int).tolist(), culprits.loc[blamed, "rose"], strict=True
+                )
             ]
             ANALYSED_VERDICTS.assign(verdicts, "cause", Cause.COLLATERAL.value, rows=blamed)
             ANALYSED_VERDICTS.assign(verdicts, "cause_detail", collateral, rows=blamed)
@@ -337,11 +345,37 @@ def write_window(conn: sa.Connection, run: AnalysisRun, analysis_id: str, target
     decided.seconds.write += time.perf_counter() - started
 
 
+def _classified(
+    conn: sa.Connection, target: str, found: Impact, window: analysis.WindowCounters, settings: EngineSettings
+) -> Impact:
+    """The impact with what the texts tell (engine/impact.py `classify`): the class of every statement that may be a
+    load change or a collateral culprit (a kind, calls only after the deploy, or its time at least doubled), and the
+    stopped × new pairs that may be one statement rewritten (steps/replacements.py)."""
+    s = found.statements
+    rose = (s["exec_ms_per_min_after"] >= settings.surge_ratio * s["exec_ms_per_min_before"]) & (
+        s["exec_ms_per_min_after"] > s["exec_ms_per_min_before"]
+    )
+    candidates = s[s["kind"].notna() | ((s["calls_before"] == 0) & (s["calls_after"] > 0)) | rose]
+    if candidates.empty:
+        return found
+    keys = window.keys.loc[candidates["query_key"].tolist()]
+    texts = analysis.query_texts(conn, target, keys, length=FULL_TEXT)
+    classes = pd.Series(
+        [statement_class(texts.get(int(q), "")) for q in keys["queryid"]], index=candidates["query_key"].to_numpy()
+    ).dropna()
+    return classify(found, classes, candidate_pairs(s, window.keys, texts), settings)
+
+
 def _changes_with_keys(changes: pd.DataFrame, window: analysis.WindowCounters) -> pd.DataFrame:
-    """The impact's notable statements with the KEY each query_key stands for (query_key kept, for the causes)."""
+    """The impact's notable statements with the KEY each query_key stands for (query_key kept, for the causes) and
+    a replaced half's partner as its queryid (`partner_queryid`)."""
     codes = changes["query_key"].to_numpy(dtype=np.int64)
     keys = window.keys.iloc[codes].reset_index(drop=True)
     body = changes.drop(columns="dbid").reset_index(drop=True)
+    queryids = window.keys["queryid"].tolist()
+    body["partner_queryid"] = pd.Series(
+        [None if pd.isna(k) else int(queryids[int(k)]) for k in body["partner_key"]], dtype=object
+    )
     return pd.concat([keys, body], axis=1)
 
 

@@ -57,13 +57,25 @@ ANALYSED_VERDICTS = VERDICT_FRAME.extend(
         "cause_detail": "the analysis says the named change, or the statement a collateral slowdown is due to",
     },
 )
+# The impact's columns radar.statement_change does not store: the engine's keys (the statement's KEY and its
+# partner's queryid instead) and what only the analysis uses (blocks per minute, first seen, class).
+UNSTORED_IMPACT = (
+    "query_key",
+    "dbid",
+    "partner_key",
+    "blks_read_per_min_before",
+    "blks_read_per_min_after",
+    "first_seen_at",
+    "statement_class",
+)
 # What radar.statement_change stores of the impact: the statement's KEY instead of the engine's query_key and dbid,
-# and optionally its text (`query`, for the run's metadata).
+# a replaced half's partner by its queryid, and optionally its text (`query`, for the run's metadata).
 STATEMENT_CHANGES = FrameSchema(
     "statement changes",
     (
         *KEY_COLUMNS,
-        *(c for c in IMPACT_STATEMENTS.columns if c.name not in ("query_key", "dbid")),
+        *(c for c in IMPACT_STATEMENTS.columns if c.name not in UNSTORED_IMPACT),
+        Column("partner_queryid", ANY),
         Column("query", ANY, required=False),
     ),
 )
@@ -499,7 +511,13 @@ def stale_analyses(conn: sa.Connection, current: dict, engine_version: str, with
 # radar.deploy_impact: the engine's summary columns behind the analysis and the target.
 IMPACT_COLUMNS = ["deploy_id", "target", *SUMMARY_COLUMNS]
 # radar.statement_change: the engine's impact columns behind the analysis and the statement key.
-CHANGE_COLUMNS = ["deploy_id", "target", *KEY, *(c for c in STATEMENT_COLUMNS if c not in ("query_key", "dbid"))]
+CHANGE_COLUMNS = [
+    "deploy_id",
+    "target",
+    *KEY,
+    *(c for c in STATEMENT_COLUMNS if c not in UNSTORED_IMPACT),
+    "partner_queryid",
+]
 
 
 def write_impact(
