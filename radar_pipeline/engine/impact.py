@@ -419,7 +419,9 @@ def _pair(out: pd.DataFrame, pairs: pd.DataFrame, settings: EngineSettings) -> N
             out.iat[me, out.columns.get_loc("partner_key")] = other
             out.iat[me, out.columns.get_loc("per_call_factor")] = factor
         out.iat[i, out.columns.get_loc("heavy")] = False
-        out.iat[j, out.columns.get_loc("heavy")] = bool(total_after > 0 and added >= settings.new_statement_share * total_after)
+        out.iat[j, out.columns.get_loc("heavy")] = bool(
+            total_after > 0 and added >= settings.new_statement_share * total_after
+        )
 
 
 def collateral_culprits(verdicts: pd.DataFrame, found: Impact, settings: EngineSettings | None = None) -> pd.DataFrame:

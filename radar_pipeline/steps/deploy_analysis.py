@@ -300,12 +300,11 @@ def decide_window(
         )
         changes["query"] = [texts_of_changes.get(int(q), "") for q in changes["queryid"]]
         if blamed.any():
+            culprit_queryids = culprit_keys["queryid"].astype(int).tolist()
+            cut = {q: texts_of_changes.get(q, "")[:CAUSE_TEXT] for q in culprit_queryids}
             collateral = [
-                f"collateral of queryid {q} ({rose} at the same change): {texts_of_changes.get(q, '')[:CAUSE_TEXT]}"
-                .rstrip()
-                for q, rose in zip(
-                    culprit_keys["queryid"].astype(int).tolist(), culprits.loc[blamed, "rose"], strict=True
-                )
+                f"collateral of queryid {q} ({rose} at the same change): {cut[q]}".rstrip()
+                for q, rose in zip(culprit_queryids, culprits.loc[blamed, "rose"], strict=True)
             ]
             ANALYSED_VERDICTS.assign(verdicts, "cause", Cause.COLLATERAL.value, rows=blamed)
             ANALYSED_VERDICTS.assign(verdicts, "cause_detail", collateral, rows=blamed)

@@ -18,9 +18,8 @@ import pandas as pd
 from pglast import parser
 
 from radar_pipeline.collector.fingerprint import PLANNABLE, relations
-from radar_pipeline.engine.impact import CONTROL
+from radar_pipeline.engine.impact import CONTROL, UTILITY
 from radar_pipeline.engine.impact import PLANNABLE as PLANNABLE_CLASS
-from radar_pipeline.engine.impact import UTILITY
 
 # Transaction and session control: BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE, PREPARE TRANSACTION (TransactionStmt),
 # SET and RESET (VariableSetStmt), SHOW, DISCARD, DEALLOCATE, SET CONSTRAINTS. Their time is that of the work around

@@ -185,8 +185,9 @@ def test_row_order_does_not_matter() -> None:
 def _counters(specs: dict[int, dict]) -> pd.DataFrame:
     """Cumulative counters scraped each minute for DEPLOY ± 30 minutes. Per statement: calls per minute before and
     after (`calls`), ms per call (`ms`), shared blocks read per call (`blocks`, default 0), `dbid` (default 5),
-    `new` (first row after the deploy), `first` (the minute of its first row, when created in the window), `tail` (calls per minute after the deploy for its first `tail` minutes
-    instead, then none), `once` (all its calls, with their total ms, in the minute ending at that offset)."""
+    `new` (first row after the deploy), `first` (the minute of its first row, when created in the window), `tail`
+    (calls per minute after the deploy for its first `tail[1]` minutes, then none), `once` (all its calls, with
+    their total ms, in the minute ending at that offset)."""
     rng = np.random.default_rng(3)
     rows = []
     for key, s in specs.items():
