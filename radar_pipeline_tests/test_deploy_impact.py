@@ -416,10 +416,18 @@ def test_a_slowdown_beside_a_heavier_detection_is_its_collateral(warehouse):
     assert 30 < float(detail.split("×")[1].split(" ")[0]) < 80, detail
 
 
-def test_a_rewritten_statement_is_replaced_despite_a_rolling_tail(warehouse):
+def test_a_rewritten_statement_is_replaced_despite_a_rolling_tail(warehouse, warehouse_url, slack):
     """An ORM adds a column to a SELECT: the old text stops (its old pods call it a few more times after the
-    deploy), the new one starts ×4 slower per call. Both halves are stored as replaced, each naming the other."""
+    deploy), the new one starts ×4 slower per call. Both halves are stored as replaced, each naming the other; the
+    deploy's DROP INDEX is its own statement, and BEGIN's surge no load change. Slack announces the heavier rewrite,
+    `radar verdicts` lists all three."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
     old, new = "SELECT id FROM orders WHERE customer_id = $1", "SELECT id, note FROM orders WHERE customer_id = $1"
+    drop = "DROP INDEX orders_customer_idx"
     store(
         warehouse,
         "orm",
@@ -428,13 +436,35 @@ def test_a_rewritten_statement_is_replaced_despite_a_rolling_tail(warehouse):
             92: {"text": new, "calls": (0, 30), "ms": (0.0, 8.0), "new": True},
             93: {"text": OTHER, "calls": (50, 50), "ms": (0.5, 0.5)},
             94: {"text": "BEGIN", "calls": (10, 300), "ms": (0.01, 0.01)},  # control: never a load change
+            95: {"text": drop, "calls": (0, 0.2), "ms": (0.0, 30.0), "new": True},
         },
     )
     analyse_deploy(AnalysisRun(warehouse, SETTINGS), "orm")
     _, changes = changes_of(warehouse, "orm")
-    assert list(changes.index.sort_values()) == [91, 92], changes[["kind", "calls_before", "calls_after"]]
+    assert list(changes.index.sort_values()) == [91, 92, 95], changes[["kind", "calls_before", "calls_after"]]
     assert changes.loc[91, "kind"] == "replaced" and changes.loc[92, "kind"] == "replaced"
     assert 0 < changes.loc[91, "calls_after"] <= 0.05 * changes.loc[91, "calls_before"]
     assert changes.loc[91, "partner_queryid"] == 92 and changes.loc[92, "partner_queryid"] == 91
-    assert changes.loc[92, "per_call_factor"] == pytest.approx(4.0, rel=0.15)
+    factor = changes.loc[92, "per_call_factor"]
+    assert factor == pytest.approx(4.0, rel=0.15)
     assert changes.loc[92, "heavy"] and not changes.loc[91, "heavy"]
+    assert changes.loc[95, "kind"] == "deploy_statement" and not changes.loc[95, "heavy"]
+
+    body, text = _alert(warehouse_url, slack, "orm")
+    print(f"\n--- rewrite alert ---\n{body['text']}\n{text}")
+    assert body["text"] == "1 heavier rewritten statement after deploy api v2 on main"
+    assert f"*Load change:* replaces queryid 91 (×{factor:.1f} per call), " in text
+    assert drop not in text
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "radar"), "verdicts", "orm", "--warehouse", warehouse_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    print(proc.stdout)
+    rows = {line.split("│")[1].strip(): line for line in proc.stdout.splitlines() if line.count("│") > 3}
+    assert f"replaces queryid 91 (×{factor:.1f} per call) (heavy)" in rows
+    assert f"replaced by queryid 92 (×{factor:.1f} per call)" in rows
+    assert "the deploy's own statement" in rows

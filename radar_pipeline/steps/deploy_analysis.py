@@ -259,10 +259,10 @@ def decide_window(
     The impact (engine/impact.py) is computed from the same counters, and classified from the texts of the statements
     that may matter (steps/replacements.py: control statements, the deploy's own statements, rewrites). A detection
     whose cause the counters left open and whose change coincides with another statement's rise in load (engine
-    `collateral_culprits`) gets cause collateral, its cause_detail naming that statement and what rose. Each detection gets a plan diff from the stored plans (capturing the current
-    plan from the target, when the run may reach it, when none was stored after the change); a changed shape makes its
-    cause plan_changed, whatever else
-    was found. The warehouse is read in a transaction that ends before the watched server is reached, and no
+    `collateral_culprits`) gets cause collateral, its cause_detail naming that statement and what rose. Each
+    detection gets a plan diff from the stored plans (capturing the current plan from the target, when the run may
+    reach it, when none was stored after the change); a changed shape makes its cause plan_changed, whatever else was
+    found. The warehouse is read in a transaction that ends before the watched server is reached, and no
     transaction is open on return: a slow watched server keeps no warehouse transaction or lock waiting. With
     `samples` (read for a span holding the window) the window is cut from them instead of read.
 

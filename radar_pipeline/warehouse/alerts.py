@@ -49,13 +49,15 @@ def detections(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
     )
 
 
-ANNOUNCED = "(c.kind IN ('surge', 'n_plus_one') OR (c.kind = 'new' AND c.heavy))"
+# A rewrite is announced by its heavy half (the statement that started and added new_statement_share of the time).
+ANNOUNCED = "(c.kind IN ('surge', 'n_plus_one') OR (c.kind IN ('new', 'replaced') AND c.heavy))"
 
 
 def load_changes(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
-    """The analysis's load changes announced like regressions (radar.statement_change: call surges, N+1 surges and new
-    heavy statements), heaviest first, with their text, their first plan stored since the window began (root node),
-    their share of the target's execution time after the split, the deploy's facts and the analysis's."""
+    """The analysis's load changes announced like regressions (radar.statement_change: call surges, N+1 surges, new
+    heavy statements and heavier rewrites), heaviest first, with their text, their first plan stored since the window
+    began (root node), their share of the target's execution time after the split, the deploy's facts and the
+    analysis's."""
     return pd.read_sql(
         sa.text(
             "SELECT c.*, q.query, d.deployed_at, d.service, d.version, d.url, a.run_id, a.settings, "
