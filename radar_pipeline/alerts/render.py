@@ -30,6 +30,7 @@ CHANGE_WORDS = {
     "new": "new statement",
     "n_plus_one": "N+1: calls surged, latency unchanged",
     "surge": "call surge",
+    "replaced": "a rewritten statement",  # render says which half and its partner
     "deploy_statement": "the deploy's own statement",
 }
 
