@@ -287,11 +287,13 @@ def _cleared_line(row: pd.Series) -> str:
 def _change_words(change: Any) -> str:
     """A load change's kind as the changes table shows it: "new (heavy)", "replaced by queryid N (×4.0 per call)",
     "the deploy's own statement"."""
+    import pandas as pd
+
     from radar_pipeline.alerts.render import CHANGE_WORDS, replacement_words
 
     heavy = " (heavy)" if change.heavy else ""
-    partner = getattr(change, "partner_queryid", None)
-    if change.kind == "replaced" and partner is not None and partner == partner:
+    partner: Any = getattr(change, "partner_queryid", None)
+    if change.kind == "replaced" and not pd.isna(partner):
         factor = getattr(change, "per_call_factor", None)
         return replacement_words(int(partner), factor, started=change.calls_before == 0) + heavy
     if change.kind == "deploy_statement":

@@ -291,7 +291,8 @@ def decide_window(
         timings.engine = time.perf_counter() - started
 
         started = time.perf_counter()
-        found = _classified(conn, target, found, window, settings)
+        detected_keys = verdicts.loc[verdicts["verdict"] == Verdict.DETECTED, "query_key"]
+        found = _classified(conn, target, found, window, settings, detected_keys)
         culprits = collateral_culprits(verdicts, found, settings)
         changes = _changes_with_keys(found.changes, window)
         blamed = culprits["culprit"].notna().to_numpy()
@@ -346,16 +347,27 @@ def write_window(conn: sa.Connection, run: AnalysisRun, analysis_id: str, target
 
 
 def _classified(
-    conn: sa.Connection, target: str, found: Impact, window: analysis.WindowCounters, settings: EngineSettings
+    conn: sa.Connection,
+    target: str,
+    found: Impact,
+    window: analysis.WindowCounters,
+    settings: EngineSettings,
+    detected: pd.Series,
 ) -> Impact:
     """The impact with what the texts tell (engine/impact.py `classify`): the class of every statement that may be a
-    load change or a collateral culprit (a kind, calls only after the deploy, or its time at least doubled), and the
-    stopped × new pairs that may be one statement rewritten (steps/replacements.py)."""
+    load change or a collateral culprit (a kind, calls only after the deploy, a detection, or its time at least
+    doubled by new_statement_share of its database's time), and the stopped × new pairs that may be one statement
+    rewritten (steps/replacements.py). Only those texts are read and parsed: a few per deploy, not the catalogue."""
     s = found.statements
-    rose = (s["exec_ms_per_min_after"] >= settings.surge_ratio * s["exec_ms_per_min_before"]) & (
-        s["exec_ms_per_min_after"] > s["exec_ms_per_min_before"]
+    added = s["exec_ms_per_min_after"] - s["exec_ms_per_min_before"]
+    database_time = s.groupby("dbid")["exec_ms_per_min_after"].transform("sum")
+    rose = (
+        (s["exec_ms_per_min_after"] >= settings.surge_ratio * s["exec_ms_per_min_before"])
+        & (added >= settings.new_statement_share * database_time)
+        & (added > 0)
     )
-    candidates = s[s["kind"].notna() | ((s["calls_before"] == 0) & (s["calls_after"] > 0)) | rose]
+    started = (s["calls_before"] == 0) & (s["calls_after"] > 0)
+    candidates = s[s["kind"].notna() | started | rose | s["query_key"].isin(detected)]
     if candidates.empty:
         return found
     keys = window.keys.loc[candidates["query_key"].tolist()]

@@ -76,6 +76,7 @@ def load_changes(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
         ),
         conn,
         params={"d": analysis_id},
+        dtype={"partner_queryid": "Int64"},  # a float would lose a 64-bit queryid's last digits
     )
 
 

@@ -553,5 +553,6 @@ def impact_of(conn: sa.Connection, analysis_id: str) -> tuple[pd.DataFrame, pd.D
         ),
         conn,
         params={"d": analysis_id},
+        dtype={"partner_queryid": "Int64"},  # a float would lose a 64-bit queryid's last digits
     )
     return summary, changes
