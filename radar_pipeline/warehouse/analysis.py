@@ -537,6 +537,19 @@ def write_impact(
         copy_frame(conn, "radar.statement_change", CHANGE_COLUMNS, changes.assign(deploy_id=analysis_id, target=target))
 
 
+def partner_text(alias: str) -> str:
+    """The select-list item reading radar.statement_change `alias`'s partner_queryid as text (`exact_partners`): a
+    column of queryids with NULLs is read as floats, which lose a 64-bit queryid's last digits."""
+    return f"{alias}.partner_queryid::text AS partner_queryid_text"
+
+
+def exact_partners(changes: pd.DataFrame) -> pd.DataFrame:
+    """`changes`, read with `partner_text`, with partner_queryid exact (Int64, NA where none)."""
+    text = changes.pop("partner_queryid_text")
+    changes["partner_queryid"] = pd.array([None if pd.isna(t) else int(t) for t in text], dtype="Int64")
+    return changes
+
+
 def impact_of(conn: sa.Connection, analysis_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """An analysis's impact summary (the whole target first, then per database) and its statement changes with each
     statement's text on one line (heavy first, then by execution time added)."""
@@ -547,12 +560,11 @@ def impact_of(conn: sa.Connection, analysis_id: str) -> tuple[pd.DataFrame, pd.D
     )
     changes = pd.read_sql(
         sa.text(
-            "SELECT v.*, regexp_replace(coalesce(q.query, ''), '\\s+', ' ', 'g') AS query "
+            f"SELECT v.*, {partner_text('v')}, regexp_replace(coalesce(q.query, ''), '\\s+', ' ', 'g') AS query "
             f"FROM radar.statement_change v {VERDICT_QUERY_JOIN} WHERE v.deploy_id = :d "
             "ORDER BY v.target, v.heavy DESC, v.exec_ms_per_min_after - v.exec_ms_per_min_before DESC"
         ),
         conn,
         params={"d": analysis_id},
-        dtype={"partner_queryid": "Int64"},  # a float would lose a 64-bit queryid's last digits
     )
-    return summary, changes
+    return summary, exact_partners(changes)
