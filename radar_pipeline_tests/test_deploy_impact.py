@@ -439,7 +439,11 @@ def test_a_rewritten_statement_is_replaced_despite_a_rolling_tail(warehouse, war
             95: {"text": drop, "calls": (0, 0.2), "ms": (0.0, 30.0), "new": True},
         },
     )
-    analyse_deploy(AnalysisRun(warehouse, SETTINGS), "orm")
+    from radar_pipeline.defs.deploys.deploy_verdicts import _metadata
+
+    result = analyse_deploy(AnalysisRun(warehouse, SETTINGS), "orm")
+    shown = {r.data["queryid"]: r.data for r in _metadata(result)["load_changes"].records}
+    assert shown["92"]["kind"] == "replaced" and shown["92"]["partner_queryid"] == "91"
     _, changes = changes_of(warehouse, "orm")
     assert list(changes.index.sort_values()) == [91, 92, 95], changes[["kind", "calls_before", "calls_after"]]
     assert changes.loc[91, "kind"] == "replaced" and changes.loc[92, "kind"] == "replaced"
