@@ -71,6 +71,9 @@ TAIL_SPAN = 0.5
 # stopped and a started statement on the same relations are one statement rewritten: an ORM's added column or join
 # keeps most of the tree (0.7 to 0.9 on the lab's rewrites); two different statements on a table rarely share half.
 SIMILAR_SHAPE = 0.6
+# A statement first called from the deploy on, at most this many times, may hold locks like the deploy's own DDL (a
+# migration's backfill): its execution time is weighed as a lock's (`collateral_culprits`).
+ONE_OFF_CALLS = 2
 STATEMENT_COLUMNS = IMPACT_STATEMENTS.names
 SUMMARY_COLUMNS = IMPACT_SUMMARY.names
 ALL_DATABASES = -1  # the summary row of the whole target
@@ -443,10 +446,11 @@ def collateral_culprits(verdicts: pd.DataFrame, found: Impact, settings: EngineS
       matter to the database (a rise of a few milliseconds per minute starves no one).
     - its shared blocks read per minute: at least surge_ratio × before, the blocks it added at least
       new_statement_share of its database's blocks read per minute after (I/O that competes with the detection's).
-    - the deploy's own utility statement running (holding its lock) at the change: calls waiting on a lock held L
-      ms during a window of W ms after the deploy can have waited at most L each, and at most L/W of the detection's
-      calls fall in it, so the lock can explain at most L² / W of the mean per call; that must reach half the
-      detection's added mean per call. A quick DROP INDEX (milliseconds) so explains nothing, a migration that held
+    - the deploy's own utility statement, or a statement run at most ONE_OFF_CALLS times from the deploy on (a
+      migration's backfill), running (holding its lock) at the change: calls waiting on a lock held L ms during a
+      window of W ms after the deploy can have waited at most L each, and at most L/W of the detection's calls fall
+      in it, so the lock can explain at most L² / W of the mean per call; that must reach half the detection's added
+      mean per call. A quick DROP INDEX (milliseconds) so explains nothing, a migration that held
       an ACCESS EXCLUSIVE lock for seconds explains its waiters.
 
     The detections are taken heaviest first (by the time they added), and a statement named collateral is no culprit
@@ -470,6 +474,9 @@ def collateral_culprits(verdicts: pd.DataFrame, found: Impact, settings: EngineS
     minutes = settings.window.total_seconds() / 60.0
     window_ms = settings.window.total_seconds() * 1000.0
     own = s["kind"] == DEPLOY_STATEMENT
+    # a statement run once or twice from the deploy on (a migration's backfill UPDATE holds its row locks as DDL does)
+    one_off = (s["calls_before"] == 0) & (s["calls_after"] > 0) & (s["calls_after"] <= ONE_OFF_CALLS)
+    holder = own | one_off
     held_ms = (s["exec_ms_per_min_before"] + s["exec_ms_per_min_after"]) * minutes
     onset = s["onset_at"].where(s["kind"].isin([NEW, REPLACED, DEPLOY_STATEMENT]) & s["onset_at"].notna())
     onset = onset.fillna(found.deployed_at) if found.deployed_at is not None else onset
@@ -504,14 +511,15 @@ def collateral_culprits(verdicts: pd.DataFrame, found: Impact, settings: EngineS
             & (blocks_added > 0)
         )
         slowed = float(np.nan_to_num(s.at[key, "mean_after_ms"] - s.at[key, "mean_before_ms"]))
-        by_lock = near & own & (held_ms**2 / window_ms >= 0.5 * slowed) & (held_ms > 0)
-        weight = added.where(~own, held_ms / minutes)
+        by_lock = near & holder & (held_ms**2 / window_ms >= 0.5 * slowed) & (held_ms > 0)
+        weight = added.where(~holder, held_ms / minutes)
         candidates = weight[by_time | by_blocks | by_lock]
         if candidates.empty:
             continue
         culprit = candidates.idxmax()
         if by_lock[culprit]:
-            rose = f"the deploy's own statement, running {held_ms[culprit] / 1000.0:,.1f} s"
+            who = "the deploy's own statement" if own[culprit] else "a statement run once at the deploy"
+            rose = f"{who}, running {held_ms[culprit] / 1000.0:,.1f} s"
         elif by_time[culprit]:
             rose = (
                 f"its database time ×{time_ratio[culprit]:,.1f}"

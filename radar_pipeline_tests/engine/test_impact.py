@@ -291,6 +291,11 @@ def test_collateral_of_the_deploy_s_lock_and_not_of_a_quick_drop() -> None:
     named = collateral_culprits(_detected([2, 3]), found, SETTINGS)
     assert named["culprit"].tolist() == [1, 1]
     assert named.loc[0, "rose"] == "the deploy's own statement, running 20.0 s"
+    # A migration's backfill UPDATE (plannable, run once) holds its row locks the same way.
+    backfill = classify(impact(_counters(specs), DEPLOY, SETTINGS), pd.Series({1: PLANNABLE, 4: CONTROL}))
+    named = collateral_culprits(_detected([2, 3]), backfill, SETTINGS)
+    assert named["culprit"].tolist() == [1, 1]
+    assert named.loc[0, "rose"] == "a statement run once at the deploy, running 20.0 s"
     specs[1] = {"once": (1, 1, 3.0), "new": True}
     quick = classify(impact(_counters(specs), DEPLOY, SETTINGS), pd.Series({1: UTILITY, 4: CONTROL}))
     assert collateral_culprits(_detected([3]), quick, SETTINGS)["culprit"].tolist() == [2]  # the waiter, not the DROP
