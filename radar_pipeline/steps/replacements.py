@@ -32,6 +32,11 @@ CONTROL_STATEMENTS = {
     "DeallocateStmt",
     "ConstraintsSetStmt",
 }
+# The first keyword of a text the parser rejects (PostgreSQL 17 and later store `SAVEPOINT $1`, `RELEASE $1`), for
+# its class: control, plannable, else utility.
+CONTROL_WORDS = {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE", "SET", "RESET", "SHOW"}
+CONTROL_WORDS |= {"DISCARD", "DEALLOCATE"}
+PLANNABLE_WORDS = {"SELECT", "INSERT", "UPDATE", "DELETE", "MERGE", "WITH", "VALUES", "TABLE"}
 _IGNORED = {"location", "stmt_location", "stmt_len", "rexpr_list_start", "rexpr_list_end", "version"}
 PAIRS_MAX = 10_000  # stopped × started candidates compared at most (a deploy replacing hundreds of statements)
 
@@ -44,9 +49,19 @@ def _tree(text: str) -> list[dict[str, Any]] | None:
 
 
 def statement_class(text: str) -> str | None:
-    """PLANNABLE, UTILITY or CONTROL (engine/impact.py) for a statement text; None for one that does not parse. A text
-    of several statements is control when all are, plannable when all are, else utility."""
+    """PLANNABLE, UTILITY or CONTROL (engine/impact.py) for a statement text. A text of several statements is control
+    when all are, plannable when all are, else utility. A text the parser rejects is classed by its first keyword
+    (CONTROL_WORDS, PLANNABLE_WORDS, else utility); None for an empty text or one the scanner cannot read either."""
     statements = _tree(text)
+    if statements is None:
+        try:
+            first = next(iter(parser.scan(text)), None)
+        except parser.ParseError:
+            return None
+        if first is None:
+            return None
+        word = text[first.start : first.end + 1].upper()
+        return CONTROL if word in CONTROL_WORDS else PLANNABLE_CLASS if word in PLANNABLE_WORDS else UTILITY
     if not statements:
         return None
     names = {next(iter(s.get("stmt") or {"": None})) for s in statements}
