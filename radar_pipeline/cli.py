@@ -284,6 +284,23 @@ def _cleared_line(row: pd.Series) -> str:
     return f"{share:.1%} of the execution time after the deploy is cleared (a pass needs {row['pass_share']:.0%})"
 
 
+def _change_words(change: Any) -> str:
+    """A load change's kind as the changes table shows it: "new (heavy)", "replaced by queryid N (×4.0 per call)",
+    "the deploy's own statement"."""
+    import pandas as pd
+
+    from radar_pipeline.alerts.render import CHANGE_WORDS, replacement_words
+
+    heavy = " (heavy)" if change.heavy else ""
+    partner: Any = getattr(change, "partner_queryid", None)
+    if change.kind == "replaced" and not pd.isna(partner):
+        factor = getattr(change, "per_call_factor", None)
+        return replacement_words(int(partner), factor, started=change.calls_before == 0) + heavy
+    if change.kind == "deploy_statement":
+        return CHANGE_WORDS["deploy_statement"]
+    return f"{change.kind}{heavy}"
+
+
 def _print_impact(summary: pd.DataFrame, changes: pd.DataFrame, show_all: bool) -> None:
     """The deploy's impact above its verdicts: execution time and calls per minute before → after for the target (and
     each database when there are several), then the statements whose load changed, heaviest first."""
@@ -319,7 +336,7 @@ def _print_impact(summary: pd.DataFrame, changes: pd.DataFrame, show_all: bool) 
         return [("" if pd.isna(v) else pattern.format(v)) for v in values]
 
     columns = {
-        "change": [f"{k}{' (heavy)' if h else ''}" for k, h in zip(shown["kind"], shown["heavy"], strict=True)],
+        "change": [_change_words(r) for r in shown.itertuples()],
         "calls/min": [
             f"{b:,.1f} → {a:,.1f}"
             for b, a in zip(shown["calls_per_min_before"], shown["calls_per_min_after"], strict=True)

@@ -36,8 +36,9 @@ OTHER = "SELECT 1 FROM customers WHERE id = $1"
 
 def store(warehouse: sa.Engine, deploy_id: str, statements: dict[int, dict]) -> datetime:
     """Counters of target 'main' around a deploy 300 s ago, a scrape every STEP seconds (±20 intervals). Per queryid:
-    text, calls per interval before/after (Poisson), mean ms before/after (log-normal 10%), and new (no row before
-    the deploy). Records the deploy and returns its time."""
+    text, calls per interval before/after (Poisson), mean ms before/after (log-normal 10%), new (no row before
+    the deploy), and tail (calls per interval after the deploy for that many intervals, then none: a rolling deploy's
+    old code). Records the deploy and returns its time."""
     deployed_at = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=300)
     rng = np.random.default_rng(7)
     rows, scrapes = [], set()
@@ -47,6 +48,8 @@ def store(warehouse: sa.Engine, deploy_id: str, statements: dict[int, dict]) -> 
             at = deployed_at + timedelta(seconds=STEP * i)
             after = i > 0
             rate = s["calls"][after]
+            if "tail" in s and after:
+                rate = s["tail"][0] if i <= s["tail"][1] else 0
             if s.get("new") and not after:
                 continue
             c = float(rng.poisson(rate)) if i > -21 else 0.0
@@ -139,13 +142,16 @@ def test_a_slowdown_beside_a_new_heavy_statement_is_collateral(warehouse):
     verdicts = result.verdicts.set_index("queryid")
     assert verdicts.loc[51, "verdict"] == "detected"
     assert verdicts.loc[51, "cause"] == "collateral"
-    assert verdicts.loc[51, "cause_detail"] == f"collateral of queryid 52: {SCAN}"
+    detail = verdicts.loc[51, "cause_detail"]
+    assert detail.startswith("collateral of queryid 52 (new, ") and detail.endswith(
+        f" ms of database time per minute at the same change): {SCAN}"
+    )
     assert verdicts.loc[53, "verdict"] != "detected"
     with warehouse.connect() as conn:
         stored = conn.execute(
             sa.text("SELECT cause, cause_detail FROM radar.regression WHERE deploy_id = 'idx' AND queryid = 51")
         )
-        assert tuple(stored.one()) == ("collateral", f"collateral of queryid 52: {SCAN}")
+        assert tuple(stored.one()) == ("collateral", detail)
     _, changes = changes_of(warehouse, "idx")
     assert changes.loc[52, "kind"] == "new" and changes.loc[52, "heavy"]
 
@@ -384,3 +390,86 @@ def test_a_deploy_with_no_data_before_it_says_so(warehouse, warehouse_url, slack
     print(f"\n--- no data before ---\n{body.get('text')}\n{text}\n{proc.stdout}")
     assert "*Database time:* " in text and "(no data before the deploy)" in text
     assert "0.0 →" not in text.split("*Database time:*", 1)[1].splitlines()[0]
+
+
+def test_a_slowdown_beside_a_heavier_detection_is_its_collateral(warehouse):
+    """The issue's lab: an index dropped makes one statement ×50 slower, and its scans' CPU and I/O slow another
+    ×2 at the same moment. The lighter detection is collateral of the heavier one, saying what rose."""
+    store(
+        warehouse,
+        "idx-drop",
+        {
+            81: {"text": LIST, "calls": (20, 20), "ms": (1.0, 50.0)},  # the dropped index's statement
+            82: {"text": UPDATE, "calls": (100, 100), "ms": (1.0, 2.0)},
+            83: {"text": OTHER, "calls": (50, 50), "ms": (0.5, 0.5)},
+            84: {"text": LOOKUP, "calls": (50, 50), "ms": (0.5, 0.5)},
+        },
+    )
+    result = analyse_deploy(AnalysisRun(warehouse, SETTINGS), "idx-drop")
+    verdicts = result.verdicts.set_index("queryid")
+    assert list(verdicts.index[verdicts["verdict"] == "detected"].sort_values()) == [81, 82]
+    assert verdicts.loc[81, "cause"] == "unexplained"  # the heaviest is nobody's collateral
+    assert verdicts.loc[82, "cause"] == "collateral"
+    detail = verdicts.loc[82, "cause_detail"]
+    assert detail.startswith("collateral of queryid 81 (its database time ×") and detail.endswith(
+        f" at the same change): {LIST}"
+    )
+    assert 30 < float(detail.split("×")[1].split(" ")[0]) < 80, detail
+
+
+def test_a_rewritten_statement_is_replaced_despite_a_rolling_tail(warehouse, warehouse_url, slack):
+    """An ORM adds a column to a SELECT: the old text stops (its old pods call it a few more times after the
+    deploy), the new one starts ×4 slower per call. Both halves are stored as replaced, each naming the other; the
+    deploy's DROP INDEX is its own statement, and BEGIN's surge no load change. Slack announces the heavier rewrite,
+    `radar verdicts` lists all three."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    old, new = "SELECT id FROM orders WHERE customer_id = $1", "SELECT id, note FROM orders WHERE customer_id = $1"
+    drop = "DROP INDEX orders_customer_idx"
+    store(
+        warehouse,
+        "orm",
+        {
+            91: {"text": old, "calls": (30, 0), "ms": (2.0, 2.0), "tail": (5, 2)},
+            92: {"text": new, "calls": (0, 30), "ms": (0.0, 8.0), "new": True},
+            93: {"text": OTHER, "calls": (50, 50), "ms": (0.5, 0.5)},
+            94: {"text": "BEGIN", "calls": (10, 300), "ms": (0.01, 0.01)},  # control: never a load change
+            95: {"text": drop, "calls": (0, 0.2), "ms": (0.0, 30.0), "new": True},
+        },
+    )
+    from radar_pipeline.defs.deploys.deploy_verdicts import _metadata
+
+    result = analyse_deploy(AnalysisRun(warehouse, SETTINGS), "orm")
+    shown = {r.data["queryid"]: r.data for r in _metadata(result)["load_changes"].records}
+    assert shown["92"]["kind"] == "replaced" and shown["92"]["partner_queryid"] == "91"
+    _, changes = changes_of(warehouse, "orm")
+    assert list(changes.index.sort_values()) == [91, 92, 95], changes[["kind", "calls_before", "calls_after"]]
+    assert changes.loc[91, "kind"] == "replaced" and changes.loc[92, "kind"] == "replaced"
+    assert 0 < changes.loc[91, "calls_after"] <= 0.05 * changes.loc[91, "calls_before"]
+    assert changes.loc[91, "partner_queryid"] == 92 and changes.loc[92, "partner_queryid"] == 91
+    factor = changes.loc[92, "per_call_factor"]
+    assert factor == pytest.approx(4.0, rel=0.15)
+    assert changes.loc[92, "heavy"] and not changes.loc[91, "heavy"]
+    assert changes.loc[95, "kind"] == "deploy_statement" and not changes.loc[95, "heavy"]
+
+    body, text = _alert(warehouse_url, slack, "orm")
+    print(f"\n--- rewrite alert ---\n{body['text']}\n{text}")
+    assert body["text"] == "1 heavier rewritten statement after deploy api v2 on main"
+    assert f"*Load change:* replaces queryid 91 (×{factor:.1f} per call), " in text
+    assert drop not in text
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "radar"), "verdicts", "orm", "--warehouse", warehouse_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    print(proc.stdout)
+    rows = {line.split("│")[1].strip(): line for line in proc.stdout.splitlines() if line.count("│") > 3}
+    assert f"replaces queryid 91 (×{factor:.1f} per call) (heavy)" in rows
+    assert f"replaced by queryid 92 (×{factor:.1f} per call)" in rows
+    assert "the deploy's own statement" in rows

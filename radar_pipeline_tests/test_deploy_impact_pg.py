@@ -6,6 +6,8 @@ reaches the next deploy). Scrapes are counted, never timed (helpers.drive, windo
   it looks each of the list's rows up one at a time (the lookup is called 20 times per request).
 - rel-new: a report statement (a slow function) appears.
 - rel-x2: every request runs twice as often (traffic doubling, no code change).
+- rel-orm: an ORM rewrite and a migration: the order list selects one more column, and the deploy drops the index
+  it used. The old list keeps a rolling deploy's tail (one call in each of the first two intervals after).
 
 The collateral slowdown (an index dropped, a second statement slower through contention) is tested on synthetic
 counters in test_deploy_impact.py: on two shared cores the contention is not reproducible.
@@ -48,12 +50,31 @@ LIST = "SELECT id, product_id FROM orders WHERE customer_id = %s"
 BATCH = "SELECT id, name FROM products WHERE id = ANY(%s)"
 LOOKUP = "SELECT name FROM products WHERE id = %s"
 CONTROL = "SELECT count(*) FROM products WHERE id < %s"
+WIDER_LIST = "SELECT id, product_id, customer_id FROM orders WHERE customer_id = %s"
+DROP = "DROP INDEX orders_customer_id_idx"
 
 
-def _requests(per_row: bool, report: bool, times: int = 1) -> Callable[[psycopg.Connection], None]:
+def _rewritten() -> Callable[[psycopg.Connection], None]:
+    """After rel-orm: the migration's DROP INDEX once, the wider list (a sequential scan now), and the old list's
+    tail in the first two intervals."""
+    state = {"intervals": 0}
+    base = _requests(per_row=True, report=True, times=2, listing=WIDER_LIST)
+
+    def work(conn: psycopg.Connection) -> None:
+        if state["intervals"] == 0:
+            conn.execute(DROP)
+        if state["intervals"] < 2:
+            conn.execute(LIST, (1,))
+        state["intervals"] += 1
+        base(conn)
+
+    return work
+
+
+def _requests(per_row: bool, report: bool, times: int = 1, listing: str = LIST) -> Callable[[psycopg.Connection], None]:
     def work(conn: psycopg.Connection) -> None:
         for i in range(REQUESTS * times):
-            rows = conn.execute(LIST, (i % 50,)).fetchall()[:ROWS]
+            rows = [r[:2] for r in conn.execute(listing, (i % 50,)).fetchall()[:ROWS]]
             if per_row:
                 for _, product in rows:
                     conn.execute(LOOKUP, (product,))
@@ -81,7 +102,8 @@ def deployed(pg18, warehouse_template):
         ("rel-n1", _requests(per_row=False, report=False)),
         ("rel-new", _requests(per_row=True, report=False)),
         ("rel-x2", _requests(per_row=True, report=True)),
-        (None, _requests(per_row=True, report=True, times=2)),
+        ("rel-orm", _requests(per_row=True, report=True, times=2)),
+        (None, _rewritten()),
     ]
     windows: dict[str, tuple[datetime, float]] = {}
     before = drive(target, engine, phases[0][1], SCRAPE, SAMPLES + 4)
@@ -95,7 +117,7 @@ def deployed(pg18, warehouse_template):
         )
         windows[deploy_id] = (deployed_at, window)
         before = after
-    last_at, last_window = windows["rel-x2"]
+    last_at, last_window = windows["rel-orm"]
     drive(target, engine, phases[-1][1], SCRAPE, 1, until=last_at + timedelta(seconds=last_window + SCRAPE))
     results = {}
     for deploy_id, (_, window) in windows.items():
@@ -165,3 +187,23 @@ def test_a_traffic_doubling_is_no_surge(deployed, slack):
     body, text = _alert(url, slack, "rel-x2")
     print(f"{body.get('text')}\n{text}")
     assert "surge" not in body.get("text", "") and "new heavy" not in body.get("text", "")
+
+
+def test_an_orm_rewrite_is_replaced_and_the_drop_index_is_the_deploy_s(deployed, slack):
+    """The list's old text stops (with its tail) and the wider one starts on the same table: both halves replaced,
+    naming each other, the new one slower per call (a sequential scan without the index). The DROP INDEX is the
+    deploy's own statement, not new load."""
+    _, engine, _ = deployed
+    summary, changes = _impact(engine, "rel-orm")
+    print(f"\n--- rel-orm ---\n{summary.to_string()}\n{changes.drop(columns=['deploy_id', 'target']).to_string()}")
+    by_text = changes.set_index("query")
+    old = by_text.loc["SELECT id, product_id FROM orders WHERE customer_id = $1"]
+    new = by_text.loc["SELECT id, product_id, customer_id FROM orders WHERE customer_id = $1"]
+    assert old["kind"] == "replaced" and new["kind"] == "replaced"
+    assert 0 < old["calls_after"] <= 0.05 * old["calls_before"]  # the rolling tail
+    # exactly: 64-bit queryids read through a float would lose their last digits
+    assert int(old["partner_queryid"]) == int(new["queryid"]) and int(new["partner_queryid"]) == int(old["queryid"])
+    assert new["per_call_factor"] > 1.5
+    drop = by_text.loc[DROP]
+    assert drop["kind"] == "deploy_statement" and not drop["heavy"]
+    assert not changes["kind"].eq("new").any()

@@ -1,7 +1,7 @@
 """Grafana annotations through Grafana's HTTP API (httpx): one for each detection and one for each deploy, so they
 appear on the team's dashboards beside the graphs they explain.
 
-Each annotation carries the tags `radar`, `kind:<regression|new|surge|n_plus_one|deploy>`, `target:<target>`,
+Each annotation carries the tags `radar`, `kind:<regression|new|surge|n_plus_one|replaced|deploy>`, `target:<target>`,
 `service:<service>` (when known), `deploy:<deploy id>` (`check:<id>` for a periodic check), and one tag that names its
 outbox delivery (`radar-delivery:<delivery id>/<statement>`; a deploy's: `radar-delivery:<delivery id>`), so an
 attempt whose answer was lost is found again (GET /api/annotations with both tags): exactly once. A detection is placed

@@ -26,7 +26,13 @@ MAX_SHOWN = 10  # regressions shown in one message: 2 + 10 × 4 + 2 = 44 blocks;
 SEVERITY = {"fleet_wide": "low (fleet-wide shift: an outside cause is suspected)"}
 MAX_CHANGES = 3  # load changes (new heavy statements, surges) shown in full, before the regressions: 3 blocks each
 NO_DATA_BEFORE = "no data before the deploy"  # a target with no statement's calls stored before it, not a load of 0
-CHANGE_WORDS = {"new": "new statement", "n_plus_one": "N+1: calls surged, latency unchanged", "surge": "call surge"}
+CHANGE_WORDS = {
+    "new": "new statement",
+    "n_plus_one": "N+1: calls surged, latency unchanged",
+    "surge": "call surge",
+    "replaced": "a rewritten statement",  # render says which half and its partner
+    "deploy_statement": "the deploy's own statement",
+}
 
 
 @dataclass(frozen=True)
@@ -85,7 +91,7 @@ class LoadChange:
 
     queryid: int
     query: str
-    kind: str  # new, surge, n_plus_one
+    kind: str  # new, surge, n_plus_one, replaced (heavy: the half that started), deploy_statement
     calls_per_min_before: float
     calls_per_min_after: float
     exec_ms_per_min_before: float
@@ -94,6 +100,17 @@ class LoadChange:
     mean_after_ms: float | None
     share_of_time_after: float  # its share of the target's execution time after the split
     plan_summary: str | None = None  # its first stored plan
+    partner_queryid: int | None = None  # replaced: the other half
+    per_call_factor: float | None = None  # replaced: the new half's mean per call / the old half's
+
+
+def replacement_words(partner_queryid: int, per_call_factor: float | None, started: bool) -> str:
+    """A replaced half in words: "replaces queryid N (×4.0 per call)" for the statement that started, "replaced by
+    queryid N (…)" for the one that stopped."""
+    factor = (
+        "" if per_call_factor is None or per_call_factor != per_call_factor else f" (×{per_call_factor:.1f} per call)"
+    )
+    return f"{'replaces' if started else 'replaced by'} queryid {partner_queryid}{factor}"
 
 
 def escape(text: str) -> str:
@@ -217,6 +234,7 @@ def _title(facts: AnalysisFacts, count: int, changes: list[LoadChange] | None = 
         ("new", "new heavy statement", "new heavy statements"),
         ("n_plus_one", "N+1 surge", "N+1 surges"),
         ("surge", "call surge", "call surges"),
+        ("replaced", "heavier rewritten statement", "heavier rewritten statements"),
     ):
         n = kinds.count(kind)
         if n:
@@ -242,7 +260,10 @@ def load_line(before: float | None, after: float) -> str:
 
 def _change_fields(c: LoadChange) -> list[dict[str, str]]:
     what = CHANGE_WORDS.get(c.kind, c.kind)
-    if c.kind == "new":
+    if c.kind == "replaced" and c.partner_queryid is not None:
+        what = replacement_words(c.partner_queryid, c.per_call_factor, started=c.calls_per_min_before == 0)
+        what += f", {c.share_of_time_after:.0%} of the database time after the deploy"
+    elif c.kind == "new":
         what += f", {c.share_of_time_after:.0%} of the database time after the deploy"
     elif c.calls_per_min_before > 0:
         what += f", calls ×{c.calls_per_min_after / c.calls_per_min_before:.1f}"

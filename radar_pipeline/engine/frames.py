@@ -207,6 +207,13 @@ IMPACT_STATEMENTS = FrameSchema(
         *_floats("mean_before_ms", "mean_after_ms", "rows_per_call_before", "rows_per_call_after"),
         *_floats("share_ratio", "dispersion", "p_value", "p_family"),
         Column("onset_at", TIME),
+        # shared blocks read per minute (NaN: counters without them); when its first row was captured
+        *_floats("blks_read_per_min_before", "blks_read_per_min_after"),
+        Column("first_seen_at", TIME),
+        # replaced: the other half's query_key and its mean per call relative to the stopped half's (classify)
+        Column("partner_key", ANY),
+        Column("per_call_factor", FLOAT),
+        Column("statement_class", TEXT, words=("plannable", "utility", "control")),  # None: not classified
     ),
 )
 # ... and a row per database plus the target's (SUMMARY_COLUMNS).

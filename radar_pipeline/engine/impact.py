@@ -1,8 +1,16 @@
 """What else a deploy changed, from the same window's counters: load, not latency (pure; no I/O, no clock).
 
-Per statement (fingerprints merged as for the verdicts): calls, execution time and rows either side of the deploy;
-calls and execution time per minute of window; rows per call; whether it is new (no calls before, calls after) or
-stopped (calls before, none after). Per target and per database (dbid): execution time per minute before and after.
+Per statement (fingerprints merged as for the verdicts): calls, execution time, rows and shared blocks read either
+side of the deploy; calls, execution time and blocks read per minute of window; rows per call; whether it is new (no
+calls before, calls after, first seen after the deploy) or stopped (calls before, and after none or only a rolling
+deploy's tail: at most STOP_TAIL_SHARE of its calls before, all in the first TAIL_SPAN of the window after). Per
+target and per database (dbid): execution time per minute before and after.
+
+What the texts tell (`classify`, with facts steps/ derives from the parse trees): transaction and session control
+is never a load change; the deploy's own utility statements (its DROP INDEX, its migrations) are `deploy_statement`,
+the change itself rather than new load; a statement that stopped and one that started on the same relations with a
+similar shape are one statement rewritten (`replaced`, both halves, with the per-call factor). A detection the
+counters left unexplained is collateral of the statement whose load rose at the same change (`collateral_culprits`).
 
 A statement first seen inside the window (no row at or before its start, and not at the target's first scrape)
 started counting from zero when pg_stat_statements created its entry, so its first row's counters are
@@ -38,6 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -48,8 +57,23 @@ from radar_pipeline.engine.samples import WindowSamples, window_samples
 from radar_pipeline.engine.settings import EngineSettings
 from radar_pipeline.engine.vocabulary import IMPACT_KINDS, Cause, Verdict
 
-NEW, STOPPED, SURGE, N_PLUS_ONE, ROWS_PER_CALL = IMPACT_KINDS
+NEW, STOPPED, SURGE, N_PLUS_ONE, ROWS_PER_CALL, REPLACED, DEPLOY_STATEMENT = IMPACT_KINDS
 KINDS = IMPACT_KINDS
+# What a statement is, as steps/ tells from its text (`classify`): a plannable statement (SELECT, INSERT, UPDATE,
+# DELETE, MERGE), a utility statement (DDL and the rest), or transaction and session control (BEGIN, COMMIT, SET, …).
+PLANNABLE, UTILITY, CONTROL = "plannable", "utility", "control"
+# A statement whose calls after the deploy are at most this share of its calls before, all of them in the first
+# TAIL_SPAN of the window after, stopped: a rolling deploy leaves the old code serving a few requests (11 calls of
+# thousands in the lab) while the new one takes over. A statement still called late in the window did not stop.
+STOP_TAIL_SHARE = 0.05
+TAIL_SPAN = 0.5
+# Shape similarity (steps/replacements.py: the share of parse-tree features two texts have in common) from which a
+# stopped and a started statement on the same relations are one statement rewritten: an ORM's added column or join
+# keeps most of the tree (0.7 to 0.9 on the lab's rewrites); two different statements on a table rarely share half.
+SIMILAR_SHAPE = 0.6
+# A statement first called from the deploy on, at most this many times, may hold locks like the deploy's own DDL (a
+# migration's backfill): its execution time is weighed as a lock's (`collateral_culprits`).
+ONE_OFF_CALLS = 2
 STATEMENT_COLUMNS = IMPACT_STATEMENTS.names
 SUMMARY_COLUMNS = IMPACT_SUMMARY.names
 ALL_DATABASES = -1  # the summary row of the whole target
@@ -62,6 +86,8 @@ class Impact:
 
     summary: pd.DataFrame
     statements: pd.DataFrame
+    deployed_at: pd.Timestamp | None = None  # the split
+    window_start: pd.Timestamp | None = None
 
     @property
     def changes(self) -> pd.DataFrame:
@@ -86,7 +112,7 @@ def impact(
     width = int(settings.window.total_seconds() * 1e9)
     lo, hi = deploy - width, deploy + width
     minutes = settings.window.total_seconds() / 60.0
-    extra = ("rows",) if "rows" in counters.columns else ()
+    extra = tuple(c for c in ("rows", "shared_blks_read") if c in counters.columns)
     since = None if watched_since is None else int(pd.Timestamp(watched_since).tz_convert("UTC").as_unit("ns").value)
     samples = window_samples(_with_creation_rows(counters, lo, since), lo, hi, extra)
     g = samples.groups
@@ -105,6 +131,9 @@ def impact(
     known = ~np.isnan(rows)
     rows_b, rows_a = per_side(np.where(known, rows, 0.0))
     rcalls_b, rcalls_a = per_side(np.where(known, samples.calls, 0.0))
+    blocks = samples.extra.get("shared_blks_read", np.full(len(samples.end), np.nan))
+    blocks_b, blocks_a = per_side(np.where(np.isnan(blocks), 0.0, blocks))
+    blocks_known = np.bincount(group, weights=~np.isnan(blocks), minlength=g) > 0
 
     dbid = _dbid_of(counters, samples.keys)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -127,6 +156,8 @@ def impact(
             "mean_after_ms": mean_a,
             "rows_per_call_before": rpc_b,
             "rows_per_call_after": rpc_a,
+            "blks_read_per_min_before": np.where(blocks_known, blocks_b / minutes, np.nan),
+            "blks_read_per_min_after": np.where(blocks_known, blocks_a / minutes, np.nan),
         }
     )
     test = _surge_test(samples.end, group, after, samples.calls, g, calls_b, calls_a, settings)
@@ -140,8 +171,11 @@ def impact(
     out["p_family"] = p_family
 
     latency_rose = _latency_rose(samples.keys, verdicts, mean_b, mean_a, settings)
-    new = (calls_b == 0) & (calls_a > 0) & (_first_seen(counters, samples) > deploy)
-    stopped = (calls_b > 0) & (calls_a == 0)
+    first_seen = _first_seen(counters, samples)
+    new = (calls_b == 0) & (calls_a > 0) & (first_seen > deploy)
+    last_call = _last_call(samples.end, group, samples.calls, g)
+    tail = (calls_a <= STOP_TAIL_SHARE * calls_b) & (last_call <= deploy + TAIL_SPAN * width)
+    stopped = (calls_b > 0) & ((calls_a == 0) | tail)
     total_after = time_a.sum()
     heavy = new & (time_a >= settings.new_statement_share * total_after) & (total_after > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -163,8 +197,13 @@ def impact(
     first_after = _first_end(samples.end, group, after, g)
     onset = np.where(new, first_after, np.where(surge | rows_changed, deploy, np.iinfo(np.int64).min))
     out["onset_at"] = pd.to_datetime(onset.astype("datetime64[ns]"), utc=True)  # int64 min is NaT
+    out["first_seen_at"] = pd.to_datetime(first_seen.astype("datetime64[ns]"), utc=True)
+    out["partner_key"] = pd.Series([None] * g, dtype=object)
+    out["per_call_factor"] = np.nan
+    out["statement_class"] = pd.Series([None] * g, dtype=object)
     summary = _summary(out, minutes)
-    return Impact(summary=summary, statements=out[STATEMENT_COLUMNS])
+    split = pd.Timestamp(deploy, tz="UTC")
+    return Impact(summary, out[STATEMENT_COLUMNS], split, split - pd.Timedelta(settings.window))
 
 
 def _with_creation_rows(counters: pd.DataFrame, lo: int, watched_since: int | None) -> pd.DataFrame:
@@ -290,6 +329,14 @@ def _latency_rose(
     return detected.reindex(keys).fillna(False).to_numpy(dtype=bool)
 
 
+def _last_call(end: np.ndarray, group: np.ndarray, calls: np.ndarray, g: int) -> np.ndarray:
+    """Per statement, the end of its last sample with calls (int64 min where none)."""
+    out = np.full(g, np.iinfo(np.int64).min, dtype=np.int64)
+    called = calls > 0
+    np.maximum.at(out, group[called], end[called])
+    return out
+
+
 def _first_end(end: np.ndarray, group: np.ndarray, after: np.ndarray, g: int) -> np.ndarray:
     out = np.full(g, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(out, group[after], end[after])
@@ -315,35 +362,177 @@ def _summary(statements: pd.DataFrame, minutes: float) -> pd.DataFrame:
     return out[SUMMARY_COLUMNS]
 
 
-def contention_culprits(verdicts: pd.DataFrame, found: Impact, settings: EngineSettings | None = None) -> pd.Series:
-    """For each latency detection whose cause the counters left open (`unexplained`, `more_blocks_read`), the
-    query_key of another statement whose surge or new heavy load began within the tolerance of the detection's change
-    (the one adding most execution time); None elsewhere. Indexed like `verdicts`.
+def classify(
+    found: Impact, classes: pd.Series, pairs: pd.DataFrame | None = None, settings: EngineSettings | None = None
+) -> Impact:
+    """The impact with what the statements' texts tell (steps/ reads and parses them; the engine stays pure).
 
-    When both frames carry `dbid`, only a statement of the same database is named: another database's new work (a
-    tool's own statements, a neighbour) coinciding with the change is no evidence that it caused it."""
+    `classes`: query_key → PLANNABLE, UTILITY or CONTROL (statements left out are taken as plannable). A control
+    statement (BEGIN, COMMIT, SET, …) is never a load change: its kind is cleared. A utility statement that started
+    in the window (no calls before it, or its entry created inside the window: a migration run just before the deploy
+    was recorded) is the deploy's own (`deploy_statement`, never heavy): the change itself, not new load.
+
+    `pairs`: candidate rewrites, a row per (old_key, new_key) with `same_relations` (the two texts name the same
+    tables) and `similarity` (the share of their parse trees' features in common, 0 to 1). A statement that stopped
+    (with its rolling-deploy tail) and one that is new, of the same database, on the same relations and at least
+    SIMILAR_SHAPE alike, are one statement rewritten: both halves become `replaced`, each naming the other
+    (`partner_key`), with per_call_factor = the new half's mean per call after / the old half's before. Pairs are
+    matched one to one, most alike first. The new half is heavy when it adds (its time after less the old half's
+    before) at least new_statement_share of the target's time after."""
     settings = settings or EngineSettings()
-    out = pd.Series([None] * len(verdicts), index=verdicts.index, dtype=object)
-    changes = found.changes
-    culprits = changes[
-        (changes["kind"].isin([SURGE, N_PLUS_ONE]) | ((changes["kind"] == NEW) & changes["heavy"]))
-        & changes["onset_at"].notna()
-    ]
-    if culprits.empty or verdicts.empty:
-        return out
-    open_cause = (verdicts["verdict"] == Verdict.DETECTED) & verdicts["cause"].isin(
-        [Cause.UNEXPLAINED.value, Cause.MORE_BLOCKS_READ.value]
-    )
-    tolerance = pd.Timedelta(settings.tolerance)
-    onset = culprits["onset_at"]
-    for i in np.flatnonzero(open_cause.to_numpy()):
-        row = verdicts.iloc[i]
-        change = row["change_at"]
-        if pd.isna(change):
+    out = found.statements.copy()
+    keys = out["query_key"]
+    statement_class = keys.map(classes).astype(object)
+    out["statement_class"] = statement_class.where(statement_class.notna(), None)
+    kind = out["kind"].to_numpy(dtype=object).copy()
+    control = (out["statement_class"] == CONTROL).to_numpy()
+    kind[control] = None
+    out.loc[control, "heavy"] = False
+    utility = (out["statement_class"] == UTILITY).to_numpy()
+    started = (out["calls_after"] > 0) & (out["calls_before"] == 0)
+    created = out["first_seen_at"] > found.window_start if found.window_start is not None else False
+    own = utility & (started | (created & out["kind"].notna())).to_numpy()
+    kind[own] = DEPLOY_STATEMENT
+    out.loc[own, "heavy"] = False
+    out["kind"] = kind
+    if pairs is not None and len(pairs):
+        _pair(out, pairs, settings)
+    return Impact(found.summary, out[STATEMENT_COLUMNS], found.deployed_at, found.window_start)
+
+
+def _pair(out: pd.DataFrame, pairs: pd.DataFrame, settings: EngineSettings) -> None:
+    """Mark the replaced pairs in `out` (classify), in place."""
+    at = pd.Series(np.arange(len(out)), index=out["query_key"].to_numpy())
+    eligible = pairs[pairs["same_relations"] & (pairs["similarity"] >= SIMILAR_SHAPE)]
+    eligible = eligible[eligible["old_key"].isin(at.index) & eligible["new_key"].isin(at.index)]
+    total_after = float(out["exec_ms_per_min_after"].sum())
+    taken: set[Any] = set()
+    for row in eligible.sort_values("similarity", ascending=False, kind="stable").itertuples():
+        i, j = int(at[row.old_key]), int(at[row.new_key])
+        if row.old_key in taken or row.new_key in taken or out["dbid"].iat[i] != out["dbid"].iat[j]:
             continue
-        near = culprits[((onset - change).abs() <= tolerance) & (culprits["query_key"] != row["query_key"])]
-        if "dbid" in verdicts.columns and "dbid" in near.columns:
-            near = near[near["dbid"] == row["dbid"]]
-        if len(near):
-            out.iloc[i] = near["query_key"].iloc[0]
+        if out["kind"].iat[i] != STOPPED or out["kind"].iat[j] != NEW:
+            continue
+        taken |= {row.old_key, row.new_key}
+        before, after = out["mean_before_ms"].iat[i], out["mean_after_ms"].iat[j]
+        factor = after / before if before > 0 else np.nan
+        added = out["exec_ms_per_min_after"].iat[j] - out["exec_ms_per_min_before"].iat[i]
+        for me, other in ((i, row.new_key), (j, row.old_key)):
+            out.iat[me, out.columns.get_loc("kind")] = REPLACED
+            out.iat[me, out.columns.get_loc("partner_key")] = other
+            out.iat[me, out.columns.get_loc("per_call_factor")] = factor
+        out.iat[i, out.columns.get_loc("heavy")] = False
+        out.iat[j, out.columns.get_loc("heavy")] = bool(
+            total_after > 0 and added >= settings.new_statement_share * total_after
+        )
+
+
+def collateral_culprits(verdicts: pd.DataFrame, found: Impact, settings: EngineSettings | None = None) -> pd.DataFrame:
+    """For each latency detection whose cause the counters left open (`unexplained`, `more_blocks_read`: a statement
+    with a change of its own keeps that cause), the statement whose load rose at the same change point and added most
+    database time: `culprit` (its query_key) and `rose` (what rose, in words: "its database time ×40"); None
+    elsewhere. Indexed like `verdicts`. Only a statement of the detection's own database (its dbid in the impact),
+    never the statement itself, never a control statement (BEGIN, COMMIT, SET: their time is the others' waits).
+
+    At the same change point: the other statement's own change (its detection's change_at; a new statement's or the
+    deploy's own statement's first interval; otherwise the deploy, where the load is compared) lies within the
+    tolerance of the detection's change. Its load rose, in one of three ways:
+
+    - its database time (execution time per minute): it is itself a detection, a surge, new or the new half of a
+      rewrite, or its time per minute at least doubled (surge_ratio); and what it added per minute is at least both
+      what the detection's slowdown added per minute and new_statement_share of its database's time after. The
+      first floor makes it a plausible cause (a load smaller than the delay it would explain explains nothing; and
+      of several slowed statements the heaviest is never called collateral of a lighter one), the second makes it
+      matter to the database (a rise of a few milliseconds per minute starves no one).
+    - its shared blocks read per minute: at least surge_ratio × before, the blocks it added at least
+      new_statement_share of its database's blocks read per minute after (I/O that competes with the detection's).
+    - the deploy's own utility statement, or a statement run at most ONE_OFF_CALLS times from the deploy on (a
+      migration's backfill), running (holding its lock) at the change: calls waiting on a lock held L ms during a
+      window of W ms after the deploy can have waited at most L each, and at most L/W of the detection's calls fall
+      in it, so the lock can explain at most L² / W of the mean per call; that must reach half the detection's added
+      mean per call. A quick DROP INDEX (milliseconds) so explains nothing, a migration that held
+      an ACCESS EXCLUSIVE lock for seconds explains its waiters.
+
+    The detections are taken heaviest first (by the time they added), and a statement named collateral is no culprit
+    of another: the waiters on a migration's lock are all the lock's collateral, not one another's."""
+    settings = settings or EngineSettings()
+    out = pd.DataFrame({"culprit": None, "rose": None}, index=verdicts.index, dtype=object)
+    if verdicts.empty or found.statements.empty:
+        return out
+    s = found.statements.set_index("query_key")
+    detected = verdicts[verdicts["verdict"] == Verdict.DETECTED]
+    change_of = detected.set_index("query_key")["change_at"]
+    open_cause = detected[
+        detected["cause"].isin([Cause.UNEXPLAINED.value, Cause.MORE_BLOCKS_READ.value]) & detected["change_at"].notna()
+    ]
+    if open_cause.empty:
+        return out
+    added = s["exec_ms_per_min_after"] - s["exec_ms_per_min_before"]
+    blocks_added = s["blks_read_per_min_after"] - s["blks_read_per_min_before"]
+    db_time = s.groupby("dbid")["exec_ms_per_min_after"].sum()
+    db_blocks = s.groupby("dbid")["blks_read_per_min_after"].sum()
+    minutes = settings.window.total_seconds() / 60.0
+    window_ms = settings.window.total_seconds() * 1000.0
+    own = s["kind"] == DEPLOY_STATEMENT
+    # a statement run once or twice from the deploy on (a migration's backfill UPDATE holds its row locks as DDL does)
+    one_off = (s["calls_before"] == 0) & (s["calls_after"] > 0) & (s["calls_after"] <= ONE_OFF_CALLS)
+    holder = own | one_off
+    held_ms = (s["exec_ms_per_min_before"] + s["exec_ms_per_min_after"]) * minutes
+    onset = s["onset_at"].where(s["kind"].isin([NEW, REPLACED, DEPLOY_STATEMENT]) & s["onset_at"].notna())
+    onset = onset.fillna(found.deployed_at) if found.deployed_at is not None else onset
+    onset = change_of.reindex(s.index).fillna(onset) if len(change_of) else onset
+    with np.errstate(divide="ignore", invalid="ignore"):
+        time_ratio = s["exec_ms_per_min_after"] / s["exec_ms_per_min_before"]
+        block_ratio = s["blks_read_per_min_after"] / s["blks_read_per_min_before"]
+    evidence = (
+        s.index.isin(change_of.index)
+        | s["kind"].isin([SURGE, N_PLUS_ONE, NEW]).to_numpy()
+        | ((s["kind"] == REPLACED) & (s["calls_before"] == 0)).to_numpy()
+        | (time_ratio >= settings.surge_ratio).to_numpy()
+    )
+    eligible = s["statement_class"].ne(CONTROL)
+    tolerance = pd.Timedelta(settings.tolerance)
+    victims: set[Any] = set()
+    order = open_cause.assign(_added=added.reindex(open_cause["query_key"]).to_numpy())
+    for label, row in order.sort_values("_added", ascending=False, na_position="last").iterrows():
+        key = row["query_key"]
+        if key not in s.index:
+            continue
+        dbid = s.at[key, "dbid"]
+        near = eligible & (s["dbid"] == dbid) & ((onset - row["change_at"]).abs() <= tolerance)
+        near &= ~s.index.isin([key, *victims])
+        floor = max(float(np.nan_to_num(row["_added"])), settings.new_statement_share * float(db_time.get(dbid, 0.0)))
+        by_time = near & evidence & ~own & (added >= floor) & (added > 0)
+        by_blocks = (
+            near
+            & ~own
+            & (block_ratio >= settings.surge_ratio)
+            & (blocks_added >= settings.new_statement_share * float(np.nan_to_num(db_blocks.get(dbid, 0.0))))
+            & (blocks_added > 0)
+        )
+        slowed = float(np.nan_to_num(s.at[key, "mean_after_ms"] - s.at[key, "mean_before_ms"]))
+        by_lock = near & holder & (held_ms**2 / window_ms >= 0.5 * slowed) & (held_ms > 0)
+        weight = added.where(~holder, held_ms / minutes)
+        candidates = weight[by_time | by_blocks | by_lock]
+        if candidates.empty:
+            continue
+        culprit = candidates.idxmax()
+        if by_lock[culprit]:
+            who = "the deploy's own statement" if own[culprit] else "a statement run once at the deploy"
+            rose = f"{who}, running {held_ms[culprit] / 1000.0:,.1f} s"
+        elif by_time[culprit]:
+            rose = (
+                f"its database time ×{time_ratio[culprit]:,.1f}"
+                if np.isfinite(time_ratio[culprit])
+                else f"new, {s.at[culprit, 'exec_ms_per_min_after']:,.0f} ms of database time per minute"
+            )
+        else:
+            rose = (
+                f"its blocks read per minute ×{block_ratio[culprit]:,.1f}"
+                if np.isfinite(block_ratio[culprit])
+                else f"new, {s.at[culprit, 'blks_read_per_min_after']:,.0f} blocks read per minute"
+            )
+        out.at[label, "culprit"] = culprit
+        out.at[label, "rose"] = rose
+        victims.add(key)
     return out

@@ -103,8 +103,9 @@ CAUSE_OF_CHANGE = {k: Cause(k.value) if k.value in _SAME_WORD else Cause.SCHEMA_
 NAMED_CAUSES = frozenset(CAUSE_OF_CHANGE.values())
 
 
-# What else a deploy changed, per statement (engine/impact.py's `kind`).
-IMPACT_KINDS = ("new", "stopped", "surge", "n_plus_one", "rows_per_call")
+# What else a deploy changed, per statement (engine/impact.py's `kind`): replaced is either half of a statement the
+# deploy rewrote (the one that stopped, the one that started); deploy_statement the deploy's own utility statement.
+IMPACT_KINDS = ("new", "stopped", "surge", "n_plus_one", "rows_per_call", "replaced", "deploy_statement")
 
 VERDICTS = tuple(Verdict)
 REASONS = tuple(Reason)

@@ -248,6 +248,8 @@ def change_of(row: Any) -> LoadChange:
         mean_after_ms=number(row.mean_after_ms),
         share_of_time_after=number(row.share_of_time_after) or 0.0,
         plan_summary=row.first_plan if isinstance(row.first_plan, str) else None,
+        partner_queryid=None if pd.isna(getattr(row, "partner_queryid", None)) else int(row.partner_queryid),
+        per_call_factor=number(getattr(row, "per_call_factor", None)),
     )
 
 

@@ -19,12 +19,13 @@ import sqlalchemy as sa
 from radar_pipeline.config import Target
 from radar_pipeline.engine import VERDICT_FRAME, Cause, EngineSettings, Verdict, analyse
 from radar_pipeline.engine.frames import IMPACT_STATEMENTS, IMPACT_SUMMARY
-from radar_pipeline.engine.impact import contention_culprits, impact
+from radar_pipeline.engine.impact import Impact, classify, collateral_culprits, impact
 from radar_pipeline.named_changes import NamedChange, ranked
 from radar_pipeline.pgss_model import KEY
 from radar_pipeline.steps.causes import name_changes
 from radar_pipeline.steps.noise import prior_for
 from radar_pipeline.steps.plan_diffs import plan_diffs
+from radar_pipeline.steps.replacements import candidate_pairs, statement_class
 from radar_pipeline.warehouse import analysis, deploys
 from radar_pipeline.warehouse.analysis import ANALYSED_VERDICTS, WindowHealth
 
@@ -38,6 +39,7 @@ SHARED_SPAN = timedelta(hours=2)
 SHARED_SAMPLES = 1_000_000
 TEXT_LENGTH = 120  # characters of a changed statement's text kept with the analysis's result
 CAUSE_TEXT = 60  # characters of the culprit's text in a collateral detection's cause_detail
+FULL_TEXT = 100_000  # characters of a statement's text parsed to classify it (a cut text does not parse)
 
 
 class AnalysisRefused(RuntimeError):
@@ -257,12 +259,13 @@ def decide_window(
     """Decide every query of the target on the window split_at ± run.settings.window, for the analysis `analysis_id`;
     `write_window` then replaces the analysis with what was decided, in the caller's transaction.
 
-    The impact (engine/impact.py) is computed from the same counters. A detection whose cause the counters left open
-    and whose change coincides with another statement's surge or new heavy load gets cause collateral, its
-    cause_detail naming that statement. Each detection gets a plan diff from the stored plans (capturing the current
-    plan from the target, when the run may reach it, when none was stored after the change); a changed shape makes its
-    cause plan_changed, whatever else
-    was found. The warehouse is read in a transaction that ends before the watched server is reached, and no
+    The impact (engine/impact.py) is computed from the same counters, and classified from the texts of the statements
+    that may matter (steps/replacements.py: control statements, the deploy's own statements, rewrites). A detection
+    whose cause the counters left open and whose change coincides with another statement's rise in load (engine
+    `collateral_culprits`) gets cause collateral, its cause_detail naming that statement and what rose. Each
+    detection gets a plan diff from the stored plans (capturing the current plan from the target, when the run may
+    reach it, when none was stored after the change); a changed shape makes its cause plan_changed, whatever else was
+    found. The warehouse is read in a transaction that ends before the watched server is reached, and no
     transaction is open on return: a slow watched server keeps no warehouse transaction or lock waiting. With
     `samples` (read for a span holding the window) the window is cut from them instead of read.
 
@@ -288,19 +291,25 @@ def decide_window(
         found = impact(window.counters, split_at, settings, result, watched_since=health.first_scrape)
         IMPACT_STATEMENTS.check(found.statements, "impact")
         IMPACT_SUMMARY.check(found.summary, "impact")
-        culprits = contention_culprits(verdicts, found, settings)
         timings.engine = time.perf_counter() - started
 
         started = time.perf_counter()
+        detected_keys = verdicts.loc[verdicts["verdict"] == Verdict.DETECTED, "query_key"]
+        found = _classified(conn, target, found, window, settings, detected_keys)
+        culprits = collateral_culprits(verdicts, found, settings)
         changes = _changes_with_keys(found.changes, window)
-        texts_of_changes = analysis.query_texts(conn, target, changes[KEY], length=TEXT_LENGTH)
+        blamed = culprits["culprit"].notna().to_numpy()
+        culprit_keys = window.keys.loc[culprits.loc[blamed, "culprit"].tolist()]
+        texts_of_changes = analysis.query_texts(
+            conn, target, pd.concat([changes[KEY], culprit_keys], ignore_index=True), length=TEXT_LENGTH
+        )
         changes["query"] = [texts_of_changes.get(int(q), "") for q in changes["queryid"]]
-        blamed = culprits.notna().to_numpy()
         if blamed.any():
-            by_key = changes.set_index("query_key")
+            culprit_queryids = culprit_keys["queryid"].astype(int).tolist()
+            cut = {q: texts_of_changes.get(q, "")[:CAUSE_TEXT] for q in culprit_queryids}
             collateral = [
-                f"collateral of queryid {int(by_key.loc[k, 'queryid'])}: {by_key.loc[k, 'query'][:CAUSE_TEXT]}".rstrip()
-                for k in culprits[blamed]
+                f"collateral of queryid {q} ({rose} at the same change): {cut[q]}".rstrip()
+                for q, rose in zip(culprit_queryids, culprits.loc[blamed, "rose"], strict=True)
             ]
             ANALYSED_VERDICTS.assign(verdicts, "cause", Cause.COLLATERAL.value, rows=blamed)
             ANALYSED_VERDICTS.assign(verdicts, "cause_detail", collateral, rows=blamed)
@@ -318,6 +327,9 @@ def decide_window(
         ANALYSED_VERDICTS.assign(verdicts, "queryid_shared_with", shared, rows=detected)
         changed = [bool(d.get("shape_changed")) for d in diffs]
         ANALYSED_VERDICTS.assign(verdicts, "cause", Cause.PLAN_CHANGED.value, rows=at[changed])
+        # the plan's own words replace what the counters or a collateral culprit said
+        summaries = [d.get("summary") for d, c in zip(diffs, changed, strict=True) if c]
+        ANALYSED_VERDICTS.assign(verdicts, "cause_detail", pd.Series(summaries, dtype=object).values, rows=at[changed])
         with run.warehouse.connect() as conn:  # the catalog and settings changes of the window (issue 28)
             named = name_changes(conn, target, verdicts[detected], lo, hi, settings.tolerance)
         _apply_named_changes(verdicts, at, named, changed)
@@ -362,11 +374,48 @@ def write_window(conn: sa.Connection, run: AnalysisRun, analysis_id: str, target
     decided.seconds.write += time.perf_counter() - started
 
 
+def _classified(
+    conn: sa.Connection,
+    target: str,
+    found: Impact,
+    window: analysis.WindowCounters,
+    settings: EngineSettings,
+    detected: pd.Series,
+) -> Impact:
+    """The impact with what the texts tell (engine/impact.py `classify`): the class of every statement that may be a
+    load change or a collateral culprit (a kind, calls only after the deploy, a detection, or its time at least
+    doubled by new_statement_share of its database's time), and the stopped × new pairs that may be one statement
+    rewritten (steps/replacements.py). Only those texts are read and parsed: a few per deploy, not the catalogue."""
+    s = found.statements
+    added = s["exec_ms_per_min_after"] - s["exec_ms_per_min_before"]
+    database_time = s.groupby("dbid")["exec_ms_per_min_after"].transform("sum")
+    rose = (
+        (s["exec_ms_per_min_after"] >= settings.surge_ratio * s["exec_ms_per_min_before"])
+        & (added >= settings.new_statement_share * database_time)
+        & (added > 0)
+    )
+    started = (s["calls_before"] == 0) & (s["calls_after"] > 0)
+    candidates = s[s["kind"].notna() | started | rose | s["query_key"].isin(detected)]
+    if candidates.empty:
+        return found
+    keys = window.keys.loc[candidates["query_key"].tolist()]
+    texts = analysis.query_texts(conn, target, keys, length=FULL_TEXT)
+    classes = pd.Series(
+        [statement_class(texts.get(int(q), "")) for q in keys["queryid"]], index=candidates["query_key"].to_numpy()
+    ).dropna()
+    return classify(found, classes, candidate_pairs(s, window.keys, texts), settings)
+
+
 def _changes_with_keys(changes: pd.DataFrame, window: analysis.WindowCounters) -> pd.DataFrame:
-    """The impact's notable statements with the KEY each query_key stands for (query_key kept, for the causes)."""
+    """The impact's notable statements with the KEY each query_key stands for (query_key kept, for the causes) and
+    a replaced half's partner as its queryid (`partner_queryid`)."""
     codes = changes["query_key"].to_numpy(dtype=np.int64)
     keys = window.keys.iloc[codes].reset_index(drop=True)
     body = changes.drop(columns="dbid").reset_index(drop=True)
+    queryids = window.keys["queryid"].tolist()
+    body["partner_queryid"] = pd.Series(
+        [None if pd.isna(k) else int(queryids[int(k)]) for k in body["partner_key"]], dtype=object
+    )
     return pd.concat([keys, body], axis=1)
 
 

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.engine import Verdict
 from radar_pipeline.pgss_model import KEY, Key, statement_key
-from radar_pipeline.warehouse.analysis import VERDICT_QUERY_JOIN
+from radar_pipeline.warehouse.analysis import VERDICT_QUERY_JOIN, exact_partners, partner_text
 
 MAX_ATTEMPTS = 8  # a retryable failure keeps an alert pending until it has been tried this many times
 LEASE = timedelta(minutes=15)  # a row `sending` longer than this was left by a run that stopped mid-send
@@ -49,17 +49,19 @@ def detections(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
     )
 
 
-ANNOUNCED = "(c.kind IN ('surge', 'n_plus_one') OR (c.kind = 'new' AND c.heavy))"
+# A rewrite is announced by its heavy half (the statement that started and added new_statement_share of the time).
+ANNOUNCED = "(c.kind IN ('surge', 'n_plus_one') OR (c.kind IN ('new', 'replaced') AND c.heavy))"
 
 
 def load_changes(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
-    """The analysis's load changes announced like regressions (radar.statement_change: call surges, N+1 surges and new
-    heavy statements), heaviest first, with their text, their first plan stored since the window began (root node),
-    their share of the target's execution time after the split, the deploy's facts and the analysis's."""
+    """The analysis's load changes announced like regressions (radar.statement_change: call surges, N+1 surges, new
+    heavy statements and heavier rewrites), heaviest first, with their text, their first plan stored since the window
+    began (root node), their share of the target's execution time after the split, the deploy's facts and the
+    analysis's."""
     return pd.read_sql(
         sa.text(
-            "SELECT c.*, q.query, d.deployed_at, d.service, d.version, d.url, a.run_id, a.settings, "
-            "a.window_start, a.window_end, "
+            f"SELECT c.*, {partner_text('c')}, q.query, d.deployed_at, d.service, d.version, d.url, a.run_id, "
+            "a.settings, a.window_start, a.window_end, "
             "c.exec_ms_per_min_after / nullif(i.exec_ms_per_min_after, 0) AS share_of_time_after, "
             "(SELECT p.root_node FROM radar.plan_snapshot p WHERE p.target = c.target AND p.dbid = c.dbid "
             " AND p.userid = c.userid AND p.queryid = c.queryid AND p.toplevel = c.toplevel "
@@ -74,7 +76,7 @@ def load_changes(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
         ),
         conn,
         params={"d": analysis_id},
-    )
+    ).pipe(exact_partners)
 
 
 def load_summary(conn: sa.Connection, analysis_id: str, target: str) -> tuple[float | None, float] | None:

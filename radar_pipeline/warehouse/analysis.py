@@ -57,13 +57,25 @@ ANALYSED_VERDICTS = VERDICT_FRAME.extend(
         "cause_detail": "the analysis says the named change, or the statement a collateral slowdown is due to",
     },
 )
+# The impact's columns radar.statement_change does not store: the engine's keys (the statement's KEY and its
+# partner's queryid instead) and what only the analysis uses (blocks per minute, first seen, class).
+UNSTORED_IMPACT = (
+    "query_key",
+    "dbid",
+    "partner_key",
+    "blks_read_per_min_before",
+    "blks_read_per_min_after",
+    "first_seen_at",
+    "statement_class",
+)
 # What radar.statement_change stores of the impact: the statement's KEY instead of the engine's query_key and dbid,
-# and optionally its text (`query`, for the run's metadata).
+# a replaced half's partner by its queryid, and optionally its text (`query`, for the run's metadata).
 STATEMENT_CHANGES = FrameSchema(
     "statement changes",
     (
         *KEY_COLUMNS,
-        *(c for c in IMPACT_STATEMENTS.columns if c.name not in ("query_key", "dbid")),
+        *(c for c in IMPACT_STATEMENTS.columns if c.name not in UNSTORED_IMPACT),
+        Column("partner_queryid", ANY),
         Column("query", ANY, required=False),
     ),
 )
@@ -500,7 +512,13 @@ def stale_analyses(conn: sa.Connection, current: dict, engine_version: str, with
 # radar.deploy_impact: the engine's summary columns behind the analysis and the target.
 IMPACT_COLUMNS = ["deploy_id", "target", *SUMMARY_COLUMNS]
 # radar.statement_change: the engine's impact columns behind the analysis and the statement key.
-CHANGE_COLUMNS = ["deploy_id", "target", *KEY, *(c for c in STATEMENT_COLUMNS if c not in ("query_key", "dbid"))]
+CHANGE_COLUMNS = [
+    "deploy_id",
+    "target",
+    *KEY,
+    *(c for c in STATEMENT_COLUMNS if c not in UNSTORED_IMPACT),
+    "partner_queryid",
+]
 
 
 def write_impact(
@@ -520,6 +538,19 @@ def write_impact(
         copy_frame(conn, "radar.statement_change", CHANGE_COLUMNS, changes.assign(deploy_id=analysis_id, target=target))
 
 
+def partner_text(alias: str) -> str:
+    """The select-list item reading radar.statement_change `alias`'s partner_queryid as text (`exact_partners`): a
+    column of queryids with NULLs is read as floats, which lose a 64-bit queryid's last digits."""
+    return f"{alias}.partner_queryid::text AS partner_queryid_text"
+
+
+def exact_partners(changes: pd.DataFrame) -> pd.DataFrame:
+    """`changes`, read with `partner_text`, with partner_queryid exact (Int64, NA where none)."""
+    text = changes.pop("partner_queryid_text")
+    changes["partner_queryid"] = pd.array([None if pd.isna(t) else int(t) for t in text], dtype="Int64")
+    return changes
+
+
 def impact_of(conn: sa.Connection, analysis_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """An analysis's impact summary (the whole target first, then per database) and its statement changes with each
     statement's text on one line (heavy first, then by execution time added)."""
@@ -530,11 +561,11 @@ def impact_of(conn: sa.Connection, analysis_id: str) -> tuple[pd.DataFrame, pd.D
     )
     changes = pd.read_sql(
         sa.text(
-            "SELECT v.*, regexp_replace(coalesce(q.query, ''), '\\s+', ' ', 'g') AS query "
+            f"SELECT v.*, {partner_text('v')}, regexp_replace(coalesce(q.query, ''), '\\s+', ' ', 'g') AS query "
             f"FROM radar.statement_change v {VERDICT_QUERY_JOIN} WHERE v.deploy_id = :d "
             "ORDER BY v.target, v.heavy DESC, v.exec_ms_per_min_after - v.exec_ms_per_min_before DESC"
         ),
         conn,
         params={"d": analysis_id},
     )
-    return summary, changes
+    return summary, exact_partners(changes)

@@ -9,7 +9,15 @@ import pandas as pd
 import pytest
 
 from radar_pipeline.engine import EngineSettings
-from radar_pipeline.engine.impact import ALL_DATABASES, contention_culprits, impact
+from radar_pipeline.engine.impact import (
+    ALL_DATABASES,
+    CONTROL,
+    PLANNABLE,
+    UTILITY,
+    classify,
+    collateral_culprits,
+    impact,
+)
 from radar_pipeline.lab.surges import DEPLOY, draw
 
 SETTINGS = EngineSettings()
@@ -128,10 +136,10 @@ def test_contention_names_the_surging_statement() -> None:
             "change_at": [DEPLOY + timedelta(minutes=2), DEPLOY, pd.NaT],
         }
     )
-    culprits = contention_culprits(verdicts, found, SETTINGS)
-    assert culprits.tolist() == [9, None, None]  # more_rows is the statement's own work
+    culprits = collateral_culprits(verdicts, found, SETTINGS)
+    assert culprits["culprit"].tolist() == [9, None, None]  # more_rows is the statement's own work
     far = verdicts.assign(change_at=[DEPLOY + timedelta(minutes=20), DEPLOY, pd.NaT])
-    assert contention_culprits(far, found, SETTINGS).tolist() == [None, None, None]
+    assert collateral_culprits(far, found, SETTINGS)["culprit"].tolist() == [None, None, None]
     # With databases known, only a statement of the detection's own database is named (9 is in database 7).
     other = pd.DataFrame(
         {
@@ -142,7 +150,7 @@ def test_contention_names_the_surging_statement() -> None:
             "change_at": [DEPLOY + timedelta(minutes=2)] * 2,
         }
     )
-    assert contention_culprits(other, found, SETTINGS).tolist() == [None, 9]
+    assert collateral_culprits(other, found, SETTINGS)["culprit"].tolist() == [None, 9]
 
 
 def test_settings_are_validated_and_recorded() -> None:
@@ -172,3 +180,178 @@ def test_row_order_does_not_matter() -> None:
         ordered.set_index("query_key").sort_index()[columns], shuffled.set_index("query_key").sort_index()[columns]
     )
     assert busy(ordered, 4)["kind"] == "new" and busy(ordered, 5)["kind"] == "n_plus_one"
+
+
+def _counters(specs: dict[int, dict]) -> pd.DataFrame:
+    """Cumulative counters scraped each minute for DEPLOY ± 30 minutes. Per statement: calls per minute before and
+    after (`calls`), ms per call (`ms`), shared blocks read per call (`blocks`, default 0), `dbid` (default 5),
+    `new` (first row after the deploy), `first` (the minute of its first row, when created in the window), `tail`
+    (calls per minute after the deploy for its first `tail[1]` minutes, then none), `once` (all its calls, with
+    their total ms, in the minute ending at that offset)."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for key, s in specs.items():
+        calls = time = blocks = 0.0
+        for i in range(-30, 31):
+            at = DEPLOY + timedelta(minutes=i)
+            after = i > 0
+            if (s.get("new") and not after) or i < s.get("first", -30):
+                continue
+            if "once" in s:
+                n, t = (s["once"][1], s["once"][2]) if i == s["once"][0] else (0, 0.0)
+            else:
+                rate = s["calls"][after]
+                if "tail" in s and after:
+                    rate = s["tail"][0] if i <= s["tail"][1] else 0
+                n = float(rng.poisson(rate)) if i > -30 else 0.0
+                t = n * s["ms"][after] * rng.lognormal(0, 0.05)
+            calls, time = calls + n, time + t
+            blocks += n * s.get("blocks", (0, 0))[after]
+            rows.append((key, at, calls, time, calls, blocks, s.get("dbid", 5)))
+    columns = ["query_key", "captured_at", "calls", "total_exec_time", "rows", "shared_blks_read", "dbid"]
+    return pd.DataFrame(rows, columns=columns).assign(stats_since=pd.Timestamp("2026-11-01", tz="UTC"))
+
+
+def _detected(keys: list[int], cause: str = "unexplained", at: pd.Timestamp = DEPLOY) -> pd.DataFrame:
+    return pd.DataFrame({"query_key": keys, "verdict": "detected", "cause": cause, "change_at": at})
+
+
+def test_collateral_names_the_detection_that_added_most_time() -> None:
+    """The issue's lab: an index dropped makes one statement's sequential scans ×100 slower, and their CPU and I/O
+    slow two others ×3 and ×1.5. Both are collateral of the scans; the scans themselves (the heaviest) are not
+    collateral of anything, nor is a steady statement's detection when nothing rose."""
+    counters = _counters(
+        {
+            1: {"calls": (60, 60), "ms": (1.0, 100.0)},  # the index's statement: +5,900 ms per minute
+            2: {"calls": (600, 600), "ms": (1.0, 3.0)},  # +1,200 ms per minute
+            3: {"calls": (300, 300), "ms": (2.0, 3.0)},  # +300 ms per minute
+            4: {"calls": (100, 100), "ms": (5.0, 5.0)},
+            5: {"calls": (50, 50), "ms": (1.0, 1.0), "dbid": 7},
+        }
+    )
+    found = impact(counters, DEPLOY, SETTINGS)
+    verdicts = pd.concat([_detected([1, 2, 3]), _detected([5], "more_rows")], ignore_index=True)
+    named = collateral_culprits(verdicts, found, SETTINGS)
+    assert named["culprit"].tolist() == [None, 1, 1, None]
+    assert named.loc[1, "rose"].startswith("its database time ×")
+    assert 80 < float(named.loc[1, "rose"].removeprefix("its database time ×")) < 120
+    # Nothing rose: a detection beside steady statements stays unexplained (its own slowdown is no culprit).
+    alone = impact(counters[~counters["query_key"].isin([1, 2])], DEPLOY, SETTINGS)
+    assert collateral_culprits(_detected([3]), alone, SETTINGS)["culprit"].tolist() == [None]
+    # At another change point, the scans are not the cause.
+    later = _detected([2], at=DEPLOY + timedelta(minutes=20))
+    assert collateral_culprits(pd.concat([_detected([1]), later]), found, SETTINGS)["culprit"].tolist() == [None, None]
+    # Only over unexplained and more_blocks_read; a statement with a change of its own keeps it.
+    own = collateral_culprits(_detected([2], "more_blocks_read").assign(cause=["plan_changed"]), found, SETTINGS)
+    assert own["culprit"].tolist() == [None]
+    assert collateral_culprits(_detected([2], "more_blocks_read"), found, SETTINGS)["culprit"].tolist() == [1]
+
+
+def test_a_culprit_must_add_enough_to_matter() -> None:
+    """A statement whose time per minute doubled but added less than the slowdown it would explain, or less than
+    new_statement_share of the database's time, is not named."""
+    counters = _counters(
+        {
+            1: {"calls": (10, 10), "ms": (1.0, 4.0)},  # ×4, but +30 ms per minute
+            2: {"calls": (600, 600), "ms": (1.0, 1.5)},  # the detection: +300 ms per minute
+            3: {"calls": (100, 100), "ms": (20.0, 20.0)},  # the database's bulk: 2,000 ms per minute
+        }
+    )
+    found = impact(counters, DEPLOY, SETTINGS)
+    assert collateral_culprits(_detected([2]), found, SETTINGS)["culprit"].tolist() == [None]
+
+
+def test_collateral_of_a_statement_reading_more_blocks() -> None:
+    """A statement whose shared blocks read per minute rose ×10 (its time per minute barely moved: the reads are
+    cached by the OS) competes for I/O: named, with what rose. Blocks unchanged: no culprit."""
+    specs = {
+        1: {"calls": (100, 100), "ms": (10.0, 11.0), "blocks": (5, 50)},
+        2: {"calls": (600, 600), "ms": (1.0, 1.5), "blocks": (1, 1)},
+        3: {"calls": (100, 100), "ms": (2.0, 2.0), "blocks": (2, 2)},
+    }
+    named = collateral_culprits(_detected([2]), impact(_counters(specs), DEPLOY, SETTINGS), SETTINGS)
+    assert named["culprit"].tolist() == [1]
+    assert named.loc[0, "rose"].startswith("its blocks read per minute ×")
+    specs[1]["blocks"] = (5, 5)
+    named = collateral_culprits(_detected([2]), impact(_counters(specs), DEPLOY, SETTINGS), SETTINGS)
+    assert named["culprit"].tolist() == [None]
+
+
+def test_collateral_of_the_deploy_s_lock_and_not_of_a_quick_drop() -> None:
+    """A migration's ALTER TABLE held its lock 20 s at the deploy: the statements waiting on it are its collateral
+    (not one another's). A DROP INDEX of 3 ms explains no slowdown, and control statements are never culprits."""
+    specs = {
+        1: {"once": (1, 1, 20_000.0), "new": True},  # the ALTER TABLE, 20 s in the first minute after
+        2: {"calls": (600, 600), "ms": (1.0, 9.0)},  # waited on it: +4,800 ms per minute
+        3: {"calls": (300, 300), "ms": (1.0, 5.0)},  # +1,200 ms per minute
+        4: {"calls": (1200, 1200), "ms": (0.1, 0.4)},  # COMMIT, its time ×4 (it waits for the others)
+    }
+    found = classify(impact(_counters(specs), DEPLOY, SETTINGS), pd.Series({1: UTILITY, 4: CONTROL}))
+    assert found.statements.set_index("query_key").loc[1, "kind"] == "deploy_statement"
+    named = collateral_culprits(_detected([2, 3]), found, SETTINGS)
+    assert named["culprit"].tolist() == [1, 1]
+    assert named.loc[0, "rose"] == "the deploy's own statement, running 20.0 s"
+    # A migration's backfill UPDATE (plannable, run once) holds its row locks the same way.
+    backfill = classify(impact(_counters(specs), DEPLOY, SETTINGS), pd.Series({1: PLANNABLE, 4: CONTROL}))
+    named = collateral_culprits(_detected([2, 3]), backfill, SETTINGS)
+    assert named["culprit"].tolist() == [1, 1]
+    assert named.loc[0, "rose"] == "a statement run once at the deploy, running 20.0 s"
+    specs[1] = {"once": (1, 1, 3.0), "new": True}
+    quick = classify(impact(_counters(specs), DEPLOY, SETTINGS), pd.Series({1: UTILITY, 4: CONTROL}))
+    assert collateral_culprits(_detected([3]), quick, SETTINGS)["culprit"].tolist() == [2]  # the waiter, not the DROP
+    assert collateral_culprits(_detected([2]), quick, SETTINGS)["culprit"].tolist() == [None]
+
+
+def test_replaced_statements_are_paired_with_a_rolling_tail() -> None:
+    """An ORM rewrite: statement 1 stops at the deploy (11 calls of the old code's tail in the first two minutes),
+    statement 2 starts, ×4 slower per call. Paired when their relations are the same and their shapes alike."""
+    specs = {
+        1: {"calls": (100, 0), "ms": (2.0, 2.0), "tail": (5.5, 2)},
+        2: {"calls": (0, 100), "ms": (0.0, 8.0), "new": True},
+        3: {"calls": (100, 100), "ms": (1.0, 1.0)},
+    }
+    found = impact(_counters(specs), DEPLOY, SETTINGS)
+    rows = found.statements.set_index("query_key")
+    assert rows.loc[1, "kind"] == "stopped" and 0 < rows.loc[1, "calls_after"] <= 0.05 * rows.loc[1, "calls_before"]
+    pairs = pd.DataFrame({"old_key": [1], "new_key": [2], "same_relations": [True], "similarity": [0.9]})
+    paired = classify(found, pd.Series(dtype=object), pairs, SETTINGS).statements.set_index("query_key")
+    assert paired.loc[[1, 2], "kind"].tolist() == ["replaced", "replaced"]
+    assert paired.loc[1, "partner_key"] == 2 and paired.loc[2, "partner_key"] == 1
+    assert paired.loc[2, "per_call_factor"] == pytest.approx(4.0, rel=0.1)
+    assert paired.loc[2, "heavy"] and not paired.loc[1, "heavy"]
+    for unlike in (pairs.assign(similarity=0.3), pairs.assign(same_relations=False)):
+        kept = classify(found, pd.Series(dtype=object), unlike, SETTINGS).statements.set_index("query_key")
+        assert kept.loc[[1, 2], "kind"].tolist() == ["stopped", "new"]
+
+
+def test_a_declining_statement_has_not_stopped() -> None:
+    """Calls after the deploy above STOP_TAIL_SHARE of those before, or a few calls still late in the window: not
+    stopped."""
+    specs = {
+        1: {"calls": (100, 10), "ms": (1.0, 1.0)},  # 10% of before
+        2: {"calls": (100, 2), "ms": (1.0, 1.0)},  # 2%, but all through the window
+        3: {"calls": (100, 100), "ms": (1.0, 1.0)},
+    }
+    rows = impact(_counters(specs), DEPLOY, SETTINGS).statements.set_index("query_key")
+    assert rows.loc[1, "kind"] != "stopped" and rows.loc[2, "kind"] != "stopped"
+
+
+def test_the_deploy_s_own_statements_and_control_are_not_load() -> None:
+    """A DROP INDEX that starts at the deploy is the deploy's own statement (never heavy, never new load), so is a
+    migration that ran in the minute before the deploy was recorded; a COMMIT whose calls surged is no load change."""
+    specs = {
+        1: {"once": (2, 1, 50_000.0), "new": True},  # the DROP INDEX, heavy by its time
+        2: {"once": (-1, 3, 900.0), "first": -1},  # a migration's ALTER TABLE in the minute before the deploy
+        3: {"calls": (10, 300), "ms": (0.1, 0.1)},  # COMMIT, ×30 calls
+        4: {"calls": (100, 100), "ms": (1.0, 1.0)},
+    }
+    found = impact(_counters(specs), DEPLOY, SETTINGS)
+    rows = found.statements.set_index("query_key")
+    assert rows.loc[1, "kind"] == "new" and rows.loc[1, "heavy"] and rows.loc[3, "kind"] in ("surge", "n_plus_one")
+    classes = pd.Series({1: UTILITY, 2: UTILITY, 3: CONTROL, 4: PLANNABLE})
+    rows = classify(found, classes).statements.set_index("query_key")
+    assert rows.loc[[1, 2], "kind"].tolist() == ["deploy_statement", "deploy_statement"]
+    assert not rows.loc[1, "heavy"]
+    assert pd.isna(rows.loc[3, "kind"]) and pd.isna(rows.loc[4, "kind"])
+    # A statement that is not a utility one keeps its kind.
+    assert classify(found, pd.Series({1: PLANNABLE})).statements.set_index("query_key").loc[1, "kind"] == "new"

@@ -89,6 +89,8 @@ CHANGE_COLUMNS = [
     ("rows_per_call_after", "float"),
     ("share_ratio", "float"),
     ("p_family", "float"),
+    ("partner_queryid", ID),  # replaced: the other half
+    ("per_call_factor", "float"),
 ]
 REANALYSIS_TAG = "radar/reanalysis"  # on the nightly reanalysis's runs: their alerts are recorded, never sent
 # A backfill's run analyses this many deploys one after another. Measured (benchmarks/backfill_bench.py, 1,000
@@ -368,7 +370,8 @@ def _summary_rows(result: "DeployAnalysis") -> list[dict[str, Any]]:
 
 
 def _change_rows(result: "DeployAnalysis") -> list[dict[str, Any]]:
-    """The statements whose load changed (new, stopped, surge, n_plus_one, rows_per_call), heaviest first."""
+    """The statements whose load changed (new, stopped, surge, n_plus_one, rows_per_call, replaced with its partner,
+    deploy_statement), heaviest first."""
     return [
         {
             "kind": r.kind,
@@ -384,6 +387,8 @@ def _change_rows(result: "DeployAnalysis") -> list[dict[str, Any]]:
             "rows_per_call_after": rounded(r.rows_per_call_after),
             "share_ratio": rounded(r.share_ratio),
             "p_family": rounded(r.p_family, 4),
+            "partner_queryid": r.partner_queryid,
+            "per_call_factor": rounded(r.per_call_factor),
         }
         for r in result.changes.head(DETECTION_ROWS_SHOWN).itertuples()
     ]
