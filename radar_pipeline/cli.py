@@ -407,7 +407,7 @@ def _print_verdicts(table: pd.DataFrame) -> None:
     )
     for row in table.itertuples():  # below the table: its query column is cut to the room left
         if isinstance(row.cause_detail, str) and row.cause_detail:
-            click.echo(f"{clean(row.cause)}, queryid {row.queryid}: {clean(row.cause_detail)}")
+            click.echo(f"cause of queryid {row.queryid}: {clean(row.cause_detail)}")
         if isinstance(row.named_changes, list):
             for change in row.named_changes[1:] if row.cause_detail else row.named_changes:
                 if isinstance(change, dict) and change.get("sentence"):

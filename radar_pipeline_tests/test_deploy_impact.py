@@ -255,7 +255,7 @@ def test_a_collateral_slowdown_alert_leads_with_its_cause(warehouse, warehouse_u
     assert body["text"] == "1 query slower, 1 new heavy statement after deploy api v2 on main"
     assert text.index(SCAN.replace("$1", "$1")) < text.index(UPDATE)  # the cause first
     assert "*Load change:* new statement, " in text and "of the database time after the deploy" in text
-    assert f"*Cause:* collateral: collateral of queryid 52: {SCAN}" in text
+    assert "*Cause:* collateral of queryid 52 (new, " in text and f"): {SCAN}" in text
     assert "*First plan:* Seq Scan on accounts" in text
     print(f"\n--- collateral alert ---\n{body['text']}\n{text}")
     assert not fake_slack.limit_errors(body)
@@ -316,7 +316,8 @@ def test_verdicts_command_and_metadata_show_the_summary(warehouse, warehouse_url
     assert changes_at < verdicts_at  # the summary above the verdicts
     assert "new (heavy)" in lines[changes_at + 2] and SCAN in lines[changes_at + 2]
     assert "collateral" in lines[verdicts_at + 2]
-    assert f"collateral, queryid 51: collateral of queryid 52: {SCAN}" in lines
+    cause = next(line for line in lines if line.startswith("cause of queryid 51: "))
+    assert cause.startswith("cause of queryid 51: collateral of queryid 52 (new, ") and cause.endswith(SCAN)
     assert max(len(line) for line in lines) <= 160
 
 

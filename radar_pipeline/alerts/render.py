@@ -348,9 +348,12 @@ def _regression_fields(facts: AnalysisFacts, r: Regression) -> list[dict[str, st
 
 def cause_line(r: Regression, cause: str | None = None) -> str:
     """A regression's cause word with its words after it ("index_dropped: index public.orders_idx on … dropped
-    between …"), unescaped: each channel escapes it for where it shows it."""
+    between …"; the words alone where they begin with the word: "collateral of queryid …"), unescaped: each channel
+    escapes it for where it shows it."""
     word = cause if cause is not None else r.cause
-    return f"{word}: {r.cause_detail}" if r.cause_detail else word
+    if not r.cause_detail:
+        return word
+    return r.cause_detail if r.cause_detail.startswith(r.cause) else f"{word}: {r.cause_detail}"
 
 
 def _duration(span: timedelta) -> str:
