@@ -112,4 +112,5 @@ class PgssScrape:
     """One read of a target's pg_stat_statements: server facts and one row per statement (no texts)."""
 
     info: ScrapeInfo
-    statements: pd.DataFrame  # KEY + COUNTERS + OPTIONAL_COUNTERS (float, NaN where the extension lacks one) + stats_since
+    # KEY + COUNTERS + OPTIONAL_COUNTERS (float, NaN where the extension lacks one) + stats_since
+    statements: pd.DataFrame

@@ -102,13 +102,14 @@ def test_a_real_spill_to_disk_is_named_from_the_stored_counters(pg18, warehouse)
                 for _ in range(5):
                     conn.execute(statement_sql, (0.01, 20_000))
                 scrape(target, warehouse)
+        span = timedelta(minutes=10)
         with warehouse.connect() as conn:
-            window = read_window(conn, target.name, deploy_at - timedelta(minutes=10), deploy_at + timedelta(minutes=10))
+            window = read_window(conn, target.name, deploy_at - span, deploy_at + span)
         # pg_stat_statements is server-wide: the warehouse's own statements on this server are left out of the family
         queryid = statement(target, "SELECT pg_sleep($1), (SELECT count(*)%")[1]
         ours = window.keys.index[window.keys["queryid"] == queryid]
         counters = window.counters[window.counters["query_key"].isin(ours)]
-        out = analyse(counters, deploy_at, EngineSettings(window=timedelta(minutes=10)))
+        out = analyse(counters, deploy_at, EngineSettings(window=span))
         assert len(out) == 1
         row = out.iloc[0]
         assert row.verdict == "detected", row.to_dict()

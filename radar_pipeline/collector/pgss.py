@@ -26,12 +26,12 @@ from radar_pipeline.pgss_model import (
     COUNTER_TYPES,
     COUNTERS,
     KEY,
-    counter_type,
     KEY_TYPES,
     OPTIONAL_COUNTERS,
     Key,
     PgssScrape,
     ScrapeInfo,
+    counter_type,
     statement_key,
 )
 

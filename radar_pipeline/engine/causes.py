@@ -181,7 +181,7 @@ def _detail(cause: str, b: dict[str, float], a: dict[str, float], wal: tuple[boo
 
 
 def _change(label: str, before: float, after: float, unit: str = "") -> str:
-    """"label ×F (before → after unit)", or "label before → after unit" from nothing."""
+    """ "label ×F (before → after unit)", or "label before → after unit" from nothing."""
     if before > 0:
         return f"{label} {_factor(after / before)} ({_num(before)} → {_num(after)}{unit})"
     return f"{label} {_num(before)} → {_num(after)}{unit}"

@@ -201,8 +201,8 @@ def analyse(
     counters: cumulative snapshots with columns query_key, captured_at (tz-aware), calls, total_exec_time (ms) and
     optionally stats_since, fingerprint, stddev_exec_time (ms, population stddev over calls, as pg_stat_statements
     reports it), and the counters that give a detection its cause (causes.CAUSE_COUNTERS: rows, shared_blks_read,
-    shared_blks_hit, total_plan_time, temp_blks_written, parallel workers, jit_time, WAL; NaN where unknown); rows may be
-    unsorted, missing for some scrapes and contain resets.
+    shared_blks_hit, total_plan_time, temp_blks_written, parallel workers, jit_time, WAL; NaN where unknown); rows
+    may be unsorted, missing for some scrapes and contain resets.
     Returns one row per statement (see COLUMNS and the module docstring): mean_before_ms / mean_after_ms /
     change_factor are the call-weighted window means either side of the deploy; change_at is where the tested split
     begins (the end of the last interval before it; for `outside_tolerance`, E-divisive's split); t_stat, dof and
