@@ -196,11 +196,11 @@ def scrape(conn: psycopg.Connection, target: Target, ext: Extension, exclude_rol
         ) from None
     rows = binary_copy.parse(data, [*SCRAPE_FIELDS, *((name, counter_type(name)) for name in optional)])
     listed = rows[rows["listed"]]
-    statements = pd.DataFrame({name: listed[name] for name in KEY + COUNTERS}).astype(
-        {"dbid": "int64", "userid": "int64"}
-    )
+    columns = {name: listed[name] for name in KEY + COUNTERS}
+    unknown = np.full(len(listed), np.nan)
     for name in OPTIONAL_COUNTERS:  # float, so that a counter the extension lacks is NaN (stored as null)
-        statements[name] = listed[name].astype("float64") if name in optional else np.nan
+        columns[name] = listed[name].astype("float64") if name in optional else unknown
+    statements = pd.DataFrame(columns).astype({"dbid": "int64", "userid": "int64"})
     statements["stats_since"] = pd.to_datetime(listed["stats_since"], utc=True)
     head = rows[0]
     info = ScrapeInfo(

@@ -261,9 +261,11 @@ def plan_snapshot(
     reset_before = known & (reappeared | server_reset | went_down | since_changed | evicted)
 
     chosen = np.flatnonzero(moved)
-    rows = statements.iloc[chosen][[*KEY, *COUNTERS, "stats_since"]].reset_index(drop=True)
+    optional = [name for name in OPTIONAL_COUNTERS if name in statements]
+    rows = statements.iloc[chosen][[*KEY, *COUNTERS, *optional, "stats_since"]].reset_index(drop=True)
     for name in OPTIONAL_COUNTERS:  # a scrape frame without one (PgssScrape documents them) has it unknown
-        rows[name] = statements[name].to_numpy(dtype="float64")[chosen] if name in statements else np.nan
+        if name not in statements:
+            rows[name] = np.nan
     rows["fingerprint"] = pd.array(previous(queries["fingerprint"].to_numpy(dtype="int64", na_value=0), 0)[chosen])
     rows["fingerprint"] = rows["fingerprint"].astype("Int64").mask(~known[chosen])
     rows["reset_before"] = reset_before[chosen]
