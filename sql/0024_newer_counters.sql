@@ -5,6 +5,8 @@
 -- of each). radar.pgss_compact gains them as arrays (integer counters delta-encoded, times as stored), so the row type
 -- radar.pgss_snapshot that radar.pgss_compact_rows, radar.pgss_samples, radar.pgss_last_sample and the view
 -- radar.pgss_sample return gains them at its end; the decoding function and the view are recreated with them.
+-- radar.verdict keeps a detection's per-call figures of the counters its cause reads (engine/causes.py), before and
+-- after, as it keeps rows and blocks read per call.
 -- depends: 0022_named_causes
 
 ALTER TABLE radar.pgss_snapshot
@@ -158,3 +160,21 @@ CREATE OR REPLACE VIEW radar.pgss_sample AS
 SELECT * FROM radar.pgss_snapshot
 UNION ALL
 SELECT r.* FROM radar.pgss_compact c CROSS JOIN LATERAL radar.pgss_compact_rows(c) r;
+
+ALTER TABLE radar.verdict
+    ADD COLUMN buffers_per_call_before double precision,
+    ADD COLUMN buffers_per_call_after double precision,
+    ADD COLUMN plan_ms_per_call_before double precision,
+    ADD COLUMN plan_ms_per_call_after double precision,
+    ADD COLUMN temp_blks_per_call_before double precision,
+    ADD COLUMN temp_blks_per_call_after double precision,
+    ADD COLUMN workers_to_launch_per_call_before double precision,
+    ADD COLUMN workers_to_launch_per_call_after double precision,
+    ADD COLUMN workers_launched_per_call_before double precision,
+    ADD COLUMN workers_launched_per_call_after double precision,
+    ADD COLUMN jit_ms_per_call_before double precision,
+    ADD COLUMN jit_ms_per_call_after double precision,
+    ADD COLUMN wal_bytes_per_call_before double precision,
+    ADD COLUMN wal_bytes_per_call_after double precision,
+    ADD COLUMN wal_buffers_full_per_call_before double precision,
+    ADD COLUMN wal_buffers_full_per_call_after double precision;
