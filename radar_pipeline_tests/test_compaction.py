@@ -261,6 +261,31 @@ def test_rows_written_into_a_compacted_day_are_merged_by_the_next_compaction(war
     assert _samples(warehouse) == expected
 
 
+def test_days_compacted_before_the_newer_counters_read_them_as_null_and_take_late_rows(warehouse):
+    # A day compacted before migration 0024 has no arrays for the newer counters: its samples read them as null, the
+    # rest as before, and a late row with them is merged into it.
+    times, rows = _history()
+    _store(warehouse, times, rows)
+    compact_history(warehouse, grace=timedelta(0))
+    with warehouse.begin() as conn:
+        conn.execute(sa.text(f"UPDATE radar.pgss_compact SET {', '.join(f'{c} = NULL' for c in OPTIONAL_COUNTERS)}"))
+    raw = len(COLUMNS) - len(OPTIONAL_COUNTERS)  # the row type's columns before 0024
+    old_form = [r[:raw] + (None,) * len(OPTIONAL_COUNTERS) if r[1].date() < TODAY else r for r in _expected(rows)]
+    assert _samples(warehouse) == old_form
+    last_day = FIRST + timedelta(days=2)
+    late_at = datetime.combine(last_day, datetime.max.time(), tzinfo=UTC)
+    _store(
+        warehouse,
+        {"t": [late_at]},
+        [("t", late_at, 5, 10, 1, True, 10**9, 1e9 + 0.5, 1, 2, 3, 4, 0.5, 1.5, None, False, 7_001, *range(15))],
+    )
+    expected = _samples(warehouse)
+    assert [o.day for o in compact_history(warehouse, grace=timedelta(0))] == [last_day.isoformat()]
+    assert _samples(warehouse) == expected
+    late = [r for r in expected if r[1] == late_at][0]
+    assert late[-15:] == (0, 1.0, 2, 3.0, 4.0, 5, 6, 7, 8.0, 9.0, 10.0, 11.0, 12.0, 13, 14)
+
+
 def test_the_current_day_and_the_grace_period_stay_raw(warehouse):
     times, rows = _history()
     _store(warehouse, times, rows)
