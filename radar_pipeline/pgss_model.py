@@ -62,9 +62,37 @@ COUNTERS = [
     "stddev_exec_time",
 ]
 
+# The newer counters radar keeps where the installed extension has them, with the extension version that added each
+# (PostgreSQL 15 is 1.10, 17 is 1.11, 18 is 1.12); a server whose extension lacks one stores null, never 0. plans and
+# total_plan_time stay 0 unless pg_stat_statements.track_planning is on; the jit_* times are the JIT's per phase.
+OPTIONAL_COUNTERS = {
+    "plans": (1, 8),
+    "total_plan_time": (1, 8),
+    "temp_blks_read": (1, 8),
+    "temp_blk_read_time": (1, 10),
+    "temp_blk_write_time": (1, 10),
+    "wal_bytes": (1, 8),  # numeric in the view, stored as bigint
+    "wal_buffers_full": (1, 12),
+    "jit_functions": (1, 10),
+    "jit_generation_time": (1, 10),
+    "jit_inlining_time": (1, 10),
+    "jit_optimization_time": (1, 10),
+    "jit_emission_time": (1, 10),
+    "jit_deform_time": (1, 11),
+    "parallel_workers_to_launch": (1, 12),
+    "parallel_workers_launched": (1, 12),
+}
+
+
+def counter_type(name: str) -> str:
+    """The PostgreSQL type of a counter's column: float8 for times (ms), int8 for counts."""
+    return "float8" if name.endswith("_time") else "int8"
+
+
 # The PostgreSQL type of the key's and the counters' columns, for reading and writing them in binary (binary_copy).
 KEY_TYPES = [("dbid", "oid"), ("userid", "oid"), ("queryid", "int8"), ("toplevel", "bool")]
-COUNTER_TYPES = [(name, "float8" if name.endswith("_time") else "int8") for name in COUNTERS]
+COUNTER_TYPES = [(name, counter_type(name)) for name in COUNTERS]
+OPTIONAL_TYPES = [(name, counter_type(name)) for name in OPTIONAL_COUNTERS]
 
 
 @dataclass(frozen=True)
@@ -84,4 +112,5 @@ class PgssScrape:
     """One read of a target's pg_stat_statements: server facts and one row per statement (no texts)."""
 
     info: ScrapeInfo
-    statements: pd.DataFrame  # KEY + COUNTERS + stats_since
+    # KEY + COUNTERS + OPTIONAL_COUNTERS (float, NaN where the extension lacks one) + stats_since
+    statements: pd.DataFrame

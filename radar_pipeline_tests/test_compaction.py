@@ -12,14 +12,16 @@ import pytest
 import sqlalchemy as sa
 
 from radar_pipeline.defs.resources import WarehouseResource
-from radar_pipeline.pgss_model import COUNTERS, KEY
+from radar_pipeline.pgss_model import COUNTERS, KEY, OPTIONAL_COUNTERS
 from radar_pipeline.steps.compaction import compact_history
 from radar_pipeline.steps.retention import apply_retention
 from radar_pipeline.warehouse.analysis import read_costs, read_samples, read_window
 from radar_pipeline.warehouse.compaction import raw_partition
 from radar_pipeline.warehouse.database import driver
 
-COLUMNS = ["target", "captured_at", *KEY, *COUNTERS, "stats_since", "reset_before", "fingerprint"]
+COLUMNS = ["target", "captured_at", *KEY, *COUNTERS, "stats_since", "reset_before", "fingerprint", *OPTIONAL_COUNTERS]
+# PostgreSQL 15's extension (1.10) lacks these of the newer counters (sql/0024)
+NOT_ON_15 = {"wal_buffers_full", "jit_deform_time", "parallel_workers_to_launch", "parallel_workers_launched"}
 EVERY = timedelta(minutes=10)
 TODAY = datetime.now(UTC).date()
 FIRST = TODAY - timedelta(days=3)  # three ended days, then today's (raw) rows
@@ -31,8 +33,9 @@ def _history(seed: int = 3) -> tuple[dict[str, list[datetime]], list[tuple]]:
     """Scrape times per target and stored rows over three days and four hours of today, every 10 minutes: a statement
     moving at every scrape, a nested one beside it, one moving rarely, one new on the second day, one gone from the
     view for hours and back with its counters restarted (reset_before), one whose counters went down and whose
-    stats_since moved, one with stddev null (stored before migration 0007), one whose key changed mid-day, and a
-    second target."""
+    stats_since moved, one with stddev null (stored before migration 0007) and without the newer counters (stored
+    before 0024), one whose key changed mid-day and whose newer counters start mid-day (its extension updated), one
+    with only PostgreSQL 15's newer counters, and a second target."""
     rng = np.random.default_rng(seed)
     times = {
         target: [START + i * EVERY + timedelta(microseconds=int(rng.integers(0, 3_000_000))) for i in range(456)]
@@ -42,6 +45,7 @@ def _history(seed: int = 3) -> tuple[dict[str, list[datetime]], list[tuple]]:
     since = START - timedelta(days=9, microseconds=123)
     for target, queryid, toplevel in [("t", q, True) for q in range(1, 8)] + [("t", 1, False), ("u", 1, True)]:
         calls, total, rows_, hit, read = 1_000 * queryid, 12.5 * queryid, 0, 0, 0
+        newer = dict.fromkeys(OPTIONAL_COUNTERS, 0)
         stats_since = since
         for i, at in enumerate(times[target]):
             day = i // 144
@@ -66,10 +70,18 @@ def _history(seed: int = 3) -> tuple[dict[str, list[datetime]], list[tuple]]:
             read += int(rng.poisson(2))
             stddev = None if queryid == 7 and day == 0 else float(rng.lognormal(0.0, 0.5))
             fingerprint = 7_000 + queryid + (1 if queryid == 2 and i >= 230 else 0)
+            for name in OPTIONAL_COUNTERS:
+                newer[name] += float(n * rng.lognormal(0.0, 1.0)) if name.endswith("_time") else n * (i % 5)
+            known = {
+                name: value
+                if queryid != 7 and not (queryid == 2 and i < 250) and not (queryid == 6 and name in NOT_ON_15)
+                else None
+                for name, value in newer.items()
+            }
             rows.append(
                 (
                     target, at, 5, 10, queryid, toplevel, calls, total, rows_, hit, read, n % 3, float(n % 7) / 3,
-                    stddev, stats_since if queryid != 7 else None, reset, fingerprint,
+                    stddev, stats_since if queryid != 7 else None, reset, fingerprint, *known.values(),
                 )
             )  # fmt: skip
     return times, rows
@@ -239,14 +251,39 @@ def test_rows_written_into_a_compacted_day_are_merged_by_the_next_compaction(war
     last_day = FIRST + timedelta(days=2)
     late_at = datetime.combine(last_day, datetime.max.time(), tzinfo=UTC)  # a lagging clock's last scrape of the day
     late = [
-        ("t", late_at, 5, 10, 1, True, 10**9, 1e9 + 0.5, 1, 2, 3, 4, 0.5, 1.5, None, False, 7_001),
-        ("t", late_at, 5, 10, 99, True, 1, 1.0, 1, 1, 1, 1, 0.0, None, None, False, 7_099),  # first seen late
+        ("t", late_at, 5, 10, 1, True, 10**9, 1e9 + 0.5, 1, 2, 3, 4, 0.5, 1.5, None, False, 7_001, *range(15)),
+        ("t", late_at, 5, 10, 99, True, 1, 1.0, 1, 1, 1, 1, 0.0, None, None, False, 7_099, *[None] * 15),  # first late
     ]
     _store(warehouse, {"t": [late_at]}, late)
     expected = _samples(warehouse)
     assert [o.day for o in compact_history(warehouse, grace=timedelta(0))] == [last_day.isoformat()]
     assert _raw_rows(warehouse, last_day) == 0
     assert _samples(warehouse) == expected
+
+
+def test_days_compacted_before_the_newer_counters_read_them_as_null_and_take_late_rows(warehouse):
+    # A day compacted before migration 0024 has no arrays for the newer counters: its samples read them as null, the
+    # rest as before, and a late row with them is merged into it.
+    times, rows = _history()
+    _store(warehouse, times, rows)
+    compact_history(warehouse, grace=timedelta(0))
+    with warehouse.begin() as conn:
+        conn.execute(sa.text(f"UPDATE radar.pgss_compact SET {', '.join(f'{c} = NULL' for c in OPTIONAL_COUNTERS)}"))
+    raw = len(COLUMNS) - len(OPTIONAL_COUNTERS)  # the row type's columns before 0024
+    old_form = [r[:raw] + (None,) * len(OPTIONAL_COUNTERS) if r[1].date() < TODAY else r for r in _expected(rows)]
+    assert _samples(warehouse) == old_form
+    last_day = FIRST + timedelta(days=2)
+    late_at = datetime.combine(last_day, datetime.max.time(), tzinfo=UTC)
+    _store(
+        warehouse,
+        {"t": [late_at]},
+        [("t", late_at, 5, 10, 1, True, 10**9, 1e9 + 0.5, 1, 2, 3, 4, 0.5, 1.5, None, False, 7_001, *range(15))],
+    )
+    expected = _samples(warehouse)
+    assert [o.day for o in compact_history(warehouse, grace=timedelta(0))] == [last_day.isoformat()]
+    assert _samples(warehouse) == expected
+    late = [r for r in expected if r[1] == late_at][0]
+    assert late[-15:] == (0, 1.0, 2, 3.0, 4.0, 5, 6, 7, 8.0, 9.0, 10.0, 11.0, 12.0, 13, 14)
 
 
 def test_the_current_day_and_the_grace_period_stay_raw(warehouse):
@@ -275,8 +312,10 @@ def test_retention_drops_compacted_days_with_the_raw_ones(warehouse):
 
 
 def _expected(rows: list[tuple]) -> list[tuple]:
-    """Stored rows in radar.pgss_snapshot's column order (stddev_exec_time last, as migration 0007 added it)."""
-    order = [c for c in COLUMNS if c != "stddev_exec_time"] + ["stddev_exec_time"]
+    """Stored rows in radar.pgss_snapshot's column order (stddev_exec_time after fingerprint, as migration 0007 added
+    it, then the newer counters of 0024)."""
+    last = ["stddev_exec_time", *OPTIONAL_COUNTERS]
+    order = [c for c in COLUMNS if c not in last] + last
     index = [COLUMNS.index(c) for c in order]
     return sorted((tuple(r[i] for i in index) for r in rows), key=lambda r: (r[0], r[2], r[3], r[4], r[5], r[1]))
 

@@ -3,7 +3,7 @@
 -- failed, the statement first ran after the last capture, or the rotation had not reached it yet). One row per
 -- capture run, kept PLAN_RUN_DAYS (warehouse/plans.py); when each statement was last planned is radar.plan_check's
 -- checked_at (0004), and the statements that could not be planned radar.plan_skip's.
--- depends: 0022_named_causes
+-- depends: 0024_newer_counters
 
 CREATE TABLE radar.plan_capture_run (
     target              text        NOT NULL,

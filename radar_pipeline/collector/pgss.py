@@ -2,7 +2,9 @@
 
 The columns follow the installed extension's version, not the server's (an extension left un-updated after a major
 upgrade keeps its old columns): toplevel and pg_stat_statements_info arrive with 1.9 (PostgreSQL 14), stats_since and
-the shared_blk_*_time names with 1.11 (PostgreSQL 17). Versions before 1.9 are refused with the command that fixes it.
+the shared_blk_*_time names with 1.11 (PostgreSQL 17), and each of the newer counters (pgss_model.OPTIONAL_COUNTERS)
+with the version that added it: a column the extension lacks is not read, and is NaN in the scrape. Versions before 1.9
+are refused with the command that fixes it.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from radar_pipeline.pgss_model import (
     COUNTERS,
     KEY,
     KEY_TYPES,
+    OPTIONAL_COUNTERS,
     Key,
     PgssScrape,
     ScrapeInfo,
+    counter_type,
     statement_key,
 )
 
@@ -35,7 +39,8 @@ from radar_pipeline.pgss_model import (
 COLLECTOR_MARK = "/* radar_pipeline collector */"
 
 MIN_EXTENSION = (1, 9)
-# The scrape's columns, in the order of its COPY: the server-wide facts on every row, then one statement's counters.
+# The scrape's columns, in the order of its COPY: the server-wide facts on every row, then one statement's counters
+# (followed by the newer counters the extension has, Extension.optional_counters).
 SCRAPE_FIELDS = [
     ("captured_at", "timestamptz"),
     ("dealloc", "int8"),
@@ -62,6 +67,11 @@ class Extension:
     def version_tuple(self) -> tuple[int, ...]:
         """The extension version as numbers, for comparisons: "1.11" → (1, 11)."""
         return tuple(int(part) for part in self.version.split("."))
+
+    @property
+    def optional_counters(self) -> list[str]:
+        """The newer counters this version of the extension has (pgss_model.OPTIONAL_COUNTERS)."""
+        return [name for name, since in OPTIONAL_COUNTERS.items() if self.version_tuple >= since]
 
     @property
     def has_stats_since(self) -> bool:
@@ -151,6 +161,7 @@ def scrape(conn: psycopg.Connection, target: Target, ext: Extension, exclude_rol
     fn = sql.Identifier(ext.schema, "pg_stat_statements")
     info_view = sql.Identifier(ext.schema, "pg_stat_statements_info")
     since = ext.has_stats_since
+    optional = ext.optional_counters
     # Every column coalesced, so each row of the binary COPY has one width (binary_copy); `listed` is false on the one
     # row an empty view gives, which carries only the server-wide facts.
     query = sql.SQL(
@@ -159,13 +170,17 @@ def scrape(conn: psycopg.Connection, target: Target, ext: Extension, exclude_rol
         "coalesce(s.queryid, 0), coalesce(s.toplevel, false), coalesce(s.calls, 0), coalesce(s.total_exec_time, 0), "
         "coalesce(s.rows, 0), coalesce(s.shared_blks_hit, 0), coalesce(s.shared_blks_read, 0), "
         "coalesce(s.temp_blks_written, 0), coalesce(s.{read_time}, 0), coalesce(s.stddev_exec_time, 0), "
-        "coalesce({stats_since}, '-infinity') "
+        "coalesce({stats_since}, '-infinity'){optional} "
         "FROM (SELECT statement_timestamp() AS captured_at, i.dealloc, i.stats_reset FROM {info} i) h "
         "LEFT JOIN LATERAL (SELECT * FROM {fn}(false) p WHERE p.queryid IS NOT NULL {role_filter}) s ON true"
         ") TO STDOUT (FORMAT binary)"
     ).format(
         read_time=sql.Identifier("shared_blk_read_time" if since else "blk_read_time"),
         stats_since=sql.SQL("s.stats_since" if since else "NULL::timestamptz"),
+        optional=sql.SQL("").join(
+            sql.SQL(", coalesce(s.{}, 0)::{}").format(sql.Identifier(name), sql.SQL(counter_type(name)))
+            for name in optional
+        ),
         info=info_view,
         fn=fn,
         role_filter=sql.SQL(
@@ -179,11 +194,13 @@ def scrape(conn: psycopg.Connection, target: Target, ext: Extension, exclude_rol
         raise TargetUnavailable(
             f"target {target.name!r}: reading pg_stat_statements failed: {describe(exc, target)}"
         ) from None
-    rows = binary_copy.parse(data, SCRAPE_FIELDS)
+    rows = binary_copy.parse(data, [*SCRAPE_FIELDS, *((name, counter_type(name)) for name in optional)])
     listed = rows[rows["listed"]]
-    statements = pd.DataFrame({name: listed[name] for name in KEY + COUNTERS}).astype(
-        {"dbid": "int64", "userid": "int64"}
-    )
+    columns = {name: listed[name] for name in KEY + COUNTERS}
+    unknown = np.full(len(listed), np.nan)
+    for name in OPTIONAL_COUNTERS:  # float, so that a counter the extension lacks is NaN (stored as null)
+        columns[name] = listed[name].astype("float64") if name in optional else unknown
+    statements = pd.DataFrame(columns).astype({"dbid": "int64", "userid": "int64"})
     statements["stats_since"] = pd.to_datetime(listed["stats_since"], utc=True)
     head = rows[0]
     info = ScrapeInfo(

@@ -56,7 +56,7 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 
-from radar_pipeline.engine.causes import BLOCKS, ROWS, explain
+from radar_pipeline.engine.causes import CAUSE_COUNTERS, explain
 from radar_pipeline.engine.edivisive import best_split, min_segment
 from radar_pipeline.engine.frames import VERDICT_FRAME
 from radar_pipeline.engine.inference import (
@@ -200,8 +200,9 @@ def analyse(
 
     counters: cumulative snapshots with columns query_key, captured_at (tz-aware), calls, total_exec_time (ms) and
     optionally stats_since, fingerprint, stddev_exec_time (ms, population stddev over calls, as pg_stat_statements
-    reports it), and the counters rows and shared_blks_read (which give a detection its cause); rows may be
-    unsorted, missing for some scrapes and contain resets.
+    reports it), and the counters that give a detection its cause (causes.CAUSE_COUNTERS: rows, shared_blks_read,
+    shared_blks_hit, total_plan_time, temp_blks_written, parallel workers, jit_time, WAL; NaN where unknown); rows
+    may be unsorted, missing for some scrapes and contain resets.
     Returns one row per statement (see COLUMNS and the module docstring): mean_before_ms / mean_after_ms /
     change_factor are the call-weighted window means either side of the deploy; change_at is where the tested split
     begins (the end of the last interval before it; for `outside_tolerance`, E-divisive's split); t_stat, dof and
@@ -224,7 +225,7 @@ def analyse(
     settings = settings or EngineSettings()
     deploy = _utc_ns(deploy_at)
     width = int(settings.window.total_seconds() * 1e9)
-    extra = tuple(name for name in (ROWS, BLOCKS) if name in counters.columns)
+    extra = tuple(name for name in CAUSE_COUNTERS if name in counters.columns)
     samples = window_samples(counters, deploy - width, deploy + width, extra)
     if samples.groups == 0:
         return _result(samples, {})

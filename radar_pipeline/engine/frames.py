@@ -185,6 +185,13 @@ VERDICT_FRAME = FrameSchema(
         Column("segment_n_after", INT),
         *_floats("q_stat", "rows_per_call_before", "rows_per_call_after"),
         *_floats("blks_read_per_call_before", "blks_read_per_call_after"),
+        # the further counters' per-call figures (engine/causes.py FIGURES), NaN where unknown
+        *(
+            Column(f"{figure}_per_call_{side}", FLOAT)
+            for figure in ("buffers", "plan_ms", "temp_blks", "workers_to_launch", "workers_launched", "jit_ms")
+            + ("wal_bytes", "wal_buffers_full")
+            for side in ("before", "after")
+        ),
         Column("cause", TEXT, words=tuple(c.value for c in CAUSES)),
         Column("cause_detail", TEXT),  # the cause in words, with its figures (None: nothing more to say)
         Column("merged_keys", ANY),

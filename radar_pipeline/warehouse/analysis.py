@@ -24,6 +24,7 @@ from psycopg import sql as psql
 from radar_pipeline import binary_copy
 from radar_pipeline.engine import CAUSES, VERDICT_FRAME, Cause, Verdict
 from radar_pipeline.engine import COLUMNS as ENGINE_COLUMNS
+from radar_pipeline.engine.causes import JIT_TIME, LAUNCHED, PLAN_TIME, TO_LAUNCH, WAL, WAL_FULL
 from radar_pipeline.engine.frames import ANY, BOOL, IMPACT_STATEMENTS, IMPACT_SUMMARY, INT, TEXT, Column, FrameSchema
 from radar_pipeline.engine.impact import STATEMENT_COLUMNS, SUMMARY_COLUMNS
 from radar_pipeline.engine.settings import RENAMED
@@ -114,6 +115,7 @@ class WindowCounters:
     keys: pd.DataFrame  # KEY columns, indexed by query_key
 
 
+NEWER_CAUSE_COUNTERS = (PLAN_TIME, TO_LAUNCH, LAUNCHED, JIT_TIME, WAL, WAL_FULL)
 # The columns read per sample, in the binary COPY's order (binary_copy): nulls coalesced, so every row has one width.
 SAMPLE_FIELDS: list[tuple[str, str]] = [
     *KEY_TYPES,
@@ -126,13 +128,32 @@ SAMPLE_FIELDS: list[tuple[str, str]] = [
     ("stats_since", "timestamptz"),  # null (before PostgreSQL 17) read as '-infinity'
     ("reset_before", "bool"),
     ("stddev_exec_time", "float8"),  # null (rows stored before 0007) read as NaN
+    ("shared_blks_hit", "int8"),
+    ("temp_blks_written", "int8"),
+    # the newer counters the causes read (engine/causes.py), null (the server lacks one, or rows before 0024) as NaN
+    *((name, "float8") for name in NEWER_CAUSE_COUNTERS),
 ]
 SAMPLE_SQL = {
     "stats_since": "coalesce(stats_since, '-infinity')",
     "stddev_exec_time": "coalesce(stddev_exec_time, 'NaN')",
+    **{name: f"coalesce(CAST({name} AS float8), 'NaN')" for name in NEWER_CAUSE_COUNTERS},
+    # one time over the JIT's phases; deform is timed apart only from PostgreSQL 17
+    JIT_TIME: "coalesce(jit_generation_time + jit_inlining_time + jit_optimization_time + jit_emission_time "
+    "+ coalesce(jit_deform_time, 0), 'NaN')",
 }
 # The engine's series, taken from the samples as they are (captured_at and stats_since become timestamps).
-SERIES = ["captured_at", "calls", "total_exec_time", "rows", "shared_blks_read", "stats_since", "stddev_exec_time"]
+SERIES = [
+    "captured_at",
+    "calls",
+    "total_exec_time",
+    "rows",
+    "shared_blks_read",
+    "stats_since",
+    "stddev_exec_time",
+    "shared_blks_hit",
+    "temp_blks_written",
+    *NEWER_CAUSE_COUNTERS,
+]
 
 
 @dataclass(frozen=True)

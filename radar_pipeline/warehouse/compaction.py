@@ -1,4 +1,4 @@
-"""Compaction of ended snapshot days (sql/0013): a day partition of radar.pgss_snapshot rewritten as one
+"""Compaction of ended snapshot days (sql/0013, sql/0024): a day partition of radar.pgss_snapshot rewritten as one
 radar.pgss_compact row per statement, its samples as arrays (integer counters delta-encoded).
 
 A day is compacted in the caller's transaction, so a failure anywhere leaves its raw partition as it was. The raw
@@ -15,10 +15,20 @@ from datetime import date, timedelta
 
 import sqlalchemy as sa
 
+from radar_pipeline.pgss_model import OPTIONAL_TYPES
+
 _STATEMENT = "target, dbid, userid, queryid, toplevel"
 _SAME_STATEMENT = " AND ".join(f"p.{c} = c.{c}" for c in _STATEMENT.split(", "))
-# The integer counters delta-encoded in a compact row; the others are kept as stored (sql/0013).
-_DELTA = ["calls", "rows", "shared_blks_hit", "shared_blks_read", "temp_blks_written"]
+# The integer counters delta-encoded in a compact row; the others are kept as stored (sql/0013, sql/0024). A newer
+# counter's first known value after nulls is encoded whole (its previous value counts as 0), and a null stays null.
+_DELTA = [
+    "calls",
+    "rows",
+    "shared_blks_hit",
+    "shared_blks_read",
+    "temp_blks_written",
+    *(name for name, pg_type in OPTIONAL_TYPES if pg_type == "int8"),
+]
 _AS_STORED = [
     "total_exec_time",
     "shared_blk_read_time",
@@ -26,6 +36,7 @@ _AS_STORED = [
     "stats_since",
     "reset_before",
     "fingerprint",
+    *(name for name, pg_type in OPTIONAL_TYPES if pg_type == "float8"),
 ]
 
 

@@ -27,6 +27,8 @@ from radar_pipeline.pgss_model import (
     COUNTERS,
     KEY,
     KEY_TYPES,
+    OPTIONAL_COUNTERS,
+    OPTIONAL_TYPES,
     Key,
     ScrapeInfo,
     statement_key,
@@ -34,7 +36,16 @@ from radar_pipeline.pgss_model import (
 )
 from radar_pipeline.warehouse.database import KEYS, driver, key_params
 
-SNAPSHOT_COLUMNS = ["target", "captured_at", *KEY, *COUNTERS, "stats_since", "reset_before", "fingerprint"]
+SNAPSHOT_COLUMNS = [
+    "target",
+    "captured_at",
+    *KEY,
+    *COUNTERS,
+    "stats_since",
+    "reset_before",
+    "fingerprint",
+    *OPTIONAL_COUNTERS,
+]
 MAX_QUERY_TEXT = 8192
 # What a scrape needs of the catalogue, per statement, read in binary (binary_copy): nulls read as '-infinity'.
 CATALOGUE_FIELDS = [
@@ -49,10 +60,12 @@ CATALOGUE_COLUMNS = (
     "dbid, userid, queryid, toplevel, fingerprint, last_calls, last_total_exec_time, "
     "coalesce(last_stats_since, '-infinity'), coalesce(missing_since, '-infinity')"
 )
-# The moved statements as staged for the write, in binary; a null stats_since travels as '-infinity'.
+# The moved statements as staged for the write, in binary; a null stats_since travels as '-infinity', a newer counter
+# the server lacks as -1 (a count) or NaN (a time), values no counter takes.
 STAGE_FIELDS = [
     *KEY_TYPES,
     *COUNTER_TYPES,
+    *OPTIONAL_TYPES,
     ("stats_since", "timestamptz"),
     ("reset_before", "bool"),
     ("fingerprint", "int8"),
@@ -78,7 +91,7 @@ class TargetState:
 class SnapshotPlan:
     """Which statements of a scrape get a row, which are new, back from a reset, or gone from the view."""
 
-    rows: pd.DataFrame  # KEY + COUNTERS + stats_since, reset_before, fingerprint (NA for new statements), is_new
+    rows: pd.DataFrame  # KEY + COUNTERS + OPTIONAL_COUNTERS + stats_since, reset_before, fingerprint (NA: new), is_new
     new_keys: list[Key]
     reappeared_keys: list[Key]
     missing_keys: list[Key]
@@ -251,7 +264,11 @@ def plan_snapshot(
     reset_before = known & (reappeared | server_reset | went_down | since_changed | evicted)
 
     chosen = np.flatnonzero(moved)
-    rows = statements.iloc[chosen][[*KEY, *COUNTERS, "stats_since"]].reset_index(drop=True)
+    optional = [name for name in OPTIONAL_COUNTERS if name in statements]
+    rows = statements.iloc[chosen][[*KEY, *COUNTERS, *optional, "stats_since"]].reset_index(drop=True)
+    for name in OPTIONAL_COUNTERS:  # a scrape frame without one (PgssScrape documents them) has it unknown
+        if name not in statements:
+            rows[name] = np.nan
     rows["fingerprint"] = pd.array(previous(queries["fingerprint"].to_numpy(dtype="int64", na_value=0), 0)[chosen])
     rows["fingerprint"] = rows["fingerprint"].astype("Int64").mask(~known[chosen])
     rows["reset_before"] = reset_before[chosen]
@@ -371,6 +388,9 @@ def _store_rows(conn: sa.Connection, info: ScrapeInfo, rows: pd.DataFrame, texts
     if not len(rows):
         return
     columns = {name: rows[name].to_numpy() for name, _ in STAGE_FIELDS if name != "stats_since"}
+    for name, pg_type in OPTIONAL_TYPES:
+        values = rows[name].to_numpy(dtype="float64")
+        columns[name] = values if pg_type == "float8" else np.where(np.isnan(values), -1, values).astype(np.int64)
     columns["fingerprint"] = rows["fingerprint"].to_numpy(dtype="int64")
     columns["stats_since"] = _instants(rows["stats_since"]).view("datetime64[us]")
     stage = binary_copy.encode(columns, STAGE_FIELDS)
@@ -395,10 +415,13 @@ def _store_rows(conn: sa.Connection, info: ScrapeInfo, rows: pd.DataFrame, texts
             )
         at = {"target": info.target, "at": info.captured_at}
         counters = ", ".join(COUNTERS)
+        unknown = {"int8": "-1", "float8": "'NaN'"}
+        optional = ", ".join(f"nullif({name}, {unknown[pg_type]})" for name, pg_type in OPTIONAL_TYPES)
         cur.execute(
             f"INSERT INTO radar.pgss_snapshot ({', '.join(SNAPSHOT_COLUMNS)}) "
             f"SELECT %(target)s, %(at)s, {', '.join(KEY)}, {counters}, nullif(stats_since, '-infinity'), "
-            "reset_before, fingerprint FROM radar_snapshot_stage ORDER BY dbid, userid, queryid, toplevel",
+            f"reset_before, fingerprint, {optional} FROM radar_snapshot_stage "
+            "ORDER BY dbid, userid, queryid, toplevel",
             at,
         )
         cur.execute(
