@@ -206,4 +206,6 @@ def test_an_orm_rewrite_is_replaced_and_the_drop_index_is_the_deploy_s(deployed,
     assert new["per_call_factor"] > 1.5
     drop = by_text.loc[DROP]
     assert drop["kind"] == "deploy_statement" and not drop["heavy"]
-    assert not changes["kind"].eq("new").any()
+    # in the app's database (the warehouse shares this server: its own writes, such as a catalog change stored, are
+    # another database's statements)
+    assert not changes[changes["dbid"] == old["dbid"]]["kind"].eq("new").any()
