@@ -264,6 +264,29 @@ def test_an_index_rebuilt_under_another_name_is_no_change(watched: Watched, ware
     assert change.kind == ChangeKind.INDEX_ADDED and change.undo == "DROP INDEX CONCURRENTLY public.orders_amount_idx;"
 
 
+def test_a_setting_that_changes_no_plan_is_never_read_so_a_secret_in_it_stays_on_the_server(
+    watched: Watched, warehouse
+):
+    token = f"tok-{uuid.uuid4().hex}"
+    watched.execute(f"ALTER ROLE {watched.app_role} SET app.api_token = '{token}'")
+    watched.execute(f"ALTER DATABASE {watched.database} SET app.db_token = '{token}'")
+    watched.execute("ALTER SYSTEM SET log_min_duration_statement = 987654")  # a server setting that changes no plan
+    watched.execute(f"ALTER ROLE {watched.app_role} SET work_mem = '2MB'")
+    try:
+        watched.execute("SELECT pg_reload_conf()")
+        _wait_for_setting(watched, "log_min_duration_statement", "987654ms")
+        with session.connect(watched.collector) as conn:
+            assert collect_catalog(conn, watched.collector, warehouse) > 0
+        with warehouse.connect() as conn:
+            stored = [r[0] for r in conn.execute(sa.text("SELECT row_to_json(f)::text FROM radar.catalog_fact f"))]
+    finally:
+        watched.execute("ALTER SYSTEM RESET log_min_duration_statement")
+        watched.execute("SELECT pg_reload_conf()")
+    assert not [row for row in stored if "987654" in row or "log_min_duration_statement" in row]
+    assert not [row for row in stored if token in row or "app." in row]
+    assert any("work_mem" in row and "2MB" in row for row in stored)  # what changes plans is read
+
+
 def test_a_catalog_read_failure_does_not_fail_the_scrape(watched: Watched, warehouse):
     # the collector's role may no longer read one catalog of this database: the statements are still stored
     watched.execute("REVOKE SELECT ON pg_catalog.pg_db_role_setting FROM PUBLIC")

@@ -33,6 +33,73 @@ KINDS = (
     "role_setting",
     "setting",
 )
+# Settings that change what the planner chooses or how a plan executes: the only ones read (of a role's, a database's
+# or the server's), so a value that is a secret (a custom setting holding a token, primary_conninfo's password) never
+# leaves the watched server, and a change of any other names no statement.
+PLAN_SETTINGS = frozenset(
+    {
+        "work_mem",
+        "hash_mem_multiplier",
+        "maintenance_work_mem",
+        "temp_buffers",
+        "random_page_cost",
+        "seq_page_cost",
+        "cpu_tuple_cost",
+        "cpu_index_tuple_cost",
+        "cpu_operator_cost",
+        "parallel_setup_cost",
+        "parallel_tuple_cost",
+        "min_parallel_table_scan_size",
+        "min_parallel_index_scan_size",
+        "effective_cache_size",
+        "effective_io_concurrency",
+        "default_statistics_target",
+        "constraint_exclusion",
+        "cursor_tuple_fraction",
+        "from_collapse_limit",
+        "join_collapse_limit",
+        "geqo",
+        "geqo_threshold",
+        "plan_cache_mode",
+        "max_parallel_workers_per_gather",
+        "max_parallel_workers",
+        "parallel_leader_participation",
+        "recursive_worktable_factor",
+        "jit",
+        "jit_above_cost",
+        "jit_inline_above_cost",
+        "jit_optimize_above_cost",
+        "search_path",
+        "statement_timeout",
+        "lock_timeout",
+        "synchronous_commit",
+        "commit_delay",
+        "default_transaction_isolation",
+        "track_io_timing",
+        "session_replication_role",
+        "row_security",
+        "enable_partitionwise_join",
+        "enable_partitionwise_aggregate",
+    }
+)
+_PLAN_SETTING_PREFIXES = ("enable_", "jit_")
+
+
+def affects_plans(setting: str) -> bool:
+    """Whether a change of this setting can change a statement's plan or its execution time."""
+    name = setting.lower()
+    return name in PLAN_SETTINGS or name.startswith(_PLAN_SETTING_PREFIXES)
+
+
+# The SQL condition affects_plans is, over a setting's name ({name}); starts_with, not LIKE: no % in a query psycopg
+# gives parameters to.
+_SETTINGS_FILTER = (
+    "({name} = ANY(ARRAY["
+    + ", ".join(f"'{n}'" for n in sorted(PLAN_SETTINGS))
+    + "]) OR "
+    + " OR ".join(f"starts_with({{name}}, '{p}')" for p in _PLAN_SETTING_PREFIXES)
+    + ")"
+)
 EMPTY_DIGEST = "empty"  # a kind with no rows (the server gives no row to aggregate)
 
 # Schemas of the database's own objects: not the system's, not TOAST, not other sessions' temporary ones.
@@ -86,12 +153,14 @@ SELECT 'role_setting',
        d.datname::text, substr(cfg, strpos(cfg, '=') + 1)
   FROM pg_db_role_setting s LEFT JOIN pg_database d ON d.oid = s.setdatabase
   LEFT JOIN pg_roles r ON r.oid = s.setrole, unnest(s.setconfig) cfg
+ WHERE {_SETTINGS_FILTER.format(name="lower(split_part(cfg, '=', 1))")}
 UNION ALL
 SELECT 'setting', name, NULL, NULL, NULL, name, NULL, NULL,
        CASE WHEN unit ~ '^[0-9]' THEN (setting::numeric * pg_size_bytes(unit) / 1024)::bigint || 'kB'
             ELSE setting || coalesce(unit, '') END
   FROM pg_settings
  WHERE source NOT IN ('default', 'override', 'client', 'session', 'database', 'user', 'database user', 'interactive')
+   AND {_SETTINGS_FILTER.format(name="name")}
 """
 # An index's and a constraint's definition in words costs a relation cache entry each in a new session (the
 # collector's is new at every scrape), and pg_stats is a costly view: the digests are taken over the catalog columns

@@ -13,69 +13,16 @@ from typing import Any
 import pandas as pd
 import sqlalchemy as sa
 
+from radar_pipeline.collector.catalog import affects_plans
 from radar_pipeline.collector.fingerprint import relations
 from radar_pipeline.engine.vocabulary import ChangeKind
 from radar_pipeline.named_changes import NamedChange
 from radar_pipeline.pgss_model import KEY
 from radar_pipeline.warehouse import analysis, catalog
 
-# Settings that change what the planner chooses or how a plan executes; a change of any other names no statement.
-PLAN_SETTINGS = frozenset(
-    {
-        "work_mem",
-        "hash_mem_multiplier",
-        "maintenance_work_mem",
-        "temp_buffers",
-        "random_page_cost",
-        "seq_page_cost",
-        "cpu_tuple_cost",
-        "cpu_index_tuple_cost",
-        "cpu_operator_cost",
-        "parallel_setup_cost",
-        "parallel_tuple_cost",
-        "min_parallel_table_scan_size",
-        "min_parallel_index_scan_size",
-        "effective_cache_size",
-        "effective_io_concurrency",
-        "default_statistics_target",
-        "constraint_exclusion",
-        "cursor_tuple_fraction",
-        "from_collapse_limit",
-        "join_collapse_limit",
-        "geqo",
-        "geqo_threshold",
-        "plan_cache_mode",
-        "max_parallel_workers_per_gather",
-        "max_parallel_workers",
-        "parallel_leader_participation",
-        "recursive_worktable_factor",
-        "jit",
-        "jit_above_cost",
-        "jit_inline_above_cost",
-        "jit_optimize_above_cost",
-        "search_path",
-        "statement_timeout",
-        "lock_timeout",
-        "synchronous_commit",
-        "commit_delay",
-        "default_transaction_isolation",
-        "track_io_timing",
-        "session_replication_role",
-        "row_security",
-        "enable_partitionwise_join",
-        "enable_partitionwise_aggregate",
-    }
-)
-_PLAN_SETTING_PREFIXES = ("enable_", "jit_")
 _NODE_RELATION = re.compile(r" on (\S+)$")
 _NODE_INDEX = re.compile(r" using (\S+) on ")
 TEXT_LENGTH = 100_000  # the whole stored text (radar.query keeps at most 8,192 characters)
-
-
-def affects_plans(setting: str) -> bool:
-    """Whether a change of this setting can change a statement's plan or its execution time."""
-    name = setting.lower()
-    return name in PLAN_SETTINGS or name.startswith(_PLAN_SETTING_PREFIXES)
 
 
 def name_changes(
