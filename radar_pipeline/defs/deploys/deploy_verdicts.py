@@ -9,7 +9,7 @@ import dagster as dg
 
 from radar_pipeline import plan_shape
 from radar_pipeline.alerts.render import NO_DATA_BEFORE
-from radar_pipeline.config import ConfigError, Target, mask_password
+from radar_pipeline.config import ConfigError, Target, mask_password, printable
 from radar_pipeline.config.settings import REANALYSIS_DAYS_VAR, count_setting
 from radar_pipeline.defs.metadata import ID, OWNERS, detection_cells, rounded, table
 from radar_pipeline.defs.resources import (
@@ -283,7 +283,7 @@ def _detections_log(result: "DeployAnalysis") -> list[str]:
     return [
         f"regression: queryid {r.queryid}: {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms "
         f"(×{r.change_factor:.2f}, confidence {r.confidence:.4f}, cause {r.cause}"
-        f"{': ' + r.cause_detail if r.cause_detail else ''})"
+        f"{': ' + ' '.join(printable(r.cause_detail).split()) if r.cause_detail else ''})"
         for r in detected.itertuples()
     ]
 
