@@ -25,7 +25,7 @@ every ~10 s as a pool would. The servers run side by side, so the scenarios shar
   latest-events-of-an-account query walks the created_at index: statistics_reset.
 - column_type_changed: ALTER TABLE orders ALTER COLUMN customer_id TYPE numeric (a rewrite): the join to customers
   loses its index: column_type_changed.
-- lock_by_migration: a backfill migration of orders.region in batches of 6,000 orders (10%), each batch's transaction
+- lock_by_migration: a backfill migration of orders.region in batches of 9,000 orders (15%), each batch's transaction
   held open ~0.3 s after its UPDATE (the script's own work), its row locks with it, through the window after the
   deploy (it starts again from the first order at the last): the app's UPDATEs and SELECT ... FOR UPDATE of orders
   wait; expected cause collateral, naming the migration's UPDATE. Row locks, not a table lock: a wait for a table's
@@ -260,7 +260,7 @@ RELOAD_EVENTS = [
     "ALTER INDEX events_new_account_id_idx RENAME TO events_account_idx",
     "COMMIT",
 ]
-BACKFILL_BATCH = 6000  # orders per batch of the lock scenario's migration (10% of them)
+BACKFILL_BATCH = 9000  # orders per batch of the lock scenario's migration (15% of them)
 BACKFILL_HOLD_S = 0.3  # the migration script's own work after a batch's UPDATE, before it commits (row locks held)
 BACKFILL_PAUSE_S = 0.1  # between batches
 
