@@ -2,13 +2,14 @@
 radar's own collection and analysis, and whether each detection's cause names the change.
 
 Run with `make bench-causes` (or `.venv/bin/python benchmarks/causes_lab.py [--quick] [--window 120] [--scrape 5]
-[--scenarios a,b] [--pg15]`): about 7.5 minutes on the 2-core machine (--quick: 3 scenarios, W = 90 s, about 5.5;
---pg15: the whole lab again with the watched servers on Debian's PostgreSQL 15, after the 18 run).
+[--scenarios a,b] [--pg15]`): 7 to 7.5 minutes on the 2-core machine (--quick: 3 scenarios and W = 90 s, a timeline
+of 3 × 90 s plus the set-up; --pg15: the whole lab again with the watched servers on Debian's PostgreSQL 15, after the
+18 run).
 
 Each scenario is a watched server of its own (an embedded PostgreSQL 18, or Debian's 15 with --pg15) holding the same
 small shop (customers, orders, accounts, events, products; ANALYZEd, autovacuum off so nothing changes unless the deploy
 changes it), under the same workload: 84 statement shapes called by role `app` from five threads per server, at
-steady rates (about 60 calls a second per server, most of them cheap single-row statements), each thread reconnecting
+steady rates (about 55 calls a second per server, most of them cheap single-row statements), each thread reconnecting
 every ~10 s as a pool would. The servers run side by side, so the scenarios share the machine's cores and one clock:
 
   0 ............ W ............ 2W ............ 3W
@@ -16,8 +17,9 @@ every ~10 s as a pool would. The servers run side by side, so the scenarios shar
                  null deploy    change deploy
                  (each server)  (each server: its change, made as it is recorded)
 
-- index_dropped: DROP INDEX orders_customer_idx, used by five statements (some cheap and rare, so without a plan from
-  before); expected cause index_dropped, or plan_changed with the index named beside it.
+- index_dropped: DROP INDEX orders_customer_idx, used by five statements (four of them cheap and rare; with 84
+  statements, all within plan capture's top 200, most have a plan from before); expected cause index_dropped, or
+  plan_changed with the index named beside it.
 - trigger_added: an audit trigger (plpgsql, a jsonb row into audit_log) AFTER UPDATE on accounts: trigger_added.
 - work_mem_lowered: ALTER ROLE app SET work_mem = '64kB' (the app's new sessions take it): a NOT IN whose hashed
   subplan no longer fits, and an aggregate that spills: setting_changed.
@@ -57,6 +59,7 @@ import itertools
 import json
 import multiprocessing as mp
 import random
+import re
 import sys
 import tempfile
 import threading
@@ -611,8 +614,6 @@ def named_changes(row: dict[str, Any]) -> list[dict[str, Any]]:
 
 def culprit(row: dict[str, Any]) -> int | None:
     """The queryid a collateral detection's cause_detail names."""
-    import re
-
     found = re.search(r"queryid (-?\d+)", row.get("cause_detail") or "")
     return int(found.group(1)) if found else None
 
