@@ -107,7 +107,7 @@ bench-receiver: install
 	$(BIN)/python benchmarks/receiver_bench.py
 
 # Issue 28's lab: real changes deployed on real PostgreSQL 18, and whether each detection's cause names the change
-# (about 9 minutes; ARGS=--quick about 5, ARGS=--pg15 the lab again on Debian's PostgreSQL 15).
+# (about 7 minutes; ARGS=--quick three scenarios, ARGS=--pg15 the lab again on Debian's PostgreSQL 15).
 bench-causes: install
 	$(BIN)/python benchmarks/causes_lab.py $(ARGS)
 
