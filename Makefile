@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 export DAGSTER_DISABLE_TELEMETRY := 1
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install lock demo dev test test-unit lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-location bench-gate bench-receiver bench-plans clean
+.PHONY: install lock demo dev test test-unit lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-location bench-gate bench-receiver bench-plans bench-causes clean
 
 install: $(VENV)/.installed
 
@@ -108,6 +108,11 @@ bench-gate: install
 # `radar webhook serve` on one core (taskset) under 60 s of back-to-back deploy events: events/s, none lost or doubled.
 bench-receiver: install
 	$(BIN)/python benchmarks/receiver_bench.py
+
+# Issue 28's lab: real changes deployed on real PostgreSQL 18, and whether each detection's cause names the change
+# (about 7 minutes; ARGS=--quick three scenarios, ARGS=--pg15 the lab again on Debian's PostgreSQL 15).
+bench-causes: install
+	$(BIN)/python benchmarks/causes_lab.py $(ARGS)
 
 bench-compact: install
 	$(BIN)/python benchmarks/compaction_bench.py
