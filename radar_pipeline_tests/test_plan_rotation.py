@@ -353,7 +353,9 @@ def test_plan_capture_leaves_pg_stat_statements_room_for_the_application(tmp_pat
         assert "of its 100 entries" in first.held_back_reason, first.held_back_reason
         with warehouse.connect() as conn:
             recorded = conn.execute(
-                sa.text("SELECT captured_at, held_back, held_back_reason FROM radar.plan_capture_run WHERE target = :t"),
+                sa.text(
+                    "SELECT captured_at, held_back, held_back_reason FROM radar.plan_capture_run WHERE target = :t"
+                ),
                 {"t": target.name},
             ).one()
             skipped_at = set(
@@ -363,6 +365,11 @@ def test_plan_capture_leaves_pg_stat_statements_room_for_the_application(tmp_pat
             )
         assert tuple(recorded)[1:] == (first.held_back, first.held_back_reason)
         assert skipped_at == {recorded.captured_at}  # one clock: the watched server's
+        waiting = set(_keys(warehouse, target.name, "SELECT id FROM s% WHERE %").values()) - set(
+            _checked(warehouse, target.name)
+        )
+        (words,) = _why(warehouse, target.name, sorted(waiting)[:1], _now(target))
+        assert "had not reached it in their rotation" in words and first.held_back_reason in words
         # No room at all: the busiest are held back too.
         for i in range(40, 80):
             run(target, f"SELECT id FROM s{i} WHERE id = %s", 2, (1,))
@@ -371,7 +378,10 @@ def test_plan_capture_leaves_pg_stat_statements_room_for_the_application(tmp_pat
         full = capture_target(collector, warehouse, 5, rotation_n=200)
         assert full.tried == 0 and full.held_back >= 5 and "no room" in (full.held_back_reason or "")
         # The collector's EXPLAINs not tracked: nothing to hold back.
-        run(target, f"ALTER ROLE {collector.dsn.split('//')[1].split('@')[0]} SET pg_stat_statements.track_utility = off")
+        run(
+            target,
+            f"ALTER ROLE {collector.dsn.split('//')[1].split('@')[0]} SET pg_stat_statements.track_utility = off",
+        )
         untracked = capture_target(collector, warehouse, 5, rotation_n=200)
         assert untracked.held_back == 0 and untracked.tried >= 5 and untracked.held_back_reason is None
 
@@ -386,7 +396,7 @@ def test_a_failed_capture_is_stamped_with_the_watched_servers_clock(warehouse):
         wnow = conn.execute(sa.text("SELECT now()")).scalar_one()
         conn.execute(
             sa.text(
-                "INSERT INTO radar.plan_capture_run (target, captured_at, recorded_at, source, server_version_num) "
+                "INSERT INTO radar.plan_capture_run (target, captured_at, warehouse_at, source, server_version_num) "
                 "VALUES ('gone', :at, :now, 'generic_plan', 180000)"
             ),
             {"at": wnow - timedelta(minutes=10) + timedelta(hours=2), "now": wnow - timedelta(minutes=10)},
