@@ -161,7 +161,9 @@ def capture_targets(
         return list(pool.map(one, targets))
 
 
-def _within_room(result: PlanCapture, todo: list[stored_plans.Candidate], room: plans.EntryRoom) -> list:
+def _within_room(
+    result: PlanCapture, todo: list[stored_plans.Candidate], room: plans.EntryRoom
+) -> list[stored_plans.Candidate]:
     """The candidates pg_stat_statements has room to EXPLAIN: the busiest while there is any room, then the others
     up to it; the rest counted in result.held_back, and why in result.held_back_reason."""
     if room.room is None:
