@@ -106,7 +106,8 @@ def entry_room(conn: psycopg.Connection) -> EntryRoom:
         )
         most, utility, track, schema = row
         if utility == "off" or track == "none":
-            return EntryRoom(None, f"pg_stat_statements does not track this role's EXPLAINs (track_utility {utility})")
+            why = f"track_utility {utility}" if utility == "off" else f"track {track}"
+            return EntryRoom(None, f"pg_stat_statements does not track this role's EXPLAINs ({why})")
         if most is None or schema is None:
             return EntryRoom(0, "pg_stat_statements' size could not be read (it is not installed in this database)")
         held, own = _one(
