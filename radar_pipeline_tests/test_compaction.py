@@ -388,3 +388,24 @@ def test_plan_capture_chooses_the_same_statements_from_compacted_days(warehouse)
     before = chosen()
     compact_history(warehouse, grace=timedelta(0))
     assert chosen() == before and all(len(c) == 4 for c in before)
+
+
+def test_a_newer_counter_after_a_gap_reads_back_as_stored(warehouse):
+    # A newer counter known, then not (a scrape by an extension without it), then known again: 10, null, 15 reads
+    # back 10, null, 15 after compaction (the 15 encoded against the 10, not whole), and so after a merge of late rows.
+    at = [START + timedelta(hours=h) for h in range(4)]
+
+    def row(i: int, value: int | None) -> tuple:
+        newer = [None if value is None else value + n for n in range(len(OPTIONAL_COUNTERS))]
+        return ("t", at[i], 5, 10, 1, True, 100 + i, 1.5 + i, i, i, i, 0, 0.0, 0.5, None, False, 7_001, *newer)
+
+    _store(warehouse, {"t": at[:3]}, [row(0, 10), row(1, None), row(2, 15)])
+    expected = _samples(warehouse)
+    assert [r.plans for r in expected] == [10, None, 15] and [r.wal_bytes for r in expected] == [15, None, 20]
+    compact_history(warehouse, grace=timedelta(0))
+    assert _raw_rows(warehouse, FIRST) == 0
+    assert _samples(warehouse) == expected
+    _store(warehouse, {"t": at[3:]}, [row(3, 40)])
+    expected = _samples(warehouse)
+    compact_history(warehouse, grace=timedelta(0))
+    assert _samples(warehouse) == expected and [r.plans for r in expected] == [10, None, 15, 40]

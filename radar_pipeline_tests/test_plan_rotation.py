@@ -322,3 +322,90 @@ def test_a_cheap_statement_has_a_plan_from_before_an_index_drop_so_its_cause_is_
     row = result.verdicts.set_index("queryid").loc[lookup[2]]
     assert row.verdict == "detected" and row.cause == "plan_changed", (row.cause, row.plan_diff)
     assert row.plan_diff["changes"] == ["Index Scan using probe_id_idx on probe → Seq Scan on probe"]
+
+
+def _entries(target: Target) -> int:
+    with psycopg.connect(target.dsn, autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM pg_stat_statements").fetchone()[0]  # type: ignore[index]
+
+
+def test_plan_capture_leaves_pg_stat_statements_room_for_the_application(tmp_path, warehouse):
+    """Each EXPLAIN is an entry of pg_stat_statements of its own (under the collector's role, never stored by radar):
+    on a server keeping 100 entries, a capture plans no more statements than leave a fifth of them free (the busiest
+    first), says what it held back and why in its outcome and radar.plan_capture_run, and with no room left plans none,
+    not even the busiest; where the collector's EXPLAINs are not tracked (track_utility off for its role) none is held
+    back. The run's times are the watched server's: its skips are stamped with the run's time."""
+    from radar_pipeline.demo.local_postgres import LocalPostgres
+
+    with LocalPostgres(tmp_path / "small", settings={"pg_stat_statements.max": "100"}) as pg:
+        target = Target("small", pg.url())
+        run(target, "CREATE EXTENSION pg_stat_statements")
+        run(target, "DO $$ BEGIN FOR i IN 0..79 LOOP EXECUTE format('CREATE TABLE s%s (id int)', i); END LOOP; END $$")
+        collector = collector_target(target)
+        for i in range(40):
+            run(target, f"SELECT id FROM s{i} WHERE id = %s", 1 + (i < 5) * 20, (1,))
+        scrape(target, warehouse)
+        first = capture_target(collector, warehouse, 5, rotation_n=200)
+        assert first.source == "generic_plan" and first.error is None
+        assert _entries(target) <= 80
+        assert first.planned["busiest"] == 5 and first.held_back > 0 and first.tried >= 5
+        assert first.held_back_reason is not None and "pg_stat_statements" in first.held_back_reason
+        assert "of its 100 entries" in first.held_back_reason, first.held_back_reason
+        with warehouse.connect() as conn:
+            recorded = conn.execute(
+                sa.text(
+                    "SELECT captured_at, held_back, held_back_reason FROM radar.plan_capture_run WHERE target = :t"
+                ),
+                {"t": target.name},
+            ).one()
+            skipped_at = set(
+                conn.execute(sa.text("SELECT skipped_at FROM radar.plan_skip WHERE target = :t"), {"t": target.name})
+                .scalars()
+                .all()
+            )
+        assert tuple(recorded)[1:] == (first.held_back, first.held_back_reason)
+        assert skipped_at == {recorded.captured_at}  # one clock: the watched server's
+        waiting = set(_keys(warehouse, target.name, "SELECT id FROM s% WHERE %").values()) - set(
+            _checked(warehouse, target.name)
+        )
+        (words,) = _why(warehouse, target.name, sorted(waiting)[:1], _now(target))
+        assert "had not reached it in their rotation" in words and first.held_back_reason in words
+        # No room at all: the busiest are held back too.
+        for i in range(40, 80):
+            run(target, f"SELECT id FROM s{i} WHERE id = %s", 2, (1,))
+        scrape(target, warehouse)
+        assert _entries(target) > 80
+        full = capture_target(collector, warehouse, 5, rotation_n=200)
+        assert full.tried == 0 and full.held_back >= 5 and "no room" in (full.held_back_reason or "")
+        # The collector's EXPLAINs not tracked: nothing to hold back.
+        run(
+            target,
+            f"ALTER ROLE {collector.dsn.split('//')[1].split('@')[0]} SET pg_stat_statements.track_utility = off",
+        )
+        untracked = capture_target(collector, warehouse, 5, rotation_n=200)
+        assert untracked.held_back == 0 and untracked.tried >= 5 and untracked.held_back_reason is None
+
+
+def test_a_failed_capture_is_stamped_with_the_watched_servers_clock(warehouse):
+    """A capture that cannot reach its server records its failure at the watched server's clock as the target's last
+    run that reached it measured it against the warehouse's (here 2 hours ahead), so no_plan_before compares one
+    clock with itself."""
+    from radar_pipeline.steps.plan_capture import capture_targets
+
+    with warehouse.begin() as conn:
+        wnow = conn.execute(sa.text("SELECT now()")).scalar_one()
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.plan_capture_run (target, captured_at, warehouse_at, source, server_version_num) "
+                "VALUES ('gone', :at, :now, 'generic_plan', 180000)"
+            ),
+            {"at": wnow - timedelta(minutes=10) + timedelta(hours=2), "now": wnow - timedelta(minutes=10)},
+        )
+    (failed,) = capture_targets([Target("gone", "postgresql://postgres@127.0.0.1:1/none")], warehouse)
+    assert failed.error is not None
+    with warehouse.connect() as conn:
+        stamped, reason = conn.execute(
+            sa.text("SELECT captured_at, reason FROM radar.plan_capture_run WHERE target = 'gone' AND source IS NULL")
+        ).one()
+    assert reason.startswith("the plan capture failed: ")
+    assert timedelta(hours=2) - timedelta(minutes=1) < stamped - wnow < timedelta(hours=2) + timedelta(minutes=5)

@@ -25,6 +25,9 @@ from radar_pipeline.collector.fingerprint import PLANNABLE
 from radar_pipeline.collector.pgss import COLLECTOR_MARK
 
 STORE_PLANS, GENERIC_PLAN = "pg_store_plans", "generic_plan"
+# The share of pg_stat_statements.max plan capture may fill: each EXPLAIN it runs is an entry of its own (radar never
+# stores it, but it takes a slot the application's statements then lose to eviction).
+ENTRY_SHARE = 0.8
 # Functions whose right to run means the planner, folding a function wrongly marked IMMUTABLE, could reset statistics.
 RESET_FUNCTIONS = ("pg_stat_statements_reset", "pg_stat_reset", "pg_stat_reset_shared", "pg_store_plans_reset")
 
@@ -76,6 +79,52 @@ def plan_source(conn: psycopg.Connection) -> PlanSource:
     return PlanSource(
         None, f"{reason}, and EXPLAIN (GENERIC_PLAN) needs PostgreSQL 16 (this is {version // 10000})", database_oid
     )
+
+
+@dataclass(frozen=True)
+class EntryRoom:
+    """How many more statements plan capture may EXPLAIN in this session (None: no limit, its EXPLAINs add no
+    entries), and why, in words."""
+
+    room: int | None
+    facts: str
+
+
+def entry_room(conn: psycopg.Connection) -> EntryRoom:
+    """The room pg_stat_statements has for this session's EXPLAINs: ENTRY_SHARE of pg_stat_statements.max less the
+    entries it holds now (every role's, this one's own EXPLAINs among them); no limit where this session's utility
+    statements are not tracked (pg_stat_statements.track_utility off, or track none). A room that cannot be read is
+    0, and the words say why; a silent server raises as any call does."""
+    try:
+        row = _one(
+            conn,
+            f"SELECT {COLLECTOR_MARK} current_setting('pg_stat_statements.max', true), "
+            "current_setting('pg_stat_statements.track_utility', true), "
+            "current_setting('pg_stat_statements.track', true), "
+            "(SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+            " WHERE e.extname = 'pg_stat_statements')",
+        )
+        most, utility, track, schema = row
+        if utility == "off" or track == "none":
+            why = f"track_utility {utility}" if utility == "off" else f"track {track}"
+            return EntryRoom(None, f"pg_stat_statements does not track this role's EXPLAINs ({why})")
+        if most is None or schema is None:
+            return EntryRoom(0, "pg_stat_statements' size could not be read (it is not installed in this database)")
+        held, own = _one(
+            conn,
+            sql.SQL(
+                "SELECT " + COLLECTOR_MARK + " count(*), count(*) FILTER (WHERE userid = "
+                "(SELECT oid FROM pg_roles WHERE rolname = current_user)) FROM {}(false)"
+            ).format(sql.Identifier(schema, "pg_stat_statements")),
+        )
+    except psycopg.Error as exc:
+        return EntryRoom(0, f"pg_stat_statements' size could not be read: {describe_error(exc)}")
+    limit = int(int(most) * ENTRY_SHARE)
+    facts = (
+        f"pg_stat_statements holds {held} of its {int(most)} entries ({own} of them this role's, its EXPLAINs among "
+        f"them); plan capture leaves {1 - ENTRY_SHARE:.0%} free, each EXPLAIN being an entry of its own"
+    )
+    return EntryRoom(max(0, limit - held), facts)
 
 
 def capture(
@@ -213,7 +262,7 @@ def _refused_role(conn: psycopg.Connection) -> str | None:
     return None
 
 
-def _one(conn: psycopg.Connection, query: str, params: tuple = ()) -> tuple:
+def _one(conn: psycopg.Connection, query: str | sql.Composable, params: tuple = ()) -> tuple:
     row = conn.execute(query, params or None).fetchone()  # type: ignore[arg-type]
     assert row is not None, "a query that always returns a row returned none"
     return row

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import psycopg
 import sqlalchemy as sa
@@ -47,6 +47,10 @@ class PlanCapture:
     skipped: dict[Key, str] = field(default_factory=dict)
     error: str | None = None  # why the capture failed as a whole (password-free)
     out_of_time: int = 0  # statements not tried because CAPTURE_DEADLINE_S ran out (not remembered as skipped)
+    held_back: int = 0  # statements not tried to leave pg_stat_statements room (not remembered as skipped)
+    held_back_reason: str | None = None
+    captured_at: datetime | None = None  # the watched server's clock at the run's start, once reached
+    server_version: int | None = None
 
 
 def capture_one(conn: psycopg.Connection, source: plans.PlanSource, key: Key, text: str | None) -> Captured:
@@ -71,27 +75,35 @@ def capture_target(
     top_n: int = DEFAULT_TOP_N,
     deadline: float | None = None,
     rotation_n: int = DEFAULT_ROTATION_N,
+    result: PlanCapture | None = None,
 ) -> PlanCapture:
     """Capture plans of the top_n statements by execution time since the last capture, then of up to rotation_n
     others (first seen since then, then the least recently planned of those active), among those of the database the
     target connects to, until time.monotonic() reaches `deadline` (by default CAPTURE_DEADLINE_S from now): the
-    statements left then are counted in `out_of_time`, and those planned are stored. The run's outcome is recorded,
-    a target without a plan source's too."""
-    result = PlanCapture(target.name)
+    statements left then are counted in `out_of_time`, and those planned are stored. Where the capture may EXPLAIN,
+    the statements that would take pg_stat_statements past its room (plans.entry_room) are held back, the busiest last
+    (`held_back`, and why). The run's outcome is recorded, a target without a plan source's too, at the watched
+    server's clock (`result`, when given, is filled in as the run goes: a failure keeps its clock)."""
+    result = result or PlanCapture(target.name)
     if deadline is None:
         deadline = time.monotonic() + CAPTURE_DEADLINE_S
     with session.connect(target) as conn:
-        source = plans.plan_source(conn)
-        result.source, result.reason = source.source, source.reason
         now = conn.execute("SELECT statement_timestamp()").fetchone()[0]  # type: ignore[index]
         version = int(conn.info.server_version)
-        if source.source is None:
-            with warehouse.begin() as wconn:
-                stored_plans.record_run(wconn, target.name, stored_plans.CaptureRun(now, None, source.reason, version))
-            return result
+        result.captured_at, result.server_version = now, version
+        source = plans.plan_source(conn)
+        result.source, result.reason = source.source, source.reason
         with warehouse.connect() as wconn:
+            here = wconn.execute(sa.text("SELECT now()")).scalar_one()  # beside `now`: the two clocks' difference
+            if source.source is None:
+                run = stored_plans.CaptureRun(now, None, source.reason, version, warehouse_at=here)
+                stored_plans.record_run(wconn, target.name, run)
+                wconn.commit()
+                return result
             since = stored_plans.last_capture(wconn, target.name) or now - FIRST_LOOKBACK
             todo = stored_plans.candidates(wconn, target.name, source.database_oid, since, top_n, rotation_n, now)
+        if source.source == plans.GENERIC_PLAN or version >= 160000:  # pg_store_plans falls back to EXPLAIN on 16+
+            todo = _within_room(result, todo, plans.entry_room(conn))
         captured: dict[Key, Captured] = {}
         for candidate in todo:
             if time.monotonic() >= deadline:
@@ -116,6 +128,9 @@ def capture_target(
             stored=result.stored,
             skipped=len(result.skipped),
             out_of_time=result.out_of_time,
+            held_back=result.held_back,
+            held_back_reason=result.held_back_reason,
+            warehouse_at=here,
         )
         stored_plans.record_run(wconn, target.name, run)
     return result
@@ -133,10 +148,12 @@ def capture_targets(
     def one(target: Target) -> PlanCapture:
         if time.monotonic() >= deadline:
             return PlanCapture(target.name, error=OUT_OF_TIME.format(CAPTURE_DEADLINE_S))
+        going = PlanCapture(target.name)
         try:
-            return capture_target(target, warehouse, top_n, deadline, rotation_n)
+            return capture_target(target, warehouse, top_n, deadline, rotation_n, going)
         except Exception as exc:  # one failing target must never stop the others
             failed = PlanCapture(target.name, error=target_failure(exc, target))
+            failed.captured_at, failed.server_version = going.captured_at, going.server_version
             _record_failure(warehouse, failed)
             return failed
 
@@ -144,13 +161,35 @@ def capture_targets(
         return list(pool.map(one, targets))
 
 
+def _within_room(
+    result: PlanCapture, todo: list[stored_plans.Candidate], room: plans.EntryRoom
+) -> list[stored_plans.Candidate]:
+    """The candidates pg_stat_statements has room to EXPLAIN: the busiest while there is any room, then the others
+    up to it; the rest counted in result.held_back, and why in result.held_back_reason."""
+    if room.room is None:
+        return todo
+    busiest = [c for c in todo if c.why == stored_plans.BUSIEST]
+    kept = (
+        []
+        if room.room <= 0
+        else busiest + [c for c in todo if c.why != stored_plans.BUSIEST][: room.room - len(busiest)]
+    )
+    result.held_back = len(todo) - len(kept)
+    if result.held_back:
+        left = "no room left" if room.room <= 0 else f"room for {room.room}"
+        result.held_back_reason = f"{result.held_back} statements held back, {left}: {room.facts}"
+    return kept
+
+
 def _record_failure(warehouse: sa.Engine, capture: PlanCapture) -> None:
-    """Keep a failed run's (password-free) error as its outcome, at the warehouse's clock; a warehouse that cannot
-    take it (it may be what failed) leaves it unrecorded."""
+    """Keep a failed run's (password-free) error as its outcome, at the watched server's clock: as read when the run
+    reached it, else the warehouse's moved by the two clocks' difference at the target's last run that did; a
+    warehouse that cannot take it (it may be what failed) leaves it unrecorded."""
     try:
         with warehouse.begin() as wconn:
-            now = wconn.execute(sa.text("SELECT now()")).scalar_one()
+            now = capture.captured_at or stored_plans.server_clock(wconn, capture.target)
             why = f"the plan capture failed: {capture.error}"
-            stored_plans.record_run(wconn, capture.target, stored_plans.CaptureRun(now, None, why, None))
+            run = stored_plans.CaptureRun(now, None, why, capture.server_version)
+            stored_plans.record_run(wconn, capture.target, run)
     except sa.exc.SQLAlchemyError:
         pass

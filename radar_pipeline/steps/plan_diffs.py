@@ -216,6 +216,8 @@ def no_plan_before(change_at: datetime, known: stored_plans.NoPlanBefore | None)
             f"change at {at} (at {last.isoformat()})"
         )
     out_of_time = " (that capture ran out of time)" if run.out_of_time else ""
+    if run.held_back:  # room left in pg_stat_statements for the application's statements
+        out_of_time += f" (that capture: {run.held_back_reason})"
     return (
         f"it was not planned before the change at {at}: the plan captures up to {run.captured_at.isoformat()} had "
         f"not reached it in their rotation through the statements{out_of_time}"

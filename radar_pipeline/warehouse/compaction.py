@@ -19,16 +19,12 @@ from radar_pipeline.pgss_model import OPTIONAL_TYPES
 
 _STATEMENT = "target, dbid, userid, queryid, toplevel"
 _SAME_STATEMENT = " AND ".join(f"p.{c} = c.{c}" for c in _STATEMENT.split(", "))
-# The integer counters delta-encoded in a compact row; the others are kept as stored (sql/0013, sql/0024). A newer
-# counter's first known value after nulls is encoded whole (its previous value counts as 0), and a null stays null.
-_DELTA = [
-    "calls",
-    "rows",
-    "shared_blks_hit",
-    "shared_blks_read",
-    "temp_blks_written",
-    *(name for name, pg_type in OPTIONAL_TYPES if pg_type == "int8"),
-]
+# The integer counters delta-encoded in a compact row; the others are kept as stored (sql/0013, sql/0024). The
+# decoding (radar.pgss_compact_rows) sums the non-null deltas, so a newer counter (which may be null) is encoded against
+# its last known value before it (10, null, 15 → 10, null, 5), its first known value whole, and a null stays null.
+_NOT_NULL = ["calls", "rows", "shared_blks_hit", "shared_blks_read", "temp_blks_written"]
+_NULLABLE = [name for name, pg_type in OPTIONAL_TYPES if pg_type == "int8"]
+_DELTA = [*_NOT_NULL, *_NULLABLE]
 _AS_STORED = [
     "total_exec_time",
     "shared_blk_read_time",
@@ -95,7 +91,15 @@ def compact_day(conn: sa.Connection, day: date) -> int:
 def _encode(source: str) -> str:
     """INSERT the compact rows (one per statement) of the raw-shaped rows `source` selects, all of one day."""
     window = f"OVER (PARTITION BY {_STATEMENT} ORDER BY captured_at)"
-    deltas = ", ".join(f"{c} - coalesce(lag({c}) {window}, 0) AS {c}" for c in _DELTA)
+    earlier = f"OVER (PARTITION BY {_STATEMENT} ORDER BY captured_at ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
+    # the last known value before a row: the greatest [time, value] pair of the earlier rows with a value
+    deltas = ", ".join(
+        [f"{c} - coalesce(lag({c}) {window}, 0) AS {c}" for c in _NOT_NULL]
+        + [
+            f"{c} - coalesce((max(ARRAY[us, {c}]) FILTER (WHERE {c} IS NOT NULL) {earlier})[2], 0) AS {c}"
+            for c in _NULLABLE
+        ]
+    )
     arrays = ", ".join(f"array_agg({c} ORDER BY captured_at)" for c in ["at_us", *_DELTA, *_AS_STORED])
     return f"""
         INSERT INTO radar.pgss_compact ({_STATEMENT}, day, first_at, last_at, captured_at, {", ".join(_DELTA)},

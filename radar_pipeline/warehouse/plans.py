@@ -89,7 +89,7 @@ def candidates(
                 LEFT JOIN radar.plan_check c ON c.target = q.target AND {same.format(a="c")}
                 LEFT JOIN radar.plan_skip s ON s.target = q.target AND {same.format(a="s")}
                 WHERE q.target = :t AND q.dbid = :dbid AND (m.n IS NOT NULL OR q.last_seen >= :active)
-                  AND (s.skipped_at IS NULL OR s.skipped_at < now() - :retry)
+                  AND (s.skipped_at IS NULL OR s.skipped_at < :now - :retry)
             ), busiest AS (
                 SELECT * FROM eligible WHERE spent > 0 ORDER BY spent DESC, n DESC, queryid LIMIT :n
             )
@@ -110,6 +110,7 @@ def candidates(
             "n": top_n,
             "rotation": rotation_n,
             "retry": RETRY_SKIPPED_AFTER,
+            "now": now,
         },
     )
     return [Candidate(statement_key(r), r[4], r[5]) for r in rows]
@@ -129,6 +130,9 @@ class CaptureRun:
     stored: int = 0
     skipped: int = 0
     out_of_time: int = 0
+    held_back: int = 0
+    held_back_reason: str | None = None
+    warehouse_at: datetime | None = None  # the warehouse's clock beside captured_at (None: not read beside it)
 
 
 def record_run(conn: sa.Connection, target: str, run: CaptureRun) -> None:
@@ -145,6 +149,18 @@ def record_run(conn: sa.Connection, target: str, run: CaptureRun) -> None:
         sa.text("DELETE FROM radar.plan_capture_run WHERE target = :t AND captured_at < :at - :keep"),
         {"t": target, "at": run.captured_at, "keep": timedelta(days=PLAN_RUN_DAYS)},
     )
+
+
+def server_clock(conn: sa.Connection, target: str) -> datetime:
+    """The watched server's clock now, estimated from the warehouse's: moved by the two clocks' difference at the
+    target's last capture run that read both (none: the warehouse's as it is)."""
+    return conn.execute(
+        sa.text(
+            "SELECT now() + coalesce((SELECT captured_at - warehouse_at FROM radar.plan_capture_run "
+            "WHERE target = :t AND warehouse_at IS NOT NULL ORDER BY warehouse_at DESC LIMIT 1), interval '0')"
+        ),
+        {"t": target},
+    ).scalar_one()
 
 
 def server_version(conn: sa.Connection, target: str, at: datetime) -> int | None:
@@ -195,7 +211,8 @@ def store(
     plans: dict[Key, tuple[str, str, str, float | None, dict]],
     skipped: dict[Key, str],
 ) -> int:
-    """Store the plans whose shape differs from their statement's last stored plan; record skips. Returns stored."""
+    """Store the plans whose shape differs from their statement's last stored plan; record skips (at `captured_at`,
+    the watched server's clock, as everything of a capture). Returns stored."""
     known = latest_hashes(conn, target, list(plans))
     fresh = {k: p for k, p in plans.items() if known.get(k) != p[1]}
     if fresh:
@@ -233,11 +250,14 @@ def store(
     if skipped:
         conn.execute(
             sa.text(
-                "INSERT INTO radar.plan_skip VALUES (:t, :dbid, :userid, :queryid, :toplevel, :reason, now()) "
+                "INSERT INTO radar.plan_skip VALUES (:t, :dbid, :userid, :queryid, :toplevel, :reason, :at) "
                 "ON CONFLICT (target, dbid, userid, queryid, toplevel) DO UPDATE "
                 "SET reason = EXCLUDED.reason, skipped_at = EXCLUDED.skipped_at"
             ),
-            [{"t": target, **dict(zip(KEY, k, strict=True)), "reason": reason} for k, reason in skipped.items()],
+            [
+                {"t": target, **dict(zip(KEY, k, strict=True)), "reason": reason, "at": captured_at}
+                for k, reason in skipped.items()
+            ],
         )
     return len(fresh)
 

@@ -51,6 +51,9 @@ def plan_snapshots(
                 late = f"{capture.out_of_time} of {capture.tried + capture.out_of_time} not planned: {out_of_time}"
                 context.log.warning(f"target {name!r}: {late}")
                 notes.append(late)
+            if capture.held_back_reason:
+                context.log.warning(f"target {name!r}: {capture.held_back_reason}")
+                notes.append(capture.held_back_reason)
             note = "; ".join(notes)
             rows.append(
                 {
@@ -84,6 +87,7 @@ def plan_snapshots(
         ),
         "failed_targets": dg.MetadataValue.json({c.target: c.error for c in captures if c.error is not None}),
         "out_of_time": sum(c.out_of_time for c in captures),
+        "held_back": sum(c.held_back for c in captures),
         "duration_s": round(time.perf_counter() - started, 3),
     }
     return dg.MaterializeResult(metadata=metadata)
