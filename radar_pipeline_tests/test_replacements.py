@@ -85,7 +85,8 @@ DEPLOY = (
 def test_only_ddl_is_the_deploy_s_and_comments_do_not_hide_control(server):
     """The deploy's own statements are its DDL (and DO blocks, how migrations run conditional DDL); CALL, COPY,
     DECLARE, EXPLAIN, VACUUM, ANALYZE, TRUNCATE and REFRESH are the application's load. Transaction control keeps its
-    class behind a leading comment, in the stored texts of PostgreSQL 18 (`SAVEPOINT $1`) and 15 alike."""
+    class behind a leading comment: PostgreSQL 15 stores the comment, 18 drops it but stores `SAVEPOINT $1`, which
+    does not parse, and such a text with a comment before it is classed by its first keyword after the comment."""
     db = server.new_database("classes")
     try:
         server.execute("CREATE EXTENSION pg_stat_statements", db)
@@ -120,8 +121,9 @@ def test_only_ddl_is_the_deploy_s_and_comments_do_not_hide_control(server):
         assert statement_class(stored(text.split(" ")[0] + " ")) == PLANNABLE, stored(text.split(" ")[0] + " ")
     for text in DEPLOY:
         assert statement_class(stored(text[:14])) == UTILITY, stored(text[:14])
-    for word in ("SAVEPOINT", "RELEASE", "COMMIT"):
-        assert statement_class(stored(word)) == CONTROL, stored(word)
+    control = [t for t in texts if any(w in t for w in ("SAVEPOINT", "RELEASE", "COMMIT"))]
+    for text in control:
+        assert statement_class(text) == CONTROL, text
     # the texts PostgreSQL 17 and later store for them, which the parser rejects
     assert statement_class("/* app */ SAVEPOINT $1") == CONTROL
     assert statement_class("-- x\nRELEASE $1") == CONTROL
