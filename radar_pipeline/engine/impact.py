@@ -3,8 +3,10 @@
 Per statement (fingerprints merged as for the verdicts): calls, execution time, rows and shared blocks read either
 side of the deploy; calls, execution time and blocks read per minute of window; rows per call; whether it is new (no
 calls before, calls after, first seen after the deploy) or stopped (calls before, and after none or only a rolling
-deploy's tail: at most STOP_TAIL_SHARE of its calls before, all in the first TAIL_SPAN of the window after). Per
-target and per database (dbid): execution time per minute before and after.
+deploy's tail: at most STOP_TAIL_SHARE of its calls before, all in the first TAIL_SPAN of the window after); when
+its change began (`onset_at`: a new statement's first interval after the deploy, a stopped one's last interval with
+calls at or before it, the deploy for a surge or rows per call). Per target and per database (dbid): execution time
+per minute before and after.
 
 What the texts tell (`classify`, with facts steps/ derives from the parse trees): transaction and session control
 is never a load change; the deploy's own utility statements (its DROP INDEX, its migrations) are `deploy_statement`,
@@ -59,20 +61,23 @@ from radar_pipeline.engine.vocabulary import IMPACT_KINDS, Cause, Verdict
 
 NEW, STOPPED, SURGE, N_PLUS_ONE, ROWS_PER_CALL, REPLACED, DEPLOY_STATEMENT = IMPACT_KINDS
 KINDS = IMPACT_KINDS
-# What a statement is, as steps/ tells from its text (`classify`): a plannable statement (SELECT, INSERT, UPDATE,
-# DELETE, MERGE), a utility statement (DDL and the rest), or transaction and session control (BEGIN, COMMIT, SET, …).
+# What a statement is, as steps/ tells from its text (`classify`, steps/replacements.py): the application's (SELECT,
+# INSERT, UPDATE, DELETE, MERGE, and the rest an application runs: CALL, COPY, EXPLAIN, VACUUM, …; load), DDL (the
+# deploy's kind of statement: CREATE, ALTER, DROP, GRANT, …), or transaction and session control (BEGIN, COMMIT, SET).
 PLANNABLE, UTILITY, CONTROL = "plannable", "utility", "control"
 # A statement whose calls after the deploy are at most this share of its calls before, all of them in the first
 # TAIL_SPAN of the window after, stopped: a rolling deploy leaves the old code serving a few requests (11 calls of
 # thousands in the lab) while the new one takes over. A statement still called late in the window did not stop.
 STOP_TAIL_SHARE = 0.05
 TAIL_SPAN = 0.5
-# Shape similarity (steps/replacements.py: the share of parse-tree features two texts have in common) from which a
-# stopped and a started statement on the same relations are one statement rewritten: an ORM's added column or join
-# keeps most of the tree (0.7 to 0.9 on the lab's rewrites); two different statements on a table rarely share half.
+# Shape similarity (steps/replacements.py: the share of parse-tree features two texts have in common, the predicate
+# weighing as much as the rest) from which a stopped and a started statement on the same relations, the stop and the
+# start within the tolerance of each other and of the deploy, are one statement rewritten: an ORM's added column keeps
+# its predicate and most of the tree (0.9); a lookup by another column shares all but its predicate (0.5).
 SIMILAR_SHAPE = 0.6
-# A statement first called from the deploy on, at most this many times, may hold locks like the deploy's own DDL (a
-# migration's backfill): its execution time is weighed as a lock's (`collateral_culprits`).
+# A statement called at most this many times in the window, first from the deploy on or the deploy's own DDL, may hold
+# a lock (a migration's ALTER TABLE, its backfill): its time per call is weighed as a lock's (`collateral_culprits`).
+# A statement of many calls holds none, however much time they add up to: a million 0.01 ms calls are no 10 s lock.
 ONE_OFF_CALLS = 2
 STATEMENT_COLUMNS = IMPACT_STATEMENTS.names
 SUMMARY_COLUMNS = IMPACT_SUMMARY.names
@@ -195,7 +200,9 @@ def impact(
     out["kind"] = kind
     out["heavy"] = heavy | (surge & (time_a - time_b >= settings.new_statement_share * total_after))
     first_after = _first_end(samples.end, group, after, g)
+    last_before = _last_call(samples.end[~after], group[~after], samples.calls[~after], g)
     onset = np.where(new, first_after, np.where(surge | rows_changed, deploy, np.iinfo(np.int64).min))
+    onset = np.where(stopped, last_before, onset)
     out["onset_at"] = pd.to_datetime(onset.astype("datetime64[ns]"), utc=True)  # int64 min is NaT
     out["first_seen_at"] = pd.to_datetime(first_seen.astype("datetime64[ns]"), utc=True)
     out["partner_key"] = pd.Series([None] * g, dtype=object)
@@ -367,15 +374,17 @@ def classify(
 ) -> Impact:
     """The impact with what the statements' texts tell (steps/ reads and parses them; the engine stays pure).
 
-    `classes`: query_key → PLANNABLE, UTILITY or CONTROL (statements left out are taken as plannable). A control
-    statement (BEGIN, COMMIT, SET, …) is never a load change: its kind is cleared. A utility statement that started
+    `classes`: query_key → PLANNABLE (the application's), UTILITY (DDL) or CONTROL (statements left out are taken as
+    the application's). A control statement (BEGIN, COMMIT, SET, …) is never a load change: its kind is cleared. DDL
+    that started
     in the window (no calls before it, or its entry created inside the window: a migration run just before the deploy
     was recorded) is the deploy's own (`deploy_statement`, never heavy): the change itself, not new load.
 
     `pairs`: candidate rewrites, a row per (old_key, new_key) with `same_relations` (the two texts name the same
     tables) and `similarity` (the share of their parse trees' features in common, 0 to 1). A statement that stopped
     (with its rolling-deploy tail) and one that is new, of the same database, on the same relations and at least
-    SIMILAR_SHAPE alike, are one statement rewritten: both halves become `replaced`, each naming the other
+    SIMILAR_SHAPE alike, the old half's stop (onset_at) and the new half's start within the tolerance of each other and
+    of the deploy, are one statement rewritten: both halves become `replaced`, each naming the other
     (`partner_key`), with per_call_factor = the new half's mean per call after / the old half's before. Pairs are
     matched one to one, most alike first. The new half is heavy when it adds (its time after less the old half's
     before) at least new_statement_share of the target's time after."""
@@ -396,22 +405,29 @@ def classify(
     out.loc[own, "heavy"] = False
     out["kind"] = kind
     if pairs is not None and len(pairs):
-        _pair(out, pairs, settings)
+        _pair(out, pairs, settings, found.deployed_at)
     return Impact(found.summary, out[STATEMENT_COLUMNS], found.deployed_at, found.window_start)
 
 
-def _pair(out: pd.DataFrame, pairs: pd.DataFrame, settings: EngineSettings) -> None:
+def _pair(out: pd.DataFrame, pairs: pd.DataFrame, settings: EngineSettings, deployed_at: pd.Timestamp | None) -> None:
     """Mark the replaced pairs in `out` (classify), in place."""
     at = pd.Series(np.arange(len(out)), index=out["query_key"].to_numpy())
     eligible = pairs[pairs["same_relations"] & (pairs["similarity"] >= SIMILAR_SHAPE)]
     eligible = eligible[eligible["old_key"].isin(at.index) & eligible["new_key"].isin(at.index)]
     total_after = float(out["exec_ms_per_min_after"].sum())
+    tolerance = pd.Timedelta(settings.tolerance)
+    onset = out["onset_at"]
     taken: set[Any] = set()
     for row in eligible.sort_values("similarity", ascending=False, kind="stable").itertuples():
         i, j = int(at[row.old_key]), int(at[row.new_key])
         if row.old_key in taken or row.new_key in taken or out["dbid"].iat[i] != out["dbid"].iat[j]:
             continue
         if out["kind"].iat[i] != STOPPED or out["kind"].iat[j] != NEW:
+            continue
+        stop, start = onset.iat[i], onset.iat[j]
+        if pd.isna(stop) or pd.isna(start) or abs(start - stop) > tolerance:
+            continue
+        if deployed_at is not None and max(abs(stop - deployed_at), abs(start - deployed_at)) > tolerance:
             continue
         taken |= {row.old_key, row.new_key}
         before, after = out["mean_before_ms"].iat[i], out["mean_after_ms"].iat[j]
@@ -446,12 +462,13 @@ def collateral_culprits(verdicts: pd.DataFrame, found: Impact, settings: EngineS
       matter to the database (a rise of a few milliseconds per minute starves no one).
     - its shared blocks read per minute: at least surge_ratio × before, the blocks it added at least
       new_statement_share of its database's blocks read per minute after (I/O that competes with the detection's).
-    - the deploy's own utility statement, or a statement run at most ONE_OFF_CALLS times from the deploy on (a
-      migration's backfill), running (holding its lock) at the change: calls waiting on a lock held L ms during a
-      window of W ms after the deploy can have waited at most L each, and at most L/W of the detection's calls fall
-      in it, so the lock can explain at most L² / W of the mean per call; that must reach half the detection's added
-      mean per call. A quick DROP INDEX (milliseconds) so explains nothing, a migration that held
-      an ACCESS EXCLUSIVE lock for seconds explains its waiters.
+    - the deploy's own DDL, or a statement first run from the deploy on (a migration's backfill), called at most
+      ONE_OFF_CALLS times in the window, running (holding its lock) at the change: calls waiting on a lock held L ms
+      (a call's time) during a window of W ms after the deploy can have waited at most L each, and at most L/W of the
+      detection's calls fall in it, so n such calls can explain at most n · L² / W of the mean per call; that must
+      reach half the detection's added mean per call. A quick DROP INDEX (milliseconds) so explains nothing, a
+      migration that held an ACCESS EXCLUSIVE lock for seconds explains its waiters, and a statement of many calls
+      (a CALL or COPY a million times) holds no lock, whatever its calls add up to.
 
     The detections are taken heaviest first (by the time they added), and a statement named collateral is no culprit
     of another: the waiters on a migration's lock are all the lock's collateral, not one another's."""
@@ -474,10 +491,12 @@ def collateral_culprits(verdicts: pd.DataFrame, found: Impact, settings: EngineS
     minutes = settings.window.total_seconds() / 60.0
     window_ms = settings.window.total_seconds() * 1000.0
     own = s["kind"] == DEPLOY_STATEMENT
-    # a statement run once or twice from the deploy on (a migration's backfill UPDATE holds its row locks as DDL does)
-    one_off = (s["calls_before"] == 0) & (s["calls_after"] > 0) & (s["calls_after"] <= ONE_OFF_CALLS)
-    holder = own | one_off
-    held_ms = (s["exec_ms_per_min_before"] + s["exec_ms_per_min_after"]) * minutes
+    # the deploy's DDL, or a statement run once or twice from the deploy on (a migration's backfill UPDATE holds its
+    # row locks as DDL does), called at most ONE_OFF_CALLS times in the window: each call held its lock that long
+    calls = s["calls_before"] + s["calls_after"]
+    holder = (own | (s["calls_before"] == 0)) & (calls > 0) & (calls <= ONE_OFF_CALLS)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        held_ms = ((s["exec_ms_per_min_before"] + s["exec_ms_per_min_after"]) * minutes / calls).where(holder, 0.0)
     onset = s["onset_at"].where(s["kind"].isin([NEW, REPLACED, DEPLOY_STATEMENT]) & s["onset_at"].notna())
     onset = onset.fillna(found.deployed_at) if found.deployed_at is not None else onset
     onset = change_of.reindex(s.index).fillna(onset) if len(change_of) else onset
@@ -511,8 +530,8 @@ def collateral_culprits(verdicts: pd.DataFrame, found: Impact, settings: EngineS
             & (blocks_added > 0)
         )
         slowed = float(np.nan_to_num(s.at[key, "mean_after_ms"] - s.at[key, "mean_before_ms"]))
-        by_lock = near & holder & (held_ms**2 / window_ms >= 0.5 * slowed) & (held_ms > 0)
-        weight = added.where(~holder, held_ms / minutes)
+        by_lock = near & holder & (calls * held_ms**2 / window_ms >= 0.5 * slowed) & (held_ms > 0)
+        weight = added.where(~holder, calls * held_ms / minutes)
         candidates = weight[by_time | by_blocks | by_lock]
         if candidates.empty:
             continue
@@ -520,6 +539,7 @@ def collateral_culprits(verdicts: pd.DataFrame, found: Impact, settings: EngineS
         if by_lock[culprit]:
             who = "the deploy's own statement" if own[culprit] else "a statement run once at the deploy"
             rose = f"{who}, running {held_ms[culprit] / 1000.0:,.1f} s"
+            rose += f" a call ({calls[culprit]} calls)" if calls[culprit] > 1 else ""
         elif by_time[culprit]:
             rose = (
                 f"its database time ×{time_ratio[culprit]:,.1f}"

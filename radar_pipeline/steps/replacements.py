@@ -2,9 +2,13 @@
 stopped and started statements may be one statement rewritten. The texts are parsed here, so the engine stays pure.
 
 The shape of a text is the multiset of its parse tree's leaves, each with the path of node names above it (constants
-and parameters one placeholder, positions left out, as the statement key does in collector/fingerprint.py); two
-texts' similarity is the size of their shapes' intersection over their union (weighted Jaccard, 0 to 1). An ORM that
-adds a column to a SELECT list adds a few leaves to a tree of dozens: the rewrite keeps most of it.
+and parameters one placeholder, positions left out, as the statement key does in collector/fingerprint.py). Inside a
+predicate (WHERE, a join's ON, HAVING) each comparison's leaves are keyed by the columns it compares instead of by
+the path down to it, so `customer_id = $1` is one feature set whether it stands alone or beside an added
+`AND deleted_at IS NULL`. Two texts' similarity is the mean of two weighted Jaccards (intersection over union, 0 to
+1): the predicates' and the rest's; the predicate weighs as much as all the rest, since it says which rows a
+statement is about. An ORM that adds a column to a SELECT list keeps its predicate and most of the rest (0.9); a
+lookup by id and one by customer_id on the same table share all but their predicate (0.5): two statements.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 import pandas as pd
 from pglast import parser
 
-from radar_pipeline.collector.fingerprint import PLANNABLE, relations
+from radar_pipeline.collector.fingerprint import relations
 from radar_pipeline.engine.impact import CONTROL, UTILITY
 from radar_pipeline.engine.impact import PLANNABLE as PLANNABLE_CLASS
 
@@ -32,11 +36,27 @@ CONTROL_STATEMENTS = {
     "DeallocateStmt",
     "ConstraintsSetStmt",
 }
-# The first keyword of a text the parser rejects (PostgreSQL 17 and later store `SAVEPOINT $1`, `RELEASE $1`), for
-# its class: control, plannable, else utility.
+# The deploy's own statements: DDL, what changes the schema, its privileges and its settings (CREATE, ALTER, DROP of
+# any object, GRANT and REVOKE, COMMENT, SECURITY LABEL, CLUSTER and REINDEX, which rebuild storage as a rewriting
+# ALTER TABLE does) and DO blocks, how migrations run conditional DDL (an application rarely sends one: it takes no
+# parameters). Everything else is the application's load, even when not plannable: CALL, COPY, DECLARE, FETCH,
+# EXPLAIN, LOCK, TRUNCATE, REFRESH MATERIALIZED VIEW, and VACUUM and ANALYZE (a cron job's or a bulk load's
+# maintenance: load whoever runs it; a deploy's statistics reset is named from the catalog instead).
+DDL_PREFIXES = ("Create", "Alter", "Drop", "Define")  # CreateStmt, AlterTableStmt, DropStmt, DefineStmt, ...
+DDL_STATEMENTS = {"IndexStmt", "ViewStmt", "CompositeTypeStmt", "RuleStmt", "RenameStmt", "GrantStmt", "GrantRoleStmt"}
+DDL_STATEMENTS |= {"CommentStmt", "SecLabelStmt", "ClusterStmt", "ReindexStmt", "ReassignOwnedStmt", "DoStmt"}
+DDL_STATEMENTS |= {"ImportForeignSchemaStmt", "ReplicaIdentityStmt"}
+# The first keyword of a text the parser rejects (PostgreSQL 17 and later store `SAVEPOINT $1`, `RELEASE $1`), its
+# comments skipped, for its class: control, DDL (utility), else the application's (plannable).
 CONTROL_WORDS = {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE", "SET", "RESET", "SHOW"}
 CONTROL_WORDS |= {"DISCARD", "DEALLOCATE"}
-PLANNABLE_WORDS = {"SELECT", "INSERT", "UPDATE", "DELETE", "MERGE", "WITH", "VALUES", "TABLE"}
+DDL_WORDS = {"CREATE", "ALTER", "DROP", "GRANT", "REVOKE", "COMMENT", "SECURITY", "CLUSTER", "REINDEX", "REASSIGN"}
+DDL_WORDS |= {"DO", "IMPORT"}
+_COMMENTS = {"SQL_COMMENT", "C_COMMENT"}
+# A predicate's parse-tree keys, and the comparisons inside one whose leaves are keyed by their columns (module doc).
+_PREDICATES = {"whereClause", "quals", "havingClause"}
+_COMPARISONS = {"A_Expr", "NullTest", "BooleanTest", "SubLink", "FuncCall"}
+PREDICATE_MARK = "?"
 _IGNORED = {"location", "stmt_location", "stmt_len", "rexpr_list_start", "rexpr_list_end", "version"}
 PAIRS_MAX = 10_000  # stopped × started candidates compared at most (a deploy replacing hundreds of statements)
 
@@ -49,58 +69,91 @@ def _tree(text: str) -> list[dict[str, Any]] | None:
 
 
 def statement_class(text: str) -> str | None:
-    """PLANNABLE, UTILITY or CONTROL (engine/impact.py) for a statement text. A text of several statements is control
-    when all are, plannable when all are, else utility. A text the parser rejects is classed by its first keyword
-    (CONTROL_WORDS, PLANNABLE_WORDS, else utility); None for an empty text or one the scanner cannot read either."""
+    """PLANNABLE (the application's statements: load), UTILITY (DDL: the deploy's own) or CONTROL (engine/impact.py)
+    for a statement text (module constants). A text of several statements is control when all are, DDL when any is,
+    else the application's. A text the parser rejects is classed by its first keyword after any comments
+    (CONTROL_WORDS, DDL_WORDS, else the application's); None for an empty text or one the scanner cannot read."""
     statements = _tree(text)
     if statements is None:
         try:
-            first = next(iter(parser.scan(text)), None)
+            first = next((t for t in parser.scan(text) if t.name not in _COMMENTS), None)
         except parser.ParseError:
             return None
         if first is None:
             return None
         word = text[first.start : first.end + 1].upper()
-        return CONTROL if word in CONTROL_WORDS else PLANNABLE_CLASS if word in PLANNABLE_WORDS else UTILITY
+        return CONTROL if word in CONTROL_WORDS else UTILITY if word in DDL_WORDS else PLANNABLE_CLASS
     if not statements:
         return None
     names = {next(iter(s.get("stmt") or {"": None})) for s in statements}
     if names <= CONTROL_STATEMENTS:
         return CONTROL
-    if names <= PLANNABLE:
-        return PLANNABLE_CLASS
-    return UTILITY
+    if any(n in DDL_STATEMENTS or n.startswith(DDL_PREFIXES) for n in names):
+        return UTILITY
+    return PLANNABLE_CLASS
 
 
 def shape(text: str) -> Counter[str] | None:
-    """The multiset of the text's parse-tree leaves with their paths (module doc); None when it does not parse."""
+    """The multiset of the text's parse-tree leaves with their paths, a predicate's (module doc) marked with a
+    leading PREDICATE_MARK; None when the text does not parse."""
     statements = _tree(text)
     if statements is None:
         return None
     out: Counter[str] = Counter()
 
-    def walk(node: Any, path: str) -> None:
+    def walk(node: Any, path: str, predicate: bool) -> None:
         if isinstance(node, dict):
             if "A_Const" in node or "ParamRef" in node:
                 out[f"{path}/$value"] += 1
                 return
+            if predicate and len(node) == 1 and next(iter(node)) in _COMPARISONS:
+                path = f"{PREDICATE_MARK}[{','.join(sorted(_columns(node)))}]"
             for key, value in node.items():
-                if key not in _IGNORED:
-                    walk(value, f"{path}/{key}")
+                if key in _IGNORED:
+                    continue
+                if key in _PREDICATES and not predicate:
+                    walk(value, f"{PREDICATE_MARK}{key}", True)
+                else:
+                    walk(value, f"{path}/{key}", predicate)
         elif isinstance(node, list):
             for item in node:
-                walk(item, path)
+                walk(item, path, predicate)
         else:
             out[f"{path}={node}"] += 1
 
-    walk(statements, "")
+    walk(statements, "", False)
     return out
 
 
-def similarity(a: Counter[str], b: Counter[str]) -> float:
-    """|a ∩ b| / |a ∪ b| of two shapes (multisets), 0 to 1; 0 when both are empty."""
+def _columns(node: Any) -> set[str]:
+    """The column names a parse-tree node references (ColumnRef fields, dotted)."""
+    if isinstance(node, list):
+        return set().union(*(_columns(n) for n in node)) if node else set()
+    if not isinstance(node, dict):
+        return set()
+    if "ColumnRef" in node:
+        fields = node["ColumnRef"].get("fields") or []
+        return {".".join(str(f.get("String", {}).get("sval", "*")) for f in fields)}
+    return set().union(*(_columns(v) for v in node.values())) if node else set()
+
+
+def _jaccard(a: Counter[str], b: Counter[str]) -> float:
     union = sum((a | b).values())
     return sum((a & b).values()) / union if union else 0.0
+
+
+def similarity(a: Counter[str], b: Counter[str]) -> float:
+    """How alike two shapes are, 0 to 1 (module doc): the mean of their predicates' and the rest's |a ∩ b| / |a ∪ b|;
+    the rest's alone when neither has a predicate; 0 when both are empty."""
+
+    def split(c: Counter[str]) -> tuple[Counter[str], Counter[str]]:
+        where = Counter({k: v for k, v in c.items() if k.startswith(PREDICATE_MARK)})
+        return where, c - where
+
+    (where_a, rest_a), (where_b, rest_b) = split(a), split(b)
+    if not where_a and not where_b:
+        return _jaccard(rest_a, rest_b)
+    return (_jaccard(where_a, where_b) + _jaccard(rest_a, rest_b)) / 2.0
 
 
 def candidate_pairs(statements: pd.DataFrame, keys: pd.DataFrame, texts: Mapping[int, str]) -> pd.DataFrame:

@@ -355,3 +355,50 @@ def test_the_deploy_s_own_statements_and_control_are_not_load() -> None:
     assert pd.isna(rows.loc[3, "kind"]) and pd.isna(rows.loc[4, "kind"])
     # A statement that is not a utility one keeps its kind.
     assert classify(found, pd.Series({1: PLANNABLE})).statements.set_index("query_key").loc[1, "kind"] == "new"
+
+
+def test_a_statement_called_many_times_holds_no_lock() -> None:
+    """A CALL or COPY the application starts at the deploy, a million calls of 0.01 ms (10 s in all), is no lock
+    held: its calls are many short ones, so whatever class its text gets (even the deploy's own), no statement that
+    slowed beside it is named its collateral. A migration's ALTER TABLE run twice, 10 s each, still is one."""
+    specs = {
+        1: {"calls": (0, 33_000), "ms": (0.0, 0.01), "new": True},  # ~1M calls, ~10 s
+        2: {"calls": (600, 600), "ms": (1.0, 9.0)},
+        3: {"calls": (300, 300), "ms": (1.0, 5.0)},
+    }
+    found = impact(_counters(specs), DEPLOY, SETTINGS)
+    assert 900_000 < busy(found.statements, 1)["calls_after"] < 1_100_000
+    for cls in (UTILITY, PLANNABLE):
+        named = collateral_culprits(_detected([2, 3]), classify(found, pd.Series({1: cls})), SETTINGS)
+        assert named["culprit"].tolist() == [None, 2], cls  # the lighter waiter is the heavier one's, as ever
+    specs[1] = {"once": (1, 2, 20_000.0), "new": True}
+    twice = classify(impact(_counters(specs), DEPLOY, SETTINGS), pd.Series({1: UTILITY}))
+    named = collateral_culprits(_detected([2, 3]), twice, SETTINGS)
+    assert named["culprit"].tolist() == [1, 1]
+    assert named.loc[0, "rose"] == "the deploy's own statement, running 10.0 s a call (2 calls)"
+
+
+def test_a_replacement_stops_and_starts_at_the_deploy() -> None:
+    """A stopped statement pairs with a new one only when the stop and the start fall within the tolerance of each
+    other and of the deploy: a statement last called 20 minutes before the deploy, or one that first ran 20 minutes
+    after it, is no rewrite of the other half, however alike the texts."""
+    specs = {
+        1: {"calls": (100, 0), "ms": (2.0, 2.0), "tail": (5.5, 2)},  # stops at the deploy
+        2: {"calls": (0, 100), "ms": (0.0, 8.0), "new": True},  # starts at the deploy
+        3: {"calls": (0, 100), "ms": (0.0, 8.0), "new": True, "first": 20},  # starts 20 minutes later
+        4: {"once": (-20, 50, 100.0)},  # last called 20 minutes before
+        5: {"calls": (100, 100), "ms": (1.0, 1.0)},
+    }
+    found = impact(_counters(specs), DEPLOY, SETTINGS)
+    rows = found.statements.set_index("query_key")
+    assert rows.loc[[1, 4], "kind"].tolist() == ["stopped", "stopped"]
+    assert rows.loc[[2, 3], "kind"].tolist() == ["new", "new"]
+
+    def paired(old: int, new: int) -> list[str]:
+        pairs = pd.DataFrame({"old_key": [old], "new_key": [new], "same_relations": [True], "similarity": [0.9]})
+        out = classify(found, pd.Series(dtype=object), pairs, SETTINGS).statements.set_index("query_key")
+        return out.loc[[old, new], "kind"].tolist()
+
+    assert paired(1, 2) == ["replaced", "replaced"]
+    assert paired(1, 3) == ["stopped", "new"]
+    assert paired(4, 2) == ["stopped", "new"]
