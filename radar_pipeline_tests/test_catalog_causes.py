@@ -72,6 +72,14 @@ class Watched:
     def execute(self, sql: str) -> None:
         self.server.execute(sql, self.database)  # type: ignore[attr-defined]
 
+    @property
+    def dbid(self) -> int:
+        return int(
+            self.server.execute(  # type: ignore[attr-defined]
+                "SELECT oid FROM pg_database WHERE datname = current_database()", self.database
+            )[0][0]
+        )
+
     def workload(self) -> None:
         for text, params in WORKLOAD.values():
             run(self.target, text, 2, params, user=self.app_role)
@@ -114,8 +122,9 @@ def _wait_for_setting(watched: Watched, name: str, value: str) -> None:
         time.sleep(0.1)
 
 
-def _detections(warehouse: sa.Engine, target: str, change_at: datetime) -> pd.DataFrame:
-    """Each statement of the workload as a detection changed at `change_at`, with the table it reads (`table`)."""
+def _detections(warehouse: sa.Engine, target: str, change_at: datetime, dbid: int | None = None) -> pd.DataFrame:
+    """Each statement of the workload (of database `dbid`: the server's view holds earlier tests' too) as a detection
+    changed at `change_at`, with the table it reads (`table`)."""
     tables = {text.replace("%s", "$1", 1).replace("%s", "$2"): table for table, (text, _) in WORKLOAD.items()}
     with warehouse.connect() as conn:
         rows = pd.read_sql(
@@ -124,6 +133,8 @@ def _detections(warehouse: sa.Engine, target: str, change_at: datetime) -> pd.Da
             params={"t": target},
         )
     rows["table"] = rows["query"].map(tables)
+    if dbid is not None:
+        rows = rows[rows["dbid"] == dbid]
     rows = rows[rows["table"].notna()].drop_duplicates("table").reset_index(drop=True)
     assert set(rows["table"]) == set(WORKLOAD), rows
     rows["change_at"] = change_at
@@ -171,7 +182,7 @@ def test_each_change_is_collected_bracketed_and_named(watched: Watched, warehous
         conn.execute(sa.text("SET LOCAL TIME ZONE 'Asia/Kolkata'"))  # the sentences say UTC whatever the session's
         assert catalog.changes_between(conn, target, first, quiet) == []  # nothing changed: nothing named
         changes = catalog.changes_between(conn, target, quiet, changed)
-        detections = _detections(warehouse, target, changed)
+        detections = _detections(warehouse, target, changed, watched.dbid)
         named = name_changes(conn, target, detections, quiet, changed)
         assert name_changes(conn, target, detections, first, quiet) == [[] for _ in range(len(detections))]
         after_reset = catalog.changes_between(conn, target, changed + timedelta(microseconds=1), later)
@@ -481,7 +492,7 @@ def test_a_null_deploy_with_a_stats_reset_analyze_and_vacuum_names_nothing(watch
     after, _ = _scrape(watched, warehouse)
     with warehouse.connect() as conn:
         assert catalog.changes_between(conn, watched.target.name, before, after) == []
-        detections = _detections(warehouse, watched.target.name, after)
+        detections = _detections(warehouse, watched.target.name, after, watched.dbid)
         assert name_changes(conn, watched.target.name, detections, before, after) == [[]] * len(detections)
 
 
@@ -542,7 +553,7 @@ def test_a_table_of_another_schema_is_not_touched_by_a_change_of_the_same_name(w
     before, _ = _scrape(watched, warehouse)
     watched.execute("DROP INDEX archive.archive_customer_idx")
     after, _ = _scrape(watched, warehouse)
-    detections = _detections(warehouse, watched.target.name, after)
+    detections = _detections(warehouse, watched.target.name, after, watched.dbid)
     rows = detections.iloc[[0, 0, 0]].assign(queryid=[-1, -2, -3], table=None)
     rows["plan_diff"] = [
         {"plans": [{"Plan": {"Node Type": "Seq Scan", "Relation Name": "orders", "Schema": "billing"}}]},
