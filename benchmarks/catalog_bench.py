@@ -82,8 +82,9 @@ def main() -> None:
                     f"DO $$ BEGIN FOR t IN {first}..{last} LOOP "
                     f"EXECUTE format('CREATE TABLE t%s (id int PRIMARY KEY, {cols}, CHECK (c0 >= 0))', t); "
                     "FOR i IN 1..3 LOOP EXECUTE format('CREATE INDEX t%s_c%s_idx ON t%s (c%s)', t, i, t, i); END LOOP; "
-                    "EXECUTE format('CREATE TRIGGER t%s_audit BEFORE UPDATE ON t%s FOR EACH ROW EXECUTE FUNCTION audit()', "
-                    f"t, t); EXECUTE format('INSERT INTO t%s SELECT g, {ones} FROM generate_series(1, 100) g', t); "
+                    "EXECUTE format('CREATE TRIGGER t%s_audit BEFORE UPDATE ON t%s FOR EACH ROW "
+                    "EXECUTE FUNCTION audit()', t, t); "
+                    f"EXECUTE format('INSERT INTO t%s SELECT g, {ones} FROM generate_series(1, 100) g', t); "
                     "END LOOP; END $$"
                 )
             conn.execute("ANALYZE")
