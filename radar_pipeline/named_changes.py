@@ -37,6 +37,28 @@ _VERBS = {
 }
 
 
+# The kinds that can make a statement they touch slower, so give it their cause: an index it may have used gone,
+# invalid or redefined; a column's type changed (a cast defeating an index, wider rows); a trigger added or changed
+# (enabled, a new body) and a constraint added (work on every write); statistics lost; a plan setting changed; and
+# extended statistics dropped (estimates the planner relied on). The others (an index, column or extended statistics
+# added; a trigger, constraint or column dropped; a table rewritten by VACUUM FULL or CLUSTER, smaller after) are
+# listed beside the detection but never its cause: a counter cause or fleet_wide says more.
+SLOWING = frozenset(
+    {
+        ChangeKind.INDEX_DROPPED,
+        ChangeKind.INDEX_INVALID,
+        ChangeKind.INDEX_CHANGED,
+        ChangeKind.COLUMN_TYPE_CHANGED,
+        ChangeKind.TRIGGER_ADDED,
+        ChangeKind.TRIGGER_CHANGED,
+        ChangeKind.CONSTRAINT_ADDED,
+        ChangeKind.STATISTICS_RESET,
+        ChangeKind.SETTING_CHANGED,
+        ChangeKind.EXTENDED_STATISTICS_DROPPED,
+    }
+)
+
+
 @dataclass(frozen=True)
 class NamedChange:
     """One change between two captures of a target's catalog or settings (or a utility statement the deploy ran).
@@ -47,7 +69,8 @@ class NamedChange:
     `before`/`after` the old and new definition or value (None where there is none: an object added or dropped);
     `last_seen_before` the last capture that showed the old state (None when not known) and `first_seen_after` the
     first that showed the new one, so the change happened between them; `undo` a statement that undoes it, where one
-    can be derived (the CREATE INDEX of a dropped index, the previous value of a setting)."""
+    can be derived (the CREATE INDEX of a dropped index, the previous value of a setting); `database` the name of
+    the database a setting was set for (None: not known, or every database)."""
 
     kind: ChangeKind
     name: str
@@ -59,6 +82,12 @@ class NamedChange:
     before: str | None = None
     after: str | None = None
     undo: str | None = None
+    database: str | None = None
+
+    @property
+    def slows(self) -> bool:
+        """Whether this change can make a statement it touches slower (SLOWING), so be its cause."""
+        return self.kind in SLOWING
 
     @property
     def cause(self) -> Cause:
@@ -74,7 +103,7 @@ class NamedChange:
                 part
                 for part in (
                     f"for role {self.role}" if self.role else "",
-                    f"in database {self.dbid}" if self.dbid is not None else "",
+                    f"in database {self.database or self.dbid}" if self.dbid is not None else "",
                 )
                 if part
             )
@@ -100,6 +129,7 @@ class NamedChange:
             "before": self.before,
             "after": self.after,
             "undo": self.undo,
+            "database": self.database,
             "sentence": self.sentence(),
         }
 
@@ -118,6 +148,7 @@ class NamedChange:
             before=value.get("before"),
             after=value.get("after"),
             undo=value.get("undo"),
+            database=value.get("database"),
         )
 
 

@@ -72,14 +72,23 @@ class Watched:
     def execute(self, sql: str) -> None:
         self.server.execute(sql, self.database)  # type: ignore[attr-defined]
 
+    @property
+    def dbid(self) -> int:
+        return int(
+            self.server.execute(  # type: ignore[attr-defined]
+                "SELECT oid FROM pg_database WHERE datname = current_database()", self.database
+            )[0][0]
+        )
+
     def workload(self) -> None:
         for text, params in WORKLOAD.values():
             run(self.target, text, 2, params, user=self.app_role)
 
 
 @pytest.fixture
-def watched(app_db) -> Iterator[Watched]:
+def watched(app_db, monkeypatch) -> Iterator[Watched]:
     server, target = app_db
+    monkeypatch.setenv("RADAR_CATALOG_INTERVAL", "0.001")  # every scrape reads the catalog (the cadence's own test)
     database = target.dsn.rsplit("/", 1)[1]
     suffix = uuid.uuid4().hex[:8]
     app_role, collector_role = f"app_{suffix}", f"radar_collector_{suffix}"
@@ -113,8 +122,9 @@ def _wait_for_setting(watched: Watched, name: str, value: str) -> None:
         time.sleep(0.1)
 
 
-def _detections(warehouse: sa.Engine, target: str, change_at: datetime) -> pd.DataFrame:
-    """Each statement of the workload as a detection changed at `change_at`, with the table it reads (`table`)."""
+def _detections(warehouse: sa.Engine, target: str, change_at: datetime, dbid: int | None = None) -> pd.DataFrame:
+    """Each statement of the workload (of database `dbid`: the server's view holds earlier tests' too) as a detection
+    changed at `change_at`, with the table it reads (`table`)."""
     tables = {text.replace("%s", "$1", 1).replace("%s", "$2"): table for table, (text, _) in WORKLOAD.items()}
     with warehouse.connect() as conn:
         rows = pd.read_sql(
@@ -123,6 +133,8 @@ def _detections(warehouse: sa.Engine, target: str, change_at: datetime) -> pd.Da
             params={"t": target},
         )
     rows["table"] = rows["query"].map(tables)
+    if dbid is not None:
+        rows = rows[rows["dbid"] == dbid]
     rows = rows[rows["table"].notna()].drop_duplicates("table").reset_index(drop=True)
     assert set(rows["table"]) == set(WORKLOAD), rows
     rows["change_at"] = change_at
@@ -151,6 +163,7 @@ def test_each_change_is_collected_bracketed_and_named(watched: Watched, warehous
         f"DROP TABLE events; ALTER TABLE events_new RENAME TO events; GRANT ALL ON events TO {watched.app_role}"
     )
     watched.execute(f"ALTER ROLE {watched.app_role} SET work_mem = '64kB'")
+    watched.execute(f"ALTER DATABASE {watched.database} SET jit = off")
     watched.server.execute("ALTER SYSTEM SET random_page_cost = 7")  # type: ignore[attr-defined]
     try:
         watched.server.execute("SELECT pg_reload_conf()")  # type: ignore[attr-defined]
@@ -169,7 +182,7 @@ def test_each_change_is_collected_bracketed_and_named(watched: Watched, warehous
         conn.execute(sa.text("SET LOCAL TIME ZONE 'Asia/Kolkata'"))  # the sentences say UTC whatever the session's
         assert catalog.changes_between(conn, target, first, quiet) == []  # nothing changed: nothing named
         changes = catalog.changes_between(conn, target, quiet, changed)
-        detections = _detections(warehouse, target, changed)
+        detections = _detections(warehouse, target, changed, watched.dbid)
         named = name_changes(conn, target, detections, quiet, changed)
         assert name_changes(conn, target, detections, first, quiet) == [[] for _ in range(len(detections))]
         after_reset = catalog.changes_between(conn, target, changed + timedelta(microseconds=1), later)
@@ -179,7 +192,7 @@ def test_each_change_is_collected_bracketed_and_named(watched: Watched, warehous
     expected = {
         (ChangeKind.INDEX_DROPPED, "orders_customer_idx"): (
             f"index orders_customer_idx on public.orders dropped {span}",
-            "CREATE INDEX orders_customer_idx ON public.orders USING btree (customer);",
+            "CREATE INDEX CONCURRENTLY orders_customer_idx ON public.orders USING btree (customer);",
         ),
         (ChangeKind.INDEX_INVALID, "users_email_key"): (
             f"index users_email_key on public.users left invalid {span}",
@@ -204,6 +217,10 @@ def test_each_change_is_collected_bracketed_and_named(watched: Watched, warehous
         (ChangeKind.SETTING_CHANGED, "work_mem"): (
             f"work_mem for role {watched.app_role} (default → 64kB) changed {span}",
             f"ALTER ROLE {watched.app_role} RESET work_mem;",
+        ),
+        (ChangeKind.SETTING_CHANGED, "jit"): (
+            f"jit in database {watched.database} (default → off) changed {span}",
+            f"ALTER DATABASE {watched.database} RESET jit;",
         ),
         (ChangeKind.SETTING_CHANGED, "random_page_cost"): (
             f"random_page_cost (default → 7) changed {span}",
@@ -231,7 +248,11 @@ def test_each_change_is_collected_bracketed_and_named(watched: Watched, warehous
     for row, found in zip(detections.to_dict("records"), named, strict=True):
         relations = {c.relation for c in found if c.relation}
         assert relations <= {f"public.{row['table']}"}, (row["table"], relations)
-        assert {c.name for c in found if c.kind == ChangeKind.SETTING_CHANGED} == {"work_mem", "random_page_cost"}
+        assert {c.name for c in found if c.kind == ChangeKind.SETTING_CHANGED} == {
+            "work_mem",
+            "random_page_cost",
+            "jit",
+        }
     # a statement with no stored text: its plan diff names the table (in words, or in a plan's JSON nodes)
     unknown = detections.iloc[[0, 0]].assign(queryid=[-1, -2], table=None)
     unknown["plan_diff"] = [
@@ -246,6 +267,9 @@ def test_each_change_is_collected_bracketed_and_named(watched: Watched, warehous
     early = detections.assign(change_at=quiet - timedelta(minutes=10))
     with warehouse.connect() as conn:
         assert name_changes(conn, target, early, quiet, changed) == [[] for _ in range(len(detections))]
+        # nor one whose bracket ended before the detection's change (beyond the tolerance)
+        late = detections.assign(change_at=changed + timedelta(minutes=10))
+        assert name_changes(conn, target, late, quiet, changed) == [[] for _ in range(len(detections))]
 
 
 def test_an_index_rebuilt_under_another_name_is_no_change(watched: Watched, warehouse):
@@ -369,7 +393,7 @@ def test_the_named_change_becomes_the_cause_of_a_detection(pg18, warehouse):
     assert (verdicts.loc[[81, 82], "verdict"] == "detected").all()
     span = f"between {deployed_at - timedelta(seconds=40):%H:%M:%S} and {deployed_at + timedelta(seconds=15):%H:%M:%S}"
     sentence = f"index orders_customer_idx on public.orders dropped {span}"
-    undo = "CREATE INDEX orders_customer_idx ON public.orders USING btree (customer_id);"
+    undo = "CREATE INDEX CONCURRENTLY orders_customer_idx ON public.orders USING btree (customer_id);"
     assert tuple(verdicts.loc[81, ["cause", "cause_detail", "undo_hint"]]) == ("index_dropped", sentence, undo)
     assert verdicts.loc[82, "cause"] != "index_dropped" and verdicts.loc[82, "named_changes"] is None
     with warehouse.connect() as conn:
@@ -421,3 +445,193 @@ def test_a_changed_plan_stays_the_cause_with_the_change_beside_it():
     assert frame.loc[1, "cause_detail"] == "plan changed; " + frame.loc[0, "cause_detail"]
     assert [c["kind"] for c in json.loads(frame.loc[0, "named_changes"])] == ["index_dropped", "setting_changed"]
     assert frame.loc[0, "undo_hint"] == "CREATE INDEX …;" and frame.loc[2, "named_changes"] is None
+
+
+def _captures(warehouse: sa.Engine, target: str) -> list[datetime]:
+    with warehouse.connect() as conn:
+        return [
+            r[0]
+            for r in conn.execute(
+                sa.text("SELECT captured_at FROM radar.catalog_capture WHERE target = :t ORDER BY 1"), {"t": target}
+            )
+        ]
+
+
+def test_definitions_with_literals_are_stored_redacted_and_give_no_undo(watched: Watched, warehouse):
+    """A webhook trigger carries its secret in its arguments, a partial index its literal: neither reaches the
+    warehouse, and no undo is derived from a definition that lost a literal."""
+    token = f"Bearer tok-{uuid.uuid4().hex}"
+    watched.execute(
+        "CREATE TRIGGER hook AFTER INSERT ON accounts FOR EACH ROW "
+        f'EXECUTE FUNCTION audit(\'{{"Authorization":"{token}"}}\')'
+    )
+    watched.execute("CREATE INDEX events_k1_idx ON events (id) WHERE kind = 'k1'")
+    with session.connect(watched.collector) as conn:
+        collect_catalog(conn, watched.collector, warehouse)
+        watched.execute("DROP TRIGGER hook ON accounts; DROP INDEX events_k1_idx")
+        collect_catalog(conn, watched.collector, warehouse)
+    first, second = _captures(warehouse, watched.target.name)
+    with warehouse.connect() as conn:
+        stored = [r[0] for r in conn.execute(sa.text("SELECT row_to_json(f)::text FROM radar.catalog_fact f"))]
+        changes = {c.name: c for c in catalog.changes_between(conn, watched.target.name, first, second)}
+    assert not [row for row in stored if "tok-" in row or "'k1'" in row]
+    assert changes["hook"].kind == ChangeKind.TRIGGER_DROPPED and changes["hook"].undo is None
+    assert "<redacted>" in (changes["hook"].before or "")
+    assert changes["events_k1_idx"].kind == ChangeKind.INDEX_DROPPED and changes["events_k1_idx"].undo is None
+
+
+def test_a_null_deploy_with_a_stats_reset_analyze_and_vacuum_names_nothing(watched: Watched, warehouse):
+    """pg_stat_reset() forgets every table's analyze times; an ANALYZE and a VACUUM run in the window: nothing of it
+    is a change of the catalog, so nothing is named."""
+    watched.workload()
+    before, _ = _scrape(watched, warehouse)
+    watched.execute("SELECT pg_stat_reset()")
+    watched.execute("ANALYZE orders")
+    watched.execute("VACUUM accounts")
+    watched.workload()
+    after, _ = _scrape(watched, warehouse)
+    with warehouse.connect() as conn:
+        assert catalog.changes_between(conn, watched.target.name, before, after) == []
+        detections = _detections(warehouse, watched.target.name, after, watched.dbid)
+        assert name_changes(conn, watched.target.name, detections, before, after) == [[]] * len(detections)
+
+
+def test_every_table_losing_its_statistics_at_once_is_no_change(warehouse):
+    """A capture in which every table flips to 'not analysed' (a stats reset, a crash, a failover on a server without
+    another signal) starts a new baseline; one table among many flipping is named."""
+    t0 = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
+
+    def facts(states: dict[str, str]) -> list[dict]:
+        return [
+            {
+                "kind": "statistics",
+                "identity": t,
+                "dbid": 5,
+                "roleid": None,
+                "relation": t,
+                "name": t,
+                "role": None,
+                "database": None,
+                "value": v,
+            }
+            for t, v in states.items()
+        ]
+
+    tables = ["public.a", "public.b", "public.c"]
+    captures = [
+        dict.fromkeys(tables, "analysed"),
+        dict.fromkeys(tables, "not analysed"),
+        dict.fromkeys(tables, "analysed"),
+        {**dict.fromkeys(tables, "analysed"), "public.b": "not analysed"},
+    ]
+    with warehouse.begin() as conn:
+        for i, states in enumerate(captures):
+            catalog.write_capture(
+                conn,
+                "flip",
+                t0 + timedelta(minutes=i),
+                5,
+                {"statistics": str(i)},
+                ["statistics"],
+                facts(states),
+                server="s1",
+            )
+    with warehouse.connect() as conn:
+        assert catalog.changes_between(conn, "flip", t0, t0 + timedelta(minutes=2)) == []
+        (named,) = catalog.changes_between(conn, "flip", t0 + timedelta(minutes=2), t0 + timedelta(minutes=3))
+    assert named.kind == ChangeKind.STATISTICS_RESET and named.relation == "public.b"
+
+
+def test_a_table_of_another_schema_is_not_touched_by_a_change_of_the_same_name(watched: Watched, warehouse):
+    watched.execute(
+        "CREATE SCHEMA billing; CREATE SCHEMA archive; "
+        "CREATE TABLE billing.orders (id int, customer int); CREATE TABLE archive.orders (id int, customer int); "
+        "CREATE INDEX archive_customer_idx ON archive.orders (customer); "
+        "CREATE INDEX billing_customer_idx ON billing.orders (customer)"
+    )
+    watched.workload()
+    before, _ = _scrape(watched, warehouse)
+    watched.execute("DROP INDEX archive.archive_customer_idx")
+    after, _ = _scrape(watched, warehouse)
+    detections = _detections(warehouse, watched.target.name, after, watched.dbid)
+    rows = detections.iloc[[0, 0, 0]].assign(queryid=[-1, -2, -3], table=None)
+    rows["plan_diff"] = [
+        {"plans": [{"Plan": {"Node Type": "Seq Scan", "Relation Name": "orders", "Schema": "billing"}}]},
+        {"plans": [{"Plan": {"Node Type": "Seq Scan", "Relation Name": "orders", "Schema": "archive"}}]},
+        {"removed": ["Seq Scan on orders"]},  # a bare name: public (the search path), not archive
+    ]
+    with warehouse.connect() as conn:
+        named = name_changes(conn, watched.target.name, pd.concat([detections, rows], ignore_index=True), before, after)
+    by_table = dict(zip(detections["table"], named, strict=False))
+    assert by_table["orders"] == []  # the application's bare `orders` is public.orders
+    assert [c.name for c in named[len(detections) :][1]] == ["archive_customer_idx"]
+    assert named[len(detections)] == [] and named[len(detections) + 2] == []
+
+
+def test_a_target_repointed_at_another_database_starts_a_new_baseline(watched: Watched, warehouse):
+    """The same target name, its DSN now another database (another schema entirely): its first capture there is
+    its state, not a flood of changes."""
+    other = watched.server.new_database("other")  # type: ignore[attr-defined]
+    try:
+        watched.server.execute(  # type: ignore[attr-defined]
+            "CREATE TABLE orders (id int, note text); CREATE INDEX other_idx ON orders (note)", other
+        )
+        elsewhere = Target(watched.collector.name, watched.collector.dsn.rsplit("/", 1)[0] + "/" + other)
+        with session.connect(watched.collector) as conn:
+            collect_catalog(conn, watched.collector, warehouse)
+        with session.connect(elsewhere) as conn:
+            collect_catalog(conn, elsewhere, warehouse)
+        first, second = _captures(warehouse, watched.target.name)
+        with warehouse.connect() as conn:
+            assert catalog.changes_between(conn, watched.target.name, first, second) == []
+    finally:
+        watched.server.drop_database(other)  # type: ignore[attr-defined]
+
+
+def test_the_catalog_is_read_at_its_interval_or_after_a_deploy(watched: Watched, warehouse, monkeypatch):
+    monkeypatch.setenv("RADAR_CATALOG_INTERVAL", "3600")
+    target = watched.target.name
+    _scrape(watched, warehouse)
+    _scrape(watched, warehouse)
+    assert len(_captures(warehouse, target)) == 1  # within the interval: the digests are not read again
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.deploy_event (deploy_id, target, deployed_at, source) VALUES (:d, :t, now(), 'cli')"
+            ),
+            {"d": f"cadence-{uuid.uuid4().hex[:6]}", "t": target},
+        )
+    _scrape(watched, warehouse)
+    assert len(_captures(warehouse, target)) == 2  # a deploy recorded since: read at the next scrape
+    _scrape(watched, warehouse)
+    assert len(_captures(warehouse, target)) == 2
+
+
+def test_only_changes_that_can_slow_a_statement_give_the_cause():
+    from radar_pipeline.collector.catalog import affects_plans
+    from radar_pipeline.steps.deploy_analysis import _apply_named_changes
+
+    at = datetime(2026, 12, 2, 18, 41, 35, tzinfo=UTC)
+    added = NamedChange(ChangeKind.INDEX_ADDED, "o_idx", "public.orders", 5, None, at, at, undo="DROP INDEX …;")
+    column = NamedChange(ChangeKind.COLUMN_ADDED, "note", "public.orders", 5, None, at, at)
+    setting = NamedChange(ChangeKind.SETTING_CHANGED, "work_mem", None, None, "app", at, at, "4MB", "64kB", "SET …;")
+    frame = pd.DataFrame({"cause": ["more_rows", "temp_spill"], "cause_detail": [None, None]})
+    frame["named_changes"] = None
+    frame["undo_hint"] = None
+    _apply_named_changes(frame, frame.index, [[added, column], [added, setting]], [False, False])
+    assert list(frame["cause"]) == ["more_rows", "setting_changed"]
+    assert frame.loc[0, "cause_detail"] is None and frame.loc[0, "undo_hint"] is None
+    assert [c["kind"] for c in json.loads(frame.loc[0, "named_changes"])] == ["index_added", "column_added"]
+    assert frame.loc[1, "undo_hint"] == "SET …;"
+    assert json.loads(frame.loc[1, "named_changes"])[0]["kind"] == "setting_changed"
+    for name in ("statement_timeout", "lock_timeout", "track_io_timing", "maintenance_work_mem"):
+        assert not affects_plans(name)
+
+
+def test_a_setting_names_its_database_by_name():
+    at = datetime(2026, 12, 2, 18, 41, 35, tzinfo=UTC)
+    change = NamedChange(
+        ChangeKind.SETTING_CHANGED, "jit", None, 16384, None, None, at, None, "off", None, database="shop"
+    )
+    assert change.sentence() == "jit in database shop (default → off) changed by 18:41:35"
+    assert NamedChange.from_json(change.to_json()) == change

@@ -1,7 +1,9 @@
 -- Catalog and settings facts of each target around its deploys (issue 28): only what changed is stored. One row per
 -- version of an object or setting (value NULL: it disappeared), first seen at a capture, with the capture before it
 -- (last_seen_before: the last one that still showed the old state), so each change is bracketed. Every successful
--- read of the catalog is a capture; the last digest of each kind tells the collector which kinds to read again.
+-- read of the catalog is a capture (at most one per RADAR_CATALOG_INTERVAL, and the scrape after a deploy); the last
+-- digest of each kind tells the collector which kinds to read again, and a target now on another server or database
+-- starts a new baseline.
 -- depends: 0022_named_causes
 
 CREATE TABLE radar.catalog_fact (
@@ -26,7 +28,9 @@ CREATE TABLE radar.catalog_capture (
     target text NOT NULL,
     captured_at timestamptz NOT NULL,
     dbid bigint NOT NULL,
+    server text NOT NULL,        -- the server's identity (its system identifier where readable) and the database's
     kinds_read text[] NOT NULL,  -- the kinds whose digest had changed, read row by row
+    recorded_at timestamptz NOT NULL DEFAULT now(), -- the warehouse's clock: the catalog is read at an interval
     PRIMARY KEY (target, captured_at)
 );
 
@@ -34,6 +38,7 @@ CREATE TABLE radar.catalog_digest (
     target text NOT NULL,
     kind text NOT NULL,
     dbid bigint NOT NULL,
+    server text NOT NULL,
     digest text NOT NULL,
     PRIMARY KEY (target, kind)
 );

@@ -2,13 +2,16 @@
 types, table rewrites, whether a table has statistics, extended statistics, per-database and per-role settings, and
 the server's settings changed from their defaults.
 
-Read in the collector's read-only session, cheaply: one statement computes a digest of each kind on the server (md5
-of its rows in a fixed order) and only the kinds whose digest differs from the last stored one are read row by row.
-Numbers that move with the workload (reltuples, n_mod_since_analyze, sizes) are never part of a fact, so they do not
-make every scrape a change: a table's statistics are a state (`analysed` / `not analysed`: an ANALYZE has run on it, or
-pg_stats shows rows for it) and a rewrite is its new relfilenode. Everything read is in catalogs and views any role
-may read (pg_stats only shows the columns the role may select; pg_settings hides superuser-only settings from a role
-without pg_read_all_settings, none of which change plans).
+Read in the collector's read-only session, cheaply: one statement computes a digest of each kind on the server (the
+count and the sum of its rows' 64-bit hashes: no sort, no string built, taken over catalog columns rather than the
+definitions in words) and only the kinds whose digest differs from the last stored one are read row by row. Numbers
+that move with the workload (reltuples, n_mod_since_analyze, sizes) are never part of a fact, so they do not make every
+scrape a change: a table's statistics are a state (`analysed` / `not analysed`: on PostgreSQL 14 and later whether
+pg_class.reltuples is known, which a rewrite or a TRUNCATE forgets and pg_stat_reset(), a crash or a failover do not;
+before 14 whether the stats system knows an ANALYZE) and a rewrite is its new relfilenode. Definitions holding a string
+literal (a webhook trigger's arguments carry its token, a partial index its value) are stored with their literals
+redacted (collector/fingerprint.redact). Everything read is in catalogs and views any role may read (pg_settings hides
+superuser-only settings from a role without pg_read_all_settings, none of which change plans).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from datetime import datetime
 
 import psycopg
 
+from radar_pipeline.collector.fingerprint import redact
 from radar_pipeline.collector.pgss import COLLECTOR_MARK
 from radar_pipeline.collector.session import TargetUnavailable, describe
 from radar_pipeline.config import Target
@@ -35,12 +39,12 @@ KINDS = (
 )
 # Settings that change what the planner chooses or how a plan executes: the only ones read (of a role's, a database's
 # or the server's), so a value that is a secret (a custom setting holding a token, primary_conninfo's password) never
-# leaves the watched server, and a change of any other names no statement.
+# leaves the watched server, and a change of any other names no statement. Not among them: statement_timeout and
+# lock_timeout (they end a statement, never slow it), track_io_timing and maintenance_work_mem (no plan uses them).
 PLAN_SETTINGS = frozenset(
     {
         "work_mem",
         "hash_mem_multiplier",
-        "maintenance_work_mem",
         "temp_buffers",
         "random_page_cost",
         "seq_page_cost",
@@ -70,12 +74,9 @@ PLAN_SETTINGS = frozenset(
         "jit_inline_above_cost",
         "jit_optimize_above_cost",
         "search_path",
-        "statement_timeout",
-        "lock_timeout",
         "synchronous_commit",
         "commit_delay",
         "default_transaction_isolation",
-        "track_io_timing",
         "session_replication_role",
         "row_security",
         "enable_partitionwise_join",
@@ -121,12 +122,12 @@ SELECT 'constraint', {_REL} || '.' || quote_ident(co.conname), db.oid, NULL, {_R
  WHERE {_USER.format(ns="tn")}
 UNION ALL
 SELECT 'trigger', {_REL} || '.' || quote_ident(tg.tgname), db.oid, NULL, {_REL}, tg.tgname::text, NULL, NULL,
-       pg_get_triggerdef(tg.oid) || CASE WHEN tg.tgenabled = 'D' THEN ' [disabled]' ELSE '' END
+       {{trigger_value}}
   FROM pg_trigger tg JOIN pg_class t ON t.oid = tg.tgrelid JOIN pg_namespace tn ON tn.oid = t.relnamespace, db
  WHERE NOT tg.tgisinternal AND {_USER.format(ns="tn")}
 UNION ALL
 SELECT 'column', {_REL} || '.' || quote_ident(a.attname), db.oid, NULL, {_REL}, a.attname::text, NULL, NULL,
-       format_type(a.atttypid, a.atttypmod)
+       {{column_value}}
   FROM pg_attribute a JOIN pg_class t ON t.oid = a.attrelid JOIN pg_namespace tn ON tn.oid = t.relnamespace, db
  WHERE a.attnum > 0 AND NOT a.attisdropped AND t.relkind IN ('r', 'p') AND {_USER.format(ns="tn")}
 UNION ALL
@@ -135,8 +136,9 @@ SELECT 'table', {_REL}, db.oid, NULL, {_REL}, {_REL}, NULL, NULL, t.relfilenode:
  WHERE t.relkind IN ('r', 'm') AND {_USER.format(ns="tn")}
 UNION ALL
 SELECT 'statistics', {_REL}, db.oid, NULL, {_REL}, {_REL}, NULL, NULL,
-       CASE WHEN pg_stat_get_last_analyze_time(t.oid) IS NOT NULL
-              OR pg_stat_get_last_autoanalyze_time(t.oid) IS NOT NULL {{statistics_shown}}
+       CASE WHEN CASE WHEN current_setting('server_version_num')::int >= 140000 THEN t.reltuples >= 0
+                      ELSE pg_stat_get_last_analyze_time(t.oid) IS NOT NULL
+                        OR pg_stat_get_last_autoanalyze_time(t.oid) IS NOT NULL END
             THEN 'analysed' ELSE 'not analysed' END
   FROM pg_class t JOIN pg_namespace tn ON tn.oid = t.relnamespace, db
  WHERE t.relkind IN ('r', 'm', 'p') AND {_USER.format(ns="tn")}
@@ -162,32 +164,43 @@ SELECT 'setting', name, NULL, NULL, NULL, name, NULL, NULL,
  WHERE source NOT IN ('default', 'override', 'client', 'session', 'database', 'user', 'database user', 'interactive')
    AND {_SETTINGS_FILTER.format(name="name")}
 """
-# An index's and a constraint's definition in words costs a relation cache entry each in a new session (the
-# collector's is new at every scrape), and pg_stats is a costly view: the digests are taken over the catalog columns
-# the words are made of, and over the analyze times alone.
+# An index's, a constraint's and a trigger's definition in words costs a relation cache entry each in a new session
+# (the collector's is new at every scrape), and format_type a lookup per column: the digests are taken over the
+# catalog columns the words are made of (a trigger's arguments only hashed, never leaving the server).
 _DEFINITIONS = {
     "index_value": "pg_get_indexdef(i.indexrelid) "
     "|| CASE WHEN NOT (i.indisvalid AND i.indisready) THEN ' [invalid]' ELSE '' END",
     "constraint_value": "pg_get_constraintdef(co.oid)",
-    # statistics the role may see (its columns' in pg_stats): a table whose analyze times were reset with the
-    # database's counters (pg_stat_reset) has not lost them
-    "statistics_shown": "OR EXISTS (SELECT 1 FROM pg_stats st WHERE st.schemaname = tn.nspname "
-    "AND st.tablename = t.relname)",
+    "trigger_value": "pg_get_triggerdef(tg.oid) || CASE WHEN tg.tgenabled = 'D' THEN ' [disabled]' ELSE '' END",
+    "column_value": "format_type(a.atttypid, a.atttypmod)",
 }
 _CATALOG_COLUMNS = {
     "index_value": "concat_ws(' ', c.relam, i.indisunique, i.indkey, i.indclass, i.indcollation, i.indoption, "
     "i.indexprs, i.indpred, i.indisvalid AND i.indisready)",
     "constraint_value": "concat_ws(' ', co.contype, co.conkey, co.confrelid, co.confkey, co.conbin, co.convalidated, "
     "co.condeferrable, co.condeferred, co.confupdtype, co.confdeltype, co.confmatchtype, co.conexclop)",
-    "statistics_shown": "",
+    "trigger_value": "concat_ws(' ', tg.tgfoid, tg.tgtype, tg.tgenabled = 'D', tg.tgattr, tg.tgargs, tg.tgqual, "
+    "tg.tgdeferrable, tg.tginitdeferred, tg.tgoldtable, tg.tgnewtable)",
+    "column_value": "a.atttypid || ':' || a.atttypmod",
 }
 _WITH = "WITH db AS (SELECT oid FROM pg_database WHERE datname = current_database()), f AS ({facts})"
+# The digest of a kind: its rows' count and the sum of their 64-bit hashes, order-independent (no sort, no string
+# aggregated); a change of one row changes the sum but for a 2^-64 chance.
 DIGESTS_SQL = (
     f"{COLLECTOR_MARK} {_WITH.format(facts=_FACTS.format(**_CATALOG_COLUMNS))} "
-    "SELECT statement_timestamp(), (SELECT oid FROM db), kind, "
-    "md5(string_agg(identity || '|' || coalesce(relation, '') || '|' || coalesce(value, ''), E'\\n' "
-    "ORDER BY identity)) FROM f GROUP BY kind"
+    "SELECT statement_timestamp(), (SELECT oid FROM db), kind, count(*) || ':' || "
+    "sum(hashtextextended(identity || '|' || coalesce(relation, '') || '|' || coalesce(value, ''), 0)::numeric) "
+    "FROM f GROUP BY kind"
 )
+# The server's identity, with the database's: the system identifier where the role may read it (pg_read_all_stats
+# alone may, by default), else the address, port and version it answers on. A target re-pointed at another server
+# or database starts anew.
+_HEAD_SQL = (
+    f"SELECT {COLLECTOR_MARK} statement_timestamp(), d.oid, has_function_privilege('pg_control_system()', 'EXECUTE'), "
+    "concat_ws('/', coalesce(host(inet_server_addr()), 'local') || ':' || inet_server_port(), "
+    "current_setting('server_version_num'), d.datname, d.oid) FROM pg_database d WHERE d.datname = current_database()"
+)
+_SYSTEM_SQL = f"SELECT {COLLECTOR_MARK} system_identifier::text FROM pg_control_system()"
 FACTS_SQL = (
     f"{COLLECTOR_MARK} {_WITH.format(facts=_FACTS.format(**_DEFINITIONS))} "
     "SELECT kind, identity, dbid, roleid, relation, name, role, database, value "
@@ -214,28 +227,36 @@ class CatalogFact:
 
 @dataclass(frozen=True)
 class Digests:
-    """One reading of the digests: when (the server's clock), of which database, and one digest per kind."""
+    """One reading of the digests: when (the server's clock), of which database on which server (`server`: its
+    identity, see _HEAD_SQL), and one digest per kind."""
 
     captured_at: datetime
     dbid: int
     digests: dict[str, str]
+    server: str = ""
 
 
 def read_digests(conn: psycopg.Connection, target: Target) -> Digests:
-    """The digest of each kind of fact, computed on the server in one statement (EMPTY_DIGEST for a kind with none)."""
+    """The digest of each kind of fact, computed on the server in one statement (EMPTY_DIGEST for a kind with none),
+    and the server's identity."""
     try:
+        head = conn.execute(_HEAD_SQL).fetchone()
+        assert head is not None
+        server = str(head[3])
+        if head[2]:
+            system = conn.execute(_SYSTEM_SQL).fetchone()
+            assert system is not None
+            server = f"{system[0]}/{head[1]}"
         rows = conn.execute(DIGESTS_SQL).fetchall()
-        if not rows:  # no kind has a row: still one reading, with the server's clock and database
-            head = conn.execute(
-                f"SELECT {COLLECTOR_MARK} statement_timestamp(), oid FROM pg_database "
-                "WHERE datname = current_database()"
-            ).fetchone()
-            assert head is not None
-            rows = [(head[0], head[1], None, None)]
     except psycopg.Error as exc:
         raise _failed(exc, target) from None
     found = {str(r[2]): str(r[3]) for r in rows if r[2] is not None}
-    return Digests(captured_at=rows[0][0], dbid=int(rows[0][1]), digests={k: found.get(k, EMPTY_DIGEST) for k in KINDS})
+    return Digests(
+        captured_at=rows[0][0] if rows else head[0],
+        dbid=int(head[1]),
+        digests={k: found.get(k, EMPTY_DIGEST) for k in KINDS},
+        server=server,
+    )
 
 
 def _failed(exc: psycopg.Error, target: Target) -> TargetUnavailable:
@@ -260,7 +281,10 @@ def read_facts(conn: psycopg.Connection, target: Target, kinds: list[str]) -> li
             name=r[5],
             role=r[6],
             database=r[7],
-            value=r[8],
+            value=redact(r[8]) if r[0] in _DEFINED and r[8] and "'" in r[8] else r[8],
         )
         for r in rows
     ]
+
+
+_DEFINED = frozenset({"index", "constraint", "trigger", "ext_statistics"})  # kinds whose value is a definition

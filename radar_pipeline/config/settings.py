@@ -472,6 +472,9 @@ class RadarSettings(BaseSettings):
     # busiest, how many statements are planned in turn (those first seen since the last capture, then the least
     # recently planned of those with calls within a day).
     plan_rotation_n: Count = 200
+    # FB, catalog facts (issue 28, items 1 and 2): how often a scrape reads the watched database's catalog digests
+    # (seconds); a deploy recorded for the target since the last read has it read at the next scrape.
+    catalog_interval: Annotated[float, BeforeValidator(_seconds)] = 120.0
     webhooks: Annotated[SecretStr | None, BeforeValidator(_webhooks)] = None
 
     @model_validator(mode="before")

@@ -35,27 +35,31 @@ def name_changes(
 ) -> list[list[NamedChange]]:
     """Per detection (a row of KEY columns, `change_at` and optionally `plan_diff`), the changes of the target named
     in [lo, hi] (their bracket overlapping it) that touch it, oldest first: a catalog change on a relation its text or
-    plan diff names (an unqualified name matching that table in any schema; an index its plan diff names matching that
-    index), a setting that affects plans set server-wide or for its database and/or role. A change whose bracket lies
-    entirely after the detection's change_at + `tolerance` did not cause it."""
+    plan diff names (a qualified name that table; an unqualified one that table in public or in a schema of a
+    search_path stored for the statement's database or role; an index its plan diff names matching that index), a
+    setting that affects plans set server-wide or for its database and/or role. A change whose bracket lies entirely
+    after the detection's change_at + `tolerance`, or ended before change_at - `tolerance`, did not cause it."""
     if detections.empty:
         return []
     changes = catalog.changes_between(conn, target, lo, hi)
     if not changes:
         return [[] for _ in range(len(detections))]
-    roles = catalog.setting_roles(conn, target) if any(c.role for c in changes) else {}
+    roles = catalog.setting_roles(conn, target)
+    paths = catalog.search_paths(conn, target)
     texts = analysis.query_texts(conn, target, detections[KEY], length=TEXT_LENGTH)
     found = []
     for row in detections.to_dict("records"):
         named, indexes = _named_relations(texts.get(int(row["queryid"]), ""), row.get("plan_diff"))
         change_at = row.get("change_at")
-        latest = None if change_at is None or pd.isna(change_at) else pd.Timestamp(change_at) + tolerance
+        at = None if change_at is None or pd.isna(change_at) else pd.Timestamp(change_at)
+        schemas = _search_schemas(paths, row, roles)
         found.append(
             [
                 c
                 for c in changes
-                if (latest is None or c.last_seen_before is None or c.last_seen_before <= latest)
-                and _touches(c, row, named, indexes, roles)
+                if (at is None or c.last_seen_before is None or c.last_seen_before <= at + tolerance)
+                and (at is None or c.first_seen_after >= at - tolerance)
+                and _touches(c, row, named, indexes, roles, schemas)
             ]
         )
     return found
@@ -85,9 +89,7 @@ def _plan_nodes(value: Any, named: set[str], indexes: set[str]) -> None:
     if isinstance(value, dict):
         if isinstance(value.get("Relation Name"), str):
             schema = value.get("Schema")
-            named.add(value["Relation Name"])
-            if isinstance(schema, str):
-                named.add(f"{schema}.{value['Relation Name']}")
+            named.add(f"{schema}.{value['Relation Name']}" if isinstance(schema, str) else value["Relation Name"])
         if isinstance(value.get("Index Name"), str):
             indexes.add(value["Index Name"])
         for item in value.values():
@@ -97,8 +99,28 @@ def _plan_nodes(value: Any, named: set[str], indexes: set[str]) -> None:
             _plan_nodes(item, named, indexes)
 
 
+def _search_schemas(
+    paths: list[tuple[int | None, str | None, str]], row: dict[str, Any], roles: dict[str, int]
+) -> set[str]:
+    """The schemas an unqualified name of the statement may be in: public, and those of each search_path stored for
+    its database and/or role or server-wide ("$user" when the role's name is known)."""
+    users = {name for name, oid in roles.items() if oid == int(row["userid"])}
+    schemas = {"public"}
+    for dbid, role, value in paths:
+        if (dbid is None or dbid == int(row["dbid"])) and (role is None or role in users):
+            for part in value.split(","):
+                schema = part.strip().strip('"')
+                schemas |= users if schema == "$user" else {schema}
+    return schemas
+
+
 def _touches(
-    change: NamedChange, row: dict[str, Any], named: set[str], indexes: set[str], roles: dict[str, int]
+    change: NamedChange,
+    row: dict[str, Any],
+    named: set[str],
+    indexes: set[str],
+    roles: dict[str, int],
+    schemas: set[str],
 ) -> bool:
     if change.kind == ChangeKind.SETTING_CHANGED:
         return (
@@ -109,7 +131,7 @@ def _touches(
     if change.dbid is not None and change.dbid != int(row["dbid"]):
         return False
     relation = (change.relation or "").replace('"', "")
-    table = relation.rsplit(".", 1)[-1]
-    if relation in named or table in named:
+    schema, _, table = relation.rpartition(".")
+    if relation in named or (table in named and schema in schemas):
         return True
     return change.kind in (ChangeKind.INDEX_DROPPED, ChangeKind.INDEX_INVALID) and change.name in indexes

@@ -348,14 +348,18 @@ def decide_window(
 def _apply_named_changes(
     verdicts: pd.DataFrame, at: pd.Index, named: list[list[NamedChange]], plan_changed: list[bool]
 ) -> None:
-    """Each detection's named changes (most telling first) and the undo of the first; the first's cause and sentence
-    unless its plan changed, which stays the cause, the change named beside it in cause_detail."""
+    """Each detection's named changes (most telling first). The first that can slow a statement (NamedChange.slows)
+    gives its undo, and its cause and sentence unless the plan changed, which stays the cause, the change named
+    beside it in cause_detail; changes that cannot slow one are only listed."""
     for label, changes, replanned in zip(at, named, plan_changed, strict=True):
         if not changes:
             continue
-        first, *_ = changes = ranked(changes)
+        changes = ranked(changes)
         rows = [label]
         ANALYSED_VERDICTS.assign(verdicts, "named_changes", json.dumps([c.to_json() for c in changes]), rows=rows)
+        first = next((c for c in changes if c.slows), None)
+        if first is None:
+            continue
         ANALYSED_VERDICTS.assign(verdicts, "undo_hint", first.undo, rows=rows)
         if replanned:
             ANALYSED_VERDICTS.assign(verdicts, "cause_detail", f"plan changed; {first.sentence()}", rows=rows)

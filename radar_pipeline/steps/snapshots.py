@@ -9,12 +9,14 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import timedelta
 
 import sqlalchemy as sa
 
 from radar_pipeline.collector import catalog, pgss, session
 from radar_pipeline.collector.fingerprint import fingerprint
 from radar_pipeline.config import Target, target_failure
+from radar_pipeline.config.settings import settings
 from radar_pipeline.pgss_model import Key
 from radar_pipeline.warehouse import catalog as catalog_store
 from radar_pipeline.warehouse import snapshots
@@ -68,28 +70,33 @@ def snapshot_target(target: Target, warehouse: sa.Engine, exclude_role: str | No
                 result = snapshots.write_snapshot(wconn, scrape.info, state, plan, chosen, fingerprints, ignored)
                 break
         try:  # the catalog's facts: their failure is reported, and never fails the scrape stored above
-            result.catalog_changes = collect_catalog(conn, target, warehouse)
+            interval = timedelta(seconds=settings("catalog_interval").catalog_interval)
+            result.catalog_changes = collect_catalog(conn, target, warehouse, interval)
         except Exception as exc:
             result.catalog_error = target_failure(exc, target)
         return result
     raise AssertionError("unreachable: the last round always writes")
 
 
-def collect_catalog(conn: session.BoundedConnection, target: Target, warehouse: sa.Engine) -> int:
+def collect_catalog(
+    conn: session.BoundedConnection, target: Target, warehouse: sa.Engine, interval: timedelta | None = None
+) -> int:
     """Read the target's catalog and settings facts (collector/catalog.py) in the scrape's session, only the kinds
-    whose digest changed, and store what changed (warehouse/catalog.py); returns the versions stored."""
+    whose digest changed, and store what changed (warehouse/catalog.py); returns the versions stored. With an
+    `interval`, only when the catalog is due (warehouse/catalog.py `due`: at that interval, and after a deploy)."""
+    if interval is not None:
+        with warehouse.connect() as wconn:
+            if not catalog_store.due(wconn, target.name, interval):
+                return 0
     digests = catalog.read_digests(conn, target)
+    capture = (target.name, digests.captured_at, digests.dbid, digests.digests)
     with warehouse.begin() as wconn:
-        kinds = catalog_store.kinds_to_read(wconn, target.name, digests.dbid, digests.digests)
-        if not kinds:  # the usual scrape: nothing changed, only the capture is stored
-            return catalog_store.write_capture(
-                wconn, target.name, digests.captured_at, digests.dbid, digests.digests, [], []
-            )
+        kinds = catalog_store.kinds_to_read(wconn, target.name, digests.dbid, digests.digests, digests.server)
+        if not kinds:  # the usual capture: nothing changed, only the capture is stored
+            return catalog_store.write_capture(wconn, *capture, [], [], server=digests.server)
     facts = catalog.read_facts(conn, target, kinds)  # no warehouse transaction waits on the watched server
     with warehouse.begin() as wconn:
-        return catalog_store.write_capture(
-            wconn, target.name, digests.captured_at, digests.dbid, digests.digests, kinds, [vars(f) for f in facts]
-        )
+        return catalog_store.write_capture(wconn, *capture, kinds, [vars(f) for f in facts], server=digests.server)
 
 
 def snapshot_targets(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -21,21 +21,42 @@ from radar_pipeline.named_changes import NamedChange
 INVALID = " [invalid]"
 DISABLED = " [disabled]"
 _PLAIN_IDENT = re.compile(r"^[a-z_][a-z0-9_$]*$")
+_CREATE_INDEX = re.compile(r"^(CREATE (?:UNIQUE )?INDEX) ")
+REDACTED = "<redacted>"  # collector/fingerprint.redact's mark
 
 
 def _lock(conn: sa.Connection, target: str) -> None:
     conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended('radar.catalog:' || :t, 0))"), {"t": target})
 
 
-def kinds_to_read(conn: sa.Connection, target: str, dbid: int, digests: Mapping[str, str]) -> list[str]:
-    """The kinds whose digest differs from the last stored one (or of another database, or never stored)."""
+def due(conn: sa.Connection, target: str, interval: timedelta) -> bool:
+    """Whether the target's catalog is to be read at this scrape: never captured, its last capture `interval` old or
+    more, or a deploy recorded for the target since (so the capture after a deploy is the next scrape's). Both times
+    by the warehouse's clock."""
+    return bool(
+        conn.execute(
+            sa.text(
+                "SELECT coalesce(max(c.recorded_at) <= now() - :i OR EXISTS (SELECT 1 FROM radar.deploy_event d "
+                "WHERE d.target = :t AND d.received_at > max(c.recorded_at)), true) "
+                "FROM radar.catalog_capture c WHERE c.target = :t"
+            ),
+            {"t": target, "i": interval},
+        ).scalar_one()
+    )
+
+
+def kinds_to_read(
+    conn: sa.Connection, target: str, dbid: int, digests: Mapping[str, str], server: str = ""
+) -> list[str]:
+    """The kinds whose digest differs from the last stored one (or of another database or server, or never
+    stored)."""
     stored = {
-        r.kind: (r.dbid, r.digest)
+        r.kind: (r.dbid, r.server, r.digest)
         for r in conn.execute(
-            sa.text("SELECT kind, dbid, digest FROM radar.catalog_digest WHERE target = :t"), {"t": target}
+            sa.text("SELECT kind, dbid, server, digest FROM radar.catalog_digest WHERE target = :t"), {"t": target}
         )
     }
-    return [k for k, d in digests.items() if stored.get(k) != (dbid, d)]
+    return [k for k, d in digests.items() if stored.get(k) != (dbid, server, d)]
 
 
 def write_capture(
@@ -46,11 +67,17 @@ def write_capture(
     digests: Mapping[str, str],
     kinds_read: Sequence[str],
     facts: Sequence[Mapping[str, Any]],
+    server: str = "",
 ) -> int:
-    """Store one capture (at `captured_at` by the watched server's clock, of database `dbid`; `facts` every fact of
-    the kinds read, as collector/catalog.py's CatalogFact fields), in the caller's transaction, under the target's
-    lock: the versions of the kinds read that differ from the last stored ones (a disappearance too), and the new
-    digests. Returns the versions written; a capture not newer than the target's last one writes nothing (0)."""
+    """Store one capture (at `captured_at` by the watched server's clock, of database `dbid` on the server
+    identified by `server`; `facts` every fact of the kinds read, as collector/catalog.py's CatalogFact fields), in
+    the caller's transaction, under the target's lock: the versions of the kinds read that differ from the last
+    stored ones (a disappearance too), and the new digests. Returns the versions written; a capture not newer than
+    the target's last one writes nothing (0).
+
+    A new baseline, naming nothing (versions with no capture before them): every kind last stored of another database
+    or server (a target re-pointed), and the statistics of a capture in which every table that had them lost them at
+    once (a stats reset, a crash or a failover seen where no other signal is readable)."""
     _lock(conn, target)
     at = captured_at
     last = conn.execute(
@@ -59,16 +86,22 @@ def write_capture(
     if last is not None and last >= at:
         return 0
     conn.execute(
-        sa.text("INSERT INTO radar.catalog_capture (target, captured_at, dbid, kinds_read) VALUES (:t, :at, :d, :k)"),
-        {"t": target, "at": at, "d": dbid, "k": list(kinds_read)},
+        sa.text(
+            "INSERT INTO radar.catalog_capture (target, captured_at, dbid, server, kinds_read) "
+            "VALUES (:t, :at, :d, :s, :k)"
+        ),
+        {"t": target, "at": at, "d": dbid, "s": server, "k": list(kinds_read)},
     )
     if not kinds_read:  # the usual capture: nothing changed
         return 0
     known = {
         r[0]
         for r in conn.execute(
-            sa.text("SELECT kind FROM radar.catalog_digest WHERE target = :t AND kind = ANY(:k)"),
-            {"t": target, "k": list(kinds_read)},
+            sa.text(
+                "SELECT kind FROM radar.catalog_digest WHERE target = :t AND kind = ANY(:k) AND dbid = :d "
+                "AND server = :s"
+            ),
+            {"t": target, "k": list(kinds_read), "d": dbid, "s": server},
         )
     }
     current = {
@@ -83,12 +116,20 @@ def write_capture(
         if r.value is not None
     }
     seen = {(f["kind"], f["identity"]) for f in facts}
+    analysed = [key for key, value in current.items() if key[0] == "statistics" and value == "analysed"]
+    lost = [f for f in facts if f["kind"] == "statistics" and f["value"] != "analysed"]
+    if len(analysed) > 1 and {(f["kind"], f["identity"]) for f in lost} >= set(analysed):
+        known.discard("statistics")
     params = [
         {**f, "t": target, "at": at, "before": last if f["kind"] in known else None}
         for f in facts
         if current.get((f["kind"], f["identity"])) != f["value"]
     ]
-    gone = [{"kind": kind, "identity": identity} for (kind, identity) in current if (kind, identity) not in seen]
+    gone = [
+        {"kind": kind, "identity": identity, "before": last if kind in known else None}
+        for (kind, identity) in current
+        if (kind, identity) not in seen
+    ]
     if params:
         conn.execute(
             sa.text(
@@ -109,14 +150,15 @@ def write_capture(
                 "WHERE target = :t AND kind = :kind AND identity = :identity "
                 "ORDER BY kind, identity, first_seen_at DESC"
             ),
-            [{"t": target, "at": at, "before": last, **g} for g in gone],
+            [{"t": target, "at": at, **g} for g in gone],
         )
     conn.execute(
         sa.text(
-            "INSERT INTO radar.catalog_digest (target, kind, dbid, digest) VALUES (:t, :kind, :d, :digest) "
-            "ON CONFLICT (target, kind) DO UPDATE SET dbid = excluded.dbid, digest = excluded.digest"
+            "INSERT INTO radar.catalog_digest (target, kind, dbid, server, digest) "
+            "VALUES (:t, :kind, :d, :s, :digest) ON CONFLICT (target, kind) DO UPDATE SET dbid = excluded.dbid, "
+            "server = excluded.server, digest = excluded.digest"
         ),
-        [{"t": target, "kind": k, "d": dbid, "digest": digests[k]} for k in kinds_read],
+        [{"t": target, "kind": k, "d": dbid, "s": server, "digest": digests[k]} for k in kinds_read],
     )
     return len(params) + len(gone)
 
@@ -170,6 +212,23 @@ def setting_roles(conn: sa.Connection, target: str) -> dict[str, int]:
     }
 
 
+def search_paths(conn: sa.Connection, target: str) -> list[tuple[int | None, str | None, str]]:
+    """The current search_path settings stored for the target: (dbid or None, role or None, value), a database's or
+    a role's and the server's."""
+    return [
+        (None if r.dbid is None else int(r.dbid), r.role, r.value)
+        for r in conn.execute(
+            sa.text(
+                "SELECT DISTINCT ON (kind, identity) dbid, role, value FROM radar.catalog_fact WHERE target = :t "
+                "AND kind IN ('role_setting', 'setting') AND lower(name) = 'search_path' "
+                "ORDER BY kind, identity, first_seen_at DESC"
+            ),
+            {"t": target},
+        )
+        if r.value is not None
+    ]
+
+
 def delete_before(conn: sa.Connection, cutoff_at: datetime) -> None:
     """Retention, in the caller's transaction: captures before the cutoff (each target keeps its last), and versions
     superseded before it (an object's current version, and any version a later change still needs, is kept)."""
@@ -196,12 +255,15 @@ def _named(r: sa.Row) -> NamedChange | None:
     kind, undo = _kind_and_undo(r, before, after)
     if kind is None:
         return None
+    if undo is not None and REDACTED in undo:  # made of a definition whose literals were redacted: it would not undo
+        undo = None
     return NamedChange(
         kind=kind,
         name=r.name,
         relation=r.relation,
         dbid=None if r.dbid is None else int(r.dbid),
         role=r.role,
+        database=r.database if r.kind == "role_setting" else None,
         last_seen_before=r.last_seen_before.astimezone(UTC),  # the sentence says UTC, whatever the session's zone
         first_seen_after=r.first_seen_at.astimezone(UTC),
         before=before,
@@ -217,7 +279,7 @@ def _kind_and_undo(r: sa.Row, before: str | None, after: str | None) -> tuple[Ch
         if after is None:
             if before is None or before.endswith(INVALID):
                 return None, None
-            return ChangeKind.INDEX_DROPPED, f"{before};"
+            return ChangeKind.INDEX_DROPPED, f"{concurrently(before)};"
         if after.endswith(INVALID):
             if before is None:
                 return ChangeKind.INDEX_INVALID, f"DROP INDEX CONCURRENTLY {qualified};"
@@ -226,7 +288,7 @@ def _kind_and_undo(r: sa.Row, before: str | None, after: str | None) -> tuple[Ch
             return None, None
         if before is None or before.endswith(INVALID):
             return ChangeKind.INDEX_ADDED, f"DROP INDEX CONCURRENTLY {qualified};"
-        return ChangeKind.INDEX_CHANGED, f"DROP INDEX {qualified}; {before};"
+        return ChangeKind.INDEX_CHANGED, f"DROP INDEX CONCURRENTLY {qualified}; {concurrently(before)};"
     if r.kind == "constraint":
         if after is None:
             return ChangeKind.CONSTRAINT_DROPPED, f"ALTER TABLE {rel} ADD CONSTRAINT {ident(name)} {before};"
@@ -278,6 +340,11 @@ def _kind_and_undo(r: sa.Row, before: str | None, after: str | None) -> tuple[Ch
         value = f"SET {name} = {literal(before)}" if before is not None else f"RESET {name}"
         return ChangeKind.SETTING_CHANGED, f"ALTER SYSTEM {value}; SELECT pg_reload_conf();"
     return None, None
+
+
+def concurrently(definition: str) -> str:
+    """An index's definition (pg_get_indexdef) built without blocking the table's writes."""
+    return _CREATE_INDEX.sub(r"\1 CONCURRENTLY ", definition, count=1)
 
 
 def ident(name: str) -> str:
