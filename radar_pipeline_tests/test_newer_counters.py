@@ -9,10 +9,11 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import sqlalchemy as sa
 
-from radar_pipeline.engine import EngineSettings, analyse
+from radar_pipeline.engine import EngineSettings, analyse, explain_detections
 from radar_pipeline.pgss_model import OPTIONAL_COUNTERS
+from radar_pipeline.steps.deploy_analysis import AnalysisRun, decide_window
 from radar_pipeline.warehouse import compaction
-from radar_pipeline.warehouse.analysis import read_window
+from radar_pipeline.warehouse.analysis import read_cause_counters, read_window
 
 from .helpers import scrape, snapshot_rows, statement
 
@@ -103,13 +104,20 @@ def test_a_real_spill_to_disk_is_named_from_the_stored_counters(pg18, warehouse)
                     conn.execute(statement_sql, (0.01, 20_000))
                 scrape(target, warehouse)
         span = timedelta(minutes=10)
+        settings = EngineSettings(window=span)
+        lo, hi = deploy_at - span, deploy_at + span
         with warehouse.connect() as conn:
-            window = read_window(conn, target.name, deploy_at - span, deploy_at + span)
+            window = read_window(conn, target.name, lo, hi)
         # pg_stat_statements is server-wide: the warehouse's own statements on this server are left out of the family
         queryid = statement(target, "SELECT pg_sleep($1), (SELECT count(*)%")[1]
         ours = window.keys.index[window.keys["queryid"] == queryid]
         counters = window.counters[window.counters["query_key"].isin(ours)]
-        out = analyse(counters, deploy_at, EngineSettings(window=span))
+        # The window's read carries what deciding needs; the temp blocks are read after, for the detection alone.
+        decided = analyse(counters, deploy_at, settings)
+        assert "temp_blks_written" not in counters and decided.iloc[0].cause != "temp_spill"
+        with warehouse.connect() as conn:
+            causes = read_cause_counters(conn, target.name, lo, hi, window, list(ours))
+        out = explain_detections(causes, decided, deploy_at, settings)
         assert len(out) == 1
         row = out.iloc[0]
         assert row.verdict == "detected", row.to_dict()
@@ -117,5 +125,10 @@ def test_a_real_spill_to_disk_is_named_from_the_stored_counters(pg18, warehouse)
         assert row.cause == "temp_spill"
         assert row.cause_detail.startswith("temp blocks written per call 0 → ")
         assert row.cause_detail.endswith("(spilled to disk)")
+        # The analysis itself (a deploy's, a periodic check's, a backfill's) names it so, with the same figures.
+        decided_window = decide_window(AnalysisRun(warehouse, settings), "spill", target.name, deploy_at)
+        stored = decided_window.verdicts.set_index("queryid").loc[queryid]
+        assert (stored.verdict, stored.cause, stored.cause_detail) == ("detected", "temp_spill", row.cause_detail)
+        assert (stored.temp_blks_per_call_before, stored.temp_blks_per_call_after) == (0, row.temp_blks_per_call_after)
     finally:
         pg18.drop_database(database)

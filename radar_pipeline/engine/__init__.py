@@ -10,12 +10,18 @@ from radar_pipeline.engine.settings import ENGINE_VERSION, EngineSettings
 from radar_pipeline.engine.vocabulary import CAUSES, REASONS, VERDICTS, Cause, Reason, Verdict
 
 if TYPE_CHECKING:
-    from radar_pipeline.engine.decision import COLUMNS, analyse
+    from radar_pipeline.engine.decision import COLUMNS, analyse, explain_detections
     from radar_pipeline.engine.frames import VERDICT_FRAME, FrameError
 
 # Loaded on first use: they bring numpy, scipy and pandas, which the code location and the CLI, importing the
 # settings and the vocabulary from here, need not pay for.
-_LAZY = {"analyse": "decision", "COLUMNS": "decision", "VERDICT_FRAME": "frames", "FrameError": "frames"}
+_LAZY = {
+    "analyse": "decision",
+    "explain_detections": "decision",
+    "COLUMNS": "decision",
+    "VERDICT_FRAME": "frames",
+    "FrameError": "frames",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -39,4 +45,5 @@ __all__ = [
     "Reason",
     "Verdict",
     "analyse",
+    "explain_detections",
 ]

@@ -79,6 +79,23 @@ def explain(samples: WindowSamples, verdicts: pd.DataFrame, settings: EngineSett
     `samples` must be the samples `verdicts` was decided on (one group per verdict row, same order); a counter they do
     not carry is unknown, and with none of them only `fleet_wide` or `unexplained` remain.
     """
+    return explain_groups(samples, verdicts, settings, fleet_wide(verdicts, settings))
+
+
+def fleet_wide(verdicts: pd.DataFrame, settings: EngineSettings) -> bool:
+    """Whether the detections among `verdicts` (every statement of the analysis) are fleet-wide: at least
+    fleet_min_queries of them, and at least fleet_share of the decidable statements."""
+    decidable = int((verdicts["verdict"] != Verdict.INSUFFICIENT_DATA).sum())
+    n_detected = int((verdicts["verdict"] == Verdict.DETECTED).sum())
+    return n_detected >= settings.fleet_min_queries and n_detected >= settings.fleet_share * decidable
+
+
+def explain_groups(
+    samples: WindowSamples, verdicts: pd.DataFrame, settings: EngineSettings, fleet: bool
+) -> pd.DataFrame:
+    """As `explain`, with whether the analysis's detections are fleet-wide (`fleet_wide` of all its verdicts) given:
+    `verdicts` (verdict and change_at) may then be those of some of the analysis's statements alone, one row per
+    group of `samples`, and each detection's figures and cause depend on its own group's samples only."""
     g = samples.groups
     out = pd.DataFrame(
         {
@@ -133,9 +150,6 @@ def explain(samples: WindowSamples, verdicts: pd.DataFrame, settings: EngineSett
         Cause.MORE_BUFFERS: rose("buffers", 1.0),
         Cause.MORE_BLOCKS_READ: rose(BLOCKS, 1.0),
     }
-    decidable = int((verdicts["verdict"] != Verdict.INSUFFICIENT_DATA).sum())
-    n_detected = int(detected.sum())
-    fleet = n_detected >= settings.fleet_min_queries and n_detected >= settings.fleet_share * decidable
     cause = np.select(
         [np.full(g, fleet), *conditions.values()],
         [Cause.FLEET_WIDE.value, *(c.value for c in conditions)],

@@ -56,7 +56,7 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 
-from radar_pipeline.engine.causes import CAUSE_COUNTERS, explain
+from radar_pipeline.engine.causes import CAUSE_COUNTERS, explain, explain_groups, fleet_wide
 from radar_pipeline.engine.edivisive import best_split, min_segment
 from radar_pipeline.engine.frames import VERDICT_FRAME
 from radar_pipeline.engine.inference import (
@@ -268,6 +268,48 @@ def analyse(
     columns["confidence"] = 1.0 - found.p_family
     out = _result(samples, columns)
     for name, values in explain(samples, out, settings).items():
+        out[name] = values
+    return out
+
+
+def explain_detections(
+    counters: pd.DataFrame,
+    verdicts: pd.DataFrame,
+    deploy_at: datetime | pd.Timestamp,
+    settings: EngineSettings | None = None,
+) -> pd.DataFrame:
+    """`verdicts` (analyse's result for `deploy_at`) with each detection's per-call figures, cause and cause_detail
+    (causes.explain) computed again from `counters`: the counters of the detected statements alone (every key merged
+    into one with them), now carrying the counters the causes compare (causes.CAUSE_COUNTERS), which deciding did
+    not need. The figures and causes are exactly those analyse gives when its counters carry them for every
+    statement (a detection's depend on its own samples alone; fleet_wide is judged on all of `verdicts`); the other
+    rows are returned as they are. A detected statement missing from `counters` is a ValueError."""
+    settings = settings or EngineSettings()
+    detected = (verdicts["verdict"] == Verdict.DETECTED).to_numpy()
+    out = verdicts.copy()
+    if not detected.any():
+        return out
+    deploy = _utc_ns(deploy_at)
+    width = int(settings.window.total_seconds() * 1e9)
+    extra = tuple(name for name in CAUSE_COUNTERS if name in counters.columns)
+    samples = window_samples(counters, deploy - width, deploy + width, extra)
+    position = pd.Index(samples.keys).get_indexer(verdicts["query_key"].to_numpy()[detected])
+    if (position < 0).any():
+        missing = verdicts["query_key"].to_numpy()[detected][position < 0]
+        raise ValueError(f"counters lack the detected statement(s) {', '.join(map(str, missing[:5]))}")
+    # one row per group of the samples: the detections where they stand, nothing decided elsewhere
+    change_at = np.full(samples.groups, NAT, dtype=np.int64)
+    change_at[position] = verdicts["change_at"].array.as_unit("ns").asi8[detected]
+    verdict = np.full(samples.groups, None, dtype=object)
+    verdict[position] = Verdict.DETECTED.value
+    aligned = pd.DataFrame(
+        {"verdict": verdict, "change_at": pd.to_datetime(change_at.view("datetime64[ns]"), utc=True)}
+    )
+    found = explain_groups(samples, aligned, settings, fleet_wide(verdicts, settings))
+    rows = np.flatnonzero(detected)
+    for name in found.columns:
+        values = out[name].to_numpy(copy=True)
+        values[rows] = found[name].to_numpy()[position]
         out[name] = values
     return out
 

@@ -17,7 +17,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.config import Target
-from radar_pipeline.engine import VERDICT_FRAME, Cause, EngineSettings, Verdict, analyse
+from radar_pipeline.engine import VERDICT_FRAME, Cause, EngineSettings, Verdict, analyse, explain_detections
 from radar_pipeline.engine.frames import IMPACT_STATEMENTS, IMPACT_SUMMARY
 from radar_pipeline.engine.impact import Impact, classify, collateral_culprits, impact
 from radar_pipeline.named_changes import NamedChange, ranked
@@ -265,9 +265,11 @@ def decide_window(
     `collateral_culprits`) gets cause collateral, its cause_detail naming that statement and what rose. Each
     detection gets a plan diff from the stored plans (capturing the current plan from the target, when the run may
     reach it, when none was stored after the change); a changed shape makes its cause plan_changed, whatever else was
-    found. The warehouse is read in a transaction that ends before the watched server is reached, and no
+    found. The warehouse is read in short transactions that end before the watched server is reached, and no
     transaction is open on return: a slow watched server keeps no warehouse transaction or lock waiting. With
-    `samples` (read for a span holding the window) the window is cut from them instead of read.
+    `samples` (read for a span holding the window) the window is cut from them instead of read. The window's read
+    carries what deciding needs; the counters the causes compare are read after, for the detections alone
+    (analysis.read_cause_counters, engine `explain_detections`: the same causes and figures).
 
     Each statement's noise prior (its serial correlation and dispersion, estimated from the days before the window,
     steps.noise) goes to the engine with the counters. The engine's frames are checked as they arrive (VERDICT_FRAME,
@@ -286,12 +288,26 @@ def decide_window(
         conn.rollback()  # nothing written: no transaction stays open while the engine runs
 
         started = time.perf_counter()
-        result = VERDICT_FRAME.check(analyse(window.counters, split_at, settings, prior=prior), "analyse")
+        result = analyse(window.counters, split_at, settings, prior=prior)
+        timings.engine = time.perf_counter() - started
+        detections = result[result["verdict"] == Verdict.DETECTED]
+        if not detections.empty:  # their causes, from the counters only they need, read by their keys
+            started = time.perf_counter()
+            merged = [k for keys in detections["merged_keys"] for k in keys]
+            causes = analysis.read_cause_counters(conn, target, lo, hi, window, [*detections["query_key"], *merged])
+            conn.rollback()
+            timings.read += time.perf_counter() - started
+            started = time.perf_counter()
+            result = explain_detections(causes, result, split_at, settings)
+            timings.engine += time.perf_counter() - started
+
+        started = time.perf_counter()
+        result = VERDICT_FRAME.check(result, "analyse")
         verdicts = _with_statement_keys(result, window)
         found = impact(window.counters, split_at, settings, result, watched_since=health.first_scrape)
         IMPACT_STATEMENTS.check(found.statements, "impact")
         IMPACT_SUMMARY.check(found.summary, "impact")
-        timings.engine = time.perf_counter() - started
+        timings.engine += time.perf_counter() - started
 
         started = time.perf_counter()
         detected_keys = verdicts.loc[verdicts["verdict"] == Verdict.DETECTED, "query_key"]

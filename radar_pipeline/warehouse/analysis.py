@@ -11,7 +11,7 @@ overlap reads their common span once (read_samples) and cuts each window from it
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -115,8 +115,8 @@ class WindowCounters:
     keys: pd.DataFrame  # KEY columns, indexed by query_key
 
 
-NEWER_CAUSE_COUNTERS = (PLAN_TIME, TO_LAUNCH, LAUNCHED, JIT_TIME, WAL, WAL_FULL)
-# The columns read per sample, in the binary COPY's order (binary_copy): nulls coalesced, so every row has one width.
+# The columns read per sample to decide, in the binary COPY's order (binary_copy): nulls coalesced, so every row has
+# one width.
 SAMPLE_FIELDS: list[tuple[str, str]] = [
     *KEY_TYPES,
     ("fingerprint", "int8"),
@@ -128,32 +128,30 @@ SAMPLE_FIELDS: list[tuple[str, str]] = [
     ("stats_since", "timestamptz"),  # null (before PostgreSQL 17) read as '-infinity'
     ("reset_before", "bool"),
     ("stddev_exec_time", "float8"),  # null (rows stored before 0007) read as NaN
-    ("shared_blks_hit", "int8"),
-    ("temp_blks_written", "int8"),
-    # the newer counters the causes read (engine/causes.py), null (the server lacks one, or rows before 0024) as NaN
-    *((name, "float8") for name in NEWER_CAUSE_COUNTERS),
 ]
 SAMPLE_SQL = {
     "stats_since": "coalesce(stats_since, '-infinity')",
     "stddev_exec_time": "coalesce(stddev_exec_time, 'NaN')",
+}
+# The engine's series, taken from the samples as they are (captured_at and stats_since become timestamps).
+SERIES = ["captured_at", "calls", "total_exec_time", "rows", "shared_blks_read", "stats_since", "stddev_exec_time"]
+# The counters only a detection's causes compare (engine/causes.py), read for the detected statements alone after the
+# decision (read_cause_counters): read for every sample, they cost the window's read a quarter more.
+NEWER_CAUSE_COUNTERS = (PLAN_TIME, TO_LAUNCH, LAUNCHED, JIT_TIME, WAL, WAL_FULL)
+CAUSE_FIELDS: list[tuple[str, str]] = [
+    *KEY_TYPES,
+    ("captured_at", "timestamptz"),
+    ("shared_blks_hit", "int8"),
+    ("temp_blks_written", "int8"),
+    # null (the server lacks one, or rows before 0024) as NaN
+    *((name, "float8") for name in NEWER_CAUSE_COUNTERS),
+]
+CAUSE_SQL = {
     **{name: f"coalesce(CAST({name} AS float8), 'NaN')" for name in NEWER_CAUSE_COUNTERS},
     # one time over the JIT's phases; deform is timed apart only from PostgreSQL 17
     JIT_TIME: "coalesce(jit_generation_time + jit_inlining_time + jit_optimization_time + jit_emission_time "
     "+ coalesce(jit_deform_time, 0), 'NaN')",
 }
-# The engine's series, taken from the samples as they are (captured_at and stats_since become timestamps).
-SERIES = [
-    "captured_at",
-    "calls",
-    "total_exec_time",
-    "rows",
-    "shared_blks_read",
-    "stats_since",
-    "stddev_exec_time",
-    "shared_blks_hit",
-    "temp_blks_written",
-    *NEWER_CAUSE_COUNTERS,
-]
 
 
 @dataclass(frozen=True)
@@ -214,13 +212,7 @@ def read_samples(
     the server neither a sort nor an aggregate. `only` (KEY columns) limits the read to those statements.
     """
     lo, hi = _aware(lo), _aware(hi)
-    stream = bytearray()  # one copy of the stream in memory, not a block each and their join
-    with driver(conn).cursor() as cur:
-        with cur.copy(_samples_query(target, lo, hi, only)) as copy:
-            for block in copy:
-                stream += block
-    rows = binary_copy.parse(stream, SAMPLE_FIELDS)
-    del stream
+    rows = _copied(conn, _samples_query(target, lo, hi, only))
     order = np.lexsort([rows[name] for name in ("captured_at", *reversed(KEY))])
     columns = {name: rows[name][order] for name, _ in SAMPLE_FIELDS}  # each contiguous, in order
     del rows
@@ -231,6 +223,40 @@ def read_samples(
         {"dbid": "int64", "userid": "int64", "queryid": "int64", "toplevel": "bool"}
     )
     return StoredSamples(span=(lo, hi), columns=columns, statement=np.cumsum(new) - 1, keys=keys)
+
+
+def _copied(conn: sa.Connection, query: psql.Composed, fields: list[tuple[str, str]] = SAMPLE_FIELDS) -> np.ndarray:
+    """The rows of a binary COPY of `fields` (binary_copy.parse)."""
+    stream = bytearray()  # one copy of the stream in memory, not a block each and their join
+    with driver(conn).cursor() as cur:
+        with cur.copy(query) as copy:
+            for block in copy:
+                stream += block
+    return binary_copy.parse(stream, fields)
+
+
+def read_cause_counters(
+    conn: sa.Connection, target: str, lo: datetime, hi: datetime, window: WindowCounters, statements: Sequence[int]
+) -> pd.DataFrame:
+    """The counters of `window` (read for (lo, hi]) of the statements `statements` (its query_keys: the detections
+    and the keys merged into them), with the counters their causes compare (CAUSE_FIELDS but KEY; NaN where a sample
+    has none): read by their keys alone, the same samples as the window's (each statement's last earlier one
+    included), so the decision's read of every statement carries none of them. engine `explain_detections` takes it.
+    """
+    lo, hi = _aware(lo), _aware(hi)
+    codes = np.unique(np.asarray(statements, dtype=np.int64))
+    counters = window.counters[window.counters["query_key"].isin(codes)]
+    keys = window.keys.iloc[codes]
+    rows = _copied(conn, _samples_query(target, lo, hi, keys, CAUSE_FIELDS, CAUSE_SQL), CAUSE_FIELDS)
+    read = pd.DataFrame({name: rows[name] for name, _ in CAUSE_FIELDS}).astype(
+        {"dbid": "int64", "userid": "int64", "queryid": "int64", "toplevel": "bool"}
+    )
+    read["captured_at"] = pd.to_datetime(read["captured_at"].to_numpy().astype("datetime64[us]"), utc=True)
+    read = read.merge(keys.assign(query_key=codes), on=KEY).drop(columns=KEY)
+    read = read.drop_duplicates(["query_key", "captured_at"], keep="last")
+    added = counters[["query_key", "captured_at"]].merge(read, on=["query_key", "captured_at"], how="left")
+    causes = [name for name, _ in CAUSE_FIELDS if name not in KEY and name != "captured_at"]
+    return counters.assign(**{name: added[name].to_numpy(dtype=np.float64) for name in causes})
 
 
 @dataclass(frozen=True)
@@ -278,10 +304,18 @@ def read_costs(conn: sa.Connection, spans: Mapping[str, tuple[datetime, datetime
     return out
 
 
-def _samples_query(target: str, lo: datetime, hi: datetime, only: pd.DataFrame | None) -> psql.Composed:
-    """The COPY of every sample of the target in (lo, hi] and, for each statement with one, its last sample at or
-    before lo (looked for in the RECENT stretch before lo first, so older partitions are read only when needed)."""
-    cols = psql.SQL(", ").join(psql.SQL(SAMPLE_SQL.get(name, name)) for name, _ in SAMPLE_FIELDS)
+def _samples_query(
+    target: str,
+    lo: datetime,
+    hi: datetime,
+    only: pd.DataFrame | None,
+    fields: list[tuple[str, str]] = SAMPLE_FIELDS,
+    expressions: Mapping[str, str] = SAMPLE_SQL,
+) -> psql.Composed:
+    """The COPY of `fields` (each read as `expressions` says, else as stored) of every sample of the target in
+    (lo, hi] and, for each statement with one, its last sample at or before lo (looked for in the RECENT stretch
+    before lo first, so older partitions are read only when needed)."""
+    cols = psql.SQL(", ").join(psql.SQL(expressions.get(name, name)) for name, _ in fields)
     key = psql.SQL(", ".join(KEY))
     last_of = psql.SQL(", ".join(f"m.{k}" for k in KEY))
     restrict: psql.Composable = psql.SQL("")

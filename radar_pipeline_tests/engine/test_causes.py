@@ -157,3 +157,68 @@ def test_fleet_wide_comes_before_the_counter_causes():
     out = analyse(pd.concat(frames), DEPLOY)
     assert set(out["cause"]) == {"fleet_wide"}
     assert set(analyse(pd.concat(frames[:2]), DEPLOY)["cause"]) == {"temp_spill"}
+
+
+def _population(fleet: bool) -> pd.DataFrame:
+    """Statements slowed with each counter cause, or none, and unslowed ones; two keys of one fingerprint (one query),
+    a reset in one series, a counter that went down alone in another, counters the server lacks (NaN) in a third."""
+    nan = float("nan")
+    moved: list[dict[str, tuple[float, float]]] = [
+        {"shared_blks_hit": (11.0, 3408.0)},
+        {"total_plan_time": (0.2, 14.0)},
+        {"temp_blks_written": (0.0, 1024.0)},
+        {"parallel_workers_launched": (2.0, 0.0)},
+        {"jit_time": (0.0, 1.8)},
+        {"wal_bytes": (200.0, 20_000.0), "parallel_workers_to_launch": (nan, nan)},
+        {"rows": (1.0, 10.0)},
+        {},
+    ]
+    frames = []
+    for i, changed in enumerate(moved):
+        per_call = {name: levels(*changed[name]) if name in changed else value for name, value in FLAT.items()}
+        frames.append(counters(f"slowed{i}", step(after=3.0, seed=i), per_call=per_call, fingerprint=100 + i))
+    # one query under two keys (a queryid rotated): both halves slowed, their samples summed
+    frames.append(counters("twin", step(after=3.0, seed=20), per_call={**FLAT, "temp_blks_written": levels(0, 9)}))
+    frames[-1]["fingerprint"] = 7
+    frames.append(counters("twin2", step(after=3.0, seed=21), per_call={**FLAT, "temp_blks_written": levels(0, 9)}))
+    frames[-1]["fingerprint"] = 7
+    frames[2].loc[45:, ["calls", "total_exec_time", *FLAT]] -= frames[2].loc[44, ["calls", "total_exec_time", *FLAT]]
+    frames[3].loc[50, "wal_bytes"] = 0.0  # went down alone: that interval's WAL is unknown
+    for i in range(5 if fleet else 20):
+        frames.append(counters(f"flat{i}", step(after=1.0, seed=40 + i), per_call=FLAT, fingerprint=200 + i))
+    return pd.concat(frames, ignore_index=True)
+
+
+@pytest.mark.parametrize("fleet", [False, True], ids=["counter_causes", "fleet_wide"])
+def test_detections_explained_from_their_own_counters_as_from_everyones(fleet):
+    # The analysis decides on the counters every statement needs, then reads the causes' counters for the detected
+    # statements alone: their figures and causes are exactly those of an analysis that had them for everyone.
+    from radar_pipeline.engine import explain_detections
+
+    everyone = _population(fleet)
+    base = everyone.drop(columns=[c for c in FLAT if c not in ("rows", "shared_blks_read")])
+    whole = analyse(everyone, DEPLOY)
+    decided = analyse(base, DEPLOY)
+    detected = decided[decided["verdict"] == "detected"]
+    assert len(detected) >= 9 and (detected["merged_keys"].str.len() > 0).any()
+    keys = {*detected["query_key"], *(k for merged in detected["merged_keys"] for k in merged)}
+    explained = explain_detections(everyone[everyone["query_key"].isin(keys)], decided, DEPLOY)
+    pd.testing.assert_frame_equal(explained, whole, check_exact=True)
+    assert set(whole.loc[whole["verdict"] == "detected", "cause"]) == (
+        {"fleet_wide"}
+        if fleet
+        else {
+            "more_buffers",
+            "planning_time",
+            "temp_spill",
+            "lost_parallelism",
+            "jit",
+            "wal_bound",
+            "more_rows",
+            "unexplained",
+        }
+    )
+    if not fleet:  # without the causes' counters the decision alone names other causes: the read is needed
+        assert not decided["cause"].equals(whole["cause"])
+    with pytest.raises(ValueError, match="counters lack the detected statement"):
+        explain_detections(everyone[everyone["query_key"] == "slowed1"], decided, DEPLOY)
