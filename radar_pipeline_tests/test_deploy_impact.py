@@ -38,12 +38,13 @@ def store(warehouse: sa.Engine, deploy_id: str, statements: dict[int, dict]) -> 
     """Counters of target 'main' around a deploy 300 s ago, a scrape every STEP seconds (±20 intervals). Per queryid:
     text, calls per interval before/after (Poisson), mean ms before/after (log-normal 10%), new (no row before
     the deploy), and tail (calls per interval after the deploy for that many intervals, then none: a rolling deploy's
-    old code). Records the deploy and returns its time."""
+    old code), wal (WAL bytes per call before/after; none: null, as a server without the counter). Records the deploy
+    and returns its time."""
     deployed_at = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=300)
     rng = np.random.default_rng(7)
     rows, scrapes = [], set()
     for queryid, s in statements.items():
-        calls = time = 0.0
+        calls = time = wal = 0.0
         for i in range(-21, 21):
             at = deployed_at + timedelta(seconds=STEP * i)
             after = i > 0
@@ -55,7 +56,9 @@ def store(warehouse: sa.Engine, deploy_id: str, statements: dict[int, dict]) -> 
             c = float(rng.poisson(rate)) if i > -21 else 0.0
             mean = s["ms"][after] * rng.lognormal(0, 0.1)
             calls, time = calls + c, time + c * mean
+            wal += c * s["wal"][after] if "wal" in s else 0
             rows.append({"at": at, "q": queryid, "c": int(calls), "t": time, "r": int(calls) * s.get("rows", 1)})
+            rows[-1]["w"] = int(wal) if "wal" in s else None
             scrapes.add(at)
     with warehouse.begin() as conn:
         conn.execute(
@@ -67,6 +70,12 @@ def store(warehouse: sa.Engine, deploy_id: str, statements: dict[int, dict]) -> 
                 "0.0, NULL, false, :q)"
             ),
             rows,
+        )
+        conn.execute(
+            sa.text(
+                "UPDATE radar.pgss_snapshot SET wal_bytes = :w WHERE target = 'main' AND queryid = :q AND captured_at = :at"
+            ),
+            [r for r in rows if r["w"] is not None] or [{"w": None, "q": 0, "at": deployed_at}],
         )
         conn.execute(
             sa.text("INSERT INTO radar.pgss_info_snapshot VALUES ('main', :at, 0, NULL, 180000, '1.12', 2, 2)"),
@@ -416,6 +425,26 @@ def test_a_slowdown_beside_a_heavier_detection_is_its_collateral(warehouse):
         f" at the same change): {LIST}"
     )
     assert 30 < float(detail.split("×")[1].split(" ")[0]) < 80, detail
+
+
+def test_a_read_writing_more_wal_is_collateral_of_the_writer_and_a_write_is_wal_bound(warehouse):
+    """The lab's migration: a backfill's writes leave dead rows, and a SELECT that prunes them writes WAL it never
+    wrote before. Its WAL is the writer's doing: it is collateral of the statement whose load rose; an UPDATE writing
+    more WAL of its own stays wal_bound."""
+    store(
+        warehouse,
+        "wal",
+        {
+            91: {"text": OTHER, "calls": (100, 100), "ms": (1.0, 2.5), "wal": (10, 20_000)},
+            92: {"text": LIST, "calls": (20, 20), "ms": (1.0, 50.0)},  # the heavy writer's stand-in
+            93: {"text": UPDATE, "calls": (100, 100), "ms": (1.0, 2.5), "wal": (100, 50_000)},
+        },
+    )
+    verdicts = analyse_deploy(AnalysisRun(warehouse, SETTINGS), "wal").verdicts.set_index("queryid")
+    assert list(verdicts.index[verdicts["verdict"] == "detected"].sort_values()) == [91, 92, 93]
+    assert verdicts.loc[93, "cause"] == "wal_bound"
+    assert verdicts.loc[91, "cause"] == "collateral", verdicts.loc[91, "cause_detail"]
+    assert verdicts.loc[91, "cause_detail"].startswith("collateral of queryid 92 ")
 
 
 def test_a_rewritten_statement_is_replaced_despite_a_rolling_tail(warehouse, warehouse_url, slack):

@@ -25,7 +25,7 @@ from radar_pipeline.pgss_model import KEY
 from radar_pipeline.steps.causes import name_changes
 from radar_pipeline.steps.noise import prior_for
 from radar_pipeline.steps.plan_diffs import plan_diffs
-from radar_pipeline.steps.replacements import candidate_pairs, statement_class
+from radar_pipeline.steps.replacements import candidate_pairs, reads_only, statement_class
 from radar_pipeline.warehouse import analysis, deploys
 from radar_pipeline.warehouse.analysis import ANALYSED_VERDICTS, WindowHealth
 
@@ -312,6 +312,7 @@ def decide_window(
         started = time.perf_counter()
         detected_keys = verdicts.loc[verdicts["verdict"] == Verdict.DETECTED, "query_key"]
         found = _classified(conn, target, found, window, settings, detected_keys)
+        _reads_do_not_write_wal(conn, target, verdicts)
         culprits = collateral_culprits(verdicts, found, settings)
         changes = _changes_with_keys(found.changes, window)
         blamed = culprits["culprit"].notna().to_numpy()
@@ -359,6 +360,24 @@ def decide_window(
         summary=found.summary,
         changes=changes.drop(columns="query_key"),
     )
+
+
+def _reads_do_not_write_wal(conn: sa.Connection, target: str, verdicts: pd.DataFrame) -> None:
+    """A detection the counters call wal_bound whose statement only reads (steps/replacements.reads_only) is left
+    open instead (unexplained, the figures kept in its cause_detail): a read's WAL is others' doing (pruning the dead
+    rows of their writes), so a statement whose load rose at the same moment is named as its cause if there is one."""
+    wal = verdicts["cause"] == Cause.WAL_BOUND.value
+    if not wal.any():
+        return
+    texts = analysis.query_texts(conn, target, verdicts.loc[wal, KEY])
+    reads = wal & verdicts["queryid"].map(lambda q: reads_only(texts.get(int(q), ""))).astype(bool)
+    if reads.any():
+        words = [
+            f"{d}, though it only reads (pruning or hint bits after others' writes)"
+            for d in verdicts.loc[reads, "cause_detail"]
+        ]
+        ANALYSED_VERDICTS.assign(verdicts, "cause", Cause.UNEXPLAINED.value, rows=reads)
+        ANALYSED_VERDICTS.assign(verdicts, "cause_detail", words, rows=reads)
 
 
 def _apply_named_changes(

@@ -93,6 +93,20 @@ def statement_class(text: str) -> str | None:
     return PLANNABLE_CLASS
 
 
+_WRITES = ("InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt", "lockingClause")
+
+
+def reads_only(text: str) -> bool:
+    """Whether a statement text only reads: one SELECT with no FOR UPDATE/SHARE and no data-modifying WITH. Such a
+    statement writes WAL only for what others left behind (pruning dead rows, setting hint bits): its WAL is not its
+    own doing. False for a text the parser rejects."""
+    statements = _tree(text)
+    if not statements or len(statements) != 1 or "SelectStmt" not in (statements[0].get("stmt") or {}):
+        return False
+    body = json.dumps(statements[0])
+    return not any(f'"{word}"' in body for word in _WRITES)
+
+
 def shape(text: str) -> Counter[str] | None:
     """The multiset of the text's parse-tree leaves with their paths, a predicate's (module doc) marked with a
     leading PREDICATE_MARK; None when the text does not parse."""
