@@ -73,7 +73,8 @@ def store(warehouse: sa.Engine, deploy_id: str, statements: dict[int, dict]) -> 
         )
         conn.execute(
             sa.text(
-                "UPDATE radar.pgss_snapshot SET wal_bytes = :w WHERE target = 'main' AND queryid = :q AND captured_at = :at"
+                "UPDATE radar.pgss_snapshot SET wal_bytes = :w "
+                "WHERE target = 'main' AND queryid = :q AND captured_at = :at"
             ),
             [r for r in rows if r["w"] is not None] or [{"w": None, "q": 0, "at": deployed_at}],
         )
