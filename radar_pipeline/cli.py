@@ -405,17 +405,22 @@ def _print_verdicts(table: pd.DataFrame) -> None:
             droppable=("history", "bound", "reason", "confidence", "change", "before ms"),
         )
     )
+    import textwrap
+
+    def say(text: str) -> None:  # wrapped to the terminal, as the table is fitted to it
+        click.echo(textwrap.fill(text, width=max(40, out.width), subsequent_indent="  "))
+
     for row in table.itertuples():  # below the table: its query column is cut to the room left
-        if isinstance(row.cause_detail, str) and row.cause_detail:
-            click.echo(f"cause of queryid {row.queryid}: {clean(row.cause_detail)}")
-        if isinstance(row.named_changes, list):
-            for change in row.named_changes[1:] if row.cause_detail else row.named_changes:
-                if isinstance(change, dict) and change.get("sentence"):
-                    click.echo(f"also changed, queryid {row.queryid}: {clean(change['sentence'])}")
+        detail = row.cause_detail if isinstance(row.cause_detail, str) else ""
+        if detail:
+            say(f"cause of queryid {row.queryid}: {clean(detail)}")
+        for change in row.named_changes if isinstance(row.named_changes, list) else []:
+            if isinstance(change, dict) and change.get("sentence") and change["sentence"] not in detail:
+                say(f"also changed, queryid {row.queryid}: {clean(change['sentence'])}")
         if isinstance(row.undo_hint, str) and row.undo_hint:
-            click.echo(f"to undo, queryid {row.queryid}: {clean(row.undo_hint)}")
+            say(f"to undo, queryid {row.queryid}: {clean(row.undo_hint)}")
         if isinstance(row.queryid_shared_with, list) and row.queryid_shared_with:
-            click.echo(f"caution, queryid {row.queryid}: {clean(shared_queryid_note(row.queryid_shared_with))}")
+            say(f"caution, queryid {row.queryid}: {clean(shared_queryid_note(row.queryid_shared_with))}")
 
 
 class Duration(click.ParamType):

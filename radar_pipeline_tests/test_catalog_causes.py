@@ -547,18 +547,22 @@ def test_a_table_of_another_schema_is_not_touched_by_a_change_of_the_same_name(w
         "CREATE SCHEMA billing; CREATE SCHEMA archive; "
         "CREATE TABLE billing.orders (id int, customer int); CREATE TABLE archive.orders (id int, customer int); "
         "CREATE INDEX archive_customer_idx ON archive.orders (customer); "
-        "CREATE INDEX billing_customer_idx ON billing.orders (customer)"
+        "CREATE INDEX billing_customer_idx ON billing.orders (customer); "
+        "CREATE SCHEMA shop; CREATE TABLE shop.ledger (id int, entry int); "
+        "CREATE INDEX ledger_idx ON shop.ledger (entry)"
     )
     watched.workload()
     before, _ = _scrape(watched, warehouse)
-    watched.execute("DROP INDEX archive.archive_customer_idx")
+    watched.execute("DROP INDEX archive.archive_customer_idx; DROP INDEX shop.ledger_idx")
     after, _ = _scrape(watched, warehouse)
     detections = _detections(warehouse, watched.target.name, after, watched.dbid)
-    rows = detections.iloc[[0, 0, 0]].assign(queryid=[-1, -2, -3], table=None)
+    rows = detections.iloc[[0, 0, 0, 0]].assign(queryid=[-1, -2, -3, -4], table=None)
     rows["plan_diff"] = [
         {"plans": [{"Plan": {"Node Type": "Seq Scan", "Relation Name": "orders", "Schema": "billing"}}]},
         {"plans": [{"Plan": {"Node Type": "Seq Scan", "Relation Name": "orders", "Schema": "archive"}}]},
         {"removed": ["Seq Scan on orders"]},  # a bare name: public (the search path), not archive
+        # a bare name found in one schema alone (the role's "$user", or a path the client set): that schema's
+        {"removed": ["Seq Scan on ledger"]},
     ]
     with warehouse.connect() as conn:
         named = name_changes(conn, watched.target.name, pd.concat([detections, rows], ignore_index=True), before, after)
@@ -566,6 +570,7 @@ def test_a_table_of_another_schema_is_not_touched_by_a_change_of_the_same_name(w
     assert by_table["orders"] == []  # the application's bare `orders` is public.orders
     assert [c.name for c in named[len(detections) :][1]] == ["archive_customer_idx"]
     assert named[len(detections)] == [] and named[len(detections) + 2] == []
+    assert [c.name for c in named[len(detections) + 3]] == ["ledger_idx"]
 
 
 def test_a_target_repointed_at_another_database_starts_a_new_baseline(watched: Watched, warehouse):

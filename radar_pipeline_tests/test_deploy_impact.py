@@ -326,8 +326,9 @@ def test_verdicts_command_and_metadata_show_the_summary(warehouse, warehouse_url
     assert changes_at < verdicts_at  # the summary above the verdicts
     assert "new (heavy)" in lines[changes_at + 2] and SCAN in lines[changes_at + 2]
     assert "collateral" in lines[verdicts_at + 2]
-    cause = next(line for line in lines if line.startswith("cause of queryid 51: "))
-    assert cause.startswith("cause of queryid 51: collateral of queryid 52 (new, ") and cause.endswith(SCAN)
+    at = next(i for i, line in enumerate(lines) if line.startswith("cause of queryid 51: "))
+    cause = " ".join([lines[at], *(line.strip() for line in lines[at + 1 :] if line.startswith("  "))][:4])
+    assert cause.startswith("cause of queryid 51: collateral of queryid 52 (new, ") and SCAN in cause
     assert max(len(line) for line in lines) <= 160
 
 

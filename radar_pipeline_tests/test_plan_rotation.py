@@ -332,9 +332,10 @@ def _entries(target: Target) -> int:
 def test_plan_capture_leaves_pg_stat_statements_room_for_the_application(tmp_path, warehouse):
     """Each EXPLAIN is an entry of pg_stat_statements of its own (under the collector's role, never stored by radar):
     on a server keeping 100 entries, a capture plans no more statements than leave a fifth of them free (the busiest
-    first), says what it held back and why in its outcome and radar.plan_capture_run, and with no room left plans none,
-    not even the busiest; where the collector's EXPLAINs are not tracked (track_utility off for its role) none is held
-    back. The run's times are the watched server's: its skips are stamped with the run's time."""
+    first), says what it held back and why in its outcome and radar.plan_capture_run, and with no room left plans the
+    busiest alone (a busy server's view is usually full, and their plans are the ones most needed); where the
+    collector's EXPLAINs are not tracked (track_utility off for its role) none is held back. The run's times are the
+    watched server's: its skips are stamped with the run's time."""
     from radar_pipeline.demo.local_postgres import LocalPostgres
 
     with LocalPostgres(tmp_path / "small", settings={"pg_stat_statements.max": "100"}) as pg:
@@ -370,13 +371,14 @@ def test_plan_capture_leaves_pg_stat_statements_room_for_the_application(tmp_pat
         )
         (words,) = _why(warehouse, target.name, sorted(waiting)[:1], _now(target))
         assert "had not reached it in their rotation" in words and first.held_back_reason in words
-        # No room at all: the busiest are held back too.
+        # No room at all: the busiest alone are planned, the rest held back.
         for i in range(40, 80):
             run(target, f"SELECT id FROM s{i} WHERE id = %s", 2, (1,))
         scrape(target, warehouse)
         assert _entries(target) > 80
         full = capture_target(collector, warehouse, 5, rotation_n=200)
-        assert full.tried == 0 and full.held_back >= 5 and "no room" in (full.held_back_reason or "")
+        assert full.tried == full.planned["busiest"] > 0 and full.held_back > 0
+        assert "no room" in (full.held_back_reason or "")
         # The collector's EXPLAINs not tracked: nothing to hold back.
         run(
             target,

@@ -173,3 +173,19 @@ def test_the_kind_check_is_added_without_a_long_lock():
     validated = [c["name"] for c in commands if c["subtype"] == "AT_ValidateConstraint"]
     assert validated == [c["def"]["Constraint"]["conname"] for c in added]
     assert all(c.get("missing_ok") for c in commands if c["subtype"] in ("AT_DropConstraint", "AT_AddColumn"))
+
+
+def test_a_read_is_one_select_that_writes_nothing():
+    # (the analysis parses a statement's whole stored text: one cut short may parse as something it is not)
+    from radar_pipeline.steps.replacements import reads_only
+
+    assert reads_only("SELECT coalesce(sum(total), $1) FROM orders WHERE customer_id = $2")
+    for writes in (
+        "SELECT id FROM jobs WHERE state = $1 LIMIT $2 FOR UPDATE SKIP LOCKED",
+        "SELECT nextval($1)",
+        "SELECT create_order($1)",  # the application's function may write
+        "SELECT * INTO copy FROM orders",
+        "WITH gone AS (DELETE FROM jobs RETURNING id) SELECT count(*) FROM gone",
+        "UPDATE orders SET total = $1",
+    ):
+        assert not reads_only(writes), writes

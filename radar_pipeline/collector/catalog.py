@@ -193,12 +193,11 @@ DIGESTS_SQL = (
     "FROM f GROUP BY kind"
 )
 # The server's identity, with the database's: the system identifier where the role may read it (pg_read_all_stats
-# alone may, by default), else the address, port and version it answers on. A target re-pointed at another server
-# or database starts anew.
+# alone may, by default), else the database's name and oid alone (an address or a version would change at a failover
+# or a minor upgrade, and start anew for nothing). A target re-pointed at another server or database starts anew.
 _HEAD_SQL = (
     f"SELECT {COLLECTOR_MARK} statement_timestamp(), d.oid, has_function_privilege('pg_control_system()', 'EXECUTE'), "
-    "concat_ws('/', coalesce(host(inet_server_addr()), 'local') || ':' || inet_server_port(), "
-    "current_setting('server_version_num'), d.datname, d.oid) FROM pg_database d WHERE d.datname = current_database()"
+    "concat_ws('/', d.datname, d.oid) FROM pg_database d WHERE d.datname = current_database()"
 )
 _SYSTEM_SQL = f"SELECT {COLLECTOR_MARK} system_identifier::text FROM pg_control_system()"
 FACTS_SQL = (

@@ -79,6 +79,9 @@ SIMILAR_SHAPE = 0.6
 # a lock (a migration's ALTER TABLE, its backfill): its time per call is weighed as a lock's (`collateral_culprits`).
 # A statement of many calls holds none, however much time they add up to: a million 0.01 ms calls are no 10 s lock.
 ONE_OFF_CALLS = 2
+# The most calls a DDL statement makes in the window and is still the deploy's own (a migration run by each of a few
+# pods at start): an application running DDL per request (CREATE TEMP TABLE, DROP TABLE IF EXISTS) is load.
+DEPLOY_STATEMENT_CALLS = 10
 STATEMENT_COLUMNS = IMPACT_STATEMENTS.names
 SUMMARY_COLUMNS = IMPACT_SUMMARY.names
 ALL_DATABASES = -1  # the summary row of the whole target
@@ -376,9 +379,9 @@ def classify(
 
     `classes`: query_key → PLANNABLE (the application's), UTILITY (DDL) or CONTROL (statements left out are taken as
     the application's). A control statement (BEGIN, COMMIT, SET, …) is never a load change: its kind is cleared. DDL
-    that started
-    in the window (no calls before it, or its entry created inside the window: a migration run just before the deploy
-    was recorded) is the deploy's own (`deploy_statement`, never heavy): the change itself, not new load.
+    that started in the window (no calls before it, or its entry created inside the window: a migration run just before
+    the deploy was recorded), called at most DEPLOY_STATEMENT_CALLS times, is the deploy's own (`deploy_statement`,
+    never heavy): the change itself, not new load; DDL called more often is the application's load.
 
     `pairs`: candidate rewrites, a row per (old_key, new_key) with `same_relations` (the two texts name the same
     tables) and `similarity` (the share of their parse trees' features in common, 0 to 1). A statement that stopped
@@ -400,7 +403,8 @@ def classify(
     utility = (out["statement_class"] == UTILITY).to_numpy()
     started = (out["calls_after"] > 0) & (out["calls_before"] == 0)
     created = out["first_seen_at"] > found.window_start if found.window_start is not None else False
-    own = utility & (started | (created & out["kind"].notna())).to_numpy()
+    few = (out["calls_before"] + out["calls_after"] <= DEPLOY_STATEMENT_CALLS).to_numpy()
+    own = utility & few & (started | (created & out["kind"].notna())).to_numpy()
     kind[own] = DEPLOY_STATEMENT
     out.loc[own, "heavy"] = False
     out["kind"] = kind

@@ -46,13 +46,14 @@ def name_changes(
         return [[] for _ in range(len(detections))]
     roles = catalog.setting_roles(conn, target)
     paths = catalog.search_paths(conn, target)
+    tables = catalog.table_schemas(conn, target)
     texts = analysis.query_texts(conn, target, detections[KEY], length=TEXT_LENGTH)
     found = []
     for row in detections.to_dict("records"):
         named, indexes = _named_relations(texts.get(int(row["queryid"]), ""), row.get("plan_diff"))
         change_at = row.get("change_at")
         at = None if change_at is None or pd.isna(change_at) else pd.Timestamp(change_at)
-        schemas = _search_schemas(paths, row, roles)
+        schemas = _search_schemas(paths, row, roles, tables, named)
         found.append(
             [
                 c
@@ -100,12 +101,22 @@ def _plan_nodes(value: Any, named: set[str], indexes: set[str]) -> None:
 
 
 def _search_schemas(
-    paths: list[tuple[int | None, str | None, str]], row: dict[str, Any], roles: dict[str, int]
+    paths: list[tuple[int | None, str | None, str]],
+    row: dict[str, Any],
+    roles: dict[str, int],
+    tables: dict[tuple[int | None, str], set[str]],
+    named: set[str],
 ) -> set[str]:
-    """The schemas an unqualified name of the statement may be in: public, and those of each search_path stored for
-    its database and/or role or server-wide ("$user" when the role's name is known)."""
+    """The schemas an unqualified name of the statement may be in: public; those of each search_path stored for its
+    database and/or role or server-wide ("$user" when the role's name is known); and the one schema a name it uses
+    was ever seen in, in its database (a path set by the client, or the default "$user" of a role with no setting
+    stored, is not known: an unambiguous name needs none)."""
     users = {name for name, oid in roles.items() if oid == int(row["userid"])}
     schemas = {"public"}
+    for name in named:
+        if "." not in name:
+            seen = tables.get((int(row["dbid"]), name), set())
+            schemas |= seen if len(seen) == 1 else set()
     for dbid, role, value in paths:
         if (dbid is None or dbid == int(row["dbid"])) and (role is None or role in users):
             for part in value.split(","):

@@ -164,16 +164,15 @@ def capture_targets(
 def _within_room(
     result: PlanCapture, todo: list[stored_plans.Candidate], room: plans.EntryRoom
 ) -> list[stored_plans.Candidate]:
-    """The candidates pg_stat_statements has room to EXPLAIN: the busiest while there is any room, then the others
-    up to it; the rest counted in result.held_back, and why in result.held_back_reason."""
+    """The candidates to EXPLAIN: the busiest always (as plan capture has since it began: a server whose
+    pg_stat_statements is full, as a busy one's usually is, still needs their plans), then the others (new statements,
+    the rotation) up to the room pg_stat_statements has; the rest counted in result.held_back, and why in
+    result.held_back_reason."""
     if room.room is None:
         return todo
     busiest = [c for c in todo if c.why == stored_plans.BUSIEST]
-    kept = (
-        []
-        if room.room <= 0
-        else busiest + [c for c in todo if c.why != stored_plans.BUSIEST][: room.room - len(busiest)]
-    )
+    others = [c for c in todo if c.why != stored_plans.BUSIEST]
+    kept = busiest + others[: max(0, room.room - len(busiest))]
     result.held_back = len(todo) - len(kept)
     if result.held_back:
         left = "no room left" if room.room <= 0 else f"room for {room.room}"

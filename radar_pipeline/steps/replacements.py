@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pandas as pd
@@ -93,18 +93,46 @@ def statement_class(text: str) -> str | None:
     return PLANNABLE_CLASS
 
 
-_WRITES = ("InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt", "lockingClause")
+_WRITES = ("InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt", "lockingClause", "intoClause")
+# Functions a read calls that write nothing: any other (nextval, a function of the application's) may write.
+READ_FUNCTIONS = frozenset(
+    "count sum min max avg coalesce nullif greatest least now current_date lower upper length char_length abs round "
+    "floor ceil ceiling trunc date_trunc date_part extract array_agg string_agg json_agg jsonb_agg json_build_object "
+    "jsonb_build_object json_build_array jsonb_build_array to_char to_date to_timestamp substring substr trim btrim "
+    "ltrim rtrim concat concat_ws replace split_part position strpos left right bool_and bool_or every row_number rank "
+    "dense_rank percent_rank lag lead first_value last_value ntile unnest generate_series array_length cardinality "
+    "md5 jsonb_array_length jsonb_extract_path_text json_extract_path_text to_jsonb to_json row_to_json age "
+    "make_interval date_bin timezone percentile_cont percentile_disc mode stddev variance regexp_replace lpad "
+    "rpad".split()
+)
 
 
 def reads_only(text: str) -> bool:
-    """Whether a statement text only reads: one SELECT with no FOR UPDATE/SHARE and no data-modifying WITH. Such a
-    statement writes WAL only for what others left behind (pruning dead rows, setting hint bits): its WAL is not its
-    own doing. False for a text the parser rejects."""
+    """Whether a statement text only reads: one SELECT with no FOR UPDATE/SHARE, no INTO, no data-modifying WITH and
+    no function that may write (READ_FUNCTIONS alone). Such a statement writes WAL only for what others left behind
+    (pruning dead rows, setting hint bits): its WAL is not its own doing. False for a text the parser rejects (a text
+    cut short among them)."""
     statements = _tree(text)
     if not statements or len(statements) != 1 or "SelectStmt" not in (statements[0].get("stmt") or {}):
         return False
     body = json.dumps(statements[0])
-    return not any(f'"{word}"' in body for word in _WRITES)
+    if any(f'"{word}"' in body for word in _WRITES):
+        return False
+    return all(name in READ_FUNCTIONS for name in _function_names(statements[0]))
+
+
+def _function_names(node: Any) -> Iterator[str]:
+    """The (unqualified, lower-case) names of the functions a parse tree calls."""
+    if isinstance(node, dict):
+        call = node.get("FuncCall")
+        if isinstance(call, dict):
+            parts = [p.get("String", {}).get("sval", "") for p in call.get("funcname", []) if isinstance(p, dict)]
+            yield (parts[-1] if parts else "").lower()
+        for value in node.values():
+            yield from _function_names(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _function_names(item)
 
 
 def shape(text: str) -> Counter[str] | None:

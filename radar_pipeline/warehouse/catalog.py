@@ -31,12 +31,13 @@ def _lock(conn: sa.Connection, target: str) -> None:
 
 def due(conn: sa.Connection, target: str, interval: timedelta) -> bool:
     """Whether the target's catalog is to be read at this scrape: never captured, its last capture `interval` old or
-    more, or a deploy recorded for the target since (so the capture after a deploy is the next scrape's). Both times
+    more (less a tenth: it is stamped late in its scrape, and the next scrape's check must not find it a little
+    short), or a deploy recorded for the target since (so the capture after a deploy is the next scrape's). Both times
     by the warehouse's clock."""
     return bool(
         conn.execute(
             sa.text(
-                "SELECT coalesce(max(c.recorded_at) <= now() - :i OR EXISTS (SELECT 1 FROM radar.deploy_event d "
+                "SELECT coalesce(max(c.recorded_at) <= now() - :i * 0.9 OR EXISTS (SELECT 1 FROM radar.deploy_event d "
                 "WHERE d.target = :t AND d.received_at > max(c.recorded_at)), true) "
                 "FROM radar.catalog_capture c WHERE c.target = :t"
             ),
@@ -227,6 +228,19 @@ def search_paths(conn: sa.Connection, target: str) -> list[tuple[int | None, str
         )
         if r.value is not None
     ]
+
+
+def table_schemas(conn: sa.Connection, target: str) -> dict[tuple[int | None, str], set[str]]:
+    """The schemas each table name was seen in, per database, over the target's stored facts: an unqualified name
+    found in one schema alone can only mean that schema's table."""
+    out: dict[tuple[int | None, str], set[str]] = {}
+    for dbid, relation in conn.execute(
+        sa.text("SELECT DISTINCT dbid, relation FROM radar.catalog_fact WHERE target = :t AND kind = 'table'"),
+        {"t": target},
+    ):
+        schema, _, table = (relation or "").replace('"', "").rpartition(".")
+        out.setdefault((None if dbid is None else int(dbid), table), set()).add(schema)
+    return out
 
 
 def delete_before(conn: sa.Connection, cutoff_at: datetime) -> None:

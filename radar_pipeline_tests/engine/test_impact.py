@@ -355,6 +355,10 @@ def test_the_deploy_s_own_statements_and_control_are_not_load() -> None:
     assert pd.isna(rows.loc[3, "kind"]) and pd.isna(rows.loc[4, "kind"])
     # A statement that is not a utility one keeps its kind.
     assert classify(found, pd.Series({1: PLANNABLE})).statements.set_index("query_key").loc[1, "kind"] == "new"
+    # DDL the application runs per request (CREATE TEMP TABLE at every call) is its load, not the deploy's.
+    busy_ddl = impact(_counters({5: {"calls": (0, 50), "ms": (0.0, 5.0), "new": True}, 4: specs[4]}), DEPLOY, SETTINGS)
+    rows = classify(busy_ddl, pd.Series({5: UTILITY, 4: PLANNABLE})).statements.set_index("query_key")
+    assert rows.loc[5, "kind"] == "new"
 
 
 def test_a_statement_called_many_times_holds_no_lock() -> None:
