@@ -420,7 +420,7 @@ def _print_verdicts(table: pd.DataFrame) -> None:
         if isinstance(row.undo_hint, str) and row.undo_hint:
             say(f"to undo, queryid {row.queryid}: {clean(row.undo_hint)}")
         if isinstance(row.queryid_shared_with, list) and row.queryid_shared_with:
-            say(f"caution, queryid {row.queryid}: {clean(shared_queryid_note(row.queryid_shared_with))}")
+            click.echo(f"caution, queryid {row.queryid}: {clean(shared_queryid_note(row.queryid_shared_with))}")
 
 
 class Duration(click.ParamType):

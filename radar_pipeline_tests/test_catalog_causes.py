@@ -311,6 +311,16 @@ def test_a_setting_that_changes_no_plan_is_never_read_so_a_secret_in_it_stays_on
     assert any("work_mem" in row and "2MB" in row for row in stored)  # what changes plans is read
 
 
+def test_the_catalog_read_is_never_stored_as_the_watched_servers_load(watched: Watched, warehouse):
+    # a collector without a role of its own (its statements not left out by role): recognised by its mark alone
+    watched.workload()
+    snapshot_target(watched.collector, warehouse)
+    snapshot_target(watched.collector, warehouse)  # sees the first one's catalog statements in pg_stat_statements
+    with warehouse.connect() as conn:
+        texts = conn.execute(sa.text("SELECT query FROM radar.query WHERE query ILIKE '%pg_db_role_setting%'")).all()
+    assert texts == []
+
+
 def test_a_catalog_read_failure_does_not_fail_the_scrape(watched: Watched, warehouse):
     # the collector's role may no longer read one catalog of this database: the statements are still stored
     watched.execute("REVOKE SELECT ON pg_catalog.pg_db_role_setting FROM PUBLIC")

@@ -183,11 +183,14 @@ _CATALOG_COLUMNS = {
     "tg.tgdeferrable, tg.tginitdeferred, tg.tgoldtable, tg.tgnewtable)",
     "column_value": "a.atttypid || ':' || a.atttypmod",
 }
-_WITH = "WITH db AS (SELECT oid FROM pg_database WHERE datname = current_database()), f AS ({facts})"
+# The mark after WITH: pg_stat_statements keeps a statement's text from its first token, so a leading comment is lost.
+_WITH = (
+    "WITH " + COLLECTOR_MARK + " db AS (SELECT oid FROM pg_database WHERE datname = current_database()), f AS ({facts})"
+)
 # The digest of a kind: its rows' count and the sum of their 64-bit hashes, order-independent (no sort, no string
 # aggregated); a change of one row changes the sum but for a 2^-64 chance.
 DIGESTS_SQL = (
-    f"{COLLECTOR_MARK} {_WITH.format(facts=_FACTS.format(**_CATALOG_COLUMNS))} "
+    f"{_WITH.format(facts=_FACTS.format(**_CATALOG_COLUMNS))} "
     "SELECT statement_timestamp(), (SELECT oid FROM db), kind, count(*) || ':' || "
     "sum(hashtextextended(identity || '|' || coalesce(relation, '') || '|' || coalesce(value, ''), 0)::numeric) "
     "FROM f GROUP BY kind"
@@ -201,7 +204,7 @@ _HEAD_SQL = (
 )
 _SYSTEM_SQL = f"SELECT {COLLECTOR_MARK} system_identifier::text FROM pg_control_system()"
 FACTS_SQL = (
-    f"{COLLECTOR_MARK} {_WITH.format(facts=_FACTS.format(**_DEFINITIONS))} "
+    f"{_WITH.format(facts=_FACTS.format(**_DEFINITIONS))} "
     "SELECT kind, identity, dbid, roleid, relation, name, role, database, value "
     "FROM f WHERE kind = ANY(%(kinds)s)"
 )
