@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pglast import parser
@@ -191,20 +191,22 @@ def relations(text: str) -> frozenset[str]:
         return frozenset()
     found: set[str] = set()
     ctes: set[str] = set()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if isinstance(node.get("relname"), str):  # a RangeVar, wrapped or (a DML target's `relation`) bare
-                schema = node.get("schemaname")
-                found.add(f"{schema}.{node['relname']}" if schema else node["relname"])
-            cte = node.get("CommonTableExpr")
-            if isinstance(cte, dict) and "ctename" in cte:
-                ctes.add(cte["ctename"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    walk(tree)
+    for node in nodes(tree):
+        if isinstance(node.get("relname"), str):  # a RangeVar, wrapped or (a DML target's `relation`) bare
+            schema = node.get("schemaname")
+            found.add(f"{schema}.{node['relname']}" if schema else node["relname"])
+        cte = node.get("CommonTableExpr")
+        if isinstance(cte, dict) and "ctename" in cte:
+            ctes.add(cte["ctename"])
     return frozenset(found - ctes)
+
+
+def nodes(tree: Any) -> Iterator[dict[str, Any]]:
+    """Every object (dict) of a parse tree in JSON form (pglast's parse_sql_json), depth first."""
+    if isinstance(tree, dict):
+        yield tree
+        for value in tree.values():
+            yield from nodes(value)
+    elif isinstance(tree, list):
+        for item in tree:
+            yield from nodes(item)

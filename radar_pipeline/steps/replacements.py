@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 from pglast import parser
 
-from radar_pipeline.collector.fingerprint import relations
+from radar_pipeline.collector.fingerprint import nodes, relations
 from radar_pipeline.engine.impact import CONTROL, UTILITY
 from radar_pipeline.engine.impact import PLANNABLE as PLANNABLE_CLASS
 
@@ -121,18 +121,13 @@ def reads_only(text: str) -> bool:
     return all(name in READ_FUNCTIONS for name in _function_names(statements[0]))
 
 
-def _function_names(node: Any) -> Iterator[str]:
+def _function_names(tree: Any) -> Iterator[str]:
     """The (unqualified, lower-case) names of the functions a parse tree calls."""
-    if isinstance(node, dict):
+    for node in nodes(tree):
         call = node.get("FuncCall")
         if isinstance(call, dict):
             parts = [p.get("String", {}).get("sval", "") for p in call.get("funcname", []) if isinstance(p, dict)]
             yield (parts[-1] if parts else "").lower()
-        for value in node.values():
-            yield from _function_names(value)
-    elif isinstance(node, list):
-        for item in node:
-            yield from _function_names(item)
 
 
 def shape(text: str) -> Counter[str] | None:
