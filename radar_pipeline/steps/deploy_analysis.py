@@ -38,9 +38,8 @@ SHARED_SPAN = timedelta(hours=2)
 # windows do not overlap. A million samples are 82 MB in memory, and 234 MB while the COPY's stream is parsed.
 SHARED_SAMPLES = 1_000_000
 TEXT_LENGTH = 120  # characters of a changed statement's text kept with the analysis's result
-WHOLE_TEXT = 100_000  # a statement's whole stored text (radar.query keeps at most 8,192 characters), to parse it
 CAUSE_TEXT = 60  # characters of the culprit's text in a collateral detection's cause_detail
-FULL_TEXT = 100_000  # characters of a statement's text parsed to classify it (a cut text does not parse)
+FULL_TEXT = 100_000  # a statement's whole stored text, to parse it (a cut text may not parse, or parse as another)
 
 
 class AnalysisRefused(RuntimeError):
@@ -370,7 +369,7 @@ def _reads_do_not_write_wal(conn: sa.Connection, target: str, verdicts: pd.DataF
     wal = verdicts["cause"] == Cause.WAL_BOUND.value
     if not wal.any():
         return
-    texts = analysis.query_texts(conn, target, verdicts.loc[wal, KEY], length=WHOLE_TEXT)
+    texts = analysis.query_texts(conn, target, verdicts.loc[wal, KEY], length=FULL_TEXT)
     reads = wal & verdicts["queryid"].map(lambda q: reads_only(texts.get(int(q), ""))).astype(bool)
     if reads.any():
         words = [
