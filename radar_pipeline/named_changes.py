@@ -1,7 +1,7 @@
 """A change named at a deploy: an index dropped, a trigger added, a setting changed for a role, statistics reset.
 
 Produced from the catalog and settings facts the collector stores around each deploy (collector/catalog.py,
-warehouse/catalog.py) and from the deploy's own utility statements; attached to the detections whose relations,
+warehouse/catalog.py); attached to the detections whose relations,
 database or role it touches (steps/causes.py); stored with each verdict in radar.verdict.named_changes (JSON, one
 object per change, `to_json`) and said in words (`sentence`) by `radar verdicts`, Slack and the UI. Pure: no I/O.
 """
@@ -33,7 +33,6 @@ _VERBS = {
     ChangeKind.TABLE_REWRITTEN: "table {what} rewritten",
     ChangeKind.EXTENDED_STATISTICS_DROPPED: "extended statistics {what} dropped",
     ChangeKind.EXTENDED_STATISTICS_ADDED: "extended statistics {what} added",
-    ChangeKind.UTILITY_STATEMENT: "the deploy ran {what}",
 }
 
 

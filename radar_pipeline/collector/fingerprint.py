@@ -202,7 +202,7 @@ def relations(text: str) -> frozenset[str]:
 
 
 def nodes(tree: Any) -> Iterator[dict[str, Any]]:
-    """Every object (dict) of a parse tree in JSON form (pglast's parse_sql_json), depth first."""
+    """Every object (dict) of a tree in JSON form (pglast's parse_sql_json, EXPLAIN's FORMAT JSON), depth first."""
     if isinstance(tree, dict):
         yield tree
         for value in tree.values():

@@ -74,7 +74,7 @@ class Cause(StrEnum):
 
 class ChangeKind(StrEnum):
     """What a named change did (radar_pipeline/named_changes.py), most telling first: a statement touched by several
-    is given the cause of the first (CAUSE_OF_CHANGE)."""
+    is given the cause (CAUSE_OF_CHANGE) of the first that can slow it (named_changes.SLOWING)."""
 
     INDEX_DROPPED = "index_dropped"
     INDEX_INVALID = "index_invalid"  # left invalid or not ready (a failed CREATE INDEX CONCURRENTLY)
@@ -93,14 +93,11 @@ class ChangeKind(StrEnum):
     TABLE_REWRITTEN = "table_rewritten"  # a new relfilenode: VACUUM FULL, CLUSTER, a rewriting ALTER TABLE
     EXTENDED_STATISTICS_DROPPED = "extended_statistics_dropped"
     EXTENDED_STATISTICS_ADDED = "extended_statistics_added"
-    UTILITY_STATEMENT = "utility_statement"  # the deploy's own DDL seen in pg_stat_statements
 
 
 _SAME_WORD = {k.value for k in ChangeKind} & {c.value for c in Cause}
 # The cause a named change gives a statement it touches: its own word where there is one, else schema_changed.
 CAUSE_OF_CHANGE = {k: Cause(k.value) if k.value in _SAME_WORD else Cause.SCHEMA_CHANGED for k in ChangeKind}
-# Causes a named change gives: a statement with one of them has a change of its own (not collateral, not fleet_wide).
-NAMED_CAUSES = frozenset(CAUSE_OF_CHANGE.values())
 
 
 # What else a deploy changed, per statement (engine/impact.py's `kind`): replaced is either half of a statement the
@@ -110,4 +107,3 @@ IMPACT_KINDS = ("new", "stopped", "surge", "n_plus_one", "rows_per_call", "repla
 VERDICTS = tuple(Verdict)
 REASONS = tuple(Reason)
 CAUSES = tuple(Cause)
-CHANGE_KINDS = tuple(ChangeKind)

@@ -14,7 +14,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.collector.catalog import affects_plans
-from radar_pipeline.collector.fingerprint import relations
+from radar_pipeline.collector.fingerprint import nodes, relations
 from radar_pipeline.engine.vocabulary import ChangeKind
 from radar_pipeline.named_changes import NamedChange
 from radar_pipeline.pgss_model import KEY
@@ -22,7 +22,6 @@ from radar_pipeline.warehouse import analysis, catalog
 
 _NODE_RELATION = re.compile(r" on (\S+)$")
 _NODE_INDEX = re.compile(r" using (\S+) on ")
-TEXT_LENGTH = 100_000  # the whole stored text (radar.query keeps at most 8,192 characters)
 
 
 def name_changes(
@@ -47,7 +46,7 @@ def name_changes(
     roles = catalog.setting_roles(conn, target)
     paths = catalog.search_paths(conn, target)
     tables = catalog.table_schemas(conn, target)
-    texts = analysis.query_texts(conn, target, detections[KEY], length=TEXT_LENGTH)
+    texts = analysis.query_texts(conn, target, detections[KEY], length=analysis.WHOLE_TEXT)
     found = []
     for row in detections.to_dict("records"):
         named, indexes = _named_relations(texts.get(int(row["queryid"]), ""), row.get("plan_diff"))
@@ -87,17 +86,12 @@ def _named_relations(text: str, plan_diff: Any) -> tuple[set[str], set[str]]:
 
 def _plan_nodes(value: Any, named: set[str], indexes: set[str]) -> None:
     """The relations and indexes of the plans a diff may hold (EXPLAIN's JSON nodes), added to `named`/`indexes`."""
-    if isinstance(value, dict):
-        if isinstance(value.get("Relation Name"), str):
-            schema = value.get("Schema")
-            named.add(f"{schema}.{value['Relation Name']}" if isinstance(schema, str) else value["Relation Name"])
-        if isinstance(value.get("Index Name"), str):
-            indexes.add(value["Index Name"])
-        for item in value.values():
-            _plan_nodes(item, named, indexes)
-    elif isinstance(value, list):
-        for item in value:
-            _plan_nodes(item, named, indexes)
+    for node in nodes(value):
+        if isinstance(node.get("Relation Name"), str):
+            schema = node.get("Schema")
+            named.add(f"{schema}.{node['Relation Name']}" if isinstance(schema, str) else node["Relation Name"])
+        if isinstance(node.get("Index Name"), str):
+            indexes.add(node["Index Name"])
 
 
 def _search_schemas(

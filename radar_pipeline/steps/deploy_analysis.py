@@ -39,7 +39,6 @@ SHARED_SPAN = timedelta(hours=2)
 SHARED_SAMPLES = 1_000_000
 TEXT_LENGTH = 120  # characters of a changed statement's text kept with the analysis's result
 CAUSE_TEXT = 60  # characters of the culprit's text in a collateral detection's cause_detail
-FULL_TEXT = 100_000  # a statement's whole stored text, to parse it (a cut text may not parse, or parse as another)
 
 
 class AnalysisRefused(RuntimeError):
@@ -369,7 +368,7 @@ def _reads_do_not_write_wal(conn: sa.Connection, target: str, verdicts: pd.DataF
     wal = verdicts["cause"] == Cause.WAL_BOUND.value
     if not wal.any():
         return
-    texts = analysis.query_texts(conn, target, verdicts.loc[wal, KEY], length=FULL_TEXT)
+    texts = analysis.query_texts(conn, target, verdicts.loc[wal, KEY], length=analysis.WHOLE_TEXT)
     reads = wal & verdicts["queryid"].map(lambda q: reads_only(texts.get(int(q), ""))).astype(bool)
     if reads.any():
         words = [
@@ -438,7 +437,7 @@ def _classified(
     if candidates.empty:
         return found
     keys = window.keys.loc[candidates["query_key"].tolist()]
-    texts = analysis.query_texts(conn, target, keys, length=FULL_TEXT)
+    texts = analysis.query_texts(conn, target, keys, length=analysis.WHOLE_TEXT)
     classes = pd.Series(
         [statement_class(texts.get(int(q), "")) for q in keys["queryid"]], index=candidates["query_key"].to_numpy()
     ).dropna()

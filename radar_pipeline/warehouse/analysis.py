@@ -470,6 +470,11 @@ def window_health(conn: sa.Connection, target: str, lo: datetime, hi: datetime) 
     )
 
 
+# A statement's whole stored text (radar.query keeps at most 8,192 characters), for parsing it: a text cut short may
+# not parse, or parse as another statement.
+WHOLE_TEXT = 100_000
+
+
 def query_texts(conn: sa.Connection, target: str, keys: pd.DataFrame, length: int = 120) -> dict[int, str]:
     """queryid → the statement's text, whitespace folded and cut to `length` characters, for the given keys."""
     if keys.empty:
