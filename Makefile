@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 export DAGSTER_DISABLE_TELEMETRY := 1
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install lock demo dev test test-unit lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-location bench-gate bench-receiver bench-plans bench-causes clean
+.PHONY: install lock demo dev test test-unit lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-location bench-gate bench-receiver bench-plans bench-causes bench-power clean
 
 install: $(VENV)/.installed
 
@@ -113,6 +113,11 @@ bench-receiver: install
 # (about 7 minutes; ARGS=--quick three scenarios, ARGS=--pg15 the lab again on Debian's PostgreSQL 15).
 bench-causes: install
 	$(BIN)/python benchmarks/causes_lab.py $(ARGS)
+
+# Issue 29's lab: later looks, fleets of 8 targets, canary arms, statement groups and the budget's FDR procedure, each
+# against a ceiling of the same design; prints the targets' table (each part's script: benchmarks/power_*.py).
+bench-power: install
+	for part in benchmarks/power_*.py; do $(BIN)/python $$part $(ARGS) || exit 1; done
 
 bench-compact: install
 	$(BIN)/python benchmarks/compaction_bench.py

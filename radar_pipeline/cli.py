@@ -105,6 +105,8 @@ def db_upgrade(url: str | None) -> None:
 @click.option("--api-url", help="the code host's API (default: GITHUB_API_URL or CI_API_V4_URL)")
 @click.option("--run-url", help="the CI run that deployed (default: the CI's)")
 @click.option("--github-deployment", "github_deployment_id", type=click.IntRange(min=1), help="a GitHub deployment id")
+@click.option("--release", "release_id", help="a release id the deploys of one release to several targets share")
+@click.option("--canary-role", help="the database role the canary version connects as (a two-arm test during it)")
 @click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
 @click.pass_context
 def deploy(
@@ -121,6 +123,8 @@ def deploy(
     api_url: str | None,
     run_url: str | None,
     github_deployment_id: int | None,
+    release_id: str | None,
+    canary_role: str | None,
     warehouse: str | None,
 ) -> None:
     """Record a deploy (what CI calls after deploying); flags absent are read from the CI's own variables
@@ -159,6 +163,8 @@ def deploy(
         event = deploys.DeployEvent(
             deployed_at=deploys.parse_time(at, "--at") if at is not None else None,
             source=found.get("source", "cli") if deploy_id is None else "cli",
+            release_id=release_id,
+            canary_role=canary_role,
             **fields,  # type: ignore[arg-type]
         )
         recorded = deploys.record(_engine(warehouse), event, _configured_targets(), started=ctx.meta.get(STARTED))

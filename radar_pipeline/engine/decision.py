@@ -51,7 +51,7 @@ and 8 for every decidable statement not detected.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import numpy as np
 import pandas as pd
@@ -195,6 +195,10 @@ def analyse(
     deploy_at: datetime | pd.Timestamp,
     settings: EngineSettings | None = None,
     prior: pd.DataFrame | None = None,
+    *,
+    before: timedelta | None = None,
+    after: timedelta | None = None,
+    weights: pd.Series | None = None,
 ) -> pd.DataFrame:
     """Decide, for every statement in `counters`, whether the deploy at `deploy_at` made it slower.
 
@@ -221,19 +225,33 @@ def analyse(
     are taken to be as busy as the window); NaN estimates count as none. A statement with at least
     settings.prior_min_intervals is tested with them combined with its window's (docs/method.md); without (None, or
     a statement not in it), exactly as engine 2.2.0.
+
+    before, after: the spans analysed either side of the deploy (default settings.window each): a later look at a
+    deploy (issue 29) grows them; the tolerance stays settings.tolerance, so the change is still placed where the
+    first look would place it.
+    weights: optionally each statement's share of the budget (a Series indexed by query_key, summing to at most 1
+    over the statements of the whole family, which may be more than `counters` holds: a later look decides only the
+    statements still open, with the shares the whole family gave them); it must not depend on any after side's
+    latency. A decidable statement missing from it gets none (it cannot be detected). Without it, family_weights.
     """
     settings = settings or EngineSettings()
     deploy = _utc_ns(deploy_at)
-    width = int(settings.window.total_seconds() * 1e9)
-    extra = tuple(name for name in CAUSE_COUNTERS if name in counters.columns)
-    samples = window_samples(counters, deploy - width, deploy + width, extra)
+    samples = window_samples(
+        counters,
+        deploy - _ns(before or settings.window),
+        deploy + _ns(after or settings.window),
+        extra_counters(counters),
+    )
     if samples.groups == 0:
         return _result(samples, {})
 
     sides = _window_sides(samples, deploy)
     verdict, reason = _floors(sides, settings)
     decidable = verdict != Verdict.INSUFFICIENT_DATA
-    weight = family_weights(sides.time_before, decidable, settings.budget_time_weight)
+    if weights is None:
+        weight = family_weights(sides.time_before, decidable, settings.budget_time_weight)
+    else:
+        weight = _given_weights(samples, weights, decidable)
 
     rose = np.where(
         sides.mean_before_ms > 0,
@@ -277,6 +295,9 @@ def explain_detections(
     verdicts: pd.DataFrame,
     deploy_at: datetime | pd.Timestamp,
     settings: EngineSettings | None = None,
+    *,
+    before: timedelta | None = None,
+    after: timedelta | None = None,
 ) -> pd.DataFrame:
     """`verdicts` (analyse's result for `deploy_at`) with each detection's per-call figures, cause and cause_detail
     (causes.explain) computed again from `counters`: the counters of the detected statements alone (every key merged
@@ -290,9 +311,12 @@ def explain_detections(
     if not detected.any():
         return out
     deploy = _utc_ns(deploy_at)
-    width = int(settings.window.total_seconds() * 1e9)
-    extra = tuple(name for name in CAUSE_COUNTERS if name in counters.columns)
-    samples = window_samples(counters, deploy - width, deploy + width, extra)
+    samples = window_samples(
+        counters,
+        deploy - _ns(before or settings.window),
+        deploy + _ns(after or settings.window),
+        extra_counters(counters),
+    )
     position = pd.Index(samples.keys).get_indexer(verdicts["query_key"].to_numpy()[detected])
     if (position < 0).any():
         missing = verdicts["query_key"].to_numpy()[detected][position < 0]
@@ -312,6 +336,26 @@ def explain_detections(
         values[rows] = found[name].to_numpy()[position]
         out[name] = values
     return out
+
+
+def extra_counters(counters: pd.DataFrame) -> tuple[str, ...]:
+    """The counters giving a detection its cause (causes.CAUSE_COUNTERS) that `counters` carries."""
+    return tuple(name for name in CAUSE_COUNTERS if name in counters.columns)
+
+
+def _ns(span: timedelta) -> int:
+    if span <= timedelta(0):
+        raise ValueError(f"a span either side of the deploy must be positive, not {span}")
+    return int(span.total_seconds() * 1e9)
+
+
+def _given_weights(samples: WindowSamples, weights: pd.Series, decidable: np.ndarray) -> np.ndarray:
+    """The caller's budget shares, aligned with the samples' statements: NaN where not decidable, 0 where absent."""
+    values = weights.to_numpy(dtype=float)
+    if not (np.isfinite(values).all() and (values >= 0).all() and values.sum() <= 1 + 1e-9):
+        raise ValueError("weights must be finite, non-negative and sum to at most 1")
+    aligned = weights.reindex(pd.Index(samples.keys)).to_numpy(dtype=float)
+    return np.where(decidable, np.nan_to_num(aligned, nan=0.0), np.nan)
 
 
 def _intervals_without_split(
@@ -348,7 +392,8 @@ def _family_decision(
 ) -> None:
     """Steps 6 and 7 across the family: p_family = min(1, p / w); significant when ≤ the budget; `drift` when the
     shift beyond the trend is under θ; else `detected` (in place, in `found`, `verdict` and `reason`)."""
-    found.p_family = np.where(np.isnan(found.p_value), np.nan, np.minimum(1.0, found.p_value / weight))
+    with np.errstate(divide="ignore"):  # a statement given no share of the budget: p / 0 = inf, never detected
+        found.p_family = np.where(np.isnan(found.p_value), np.nan, np.minimum(1.0, found.p_value / weight))
     tested = ~np.isnan(found.p_family)
     significant = tested & (found.p_family <= settings.false_alert_budget)
     drift = significant & ~(found.shift_beyond_trend - 1 >= settings.threshold)

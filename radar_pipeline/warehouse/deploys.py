@@ -22,7 +22,13 @@ EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)  # no deploy predates this; a year-1
 BATCH = 5000  # rows per statement of an import
 # What a commit status needs (sql/0018), recorded with the deploy.
 STATUS_FIELDS = ("commit_sha", "repository", "code_host", "api_url", "run_url", "github_deployment_id")
-FIELDS = ("deploy_id", "target", "deployed_at", "service", "version", "source", "url", "metadata", *STATUS_FIELDS)
+# A release shared by several targets' deploys (a fleet), and the canary version's database role (sql/0027).
+ARM_FIELDS = ("release_id", "canary_role")
+FIELDS = (
+    "deploy_id", "target", "deployed_at", "service", "version", "source", "url", "metadata", *STATUS_FIELDS, *ARM_FIELDS
+)  # fmt: skip
+RELEASE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=/-]{0,127}")  # used with fullmatch
+ROLE_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1: a longer role name cannot exist
 COMMIT_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256, full: a status names the exact commit
 REPOSITORY = {
     "github": re.compile(r"[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}"),  # owner/name
@@ -79,6 +85,8 @@ class DeployEvent:
     api_url: str | None = None
     run_url: str | None = None
     github_deployment_id: int | None = None
+    release_id: str | None = None
+    canary_role: str | None = None
 
     @classmethod
     def stored(cls, row: Any) -> DeployEvent:
@@ -121,6 +129,16 @@ class DeployEvent:
         if self.url is not None and not URL.fullmatch(self.url):
             raise DeployError(f"url {self.url!r} is not an http(s) URL")
         self._check_status_fields()
+        if self.release_id is not None and not RELEASE_ID.fullmatch(self.release_id):
+            raise DeployError(
+                f"release {self.release_id!r} is not usable: 1-128 letters, digits or . _ : @ + = / -, starting with a "
+                "letter or digit"
+            )
+        role = self.canary_role
+        if role is not None and (not role or len(role.encode()) > ROLE_BYTES or CONTROL.search(role)):
+            raise DeployError(
+                f"canary role {role!r} is not a PostgreSQL role name (1-{ROLE_BYTES} bytes, no control characters)"
+            )
 
     def _check_status_fields(self) -> None:
         """The facts a commit status needs: each well formed, and together or not at all (commit, repository and
@@ -471,7 +489,7 @@ def differing(event: DeployEvent, stored: DeployEvent) -> list[str]:
     timed = event.deployed_at is not None and not same_job(event, stored)
     return [
         name
-        for name in ("target", "deployed_at", "service", "version", "url", *STATUS_FIELDS)
+        for name in ("target", "deployed_at", "service", "version", "url", *STATUS_FIELDS, *ARM_FIELDS)
         if (timed or name != "deployed_at") and getattr(event, name) != getattr(stored, name)
     ]
 
@@ -512,9 +530,9 @@ def _record(conn: sa.Connection, event: DeployEvent, targets: set[str], started:
     inserted = conn.execute(
         sa.text(
             "INSERT INTO radar.deploy_event (deploy_id, target, deployed_at, service, version, source, url, metadata, "
-            f"{', '.join(STATUS_FIELDS)}) "
+            f"{', '.join((*STATUS_FIELDS, *ARM_FIELDS))}) "
             "VALUES (:deploy_id, :target, :deployed_at, :service, :version, :source, :url, CAST(:metadata AS jsonb), "
-            f"{', '.join(':' + f for f in STATUS_FIELDS)}) "
+            f"{', '.join(':' + f for f in (*STATUS_FIELDS, *ARM_FIELDS))}) "
             "ON CONFLICT (deploy_id) DO NOTHING RETURNING deploy_id"
         ),
         params,
