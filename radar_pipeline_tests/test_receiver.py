@@ -189,18 +189,20 @@ def _generic(deploy_id: str, at: datetime, **over: Any) -> dict[str, Any]:
 def test_a_generic_deploy_stores_the_row_radar_deploy_would(served):
     at = _at(10)
     by_cli, by_http = _new_id("cli"), _new_id("http")
-    body = _generic(by_http, at)
+    body = {**_generic(by_http, at), "release_id": "2026.12.06-1", "canary_role": "shop_canary"}
     _radar_deploy(
         served.warehouse,
         ["--id", by_cli, "--target", "st-pass", "--at", at.isoformat(), "--service", body["service"], "--version",
          body["version"], "--url", body["url"], "--commit", SHA, "--repository", "acme/shop", "--code-host", "github",
-         "--api-url", body["api_url"], "--run-url", body["run_url"], "--github-deployment", "77"],
+         "--api-url", body["api_url"], "--run-url", body["run_url"], "--github-deployment", "77",
+         "--release", "2026.12.06-1", "--canary-role", "shop_canary"],
     )  # fmt: skip
     answer = served.post("generic", body, _bearer(DEPLOY_TOKEN))
     assert answer.status_code == 201, answer.text
     assert answer.text == f"deploy {by_http} to st-pass at {at.isoformat()}: recorded\n"
     assert _facts(_row(served.warehouse, by_http)) == _facts(_row(served.warehouse, by_cli))
     assert _row(served.warehouse, by_http)["source"] == "webhook-generic"  # type: ignore[index]
+    assert _facts(_row(served.warehouse, by_http))["canary_role"] == "shop_canary"
 
     again = served.post("generic", body, _bearer(BOTH_TOKEN))  # the same event again: idempotent
     assert again.status_code == 200 and again.text.endswith(": already recorded, unchanged\n"), again.text

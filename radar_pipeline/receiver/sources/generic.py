@@ -3,7 +3,8 @@ include `deploy` (docs/receiver.md):
 
     {"deploy_id": "gh-123-1", "target": "shop", "deployed_at": "2026-11-29T12:00:00Z", "service": "shop",
      "version": "1f2e3d4c5b6a", "url": "https://...", "commit_sha": "<40 hex>", "repository": "acme/shop",
-     "code_host": "github", "api_url": "https://api.github.com", "run_url": "https://...", "github_deployment_id": 7}
+     "code_host": "github", "api_url": "https://api.github.com", "run_url": "https://...", "github_deployment_id": 7,
+     "release_id": "2026.12.06-1", "canary_role": "shop_canary"}
 
 deploy_id and target are required (the target may be given as ?target= instead); every other field is optional and
 checked by the same rules as `radar deploy`'s flags; a key not listed here is refused. There is no delivery id: the
@@ -21,7 +22,7 @@ NAME = "generic"
 ID_PREFIXES: tuple[str, ...] = ()
 TEXT_FIELDS = (
     "deploy_id", "target", "deployed_at", "service", "version", "url", "commit_sha", "repository", "code_host",
-    "api_url", "run_url",
+    "api_url", "run_url", "release_id", "canary_role",
 )  # fmt: skip
 FIELDS = (*TEXT_FIELDS, "github_deployment_id")
 
