@@ -238,8 +238,8 @@ def analyse(
     deploy = _utc_ns(deploy_at)
     samples = window_samples(
         counters,
-        deploy - _ns(before or settings.window),
-        deploy + _ns(after or settings.window),
+        deploy - _ns(settings.window if before is None else before),
+        deploy + _ns(settings.window if after is None else after),
         extra_counters(counters),
     )
     if samples.groups == 0:
@@ -313,8 +313,8 @@ def explain_detections(
     deploy = _utc_ns(deploy_at)
     samples = window_samples(
         counters,
-        deploy - _ns(before or settings.window),
-        deploy + _ns(after or settings.window),
+        deploy - _ns(settings.window if before is None else before),
+        deploy + _ns(settings.window if after is None else after),
         extra_counters(counters),
     )
     position = pd.Index(samples.keys).get_indexer(verdicts["query_key"].to_numpy()[detected])

@@ -406,3 +406,26 @@ def test_a_step_of_a_fast_statement_is_never_taken_for_a_drift():
         np.full((1, 60), 50.0), ramp[None], np.arange(60.0)[None], np.array([60]), np.array([30])
     )[0]
     assert drift < 1.2
+
+
+def test_spans_either_side_of_the_deploy_cut_the_window_there():
+    # 120 intervals after the deploy: the default window sees 30 of them, a look 2 hours long all of them.
+    frame = counters("q", step(n_before=30, n_after=120, after=1.5))
+    first = one(frame)
+    later = analyse(frame, DEPLOY, before=timedelta(minutes=30), after=timedelta(hours=2)).iloc[0]
+    assert (first.n_before, first.n_after) == (30, 30)
+    assert (later.n_before, later.n_after) == (30, 120)
+    with pytest.raises(ValueError, match="must be positive"):
+        analyse(frame, DEPLOY, after=timedelta(0))
+
+
+def test_given_budget_shares_decide_p_family_and_a_statement_given_none_is_never_detected():
+    frame = pd.concat([counters("a", step(after=8.0)), counters("b", step(after=8.0, seed=1))])
+    shares = pd.Series({"a": 0.25})  # the family is larger than this call: b's share is elsewhere, or none
+    out = analyse(frame, DEPLOY, weights=shares).set_index("query_key")
+    assert out.loc["a", "verdict"] == "detected"
+    assert out.loc["a", "p_family"] == pytest.approx(min(1.0, out.loc["a", "p_value"] / 0.25))
+    assert out.loc["b", "verdict"] != "detected" and out.loc["b", "p_family"] == 1.0
+    for bad in (pd.Series({"a": 0.8, "b": 0.8}), pd.Series({"a": -0.1}), pd.Series({"a": np.nan})):
+        with pytest.raises(ValueError, match="weights must be"):
+            analyse(frame, DEPLOY, weights=bad)
