@@ -1,0 +1,258 @@
+"""Which statements of a window are decided together (issue 29, groups), their joint verdicts, and the mark each
+member's verdict carries when its group regressed.
+
+A group is formed from what the window's statements are, never from their latency: statements of one shape (the
+same parse tree with the relations' names and qualifiers taken out: `shape_key`), of one database role (userid), or
+touched by one change named in the window (issue 28's catalog and settings facts, matched as steps/causes.py
+matches them to a detection: an index dropped on a relation they read, a table rewritten, a setting changed for their
+role or database). Groups of at least engine.groups.MIN_MEMBERS statements in the window are formed; a statement may
+belong to several; groups with the same statements are one (named by the change, else the shape, else the role).
+Deciding them is the engine's (engine/groups.py), with the groups' share of the budget
+(engine.budget.split_group_budget), equal for each group formed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import sqlalchemy as sa
+
+from radar_pipeline.engine import EngineSettings, Verdict
+from radar_pipeline.engine.groups import GROUP_COLUMNS, MIN_MEMBERS, decide_groups
+from radar_pipeline.pgss_model import KEY
+from radar_pipeline.warehouse import analysis, catalog
+
+SHAPE, ROLE, CHANGE = "shape", "role", "change"
+# When two groups hold the same statements, the one kept: a named change says most, a role least.
+PREFERENCE = (CHANGE, SHAPE, ROLE)
+_RELATION_KEYS = {"relname", "schemaname", "catalogname"}
+_PLANNABLE = {"SelectStmt", "InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt"}
+_POSITIONS = {"location", "stmt_location", "stmt_len", "rexpr_list_start", "rexpr_list_end", "version"}
+_RELATION = "$relation"
+_VALUE = "$value"
+# The members' marks and the groups' rows, the columns a decided groups frame has (warehouse/groups.py STORED).
+MEMBER_KEYS = tuple(f"member_{k}" for k in KEY)
+
+
+@dataclass(frozen=True)
+class Group:
+    """A group of the window's statements: its id (kind and key), kind, how a sentence names its statements
+    ("statements of this shape"), and its members by the engine's query_key."""
+
+    group_id: str
+    kind: str
+    label: str
+    members: tuple[int, ...]
+
+
+@lru_cache(maxsize=1 << 16)
+def shape_key(text: str) -> str | None:
+    """The shape of a plannable statement's text: a hash of its parse tree without constants, parameters, positions,
+    aliases and the names of the relations it reads or writes (and of the qualifiers of its columns), so the same
+    statement over different tables shares it. None for a text the parser does not accept or that PostgreSQL does
+    not plan (a utility statement: its shape says nothing of its work)."""
+    from pglast import parser
+
+    try:
+        tree = json.loads(parser.parse_sql_json(text))
+    except parser.ParseError:
+        return None
+    statements = tree.get("stmts") or []
+    if len(statements) != 1 or not set(statements[0].get("stmt", {})) & _PLANNABLE:
+        return None
+    shape = json.dumps(_abstract(statements[0]["stmt"]), separators=(",", ":"), sort_keys=True).encode()
+    return hashlib.blake2b(shape, digest_size=8, person=b"radar-shape-1").hexdigest()
+
+
+def _abstract(node: Any) -> Any:
+    """The tree without what differs between the same statement over different relations (see shape_key)."""
+    if isinstance(node, dict):
+        if "A_Const" in node or "ParamRef" in node:
+            return _VALUE
+        if "ColumnRef" in node:  # t.col → $relation.col: a column's qualifier is its relation's name or alias
+            fields = node["ColumnRef"].get("fields", [])
+            return {"ColumnRef": [_RELATION] * (len(fields) - 1) + [_abstract(f) for f in fields[-1:]]}
+        out = {}
+        for key, value in node.items():
+            if key in _POSITIONS:
+                continue
+            if key in _RELATION_KEYS or key == "alias" or key == "aliasname":
+                out[key] = _RELATION
+            else:
+                out[key] = _abstract(value)
+        return out
+    if isinstance(node, list):
+        return [_abstract(item) for item in node]
+    return node
+
+
+def form_groups(
+    conn: sa.Connection,
+    target: str,
+    window: analysis.WindowCounters,
+    lo: datetime,
+    hi: datetime,
+) -> list[Group]:
+    """The window's groups (see the module docstring) of at least MIN_MEMBERS statements, by shape, role and named
+    change, without two of the same statements; from the statements' texts and keys and the catalog facts of the
+    window [lo, hi], never from their latency."""
+    keys = window.keys
+    if len(keys) < MIN_MEMBERS:
+        return []
+    texts = analysis.query_texts(conn, target, keys, length=analysis.WHOLE_TEXT)
+    found: list[Group] = []
+    shapes: dict[str, list[int]] = {}
+    for code, queryid in zip(keys.index, keys["queryid"], strict=True):
+        shape = shape_key(texts.get(int(queryid), "")) if int(queryid) in texts else None
+        if shape is not None:
+            shapes.setdefault(shape, []).append(int(code))
+    for shape, members in shapes.items():
+        found.append(Group(f"{SHAPE}:{shape}", SHAPE, "statements of this shape", tuple(members)))
+    role_names = {oid: name for name, oid in catalog.setting_roles(conn, target).items()}
+    for userid, members in keys.groupby("userid").groups.items():
+        name = role_names.get(int(userid))
+        label = f"statements of role {name}" if name else f"statements of role oid {int(userid)}"
+        found.append(Group(f"{ROLE}:{int(userid)}", ROLE, label, tuple(int(m) for m in members)))
+    found.extend(_change_groups(conn, target, keys, lo, hi))
+    return _distinct([g for g in found if len(g.members) >= MIN_MEMBERS])
+
+
+def _change_groups(conn: sa.Connection, target: str, keys: pd.DataFrame, lo: datetime, hi: datetime) -> list[Group]:
+    """A group per change named in the window that can slow a statement, of the statements it touches (matched as
+    steps/causes.py matches a detection, whenever in the window the change was seen)."""
+    from radar_pipeline.steps.causes import name_changes
+
+    changes = [c for c in catalog.changes_between(conn, target, lo, hi) if c.slows]
+    if not changes:
+        return []
+    rows = keys.reset_index(drop=True).assign(change_at=None)
+    touched = name_changes(conn, target, rows, lo, hi, timedelta(0))
+    members: dict[str, list[int]] = {}
+    named: dict[str, Any] = {}
+    for code, found in zip(keys.index, touched, strict=True):
+        for change in found:
+            if not change.slows:
+                continue
+            ident = hashlib.blake2b(
+                json.dumps(change.to_json(), sort_keys=True, default=str).encode(), digest_size=8
+            ).hexdigest()
+            members.setdefault(ident, []).append(int(code))
+            named[ident] = change
+    return [
+        Group(f"{CHANGE}:{ident}", CHANGE, f"statements touched by the change ({named[ident].sentence()})", tuple(m))
+        for ident, m in members.items()
+    ]
+
+
+def _distinct(groups: list[Group]) -> list[Group]:
+    """The groups without repeats of the same statements (the most telling kind kept), in a fixed order."""
+    kept: dict[frozenset[int], Group] = {}
+    for group in sorted(groups, key=lambda g: (PREFERENCE.index(g.kind), g.group_id)):
+        kept.setdefault(frozenset(group.members), group)
+    return sorted(kept.values(), key=lambda g: (PREFERENCE.index(g.kind), g.group_id))
+
+
+def decide(
+    verdicts: pd.DataFrame, groups: list[Group], budget: float, settings: EngineSettings
+) -> tuple[pd.DataFrame, list[str | None]]:
+    """Decide the groups from the analysed verdicts (query_key, KEY columns and the engine's estimates at the
+    deploy) with the groups' budget; returns the groups frame (engine.groups.GROUP_COLUMNS, then kind, label,
+    statements, sentence and the tested members' keys as arrays: warehouse/groups.py STORED) and, per verdict row,
+    the mark of the detected groups it was a tested member of (None: none)."""
+    marks: list[list[str]] = [[] for _ in range(len(verdicts))]
+    if not groups:
+        return _frame([]), [None] * len(verdicts)
+    decided = decide_groups(verdicts, {g.group_id: g.members for g in groups}, budget, settings)
+    position = pd.Index(verdicts["query_key"].to_numpy())
+    estimated = np.isfinite(verdicts["log_factor_at_deploy"].to_numpy(dtype=float))
+    rows: list[dict[str, Any]] = []
+    for group, result in zip(groups, decided.to_dict("records"), strict=True):
+        at = position.get_indexer(list(group.members))
+        at = at[at >= 0]
+        tested = at[estimated[at]]
+        sentence = _sentence(group, result)
+        keys = verdicts.iloc[tested]
+        rows.append(
+            {
+                **result,
+                "kind": group.kind,
+                "label": group.label,
+                "statements": len(group.members),
+                "sentence": sentence,
+                **{f"member_{k}": [_plain(v) for v in keys[k]] for k in KEY},
+            }
+        )
+        if result["verdict"] == Verdict.DETECTED:
+            for row in tested:
+                marks[row].append(sentence)
+    mark = [f"in a group that regressed: {'; '.join(m)}" if m else None for m in marks]
+    return _frame(rows), mark
+
+
+def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    columns = [*GROUP_COLUMNS, "kind", "label", "statements", "sentence", *MEMBER_KEYS]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _sentence(group: Group, result: dict[str, Any]) -> str:
+    """The group's verdict in words: "15 statements of this shape slowed ×1.50 (×1.31–×1.72)"."""
+    m = int(result["members"])
+    if result["verdict"] == Verdict.INSUFFICIENT_DATA:
+        return f"{len(group.members)} {group.label}: too few with enough data to decide together ({m})"
+    size = f"×{result['factor']:.2f} (×{result['factor_low']:.2f}–×{result['factor_high']:.2f})"
+    if result["verdict"] == Verdict.DETECTED:
+        return f"{m} {group.label} slowed {size}"
+    if result["verdict"] == Verdict.NO_REGRESSION:
+        return f"{m} {group.label} did not slow together: {size}"
+    return f"{m} {group.label}: {size}, not decided"
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """A window's groups, formed before its statements are decided, and the budget split they imply: the settings
+    the statements are decided with (their budget reduced by the groups' share when there are groups) and the
+    groups' budget (engine.budget.split_group_budget)."""
+
+    groups: list[Group]
+    statement_settings: EngineSettings
+    budget: float
+
+
+def plan_groups(
+    conn: sa.Connection,
+    target: str,
+    window: analysis.WindowCounters,
+    lo: datetime,
+    hi: datetime,
+    settings: EngineSettings,
+) -> GroupPlan:
+    """The window's groups (form_groups) and the split of the look's budget (settings.false_alert_budget) between
+    the statements and the groups: GROUP_SHARE to the groups when there are any."""
+    from dataclasses import replace
+
+    from radar_pipeline.engine.budget import split_group_budget
+
+    groups = form_groups(conn, target, window, lo, hi)
+    statements, for_groups = split_group_budget(settings.false_alert_budget, bool(groups))
+    return GroupPlan(groups, replace(settings, false_alert_budget=statements), for_groups)
+
+
+def decide_and_mark(verdicts: pd.DataFrame, plan: GroupPlan, settings: EngineSettings) -> pd.DataFrame:
+    """Decide the planned groups from the analysed verdicts (`decide`) and mark each tested member of a detected
+    group in its verdict's group_regressed (in place); returns the groups frame to store."""
+    from radar_pipeline.warehouse.analysis import ANALYSED_VERDICTS
+
+    decided, marks = decide(verdicts, plan.groups, plan.budget, settings)
+    ANALYSED_VERDICTS.assign(verdicts, "group_regressed", pd.Series(marks, index=verdicts.index, dtype=object))
+    return decided
