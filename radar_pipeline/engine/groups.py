@@ -6,12 +6,16 @@ log_se_at_deploy, dof_at_deploy: the log factor of its window means, with the te
 freedom; fixed before any split is chosen, so no selection biases it). A group of at least MIN_MEMBERS such members
 is tested:
 
-- the decision, a Stouffer combination with equal weights of the members' one-sided statistics: member i's
-  t_i = (y_i − ln(1 + θ)) / s_i on ν_i degrees of freedom gives p_i, z_i = Φ⁻¹(1 − p_i), and Z = Σ z_i / √m. Under
-  H0 — no member slowed beyond 1 + θ — every z_i is stochastically at most N(0, 1) whatever the members' sizes,
-  noise or number of calls (each member's own test carries those), so for independent members Z is too (Stouffer
-  et al. 1949; Whitlock 2005). Equal weights, because weights from the members' standard errors would use the after
-  side's latency; a sparse member counts as much as a busy one, which is what a shape of many small tables needs.
+- the decision, a weighted Stouffer combination of the members' one-sided statistics: member i's
+  t_i = (y_i − ln(1 + θ)) / s_i on ν_i degrees of freedom gives p_i, z_i = Φ⁻¹(1 − p_i), and
+  Z = Σ w_i z_i / √(Σ w_i²). Under H0 — no member slowed beyond 1 + θ — every z_i is stochastically at most
+  N(0, 1) whatever the members' sizes, noise or number of calls (each member's own test carries those), so for
+  independent members and fixed weights Z is too (Stouffer et al. 1949; Whitlock 2005, weights ∝ 1/SE). The weights
+  are 1 / s̃_i, the member's standard error widened for its own degrees of freedom (s_i · t_ν,0.975 / z_0.975), capped
+  at WEIGHT_CAP × their median: a precise member counts more, as in the ceiling's inverse-variance combination,
+  while one whose noise happened to be underestimated cannot carry the group. The weights depend on the data only
+  through the standard errors, which H0 leaves symmetric about the estimates; measured at H0's boundary the level
+  holds (docs/groups.md).
 - the size, a random-effects estimate of the members' typical factor (DerSimonian & Laird 1986) with the
   Hartung–Knapp–Sidik–Jonkman small-sample interval on m − 1 degrees of freedom, its variance floored at the
   fixed-effect one (the modified HKSJ of Röver, Knapp & Friede 2015): the "×1.5 (×1.3–×1.7)" of the report. The
@@ -43,6 +47,8 @@ from radar_pipeline.engine.vocabulary import Verdict
 # A group is tested from this many members with an estimate at the deploy: fewer, and its interval on m − 1 degrees
 # of freedom is too wide to tell anything (t_3,0.975 = 3.2), while a pair is better read from its two verdicts.
 MIN_MEMBERS = 5
+# No member weighs more than this many times the members' median weight in the joint test.
+WEIGHT_CAP = 3.0
 GROUP_KINDS = ("shape", "role", "change")
 # The member columns the joint test reads (analyse's result).
 MEMBER_COLUMNS = ("query_key", "log_factor_at_deploy", "log_se_at_deploy", "dof_at_deploy")
@@ -106,10 +112,11 @@ def joint_test(
     limit = np.log1p(threshold)
     p_members = stats.t.sf((y - limit) / s, nu)
     z_members = stats.norm.isf(np.clip(p_members, 1e-300, 1 - 1e-16))
-    z = float(z_members.sum() / np.sqrt(m))
     # The members' standard errors widened for their own degrees of freedom: a sparse member's estimate of its noise
     # is itself uncertain.
     wide = s * stats.t.ppf(0.975, nu) / stats.norm.ppf(0.975)
+    weight = np.minimum(1.0 / wide, WEIGHT_CAP * float(np.median(1.0 / wide)))
+    z = float((weight * z_members).sum() / np.sqrt((weight**2).sum()))
     mu, var, tau2 = _random_effects(y, wide)
     top = int(np.argmax(y))
     but_one, _, _ = _random_effects(np.delete(y, top), np.delete(wide, top))

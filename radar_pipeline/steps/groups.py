@@ -2,7 +2,10 @@
 member's verdict carries when its group regressed.
 
 A group is formed from what the window's statements are, never from their latency: statements of one shape (the
-same parse tree with the relations' names and qualifiers taken out: `shape_key`), of one database role (userid), or
+same parse tree with the relations' names and qualifiers taken out: `shape_key`), of one database role (userid:
+only where the window holds several roles — a single role's group would be every statement of the target, whose
+typical statement a deploy slowing a few among many never moves, and it would take the groups' share of the budget
+from every analysis for that), or
 touched by one change named in the window (issue 28's catalog and settings facts, matched as steps/causes.py
 matches them to a detection: an index dropped on a relation they read, a table rewritten, a setting changed for their
 role or database). Groups of at least engine.groups.MIN_MEMBERS statements in the window are formed; a statement may
@@ -116,7 +119,8 @@ def form_groups(
     for shape, members in shapes.items():
         found.append(Group(f"{SHAPE}:{shape}", SHAPE, "statements of this shape", tuple(members)))
     role_names = {oid: name for name, oid in catalog.setting_roles(conn, target).items()}
-    for userid, members in keys.groupby("userid").groups.items():
+    by_role = keys.groupby("userid").groups
+    for userid, members in by_role.items() if len(by_role) > 1 else ():
         name = role_names.get(int(userid))
         label = f"statements of role {name}" if name else f"statements of role oid {int(userid)}"
         found.append(Group(f"{ROLE}:{int(userid)}", ROLE, label, tuple(int(m) for m in members)))

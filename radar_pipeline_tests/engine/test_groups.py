@@ -17,14 +17,14 @@ MEMBERS = 15
 RATE = (1.0, 2.0)  # calls per one-minute scrape: 30 to 60 calls each side of the deploy
 
 
-def _members(seed: int, factor: float, cv: tuple[float, float] = (0.5, 3.0)) -> pd.DataFrame:
-    """analyse's verdicts for MEMBERS sparse statements each stepped by `factor` at the deploy."""
-    fleet = draw(MEMBERS, seed, stepped=1.0, steps=(factor,), rate=RATE, cv=cv)
+def _members(seed: int, factor: float, cv: tuple[float, float] = (0.5, 3.0), lag: int = 1) -> pd.DataFrame:
+    """analyse's verdicts for MEMBERS sparse statements each stepped by `factor` `lag` intervals after the deploy."""
+    fleet = draw(MEMBERS, seed, stepped=1.0, steps=(factor,), rate=RATE, cv=cv, lag_intervals=lag)
     return analyse(fleet.counters, DEPLOY, SETTINGS)
 
 
 def _joint_p(seed: int, factor: float) -> float:
-    out = _members(seed, factor)
+    out = _members(seed, factor, lag=0)  # from the deploy's own interval: exactly on the boundary, not inside H0
     found = joint_test(out["log_factor_at_deploy"], out["log_se_at_deploy"], out["dof_at_deploy"], SETTINGS.threshold)
     assert found is not None and found.members == MEMBERS
     return found.p_value
