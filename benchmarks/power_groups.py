@@ -32,6 +32,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -50,6 +51,9 @@ B = 0.1
 GROUP = 15
 OTHERS = 85
 LAB_STEPS = (1.3, 1.5, 1.8, 2.0, 2.5)
+# A row of the power table: its name, the step (or steps drawn from), calls per scrape, per-call CV, minutes each
+# side, seconds between scrapes.
+Design = tuple[str, float | tuple[float, ...], tuple[float, float], tuple[float, float], int, int]
 
 
 def _fleet(
@@ -131,14 +135,17 @@ def power(
     cv: tuple[float, float],
     minutes: int,
     scrape_s: int,
+    look: float = look_budget(B, 0),
+    groups: tuple[str, ...] = ("shape", "role"),
 ) -> dict[str, float]:
-    """The group detected, the members' own recall (reduced and whole budget), and both ceilings, over `runs`."""
+    """The group detected, the members' own recall (reduced and whole budget), and both ceilings, over `runs`: with
+    the look's budget `look`, its groups' share shared among `groups` (the shape's first)."""
     settings = EngineSettings(window=timedelta(minutes=minutes))
-    look = look_budget(B, 0)
     statements, groups_budget = split_group_budget(look, True)
     reduced = dataclasses.replace(settings, false_alert_budget=statements)
     whole = dataclasses.replace(settings, false_alert_budget=look)
-    share = groups_budget * float(group_weights(["shape", "role"])["shape"])
+    share = groups_budget * float(group_weights(list(groups))["shape"])
+    formed = {"shape": list(range(GROUP)), "role": list(range(GROUP + OTHERS))}
     found = {
         "group": 0.0,
         "members": 0.0,
@@ -151,9 +158,7 @@ def power(
         group, others = _fleet(1000 + r, step, rate, cv, minutes, scrape_s)
         counters = _together(group, others)
         out = analyse(counters, DEPLOY, reduced)
-        decided = decide_groups(
-            out, {"shape": list(range(GROUP)), "role": list(range(GROUP + OTHERS))}, groups_budget, settings
-        )
+        decided = decide_groups(out, {g: formed[g] for g in groups}, groups_budget, settings)
         found["group"] += decided.loc[0, "verdict"] == Verdict.DETECTED
         found["members_above"] += decided.loc[0, "members_above"] / GROUP
         found["members"] += (out["verdict"].iloc[:GROUP] == Verdict.DETECTED).mean()
@@ -195,14 +200,22 @@ def main() -> None:
         "| members' ceiling | members' estimate > 1 + θ |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    designs = [
+    designs: list[Design] = [
         ("15 of one shape ×1.4, 30–60 calls a side, CV 0.5–3", 1.4, (1.0, 2.0), (0.5, 3.0), 30, 60),
         ("15 of one shape ×1.4, 30–60 calls a side, CV 0.5–1", 1.4, (1.0, 2.0), (0.5, 1.0), 30, 60),
         ("15 of one shape ×1.4, 60–120 calls a side, CV 0.5–3", 1.4, (2.0, 4.0), (0.5, 3.0), 30, 60),
         ("issue's lab: 15 ×1.3–×2.5, 3-min windows, 13–147 calls a side", LAB_STEPS, (0.7, 8.0), (0.5, 3.0), 3, 10),
     ]
-    for name, step, rate, cv, minutes, scrape_s in designs:
-        p = power(runs, step, rate, cv, minutes, scrape_s)
+    # The first design again with more of the budget for its group: what the schedule, not the test, decides.
+    budgets: dict[str, dict[str, Any]] = {
+        "the same, the shape's group alone (0.01 to it)": {"groups": ("shape",)},
+        "the same, the shape's group alone, the whole B's groups' share (0.02)": {"groups": ("shape",), "look": B},
+    }
+    rows: list[tuple[Design, dict[str, Any]]] = [(d, {}) for d in designs] + [
+        ((n, *designs[0][1:]), kw) for n, kw in budgets.items()
+    ]
+    for (name, step, rate, cv, minutes, scrape_s), extra in rows:
+        p = power(runs, step, rate, cv, minutes, scrape_s, **extra)
         ratio = p["group"] / p["group_ceiling"] if p["group_ceiling"] > 0 else float("nan")
         print(
             f"| {name} | {p['group']:.1%} | {p['group_ceiling']:.1%} | {ratio:.2f} | {p['members']:.1%} | "

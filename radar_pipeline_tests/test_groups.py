@@ -19,7 +19,9 @@ import pandas as pd
 import pytest
 import sqlalchemy as sa
 
+from radar_pipeline.alerts.render import escape, render
 from radar_pipeline.engine import EngineSettings, Verdict
+from radar_pipeline.steps.alert_delivery import deploy_facts, regression_of
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 from radar_pipeline.steps.groups import shape_key
 from radar_pipeline.warehouse import alerts, deploys
@@ -109,6 +111,9 @@ def test_statements_of_one_shape_a_little_slower_are_found_together(recorded, wa
     with warehouse.connect() as conn:
         to_alert = alerts.detections(conn, "slowed")
     assert set(SLOWED) <= set(to_alert["queryid"]) and to_alert["change_at"].notna().all()
+    text, blocks = render(deploy_facts(to_alert), [regression_of(r) for r in to_alert.itertuples()])
+    fields = [f["text"] for b in blocks if b.get("type") == "section" for f in b.get("fields", [])]
+    assert f"*Group:* in a group that regressed: {escape(group['sentence'])}" in fields
 
     # A re-analysis replaces the groups with the verdicts, in the same transaction.
     analyse_deploy(run, "slowed")
@@ -124,3 +129,19 @@ def test_a_steady_deploy_has_its_groups_decided_and_none_regressed(recorded, war
     assert list(stored["kind"]) == ["shape"]  # one role: no role group (it would be every statement)
     assert (stored["verdict"] != Verdict.DETECTED).all()
     assert _verdicts(warehouse, "steady")["group_regressed"].isna().all()
+
+
+def test_a_shape_is_the_statement_without_its_relations_names():
+    same = (
+        "SELECT o.id, o.total FROM orders_1 o WHERE o.c > $1 AND o.d = 3 LIMIT $2",
+        "SELECT x.id, x.total FROM orders_2 AS x WHERE x.c > $3 AND x.d = 5 LIMIT $4",
+        "select o.id,   o.total from orders_3 o where o.c > $1 and o.d = 3 limit $2",
+    )
+    assert len({shape_key(t) for t in same}) == 1 and shape_key(same[0]) is not None
+    other_column = "SELECT o.id, o.amount FROM orders_1 o WHERE o.c > $1 AND o.d = 3 LIMIT $2"
+    other_operator = "SELECT o.id, o.total FROM orders_1 o WHERE o.c < $1 AND o.d = 3 LIMIT $2"
+    assert shape_key(other_column) != shape_key(same[0]) != shape_key(other_operator)
+    assert shape_key(SHAPE.format(1)) == shape_key(SHAPE.format(2))
+    # Utility statements, several statements and what does not parse have no shape.
+    assert shape_key("SET work_mem = '64kB'") is None
+    assert shape_key("SELECT 1; SELECT 2") is None and shape_key("SELEC x FROM") is None
