@@ -145,3 +145,34 @@ def test_a_shape_is_the_statement_without_its_relations_names():
     # Utility statements, several statements and what does not parse have no shape.
     assert shape_key("SET work_mem = '64kB'") is None
     assert shape_key("SELECT 1; SELECT 2") is None and shape_key("SELEC x FROM") is None
+
+
+def test_a_setting_changed_for_the_role_at_the_deploy_groups_the_role_s_statements(warehouse):
+    """`ALTER ROLE app SET work_mem = '64kB'` caught between two catalog captures at the deploy (radar.catalog_fact,
+    issue 28): the statements the role runs form a group named by the change, decided beside the shape's."""
+    at = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+    store_counters(warehouse, "work-mem", _counters(at, 1.4, np.random.default_rng(31)), {**SLOWED, **OTHERS})
+    deploys.record(warehouse, deploys.DeployEvent("work-mem", "work-mem", at))
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.catalog_fact (target, kind, identity, dbid, roleid, relation, name, role, database, "
+                "value, first_seen_at, last_seen_before) VALUES "
+                "('work-mem', 'role_setting', 'app/work_mem', NULL, 10, NULL, 'work_mem', 'app', NULL, '4MB', "
+                ":first, NULL), "
+                "('work-mem', 'role_setting', 'app/work_mem', NULL, 10, NULL, 'work_mem', 'app', NULL, '64kB', "
+                ":after, :before)"
+            ),
+            {"first": at - timedelta(days=1), "after": at + timedelta(seconds=5), "before": at - timedelta(seconds=5)},
+        )
+    analyse_deploy(AnalysisRun(warehouse, SETTINGS), "work-mem")
+    with warehouse.connect() as conn:
+        stored = groups_of(conn, "work-mem").set_index("kind")
+    assert sorted(stored.index) == ["change", "shape"]
+    change = stored.loc["change"]
+    assert change["statements"] == len(SLOWED) + len(OTHERS)
+    assert "statements touched by the change (work_mem for role app (4MB → 64kB)" in change["label"]
+    assert change["verdict"] == Verdict.DETECTED and stored.loc["shape", "verdict"] == Verdict.DETECTED
+    marks = _verdicts(warehouse, "work-mem")["group_regressed"]
+    assert marks.loc[101].count(" slowed ×") == 2  # in both groups
+    assert marks.loc[list(OTHERS)].str.contains("work_mem for role app").all()

@@ -20,7 +20,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
@@ -30,6 +30,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.engine import EngineSettings, Verdict
 from radar_pipeline.engine.groups import GROUP_COLUMNS, MIN_MEMBERS, decide_groups
+from radar_pipeline.named_changes import NamedChange
 from radar_pipeline.pgss_model import KEY
 from radar_pipeline.warehouse import analysis, catalog
 
@@ -117,31 +118,56 @@ def form_groups(
         name = role_names.get(int(userid))
         label = f"statements of role {name}" if name else f"statements of role oid {int(userid)}"
         found.append(Group(f"{ROLE}:{int(userid)}", ROLE, label, tuple(int(m) for m in members)))
-    found.extend(_change_groups(conn, target, keys, lo, hi))
+    found.extend(_change_groups(conn, target, keys, texts, lo, hi))
     return _distinct([g for g in found if len(g.members) >= MIN_MEMBERS])
 
 
-def _change_groups(conn: sa.Connection, target: str, keys: pd.DataFrame, lo: datetime, hi: datetime) -> list[Group]:
-    """A group per change named in the window that can slow a statement, of the statements it touches (matched as
-    steps/causes.py matches a detection, whenever in the window the change was seen)."""
+def _change_groups(
+    conn: sa.Connection, target: str, keys: pd.DataFrame, texts: dict[int, str], lo: datetime, hi: datetime
+) -> list[Group]:
+    """A group per change named in the window that can slow a statement, of the statements it touches, whenever in
+    the window the change was seen: a setting that affects plans, those of its role and/or database (all, when set
+    server-wide); a catalog change, those matched as steps/causes.py matches a detection to it — asked only for the
+    statements whose text holds the relation's (or index's) bare name, since matching parses each text."""
+    from radar_pipeline.collector.catalog import affects_plans
+    from radar_pipeline.engine.vocabulary import ChangeKind
     from radar_pipeline.steps.causes import name_changes
 
     changes = [c for c in catalog.changes_between(conn, target, lo, hi) if c.slows]
     if not changes:
         return []
-    rows = keys.reset_index(drop=True).assign(change_at=None)
-    touched = name_changes(conn, target, rows, lo, hi, timedelta(0))
     members: dict[str, list[int]] = {}
-    named: dict[str, Any] = {}
-    for code, found in zip(keys.index, touched, strict=True):
-        for change in found:
-            if not change.slows:
-                continue
-            ident = hashlib.blake2b(
-                json.dumps(change.to_json(), sort_keys=True, default=str).encode(), digest_size=8
-            ).hexdigest()
-            members.setdefault(ident, []).append(int(code))
-            named[ident] = change
+    named: dict[str, NamedChange] = {}
+
+    def add(change: NamedChange, codes: list[int]) -> None:
+        ident = hashlib.blake2b(
+            json.dumps(change.to_json(), sort_keys=True, default=str).encode(), digest_size=8
+        ).hexdigest()
+        members.setdefault(ident, []).extend(codes)
+        named[ident] = change
+
+    roles = catalog.setting_roles(conn, target)
+    for change in changes:
+        if change.kind != ChangeKind.SETTING_CHANGED or not affects_plans(change.name):
+            continue
+        mask = np.ones(len(keys), dtype=bool)
+        if change.dbid is not None:
+            mask &= keys["dbid"].to_numpy() == change.dbid
+        if change.role is not None:
+            mask &= keys["userid"].to_numpy() == roles.get(change.role, -1)
+        add(change, [int(c) for c in keys.index[mask]])
+    on_relations = [c for c in changes if c.kind != ChangeKind.SETTING_CHANGED]
+    words = {w.lower() for c in on_relations for w in ((c.relation or "").replace('"', "").rpartition(".")[2], c.name)}
+    words.discard("")
+    lowered = {q: t.lower() for q, t in texts.items()}
+    near = [any(w in lowered.get(int(q), "") for w in words) for q in keys["queryid"]]
+    if on_relations and any(near):
+        rows = keys[near]
+        touched = name_changes(conn, target, rows.reset_index(drop=True).assign(change_at=None), lo, hi)
+        for code, found in zip(rows.index, touched, strict=True):
+            for change in found:
+                if change.kind != ChangeKind.SETTING_CHANGED and change.slows:
+                    add(change, [int(code)])
     return [
         Group(f"{CHANGE}:{ident}", CHANGE, f"statements touched by the change ({named[ident].sentence()})", tuple(m))
         for ident, m in members.items()
