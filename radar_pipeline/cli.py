@@ -212,6 +212,7 @@ def verdicts(deploy_id: str, show_all: bool, output: str, warehouse: str | None)
     from radar_pipeline.engine.vocabulary import VERDICTS
     from radar_pipeline.warehouse.analysis import deploy_states, impact_of, verdicts_of
     from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX
+    from radar_pipeline.warehouse.groups import groups_of
 
     try:
         engine = _engine(warehouse)
@@ -219,6 +220,7 @@ def verdicts(deploy_id: str, show_all: bool, output: str, warehouse: str | None)
             table = verdicts_of(conn, deploy_id)
             summary, changes = impact_of(conn, deploy_id)
             state = deploy_states(conn, [deploy_id])
+            decided_groups = groups_of(conn, deploy_id)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     except Exception as exc:
@@ -241,6 +243,7 @@ def verdicts(deploy_id: str, show_all: bool, output: str, warehouse: str | None)
             click.echo(cleared)
     if what == "deploy":
         _print_impact(summary, changes, show_all)
+    _print_groups(decided_groups, show_all)
     shown = table if show_all else table.head(40)
     _print_verdicts(shown)
     if len(shown) < len(table):
@@ -367,6 +370,19 @@ def _print_impact(summary: pd.DataFrame, changes: pd.DataFrame, show_all: bool) 
         click.echo(f"… {len(changes) - len(shown)} more load changes (--all)")
 
 
+def _print_groups(groups: pd.DataFrame, show_all: bool) -> None:
+    """The groups decided together (issue 29), detections first: each one's verdict and sentence ("15 statements
+    of this shape slowed ×1.50 (×1.31–×1.72)"), its members' queryids; those without enough members are counted."""
+    tested = groups[groups["verdict"] != "insufficient_data"]
+    shown = tested if show_all else tested.head(10)
+    for g in shown.itertuples():
+        queryids = ", ".join(str(q) for q in list(g.member_queryid)[:8])
+        more = f" … {len(g.member_queryid) - 8} more" if len(g.member_queryid) > 8 else ""
+        click.echo(f"group {g.verdict}: {clean(str(g.sentence))} (queryids {queryids}{more})")
+    if len(shown) < len(tested):
+        click.echo(f"… {len(tested) - len(shown)} more groups (--all)")
+
+
 def _print_verdicts(table: pd.DataFrame) -> None:
     """The verdicts as a table fitted to the terminal: times in ms, factor and its 95% interval, the clearing rule's
     bound, confidence, the history intervals the test used, the change relative to the deploy, the statement's text
@@ -425,6 +441,8 @@ def _print_verdicts(table: pd.DataFrame) -> None:
                 say(f"also changed, queryid {row.queryid}: {clean(change['sentence'])}")
         if isinstance(row.undo_hint, str) and row.undo_hint:
             say(f"to undo, queryid {row.queryid}: {clean(row.undo_hint)}")
+        if isinstance(row.group_regressed, str) and row.group_regressed:
+            say(f"queryid {row.queryid} is {clean(row.group_regressed)}")
         if isinstance(row.queryid_shared_with, list) and row.queryid_shared_with:
             click.echo(f"caution, queryid {row.queryid}: {clean(shared_queryid_note(row.queryid_shared_with))}")
 

@@ -83,6 +83,7 @@ class Regression:
     cause_detail: str | None = None  # the cause in words: the named change, the counters' figures, the culprit
     named_changes: list[str] | None = None  # every change named on its relations, database or role, in words
     undo_hint: str | None = None  # a statement that undoes the first named change, where one can be derived
+    group: str | None = None  # the detected groups it belongs to, in words (steps/groups.py; None: none)
 
 
 @dataclass(frozen=True)
@@ -328,7 +329,12 @@ def _regression_fields(facts: AnalysisFacts, r: Regression) -> list[dict[str, st
             "type": "mrkdwn",
             "text": f"*Mean:* {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms (×{r.change_factor:.2f}{interval})",
         },
-        {"type": "mrkdwn", "text": f"*Confidence:* {r.confidence:.4f} (1 − the family-adjusted p-value{noise})"},
+        {
+            "type": "mrkdwn",
+            "text": f"*Confidence:* {r.confidence:.4f} (1 − the family-adjusted p-value{noise})"
+            if r.confidence == r.confidence  # not NaN: a group's member its own test did not reach has none
+            else "*Confidence:* decided with its group",
+        },
         {"type": "mrkdwn", "text": f"*Change began:* {began}"},
         {"type": "mrkdwn", "text": f"*Calls:* {r.calls_before:,} before, {r.calls_after:,} after"},
         {"type": "mrkdwn", "text": f"*Cause:* {escape_within(cause_line(r, cause), MAX_FIELD_TEXT - 20)}"},
@@ -340,6 +346,8 @@ def _regression_fields(facts: AnalysisFacts, r: Regression) -> list[dict[str, st
         fields.append({"type": "mrkdwn", "text": f"*Also changed:* {also_text}"})
     if r.undo_hint:
         fields.append({"type": "mrkdwn", "text": f"*To undo:* {escape_within(r.undo_hint, MAX_FIELD_TEXT - 30)}"})
+    if r.group:
+        fields.append({"type": "mrkdwn", "text": f"*Group:* {escape_within(r.group, MAX_FIELD_TEXT - 30)}"})
     if r.shared_with:  # its text may not be the statement that slowed
         caution = escape_within(shared_queryid_note(r.shared_with), MAX_FIELD_TEXT - 20)
         fields.append({"type": "mrkdwn", "text": f"*Caution:* {caution}"})

@@ -65,6 +65,7 @@ from radar_pipeline.engine.inference import (
     clearing_bounds,
     interval_from_sums,
     level_shift_beyond_trend,
+    log_ratio_from_sums,
     split_tests,
 )
 from radar_pipeline.engine.samples import WindowSamples, window_samples
@@ -283,6 +284,8 @@ def analyse(
     for name in RESULT_FIELDS:
         columns[name] = getattr(found, name)
     columns["budget_share"] = np.where(decidable, settings.false_alert_budget * weight, np.nan)
+    at_deploy = _at_deploy(samples, sides, decidable, settings, known)  # for the groups' joint tests
+    columns["log_factor_at_deploy"], columns["log_se_at_deploy"], columns["dof_at_deploy"] = at_deploy
     columns["confidence"] = 1.0 - found.p_family
     out = _result(samples, columns)
     for name, values in explain(samples, out, settings).items():
@@ -381,6 +384,34 @@ def _intervals_without_split(
         known.rows(untested) if known is not None else None,
     )
     found.factor_low[untested], found.factor_high[untested] = low, high
+
+
+def _at_deploy(
+    samples: WindowSamples,
+    sides: WindowSides,
+    decidable: np.ndarray,
+    settings: EngineSettings,
+    known: Prior | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per statement, the log factor of its window means at the deploy's own split, with the test's standard error
+    and degrees of freedom (NaN where not decidable): fixed before any split is chosen, so a group's joint test
+    (engine/groups.py) combines estimates that no selection has biased."""
+    g = samples.groups
+    out = np.full(g, np.nan), np.full(g, np.nan), np.full(g, np.nan)
+    if not decidable.any():
+        return out
+    a, b = _deploy_side_sums(samples, sides)
+    found = log_ratio_from_sums(
+        a.rows(decidable),
+        b.rows(decidable),
+        sides.n_before[decidable],
+        sides.n_after[decidable],
+        settings.threshold,
+        known.rows(decidable) if known is not None else None,
+    )
+    for column, values in zip(out, found, strict=True):
+        column[decidable] = values
+    return out
 
 
 def _family_decision(

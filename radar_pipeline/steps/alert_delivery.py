@@ -276,6 +276,7 @@ def regression_of(row: Any) -> Regression:
         cause_detail=_text_or_none(getattr(row, "cause_detail", None)),
         named_changes=_sentences(getattr(row, "named_changes", None)),
         undo_hint=_text_or_none(getattr(row, "undo_hint", None)),
+        group=_text_or_none(getattr(row, "group_regressed", None)),
     )
 
 

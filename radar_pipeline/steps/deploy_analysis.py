@@ -22,12 +22,14 @@ from radar_pipeline.engine.frames import IMPACT_STATEMENTS, IMPACT_SUMMARY
 from radar_pipeline.engine.impact import Impact, classify, collateral_culprits, impact
 from radar_pipeline.named_changes import NamedChange, ranked
 from radar_pipeline.pgss_model import KEY
+from radar_pipeline.steps import groups
 from radar_pipeline.steps.causes import name_changes
 from radar_pipeline.steps.noise import prior_for
 from radar_pipeline.steps.plan_diffs import plan_diffs
 from radar_pipeline.steps.replacements import candidate_pairs, reads_only, statement_class
 from radar_pipeline.warehouse import analysis, deploys
 from radar_pipeline.warehouse.analysis import ANALYSED_VERDICTS, WindowHealth
+from radar_pipeline.warehouse.groups import write_groups
 
 # The longest span a run of several deploys reads at once for their overlapping windows: 2 hours of 5,000
 # statements scraped every minute are 600,000 samples, 54 MB in memory and about 90 MB more while the COPY is read.
@@ -103,6 +105,8 @@ class WindowVerdicts:
     # the statements whose load changed (KEY columns, kind, the numbers, `query` its text cut to TEXT_LENGTH).
     summary: pd.DataFrame
     changes: pd.DataFrame
+    # The groups decided together (steps/groups.py: a row per group, its joint verdict and members)
+    groups: pd.DataFrame = field(default_factory=pd.DataFrame, kw_only=True)
 
 
 @dataclass
@@ -283,11 +287,12 @@ def decide_window(
         window = samples.window(lo, hi) if samples is not None else analysis.read_window(conn, target, lo, hi)
         health = analysis.window_health(conn, target, lo, hi)
         prior = prior_for(conn, target, lo, window.keys)  # each statement's noise from the days before
+        planned = groups.plan_groups(conn, target, window, lo, hi, settings)  # and the budget the groups take
         timings.read = time.perf_counter() - started
         conn.rollback()  # nothing written: no transaction stays open while the engine runs
 
         started = time.perf_counter()
-        result = analyse(window.counters, split_at, settings, prior=prior)
+        result = analyse(window.counters, split_at, planned.statement_settings, prior=prior)
         timings.engine = time.perf_counter() - started
         detections = result[result["verdict"] == Verdict.DETECTED]
         if not detections.empty:  # their causes, from the counters only they need, read by their keys
@@ -350,6 +355,9 @@ def decide_window(
             named = name_changes(conn, target, verdicts[detected], lo, hi, settings.tolerance)
         _apply_named_changes(verdicts, at, named, changed)
     timings.plans = time.perf_counter() - started
+    started = time.perf_counter()
+    decided_groups = groups.decide_and_mark(verdicts, planned, settings)  # the joint tests, the members marked
+    timings.engine += time.perf_counter() - started
     return WindowVerdicts(
         window=(lo, hi),
         verdicts=verdicts,
@@ -358,6 +366,7 @@ def decide_window(
         seconds=timings,
         summary=found.summary,
         changes=changes.drop(columns="query_key"),
+        groups=decided_groups,
     )
 
 
@@ -409,6 +418,7 @@ def write_window(conn: sa.Connection, run: AnalysisRun, analysis_id: str, target
     settings = run.settings.to_dict()
     analysis.write_analysis(conn, analysis_id, target, settings, decided.window, decided.verdicts, run.run_id)
     analysis.write_impact(conn, analysis_id, target, decided.summary, decided.changes)
+    write_groups(conn, analysis_id, target, decided.groups)
     decided.seconds.write += time.perf_counter() - started
 
 

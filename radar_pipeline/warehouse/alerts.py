@@ -29,8 +29,9 @@ SETTLED = (
 
 def detections(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
     """The analysis's detected regressions to alert, with their text, the deploy's facts (none for a periodic
-    analysis) and the analysis that found them. Of a periodic analysis, only those it reported (it opened their
-    episode: see warehouse.episodes)."""
+    analysis) and the analysis that found them: the statements detected, and the members of a group detected
+    together (their group_regressed says which; steps/groups.py). Of a periodic analysis, only those it reported (it
+    opened their episode: see warehouse.episodes)."""
     return pd.read_sql(
         sa.text(
             "SELECT v.*, q.query, d.deployed_at, d.service, d.version, d.url, a.run_id, a.settings, "
@@ -38,15 +39,33 @@ def detections(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
             "FROM radar.verdict v LEFT JOIN radar.deploy_event d USING (deploy_id) "
             "JOIN radar.analysis a ON a.deploy_id = v.deploy_id AND a.target = v.target "
             f"{VERDICT_QUERY_JOIN} "
-            f"WHERE v.deploy_id = :d AND v.verdict = '{Verdict.DETECTED}' AND (v.trigger = 'deploy' OR EXISTS ("
+            f"WHERE v.deploy_id = :d AND (v.verdict = '{Verdict.DETECTED}' OR v.group_regressed IS NOT NULL) "
+            "AND (v.trigger = 'deploy' OR EXISTS ("
             "  SELECT 1 FROM radar.regression_episode e WHERE e.opened_by = v.deploy_id AND e.target = v.target "
             "  AND e.dbid = v.dbid AND e.userid = v.userid AND e.toplevel = v.toplevel "
             "  AND e.fingerprint = v.fingerprint)) "
-            "ORDER BY v.target, v.confidence DESC, v.change_factor DESC"
+            f"ORDER BY v.target, v.verdict = '{Verdict.DETECTED}' DESC, v.confidence DESC NULLS LAST, "
+            "v.change_factor DESC"
         ),
         conn,
         params={"d": analysis_id},
-    )
+    ).pipe(_group_members_placed)
+
+
+def _group_members_placed(found: pd.DataFrame) -> pd.DataFrame:
+    """A member of a detected group its own test left without a split is shown changing at the deploy (for a
+    periodic analysis, the split between its periods), its segments the window's sides."""
+    if found.empty:
+        return found
+    placed = found["change_at"].isna()
+    if placed.any():
+        middle = found["window_start"] + (found["window_end"] - found["window_start"]) / 2
+        at = found["deployed_at"].where(found["deployed_at"].notna(), middle)
+        found["change_at"] = found["change_at"].where(~placed, at)
+        for side in ("before", "after"):
+            segment = f"segment_mean_{side}_ms"
+            found[segment] = found[segment].where(found[segment].notna(), found[f"mean_{side}_ms"])
+    return found
 
 
 # A rewrite is announced by its heavy half (the statement that started and added new_statement_share of the time).

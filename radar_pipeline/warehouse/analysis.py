@@ -50,6 +50,8 @@ ANALYSED_VERDICTS = VERDICT_FRAME.extend(
         # a counter's cause, plan_changed, a named change's, or collateral naming the statement in cause_detail
         Column("cause", TEXT, words=tuple(c.value for c in CAUSES if c != Cause.CONTENTION)),
         Column("cause_detail", TEXT),
+        # the detected groups the statement was a tested member of, in words (steps/groups.py; None: none)
+        Column("group_regressed", TEXT, required=False),
     ),
     overwrites={
         "cause": "the analysis sees what the engine does not: a changed plan shape makes it plan_changed, a change "
@@ -96,6 +98,7 @@ VERDICT_COLUMNS = [
     "queryid_shared_with",
     "named_changes",
     "undo_hint",
+    "group_regressed",
 ]
 # A verdict (alias v) with its statement's text (alias q).
 VERDICT_QUERY_JOIN = (
@@ -426,7 +429,8 @@ def write_analysis(
     )
     if not len(verdicts):
         return
-    copy_frame(conn, "radar.verdict", VERDICT_COLUMNS, verdicts.assign(deploy_id=analysis_id, target=target))
+    marks = {} if "group_regressed" in verdicts.columns else {"group_regressed": None}  # decided without groups
+    copy_frame(conn, "radar.verdict", VERDICT_COLUMNS, verdicts.assign(deploy_id=analysis_id, target=target, **marks))
 
 
 @dataclass(frozen=True)
@@ -495,7 +499,7 @@ VERDICT_DETAILS = (
     "v.change_at, v.p_value, v.p_family, v.t_stat, v.dof, v.n_before, v.n_after, v.segment_mean_before_ms, "
     "v.segment_mean_after_ms, v.rows_per_call_before, v.rows_per_call_after, v.blks_read_per_call_before, "
     "v.blks_read_per_call_after, v.budget_share, v.serial_correlation, v.plan_diff, v.queryid_shared_with, "
-    "v.cause_detail, v.named_changes, v.undo_hint, v.dbid, "
+    "v.cause_detail, v.named_changes, v.undo_hint, v.group_regressed, v.dbid, "
     "v.userid, v.toplevel, v.fingerprint, v.merged_queryids, v.trigger, v.deploy_id, d.deployed_at, d.service, "
     "d.version, d.url, "
     "d.source AS deploy_source, d.received_at AS deploy_received_at, a.analysed_at, a.engine_version, "

@@ -1,0 +1,211 @@
+"""Statements decided together (issue 29, groups): a joint test of "this group slowed" for statements that share a
+shape, a role or a change named at the deploy, beside their own verdicts.
+
+Each member brings what the engine computed for it at the deploy's own split (`analyse`'s log_factor_at_deploy,
+log_se_at_deploy, dof_at_deploy: the log factor of its window means, with the test's variance and Welch's degrees of
+freedom; fixed before any split is chosen, so no selection biases it). A group of at least MIN_MEMBERS such members
+is tested:
+
+- the decision, a weighted Stouffer combination of the members' one-sided statistics: member i's
+  t_i = (y_i − ln(1 + θ)) / s_i on ν_i degrees of freedom gives p_i, z_i = Φ⁻¹(1 − p_i), and
+  Z = Σ w_i z_i / √(Σ w_i²). Under H0 — no member slowed beyond 1 + θ — every z_i is stochastically at most
+  N(0, 1) whatever the members' sizes, noise or number of calls (each member's own test carries those), so for
+  independent members and fixed weights Z is too (Stouffer et al. 1949; Whitlock 2005, weights ∝ 1/SE). The weights
+  are 1 / s̃_i, the member's standard error widened for its own degrees of freedom (s_i · t_ν,0.975 / z_0.975), capped
+  at WEIGHT_CAP × their median: a precise member counts more, as in the ceiling's inverse-variance combination,
+  while one whose noise happened to be underestimated cannot carry the group. The weights depend on the data only
+  through the standard errors, which H0 leaves symmetric about the estimates; measured at H0's boundary the level
+  holds (docs/groups.md).
+- the size, a random-effects estimate of the members' typical factor (DerSimonian & Laird 1986) with the
+  Hartung–Knapp–Sidik–Jonkman small-sample interval on m − 1 degrees of freedom, its variance floored at the
+  fixed-effect one (the modified HKSJ of Röver, Knapp & Friede 2015): the "×1.5 (×1.3–×1.7)" of the report. The
+  members' standard errors enter with their own small-sample widening (s_i · t_ν,0.975 / z_0.975).
+- detected when Z's p over the group's budget share is within the groups' budget *and* the typical factor lies
+  beyond 1 + θ, with and without the member most beyond it (`factor_but_one`): one member far slower cannot carry
+  a group whose other members stayed put — its own verdict is where it is found. Each condition only narrows the
+  rejection region, so the level stays Stouffer's. `no_regression` when
+  the typical factor's one-sided upper bound at clear_level lies within 1 + θ; `inconclusive` otherwise;
+  `insufficient_data` below MIN_MEMBERS usable members.
+
+The groups' budget (engine.budget.split_group_budget: GROUP_SHARE of the look's) is shared equally among the groups
+the analysis formed (`group_weights`), which depend on the statements' texts, roles and the catalog's changes, never
+on the after side's latency: the expected false group detections per analysis are at most the groups' budget by
+Bonferroni's inequality, whatever the groups' overlap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from radar_pipeline.engine.settings import EngineSettings
+from radar_pipeline.engine.vocabulary import Verdict
+
+# A group is tested from this many members with an estimate at the deploy: fewer, and its interval on m − 1 degrees
+# of freedom is too wide to tell anything (t_3,0.975 = 3.2), while a pair is better read from its two verdicts.
+MIN_MEMBERS = 5
+# No member weighs more than this many times the members' median weight in the joint test.
+WEIGHT_CAP = 3.0
+GROUP_KINDS = ("shape", "role", "change")
+# The member columns the joint test reads (analyse's result).
+MEMBER_COLUMNS = ("query_key", "log_factor_at_deploy", "log_se_at_deploy", "dof_at_deploy")
+# The group verdict frame's columns, in order.
+GROUP_COLUMNS = (
+    "group_id",
+    "verdict",
+    "members",
+    "members_above",
+    "factor",
+    "factor_low",
+    "factor_high",
+    "factor_bound",
+    "factor_but_one",
+    "tau",
+    "z_stat",
+    "p_value",
+    "p_family",
+    "budget_share",
+)
+
+
+@dataclass(frozen=True)
+class Joint:
+    """One group's joint test: the members it combined, how many of them lie beyond 1 + θ, the typical factor with
+    its 95% interval and one-sided bound (at clear_level), the spread between members (τ, log scale), Stouffer's Z
+    and its one-sided p."""
+
+    members: int
+    members_above: int
+    factor: float
+    factor_low: float
+    factor_high: float
+    factor_bound: float
+    factor_but_one: float  # the typical factor without the member whose own estimate is the largest
+    tau: float
+    z_stat: float
+    p_value: float
+
+
+def group_weights(groups: Sequence[str]) -> pd.Series:
+    """Each group's share of the groups' budget (Σ = 1): equal, fixed by which groups were formed."""
+    if not groups:
+        return pd.Series(dtype=float)
+    return pd.Series(1.0 / len(groups), index=list(groups), dtype=float)
+
+
+def joint_test(
+    log_factor: np.ndarray, se: np.ndarray, dof: np.ndarray, threshold: float, clear_level: float = 0.95
+) -> Joint | None:
+    """The joint test of the members with a finite estimate (None with fewer than MIN_MEMBERS of them): see the
+    module docstring."""
+    from scipy import stats
+
+    y, s, nu = (np.asarray(v, dtype=np.float64) for v in (log_factor, se, dof))
+    ok = np.isfinite(y) & np.isfinite(s) & (s > 0) & np.isfinite(nu) & (nu > 0)
+    y, s, nu = y[ok], s[ok], nu[ok]
+    m = len(y)
+    if m < MIN_MEMBERS:
+        return None
+    limit = np.log1p(threshold)
+    p_members = stats.t.sf((y - limit) / s, nu)
+    z_members = stats.norm.isf(np.clip(p_members, 1e-300, 1 - 1e-16))
+    # The members' standard errors widened for their own degrees of freedom: a sparse member's estimate of its noise
+    # is itself uncertain.
+    wide = s * stats.t.ppf(0.975, nu) / stats.norm.ppf(0.975)
+    weight = np.minimum(1.0 / wide, WEIGHT_CAP * float(np.median(1.0 / wide)))
+    z = float((weight * z_members).sum() / np.sqrt((weight**2).sum()))
+    mu, var, tau2 = _random_effects(y, wide)
+    top = int(np.argmax(y))
+    but_one, _, _ = _random_effects(np.delete(y, top), np.delete(wide, top))
+    half = float(stats.t.ppf(0.975, m - 1)) * np.sqrt(var)
+    bound = mu + float(stats.t.ppf(clear_level, m - 1)) * np.sqrt(var)
+    return Joint(
+        members=m,
+        members_above=int((y > limit).sum()),
+        factor=float(np.exp(mu)),
+        factor_low=float(np.exp(mu - half)),
+        factor_high=float(np.exp(mu + half)),
+        factor_bound=float(np.exp(bound)),
+        factor_but_one=float(np.exp(but_one)),
+        tau=float(np.sqrt(tau2)),
+        z_stat=z,
+        p_value=float(stats.norm.sf(z)),
+    )
+
+
+def _random_effects(y: np.ndarray, s: np.ndarray) -> tuple[float, float, float]:
+    """The random-effects mean of estimates y with standard errors s (DerSimonian–Laird τ²), the modified
+    Hartung–Knapp variance of that mean (on len(y) − 1 degrees of freedom), and τ²."""
+    m = len(y)
+    w = 1.0 / s**2
+    fixed = float((w * y).sum() / w.sum())
+    q = float((w * (y - fixed) ** 2).sum())
+    tau2 = max(0.0, (q - (m - 1)) / (w.sum() - (w**2).sum() / w.sum()))
+    w_re = 1.0 / (s**2 + tau2)
+    mu = float((w_re * y).sum() / w_re.sum())
+    hk = float((w_re * (y - mu) ** 2).sum() / ((m - 1) * w_re.sum()))
+    return mu, max(hk, 1.0 / float(w_re.sum())), tau2
+
+
+def decide_groups(
+    verdicts: pd.DataFrame,
+    groups: Mapping[str, Sequence[object]],
+    budget: float,
+    settings: EngineSettings | None = None,
+) -> pd.DataFrame:
+    """Decide each group (group id → its members' query_keys) from `verdicts` (analyse's result: MEMBER_COLUMNS)
+    with the groups' budget `budget` (expected false group detections per analysis), shared by `group_weights` over
+    every group given. One row per group (GROUP_COLUMNS), in the order given: `insufficient_data` where fewer than
+    MIN_MEMBERS members have an estimate at the deploy; members the verdicts lack count as without one."""
+    settings = settings or EngineSettings()
+    missing = [c for c in MEMBER_COLUMNS if c not in verdicts.columns]
+    if missing:
+        needs = ", ".join(MEMBER_COLUMNS)
+        raise ValueError(f"verdicts lack column(s) {', '.join(missing)} (a group's test needs {needs})")
+    if not 0 <= budget < 1:
+        raise ValueError(f"the groups' budget must lie in [0, 1), not {budget}")
+    weights = group_weights(list(groups))
+    by_key = verdicts.set_index("query_key")[list(MEMBER_COLUMNS[1:])]
+    rows = []
+    for group_id, members in groups.items():
+        found = by_key.reindex(pd.Index(list(members)))
+        joint = joint_test(
+            found["log_factor_at_deploy"].to_numpy(),
+            found["log_se_at_deploy"].to_numpy(),
+            found["dof_at_deploy"].to_numpy(),
+            settings.threshold,
+            settings.clear_level,
+        )
+        share = budget * float(weights[group_id])
+        if joint is None:
+            usable = int(np.isfinite(found["log_factor_at_deploy"].to_numpy(dtype=float)).sum())
+            rows.append(
+                {
+                    "group_id": group_id,
+                    "verdict": Verdict.INSUFFICIENT_DATA.value,
+                    "members": usable,
+                    "budget_share": share,
+                }
+            )
+            continue
+        with np.errstate(divide="ignore"):
+            p_family = min(1.0, joint.p_value / float(weights[group_id])) if weights[group_id] > 0 else 1.0
+        beyond = min(joint.factor, joint.factor_but_one) > 1 + settings.threshold
+        if p_family <= budget and beyond:
+            verdict = Verdict.DETECTED
+        elif joint.factor_bound <= 1 + settings.threshold:
+            verdict = Verdict.NO_REGRESSION
+        else:
+            verdict = Verdict.INCONCLUSIVE
+        rows.append(
+            {"group_id": group_id, "verdict": verdict.value, **vars(joint), "p_family": p_family, "budget_share": share}
+        )
+    out = pd.DataFrame(rows, columns=list(GROUP_COLUMNS))
+    for name in GROUP_COLUMNS[4:]:
+        out[name] = out[name].astype(np.float64)
+    for name in ("members", "members_above"):
+        out[name] = out[name].fillna(0).astype(np.int64)
+    return out

@@ -1,0 +1,281 @@
+"""Which statements of a window are decided together (issue 29, groups), their joint verdicts, and the mark each
+member's verdict carries when its group regressed.
+
+A group is formed from what the window's statements are, never from their latency: statements of one shape (the
+same parse tree with the relations' names and qualifiers taken out: `shape_key`), of one database role (userid:
+only where the window holds several roles — a single role's group would be every statement of the target, whose
+typical statement a deploy slowing a few among many never moves, and it would take the groups' share of the budget
+from every analysis for that), or
+touched by one change named in the window (issue 28's catalog and settings facts, matched as steps/causes.py
+matches them to a detection: an index dropped on a relation they read, a table rewritten, a setting changed for their
+role or database). Groups of at least engine.groups.MIN_MEMBERS statements in the window are formed; a statement may
+belong to several; groups with the same statements are one (named by the change, else the shape, else the role).
+Deciding them is the engine's (engine/groups.py), with the groups' share of the budget
+(engine.budget.split_group_budget), equal for each group formed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import sqlalchemy as sa
+
+from radar_pipeline.engine import EngineSettings, Verdict
+from radar_pipeline.engine.groups import GROUP_COLUMNS, MIN_MEMBERS, decide_groups
+from radar_pipeline.named_changes import NamedChange
+from radar_pipeline.pgss_model import KEY
+from radar_pipeline.warehouse import analysis, catalog
+
+SHAPE, ROLE, CHANGE = "shape", "role", "change"
+# When two groups hold the same statements, the one kept: a named change says most, a role least.
+PREFERENCE = (CHANGE, SHAPE, ROLE)
+_PLANNABLE = {"SelectStmt", "InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt"}
+# The members' marks and the groups' rows, the columns a decided groups frame has (warehouse/groups.py STORED).
+MEMBER_KEYS = tuple(f"member_{k}" for k in KEY)
+
+
+@dataclass(frozen=True)
+class Group:
+    """A group of the window's statements: its id (kind and key), kind, how a sentence names its statements
+    ("statements of this shape"), and its members by the engine's query_key."""
+
+    group_id: str
+    kind: str
+    label: str
+    members: tuple[int, ...]
+
+
+@lru_cache(maxsize=1 << 16)
+def shape_key(text: str) -> str | None:
+    """The shape of a plannable statement's text: a hash of its parse tree (pglast's JSON form) without constants,
+    parameter numbers, positions, aliases, the names of the relations it reads or writes and the qualifiers of its
+    columns, so the same statement over different tables shares it. None for a text the parser does not accept, of
+    several statements, or that PostgreSQL does not plan (a utility statement: its shape says nothing of its work).
+
+    The tree is edited as its JSON text, by the patterns below, rather than loaded and walked: 40 µs a statement
+    instead of 400, which matters for a window of 5,000 statements of one shape (`SELECT * FROM tN WHERE id = $1`)."""
+    from pglast import parser
+
+    try:
+        tree = parser.parse_sql_json(text)
+    except parser.ParseError:
+        return None
+    kind = _FIRST_STATEMENT.match(tree)
+    if kind is None or kind.group(1) not in _PLANNABLE or tree.count('{"stmt":') != 1:
+        return None
+    for pattern, replacement in _SHAPE_EDITS:
+        tree = pattern.sub(replacement, tree)
+    return hashlib.blake2b(tree.encode(), digest_size=8, person=b"radar-shape-1").hexdigest()
+
+
+_JSON_TEXT = r'"(?:[^"\\]|\\.)*"'
+_FIRST_STATEMENT = re.compile(r'\{"version":\d+,"stmts":\[\{"stmt":\{"(\w+)"')
+# In order: positions and the parser's version out; relation, schema, catalog and alias names, a column's qualifiers
+# (a name followed by another field of the same ColumnRef) and a parameter's number to one placeholder each; a
+# constant (pg_stat_statements leaves few) to one placeholder.
+_SHAPE_EDITS = (
+    (re.compile(r'"(?:location|stmt_location|stmt_len|rexpr_list_start|rexpr_list_end|version)":-?\d+,?'), ""),
+    (re.compile(rf'"(relname|schemaname|catalogname|aliasname)":{_JSON_TEXT}'), r'"\1":"$r"'),
+    (re.compile(rf'\{{"String":\{{"sval":{_JSON_TEXT}\}}\}},(?=\{{"(?:String|A_Star)")'), '{"String":{"sval":"$r"}},'),
+    (re.compile(r'"ParamRef":\{"number":\d+'), '"ParamRef":{"number":0'),
+    (re.compile(r'"A_Const":\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}'), '"A_Const":"$v"'),
+)
+
+
+def form_groups(
+    conn: sa.Connection,
+    target: str,
+    window: analysis.WindowCounters,
+    lo: datetime,
+    hi: datetime,
+) -> list[Group]:
+    """The window's groups (see the module docstring) of at least MIN_MEMBERS statements, by shape, role and named
+    change, without two of the same statements; from the statements' texts and keys and the catalog facts of the
+    window [lo, hi], never from their latency."""
+    keys = window.keys
+    if len(keys) < MIN_MEMBERS:
+        return []
+    texts = analysis.query_texts(conn, target, keys, length=analysis.WHOLE_TEXT)
+    found: list[Group] = []
+    shapes: dict[str, list[int]] = {}
+    for code, queryid in zip(keys.index, keys["queryid"], strict=True):
+        shape = shape_key(texts.get(int(queryid), "")) if int(queryid) in texts else None
+        if shape is not None:
+            shapes.setdefault(shape, []).append(int(code))
+    for shape, members in shapes.items():
+        found.append(Group(f"{SHAPE}:{shape}", SHAPE, "statements of this shape", tuple(members)))
+    role_names = {oid: name for name, oid in catalog.setting_roles(conn, target).items()}
+    by_role = keys.groupby("userid").groups
+    for userid, members in by_role.items() if len(by_role) > 1 else ():
+        name = role_names.get(int(userid))
+        label = f"statements of role {name}" if name else f"statements of role oid {int(userid)}"
+        found.append(Group(f"{ROLE}:{int(userid)}", ROLE, label, tuple(int(m) for m in members)))
+    found.extend(_change_groups(conn, target, keys, texts, lo, hi))
+    return _distinct([g for g in found if len(g.members) >= MIN_MEMBERS])
+
+
+def _change_groups(
+    conn: sa.Connection, target: str, keys: pd.DataFrame, texts: dict[int, str], lo: datetime, hi: datetime
+) -> list[Group]:
+    """A group per change named in the window that can slow a statement, of the statements it touches, whenever in
+    the window the change was seen: a setting that affects plans, those of its role and/or database (all, when set
+    server-wide); a catalog change, those matched as steps/causes.py matches a detection to it — asked only for the
+    statements whose text holds the relation's (or index's) bare name, since matching parses each text."""
+    from radar_pipeline.collector.catalog import affects_plans
+    from radar_pipeline.engine.vocabulary import ChangeKind
+    from radar_pipeline.steps.causes import name_changes
+
+    changes = [c for c in catalog.changes_between(conn, target, lo, hi) if c.slows]
+    if not changes:
+        return []
+    members: dict[str, list[int]] = {}
+    named: dict[str, NamedChange] = {}
+
+    def add(change: NamedChange, codes: list[int]) -> None:
+        ident = hashlib.blake2b(
+            json.dumps(change.to_json(), sort_keys=True, default=str).encode(), digest_size=8
+        ).hexdigest()
+        members.setdefault(ident, []).extend(codes)
+        named[ident] = change
+
+    roles = catalog.setting_roles(conn, target)
+    for change in changes:
+        if change.kind != ChangeKind.SETTING_CHANGED or not affects_plans(change.name):
+            continue
+        mask = np.ones(len(keys), dtype=bool)
+        if change.dbid is not None:
+            mask &= keys["dbid"].to_numpy() == change.dbid
+        if change.role is not None:
+            mask &= keys["userid"].to_numpy() == roles.get(change.role, -1)
+        add(change, [int(c) for c in keys.index[mask]])
+    on_relations = [c for c in changes if c.kind != ChangeKind.SETTING_CHANGED]
+    words = {w.lower() for c in on_relations for w in ((c.relation or "").replace('"', "").rpartition(".")[2], c.name)}
+    words.discard("")
+    lowered = {q: t.lower() for q, t in texts.items()}
+    near = [any(w in lowered.get(int(q), "") for w in words) for q in keys["queryid"]]
+    if on_relations and any(near):
+        rows = keys[near]
+        touched = name_changes(conn, target, rows.reset_index(drop=True).assign(change_at=None), lo, hi)
+        for code, found in zip(rows.index, touched, strict=True):
+            for change in found:
+                if change.kind != ChangeKind.SETTING_CHANGED and change.slows:
+                    add(change, [int(code)])
+    return [
+        Group(f"{CHANGE}:{ident}", CHANGE, f"statements touched by the change ({named[ident].sentence()})", tuple(m))
+        for ident, m in members.items()
+    ]
+
+
+def _distinct(groups: list[Group]) -> list[Group]:
+    """The groups without repeats of the same statements (the most telling kind kept), in a fixed order."""
+    kept: dict[frozenset[int], Group] = {}
+    for group in sorted(groups, key=lambda g: (PREFERENCE.index(g.kind), g.group_id)):
+        kept.setdefault(frozenset(group.members), group)
+    return sorted(kept.values(), key=lambda g: (PREFERENCE.index(g.kind), g.group_id))
+
+
+def decide(
+    verdicts: pd.DataFrame, groups: list[Group], budget: float, settings: EngineSettings
+) -> tuple[pd.DataFrame, list[str | None]]:
+    """Decide the groups from the analysed verdicts (query_key, KEY columns and the engine's estimates at the
+    deploy) with the groups' budget; returns the groups frame (engine.groups.GROUP_COLUMNS, then kind, label,
+    statements, sentence and the tested members' keys as arrays: warehouse/groups.py STORED) and, per verdict row,
+    the mark of the detected groups it was a tested member of (None: none)."""
+    marks: list[list[str]] = [[] for _ in range(len(verdicts))]
+    if not groups:
+        return _frame([]), [None] * len(verdicts)
+    decided = decide_groups(verdicts, {g.group_id: g.members for g in groups}, budget, settings)
+    position = pd.Index(verdicts["query_key"].to_numpy())
+    estimated = np.isfinite(verdicts["log_factor_at_deploy"].to_numpy(dtype=float))
+    rows: list[dict[str, Any]] = []
+    for group, result in zip(groups, decided.to_dict("records"), strict=True):
+        at = position.get_indexer(list(group.members))
+        at = at[at >= 0]
+        tested = at[estimated[at]]
+        sentence = _sentence(group, result)
+        keys = verdicts.iloc[tested]
+        rows.append(
+            {
+                **result,
+                "kind": group.kind,
+                "label": group.label,
+                "statements": len(group.members),
+                "sentence": sentence,
+                **{f"member_{k}": [_plain(v) for v in keys[k]] for k in KEY},
+            }
+        )
+        if result["verdict"] == Verdict.DETECTED:
+            for row in tested:
+                marks[row].append(sentence)
+    mark = [f"in a group that regressed: {'; '.join(m)}" if m else None for m in marks]
+    return _frame(rows), mark
+
+
+def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    columns = [*GROUP_COLUMNS, "kind", "label", "statements", "sentence", *MEMBER_KEYS]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _sentence(group: Group, result: dict[str, Any]) -> str:
+    """The group's verdict in words: "15 statements of this shape slowed ×1.50 (×1.31–×1.72)"."""
+    m = int(result["members"])
+    if result["verdict"] == Verdict.INSUFFICIENT_DATA:
+        return f"{len(group.members)} {group.label}: too few with enough data to decide together ({m})"
+    size = f"×{result['factor']:.2f} (×{result['factor_low']:.2f}–×{result['factor_high']:.2f})"
+    if result["verdict"] == Verdict.DETECTED:
+        return f"{m} {group.label} slowed {size}"
+    if result["verdict"] == Verdict.NO_REGRESSION:
+        return f"{m} {group.label} did not slow together: {size}"
+    return f"{m} {group.label}: {size}, not decided"
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """A window's groups, formed before its statements are decided, and the budget split they imply: the settings
+    the statements are decided with (their budget reduced by the groups' share when there are groups) and the
+    groups' budget (engine.budget.split_group_budget)."""
+
+    groups: list[Group]
+    statement_settings: EngineSettings
+    budget: float
+
+
+def plan_groups(
+    conn: sa.Connection,
+    target: str,
+    window: analysis.WindowCounters,
+    lo: datetime,
+    hi: datetime,
+    settings: EngineSettings,
+) -> GroupPlan:
+    """The window's groups (form_groups) and the split of the look's budget (settings.false_alert_budget) between
+    the statements and the groups: GROUP_SHARE to the groups when there are any."""
+    from dataclasses import replace
+
+    from radar_pipeline.engine.budget import split_group_budget
+
+    groups = form_groups(conn, target, window, lo, hi)
+    statements, for_groups = split_group_budget(settings.false_alert_budget, bool(groups))
+    return GroupPlan(groups, replace(settings, false_alert_budget=statements), for_groups)
+
+
+def decide_and_mark(verdicts: pd.DataFrame, plan: GroupPlan, settings: EngineSettings) -> pd.DataFrame:
+    """Decide the planned groups from the analysed verdicts (`decide`) and mark each tested member of a detected
+    group in its verdict's group_regressed (in place); returns the groups frame to store."""
+    from radar_pipeline.warehouse.analysis import ANALYSED_VERDICTS
+
+    decided, marks = decide(verdicts, plan.groups, plan.budget, settings)
+    ANALYSED_VERDICTS.assign(verdicts, "group_regressed", pd.Series(marks, index=verdicts.index, dtype=object))
+    return decided

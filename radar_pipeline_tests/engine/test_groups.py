@@ -1,0 +1,93 @@
+"""The groups' joint test (engine/groups.py) on the lab's simulated statements (lab/fleet.py): its level under the
+null and at H0's boundary by a seeded simulation, its power where every member is a little slower and none is
+detected alone, and what it refuses to call a group's slowdown."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from radar_pipeline.engine import EngineSettings, Verdict, analyse
+from radar_pipeline.engine.groups import MIN_MEMBERS, decide_groups, group_weights, joint_test
+from radar_pipeline.lab.fleet import DEPLOY, draw
+
+SETTINGS = EngineSettings()
+MEMBERS = 15
+RATE = (1.0, 2.0)  # calls per one-minute scrape: 30 to 60 calls each side of the deploy
+
+
+def _members(seed: int, factor: float, cv: tuple[float, float] = (0.5, 3.0), lag: int = 1) -> pd.DataFrame:
+    """analyse's verdicts for MEMBERS sparse statements each stepped by `factor` `lag` intervals after the deploy."""
+    fleet = draw(MEMBERS, seed, stepped=1.0, steps=(factor,), rate=RATE, cv=cv, lag_intervals=lag)
+    return analyse(fleet.counters, DEPLOY, SETTINGS)
+
+
+def _joint_p(seed: int, factor: float) -> float:
+    out = _members(seed, factor, lag=0)  # from the deploy's own interval: exactly on the boundary, not inside H0
+    found = joint_test(out["log_factor_at_deploy"], out["log_se_at_deploy"], out["dof_at_deploy"], SETTINGS.threshold)
+    assert found is not None and found.members == MEMBERS
+    return found.p_value
+
+
+def test_the_engine_gives_every_decidable_statement_its_estimate_at_the_deploy():
+    out = _members(3, 1.0)
+    decidable = out["verdict"] != Verdict.INSUFFICIENT_DATA
+    assert decidable.all()
+    assert np.isfinite(out.loc[decidable, ["log_factor_at_deploy", "log_se_at_deploy", "dof_at_deploy"]]).all().all()
+    # The estimate is the window means' factor at the deploy's own split, whatever split the test chose.
+    assert np.allclose(np.exp(out["log_factor_at_deploy"]), out["change_factor"])
+
+
+@pytest.mark.parametrize(("factor", "level"), [(1.2, 0.05), (1.0, 0.05)])
+def test_the_joint_test_holds_its_level_at_the_boundary_and_under_the_null(factor, level):
+    """Members all exactly at 1 + θ (H0's boundary, where the level is attained) or unchanged: the joint p falls at
+    or below `level` at most level of the time (200 seeded groups; 2.5 standard errors of slack)."""
+    p = np.array([_joint_p(seed, factor) for seed in range(200)])
+    rate = float((p <= level).mean())
+    assert rate <= level + 2.5 * np.sqrt(level * (1 - level) / len(p)), rate
+    if factor == 1.2:  # attained, not vacuous: the p's spread over [0, 1]
+        assert 0.2 < float(np.median(p)) < 0.8
+
+
+def test_fifteen_members_a_little_slower_are_found_together_though_none_alone():
+    """Each ×1.4 with 30 to 60 calls a side, a per-call CV of 0.5 to 1: no member is detected on its own, while the
+    group is, at a group budget of a fifth of B shared by three groups."""
+    out = _members(3, 1.4, cv=(0.5, 1.0))
+    assert (out["verdict"] != Verdict.DETECTED).all()
+    decided = decide_groups(out, {"shape:x": list(out["query_key"]), "a": [0], "b": [1]}, 0.02, SETTINGS)
+    row = decided.iloc[0]
+    assert row["verdict"] == Verdict.DETECTED and row["members"] == MEMBERS
+    assert row["factor_low"] < 1.4 < row["factor_high"] and row["p_family"] <= 0.02
+    assert row["budget_share"] == pytest.approx(0.02 / 3)
+    assert (decided["verdict"].iloc[1:] == Verdict.INSUFFICIENT_DATA).all()
+
+
+def test_one_member_far_slower_does_not_make_its_group_slow():
+    """One member ×20 and precise, four unchanged and noisy: Stouffer's Z alone would call the group, and its
+    typical factor lies beyond 1 + θ, but not without that member: the group is not detected (its own verdict finds
+    the one)."""
+    y = np.r_[np.log(20.0), np.zeros(4)]
+    s = np.r_[0.2, np.full(4, 0.5)]
+    found = joint_test(y, s, np.full(5, 1000.0), SETTINGS.threshold)
+    assert found is not None and found.p_value < 1e-4
+    assert found.factor > 1.2 and found.factor_but_one < 1.1  # the one carries the mean, not the group
+    frame = pd.DataFrame(
+        {"query_key": range(5), "log_factor_at_deploy": y, "log_se_at_deploy": s, "dof_at_deploy": 1000.0}
+    )
+    decided = decide_groups(frame, {"g": list(range(5))}, 0.02, SETTINGS)
+    assert decided.loc[0, "verdict"] == Verdict.INCONCLUSIVE
+
+
+def test_few_members_and_bad_input():
+    frame = pd.DataFrame(
+        {"query_key": range(6), "log_factor_at_deploy": [0.5] * 4 + [np.nan] * 2, "log_se_at_deploy": 0.1}
+    ).assign(dof_at_deploy=20.0)
+    decided = decide_groups(frame, {"g": list(range(6)), "h": [0, 1, 2, 3, 99]}, 0.02, SETTINGS)
+    assert list(decided["verdict"]) == [Verdict.INSUFFICIENT_DATA] * 2 and list(decided["members"]) == [4, 4]
+    assert MIN_MEMBERS == 5
+    with pytest.raises(ValueError, match="log_se_at_deploy"):
+        decide_groups(frame.drop(columns="log_se_at_deploy"), {"g": [0]}, 0.02, SETTINGS)
+    with pytest.raises(ValueError, match="budget"):
+        decide_groups(frame, {"g": [0]}, 1.5, SETTINGS)
+    assert group_weights(["a", "b", "c", "d"]).sum() == pytest.approx(1.0)

@@ -1,0 +1,178 @@
+"""Statements decided together (issue 29, groups) on real PostgreSQL with synthetic counters stored in the warehouse:
+fifteen statements of one shape over fifteen tables, each a little slower from the deploy on (as lowering work_mem for
+the application's role slowed them in the issue's lab), decided through the real steps: the group is detected and
+stored, its members' verdicts say so, `radar verdicts` shows both, and the members are alerted through the outbox.
+
+Each statement is scraped every 10 s for 200 s each side, 3 calls an interval (60 a side), each interval's mean with
+35% log-normal noise: too noisy for any one of them to be detected at ×1.4, plain in the fifteen together.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import sqlalchemy as sa
+
+from radar_pipeline.alerts.render import escape, render
+from radar_pipeline.engine import EngineSettings, Verdict
+from radar_pipeline.steps.alert_delivery import deploy_facts, regression_of
+from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
+from radar_pipeline.steps.groups import shape_key
+from radar_pipeline.warehouse import alerts, deploys
+from radar_pipeline.warehouse.groups import groups_of
+
+from .helpers import store_counters
+
+SETTINGS = EngineSettings(window=timedelta(seconds=200), tolerance_floor=timedelta(seconds=30))
+SHAPE = "SELECT k, count(*) FROM t{:02d} WHERE v > $1 GROUP BY k ORDER BY count(*) DESC"
+SLOWED = {100 + i: SHAPE.format(i) for i in range(1, 16)}  # queryid → text
+OTHERS = {
+    201: "SELECT * FROM orders WHERE id = $1",
+    202: "UPDATE carts SET total = $1 WHERE owner = $2",
+    203: "SELECT count(*) FROM customers",
+}
+
+
+def _counters(at: datetime, factor: float, rng: np.random.Generator) -> pd.DataFrame:
+    """41 scrapes 10 s apart centred on `at`: the fifteen at 2 ms × `factor` from the deploy on, the others at 1 ms,
+    3 calls an interval with 35% log-normal noise on each interval's mean."""
+    rows = []
+    for queryid in [*SLOWED, *OTHERS]:
+        count, total = 1000, 1000 * 2.0
+        for j in range(-20, 21):
+            mean = (2.0 if queryid in SLOWED else 1.0) * (factor if j > 0 and queryid in SLOWED else 1.0)
+            count, total = count + 3, total + 3 * mean * rng.lognormal(-(0.35**2) / 2, 0.35)
+            rows.append((queryid, at + timedelta(seconds=10 * j), count, total))
+    return pd.DataFrame(rows, columns=["queryid", "captured_at", "calls", "total_exec_time"])
+
+
+@pytest.fixture
+def recorded(warehouse) -> datetime:
+    """Two deploys a target each, their windows closed an hour ago: `slowed` (the fifteen ×1.4) and `steady`."""
+    at = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+    rng = np.random.default_rng(29)
+    for deploy_id, factor in (("slowed", 1.4), ("steady", 1.0)):
+        store_counters(warehouse, deploy_id, _counters(at, factor, rng), {**SLOWED, **OTHERS})
+        deploys.record(warehouse, deploys.DeployEvent(deploy_id, deploy_id, at))
+    return at
+
+
+def _verdicts(warehouse, deploy_id: str) -> pd.DataFrame:
+    with warehouse.connect() as conn:
+        return pd.read_sql(
+            sa.text("SELECT queryid, verdict, group_regressed FROM radar.verdict WHERE deploy_id = :d"),
+            conn,
+            params={"d": deploy_id},
+        ).set_index("queryid")
+
+
+def test_statements_of_one_shape_a_little_slower_are_found_together(recorded, warehouse, warehouse_url):
+    run = AnalysisRun(warehouse, SETTINGS)
+    found = analyse_deploy(run, "slowed")
+    verdicts = _verdicts(warehouse, "slowed")
+    assert (verdicts.loc[list(SLOWED), "verdict"] != Verdict.DETECTED).all()  # none of them alone
+
+    with warehouse.connect() as conn:
+        stored = groups_of(conn, "slowed")
+    shape = stored[stored["kind"] == "shape"]
+    assert len(shape) == 1 and shape["group_id"].iloc[0] == f"shape:{shape_key(SLOWED[101])}"
+    group = shape.iloc[0]
+    assert group["verdict"] == Verdict.DETECTED and group["members"] == group["statements"] == 15
+    assert sorted(group["member_queryid"]) == sorted(SLOWED)
+    assert group["factor_low"] < 1.4 < group["factor_high"] and group["factor_low"] > 1.1
+    assert group["sentence"].startswith("15 statements of this shape slowed ×")
+    # The budget: a fifth of B to the groups (the shape's alone here: one role), the rest to the statements.
+    assert group["budget_share"] == pytest.approx(SETTINGS.false_alert_budget * 0.2 / len(stored))
+    assert found.verdicts["budget_share"].sum() == pytest.approx(SETTINGS.false_alert_budget * 0.8)
+
+    marked = verdicts.loc[list(SLOWED), "group_regressed"]
+    assert marked.str.startswith("in a group that regressed: 15 statements of this shape slowed ×").all()
+    assert not verdicts.loc[list(OTHERS), "group_regressed"].fillna("").str.contains("of this shape").any()
+
+    # Shown by `radar verdicts`: the group above the table, each member's mark below it.
+    shown = subprocess.run(
+        [str(Path(sys.executable).parent / "radar"), "verdicts", "slowed", "--all", "--warehouse", warehouse_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"COLUMNS": "200", "PATH": str(Path(sys.executable).parent)},
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert f"group detected: {group['sentence']}" in shown.stdout
+    assert f"queryid 101 is in a group that regressed: {group['sentence']}" in shown.stdout
+
+    # Alerted through the outbox: every member is a regression of the deploy, its group in the message.
+    with warehouse.connect() as conn:
+        to_alert = alerts.detections(conn, "slowed")
+    assert set(SLOWED) <= set(to_alert["queryid"]) and to_alert["change_at"].notna().all()
+    text, blocks = render(deploy_facts(to_alert), [regression_of(r) for r in to_alert.itertuples()])
+    fields = [f["text"] for b in blocks if b.get("type") == "section" for f in b.get("fields", [])]
+    assert f"*Group:* in a group that regressed: {escape(group['sentence'])}" in fields
+
+    # A re-analysis replaces the groups with the verdicts, in the same transaction.
+    analyse_deploy(run, "slowed")
+    with warehouse.connect() as conn:
+        again = groups_of(conn, "slowed")
+    assert len(again) == len(stored)
+
+
+def test_a_steady_deploy_has_its_groups_decided_and_none_regressed(recorded, warehouse):
+    analyse_deploy(AnalysisRun(warehouse, SETTINGS), "steady")
+    with warehouse.connect() as conn:
+        stored = groups_of(conn, "steady")
+    assert list(stored["kind"]) == ["shape"]  # one role: no role group (it would be every statement)
+    assert (stored["verdict"] != Verdict.DETECTED).all()
+    assert _verdicts(warehouse, "steady")["group_regressed"].isna().all()
+
+
+def test_a_shape_is_the_statement_without_its_relations_names():
+    same = (
+        "SELECT o.id, o.total FROM orders_1 o WHERE o.c > $1 AND o.d = 3 LIMIT $2",
+        "SELECT x.id, x.total FROM orders_2 AS x WHERE x.c > $3 AND x.d = 5 LIMIT $4",
+        "select o.id,   o.total from orders_3 o where o.c > $1 and o.d = 3 limit $2",
+    )
+    assert len({shape_key(t) for t in same}) == 1 and shape_key(same[0]) is not None
+    other_column = "SELECT o.id, o.amount FROM orders_1 o WHERE o.c > $1 AND o.d = 3 LIMIT $2"
+    other_operator = "SELECT o.id, o.total FROM orders_1 o WHERE o.c < $1 AND o.d = 3 LIMIT $2"
+    assert shape_key(other_column) != shape_key(same[0]) != shape_key(other_operator)
+    assert shape_key(SHAPE.format(1)) == shape_key(SHAPE.format(2))
+    # Utility statements, several statements and what does not parse have no shape.
+    assert shape_key("SET work_mem = '64kB'") is None
+    assert shape_key("SELECT 1; SELECT 2") is None and shape_key("SELEC x FROM") is None
+
+
+def test_a_setting_changed_for_the_role_at_the_deploy_groups_the_role_s_statements(warehouse):
+    """`ALTER ROLE app SET work_mem = '64kB'` caught between two catalog captures at the deploy (radar.catalog_fact,
+    issue 28): the statements the role runs form a group named by the change, decided beside the shape's."""
+    at = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+    store_counters(warehouse, "work-mem", _counters(at, 1.4, np.random.default_rng(31)), {**SLOWED, **OTHERS})
+    deploys.record(warehouse, deploys.DeployEvent("work-mem", "work-mem", at))
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.catalog_fact (target, kind, identity, dbid, roleid, relation, name, role, database, "
+                "value, first_seen_at, last_seen_before) VALUES "
+                "('work-mem', 'role_setting', 'app/work_mem', NULL, 10, NULL, 'work_mem', 'app', NULL, '4MB', "
+                ":first, NULL), "
+                "('work-mem', 'role_setting', 'app/work_mem', NULL, 10, NULL, 'work_mem', 'app', NULL, '64kB', "
+                ":after, :before)"
+            ),
+            {"first": at - timedelta(days=1), "after": at + timedelta(seconds=5), "before": at - timedelta(seconds=5)},
+        )
+    analyse_deploy(AnalysisRun(warehouse, SETTINGS), "work-mem")
+    with warehouse.connect() as conn:
+        stored = groups_of(conn, "work-mem").set_index("kind")
+    assert sorted(stored.index) == ["change", "shape"]
+    change = stored.loc["change"]
+    assert change["statements"] == len(SLOWED) + len(OTHERS)
+    assert "statements touched by the change (work_mem for role app (4MB → 64kB)" in change["label"]
+    assert change["verdict"] == Verdict.DETECTED and stored.loc["shape", "verdict"] == Verdict.DETECTED
+    marks = _verdicts(warehouse, "work-mem")["group_regressed"]
+    assert marks.loc[101].count(" slowed ×") == 2  # in both groups
+    assert marks.loc[list(OTHERS)].str.contains("work_mem for role app").all()
