@@ -94,7 +94,7 @@ def canary_analyse(
                              for c in CANARY_COLUMNS})  # fmt: skip
     grid = _grid(canary, stable, start, end)
     arms = [_samples(frame, keys, grid, start, end) for frame in (canary, stable)]
-    return _decide(keys, *arms, settings)
+    return _decide(keys, arms[0], arms[1], settings)
 
 
 def _grid(canary: pd.DataFrame, stable: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) -> np.ndarray:

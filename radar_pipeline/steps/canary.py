@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import pandas as pd
 import sqlalchemy as sa
@@ -62,7 +63,7 @@ def analyse_canary(run: AnalysisRun, deploy_id: str) -> CanaryResult:
         start, end = event.deployed_at, event.deployed_at + settings.window
         require_closed(conn, end + run.settle, f"the canary window of deploy {deploy_id!r}")
     role = event.canary_role or ""
-    base = {
+    base: dict[str, Any] = {
         "target": event.target,
         "canary_role": role,
         "window_start": start,
@@ -89,7 +90,7 @@ def analyse_canary(run: AnalysisRun, deploy_id: str) -> CanaryResult:
         verdicts = _with_key_columns(verdicts)
         state = canary_state(verdicts, pass_share)
         counts = verdicts["verdict"].value_counts()
-        row = {
+        row: dict[str, Any] = {
             **base,
             "canary_userid": canary_userid,
             "stable_userid": stable_userid,

@@ -71,7 +71,6 @@ def canary_verdicts(
 canary_verdicts_job = dg.define_asset_job(
     "canary_verdicts_job",
     selection=dg.AssetSelection.assets("canary_verdicts"),
-    partitions_def=deploys_partitions,
     executor_def=dg.in_process_executor,
 )
 
