@@ -666,6 +666,12 @@ def _gate_progress(view: gate_step.GateView) -> str:
     """Where a pending deploy stands, for stderr: the time until its window closes, then the wait for the analysis
     (saying so when it is late, or when its target has no scrapes to judge)."""
     t = view.times
+    canary = view.canary
+    if canary is not None and canary["state"] is None and view.state.get("before_after_state") != "pending":
+        return (
+            f"pending: the before/after verdict is in; waiting for the canary analysis of role {clean(canary['role'])} "
+            "(canary_sensor requests it once the canary window has closed: is the Dagster daemon running?)"
+        )
     if t.last_scrape is None:
         warning = (
             f"; target {clean(t.target)} has no snapshots at all: nothing scrapes it (RADAR_TARGETS, the snapshot "
