@@ -6,6 +6,7 @@ is detected, the unslowed one is not; `radar gate` answers from the canary verdi
 
 from __future__ import annotations
 
+import json
 import random
 import time
 import uuid
@@ -150,6 +151,10 @@ def test_a_slowed_canary_is_detected_and_an_unslowed_one_is_not(canary, warehous
     assert shown.exit_code == 0, shown.output
     assert shown.stdout.startswith(f"canary role {canary.roles['slow']} against stable role {canary.roles['stable']} (")
     assert "fail; 1 detected" in shown.stdout and "no before/after verdicts yet" in shown.stdout
+    scripted = _invoke(["verdicts", "cn-slow", "--canary", "--format", "json"], warehouse_url)
+    assert scripted.exit_code == 0, scripted.output
+    rows = [r for r in json.loads(scripted.stdout) if r["calls_canary"] > 0]
+    assert [(r["verdict"], r["queryid"]) for r in rows] == [("detected", int(row["queryid"]))]
 
 
 def test_bad_canary_input_gets_a_clear_error(canary, warehouse, warehouse_url):
