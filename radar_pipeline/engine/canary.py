@@ -28,8 +28,6 @@ settings.min_samples paired intervals with canary calls, or fewer than settings.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-
 import numpy as np
 import pandas as pd
 
@@ -261,8 +259,3 @@ def canary_state(verdicts: pd.DataFrame, pass_share: float) -> str:
         return "inconclusive"
     cleared = float(spent[verdicts["verdict"] == Verdict.NO_REGRESSION].sum())
     return "pass" if cleared / whole >= pass_share else "inconclusive"
-
-
-def shared_key(dbid: int, queryid: int, toplevel: bool) -> Hashable:
-    """The statement key both arms share: pg_stat_statements' key without the user."""
-    return (int(dbid), int(queryid), bool(toplevel))
