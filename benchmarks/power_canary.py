@@ -13,6 +13,9 @@ W = 30 min after the deploy; B = 0.1 per canary analysis.
   latter, what before/after alone (the engine's `analyse` on the stable role's own statements, W either side) calls
   detected: the load step blamed on the deploy.
 - boundary: every canary statement exactly at H0's boundary (factor 1 + θ = 1.2), with the load step.
+- with the noise prior: the boundary and the steps again, each statement's noise prior estimated from 12 hours of
+  one-minute scrapes of its whole traffic before the deploy (lab/canary.py's history_estimates), as production
+  estimates it (steps/noise.py) and the canary analysis uses it.
 - steps: 5% of the statements slowed in the canary by ×1.3 / ×1.5 / ×2 / ×4, the load step too; recall per step,
   and the ceiling's: a z-test of the same estimator told the true variance of A − r·B (both arms' per-call variance,
   overdispersion and its AR(1), given the calls), the same hypothesis (θ inside H0) and the same budget share.
@@ -32,17 +35,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from radar_pipeline.engine import EngineSettings, Verdict, analyse  # noqa: E402
 from radar_pipeline.engine.canary import canary_analyse  # noqa: E402
-from radar_pipeline.lab.canary import Arms, draw_arms  # noqa: E402
+from radar_pipeline.lab.canary import Arms, draw_arms, history_estimates  # noqa: E402
 from radar_pipeline.lab.fleet import DEPLOY  # noqa: E402
 
 STEPS = (1.3, 1.5, 2.0, 4.0)
 LOAD_STEP = 1.5
 STEPPED_SHARE = 0.05
+HISTORY_INTERVALS = 720  # the noise prior's scrapes (12 hours of one-minute scrapes before the deploy)
+HISTORY_SEED = 77_000
 
 
-def canary_run(arms: Arms, settings: EngineSettings):  # type: ignore[no-untyped-def]
-    """The canary analysis of one pair of arms."""
-    return canary_analyse(arms.canary, arms.stable, DEPLOY, DEPLOY + settings.window, settings)
+def canary_run(arms: Arms, settings: EngineSettings, history: int = 0, seed: int = 0):  # type: ignore[no-untyped-def]
+    """The canary analysis of one pair of arms; with `history`, with the statements' noise prior from that many
+    scrapes before the deploy."""
+    prior = history_estimates(arms, history, HISTORY_SEED + seed) if history else None
+    return canary_analyse(arms.canary, arms.stable, DEPLOY, DEPLOY + settings.window, settings, prior)
 
 
 def ceiling(arms: Arms, result, settings: EngineSettings) -> np.ndarray:  # type: ignore[no-untyped-def]
@@ -77,19 +84,23 @@ def ceiling(arms: Arms, result, settings: EngineSettings) -> np.ndarray:  # type
     return ok & (stats.norm.sf(np.where(ok, z, 0.0)) <= np.where(ok, share, 0.0) * settings.false_alert_budget)
 
 
-def null_rows(statements: int, runs: int, seed: int, share: float, settings: EngineSettings) -> list[str]:
+def null_rows(
+    statements: int, runs: int, prior_runs: int, seed: int, share: float, settings: EngineSettings
+) -> list[str]:
     """False detections per canary analysis under the nulls, and before/after's under the load step."""
     rows = []
+    boundary = f"H0 boundary (×{1 + settings.threshold:g}), load ×{LOAD_STEP}"
     cases = [
-        ("null, load steady", 1.0, 1.0, False),
-        (f"null, load ×{LOAD_STEP} at the deploy", 1.0, LOAD_STEP, True),
-        (f"H0 boundary (×{1 + settings.threshold:g}), load ×{LOAD_STEP}", 1 + settings.threshold, LOAD_STEP, False),
+        ("null, load steady", 1.0, 1.0, False, 0, runs),
+        (f"null, load ×{LOAD_STEP} at the deploy", 1.0, LOAD_STEP, True, 0, runs),
+        (boundary, 1 + settings.threshold, LOAD_STEP, False, 0, runs),
+        (boundary + ", with the noise prior", 1 + settings.threshold, LOAD_STEP, False, HISTORY_INTERVALS, prior_runs),
     ]
-    for name, factor, load, before_after in cases:
+    for name, factor, load, before_after, history, count in cases:
         canary_fd, ba_fd, analyses_with = [], [], []
-        for run in range(runs):
+        for run in range(count):
             arms = draw_arms(statements, seed + run, factor=factor, load_step=load, canary_share=share)
-            result = canary_run(arms, settings)
+            result = canary_run(arms, settings, history, seed + run)
             detected = int((result["verdict"] == Verdict.DETECTED).sum())
             canary_fd.append(detected)
             analyses_with.append(detected > 0)
@@ -97,7 +108,7 @@ def null_rows(statements: int, runs: int, seed: int, share: float, settings: Eng
                 verdicts = analyse(arms.stable, DEPLOY.to_pydatetime(), settings)
                 ba_fd.append(int((verdicts["verdict"] == Verdict.DETECTED).sum()))
         rows.append(
-            f"| canary: {name} | {runs} × {statements} | {np.mean(canary_fd):.3f} | {np.mean(analyses_with):.1%} |"
+            f"| canary: {name} | {count} × {statements} | {np.mean(canary_fd):.3f} | {np.mean(analyses_with):.1%} |"
         )
         if before_after:
             rows.append(
@@ -107,8 +118,11 @@ def null_rows(statements: int, runs: int, seed: int, share: float, settings: Eng
     return rows
 
 
-def step_rows(statements: int, runs: int, seed: int, share: float, settings: EngineSettings) -> list[str]:
-    """Recall per step of the canary analysis and of its ceiling, with the load step."""
+def step_rows(
+    statements: int, runs: int, seed: int, share: float, settings: EngineSettings, history: int = 0
+) -> list[str]:
+    """Recall per step of the canary analysis (with the noise prior from `history` scrapes when given) and of its
+    ceiling, with the load step."""
     found = {step: [0, 0, 0] for step in STEPS}  # statements, detected, ceiling
     false = 0
     for run in range(runs):
@@ -116,7 +130,7 @@ def step_rows(statements: int, runs: int, seed: int, share: float, settings: Eng
         stepped = rng.random(statements) < STEPPED_SHARE
         factor = np.where(stepped, rng.choice(np.asarray(STEPS), statements), 1.0)
         arms = draw_arms(statements, seed + 20_000 + run, factor=factor, load_step=LOAD_STEP, canary_share=share)
-        result = canary_run(arms, settings)
+        result = canary_run(arms, settings, history, seed + 20_000 + run)
         keys = result["query_key"].to_numpy().astype(int)
         detected = (result["verdict"] == Verdict.DETECTED).to_numpy()
         oracle = ceiling(arms, result, settings)
@@ -128,13 +142,14 @@ def step_rows(statements: int, runs: int, seed: int, share: float, settings: Eng
             found[step][1] += int((detected & at).sum())
             found[step][2] += int((oracle & at).sum())
     rows = []
+    prior = ", with the noise prior" if history else ""
     for step, (count, detected, oracle) in found.items():
         recall, top = detected / max(count, 1), oracle / max(count, 1)
         rows.append(
-            f"| canary: step ×{step:g}, load ×{LOAD_STEP} | {count} | {recall:.1%} | {top:.1%} | "
+            f"| canary: step ×{step:g}, load ×{LOAD_STEP}{prior} | {count} | {recall:.1%} | {top:.1%} | "
             f"{recall / top if top > 0 else float('nan'):.2f} |"
         )
-    rows.append(f"| canary: false detections among unchanged statements, per analysis | {runs} | "
+    rows.append(f"| canary: false detections among unchanged statements, per analysis{prior} | {runs} | "
                 f"{false / runs:.3f} | | |")  # fmt: skip
     return rows
 
@@ -156,11 +171,14 @@ def main() -> None:
           f"{settings.threshold:g}, canary share {args.canary_share:g})\n")  # fmt: skip
     print("| null | analyses × statements | false detections per analysis | analyses with any |")
     print("| --- | --- | --- | --- |")
-    for row in null_rows(statements, runs, args.seed, args.canary_share, settings):
+    prior_runs = max(runs // 3, 2)  # a prior's history costs a few seconds a run to draw
+    for row in null_rows(statements, runs, prior_runs, args.seed, args.canary_share, settings):
         print(row)
     print("\n| stepped (5% of statements) | statements | recall | ceiling | ratio |")
     print("| --- | --- | --- | --- | --- |")
     for row in step_rows(statements, runs, args.seed, args.canary_share, settings):
+        print(row)
+    for row in step_rows(statements, prior_runs, args.seed, args.canary_share, settings, HISTORY_INTERVALS):
         print(row)
     print(f"\n({time.perf_counter() - started:.0f} s)")
 

@@ -18,6 +18,10 @@ z_i = T_i − r̂ · c_i · m_i, Σ z_i² with the lag-1 serial correlation of z
 bias-corrected ρ̂ with its margin, inflation (1 + ρ)/(1 − ρ), degrees of freedom n(1 − ρ)/(1 + ρ) − 1 and the
 uncertainty of ln f), floored by the per-call variance both arms' stddev_exec_time gives (σ²_c · C + r² σ²_s · Σ c_i²
 / s_i), the larger one taken, as the engine's test takes its larger variance. Student's t on those degrees of freedom.
+With the statements' noise prior from their earlier days (`prior`, as `analyse` takes it), the prior's long-run
+inflation — scaled up for intervals busier than its own, and unless the window is more correlated than it allows —
+replaces the window's ρ̂, and its many intervals the window's uncertainty of ln f: the residuals' per-call part is
+larger than the single series' of the prior (each arm has only part of the calls), so their inflation is at most it.
 
 The budget B of a canary analysis (settings.false_alert_budget, its own, beside the deploy's before/after budget) is
 shared evenly among the decidable statement keys (weighted Bonferroni with equal weights: they use neither arm's
@@ -31,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from radar_pipeline.engine.inference import CI_LEVEL, RHO_MAX, _serial_correlation
+from radar_pipeline.engine.inference import CI_LEVEL, INFLATION_MAX, RHO_MAX, _bias_corrected, _serial_correlation
 from radar_pipeline.engine.samples import STDDEV, window_samples
 from radar_pipeline.engine.settings import EngineSettings
 from radar_pipeline.engine.vocabulary import Reason, Verdict
@@ -67,6 +71,7 @@ def canary_analyse(
     start: pd.Timestamp,
     end: pd.Timestamp,
     settings: EngineSettings | None = None,
+    prior: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """The two-arm test of every statement key the canary arm ran in (start, end] (module docstring).
 
@@ -75,6 +80,11 @@ def canary_analyse(
     one row per key per scrape where it changed (an absent row means no calls since the last), including each key's
     last row at or before `start` where it has one (its baseline). Scrapes of both arms are aligned on the union of
     their capture times. Returns one row per key of the canary arm, CANARY_COLUMNS.
+
+    prior: the statements' noise prior from their earlier days, as `analyse` takes it (query_key — the shared key —,
+    serial_correlation, intervals, optionally calls_per_interval); where a key has one of at least
+    settings.prior_min_intervals and the window does not conflict with it, its serial correlation replaces the
+    window's own (module docstring).
     """
     settings = settings or EngineSettings()
     start, end = pd.Timestamp(start), pd.Timestamp(end)
@@ -92,7 +102,23 @@ def canary_analyse(
                              for c in CANARY_COLUMNS})  # fmt: skip
     grid = _grid(canary, stable, start, end)
     arms = [_samples(frame, keys, grid, start, end) for frame in (canary, stable)]
-    return _decide(keys, arms[0], arms[1], settings)
+    return _decide(keys, arms[0], arms[1], settings, _prior_of(keys, prior))
+
+
+def _prior_of(keys: pd.Index, prior: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per key: the prior's serial correlation, intervals and calls per interval (NaN where none)."""
+    if prior is None or prior.empty:
+        return None
+    missing = [c for c in ("query_key", "serial_correlation", "intervals") if c not in prior]
+    if missing:
+        raise CanaryInputError(f"prior lacks {', '.join(missing)}")
+    at = keys.get_indexer(prior["query_key"])
+    found = at >= 0
+    out = [np.full(len(keys), np.nan) for _ in range(3)]
+    for column, values in zip(out, ("serial_correlation", "intervals", "calls_per_interval"), strict=True):
+        if values in prior:
+            column[at[found]] = pd.to_numeric(prior[values], errors="coerce").to_numpy(dtype=np.float64)[found]
+    return out[0], out[1], out[2]
 
 
 def _grid(canary: pd.DataFrame, stable: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) -> np.ndarray:
@@ -148,9 +174,15 @@ def _samples(
     )
 
 
-def _decide(keys: pd.Index, canary: pd.DataFrame, stable: pd.DataFrame, settings: EngineSettings) -> pd.DataFrame:
+def _decide(
+    keys: pd.Index,
+    canary: pd.DataFrame,
+    stable: pd.DataFrame,
+    settings: EngineSettings,
+    prior: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> pd.DataFrame:
     """The test of every key from both arms' samples (module docstring)."""
-    from scipy import stats
+    from scipy import special, stats
 
     g = len(keys)
     pair = canary.merge(stable, on=["code", "end"], suffixes=("_c", "_s"), how="inner").sort_values(["code", "end"])
@@ -174,9 +206,29 @@ def _decide(keys: pd.Index, canary: pd.DataFrame, stable: pd.DataFrame, settings
         rho = _serial_correlation(np.where(ee > 0, acov / ee, 0.0), np.maximum(n, 1.0))
         rho = np.clip(rho, 0.0, RHO_MAX)
         inflation = (1 + rho) / (1 - rho)
-        v_emp = n / np.maximum(n - inflation, 1.0) * ee * inflation
         dof_emp = np.maximum(n * (1 - rho) / (1 + rho) - 1, 1.0)
         dof_emp = np.maximum(2 / (2 / dof_emp + 4 / ((1 - rho**2) * np.maximum(n, 1.0))), 1.0)
+        if prior is not None:
+            # The prior's long-run inflation, scaled up where the paired intervals are busier than its own (the
+            # overdispersion's share grows at most in proportion): it bounds the residuals' own, whose per-call part
+            # is larger (each arm has only part of the calls). Used unless the window is more correlated than it
+            # allows (the engine's prior-data conflict check, Evans & Moshonov 2006).
+            p_rho, p_n, p_busy = prior
+            p_n = np.minimum(p_n, settings.prior_max_intervals)
+            f_h = np.clip((1 + p_rho) / (1 - p_rho), 1.0, INFLATION_MAX)
+            ratio = np.where(p_busy > 0, (calls_c + calls_s) / np.maximum(n, 1.0) / p_busy, np.inf)
+            f_p = np.clip(1 + (f_h - 1) * np.maximum(ratio, 1.0), 1.0, INFLATION_MAX)
+            rho_p = (f_p - 1) / (f_p + 1)
+            rho_w = _bias_corrected(np.where(ee > 0, acov / ee, 0.0), np.maximum(n, 1.0))
+            spread = np.sqrt(np.maximum(1 - rho_p**2, 1e-12) * (1 / np.maximum(n, 1.0) + 1 / np.maximum(p_n, 1.0)))
+            conflict = (rho_w - rho_p) / spread > special.ndtri(1 - settings.prior_conflict_alpha)
+            use = (p_n >= settings.prior_min_intervals) & np.isfinite(f_p) & ~conflict
+            dof_p = np.maximum(n * (1 - rho_p) / (1 + rho_p) - 1, 1.0)
+            dof_p = np.maximum(2 / (2 / dof_p + 4 / ((1 - rho_p**2) * np.maximum(p_n, 1.0))), 1.0)
+            rho = np.where(use, rho_p, rho)
+            inflation = np.where(use, f_p, inflation)
+            dof_emp = np.where(use, dof_p, dof_emp)
+        v_emp = n / np.maximum(n - inflation, 1.0) * ee * inflation
         # The per-call floor from each arm's intervals' own sums of squares (NaN where any is unknown).
         ss_c, dof_c = total(pair["sumsq_c"].to_numpy()), total(np.maximum(c - 1, 0.0))
         ss_s, dof_s = total(pair["sumsq_s"].to_numpy()), total(np.maximum(s - 1, 0.0))

@@ -27,6 +27,7 @@ class Arms:
     cv: np.ndarray
     phi: np.ndarray
     spread: np.ndarray
+    base: np.ndarray  # level before any load, ms
     level_canary: np.ndarray  # [statements, intervals after the deploy]: expected per-call mean, load included
     level_stable: np.ndarray
     calls_canary: np.ndarray  # [statements, intervals after the deploy]
@@ -95,8 +96,23 @@ def draw_arms(
         cv=cvs,
         phi=phis,
         spread=spreads,
+        base=base,
         level_canary=out["canary"][1],
         level_stable=out["stable"][1],
         calls_canary=out["canary"][2],
         calls_stable=out["stable"][2],
     )
+
+
+def history_estimates(arms: Arms, intervals: int, seed: int) -> pd.DataFrame:
+    """The noise prior production would have for the arms' statements: `intervals` one-minute scrapes before the
+    deploy of each statement's whole traffic (both roles' calls, one series, as the stable version ran it before the
+    canary), nothing changed, no load step (lab/fleet.py's past_counters, engine.noise's estimates)."""
+    from types import SimpleNamespace
+
+    from radar_pipeline.engine.noise import noise_estimates, noise_sums
+    from radar_pipeline.lab.fleet import past_counters
+
+    like = SimpleNamespace(rate=arms.rate, cv=arms.cv, phi=arms.phi, spread=arms.spread, base=arms.base)
+    past = past_counters(like, intervals, seed, DEPLOY)  # type: ignore[arg-type]
+    return noise_estimates(noise_sums(past, DEPLOY - pd.Timedelta(minutes=intervals), DEPLOY))

@@ -84,9 +84,10 @@ def analyse_canary(run: AnalysisRun, deploy_id: str) -> CanaryResult:
                 )
             window = analysis.read_window(conn, event.target, start, end)
             pass_share = _pass_share(conn, deploy_id)
+            canary_arm, stable_arm, stable_userid = _arms(window, canary_userid, role, event.target)
+            prior = _stable_prior(conn, event.target, start, window, stable_userid)
         names = {oid: name for name, oid in roles.items()}
-        canary_arm, stable_arm, stable_userid = _arms(window, canary_userid, role, event.target)
-        verdicts = canary_analyse(canary_arm, stable_arm, pd.Timestamp(start), pd.Timestamp(end), settings)
+        verdicts = canary_analyse(canary_arm, stable_arm, pd.Timestamp(start), pd.Timestamp(end), settings, prior)
         verdicts = _with_key_columns(verdicts)
         state = canary_state(verdicts, pass_share)
         counts = verdicts["verdict"].value_counts()
@@ -169,6 +170,23 @@ def _arms(
         return out
 
     return shared_keys(canary_rows), shared_keys(stable_rows), stable_userid
+
+
+def _stable_prior(
+    conn: sa.Connection, target: str, start: datetime, window: analysis.WindowCounters, stable_userid: int
+) -> pd.DataFrame | None:
+    """The noise prior (steps.noise: the days before the window) of the stable role's statements, keyed by the
+    statement key both arms share; None when none is stored."""
+    from radar_pipeline.steps.noise import prior_for
+
+    keys = window.keys[window.keys["userid"] == stable_userid]
+    prior = prior_for(conn, target, start, keys) if not keys.empty else None
+    if prior is None or prior.empty:
+        return None
+    shared = keys.loc[prior["query_key"].to_numpy(), ["dbid", "queryid", "toplevel"]]
+    prior = prior.copy()
+    prior["query_key"] = list(pd.MultiIndex.from_frame(shared))
+    return prior
 
 
 def _with_key_columns(verdicts: pd.DataFrame) -> pd.DataFrame:

@@ -101,3 +101,22 @@ def test_bad_input_is_refused_with_the_reason():
         canary_analyse(canary, canary, DEPLOY, DEPLOY)
     with pytest.raises(CanaryInputError, match="tz-aware"):
         canary_analyse(canary, canary, DEPLOY.tz_localize(None), DEPLOY + W)
+
+
+def test_with_the_noise_prior_the_boundary_holds_and_more_is_found():
+    from radar_pipeline.lab.canary import history_estimates
+
+    false, found = [], {"window": 0, "prior": 0}
+    for seed in range(6):
+        arms = draw_arms(300, 900 + seed, factor=1.2, load_step=1.5)
+        prior = history_estimates(arms, 720, seed)
+        result = canary_analyse(arms.canary, arms.stable, DEPLOY, DEPLOY + W, SETTINGS, prior)
+        false.append(int((result["verdict"] == "detected").sum()))
+        slowed = draw_arms(300, 950 + seed, factor=1.6, load_step=1.5)
+        prior = history_estimates(slowed, 720, seed)
+        found["window"] += int((_analyse(slowed)["verdict"] == "detected").sum())
+        with_prior = canary_analyse(slowed.canary, slowed.stable, DEPLOY, DEPLOY + W, SETTINGS, prior)
+        found["prior"] += int((with_prior["verdict"] == "detected").sum())
+        assert (with_prior["serial_correlation"].dropna() <= 0.9 + 1e-12).all()
+    assert sum(false) <= 3, false  # 6 analyses at B = 0.1: P(≥ 4) < 0.4%
+    assert found["prior"] > 1.1 * found["window"] > 0, found
