@@ -25,9 +25,10 @@ larger than the single series' of the prior (each arm has only part of the calls
 
 The budget B of a canary analysis (settings.false_alert_budget, its own, beside the deploy's before/after budget) is
 shared evenly among the decidable statement keys (weighted Bonferroni with equal weights: they use neither arm's
-latency). detected: p ≤ B / m; no_regression (cleared): the one-sided upper bound at settings.clear_level lies within
-the tolerance 1 + max(θ, min_rise / mean_stable); inconclusive otherwise; insufficient_data: fewer than
-settings.min_samples paired intervals with canary calls, or fewer than settings.min_calls calls in either arm.
+latency). detected: p ≤ B / m and the canary's mean at least settings.min_rise_ms above the stable's;
+no_regression (cleared): the one-sided upper bound at settings.clear_level lies within the tolerance
+1 + max(θ, min_rise / mean_stable); inconclusive otherwise; insufficient_data: fewer than settings.min_samples paired
+intervals with canary calls, or fewer than settings.min_calls calls in either arm.
 """
 
 from __future__ import annotations
@@ -252,7 +253,10 @@ def _decide(
     decidable = int(testable.sum())
     share = np.where(testable, 1.0 / max(decidable, 1), np.nan)
     p_family = np.minimum(1.0, p / share)
-    detected = testable & (p_family <= settings.false_alert_budget)
+    # A rise of the mean below min_rise_ms is no finding whatever its factor (settings), as before/after has it.
+    with np.errstate(invalid="ignore", divide="ignore"):
+        worth = (a - b) / np.where(calls_c > 0, calls_c, 1.0) >= settings.min_rise_ms
+    detected = testable & worth & (p_family <= settings.false_alert_budget)
 
     half = stats.t.ppf(0.5 + CI_LEVEL / 2, dof) * np.where(testable, se, np.nan)
     margin = stats.t.ppf(settings.clear_level, dof) * np.where(testable, se, np.nan)
