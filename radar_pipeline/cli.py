@@ -206,10 +206,13 @@ def deploy_import(csv_file: Path, warehouse: str | None) -> None:
     show_default=True,
     help="a table fitted to the terminal, or every column of every verdict for scripts",
 )
+@click.option("--canary", "canary_only", is_flag=True, help="the canary arm's verdicts only (a canary deploy)")
 @click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
-def verdicts(deploy_id: str, show_all: bool, output: str, warehouse: str | None) -> None:
-    """Print a deploy's verdicts (or a periodic check's, DEPLOY_ID periodic:<hour>), detections first."""
+def verdicts(deploy_id: str, show_all: bool, output: str, canary_only: bool, warehouse: str | None) -> None:
+    """Print a deploy's verdicts (or a periodic check's, DEPLOY_ID periodic:<hour>), detections first; for a
+    canary deploy, its canary arm's verdicts first (docs/canary.md)."""
     from radar_pipeline.engine.vocabulary import VERDICTS
+    from radar_pipeline.warehouse import canary as canary_store
     from radar_pipeline.warehouse.analysis import deploy_states, impact_of, verdicts_of
     from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX
     from radar_pipeline.warehouse.groups import groups_of
@@ -221,11 +224,26 @@ def verdicts(deploy_id: str, show_all: bool, output: str, warehouse: str | None)
             summary, changes = impact_of(conn, deploy_id)
             state = deploy_states(conn, [deploy_id])
             decided_groups = groups_of(conn, deploy_id)
+            canary = canary_store.analysis_of(conn, deploy_id)
+            canary_table = canary_store.verdicts_of(conn, deploy_id)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     except Exception as exc:
         raise click.ClickException(_failure("reading the verdicts failed", exc, warehouse)) from None
+    if canary_only:
+        if canary is None:
+            raise click.ClickException(f"no canary analysis for {clean(deploy_id)!r}: no canary role, or not yet")
+        if output != "table":
+            click.echo(_for_scripts(canary_table, output), nl=False)
+            return
+    if canary is not None and output == "table":
+        _print_canary(canary, canary_table, show_all)
+        if canary_only:
+            return
     if table.empty:
+        if canary is not None and output == "table":
+            click.echo(f"deploy {clean(deploy_id)}: no before/after verdicts yet")
+            return
         raise click.ClickException(f"no verdicts for {clean(deploy_id)!r}: not recorded, or not analysed yet")
     if output != "table":
         click.echo(_for_scripts(table, output), nl=False)
@@ -258,9 +276,11 @@ def _for_scripts(table: pd.DataFrame, output: str) -> str:
 
     import pandas as pd
 
-    whole = table.assign(change_after_deploy=table["change_after_deploy"].dt.total_seconds()).rename(
-        columns={"change_after_deploy": "change_after_deploy_s"}
-    )
+    whole = table.copy()
+    if "change_after_deploy" in whole:
+        whole = whole.assign(change_after_deploy=whole["change_after_deploy"].dt.total_seconds()).rename(
+            columns={"change_after_deploy": "change_after_deploy_s"}
+        )
     for name in whole.columns:
         column = whole[name]
         if isinstance(column.dtype, pd.DatetimeTZDtype):
@@ -270,6 +290,48 @@ def _for_scripts(table: pd.DataFrame, output: str) -> str:
     if output == "csv":
         return whole.to_csv(index=False)
     return json.dumps(json.loads(whole.to_json(orient="records")), indent=1) + "\n"
+
+
+def _print_canary(canary: dict[str, Any], table: pd.DataFrame, show_all: bool) -> None:
+    """A canary deploy's canary arm: its roles, state (or the error that stopped it), counts, and its verdicts."""
+    stable = canary["stable_role"] or (f"userid {canary['stable_userid']}" if canary["stable_userid"] else "?")
+    window = f"{_clock(canary['window_start'])} – {_clock(canary['window_end'])}"
+    if canary["state"] == "error":
+        click.echo(f"canary role {clean(canary['canary_role'])} ({window}): error: {clean(canary['error'] or '')}")
+        return
+    counts = ", ".join(f"{canary[v]} {v}" for v in ("detected", "no_regression", "inconclusive", "insufficient_data"))
+    click.echo(
+        f"canary role {clean(canary['canary_role'])} against stable role {clean(stable)} ({window}): "
+        f"{canary['state']}; {counts}"
+    )
+    shown = table if show_all else table.head(40)
+    if shown.empty:
+        return
+
+    def factor(row: Any) -> str:
+        if row.change_factor != row.change_factor:
+            return ""
+        interval = "" if row.factor_low != row.factor_low else f" [×{row.factor_low:.2f}, ×{row.factor_high:.2f}]"
+        return f"×{row.change_factor:.2f}{interval}"
+
+    rows = [
+        [
+            str(r.verdict),
+            factor(r),
+            "" if r.mean_stable_ms != r.mean_stable_ms else f"{r.mean_stable_ms:.3f}",
+            "" if r.mean_canary_ms != r.mean_canary_ms else f"{r.mean_canary_ms:.3f}",
+            f"{r.calls_stable}/{r.calls_canary}",
+            str(r.queryid),
+            clean(r.query),
+        ]
+        for r in shown.itertuples()
+    ]
+    header = ["verdict", "canary/stable", "stable_ms", "canary_ms", "calls s/c", "queryid", "query"]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
+    for line in [header, *rows]:
+        click.echo("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip())
+    if len(shown) < len(table):
+        click.echo(f"  … {len(table) - len(shown)} more canary verdicts (--all)")
 
 
 def _script_cell(value: object, nested: bool) -> object:
@@ -560,6 +622,8 @@ def _gate_text(view: gate_step.GateView, deploy_id: str) -> list[str]:
     else:
         facts.append(f"window closes {_clock(t.window_closes_at)}, verdict due {_clock(t.due_at)}")
     lines.append("  " + ", ".join(facts))
+    if view.canary is not None:
+        lines.extend(_gate_canary_lines(view.canary, s))
     if s["state"] == "pending":
         return lines
     from radar_pipeline.engine.vocabulary import VERDICTS, Cause, Verdict  # loaded with the gate's view already
@@ -591,10 +655,41 @@ def _gate_text(view: gate_step.GateView, deploy_id: str) -> list[str]:
     return lines
 
 
+def _gate_canary_lines(canary: dict[str, Any], state: dict[str, Any]) -> list[str]:
+    """A canary deploy's canary arm in the gate's answer: what decided, and the before/after state beside it."""
+    role = clean(canary["role"])
+    before_after = state.get("before_after_state")
+    if canary["state"] is None:
+        return [f"  canary role {role}: waiting for the canary analysis (canary_sensor, W after the deploy)"]
+    if canary["state"] == "error":
+        return [
+            f"  canary role {role}: not analysed: {clean(canary['error'] or '')}; the gate answers from the "
+            "before/after verdict"
+        ]
+    stable = clean(canary.get("stable_role") or f"userid {canary.get('stable_userid')}")
+    counts = ", ".join(f"{n} {v}" for v, n in canary["counts"].items())
+    lines = [
+        f"  decided by the canary arm: role {role} against stable role {stable}, {canary['state']} ({counts}); "
+        f"before/after: {before_after}"
+    ]
+    for d in canary["detections"]:
+        lines.append(
+            f"  canary ×{d['change_factor']:.2f} [×{d['factor_low']:.2f}, ×{d['factor_high']:.2f}] "
+            f"({d['mean_stable_ms']:.3f} → {d['mean_canary_ms']:.3f} ms), queryid {d['queryid']}: {clean(d['query'])}"
+        )
+    return lines
+
+
 def _gate_progress(view: gate_step.GateView) -> str:
     """Where a pending deploy stands, for stderr: the time until its window closes, then the wait for the analysis
     (saying so when it is late, or when its target has no scrapes to judge)."""
     t = view.times
+    canary = view.canary
+    if canary is not None and canary["state"] is None and view.state.get("before_after_state") != "pending":
+        return (
+            f"pending: the before/after verdict is in; waiting for the canary analysis of role {clean(canary['role'])} "
+            "(canary_sensor requests it once the canary window has closed: is the Dagster daemon running?)"
+        )
     if t.last_scrape is None:
         warning = (
             f"; target {clean(t.target)} has no snapshots at all: nothing scrapes it (RADAR_TARGETS, the snapshot "

@@ -31,6 +31,7 @@ ASSETS = {
     "query_history",
     "periodic_verdicts",
     "periodic_alerts",
+    "canary_verdicts",
 }
 CHECKS = {
     "pgss_snapshots:all_targets_scraped",
@@ -50,6 +51,7 @@ JOBS = {
     "periodic_alert_retry_job",
     "code_host_retry_job",
     "deploy_marks_job",
+    "canary_verdicts_job",
 }
 SCHEDULES = {
     "pgss_snapshot_schedule",
@@ -84,6 +86,7 @@ def test_definitions_load():
     assert deploy_job.executor_def is dg.in_process_executor
     assert repo.get_sensor_def("deploy_event_sensor").minimum_interval_seconds == 10
     assert sorted(s.name for s in repo.sensor_defs) == [
+        "canary_sensor",
         "deploy_event_sensor",
         "deploy_mark_sensor",
         "radar_reconciler",
@@ -107,6 +110,7 @@ def test_every_asset_has_kinds_and_an_owner_and_the_snapshots_a_freshness_policy
         "pgss_compaction": {"postgres"},
         "plan_snapshots": {"postgres"},
         "deploy_verdicts": {"python", "postgres"},
+        "canary_verdicts": {"python", "postgres"},
         "regression_alerts": {"slack"},
         "code_host_statuses": {"github", "gitlab"},
         "query_history": {"python", "postgres"},

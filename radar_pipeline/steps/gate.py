@@ -30,6 +30,10 @@ class GateView:
     state: dict[str, Any]
     shares: dict[str, float]
     detections: list[dict[str, Any]]
+    # A canary deploy's canary arm (status.canary_gate): its role, analysis state or error, and detections; None for
+    # a deploy that names no canary role. When it decides, state["state"] is the canary's and
+    # state["before_after_state"] radar.deploy_state's.
+    canary: dict[str, Any] | None = None
 
 
 def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | None:
@@ -45,8 +49,9 @@ def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | N
             return None
         found = deploy_states(conn, [deploy_id])
         state = {k: plain(v) for k, v in found.iloc[0].items()}
+        canary = status.canary_gate(conn, deploy_id, state)
         if state["state"] == "pending":
-            return GateView(times, state, {}, [])
+            return GateView(times, state, {}, [], canary)
         shares = status.execution_shares(conn, deploy_id)
         table = verdicts_of(conn, deploy_id)
     detected = table[table["verdict"] == Verdict.DETECTED]
@@ -61,7 +66,7 @@ def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | N
         change = cells.pop("change_after_deploy")
         cells["change_after_deploy_s"] = None if change is None else round(change.total_seconds())
         detections.append(cells)
-    return GateView(times, state, shares, detections)
+    return GateView(times, state, shares, detections, canary)
 
 
 def plain(value: object) -> Any:
@@ -115,6 +120,9 @@ def answer(view: GateView, deploy_id: str, code: int) -> dict[str, Any]:
         },
         "detections": view.detections,
     }
+    if view.canary is not None:
+        answer["canary"] = view.canary
+        answer["before_after_state"] = s.get("before_after_state")
     return answer
 
 

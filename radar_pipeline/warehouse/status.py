@@ -105,6 +105,61 @@ def deploy_times(
     return DeployTimes(**row._mapping) if row is not None else None
 
 
+def canary_gate(conn: sa.Connection, deploy_id: str, state: dict[str, Any]) -> dict[str, Any] | None:
+    """For a deploy that names a canary role, its canary arm as the gate reads it (docs/canary.md), and the gate's
+    state set from it in `state` (radar.deploy_state's row, changed in place; the view's own state kept under
+    before_after_state). None for a deploy without a canary role.
+
+    - no canary analysis stored yet: pending (the canary verdict is due W after the deploy);
+    - a canary analysis stopped by an error (an unknown role, a role with no statements): the state stays
+      radar.deploy_state's, and the error is returned to be shown;
+    - otherwise the canary's state decides: fail when the canary arm detected a statement, else its pass or
+      inconclusive; radar.deploy_state's before/after verdict is shown beside it, not combined (on a canary deploy
+      the stable role still runs the old version, so what before/after finds there is the server's, not the canary's).
+    """
+    from radar_pipeline.warehouse import canary as stored
+
+    role = conn.execute(
+        sa.text("SELECT canary_role FROM radar.deploy_event WHERE deploy_id = :d"), {"d": deploy_id}
+    ).scalar()
+    if role is None:
+        return None
+    state["before_after_state"] = state["state"]
+    found = stored.analysis_of(conn, deploy_id)
+    out: dict[str, Any] = {"role": role, "state": None, "error": None, "detections": []}
+    if found is None:
+        state["state"] = "pending"
+        return out
+    out.update(
+        state=found["state"],
+        error=found["error"],
+        stable_role=found["stable_role"],
+        stable_userid=found["stable_userid"],
+        analysed_at=found["analysed_at"].isoformat(),
+        counts={v: found[v] for v in ("detected", "no_regression", "inconclusive", "insufficient_data")},
+    )
+    if found["state"] == "error":
+        return out
+    state["state"] = found["state"]
+    table = stored.verdicts_of(conn, deploy_id)
+    detected = table[table["verdict"] == "detected"]
+    out["detections"] = [
+        {
+            "queryid": int(r.queryid),
+            "dbid": int(r.dbid),
+            "toplevel": bool(r.toplevel),
+            "change_factor": float(r.change_factor),
+            "factor_low": float(r.factor_low),
+            "factor_high": float(r.factor_high),
+            "mean_canary_ms": float(r.mean_canary_ms),
+            "mean_stable_ms": float(r.mean_stable_ms),
+            "query": r.query,
+        }
+        for r in detected.itertuples()
+    ]
+    return out
+
+
 def execution_shares(conn: sa.Connection, deploy_id: str) -> dict[str, float]:
     """Verdict → the share of the deploy's execution time after it that its statements hold, measured as
     radar.deploy_state measures it (calls after × mean after); empty when nothing ran after the deploy."""

@@ -1,0 +1,207 @@
+"""A deploy's canary analysis, start to finish (docs/canary.md): resolve its canary role, read the window W after
+the deploy, pick the stable role, compare the two arms (engine/canary.py), and replace the stored canary analysis.
+
+Bad input (a deploy without a canary role, a role the target does not have, a role that ran no statements, no other
+role running the same statements) stops the analysis with CanaryError, whose message names what is wrong; the
+error is stored as the canary analysis (state `error`), so the gate says why it answers without one, and the sensor
+does not ask again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import pandas as pd
+import sqlalchemy as sa
+
+from radar_pipeline.engine import ENGINE_VERSION, Verdict
+from radar_pipeline.engine.canary import canary_analyse, canary_state
+from radar_pipeline.steps.deploy_analysis import AnalysisRefused, AnalysisRun, require_closed
+from radar_pipeline.warehouse import analysis, deploys
+from radar_pipeline.warehouse import canary as stored
+
+PASS_SHARE = 0.9  # radar.deploy_state's default share of the execution time cleared for a pass, used when unknown
+
+
+class CanaryError(ValueError):
+    """The canary analysis cannot be made from what was recorded and scraped; the message names the reason."""
+
+
+@dataclass(frozen=True)
+class CanaryResult:
+    """A stored canary analysis: its state (pass, fail, inconclusive, or error with `error` saying why), the roles
+    compared (role name and userid; the stable role's name None when the target could not be asked), the window,
+    and the verdicts (empty on an error)."""
+
+    deploy_id: str
+    target: str
+    state: str
+    error: str | None
+    canary_role: str
+    canary_userid: int | None
+    stable_role: str | None
+    stable_userid: int | None
+    window: tuple[datetime, datetime]
+    verdicts: pd.DataFrame
+
+
+def analyse_canary(run: AnalysisRun, deploy_id: str) -> CanaryResult:
+    """Decide the deploy's canary arm and replace its stored canary analysis, in one transaction.
+
+    Refused (AnalysisRefused, nothing written) when the deploy is unknown or its canary window (W after the deploy,
+    plus run.settle) has not passed. CanaryError's cases (module docstring) are stored as an `error` analysis and
+    returned with state `error`.
+    """
+    settings = run.settings
+    with run.warehouse.connect() as conn:
+        event = deploys.get(conn, deploy_id)
+        if event is None:
+            raise AnalysisRefused(f"deploy {deploy_id!r} is not recorded")
+        assert event.deployed_at is not None
+        start, end = event.deployed_at, event.deployed_at + settings.window
+        require_closed(conn, end + run.settle, f"the canary window of deploy {deploy_id!r}")
+    role = event.canary_role or ""
+    base: dict[str, Any] = {
+        "target": event.target,
+        "canary_role": role,
+        "window_start": start,
+        "window_end": end,
+        "settings": settings.to_dict(),
+        "engine_version": ENGINE_VERSION,
+        "run_id": run.run_id,
+    }
+    try:
+        if not role:
+            raise CanaryError(f"deploy {deploy_id!r} names no canary role (radar deploy --canary-role ROLE)")
+        with run.warehouse.connect() as conn:
+            roles = _role_oids(conn, run, event.target)
+            canary_userid = roles.get(role)
+            if canary_userid is None:
+                raise CanaryError(
+                    f"canary role {role!r} of deploy {deploy_id!r} is not a role on target {event.target!r}"
+                )
+            window = analysis.read_window(conn, event.target, start, end)
+            pass_share = _pass_share(conn, deploy_id)
+            canary_arm, stable_arm, stable_userid = _arms(window, canary_userid, role, event.target)
+            prior = _stable_prior(conn, event.target, start, window, stable_userid)
+        names = {oid: name for name, oid in roles.items()}
+        verdicts = canary_analyse(canary_arm, stable_arm, pd.Timestamp(start), pd.Timestamp(end), settings, prior)
+        verdicts = _with_key_columns(verdicts)
+        state = canary_state(verdicts, pass_share)
+        counts = verdicts["verdict"].value_counts()
+        row: dict[str, Any] = {
+            **base,
+            "canary_userid": canary_userid,
+            "stable_userid": stable_userid,
+            "stable_role": names.get(stable_userid),
+            "state": state,
+            "error": None,
+            "statements": len(verdicts),
+            **{v.value: int(counts.get(v.value, 0)) for v in Verdict},
+        }
+    except CanaryError as exc:
+        row = {**base, "state": "error", "error": str(exc)}
+        verdicts = pd.DataFrame(columns=list(stored.VERDICT_COLUMNS))
+    with run.warehouse.begin() as conn:
+        stored.replace(conn, deploy_id, row, None if row["state"] == "error" else verdicts)
+    return CanaryResult(
+        deploy_id=deploy_id,
+        target=event.target,
+        state=row["state"],
+        error=row.get("error"),
+        canary_role=role,
+        canary_userid=row.get("canary_userid"),
+        stable_role=row.get("stable_role"),
+        stable_userid=row.get("stable_userid"),
+        window=(start, end),
+        verdicts=verdicts,
+    )
+
+
+def _role_oids(conn: sa.Connection, run: AnalysisRun, target: str) -> dict[str, int]:
+    """Every role of the target by name: from the watched server itself when the run may reach it (pg_roles), else
+    the roles the warehouse's catalog facts name (the roles with stored settings)."""
+    from radar_pipeline.warehouse.catalog import setting_roles
+
+    live = run.live(target)
+    if live is not None:
+        from radar_pipeline.collector import session
+
+        try:
+            with session.connect(live) as target_conn:
+                rows = target_conn.execute("SELECT rolname, oid::bigint FROM pg_roles").fetchall()
+            return {str(name): int(oid) for name, oid in rows}
+        except session.TargetUnavailable:
+            pass  # the stored facts below, as for a run that may not reach the target
+    return setting_roles(conn, target)
+
+
+def _arms(
+    window: analysis.WindowCounters, canary_userid: int, role: str, target: str
+) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """Both arms' counters keyed by the statement key they share (dbid, queryid, toplevel), and the stable role:
+    of the other roles that ran the canary's statement keys in the window, the one with the most calls of them."""
+    keys = window.keys
+    counters = window.counters
+    user = keys["userid"].to_numpy()[counters["query_key"].to_numpy()]
+    shared = pd.MultiIndex.from_frame(keys[["dbid", "queryid", "toplevel"]])
+    key_of = pd.Series(list(shared), index=keys.index)
+    canary_rows = counters[user == canary_userid]
+    if canary_rows.empty:
+        raise CanaryError(f"canary role {role!r} ran no statements on target {target!r} in the canary window")
+    canary_keys = set(key_of.loc[pd.unique(canary_rows["query_key"])])
+    others = counters[(user != canary_userid) & key_of.loc[counters["query_key"]].isin(canary_keys).to_numpy()]
+    if others.empty:
+        raise CanaryError(
+            f"no role but the canary role {role!r} ran its statements on target {target!r} in the canary window: "
+            "there is no stable arm to compare with"
+        )
+    spans = others.groupby("query_key")["calls"].agg(lambda c: c.max() - c.min())
+    by_user = spans.groupby(keys.loc[spans.index, "userid"].to_numpy()).sum()
+    stable_userid = int(by_user.idxmax())
+    stable_rows = others[keys.loc[others["query_key"], "userid"].to_numpy() == stable_userid]
+
+    def shared_keys(frame: pd.DataFrame) -> pd.DataFrame:
+        columns = ["captured_at", "calls", "total_exec_time", "stddev_exec_time"]
+        out = frame[[c for c in columns if c in frame]].copy()
+        out.insert(0, "query_key", key_of.loc[frame["query_key"]].to_numpy())
+        return out
+
+    return shared_keys(canary_rows), shared_keys(stable_rows), stable_userid
+
+
+def _stable_prior(
+    conn: sa.Connection, target: str, start: datetime, window: analysis.WindowCounters, stable_userid: int
+) -> pd.DataFrame | None:
+    """The noise prior (steps.noise: the days before the window) of the stable role's statements, keyed by the
+    statement key both arms share; None when none is stored."""
+    from radar_pipeline.steps.noise import prior_for
+
+    keys = window.keys[window.keys["userid"] == stable_userid]
+    prior = prior_for(conn, target, start, keys) if not keys.empty else None
+    if prior is None or prior.empty:
+        return None
+    shared = keys.loc[prior["query_key"].to_numpy(), ["dbid", "queryid", "toplevel"]]
+    prior = prior.copy()
+    prior["query_key"] = list(pd.MultiIndex.from_frame(shared))
+    return prior
+
+
+def _with_key_columns(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """The shared key split into dbid, queryid, toplevel."""
+    out = verdicts.copy()
+    out["dbid"] = [int(k[0]) for k in out["query_key"]]
+    out["queryid"] = [int(k[1]) for k in out["query_key"]]
+    out["toplevel"] = [bool(k[2]) for k in out["query_key"]]
+    return out
+
+
+def _pass_share(conn: sa.Connection, deploy_id: str) -> float:
+    """The share of execution time a pass needs, as radar.deploy_state has it for the deploy (PASS_SHARE when it
+    says nothing)."""
+    found = analysis.deploy_states(conn, [deploy_id])
+    if found.empty or "pass_share" not in found or pd.isna(found.iloc[0]["pass_share"]):
+        return PASS_SHARE
+    return float(found.iloc[0]["pass_share"])

@@ -1,0 +1,215 @@
+"""The canary arm on the embedded PostgreSQL 18 (docs/canary.md): a stable role and canary roles run the same
+statement in the same minutes; one canary role is slowed by a role-level setting (its plan turns from an index scan
+to a sequential scan); the real collector scrapes; the deploys are recorded with --canary-role through the CLI; the
+canary analysis runs (the step, and through Dagster: canary_sensor's request, canary_verdicts' run); the slowed canary
+is detected, the unslowed one is not; `radar gate` answers from the canary verdict; bad input gets a clear error."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import dagster as dg
+import psycopg
+import pytest
+import sqlalchemy as sa
+from click.testing import CliRunner
+
+from radar_pipeline.cli import main
+from radar_pipeline.config import Target
+from radar_pipeline.defs.deploys.canary_verdicts import canary_sensor, canary_verdicts
+from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
+from radar_pipeline.engine import EngineSettings
+from radar_pipeline.steps.canary import analyse_canary
+from radar_pipeline.steps.deploy_analysis import AnalysisRun
+from radar_pipeline.steps.snapshots import snapshot_target
+
+from .helpers import COLLECTOR, collector_target
+
+# A range of 300 rows by the primary key: an index scan, or with index scans off a sequential scan of 50,000 rows.
+LOOKUP = "SELECT count(*), max(payload) FROM items WHERE id BETWEEN %s::int AND %s::int + 300"
+ROUNDS = 12
+CALLS = {"stable": 30, "slow": 10, "plain": 10}
+
+
+@dataclass
+class Canary:
+    """The watched database, its target as the collector reaches it, the roles by part, and the two deploys."""
+
+    target: Target
+    roles: dict[str, str]
+    deployed_at: datetime
+    last_scrape: datetime
+
+
+def _invoke(args: list[str], url: str):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(main, [*args, "--warehouse", url], env={"COLUMNS": None, "RADAR_TARGETS": None})
+
+
+def _now(warehouse: sa.Engine) -> datetime:
+    with warehouse.connect() as conn:
+        return conn.execute(sa.text("SELECT now()")).scalar_one()
+
+
+@pytest.fixture
+def canary(pg18, warehouse, warehouse_url) -> Iterator[Canary]:
+    """A database whose stable role and two canary roles run LOOKUP in the same minutes, the `slow` canary with
+    index scans off (a sequential scan of 50,000 rows a call), after two deploys recorded through the CLI: cn-slow
+    names the slow canary's role, cn-plain the unslowed one's."""
+    database = pg18.new_database("canary")
+    suffix = uuid.uuid4().hex[:8]
+    roles = {part: f"{part}_{suffix}" for part in ("stable", "slow", "plain", "idle")}
+    pg18.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements", database)
+    pg18.execute("CREATE TABLE items (id int PRIMARY KEY, payload text)", database)
+    pg18.execute("INSERT INTO items SELECT g, md5(g::text) FROM generate_series(1, 50000) g", database)
+    pg18.execute("ANALYZE items", database)
+    for role in roles.values():
+        pg18.execute(f"CREATE ROLE {role} LOGIN")
+        pg18.execute(f"GRANT SELECT ON items TO {role}", database)
+    for setting in ("enable_indexscan", "enable_bitmapscan", "enable_indexonlyscan"):
+        pg18.execute(f"ALTER ROLE {roles['slow']} SET {setting} = off")
+    target = Target(f"canary_{suffix}", pg18.pg.url(database))
+    collector = collector_target(target)
+    snapshot_target(collector, warehouse, exclude_role=COLLECTOR)  # the target is known to the warehouse
+    for deploy_id, part in (("cn-slow", "slow"), ("cn-plain", "plain"), ("cn-idle", "idle")):
+        recorded = _invoke(["deploy", "--target", target.name, "--id", deploy_id, "--canary-role", roles[part]],
+                           warehouse_url)  # fmt: skip
+        assert recorded.exit_code == 0, recorded.output
+    deployed_at = _now(warehouse)
+    sessions = {part: psycopg.connect(target.dsn.replace("postgres@", f"{roles[part]}@"), autocommit=True)
+                for part in CALLS}  # fmt: skip
+    try:
+        last = deployed_at
+        rng = random.Random(29)
+        calls = [part for part, n in CALLS.items() for _ in range(n)]
+        for _ in range(ROUNDS):
+            rng.shuffle(calls)  # interleaved in a random order: every arm meets the same load and the same neighbours
+            for part in calls:
+                low = rng.randrange(33_000, 49_000)  # one parameter type (int4) for every call: one queryid
+                sessions[part].execute(LOOKUP, (low, low))
+            last = snapshot_target(collector, warehouse, exclude_role=COLLECTOR).captured_at
+    finally:
+        for conn in sessions.values():
+            conn.close()
+    yield Canary(collector, roles, deployed_at, last)
+    pg18.drop_database(database)
+    for role in roles.values():
+        pg18.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def _run(warehouse: sa.Engine, canary: Canary) -> AnalysisRun:
+    """An analysis run whose window W reaches the last scrape from the earliest deploy, able to reach the target."""
+    window = canary.last_scrape - canary.deployed_at + timedelta(seconds=5)
+    deadline = time.monotonic() + 60
+    while _now(warehouse) < canary.deployed_at + window:  # the window must have closed by the warehouse's clock
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    return AnalysisRun(warehouse, EngineSettings(window=window), live_targets={canary.target.name: canary.target})
+
+
+def test_a_slowed_canary_is_detected_and_an_unslowed_one_is_not(canary, warehouse, warehouse_url):
+    pending = _invoke(["gate", "cn-slow"], warehouse_url)
+    assert pending.exit_code == 4, pending.output  # a canary deploy waits for its canary verdict
+    assert "waiting for the canary analysis" in pending.stdout
+
+    run = _run(warehouse, canary)
+    slow = analyse_canary(run, "cn-slow")
+    assert slow.error is None and slow.stable_role == canary.roles["stable"]
+    lookup = slow.verdicts[slow.verdicts["calls_canary"] > 0]
+    assert len(lookup) == 1, slow.verdicts
+    row = lookup.iloc[0]
+    assert row["verdict"] == "detected", row.to_dict()
+    assert row["change_factor"] > 5 and row["factor_low"] > 1  # a sequential scan of 50,000 rows per call
+    assert slow.state == "fail"
+
+    plain = analyse_canary(run, "cn-plain")
+    assert plain.error is None and plain.stable_role == canary.roles["stable"]
+    decided = plain.verdicts[plain.verdicts["calls_canary"] > 0].iloc[0]
+    assert decided["verdict"] in ("no_regression", "inconclusive"), decided.to_dict()
+    assert decided["factor_low"] < 1.2 < decided["factor_high"] or decided["factor_high"] < 1.5
+    assert plain.state in ("pass", "inconclusive")
+
+    failed = _invoke(["gate", "cn-slow"], warehouse_url)
+    assert failed.exit_code == 1, failed.output
+    lines = failed.stdout.splitlines()
+    assert lines[0] == "deploy cn-slow: fail"
+    assert f"decided by the canary arm: role {canary.roles['slow']} against stable role {canary.roles['stable']}" in (
+        failed.stdout
+    )
+    assert "before/after: pending" in failed.stdout  # no before/after analysis yet: the canary answered
+    assert "FROM items WHERE id BETWEEN $1::int AND $2::int + $3" in failed.stdout
+    answered = _invoke(["gate", "cn-plain", "--format", "json"], warehouse_url)
+    assert answered.exit_code in (0, 3), answered.output
+    assert '"before_after_state": "pending"' in answered.stdout and '"canary": {' in answered.stdout
+
+    shown = _invoke(["verdicts", "cn-slow"], warehouse_url)
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.startswith(f"canary role {canary.roles['slow']} against stable role {canary.roles['stable']} (")
+    assert "fail; 1 detected" in shown.stdout and "no before/after verdicts yet" in shown.stdout
+    scripted = _invoke(["verdicts", "cn-slow", "--canary", "--format", "json"], warehouse_url)
+    assert scripted.exit_code == 0, scripted.output
+    rows = [r for r in json.loads(scripted.stdout) if r["calls_canary"] > 0]
+    assert [(r["verdict"], r["queryid"]) for r in rows] == [("detected", int(row["queryid"]))]
+
+
+def test_bad_canary_input_gets_a_clear_error(canary, warehouse, warehouse_url):
+    run = _run(warehouse, canary)
+    idle = analyse_canary(run, "cn-idle")
+    assert idle.state == "error"
+    assert idle.error == (
+        f"canary role {canary.roles['idle']!r} ran no statements on target {canary.target.name!r} in the canary window"
+    )
+    gate = _invoke(["gate", "cn-idle"], warehouse_url)  # the gate falls back to the before/after verdict, and says why
+    assert gate.exit_code == 4 and "not analysed: canary role" in gate.stdout, gate.output
+
+    recorded = _invoke(["deploy", "--target", canary.target.name, "--id", "cn-ghost", "--at",
+                        canary.deployed_at.isoformat(), "--canary-role", "no_such_role_x"], warehouse_url)  # fmt: skip
+    assert recorded.exit_code == 0, recorded.output
+    ghost = analyse_canary(run, "cn-ghost")
+    assert (
+        ghost.error
+        == f"canary role 'no_such_role_x' of deploy 'cn-ghost' is not a role on target {canary.target.name!r}"
+    )
+    with warehouse.connect() as conn:
+        stored = conn.execute(
+            sa.text("SELECT state, error FROM radar.canary_analysis WHERE deploy_id = 'cn-ghost'")
+        ).one()
+    assert stored.state == "error" and "no_such_role_x" in stored.error
+    shown = _invoke(["verdicts", "cn-ghost"], warehouse_url)
+    assert "error: canary role 'no_such_role_x'" in shown.stdout, shown.output
+
+
+def test_canary_sensor_and_asset_decide_it_through_dagster(canary, warehouse, warehouse_url):
+    window = _run(warehouse, canary).settings.window
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": AnalysisResource(window_seconds=window.total_seconds(), scrape_interval_seconds=1),
+        "targets": TargetsResource(spec=f"{canary.target.name}={canary.target.dsn}"),
+    }
+    deadline = time.monotonic() + 60
+    while _now(warehouse) < canary.deployed_at + window + timedelta(seconds=1):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    with dg.instance_for_test() as instance:
+        result = canary_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+        assert isinstance(result, dg.SensorResult)
+        requested = sorted(r.partition_key for r in result.run_requests or [])
+        assert requested == ["cn-idle", "cn-plain", "cn-slow"]
+        assert [r.run_key for r in result.run_requests or []][0].startswith("canary:")
+        instance.add_dynamic_partitions("deploys", requested)
+        done = dg.materialize([canary_verdicts], partition_key="cn-slow", resources=resources, instance=instance)
+        assert done.success
+        metadata = done.asset_materializations_for_node("canary_verdicts")[0].metadata
+        assert metadata["state"].value == "fail" and metadata["detected"].value == 1
+        idle = dg.materialize(
+            [canary_verdicts], partition_key="cn-idle", resources=resources, instance=instance, raise_on_error=False
+        )
+        assert not idle.success  # bad input fails the run with its reason, stored, and is not asked for again
+        again = canary_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+        assert isinstance(again, dg.SensorResult)
+        assert sorted(r.partition_key for r in again.run_requests or []) == ["cn-plain"]
