@@ -197,6 +197,8 @@ VERDICT_FRAME = FrameSchema(
         Column("merged_keys", ANY),
         *_floats("factor_low", "factor_high", "p_family", "budget_share", "serial_correlation"),
         *_floats("history_intervals", "factor_bound"),
+        # the log factor at the deploy's own split, its standard error and dof: a fleet verdict's per-target evidence
+        *_floats("deploy_log_factor", "deploy_log_se", "deploy_dof"),
     ),
 )
 

@@ -597,6 +597,28 @@ def interval_from_sums(
     return low, high
 
 
+def evidence_from_sums(
+    a: SideSums,
+    b: SideSums,
+    n_a: np.ndarray,
+    n_b: np.ndarray,
+    threshold: float,
+    prior: Prior | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The log slowdown factor at one fixed split per row, its standard error and Welch–Satterthwaite degrees of
+    freedom, with the same variance as the test and `interval_from_sums` (whose interval is exp(log ± t_ν · se)):
+    the evidence a fleet verdict combines across targets (engine/releases.py). NaN where undefined."""
+    n_a = n_a.astype(np.float64)
+    n_b = n_b.astype(np.float64)
+    exact = _statistics(a, b, n_a, n_b, n_a + n_b, 0.0, threshold, prior)
+    ok = (exact.mean_a > 0) & (exact.mean_b > 0) & (n_a >= 2) & (n_b >= 2) & np.isfinite(exact.se)
+    return (
+        np.where(ok, exact.log_ratio, np.nan),
+        np.where(ok, exact.se, np.nan),
+        np.where(ok, exact.nu, np.nan),
+    )
+
+
 def _side_sums_at(
     c: np.ndarray, time: np.ndarray, sumsq: np.ndarray | None, n: np.ndarray, k: np.ndarray
 ) -> tuple[SideSums, SideSums, np.ndarray, np.ndarray]:

@@ -30,7 +30,7 @@ IN_FLIGHT = [
 
 alert_retry_job = dg.define_asset_job(
     "alert_retry_job",
-    selection=dg.AssetSelection.assets("regression_alerts"),
+    selection=dg.AssetSelection.assets("regression_alerts", "release_verdicts"),  # release_verdicts: fleet alerts
     description="Another attempt at a deploy's pending Slack alerts (requested by radar_reconciler).",
 )
 periodic_alert_retry_job = dg.define_asset_job(
