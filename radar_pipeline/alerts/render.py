@@ -403,7 +403,8 @@ class FleetRegression:
 def render_fleet(release_id: str, regressions: list[FleetRegression]) -> tuple[str, list[dict[str, Any]]]:
     """(fallback text, blocks) of one message for a release's fleet detections (docs/fleets.md), the first MAX_SHOWN
     in full; every outside text escaped."""
-    title = f"Release {release_id}: {len(regressions)} statement{'s' if len(regressions) != 1 else ''} slower across its fleet"
+    plural = "s" if len(regressions) != 1 else ""
+    title = f"Release {release_id}: {len(regressions)} statement{plural} slower across its fleet"
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": _cut(printable(title), MAX_HEADER), "emoji": False}}
     ]

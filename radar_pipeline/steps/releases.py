@@ -88,6 +88,7 @@ def _verdicts(found: Release, evidence: pd.DataFrame, look: int | None, settings
         look=look if spends and look is not None else 0,
         time_weight=settings.budget_time_weight,
         clear_level=settings.clear_level,
+        fleet_size=len(found.members),
     )
     if out.empty:
         return pd.DataFrame(columns=[c for c in store.STORED if c != "release_id"])

@@ -176,9 +176,7 @@ def record_look(conn: sa.Connection, release_id: str, member_deploys: list[str])
     deploys (a repeated decision is the same look), else the next, recorded now (a member that joined late)."""
     members = sorted(member_deploys)
     last = conn.execute(
-        sa.text(
-            "SELECT look, member_deploys FROM radar.release_look WHERE release_id = :r ORDER BY look DESC LIMIT 1"
-        ),
+        sa.text("SELECT look, member_deploys FROM radar.release_look WHERE release_id = :r ORDER BY look DESC LIMIT 1"),
         {"r": release_id},
     ).first()
     if last is not None and list(last.member_deploys) == members:
