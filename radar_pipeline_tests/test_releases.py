@@ -8,6 +8,7 @@ minute: 1 slows ×1.4 on every target — too little for any one target's verdic
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -211,3 +212,42 @@ def test_a_release_is_inferred_from_service_and_version_within_the_span_and_expl
     assert sorted(partial.release.members["deploy_id"]) == ["inf-a", "inf-b"] and partial.status == PARTIAL
     with pytest.raises(ReleaseError, match="unknown release 'inferred:inf-b'"):
         decide_release(warehouse, INFERRED_PREFIX + "inf-b", SETTINGS)  # not the first of its group
+
+
+def test_release_verdicts_runs_after_each_member_s_analysis_in_dagster_and_alerts_once(
+    warehouse, warehouse_url, fleet, slack
+):
+    import dagster as dg
+
+    from radar_pipeline.definitions import defs
+    from radar_pipeline.defs.deploys.deploy_verdicts import deploy_verdicts
+    from radar_pipeline.defs.deploys.release_verdicts import release_verdicts
+    from radar_pipeline.defs.resources import AnalysisResource, SlackResource, TargetsResource, WarehouseResource
+
+    job = defs().get_repository_def().get_job("deploy_verdicts_job")
+    assert {"deploy_verdicts", "release_verdicts"} <= {k.path[-1] for k in job.asset_layer.executable_asset_keys}
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": AnalysisResource(window_seconds=1200, scrape_interval_seconds=60),
+        "targets": TargetsResource(spec=" ".join(f"{t}=postgresql://nowhere.invalid/none" for t in TARGETS)),
+        "slack": SlackResource(token="xoxb-test-token", channel="#radar", base_url=slack.api_url),
+    }
+    metadata = []
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", [f"rel-1-{t}" for t in TARGETS])
+        for target in TARGETS:
+            result = dg.materialize(
+                [deploy_verdicts, release_verdicts],
+                partition_key=f"rel-1-{target}",
+                resources=resources,
+                instance=instance,
+            )
+            assert result.success
+            metadata.append(result.asset_materializations_for_node("release_verdicts")[0].metadata)
+    assert metadata[0]["status"].value == "partial" and metadata[0]["members_analysed"].value == "1 of 6"
+    last = metadata[-1]
+    assert last["status"].value == "final" and last["fleet_detections"].value == 1 and last["to_send"].value == 1
+    posts = [p.json for p in slack.calls_to("/api/chat.postMessage")]
+    assert [p["text"] for p in posts] == ["Release rel-1: 1 statement slower across its fleet"]  # once
+    blocks = posts[0]["blocks"] if isinstance(posts[0]["blocks"], list) else json.loads(posts[0]["blocks"])
+    assert TEXTS[1] in blocks[2]["text"]["text"] and "on 6 of 6 targets" in blocks[3]["fields"][0]["text"]
