@@ -28,6 +28,7 @@ FLEET_COLUMNS = [
     group_name="analysis",
     kinds={"python", "postgres"},
     owners=OWNERS,
+    tags={"radar/retried-by": "alert_retry_job"},  # its fleet alerts' rows wait under the release's first deploy
     description="The fleet verdict of the deploy's release: each statement key seen on several of its targets, "
     "decided jointly (radar.release_verdict); fleet detections alerted through the outbox (radar.alert).",
 )
