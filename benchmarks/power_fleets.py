@@ -263,8 +263,10 @@ def run(count: int, releases: int, seed: int) -> None:
         lone = fleet[fleet["key"].isin(np.flatnonzero(stepped))]
         only += sum("shard-0" in o for o in lone["only_on"])
         detected += int((lone["verdict"] == "detected").sum())
-    print("\n| ×2 on shard-0 of 8 | statements | found by shard-0's own verdict | fleet: reported only on shard-0 |"
-          " fleet: detected |")
+    print(
+        "\n| ×2 on shard-0 of 8 | statements | found by shard-0's own verdict | fleet: reported only on shard-0 |"
+        " fleet: detected |"
+    )
     print("|---|---|---|---|---|")
     print(f"| | {keys} | {found / max(keys, 1):.1%} | {only / max(keys, 1):.1%} | {detected / max(keys, 1):.1%} |")
     print(f"\n({time.perf_counter() - started:.0f} s)")

@@ -26,8 +26,9 @@ so without selection bias). Per statement key seen on at least MIN_TARGETS targe
 - cleared (no_regression) when the one-sided upper bound at clear_level lies within 1 + θ, else inconclusive;
 - heterogeneity: Cochran's Q at the fixed-effect weights, its χ²_{k−1} p and I² (Higgins & Thompson 2002). With
   p ≥ HETEROGENEITY_ALPHA the targets agree: "×1.4 on 8 of 8 targets" (the targets combined, of the release's; and
-  stored apart, targets_agreeing: those whose own 95% interval holds the fleet's factor). Otherwise the targets slower than the rest — each against the others' fixed-effect
-  mean, at a Bonferroni level over the targets — are named: "only on shard-3".
+  stored apart, targets_agreeing: those whose own 95% interval holds the fleet's factor). Otherwise the targets
+  slower than the rest — each against the others' fixed-effect mean, at a Bonferroni level over the targets — are
+  named: "only on shard-3".
 
 A regression on one target is its own verdict's to find (unchanged); the fleet verdict says where it is.
 """
