@@ -247,16 +247,19 @@ def verdicts(deploy_id: str, show_all: bool, output: str, warehouse: str | None)
     if len(shown) < len(table):
         click.echo(f"… {len(table) - len(shown)} more (--all)")
     if what == "deploy":
-        _print_fleet(engine, deploy_id, show_all)
+        _print_fleet(engine, deploy_id, show_all, warehouse)
 
 
-def _print_fleet(engine: sa.Engine, deploy_id: str, show_all: bool) -> None:
+def _print_fleet(engine: sa.Engine, deploy_id: str, show_all: bool, warehouse: str | None) -> None:
     """The fleet verdicts of the deploy's release (docs/fleets.md), when it belongs to one that has been decided."""
     from radar_pipeline.warehouse.releases import release_of_deploy, release_verdicts
 
-    with engine.connect() as conn:
-        release_id = release_of_deploy(conn, deploy_id)
-        fleet = release_verdicts(conn, release_id) if release_id is not None else None
+    try:
+        with engine.connect() as conn:
+            release_id = release_of_deploy(conn, deploy_id)
+            fleet = release_verdicts(conn, release_id) if release_id is not None else None
+    except Exception as exc:
+        raise click.ClickException(_failure("reading the release's fleet verdicts failed", exc, warehouse)) from None
     if fleet is None or fleet.empty:
         return
     first = fleet.iloc[0]
