@@ -144,13 +144,12 @@ def _robust(y: np.ndarray, w: np.ndarray, mean: np.ndarray, present: np.ndarray)
         a = np.where(present, w * w / ((1 - h) * total[:, None] ** 2), 0.0)
         inverse = np.where(present, 1.0 / np.where(present, w, 1.0), 0.0)
     variance = (a * e * e).sum(axis=1)
-    k = y.shape[1]
-    sigma = (
-        inverse[:, :, None] * np.eye(k)[None, :, :] - (present[:, :, None] & present[:, None, :]) / total[:, None, None]
-    )
-    a_sigma = a[:, :, None] * sigma
-    first = np.einsum("ijj->i", a_sigma)
-    second = np.einsum("ijk,ikj->i", a_sigma, a_sigma)
+    # AΣ = diag(d) − u pᵀ with d = a / w, u = a / W and p the targets present: its traces in O(k), not O(k²) memory.
+    d = a * inverse
+    u = a / total[:, None]
+    up = (u * present).sum(axis=1)
+    first = d.sum(axis=1) - up
+    second = (d * d).sum(axis=1) - 2 * (d * u * present).sum(axis=1) + up * up
     with np.errstate(divide="ignore", invalid="ignore"):
         dof = np.where(second > 0, first * first / second, 1.0)
     return np.sqrt(variance), np.maximum(dof, 1.0)

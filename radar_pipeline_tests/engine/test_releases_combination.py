@@ -130,3 +130,20 @@ def test_bad_evidence_is_named():
     with pytest.raises(FleetError, match="at least 2 targets"):
         combine(np.zeros((1, 1)), np.ones((1, 1)))
     assert fleet_verdicts(good.head(1), 0.2, 0.1).empty  # one target: nothing to combine
+
+
+def test_the_robust_variance_and_its_satterthwaite_dof_match_their_matrix_form():
+    rng = np.random.default_rng(7)
+    s = np.exp(rng.uniform(-4, -0.5, (20, 8)))
+    y = rng.normal(0, 0.1, (20, 8)) + rng.standard_normal((20, 8)) * s
+    y[:5, 6:] = s[:5, 6:] = np.nan  # keys on 6 targets only
+    got = combine(y, s)
+    for i in range(20):
+        keep = np.isfinite(y[i])
+        w = 1 / (s[i, keep] ** 2 + got.tau2[i])
+        total, h = w.sum(), w / w.sum()
+        e = y[i, keep] - (w * y[i, keep]).sum() / total
+        a = np.diag(w * w / ((1 - h) * total**2))
+        sigma = np.diag(1 / w) - 1 / total  # Cov e under the working model
+        assert np.isclose(got.robust_se[i] ** 2, e @ a @ e)
+        assert np.isclose(got.robust_dof[i], np.trace(a @ sigma) ** 2 / np.trace(a @ sigma @ a @ sigma))
