@@ -19,6 +19,7 @@ from radar_pipeline.terminal import clean, console, fitted_table
 
 if TYPE_CHECKING:
     import pandas as pd
+    import sqlalchemy as sa
 
     from radar_pipeline.config.settings import RadarSettings
     from radar_pipeline.steps import gate as gate_step
@@ -266,6 +267,38 @@ def verdicts(deploy_id: str, show_all: bool, output: str, canary_only: bool, war
     _print_verdicts(shown)
     if len(shown) < len(table):
         click.echo(f"… {len(table) - len(shown)} more (--all)")
+    if what == "deploy":
+        _print_fleet(engine, deploy_id, show_all, warehouse)
+
+
+def _print_fleet(engine: sa.Engine, deploy_id: str, show_all: bool, warehouse: str | None) -> None:
+    """The fleet verdicts of the deploy's release (docs/fleets.md), when it belongs to one that has been decided."""
+    from radar_pipeline.warehouse.releases import release_of_deploy, release_verdicts
+
+    try:
+        with engine.connect() as conn:
+            release_id = release_of_deploy(conn, deploy_id)
+            fleet = release_verdicts(conn, release_id) if release_id is not None else None
+    except Exception as exc:
+        raise click.ClickException(_failure("reading the release's fleet verdicts failed", exc, warehouse)) from None
+    if fleet is None or fleet.empty:
+        return
+    first = fleet.iloc[0]
+    detected = int((fleet["verdict"] == "detected").sum())
+    click.echo(
+        f"release {clean(str(release_id))} ({first['status']}, {first['analysed']} of {first['members']} deploys "
+        f"analysed): {detected} fleet detection{'s' if detected != 1 else ''} among {len(fleet)} statements on "
+        "several targets"
+    )
+    shown = fleet if show_all else fleet.head(20)
+    for r in shown.itertuples():
+        text = " ".join(clean(str(r.query)).split()) if isinstance(r.query, str) else f"fingerprint {r.fingerprint}"
+        click.echo(
+            f"  {r.verdict:<13} {clean(r.report)}  [×{r.factor_low:.2f}, ×{r.factor_high:.2f}]  "
+            f"p_family {r.p_family:.4g}  {text[:80]}"
+        )
+    if len(shown) < len(fleet):
+        click.echo(f"  … {len(fleet) - len(shown)} more (--all)")
 
 
 def _for_scripts(table: pd.DataFrame, output: str) -> str:

@@ -32,6 +32,7 @@ ASSETS = {
     "periodic_verdicts",
     "periodic_alerts",
     "canary_verdicts",
+    "release_verdicts",  # issue 29: fleets
 }
 CHECKS = {
     "pgss_snapshots:all_targets_scraped",
@@ -81,6 +82,7 @@ def test_definitions_load():
         "regression_alerts",
         "code_host_statuses",
         "query_history",
+        "release_verdicts",
     }
     # The gate waits on these: the analysis runs in the run's own process, and the sensor looks every 10 s.
     assert deploy_job.executor_def is dg.in_process_executor
@@ -116,6 +118,7 @@ def test_every_asset_has_kinds_and_an_owner_and_the_snapshots_a_freshness_policy
         "query_history": {"python", "postgres"},
         "periodic_verdicts": {"python", "postgres"},
         "periodic_alerts": {"slack"},
+        "release_verdicts": {"python", "postgres"},
     }
     assert {tuple(spec.owners) for spec in loaded.values()} == {("team:radar",)}
     fresh = {name: spec.freshness_policy for name, spec in loaded.items() if spec.freshness_policy}

@@ -2,7 +2,7 @@
 -- the deploy, by comparing the canary role's statements with the same statement keys of the stable role over the same
 -- minutes (docs/canary.md). One row per canary analysis (its roles, window, state, or the error that stopped it) and
 -- one per statement key it decided. A re-analysis replaces both in one transaction.
--- depends: 0027_release_and_canary
+-- depends: 0029_release_verdicts
 
 CREATE TABLE IF NOT EXISTS radar.canary_analysis (
     deploy_id       text        PRIMARY KEY REFERENCES radar.deploy_event (deploy_id) ON DELETE CASCADE,

@@ -1,14 +1,11 @@
 -- Statements decided together (issue 29, groups): statements that share a shape, a role or a change named at the
 -- deploy are also tested jointly ("this group slowed"), each group's verdict stored per analysis and replaced with
 -- it in the same transaction; each member's verdict says when it belongs to a group that regressed.
--- depends: 0027_release_and_canary
+-- depends: 0030_canary_verdicts
 
--- What a group's joint test combines of each statement (the log factor of its window means at the deploy's own split,
--- with the test's standard error and degrees of freedom), and the group that regressed it belongs to, in words.
--- Nullable columns without a default: added without rewriting the table.
-ALTER TABLE radar.verdict ADD COLUMN IF NOT EXISTS log_factor_at_deploy double precision;
-ALTER TABLE radar.verdict ADD COLUMN IF NOT EXISTS log_se_at_deploy double precision;
-ALTER TABLE radar.verdict ADD COLUMN IF NOT EXISTS dof_at_deploy double precision;
+-- What a group's joint test combines of each statement is 0029's deploy_log_factor, deploy_log_se and deploy_dof.
+-- The group that regressed a statement belongs to, in words: a nullable column without a default, added without
+-- rewriting the table.
 ALTER TABLE radar.verdict ADD COLUMN IF NOT EXISTS group_regressed text;
 
 -- One row per group of an analysis (a deploy's, or a periodic check's): its kind and key, what it is in words, its

@@ -392,3 +392,41 @@ def render_run_failure(
         {"type": "context", "elements": [{"type": "mrkdwn", "text": escape_within(error, 1500)}]},
     ]
     return clean(text), clean(blocks)
+
+
+@dataclass(frozen=True)
+class FleetRegression:
+    """A statement a release slowed across its fleet (radar.release_verdict): its text, the report ("×1.40 on 8 of 8
+    targets"), the fleet factor and its 95% interval, p_family and the targets combined."""
+
+    query: str
+    report: str
+    factor: float
+    factor_low: float
+    factor_high: float
+    p_family: float
+    targets: int
+
+
+def render_fleet(release_id: str, regressions: list[FleetRegression]) -> tuple[str, list[dict[str, Any]]]:
+    """(fallback text, blocks) of one message for a release's fleet detections (docs/fleets.md), the first MAX_SHOWN
+    in full; every outside text escaped."""
+    plural = "s" if len(regressions) != 1 else ""
+    title = f"Release {release_id}: {len(regressions)} statement{plural} slower across its fleet"
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": _cut(printable(title), MAX_HEADER), "emoji": False}}
+    ]
+    for r in regressions[:MAX_SHOWN]:
+        blocks.append({"type": "divider"})
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"```{excerpt(r.query)}```"}})
+        fields = [
+            f"*Fleet:* {escape_within(printable(r.report), MAX_FIELD_TEXT - 10)}",
+            f"*Factor:* ×{r.factor:.2f} (×{r.factor_low:.2f}–×{r.factor_high:.2f}, 95%)",
+            f"*Confidence:* {1 - r.p_family:.4f} over {r.targets} targets",
+        ]
+        blocks.append({"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]})
+    if len(regressions) > MAX_SHOWN:
+        sql = f"SELECT * FROM radar.release_verdict WHERE release_id = '{escape_within(release_id, 300)}'"
+        text = f"*… and {len(regressions) - MAX_SHOWN} more:* `{sql}`"
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": text}]})
+    return clean(escape_within(printable(title), MAX_FALLBACK)), clean(blocks)

@@ -63,9 +63,9 @@ from radar_pipeline.engine.inference import (
     Prior,
     SideSums,
     clearing_bounds,
+    evidence_from_sums,
     interval_from_sums,
     level_shift_beyond_trend,
-    log_ratio_from_sums,
     split_tests,
 )
 from radar_pipeline.engine.samples import WindowSamples, window_samples
@@ -218,7 +218,9 @@ def analyse(
     coefficient the test used; history_intervals (float) how many intervals of the statement's noise prior the test
     at the tested split combined with its window (capped at settings.prior_max_intervals), 0 where that test used the
     window alone (no prior given, too few intervals, or a window that conflicts with its prior), NaN where no split
-    was tested.
+    was tested. deploy_log_factor, deploy_log_se and deploy_dof: for every decidable statement, the log factor at the
+    deploy's own split (no split chosen), its standard error and degrees of freedom, from the test's variance (what a
+    release's fleet verdict combines across targets, engine/releases.py).
 
     prior: optionally, each statement's noise prior, estimated from its own earlier days before the window (`noise`):
     columns query_key (as in counters), serial_correlation, dispersion (relative variance per call) and intervals (how
@@ -284,8 +286,7 @@ def analyse(
     for name in RESULT_FIELDS:
         columns[name] = getattr(found, name)
     columns["budget_share"] = np.where(decidable, settings.false_alert_budget * weight, np.nan)
-    at_deploy = _at_deploy(samples, sides, decidable, settings, known)  # for the groups' joint tests
-    columns["log_factor_at_deploy"], columns["log_se_at_deploy"], columns["dof_at_deploy"] = at_deploy
+    columns.update(_deploy_evidence(samples, sides, decidable, settings, known))
     columns["confidence"] = 1.0 - found.p_family
     out = _result(samples, columns)
     for name, values in explain(samples, out, settings).items():
@@ -386,22 +387,22 @@ def _intervals_without_split(
     found.factor_low[untested], found.factor_high[untested] = low, high
 
 
-def _at_deploy(
+def _deploy_evidence(
     samples: WindowSamples,
     sides: WindowSides,
     decidable: np.ndarray,
     settings: EngineSettings,
     known: Prior | None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per statement, the log factor of its window means at the deploy's own split, with the test's standard error
-    and degrees of freedom (NaN where not decidable): fixed before any split is chosen, so a group's joint test
-    (engine/groups.py) combines estimates that no selection has biased."""
+) -> dict[str, np.ndarray]:
+    """Per decidable statement, the window's log factor at the deploy's own split (no split chosen, so no selection
+    bias), its standard error and degrees of freedom, from the same variance as the test: the per-target evidence
+    a release's fleet verdict combines (engine/releases.py); NaN elsewhere."""
     g = samples.groups
-    out = np.full(g, np.nan), np.full(g, np.nan), np.full(g, np.nan)
+    out = {name: np.full(g, np.nan) for name in ("deploy_log_factor", "deploy_log_se", "deploy_dof")}
     if not decidable.any():
         return out
     a, b = _deploy_side_sums(samples, sides)
-    found = log_ratio_from_sums(
+    got = evidence_from_sums(
         a.rows(decidable),
         b.rows(decidable),
         sides.n_before[decidable],
@@ -409,8 +410,8 @@ def _at_deploy(
         settings.threshold,
         known.rows(decidable) if known is not None else None,
     )
-    for column, values in zip(out, found, strict=True):
-        column[decidable] = values
+    for name, values in zip(out, got, strict=True):
+        out[name][decidable] = values
     return out
 
 

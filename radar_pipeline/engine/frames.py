@@ -197,9 +197,8 @@ VERDICT_FRAME = FrameSchema(
         Column("merged_keys", ANY),
         *_floats("factor_low", "factor_high", "p_family", "budget_share", "serial_correlation"),
         *_floats("history_intervals", "factor_bound"),
-        # the log factor of the window means at the deploy's own split, its standard error and degrees of freedom
-        # (the test's variance; NaN where not decidable): what a group's joint test combines (engine/groups.py)
-        *_floats("log_factor_at_deploy", "log_se_at_deploy", "dof_at_deploy"),
+        # the log factor at the deploy's own split, its standard error and dof: a fleet verdict's per-target evidence
+        *_floats("deploy_log_factor", "deploy_log_se", "deploy_dof"),
     ),
 )
 

@@ -1,8 +1,8 @@
 """Statements decided together (issue 29, groups): a joint test of "this group slowed" for statements that share a
 shape, a role or a change named at the deploy, beside their own verdicts.
 
-Each member brings what the engine computed for it at the deploy's own split (`analyse`'s log_factor_at_deploy,
-log_se_at_deploy, dof_at_deploy: the log factor of its window means, with the test's variance and Welch's degrees of
+Each member brings what the engine computed for it at the deploy's own split (`analyse`'s deploy_log_factor,
+deploy_log_se, deploy_dof: the log factor of its window means, with the test's variance and Welch's degrees of
 freedom; fixed before any split is chosen, so no selection biases it). A group of at least MIN_MEMBERS such members
 is tested:
 
@@ -51,7 +51,7 @@ MIN_MEMBERS = 5
 WEIGHT_CAP = 3.0
 GROUP_KINDS = ("shape", "role", "change")
 # The member columns the joint test reads (analyse's result).
-MEMBER_COLUMNS = ("query_key", "log_factor_at_deploy", "log_se_at_deploy", "dof_at_deploy")
+MEMBER_COLUMNS = ("query_key", "deploy_log_factor", "deploy_log_se", "deploy_dof")
 # The group verdict frame's columns, in order.
 GROUP_COLUMNS = (
     "group_id",
@@ -173,15 +173,15 @@ def decide_groups(
     for group_id, members in groups.items():
         found = by_key.reindex(pd.Index(list(members)))
         joint = joint_test(
-            found["log_factor_at_deploy"].to_numpy(),
-            found["log_se_at_deploy"].to_numpy(),
-            found["dof_at_deploy"].to_numpy(),
+            found["deploy_log_factor"].to_numpy(),
+            found["deploy_log_se"].to_numpy(),
+            found["deploy_dof"].to_numpy(),
             settings.threshold,
             settings.clear_level,
         )
         share = budget * float(weights[group_id])
         if joint is None:
-            usable = int(np.isfinite(found["log_factor_at_deploy"].to_numpy(dtype=float)).sum())
+            usable = int(np.isfinite(found["deploy_log_factor"].to_numpy(dtype=float)).sum())
             rows.append(
                 {
                     "group_id": group_id,

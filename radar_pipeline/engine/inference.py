@@ -597,7 +597,7 @@ def interval_from_sums(
     return low, high
 
 
-def log_ratio_from_sums(
+def evidence_from_sums(
     a: SideSums,
     b: SideSums,
     n_a: np.ndarray,
@@ -606,14 +606,17 @@ def log_ratio_from_sums(
     prior: Prior | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The log slowdown factor at one fixed split per row, its standard error and Welch–Satterthwaite degrees of
-    freedom, from each side's sums with the same variance as the test (NaN where undefined): what a joint test of
-    several statements combines (engine/groups.py)."""
+    freedom, with the same variance as the test and `interval_from_sums` (whose interval is exp(log ± t_ν · se)):
+    the evidence a fleet verdict combines across targets (engine/releases.py). NaN where undefined."""
     n_a = n_a.astype(np.float64)
     n_b = n_b.astype(np.float64)
     exact = _statistics(a, b, n_a, n_b, n_a + n_b, 0.0, threshold, prior)
-    ok = (exact.mean_a > 0) & (exact.mean_b > 0) & (n_a >= 2) & (n_b >= 2) & (exact.se > 0) & np.isfinite(exact.se)
-    nu = np.where(np.isfinite(exact.nu), exact.nu, 1.0)
-    return np.where(ok, exact.log_ratio, np.nan), np.where(ok, exact.se, np.nan), np.where(ok, nu, np.nan)
+    ok = (exact.mean_a > 0) & (exact.mean_b > 0) & (n_a >= 2) & (n_b >= 2) & np.isfinite(exact.se)
+    return (
+        np.where(ok, exact.log_ratio, np.nan),
+        np.where(ok, exact.se, np.nan),
+        np.where(ok, exact.nu, np.nan),
+    )
 
 
 def _side_sums_at(

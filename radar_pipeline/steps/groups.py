@@ -194,7 +194,7 @@ def decide(
         return _frame([]), [None] * len(verdicts)
     decided = decide_groups(verdicts, {g.group_id: g.members for g in groups}, budget, settings)
     position = pd.Index(verdicts["query_key"].to_numpy())
-    estimated = np.isfinite(verdicts["log_factor_at_deploy"].to_numpy(dtype=float))
+    estimated = np.isfinite(verdicts["deploy_log_factor"].to_numpy(dtype=float))
     rows: list[dict[str, Any]] = []
     for group, result in zip(groups, decided.to_dict("records"), strict=True):
         at = position.get_indexer(list(group.members))

@@ -25,7 +25,7 @@ def _members(seed: int, factor: float, cv: tuple[float, float] = (0.5, 3.0), lag
 
 def _joint_p(seed: int, factor: float) -> float:
     out = _members(seed, factor, lag=0)  # from the deploy's own interval: exactly on the boundary, not inside H0
-    found = joint_test(out["log_factor_at_deploy"], out["log_se_at_deploy"], out["dof_at_deploy"], SETTINGS.threshold)
+    found = joint_test(out["deploy_log_factor"], out["deploy_log_se"], out["deploy_dof"], SETTINGS.threshold)
     assert found is not None and found.members == MEMBERS
     return found.p_value
 
@@ -34,9 +34,9 @@ def test_the_engine_gives_every_decidable_statement_its_estimate_at_the_deploy()
     out = _members(3, 1.0)
     decidable = out["verdict"] != Verdict.INSUFFICIENT_DATA
     assert decidable.all()
-    assert np.isfinite(out.loc[decidable, ["log_factor_at_deploy", "log_se_at_deploy", "dof_at_deploy"]]).all().all()
+    assert np.isfinite(out.loc[decidable, ["deploy_log_factor", "deploy_log_se", "deploy_dof"]]).all().all()
     # The estimate is the window means' factor at the deploy's own split, whatever split the test chose.
-    assert np.allclose(np.exp(out["log_factor_at_deploy"]), out["change_factor"])
+    assert np.allclose(np.exp(out["deploy_log_factor"]), out["change_factor"])
 
 
 @pytest.mark.parametrize(("factor", "level"), [(1.2, 0.05), (1.0, 0.05)])
@@ -73,7 +73,7 @@ def test_one_member_far_slower_does_not_make_its_group_slow():
     assert found is not None and found.p_value < 1e-4
     assert found.factor > 1.2 and found.factor_but_one < 1.1  # the one carries the mean, not the group
     frame = pd.DataFrame(
-        {"query_key": range(5), "log_factor_at_deploy": y, "log_se_at_deploy": s, "dof_at_deploy": 1000.0}
+        {"query_key": range(5), "deploy_log_factor": y, "deploy_log_se": s, "deploy_dof": 1000.0}
     )
     decided = decide_groups(frame, {"g": list(range(5))}, 0.02, SETTINGS)
     assert decided.loc[0, "verdict"] == Verdict.INCONCLUSIVE
@@ -81,13 +81,13 @@ def test_one_member_far_slower_does_not_make_its_group_slow():
 
 def test_few_members_and_bad_input():
     frame = pd.DataFrame(
-        {"query_key": range(6), "log_factor_at_deploy": [0.5] * 4 + [np.nan] * 2, "log_se_at_deploy": 0.1}
-    ).assign(dof_at_deploy=20.0)
+        {"query_key": range(6), "deploy_log_factor": [0.5] * 4 + [np.nan] * 2, "deploy_log_se": 0.1}
+    ).assign(deploy_dof=20.0)
     decided = decide_groups(frame, {"g": list(range(6)), "h": [0, 1, 2, 3, 99]}, 0.02, SETTINGS)
     assert list(decided["verdict"]) == [Verdict.INSUFFICIENT_DATA] * 2 and list(decided["members"]) == [4, 4]
     assert MIN_MEMBERS == 5
-    with pytest.raises(ValueError, match="log_se_at_deploy"):
-        decide_groups(frame.drop(columns="log_se_at_deploy"), {"g": [0]}, 0.02, SETTINGS)
+    with pytest.raises(ValueError, match="deploy_log_se"):
+        decide_groups(frame.drop(columns="deploy_log_se"), {"g": [0]}, 0.02, SETTINGS)
     with pytest.raises(ValueError, match="budget"):
         decide_groups(frame, {"g": [0]}, 1.5, SETTINGS)
     assert group_weights(["a", "b", "c", "d"]).sum() == pytest.approx(1.0)

@@ -28,9 +28,11 @@ IN_FLIGHT = [
     dg.DagsterRunStatus.CANCELING,
 ]
 
+RETRIED_BY = "radar/retried-by"  # an asset tag: the retry job that also runs it
 alert_retry_job = dg.define_asset_job(
     "alert_retry_job",
-    selection=dg.AssetSelection.assets("regression_alerts"),
+    # and the assets that file their alerts under a deploy's partition too (release_verdicts: a release's fleet alerts)
+    selection=dg.AssetSelection.assets("regression_alerts") | dg.AssetSelection.tag(RETRIED_BY, "alert_retry_job"),
     description="Another attempt at a deploy's pending Slack alerts (requested by radar_reconciler).",
 )
 periodic_alert_retry_job = dg.define_asset_job(

@@ -1,0 +1,88 @@
+"""Fleets in Dagster: release_verdicts, the fleet verdict of the release a deploy belongs to, decided again after each
+member deploy's analysis (docs/fleets.md)."""
+
+from typing import Any
+
+import dagster as dg
+
+from radar_pipeline.defs.deploys.deploy_verdicts import REANALYSIS_TAG, deploy_verdicts, deploys_partitions
+from radar_pipeline.defs.metadata import ID, OWNERS, table
+from radar_pipeline.defs.resources import AnalysisResource, SlackResource, WarehouseResource
+
+FLEET_ROWS_SHOWN = 25
+FLEET_COLUMNS = [
+    ("fingerprint", ID),
+    ("verdict", "string"),
+    ("report", "string"),
+    ("factor", "float"),
+    ("factor_low", "float"),
+    ("factor_high", "float"),
+    ("p_family", "float"),
+    ("i_squared", "float"),
+]
+
+
+@dg.asset(
+    partitions_def=deploys_partitions,
+    deps=[deploy_verdicts],  # in deploy_verdicts_job (its downstream), so it runs after each member's analysis
+    group_name="analysis",
+    kinds={"python", "postgres"},
+    owners=OWNERS,
+    tags={"radar/retried-by": "alert_retry_job"},  # its fleet alerts' rows wait under the release's first deploy
+    description="The fleet verdict of the deploy's release: each statement key seen on several of its targets, "
+    "decided jointly (radar.release_verdict); fleet detections alerted through the outbox (radar.alert).",
+)
+def release_verdicts(
+    context: dg.AssetExecutionContext,
+    warehouse: WarehouseResource,
+    analysis: AnalysisResource,
+    slack: SlackResource,
+) -> dg.MaterializeResult:
+    """Decide the release of this deploy again from what its members' analyses stored (partial until every member is
+    analysed, then final), and announce its final fleet detections once. A deploy in no release, or in a release of
+    one target, is reported as such."""
+    from radar_pipeline.steps.releases import ReleaseDecision, decide_release_of, deliver_fleet_alerts, with_text
+
+    engine = warehouse.engine()
+    decision = decide_release_of(engine, context.partition_key, analysis.settings())
+    if not isinstance(decision, ReleaseDecision):
+        return dg.MaterializeResult(metadata={"note": decision})
+    decision = with_text(engine, decision)
+    reanalysis = context.run.tags.get(REANALYSIS_TAG) == "true"
+    sent = deliver_fleet_alerts(
+        context.log,
+        engine,
+        slack.sender(),
+        decision,
+        withhold="found by the nightly reanalysis, which never posts" if reanalysis else None,
+    )
+    verdicts = decision.verdicts
+    metadata: dict[str, Any] = {
+        "release": decision.release.release_id,
+        "status": decision.status,
+        "look": decision.look if decision.look is not None else -1,
+        "members_analysed": f"{int(decision.release.members['analysed'].sum())} of {len(decision.release.members)}",
+        "keys": len(verdicts),
+        "fleet_detections": int((verdicts["verdict"] == "detected").sum()),
+        **{k: v for k, v in sent.items() if k in ("to_send", "withheld")},
+    }
+    shown = verdicts.head(FLEET_ROWS_SHOWN)
+    metadata["fleet_verdicts"] = table(
+        FLEET_COLUMNS,
+        [
+            {
+                "fingerprint": int(r.fingerprint),
+                "verdict": r.verdict,
+                "report": r.report,
+                "factor": float(r.factor),
+                "factor_low": float(r.factor_low),
+                "factor_high": float(r.factor_high),
+                "p_family": float(r.p_family),
+                "i_squared": float(r.i_squared),
+            }
+            for r in shown.itertuples()
+        ],
+    )
+    for r in decision.detected.itertuples():
+        context.log.info(f"fleet detection in release {decision.release.release_id}: {r.report}")
+    return dg.MaterializeResult(metadata=metadata)

@@ -1,0 +1,260 @@
+"""Releases in the warehouse: which deploys make one (explicit or inferred), their stored evidence, the looks at a
+complete release, and the fleet verdicts (radar.release_verdict, radar.release_look; sql/0029, docs/fleets.md).
+
+A release is the deploys that share radar.deploy_event.release_id (`radar deploy --release`). Deploys without one
+that name the same service and version are inferred to be one release when they begin within INFER_SPAN of the
+first of them: in deploy time order, a deploy more than INFER_SPAN after the current group's first starts a new
+group. An explicit release id always wins: a deploy that carries one is never part of an inferred release. An
+inferred release is named INFERRED_PREFIX + the deploy id of its first deploy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import pandas as pd
+import sqlalchemy as sa
+
+INFER_SPAN = timedelta(hours=1)
+INFERRED_PREFIX = "inferred:"
+EVENT_COLUMNS = "deploy_id, target, deployed_at, service, version, release_id"
+
+
+class ReleaseError(ValueError):
+    """A release that cannot be decided jointly: unknown, or deployed to fewer than two targets."""
+
+
+@dataclass(frozen=True)
+class Release:
+    """A release: its id, whether the id was recorded (not inferred), and its member deploys (deploy_id, target,
+    deployed_at, service, version, analysed), one per target: a target deployed twice in the release counts by its
+    latest deploy."""
+
+    release_id: str
+    explicit: bool
+    members: pd.DataFrame
+
+    @property
+    def targets(self) -> list[str]:
+        """The release's targets, sorted."""
+        return sorted(self.members["target"])
+
+    @property
+    def complete(self) -> bool:
+        """Whether every member deploy has been analysed."""
+        return bool(self.members["analysed"].all())
+
+    @property
+    def anchor(self) -> str:
+        """The earliest member deploy (the one the release's alerts are filed under in radar.alert)."""
+        first = self.members.sort_values(["deployed_at", "deploy_id"]).iloc[0]
+        return str(first["deploy_id"])
+
+
+def release_of_deploy(conn: sa.Connection, deploy_id: str) -> str | None:
+    """The release a deploy belongs to: its recorded release id, or the inferred one (module docstring); None when
+    it has neither, or its inferred group holds it alone."""
+    row = conn.execute(
+        sa.text(f"SELECT {EVENT_COLUMNS} FROM radar.deploy_event WHERE deploy_id = :d"), {"d": deploy_id}
+    ).first()
+    if row is None:
+        return None
+    if row.release_id is not None:
+        return str(row.release_id)
+    if row.service is None or row.version is None:
+        return None
+    for group in _inferred_groups(conn, row.service, row.version):
+        if deploy_id in group:
+            return INFERRED_PREFIX + group[0] if len(group) > 1 else None
+    return None
+
+
+def _inferred_groups(conn: sa.Connection, service: str, version: str) -> list[list[str]]:
+    """The deploys without a release id of this service and version, in deploy time order, cut into groups that
+    each begin within INFER_SPAN of their first deploy."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT deploy_id, deployed_at FROM radar.deploy_event WHERE release_id IS NULL AND service = :s "
+            "AND version = :v ORDER BY deployed_at, deploy_id"
+        ),
+        {"s": service, "v": version},
+    ).fetchall()
+    groups: list[list[str]] = []
+    start: datetime | None = None
+    for r in rows:
+        if start is None or r.deployed_at - start > INFER_SPAN:
+            groups.append([])
+            start = r.deployed_at
+        groups[-1].append(str(r.deploy_id))
+    return groups
+
+
+def release(conn: sa.Connection, release_id: str) -> Release:
+    """The release's member deploys (one per target, the latest) and whether each has been analysed; a
+    ReleaseError naming the id when no deploy makes it."""
+    explicit = not release_id.startswith(INFERRED_PREFIX)
+    if explicit:
+        ids = [
+            str(r[0])
+            for r in conn.execute(
+                sa.text("SELECT deploy_id FROM radar.deploy_event WHERE release_id = :r"), {"r": release_id}
+            )
+        ]
+    else:
+        first = release_id.removeprefix(INFERRED_PREFIX)
+        ids = []
+        row = conn.execute(
+            sa.text("SELECT service, version, release_id FROM radar.deploy_event WHERE deploy_id = :d"), {"d": first}
+        ).first()
+        if row is not None and row.release_id is None and row.service is not None and row.version is not None:
+            ids = next((g for g in _inferred_groups(conn, row.service, row.version) if g[0] == first), [])
+    if not ids:
+        raise ReleaseError(
+            f"unknown release {release_id!r}: no deploy carries it (radar deploy --release), and no inferred "
+            f"release ({INFERRED_PREFIX}<first deploy id>) of that name exists"
+        )
+    members = pd.read_sql(
+        sa.text(
+            "SELECT DISTINCT ON (e.target) e.deploy_id, e.target, e.deployed_at, e.service, e.version, "
+            "(a.deploy_id IS NOT NULL) AS analysed FROM radar.deploy_event e "
+            "LEFT JOIN radar.analysis a ON a.deploy_id = e.deploy_id AND a.target = e.target "
+            "WHERE e.deploy_id = ANY(:ids) ORDER BY e.target, e.deployed_at DESC, e.deploy_id DESC"
+        ),
+        conn,
+        params={"ids": ids},
+    )
+    return Release(release_id, explicit, members)
+
+
+def member_evidence(conn: sa.Connection, members: pd.DataFrame) -> pd.DataFrame:
+    """The stored evidence of the analysed member deploys: per deploy and statement key (fingerprint, toplevel), the
+    busiest of its statements with that key (most calls over both sides; dbid and userid differ between servers):
+    deploy_id, target, fingerprint, toplevel, dbid, userid, queryid, log_factor, se, time_before (ms)."""
+    analysed = members[members["analysed"]]
+    if analysed.empty:
+        return pd.DataFrame(
+            columns=[
+                "deploy_id",
+                "target",
+                "fingerprint",
+                "toplevel",
+                "dbid",
+                "userid",
+                "queryid",
+                "log_factor",
+                "se",
+                "time_before",
+            ]
+        )
+    return pd.read_sql(
+        sa.text(
+            "SELECT DISTINCT ON (v.deploy_id, v.target, v.fingerprint, v.toplevel) v.deploy_id, v.target, "
+            "v.fingerprint, v.toplevel, CAST(v.dbid AS bigint) AS dbid, CAST(v.userid AS bigint) AS userid, "
+            "v.queryid, v.deploy_log_factor AS log_factor, v.deploy_log_se AS se, "
+            "coalesce(v.mean_before_ms * v.calls_before, 0) AS time_before "
+            "FROM radar.verdict v JOIN unnest(CAST(:d AS text[]), CAST(:t AS text[])) AS m(deploy_id, target) "
+            "ON v.deploy_id = m.deploy_id AND v.target = m.target "
+            "WHERE v.deploy_log_se IS NOT NULL AND v.deploy_log_se = v.deploy_log_se "
+            "ORDER BY v.deploy_id, v.target, v.fingerprint, v.toplevel, v.calls_before + v.calls_after DESC, "
+            "v.queryid"
+        ),
+        conn,
+        params={"d": list(analysed["deploy_id"]), "t": list(analysed["target"])},
+    )
+
+
+def lock(conn: sa.Connection, release_id: str) -> None:
+    """Serialise the decisions of one release for this transaction (its members' runs may finish together)."""
+    conn.execute(
+        sa.text("SELECT pg_advisory_xact_lock(hashtextextended('radar.release:' || :r, 0))"), {"r": release_id}
+    )
+
+
+def record_look(conn: sa.Connection, release_id: str, member_deploys: list[str]) -> int:
+    """The look a complete release's decision spends: the last recorded one when it decided these same member
+    deploys (a repeated decision is the same look), else the next, recorded now (a member that joined late)."""
+    members = sorted(member_deploys)
+    last = conn.execute(
+        sa.text("SELECT look, member_deploys FROM radar.release_look WHERE release_id = :r ORDER BY look DESC LIMIT 1"),
+        {"r": release_id},
+    ).first()
+    if last is not None and list(last.member_deploys) == members:
+        return int(last.look)
+    look = 0 if last is None else int(last.look) + 1
+    conn.execute(
+        sa.text("INSERT INTO radar.release_look (release_id, look, member_deploys) VALUES (:r, :l, :m)"),
+        {"r": release_id, "l": look, "m": members},
+    )
+    return look
+
+
+STORED = [
+    "release_id",
+    "fingerprint",
+    "toplevel",
+    "status",
+    "look",
+    "verdict",
+    "factor",
+    "factor_low",
+    "factor_high",
+    "p_value",
+    "p_family",
+    "budget_share",
+    "heterogeneity_p",
+    "i_squared",
+    "tau2",
+    "targets",
+    "targets_agreeing",
+    "consistent",
+    "only_on",
+    "report",
+    "member_targets",
+    "members",
+    "analysed",
+    "example_deploy_id",
+    "example_target",
+    "example_queryid",
+    "example_dbid",
+    "example_userid",
+]
+
+
+def write_release_verdicts(conn: sa.Connection, release_id: str, rows: pd.DataFrame) -> None:
+    """Replace the release's fleet verdicts with `rows` (STORED columns but release_id), in the caller's
+    transaction."""
+    conn.execute(sa.text("DELETE FROM radar.release_verdict WHERE release_id = :r"), {"r": release_id})
+    if rows.empty:
+        return
+    columns = [c for c in STORED if c != "release_id"]
+    records = [
+        {"release_id": release_id, **{c: _plain(v) for c, v in zip(columns, r, strict=True)}}
+        for r in rows[columns].itertuples(index=False, name=None)
+    ]
+    conn.execute(
+        sa.text(
+            f"INSERT INTO radar.release_verdict ({', '.join(STORED)}) VALUES ({', '.join(':' + c for c in STORED)})"
+        ),
+        records,
+    )
+
+
+def _plain(value: object) -> object:
+    """A numpy scalar as the driver takes it."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) and not isinstance(value, list | str) else value
+
+
+def release_verdicts(conn: sa.Connection, release_id: str) -> pd.DataFrame:
+    """The release's stored fleet verdicts, detections first, with an example member's statement text (query)."""
+    return pd.read_sql(
+        sa.text(
+            "SELECT r.*, q.query FROM radar.release_verdict r LEFT JOIN radar.query q ON q.target = r.example_target "
+            "AND q.dbid = r.example_dbid AND q.userid = r.example_userid AND q.queryid = r.example_queryid "
+            "AND q.toplevel = r.toplevel WHERE r.release_id = :r "
+            "ORDER BY r.verdict = 'detected' DESC, r.p_family, r.fingerprint, r.toplevel"
+        ),
+        conn,
+        params={"r": release_id},
+    )
