@@ -152,6 +152,55 @@ def added_ms(fleet: Fleet) -> np.ndarray:
     return (real[:, fleet.step_at :] * (1 - 1 / fleet.factor[:, None])).sum(axis=1)
 
 
+def stepped_lab(statements: int, runs: int, seed: int, weights: list[float]) -> None:
+    """detection_quality's stepped lab (5% of the statements stepped ×1.3–×4, 5% drifting) under the new rule with
+    each budget_time_weight: the share of the added execution time detected and the steps found, engine and ceiling."""
+    print(f"The weights' aim against their floor: detection_quality's stepped lab, {runs} deploys × {statements:,}")
+    print()
+    print("| budget_time_weight | added time found | steps found | ceiling: added time | ceiling: steps |")
+    print("|---|---|---|---|---|")
+    got = {w: np.zeros(5) for w in weights}
+    for r in range(runs):
+        fleet = draw(statements, seed + r, stepped=0.05, drifting=0.05, steps=STEPS)
+        truth = fleet.factor > 1
+        added = added_ms(fleet)
+        for w in weights:
+            settings = dataclasses.replace(NEW, budget_time_weight=w)
+            out = analyse(fleet.counters, DEPLOY, settings)
+            detected = (out["verdict"] == Verdict.DETECTED).to_numpy() & truth
+            oracle = ceiling(fleet, out["budget_share"].to_numpy(), settings.threshold) & truth
+            got[w] += [added[detected].sum(), detected.sum(), added[oracle].sum(), oracle.sum(), added[truth].sum()]
+    for w, (found, steps, top, top_steps, total) in got.items():
+        print(f"| {w:g} | {found / total:.1%} | {steps:.0f} | {top / total:.1%} | {top_steps:.0f} |")
+    print()
+
+
+def handful(statements: int, seed: int) -> None:
+    """What a handful of calls can show: the p of a cheap statement slowed ×10 or ×50, by calls a side and per-call CV,
+    against the level a share gives it (alone: α(B) · w, w = 1/m for a floor of the whole budget over m statements)."""
+    from radar_pipeline.engine import fdr
+
+    alpha = fdr.level(NEW.false_alert_budget)
+    print(f"A handful of calls: p of a statement slowed ×F alone ({statements} such statements per cell, median and")
+    print(f"share with p ≤ level), and the family size m whose even share 1/m reaches the median (α(B) = {alpha:.4f})")
+    print()
+    print("| slowdown | calls a side | per-call CV | median p | p ≤ 1e-4 | p ≤ 1e-3 | m for the median |")
+    print("|---|---|---|---|---|---|---|")
+    for factor in (10.0, 50.0):
+        for calls in (5, 10, 20):
+            for cv in (0.5, 1.0, 2.0):
+                rate = (calls / 30, calls / 30)
+                fleet = draw(statements, seed, stepped=1.0, steps=(factor,), rate=rate, cv=(cv, cv))
+                out = analyse(fleet.counters, DEPLOY, NEW)
+                p = out.loc[out["verdict"] != Verdict.INSUFFICIENT_DATA, "p_value"].fillna(1.0).to_numpy()
+                median = float(np.median(p))
+                print(
+                    f"| ×{factor:g} | {calls} | {cv:g} | {median:.1e} | {(p <= 1e-4).mean():.0%} "
+                    f"| {(p <= 1e-3).mean():.0%} | {alpha / median:,.0f} |"
+                )
+                seed += 1
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a CI-sized run (seconds)")
@@ -224,6 +273,10 @@ def main() -> None:
             count = int(inside.sum())
             cells.append(f"{found[inside].mean():.1%}" if count else "–")
         print(f"| {lo}–{hi - 1} | {count} | " + " | ".join(cells) + " |")
+    print()
+    if args.time_weights:
+        stepped_lab(1000 if args.quick else 5000, 1 if args.quick else 4, 3000, sorted({*args.time_weights, 0.5}))
+    handful(100 if args.quick else 300, 81_000)
 
 
 if __name__ == "__main__":
