@@ -17,9 +17,10 @@ calls per scrape log-uniform in 0.5–1,500, per-call CV 0.5–3, interval means
   the execution time the steps added that belongs to detected statements, drifts detected, and false detections
   among the unchanged statements.
 - ceiling, on the same stepped fleets: a call-level z-test at the true change point that knows each statement's
-  per-call variance, overdispersion and AR(1) factor, at the same hypothesis (θ inside) and the same weighted
-  Bonferroni budget share per statement as the engine; and its share of the added execution time with the budget
-  spread otherwise (uniformly, by execution time only) and with no family control (α = 0.05 per statement).
+  per-call variance, overdispersion and AR(1) factor, at the same hypothesis (θ inside), the same budget shares and
+  the same family rule as the engine (engine 2.6: the weighted step-up of engine/fdr.py); and its share of the added
+  execution time with the budget spread otherwise (uniformly, by execution time only) and with no family control
+  (α = 0.05 per statement).
 - unlike: the deploy nulls again (plain and at the boundary), with each statement's history drawn unlike its window
   (UNLIKE: the window 3× busier, 2× more overdispersed, or with twice the AR(1) φ), as a deploy at a peak hour or on a
   bad day meets the days before it.
@@ -80,17 +81,34 @@ def periodic_settings(budget_per_day: float = 0.1, period_s: float = 3600.0) -> 
     )
 
 
-def ceiling(fleet: Fleet, budget_share: np.ndarray, threshold: float) -> np.ndarray:
-    """Detected by the oracle z-test at the true split (see the module docstring); False where no share."""
+def ceiling(
+    fleet: Fleet, budget_share: np.ndarray, threshold: float, rule: str = EngineSettings().family_rule
+) -> np.ndarray:
+    """Detected by the oracle z-test at the true split (see the module docstring), the family decided by `rule` as
+    the engine decides it ("fdr": the weighted step-up over the shares, "bonferroni": each alone at its share) with
+    the budget the shares sum to, or "none": each alone at its share with no family; False where no share."""
+    from radar_pipeline.engine import fdr
+
+    p = oracle_p(fleet, np.flatnonzero(~np.isnan(budget_share)), threshold)
+    if rule == "none":
+        return ~np.isnan(p) & (p <= np.nan_to_num(budget_share, nan=0.0))
+    budget = float(np.nansum(budget_share))
+    decide = fdr.bonferroni if rule == "bonferroni" else fdr.step_up
+    return decide(p, np.nan_to_num(budget_share, nan=0.0) / budget, budget)[0]
+
+
+def oracle_p(fleet: Fleet, rows: np.ndarray, threshold: float) -> np.ndarray:
+    """The one-sided p of the oracle z-test at the true split for the statements `rows` (NaN elsewhere, and where a
+    side has no calls)."""
     from scipy import stats
 
     c = fleet.calls.astype(np.float64)
     level = fleet.base[:, None] * np.where(np.arange(c.shape[1])[None, :] >= fleet.step_at, fleet.factor[:, None], 1.0)
     n = c.shape[1]
     lag = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
-    detected = np.zeros(len(c), dtype=bool)
+    p = np.full(len(c), np.nan)
     time_ = _realised_time(fleet)
-    for i in np.flatnonzero(~np.isnan(budget_share)):
+    for i in rows:
         var = []
         means = []
         for side in (slice(0, fleet.step_at), slice(fleet.step_at, n)):
@@ -106,8 +124,8 @@ def ceiling(fleet: Fleet, budget_share: np.ndarray, threshold: float) -> np.ndar
         if len(means) < 2 or means[0] <= 0:
             continue
         z = (np.log(means[1] / means[0]) - np.log1p(threshold)) / np.sqrt(var[0] + var[1])
-        detected[i] = stats.norm.sf(z) <= budget_share[i]
-    return detected
+        p[i] = stats.norm.sf(z)
+    return p
 
 
 def _realised_time(fleet: Fleet) -> np.ndarray:
@@ -237,7 +255,7 @@ def _stepped_run(statements: int, history: int, seed: int) -> pd.DataFrame:
     others = {
         f"ceiling_w{w:g}": ceiling(fleet, budget * family_weights(before, decidable, w), theta) for w in (0.0, 1.0)
     }
-    others["ceiling_alpha"] = ceiling(fleet, np.where(decidable, 0.05, np.nan), theta)
+    others["ceiling_alpha"] = ceiling(fleet, np.where(decidable, 0.05, np.nan), theta, rule="none")
     after = slice(fleet.step_at, None)
     added = (real[:, after] * (1 - 1 / fleet.factor[:, None])).sum(axis=1)
     return pd.DataFrame(

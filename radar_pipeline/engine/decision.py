@@ -5,7 +5,7 @@
 2. floors on both sides of the deploy: at least `min_samples` intervals with calls (the test estimates a spread and
    a serial correlation from them) and `min_calls` calls, else `insufficient_data` (`floor_samples`, `floor_calls`);
 3. the family: every statement left is one test of the analysis, and gets a share of the false-alert budget B
-   (`false_alert_budget`, expected false detections per analysis) by weighted Bonferroni (`family_weights`);
+   (`false_alert_budget`, expected false detections per analysis with nothing changed; `family_weights`);
 4. pre-filter: the call-weighted window means ΣΔT/ΣΔC either side of the deploy must have risen by at least θ —
    otherwise the window's own estimate lies inside H0 (after ≤ (1 + θ) · before), and the statement stops as
    `below_threshold` before the costly steps (a cheap gate, as in engine 1; the budget still counts it; it is cleared
@@ -16,8 +16,9 @@
 6. the call-level test of H0: after ≤ (1 + θ) · before at every candidate split — at or after the deploy and within
    the tolerance (the periodic check, whose tolerance spans the window: anywhere), leaving E-divisive's margin on
    each side — with overdispersion, serial correlation and the choice of the split accounted for (`inference`); its
-   one-sided p-value over the statement's budget weight is the family-adjusted p (`p_family`), and `detected` needs
-   p_family ≤ B (`significant`, else `not_significant`);
+   one-sided p-value is adjusted for the family by the weighted Benjamini–Hochberg step-up over the budget shares
+   (`fdr`; engine 2.5's weighted Bonferroni with `family_rule` "bonferroni"): `p_family` is the smallest budget at
+   which the statement would be detected, and `detected` needs p_family ≤ B (`significant`, else `not_significant`);
 7. a drift is not a step: the level shift at the split beyond a continuous linear trend through the window must
    itself exceed θ (`inference.level_shift_beyond_trend`), else `drift` — creeping latency is left to the history
    bands.
@@ -25,8 +26,8 @@
 Every decided statement carries the 95% confidence interval [factor_low, factor_high] of its slowdown factor, from the
 same variance as the test: at the tested split (segment_mean_after_ms / segment_mean_before_ms) where a split was
 tested, else at the deploy (change_factor); per statement, not adjusted for the family. confidence = 1 − p_family.
-Under H0, each statement is detected with probability at most B · w_i, so the expected number of false detections per
-analysis is at most B (Bonferroni's inequality needs no independence). Where a split was tested, history_intervals
+With nothing changed the step-up spends B as expected false detections for independent statements (engine/fdr.py;
+docs/budget.md: what holds when they are not). Where a split was tested, history_intervals
 says what its noise estimate rests on: the intervals of the statement's noise prior (its earlier days, `noise`) the
 test combined with its window (docs/method.md), or 0 for the window alone (the column keeps its stored name).
 
@@ -56,6 +57,7 @@ from datetime import datetime, timedelta
 import numpy as np
 import pandas as pd
 
+from radar_pipeline.engine import fdr
 from radar_pipeline.engine.causes import CAUSE_COUNTERS, explain, explain_groups, fleet_wide
 from radar_pipeline.engine.edivisive import best_split, min_segment
 from radar_pipeline.engine.frames import VERDICT_FRAME
@@ -212,8 +214,9 @@ def analyse(
     change_factor are the call-weighted window means either side of the deploy; change_at is where the tested split
     begins (the end of the last interval before it; for `outside_tolerance`, E-divisive's split); t_stat, dof and
     p_value are the one-sided call-level test of H0: segment factor ≤ 1 + θ at that split, p_value adjusted for the
-    choice of split but not for the family; p_family = min(1, p_value / w) is adjusted for the family (detected when
-    ≤ false_alert_budget); budget_share = B · w is the statement's share of the budget; factor_low / factor_high the
+    choice of split but not for the family; p_family is adjusted for the family, the smallest budget at which the
+    statement would be detected (engine/fdr.py; detected when ≤ false_alert_budget); budget_share = B · w is the
+    statement's share of the budget; factor_low / factor_high the
     95% interval of the segment factor (of change_factor where no split was tested); serial_correlation the AR(1)
     coefficient the test used; history_intervals (float) how many intervals of the statement's noise prior the test
     at the tested split combined with its window (capped at settings.prior_max_intervals), 0 where that test used the
@@ -422,12 +425,15 @@ def _family_decision(
     verdict: np.ndarray,
     reason: np.ndarray,
 ) -> None:
-    """Steps 6 and 7 across the family: p_family = min(1, p / w); significant when ≤ the budget; `drift` when the
-    shift beyond the trend is under θ; else `detected` (in place, in `found`, `verdict` and `reason`)."""
-    with np.errstate(divide="ignore"):  # a statement given no share of the budget: p / 0 = inf, never detected
-        found.p_family = np.where(np.isnan(found.p_value), np.nan, np.minimum(1.0, found.p_value / weight))
+    """Steps 6 and 7 across the family: the weighted Benjamini–Hochberg step-up over the budget shares (engine/fdr.py;
+    `family_rule` "bonferroni": engine 2.5's weighted Bonferroni), p_family the smallest budget at which the statement
+    would be detected; significant when ≤ the budget; `drift` when the shift beyond the trend is under θ; else
+    `detected` (in place, in `found`, `verdict` and `reason`). A statement with no share (none given, or absent from
+    a later look's call) is never rejected and counts as not rejected for the others."""
+    shares = np.where(np.isnan(weight), 0.0, weight)
+    rule = fdr.bonferroni if settings.family_rule == "bonferroni" else fdr.step_up
+    significant, found.p_family = rule(found.p_value, shares, settings.false_alert_budget)
     tested = ~np.isnan(found.p_family)
-    significant = tested & (found.p_family <= settings.false_alert_budget)
     drift = significant & ~(found.shift_beyond_trend - 1 >= settings.threshold)
     detected = significant & ~drift
     verdict[detected] = Verdict.DETECTED.value
@@ -437,11 +443,11 @@ def _family_decision(
 
 
 def family_weights(time_before: np.ndarray, decidable: np.ndarray, time_weight: float) -> np.ndarray:
-    """Weighted-Bonferroni weights (Σ = 1 over the decidable statements; 0 elsewhere): a uniform part, so a sparse
-    statement keeps a budget of its own, plus `time_weight` of the weight by share of the execution time before the
-    deploy, so the statements that cost most are tested hardest (Genovese, Roeder & Wasserman 2006). The weights
-    use only the before side, which H0 leaves untouched, so they cannot favour a statement for having slowed down.
-    """
+    """The budget shares of the family's step-up (Σ = 1 over the decidable statements; NaN elsewhere): a uniform
+    part, every decidable statement's floor, so a sparse statement keeps a budget of its own, plus `time_weight` of
+    the weight by share of the execution time before the deploy, so the statements that cost most are tested hardest
+    (Genovese, Roeder & Wasserman 2006). The weights use only the before side, which H0 leaves untouched, so they
+    cannot favour a statement for having slowed down (docs/budget.md: why the floor is not larger)."""
     count = int(decidable.sum())
     if count == 0:
         return np.full(len(decidable), np.nan)

@@ -11,10 +11,12 @@ from typing import Any, TypeVar
 from pydantic import ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 
-ENGINE_VERSION = "2.5.0"  # what each version changed: CHANGELOG.md, "Engine versions"
+ENGINE_VERSION = "2.6.0"  # what each version changed: CHANGELOG.md, "Engine versions"
 # Calls a window mean needs before it stands for a statement's level (a history point, an episode's recovery): with
 # per-call CV 1 such a mean is good to about ±10%. Engine 1's min_calls default; the verdicts no longer use it.
 LEVEL_MIN_CALLS = 100
+# How the family spends the budget (EngineSettings.family_rule).
+FAMILY_RULES = ("fdr", "bonferroni")
 # Settings of earlier engine versions, accepted (and ignored) when an old analysis record is read back.
 RETIRED = frozenset({"alpha"})
 # Settings renamed since they were stored (the noise prior's were called history_* until issue 26, when "history"
@@ -65,10 +67,13 @@ class EngineSettings:
     threshold: θ, the practical tolerance inside the hypothesis: H0 is "after ≤ (1 + θ) · before".
     min_rise_ms: the smallest rise of the mean, in ms per call, worth a finding: below it a statement is
     `below_threshold` whatever its factor (0 → 0.001 ms is an infinite factor and nothing anyone would act on).
-    false_alert_budget: B, the expected number of false detections per analysis (weighted Bonferroni over the
-    analysis' statements). The periodic check runs every period P and gets B · P / 1 day, so its checks together
-    spend B a day.
-    budget_time_weight: the share of the budget spread by execution time before the deploy (the rest evenly).
+    false_alert_budget: B, the expected number of false detections per analysis with nothing changed (a weighted
+    Benjamini–Hochberg step-up over the analysis' statements at the level that spends B: engine/fdr.py). The periodic
+    check runs every period P and gets B · P / 1 day, so its checks together spend B a day.
+    budget_time_weight: the share of the budget spread by execution time before the deploy (the rest evenly: every
+    decidable statement's floor).
+    family_rule: how the family spends B: "fdr" (engine 2.6: the weighted step-up, which gains power when many
+    statements regress) or "bonferroni" (engine 2.5: weighted Bonferroni, each statement alone at B · its share).
     tolerance_floor, tolerance_fraction: the located change must lie within max(floor, fraction × W) of the deploy.
     fleet_share, fleet_min_queries: when at least this share of the decidable queries (and at least this many) are
     detected at one deploy, the shift is fleet-wide and an external cause is suspected (causes, not the verdicts).
@@ -94,6 +99,7 @@ class EngineSettings:
     min_rise_ms: float = 0.01
     false_alert_budget: float = 0.1
     budget_time_weight: float = 0.5
+    family_rule: str = "fdr"
     tolerance_floor: timedelta = timedelta(minutes=2)
     tolerance_fraction: float = 0.20
     fleet_share: float = 0.5
@@ -125,6 +131,8 @@ class EngineSettings:
             problems.append(f"false_alert_budget must lie strictly between 0 and 1, not {self.false_alert_budget}")
         if not 0 <= self.budget_time_weight <= 1:
             problems.append(f"budget_time_weight must lie in [0, 1], not {self.budget_time_weight}")
+        if self.family_rule not in FAMILY_RULES:
+            problems.append(f"family_rule must be one of {', '.join(FAMILY_RULES)}, not {self.family_rule!r}")
         if self.tolerance_floor < timedelta(0):
             problems.append(f"tolerance_floor must not be negative, not {self.tolerance_floor}")
         if not 0 <= self.tolerance_fraction <= 1:

@@ -2,7 +2,7 @@
 
 Nothing here is shared with radar_pipeline.engine: it recomputes every step from scratch, with explicit pair loops for
 the energy statistic, explicit sums for the call-level test at each split, numpy's least squares for the trend and a
-loop for the family's weighted Bonferroni.
+loop for the family's weighted Benjamini–Hochberg step-up.
 """
 
 from __future__ import annotations
@@ -149,17 +149,30 @@ def clearing(
 
 
 def family(results: dict, settings: EngineSettings) -> dict:
-    """Weighted Bonferroni over one analysis' reference results (key → analyse_one's dict), in place: p_family,
-    and the verdict and reason of every tested statement; then the clearing of every decidable statement not
-    detected."""
+    """The family's decision over one analysis' reference results (key → analyse_one's dict), in place: p_family
+    (engine 2.6: the weighted Benjamini–Hochberg adjusted p over the budget shares, put on the budget's scale
+    ã / (1 − ã)²; `family_rule` "bonferroni": min(1, p / w)), and the verdict and reason of every tested statement;
+    then the clearing of every decidable statement not detected."""
     decidable = [k for k, r in results.items() if r["verdict"] != "insufficient_data"]
     total = sum(max(results[k]["time_before"], 0.0) for k in decidable)
     lam = settings.budget_time_weight
+    q = {}
     for key in decidable:
         r = results[key]
         share = max(r["time_before"], 0.0) / total if total > 0 else 1 / len(decidable)
         weight = (1 - lam) / len(decidable) + lam * share
-        r["p_family"] = min(1.0, r["p_value"] / weight) if not math.isnan(r["p_value"]) else math.nan
+        if not math.isnan(r["p_value"]):
+            q[key] = r["p_value"] / weight
+    ranked = sorted(q, key=lambda k: q[k])
+    for i, key in enumerate(ranked):
+        if settings.family_rule == "bonferroni":
+            results[key]["p_family"] = min(1.0, q[key])
+        else:
+            adjusted = min(1.0, min(q[other] / (j + 1) for j, other in enumerate(ranked) if j >= i))
+            results[key]["p_family"] = min(1.0, adjusted / (1 - adjusted) ** 2) if adjusted < 1 else 1.0
+    for key in decidable:
+        r = results[key]
+        r.setdefault("p_family", math.nan)
         if r["reason"] == "tested":
             if r["p_family"] <= settings.false_alert_budget:
                 drift = not (r["shift"] - 1 >= settings.threshold)

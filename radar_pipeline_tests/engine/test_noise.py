@@ -70,11 +70,13 @@ def test_without_usable_history_the_verdicts_are_the_window_alone():
     history = history_estimates(fleet, 720, 22, WINDOW_START)
     too_short = dataclasses.replace(EngineSettings(), prior_min_intervals=100_000, prior_max_intervals=100_000)
     pd.testing.assert_frame_equal(analyse(fleet.counters, DEPLOY, too_short, prior=history), alone)
-    # Estimates for half the statements leave the other half's verdicts exactly as without any.
+    # Estimates for half the statements leave the other half's verdicts exactly as without any (their own figures: the
+    # family's step-up adjusts each p by every statement's, so p_family and confidence move with the other half's).
     half = history[history["query_key"] % 2 == 0]
     mixed = analyse(fleet.counters, DEPLOY, prior=half)
     odd = alone["query_key"] % 2 == 1
-    pd.testing.assert_frame_equal(mixed[odd], alone[odd])
+    family = ["p_family", "confidence"]
+    pd.testing.assert_frame_equal(mixed.loc[odd].drop(columns=family), alone.loc[odd].drop(columns=family))
     with_history = analyse(fleet.counters, DEPLOY, prior=history)
     tested = with_history["t_stat"].notna()
     assert (with_history.loc[tested, "dof"] != alone.loc[tested, "dof"]).mean() > 0.9
@@ -102,8 +104,11 @@ def test_with_history_the_test_holds_its_level_and_uses_a_near_normal_reference(
 def test_history_finds_steps_the_window_alone_misses():
     fleet = draw(3000, 51, stepped=0.2, steps=(1.5, 2.0))
     history = history_estimates(fleet, 1440, 52, WINDOW_START)
-    alone = analyse(fleet.counters, DEPLOY)["verdict"] == "detected"
-    known = analyse(fleet.counters, DEPLOY, prior=history)["verdict"] == "detected"
+    # each statement alone at its share (engine 2.5's rule): with 600 steps in the family, the step-up would lift both
+    # arms' levels and hide what the history adds to each test
+    each = EngineSettings(family_rule="bonferroni")
+    alone = analyse(fleet.counters, DEPLOY, each)["verdict"] == "detected"
+    known = analyse(fleet.counters, DEPLOY, each, prior=history)["verdict"] == "detected"
     stepped = fleet.factor > 1
     assert known[stepped].sum() >= 1.1 * alone[stepped].sum()
     assert not known[~stepped].any()
