@@ -371,10 +371,10 @@ def _intervals_without_split(
     untested = decidable & np.isnan(found.factor_low)
     if not untested.any():
         return
-    a, b = _deploy_side_sums(samples, sides)
+    a, b = _deploy_side_sums(samples, sides, np.flatnonzero(untested))
     low, high = interval_from_sums(
-        a.rows(untested),
-        b.rows(untested),
+        a,
+        b,
         sides.n_before[untested],
         sides.n_after[untested],
         settings.threshold,
@@ -447,24 +447,32 @@ def _window_sides(samples: WindowSamples, deploy: int) -> WindowSides:
     )
 
 
-def _deploy_side_sums(samples: WindowSamples, sides: WindowSides) -> tuple[SideSums, SideSums]:
-    """The test's sums for both sides of the deploy, per statement, straight from the samples (one bincount each):
-    calls, call-weighted mean, Σ e² about the side's mean, Σ e_i e_(i+1) within the side, and with stddev_exec_time
-    Σ S (NaN where an interval's is unknown) and Σ (c − 1)."""
-    g = samples.groups
-    side, calls = sides.side, sides.calls
+def _deploy_side_sums(samples: WindowSamples, sides: WindowSides, rows: np.ndarray) -> tuple[SideSums, SideSums]:
+    """The test's sums for both sides of the deploy, for the statements `rows`, straight from their samples (one
+    bincount each): calls, call-weighted mean, Σ e² about the side's mean, Σ e_i e_(i+1) within the side, and with
+    stddev_exec_time Σ S (NaN where an interval's is unknown) and Σ (c − 1). Only those statements' samples are read
+    (in their order, so each sum is the one all of them would give)."""
+    g = len(rows)
+    n = np.diff(samples.offsets)[rows]
+    local = np.concatenate([[0], np.cumsum(n)])
+    index = np.arange(local[-1]) + np.repeat(samples.offsets[rows] - local[:-1], n)
+    side = 2 * np.repeat(np.arange(g), n) + (sides.side[index] & 1)
+    pick = (2 * rows[:, None] + np.arange(2)[None, :]).ravel()
+    calls, time = sides.calls[pick], sides.time[pick]
+    s_calls, s_time = samples.calls[index], samples.time[index]
+    sumsq = samples.sumsq[index] if samples.sumsq is not None else None
     with np.errstate(divide="ignore", invalid="ignore"):
-        mean = sides.time / calls
-    e = samples.time - mean[side] * samples.calls  # residuals about each side's own mean: no cancellation
+        mean = time / calls
+    e = s_time - mean[side] * s_calls  # residuals about each side's own mean: no cancellation
     pair = side[1:] == side[:-1]
     ee = np.bincount(side, weights=e * e, minlength=2 * g)
     acov = np.bincount(side[1:][pair], weights=(e[1:] * e[:-1])[pair], minlength=2 * g)
     ss = ss_dof = None
-    if samples.sumsq is not None:
-        unknown = np.bincount(side, weights=np.isnan(samples.sumsq), minlength=2 * g)
-        total = np.bincount(side, weights=np.nan_to_num(samples.sumsq, nan=0.0), minlength=2 * g)
+    if sumsq is not None:
+        unknown = np.bincount(side, weights=np.isnan(sumsq), minlength=2 * g)
+        total = np.bincount(side, weights=np.nan_to_num(sumsq, nan=0.0), minlength=2 * g)
         ss = np.where(unknown > 0, np.nan, total)
-        ss_dof = np.bincount(side, weights=np.maximum(samples.calls - 1, 0.0), minlength=2 * g)
+        ss_dof = np.bincount(side, weights=np.maximum(s_calls - 1, 0.0), minlength=2 * g)
 
     def one(i: int) -> SideSums:  # the before (0) or after (1) side of every statement
         return SideSums(
