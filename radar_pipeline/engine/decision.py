@@ -452,17 +452,24 @@ def _window_sides(samples: WindowSamples, deploy: int) -> WindowSides:
 def _deploy_side_sums(samples: WindowSamples, sides: WindowSides, rows: np.ndarray) -> tuple[SideSums, SideSums]:
     """The test's sums for both sides of the deploy, for the statements `rows`, straight from their samples (one
     bincount each): calls, call-weighted mean, Σ e² about the side's mean, Σ e_i e_(i+1) within the side, and with
-    stddev_exec_time Σ S (NaN where an interval's is unknown) and Σ (c − 1). Only those statements' samples are read
-    (in their order, so each sum is the one all of them would give)."""
-    g = len(rows)
-    n = np.diff(samples.offsets)[rows]
-    local = np.concatenate([[0], np.cumsum(n)])
-    index = np.arange(local[-1]) + np.repeat(samples.offsets[rows] - local[:-1], n)
-    side = 2 * np.repeat(np.arange(g), n) + (sides.side[index] & 1)
-    pick = (2 * rows[:, None] + np.arange(2)[None, :]).ravel()
-    calls, time = sides.calls[pick], sides.time[pick]
-    s_calls, s_time = samples.calls[index], samples.time[index]
-    sumsq = samples.sumsq[index] if samples.sumsq is not None else None
+    stddev_exec_time Σ S (NaN where an interval's is unknown) and Σ (c − 1). `rows` ascending; when they are few, only
+    their samples are read (in their order, so each sum is the one all of them would give)."""
+    if len(rows) == samples.groups:  # all of them (rows ascending): the samples as they are
+        g, side, s_calls, s_time, sumsq = samples.groups, sides.side, samples.calls, samples.time, samples.sumsq
+        calls, time = sides.calls, sides.time
+    elif 2 * len(rows) >= samples.groups:  # most of them: all, then those, rather than gather most samples
+        a, b = _deploy_side_sums(samples, sides, np.arange(samples.groups))
+        return a.rows(rows), b.rows(rows)
+    else:
+        g = len(rows)
+        n = np.diff(samples.offsets)[rows]
+        local = np.concatenate([[0], np.cumsum(n)])
+        index = np.arange(local[-1]) + np.repeat(samples.offsets[rows] - local[:-1], n)
+        side = 2 * np.repeat(np.arange(g), n) + (sides.side[index] & 1)
+        pick = (2 * rows[:, None] + np.arange(2)[None, :]).ravel()
+        calls, time = sides.calls[pick], sides.time[pick]
+        s_calls, s_time = samples.calls[index], samples.time[index]
+        sumsq = samples.sumsq[index] if samples.sumsq is not None else None
     with np.errstate(divide="ignore", invalid="ignore"):
         mean = time / calls
     e = s_time - mean[side] * s_calls  # residuals about each side's own mean: no cancellation
