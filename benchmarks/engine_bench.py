@@ -21,8 +21,9 @@ Run with `make bench-engine` (or `.venv/bin/python benchmarks/engine_bench.py [-
   by scrape, as a collector writes them) and shuffled. Each is timed next to its anchor, a bare numpy E-divisive +
   Welch core on the same series (`bare_core`: the energy statistic at every split of every series, its best split,
   and Welch's t-test of the interval means there), alternating the two in the same run so both see the same load:
-  the minimum of `--repeat` runs of each, their ratio, and analyse's peak memory traced in one more run. The load
-  average is printed before and after (the cores may be shared). `--issue-only` runs this part alone.
+  the minimum of `--repeat` runs of each, their ratio, analyse's CPU seconds (all its threads: steps 5–7 and
+  E-divisive use both cores) and its peak memory traced in one more run. The load average is printed before and
+  after (the cores may be shared). `--issue-only` runs this part alone.
 """
 
 from __future__ import annotations
@@ -218,15 +219,16 @@ def issue_part(queries: int, repeat: int) -> None:
     print(f"issue 29's input: {queries:,} statements × {INTERVALS + 1} scrapes, all candidates, with stddev_exec_time")
     print(f"and stats_since ({len(frame):,} rows); minimum of {repeat} runs each, alternating with the anchor")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
-    print(f"{'row order':<26}{'analyse s':>10}{'anchor s':>10}{'× anchor':>10}{'peak MiB':>10}  verdicts")
+    print(f"{'row order':<26}{'analyse s':>10}{'CPU s':>8}{'anchor s':>10}{'× anchor':>10}{'peak MiB':>10}  verdicts")
     for name, rows in row_orders(frame, queries).items():
         analyse(rows, DEPLOY)  # warm-up
         bare_core(means)
-        ours, anchor = [], []
+        ours, cpu, anchor = [], [], []
         for _ in range(repeat):
-            started = time.perf_counter()
+            started, used = time.perf_counter(), time.process_time()
             out = analyse(rows, DEPLOY)
             ours.append(time.perf_counter() - started)
+            cpu.append(time.process_time() - used)
             started = time.perf_counter()
             bare_core(means)
             anchor.append(time.perf_counter() - started)
@@ -236,7 +238,8 @@ def issue_part(queries: int, repeat: int) -> None:
         tracemalloc.stop()
         counts = out["verdict"].value_counts().to_dict()
         print(
-            f"{name:<26}{min(ours):>10.3f}{min(anchor):>10.3f}{min(ours) / min(anchor):>10.1f}{peak:>10.1f}  {counts}"
+            f"{name:<26}{min(ours):>10.3f}{min(cpu):>8.3f}{min(anchor):>10.3f}{min(ours) / min(anchor):>10.1f}"
+            f"{peak:>10.1f}  {counts}"
         )
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print()
