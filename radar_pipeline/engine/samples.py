@@ -225,7 +225,8 @@ def _key_time_order(codes: np.ndarray, t: np.ndarray) -> tuple[np.ndarray | None
         grid[cell] = np.arange(len(codes))
         filled = np.flatnonzero(grid >= 0)
         if len(filled) == len(codes):  # no snapshot twice: every row has a cell of its own
-            return grid[filled], filled // len(distinct), distinct[by_time][filled % len(distinct)]
+            code, stamp = np.divmod(filled, len(distinct))
+            return grid[filled], code, distinct[by_time][stamp]
     order = _sort_order(codes, t)
     assert order is not None  # the rows are not in order
     codes, t = codes[order], t[order]
