@@ -9,18 +9,25 @@ PostgreSQL 18 as the warehouse and fills radar.pgss_snapshot by COPY with synthe
 2. a backfill: 200 deploys ten minutes apart over a history of 1,000 queries, analysed one after another as the
    backfill's runs would (partitions per minute), and 20 of them through Dagster's in-process materialize to show
    what a Dagster run adds to each partition;
-3. query_history over those 200 deploys in order (points per second, against the analysis backfill of the same
+3. a later look (issue 29): the same 5,000 statements, one-minute scrapes, analysed with before = after = 8 × W
+   (4 h each side of the deploy, W = 30 min): the read of the span (analysis.read_window) and analyse() itself,
+   median of 3, and the engine's peak memory traced in one more run;
+4. query_history over those 200 deploys in order (points per second, against the analysis backfill of the same
    deploys), and one periodic check of the hour that holds the 5,000-query partition's deploy (against that
    partition's analysis).
+
+`--partition-only` runs 1 and 3 alone.
 """
 
 from __future__ import annotations
 
+import argparse
 import io
 import statistics
 import sys
 import tempfile
 import time
+import tracemalloc
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -31,13 +38,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from radar_pipeline.defs.resources import AnalysisResource  # noqa: E402
 from radar_pipeline.demo.local_postgres import LocalPostgres  # noqa: E402
-from radar_pipeline.engine import EngineSettings  # noqa: E402
+from radar_pipeline.engine import EngineSettings, analyse  # noqa: E402
 from radar_pipeline.engine.history import HistorySettings  # noqa: E402
 from radar_pipeline.pgss_model import COUNTERS, KEY  # noqa: E402
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy  # noqa: E402
 from radar_pipeline.steps.history import update_history  # noqa: E402
 from radar_pipeline.steps.periodic_check import analyse_period  # noqa: E402
-from radar_pipeline.warehouse import deploys, migrations  # noqa: E402
+from radar_pipeline.warehouse import analysis, deploys, migrations  # noqa: E402
 from radar_pipeline.warehouse.database import driver, make_engine  # noqa: E402
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
@@ -95,6 +102,9 @@ def fill(engine: sa.Engine, target: str, queries: int, scrapes: int, regressed_f
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--partition-only", action="store_true", help="the 5,000-statement partition and later look")
+    args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="radar-analysis-bench-"))
     server = LocalPostgres(root / "warehouse", settings={"shared_buffers": "512MB", "work_mem": "64MB"}).start()
     try:
@@ -132,6 +142,10 @@ def main() -> None:
             f"+ write {parts['write']:.3f} s "
             f"= {total:.3f} s; anchor (bare SELECT of the window's rows) {statistics.median(anchor):.3f} s"
         )
+
+        later_look(engine)
+        if args.partition_only:
+            return
 
         deploys_n, queries, spacing = 200, 1000, 10
         scrapes = deploys_n * spacing + 2 * 60 + 2
@@ -184,6 +198,36 @@ def main() -> None:
         engine.dispose()
     finally:
         server.destroy()
+
+
+def later_look(engine: sa.Engine) -> None:
+    """5,000 statements analysed 4 h (8 × W) either side of their deploy (module docstring, 3)."""
+    settings = EngineSettings()  # W = 30 min
+    span = 8 * settings.window
+    scrapes = int(2 * span / timedelta(minutes=1)) + 2
+    started = time.perf_counter()
+    fill(engine, "late", 5000, scrapes, regressed_from=scrapes // 2, seed=3)
+    print(f"loaded 5,000 × {scrapes} snapshots in {time.perf_counter() - started:.1f} s")
+    deploy_at = START + timedelta(minutes=scrapes // 2)
+    reads, decides = [], []
+    for _ in range(3):
+        started = time.perf_counter()
+        with engine.connect() as conn:
+            window = analysis.read_window(conn, "late", deploy_at - span, deploy_at + span)
+        reads.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        out = analyse(window.counters, deploy_at, settings, before=span, after=span)
+        decides.append(time.perf_counter() - started)
+    tracemalloc.start()
+    analyse(window.counters, deploy_at, settings, before=span, after=span)
+    peak = tracemalloc.get_traced_memory()[1] / 2**20
+    tracemalloc.stop()
+    read, decide = statistics.median(reads), statistics.median(decides)
+    print(
+        f"later look, 5,000 queries × {int(span / timedelta(minutes=1))} scrapes each side (before = after = 8 × W, "
+        f"{len(window.counters):,} rows): read {read:.3f} s + engine {decide:.3f} s = {read + decide:.3f} s, "
+        f"engine peak {peak:.0f} MiB ({out['verdict'].value_counts().to_dict()})"
+    )
 
 
 def dagster_rate(url: str, n: int, settings: EngineSettings) -> float:

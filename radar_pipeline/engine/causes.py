@@ -70,6 +70,7 @@ FIGURES = {
     "wal_buffers_full_per_call": WAL_FULL,
 }
 FIGURE_COLUMNS = tuple(f"{prefix}_{side}" for prefix in FIGURES for side in ("before", "after"))
+WITHOUT_DETAIL = [Cause.FLEET_WIDE.value, Cause.UNEXPLAINED.value]  # causes _detail has no words for
 
 
 def explain(samples: WindowSamples, verdicts: pd.DataFrame, settings: EngineSettings) -> pd.DataFrame:
@@ -114,10 +115,14 @@ def explain_groups(
     chosen = detected[group]
     unknown = np.full(len(samples.end), np.nan)
     series = {name: samples.extra.get(name, unknown) for name in CAUSE_COUNTERS}
-    series["buffers"] = series[HIT] + series[BLOCKS]
+    absent = series[HIT] is unknown or series[BLOCKS] is unknown
+    series["buffers"] = unknown if absent else series[HIT] + series[BLOCKS]
     series["exec"] = samples.time
     per_call: dict[tuple[str, str], np.ndarray] = {}
     for name, values in series.items():
+        if values is unknown:  # a counter the samples do not carry: unknown on both sides, nothing to add up
+            per_call[name, "before"], per_call[name, "after"] = np.full(g, np.nan), np.full(g, np.nan)
+            continue
         for side, mask in (("before", ~after), ("after", after)):
             m = mask & chosen & ~np.isnan(values)
             amount = np.bincount(group[m], weights=values[m], minlength=g)
@@ -158,7 +163,7 @@ def explain_groups(
     cause[~detected] = None
     out["cause"] = cause
     detail = np.full(g, None, dtype=object)
-    for i in np.flatnonzero(detected):
+    for i in np.flatnonzero(detected & ~np.isin(cause, WITHOUT_DETAIL)):
         wal = (bool(wal_bytes[i]), bool(wal_full[i]))
         detail[i] = _detail(cause[i], {k: v[i] for k, v in b.items()}, {k: v[i] for k, v in a.items()}, wal)
     out["cause_detail"] = detail

@@ -51,6 +51,7 @@ and 8 for every decidable statement not detected.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -59,7 +60,7 @@ import pandas as pd
 
 from radar_pipeline.engine import fdr
 from radar_pipeline.engine.causes import CAUSE_COUNTERS, explain, explain_groups, fleet_wide
-from radar_pipeline.engine.edivisive import best_split, min_segment
+from radar_pipeline.engine.edivisive import WORKERS, best_split, min_segment
 from radar_pipeline.engine.frames import VERDICT_FRAME
 from radar_pipeline.engine.inference import (
     Prior,
@@ -77,6 +78,7 @@ from radar_pipeline.engine.vocabulary import Reason, Verdict
 COLUMNS = VERDICT_FRAME.names  # the result's columns, in order (engine/frames.py declares their dtypes)
 # Rows of padded series per block in steps 5 and 6, so memory stays bounded whatever the number of statements.
 BLOCK_CELLS = 1 << 19
+PART_ROWS = 512  # the fewest statements of a block worth a thread of their own in steps 5 to 7
 NAT = np.iinfo(np.int64).min
 # The columns of analyse's `prior` (optionally also calls_per_interval).
 PRIOR_COLUMNS = ("query_key", "serial_correlation", "dispersion", "intervals")
@@ -378,10 +380,10 @@ def _intervals_without_split(
     untested = decidable & np.isnan(found.factor_low)
     if not untested.any():
         return
-    a, b = _deploy_side_sums(samples, sides)
+    a, b = _deploy_side_sums(samples, sides, np.flatnonzero(untested))
     low, high = interval_from_sums(
-        a.rows(untested),
-        b.rows(untested),
+        a,
+        b,
         sides.n_before[untested],
         sides.n_after[untested],
         settings.threshold,
@@ -485,24 +487,39 @@ def _window_sides(samples: WindowSamples, deploy: int) -> WindowSides:
     )
 
 
-def _deploy_side_sums(samples: WindowSamples, sides: WindowSides) -> tuple[SideSums, SideSums]:
-    """The test's sums for both sides of the deploy, per statement, straight from the samples (one bincount each):
-    calls, call-weighted mean, Σ e² about the side's mean, Σ e_i e_(i+1) within the side, and with stddev_exec_time
-    Σ S (NaN where an interval's is unknown) and Σ (c − 1)."""
-    g = samples.groups
-    side, calls = sides.side, sides.calls
+def _deploy_side_sums(samples: WindowSamples, sides: WindowSides, rows: np.ndarray) -> tuple[SideSums, SideSums]:
+    """The test's sums for both sides of the deploy, for the statements `rows`, straight from their samples (one
+    bincount each): calls, call-weighted mean, Σ e² about the side's mean, Σ e_i e_(i+1) within the side, and with
+    stddev_exec_time Σ S (NaN where an interval's is unknown) and Σ (c − 1). `rows` ascending; when they are few, only
+    their samples are read (in their order, so each sum is the one all of them would give)."""
+    if len(rows) == samples.groups:  # all of them (rows ascending): the samples as they are
+        g, side, s_calls, s_time, sumsq = samples.groups, sides.side, samples.calls, samples.time, samples.sumsq
+        calls, time = sides.calls, sides.time
+    elif 2 * len(rows) >= samples.groups:  # most of them: all, then those, rather than gather most samples
+        a, b = _deploy_side_sums(samples, sides, np.arange(samples.groups))
+        return a.rows(rows), b.rows(rows)
+    else:
+        g = len(rows)
+        n = np.diff(samples.offsets)[rows]
+        local = np.concatenate([[0], np.cumsum(n)])
+        index = np.arange(local[-1]) + np.repeat(samples.offsets[rows] - local[:-1], n)
+        side = 2 * np.repeat(np.arange(g), n) + (sides.side[index] & 1)
+        pick = (2 * rows[:, None] + np.arange(2)[None, :]).ravel()
+        calls, time = sides.calls[pick], sides.time[pick]
+        s_calls, s_time = samples.calls[index], samples.time[index]
+        sumsq = samples.sumsq[index] if samples.sumsq is not None else None
     with np.errstate(divide="ignore", invalid="ignore"):
-        mean = sides.time / calls
-    e = samples.time - mean[side] * samples.calls  # residuals about each side's own mean: no cancellation
+        mean = time / calls
+    e = s_time - mean[side] * s_calls  # residuals about each side's own mean: no cancellation
     pair = side[1:] == side[:-1]
     ee = np.bincount(side, weights=e * e, minlength=2 * g)
     acov = np.bincount(side[1:][pair], weights=(e[1:] * e[:-1])[pair], minlength=2 * g)
     ss = ss_dof = None
-    if samples.sumsq is not None:
-        unknown = np.bincount(side, weights=np.isnan(samples.sumsq), minlength=2 * g)
-        total = np.bincount(side, weights=np.nan_to_num(samples.sumsq, nan=0.0), minlength=2 * g)
+    if sumsq is not None:
+        unknown = np.bincount(side, weights=np.isnan(sumsq), minlength=2 * g)
+        total = np.bincount(side, weights=np.nan_to_num(sumsq, nan=0.0), minlength=2 * g)
         ss = np.where(unknown > 0, np.nan, total)
-        ss_dof = np.bincount(side, weights=np.maximum(samples.calls - 1, 0.0), minlength=2 * g)
+        ss_dof = np.bincount(side, weights=np.maximum(s_calls - 1, 0.0), minlength=2 * g)
 
     def one(i: int) -> SideSums:  # the before (0) or after (1) side of every statement
         return SideSums(
@@ -540,12 +557,38 @@ def _decide_block(
     found: Found,
     known: Prior | None,
 ) -> None:
-    """Steps 5 to 7 for one block of candidate statements: locate, check the tolerance, test, fit the trend."""
+    """Steps 5 to 7 for one block of candidate statements: locate, check the tolerance, test, fit the trend. A large
+    block is decided in parts on the machine's cores (each part's statements are decided alone, so the result is the
+    same; numpy releases the interpreter's lock inside its operations, and the parts write to different rows)."""
+    parts = min(WORKERS, len(block) // PART_ROWS)
+    if parts <= 1:
+        _decide_part(samples, block, deploy, settings, reason, found, known, WORKERS)
+        return
+    with ThreadPoolExecutor(max_workers=parts) as pool:
+        done = [
+            pool.submit(_decide_part, samples, part, deploy, settings, reason, found, known, 1)
+            for part in np.array_split(block, parts)
+        ]
+        for future in done:
+            future.result()
+
+
+def _decide_part(
+    samples: WindowSamples,
+    block: np.ndarray,
+    deploy: int,
+    settings: EngineSettings,
+    reason: np.ndarray,
+    found: Found,
+    known: Prior | None,
+    workers: int,
+) -> None:
+    """Steps 5 to 7 for some candidate statements, E-divisive on up to `workers` threads (`_decide_block`)."""
     tolerance = int(settings.tolerance.total_seconds() * 1e9)
     padded = _padded(samples, block)
     x, ends, n = padded.mean, padded.end, padded.n
     rows = np.arange(len(block))
-    k, q = best_split(x, n)
+    k, q = best_split(x, n, workers)
     located = k > 0
     found.q_stat[block[located]] = q[located]
     reason[block[~located]] = Reason.NO_CHANGE_POINT.value
@@ -792,6 +835,18 @@ def _padded(samples: WindowSamples, block: np.ndarray) -> Padded:
     starts = samples.offsets[block]
     n = samples.offsets[block + 1] - starts
     width = int(n.max())
+    if (n == width).all() and (np.diff(starts) == width).all():
+        # Series of one length, one after the other in the samples (the usual block): views, no gather.
+        span = slice(int(starts[0]), int(starts[0]) + len(block) * width)
+
+        def view(values: np.ndarray) -> np.ndarray:
+            return values[span].reshape(len(block), width)
+
+        calls, time = view(samples.calls), view(samples.time)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = time / calls
+        sumsq = view(samples.sumsq) if samples.sumsq is not None else None
+        return Padded(mean=mean, calls=calls, time=time, sumsq=sumsq, end=view(samples.end), n=n)
     col = np.arange(width)
     index = starts[:, None] + col[None, :]
     inside = col[None, :] < n[:, None]

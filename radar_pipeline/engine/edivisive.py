@@ -31,10 +31,11 @@ def min_segment(n: np.ndarray) -> np.ndarray:
     return np.maximum(MIN_SEGMENT, np.asarray(n) // 10)
 
 
-def split_statistics(x: np.ndarray, n: np.ndarray) -> np.ndarray:
+def split_statistics(x: np.ndarray, n: np.ndarray, workers: int = WORKERS) -> np.ndarray:
     """Q(k) for every split k = 0..L of every row of x ([rows, L], left-aligned, entries past n[row] ignored).
 
-    Inadmissible splits (k < m or k > n − m) hold −inf.
+    Inadmissible splits (k < m or k > n − m) hold −inf. Chunks of rows run on up to `workers` threads (1: in the
+    caller's thread, for a caller that runs several of these at once).
     """
     x = np.asarray(x, dtype=np.float64)
     n = np.asarray(n, dtype=np.int64)
@@ -46,10 +47,11 @@ def split_statistics(x: np.ndarray, n: np.ndarray) -> np.ndarray:
         q[start:stop] = _chunk_statistics(x[start:stop], n[start:stop]).T
 
     starts = range(0, rows, CHUNK)
-    if len(starts) == 1:
-        fill(0)
+    if len(starts) == 1 or workers <= 1:
+        for start in starts:
+            fill(start)
     else:  # numpy releases the GIL inside each operation, so chunks run in parallel on the machine's cores
-        with ThreadPoolExecutor(max_workers=min(len(starts), WORKERS)) as pool:
+        with ThreadPoolExecutor(max_workers=min(len(starts), workers)) as pool:
             list(pool.map(fill, starts))
     return q
 
@@ -94,9 +96,9 @@ def _chunk_statistics(x: np.ndarray, n: np.ndarray) -> np.ndarray:
     return np.where(admissible, q, -np.inf)
 
 
-def best_split(x: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def best_split(x: np.ndarray, n: np.ndarray, workers: int = WORKERS) -> tuple[np.ndarray, np.ndarray]:
     """The argmax split k and its Q for every row; k = 0 where no split is admissible or the best Q is not > 0."""
-    q = split_statistics(x, n)
+    q = split_statistics(x, n, workers)
     k = np.argmax(q, axis=1)
     best = q[np.arange(len(k)), k]
     found = best > 0

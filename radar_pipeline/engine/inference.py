@@ -625,6 +625,12 @@ def _side_sums_at(
     """Both sides' sums at one split per row, residuals taken about each side's own mean (two passes)."""
     col = np.arange(c.shape[1])[None, :]
     sides = []
+    if sumsq is not None:  # what both sides take from the intervals' own sums of squares, computed once
+        unknown_at, known_ss, pairs_dof = (
+            np.isnan(sumsq) & (c > 0),
+            np.nan_to_num(sumsq, nan=0.0),
+            np.maximum(c - 1, 0.0),
+        )
     for mask in (col < k[:, None], (col >= k[:, None]) & (col < n[:, None])):
         cs = np.where(mask, c, 0.0).sum(axis=1)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -633,9 +639,9 @@ def _side_sums_at(
         pair = mask[:, :-1] & mask[:, 1:]
         ss = ss_dof = None
         if sumsq is not None:
-            unknown = (mask & np.isnan(sumsq) & (c > 0)).any(axis=1)
-            ss = np.where(unknown, np.nan, np.where(mask, np.nan_to_num(sumsq, nan=0.0), 0.0).sum(axis=1))
-            ss_dof = np.where(mask, np.maximum(c - 1, 0.0), 0.0).sum(axis=1)
+            unknown = (mask & unknown_at).any(axis=1)
+            ss = np.where(unknown, np.nan, np.where(mask, known_ss, 0.0).sum(axis=1))
+            ss_dof = np.where(mask, pairs_dof, 0.0).sum(axis=1)
         ee = (e * e).sum(axis=1)
         acov = np.where(pair, e[:, :-1] * e[:, 1:], 0.0).sum(axis=1)
         sides.append(SideSums(calls=cs, mean=mu, ee=ee, acov=acov, ss=ss, ss_dof=ss_dof))
@@ -858,13 +864,33 @@ def level_shift_beyond_trend(
     t = t / np.maximum(np.abs(t).max(axis=1), 1.0)[:, None]
     d = (col >= k[:, None]).astype(np.float64)
     x = np.where(inside, means, 0.0)
-    ones = np.ones_like(t)
-    before_mean, after_mean = _weighted_mean(w * (1 - d), x), _weighted_mean(w * d, x)
-
-    coef = _weighted_lstsq(w, [ones, t, d], x)
+    # With weights w, times t and the step d (0 or 1), every sum the three fits need is one of these (a product
+    # with the column of ones, or d · d, adds nothing): each computed once, as _weighted_lstsq would.
+    w_a, w_b = w * (1 - d), w * d
+    fits = []
+    for weight, columns in ((w, 3), (w_a, 2), (w_b, 2)):
+        wt = weight * t
+        sums = {"1": weight.sum(axis=1), "t": wt.sum(axis=1), "tt": (wt * t).sum(axis=1)}
+        rhs = [(weight * x).sum(axis=1), (wt * x).sum(axis=1)]
+        if columns == 3:
+            wd = weight * d
+            sums["d"], sums["td"], sums["dt"] = wd.sum(axis=1), (wt * d).sum(axis=1), (wd * t).sum(axis=1)
+            sums["dd"] = (wd * d).sum(axis=1)
+            rhs.append((wd * x).sum(axis=1))
+            gram = [["1", "t", "d"], ["t", "tt", "td"], ["d", "dt", "dd"]]
+        else:
+            gram = [["1", "t"], ["t", "tt"]]
+        fits.append(
+            (
+                _solve(np.stack([np.stack([sums[e] for e in row], axis=1) for row in gram], axis=1), rhs),
+                rhs[0],
+                sums["1"],
+            )
+        )
+    (coef, _, _), (before, before_wx, before_w), (after, after_wx, after_w) = fits
+    before_mean, after_mean = before_wx / np.maximum(before_w, 1e-300), after_wx / np.maximum(after_w, 1e-300)
     continuous_level = np.where(coef[:, 0] > 0, coef[:, 0], before_mean)
-    before_line = _weighted_lstsq(w * (1 - d), [ones, t], x)[:, 0]
-    after_line = _weighted_lstsq(w * d, [ones, t], x)[:, 0]
+    before_line, after_line = before[:, 0], after[:, 0]
     with np.errstate(divide="ignore", invalid="ignore"):
         continuous = (continuous_level + coef[:, 2]) / continuous_level
         broken = np.where(after_line > 0, after_line, after_mean) / np.where(before_line > 0, before_line, before_mean)
@@ -879,7 +905,12 @@ def _weighted_lstsq(w: np.ndarray, columns: list[np.ndarray], x: np.ndarray) -> 
     """Per row, the coefficients c of x ≈ Σ c_j · columns[j], least squares weighted by w (a tiny ridge keeps a side
     whose times are all one solvable)."""
     gram = np.stack([np.stack([(w * u * v).sum(axis=1) for v in columns], axis=1) for u in columns], axis=1)
-    rhs = np.stack([(w * u * x).sum(axis=1) for u in columns], axis=1)
+    return _solve(gram, [(w * u * x).sum(axis=1) for u in columns])
+
+
+def _solve(gram: np.ndarray, rhs: list[np.ndarray]) -> np.ndarray:
+    """The weighted normal equations' solution per row, from their [rows, m, m] matrix and m right-hand sides, with
+    a ridge of 1e-12 of the trace."""
     ridge = 1e-12 * np.maximum(np.trace(gram, axis1=1, axis2=2), 1e-300)
-    gram += np.eye(len(columns))[None] * ridge[:, None, None]
-    return np.linalg.solve(gram, rhs[:, :, None])[:, :, 0]
+    gram += np.eye(gram.shape[1])[None] * ridge[:, None, None]
+    return np.linalg.solve(gram, np.stack(rhs, axis=1)[:, :, None])[:, :, 0]

@@ -29,6 +29,8 @@ from radar_pipeline.engine.variance import interval_sum_of_squares
 
 REQUIRED = ("query_key", "captured_at", "calls", "total_exec_time")
 STDDEV = "stddev_exec_time"
+# Unordered rows are placed in a grid of keys × scrape times when it holds at most this many cells per row.
+GRID_FILL = 4
 
 
 @dataclass(frozen=True)
@@ -83,13 +85,10 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int, extra: tuple[
     if STDDEV in counters:
         values[STDDEV] = _numeric(counters[STDDEV], f"counters.{STDDEV}", allow_nan=True)
 
-    order = _sort_order(codes, t)
-    keep = _last_of_duplicates(codes[order] if order is not None else codes, t[order] if order is not None else t)
-    for select in (order, keep):
-        if select is not None:
-            codes, t = codes[select], t[select]
-            values = {key: v[select] for key, v in values.items()}
-            since = since[select] if since is not None else None
+    order, codes, t = _key_time_order(codes, t)
+    if order is not None:
+        values = {key: v[order] for key, v in values.items()}
+        since = since[order] if since is not None else None
 
     same = codes[1:] == codes[:-1]
     stddev = values.pop(STDDEV, None)
@@ -105,12 +104,16 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int, extra: tuple[
         s_values[key] = np.where(s_values[key] < 0, np.nan, s_values[key])
     if stddev is not None:
         c, tt = values["calls"], values["time"]
-        first, second = np.flatnonzero(sample), np.flatnonzero(sample) + 1
-        s_values[STDDEV] = interval_sum_of_squares(
-            c[first], tt[first], stddev[first], c[second], tt[second], stddev[second]
-        )
+        if 2 * len(s_end) >= len(sample):  # most rows close a sample: every pair of neighbouring rows, then those
+            every = interval_sum_of_squares(c[:-1], tt[:-1], stddev[:-1], c[1:], tt[1:], stddev[1:])
+            s_values[STDDEV] = every[sample]
+        else:
+            first, second = np.flatnonzero(sample), np.flatnonzero(sample) + 1
+            s_values[STDDEV] = interval_sum_of_squares(
+                c[first], tt[first], stddev[first], c[second], tt[second], stddev[second]
+            )
 
-    group_of_key = _fingerprint_groups(counters, codes, order, keep, len(uniques))
+    group_of_key = _fingerprint_groups(counters, codes, order, None, len(uniques))
     groups = int(group_of_key.max()) + 1 if len(group_of_key) else 0
     s_group = group_of_key[s_code]
     folded = groups < len(uniques)
@@ -188,11 +191,55 @@ def _numeric(column: pd.Series, name: str, allow_nan: bool = False) -> np.ndarra
         values = column.to_numpy(dtype=np.float64, na_value=np.nan)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be numeric") from None
+    if np.isfinite(values).all():  # one pass for the usual case
+        return values
     if not allow_nan and np.isnan(values).any():
         raise ValueError(f"{name} has missing values")
     if np.isinf(values).any():
         raise ValueError(f"{name} has infinite values")
     return values
+
+
+def _key_time_order(codes: np.ndarray, t: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """The rows to read, in order of query then time, one per snapshot of a query (the later row wins when one appears
+    twice), with their codes and times; None for the rows to read when they are all, as they stand.
+
+    Rows that are not ordered already (a collector's scrape by scrape, or any order at all) and that fill most of the
+    grid of keys × distinct scrape times (every statement in most scrapes, as a window's rows do) are placed in that
+    grid in one pass, which orders them, finds duplicates and gives each row's code and time back without a sort or a
+    gather; other inputs (sparse grids, a snapshot present twice) are sorted (`_sort_order`)."""
+    if len(codes) < 2 or not _sort_order_if_needed(codes, t):
+        keep = _last_of_duplicates(codes, t) if len(codes) >= 2 else None
+        if keep is None:
+            return None, codes, t
+        kept = np.flatnonzero(keep)
+        return kept, codes[kept], t[kept]
+    keys = int(codes.max()) + 1
+    stamps, distinct = pd.factorize(t, sort=False)
+    if keys * len(distinct) <= GRID_FILL * len(codes):
+        rank = np.empty(len(distinct), dtype=np.int64)
+        by_time = np.argsort(distinct)
+        rank[by_time] = np.arange(len(distinct))
+        cell = codes * len(distinct) + rank[stamps]
+        grid = np.full(keys * len(distinct), -1, dtype=np.int64)
+        grid[cell] = np.arange(len(codes))
+        filled = np.flatnonzero(grid >= 0)
+        if len(filled) == len(codes):  # no snapshot twice: every row has a cell of its own
+            code, stamp = np.divmod(filled, len(distinct))
+            return grid[filled], code, distinct[by_time][stamp]
+    order = _sort_order(codes, t)
+    assert order is not None  # the rows are not in order
+    codes, t = codes[order], t[order]
+    keep = _last_of_duplicates(codes, t)
+    if keep is None:
+        return order, codes, t
+    return order[keep], codes[keep], t[keep]
+
+
+def _sort_order_if_needed(codes: np.ndarray, t: np.ndarray) -> bool:
+    """Whether rows are not yet ordered by query, then time."""
+    dc = np.diff(codes)
+    return not ((dc >= 0).all() and ((dc > 0) | (np.diff(t) >= 0)).all())
 
 
 def _sort_order(codes: np.ndarray, t: np.ndarray) -> np.ndarray | None:
@@ -202,10 +249,7 @@ def _sort_order(codes: np.ndarray, t: np.ndarray) -> np.ndarray | None:
     passes of numpy's radix sort for 16-bit keys (time first, then query) order 1.2 million rows several times faster
     than a comparison sort; wider keys fall back to one argsort of the combined key query · span + time.
     """
-    if len(codes) < 2:
-        return None
-    dc = np.diff(codes)
-    if (dc >= 0).all() and ((dc > 0) | (np.diff(t) >= 0)).all():
+    if len(codes) < 2 or not _sort_order_if_needed(codes, t):
         return None
     narrow = np.iinfo(np.uint16).max
     if codes.max() <= narrow:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 EPS = np.finfo(np.float64).eps
+CHUNK = 1 << 14
 
 
 def interval_sum_of_squares(
@@ -41,12 +42,22 @@ def interval_sum_of_squares(
     All arguments are arrays of the same shape (row 1 is the earlier scrape of the same entry, with calls2 > calls1);
     a NaN stddev on either side gives NaN. calls1 = 0 (the entry began in between) gives C2 · σ2².
     """
-    c1 = np.asarray(calls1, dtype=np.float64)
-    c2 = np.asarray(calls2, dtype=np.float64)
-    t1 = np.asarray(total1, dtype=np.float64)
-    t2 = np.asarray(total2, dtype=np.float64)
-    m2_1 = c1 * np.asarray(stddev1, dtype=np.float64) ** 2
-    m2_2 = c2 * np.asarray(stddev2, dtype=np.float64) ** 2
+    args = [np.asarray(v, dtype=np.float64) for v in (calls1, total1, stddev1, calls2, total2, stddev2)]
+    args = list(np.broadcast_arrays(*args))
+    shape = args[0].shape
+    flat = [v.reshape(-1) for v in args]
+    out = np.empty(flat[0].size)
+    # Element by element, so computed CHUNK values at a time: the dozen temporaries then stay in cache.
+    for lo in range(0, out.size, CHUNK):
+        out[lo : lo + CHUNK] = _sum_of_squares(*(v[lo : lo + CHUNK] for v in flat))
+    return out.reshape(shape) if shape else out[()]
+
+
+def _sum_of_squares(
+    c1: np.ndarray, t1: np.ndarray, stddev1: np.ndarray, c2: np.ndarray, t2: np.ndarray, stddev2: np.ndarray
+) -> np.ndarray:
+    m2_1 = c1 * stddev1**2
+    m2_2 = c2 * stddev2**2
     c = c2 - c1
     with np.errstate(divide="ignore", invalid="ignore"):
         mean1 = np.where(c1 > 0, t1 / np.where(c1 > 0, c1, 1.0), 0.0)
