@@ -406,10 +406,10 @@ def _deploy_evidence(
     out = {name: np.full(g, np.nan) for name in ("deploy_log_factor", "deploy_log_se", "deploy_dof")}
     if not decidable.any():
         return out
-    a, b = _deploy_side_sums(samples, sides)
+    a, b = _deploy_side_sums(samples, sides, np.flatnonzero(decidable))
     got = evidence_from_sums(
-        a.rows(decidable),
-        b.rows(decidable),
+        a,
+        b,
         sides.n_before[decidable],
         sides.n_after[decidable],
         settings.threshold,

@@ -7,6 +7,8 @@ and missing snapshots, uneven series lengths, a noise prior and a later look's l
 engine reads (sorted, a collector's scrape by scrape, shuffled) must give it again: verdicts, reasons, counts and
 times exactly, figures to within 1e-9 relative (rounding may differ in the last bits across numpy builds).
 Regenerate only with the engine as it was: `python -m radar_pipeline_tests.engine.test_unchanged_by_speedups`.
+The engine of ec7fcb9 decided the family by weighted Bonferroni: the cases run with `family_rule="bonferroni"` (the
+step-up of engine 2.6 changes p_family and detections by design, not by a speed-up).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from radar_pipeline.engine import analyse
+from radar_pipeline.engine import EngineSettings, analyse
 
 EXPECTED = Path(__file__).with_name("expected_verdicts.csv.gz")
 DEPLOY = pd.Timestamp("2026-11-29 12:00", tz="UTC")
@@ -155,7 +157,7 @@ def verdicts(counters: pd.DataFrame) -> pd.DataFrame:
         arguments = dict(kwargs)
         if arguments.pop("prior", False):
             arguments["prior"] = noise_prior()
-        out = analyse(counters, DEPLOY, **arguments)
+        out = analyse(counters, DEPLOY, EngineSettings(family_rule="bonferroni"), **arguments)
         frames.append(out[EXACT + FIGURES].assign(case=case).sort_values("query_key", kind="stable"))
     return pd.concat(frames, ignore_index=True)  # rows follow the keys' first appearance: compared by key
 
