@@ -71,17 +71,18 @@ def look_span(
     deployed_at: datetime,
     previous_deploy: datetime | None = None,
     next_deploy: datetime | None = None,
+    previous_after: timedelta | None = None,
 ) -> LookSpan | None:
     """Look `look`'s spans and budget (module docstring), or None when the next deploy leaves its after side no
-    longer than the previous look's (the look is not run)."""
+    longer than the previous look's (`previous_after`: the last look run; default the look before this one's)."""
     window = settings.window
     after = look_after(window, look)
     cut = next_deploy is not None and next_deploy - deployed_at < after
     if cut:
         assert next_deploy is not None
         after = next_deploy - deployed_at
-        if look > 0 and after <= look_after(window, look - 1):
-            return None
+    if look > 0 and after <= (previous_after if previous_after is not None else look_after(window, look - 1)):
+        return None
     before = after if previous_deploy is None else min(after, deployed_at - previous_deploy)
     before = max(window, before)
     return LookSpan(look, before, after, look_budget(settings.false_alert_budget, look), cut)
@@ -193,23 +194,29 @@ def run_look(run: Any, deploy_id: str, look: int, now: datetime | None = None) -
     started = time.perf_counter()
     if not 1 <= look <= LAST_LOOK:
         raise LookRefused(f"look must lie in 1..{LAST_LOOK}, not {look}")
-    settings: EngineSettings = run.settings
     with run.warehouse.connect() as conn:
         event = deploys.get(conn, deploy_id)
         if event is None or event.deployed_at is None:
             raise LookRefused(f"deploy {deploy_id!r} is not recorded in radar.deploy_event")
-        basis = store.first_analysis(conn, deploy_id)
-        if basis is None:
+        first = store.first_analysis(conn, deploy_id)
+        if first is None:
             raise LookRefused(f"deploy {deploy_id!r} has no first verdict yet: its looks wait for it")
+        # A look continues its first verdict: with the settings that verdict used (its W, θ, B).
+        basis, stored = first
+        settings = EngineSettings.from_dict(stored) if stored else run.settings
+        run = replace(run, settings=settings)
         previous, following = store.neighbour_deploys(conn, event.target, event.deployed_at)
-        span = look_span(settings, look, event.deployed_at, previous, following)
+        last = store.last_after(conn, deploy_id, event.target, basis)
+        ran = (last - event.deployed_at) if last is not None else settings.window
+        span = look_span(settings, look, event.deployed_at, previous, following, ran)
         clock = now or conn.execute(sa.text("SELECT now()")).scalar_one()
         # A look is due once its after side and one scrape interval have passed; one the next deploy leaves
         # nothing new to see, as soon as that deploy is recorded.
-        due = following if span is None else event.deployed_at + span.after + run.settle
-        assert due is not None
+        due = (following or event.deployed_at) if span is None else event.deployed_at + span.after + run.settle
         if clock < due:
-            raise LookRefused(f"look {look} of deploy {deploy_id!r} is due at {due.isoformat()}; it is {clock.isoformat()} now")
+            raise LookRefused(
+                f"look {look} of deploy {deploy_id!r} is due at {due.isoformat()}; it is {clock.isoformat()} now"
+            )
         states = analysis.deploy_states(conn, [deploy_id])
         state_before = str(states.iloc[0]["state"]) if len(states) else "pending"
         still = store.open_verdicts(conn, deploy_id)
@@ -236,9 +243,7 @@ def run_look(run: Any, deploy_id: str, look: int, now: datetime | None = None) -
     )
 
 
-def _decide_stored(
-    run: Any, deployed_at: datetime, target: str, span: LookSpan, still: pd.DataFrame
-) -> pd.DataFrame:
+def _decide_stored(run: Any, deployed_at: datetime, target: str, span: LookSpan, still: pd.DataFrame) -> pd.DataFrame:
     """The look on the warehouse's counters: the rows (ANALYSED_VERDICTS) of the open statements (`still`, KEY
     columns) it decides, each detection with its cause and plan diff."""
     from radar_pipeline.steps.deploy_analysis import _with_statement_keys
@@ -261,7 +266,9 @@ def _decide_stored(
             causes = analysis.read_cause_counters(conn, target, lo, hi, window, [*detections["query_key"], *merged])
             conn.rollback()
             look_settings = replace(settings, false_alert_budget=span.budget)
-            result = explain_detections(causes, result, deployed_at, look_settings, before=span.before, after=span.after)
+            result = explain_detections(
+                causes, result, deployed_at, look_settings, before=span.before, after=span.after
+            )
     verdicts = _with_statement_keys(result, window)
     verdicts = verdicts.merge(still[KEY], on=KEY)  # a look decides only what was open, under the same key
     detected = verdicts["verdict"] == Verdict.DETECTED

@@ -22,11 +22,14 @@ OPEN_SQL = "('inconclusive', 'insufficient_data')"
 LOOK_COLUMNS = [*VERDICT_COLUMNS, "look", "look_end", "first_exec_ms"]
 
 
-def first_analysis(conn: sa.Connection, deploy_id: str) -> datetime | None:
-    """When the deploy's first verdict was stored (its radar.analysis row), or None before it."""
-    return conn.execute(
-        sa.text("SELECT max(analysed_at) FROM radar.analysis WHERE deploy_id = :d"), {"d": deploy_id}
-    ).scalar_one()
+def first_analysis(conn: sa.Connection, deploy_id: str) -> tuple[datetime, dict[str, Any]] | None:
+    """When the deploy's first verdict was stored (its radar.analysis row) and the engine settings it used, or None
+    before it."""
+    row = conn.execute(
+        sa.text("SELECT analysed_at, settings FROM radar.analysis WHERE deploy_id = :d ORDER BY analysed_at DESC"),
+        {"d": deploy_id},
+    ).first()
+    return None if row is None else (row[0], dict(row[1]))
 
 
 def neighbour_deploys(conn: sa.Connection, target: str, at: datetime) -> tuple[datetime | None, datetime | None]:
@@ -164,28 +167,43 @@ class DueLook:
 
 def due_looks(conn: sa.Connection, window: timedelta, settle: timedelta, limit: int = 200) -> list[DueLook]:
     """The looks due now by the warehouse's clock, the earliest first: of each analysed deploy with a statement still
-    open, the first look not yet run on its current first verdict, once its after side (LOOK_SPANS[k] · W) plus
-    `settle` has passed, or once the target's next deploy has begun (which cuts it; the look then records that). A
-    deploy whose last look ran, or with nothing open, has none."""
+    open, the latest look not yet run on its current first verdict whose after side (LOOK_SPANS[k] · W) plus `settle`
+    has passed, or which the target's next deploy has cut (the look then runs on the after side up to that deploy, or
+    records that it saw nothing new). A look overtaken by a later one that is due (the sensor was stopped, a run
+    failed) is skipped: its share of the budget is left unspent, which keeps the guarantee. A deploy whose last look
+    ran, or with nothing open, has none. W is the window the first verdict used (its stored settings; `window` where
+    they lack one)."""
     spans = ", ".join(str(s) for s in LOOK_SPANS)
     rows = conn.execute(
         sa.text(
-            "WITH analysed AS (SELECT a.deploy_id, a.target, a.analysed_at, d.deployed_at FROM radar.analysis a "
-            "  JOIN radar.deploy_event d ON d.deploy_id = a.deploy_id "
-            f"  WHERE EXISTS (SELECT 1 FROM radar.verdict v WHERE v.deploy_id = a.deploy_id AND v.target = a.target "
+            "WITH analysed AS (SELECT a.deploy_id, a.target, a.analysed_at, d.deployed_at, "
+            "  coalesce(CAST(a.settings ->> 'window' AS double precision) * interval '1 second', :window) AS w, "
+            "  coalesce((SELECT max(k.look) FROM radar.deploy_look k WHERE k.deploy_id = a.deploy_id "
+            "    AND k.target = a.target AND k.basis = a.analysed_at), 0) AS done, "
+            "  (SELECT min(e.deployed_at) FROM radar.deploy_event e WHERE e.target = a.target "
+            "    AND e.deployed_at > d.deployed_at) AS next_at "
+            "  FROM radar.analysis a JOIN radar.deploy_event d ON d.deploy_id = a.deploy_id "
+            "  WHERE EXISTS (SELECT 1 FROM radar.verdict v WHERE v.deploy_id = a.deploy_id AND v.target = a.target "
             f"    AND v.verdict IN {OPEN_SQL})), "
-            "next_look AS (SELECT x.*, coalesce((SELECT max(k.look) FROM radar.deploy_look k "
-            "  WHERE k.deploy_id = x.deploy_id AND k.target = x.target AND k.basis = x.analysed_at), 0) + 1 AS look "
-            "  FROM analysed x), "
-            "timed AS (SELECT n.*, "
-            f"  n.deployed_at + CAST(:window AS interval) * (CAST(ARRAY[{spans}] AS int[]))[n.look + 1] + :settle "
-            "    AS due_at, "
-            "  (SELECT min(e.deployed_at) FROM radar.deploy_event e WHERE e.target = n.target "
-            "    AND e.deployed_at > n.deployed_at) AS next_at "
-            f"  FROM next_look n WHERE n.look < {len(LOOK_SPANS)}) "
-            "SELECT deploy_id, target, look, analysed_at FROM timed "
-            "WHERE least(due_at, next_at + :settle) <= now() ORDER BY least(due_at, next_at), deploy_id LIMIT :limit"
+            "candidates AS (SELECT x.deploy_id, x.target, x.analysed_at, n.look, "
+            f"  least(x.deployed_at + x.w * (CAST(ARRAY[{spans}] AS int[]))[n.look + 1] + :settle, "
+            "    x.next_at + :settle) AS due_at "
+            f"  FROM analysed x CROSS JOIN generate_series(1, {len(LOOK_SPANS) - 1}) n(look) WHERE n.look > x.done), "
+            "latest AS (SELECT DISTINCT ON (deploy_id, target) * FROM candidates WHERE due_at <= now() "
+            "  ORDER BY deploy_id, target, look DESC) "
+            "SELECT deploy_id, target, look, analysed_at FROM latest ORDER BY due_at, deploy_id LIMIT :limit"
         ),
         {"window": window, "settle": settle, "limit": limit},
     )
     return [DueLook(r[0], r[1], int(r[2]), r[3]) for r in rows]
+
+
+def last_after(conn: sa.Connection, deploy_id: str, target: str, basis: datetime) -> datetime | None:
+    """Where the after side of the deploy's last look run on this first verdict ended (None: only the first)."""
+    return conn.execute(
+        sa.text(
+            "SELECT after_end FROM radar.deploy_look WHERE deploy_id = :d AND target = :t AND basis = :b "
+            "AND status = 'done' ORDER BY look DESC LIMIT 1"
+        ),
+        {"d": deploy_id, "t": target, "b": basis},
+    ).scalar_one_or_none()
