@@ -355,14 +355,17 @@ def found_line(r: Regression, deploy_id: str) -> str:
     """A later look's detection in words, unescaped: "found 2 h after deploy shop-v2 (look 2 of its later looks)"."""
     if r.found_after is None:
         return f"found by later look {r.look} after deploy {deploy_id}"
-    seconds = r.found_after.total_seconds()
+    return f"found {span_words(r.found_after)} after deploy {deploy_id} (later look {r.look})"
+
+
+def span_words(span: timedelta) -> str:
+    """A span as a reader says it: "2 h", "1.5 h", "40 min", "20 s"."""
+    seconds = span.total_seconds()
     if seconds >= 3600:
-        after = f"{seconds / 3600:.3g} h"
-    elif seconds >= 60:
-        after = f"{seconds / 60:.3g} min"
-    else:
-        after = f"{seconds:.3g} s"
-    return f"found {after} after deploy {deploy_id} (later look {r.look})"
+        return f"{seconds / 3600:.3g} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.3g} min"
+    return f"{seconds:.3g} s"
 
 
 def cause_line(r: Regression, cause: str | None = None) -> str:

@@ -106,8 +106,9 @@ def deploy_looks(
 
 
 def _hours(result: Any) -> str:
-    seconds = result.span.after.total_seconds() if result.span else 0.0
-    return f"{seconds / 3600:.3g} h" if seconds >= 3600 else f"{seconds / 60:.3g} min" if seconds >= 60 else f"{seconds:.3g} s"
+    from radar_pipeline.alerts.render import span_words
+
+    return span_words(result.span.after) if result.span else "?"
 
 
 # A look, then what a changed verdict must reach: the deploy's alerts (only what is new is sent: the outbox holds a
