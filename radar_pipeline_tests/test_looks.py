@@ -197,3 +197,41 @@ def test_a_late_detection_through_dagster(deployed, warehouse, warehouse_url, sl
         assert len(host.statuses) > sent_before and host.statuses[-1]["state"] == "failure"  # sent again
 
         assert not _due(instance, resources)  # requested once; nothing is open any more: the looks stop
+
+
+def test_looks_the_next_deploy_cuts_are_recorded_not_run_and_then_stop(deployed, warehouse):
+    from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
+    from radar_pipeline.steps.looks import run_look
+    from radar_pipeline.warehouse import looks
+
+    # The target's next deploy 5 s after lk-1: no look can see more than the first verdict did.
+    deploys.record(warehouse, deploys.DeployEvent("lk-2", "lk", deployed + timedelta(seconds=5)))
+    run = AnalysisRun(warehouse, ANALYSIS.settings(), settle=ANALYSIS.settle)
+    analyse_deploy(run, "lk-1")
+    before = _rows(warehouse)
+    assert before.loc[SPARSE, "verdict"] == "insufficient_data"
+    with warehouse.connect() as conn:
+        (due,) = [d for d in looks.due_looks(conn, timedelta(seconds=W), ANALYSIS.settle) if d.deploy_id == "lk-1"]
+    assert due.look == 3  # every look is due once the next deploy began: the latest is asked for
+    result = run_look(run, "lk-1", due.look)
+    assert result.status == "cut" and result.span is None and result.decided.empty
+    pd.testing.assert_frame_equal(_rows(warehouse), before)  # nothing decided, nothing changed
+    with warehouse.connect() as conn:
+        assert not [d for d in looks.due_looks(conn, timedelta(seconds=W), ANALYSIS.settle) if d.deploy_id == "lk-1"]
+        stored = looks.looks_of(conn, "lk-1")
+    assert stored[["look", "status"]].values.tolist() == [[3, "cut"]]
+    assert _state(warehouse)["looks_done"] == 3
+
+
+def test_a_look_never_changes_a_decided_verdict(deployed, warehouse):
+    from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
+    from radar_pipeline.warehouse import looks
+
+    run = AnalysisRun(warehouse, ANALYSIS.settings(), settle=ANALYSIS.settle)
+    decided = analyse_deploy(run, "lk-1").verdicts
+    cleared = decided[decided["queryid"] == 1].assign(verdict="detected", change_factor=9.0)
+    with warehouse.begin() as conn:  # as a look that raced a re-analysis would try to write it
+        written = looks.replace_open(conn, "lk-1", "lk", cleared, 2, deployed + timedelta(seconds=4 * W))
+    assert written.empty
+    rows = _rows(warehouse)
+    assert rows.loc[1, "verdict"] == "no_regression" and rows.loc[1, "look"] == 0
