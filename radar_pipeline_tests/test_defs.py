@@ -26,6 +26,7 @@ ASSETS = {
     "pgss_compaction",
     "plan_snapshots",
     "deploy_verdicts",
+    "deploy_looks",
     "regression_alerts",
     "code_host_statuses",
     "query_history",
@@ -50,6 +51,7 @@ JOBS = {
     "periodic_alert_retry_job",
     "code_host_retry_job",
     "deploy_marks_job",
+    "deploy_looks_job",
 }
 SCHEDULES = {
     "pgss_snapshot_schedule",
@@ -85,6 +87,7 @@ def test_definitions_load():
     assert repo.get_sensor_def("deploy_event_sensor").minimum_interval_seconds == 10
     assert sorted(s.name for s in repo.sensor_defs) == [
         "deploy_event_sensor",
+        "deploy_look_sensor",
         "deploy_mark_sensor",
         "radar_reconciler",
         "slack_run_failure_sensor",
@@ -107,6 +110,7 @@ def test_every_asset_has_kinds_and_an_owner_and_the_snapshots_a_freshness_policy
         "pgss_compaction": {"postgres"},
         "plan_snapshots": {"postgres"},
         "deploy_verdicts": {"python", "postgres"},
+        "deploy_looks": {"python", "postgres"},
         "regression_alerts": {"slack"},
         "code_host_statuses": {"github", "gitlab"},
         "query_history": {"python", "postgres"},
