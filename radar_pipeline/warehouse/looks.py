@@ -18,6 +18,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
 OPEN_SQL = "('inconclusive', 'insufficient_data')"
+# Looks are news: a deploy whose last look fell due more than this long ago (one analysed late, a backfill over old
+# deploys) gets none, so a backfill of a thousand deploys does not start a thousand looks.
+HORIZON = timedelta(days=1)
+# The window W an analysis (alias a) used: its stored settings' (seconds), else the :window given.
+WINDOW = "coalesce(CAST(a.settings ->> 'window' AS double precision) * interval '1 second', :window)"
 # The first look is the deploy's analysis (radar.analysis); its verdict rows carry look 0.
 LOOK_COLUMNS = [*VERDICT_COLUMNS, "look", "look_end", "first_exec_ms"]
 
@@ -171,19 +176,19 @@ def due_looks(conn: sa.Connection, window: timedelta, settle: timedelta, limit: 
     has passed, or which the target's next deploy has cut (the look then runs on the after side up to that deploy, or
     records that it saw nothing new). A look overtaken by a later one that is due (the sensor was stopped, a run
     failed) is skipped: its share of the budget is left unspent, which keeps the guarantee. A deploy whose last look
-    ran, or with nothing open, has none. W is the window the first verdict used (its stored settings; `window` where
-    they lack one)."""
+    ran, with nothing open, or whose last look fell due more than HORIZON ago, has none. W is the window the first
+    verdict used (its stored settings; `window` where they lack one)."""
     spans = ", ".join(str(s) for s in LOOK_SPANS)
     rows = conn.execute(
         sa.text(
-            "WITH analysed AS (SELECT a.deploy_id, a.target, a.analysed_at, d.deployed_at, "
-            "  coalesce(CAST(a.settings ->> 'window' AS double precision) * interval '1 second', :window) AS w, "
+            f"WITH analysed AS (SELECT a.deploy_id, a.target, a.analysed_at, d.deployed_at, {WINDOW} AS w, "
             "  coalesce((SELECT max(k.look) FROM radar.deploy_look k WHERE k.deploy_id = a.deploy_id "
             "    AND k.target = a.target AND k.basis = a.analysed_at), 0) AS done, "
             "  (SELECT min(e.deployed_at) FROM radar.deploy_event e WHERE e.target = a.target "
             "    AND e.deployed_at > d.deployed_at) AS next_at "
             "  FROM radar.analysis a JOIN radar.deploy_event d ON d.deploy_id = a.deploy_id "
-            "  WHERE EXISTS (SELECT 1 FROM radar.verdict v WHERE v.deploy_id = a.deploy_id AND v.target = a.target "
+            f"  WHERE d.deployed_at > now() - :horizon - {WINDOW} * :last_span "
+            "  AND EXISTS (SELECT 1 FROM radar.verdict v WHERE v.deploy_id = a.deploy_id AND v.target = a.target "
             f"    AND v.verdict IN {OPEN_SQL})), "
             "candidates AS (SELECT x.deploy_id, x.target, x.analysed_at, n.look, "
             f"  least(x.deployed_at + x.w * (CAST(ARRAY[{spans}] AS int[]))[n.look + 1] + :settle, "
@@ -193,7 +198,7 @@ def due_looks(conn: sa.Connection, window: timedelta, settle: timedelta, limit: 
             "  ORDER BY deploy_id, target, look DESC) "
             "SELECT deploy_id, target, look, analysed_at FROM latest ORDER BY due_at, deploy_id LIMIT :limit"
         ),
-        {"window": window, "settle": settle, "limit": limit},
+        {"window": window, "settle": settle, "limit": limit, "horizon": HORIZON, "last_span": LOOK_SPANS[-1]},
     )
     return [DueLook(r[0], r[1], int(r[2]), r[3]) for r in rows]
 

@@ -2,7 +2,6 @@
 materialization per look, its number in the metadata), deploy_looks_job (the look, then the deploy's alerts and
 code-host statuses) and deploy_look_sensor, which requests each look once when it is due."""
 
-import json
 from datetime import timedelta
 from typing import Any
 
@@ -154,5 +153,4 @@ def deploy_look_sensor(
             )
             for d in due
         ],
-        cursor=json.dumps({"last": [d.deploy_id for d in due[-1:]]}),
     )
