@@ -251,14 +251,16 @@ def verdicts(deploy_id: str, show_all: bool, output: str, warehouse: str | None)
 
 
 def _look_cell(look: Any, end: Any, deployed_at: Any) -> str:
-    """The look that decided a verdict: "first", or "2 (+2.0 h)" for a later look that ended 2 h after the deploy."""
+    """The look that decided a verdict: "first", or "2 (+2 h)" for a later look that ended 2 h after the deploy."""
     import pandas as pd
+
+    from radar_pipeline.alerts.render import span_words
 
     if look is None or pd.isna(look) or int(look) == 0:
         return "first"
     if end is None or deployed_at is None or pd.isna(end) or pd.isna(deployed_at):
         return str(int(look))
-    return f"{int(look)} (+{(end - deployed_at).total_seconds() / 3600:.1f} h)"
+    return f"{int(look)} (+{span_words(pd.Timedelta(end - deployed_at).to_pytimedelta())})"
 
 
 def _for_scripts(table: pd.DataFrame, output: str) -> str:

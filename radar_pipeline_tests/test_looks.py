@@ -11,6 +11,7 @@ warehouse's clock decides when each is due.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -197,6 +198,21 @@ def test_a_late_detection_through_dagster(deployed, warehouse, warehouse_url, sl
         assert len(host.statuses) > sent_before and host.statuses[-1]["state"] == "failure"  # sent again
 
         assert not _due(instance, resources)  # requested once; nothing is open any more: the looks stop
+
+    # The CLI says which look decided each statement, and that later looks ran.
+    from click.testing import CliRunner
+
+    from radar_pipeline.cli import main
+
+    env = {"RADAR_WAREHOUSE_URL": warehouse_url, "COLUMNS": "200"}
+    shown = CliRunner().invoke(main, ["verdicts", "lk-1", "--format", "json"], env=env)
+    assert shown.exit_code == 0, shown.output
+    by_query = {v["queryid"]: v for v in json.loads(shown.output)}
+    assert by_query[SPARSE]["look"] == look and by_query[1]["look"] == 0
+    table = CliRunner().invoke(main, ["verdicts", "lk-1"], env=env)
+    assert table.exit_code == 0, table.output
+    assert f"deploy lk-1: fail (after {look} later look" in table.output
+    assert f"{look} (+{LOOK_SPANS[look] * W} s)" in table.output
 
 
 def test_looks_the_next_deploy_cuts_are_recorded_not_run_and_then_stop(deployed, warehouse):
