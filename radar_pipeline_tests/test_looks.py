@@ -251,3 +251,42 @@ def test_a_look_never_changes_a_decided_verdict(deployed, warehouse):
     assert written.empty
     rows = _rows(warehouse)
     assert rows.loc[1, "verdict"] == "no_regression" and rows.loc[1, "look"] == 0
+
+
+def test_old_deploys_get_no_looks_unless_a_reanalysis_replaced_their_looks(warehouse):
+    from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
+    from radar_pipeline.warehouse import looks
+
+    at = datetime.now(UTC).replace(microsecond=0) - timedelta(days=2)
+    store_counters(warehouse, "lk", _counters(at, np.random.default_rng(30)), TEXTS)
+    deploys.record(warehouse, deploys.DeployEvent("lk-old", "lk", at))
+    run = AnalysisRun(warehouse, ANALYSIS.settings(), settle=ANALYSIS.settle)
+    analyse_deploy(run, "lk-old")  # a backfill's first verdict: its looks are long past, and not news
+    assert _open_of(warehouse, "lk-old")
+
+    def due() -> list:
+        with warehouse.connect() as conn:
+            return [d for d in looks.due_looks(conn, timedelta(seconds=W), ANALYSIS.settle) if d.deploy_id == "lk-old"]
+
+    assert not due()
+    with warehouse.begin() as conn:  # looks had run on an earlier first verdict, which a re-analysis replaced
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.deploy_look (deploy_id, target, look, basis, status, opened) "
+                "SELECT 'lk-old', 'lk', 3, analysed_at - interval '1 day', 'done', 1 FROM radar.analysis "
+                "WHERE deploy_id = 'lk-old'"
+            )
+        )
+    (again,) = due()
+    assert again.look == 3
+
+
+def _open_of(warehouse, deploy_id: str) -> int:
+    with warehouse.connect() as conn:
+        return conn.execute(
+            sa.text(
+                "SELECT count(*) FROM radar.verdict WHERE deploy_id = :d AND verdict IN ('inconclusive', "
+                "'insufficient_data')"
+            ),
+            {"d": deploy_id},
+        ).scalar_one()

@@ -176,8 +176,10 @@ def due_looks(conn: sa.Connection, window: timedelta, settle: timedelta, limit: 
     has passed, or which the target's next deploy has cut (the look then runs on the after side up to that deploy, or
     records that it saw nothing new). A look overtaken by a later one that is due (the sensor was stopped, a run
     failed) is skipped: its share of the budget is left unspent, which keeps the guarantee. A deploy whose last look
-    ran, with nothing open, or whose last look fell due more than HORIZON ago, has none. W is the window the first
-    verdict used (its stored settings; `window` where they lack one)."""
+    ran, with nothing open, or whose last look fell due more than HORIZON ago, has none, unless it had looks on an
+    earlier first verdict (a re-analysis replaced it, and with it what those looks decided: they are run again, so
+    the deploy's state does not lose a late detection; their alerts, too old, are withheld). W is the window the
+    first verdict used (its stored settings; `window` where they lack one)."""
     spans = ", ".join(str(s) for s in LOOK_SPANS)
     rows = conn.execute(
         sa.text(
@@ -187,7 +189,9 @@ def due_looks(conn: sa.Connection, window: timedelta, settle: timedelta, limit: 
             "  (SELECT min(e.deployed_at) FROM radar.deploy_event e WHERE e.target = a.target "
             "    AND e.deployed_at > d.deployed_at) AS next_at "
             "  FROM radar.analysis a JOIN radar.deploy_event d ON d.deploy_id = a.deploy_id "
-            f"  WHERE d.deployed_at > now() - :horizon - {WINDOW} * :last_span "
+            f"  WHERE (d.deployed_at > now() - :horizon - {WINDOW} * :last_span OR EXISTS (SELECT 1 "
+            "    FROM radar.deploy_look o WHERE o.deploy_id = a.deploy_id AND o.target = a.target "
+            "    AND o.basis < a.analysed_at)) "
             "  AND EXISTS (SELECT 1 FROM radar.verdict v WHERE v.deploy_id = a.deploy_id AND v.target = a.target "
             f"    AND v.verdict IN {OPEN_SQL})), "
             "candidates AS (SELECT x.deploy_id, x.target, x.analysed_at, n.look, "
