@@ -120,7 +120,7 @@ def decide_look(
     if not len(still_open):
         return pd.DataFrame(columns=["query_key", "verdict"])
     shares = family_shares(counters, deploy_at, settings, span)
-    open_counters = counters[counters["query_key"].isin(pd.Index(still_open))]
+    open_counters = counters[_with_merged(counters, pd.Index(still_open))]
     return analyse(
         open_counters,
         deploy_at,
@@ -130,6 +130,17 @@ def decide_look(
         after=span.after,
         weights=shares,
     )
+
+
+def _with_merged(counters: pd.DataFrame, still_open: pd.Index) -> np.ndarray:
+    """The rows of `counters` of the open statements and of every key the engine would merge with one of them (the
+    same fingerprint, database, user and nesting level: a rotated queryid), so a look sees a statement whole."""
+    mine = counters["query_key"].isin(still_open).to_numpy()
+    if "fingerprint" not in counters.columns:
+        return mine
+    group = [c for c in ("fingerprint", "dbid", "userid", "toplevel") if c in counters.columns]
+    wanted = pd.MultiIndex.from_frame(counters.loc[mine, group].drop_duplicates())
+    return mine | pd.MultiIndex.from_frame(counters[group]).isin(wanted)
 
 
 def all_looks(
