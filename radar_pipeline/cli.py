@@ -256,7 +256,10 @@ def verdicts(deploy_id: str, show_all: bool, output: str, canary_only: bool, war
         click.echo(f"{what} {clean(deploy_id)}: {verdict_counts}")
     else:
         row = state.iloc[0]
-        click.echo(f"{what} {clean(deploy_id)}: {row['state']}; {verdict_counts}")
+        looks = row.get("looks_done")
+        looks = int(looks) if looks is not None and looks == looks else 0  # NaN != NaN
+        done = f" (after {looks} later look{'s' if looks != 1 else ''})" if looks else ""
+        click.echo(f"{what} {clean(deploy_id)}: {row['state']}{done}; {verdict_counts}")
         cleared = _cleared_line(row)
         if cleared:
             click.echo(cleared)
@@ -299,6 +302,19 @@ def _print_fleet(engine: sa.Engine, deploy_id: str, show_all: bool, warehouse: s
         )
     if len(shown) < len(fleet):
         click.echo(f"  … {len(fleet) - len(shown)} more (--all)")
+
+
+def _look_cell(look: Any, end: Any, deployed_at: Any) -> str:
+    """The look that decided a verdict: "first", or "2 (+2 h)" for a later look that ended 2 h after the deploy."""
+    import pandas as pd
+
+    from radar_pipeline.alerts.render import span_words
+
+    if look is None or pd.isna(look) or int(look) == 0:
+        return "first"
+    if end is None or deployed_at is None or pd.isna(end) or pd.isna(deployed_at):
+        return str(int(look))
+    return f"{int(look)} (+{span_words(pd.Timedelta(end - deployed_at).to_pytimedelta())})"
 
 
 def _for_scripts(table: pd.DataFrame, output: str) -> str:
@@ -509,6 +525,11 @@ def _print_verdicts(table: pd.DataFrame) -> None:
         # The intervals of its own history the test combined with the window; "unused": the window alone.
         "history": ["" if pd.isna(n) else (f"{n:,.0f}" if n > 0 else "unused") for n in table["history_intervals"]],
         "change": fmt(pd.to_timedelta(table["change_after_deploy"]).dt.total_seconds(), "{:+.0f}s"),
+        # The look that decided it (issue 29): first, or a later look with how long after the deploy it ended.
+        "look": [
+            _look_cell(k, end, at)
+            for k, end, at in zip(table["look"], table["look_end"], table["deployed_at"], strict=True)
+        ],
         "query": list(table["query"]),
     }
     out = console()
@@ -519,7 +540,7 @@ def _print_verdicts(table: pd.DataFrame) -> None:
             rows,
             out.width,
             flexible="query",
-            droppable=("history", "bound", "reason", "confidence", "change", "before ms"),
+            droppable=("history", "bound", "reason", "confidence", "change", "before ms", "look"),
         )
     )
     import textwrap

@@ -26,6 +26,7 @@ ASSETS = {
     "pgss_compaction",
     "plan_snapshots",
     "deploy_verdicts",
+    "deploy_looks",
     "regression_alerts",
     "code_host_statuses",
     "query_history",
@@ -53,6 +54,7 @@ JOBS = {
     "code_host_retry_job",
     "deploy_marks_job",
     "canary_verdicts_job",
+    "deploy_looks_job",
 }
 SCHEDULES = {
     "pgss_snapshot_schedule",
@@ -90,6 +92,7 @@ def test_definitions_load():
     assert sorted(s.name for s in repo.sensor_defs) == [
         "canary_sensor",
         "deploy_event_sensor",
+        "deploy_look_sensor",
         "deploy_mark_sensor",
         "radar_reconciler",
         "slack_run_failure_sensor",
@@ -113,6 +116,7 @@ def test_every_asset_has_kinds_and_an_owner_and_the_snapshots_a_freshness_policy
         "plan_snapshots": {"postgres"},
         "deploy_verdicts": {"python", "postgres"},
         "canary_verdicts": {"python", "postgres"},
+        "deploy_looks": {"python", "postgres"},
         "regression_alerts": {"slack"},
         "code_host_statuses": {"github", "gitlab"},
         "query_history": {"python", "postgres"},

@@ -4,7 +4,7 @@
 -- degrees of freedom (nullable columns without a default: a catalogue change, no rewrite of the table).
 -- radar.release_verdict holds one row per release and key; radar.release_look one row per time the release's
 -- member set was complete and decided (its look, which engine.budget's schedule charges).
--- depends: 0027_release_and_canary
+-- depends: 0028_later_looks
 
 ALTER TABLE radar.verdict ADD COLUMN IF NOT EXISTS deploy_log_factor double precision;
 ALTER TABLE radar.verdict ADD COLUMN IF NOT EXISTS deploy_log_se double precision;

@@ -84,6 +84,8 @@ class Regression:
     named_changes: list[str] | None = None  # every change named on its relations, database or role, in words
     undo_hint: str | None = None  # a statement that undoes the first named change, where one can be derived
     group: str | None = None  # the detected groups it belongs to, in words (steps/groups.py; None: none)
+    look: int = 0  # the look that found it: 0 the first verdict, k > 0 a later look (issue 29)
+    found_after: timedelta | None = None  # a later look's: how long after the deploy its after side ended
 
 
 @dataclass(frozen=True)
@@ -340,6 +342,9 @@ def _regression_fields(facts: AnalysisFacts, r: Regression) -> list[dict[str, st
         {"type": "mrkdwn", "text": f"*Cause:* {escape_within(cause_line(r, cause), MAX_FIELD_TEXT - 20)}"},
         {"type": "mrkdwn", "text": f"*queryid:* {r.queryid}"},
     ]
+    if r.look > 0 and not facts.period:
+        found = escape_within(found_line(r, facts.analysis_id), MAX_FIELD_TEXT - 20)
+        fields.append({"type": "mrkdwn", "text": f"*Found:* {found}"})
     also = [c for c in r.named_changes or [] if c != r.cause_detail and c not in (r.cause_detail or "")]
     if also:
         also_text = escape_within("; ".join(also), MAX_FIELD_TEXT - 30)
@@ -352,6 +357,23 @@ def _regression_fields(facts: AnalysisFacts, r: Regression) -> list[dict[str, st
         caution = escape_within(shared_queryid_note(r.shared_with), MAX_FIELD_TEXT - 20)
         fields.append({"type": "mrkdwn", "text": f"*Caution:* {caution}"})
     return fields
+
+
+def found_line(r: Regression, deploy_id: str) -> str:
+    """A later look's detection in words, unescaped: "found 2 h after deploy shop-v2 (look 2 of its later looks)"."""
+    if r.found_after is None:
+        return f"found by later look {r.look} after deploy {deploy_id}"
+    return f"found {span_words(r.found_after)} after deploy {deploy_id} (later look {r.look})"
+
+
+def span_words(span: timedelta) -> str:
+    """A span as a reader says it: "2 h", "1.5 h", "40 min", "20 s"."""
+    seconds = span.total_seconds()
+    if seconds >= 3600:
+        return f"{seconds / 3600:.3g} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.3g} min"
+    return f"{seconds:.3g} s"
 
 
 def cause_line(r: Regression, cause: str | None = None) -> str:

@@ -277,7 +277,18 @@ def regression_of(row: Any) -> Regression:
         named_changes=_sentences(getattr(row, "named_changes", None)),
         undo_hint=_text_or_none(getattr(row, "undo_hint", None)),
         group=_text_or_none(getattr(row, "group_regressed", None)),
+        **_found_by_look(row),
     )
+
+
+def _found_by_look(row: Any) -> dict[str, Any]:
+    """A later look's detection (sql/0028): its look and how long after the deploy that look's after side ended."""
+    look = getattr(row, "look", 0)
+    if look is None or pd.isna(look) or int(look) == 0:
+        return {}
+    end, deployed = getattr(row, "look_end", None), getattr(row, "deployed_at", None)
+    after = None if end is None or deployed is None or pd.isna(end) or pd.isna(deployed) else end - deployed
+    return {"look": int(look), "found_after": None if after is None else pd.Timedelta(after).to_pytimedelta()}
 
 
 def _text_or_none(value: Any) -> str | None:

@@ -134,7 +134,9 @@ def _read(conn: sa.Connection, deploy_id: str) -> Deploy | str:
         return "the deploy is not analysed yet"
     analysis = conn.execute(
         sa.text(
-            "SELECT max(window_end), (array_agg(run_id ORDER BY analysed_at DESC))[1] FROM radar.analysis "
+            # a later look that decided a verdict (sql/0028) makes the deploy's news as recent as its window
+            "SELECT greatest(max(window_end), (SELECT max(look_end) FROM radar.verdict WHERE deploy_id = :d)), "
+            "(array_agg(run_id ORDER BY analysed_at DESC))[1] FROM radar.analysis "
             "WHERE deploy_id = :d"
         ),
         {"d": deploy_id},

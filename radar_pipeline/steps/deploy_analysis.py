@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.config import Target
 from radar_pipeline.engine import VERDICT_FRAME, Cause, EngineSettings, Verdict, analyse, explain_detections
+from radar_pipeline.engine.budget import look_budget
 from radar_pipeline.engine.frames import IMPACT_STATEMENTS, IMPACT_SUMMARY
 from radar_pipeline.engine.impact import Impact, classify, collateral_culprits, impact
 from radar_pipeline.named_changes import NamedChange, ranked
@@ -243,7 +244,9 @@ def _analyse_event(
     run: AnalysisRun, event: deploys.DeployEvent, samples: analysis.StoredSamples | None = None
 ) -> DeployAnalysis:
     """Decide the deploy's window (cut from `samples` when given) and replace its verdicts, in one transaction."""
-    decided = decide_window(run, event.deploy_id, event.target, _deployed_at(event), samples)
+    # The first look spends only its share of the deploy's budget: the later looks spend the rest (steps/looks.py).
+    budget = look_budget(run.settings.false_alert_budget, 0)
+    decided = decide_window(run, event.deploy_id, event.target, _deployed_at(event), samples, budget=budget)
     with run.warehouse.begin() as conn:
         write_window(conn, run, event.deploy_id, event.target, decided)
         state = analysis.deploy_states(conn, [event.deploy_id]).iloc[0].to_dict()
@@ -258,6 +261,7 @@ def decide_window(
     target: str,
     split_at: datetime,
     samples: analysis.StoredSamples | None = None,
+    budget: float | None = None,
 ) -> WindowVerdicts:
     """Decide every query of the target on the window split_at ± run.settings.window, for the analysis `analysis_id`;
     `write_window` then replaces the analysis with what was decided, in the caller's transaction.
@@ -278,8 +282,12 @@ def decide_window(
     steps.noise) goes to the engine with the counters. The engine's frames are checked as they arrive (VERDICT_FRAME,
     IMPACT_STATEMENTS, IMPACT_SUMMARY); the columns added here, and the one engine column overwritten (a detection's
     cause), are ANALYSED_VERDICTS'.
+
+    `budget`: the false-alert budget this decision spends (a deploy's first look: engine.budget.look_budget(B, 0));
+    default the settings' B.
     """
     settings = run.settings
+    decide = settings if budget is None else replace(settings, false_alert_budget=budget)
     timings = Timings()
     lo, hi = split_at - settings.window, split_at + settings.window
     with run.warehouse.connect() as conn:
@@ -287,7 +295,7 @@ def decide_window(
         window = samples.window(lo, hi) if samples is not None else analysis.read_window(conn, target, lo, hi)
         health = analysis.window_health(conn, target, lo, hi)
         prior = prior_for(conn, target, lo, window.keys)  # each statement's noise from the days before
-        planned = groups.plan_groups(conn, target, window, lo, hi, settings)  # and the budget the groups take
+        planned = groups.plan_groups(conn, target, window, lo, hi, decide)  # and the budget the groups take
         timings.read = time.perf_counter() - started
         conn.rollback()  # nothing written: no transaction stays open while the engine runs
 
@@ -302,7 +310,7 @@ def decide_window(
             conn.rollback()
             timings.read += time.perf_counter() - started
             started = time.perf_counter()
-            result = explain_detections(causes, result, split_at, settings)
+            result = explain_detections(causes, result, split_at, decide)
             timings.engine += time.perf_counter() - started
 
         started = time.perf_counter()

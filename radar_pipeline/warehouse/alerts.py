@@ -35,7 +35,8 @@ def detections(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
     return pd.read_sql(
         sa.text(
             "SELECT v.*, q.query, d.deployed_at, d.service, d.version, d.url, a.run_id, a.settings, "
-            "a.window_start, a.window_end "
+            # a later look's detection: its news is as old as that look's window (sql/0028)
+            "a.window_start, greatest(a.window_end, v.look_end) AS window_end "
             "FROM radar.verdict v LEFT JOIN radar.deploy_event d USING (deploy_id) "
             "JOIN radar.analysis a ON a.deploy_id = v.deploy_id AND a.target = v.target "
             f"{VERDICT_QUERY_JOIN} "
@@ -112,9 +113,14 @@ def load_summary(conn: sa.Connection, analysis_id: str, target: str) -> tuple[fl
 
 
 def analysis_window_end(conn: sa.Connection, analysis_id: str) -> datetime | None:
-    """When the analysis's window closed (the latest of its targets'), or None when it has no analysis yet."""
+    """When the analysis's window closed (the latest of its targets', or of a later look that decided a verdict: sql/
+    0028), or None when it has no analysis yet."""
     return conn.execute(
-        sa.text("SELECT max(window_end) FROM radar.analysis WHERE deploy_id = :d"), {"d": analysis_id}
+        sa.text(
+            "SELECT greatest(max(window_end), (SELECT max(look_end) FROM radar.verdict WHERE deploy_id = :d)) "
+            "FROM radar.analysis WHERE deploy_id = :d"
+        ),
+        {"d": analysis_id},
     ).scalar_one()
 
 

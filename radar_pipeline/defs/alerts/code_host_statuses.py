@@ -12,7 +12,7 @@ from radar_pipeline.defs.resources import CodeHostResource, WarehouseResource
 
 @dg.asset(
     partitions_def=deploys_partitions,
-    deps=[deploy_verdicts],
+    deps=[deploy_verdicts, "deploy_looks"],  # after a later look too (deploy_looks_job), when it found something
     group_name="analysis",
     kinds={"github", "gitlab"},
     owners=OWNERS,

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 @dg.asset(
     partitions_def=deploys_partitions,
-    deps=[deploy_verdicts],
+    deps=[deploy_verdicts, "deploy_looks"],  # after a later look too (deploy_looks_job), when it found something
     group_name="analysis",
     kinds={"slack"},
     owners=OWNERS,

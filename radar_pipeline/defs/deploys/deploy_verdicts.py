@@ -442,7 +442,9 @@ ANALYSIS_RETRY = dg.RetryPolicy(max_retries=2, delay=15, backoff=dg.Backoff.EXPO
 ANALYSIS_RUN_RETRIES = 2
 deploy_verdicts_job = dg.define_asset_job(
     "deploy_verdicts_job",
-    selection=dg.AssetSelection.assets("deploy_verdicts").downstream(depth=1),
+    # the later looks (deploy_looks) run when each is due, in deploy_looks_job
+    selection=dg.AssetSelection.assets("deploy_verdicts").downstream(depth=1)
+    - dg.AssetSelection.assets("deploy_looks"),
     executor_def=dg.in_process_executor,
     op_retry_policy=ANALYSIS_RETRY,
     tags={"dagster/max_retries": str(ANALYSIS_RUN_RETRIES)},

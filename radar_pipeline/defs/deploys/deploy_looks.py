@@ -1,0 +1,156 @@
+"""Later looks in Dagster (issue 29, docs/looks.md): the deploy_looks asset on the `deploys` partitions (one
+materialization per look, its number in the metadata), deploy_looks_job (the look, then the deploy's alerts and
+code-host statuses) and deploy_look_sensor, which requests each look once when it is due."""
+
+from datetime import timedelta
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from radar_pipeline.defs.deploys.deploy_verdicts import (
+    ANALYSIS_POOL,
+    ANALYSIS_RETRY,
+    configured_targets,
+    deploy_verdicts,
+    deploys_partitions,
+)
+from radar_pipeline.defs.metadata import OWNERS, rounded, table
+from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
+
+LOOK_TAG = "radar/look"  # on a look's runs: the look's number
+SENSOR_INTERVAL_S = 30  # a look is due hours after its deploy: a look every 30 s is plenty
+SENSOR_PAGE = 100  # looks requested per evaluation at most; the rest on the next ticks
+DECIDED_COLUMNS = [
+    ("queryid", "int"),
+    ("verdict", "string"),
+    ("factor", "float"),
+    ("factor_low", "float"),
+    ("factor_high", "float"),
+    ("cause", "string"),
+]
+
+
+class LookConfig(dg.Config):
+    """Which look of the deploy this run makes (1 … the last; 0 is the first verdict, deploy_verdicts)."""
+
+    look: int = Field(description="the look's number: 1, 2 or 3 (after 2W, 4W and 8W by default)")
+
+
+@dg.asset(
+    partitions_def=deploys_partitions,
+    deps=[deploy_verdicts],
+    group_name="analysis",
+    kinds={"python", "postgres"},
+    owners=OWNERS,
+    pool=ANALYSIS_POOL,
+    description="The deploy's later looks: the statements its first verdict left open decided again as the after "
+    "side grows (2W, 4W, 8W), one materialization per look (radar.deploy_look; late detections in radar.verdict).",
+)
+def deploy_looks(
+    context: dg.AssetExecutionContext,
+    config: LookConfig,
+    warehouse: WarehouseResource,
+    analysis: AnalysisResource,
+    targets: TargetsResource,
+) -> dg.MaterializeResult:
+    """Run one look of the deploy (steps/looks.run_look) and report it: the look, its window and budget, what it
+    decided, and the deploy's state before and after."""
+    from radar_pipeline.steps.deploy_analysis import AnalysisRun
+    from radar_pipeline.steps.looks import LookRefused, run_look
+
+    live = configured_targets(targets, context)
+    run = AnalysisRun(warehouse.engine(), analysis.settings(), context.run.run_id, analysis.settle, live)
+    try:
+        result = run_look(run, context.partition_key, config.look)
+    except LookRefused as exc:
+        raise dg.Failure(description=str(exc), allow_retries=False) from None
+    decided = result.decided
+    for row in decided.itertuples() if len(decided) else ():
+        if row.verdict == "detected":
+            context.log.info(
+                f"look {result.look}: regression: queryid {row.queryid}: ×{row.change_factor:.2f} "
+                f"(×{row.factor_low:.2f}–×{row.factor_high:.2f}), "
+                f"found {_hours(result)} after deploy {result.deploy_id}"
+            )
+    metadata: dict[str, Any] = {
+        "look": result.look,
+        "status": result.status,
+        "state": str(result.state["state"]),
+        "state_before": result.state_before,
+        "after_hours": rounded(result.span.after.total_seconds() / 3600, 3) if result.span else None,
+        "before_hours": rounded(result.span.before.total_seconds() / 3600, 3) if result.span else None,
+        "budget": rounded(result.span.budget, 4) if result.span else None,
+        "cut_by_next_deploy": bool(result.span.cut) if result.span else True,
+        "open_before": result.opened,
+        "detected": int((decided["verdict"] == "detected").sum()) if len(decided) else 0,
+        "cleared": int((decided["verdict"] == "no_regression").sum()) if len(decided) else 0,
+        "decided": table(
+            DECIDED_COLUMNS,
+            [
+                {
+                    "queryid": int(r.queryid),
+                    "verdict": str(r.verdict),
+                    "factor": rounded(r.change_factor, 3),
+                    "factor_low": rounded(r.factor_low, 3),
+                    "factor_high": rounded(r.factor_high, 3),
+                    "cause": str(r.cause) if isinstance(r.cause, str) else "",
+                }
+                for r in (decided.head(25).itertuples() if len(decided) else ())
+            ],
+        ),
+        "seconds": round(result.seconds, 3),
+    }
+    return dg.MaterializeResult(metadata=metadata)
+
+
+def _hours(result: Any) -> str:
+    from radar_pipeline.alerts.render import span_words
+
+    return span_words(result.span.after) if result.span else "?"
+
+
+# A look, then what a changed verdict must reach: the deploy's alerts (only what is new is sent: the outbox holds a
+# row per statement) and its code-host statuses (sent again when the deploy's state moved).
+deploy_looks_job = dg.define_asset_job(
+    "deploy_looks_job",
+    selection=dg.AssetSelection.assets("deploy_looks", "regression_alerts", "code_host_statuses"),
+    executor_def=dg.in_process_executor,
+    op_retry_policy=ANALYSIS_RETRY,
+    description="One later look at a deploy, then its alerts and code-host statuses (requested by deploy_look_sensor).",
+)
+
+
+@dg.sensor(
+    job=deploy_looks_job,
+    minimum_interval_seconds=SENSOR_INTERVAL_S,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Requests each later look of a deploy once, when it is due (deploy + look span + one scrape "
+    "interval), while a statement of the deploy is still open.",
+)
+def deploy_look_sensor(
+    context: dg.SensorEvaluationContext, warehouse: WarehouseResource, analysis: AnalysisResource
+) -> dg.SensorResult | dg.SkipReason:
+    """The looks due now (warehouse.looks.due_looks: the next look of each analysed deploy with something open,
+    once its after side plus one scrape interval has passed or the target's next deploy cut it), one run each. The run
+    key names the deploy, the look and the first verdict it continues, so each look is requested once (and again
+    only after a re-analysis replaced the first verdict). A deploy decided, cut or past its last look has none: its
+    looks stop by themselves."""
+    from radar_pipeline.warehouse import looks
+
+    with warehouse.engine().connect() as conn:
+        due = looks.due_looks(conn, timedelta(seconds=analysis.window_seconds), analysis.settle, limit=SENSOR_PAGE)
+    if not due:
+        return dg.SkipReason("no look is due")
+    context.log.info(f"requesting {len(due)} looks: " + ", ".join(f"{d.deploy_id} look {d.look}" for d in due[:10]))
+    return dg.SensorResult(
+        run_requests=[
+            dg.RunRequest(
+                run_key=f"look:{d.deploy_id}:{d.look}:{d.basis.timestamp():.6f}",
+                partition_key=d.deploy_id,
+                run_config={"ops": {"deploy_looks": {"config": {"look": d.look}}}},
+                tags={LOOK_TAG: str(d.look), "radar/target": d.target},
+            )
+            for d in due
+        ],
+    )

@@ -1,0 +1,293 @@
+"""Later looks at a deploy (issue 29): a statement left open by the first verdict (`inconclusive` or
+`insufficient_data`) is decided again as the after side grows, at engine.budget.LOOK_SPANS (2W, 4W, 8W after the
+deploy), until it is decided, the target's next deploy cuts the after side, or the last look.
+
+The budget (docs/looks.md). Look k spends B_k = engine.budget.look_budget(B, k), Σ_k B_k = B. Within a look every
+statement of the look's whole family (every statement its window can decide, whether or not still open) gets its
+weighted-Bonferroni share w_i (engine `family_weights`: the before side's execution time and the floors, never the
+after side's latency), Σ_i w_i = 1, and only the open ones are tested, each at B_k · w_i. A cleared or detected
+statement's share is not handed to the others: under H0 each test detects with probability at most B_k · w_i, so the
+expected false detections of look k are at most B_k · Σ_open w_i ≤ B_k, and over all looks at most Σ_k B_k = B,
+whatever the dependence between looks (the union bound; alpha spending with a fixed schedule, Lan & DeMets 1983).
+
+The spans. The after side of look k is min(LOOK_SPANS[k] · W, next deploy − deploy): the next deploy's change never
+enters. A look whose after side cannot grow past the previous look's is not run. The before side grows with the after
+side (the test's variance is about σ²(1/n_before + 1/n_after): growing the after side alone gains at most a factor of 2
+in variance, both sides together a factor of LOOK_SPANS[k]), but never reaches back past the target's previous deploy,
+and never shrinks below the first look's W: before_k = max(W, min(after_k, deploy − previous deploy)). With before ≥ W
+and after ≤ 8W, the before side holds at least 1/9 of the intervals, so E-divisive's margin of max(3, n/10) intervals
+each side always leaves the splits at the deploy admissible.
+
+Plain Python and pandas: the Dagster asset deploy_looks, the benchmark and the tests run the same code.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import sqlalchemy as sa
+
+from radar_pipeline.engine import Cause, EngineSettings, Verdict
+from radar_pipeline.engine.budget import LOOK_SPANS, look_after, look_budget
+from radar_pipeline.engine.decision import _floors, _window_sides, analyse, explain_detections, family_weights
+from radar_pipeline.engine.samples import window_samples
+from radar_pipeline.pgss_model import KEY
+from radar_pipeline.steps.noise import prior_for
+from radar_pipeline.steps.plan_diffs import plan_diffs
+from radar_pipeline.warehouse import analysis, deploys
+from radar_pipeline.warehouse import looks as store
+from radar_pipeline.warehouse.analysis import ANALYSED_VERDICTS
+
+OPEN = (Verdict.INCONCLUSIVE.value, Verdict.INSUFFICIENT_DATA.value)
+DECIDED = (Verdict.DETECTED.value, Verdict.NO_REGRESSION.value)
+LAST_LOOK = len(LOOK_SPANS) - 1
+
+
+class LookRefused(RuntimeError):
+    """The look cannot run now (the deploy is unknown or not analysed, the look is unknown or not due); nothing was
+    written."""
+
+
+@dataclass(frozen=True)
+class LookSpan:
+    """One look's spans either side of the deploy and its budget; `cut` when the target's next deploy shortened its
+    after side."""
+
+    look: int
+    before: timedelta
+    after: timedelta
+    budget: float
+    cut: bool = False
+
+
+def look_span(
+    settings: EngineSettings,
+    look: int,
+    deployed_at: datetime,
+    previous_deploy: datetime | None = None,
+    next_deploy: datetime | None = None,
+    previous_after: timedelta | None = None,
+) -> LookSpan | None:
+    """Look `look`'s spans and budget (module docstring), or None when the next deploy leaves its after side no
+    longer than the previous look's (`previous_after`: the last look run; default the look before this one's)."""
+    window = settings.window
+    after = look_after(window, look)
+    cut = next_deploy is not None and next_deploy - deployed_at < after
+    if cut:
+        assert next_deploy is not None
+        after = next_deploy - deployed_at
+    if look > 0 and after <= (previous_after if previous_after is not None else look_after(window, look - 1)):
+        return None
+    before = after if previous_deploy is None else min(after, deployed_at - previous_deploy)
+    before = max(window, before)
+    return LookSpan(look, before, after, look_budget(settings.false_alert_budget, look), cut)
+
+
+def family_shares(
+    counters: pd.DataFrame, deploy_at: datetime | pd.Timestamp, settings: EngineSettings, span: LookSpan
+) -> pd.Series:
+    """Each statement's budget share over the look's whole family (by query_key, Σ = 1 over the statements the look's
+    window can decide; 0 for the others): engine `family_weights` from the before side's execution time, so a share
+    never depends on any after side's latency, and it is not renormalised over the statements still open."""
+    deploy = pd.Timestamp(deploy_at).tz_convert("UTC").as_unit("ns").value
+    lo = deploy - int(span.before.total_seconds() * 1e9)
+    hi = deploy + int(span.after.total_seconds() * 1e9)
+    samples = window_samples(counters, lo, hi)
+    if samples.groups == 0:
+        return pd.Series(dtype=float)
+    sides = _window_sides(samples, deploy)
+    verdict, _ = _floors(sides, settings)
+    weight = family_weights(sides.time_before, verdict != Verdict.INSUFFICIENT_DATA, settings.budget_time_weight)
+    return pd.Series(np.nan_to_num(weight, nan=0.0), index=pd.Index(samples.keys))
+
+
+def decide_look(
+    counters: pd.DataFrame,
+    deploy_at: datetime | pd.Timestamp,
+    settings: EngineSettings,
+    span: LookSpan,
+    still_open: pd.Index | np.ndarray | list,
+    prior: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """Look `span.look` at the statements `still_open` (query_keys of `counters`, with the keys merged into them):
+    engine `analyse` over the look's spans at the look's budget, each statement with its share of the look's whole
+    family (family_shares). Returns analyse's rows for the open statements only; the caller keeps what they decide."""
+    if not len(still_open):
+        return pd.DataFrame(columns=["query_key", "verdict"])
+    shares = family_shares(counters, deploy_at, settings, span)
+    open_counters = counters[_with_merged(counters, pd.Index(still_open))]
+    return analyse(
+        open_counters,
+        deploy_at,
+        replace(settings, false_alert_budget=span.budget),
+        prior=prior,
+        before=span.before,
+        after=span.after,
+        weights=shares,
+    )
+
+
+def _with_merged(counters: pd.DataFrame, still_open: pd.Index) -> np.ndarray:
+    """The rows of `counters` of the open statements and of every key the engine would merge with one of them (the
+    same fingerprint, database, user and nesting level: a rotated queryid), so a look sees a statement whole."""
+    mine = counters["query_key"].isin(still_open).to_numpy()
+    if "fingerprint" not in counters.columns:
+        return mine
+    group = [c for c in ("fingerprint", "dbid", "userid", "toplevel") if c in counters.columns]
+    wanted = pd.MultiIndex.from_frame(counters.loc[mine, group].drop_duplicates())
+    return mine | pd.MultiIndex.from_frame(counters[group]).isin(wanted)
+
+
+def all_looks(
+    counters: pd.DataFrame,
+    deploy_at: datetime | pd.Timestamp,
+    settings: EngineSettings | None = None,
+    prior: pd.DataFrame | None = None,
+    looks: int = len(LOOK_SPANS),
+) -> pd.DataFrame:
+    """Every look of one deploy on `counters` (which must reach LOOK_SPANS[looks − 1] · W either side): the first
+    verdict at look_budget(B, 0), then each later look on what is still open. One row per statement of the first
+    look: query_key, the final verdict, the look that decided it (NaN while open) and the first look's verdict. For
+    the lab and the tests; the warehouse's looks run through run_look."""
+    settings = settings or EngineSettings()
+    first_span = look_span(settings, 0, pd.Timestamp(deploy_at).to_pydatetime())
+    assert first_span is not None
+    first = decide_look(counters, deploy_at, settings, first_span, pd.unique(counters["query_key"]), prior)
+    out = pd.DataFrame(
+        {
+            "query_key": first["query_key"].to_numpy(),
+            "first_verdict": first["verdict"].to_numpy(copy=True),
+            "verdict": first["verdict"].to_numpy(copy=True),
+            "look": np.where(first["verdict"].isin(DECIDED), 0.0, np.nan),
+        }
+    ).set_index("query_key", drop=False)
+    for look in range(1, looks):
+        still = out.index[out["verdict"].isin(OPEN)]
+        if not len(still):
+            break
+        span = look_span(settings, look, pd.Timestamp(deploy_at).to_pydatetime())
+        assert span is not None
+        found = decide_look(counters, deploy_at, settings, span, still, prior)
+        decided = found[found["verdict"].isin(DECIDED) & found["query_key"].isin(still)]
+        out.loc[decided["query_key"].to_numpy(), "verdict"] = decided["verdict"].to_numpy()
+        out.loc[decided["query_key"].to_numpy(), "look"] = look
+    return out.reset_index(drop=True)
+
+
+@dataclass
+class LookResult:
+    """One look run on a deploy: what it looked at, what it decided, and what the deploy's state became."""
+
+    deploy_id: str
+    target: str
+    look: int
+    status: str  # done, cut (the next deploy left it nothing new), closed (nothing was open)
+    span: LookSpan | None
+    opened: int  # statements open before the look
+    decided: pd.DataFrame  # the verdict rows this look wrote (ANALYSED_VERDICTS and look, look_end)
+    state_before: str
+    state: dict[str, Any]
+    seconds: float
+
+
+def run_look(run: Any, deploy_id: str, look: int, now: datetime | None = None) -> LookResult:
+    """Run look `look` (1 … LAST_LOOK) of a recorded, analysed deploy, and store it in one transaction: the verdict
+    rows of the open statements it decides are replaced (saying which look found them and when), never a decided one,
+    and the look is recorded in radar.deploy_look (done, or cut when the next deploy left its after side no longer
+    than the previous look's). `run` is a steps.deploy_analysis.AnalysisRun. Refused (LookRefused) when the deploy is
+    unknown or has no first verdict, when the look is out of range, or when its after side (plus run.settle) has not
+    passed by the warehouse's clock and no later deploy cut it."""
+    started = time.perf_counter()
+    if not 1 <= look <= LAST_LOOK:
+        raise LookRefused(f"look must lie in 1..{LAST_LOOK}, not {look}")
+    with run.warehouse.connect() as conn:
+        event = deploys.get(conn, deploy_id)
+        if event is None or event.deployed_at is None:
+            raise LookRefused(f"deploy {deploy_id!r} is not recorded in radar.deploy_event")
+        first = store.first_analysis(conn, deploy_id)
+        if first is None:
+            raise LookRefused(f"deploy {deploy_id!r} has no first verdict yet: its looks wait for it")
+        # A look continues its first verdict: with the settings that verdict used (its W, θ, B).
+        basis, stored = first
+        settings = EngineSettings.from_dict(stored) if stored else run.settings
+        run = replace(run, settings=settings)
+        previous, following = store.neighbour_deploys(conn, event.target, event.deployed_at)
+        last = store.last_after(conn, deploy_id, event.target, basis)
+        ran = (last - event.deployed_at) if last is not None else settings.window
+        span = look_span(settings, look, event.deployed_at, previous, following, ran)
+        clock = now or conn.execute(sa.text("SELECT now()")).scalar_one()
+        # A look is due once its after side and one scrape interval have passed; one the next deploy leaves
+        # nothing new to see, as soon as that deploy is recorded.
+        due = (following or event.deployed_at) if span is None else event.deployed_at + span.after + run.settle
+        if clock < due:
+            raise LookRefused(
+                f"look {look} of deploy {deploy_id!r} is due at {due.isoformat()}; it is {clock.isoformat()} now"
+            )
+        states = analysis.deploy_states(conn, [deploy_id])
+        state_before = str(states.iloc[0]["state"]) if len(states) else "pending"
+        still = store.open_verdicts(conn, deploy_id)
+        conn.rollback()
+    target = event.target
+    empty = pd.DataFrame()
+    if span is None or still.empty:
+        status = "cut" if span is None else "closed"
+        with run.warehouse.begin() as conn:
+            store.record_look(conn, deploy_id, target, look, status, span, basis, len(still), empty, run.run_id)
+            state = analysis.deploy_states(conn, [deploy_id]).iloc[0].to_dict()
+        return LookResult(
+            deploy_id, target, look, status, span, len(still), empty, state_before, state, time.perf_counter() - started
+        )
+
+    decided = _decide_stored(run, event.deployed_at, target, span, still)
+    with run.warehouse.begin() as conn:
+        store.lock(conn, deploy_id)
+        written = store.replace_open(conn, deploy_id, target, decided, look, event.deployed_at + span.after)
+        store.record_look(conn, deploy_id, target, look, "done", span, basis, len(still), written, run.run_id)
+        state = analysis.deploy_states(conn, [deploy_id]).iloc[0].to_dict()
+    return LookResult(
+        deploy_id, target, look, "done", span, len(still), written, state_before, state, time.perf_counter() - started
+    )
+
+
+def _decide_stored(run: Any, deployed_at: datetime, target: str, span: LookSpan, still: pd.DataFrame) -> pd.DataFrame:
+    """The look on the warehouse's counters: the rows (ANALYSED_VERDICTS) of the open statements (`still`, KEY
+    columns) it decides, each detection with its cause and plan diff."""
+    from radar_pipeline.steps.deploy_analysis import _with_statement_keys
+
+    settings: EngineSettings = run.settings
+    lo, hi = deployed_at - span.before, deployed_at + span.after
+    with run.warehouse.connect() as conn:
+        window = analysis.read_window(conn, target, lo, hi)
+        prior = prior_for(conn, target, lo, window.keys)
+        conn.rollback()
+        keys = window.keys.reset_index().rename(columns={"index": "query_key"})
+        wanted = keys.merge(still[KEY], on=KEY)["query_key"].to_numpy()
+        result = decide_look(window.counters, deployed_at, settings, span, wanted, prior)
+        result = result[result["verdict"].isin(DECIDED)].reset_index(drop=True)
+        if result.empty:
+            return result
+        detections = result[result["verdict"] == Verdict.DETECTED]
+        if not detections.empty:
+            merged = [k for ks in detections["merged_keys"] for k in ks]
+            causes = analysis.read_cause_counters(conn, target, lo, hi, window, [*detections["query_key"], *merged])
+            conn.rollback()
+            look_settings = replace(settings, false_alert_budget=span.budget)
+            result = explain_detections(
+                causes, result, deployed_at, look_settings, before=span.before, after=span.after
+            )
+    verdicts = _with_statement_keys(result, window)
+    verdicts = verdicts.merge(still[KEY], on=KEY)  # a look decides only what was open, under the same key
+    detected = verdicts["verdict"] == Verdict.DETECTED
+    if detected.any():
+        found = plan_diffs(run.warehouse, target, verdicts[detected], run.live(target), hi)
+        at = verdicts.index[detected]
+        diffs = [p.diff for p in found]
+        ANALYSED_VERDICTS.assign(verdicts, "plan_diff", pd.Series(diffs, index=at, dtype=object), rows=detected)
+        changed = at[[bool(d.get("shape_changed")) for d in diffs]]
+        ANALYSED_VERDICTS.assign(verdicts, "cause", Cause.PLAN_CHANGED.value, rows=changed)
+    return verdicts

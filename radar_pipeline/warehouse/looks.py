@@ -1,0 +1,218 @@
+"""Reads and writes of a deploy's later looks (sql/0028, steps/looks.py): the statements still open, the looks run
+(radar.deploy_look), the verdict rows a look replaces, and the looks that are due."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from radar_pipeline.engine.budget import LOOK_SPANS
+from radar_pipeline.pgss_model import KEY, statement_keys
+from radar_pipeline.warehouse.analysis import VERDICT_COLUMNS
+from radar_pipeline.warehouse.database import KEYS, copy_frame, key_params
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+OPEN_SQL = "('inconclusive', 'insufficient_data')"
+# Looks are news: a deploy whose last look fell due more than this long ago (one analysed late, a backfill over old
+# deploys) gets none, so a backfill of a thousand deploys does not start a thousand looks.
+HORIZON = timedelta(days=1)
+# The window W an analysis (alias a) used: its stored settings' (seconds), else the :window given.
+WINDOW = "coalesce(CAST(a.settings ->> 'window' AS double precision) * interval '1 second', :window)"
+# The first look is the deploy's analysis (radar.analysis); its verdict rows carry look 0.
+LOOK_COLUMNS = [*VERDICT_COLUMNS, "look", "look_end", "first_exec_ms"]
+
+
+def first_analysis(conn: sa.Connection, deploy_id: str) -> tuple[datetime, dict[str, Any]] | None:
+    """When the deploy's first verdict was stored (its radar.analysis row) and the engine settings it used, or None
+    before it."""
+    row = conn.execute(
+        sa.text("SELECT analysed_at, settings FROM radar.analysis WHERE deploy_id = :d ORDER BY analysed_at DESC"),
+        {"d": deploy_id},
+    ).first()
+    return None if row is None else (row[0], dict(row[1]))
+
+
+def neighbour_deploys(conn: sa.Connection, target: str, at: datetime) -> tuple[datetime | None, datetime | None]:
+    """The target's deploys just before and just after `at` (None where there is none)."""
+    row = conn.execute(
+        sa.text(
+            "SELECT (SELECT max(deployed_at) FROM radar.deploy_event WHERE target = :t AND deployed_at < :at), "
+            "(SELECT min(deployed_at) FROM radar.deploy_event WHERE target = :t AND deployed_at > :at)"
+        ),
+        {"t": target, "at": at},
+    ).one()
+    return row[0], row[1]
+
+
+def open_verdicts(conn: sa.Connection, deploy_id: str) -> pd.DataFrame:
+    """The deploy's statements still open (inconclusive or insufficient_data): target, KEY and verdict."""
+    import pandas as pd
+
+    return pd.read_sql(
+        sa.text(
+            f"SELECT target, {', '.join(KEY)}, verdict FROM radar.verdict "
+            f"WHERE deploy_id = :d AND verdict IN {OPEN_SQL} ORDER BY {', '.join(KEY)}"
+        ),
+        conn,
+        params={"d": deploy_id},
+    )
+
+
+def lock(conn: sa.Connection, deploy_id: str) -> None:
+    """Serialise the deploy's looks for this transaction."""
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended('radar.look:' || :d, 0))"), {"d": deploy_id})
+
+
+def replace_open(
+    conn: sa.Connection, deploy_id: str, target: str, decided: pd.DataFrame, look: int, look_end: datetime
+) -> pd.DataFrame:
+    """Replace the verdict rows of the statements `decided` (ANALYSED_VERDICTS rows) decides, in the caller's
+    transaction, where the stored row is still open: a decided verdict is never changed. Each new row says its look
+    and look_end and keeps the first look's execution time after the deploy (first_exec_ms). Returns the rows
+    written."""
+    if decided.empty:
+        return decided
+    removed = conn.execute(
+        sa.text(
+            "DELETE FROM radar.verdict v USING "
+            f"{KEYS} AS k(dbid, userid, queryid, toplevel) "
+            "WHERE v.deploy_id = :d AND v.target = :t AND v.dbid = k.dbid AND v.userid = k.userid "
+            f"AND v.queryid = k.queryid AND v.toplevel = k.toplevel AND v.verdict IN {OPEN_SQL} "
+            "RETURNING v.dbid, v.userid, v.queryid, v.toplevel, coalesce(v.first_exec_ms, "
+            "CASE WHEN v.calls_after > 0 THEN v.calls_after * v.mean_after_ms ELSE 0 END)"
+        ),
+        {"d": deploy_id, "t": target, **key_params(statement_keys(decided))},
+    ).fetchall()
+    first = {(int(r[0]), int(r[1]), int(r[2]), bool(r[3])): r[4] for r in removed}
+    keys = statement_keys(decided)
+    kept = decided[[k in first for k in keys]].copy()
+    kept["deploy_id"], kept["target"] = deploy_id, target
+    kept["look"] = look
+    kept["look_end"] = look_end
+    kept["first_exec_ms"] = [first[k] for k in keys if k in first]
+    if len(kept):
+        copy_frame(conn, "radar.verdict", LOOK_COLUMNS, kept)
+    return kept
+
+
+def record_look(
+    conn: sa.Connection,
+    deploy_id: str,
+    target: str,
+    look: int,
+    status: str,
+    span: Any,
+    basis: datetime,
+    opened: int,
+    written: pd.DataFrame,
+    run_id: str | None,
+) -> None:
+    """Record (or record again) look `look` of the deploy on the target: its status, window, budget and counts."""
+    from radar_pipeline.engine import Verdict
+
+    at = conn.execute(sa.text("SELECT deployed_at FROM radar.deploy_event WHERE deploy_id = :d"), {"d": deploy_id})
+    deployed_at = at.scalar_one()
+    verdicts = written["verdict"] if len(written) else None
+    conn.execute(
+        sa.text(
+            "INSERT INTO radar.deploy_look (deploy_id, target, look, basis, status, before_start, after_end, budget, "
+            "opened, detected, cleared, run_id) VALUES (:d, :t, :k, :basis, :status, :lo, :hi, :budget, :opened, "
+            ":detected, :cleared, :run) ON CONFLICT (deploy_id, target, look) DO UPDATE SET basis = EXCLUDED.basis, "
+            "status = EXCLUDED.status, before_start = EXCLUDED.before_start, after_end = EXCLUDED.after_end, "
+            "budget = EXCLUDED.budget, opened = EXCLUDED.opened, detected = EXCLUDED.detected, "
+            "cleared = EXCLUDED.cleared, ran_at = now(), run_id = EXCLUDED.run_id"
+        ),
+        {
+            "d": deploy_id,
+            "t": target,
+            "k": look,
+            "basis": basis,
+            "status": status,
+            "lo": deployed_at - span.before if span is not None else None,
+            "hi": deployed_at + span.after if span is not None else None,
+            "budget": span.budget if span is not None else None,
+            "opened": opened,
+            "detected": int((verdicts == Verdict.DETECTED).sum()) if verdicts is not None else 0,
+            "cleared": int((verdicts == Verdict.NO_REGRESSION).sum()) if verdicts is not None else 0,
+            "run": run_id,
+        },
+    )
+
+
+def looks_of(conn: sa.Connection, deploy_id: str) -> pd.DataFrame:
+    """The deploy's looks run on its current first verdict, in order (for `radar looks` and the asset's metadata)."""
+    import pandas as pd
+
+    return pd.read_sql(
+        sa.text(
+            "SELECT k.target, k.look, k.status, k.before_start, k.after_end, k.budget, k.opened, k.detected, "
+            "k.cleared, k.ran_at, k.run_id FROM radar.deploy_look k JOIN radar.analysis a "
+            "ON a.deploy_id = k.deploy_id AND a.target = k.target AND a.analysed_at = k.basis "
+            "WHERE k.deploy_id = :d ORDER BY k.target, k.look"
+        ),
+        conn,
+        params={"d": deploy_id},
+    )
+
+
+@dataclass(frozen=True)
+class DueLook:
+    """A look to run: the deploy, its target, the look and the first verdict it continues (its analysed_at)."""
+
+    deploy_id: str
+    target: str
+    look: int
+    basis: datetime
+
+
+def due_looks(conn: sa.Connection, window: timedelta, settle: timedelta, limit: int = 200) -> list[DueLook]:
+    """The looks due now by the warehouse's clock, the earliest first: of each analysed deploy with a statement still
+    open, the latest look not yet run on its current first verdict whose after side (LOOK_SPANS[k] · W) plus `settle`
+    has passed, or which the target's next deploy has cut (the look then runs on the after side up to that deploy, or
+    records that it saw nothing new). A look overtaken by a later one that is due (the sensor was stopped, a run
+    failed) is skipped: its share of the budget is left unspent, which keeps the guarantee. A deploy whose last look
+    ran, with nothing open, or whose last look fell due more than HORIZON ago, has none, unless it had looks on an
+    earlier first verdict (a re-analysis replaced it, and with it what those looks decided: they are run again, so
+    the deploy's state does not lose a late detection; their alerts, too old, are withheld). W is the window the
+    first verdict used (its stored settings; `window` where they lack one)."""
+    spans = ", ".join(str(s) for s in LOOK_SPANS)
+    rows = conn.execute(
+        sa.text(
+            f"WITH analysed AS (SELECT a.deploy_id, a.target, a.analysed_at, d.deployed_at, {WINDOW} AS w, "
+            "  coalesce((SELECT max(k.look) FROM radar.deploy_look k WHERE k.deploy_id = a.deploy_id "
+            "    AND k.target = a.target AND k.basis = a.analysed_at), 0) AS done, "
+            "  (SELECT min(e.deployed_at) FROM radar.deploy_event e WHERE e.target = a.target "
+            "    AND e.deployed_at > d.deployed_at) AS next_at "
+            "  FROM radar.analysis a JOIN radar.deploy_event d ON d.deploy_id = a.deploy_id "
+            f"  WHERE (d.deployed_at > now() - :horizon - {WINDOW} * :last_span OR EXISTS (SELECT 1 "
+            "    FROM radar.deploy_look o WHERE o.deploy_id = a.deploy_id AND o.target = a.target "
+            "    AND o.basis < a.analysed_at)) "
+            "  AND EXISTS (SELECT 1 FROM radar.verdict v WHERE v.deploy_id = a.deploy_id AND v.target = a.target "
+            f"    AND v.verdict IN {OPEN_SQL})), "
+            "candidates AS (SELECT x.deploy_id, x.target, x.analysed_at, n.look, "
+            f"  least(x.deployed_at + x.w * (CAST(ARRAY[{spans}] AS int[]))[n.look + 1] + :settle, "
+            "    x.next_at + :settle) AS due_at "
+            f"  FROM analysed x CROSS JOIN generate_series(1, {len(LOOK_SPANS) - 1}) n(look) WHERE n.look > x.done), "
+            "latest AS (SELECT DISTINCT ON (deploy_id, target) * FROM candidates WHERE due_at <= now() "
+            "  ORDER BY deploy_id, target, look DESC) "
+            "SELECT deploy_id, target, look, analysed_at FROM latest ORDER BY due_at, deploy_id LIMIT :limit"
+        ),
+        {"window": window, "settle": settle, "limit": limit, "horizon": HORIZON, "last_span": LOOK_SPANS[-1]},
+    )
+    return [DueLook(r[0], r[1], int(r[2]), r[3]) for r in rows]
+
+
+def last_after(conn: sa.Connection, deploy_id: str, target: str, basis: datetime) -> datetime | None:
+    """Where the after side of the deploy's last look run on this first verdict ended (None: only the first)."""
+    return conn.execute(
+        sa.text(
+            "SELECT after_end FROM radar.deploy_look WHERE deploy_id = :d AND target = :t AND basis = :b "
+            "AND status = 'done' ORDER BY look DESC LIMIT 1"
+        ),
+        {"d": deploy_id, "t": target, "b": basis},
+    ).scalar_one_or_none()

@@ -1,0 +1,292 @@
+"""Later looks end to end through Dagster on real PostgreSQL (issue 29, docs/looks.md): a statement too sparse at
+its deploy's first verdict, slowed ×3, is decided by a later look that deploy_look_sensor requests when it comes due;
+the detection's verdict row says which look found it and when, its alert goes through the outbox (Slack's message
+says "found … after deploy"), the deploy's state moves from inconclusive to fail and its commit status is sent again;
+each look is requested once, decided verdicts never change, and the looks stop.
+
+Time is compressed: W = 10 s, a scrape a second, so the looks come due 20 s, 40 s and 80 s after the deploy. The
+counters are synthetic (store_counters), written for the whole 8W at once: a look reads only its own spans, and the
+warehouse's clock decides when each is due.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+import pytest
+import sqlalchemy as sa
+
+from radar_pipeline.defs.alerts.code_host_statuses import code_host_statuses
+from radar_pipeline.defs.alerts.regression_alerts import regression_alerts
+from radar_pipeline.defs.deploys.deploy_looks import deploy_look_sensor, deploy_looks, deploy_looks_job
+from radar_pipeline.defs.deploys.deploy_verdicts import deploy_verdicts, deploy_verdicts_job
+from radar_pipeline.defs.resources import (
+    AnalysisResource,
+    ChannelsResource,
+    CodeHostResource,
+    SlackResource,
+    TargetsResource,
+    WarehouseResource,
+)
+from radar_pipeline.engine.budget import LOOK_SPANS
+from radar_pipeline.warehouse import deploys
+from radar_pipeline.warehouse.analysis import deploy_states
+
+from . import fake_code_host
+from .fake_code_host import TOKEN, FakeHost
+from .helpers import store_counters
+
+W = 10  # seconds
+ANALYSIS = AnalysisResource(window_seconds=W, scrape_interval_seconds=1, tolerance_floor_seconds=3)
+TEXTS = {1: "SELECT * FROM orders WHERE id = $1", 2: "SELECT * FROM carts WHERE owner = $1", 7: "SELECT report($1)"}
+COMMIT = "c0ffee" + "0123456789abcdef" * 2 + "01"
+SPARSE = 7  # the statement the first verdict cannot decide
+# Seconds from the deploy (in its first W) at which the sparse statement ran after it: 2 intervals, under the floor.
+SPARSE_EARLY = (4, 8)
+
+
+def _counters(at: datetime, rng: np.random.Generator) -> pd.DataFrame:
+    """A scrape a second from 8W before the deploy to 8W after: two busy statements unchanged (20 calls a second,
+    5% noise), and the sparse one (5 calls at a time, 5% noise) every other second before the deploy and from W after
+    it, but only at SPARSE_EARLY within the first W after it, ×3 slower from the deploy on."""
+    rows = []
+    for queryid in (1, 2, SPARSE):
+        calls, total = 1000, 1000.0
+        for j in range(-8 * W, 8 * W + 1):
+            if queryid == SPARSE:
+                runs = j <= 0 or j in SPARSE_EARLY or j > W
+                n, mean = (5 if runs else 0), 2.0 * (3.0 if j > 0 else 1.0)
+            else:
+                n, mean = 20, 0.5 * queryid
+            if n:
+                calls, total = calls + n, total + n * mean * rng.lognormal(-0.00125, 0.05)
+            rows.append((queryid, at + timedelta(seconds=j), calls, total))
+    return pd.DataFrame(rows, columns=["queryid", "captured_at", "calls", "total_exec_time"])
+
+
+@pytest.fixture
+def host() -> Iterator[FakeHost]:
+    """GitHub's stand-in, knowing the deploy's repository and commit."""
+    state = FakeHost("github", "acme/api", COMMIT, reviews=[12])
+    server = fake_code_host.start(state)
+    yield state
+    server.shutdown()
+
+
+@pytest.fixture
+def deployed(warehouse) -> datetime:
+    """The deploy lk-1 on target lk, 25 s ago: its first verdict (W + one scrape) and look 1 (2W + one scrape) are
+    due, look 2 (4W) is not yet."""
+    at = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=25)
+    store_counters(warehouse, "lk", _counters(at, np.random.default_rng(29)), TEXTS)
+    deploys.record(warehouse, deploys.DeployEvent("lk-1", "lk", at, service="shop", version="v2"))
+    return at
+
+
+def _resources(warehouse_url: str, slack, host: FakeHost) -> dict:
+    return {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": ANALYSIS,
+        "targets": TargetsResource(spec="lk=postgresql://nowhere.invalid/none"),
+        "slack": SlackResource(token="xoxb-test-token", channel="#radar", base_url=slack.api_url),
+        "channels": ChannelsResource(),
+        "code_hosts": CodeHostResource(github_token=TOKEN, github_api_url=host.api_url, timeout_seconds=2.0),
+    }
+
+
+def _defs(resources: dict) -> dg.Definitions:
+    return dg.Definitions(
+        assets=[deploy_verdicts, deploy_looks, regression_alerts, code_host_statuses],
+        jobs=[deploy_verdicts_job, deploy_looks_job],
+        sensors=[deploy_look_sensor],
+        resources=resources,
+    )
+
+
+def _execute(instance: dg.DagsterInstance, defs: dg.Definitions, request: dg.RunRequest) -> dg.ExecuteInProcessResult:
+    """A run request launched as the daemon would: its job, partition, config and tags (run_key included)."""
+    job = defs.resolve_job_def(request.job_name or deploy_looks_job.name)
+    return job.execute_in_process(
+        instance=instance,
+        partition_key=request.partition_key,
+        run_config=request.run_config,
+        tags={**request.tags, "dagster/run_key": request.run_key or ""},
+    )
+
+
+def _rows(warehouse) -> pd.DataFrame:
+    with warehouse.connect() as conn:
+        return pd.read_sql(
+            sa.text(
+                "SELECT queryid, verdict, reason, look, look_end, change_factor FROM radar.verdict "
+                "WHERE deploy_id = 'lk-1'"
+            ),
+            conn,
+        ).set_index("queryid")
+
+
+def _state(warehouse) -> pd.Series:
+    with warehouse.connect() as conn:
+        return deploy_states(conn, ["lk-1"]).iloc[0]
+
+
+def _due(instance: dg.DagsterInstance, resources: dict) -> list[dg.RunRequest]:
+    tick = deploy_look_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    return list(tick.run_requests or []) if isinstance(tick, dg.SensorResult) else []
+
+
+def test_a_late_detection_through_dagster(deployed, warehouse, warehouse_url, slack, host):
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE radar.deploy_event SET commit_sha = :c, repository = 'acme/api', code_host = 'github', "
+                "api_url = :u WHERE deploy_id = 'lk-1'"
+            ),
+            {"c": COMMIT, "u": host.api_url},
+        )
+    resources = _resources(warehouse_url, slack, host)
+    defs = _defs(resources)
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["lk-1"])
+        assert not _due(instance, resources)  # no first verdict yet: no look
+        first = defs.resolve_job_def(deploy_verdicts_job.name).execute_in_process(
+            instance=instance, partition_key="lk-1"
+        )
+        assert first.success
+        rows = _rows(warehouse)
+        assert rows.loc[SPARSE, "verdict"] == "insufficient_data" and rows.loc[SPARSE, "look"] == 0
+        assert set(rows.loc[[1, 2], "verdict"]) == {"no_regression"}
+        assert _state(warehouse)["state"] == "inconclusive"
+        assert host.statuses and host.statuses[-1]["state"] != "failure"  # the first verdict's status
+
+        # The latest look due now (1 at 25 s; a machine slower than that may have let look 2 or 3 come due too):
+        # requested once, for this first verdict.
+        (request,) = _due(instance, resources)
+        look = request.run_config["ops"]["deploy_looks"]["config"]["look"]
+        with warehouse.connect() as conn:
+            elapsed = (conn.execute(sa.text("SELECT now()")).scalar_one() - deployed).total_seconds()
+        assert 1 <= look <= 3 and LOOK_SPANS[look] * W + 1 <= elapsed
+        assert request.tags["radar/look"] == str(look) and request.partition_key == "lk-1"
+        sent_before = len(host.statuses)
+        result = _execute(instance, defs, request)
+        assert result.success
+        materialized = result.asset_materializations_for_node("deploy_looks")[0].metadata
+        assert materialized["look"].value == look and materialized["detected"].value == 1
+        assert materialized["state_before"].value == "inconclusive" and materialized["state"].value == "fail"
+
+        rows = _rows(warehouse)
+        assert rows.loc[SPARSE, "verdict"] == "detected" and rows.loc[SPARSE, "look"] == look
+        assert rows.loc[SPARSE, "look_end"] == deployed + timedelta(seconds=LOOK_SPANS[look] * W)
+        assert rows.loc[SPARSE, "change_factor"] == pytest.approx(3.0, rel=0.1)
+        assert set(rows.loc[[1, 2], "verdict"]) == {"no_regression"} and set(rows.loc[[1, 2], "look"]) == {0}
+        state = _state(warehouse)
+        assert state["state"] == "fail" and state["late_detected"] == 1 and state["looks_done"] == look
+
+        with warehouse.connect() as conn:  # the late detection went through the outbox, once
+            alerts = conn.execute(
+                sa.text("SELECT queryid, status FROM radar.alert WHERE deploy_id = 'lk-1'")
+            ).fetchall()
+        assert [(int(q), s) for q, s in alerts] == [(SPARSE, "sent")]
+        (post,) = slack.calls_to("/api/chat.postMessage")
+        words = post.body.decode()
+        assert f"found {LOOK_SPANS[look] * W} s after deploy lk-1 (later look {look})" in words
+        assert len(host.statuses) > sent_before and host.statuses[-1]["state"] == "failure"  # sent again
+
+        assert not _due(instance, resources)  # requested once; nothing is open any more: the looks stop
+
+    # The CLI says which look decided each statement, and that later looks ran.
+    from click.testing import CliRunner
+
+    from radar_pipeline.cli import main
+
+    env = {"RADAR_WAREHOUSE_URL": warehouse_url, "COLUMNS": "200"}
+    shown = CliRunner().invoke(main, ["verdicts", "lk-1", "--format", "json"], env=env)
+    assert shown.exit_code == 0, shown.output
+    by_query = {v["queryid"]: v for v in json.loads(shown.output)}
+    assert by_query[SPARSE]["look"] == look and by_query[1]["look"] == 0
+    table = CliRunner().invoke(main, ["verdicts", "lk-1"], env=env)
+    assert table.exit_code == 0, table.output
+    assert f"deploy lk-1: fail (after {look} later look" in table.output
+    assert f"{look} (+{LOOK_SPANS[look] * W} s)" in table.output
+
+
+def test_looks_the_next_deploy_cuts_are_recorded_not_run_and_then_stop(deployed, warehouse):
+    from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
+    from radar_pipeline.steps.looks import run_look
+    from radar_pipeline.warehouse import looks
+
+    # The target's next deploy 5 s after lk-1: no look can see more than the first verdict did.
+    deploys.record(warehouse, deploys.DeployEvent("lk-2", "lk", deployed + timedelta(seconds=5)))
+    run = AnalysisRun(warehouse, ANALYSIS.settings(), settle=ANALYSIS.settle)
+    analyse_deploy(run, "lk-1")
+    before = _rows(warehouse)
+    assert before.loc[SPARSE, "verdict"] == "insufficient_data"
+    with warehouse.connect() as conn:
+        (due,) = [d for d in looks.due_looks(conn, timedelta(seconds=W), ANALYSIS.settle) if d.deploy_id == "lk-1"]
+    assert due.look == 3  # every look is due once the next deploy began: the latest is asked for
+    result = run_look(run, "lk-1", due.look)
+    assert result.status == "cut" and result.span is None and result.decided.empty
+    pd.testing.assert_frame_equal(_rows(warehouse), before)  # nothing decided, nothing changed
+    with warehouse.connect() as conn:
+        assert not [d for d in looks.due_looks(conn, timedelta(seconds=W), ANALYSIS.settle) if d.deploy_id == "lk-1"]
+        stored = looks.looks_of(conn, "lk-1")
+    assert stored[["look", "status"]].values.tolist() == [[3, "cut"]]
+    assert _state(warehouse)["looks_done"] == 3
+
+
+def test_a_look_never_changes_a_decided_verdict(deployed, warehouse):
+    from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
+    from radar_pipeline.warehouse import looks
+
+    run = AnalysisRun(warehouse, ANALYSIS.settings(), settle=ANALYSIS.settle)
+    decided = analyse_deploy(run, "lk-1").verdicts
+    cleared = decided[decided["queryid"] == 1].assign(verdict="detected", change_factor=9.0)
+    with warehouse.begin() as conn:  # as a look that raced a re-analysis would try to write it
+        written = looks.replace_open(conn, "lk-1", "lk", cleared, 2, deployed + timedelta(seconds=4 * W))
+    assert written.empty
+    rows = _rows(warehouse)
+    assert rows.loc[1, "verdict"] == "no_regression" and rows.loc[1, "look"] == 0
+
+
+def test_old_deploys_get_no_looks_unless_a_reanalysis_replaced_their_looks(warehouse):
+    from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
+    from radar_pipeline.warehouse import looks
+
+    at = datetime.now(UTC).replace(microsecond=0) - timedelta(days=2)
+    store_counters(warehouse, "lk", _counters(at, np.random.default_rng(30)), TEXTS)
+    deploys.record(warehouse, deploys.DeployEvent("lk-old", "lk", at))
+    run = AnalysisRun(warehouse, ANALYSIS.settings(), settle=ANALYSIS.settle)
+    analyse_deploy(run, "lk-old")  # a backfill's first verdict: its looks are long past, and not news
+    assert _open_of(warehouse, "lk-old")
+
+    def due() -> list:
+        with warehouse.connect() as conn:
+            return [d for d in looks.due_looks(conn, timedelta(seconds=W), ANALYSIS.settle) if d.deploy_id == "lk-old"]
+
+    assert not due()
+    with warehouse.begin() as conn:  # looks had run on an earlier first verdict, which a re-analysis replaced
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.deploy_look (deploy_id, target, look, basis, status, opened) "
+                "SELECT 'lk-old', 'lk', 3, analysed_at - interval '1 day', 'done', 1 FROM radar.analysis "
+                "WHERE deploy_id = 'lk-old'"
+            )
+        )
+    (again,) = due()
+    assert again.look == 3
+
+
+def _open_of(warehouse, deploy_id: str) -> int:
+    with warehouse.connect() as conn:
+        return conn.execute(
+            sa.text(
+                "SELECT count(*) FROM radar.verdict WHERE deploy_id = :d AND verdict IN ('inconclusive', "
+                "'insufficient_data')"
+            ),
+            {"d": deploy_id},
+        ).scalar_one()
