@@ -72,9 +72,7 @@ def test_one_member_far_slower_does_not_make_its_group_slow():
     found = joint_test(y, s, np.full(5, 1000.0), SETTINGS.threshold)
     assert found is not None and found.p_value < 1e-4
     assert found.factor > 1.2 and found.factor_but_one < 1.1  # the one carries the mean, not the group
-    frame = pd.DataFrame(
-        {"query_key": range(5), "deploy_log_factor": y, "deploy_log_se": s, "deploy_dof": 1000.0}
-    )
+    frame = pd.DataFrame({"query_key": range(5), "deploy_log_factor": y, "deploy_log_se": s, "deploy_dof": 1000.0})
     decided = decide_groups(frame, {"g": list(range(5))}, 0.02, SETTINGS)
     assert decided.loc[0, "verdict"] == Verdict.INCONCLUSIVE
 
