@@ -597,7 +597,8 @@ GATE_EPILOG = """\b
 Exit codes:
   0  pass: nothing detected, and the cleared statements hold at least the
      pass share (radar.pass_share, default 90%) of the execution time
-  1  fail: a statement is detected slower
+  1  fail: a statement is detected slower, or a group of statements
+     decided together (radar verdicts names it)
   3  inconclusive: neither (0 with --inconclusive-ok)
   4  still pending at the deadline (--wait; without it, at once)
   5  warehouse or configuration error (retried until the deadline)
@@ -683,6 +684,9 @@ def _gate_text(view: gate_step.GateView, deploy_id: str) -> list[str]:
     from radar_pipeline.engine.vocabulary import VERDICTS, Cause, Verdict  # loaded with the gate's view already
 
     lines.append("  verdicts: " + ", ".join(f"{int(s.get(v) or 0)} {v}" for v in VERDICTS))
+    if s.get("groups_detected"):
+        n = int(s["groups_detected"])
+        lines.append(f"  {n} group{'s' if n != 1 else ''} of statements decided together detected (radar verdicts)")
     if view.shares:
         cleared = view.shares.get(Verdict.NO_REGRESSION, 0.0)
         shares = f"{cleared:.1%} cleared, {view.shares.get(Verdict.INCONCLUSIVE, 0.0):.1%} inconclusive"

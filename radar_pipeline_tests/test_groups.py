@@ -21,10 +21,12 @@ import sqlalchemy as sa
 
 from radar_pipeline.alerts.render import escape, render
 from radar_pipeline.engine import EngineSettings, Verdict
+from radar_pipeline.engine.budget import look_budget
 from radar_pipeline.steps.alert_delivery import deploy_facts, regression_of
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 from radar_pipeline.steps.groups import shape_key
 from radar_pipeline.warehouse import alerts, deploys
+from radar_pipeline.warehouse.analysis import deploy_states
 from radar_pipeline.warehouse.groups import groups_of
 
 from .helpers import store_counters
@@ -87,9 +89,13 @@ def test_statements_of_one_shape_a_little_slower_are_found_together(recorded, wa
     assert sorted(group["member_queryid"]) == sorted(SLOWED)
     assert group["factor_low"] < 1.4 < group["factor_high"] and group["factor_low"] > 1.1
     assert group["sentence"].startswith("15 statements of this shape slowed ×")
-    # The budget: a fifth of B to the groups (the shape's alone here: one role), the rest to the statements.
-    assert group["budget_share"] == pytest.approx(SETTINGS.false_alert_budget * 0.2 / len(stored))
-    assert found.verdicts["budget_share"].sum() == pytest.approx(SETTINGS.false_alert_budget * 0.8)
+    # The budget: a fifth of the first look's to the groups (the shape's alone here: one role), the rest to the
+    # statements.
+    first_look = look_budget(SETTINGS.false_alert_budget, 0)
+    assert group["budget_share"] == pytest.approx(first_look * 0.2 / len(stored))
+    assert found.verdicts["budget_share"].sum() == pytest.approx(first_look * 0.8)
+    # A detected group fails its deploy, as a detection does: the gate and the commit status read this.
+    assert (found.state["state"], found.state["groups_detected"], found.state["detected"]) == ("fail", 1, 0)
 
     marked = verdicts.loc[list(SLOWED), "group_regressed"]
     assert marked.str.startswith("in a group that regressed: 15 statements of this shape slowed ×").all()
@@ -106,6 +112,15 @@ def test_statements_of_one_shape_a_little_slower_are_found_together(recorded, wa
     assert shown.returncode == 0, shown.stderr
     assert f"group detected: {group['sentence']}" in shown.stdout
     assert f"queryid 101 is in a group that regressed: {group['sentence']}" in shown.stdout
+    gated = subprocess.run(
+        [str(Path(sys.executable).parent / "radar"), "gate", "slowed", "--warehouse", warehouse_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"COLUMNS": "200", "PATH": str(Path(sys.executable).parent)},
+    )
+    assert gated.returncode == 1, gated.stdout + gated.stderr
+    assert "1 group of statements decided together detected" in gated.stdout
 
     # Alerted through the outbox: every member is a regression of the deploy, its group in the message.
     with warehouse.connect() as conn:
@@ -129,6 +144,8 @@ def test_a_steady_deploy_has_its_groups_decided_and_none_regressed(recorded, war
     assert list(stored["kind"]) == ["shape"]  # one role: no role group (it would be every statement)
     assert (stored["verdict"] != Verdict.DETECTED).all()
     assert _verdicts(warehouse, "steady")["group_regressed"].isna().all()
+    with warehouse.connect() as conn:
+        assert deploy_states(conn, ["steady"]).iloc[0]["groups_detected"] == 0
 
 
 def test_a_shape_is_the_statement_without_its_relations_names():
