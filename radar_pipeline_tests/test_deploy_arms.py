@@ -33,6 +33,8 @@ def known(warehouse):
         ({"release_id": "r 1"}, "release 'r 1' is not usable"),
         ({"release_id": "r-1\n"}, "is not usable"),
         ({"release_id": "x" * 129}, "is not usable"),
+        # the prefix of inferred releases (warehouse.releases): a recorded id like it would name another release
+        ({"release_id": "inferred:d-1"}, "release 'inferred:d-1' is not usable: 'inferred:' names inferred releases"),
         ({"canary_role": ""}, "canary role '' is not a PostgreSQL role name"),
         ({"canary_role": "é" * 32}, "is not a PostgreSQL role name"),  # 64 bytes
         ({"canary_role": "app\x1b[2J"}, "is not a PostgreSQL role name"),

@@ -38,6 +38,7 @@ CODE_HOSTS = tuple(REPOSITORY)
 CSV_COLUMNS = ("deploy_id", "target", "deployed_at", "service", "version", "url")
 MAX_TEXT = 1000
 PERIODIC_PREFIX = "periodic:"  # ids of periodic analyses in radar.analysis (see sql/0006)
+INFERRED_PREFIX = "inferred:"  # ids of inferred releases (warehouse.releases): never a recorded release id
 # A GitLab job reported twice: by its CI step (`radar deploy`, or the documented curl) and by GitLab's deployment
 # webhook, both as gl-<job id> (see same_job).
 GITLAB_JOB = re.compile(r"gl-[0-9]{1,20}")
@@ -133,6 +134,11 @@ class DeployEvent:
             raise DeployError(
                 f"release {self.release_id!r} is not usable: 1-128 letters, digits or . _ : @ + = / -, starting with a "
                 "letter or digit"
+            )
+        if self.release_id is not None and self.release_id.startswith(INFERRED_PREFIX):
+            raise DeployError(
+                f"release {self.release_id!r} is not usable: {INFERRED_PREFIX!r} names inferred releases (deploys of "
+                "the same service and version without a release id)"
             )
         role = self.canary_role
         if role is not None and (not role or len(role.encode()) > ROLE_BYTES or CONTROL.search(role)):

@@ -16,8 +16,10 @@ from datetime import datetime, timedelta
 import pandas as pd
 import sqlalchemy as sa
 
+# defined beside the deploy event, which refuses it as a recorded release id
+from radar_pipeline.warehouse.deploys import INFERRED_PREFIX as INFERRED_PREFIX
+
 INFER_SPAN = timedelta(hours=1)
-INFERRED_PREFIX = "inferred:"
 EVENT_COLUMNS = "deploy_id, target, deployed_at, service, version, release_id"
 
 
