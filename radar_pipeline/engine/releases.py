@@ -43,6 +43,7 @@ import pandas as pd
 
 from radar_pipeline.engine.budget import look_budget
 from radar_pipeline.engine.decision import family_weights
+from radar_pipeline.engine.fdr import bonferroni
 
 MIN_TARGETS = 2  # a fleet verdict needs a statement key's evidence on at least this many targets
 HETEROGENEITY_ALPHA = 0.05  # Cochran's Q below this level: the targets differ, and the slower ones are named
@@ -213,14 +214,13 @@ def fleet_verdicts(
     log_tol = np.log1p(threshold)
     # The test and the interval take the more cautious of HKSJ and the robust variance (module docstring).
     p = np.fmax(_t_sf(got.mean - log_tol, got.se, got.dof), _t_sf(got.mean - log_tol, got.robust_se, got.robust_dof))
-    p_family = np.minimum(1.0, p / weight)
+    detected, p_family = bonferroni(p, weight, spend)
 
     def margin(level: float) -> np.ndarray:
         return np.fmax(stats.t.ppf(level, got.dof) * got.se, stats.t.ppf(level, got.robust_dof) * got.robust_se)
 
     half = margin(0.5 + CI_LEVEL / 2)
     upper = got.mean + margin(clear_level)
-    detected = p_family <= spend
     verdict = np.where(detected, "detected", np.where(upper <= log_tol, "no_regression", "inconclusive"))
     consistent = got.q_p >= HETEROGENEITY_ALPHA
     z = stats.norm.ppf(0.5 + CI_LEVEL / 2)

@@ -147,3 +147,14 @@ def test_the_robust_variance_and_its_satterthwaite_dof_match_their_matrix_form()
         sigma = np.diag(1 / w) - 1 / total  # Cov e under the working model
         assert np.isclose(got.robust_se[i] ** 2, e @ a @ e)
         assert np.isclose(got.robust_dof[i], np.trace(a @ sigma) ** 2 / np.trace(a @ sigma @ a @ sigma))
+
+
+def test_a_key_without_budget_share_is_never_detected_and_its_p_family_is_one():
+    """With the whole budget by execution time (time_weight 1), a key that ran nothing before the deploy has no
+    share: engine.fdr's Bonferroni gives it p_family 1, however small its p (here 0), never NaN."""
+    y = np.array([[0.0] * 8, [5.0] * 8])
+    frame = evidence(y, np.full((2, 8), 1e-3))
+    frame["time_before"] = np.repeat([10.0, 0.0], 8)
+    out = fleet_verdicts(frame, 0.2, 0.1, time_weight=1.0).set_index("key")
+    assert out.loc[1, "p_value"] == 0.0 and out.loc[1, "budget_share"] == 0.0
+    assert out.loc[1, "p_family"] == 1.0 and out.loc[1, "verdict"] != "detected"
