@@ -253,3 +253,36 @@ def test_release_verdicts_runs_after_each_member_s_analysis_in_dagster_and_alert
     assert [p["text"] for p in posts] == ["Release rel-1: 1 statement slower across its fleet"]  # once
     blocks = posts[0]["blocks"] if isinstance(posts[0]["blocks"], list) else json.loads(posts[0]["blocks"])
     assert TEXTS[1] in blocks[2]["text"]["text"] and "on 6 of 6 targets" in blocks[3]["fields"][0]["text"]
+
+
+def test_a_fleet_alert_whose_send_timed_out_is_looked_for_in_the_channel_not_posted_twice(warehouse, fleet, slack):
+    import logging
+
+    from radar_pipeline.alerts.slack import SlackSender
+
+    for target in TARGETS:
+        analyse_deploy(AnalysisRun(warehouse, SETTINGS), f"rel-1-{target}")
+    decision = with_text(warehouse, decide_release(warehouse, "rel-1", SETTINGS))
+    assert len(decision.detected) == 1
+    post = "/api/chat.postMessage"
+    bot = SlackSender(token="xoxb-test-token", channel="C0RADAR", base_url=slack.api_url, timeout=3)
+    log = logging.getLogger("test")
+    held = slack.hold_next(post)  # Slack takes the message and answers only after the client gave up
+    try:
+        deliver_fleet_alerts(log, warehouse, bot, decision)
+    finally:
+        held.set()
+
+    def outbox() -> list[tuple]:
+        with warehouse.connect() as conn:
+            return conn.execute(
+                sa.text("SELECT status, outcome_unknown FROM radar.alert WHERE target = 'release:rel-1'")
+            ).all()
+
+    assert outbox() == [("pending", True)] and len(slack.messages()) == 1
+    with warehouse.begin() as conn:  # the backoff is over
+        conn.execute(sa.text("UPDATE radar.alert SET next_attempt_at = now() WHERE target = 'release:rel-1'"))
+    again = deliver_fleet_alerts(log, warehouse, bot, decision)
+    assert len(slack.calls_to("/api/conversations.history")) == 1
+    assert len(slack.calls_to(post)) == 1 and again["to_send"] == 0  # found posted: not sent again
+    assert outbox() == [("sent", False)]

@@ -123,10 +123,11 @@ def deliver_fleet_alerts(
     """Announce the release's final fleet detections in one message, through the outbox (radar.alert): a row per
     detected key under the release's earliest member deploy and the target "release:<id>" (dbid and userid 0, the
     fingerprint as queryid), claimed before sending and settled after, so a detection is sent once whichever member's
-    run decides it. With `withhold` (a reason) the rows are recorded as withheld and nothing is sent."""
+    run decides it; rows an earlier attempt may have posted (no answer came) are looked for in the channel first, as
+    steps.alert_delivery does. With `withhold` (a reason) the rows are recorded as withheld and nothing is sent."""
     from radar_pipeline.alerts.render import FleetRegression, render_fleet
     from radar_pipeline.alerts.slack import DeliveryError
-    from radar_pipeline.steps.alert_delivery import LEASE, NO_CHANNEL, retry_wait
+    from radar_pipeline.steps.alert_delivery import LEASE, NO_CHANNEL, _already_posted, retry_wait
     from radar_pipeline.warehouse import alerts as outbox
 
     found = decision.detected if decision.status == FINAL else decision.verdicts.iloc[0:0]
@@ -147,7 +148,20 @@ def deliver_fleet_alerts(
         claimed = outbox.claim(conn, anchor, target, channel, LEASE)
     if not claimed.keys:
         return metadata
-    due = set(claimed.keys)
+
+    def settle(settled: list[Any], status: str, **kwargs: Any) -> None:
+        with engine.begin() as conn:
+            outbox.settle(conn, anchor, target, channel, settled, claimed.delivery_id, status, **kwargs)
+
+    todo = claimed.keys
+    if claimed.earlier and sender.configured:  # an earlier attempt may have posted them: look in the channel first
+        remaining = _already_posted(log, sender, claimed, settle, metadata)
+        if remaining is None:
+            return metadata
+        todo = remaining
+    if not todo:
+        return metadata
+    due = set(todo)
     rows = [r for r, k in zip(found.itertuples(), keys, strict=True) if k in due]
     text, blocks = render_fleet(
         decision.release.release_id,
@@ -166,25 +180,21 @@ def deliver_fleet_alerts(
     )
     metadata["to_send"] = len(rows)
     metadata["message"] = {"text": text, "blocks": blocks}
-
-    def settle(status: str, **kwargs: Any) -> None:
-        with engine.begin() as conn:
-            outbox.settle(conn, anchor, target, channel, claimed.keys, claimed.delivery_id, status, **kwargs)
-
+    todo = [k for k in keys if k in due]
     if not sender.configured:
         log.info(f"Slack is not configured; the fleet alert would read:\n{text}")
-        settle("skipped")
+        settle(todo, "skipped")
         return metadata
     try:
         delivered = sender.send(text, blocks, [], delivery_id=claimed.delivery_id)
     except DeliveryError as exc:
         log.error(f"Slack: {exc}")
         if exc.retryable:
-            settle("pending", error=str(exc), unknown=exc.unknown, wait=retry_wait(claimed.attempt, exc))
+            settle(todo, "pending", error=str(exc), unknown=exc.unknown, wait=retry_wait(claimed.attempt, exc))
         else:
-            settle("failed", error=str(exc))
+            settle(todo, "failed", error=str(exc))
     else:
-        settle("sent", ts=delivered.ts)
+        settle(todo, "sent", ts=delivered.ts)
     return metadata
 
 
