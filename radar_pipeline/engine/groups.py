@@ -6,16 +6,16 @@ deploy_log_se, deploy_dof: the log factor of its window means, with the test's v
 freedom; fixed before any split is chosen, so no selection biases it). A group of at least MIN_MEMBERS such members
 is tested:
 
-- the decision, a weighted Stouffer combination of the members' one-sided statistics: member i's
-  t_i = (y_i − ln(1 + θ)) / s_i on ν_i degrees of freedom gives p_i, z_i = Φ⁻¹(1 − p_i), and
-  Z = Σ w_i z_i / √(Σ w_i²). Under H0 — no member slowed beyond 1 + θ — every z_i is stochastically at most
-  N(0, 1) whatever the members' sizes, noise or number of calls (each member's own test carries those), so for
-  independent members and fixed weights Z is too (Stouffer et al. 1949; Whitlock 2005, weights ∝ 1/SE). The weights
-  are 1 / s̃_i, the member's standard error widened for its own degrees of freedom (s_i · t_ν,0.975 / z_0.975), capped
-  at WEIGHT_CAP × their median: a precise member counts more, as in the ceiling's inverse-variance combination,
-  while one whose noise happened to be underestimated cannot carry the group. The weights depend on the data only
-  through the standard errors, which H0 leaves symmetric about the estimates; measured at H0's boundary the level
-  holds (docs/groups.md).
+- the decision, Stouffer's combination of the members' one-sided statistics with equal weights: member i's
+  t_i = (y_i − ln(1 + θ)) / s_i on ν_i degrees of freedom gives p_i, z_i = Φ⁻¹(1 − p_i), and Z = Σ z_i / √m. Under
+  H0 — no member slowed beyond 1 + θ — every z_i is stochastically at most N(0, 1) whatever the members' sizes, noise
+  or number of calls (each member's own test carries those), so for independent members Z is too (Stouffer et al.
+  1949). The weights must not read the window's latency: weights from the members' estimated standard errors
+  (Whitlock 2005's ∝ 1/SE) let the same noisy s_i that makes a member's z_i large also make its weight large, and Z
+  is no longer N(0, 1) under H0 — with sparse members (4 to 8 degrees of freedom, noise spread e^±1) 1.5× the level
+  at 0.05 and 2.2× at 0.005 (engine/test_groups.py). The window's calls are no latency, but the engine gives them at
+  the split its own test chose (chosen from the latency), not at the deploy's; what equal weights cost where the
+  members' precision differs is measured in docs/groups.md.
 - the size, a random-effects estimate of the members' typical factor (DerSimonian & Laird 1986) with the
   Hartung–Knapp–Sidik–Jonkman small-sample interval on m − 1 degrees of freedom, its variance floored at the
   fixed-effect one (the modified HKSJ of Röver, Knapp & Friede 2015): the "×1.5 (×1.3–×1.7)" of the report. The
@@ -47,8 +47,6 @@ from radar_pipeline.engine.vocabulary import Verdict
 # A group is tested from this many members with an estimate at the deploy: fewer, and its interval on m − 1 degrees
 # of freedom is too wide to tell anything (t_3,0.975 = 3.2), while a pair is better read from its two verdicts.
 MIN_MEMBERS = 5
-# No member weighs more than this many times the members' median weight in the joint test.
-WEIGHT_CAP = 3.0
 GROUP_KINDS = ("shape", "role", "change")
 # The member columns the joint test reads (analyse's result).
 MEMBER_COLUMNS = ("query_key", "deploy_log_factor", "deploy_log_se", "deploy_dof")
@@ -112,11 +110,11 @@ def joint_test(
     limit = np.log1p(threshold)
     p_members = stats.t.sf((y - limit) / s, nu)
     z_members = stats.norm.isf(np.clip(p_members, 1e-300, 1 - 1e-16))
-    # The members' standard errors widened for their own degrees of freedom: a sparse member's estimate of its noise
-    # is itself uncertain.
+    # Equal weights: a weight read from s_i would depend on the same noise estimate as z_i (module docstring).
+    z = float(z_members.sum() / np.sqrt(m))
+    # The members' standard errors widened for their own degrees of freedom, for the size only: a sparse member's
+    # estimate of its noise is itself uncertain.
     wide = s * stats.t.ppf(0.975, nu) / stats.norm.ppf(0.975)
-    weight = np.minimum(1.0 / wide, WEIGHT_CAP * float(np.median(1.0 / wide)))
-    z = float((weight * z_members).sum() / np.sqrt((weight**2).sum()))
     mu, var, tau2 = _random_effects(y, wide)
     top = int(np.argmax(y))
     but_one, _, _ = _random_effects(np.delete(y, top), np.delete(wide, top))

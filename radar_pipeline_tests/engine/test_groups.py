@@ -50,6 +50,28 @@ def test_the_joint_test_holds_its_level_at_the_boundary_and_under_the_null(facto
         assert 0.2 < float(np.median(p)) < 0.8
 
 
+def test_sparse_members_of_unequal_noise_hold_the_level_at_the_boundary():
+    """Fifteen members exactly at 1 + θ, each a t statistic on 4 to 8 degrees of freedom with its true noise spread
+    over e^±1: a member's estimated standard error is noisy, and it also sets its own z (a small s, a large z). Were
+    the weights drawn from those standard errors, Z would be pushed up under H0 (1.5× the level at 0.05, 2.2× at
+    0.005); weights that do not read the window's latency keep Stouffer's level (4,000 seeded groups, 2.5 standard
+    errors of slack)."""
+    rng = np.random.default_rng(29)
+    limit = np.log1p(SETTINGS.threshold)
+    p = []
+    for _ in range(4000):
+        nu = rng.integers(4, 9, size=MEMBERS).astype(float)
+        sigma = 0.2 * np.exp(rng.uniform(-1.0, 1.0, size=MEMBERS))
+        s = sigma * np.sqrt(rng.chisquare(nu) / nu)
+        found = joint_test(limit + sigma * rng.standard_normal(MEMBERS), s, nu, SETTINGS.threshold)
+        assert found is not None
+        p.append(found.p_value)
+    for level in (0.05, 0.005):
+        rate = float((np.array(p) <= level).mean())
+        assert rate <= level + 2.5 * np.sqrt(level * (1 - level) / len(p)), (level, rate)
+    assert 0.3 < float(np.median(p)) < 0.7  # attained, not vacuous
+
+
 def test_fifteen_members_a_little_slower_are_found_together_though_none_alone():
     """Each ×1.4 with 30 to 60 calls a side, a per-call CV of 0.5 to 1: no member is detected on its own, while the
     group is, at a group budget of a fifth of B shared by three groups."""
