@@ -428,3 +428,63 @@ def test_a_chart_title_carries_no_control_or_bidi_character():
     title = chart_title("SELECT \x1b[31mred\x07 \u202egnp.\x9b $1", "interval means")
     assert not any(c in title for c in "\x1b\x07\u202e\x9b"), repr(title)
     assert title == "SELECT [31mred gnp. \\$1\ninterval means"
+
+
+@pytest.mark.parametrize("long", [False, True])
+def test_a_regression_with_every_optional_line_stays_within_slacks_fields(long):
+    """Every optional line at once (a later look's detection, its group, other named changes, an undo hint and a
+    shared queryid's caution), at the longest: no section carries more than Slack's 10 fields, which Slack would
+    refuse (invalid_blocks, not retried: the whole message lost)."""
+    from radar_pipeline.alerts.render import MAX_FIELDS, render
+
+    facts, (regression,) = _many(1, long)
+    filler = "&<>" * 1000 if long else ""
+    worst = dataclasses.replace(
+        regression,
+        factor_low=1.5,
+        factor_high=2.5,
+        history_intervals=0.0,
+        shared_with=["a" + filler, "b"],
+        cause="index_dropped",
+        cause_detail="index public.orders_idx dropped" + filler,
+        named_changes=["index public.orders_idx dropped", "setting work_mem changed" + filler],
+        undo_hint="CREATE INDEX orders_idx ON orders (id)" + filler,
+        group="one of 15 statements of this shape" + filler,
+        look=2,
+        found_after=timedelta(hours=2),
+    )
+    _, blocks = render(facts, [worst] * 10)
+    assert fake_slack.limit_errors({"text": "x", "blocks": blocks}) == []
+    sections = [b for b in blocks if b["type"] == "section" and "fields" in b]
+    assert max(len(b["fields"]) for b in sections) <= MAX_FIELDS
+    texts = [f["text"] for f in sections[1]["fields"]]
+    assert any(t.startswith("*Change began:* +5 s from the deploy; found 2 h after deploy d-") for t in texts), texts
+    assert "(later look 2)" in " ".join(texts)
+    for label in ("*Also changed:*", "*To undo:*", "*Group:*", "*Caution:*"):
+        assert any(t.startswith(label) for t in texts), label
+
+
+def test_spans_in_words_one_way_for_every_message():
+    from radar_pipeline.alerts.render import AnalysisFacts, render, span_words
+
+    assert [span_words(timedelta(seconds=s)) for s in (20, 2400, 5400, 7200, 86400)] == [
+        "20 s",
+        "40 min",
+        "1.5 h",
+        "2 h",
+        "24 h",
+    ]
+    # spelled, for "the … before it": the unit alone for one of it
+    assert [span_words(timedelta(seconds=s), spelled=True) for s in (20, 2400, 3600, 5400, 7200)] == [
+        "20 seconds",
+        "40 minutes",
+        "hour",
+        "1.5 hours",
+        "2 hours",
+    ]
+    start = datetime(2026, 11, 29, 10, tzinfo=UTC)
+    facts = AnalysisFacts(
+        "periodic:1", "main", start, None, None, None, None, period=(start, start + timedelta(hours=2))
+    )
+    _, blocks = render(facts, [])
+    assert "*Compared with:* the 2 hours before it" in [f["text"] for f in blocks[1]["fields"]]

@@ -298,7 +298,7 @@ def _analysis_fields(facts: AnalysisFacts) -> list[dict[str, str]]:
                 "type": "mrkdwn",
                 "text": f"*Period:* {start.isoformat(timespec='seconds')} → {end.isoformat(timespec='seconds')}",
             },
-            {"type": "mrkdwn", "text": f"*Compared with:* the {_duration(end - start)} before it"},
+            {"type": "mrkdwn", "text": f"*Compared with:* the {span_words(end - start, spelled=True)} before it"},
             {"type": "mrkdwn", "text": f"*Check:* {escape_within(facts.analysis_id, 500)}"},
         ]
     deploy_text = escape_within(facts.analysis_id, 500)
@@ -313,10 +313,14 @@ def _analysis_fields(facts: AnalysisFacts) -> list[dict[str, str]]:
 
 
 def _regression_fields(facts: AnalysisFacts, r: Regression) -> list[dict[str, str]]:
+    """A regression's fields: six always, and up to four optional ones (Also changed, To undo, Group, Caution), so
+    never more than Slack's MAX_FIELDS per section (a later look's "found … after deploy" rides on Change began)."""
     if facts.period:
         began = r.change_at.isoformat(timespec="seconds")
     else:
         began = f"{(r.change_at - facts.split_at).total_seconds():+.0f} s from the deploy"
+        if r.look > 0:  # when a later look found it, with when it began: a field of its own would make 11
+            began += f"; {escape_within(found_line(r, facts.analysis_id), MAX_FIELD_TEXT - 80)}"
     cause = SEVERITY.get(r.cause, r.cause)
     interval = ""
     if r.factor_low is not None and r.factor_high is not None and r.factor_low == r.factor_low:  # not NaN
@@ -342,9 +346,6 @@ def _regression_fields(facts: AnalysisFacts, r: Regression) -> list[dict[str, st
         {"type": "mrkdwn", "text": f"*Cause:* {escape_within(cause_line(r, cause), MAX_FIELD_TEXT - 20)}"},
         {"type": "mrkdwn", "text": f"*queryid:* {r.queryid}"},
     ]
-    if r.look > 0 and not facts.period:
-        found = escape_within(found_line(r, facts.analysis_id), MAX_FIELD_TEXT - 20)
-        fields.append({"type": "mrkdwn", "text": f"*Found:* {found}"})
     also = [c for c in r.named_changes or [] if c != r.cause_detail and c not in (r.cause_detail or "")]
     if also:
         also_text = escape_within("; ".join(also), MAX_FIELD_TEXT - 30)
@@ -366,14 +367,16 @@ def found_line(r: Regression, deploy_id: str) -> str:
     return f"found {span_words(r.found_after)} after deploy {deploy_id} (later look {r.look})"
 
 
-def span_words(span: timedelta) -> str:
-    """A span as a reader says it: "2 h", "1.5 h", "40 min", "20 s"."""
+def span_words(span: timedelta, *, spelled: bool = False) -> str:
+    """A span as a reader says it: "2 h", "1.5 h", "40 min", "20 s"; `spelled`, for "the … before it": "2 hours",
+    "1.5 hours", "40 minutes", "20 seconds", and the unit alone for exactly one of it ("hour")."""
     seconds = span.total_seconds()
-    if seconds >= 3600:
-        return f"{seconds / 3600:.3g} h"
-    if seconds >= 60:
-        return f"{seconds / 60:.3g} min"
-    return f"{seconds:.3g} s"
+    short, long = ("h", "hour") if seconds >= 3600 else ("min", "minute") if seconds >= 60 else ("s", "second")
+    count = seconds / {"h": 3600, "min": 60, "s": 1}[short]
+    number = f"{count:,.0f}" if count >= 100 or count == int(count) else f"{count:.3g}"
+    if not spelled:
+        return f"{number} {short}"
+    return long if count == 1 else f"{number} {long}s"
 
 
 def cause_line(r: Regression, cause: str | None = None) -> str:
@@ -384,16 +387,6 @@ def cause_line(r: Regression, cause: str | None = None) -> str:
     if not r.cause_detail:
         return word
     return r.cause_detail if r.cause_detail.startswith(r.cause) else f"{word}: {r.cause_detail}"
-
-
-def _duration(span: timedelta) -> str:
-    seconds = int(span.total_seconds())
-    if seconds % 3600 == 0:
-        hours = seconds // 3600
-        return "hour" if hours == 1 else f"{hours} hours"
-    if seconds % 60 == 0:
-        return f"{seconds // 60} minutes"
-    return f"{seconds} seconds"
 
 
 def render_run_failure(
