@@ -290,3 +290,52 @@ def _open_of(warehouse, deploy_id: str) -> int:
             ),
             {"d": deploy_id},
         ).scalar_one()
+
+
+def test_a_look_that_a_reanalysis_overtook_writes_nothing(deployed, warehouse):
+    """A re-analysis that replaces the first verdict while a look is deciding (its basis read, its rows not yet
+    written) wins: the look is refused inside its write transaction, and the re-analysis's rows stay as it wrote them.
+    The look is held at its lock by another session while the re-analysis runs, as a slow look would be."""
+    import threading
+
+    from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
+    from radar_pipeline.steps.looks import LookRefused, run_look
+    from radar_pipeline.warehouse import looks
+
+    run = AnalysisRun(warehouse, ANALYSIS.settings(), settle=ANALYSIS.settle)
+    analyse_deploy(run, "lk-1")
+    outcome: dict[str, object] = {}
+
+    def look() -> None:
+        try:
+            outcome["result"] = run_look(run, "lk-1", 1)
+        except Exception as exc:  # noqa: BLE001 - the test reads what it was
+            outcome["error"] = exc
+
+    with warehouse.connect() as holder:
+        looks.lock(holder, "lk-1")  # the look's lock, held
+        thread = threading.Thread(target=look)
+        thread.start()
+        with warehouse.connect() as probe:  # wait until the look waits on it: it has read its basis and decided
+            for _ in range(600):
+                waiting = probe.execute(
+                    sa.text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND wait_event = 'advisory' AND datname = current_database()"
+                    )
+                ).scalar_one()
+                probe.rollback()
+                if waiting or not thread.is_alive():
+                    break
+                thread.join(0.1)
+        assert waiting, outcome
+        analyse_deploy(run, "lk-1")  # the re-analysis replaces the first verdict meanwhile
+        replaced = _rows(warehouse)
+        holder.rollback()  # the look goes on
+    thread.join(60)
+    assert isinstance(outcome.get("error"), LookRefused), outcome
+    assert "re-analys" in str(outcome["error"])
+    pd.testing.assert_frame_equal(_rows(warehouse), replaced)  # nothing written onto the re-analysis's rows
+    assert replaced.loc[SPARSE, "verdict"] == "insufficient_data"
+    with warehouse.connect() as conn:
+        assert looks.looks_of(conn, "lk-1").empty  # and no look recorded on it

@@ -460,6 +460,28 @@ def family_weights(time_before: np.ndarray, decidable: np.ndarray, time_weight: 
     return np.where(decidable, weight, np.nan)
 
 
+def family_shares(
+    counters: pd.DataFrame,
+    deploy_at: datetime | pd.Timestamp,
+    settings: EngineSettings | None = None,
+    *,
+    before: timedelta | None = None,
+    after: timedelta | None = None,
+) -> pd.Series:
+    """The budget shares analyse gives the family of this window (family_weights over the statements its floors let
+    it decide), by query_key: Σ = 1 over them, 0 for the others; empty for an empty window. A later look's `weights`."""
+    settings = settings or EngineSettings()
+    deploy = _utc_ns(deploy_at)
+    lo = deploy - _ns(settings.window if before is None else before)
+    samples = window_samples(counters, lo, deploy + _ns(settings.window if after is None else after))
+    if samples.groups == 0:
+        return pd.Series(dtype=float)
+    sides = _window_sides(samples, deploy)
+    decidable = _floors(sides, settings)[0] != Verdict.INSUFFICIENT_DATA
+    weight = family_weights(sides.time_before, decidable, settings.budget_time_weight)
+    return pd.Series(np.nan_to_num(weight, nan=0.0), index=pd.Index(samples.keys))
+
+
 def _window_sides(samples: WindowSamples, deploy: int) -> WindowSides:
     """Intervals, calls, time and call-weighted means either side of the deploy, per statement."""
     g = samples.groups

@@ -32,10 +32,9 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
-from radar_pipeline.engine import Cause, EngineSettings, Verdict
+from radar_pipeline.engine import Cause, EngineSettings, Verdict, decision
 from radar_pipeline.engine.budget import LOOK_SPANS, look_after, look_budget
-from radar_pipeline.engine.decision import _floors, _window_sides, analyse, explain_detections, family_weights
-from radar_pipeline.engine.samples import window_samples
+from radar_pipeline.engine.decision import analyse, explain_detections
 from radar_pipeline.pgss_model import KEY
 from radar_pipeline.steps.noise import prior_for
 from radar_pipeline.steps.plan_diffs import plan_diffs
@@ -94,16 +93,7 @@ def family_shares(
     """Each statement's budget share over the look's whole family (by query_key, Σ = 1 over the statements the look's
     window can decide; 0 for the others): engine `family_weights` from the before side's execution time, so a share
     never depends on any after side's latency, and it is not renormalised over the statements still open."""
-    deploy = pd.Timestamp(deploy_at).tz_convert("UTC").as_unit("ns").value
-    lo = deploy - int(span.before.total_seconds() * 1e9)
-    hi = deploy + int(span.after.total_seconds() * 1e9)
-    samples = window_samples(counters, lo, hi)
-    if samples.groups == 0:
-        return pd.Series(dtype=float)
-    sides = _window_sides(samples, deploy)
-    verdict, _ = _floors(sides, settings)
-    weight = family_weights(sides.time_before, verdict != Verdict.INSUFFICIENT_DATA, settings.budget_time_weight)
-    return pd.Series(np.nan_to_num(weight, nan=0.0), index=pd.Index(samples.keys))
+    return decision.family_shares(counters, deploy_at, settings, before=span.before, after=span.after)
 
 
 def decide_look(
@@ -200,8 +190,9 @@ def run_look(run: Any, deploy_id: str, look: int, now: datetime | None = None) -
     rows of the open statements it decides are replaced (saying which look found them and when), never a decided one,
     and the look is recorded in radar.deploy_look (done, or cut when the next deploy left its after side no longer
     than the previous look's). `run` is a steps.deploy_analysis.AnalysisRun. Refused (LookRefused) when the deploy is
-    unknown or has no first verdict, when the look is out of range, or when its after side (plus run.settle) has not
-    passed by the warehouse's clock and no later deploy cut it."""
+    unknown or has no first verdict, when the look is out of range, when its after side (plus run.settle) has not
+    passed by the warehouse's clock and no later deploy cut it, or when a re-analysis replaced the first verdict while
+    the look ran (checked under the look's lock in the write transaction: nothing is written)."""
     started = time.perf_counter()
     if not 1 <= look <= LAST_LOOK:
         raise LookRefused(f"look must lie in 1..{LAST_LOOK}, not {look}")
@@ -237,6 +228,7 @@ def run_look(run: Any, deploy_id: str, look: int, now: datetime | None = None) -
     if span is None or still.empty:
         status = "cut" if span is None else "closed"
         with run.warehouse.begin() as conn:
+            _hold_basis(conn, deploy_id, basis)
             store.record_look(conn, deploy_id, target, look, status, span, basis, len(still), empty, run.run_id)
             state = analysis.deploy_states(conn, [deploy_id]).iloc[0].to_dict()
         return LookResult(
@@ -245,13 +237,25 @@ def run_look(run: Any, deploy_id: str, look: int, now: datetime | None = None) -
 
     decided = _decide_stored(run, event.deployed_at, target, span, still)
     with run.warehouse.begin() as conn:
-        store.lock(conn, deploy_id)
+        _hold_basis(conn, deploy_id, basis)
         written = store.replace_open(conn, deploy_id, target, decided, look, event.deployed_at + span.after)
         store.record_look(conn, deploy_id, target, look, "done", span, basis, len(still), written, run.run_id)
         state = analysis.deploy_states(conn, [deploy_id]).iloc[0].to_dict()
     return LookResult(
         deploy_id, target, look, "done", span, len(still), written, state_before, state, time.perf_counter() - started
     )
+
+
+def _hold_basis(conn: sa.Connection, deploy_id: str, basis: datetime) -> None:
+    """Take the deploy's look lock in the write transaction and check, after it, that the first verdict the look
+    continued is still the stored one: a re-analysis that replaced it meanwhile (its rows are not this look's to
+    decide) refuses the look, and the transaction writes nothing."""
+    store.lock(conn, deploy_id)
+    if not store.basis_holds(conn, deploy_id, basis):
+        raise LookRefused(
+            f"deploy {deploy_id!r} was re-analysed while its look ran (the first verdict of {basis.isoformat()} is "
+            "replaced): nothing written; its looks start again from the new verdict"
+        )
 
 
 def _decide_stored(run: Any, deployed_at: datetime, target: str, span: LookSpan, still: pd.DataFrame) -> pd.DataFrame:

@@ -68,6 +68,17 @@ def lock(conn: sa.Connection, deploy_id: str) -> None:
     conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended('radar.look:' || :d, 0))"), {"d": deploy_id})
 
 
+def basis_holds(conn: sa.Connection, deploy_id: str, basis: datetime) -> bool:
+    """Whether the deploy's first verdict is still the one stored at `basis`, held so for this transaction: its
+    radar.analysis row is locked FOR SHARE, so a re-analysis (which updates that row before it replaces the verdict
+    rows) waits for the caller's commit, and one that committed first is seen."""
+    stored = conn.execute(
+        sa.text("SELECT analysed_at FROM radar.analysis WHERE deploy_id = :d ORDER BY analysed_at DESC FOR SHARE"),
+        {"d": deploy_id},
+    ).first()
+    return stored is not None and stored[0] == basis
+
+
 def replace_open(
     conn: sa.Connection, deploy_id: str, target: str, decided: pd.DataFrame, look: int, look_end: datetime
 ) -> pd.DataFrame:
@@ -95,6 +106,8 @@ def replace_open(
     kept["look"] = look
     kept["look_end"] = look_end
     kept["first_exec_ms"] = [first[k] for k in keys if k in first]
+    if "group_regressed" not in kept.columns:  # a look decides statements, not groups (steps/groups.py)
+        kept["group_regressed"] = None
     if len(kept):
         copy_frame(conn, "radar.verdict", LOOK_COLUMNS, kept)
     return kept

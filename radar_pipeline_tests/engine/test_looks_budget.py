@@ -82,3 +82,19 @@ def test_a_statement_decided_is_never_looked_at_again():
     late = out["look"] > 0
     assert late.any() and out.loc[late, "first_verdict"].isin([Verdict.INCONCLUSIVE, Verdict.INSUFFICIENT_DATA]).all()
     assert pd.Series(out["look"].dropna()).isin(range(len(LOOK_SPANS))).all()
+
+
+def test_the_family_shares_are_the_ones_analyse_gives_its_whole_family():
+    from radar_pipeline.engine.decision import analyse
+    from radar_pipeline.engine.decision import family_shares as engine_shares
+
+    settings = EngineSettings()
+    fleet = draw(120, 11, minutes=30 * LOOK_SPANS[-1])
+    span = look_span(settings, 1, AT)
+    assert span is not None
+    shares = engine_shares(fleet.counters, DEPLOY, settings, before=span.before, after=span.after)
+    whole = analyse(fleet.counters, DEPLOY, settings, before=span.before, after=span.after).set_index("query_key")
+    given = (whole["budget_share"] / settings.false_alert_budget).fillna(0.0)
+    assert shares.sum() == pytest.approx(1.0) and (shares == 0).sum() == whole["budget_share"].isna().sum()
+    assert np.allclose(shares.reindex(given.index).to_numpy(dtype=float), given.to_numpy(dtype=float))
+    pd.testing.assert_series_equal(family_shares(fleet.counters, DEPLOY, settings, span), shares)
