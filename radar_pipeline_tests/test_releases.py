@@ -254,6 +254,29 @@ def test_release_verdicts_runs_after_each_member_s_analysis_in_dagster_and_alert
     blocks = posts[0]["blocks"] if isinstance(posts[0]["blocks"], list) else json.loads(posts[0]["blocks"])
     assert TEXTS[1] in blocks[2]["text"]["text"] and "on 6 of 6 targets" in blocks[3]["fields"][0]["text"]
 
+    # alert_retry_job's run delivers what is stored and decides nothing, even when a member was analysed again since
+    from radar_pipeline.defs.alerts.regression_alerts import regression_alerts
+    from radar_pipeline.defs.reconcile.reconciler import alert_retry_job
+    from radar_pipeline.defs.resources import ChannelsResource
+
+    analyse_deploy(AnalysisRun(warehouse, SETTINGS), "rel-1-shard-2")
+    retry_defs = dg.Definitions(
+        assets=[regression_alerts, release_verdicts],
+        jobs=[alert_retry_job],
+        resources={**resources, "channels": ChannelsResource()},
+    )
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["rel-1-shard-0"])
+        result = retry_defs.resolve_job_def("alert_retry_job").execute_in_process(
+            instance=instance, partition_key="rel-1-shard-0"
+        )
+        assert result.success
+        retried = result.asset_materializations_for_node("release_verdicts")[0].metadata
+    assert retried["status"].value == "final" and retried["look"].value == 0 and retried["to_send"].value == 0
+    with warehouse.connect() as conn:
+        assert conn.execute(sa.text("SELECT look FROM radar.release_look")).scalars().all() == [0]
+    assert len(slack.calls_to("/api/chat.postMessage")) == 1
+
 
 def test_a_fleet_alert_whose_send_timed_out_is_looked_for_in_the_channel_not_posted_twice(warehouse, fleet, slack):
     import logging
@@ -286,3 +309,60 @@ def test_a_fleet_alert_whose_send_timed_out_is_looked_for_in_the_channel_not_pos
     assert len(slack.calls_to("/api/conversations.history")) == 1
     assert len(slack.calls_to(post)) == 1 and again["to_send"] == 0  # found posted: not sent again
     assert outbox() == [("sent", False)]
+
+
+def test_a_final_decision_is_kept_at_its_look_and_only_a_changed_basis_spends_the_next(warehouse, fleet):
+    for target in TARGETS:
+        analyse_deploy(AnalysisRun(warehouse, SETTINGS), f"rel-1-{target}")
+    first = decide_release(warehouse, "rel-1", SETTINGS)
+    assert first.status == FINAL and first.look == 0 and set(first.detected["fingerprint"]) == {1}
+
+    def stored() -> pd.DataFrame:
+        with warehouse.connect() as conn:
+            return pd.read_sql("SELECT * FROM radar.release_verdict ORDER BY fingerprint", conn).drop(
+                columns="decided_at"
+            )
+
+    before = stored()
+    # a member's later look replaces its open statements' rows with the longer window's evidence: here statement 3
+    # ×3 on every target. The release is not tested again at look 0 on it: the decision stands, as stored.
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE radar.verdict SET look = 1, deploy_log_factor = ln(3), deploy_log_se = 0.01 "
+                "WHERE deploy_id LIKE 'rel-1-%' AND queryid = 3"
+            )
+        )
+    again = decide_release(warehouse, "rel-1", SETTINGS)
+    assert again.status == FINAL and again.look == 0 and set(again.detected["fingerprint"]) == {1}
+    pd.testing.assert_frame_equal(before, stored())
+    with warehouse.connect() as conn:
+        assert conn.execute(sa.text("SELECT look FROM radar.release_look")).scalars().all() == [0]
+
+    # a member analysed again (the nightly reanalysis) changes the basis: the next look, on the members' first looks
+    analyse_deploy(AnalysisRun(warehouse, SETTINGS), "rel-1-shard-2")
+    with warehouse.begin() as conn:  # the reanalysed member's rows are first looks again
+        assert (
+            conn.execute(
+                sa.text("SELECT look FROM radar.verdict WHERE deploy_id = 'rel-1-shard-2' AND queryid = 3")
+            ).scalar_one()
+            == 0
+        )
+    redone = decide_release(warehouse, "rel-1", SETTINGS)
+    assert redone.status == FINAL and redone.look == 1
+    assert 3 not in set(redone.detected["fingerprint"])  # a later look's evidence is no fleet evidence
+    assert (redone.verdicts["budget_share"] <= 0.1 * 0.2 + 1e-12).all()
+    assert decide_release(warehouse, "rel-1", SETTINGS).look == 1
+
+    # the retry of a failed send only reads what is stored: it decides nothing and records no look
+    from radar_pipeline.steps.releases import stored_decision_of
+
+    analyse_deploy(AnalysisRun(warehouse, SETTINGS), "rel-1-shard-4")
+    kept = stored_decision_of(warehouse, "rel-1-shard-0")
+    assert (
+        kept.status == FINAL
+        and kept.look == 1
+        and set(kept.detected["fingerprint"]) == set(redone.detected["fingerprint"])
+    )
+    with warehouse.connect() as conn:
+        assert conn.execute(sa.text("SELECT look FROM radar.release_look ORDER BY look")).scalars().all() == [0, 1]

@@ -2,8 +2,9 @@
 -- statement key (the parser fingerprint and nesting level, the same statement on every server).
 -- radar.verdict gains each statement's evidence at the deploy's own split: the log factor, its standard error and
 -- degrees of freedom (nullable columns without a default: a catalogue change, no rewrite of the table).
--- radar.release_verdict holds one row per release and key; radar.release_look one row per time the release's
--- member set was complete and decided (its look, which engine.budget's schedule charges).
+-- radar.release_verdict holds one row per release and key; radar.release_look one row per final decision of the
+-- release (its look, which engine.budget's schedule charges) and the basis it rested on: the member deploys and each
+-- one's analysed_at. A final decision is kept while its basis holds; only a changed basis spends the next look.
 -- depends: 0028_later_looks
 
 ALTER TABLE radar.verdict ADD COLUMN IF NOT EXISTS deploy_log_factor double precision;
@@ -14,9 +15,13 @@ CREATE TABLE IF NOT EXISTS radar.release_look (
     release_id      text        NOT NULL,
     look            integer     NOT NULL CHECK (look >= 0),
     member_deploys  text[]      NOT NULL,   -- the deploys the look decided, sorted
+    member_analysed_at timestamptz[] NOT NULL,  -- each one's radar.analysis.analysed_at then (in that order)
     decided_at      timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (release_id, look)
 );
+-- a database that ran this migration before the basis was stored: its looks have none, and the next decision of
+-- such a release spends the next look
+ALTER TABLE radar.release_look ADD COLUMN IF NOT EXISTS member_analysed_at timestamptz[];
 
 CREATE TABLE IF NOT EXISTS radar.release_verdict (
     release_id        text             NOT NULL,

@@ -1,13 +1,15 @@
-"""A release's fleet verdict, decided again whenever one of its member deploys' analyses is stored (docs/fleets.md).
+"""A release's fleet verdict, decided whenever one of its member deploys' analyses is stored (docs/fleets.md).
 
-Each decision reads what is stored (the members' verdicts with their evidence at the deploy), so it is idempotent:
-run twice on the same analyses it stores the same rows. While some member is not analysed the fleet verdicts are
-`partial` (verdict `pending`: the combination so far, shown, never detected or alerted, spending nothing). When every
-member is analysed they are `final` and spend a look of the release's budget (engine.budget's schedule): the first
-final decision look 0; a member that joins the release later (a deploy recorded with the same release id after the
-release was decided) makes the release partial again until it is analysed, and the next final decision spends the
-next look, so the release's false fleet detections stay within B over all its decisions. Past the schedule's last
-look a release is still decided and shown, but can no longer detect.
+While some member is not analysed the fleet verdicts are `partial` (verdict `pending`: the combination so far,
+shown, never detected or alerted, spending nothing), decided again at each member's analysis. When every member is
+analysed they are `final` and spend a look of the release's budget (engine.budget's schedule), on the basis they
+rest on: the member deploys and each one's analysed_at, recorded in radar.release_look. A final decision is kept:
+deciding again on the same basis decides nothing and returns what is stored (a later look at a member, which replaces
+its open statements' rows, changes no basis and is no fleet evidence: the fleet verdict rests on the members' first
+looks). Only a changed basis spends the next look: a member that joins the release later (a deploy recorded with the
+same release id after the release was decided) makes the release partial until it is analysed, and a member analysed
+again (the nightly reanalysis) changes its analysed_at; so the release's false fleet detections stay within B over
+all its decisions. Past the schedule's last look a release is still decided and shown, but can no longer detect.
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ class ReleaseDecision:
 
 def decide_release(engine: sa.Engine, release_id: str, settings: EngineSettings) -> ReleaseDecision:
     """Decide the release's fleet verdicts from what is stored and store them (replacing its earlier ones), in one
-    transaction under the release's lock. A ReleaseError names an unknown release, or one deployed to fewer than
-    MIN_TARGETS targets; nothing is stored then."""
+    transaction under the release's lock; a complete release whose last final decision rests on the same basis is
+    not decided again: its stored verdicts are returned (module docstring). A ReleaseError names an unknown release,
+    or one deployed to fewer than MIN_TARGETS targets; nothing is stored then."""
     with engine.begin() as conn:
         store.lock(conn, release_id)
         found = store.release(conn, release_id)
@@ -57,11 +60,44 @@ def decide_release(engine: sa.Engine, release_id: str, settings: EngineSettings)
                 f"release {release_id!r} was deployed to {len(found.members)} target only "
                 f"({', '.join(found.targets)}): a fleet verdict needs {MIN_TARGETS} or more"
             )
+        look = None
+        if found.complete:
+            basis = store.basis_of(found.members)
+            last = store.last_look(conn, release_id)
+            if last is not None and last.basis == basis:
+                kept = _kept(store.release_verdicts(conn, release_id), last.look)
+                if kept is not None:
+                    return ReleaseDecision(found, FINAL, last.look, kept)
+            look = store.record_look(conn, release_id, basis)
         evidence = store.member_evidence(conn, found.members)
-        look = store.record_look(conn, release_id, list(found.members["deploy_id"])) if found.complete else None
         rows = _verdicts(found, evidence, look, settings)
         store.write_release_verdicts(conn, release_id, rows)
     return ReleaseDecision(found, FINAL if look is not None else PARTIAL, look, rows)
+
+
+def _kept(stored: pd.DataFrame, look: int) -> pd.DataFrame | None:
+    """The stored verdicts when they are the final decision of this look, else None (a late member made them
+    partial since, and left the release again: decided anew, at the next look)."""
+    if stored.empty or ((stored["status"] == FINAL) & (stored["look"] == look)).all():
+        return stored
+    return None
+
+
+def stored_decision_of(engine: sa.Engine, deploy_id: str) -> ReleaseDecision | str:
+    """The stored decision of the release the deploy belongs to, deciding nothing (for a retry of its alerts), or
+    why there is none, in words."""
+    with engine.connect() as conn:
+        release_id = store.release_of_deploy(conn, deploy_id)
+        if release_id is None:
+            return f"deploy {deploy_id} is not part of a release (no release id, no other target's deploy inferred)"
+        try:
+            found = store.release(conn, release_id)
+        except ReleaseError as exc:
+            return str(exc)
+        stored = store.release_verdicts(conn, release_id)
+    if stored.empty or not (stored["status"] == FINAL).all():
+        return ReleaseDecision(found, PARTIAL, None, stored)
+    return ReleaseDecision(found, FINAL, int(stored["look"].iloc[0]), stored)
 
 
 def decide_release_of(engine: sa.Engine, deploy_id: str, settings: EngineSettings) -> ReleaseDecision | str:

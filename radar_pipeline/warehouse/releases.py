@@ -30,8 +30,8 @@ class ReleaseError(ValueError):
 @dataclass(frozen=True)
 class Release:
     """A release: its id, whether the id was recorded (not inferred), and its member deploys (deploy_id, target,
-    deployed_at, service, version, analysed), one per target: a target deployed twice in the release counts by its
-    latest deploy."""
+    deployed_at, service, version, analysed, analysed_at), one per target: a target deployed twice in the release
+    counts by its latest deploy."""
 
     release_id: str
     explicit: bool
@@ -119,7 +119,7 @@ def release(conn: sa.Connection, release_id: str) -> Release:
     members = pd.read_sql(
         sa.text(
             "SELECT DISTINCT ON (e.target) e.deploy_id, e.target, e.deployed_at, e.service, e.version, "
-            "(a.deploy_id IS NOT NULL) AS analysed FROM radar.deploy_event e "
+            "(a.deploy_id IS NOT NULL) AS analysed, a.analysed_at FROM radar.deploy_event e "
             "LEFT JOIN radar.analysis a ON a.deploy_id = e.deploy_id AND a.target = e.target "
             "WHERE e.deploy_id = ANY(:ids) ORDER BY e.target, e.deployed_at DESC, e.deploy_id DESC"
         ),
@@ -130,9 +130,11 @@ def release(conn: sa.Connection, release_id: str) -> Release:
 
 
 def member_evidence(conn: sa.Connection, members: pd.DataFrame) -> pd.DataFrame:
-    """The stored evidence of the analysed member deploys: per deploy and statement key (fingerprint, toplevel), the
-    busiest of its statements with that key (most calls over both sides; dbid and userid differ between servers):
-    deploy_id, target, fingerprint, toplevel, dbid, userid, queryid, log_factor, se, time_before (ms)."""
+    """The stored evidence of the analysed member deploys' first looks: per deploy and statement key (fingerprint,
+    toplevel), the busiest of its statements with that key (most calls over both sides; dbid and userid differ
+    between servers): deploy_id, target, fingerprint, toplevel, dbid, userid, queryid, log_factor, se, time_before
+    (ms). A row a later look replaced (radar.verdict.look > 0) is no fleet evidence: the fleet verdict rests on the
+    members' first looks (docs/fleets.md)."""
     analysed = members[members["analysed"]]
     if analysed.empty:
         return pd.DataFrame(
@@ -157,7 +159,7 @@ def member_evidence(conn: sa.Connection, members: pd.DataFrame) -> pd.DataFrame:
             "coalesce(v.mean_before_ms * v.calls_before, 0) AS time_before "
             "FROM radar.verdict v JOIN unnest(CAST(:d AS text[]), CAST(:t AS text[])) AS m(deploy_id, target) "
             "ON v.deploy_id = m.deploy_id AND v.target = m.target "
-            "WHERE v.deploy_log_se IS NOT NULL AND v.deploy_log_se = v.deploy_log_se "
+            "WHERE v.look = 0 AND v.deploy_log_se IS NOT NULL AND v.deploy_log_se = v.deploy_log_se "
             "ORDER BY v.deploy_id, v.target, v.fingerprint, v.toplevel, v.calls_before + v.calls_after DESC, "
             "v.queryid"
         ),
@@ -173,20 +175,47 @@ def lock(conn: sa.Connection, release_id: str) -> None:
     )
 
 
-def record_look(conn: sa.Connection, release_id: str, member_deploys: list[str]) -> int:
-    """The look a complete release's decision spends: the last recorded one when it decided these same member
-    deploys (a repeated decision is the same look), else the next, recorded now (a member that joined late)."""
-    members = sorted(member_deploys)
-    last = conn.execute(
-        sa.text("SELECT look, member_deploys FROM radar.release_look WHERE release_id = :r ORDER BY look DESC LIMIT 1"),
+@dataclass(frozen=True)
+class Look:
+    """A final decision of a release: its look and the basis it rested on (the member deploys, sorted, and each
+    one's analysed_at)."""
+
+    look: int
+    basis: tuple[tuple[str, datetime], ...]
+
+
+def basis_of(members: pd.DataFrame) -> tuple[tuple[str, datetime], ...]:
+    """A complete release's basis: its member deploys, sorted, with each one's analysed_at."""
+    pairs = zip(members["deploy_id"], members["analysed_at"], strict=True)
+    return tuple(sorted((str(d), pd.Timestamp(a).to_pydatetime()) for d, a in pairs))
+
+
+def last_look(conn: sa.Connection, release_id: str) -> Look | None:
+    """The release's latest final decision, or None when it has had none."""
+    row = conn.execute(
+        sa.text(
+            "SELECT look, member_deploys, member_analysed_at FROM radar.release_look WHERE release_id = :r "
+            "ORDER BY look DESC LIMIT 1"
+        ),
         {"r": release_id},
     ).first()
-    if last is not None and list(last.member_deploys) == members:
-        return int(last.look)
-    look = 0 if last is None else int(last.look) + 1
+    if row is None:
+        return None
+    stamps = row.member_analysed_at or []  # none stored by the migration's first text: never equal to a basis
+    return Look(int(row.look), tuple(zip(row.member_deploys, stamps, strict=False)) if stamps else ())
+
+
+def record_look(conn: sa.Connection, release_id: str, basis: tuple[tuple[str, datetime], ...]) -> int:
+    """Record the release's next final decision (look 0 for its first) on this basis, in the caller's transaction,
+    and return its look."""
+    last = last_look(conn, release_id)
+    look = 0 if last is None else last.look + 1
     conn.execute(
-        sa.text("INSERT INTO radar.release_look (release_id, look, member_deploys) VALUES (:r, :l, :m)"),
-        {"r": release_id, "l": look, "m": members},
+        sa.text(
+            "INSERT INTO radar.release_look (release_id, look, member_deploys, member_analysed_at) "
+            "VALUES (:r, :l, :m, :a)"
+        ),
+        {"r": release_id, "l": look, "m": [d for d, _ in basis], "a": [a for _, a in basis]},
     )
     return look
 

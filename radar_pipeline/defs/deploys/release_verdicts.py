@@ -1,5 +1,5 @@
-"""Fleets in Dagster: release_verdicts, the fleet verdict of the release a deploy belongs to, decided again after each
-member deploy's analysis (docs/fleets.md)."""
+"""Fleets in Dagster: release_verdicts, the fleet verdict of the release a deploy belongs to, decided after each
+member deploy's analysis (docs/fleets.md); alert_retry_job's run of it only delivers the stored detections."""
 
 from typing import Any
 
@@ -38,13 +38,24 @@ def release_verdicts(
     analysis: AnalysisResource,
     slack: SlackResource,
 ) -> dg.MaterializeResult:
-    """Decide the release of this deploy again from what its members' analyses stored (partial until every member is
-    analysed, then final), and announce its final fleet detections once. A deploy in no release, or in a release of
-    one target, is reported as such."""
-    from radar_pipeline.steps.releases import ReleaseDecision, decide_release_of, deliver_fleet_alerts, with_text
+    """Decide the release of this deploy from what its members' analyses stored (partial until every member is
+    analysed, then final, and kept while its basis holds), and announce its final fleet detections once; in
+    alert_retry_job's run, only deliver what is stored. A deploy in no release, or in a release of one target, is
+    reported as such."""
+    from radar_pipeline.defs.reconcile.reconciler import alert_retry_job
+    from radar_pipeline.steps.releases import (
+        ReleaseDecision,
+        decide_release_of,
+        deliver_fleet_alerts,
+        stored_decision_of,
+        with_text,
+    )
 
     engine = warehouse.engine()
-    decision = decide_release_of(engine, context.partition_key, analysis.settings())
+    if context.run.job_name == alert_retry_job.name:  # a retry of a failed send decides nothing
+        decision = stored_decision_of(engine, context.partition_key)
+    else:
+        decision = decide_release_of(engine, context.partition_key, analysis.settings())
     if not isinstance(decision, ReleaseDecision):
         return dg.MaterializeResult(metadata={"note": decision})
     decision = with_text(engine, decision)
