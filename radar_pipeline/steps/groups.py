@@ -1,5 +1,5 @@
 """Which statements of a window are decided together (issue 29, groups), their joint verdicts, and the mark each
-member's verdict carries when its group regressed.
+member's verdict carries when its group regressed (that it belongs to such a group; its own verdict stands).
 
 A group is formed from what the window's statements are, never from their latency: statements of one shape (the
 same parse tree with the relations' names and qualifiers taken out: `shape_key`), of one database role (userid:
@@ -188,7 +188,9 @@ def decide(
     """Decide the groups from the analysed verdicts (query_key, KEY columns and the engine's estimates at the
     deploy) with the groups' budget; returns the groups frame (engine.groups.GROUP_COLUMNS, then kind, label,
     statements, sentence and the tested members' keys as arrays: warehouse/groups.py STORED) and, per verdict row,
-    the mark of the detected groups it was a tested member of (None: none)."""
+    the mark of the detected groups it was a tested member of (None: none). The mark says the statement belongs to
+    a group that regressed, not that it regressed: its own verdict stands, and the group is alerted once
+    (warehouse.alerts.detections), not once per member."""
     marks: list[list[str]] = [[] for _ in range(len(verdicts))]
     if not groups:
         return _frame([]), [None] * len(verdicts)
@@ -229,13 +231,14 @@ def _plain(value: Any) -> Any:
 
 
 def _sentence(group: Group, result: dict[str, Any]) -> str:
-    """The group's verdict in words: "15 statements of this shape slowed ×1.50 (×1.31–×1.72)"."""
+    """The group's verdict in words: "15 statements of this shape slowed as a group, typically ×1.50 (×1.31–×1.72)"
+    — a claim about the group's typical statement, not that each member slowed."""
     m = int(result["members"])
     if result["verdict"] == Verdict.INSUFFICIENT_DATA:
         return f"{len(group.members)} {group.label}: too few with enough data to decide together ({m})"
     size = f"×{result['factor']:.2f} (×{result['factor_low']:.2f}–×{result['factor_high']:.2f})"
     if result["verdict"] == Verdict.DETECTED:
-        return f"{m} {group.label} slowed {size}"
+        return f"{m} {group.label} slowed as a group, typically {size}"
     if result["verdict"] == Verdict.NO_REGRESSION:
         return f"{m} {group.label} did not slow together: {size}"
     return f"{m} {group.label}: {size}, not decided"

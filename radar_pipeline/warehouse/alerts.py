@@ -27,20 +27,46 @@ SETTLED = (
 )
 
 
+# Per detected group of the analysis, its tested member with the most execution time after the deploy (the window's
+# after side: calls × mean; ties to the lowest queryid), and per such statement the sentences of the groups it
+# stands for (a statement may be the heaviest of several).
+GROUP_REPRESENTATIVES = (
+    "member AS ("
+    "  SELECT g.target, g.group_id, g.sentence, m.dbid, m.userid, m.queryid, m.toplevel FROM radar.group_verdict g "
+    "  CROSS JOIN LATERAL unnest(g.member_dbid, g.member_userid, g.member_queryid, g.member_toplevel) "
+    "    AS m (dbid, userid, queryid, toplevel) "
+    f"  WHERE g.deploy_id = :d AND g.verdict = '{Verdict.DETECTED}'), "
+    "heaviest AS ("
+    "  SELECT DISTINCT ON (m.target, m.group_id) m.* FROM member m JOIN radar.verdict w ON w.deploy_id = :d "
+    "  AND w.target = m.target AND w.dbid = m.dbid AND w.userid = m.userid AND w.queryid = m.queryid "
+    "  AND w.toplevel = m.toplevel "
+    "  ORDER BY m.target, m.group_id, w.calls_after * w.mean_after_ms DESC NULLS LAST, m.queryid), "
+    "representative AS ("
+    "  SELECT target, dbid, userid, queryid, toplevel, string_agg(sentence, '; ' ORDER BY group_id) AS represents "
+    "  FROM heaviest GROUP BY target, dbid, userid, queryid, toplevel)"
+)
+
+
 def detections(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
     """The analysis's detected regressions to alert, with their text, the deploy's facts (none for a periodic
-    analysis) and the analysis that found them: the statements detected, and the members of a group detected
-    together (their group_regressed says which; steps/groups.py). Of a periodic analysis, only those it reported (it
-    opened their episode: see warehouse.episodes)."""
-    return pd.read_sql(
+    analysis) and the analysis that found them: the statements detected, and one row per detected group — its tested
+    member with the most execution time after the deploy (GROUP_REPRESENTATIVES), `represents` holding the groups it
+    stands for and its group_regressed saying so. A group's test controls the false detections of groups, not of
+    its members: a false group detection is one alert, as the budget counts it, and its other members — which may
+    not have slowed beyond 1 + θ — keep their own verdicts and their mark (steps/groups.py) without an alert each.
+    Of a periodic analysis, only those it reported (it opened their episode: see warehouse.episodes)."""
+    found = pd.read_sql(
         sa.text(
-            "SELECT v.*, q.query, d.deployed_at, d.service, d.version, d.url, a.run_id, a.settings, "
+            f"WITH {GROUP_REPRESENTATIVES} "
+            "SELECT v.*, r.represents, q.query, d.deployed_at, d.service, d.version, d.url, a.run_id, a.settings, "
             # a later look's detection: its news is as old as that look's window (sql/0028)
             "a.window_start, greatest(a.window_end, v.look_end) AS window_end "
             "FROM radar.verdict v LEFT JOIN radar.deploy_event d USING (deploy_id) "
             "JOIN radar.analysis a ON a.deploy_id = v.deploy_id AND a.target = v.target "
+            "LEFT JOIN representative r ON r.target = v.target AND r.dbid = v.dbid AND r.userid = v.userid "
+            "AND r.queryid = v.queryid AND r.toplevel = v.toplevel "
             f"{VERDICT_QUERY_JOIN} "
-            f"WHERE v.deploy_id = :d AND (v.verdict = '{Verdict.DETECTED}' OR v.group_regressed IS NOT NULL) "
+            f"WHERE v.deploy_id = :d AND (v.verdict = '{Verdict.DETECTED}' OR r.represents IS NOT NULL) "
             "AND (v.trigger = 'deploy' OR EXISTS ("
             "  SELECT 1 FROM radar.regression_episode e WHERE e.opened_by = v.deploy_id AND e.target = v.target "
             "  AND e.dbid = v.dbid AND e.userid = v.userid AND e.toplevel = v.toplevel "
@@ -50,11 +76,29 @@ def detections(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
         ),
         conn,
         params={"d": analysis_id},
-    ).pipe(_group_members_placed)
+    )
+    return found.pipe(_group_members_placed).pipe(_group_alert_words)
+
+
+def _group_alert_words(found: pd.DataFrame) -> pd.DataFrame:
+    """A group's alert says it is the group's, not its member's: the representative's group_regressed (shown as the
+    message's "Group" field) names the group it stands for and the member's own verdict."""
+    if found.empty:
+        return found
+    stands = found["represents"].notna()
+    if stands.any():
+        words = (
+            "alerted for its group, as the member with the most execution time after the deploy (its own verdict: "
+            + found["verdict"].astype(str)
+            + "); the group regressed: "
+            + found["represents"].astype(str)
+        )
+        found["group_regressed"] = found["group_regressed"].astype(object).where(~stands, words)
+    return found
 
 
 def _group_members_placed(found: pd.DataFrame) -> pd.DataFrame:
-    """A member of a detected group its own test left without a split is shown changing at the deploy (for a
+    """A detected group's representative its own test left without a split is shown changing at the deploy (for a
     periodic analysis, the split between its periods), its segments the window's sides."""
     if found.empty:
         return found
