@@ -254,12 +254,13 @@ def test_release_verdicts_runs_after_each_member_s_analysis_in_dagster_and_alert
     blocks = posts[0]["blocks"] if isinstance(posts[0]["blocks"], list) else json.loads(posts[0]["blocks"])
     assert TEXTS[1] in blocks[2]["text"]["text"] and "on 6 of 6 targets" in blocks[3]["fields"][0]["text"]
 
-    # alert_retry_job's run delivers what is stored and decides nothing, even when a member was analysed again since
+    # alert_retry_job's run delivers what is stored and decides nothing, even when the members were analysed again
     from radar_pipeline.defs.alerts.regression_alerts import regression_alerts
     from radar_pipeline.defs.reconcile.reconciler import alert_retry_job
     from radar_pipeline.defs.resources import ChannelsResource
 
-    analyse_deploy(AnalysisRun(warehouse, SETTINGS), "rel-1-shard-2")
+    for target in TARGETS:
+        analyse_deploy(AnalysisRun(warehouse, SETTINGS), f"rel-1-{target}")
     retry_defs = dg.Definitions(
         assets=[regression_alerts, release_verdicts],
         jobs=[alert_retry_job],
@@ -339,18 +340,26 @@ def test_a_final_decision_is_kept_at_its_look_and_only_a_changed_basis_spends_th
     with warehouse.connect() as conn:
         assert conn.execute(sa.text("SELECT look FROM radar.release_look")).scalars().all() == [0]
 
-    # a member analysed again (the nightly reanalysis) changes the basis: the next look, on the members' first looks
+    # the nightly reanalysis reaches the members one run at a time: the decision stands until it has reached them all,
+    # then the next look decides, on the members' first looks
     analyse_deploy(AnalysisRun(warehouse, SETTINGS), "rel-1-shard-2")
-    with warehouse.begin() as conn:  # the reanalysed member's rows are first looks again
-        assert (
-            conn.execute(
-                sa.text("SELECT look FROM radar.verdict WHERE deploy_id = 'rel-1-shard-2' AND queryid = 3")
-            ).scalar_one()
-            == 0
+    assert decide_release(warehouse, "rel-1", SETTINGS).look == 0
+    pd.testing.assert_frame_equal(before, stored())
+    for target in TARGETS:
+        if target != "shard-2":
+            analyse_deploy(AnalysisRun(warehouse, SETTINGS), f"rel-1-{target}")
+    with warehouse.begin() as conn:  # later looks at four of the reanalysed members
+        conn.execute(
+            sa.text(
+                "UPDATE radar.verdict SET look = 1, deploy_log_factor = ln(3), deploy_log_se = 0.01 "
+                "WHERE deploy_id LIKE 'rel-1-%' AND deploy_id NOT IN ('rel-1-shard-4', 'rel-1-shard-5') "
+                "AND queryid = 3"
+            )
         )
     redone = decide_release(warehouse, "rel-1", SETTINGS)
     assert redone.status == FINAL and redone.look == 1
-    assert 3 not in set(redone.detected["fingerprint"])  # a later look's evidence is no fleet evidence
+    three = redone.verdicts.set_index("fingerprint").loc[3]  # a later look's evidence is no fleet evidence
+    assert list(three["member_targets"]) == ["shard-4", "shard-5"] and three["verdict"] != "detected"
     assert (redone.verdicts["budget_share"] <= 0.1 * 0.2 + 1e-12).all()
     assert decide_release(warehouse, "rel-1", SETTINGS).look == 1
 

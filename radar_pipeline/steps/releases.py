@@ -6,16 +6,17 @@ analysed they are `final` and spend a look of the release's budget (engine.budge
 rest on: the member deploys and each one's analysed_at, recorded in radar.release_look. A final decision is kept:
 deciding again on the same basis decides nothing and returns what is stored (a later look at a member, which replaces
 its open statements' rows, changes no basis and is no fleet evidence: the fleet verdict rests on the members' first
-looks). Only a changed basis spends the next look: a member that joins the release later (a deploy recorded with the
-same release id after the release was decided) makes the release partial until it is analysed, and a member analysed
-again (the nightly reanalysis) changes its analysed_at; so the release's false fleet detections stay within B over
-all its decisions. Past the schedule's last look a release is still decided and shown, but can no longer detect.
+looks). Only a new basis spends the next look: a member that joins the release later (a deploy recorded with the
+same release id after the release was decided) makes the release partial until it is analysed, and a reanalysis
+that has reached every member (each one's analysed_at changed); so the release's false fleet detections stay within
+B over all its decisions. Past the schedule's last look a release is still decided and shown, but can no longer detect.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -64,7 +65,7 @@ def decide_release(engine: sa.Engine, release_id: str, settings: EngineSettings)
         if found.complete:
             basis = store.basis_of(found.members)
             last = store.last_look(conn, release_id)
-            if last is not None and last.basis == basis:
+            if last is not None and _stands(last, basis):
                 kept = _kept(store.release_verdicts(conn, release_id), last.look)
                 if kept is not None:
                     return ReleaseDecision(found, FINAL, last.look, kept)
@@ -73,6 +74,16 @@ def decide_release(engine: sa.Engine, release_id: str, settings: EngineSettings)
         rows = _verdicts(found, evidence, look, settings)
         store.write_release_verdicts(conn, release_id, rows)
     return ReleaseDecision(found, FINAL if look is not None else PARTIAL, look, rows)
+
+
+def _stands(last: store.Look, basis: tuple[tuple[str, datetime], ...]) -> bool:
+    """Whether the release's last final decision stands on this basis: the same member deploys, not every one of
+    them analysed again since. The nightly reanalysis reaches the members one run at a time: the decision stands until
+    it has reached them all, then the next look decides on the new analyses (a look per reanalysis of the release,
+    not one per member)."""
+    if [d for d, _ in last.basis] != [d for d, _ in basis]:
+        return False
+    return any(then == now for (_, then), (_, now) in zip(last.basis, basis, strict=True))
 
 
 def _kept(stored: pd.DataFrame, look: int) -> pd.DataFrame | None:
