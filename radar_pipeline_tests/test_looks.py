@@ -277,8 +277,66 @@ def test_old_deploys_get_no_looks_unless_a_reanalysis_replaced_their_looks(wareh
                 "WHERE deploy_id = 'lk-old'"
             )
         )
-    (again,) = due()
-    assert again.look == 3
+    # Run again in order, each look once, from look 1: a detection the earlier looks made at look 1 or 2 is not lost
+    # to a single look 3 (each look spends its own share of the budget, as the first time).
+    for look in (1, 2, 3):
+        (again,) = due()
+        assert again.look == look and again.rerun
+        with warehouse.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO radar.deploy_look (deploy_id, target, look, basis, status, opened) "
+                    "SELECT 'lk-old', 'lk', :k, analysed_at, 'done', 1 FROM radar.analysis WHERE deploy_id = 'lk-old' "
+                    "ON CONFLICT (deploy_id, target, look) DO UPDATE SET basis = EXCLUDED.basis"
+                ),
+                {"k": look},
+            )
+    assert not due()
+    # The exception is bounded in time: a re-analysis more than HORIZON ago starts no looks any more.
+    with warehouse.begin() as conn:
+        conn.execute(sa.text("DELETE FROM radar.deploy_look WHERE deploy_id = 'lk-old' AND look < 3"))
+        conn.execute(
+            sa.text("UPDATE radar.deploy_look SET basis = basis - interval '3 days' WHERE deploy_id = 'lk-old'")
+        )
+    assert [d.look for d in due()] == [1]  # the re-analysis is recent: due again
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE radar.analysis SET analysed_at = analysed_at - interval '2 days' WHERE deploy_id = 'lk-old'"
+            )
+        )
+    assert not due()
+
+
+def test_a_first_verdict_of_engine_2_5_spent_its_whole_budget_and_gets_no_looks(deployed, warehouse):
+    from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
+    from radar_pipeline.steps.looks import LookRefused, run_look
+    from radar_pipeline.warehouse import looks
+
+    run = AnalysisRun(warehouse, ANALYSIS.settings(), settle=ANALYSIS.settle)
+    analyse_deploy(run, "lk-1")
+
+    def due() -> list:
+        with warehouse.connect() as conn:
+            return [d for d in looks.due_looks(conn, timedelta(seconds=W), ANALYSIS.settle) if d.deploy_id == "lk-1"]
+
+    assert due()
+    for version, looked in (("2.5.0", False), ("", False), ("2.10.1", True), ("2.6.0", True)):
+        with warehouse.begin() as conn:  # as engine `version` stored it (engine 2.5 spent the whole B at look 0)
+            conn.execute(
+                sa.text(
+                    "UPDATE radar.analysis SET engine_version = :v, settings = jsonb_set(settings, "
+                    "'{engine_version}', to_jsonb(CAST(:v AS text))) WHERE deploy_id = 'lk-1'"
+                ),
+                {"v": version},
+            )
+        assert bool(due()) == looked, version
+    with warehouse.begin() as conn:
+        conn.execute(sa.text("UPDATE radar.analysis SET engine_version = '2.5.0' WHERE deploy_id = 'lk-1'"))
+    before = _rows(warehouse)
+    with pytest.raises(LookRefused, match=r"engine 2\.5\.0.*whole budget"):
+        run_look(run, "lk-1", 1)
+    pd.testing.assert_frame_equal(_rows(warehouse), before)
 
 
 def _open_of(warehouse, deploy_id: str) -> int:
@@ -339,3 +397,62 @@ def test_a_look_that_a_reanalysis_overtook_writes_nothing(deployed, warehouse):
     assert replaced.loc[SPARSE, "verdict"] == "insufficient_data"
     with warehouse.connect() as conn:
         assert looks.looks_of(conn, "lk-1").empty  # and no look recorded on it
+
+
+def test_a_failed_look_is_recorded_and_the_sensor_moves_on(deployed, warehouse, warehouse_url, slack, host):
+    """A look that fails (here: its first verdict's stored settings no longer read) is recorded as failed, so it
+    stops being due: it would otherwise head the sensor's page until the next look or the horizon."""
+    from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
+    from radar_pipeline.warehouse import looks
+
+    run = AnalysisRun(warehouse, ANALYSIS.settings(), settle=ANALYSIS.settle)
+    analyse_deploy(run, "lk-1")
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE radar.analysis SET settings = settings || '{\"bogus\": 1}' WHERE deploy_id = 'lk-1'")
+        )
+    resources = _resources(warehouse_url, slack, host)
+    once = dg.define_asset_job("look_once", selection=["deploy_looks"])  # deploy_looks_job's step, not retried
+    defs = dg.Definitions(assets=[deploy_verdicts, deploy_looks], jobs=[once], resources=resources)
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["lk-1"])
+        (request,) = _due(instance, resources)
+        look = request.run_config["ops"]["deploy_looks"]["config"]["look"]
+        result = defs.resolve_job_def("look_once").execute_in_process(
+            instance=instance,
+            partition_key="lk-1",
+            run_config=request.run_config,
+            tags=request.tags,
+            raise_on_error=False,
+        )
+        assert not result.success
+        with warehouse.connect() as conn:
+            stored = looks.looks_of(conn, "lk-1")
+        assert stored[["look", "status", "run_id"]].values.tolist() == [[look, "failed", result.run_id]]
+        assert _rows(warehouse).loc[SPARSE, "verdict"] == "insufficient_data"  # nothing decided
+        with warehouse.connect() as conn:
+            later = [d for d in looks.due_looks(conn, timedelta(seconds=W), ANALYSIS.settle) if d.deploy_id == "lk-1"]
+        assert all(d.look > look for d in later)  # the failed look is due no more; a later one when it comes due
+
+
+def test_the_looks_of_a_nightly_reanalysis_carry_its_tag(deployed, warehouse, warehouse_url, slack, host):
+    """The nightly reanalysis records its alerts and statuses and never posts them: the looks that continue its
+    first verdict do the same."""
+    from radar_pipeline.defs.deploys.deploy_verdicts import REANALYSIS_TAG
+
+    resources = _resources(warehouse_url, slack, host)
+    defs = _defs(resources)
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["lk-1"])
+        job = defs.resolve_job_def(deploy_verdicts_job.name)
+        assert job.execute_in_process(instance=instance, partition_key="lk-1").success
+        (request,) = _due(instance, resources)
+        assert REANALYSIS_TAG not in request.tags  # a first verdict of its own: its looks post
+        again = job.execute_in_process(instance=instance, partition_key="lk-1", tags={REANALYSIS_TAG: "true"})
+        assert again.success
+        (request,) = _due(instance, resources)
+        assert request.tags[REANALYSIS_TAG] == "true"
+        result = _execute(instance, defs, request)
+        assert result.success
+        assert result.asset_materializations_for_node("deploy_looks")[0].metadata["detected"].value == 1
+        assert not slack.calls_to("/api/chat.postMessage")  # recorded in the outbox, never sent

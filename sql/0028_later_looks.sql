@@ -4,7 +4,8 @@
 -- which look found it (look; 0 is the first verdict) and where that look's after side ended (look_end), and keeps the
 -- statement's execution time in the first look's window (first_exec_ms), so the deploy's state weighs every statement
 -- over the same span. A decided verdict is never changed by a later look. Each look run is recorded in
--- radar.deploy_look (basis: the first verdict it continued, so a re-analysis of the deploy starts its looks afresh).
+-- radar.deploy_look (basis: the first verdict it continued, so a re-analysis of the deploy starts its looks afresh;
+-- status failed: its latest attempt failed, and it is not asked for again).
 -- Columns added with constant defaults or none: no table rewrite. Safe to run again.
 -- depends: 0027_release_and_canary
 
@@ -17,7 +18,7 @@ CREATE TABLE IF NOT EXISTS radar.deploy_look (
     target        text             NOT NULL,
     look          smallint         NOT NULL CHECK (look BETWEEN 1 AND 15),
     basis         timestamptz      NOT NULL,  -- analysed_at of the first verdict this look continued
-    status        text             NOT NULL CHECK (status IN ('done', 'cut', 'closed')),
+    status        text             NOT NULL CHECK (status IN ('done', 'cut', 'closed', 'failed')),
     before_start  timestamptz,                -- the look's window (null when not run: cut)
     after_end     timestamptz,
     budget        double precision,           -- the share of the deploy's budget B this look spent
@@ -28,6 +29,9 @@ CREATE TABLE IF NOT EXISTS radar.deploy_look (
     run_id        text,
     PRIMARY KEY (deploy_id, target, look)
 );
+
+-- The target's deploys in time: a look's neighbouring deploys, and the next deploy that cuts each due look.
+CREATE INDEX IF NOT EXISTS deploy_event_target_idx ON radar.deploy_event (target, deployed_at);
 
 -- The deploy's state as before (sql/0017), now over every look: a statement's verdict row is its latest look's, its
 -- execution time the first look's (first_exec_ms where a later look replaced the row). analysed_at is the latest

@@ -204,7 +204,12 @@ def run_look(run: Any, deploy_id: str, look: int, now: datetime | None = None) -
         if first is None:
             raise LookRefused(f"deploy {deploy_id!r} has no first verdict yet: its looks wait for it")
         # A look continues its first verdict: with the settings that verdict used (its W, θ, B).
-        basis, stored = first
+        basis, stored, engine = first
+        if not store.spends_first_look_only(engine):
+            raise LookRefused(
+                f"deploy {deploy_id!r}'s first verdict is engine {engine or '?'}'s, which spent the whole budget at "
+                "its first look: no later look may spend more (a re-analysis by this engine gives it looks)"
+            )
         settings = EngineSettings.from_dict(stored) if stored else run.settings
         run = replace(run, settings=settings)
         previous, following = store.neighbour_deploys(conn, event.target, event.deployed_at)
@@ -244,6 +249,19 @@ def run_look(run: Any, deploy_id: str, look: int, now: datetime | None = None) -
     return LookResult(
         deploy_id, target, look, "done", span, len(still), written, state_before, state, time.perf_counter() - started
     )
+
+
+def record_failed_look(run: Any, deploy_id: str, look: int, log: Any = None) -> None:
+    """Record that look `look` of the deploy's current first verdict failed (warehouse.looks.record_failed): it is due
+    no more, so it cannot hold the sensor's page until the next look or the horizon; a retry that succeeds records it
+    done. When even that cannot be written (the warehouse away), `log` says so and the caller's error stands."""
+    try:
+        with run.warehouse.begin() as conn:
+            store.lock(conn, deploy_id)
+            store.record_failed(conn, deploy_id, look, run.run_id)
+    except Exception as exc:  # noqa: BLE001 - the look's own error is the one to raise
+        if log is not None:
+            log.warning(f"look {look} of deploy {deploy_id!r} failed and could not be recorded so: {exc}")
 
 
 def _hold_basis(conn: sa.Connection, deploy_id: str, basis: datetime) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -23,18 +24,33 @@ OPEN_SQL = "('inconclusive', 'insufficient_data')"
 HORIZON = timedelta(days=1)
 # The window W an analysis (alias a) used: its stored settings' (seconds), else the :window given.
 WINDOW = "coalesce(CAST(a.settings ->> 'window' AS double precision) * interval '1 second', :window)"
+# The first engine whose first verdict spends only the first look's budget (look_budget(B, 0)): an earlier one spent
+# the whole B at look 0, and a later look would spend more than B.
+FIRST_LOOK_ENGINE = (2, 6)
+# The engine's (major, minor) an analysis (alias a) was made with; NULL where its version does not read as one.
+ENGINE_RELEASE = "CAST(string_to_array(substring(a.engine_version FROM '^[0-9]+[.][0-9]+'), '.') AS int[])"
 # The first look is the deploy's analysis (radar.analysis); its verdict rows carry look 0.
 LOOK_COLUMNS = [*VERDICT_COLUMNS, "look", "look_end", "first_exec_ms"]
 
 
-def first_analysis(conn: sa.Connection, deploy_id: str) -> tuple[datetime, dict[str, Any]] | None:
-    """When the deploy's first verdict was stored (its radar.analysis row) and the engine settings it used, or None
-    before it."""
+def first_analysis(conn: sa.Connection, deploy_id: str) -> tuple[datetime, dict[str, Any], str] | None:
+    """When the deploy's first verdict was stored (its radar.analysis row), the engine settings and the engine
+    version it used, or None before it."""
     row = conn.execute(
-        sa.text("SELECT analysed_at, settings FROM radar.analysis WHERE deploy_id = :d ORDER BY analysed_at DESC"),
+        sa.text(
+            "SELECT analysed_at, settings, engine_version FROM radar.analysis WHERE deploy_id = :d "
+            "ORDER BY analysed_at DESC"
+        ),
         {"d": deploy_id},
     ).first()
-    return None if row is None else (row[0], dict(row[1]))
+    return None if row is None else (row[0], dict(row[1]), str(row[2]))
+
+
+def spends_first_look_only(engine_version: str) -> bool:
+    """Whether a first verdict by this engine spent only the first look's budget (FIRST_LOOK_ENGINE or later), so
+    later looks may spend the rest: as ENGINE_RELEASE reads it in SQL."""
+    found = re.match(r"([0-9]+)[.]([0-9]+)", engine_version)
+    return found is not None and (int(found[1]), int(found[2])) >= FIRST_LOOK_ENGINE
 
 
 def neighbour_deploys(conn: sa.Connection, target: str, at: datetime) -> tuple[datetime | None, datetime | None]:
@@ -175,49 +191,91 @@ def looks_of(conn: sa.Connection, deploy_id: str) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class DueLook:
-    """A look to run: the deploy, its target, the look and the first verdict it continues (its analysed_at)."""
+    """A look to run: the deploy, its target, the look, the first verdict it continues (its analysed_at) and the run
+    that made that verdict (None where not recorded); `rerun` when the deploy had looks on an earlier first verdict,
+    which a re-analysis replaced."""
 
     deploy_id: str
     target: str
     look: int
     basis: datetime
+    rerun: bool = False
+    run_id: str | None = None
 
 
 def due_looks(conn: sa.Connection, window: timedelta, settle: timedelta, limit: int = 200) -> list[DueLook]:
-    """The looks due now by the warehouse's clock, the earliest first: of each analysed deploy with a statement still
-    open, the latest look not yet run on its current first verdict whose after side (LOOK_SPANS[k] · W) plus `settle`
-    has passed, or which the target's next deploy has cut (the look then runs on the after side up to that deploy, or
-    records that it saw nothing new). A look overtaken by a later one that is due (the sensor was stopped, a run
-    failed) is skipped: its share of the budget is left unspent, which keeps the guarantee. A deploy whose last look
-    ran, with nothing open, or whose last look fell due more than HORIZON ago, has none, unless it had looks on an
-    earlier first verdict (a re-analysis replaced it, and with it what those looks decided: they are run again, so
-    the deploy's state does not lose a late detection; their alerts, too old, are withheld). W is the window the
-    first verdict used (its stored settings; `window` where they lack one)."""
+    """The looks due now by the warehouse's clock: of each analysed deploy with a statement still open whose first
+    verdict spent only the first look's budget (engine FIRST_LOOK_ENGINE or later), a look not yet run (nor failed) on
+    its current first verdict whose after side (LOOK_SPANS[k] · W) plus `settle` has passed, or which the target's
+    next deploy has cut (the look then runs on the after side up to that deploy, or records that it saw nothing new).
+
+    Which look: the latest due. A look overtaken by a later one that is due (the sensor was stopped, a run lost) is
+    skipped: its share of the budget is left unspent, which keeps the guarantee. A deploy whose last look ran, with
+    nothing open, or whose last look fell due more than HORIZON ago, has none, unless a re-analysis less than HORIZON
+    ago replaced a first verdict that had looks (and with it what those looks decided): its looks run again, in order
+    from look 1 (each spends its own share, as the first time; a detection look 1 made is not left to look 3 alone),
+    so the deploy's state does not lose a late detection; their alerts, too old, are withheld.
+
+    In what order: the live deploys' looks first, the latest due first (a look whose run was lost must not hold back
+    the ones that came due after it), then the re-runs. W is the window the first verdict used (its stored settings;
+    `window` where they lack one). Only deploys deployed or analysed recently are read, and their looks probed."""
     spans = ", ".join(str(s) for s in LOOK_SPANS)
     rows = conn.execute(
         sa.text(
-            f"WITH analysed AS (SELECT a.deploy_id, a.target, a.analysed_at, d.deployed_at, {WINDOW} AS w, "
-            "  coalesce((SELECT max(k.look) FROM radar.deploy_look k WHERE k.deploy_id = a.deploy_id "
-            "    AND k.target = a.target AND k.basis = a.analysed_at), 0) AS done, "
-            "  (SELECT min(e.deployed_at) FROM radar.deploy_event e WHERE e.target = a.target "
-            "    AND e.deployed_at > d.deployed_at) AS next_at "
+            f"WITH recent AS (SELECT a.deploy_id, a.target, a.analysed_at, a.run_id, d.deployed_at, {WINDOW} AS w "
             "  FROM radar.analysis a JOIN radar.deploy_event d ON d.deploy_id = a.deploy_id "
-            f"  WHERE (d.deployed_at > now() - :horizon - {WINDOW} * :last_span OR EXISTS (SELECT 1 "
-            "    FROM radar.deploy_look o WHERE o.deploy_id = a.deploy_id AND o.target = a.target "
-            "    AND o.basis < a.analysed_at)) "
-            "  AND EXISTS (SELECT 1 FROM radar.verdict v WHERE v.deploy_id = a.deploy_id AND v.target = a.target "
+            f"  WHERE (d.deployed_at > now() - :horizon - {WINDOW} * :last_span OR a.analysed_at > now() - :horizon) "
+            f"  AND {ENGINE_RELEASE} >= CAST(:engine AS int[])), "
+            "flagged AS (SELECT r.*, r.analysed_at > now() - :horizon AND EXISTS (SELECT 1 FROM radar.deploy_look o "
+            "    WHERE o.deploy_id = r.deploy_id AND o.target = r.target AND o.basis < r.analysed_at) AS rerun "
+            "  FROM recent r), "
+            "analysed AS (SELECT f.*, "
+            "  coalesce((SELECT max(k.look) FROM radar.deploy_look k WHERE k.deploy_id = f.deploy_id "
+            "    AND k.target = f.target AND k.basis = f.analysed_at), 0) AS done, "
+            "  (SELECT min(e.deployed_at) FROM radar.deploy_event e WHERE e.target = f.target "
+            "    AND e.deployed_at > f.deployed_at) AS next_at "
+            "  FROM flagged f WHERE (f.deployed_at > now() - :horizon - f.w * :last_span OR f.rerun) "
+            "  AND EXISTS (SELECT 1 FROM radar.verdict v WHERE v.deploy_id = f.deploy_id AND v.target = f.target "
             f"    AND v.verdict IN {OPEN_SQL})), "
-            "candidates AS (SELECT x.deploy_id, x.target, x.analysed_at, n.look, "
+            "candidates AS (SELECT x.deploy_id, x.target, x.analysed_at, x.run_id, x.rerun, n.look, "
             f"  least(x.deployed_at + x.w * (CAST(ARRAY[{spans}] AS int[]))[n.look + 1] + :settle, "
             "    x.next_at + :settle) AS due_at "
             f"  FROM analysed x CROSS JOIN generate_series(1, {len(LOOK_SPANS) - 1}) n(look) WHERE n.look > x.done), "
-            "latest AS (SELECT DISTINCT ON (deploy_id, target) * FROM candidates WHERE due_at <= now() "
-            "  ORDER BY deploy_id, target, look DESC) "
-            "SELECT deploy_id, target, look, analysed_at FROM latest ORDER BY due_at, deploy_id LIMIT :limit"
+            "chosen AS (SELECT DISTINCT ON (deploy_id, target) * FROM candidates WHERE due_at <= now() "
+            "  ORDER BY deploy_id, target, CASE WHEN rerun THEN look ELSE -look END) "
+            "SELECT deploy_id, target, look, analysed_at, rerun, run_id FROM chosen "
+            "ORDER BY rerun, due_at DESC, deploy_id LIMIT :limit"
         ),
-        {"window": window, "settle": settle, "limit": limit, "horizon": HORIZON, "last_span": LOOK_SPANS[-1]},
+        {
+            "window": window,
+            "settle": settle,
+            "limit": limit,
+            "horizon": HORIZON,
+            "last_span": LOOK_SPANS[-1],
+            "engine": list(FIRST_LOOK_ENGINE),
+        },
     )
-    return [DueLook(r[0], r[1], int(r[2]), r[3]) for r in rows]
+    return [DueLook(r[0], r[1], int(r[2]), r[3], bool(r[4]), r[5]) for r in rows]
+
+
+def record_failed(conn: sa.Connection, deploy_id: str, look: int, run_id: str | None) -> bool:
+    """Record look `look` of the deploy's current first verdict as failed (after its retries), so it is due no
+    more: its share of the budget is left unspent. A look already recorded on that verdict is left as it is. Whether
+    a row was written."""
+    written = conn.execute(
+        sa.text(
+            "INSERT INTO radar.deploy_look (deploy_id, target, look, basis, status, opened, run_id) "
+            "SELECT a.deploy_id, a.target, :k, a.analysed_at, 'failed', (SELECT count(*) FROM radar.verdict v "
+            f"  WHERE v.deploy_id = a.deploy_id AND v.target = a.target AND v.verdict IN {OPEN_SQL}), :run "
+            "FROM radar.analysis a WHERE a.deploy_id = :d "
+            "ON CONFLICT (deploy_id, target, look) DO UPDATE SET basis = EXCLUDED.basis, status = 'failed', "
+            "before_start = NULL, after_end = NULL, budget = NULL, opened = EXCLUDED.opened, detected = 0, "
+            "cleared = 0, ran_at = now(), run_id = EXCLUDED.run_id "
+            "WHERE radar.deploy_look.basis <> EXCLUDED.basis OR radar.deploy_look.status = 'failed'"
+        ),
+        {"d": deploy_id, "k": look, "run": run_id},
+    )
+    return bool(written.rowcount)
 
 
 def last_after(conn: sa.Connection, deploy_id: str, target: str, basis: datetime) -> datetime | None:

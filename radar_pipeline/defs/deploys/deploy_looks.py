@@ -11,6 +11,7 @@ from pydantic import Field
 from radar_pipeline.defs.deploys.deploy_verdicts import (
     ANALYSIS_POOL,
     ANALYSIS_RETRY,
+    REANALYSIS_TAG,
     configured_targets,
     deploy_verdicts,
     deploys_partitions,
@@ -57,7 +58,7 @@ def deploy_looks(
     """Run one look of the deploy (steps/looks.run_look) and report it: the look, its window and budget, what it
     decided, and the deploy's state before and after."""
     from radar_pipeline.steps.deploy_analysis import AnalysisRun
-    from radar_pipeline.steps.looks import LookRefused, run_look
+    from radar_pipeline.steps.looks import LookRefused, record_failed_look, run_look
 
     live = configured_targets(targets, context)
     run = AnalysisRun(warehouse.engine(), analysis.settings(), context.run.run_id, analysis.settle, live)
@@ -65,6 +66,9 @@ def deploy_looks(
         result = run_look(run, context.partition_key, config.look)
     except LookRefused as exc:
         raise dg.Failure(description=str(exc), allow_retries=False) from None
+    except Exception:
+        record_failed_look(run, context.partition_key, config.look, context.log)
+        raise
     decided = result.decided
     for row in decided.itertuples() if len(decided) else ():
         if row.verdict == "detected":
@@ -134,8 +138,10 @@ def deploy_look_sensor(
     """The looks due now (warehouse.looks.due_looks: the next look of each analysed deploy with something open,
     once its after side plus one scrape interval has passed or the target's next deploy cut it), one run each. The run
     key names the deploy, the look and the first verdict it continues, so each look is requested once (and again
-    only after a re-analysis replaced the first verdict). A deploy decided, cut or past its last look has none: its
-    looks stop by themselves."""
+    only after a re-analysis replaced the first verdict); a look that failed is recorded so and not asked for again.
+    The looks continuing a first verdict the nightly reanalysis made carry its tag (REANALYSIS_TAG): their alerts
+    and statuses are recorded, never posted. A deploy decided, cut or past its last look has none: its looks stop
+    by themselves."""
     from radar_pipeline.warehouse import looks
 
     with warehouse.engine().connect() as conn:
@@ -143,14 +149,29 @@ def deploy_look_sensor(
     if not due:
         return dg.SkipReason("no look is due")
     context.log.info(f"requesting {len(due)} looks: " + ", ".join(f"{d.deploy_id} look {d.look}" for d in due[:10]))
+    reanalysed = _reanalysis_runs(context.instance, {d.run_id for d in due if d.run_id})
     return dg.SensorResult(
         run_requests=[
             dg.RunRequest(
                 run_key=f"look:{d.deploy_id}:{d.look}:{d.basis.timestamp():.6f}",
                 partition_key=d.deploy_id,
                 run_config={"ops": {"deploy_looks": {"config": {"look": d.look}}}},
-                tags={LOOK_TAG: str(d.look), "radar/target": d.target},
+                tags={
+                    LOOK_TAG: str(d.look),
+                    "radar/target": d.target,
+                    **({REANALYSIS_TAG: "true"} if d.run_id in reanalysed else {}),
+                },
             )
             for d in due
         ],
     )
+
+
+def _reanalysis_runs(instance: dg.DagsterInstance, run_ids: set[str]) -> set[str]:
+    """Which of these runs (of the first verdicts the due looks continue) were the nightly reanalysis's: the looks
+    continuing such a verdict carry its tag, so they record their alerts and statuses and never post them, as it
+    does. A run no longer stored (past the run retention) counts as not."""
+    if not run_ids:
+        return set()
+    runs = instance.get_runs(filters=dg.RunsFilter(run_ids=sorted(run_ids)))
+    return {r.run_id for r in runs if r.tags.get(REANALYSIS_TAG) == "true"}
