@@ -4,11 +4,18 @@ deploy), until it is decided, the target's next deploy cuts the after side, or t
 
 The budget (docs/looks.md). Look k spends B_k = engine.budget.look_budget(B, k), Σ_k B_k = B. Within a look every
 statement of the look's whole family (every statement its window can decide, whether or not still open) gets its
-weighted-Bonferroni share w_i (engine `family_weights`: the before side's execution time and the floors, never the
-after side's latency), Σ_i w_i = 1, and only the open ones are tested, each at B_k · w_i. A cleared or detected
-statement's share is not handed to the others: under H0 each test detects with probability at most B_k · w_i, so the
-expected false detections of look k are at most B_k · Σ_open w_i ≤ B_k, and over all looks at most Σ_k B_k = B,
-whatever the dependence between looks (the union bound; alpha spending with a fixed schedule, Lan & DeMets 1983).
+budget share w_i (engine `family_shares`: the before side's execution time and the floors, never the after side's
+latency), Σ_i w_i = 1, and only the open ones are tested, by the engine's family rule at B_k with those shares (engine
+2.6: the weighted Benjamini–Hochberg step-up at α(B_k), engine/fdr.py), the family's others counting as not rejected:
+a cleared or detected statement's share is not handed to the others. What a look then bounds is the family rule's
+(docs/budget.md): with independent statements, E[false detections] at most about B_k (α(B_k) spends B_k when the
+whole family sits on H0's boundary; fewer open statements spend less); under positive dependence (PRDS: a load shared
+by every statement), P(any false detection) ≤ α(B_k) · Σ_open w_i < B_k, but not the expected count, since false
+detections then come in clumps; with `family_rule` "bonferroni", each test detects with probability at most B_k · w_i
+whatever the dependence. Across looks the budgets add up whatever the dependence between the looks: the expected
+count over a deploy's looks is at most Σ_k B_k = B where each look's is at most B_k (linearity), and P(any false
+detection over its looks) ≤ Σ_k α(B_k) < B by the union bound (alpha spending with a fixed schedule, Lan & DeMets
+1983). The looks' first verdict must be engine 2.6's or later: engine 2.5 spent the whole B at look 0.
 
 The spans. The after side of look k is min(LOOK_SPANS[k] · W, next deploy − deploy): the next deploy's change never
 enters. A look whose after side cannot grow past the previous look's is not run. The before side grows with the after
@@ -91,8 +98,9 @@ def family_shares(
     counters: pd.DataFrame, deploy_at: datetime | pd.Timestamp, settings: EngineSettings, span: LookSpan
 ) -> pd.Series:
     """Each statement's budget share over the look's whole family (by query_key, Σ = 1 over the statements the look's
-    window can decide; 0 for the others): engine `family_weights` from the before side's execution time, so a share
-    never depends on any after side's latency, and it is not renormalised over the statements still open."""
+    window can decide; 0 for the others): engine.decision.family_shares over the look's spans, from the before
+    side's execution time, so a share never depends on any after side's latency, and it is not renormalised over the
+    statements still open."""
     return decision.family_shares(counters, deploy_at, settings, before=span.before, after=span.after)
 
 
