@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from radar_pipeline.engine import fdr
 from radar_pipeline.engine.inference import CI_LEVEL, INFLATION_MAX, RHO_MAX, _bias_corrected, _serial_correlation
 from radar_pipeline.engine.samples import STDDEV, window_samples
 from radar_pipeline.engine.settings import EngineSettings
@@ -252,11 +253,11 @@ def _decide(
     p = np.where(certain, np.where(excess > 0, 0.0, 1.0), p)
     decidable = int(testable.sum())
     share = np.where(testable, 1.0 / max(decidable, 1), np.nan)
-    p_family = np.minimum(1.0, p / share)
+    significant, p_family = fdr.bonferroni(p, share, settings.false_alert_budget)
     # A rise of the mean below min_rise_ms is no finding whatever its factor (settings), as before/after has it.
     with np.errstate(invalid="ignore", divide="ignore"):
         worth = (a - b) / np.where(calls_c > 0, calls_c, 1.0) >= settings.min_rise_ms
-    detected = testable & worth & (p_family <= settings.false_alert_budget)
+    detected = testable & worth & significant
 
     half = stats.t.ppf(0.5 + CI_LEVEL / 2, dof) * np.where(testable, se, np.nan)
     margin = stats.t.ppf(settings.clear_level, dof) * np.where(testable, se, np.nan)
