@@ -6,13 +6,17 @@ is detected, the unslowed one is not; `radar gate` answers from the canary verdi
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import random
+import re
+import socket
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import psycopg
@@ -20,15 +24,20 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 
+from radar_pipeline.alerts.code_hosts import HostClient
 from radar_pipeline.cli import main
 from radar_pipeline.config import Target
-from radar_pipeline.defs.deploys.canary_verdicts import canary_sensor, canary_verdicts
-from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
+from radar_pipeline.defs.deploys.canary_verdicts import canary_sensor, canary_verdicts, canary_verdicts_job
+from radar_pipeline.defs.deploys.deploy_verdicts import ANALYSIS_RETRY
+from radar_pipeline.defs.resources import AnalysisResource, CodeHostResource, TargetsResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
-from radar_pipeline.steps.canary import analyse_canary
+from radar_pipeline.steps.canary import CanaryUnavailable, analyse_canary, record_failure
+from radar_pipeline.steps.code_host_delivery import deliver
 from radar_pipeline.steps.deploy_analysis import AnalysisRun
 from radar_pipeline.steps.snapshots import snapshot_target
 
+from . import fake_code_host
+from .fake_code_host import TOKEN, FakeHost
 from .helpers import COLLECTOR, collector_target
 
 # A range of 300 rows by the primary key: an index scan, or with index scans off a sequential scan of 50,000 rows.
@@ -190,6 +199,7 @@ def test_canary_sensor_and_asset_decide_it_through_dagster(canary, warehouse, wa
         "warehouse": WarehouseResource(url=warehouse_url),
         "analysis": AnalysisResource(window_seconds=window.total_seconds(), scrape_interval_seconds=1),
         "targets": TargetsResource(spec=f"{canary.target.name}={canary.target.dsn}"),
+        "code_hosts": CodeHostResource(),
     }
     deadline = time.monotonic() + 60
     while _now(warehouse) < canary.deployed_at + window + timedelta(seconds=1):
@@ -213,3 +223,101 @@ def test_canary_sensor_and_asset_decide_it_through_dagster(canary, warehouse, wa
         again = canary_sensor(dg.build_sensor_context(instance=instance, resources=resources))
         assert isinstance(again, dg.SensorResult)
         assert sorted(r.partition_key for r in again.run_requests or []) == ["cn-plain"]
+
+
+def _closed_port_target(target: Target) -> Target:
+    """The target at a loopback port nothing listens on: the watched server unreachable."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return dataclasses.replace(target, dsn=re.sub(r"@[^/]+/", f"@127.0.0.1:{port}/", target.dsn))
+
+
+def test_an_unreachable_target_does_not_make_a_canary_role_unknown(canary, warehouse, warehouse_url):
+    run = _run(warehouse, canary)
+    down = dataclasses.replace(run, live_targets={canary.target.name: _closed_port_target(canary.target)})
+    with pytest.raises(CanaryUnavailable, match=f"canary role '{canary.roles['plain']}' of deploy 'cn-plain' cannot"):
+        analyse_canary(down, "cn-plain")  # the warehouse knows no such role: nothing says it is none, so retried
+    with warehouse.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM radar.canary_analysis")).scalar_one() == 0
+    reached = analyse_canary(run, "cn-plain")
+    assert reached.error is None and reached.canary_userid is not None
+    again = analyse_canary(down, "cn-plain")  # the role's oid is stored now: resolved without the target
+    assert again.error is None and again.canary_userid == reached.canary_userid
+    assert again.stable_userid == reached.stable_userid and again.stable_role == canary.roles["stable"]
+
+    # the last attempt's failure is stored as the canary analysis's error (never over a stored analysis)
+    record_failure(down, "cn-idle", "the last attempt failed: CanaryUnavailable: away")
+    record_failure(down, "cn-plain", "the last attempt failed: CanaryUnavailable: away")
+    gate = _invoke(["gate", "cn-idle"], warehouse_url)
+    assert "not analysed: the last attempt failed: CanaryUnavailable: away; the gate" in gate.stdout, gate.output
+    with warehouse.connect() as conn:
+        assert conn.execute(
+            sa.text("SELECT state FROM radar.canary_analysis WHERE deploy_id = 'cn-plain'")
+        ).scalar_one() in ("pass", "inconclusive")
+
+
+def test_a_canary_analysis_not_stored_is_asked_for_again_until_its_horizon(canary, warehouse, warehouse_url):
+    assert canary_verdicts_job.op_retry_policy == ANALYSIS_RETRY  # a blip is retried in the run
+    window = _run(warehouse, canary).settings.window
+    now = _now(warehouse)
+    for deploy_id, at in (("cn-late", now - window - timedelta(minutes=21)), ("cn-old", now - timedelta(days=2))):
+        recorded = _invoke(["deploy", "--target", canary.target.name, "--id", deploy_id, "--at", at.isoformat(),
+                            "--canary-role", canary.roles["plain"]], warehouse_url)  # fmt: skip
+        assert recorded.exit_code == 0, recorded.output
+    with warehouse.begin() as conn:  # as if they had been reported when they happened
+        conn.execute(
+            sa.text("UPDATE radar.deploy_event SET received_at = deployed_at WHERE deploy_id IN ('cn-late', 'cn-old')")
+        )
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": AnalysisResource(window_seconds=window.total_seconds(), scrape_interval_seconds=1),
+    }
+    deadline = time.monotonic() + 60
+    while _now(warehouse) < canary.deployed_at + window + timedelta(seconds=1):  # the fixture's deploys fall due
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    with dg.instance_for_test() as instance:
+        result = canary_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    assert isinstance(result, dg.SensorResult)
+    keys = [r.run_key for r in result.run_requests or []]
+    # the deploys just due first (attempt 0); cn-late's first runs, 20 minutes ago, failed: its attempt 2 now (the
+    # attempts start 0, 5, 15, 35 minutes after the analysis fell due); cn-old is past the horizon
+    assert keys[-1] == "canary:cn-late:2", keys
+    assert sorted(keys[:-1]) == ["canary:cn-idle:0", "canary:cn-plain:0", "canary:cn-slow:0"], keys
+    gate = _invoke(["gate", "cn-old", "--format", "json"], warehouse_url)
+    answer = json.loads(gate.stdout)
+    assert answer["canary"]["state"] == "error", answer
+    assert answer["canary"]["error"].startswith("no canary analysis was stored within 24 h"), answer
+    late = _invoke(["gate", "cn-late"], warehouse_url)
+    assert late.exit_code == 4 and "waiting for the canary analysis" in late.stdout, late.output
+
+
+def test_a_canary_deploys_commit_status_is_the_canarys_state(canary, warehouse):
+    host = FakeHost("github", "acme/api", "c0ffee" + "0123456789abcdef" * 2 + "01", reviews=[])
+    server = fake_code_host.start(host)
+    try:
+        with warehouse.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "UPDATE radar.deploy_event SET commit_sha = :c, repository = :r, code_host = 'github', "
+                    "api_url = :u WHERE deploy_id = 'cn-slow'"
+                ),
+                {"c": host.commit, "r": host.repository, "u": host.api_url},
+            )
+        client = HostClient("github", host.api_url, TOKEN, 5.0)
+
+        def send() -> dict:
+            return deliver(logging.getLogger("test"), warehouse, {"github": client}, "cn-slow", timedelta(hours=1),
+                           datetime.now(UTC))  # fmt: skip
+
+        assert send()["note"] == "the deploy's canary analysis is not stored yet"  # as `radar gate`: pending
+        analyse_canary(_run(warehouse, canary), "cn-slow")  # the canary arm detects: fail, before/after pending
+        sent = send()
+        client.close()
+    finally:
+        server.shutdown()
+    assert sent["state"] == "fail" and sent["deliveries"] == {"commit_status": "sent", "review_comment": "skipped"}
+    (status,) = host.statuses
+    assert status["state"] == "failure", status
+    assert status["description"].startswith(f"fail: canary role {canary.roles['slow']} against stable role"), status

@@ -49,3 +49,6 @@ CREATE TABLE IF NOT EXISTS radar.canary_verdict (
     serial_correlation  double precision,
     PRIMARY KEY (deploy_id, dbid, queryid, toplevel)
 );
+
+-- canary_sensor's query (warehouse.canary.due_canaries) reads only the deploys that name a canary role.
+CREATE INDEX IF NOT EXISTS deploy_event_canary_idx ON radar.deploy_event (deployed_at) WHERE canary_role IS NOT NULL;

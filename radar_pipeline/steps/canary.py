@@ -4,7 +4,9 @@ the deploy, pick the stable role, compare the two arms (engine/canary.py), and r
 Bad input (a deploy without a canary role, a role the target does not have, a role that ran no statements, no other
 role running the same statements) stops the analysis with CanaryError, whose message names what is wrong; the
 error is stored as the canary analysis (state `error`), so the gate says why it answers without one, and the sensor
-does not ask again.
+does not ask again. What may pass (the watched server unreachable while the warehouse does not know the canary role)
+raises CanaryUnavailable instead: nothing is stored, the run fails and is asked for again (warehouse.canary's
+RETRY_BASE schedule); record_failure stores the last attempt's failure as the error.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ PASS_SHARE = 0.9  # radar.deploy_state's default share of the execution time cle
 
 class CanaryError(ValueError):
     """The canary analysis cannot be made from what was recorded and scraped; the message names the reason."""
+
+
+class CanaryUnavailable(RuntimeError):
+    """The canary analysis cannot be made now, but may be later (the watched server unreachable); nothing stored."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +58,8 @@ def analyse_canary(run: AnalysisRun, deploy_id: str) -> CanaryResult:
 
     Refused (AnalysisRefused, nothing written) when the deploy is unknown or its canary window (W after the deploy,
     plus run.settle) has not passed. CanaryError's cases (module docstring) are stored as an `error` analysis and
-    returned with state `error`.
+    returned with state `error`. CanaryUnavailable (the canary role unresolved while the target is unreachable):
+    nothing written, to be tried again.
     """
     settings = run.settings
     with run.warehouse.connect() as conn:
@@ -76,12 +83,8 @@ def analyse_canary(run: AnalysisRun, deploy_id: str) -> CanaryResult:
         if not role:
             raise CanaryError(f"deploy {deploy_id!r} names no canary role (radar deploy --canary-role ROLE)")
         with run.warehouse.connect() as conn:
-            roles = _role_oids(conn, run, event.target)
-            canary_userid = roles.get(role)
-            if canary_userid is None:
-                raise CanaryError(
-                    f"canary role {role!r} of deploy {deploy_id!r} is not a role on target {event.target!r}"
-                )
+            roles = _role_oids(conn, run, event.target, role, deploy_id)
+            canary_userid = roles[role]
             window = analysis.read_window(conn, event.target, start, end)
             pass_share = _pass_share(conn, deploy_id)
             canary_arm, stable_arm, stable_userid = _arms(window, canary_userid, role, event.target)
@@ -120,22 +123,61 @@ def analyse_canary(run: AnalysisRun, deploy_id: str) -> CanaryResult:
     )
 
 
-def _role_oids(conn: sa.Connection, run: AnalysisRun, target: str) -> dict[str, int]:
-    """Every role of the target by name: from the watched server itself when the run may reach it (pg_roles), else
-    the roles the warehouse's catalog facts name (the roles with stored settings)."""
-    from radar_pipeline.warehouse.catalog import setting_roles
-
+def _role_oids(conn: sa.Connection, run: AnalysisRun, target: str, role: str, deploy_id: str) -> dict[str, int]:
+    """The target's roles by name, the canary role among them. The watched server's own pg_roles when the run reaches
+    it: a role it does not list is not a role (CanaryError). Else (the run may not reach the target, or the target
+    does not answer) the roles the warehouse knows (stored_roles); when those do not name the canary role, nothing
+    says it is not one, so CanaryUnavailable: the analysis is tried again."""
     live = run.live(target)
+    why = f"target {target!r} is not among the targets this run may reach"
     if live is not None:
         from radar_pipeline.collector import session
 
         try:
             with session.connect(live) as target_conn:
                 rows = target_conn.execute("SELECT rolname, oid::bigint FROM pg_roles").fetchall()
-            return {str(name): int(oid) for name, oid in rows}
-        except session.TargetUnavailable:
-            pass  # the stored facts below, as for a run that may not reach the target
-    return setting_roles(conn, target)
+        except session.TargetUnavailable as exc:
+            why = str(exc)
+        else:
+            roles = {str(name): int(oid) for name, oid in rows}
+            if role not in roles:
+                raise CanaryError(f"canary role {role!r} of deploy {deploy_id!r} is not a role on target {target!r}")
+            return roles
+    known = stored.stored_roles(conn, target)
+    if role not in known:
+        raise CanaryUnavailable(
+            f"canary role {role!r} of deploy {deploy_id!r} cannot be resolved now: {why}, and the warehouse knows "
+            "no role of that name on it (tried again later)"
+        )
+    return known
+
+
+def record_failure(run: AnalysisRun, deploy_id: str, message: str) -> None:
+    """Store `message` as the deploy's canary analysis (state `error`), replacing none that is stored: the last
+    attempt's failure, so the gate answers without the canary arm and says why."""
+    with run.warehouse.begin() as conn:
+        if stored.analysis_of(conn, deploy_id) is not None:
+            return
+        event = deploys.get(conn, deploy_id)
+        if event is None or event.deployed_at is None:
+            return
+        window = run.settings.window
+        stored.replace(
+            conn,
+            deploy_id,
+            {
+                "target": event.target,
+                "canary_role": event.canary_role or "",
+                "window_start": event.deployed_at,
+                "window_end": event.deployed_at + window,
+                "settings": run.settings.to_dict(),
+                "engine_version": ENGINE_VERSION,
+                "run_id": run.run_id,
+                "state": "error",
+                "error": message,
+            },
+            None,
+        )
 
 
 def _arms(

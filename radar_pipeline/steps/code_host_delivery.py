@@ -130,6 +130,10 @@ def _read(conn: sa.Connection, deploy_id: str) -> Deploy | str:
             "no commit and repository recorded with the deploy: no commit status (radar deploy --commit --repository)"
         )
     state = deploy_states(conn, [deploy_id])
+    if not state.empty:
+        canary = _canary(conn, deploy_id, state.iloc[0])
+        if canary is not None:
+            return canary if isinstance(canary, str) else Deploy(event, *canary)
     if state.empty or state.iloc[0]["state"] == "pending":
         return "the deploy is not analysed yet"
     analysis = conn.execute(
@@ -142,6 +146,38 @@ def _read(conn: sa.Connection, deploy_id: str) -> Deploy | str:
         {"d": deploy_id},
     ).one()
     return Deploy(event, state.iloc[0], alert_store.detections(conn, deploy_id), analysis[0], analysis[1])
+
+
+def _canary(
+    conn: sa.Connection, deploy_id: str, row: pd.Series
+) -> tuple[pd.Series, pd.DataFrame, datetime, str | None] | str | None:
+    """A canary deploy's state as `radar gate` gives it (warehouse.status.canary_gate: the canary arm decides once
+    stored), with its canary detections, window end and run; why it gets nothing yet (pending); None when the canary
+    arm does not decide (no canary role, or its analysis stopped on an error: radar.deploy_state's state stands)."""
+    from radar_pipeline.warehouse import canary as canary_store
+    from radar_pipeline.warehouse.status import canary_gate
+
+    state = row.to_dict()
+    canary = canary_gate(conn, deploy_id, state)
+    if canary is None or canary["state"] == "error":
+        return None
+    if state["state"] == "pending":
+        return "the deploy's canary analysis is not stored yet"
+    stored = canary_store.analysis_of(conn, deploy_id)
+    assert stored is not None
+    stable = stored["stable_role"] or f"userid {stored['stable_userid']}"
+    state.update(
+        analysed_at=stored["analysed_at"],
+        cleared_share=None,  # before/after's share: not what decided
+        decided_by=f"canary role {stored['canary_role']} against stable role {stable}: "
+        + ", ".join(f"{stored[v]} {v}" for v in ("detected", "no_regression", "inconclusive")),
+        **{v: stored[v] for v in VERDICTS if v in stored},
+    )
+    found = pd.DataFrame(
+        [{**d, "target": stored["target"], "cause": "canary"} for d in canary["detections"]],
+        columns=["queryid", "change_factor", "factor_low", "factor_high", "target", "cause", "query"],
+    )
+    return pd.Series(state), found, stored["window_end"], stored["run_id"]
 
 
 def _api_mismatch(event: deploys.DeployEvent, client: HostClient) -> str | None:
@@ -222,7 +258,10 @@ def comment_marker(deploy_id: str) -> str:
 
 def description(state: str, row: pd.Series, found: pd.DataFrame) -> str:
     """The status's one line (at most MAX_DESCRIPTION characters): the state and what decided it."""
-    if state == "fail":
+    decided_by = row.get("decided_by")
+    if isinstance(decided_by, str):  # a canary deploy: its canary arm decided
+        text = f"{state}: {decided_by}"
+    elif state == "fail":
         worst = found["change_factor"].max() if len(found) else float("nan")
         what = f"{len(found)} statement{'s' if len(found) != 1 else ''} slower"
         text = f"fail: {what}" + (f", up to ×{worst:.2f}" if pd.notna(worst) else "")
@@ -245,6 +284,8 @@ def comment_body(deploy: Deploy, state: str, marker: str) -> str:
     share = row.get("cleared_share")
     counts = ", ".join(f"{int(row[v])} {v}" for v in VERDICTS if v in row)
     summary = f"Commit {_code(str(event.commit_sha)[:12])}: {counts}"
+    if isinstance(row.get("decided_by"), str):
+        summary += f" (decided by {_code(row['decided_by'])})"
     if pd.notna(share):
         summary += f"; {share:.0%} of the execution time after the deploy is cleared"
     if state == "fail":

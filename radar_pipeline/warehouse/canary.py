@@ -5,6 +5,7 @@ whose canary analysis is due; and the reads `radar verdicts` and `radar gate` ma
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,20 +19,75 @@ VERDICT_COLUMNS = (
 )  # fmt: skip
 
 
-def due_canaries(conn: sa.Connection, delay: timedelta, limit: int = 200) -> list[tuple[str, str]]:
-    """(deploy_id, target) of the deploys that name a canary role, whose canary window plus one scrape interval
-    (`delay`) has passed by the warehouse's clock, and that have no canary analysis yet: oldest first, at most
-    `limit`."""
+# The sensor asks again for a canary analysis that is still missing (a run failed: the warehouse or the target away
+# for a while, a refusal when the clocks differ), each attempt RETRY_BASE doubling after the last: attempt k starts
+# RETRY_BASE · (2^k − 1) after the analysis fell due (0, 5, 15, 35 min, …). Canaries are news: one due more than
+# HORIZON ago is asked for no more, and the gate then answers without it, saying so (warehouse.status.canary_gate).
+RETRY_BASE = timedelta(minutes=5)
+HORIZON = timedelta(days=1)
+# The last attempt: the last k whose start lies within HORIZON (k = 8, 21¼ h after the analysis fell due).
+LAST_ATTEMPT = max(k for k in range(32) if RETRY_BASE * (2**k - 1) < HORIZON)
+
+
+@dataclass(frozen=True)
+class DueCanary:
+    """A deploy whose canary analysis is due and not stored: its target, and the attempt now under way (its number
+    from when the analysis fell due, by the warehouse's clock: see RETRY_BASE)."""
+
+    deploy_id: str
+    target: str
+    attempt: int
+
+
+def due_canaries(conn: sa.Connection, delay: timedelta, limit: int = 200) -> list[DueCanary]:
+    """The deploys that name a canary role, whose canary window plus one scrape interval (`delay`) has passed by the
+    warehouse's clock, less than HORIZON ago, and that have no canary analysis: each with its attempt number (the
+    RETRY_BASE schedule), the lowest attempts first (a deploy just due before any asked for again), then the oldest,
+    at most `limit`."""
     rows = conn.execute(
         sa.text(
-            "SELECT e.deploy_id, e.target FROM radar.deploy_event e WHERE e.canary_role IS NOT NULL "
-            "AND greatest(e.received_at, e.deployed_at + :delay) <= now() "
-            "AND NOT EXISTS (SELECT 1 FROM radar.canary_analysis c WHERE c.deploy_id = e.deploy_id) "
-            "ORDER BY e.deployed_at, e.deploy_id LIMIT :n"
+            "SELECT deploy_id, target, least(floor(ln(CAST(extract(epoch FROM now() - due_at) AS double precision) "
+            "  / :base + 1) / ln(2)), :last) AS attempt "
+            "FROM (SELECT e.deploy_id, e.target, e.deployed_at, "
+            "  greatest(e.received_at, e.deployed_at + :delay) AS due_at "
+            "  FROM radar.deploy_event e WHERE e.canary_role IS NOT NULL "
+            "  AND NOT EXISTS (SELECT 1 FROM radar.canary_analysis c WHERE c.deploy_id = e.deploy_id)) d "
+            "WHERE due_at <= now() AND due_at > now() - :horizon "
+            "ORDER BY attempt, deployed_at, deploy_id LIMIT :n"
         ),
-        {"delay": delay, "n": limit},
+        {"delay": delay, "n": limit, "base": RETRY_BASE.total_seconds(), "last": LAST_ATTEMPT, "horizon": HORIZON},
     )
-    return [(r.deploy_id, r.target) for r in rows]
+    return [DueCanary(r.deploy_id, r.target, int(r.attempt)) for r in rows]
+
+
+def given_up(conn: sa.Connection, deploy_id: str, delay: timedelta) -> bool:
+    """Whether the deploy's canary analysis fell due (canary window plus `delay`) more than HORIZON ago: the sensor
+    asks for it no more."""
+    return bool(
+        conn.execute(
+            sa.text(
+                "SELECT greatest(received_at, deployed_at + :delay) <= now() - :horizon FROM radar.deploy_event "
+                "WHERE deploy_id = :d"
+            ),
+            {"d": deploy_id, "delay": delay, "horizon": HORIZON},
+        ).scalar()
+    )
+
+
+def stored_roles(conn: sa.Connection, target: str) -> dict[str, int]:
+    """The roles of the target the warehouse knows by name and oid: those with a stored role-level setting
+    (radar.catalog_fact) and those an earlier canary analysis resolved (its canary and stable roles)."""
+    from radar_pipeline.warehouse.catalog import setting_roles
+
+    rows = conn.execute(
+        sa.text(
+            "SELECT canary_role, canary_userid FROM radar.canary_analysis WHERE target = :t "
+            "AND canary_userid IS NOT NULL UNION SELECT stable_role, stable_userid FROM radar.canary_analysis "
+            "WHERE target = :t AND stable_role IS NOT NULL AND stable_userid IS NOT NULL"
+        ),
+        {"t": target},
+    )
+    return {**{str(r[0]): int(r[1]) for r in rows}, **setting_roles(conn, target)}
 
 
 def replace(

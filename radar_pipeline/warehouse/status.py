@@ -105,12 +105,19 @@ def deploy_times(
     return DeployTimes(**row._mapping) if row is not None else None
 
 
-def canary_gate(conn: sa.Connection, deploy_id: str, state: dict[str, Any]) -> dict[str, Any] | None:
+def canary_gate(
+    conn: sa.Connection,
+    deploy_id: str,
+    state: dict[str, Any],
+    delay: timedelta = timedelta(seconds=DEFAULT_WINDOW_SECONDS + DEFAULT_SCRAPE_INTERVAL_SECONDS),
+) -> dict[str, Any] | None:
     """For a deploy that names a canary role, its canary arm as the gate reads it (docs/canary.md), and the gate's
     state set from it in `state` (radar.deploy_state's row, changed in place; the view's own state kept under
     before_after_state). None for a deploy without a canary role.
 
-    - no canary analysis stored yet: pending (the canary verdict is due W after the deploy);
+    - no canary analysis stored yet: pending (the canary verdict is due W after the deploy), while canary_sensor
+      still asks for it (until warehouse.canary.HORIZON after it fell due, W plus one scrape interval: `delay`);
+      after that the state stays radar.deploy_state's, and the error says the canary analysis never came;
     - a canary analysis stopped by an error (an unknown role, a role with no statements): the state stays
       radar.deploy_state's, and the error is returned to be shown;
     - otherwise the canary's state decides: fail when the canary arm detected a statement, else its pass or
@@ -128,6 +135,13 @@ def canary_gate(conn: sa.Connection, deploy_id: str, state: dict[str, Any]) -> d
     found = stored.analysis_of(conn, deploy_id)
     out: dict[str, Any] = {"role": role, "state": None, "error": None, "detections": []}
     if found is None:
+        if stored.given_up(conn, deploy_id, delay):
+            out["error"] = (
+                f"no canary analysis was stored within {stored.HORIZON.total_seconds() / 3600:g} h of it falling "
+                "due (its runs failed: see canary_verdicts' runs in Dagster)"
+            )
+            out["state"] = "error"
+            return out
         state["state"] = "pending"
         return out
     out.update(
