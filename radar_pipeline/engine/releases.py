@@ -46,6 +46,10 @@ from radar_pipeline.engine.decision import family_weights
 from radar_pipeline.engine.fdr import bonferroni
 
 MIN_TARGETS = 2  # a fleet verdict needs a statement key's evidence on at least this many targets
+# ... and at least this many to be detected: with two, the between-target variance rests on one degree of freedom and
+# the robust variance equals HKSJ's (both w₁w₂d²/W²); simulated at H0's boundary with unequal standard errors, the
+# test ran 1.26–1.47× its level. A key on two targets (a primary and its replica) is shown, never detected.
+MIN_DETECTING = 3
 HETEROGENEITY_ALPHA = 0.05  # Cochran's Q below this level: the targets differ, and the slower ones are named
 CI_LEVEL = 0.95
 PM_ITERATIONS = 100  # bisection steps of Paule–Mandel's τ² (on a bracket that doubles until it holds the root)
@@ -215,6 +219,7 @@ def fleet_verdicts(
     # The test and the interval take the more cautious of HKSJ and the robust variance (module docstring).
     p = np.fmax(_t_sf(got.mean - log_tol, got.se, got.dof), _t_sf(got.mean - log_tol, got.robust_se, got.robust_dof))
     detected, p_family = bonferroni(p, weight, spend)
+    detected &= got.k >= MIN_DETECTING
 
     def margin(level: float) -> np.ndarray:
         return np.fmax(stats.t.ppf(level, got.dof) * got.se, stats.t.ppf(level, got.robust_dof) * got.robust_se)

@@ -158,3 +158,21 @@ def test_a_key_without_budget_share_is_never_detected_and_its_p_family_is_one():
     out = fleet_verdicts(frame, 0.2, 0.1, time_weight=1.0).set_index("key")
     assert out.loc[1, "p_value"] == 0.0 and out.loc[1, "budget_share"] == 0.0
     assert out.loc[1, "p_family"] == 1.0 and out.loc[1, "verdict"] != "detected"
+
+
+def test_a_key_on_two_targets_is_shown_but_never_detected():
+    # Two targets far beyond θ with tiny standard errors: plain as day, but one degree of freedom between targets is
+    # too few for the combination to hold its level, so the fleet verdict stays inconclusive (the targets' own
+    # verdicts find it).
+    evidence = pd.DataFrame(
+        {
+            "key": ["k", "k", "j", "j", "j"],
+            "target": ["a", "b", "a", "b", "c"],
+            "log_factor": [np.log(3.0), np.log(3.2), np.log(3.0), np.log(3.2), np.log(3.1)],
+            "se": [0.01, 0.01, 0.01, 0.01, 0.01],
+            "time_before": [1.0, 1.0, 1.0, 1.0, 1.0],
+        }
+    )
+    out = fleet_verdicts(evidence, threshold=0.2, budget=0.1).set_index("key")
+    assert out.loc["k", "targets"] == 2 and out.loc["k", "verdict"] == "inconclusive"
+    assert out.loc["j", "verdict"] == "detected"
