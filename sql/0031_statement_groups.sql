@@ -31,7 +31,7 @@ CREATE TABLE IF NOT EXISTS radar.group_verdict (
     p_value        double precision,
     p_family       double precision,
     budget_share   double precision,            -- the group's share of the analysis's false-alert budget
-    sentence       text,                        -- "15 statements of this shape slowed ×1.5 (×1.3–×1.7)"
+    sentence       text,                        -- "15 statements of this shape slowed as a group, typically ×1.5 (×1.3–×1.7)"
     member_dbid    oid[]            NOT NULL,
     member_userid  oid[]            NOT NULL,
     member_queryid bigint[]         NOT NULL,

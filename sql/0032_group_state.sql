@@ -1,6 +1,7 @@
 -- A detected group fails its deploy (issue 29): statements decided together (0031) whose joint test found them slower
 -- beyond θ are a detection within the budget like any other, so radar.deploy_state says `fail` for them, and counts
--- them (`groups_detected`), which `radar gate` and the code-host statuses read. Columns only added at the end.
+-- them (`groups_detected`), which `radar gate` and the code-host statuses read. Columns only added at the end. A
+-- failed look (0028's status `failed`) is not counted among the looks done.
 -- depends: 0031_statement_groups
 
 CREATE OR REPLACE VIEW radar.deploy_state AS
@@ -39,7 +40,7 @@ CROSS JOIN LATERAL (
     FROM radar.analysis WHERE deploy_id = d.deploy_id
 ) a
 CROSS JOIN LATERAL (
-    SELECT max(k.look) AS looks_done,
+    SELECT max(k.look) FILTER (WHERE k.status <> 'failed') AS looks_done,
            max(k.ran_at) FILTER (WHERE k.detected + k.cleared > 0) AS changed_at
     FROM radar.deploy_look k JOIN radar.analysis x ON x.deploy_id = k.deploy_id AND x.target = k.target
     WHERE k.deploy_id = d.deploy_id AND k.basis = x.analysed_at
