@@ -483,7 +483,8 @@ def _print_impact(summary: pd.DataFrame, changes: pd.DataFrame, show_all: bool) 
 
 def _print_groups(groups: pd.DataFrame, show_all: bool) -> None:
     """The groups decided together (issue 29), detections first: each one's verdict and sentence ("15 statements
-    of this shape slowed as a group, typically ×1.50 (×1.31–×1.72)"), its members' queryids; those without enough members are counted."""
+    of this shape slowed as a group, typically ×1.50 (×1.31–×1.72)"), its members' queryids; those without enough
+    members are counted."""
     tested = groups[groups["verdict"] != "insufficient_data"]
     shown = tested if show_all else tested.head(10)
     for g in shown.itertuples():

@@ -42,7 +42,8 @@ from .helpers import COLLECTOR, collector_target
 
 # A range of 300 rows by the primary key: an index scan, or with index scans off a sequential scan of 50,000 rows.
 LOOKUP = "SELECT count(*), max(payload) FROM items WHERE id BETWEEN %s::int AND %s::int + 300"
-ROUNDS = 24  # paired intervals: with a dozen, the serial correlation's margin can leave the test about 1 degree of freedom
+# Paired intervals: with a dozen, the serial correlation's margin could leave the test about one degree of freedom.
+ROUNDS = 24
 CALLS = {"stable": 30, "slow": 10, "plain": 10}
 
 
