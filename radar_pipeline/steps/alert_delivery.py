@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -67,29 +68,10 @@ def deliver(
         "to_send": 0,
         "channel": channel,
     }
-    with engine.begin() as conn:
-        outbox.lock(conn, facts.analysis_id)
-        if withhold is not None:
-            outbox.enqueue(conn, facts.analysis_id, facts.target, keys, channel, status="withheld", note=withhold)
-            metadata["withheld"] = withhold
-            return metadata
-        outbox.enqueue(conn, facts.analysis_id, facts.target, keys, channel)
-        claimed = outbox.claim(conn, facts.analysis_id, facts.target, channel, LEASE)
-    if not claimed.keys:
+    due = claim_due(log, engine, sender, facts.analysis_id, facts.target, keys, withhold, metadata)
+    if due is None:
         return metadata
-
-    def settle(keys: list[Key], status: str, **kwargs: Any) -> None:
-        with engine.begin() as conn:
-            outbox.settle(conn, facts.analysis_id, facts.target, channel, keys, claimed.delivery_id, status, **kwargs)
-
-    todo = claimed.keys
-    if claimed.earlier and sender.configured:
-        remaining = _already_posted(log, sender, claimed, settle, metadata)
-        if remaining is None:
-            return metadata
-        todo = remaining
-    if not todo:
-        return metadata
+    todo, claimed, settle = due
     todo_set = set(todo)
     todo_rows = found[[k in todo_set for k in detected_keys]]
     todo_changes = changes[[k in todo_set and k not in seen for k in change_keys]] if len(changes) else changes
@@ -111,6 +93,69 @@ def deliver(
             log.info(f"chart: {path}")
         settle(todo, "skipped")
         return metadata
+    delivered = send_and_settle(log, sender, text, blocks, charts, claimed, todo, settle)
+    if delivered is not None:
+        metadata["message_ts"] = delivered.ts or ""
+        for error in delivered.chart_errors:
+            log.warning(f"Slack: a chart was not uploaded: {error}")
+    return metadata
+
+
+Settle = Callable[..., None]
+
+
+def claim_due(
+    log: logging.Logger,
+    engine: sa.Engine,
+    sender: SlackSender,
+    analysis_id: str,
+    target: str,
+    keys: list[Key],
+    withhold: str | None,
+    metadata: dict[str, Any],
+) -> tuple[list[Key], outbox.Claim, Settle] | None:
+    """Steps (1) and (2) of `deliver` for any message under (analysis_id, target): enqueue a row per key (withheld,
+    with `withhold`, and then None) and claim those due, then look in the channel for the ones an earlier attempt may
+    have posted; the keys left to send, the claim, and `settle(keys, status, **outcome)` for step (3) — or None when
+    nothing is to be sent now (metadata says why where there is a why)."""
+    channel = sender.channel or NO_CHANNEL
+    with engine.begin() as conn:
+        outbox.lock(conn, analysis_id)
+        if withhold is not None:
+            outbox.enqueue(conn, analysis_id, target, keys, channel, status="withheld", note=withhold)
+            metadata["withheld"] = withhold
+            return None
+        outbox.enqueue(conn, analysis_id, target, keys, channel)
+        claimed = outbox.claim(conn, analysis_id, target, channel, LEASE)
+    if not claimed.keys:
+        return None
+
+    def settle(settled: list[Key], status: str, **kwargs: Any) -> None:
+        with engine.begin() as conn:
+            outbox.settle(conn, analysis_id, target, channel, settled, claimed.delivery_id, status, **kwargs)
+
+    todo = claimed.keys
+    if claimed.earlier and sender.configured:  # an earlier attempt may have posted them: look in the channel first
+        remaining = _already_posted(log, sender, claimed, settle, metadata)
+        if remaining is None:
+            return None
+        todo = remaining
+    return (todo, claimed, settle) if todo else None
+
+
+def send_and_settle(
+    log: logging.Logger,
+    sender: SlackSender,
+    text: str,
+    blocks: list[dict[str, Any]],
+    charts: list[tuple[Path, str]],
+    claimed: outbox.Claim,
+    todo: list[Key],
+    settle: Settle,
+) -> Any:
+    """Step (3) of `deliver`: send the message under the claim's delivery id and settle the rows `todo` by the outcome
+    (sent; pending with a backoff when the failure is retryable, its outcome unknown when it may have been posted;
+    else failed). The delivery, or None when it failed."""
     try:
         delivered = sender.send(text, blocks, charts, delivery_id=claimed.delivery_id)
     except DeliveryError as exc:
@@ -119,12 +164,9 @@ def deliver(
             settle(todo, "pending", error=str(exc), unknown=exc.unknown, wait=retry_wait(claimed.attempt, exc))
         else:
             settle(todo, "failed", error=str(exc))
-    else:
-        settle(todo, "sent", ts=delivered.ts)
-        metadata["message_ts"] = delivered.ts or ""
-        for error in delivered.chart_errors:
-            log.warning(f"Slack: a chart was not uploaded: {error}")
-    return metadata
+        return None
+    settle(todo, "sent", ts=delivered.ts)
+    return delivered
 
 
 def _already_posted(

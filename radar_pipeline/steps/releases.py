@@ -173,41 +173,18 @@ def deliver_fleet_alerts(
     run decides it; rows an earlier attempt may have posted (no answer came) are looked for in the channel first, as
     steps.alert_delivery does. With `withhold` (a reason) the rows are recorded as withheld and nothing is sent."""
     from radar_pipeline.alerts.render import FleetRegression, render_fleet
-    from radar_pipeline.alerts.slack import DeliveryError
-    from radar_pipeline.steps.alert_delivery import LEASE, NO_CHANNEL, _already_posted, retry_wait
-    from radar_pipeline.warehouse import alerts as outbox
+    from radar_pipeline.steps.alert_delivery import claim_due, send_and_settle
 
     found = decision.detected if decision.status == FINAL else decision.verdicts.iloc[0:0]
     metadata: dict[str, Any] = {"fleet_detections": len(found), "to_send": 0}
     if found.empty:
         return metadata
-    channel = sender.channel or NO_CHANNEL
-    anchor = decision.release.anchor
     target = ALERT_TARGET_PREFIX + decision.release.release_id
     keys = [(0, 0, int(fp), bool(top)) for fp, top in zip(found["fingerprint"], found["toplevel"], strict=True)]
-    with engine.begin() as conn:
-        outbox.lock(conn, anchor)
-        if withhold is not None:
-            outbox.enqueue(conn, anchor, target, keys, channel, status="withheld", note=withhold)
-            metadata["withheld"] = withhold
-            return metadata
-        outbox.enqueue(conn, anchor, target, keys, channel)
-        claimed = outbox.claim(conn, anchor, target, channel, LEASE)
-    if not claimed.keys:
+    claimed_due = claim_due(log, engine, sender, decision.release.anchor, target, keys, withhold, metadata)
+    if claimed_due is None:
         return metadata
-
-    def settle(settled: list[Any], status: str, **kwargs: Any) -> None:
-        with engine.begin() as conn:
-            outbox.settle(conn, anchor, target, channel, settled, claimed.delivery_id, status, **kwargs)
-
-    todo = claimed.keys
-    if claimed.earlier and sender.configured:  # an earlier attempt may have posted them: look in the channel first
-        remaining = _already_posted(log, sender, claimed, settle, metadata)
-        if remaining is None:
-            return metadata
-        todo = remaining
-    if not todo:
-        return metadata
+    todo, claimed, settle = claimed_due
     due = set(todo)
     rows = [r for r, k in zip(found.itertuples(), keys, strict=True) if k in due]
     text, blocks = render_fleet(
@@ -232,16 +209,7 @@ def deliver_fleet_alerts(
         log.info(f"Slack is not configured; the fleet alert would read:\n{text}")
         settle(todo, "skipped")
         return metadata
-    try:
-        delivered = sender.send(text, blocks, [], delivery_id=claimed.delivery_id)
-    except DeliveryError as exc:
-        log.error(f"Slack: {exc}")
-        if exc.retryable:
-            settle(todo, "pending", error=str(exc), unknown=exc.unknown, wait=retry_wait(claimed.attempt, exc))
-        else:
-            settle(todo, "failed", error=str(exc))
-    else:
-        settle(todo, "sent", ts=delivered.ts)
+    send_and_settle(log, sender, text, blocks, [], claimed, todo, settle)
     return metadata
 
 
