@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from radar_pipeline.engine import ENGINE_VERSION, EngineSettings, Verdict, analyse  # noqa: E402
 from radar_pipeline.engine.decision import family_weights  # noqa: E402
-from radar_pipeline.lab.fleet import DEPLOY, Fleet, draw, history_estimates  # noqa: E402
+from radar_pipeline.lab.fleet import DEPLOY, Fleet, draw, history_estimates, oracle_evidence  # noqa: E402
 
 STEPS = (1.3, 1.5, 2.0, 4.0)
 CEILINGS = ("ceiling_w0", "ceiling_w1", "ceiling_alpha")
@@ -102,30 +102,8 @@ def oracle_p(fleet: Fleet, rows: np.ndarray, threshold: float) -> np.ndarray:
     side has no calls)."""
     from scipy import stats
 
-    c = fleet.calls.astype(np.float64)
-    level = fleet.base[:, None] * np.where(np.arange(c.shape[1])[None, :] >= fleet.step_at, fleet.factor[:, None], 1.0)
-    n = c.shape[1]
-    lag = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
-    p = np.full(len(c), np.nan)
-    time_ = _realised_time(fleet)
-    for i in rows:
-        var = []
-        means = []
-        for side in (slice(0, fleet.step_at), slice(fleet.step_at, n)):
-            ci, li = c[i, side], level[i, side]
-            calls = ci.sum()
-            if calls == 0:
-                break
-            s2 = fleet.spread[i] ** 2
-            cov = np.outer(ci * li, ci * li) * np.expm1(s2 * fleet.phi[i] ** lag[side, side])
-            per_call = (fleet.cv[i] ** 2) * (ci * li**2 * np.exp(s2)).sum()
-            var.append((cov.sum() + per_call) / calls**2 / (li @ ci / calls) ** 2)
-            means.append(time_[i, side].sum() / calls)
-        if len(means) < 2 or means[0] <= 0:
-            continue
-        z = (np.log(means[1] / means[0]) - np.log1p(threshold)) / np.sqrt(var[0] + var[1])
-        p[i] = stats.norm.sf(z)
-    return p
+    y, var = oracle_evidence(fleet, rows)
+    return stats.norm.sf((y - np.log1p(threshold)) / np.sqrt(var))
 
 
 def _realised_time(fleet: Fleet) -> np.ndarray:

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from radar_pipeline.engine import EngineSettings, analyse  # noqa: E402
 from radar_pipeline.engine.releases import fleet_verdicts  # noqa: E402
-from radar_pipeline.lab.fleet import DEPLOY, Fleet, _counters, _interval_sums  # noqa: E402
+from radar_pipeline.lab.fleet import DEPLOY, Fleet, _counters, _interval_sums, oracle_evidence  # noqa: E402
 
 TARGETS = [f"shard-{i}" for i in range(8)]
 STEPS = (1.3, 1.5, 2.0, 4.0)
@@ -98,32 +98,6 @@ def target_fleet(s: Statements, factor: np.ndarray, rng: np.random.Generator) ->
     )
 
 
-def true_log_ratio(fleet: Fleet) -> tuple[np.ndarray, np.ndarray]:
-    """Per statement, the realised log ratio of the means at the true split and its true variance (the ceiling's, as
-    benchmarks/detection_quality.py computes it); NaN where a side has no calls."""
-    c = fleet.calls.astype(np.float64)
-    n = c.shape[1]
-    level = fleet.base[:, None] * np.where(np.arange(n)[None, :] >= fleet.step_at, fleet.factor[:, None], 1.0)
-    time_ = np.diff(fleet.counters["total_exec_time"].to_numpy().reshape(-1, n + 1), axis=1)
-    lag = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
-    y, var = np.full(len(c), np.nan), np.full(len(c), np.nan)
-    for i in range(len(c)):
-        parts, means = [], []
-        for side in (slice(0, fleet.step_at), slice(fleet.step_at, n)):
-            ci, li = c[i, side], level[i, side]
-            calls = ci.sum()
-            if calls == 0:
-                break
-            s2 = fleet.spread[i] ** 2
-            cov = np.outer(ci * li, ci * li) * np.expm1(s2 * fleet.phi[i] ** lag[side, side])
-            per_call = (fleet.cv[i] ** 2) * (ci * li**2 * np.exp(s2)).sum()
-            parts.append((cov.sum() + per_call) / calls**2 / (li @ ci / calls) ** 2)
-            means.append(time_[i, side].sum() / calls)
-        if len(means) == 2 and means[0] > 0 and means[1] > 0:
-            y[i], var[i] = np.log(means[1] / means[0]), parts[0] + parts[1]
-    return y, var
-
-
 def release(count: int, seed: int, factors: list[np.ndarray], settings: EngineSettings) -> dict[str, pd.DataFrame]:
     """One release: per target its own verdicts, the fleet verdicts, and the ceiling's evidence."""
     rng = np.random.default_rng(seed)
@@ -145,7 +119,7 @@ def release(count: int, seed: int, factors: list[np.ndarray], settings: EngineSe
             )
         )
         own.append(pd.DataFrame({"key": key, "target": target, "verdict": out["verdict"], "factor": factor[key]}))
-        y, var = true_log_ratio(fleet)
+        y, var = oracle_evidence(fleet)
         oracle.append(pd.DataFrame({"key": np.arange(count), "target": target, "y": y, "var": var}))
     evidence = pd.concat(rows, ignore_index=True)
     fleet_out = fleet_verdicts(evidence, settings.threshold, settings.false_alert_budget, fleet_size=len(TARGETS))

@@ -45,7 +45,7 @@ from detection_quality import ceiling  # noqa: E402
 from radar_pipeline.engine import EngineSettings, Verdict, analyse  # noqa: E402
 from radar_pipeline.engine.budget import look_budget, split_group_budget  # noqa: E402
 from radar_pipeline.engine.groups import decide_groups, group_weights  # noqa: E402
-from radar_pipeline.lab.fleet import DEPLOY, Fleet, draw  # noqa: E402
+from radar_pipeline.lab.fleet import DEPLOY, Fleet, draw, oracle_evidence  # noqa: E402
 
 B = 0.1
 GROUP = 15
@@ -102,29 +102,10 @@ def _oracle_group(fleet: Fleet, threshold: float, share: float) -> bool:
     detection_quality), inverse-variance weights, a one-sided z-test of the common factor ≤ 1 + θ at `share`."""
     from scipy import stats
 
-    c = fleet.calls.astype(np.float64)
-    n = c.shape[1]
-    level = fleet.base[:, None] * np.where(np.arange(n)[None, :] >= fleet.step_at, fleet.factor[:, None], 1.0)
-    lag = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
-    t = np.diff(fleet.counters["total_exec_time"].to_numpy().reshape(-1, n + 1), axis=1)
-    y, v = [], []
-    for i in range(len(c)):
-        var, means = [], []
-        for side in (slice(0, fleet.step_at), slice(fleet.step_at, n)):
-            ci, li = c[i, side], level[i, side]
-            calls = ci.sum()
-            if calls == 0:
-                break
-            s2 = fleet.spread[i] ** 2
-            cov = np.outer(ci * li, ci * li) * np.expm1(s2 * fleet.phi[i] ** lag[side, side])
-            per_call = (fleet.cv[i] ** 2) * (ci * li**2 * np.exp(s2)).sum()
-            var.append((cov.sum() + per_call) / calls**2 / (li @ ci / calls) ** 2)
-            means.append(t[i, side].sum() / calls)
-        if len(means) == 2 and means[0] > 0 and means[1] > 0:
-            y.append(np.log(means[1] / means[0]))
-            v.append(var[0] + var[1])
-    w = 1 / np.asarray(v)
-    z = (w @ (np.asarray(y) - np.log1p(threshold))) / np.sqrt(w.sum())
+    y, v = oracle_evidence(fleet)
+    known = np.isfinite(y)
+    w = 1 / v[known]
+    z = (w @ (y[known] - np.log1p(threshold))) / np.sqrt(w.sum())
     return bool(stats.norm.sf(z) <= share)
 
 

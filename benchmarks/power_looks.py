@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from radar_pipeline.engine import EngineSettings, Verdict, analyse  # noqa: E402
 from radar_pipeline.engine.budget import LOOK_SPANS  # noqa: E402
-from radar_pipeline.lab.fleet import DEPLOY, Fleet, draw, history_estimates  # noqa: E402
+from radar_pipeline.lab.fleet import DEPLOY, Fleet, draw, history_estimates, oracle_evidence  # noqa: E402
 from radar_pipeline.steps.looks import all_looks, family_shares, look_span  # noqa: E402
 
 STEPS = (1.3, 1.5, 2.0, 4.0)
@@ -76,31 +76,10 @@ def ceiling_at(fleet: Fleet, share: np.ndarray, threshold: float, lo: int, hi: i
     [lo, step_at) before it and [step_at, hi) after it, for the statements `rows`; False where no share."""
     from scipy import stats
 
-    c = fleet.calls.astype(np.float64)
-    n = c.shape[1]
-    level = fleet.base[:, None] * np.where(np.arange(n)[None, :] >= fleet.step_at, fleet.factor[:, None], 1.0)
-    real = np.diff(fleet.counters["total_exec_time"].to_numpy().reshape(-1, n + 1), axis=1)
-    detected = np.zeros(len(c), dtype=bool)
-    for i in rows:
-        if not share[i] > 0:
-            continue
-        var, means = [], []
-        for side in (slice(lo, fleet.step_at), slice(fleet.step_at, hi)):
-            ci, li = c[i, side], level[i, side]
-            calls = ci.sum()
-            if calls == 0:
-                break
-            lag = np.abs(np.arange(len(ci))[:, None] - np.arange(len(ci))[None, :])
-            s2 = fleet.spread[i] ** 2
-            cov = np.outer(ci * li, ci * li) * np.expm1(s2 * fleet.phi[i] ** lag)
-            per_call = (fleet.cv[i] ** 2) * (ci * li**2 * np.exp(s2)).sum()
-            var.append((cov.sum() + per_call) / calls**2 / (li @ ci / calls) ** 2)
-            means.append(real[i, side].sum() / calls)
-        if len(means) < 2 or means[0] <= 0:
-            continue
-        z = (np.log(means[1] / means[0]) - np.log1p(threshold)) / np.sqrt(var[0] + var[1])
-        detected[i] = stats.norm.sf(z) <= share[i]
-    return detected
+    rows = np.asarray([i for i in rows if share[i] > 0], dtype=np.int64)
+    y, var = oracle_evidence(fleet, rows, lo, hi)
+    with np.errstate(invalid="ignore"):
+        return stats.norm.sf((y - np.log1p(threshold)) / np.sqrt(var)) <= share
 
 
 def stepped_runs(statements: int, runs: int, seed: int) -> pd.DataFrame:

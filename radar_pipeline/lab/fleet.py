@@ -243,3 +243,34 @@ def p_at_the_deploy(
     known = _prior_rows(samples, history, EngineSettings())
     test = split_tests(padded.calls, padded.time, padded.sumsq, padded.n, candidate, 0.0, known)
     return test.p[ok], ok
+
+
+def oracle_evidence(
+    fleet: Fleet, rows: np.ndarray | None = None, lo: int = 0, hi: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ceilings' evidence: per statement (of `rows`, default all), the realised log ratio of the call-weighted means
+    after and before the true split, on the intervals [lo, step_at) and [step_at, hi), and its true variance (each
+    side's overdispersed, serially correlated interval levels and per-call noise, as drawn); NaN elsewhere and where a
+    side has no calls or a mean that is not positive."""
+    c = fleet.calls.astype(np.float64)
+    n = c.shape[1]
+    hi = n if hi is None else hi
+    level = fleet.base[:, None] * np.where(np.arange(n)[None, :] >= fleet.step_at, fleet.factor[:, None], 1.0)
+    time_ = np.diff(fleet.counters["total_exec_time"].to_numpy().reshape(-1, n + 1), axis=1)
+    y, var = np.full(len(c), np.nan), np.full(len(c), np.nan)
+    for i in range(len(c)) if rows is None else rows:
+        parts, means = [], []
+        for side in (slice(lo, fleet.step_at), slice(fleet.step_at, hi)):
+            ci, li = c[i, side], level[i, side]
+            calls = ci.sum()
+            if calls == 0:
+                break
+            lag = np.abs(np.arange(len(ci))[:, None] - np.arange(len(ci))[None, :])
+            s2 = fleet.spread[i] ** 2
+            cov = np.outer(ci * li, ci * li) * np.expm1(s2 * fleet.phi[i] ** lag)
+            per_call = (fleet.cv[i] ** 2) * (ci * li**2 * np.exp(s2)).sum()
+            parts.append((cov.sum() + per_call) / calls**2 / (li @ ci / calls) ** 2)
+            means.append(time_[i, side].sum() / calls)
+        if len(means) == 2 and means[0] > 0 and means[1] > 0:
+            y[i], var[i] = np.log(means[1] / means[0]), parts[0] + parts[1]
+    return y, var
