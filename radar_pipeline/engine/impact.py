@@ -35,7 +35,8 @@ batches, retries) inflate φ; a Poisson test would alert on every burst.
 
 The family: weighted Bonferroni with the latency verdicts' weights (`decision.family_weights`, from the execution
 time before the deploy; the latency family itself is decided by a step-up from engine 2.6) and the same budget B
-(`false_alert_budget`): p_family = min(1, p / w), a surge when p_family ≤ B. The surge family is a second family of its own, spending B per analysis as the latency family does.
+(`false_alert_budget`): p_family = min(1, p / w), a surge when p_family ≤ B. The surge family is a second family of
+its own, spending B per analysis as the latency family does.
 A surge of a statement whose latency did not change (its latency verdict is not a detection and its mean after is
 under (1 + θ) × before) is the N+1 pattern: `n_plus_one`; otherwise `surge`.
 
