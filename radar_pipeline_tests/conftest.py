@@ -212,6 +212,21 @@ def warehouse(warehouse_url: str):
 
 
 @pytest.fixture
+def known(warehouse):
+    """A warehouse that knows target 'main' (it has a scrape of it): deploys to 'main' are accepted."""
+    import sqlalchemy as sa
+
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.pgss_info_snapshot "
+                "VALUES ('main', now() - interval '1 hour', 0, NULL, 180000, '1.12', 0, 0)"
+            )
+        )
+    return warehouse
+
+
+@pytest.fixture
 def app_db(server: Server) -> Iterator[tuple[Server, Target]]:
     """An application database with pg_stat_statements on a watched server, and the target that points at it."""
     name = server.new_database("app")

@@ -14,18 +14,6 @@ from radar_pipeline.warehouse.deploys import DeployConflict, DeployError, Deploy
 from .test_deploys import _radar
 
 
-@pytest.fixture
-def known(warehouse):
-    with warehouse.begin() as conn:
-        conn.execute(
-            sa.text(
-                "INSERT INTO radar.pgss_info_snapshot "
-                "VALUES ('main', now() - interval '1 hour', 0, NULL, 180000, '1.12', 0, 0)"
-            )
-        )
-    return warehouse
-
-
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

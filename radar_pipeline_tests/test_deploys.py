@@ -21,19 +21,6 @@ from .silent_proxy import pipe
 BIN = Path(sys.executable).parent
 
 
-@pytest.fixture
-def known(warehouse):
-    """A warehouse that knows target 'main' (it has a scrape of it)."""
-    with warehouse.begin() as conn:
-        conn.execute(
-            sa.text(
-                "INSERT INTO radar.pgss_info_snapshot "
-                "VALUES ('main', now() - interval '1 hour', 0, NULL, 180000, '1.12', 0, 0)"
-            )
-        )
-    return warehouse
-
-
 def _rows(warehouse) -> list[tuple]:
     with warehouse.connect() as conn:
         return [tuple(r) for r in conn.execute(sa.text("SELECT * FROM radar.deploy_event ORDER BY deploy_id"))]

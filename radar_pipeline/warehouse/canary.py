@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pandas as pd
@@ -149,11 +149,3 @@ def verdicts_of(conn: sa.Connection, deploy_id: str) -> pd.DataFrame:
         {"d": deploy_id},
     )
     return pd.DataFrame([dict(r._mapping) for r in rows], columns=["deploy_id", *VERDICT_COLUMNS, "query"])
-
-
-def canary_window(conn: sa.Connection, deploy_id: str, window: timedelta) -> tuple[datetime, datetime] | None:
-    """The canary window (deployed_at, deployed_at + window] of a deploy, or None when it is not recorded."""
-    row = conn.execute(
-        sa.text("SELECT deployed_at FROM radar.deploy_event WHERE deploy_id = :d"), {"d": deploy_id}
-    ).one_or_none()
-    return None if row is None else (row.deployed_at, row.deployed_at + window)

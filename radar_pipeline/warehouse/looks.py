@@ -174,7 +174,7 @@ def record_look(
 
 
 def looks_of(conn: sa.Connection, deploy_id: str) -> pd.DataFrame:
-    """The deploy's looks run on its current first verdict, in order (for `radar looks` and the asset's metadata)."""
+    """The deploy's looks run on its current first verdict, in order."""
     import pandas as pd
 
     return pd.read_sql(
