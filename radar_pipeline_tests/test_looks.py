@@ -456,3 +456,28 @@ def test_the_looks_of_a_nightly_reanalysis_carry_its_tag(deployed, warehouse, wa
         assert result.success
         assert result.asset_materializations_for_node("deploy_looks")[0].metadata["detected"].value == 1
         assert not slack.calls_to("/api/chat.postMessage")  # recorded in the outbox, never sent
+
+
+def test_look_evidence_covers_decided_and_open_statements_over_the_look_s_spans(deployed, warehouse):
+    # A joint test (fleet, group) at a later look needs every statement's evidence, its own verdict decided or not.
+    from radar_pipeline.steps.looks import look_evidence, look_span
+
+    settings = ANALYSIS.settings()
+    span = look_span(settings, 1, deployed)
+    assert span is not None
+    found = look_evidence(warehouse, settings, "lk", deployed, span).set_index("queryid")
+    assert set(found.index) == {1, 2, SPARSE}
+    assert found["decidable"].all()  # the sparse one has enough calls by 2W
+    assert found.loc[SPARSE, "n_after"] > found.loc[1, "n_after"] / 4  # it ran from W on, every other second
+    assert np.exp(found.loc[SPARSE, "deploy_log_factor"]) == pytest.approx(3.0, rel=0.1)
+    assert np.exp(found.loc[1, "deploy_log_factor"]) == pytest.approx(1.0, abs=0.05)
+    assert (found["deploy_log_se"] > 0).all() and (found["deploy_dof"] > 1).all()
+    only = look_evidence(
+        warehouse,
+        settings,
+        "lk",
+        deployed,
+        span,
+        found.reset_index().loc[[0], ["dbid", "userid", "queryid", "toplevel"]],
+    )
+    assert len(only) == 1

@@ -84,6 +84,10 @@ NAT = np.iinfo(np.int64).min
 PRIOR_COLUMNS = ("query_key", "serial_correlation", "dispersion", "intervals")
 
 
+# A statement's evidence at the deploy's own split (analyse's columns of that name; deploy_evidence).
+EVIDENCE = ("deploy_log_factor", "deploy_log_se", "deploy_dof")
+
+
 @dataclass(frozen=True, slots=True)
 class WindowSides:
     """Per statement, its intervals, calls, time and call-weighted means either side of the deploy (the window's
@@ -403,7 +407,7 @@ def _deploy_evidence(
     bias), its standard error and degrees of freedom, from the same variance as the test: the per-target evidence
     a release's fleet verdict combines (engine/releases.py); NaN elsewhere."""
     g = samples.groups
-    out = {name: np.full(g, np.nan) for name in ("deploy_log_factor", "deploy_log_se", "deploy_dof")}
+    out = {name: np.full(g, np.nan) for name in EVIDENCE}
     if not decidable.any():
         return out
     a, b = _deploy_side_sums(samples, sides, np.flatnonzero(decidable))
@@ -480,6 +484,42 @@ def family_shares(
     decidable = _floors(sides, settings)[0] != Verdict.INSUFFICIENT_DATA
     weight = family_weights(sides.time_before, decidable, settings.budget_time_weight)
     return pd.Series(np.nan_to_num(weight, nan=0.0), index=pd.Index(samples.keys))
+
+
+def deploy_evidence(
+    counters: pd.DataFrame,
+    deploy_at: datetime | pd.Timestamp,
+    settings: EngineSettings | None = None,
+    prior: pd.DataFrame | None = None,
+    *,
+    before: timedelta | None = None,
+    after: timedelta | None = None,
+) -> pd.DataFrame:
+    """Each statement's evidence at the deploy's own split over these spans, without deciding anything: no split
+    search, no family, no budget. One row per statement (query_key, merged_keys): n_before, n_after, calls_before,
+    calls_after, time_before (ms), decidable (the floors let analyse decide it) and deploy_log_factor,
+    deploy_log_se, deploy_dof exactly as analyse reports them (NaN where not decidable). What a joint test (a
+    release's fleet verdict, a group) combines at a later look for statements whose own verdict is already decided."""
+    settings = settings or EngineSettings()
+    deploy = _utc_ns(deploy_at)
+    samples = window_samples(
+        counters,
+        deploy - _ns(settings.window if before is None else before),
+        deploy + _ns(settings.window if after is None else after),
+    )
+    names = ("n_before", "n_after", "calls_before", "calls_after", "time_before")
+    if samples.groups == 0:
+        return pd.DataFrame(
+            {"query_key": [], "merged_keys": [], **{n: [] for n in names}, "decidable": [], **{n: [] for n in EVIDENCE}}
+        )
+    sides = _window_sides(samples, deploy)
+    decidable = _floors(sides, settings)[0] != Verdict.INSUFFICIENT_DATA
+    known = _prior_rows(samples, prior, settings)
+    columns: dict[str, object] = {"query_key": samples.keys, "merged_keys": samples.merged}
+    columns.update({name: getattr(sides, name) for name in names})
+    columns["decidable"] = decidable
+    columns.update(_deploy_evidence(samples, sides, decidable, settings, known))
+    return pd.DataFrame(columns)
 
 
 def _window_sides(samples: WindowSamples, deploy: int) -> WindowSides:

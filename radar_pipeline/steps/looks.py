@@ -41,7 +41,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.engine import Cause, EngineSettings, Verdict, decision
 from radar_pipeline.engine.budget import LOOK_SPANS, look_after, look_budget
-from radar_pipeline.engine.decision import analyse, explain_detections
+from radar_pipeline.engine.decision import EVIDENCE, analyse, deploy_evidence, explain_detections
 from radar_pipeline.pgss_model import KEY
 from radar_pipeline.steps.noise import prior_for
 from radar_pipeline.steps.plan_diffs import plan_diffs
@@ -128,6 +128,31 @@ def decide_look(
         after=span.after,
         weights=shares,
     )
+
+
+def look_evidence(
+    warehouse: sa.Engine,
+    settings: EngineSettings,
+    target: str,
+    deployed_at: datetime,
+    span: LookSpan,
+    only: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """Each statement's evidence at the deploy's own split over the look's spans, from the warehouse's counters
+    (engine deploy_evidence, with the statements' noise prior): KEY columns, fingerprint, n/calls either side,
+    time_before, decidable and EVIDENCE, one row per statement, decided or not. `only` (KEY columns) limits the read
+    to those statements. What a fleet's or a group's joint test combines at a later look."""
+    lo, hi = deployed_at - span.before, deployed_at + span.after
+    with warehouse.connect() as conn:
+        window = analysis.read_window(conn, target, lo, hi, only)
+        prior = prior_for(conn, target, lo, window.keys)
+        conn.rollback()
+    found = deploy_evidence(window.counters, deployed_at, settings, prior, before=span.before, after=span.after)
+    keys = window.keys.iloc[found["query_key"].to_numpy(dtype=np.int64)].reset_index(drop=True)
+    last_fingerprint = window.counters.groupby("query_key")["fingerprint"].last()
+    out = pd.concat([keys, found.drop(columns=["merged_keys"]).reset_index(drop=True)], axis=1)
+    out["fingerprint"] = last_fingerprint.loc[found["query_key"]].to_numpy()
+    return out[[*KEY, "fingerprint", *[c for c in out.columns if c not in (*KEY, "fingerprint", *EVIDENCE)], *EVIDENCE]]
 
 
 def _with_merged(counters: pd.DataFrame, still_open: pd.Index) -> np.ndarray:

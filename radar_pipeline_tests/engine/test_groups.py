@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from radar_pipeline.engine import EngineSettings, Verdict, analyse
+from radar_pipeline.engine.decision import EVIDENCE, deploy_evidence
 from radar_pipeline.engine.groups import MIN_MEMBERS, decide_groups, group_weights, joint_test
 from radar_pipeline.lab.fleet import DEPLOY, draw
 
@@ -37,6 +38,18 @@ def test_the_engine_gives_every_decidable_statement_its_estimate_at_the_deploy()
     assert np.isfinite(out.loc[decidable, ["deploy_log_factor", "deploy_log_se", "deploy_dof"]]).all().all()
     # The estimate is the window means' factor at the deploy's own split, whatever split the test chose.
     assert np.allclose(np.exp(out["deploy_log_factor"]), out["change_factor"])
+
+
+def test_deploy_evidence_alone_is_analyse_s_evidence_over_any_spans():
+    fleet = draw(MEMBERS, 4, stepped=1.0, steps=(1.4,), rate=RATE, cv=(0.5, 1.0))
+    for spans in ({}, {"before": SETTINGS.window, "after": SETTINGS.window / 2}):
+        decided = analyse(fleet.counters, DEPLOY, SETTINGS, **spans).set_index("query_key")
+        alone = deploy_evidence(fleet.counters, DEPLOY, SETTINGS, **spans).set_index("query_key")
+        assert list(alone.index) == list(decided.index)
+        assert (alone["decidable"] == (decided["verdict"] != Verdict.INSUFFICIENT_DATA)).all()
+        for name in (*EVIDENCE, "n_before", "n_after", "calls_before", "calls_after"):
+            assert np.allclose(alone[name], decided[name], equal_nan=True), name
+    assert deploy_evidence(fleet.counters.iloc[:0], DEPLOY, SETTINGS).empty
 
 
 @pytest.mark.parametrize(("factor", "level"), [(1.2, 0.05), (1.0, 0.05)])
