@@ -94,7 +94,8 @@ def _group_rows(warehouse) -> pd.DataFrame:
     with warehouse.connect() as conn:
         return pd.read_sql(
             sa.text(
-                "SELECT group_id, kind, look, look_end, verdict, members, budget_share, p_family, z_stat, factor, sentence "
+                "SELECT group_id, kind, look, look_end, verdict, members, budget_share, p_family, z_stat, factor, "
+                "sentence "
                 "FROM radar.group_verdict WHERE deploy_id = 'gl-1' ORDER BY look"
             ),
             conn,
@@ -108,7 +109,9 @@ def _marks(warehouse) -> pd.Series:
         ).set_index("queryid")
 
 
-def test_a_group_too_little_slower_for_the_first_look_is_found_by_a_later_one(deployed, warehouse, warehouse_url, slack):
+def test_a_group_too_little_slower_for_the_first_look_is_found_by_a_later_one(
+    deployed, warehouse, warehouse_url, slack
+):
     resources = _resources(warehouse_url, slack)
     defs = dg.Definitions(
         assets=[deploy_verdicts, deploy_looks, regression_alerts, code_host_statuses],
@@ -148,8 +151,7 @@ def test_a_group_too_little_slower_for_the_first_look_is_found_by_a_later_one(de
         with warehouse.begin() as conn:  # the statements open again, as the first verdict left them
             conn.execute(
                 sa.text(
-                    "UPDATE radar.verdict SET verdict = 'inconclusive' WHERE deploy_id = 'gl-1' "
-                    "AND queryid = ANY(:q)"
+                    "UPDATE radar.verdict SET verdict = 'inconclusive' WHERE deploy_id = 'gl-1' AND queryid = ANY(:q)"
                 ),
                 {"q": [int(r[0]) for r in saved]},
             )
@@ -164,7 +166,9 @@ def test_a_group_too_little_slower_for_the_first_look_is_found_by_a_later_one(de
         assert result.success
 
         rows = _group_rows(warehouse)
-        assert rows[["look", "verdict"]].values.tolist() == [[0, "inconclusive"], [3, "detected"]], rows[["z_stat", "factor"]]
+        assert rows[["look", "verdict"]].values.tolist() == [[0, "inconclusive"], [3, "detected"]], rows[
+            ["z_stat", "factor"]
+        ]
         late = rows.iloc[1]
         assert late["group_id"] == group_id and late["members"] == 15
         assert late["look_end"] == deployed + timedelta(seconds=LOOK_SPANS[3] * W)
@@ -192,6 +196,16 @@ def test_a_group_too_little_slower_for_the_first_look_is_found_by_a_later_one(de
         assert "slowed as a group" in words
 
         assert not _due(instance, resources)  # the last look ran: the looks stop
+
+    from click.testing import CliRunner
+
+    from radar_pipeline.cli import main
+
+    env = {"RADAR_WAREHOUSE_URL": warehouse_url, "COLUMNS": "200"}
+    shown = CliRunner().invoke(main, ["verdicts", "gl-1", "--all"], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert f"group detected at later look 3: {late['sentence']}" in shown.output
+    assert "queryid 101 is in a group that regressed: " in shown.output
 
 
 def test_a_group_decided_at_the_first_look_is_not_tested_again_and_keeps_no_look_due(deployed, warehouse):

@@ -36,8 +36,8 @@ Bonferroni's inequality, whatever the groups' overlap.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from datetime import datetime
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 import pandas as pd
@@ -246,7 +246,9 @@ def group_looks(
         if not still:
             break
         after = look_after(settings.window, look)
-        evidence = deploy_evidence(counters, deploy_at, settings, prior, before=max(after, settings.window), after=after)
+        evidence = deploy_evidence(
+            counters, deploy_at, settings, prior, before=max(after, settings.window), after=after
+        )
         budget = split_group_budget(look_budget(settings.false_alert_budget, look), True)[1]
         found = decide_groups(evidence, groups, budget, settings, tested=still).set_index("group_id")
         for g, row in found.iterrows():

@@ -337,7 +337,9 @@ def later_look(
     evidence = look_evidence(warehouse, settings, target, deployed_at, span)
     keys = evidence.set_index("query_key")[list(KEY)]
     with warehouse.connect() as conn:
-        formed = {g.group_id: g for g in form_groups(conn, target, keys, deployed_at - span.before, deployed_at + span.after)}
+        formed = {
+            g.group_id: g for g in form_groups(conn, target, keys, deployed_at - span.before, deployed_at + span.after)
+        }
         conn.rollback()
     still = {g for g in first - decided if g in formed}
     members = {g: formed[g].members if g in formed else () for g in sorted(first)}

@@ -60,8 +60,10 @@ def detections(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
     found = pd.read_sql(
         sa.text(
             f"WITH {GROUP_REPRESENTATIVES} "
-            "SELECT v.*, r.represents, r.group_look, r.group_look_end, q.query, d.deployed_at, d.service, d.version, d.url, a.run_id, a.settings, "
-            # a later look's detection: its news is as old as that look's window (sql/0028)
+            "SELECT v.*, r.represents, r.group_look, r.group_look_end, q.query, d.deployed_at, d.service, d.version, "
+            "d.url, a.run_id, a.settings, "
+            # a later look's detection (a statement's, sql/0028; a group's, sql/0034): its news is as old as that
+            # look's window
             "a.window_start, greatest(a.window_end, v.look_end, r.group_look_end) AS window_end "
             "FROM radar.verdict v LEFT JOIN radar.deploy_event d USING (deploy_id) "
             "JOIN radar.analysis a ON a.deploy_id = v.deploy_id AND a.target = v.target "

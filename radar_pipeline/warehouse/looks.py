@@ -211,10 +211,11 @@ class DueLook:
 
 
 def due_looks(conn: sa.Connection, window: timedelta, settle: timedelta, limit: int = 200) -> list[DueLook]:
-    """The looks due now by the warehouse's clock: of each analysed deploy with a statement or a group still open whose first
-    verdict spent only the first look's budget (engine FIRST_LOOK_ENGINE or later), a look not yet run (nor failed) on
-    its current first verdict whose after side (LOOK_SPANS[k] · W) plus `settle` has passed, or which the target's
-    next deploy has cut (the look then runs on the after side up to that deploy, or records that it saw nothing new).
+    """The looks due now by the warehouse's clock: of each analysed deploy with a statement or a group (GROUP_OPEN)
+    still open whose first verdict spent only the first look's budget (engine FIRST_LOOK_ENGINE or later), a look
+    not yet run (nor failed) on its current first verdict whose after side (LOOK_SPANS[k] · W) plus `settle` has
+    passed, or which the target's next deploy has cut (the look then runs on the after side up to that deploy, or
+    records that it saw nothing new).
 
     Which look: the latest due. A look overtaken by a later one that is due (the sensor was stopped, a run lost) is
     skipped: its share of the budget is left unspent, which keeps the guarantee. A deploy whose last look ran, with
