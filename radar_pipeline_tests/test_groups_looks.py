@@ -224,3 +224,20 @@ def test_a_group_decided_at_the_first_look_is_not_tested_again_and_keeps_no_look
     result = run_look(run, "gl-1", 3)
     assert result.status == "done"
     assert _group_rows(warehouse)[["look", "verdict"]].values.tolist() == [[0, "no_regression"]]
+
+
+def test_the_migration_runs_again_and_keys_a_group_s_rows_by_look(warehouse):
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "sql" / "0034_group_looks.sql").read_text()
+    with warehouse.begin() as conn:
+        conn.exec_driver_sql(text)  # already applied by the fixture: a second run changes nothing
+        key = conn.execute(
+            sa.text(
+                "SELECT array_agg(a.attname ORDER BY k.n) FROM pg_constraint c "
+                "CROSS JOIN LATERAL unnest(c.conkey) WITH ORDINALITY AS k(attnum, n) "
+                "JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum "
+                "WHERE c.conrelid = 'radar.group_verdict'::regclass AND c.contype = 'p'"
+            )
+        ).scalar_one()
+    assert key == ["deploy_id", "target", "group_id", "look"]

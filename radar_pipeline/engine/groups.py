@@ -30,7 +30,10 @@ is tested:
 The groups' budget (engine.budget.split_group_budget: GROUP_SHARE of the look's) is shared equally among the groups
 the analysis formed (`group_weights`), which depend on the statements' texts, roles and the catalog's changes, never
 on the after side's latency: the expected false group detections per analysis are at most the groups' budget by
-Bonferroni's inequality, whatever the groups' overlap.
+Bonferroni's inequality, whatever the groups' overlap. At a deploy's later looks the groups still undecided are tested
+again on the members' evidence over each look's spans (`group_looks`; in production steps/groups.later_look) with the
+groups' share of that look's budget: the expected false group detections over all looks are at most the sum of the
+looks' groups' budgets, GROUP_SHARE · B, by linearity (docs/groups.md).
 """
 
 from __future__ import annotations

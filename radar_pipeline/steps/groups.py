@@ -11,7 +11,9 @@ matches them to a detection: an index dropped on a relation they read, a table r
 role or database). Groups of at least engine.groups.MIN_MEMBERS statements in the window are formed; a statement may
 belong to several; groups with the same statements are one (named by the change, else the shape, else the role).
 Deciding them is the engine's (engine/groups.py), with the groups' share of the budget
-(engine.budget.split_group_budget), equal for each group formed.
+(engine.budget.split_group_budget), equal for each group formed. A group the first verdict left undecided is decided
+again at each later look of its deploy (`later_look`, from steps.looks.run_look) on its members' evidence over that
+look's spans, with the groups' share of that look's budget (docs/groups.md, "At later looks").
 """
 
 from __future__ import annotations
