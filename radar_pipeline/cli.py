@@ -490,7 +490,8 @@ def _print_groups(groups: pd.DataFrame, show_all: bool) -> None:
     for g in shown.itertuples():
         queryids = ", ".join(str(q) for q in list(g.member_queryid)[:8])
         more = f" … {len(g.member_queryid) - 8} more" if len(g.member_queryid) > 8 else ""
-        click.echo(f"group {g.verdict}: {clean(str(g.sentence))} (queryids {queryids}{more})")
+        late = f" at later look {int(g.look)}" if getattr(g, "look", 0) else ""  # sql/0034
+        click.echo(f"group {g.verdict}{late}: {clean(str(g.sentence))} (queryids {queryids}{more})")
     if len(shown) < len(tested):
         click.echo(f"… {len(tested) - len(shown)} more groups (--all)")
 

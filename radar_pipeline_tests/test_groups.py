@@ -221,3 +221,29 @@ def test_a_setting_changed_for_the_role_at_the_deploy_groups_the_role_s_statemen
     assert len(stands) == 1 and int(stands["queryid"].iloc[0]) in SLOWED
     assert stands["represents"].iloc[0] == f"{change['sentence']}; {stored.loc['shape', 'sentence']}"
     assert (to_alert.loc[to_alert["represents"].isna(), "verdict"] == Verdict.DETECTED).all()
+
+
+def test_a_member_s_mark_stays_when_a_later_look_replaces_its_row(recorded, warehouse):
+    """The first verdict detects the shape's group and marks its fifteen members; a later look that decides one of
+    them replaces its verdict row (its own verdict, which look found it) and keeps the mark — it still belongs to a
+    group that regressed — and a later look run on the deploy leaves every member's mark as it was."""
+    from radar_pipeline.steps.looks import run_look
+    from radar_pipeline.warehouse import looks
+
+    run = AnalysisRun(warehouse, SETTINGS)
+    found = analyse_deploy(run, "slowed")
+    marks = _verdicts(warehouse, "slowed")["group_regressed"]
+    assert marks.loc[list(SLOWED)].notna().all()
+    member = found.verdicts[found.verdicts["queryid"] == 101].assign(verdict="detected", change_factor=1.5)
+    with warehouse.begin() as conn:  # as look 1 writes a member it decided
+        written = looks.replace_open(conn, "slowed", "slowed", member, 1, recorded + 2 * SETTINGS.window)
+    assert len(written) == 1
+    after = _verdicts(warehouse, "slowed")
+    assert after.loc[101, "verdict"] == "detected" and after.loc[101, "group_regressed"] == marks.loc[101]
+
+    run_look(run, "slowed", 2)  # whatever it decides, no mark is lost, none is added twice
+    again = _verdicts(warehouse, "slowed")["group_regressed"]
+    pd.testing.assert_series_equal(again.loc[list(SLOWED)], marks.loc[list(SLOWED)])
+    with warehouse.connect() as conn:
+        stored = groups_of(conn, "slowed")
+    assert list(stored["look"]) == [0]  # the group was decided at the first look: not tested again

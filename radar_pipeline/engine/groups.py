@@ -30,13 +30,17 @@ is tested:
 The groups' budget (engine.budget.split_group_budget: GROUP_SHARE of the look's) is shared equally among the groups
 the analysis formed (`group_weights`), which depend on the statements' texts, roles and the catalog's changes, never
 on the after side's latency: the expected false group detections per analysis are at most the groups' budget by
-Bonferroni's inequality, whatever the groups' overlap.
+Bonferroni's inequality, whatever the groups' overlap. At a deploy's later looks the groups still undecided are tested
+again on the members' evidence over each look's spans (`group_looks`; in production steps/groups.later_look) with the
+groups' share of that look's budget: the expected false group detections over all looks are at most the sum of the
+looks' groups' budgets, GROUP_SHARE · B, by linearity (docs/groups.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 import pandas as pd
@@ -48,6 +52,8 @@ from radar_pipeline.engine.vocabulary import Verdict
 # of freedom is too wide to tell anything (t_3,0.975 = 3.2), while a pair is better read from its two verdicts.
 MIN_MEMBERS = 5
 GROUP_KINDS = ("shape", "role", "change")
+# A group's verdicts that end its looks; a later look tests the others (inconclusive, insufficient_data) again.
+DECIDED = (Verdict.DETECTED.value, Verdict.NO_REGRESSION.value)
 # The member columns the joint test reads (analyse's result).
 MEMBER_COLUMNS = ("query_key", "deploy_log_factor", "deploy_log_se", "deploy_dof")
 # The group verdict frame's columns, in order.
@@ -153,11 +159,14 @@ def decide_groups(
     groups: Mapping[str, Sequence[object]],
     budget: float,
     settings: EngineSettings | None = None,
+    tested: Collection[str] | None = None,
 ) -> pd.DataFrame:
-    """Decide each group (group id → its members' query_keys) from `verdicts` (analyse's result: MEMBER_COLUMNS)
-    with the groups' budget `budget` (expected false group detections per analysis), shared by `group_weights` over
-    every group given. One row per group (GROUP_COLUMNS), in the order given: `insufficient_data` where fewer than
-    MIN_MEMBERS members have an estimate at the deploy; members the verdicts lack count as without one."""
+    """Decide each group (group id → its members' query_keys) from `verdicts` (analyse's result, or
+    engine.decision.deploy_evidence's at a later look: MEMBER_COLUMNS) with the groups' budget `budget` (expected
+    false group detections per analysis or look), shared by `group_weights` over every group given. One row per
+    group (GROUP_COLUMNS), in the order given: `insufficient_data` where fewer than MIN_MEMBERS members have an
+    estimate at the deploy; members the verdicts lack count as without one. `tested`: only these groups are tested
+    (a later look's still open ones) and have a row; the others keep their share unspent, never handed on."""
     settings = settings or EngineSettings()
     missing = [c for c in MEMBER_COLUMNS if c not in verdicts.columns]
     if missing:
@@ -169,6 +178,8 @@ def decide_groups(
     by_key = verdicts.set_index("query_key")[list(MEMBER_COLUMNS[1:])]
     rows = []
     for group_id, members in groups.items():
+        if tested is not None and group_id not in tested:
+            continue
         found = by_key.reindex(pd.Index(list(members)))
         joint = joint_test(
             found["deploy_log_factor"].to_numpy(),
@@ -207,3 +218,47 @@ def decide_groups(
     for name in ("members", "members_above"):
         out[name] = out[name].fillna(0).astype(np.int64)
     return out
+
+
+def group_looks(
+    counters: pd.DataFrame,
+    deploy_at: datetime | pd.Timestamp,
+    groups: Mapping[str, Sequence[object]],
+    settings: EngineSettings | None = None,
+    prior: pd.DataFrame | None = None,
+    looks: int | None = None,
+) -> pd.DataFrame:
+    """Every look of one deploy's groups on `counters` (reaching LOOK_SPANS[looks − 1] · W either side, no
+    neighbouring deploy): at look k the groups not yet decided (`detected` or `no_regression`) are tested on every
+    member's evidence at the deploy over look k's spans (deploy_evidence, whether or not the member's own verdict is
+    decided), with GROUP_SHARE of look k's budget shared over all the groups. One row per group: group_id,
+    first_verdict, verdict (the last), look (the look that decided it; NaN while open), and the decided look's
+    p_family and factor. For the lab and the tests; the warehouse's looks run through steps.looks.run_look (with
+    steps.groups.later_look)."""
+    from radar_pipeline.engine.budget import LOOK_SPANS, look_after, look_budget, split_group_budget
+    from radar_pipeline.engine.decision import deploy_evidence
+
+    settings = settings or EngineSettings()
+    looks = len(LOOK_SPANS) if looks is None else looks
+    ids = list(groups)
+    out = pd.DataFrame(
+        {"group_id": ids, "first_verdict": None, "verdict": None, "look": np.nan, "p_family": np.nan, "factor": np.nan}
+    ).set_index("group_id", drop=False)
+    for look in range(looks):
+        still = [g for g in ids if out.at[g, "verdict"] not in DECIDED]
+        if not still:
+            break
+        after = look_after(settings.window, look)
+        evidence = deploy_evidence(
+            counters, deploy_at, settings, prior, before=max(after, settings.window), after=after
+        )
+        budget = split_group_budget(look_budget(settings.false_alert_budget, look), True)[1]
+        found = decide_groups(evidence, groups, budget, settings, tested=still).set_index("group_id")
+        for g, row in found.iterrows():
+            if look == 0:
+                out.at[g, "first_verdict"] = row["verdict"]
+            out.at[g, "verdict"] = row["verdict"]
+            if row["verdict"] in DECIDED:
+                out.at[g, "look"] = look
+                out.at[g, "p_family"], out.at[g, "factor"] = row["p_family"], row["factor"]
+    return out.reset_index(drop=True)

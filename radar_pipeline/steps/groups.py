@@ -11,7 +11,9 @@ matches them to a detection: an index dropped on a relation they read, a table r
 role or database). Groups of at least engine.groups.MIN_MEMBERS statements in the window are formed; a statement may
 belong to several; groups with the same statements are one (named by the change, else the shape, else the role).
 Deciding them is the engine's (engine/groups.py), with the groups' share of the budget
-(engine.budget.split_group_budget), equal for each group formed.
+(engine.budget.split_group_budget), equal for each group formed. A group the first verdict left undecided is decided
+again at each later look of its deploy (`later_look`, from steps.looks.run_look) on its members' evidence over that
+look's spans, with the groups' share of that look's budget (docs/groups.md, "At later looks").
 """
 
 from __future__ import annotations
@@ -93,14 +95,14 @@ _SHAPE_EDITS = (
 def form_groups(
     conn: sa.Connection,
     target: str,
-    window: analysis.WindowCounters,
+    window: analysis.WindowCounters | pd.DataFrame,
     lo: datetime,
     hi: datetime,
 ) -> list[Group]:
     """The window's groups (see the module docstring) of at least MIN_MEMBERS statements, by shape, role and named
-    change, without two of the same statements; from the statements' texts and keys and the catalog facts of the
-    window [lo, hi], never from their latency."""
-    keys = window.keys
+    change, without two of the same statements; from the statements' texts and keys (the window's, or a frame of KEY
+    columns indexed by query_key) and the catalog facts of the window [lo, hi], never from their latency."""
+    keys = window if isinstance(window, pd.DataFrame) else window.keys
     if len(keys) < MIN_MEMBERS:
         return []
     texts = analysis.query_texts(conn, target, keys, length=analysis.WHOLE_TEXT)
@@ -282,3 +284,81 @@ def decide_and_mark(verdicts: pd.DataFrame, plan: GroupPlan, settings: EngineSet
     decided, marks = decide(verdicts, plan.groups, plan.budget, settings)
     ANALYSED_VERDICTS.assign(verdicts, "group_regressed", pd.Series(marks, index=verdicts.index, dtype=object))
     return decided
+
+
+@dataclass(frozen=True)
+class LaterGroups:
+    """A deploy's groups at later look `look`: the budget its statements are decided with (the look's, less the
+    groups' share when the look's window forms groups), the groups' budget, and the groups it tested (a decided
+    groups frame, warehouse/groups.py STORED; empty when none was open)."""
+
+    look: int
+    statement_budget: float
+    budget: float
+    tested: pd.DataFrame
+
+    def store(self, conn: sa.Connection, deploy_id: str, target: str, look_end: datetime) -> int:
+        """Write the look's groups and mark the members of those it detected (warehouse.groups.write_look_groups), in
+        the caller's transaction, after the look's verdict rows (a member's row a look replaced keeps its marks);
+        returns how many it detected."""
+        from radar_pipeline.warehouse.groups import write_look_groups
+
+        return write_look_groups(conn, deploy_id, target, self.look, look_end, self.tested)
+
+
+def later_look(
+    warehouse: sa.Engine, settings: EngineSettings, deploy_id: str, target: str, deployed_at: datetime, span: Any
+) -> LaterGroups:
+    """The deploy's groups at a later look (`span`: steps.looks.LookSpan, k ≥ 1), nothing written (LaterGroups.store
+    writes). The groups are the first verdict's (radar.group_verdict's look-0 rows), so the look's split is fixed as
+    the first look's was, by what the statements are: where the first verdict formed groups, GROUP_SHARE of the
+    look's budget goes to them (engine.budget.split_group_budget) and the rest to the statements, else all of it to
+    the statements. The groups' budget is shared equally among the first verdict's groups; those still open (never
+    `detected` nor `no_regression`) are tested, their members formed again from the look's window (texts, roles, the
+    catalog's changes over its spans: never latency), on every member's evidence at the deploy over the look's spans
+    (steps.looks.look_evidence: a member whose own verdict is decided counts as well). A group decided, or no longer
+    formed, leaves its share unspent.
+
+    The level: look k's groups spend at most G_k = GROUP_SHARE · look_budget(B, k) whatever was decided before, so
+    the expected false group detections per deploy over all looks are at most Σ_k G_k = GROUP_SHARE · B (linearity
+    over looks, Bonferroni among the groups), and with the statements' (1 − GROUP_SHARE) · B_k per look, the
+    deploy's at most B."""
+    from radar_pipeline.engine.budget import split_group_budget
+    from radar_pipeline.steps.looks import look_evidence
+    from radar_pipeline.warehouse.groups import decided_groups, first_groups
+
+    with warehouse.connect() as conn:
+        first = first_groups(conn, deploy_id, target)
+        decided = decided_groups(conn, deploy_id, target)
+        conn.rollback()
+    if not first:
+        return LaterGroups(span.look, span.budget, 0.0, _frame([]))
+    statements, budget = split_group_budget(span.budget, True)
+    if not first - decided:
+        return LaterGroups(span.look, statements, budget, _frame([]))
+    evidence = look_evidence(warehouse, settings, target, deployed_at, span)
+    keys = evidence.set_index("query_key")[list(KEY)]
+    with warehouse.connect() as conn:
+        formed = {
+            g.group_id: g for g in form_groups(conn, target, keys, deployed_at - span.before, deployed_at + span.after)
+        }
+        conn.rollback()
+    still = {g for g in first - decided if g in formed}
+    members = {g: formed[g].members if g in formed else () for g in sorted(first)}
+    tested = decide_groups(evidence, members, budget, settings, tested=still)
+    rows: list[dict[str, Any]] = []
+    for result in tested.to_dict("records"):
+        group = formed[result["group_id"]]
+        found = evidence[evidence["query_key"].isin(list(group.members))]
+        found = found[np.isfinite(found["deploy_log_factor"].to_numpy(dtype=float))]
+        rows.append(
+            {
+                **result,
+                "kind": group.kind,
+                "label": group.label,
+                "statements": len(group.members),
+                "sentence": _sentence(group, result),
+                **{f"member_{k}": [_plain(v) for v in found[k]] for k in KEY},
+            }
+        )
+    return LaterGroups(span.look, statements, budget, _frame(rows))

@@ -43,9 +43,11 @@ from radar_pipeline.engine import Cause, EngineSettings, Verdict, decision
 from radar_pipeline.engine.budget import LOOK_SPANS, look_after, look_budget
 from radar_pipeline.engine.decision import EVIDENCE, analyse, deploy_evidence, explain_detections
 from radar_pipeline.pgss_model import KEY
+from radar_pipeline.steps import groups
 from radar_pipeline.steps.noise import prior_for
 from radar_pipeline.steps.plan_diffs import plan_diffs
 from radar_pipeline.warehouse import analysis, deploys
+from radar_pipeline.warehouse import groups as group_store
 from radar_pipeline.warehouse import looks as store
 from radar_pipeline.warehouse.analysis import ANALYSED_VERDICTS
 
@@ -260,10 +262,11 @@ def run_look(run: Any, deploy_id: str, look: int, now: datetime | None = None) -
         states = analysis.deploy_states(conn, [deploy_id])
         state_before = str(states.iloc[0]["state"]) if len(states) else "pending"
         still = store.open_verdicts(conn, deploy_id)
+        groups_open = bool(group_store.open_groups(conn, deploy_id, event.target))
         conn.rollback()
     target = event.target
     empty = pd.DataFrame()
-    if span is None or still.empty:
+    if span is None or (still.empty and not groups_open):
         status = "cut" if span is None else "closed"
         with run.warehouse.begin() as conn:
             _hold_basis(conn, deploy_id, basis)
@@ -273,10 +276,14 @@ def run_look(run: Any, deploy_id: str, look: int, now: datetime | None = None) -
             deploy_id, target, look, status, span, len(still), empty, state_before, state, time.perf_counter() - started
         )
 
-    decided = _decide_stored(run, event.deployed_at, target, span, still)
+    # The deploy's groups still undecided are tested again (steps/groups.later_look), taking their share of the budget.
+    together = groups.later_look(run.warehouse, settings, deploy_id, target, event.deployed_at, span)
+    statements = replace(span, budget=together.statement_budget)
+    decided = _decide_stored(run, event.deployed_at, target, statements, still) if len(still) else empty
     with run.warehouse.begin() as conn:
         _hold_basis(conn, deploy_id, basis)
         written = store.replace_open(conn, deploy_id, target, decided, look, event.deployed_at + span.after)
+        together.store(conn, deploy_id, target, event.deployed_at + span.after)
         store.record_look(conn, deploy_id, target, look, "done", span, basis, len(still), written, run.run_id)
         state = analysis.deploy_states(conn, [deploy_id]).iloc[0].to_dict()
     return LookResult(

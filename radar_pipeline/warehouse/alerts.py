@@ -32,7 +32,8 @@ SETTLED = (
 # stands for (a statement may be the heaviest of several).
 GROUP_REPRESENTATIVES = (
     "member AS ("
-    "  SELECT g.target, g.group_id, g.sentence, m.dbid, m.userid, m.queryid, m.toplevel FROM radar.group_verdict g "
+    "  SELECT g.target, g.group_id, g.sentence, g.look, g.look_end, m.dbid, m.userid, m.queryid, m.toplevel "
+    "  FROM radar.group_verdict g "
     "  CROSS JOIN LATERAL unnest(g.member_dbid, g.member_userid, g.member_queryid, g.member_toplevel) "
     "    AS m (dbid, userid, queryid, toplevel) "
     f"  WHERE g.deploy_id = :d AND g.verdict = '{Verdict.DETECTED}'), "
@@ -42,7 +43,8 @@ GROUP_REPRESENTATIVES = (
     "  AND w.toplevel = m.toplevel "
     "  ORDER BY m.target, m.group_id, w.calls_after * w.mean_after_ms DESC NULLS LAST, m.queryid), "
     "representative AS ("
-    "  SELECT target, dbid, userid, queryid, toplevel, string_agg(sentence, '; ' ORDER BY group_id) AS represents "
+    "  SELECT target, dbid, userid, queryid, toplevel, string_agg(sentence, '; ' ORDER BY group_id) AS represents, "
+    "  max(look) AS group_look, max(look_end) AS group_look_end "
     "  FROM heaviest GROUP BY target, dbid, userid, queryid, toplevel)"
 )
 
@@ -58,9 +60,11 @@ def detections(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
     found = pd.read_sql(
         sa.text(
             f"WITH {GROUP_REPRESENTATIVES} "
-            "SELECT v.*, r.represents, q.query, d.deployed_at, d.service, d.version, d.url, a.run_id, a.settings, "
-            # a later look's detection: its news is as old as that look's window (sql/0028)
-            "a.window_start, greatest(a.window_end, v.look_end) AS window_end "
+            "SELECT v.*, r.represents, r.group_look, r.group_look_end, q.query, d.deployed_at, d.service, d.version, "
+            "d.url, a.run_id, a.settings, "
+            # a later look's detection (a statement's, sql/0028; a group's, sql/0034): its news is as old as that
+            # look's window
+            "a.window_start, greatest(a.window_end, v.look_end, r.group_look_end) AS window_end "
             "FROM radar.verdict v LEFT JOIN radar.deploy_event d USING (deploy_id) "
             "JOIN radar.analysis a ON a.deploy_id = v.deploy_id AND a.target = v.target "
             "LEFT JOIN representative r ON r.target = v.target AND r.dbid = v.dbid AND r.userid = v.userid "
@@ -94,6 +98,10 @@ def _group_alert_words(found: pd.DataFrame) -> pd.DataFrame:
             + found["represents"].astype(str)
         )
         found["group_regressed"] = found["group_regressed"].astype(object).where(~stands, words)
+        # A group a later look found (sql/0034) is news of that look: "found 2 h after deploy X (later look 2)".
+        late = stands & (found["verdict"] != Verdict.DETECTED) & (found["group_look"].fillna(0) > 0)
+        found["look"] = found["look"].where(~late, found["group_look"])
+        found["look_end"] = found["look_end"].where(~late, found["group_look_end"])
     return found
 
 

@@ -31,6 +31,11 @@ FIRST_LOOK_ENGINE = (2, 6)
 ENGINE_RELEASE = "CAST(string_to_array(substring(a.engine_version FROM '^[0-9]+[.][0-9]+'), '.') AS int[])"
 # The first look is the deploy's analysis (radar.analysis); its verdict rows carry look 0.
 LOOK_COLUMNS = [*VERDICT_COLUMNS, "look", "look_end", "first_exec_ms"]
+# A group of the deploy (alias f) still undecided (sql/0034: steps/groups.later_look tests it again at each look).
+GROUP_OPEN = (
+    "EXISTS (SELECT 1 FROM radar.group_verdict g WHERE g.deploy_id = f.deploy_id AND g.target = f.target "
+    "GROUP BY g.group_id HAVING NOT bool_or(g.verdict IN ('detected', 'no_regression')))"
+)
 
 
 def first_analysis(conn: sa.Connection, deploy_id: str) -> tuple[datetime, dict[str, Any], str] | None:
@@ -111,19 +116,21 @@ def replace_open(
             "WHERE v.deploy_id = :d AND v.target = :t AND v.dbid = k.dbid AND v.userid = k.userid "
             f"AND v.queryid = k.queryid AND v.toplevel = k.toplevel AND v.verdict IN {OPEN_SQL} "
             "RETURNING v.dbid, v.userid, v.queryid, v.toplevel, coalesce(v.first_exec_ms, "
-            "CASE WHEN v.calls_after > 0 THEN v.calls_after * v.mean_after_ms ELSE 0 END)"
+            "CASE WHEN v.calls_after > 0 THEN v.calls_after * v.mean_after_ms ELSE 0 END), v.group_regressed"
         ),
         {"d": deploy_id, "t": target, **key_params(statement_keys(decided))},
     ).fetchall()
     first = {(int(r[0]), int(r[1]), int(r[2]), bool(r[3])): r[4] for r in removed}
+    marked = {(int(r[0]), int(r[1]), int(r[2]), bool(r[3])): r[5] for r in removed}
     keys = statement_keys(decided)
     kept = decided[[k in first for k in keys]].copy()
     kept["deploy_id"], kept["target"] = deploy_id, target
     kept["look"] = look
     kept["look_end"] = look_end
     kept["first_exec_ms"] = [first[k] for k in keys if k in first]
-    if "group_regressed" not in kept.columns:  # a look decides statements, not groups (steps/groups.py)
-        kept["group_regressed"] = None
+    # A member's mark of a group that regressed stays with the statement when a look replaces its row (a later
+    # look's own group detections are marked after, steps/groups.LaterGroups.store).
+    kept["group_regressed"] = [marked[k] for k in keys if k in first]
     if len(kept):
         copy_frame(conn, "radar.verdict", LOOK_COLUMNS, kept)
     return kept
@@ -204,10 +211,11 @@ class DueLook:
 
 
 def due_looks(conn: sa.Connection, window: timedelta, settle: timedelta, limit: int = 200) -> list[DueLook]:
-    """The looks due now by the warehouse's clock: of each analysed deploy with a statement still open whose first
-    verdict spent only the first look's budget (engine FIRST_LOOK_ENGINE or later), a look not yet run (nor failed) on
-    its current first verdict whose after side (LOOK_SPANS[k] · W) plus `settle` has passed, or which the target's
-    next deploy has cut (the look then runs on the after side up to that deploy, or records that it saw nothing new).
+    """The looks due now by the warehouse's clock: of each analysed deploy with a statement or a group (GROUP_OPEN)
+    still open whose first verdict spent only the first look's budget (engine FIRST_LOOK_ENGINE or later), a look
+    not yet run (nor failed) on its current first verdict whose after side (LOOK_SPANS[k] · W) plus `settle` has
+    passed, or which the target's next deploy has cut (the look then runs on the after side up to that deploy, or
+    records that it saw nothing new).
 
     Which look: the latest due. A look overtaken by a later one that is due (the sensor was stopped, a run lost) is
     skipped: its share of the budget is left unspent, which keeps the guarantee. A deploy whose last look ran, with
@@ -235,8 +243,8 @@ def due_looks(conn: sa.Connection, window: timedelta, settle: timedelta, limit: 
             "  (SELECT min(e.deployed_at) FROM radar.deploy_event e WHERE e.target = f.target "
             "    AND e.deployed_at > f.deployed_at) AS next_at "
             "  FROM flagged f WHERE (f.deployed_at > now() - :horizon - f.w * :last_span OR f.rerun) "
-            "  AND EXISTS (SELECT 1 FROM radar.verdict v WHERE v.deploy_id = f.deploy_id AND v.target = f.target "
-            f"    AND v.verdict IN {OPEN_SQL})), "
+            "  AND (EXISTS (SELECT 1 FROM radar.verdict v WHERE v.deploy_id = f.deploy_id AND v.target = f.target "
+            f"    AND v.verdict IN {OPEN_SQL}) OR {GROUP_OPEN})), "
             "candidates AS (SELECT x.deploy_id, x.target, x.analysed_at, x.run_id, x.rerun, n.look, "
             f"  least(x.deployed_at + x.w * (CAST(ARRAY[{spans}] AS int[]))[n.look + 1] + :settle, "
             "    x.next_at + :settle) AS due_at "
