@@ -227,7 +227,11 @@ def test_release_verdicts_runs_after_each_member_s_analysis_in_dagster_and_alert
     job = defs().get_repository_def().get_job("deploy_verdicts_job")
     assert {"deploy_verdicts", "release_verdicts"} <= {k.path[-1] for k in job.asset_layer.executable_asset_keys}
     retry = defs().get_repository_def().get_job("alert_retry_job")  # a fleet alert's failed send is retried too
-    assert {k.path[-1] for k in retry.asset_layer.executable_asset_keys} == {"regression_alerts", "release_verdicts"}
+    assert {k.path[-1] for k in retry.asset_layer.executable_asset_keys} == {
+        "regression_alerts",
+        "release_verdicts",
+        "canary_alerts",
+    }
     resources = {
         "warehouse": WarehouseResource(url=warehouse_url),
         "analysis": AnalysisResource(window_seconds=1200, scrape_interval_seconds=60),
