@@ -324,7 +324,7 @@ def test_a_canary_deploys_commit_status_is_the_canarys_state(canary, warehouse):
     assert status["description"].startswith(f"fail: canary role {canary.roles['slow']} against stable role"), status
 
 
-def test_the_gate_waits_for_a_canary_analysis_due_later_under_a_longer_window(warehouse, warehouse_url):
+def test_the_gate_waits_for_a_canary_analysis_due_later_under_a_longer_window(warehouse, warehouse_url, monkeypatch):
     # With a 6 h window the canary analysis of a deploy 25 h ago fell due 19 h ago: still asked for (its horizon is a
     # day after it fell due), so the gate waits for it. Under the default 30-minute window it would have been given up.
     from radar_pipeline.warehouse import deploys
@@ -339,6 +339,19 @@ def test_the_gate_waits_for_a_canary_analysis_due_later_under_a_longer_window(wa
     answer = json.loads(gate.stdout)
     assert answer["canary"]["error"] is None and answer["canary"]["state"] is None, answer
     assert gate.exit_code == 4 and answer["state"] == "pending", answer
+    # the commit status waits for it too (not the before/after state, "not analysed yet" here), by the times this
+    # environment configures, as the daemon's canary_sensor
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE radar.deploy_event SET commit_sha = :c, repository = 'acme/api', code_host = 'github' "
+                "WHERE deploy_id = 'cn-long'"
+            ),
+            {"c": "c0ffee" + "0123456789abcdef" * 2 + "01"},
+        )
+    monkeypatch.setenv("RADAR_WINDOW_SECONDS", "21600")
+    status = deliver(logging.getLogger("test"), warehouse, {}, "cn-long", timedelta(days=2), datetime.now(UTC))
+    assert status == {"note": "the deploy's canary analysis is not stored yet"}, status
     # past the horizon of the 6 h window (30 h and a scrape after the deploy) it is given up, and the gate says so
     with warehouse.begin() as conn:
         conn.execute(
