@@ -439,3 +439,36 @@ def test_a_canary_detection_is_alerted_once_on_slack_and_pagerduty_through_dagst
     finally:
         channel.close()
     assert incident.status == "triggered"
+
+
+def test_a_canary_alert_whose_send_timed_out_is_looked_for_in_the_channel_not_posted_twice(canary, warehouse, slack):
+    from radar_pipeline.alerts.slack import SlackSender
+    from radar_pipeline.steps.canary import deliver_canary_alerts
+
+    analyse_canary(_run(warehouse, canary), "cn-slow")
+    post = "/api/chat.postMessage"
+    bot = SlackSender(token="xoxb-test-token", channel="C0RADAR", base_url=slack.api_url, timeout=3)
+    log = logging.getLogger("test")
+
+    def send() -> dict:
+        return deliver_canary_alerts(log, warehouse, bot, [], "cn-slow", timedelta(hours=1), datetime.now(UTC))
+
+    held = slack.hold_next(post)  # Slack takes the message and answers only after the client gave up
+    try:
+        send()
+    finally:
+        held.set()
+
+    def outbox() -> list[tuple]:
+        with warehouse.connect() as conn:
+            return conn.execute(
+                sa.text("SELECT status, outcome_unknown FROM radar.alert WHERE deploy_id = 'cn-slow'")
+            ).all()
+
+    assert outbox() == [("pending", True)] and len(slack.messages()) == 1
+    with warehouse.begin() as conn:  # the backoff is over: the retry looks in the channel first
+        conn.execute(sa.text("UPDATE radar.alert SET next_attempt_at = now() WHERE deploy_id = 'cn-slow'"))
+    again = send()
+    assert len(slack.calls_to(post)) == 1 and again["to_send"] == 0  # found posted: not sent again
+    assert outbox() == [("sent", False)]
+    assert send()["to_send"] == 0 and len(slack.calls_to(post)) == 1  # and a run after that sends nothing either
