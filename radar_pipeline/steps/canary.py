@@ -314,11 +314,12 @@ def deliver_canary_alerts(
     claimed_due = claim_due(log, engine, sender, deploy_id, facts.target, keys, withhold, metadata)
     if claimed_due is not None:
         todo, claimed, settle = claimed_due
+        due = set(todo)
         text, blocks = render_canary(
-            replace(facts, target=str(found["target"])),
+            replace(facts, target=str(found["target"])),  # the message names the target itself
             canary_role,
             stable_role,
-            [regressions[k] for k in keys if k in set(todo)],
+            [regressions[k] for k in keys if k in due],
         )
         metadata["to_send"] = len(todo)
         metadata["message"] = {"text": text, "blocks": blocks}
