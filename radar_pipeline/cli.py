@@ -208,16 +208,28 @@ def deploy_import(csv_file: Path, warehouse: str | None) -> None:
     help="a table fitted to the terminal, or every column of every verdict for scripts",
 )
 @click.option("--canary", "canary_only", is_flag=True, help="the canary arm's verdicts only (a canary deploy)")
+@click.option(
+    "--fleet", "fleet_only", is_flag=True, help="the fleet verdicts of the deploy's release only (docs/fleets.md)"
+)
 @click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
-def verdicts(deploy_id: str, show_all: bool, output: str, canary_only: bool, warehouse: str | None) -> None:
+def verdicts(
+    deploy_id: str, show_all: bool, output: str, canary_only: bool, fleet_only: bool, warehouse: str | None
+) -> None:
     """Print a deploy's verdicts (or a periodic check's, DEPLOY_ID periodic:<hour>), detections first; for a
-    canary deploy, its canary arm's verdicts first (docs/canary.md)."""
+    canary deploy, its canary arm's verdicts first (docs/canary.md); for a deploy of a release, its fleet verdicts
+    last (docs/fleets.md). --canary and --fleet give those parts alone, as CSV or JSON rows of their own columns
+    (the per-target rows' columns stay as they are)."""
     from radar_pipeline.engine.vocabulary import VERDICTS
     from radar_pipeline.warehouse import canary as canary_store
     from radar_pipeline.warehouse.analysis import deploy_states, impact_of, verdicts_of
     from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX
     from radar_pipeline.warehouse.groups import groups_of
 
+    if canary_only and fleet_only:
+        raise click.UsageError("--canary and --fleet each give one part: choose one")
+    if fleet_only:
+        _fleet_only(deploy_id, show_all, output, warehouse)
+        return
     try:
         engine = _engine(warehouse)
         with engine.connect() as conn:
@@ -274,8 +286,26 @@ def verdicts(deploy_id: str, show_all: bool, output: str, canary_only: bool, war
         _print_fleet(engine, deploy_id, show_all, warehouse)
 
 
-def _print_fleet(engine: sa.Engine, deploy_id: str, show_all: bool, warehouse: str | None) -> None:
-    """The fleet verdicts of the deploy's release (docs/fleets.md), when it belongs to one that has been decided."""
+def _fleet_only(deploy_id: str, show_all: bool, output: str, warehouse: str | None) -> None:
+    """`radar verdicts --fleet`: the fleet verdicts of the deploy's release alone, one row per statement key, with
+    the release's id first (its own columns: radar.release_verdict's and the example member's text, never mixed into
+    the per-target rows)."""
+    try:
+        engine = _engine(warehouse)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    release_id, fleet = _read_fleet(engine, deploy_id, warehouse)
+    if fleet is None or fleet.empty:
+        why = "in no release of several targets" if release_id is None else f"release {release_id!r} not decided yet"
+        raise click.ClickException(f"no fleet verdicts for {clean(deploy_id)!r}: {clean(why)}")
+    if output != "table":
+        click.echo(_for_scripts(fleet, output), nl=False)
+        return
+    _show_fleet(str(release_id), fleet, show_all)
+
+
+def _read_fleet(engine: sa.Engine, deploy_id: str, warehouse: str | None) -> tuple[str | None, pd.DataFrame | None]:
+    """The deploy's release id (None: in no release) and its stored fleet verdicts (None or empty: none)."""
     from radar_pipeline.warehouse.releases import release_of_deploy, release_verdicts
 
     try:
@@ -284,8 +314,19 @@ def _print_fleet(engine: sa.Engine, deploy_id: str, show_all: bool, warehouse: s
             fleet = release_verdicts(conn, release_id) if release_id is not None else None
     except Exception as exc:
         raise click.ClickException(_failure("reading the release's fleet verdicts failed", exc, warehouse)) from None
+    return release_id, fleet
+
+
+def _print_fleet(engine: sa.Engine, deploy_id: str, show_all: bool, warehouse: str | None) -> None:
+    """The fleet verdicts of the deploy's release (docs/fleets.md), when it belongs to one that has been decided."""
+    release_id, fleet = _read_fleet(engine, deploy_id, warehouse)
     if fleet is None or fleet.empty:
         return
+    _show_fleet(str(release_id), fleet, show_all)
+
+
+def _show_fleet(release_id: str, fleet: pd.DataFrame, show_all: bool) -> None:
+    """The release's fleet verdicts as `radar verdicts` prints them: a line for the release, one per statement key."""
     first = fleet.iloc[0]
     detected = int((fleet["verdict"] == "detected").sum())
     click.echo(

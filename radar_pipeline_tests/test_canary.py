@@ -322,3 +322,153 @@ def test_a_canary_deploys_commit_status_is_the_canarys_state(canary, warehouse):
     (status,) = host.statuses
     assert status["state"] == "failure", status
     assert status["description"].startswith(f"fail: canary role {canary.roles['slow']} against stable role"), status
+
+
+def test_the_gate_waits_for_a_canary_analysis_due_later_under_a_longer_window(warehouse, warehouse_url, monkeypatch):
+    # With a 6 h window the canary analysis of a deploy 25 h ago fell due 19 h ago: still asked for (its horizon is a
+    # day after it fell due), so the gate waits for it. Under the default 30-minute window it would have been given up.
+    from radar_pipeline.warehouse import deploys
+
+    at = _now(warehouse) - timedelta(hours=25)
+    event = deploys.DeployEvent("cn-long", "canary_long", at, canary_role="web_canary")
+    deploys.record(warehouse, event, configured_targets=["canary_long"])
+    with warehouse.begin() as conn:  # reported when it happened
+        conn.execute(sa.text("UPDATE radar.deploy_event SET received_at = deployed_at WHERE deploy_id = 'cn-long'"))
+    env = {"COLUMNS": None, "RADAR_TARGETS": None, "RADAR_WINDOW_SECONDS": "21600"}
+    gate = CliRunner().invoke(main, ["gate", "cn-long", "--format", "json", "--warehouse", warehouse_url], env=env)
+    answer = json.loads(gate.stdout)
+    assert answer["canary"]["error"] is None and answer["canary"]["state"] is None, answer
+    assert gate.exit_code == 4 and answer["state"] == "pending", answer
+    # the commit status waits for it too (not the before/after state, "not analysed yet" here), by the times this
+    # environment configures, as the daemon's canary_sensor
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE radar.deploy_event SET commit_sha = :c, repository = 'acme/api', code_host = 'github' "
+                "WHERE deploy_id = 'cn-long'"
+            ),
+            {"c": "c0ffee" + "0123456789abcdef" * 2 + "01"},
+        )
+    monkeypatch.setenv("RADAR_WINDOW_SECONDS", "21600")
+    status = deliver(logging.getLogger("test"), warehouse, {}, "cn-long", timedelta(days=2), datetime.now(UTC))
+    assert status == {"note": "the deploy's canary analysis is not stored yet"}, status
+    # past the horizon of the 6 h window (30 h and a scrape after the deploy) it is given up, and the gate says so
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE radar.deploy_event SET deployed_at = deployed_at - interval '6 hours', "
+                "received_at = received_at - interval '6 hours' WHERE deploy_id = 'cn-long'"
+            )
+        )
+    gate = CliRunner().invoke(main, ["gate", "cn-long", "--format", "json", "--warehouse", warehouse_url], env=env)
+    answer = json.loads(gate.stdout)
+    assert answer["canary"]["state"] == "error", answer
+    assert answer["canary"]["error"].startswith("no canary analysis was stored within 24 h"), answer
+
+
+@pytest.fixture
+def pagerduty():  # type: ignore[no-untyped-def]
+    from . import fake_pagerduty
+
+    state, http = fake_pagerduty.start()
+    yield state
+    http.shutdown()
+
+
+def test_a_canary_detection_is_alerted_once_on_slack_and_pagerduty_through_dagster(
+    canary, warehouse, warehouse_url, slack, pagerduty
+):
+    from radar_pipeline.defs.alerts.canary_alerts import canary_alerts
+    from radar_pipeline.defs.resources import ChannelsResource, SlackResource
+    from radar_pipeline.steps.channel_delivery import resolve_undetected
+
+    from .fake_pagerduty import EVENTS
+
+    window = _run(warehouse, canary).settings.window
+    with warehouse.begin() as conn:  # text from outside (the statement, the roles' names) is escaped where shown
+        conn.execute(sa.text("UPDATE radar.deploy_event SET service = '<!channel> *shop*' WHERE deploy_id = 'cn-slow'"))
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": AnalysisResource(window_seconds=window.total_seconds(), scrape_interval_seconds=1),
+        "targets": TargetsResource(spec=f"{canary.target.name}={canary.target.dsn}"),
+        "code_hosts": CodeHostResource(),
+        "slack": SlackResource(token="xoxb-test-token", channel="#radar", base_url=slack.api_url),
+        "channels": ChannelsResource(pagerduty_routing_key="R" * 32, pagerduty_url=pagerduty.url),
+    }
+    from radar_pipeline.definitions import defs as radar_defs
+
+    repository = radar_defs().get_repository_def()  # in the canary's run, and retried with the deploy's other alerts
+    assert "canary_alerts" in {
+        k.path[-1] for k in repository.get_job("canary_verdicts_job").asset_layer.executable_asset_keys
+    }
+    assert "canary_alerts" in {
+        k.path[-1] for k in repository.get_job("alert_retry_job").asset_layer.executable_asset_keys
+    }
+    defs = dg.Definitions(assets=[canary_verdicts, canary_alerts], jobs=[canary_verdicts_job], resources=resources)
+    job = defs.resolve_job_def("canary_verdicts_job")
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["cn-slow", "cn-plain"])
+        for deploy_id in ("cn-slow", "cn-slow", "cn-plain"):  # the run again (a retry, a re-run) alerts nothing new
+            assert job.execute_in_process(instance=instance, partition_key=deploy_id).success
+    posts = [p.json for p in slack.calls_to("/api/chat.postMessage")]
+    assert len(posts) == 1, posts  # cn-slow once; cn-plain detected nothing
+    stable, slow = canary.roles["stable"], canary.roles["slow"]
+    blocks = posts[0]["blocks"] if isinstance(posts[0]["blocks"], list) else json.loads(posts[0]["blocks"])
+    shown = json.dumps(blocks[1:], ensure_ascii=False)  # the mrkdwn (the header is plain text, never parsed)
+    assert f"canary role {slow} ×" in shown and f"against stable role {stable}, same minutes" in shown, shown
+    assert "<!channel>" not in shown and "&lt;!channel&gt;" in shown, shown
+    assert posts[0]["text"].startswith(f"Canary {slow} of deploy &lt;!channel&gt; *shop*"), posts[0]["text"]
+    (incident,) = pagerduty.incidents
+    (trigger,) = [c for c in pagerduty.calls_to(EVENTS) if c["event_action"] == "trigger"]
+    assert f"canary role {slow} ×" in trigger["payload"]["summary"], trigger
+    assert f"against stable role {stable}, same minutes" in trigger["payload"]["summary"], trigger
+    with warehouse.connect() as conn:
+        rows = conn.execute(
+            sa.text("SELECT target, channel, status FROM radar.alert WHERE deploy_id = 'cn-slow' ORDER BY channel")
+        ).all()
+    assert rows == [
+        (f"canary:{canary.target.name}", "#radar", "sent"),
+        (f"canary:{canary.target.name}", "pagerduty", "sent"),
+    ]
+    # the before/after analysis announcing nothing never resolves the canary arm's incident
+    from radar_pipeline.alerts.pagerduty import PagerDutyChannel
+
+    channel = PagerDutyChannel("R" * 32, pagerduty.url)
+    try:
+        resolve_undetected(logging.getLogger("test"), warehouse, channel, "cn-slow", [])
+    finally:
+        channel.close()
+    assert incident.status == "triggered"
+
+
+def test_a_canary_alert_whose_send_timed_out_is_looked_for_in_the_channel_not_posted_twice(canary, warehouse, slack):
+    from radar_pipeline.alerts.slack import SlackSender
+    from radar_pipeline.steps.canary import deliver_canary_alerts
+
+    analyse_canary(_run(warehouse, canary), "cn-slow")
+    post = "/api/chat.postMessage"
+    bot = SlackSender(token="xoxb-test-token", channel="C0RADAR", base_url=slack.api_url, timeout=3)
+    log = logging.getLogger("test")
+
+    def send() -> dict:
+        return deliver_canary_alerts(log, warehouse, bot, [], "cn-slow", timedelta(hours=1), datetime.now(UTC))
+
+    held = slack.hold_next(post)  # Slack takes the message and answers only after the client gave up
+    try:
+        send()
+    finally:
+        held.set()
+
+    def outbox() -> list[tuple]:
+        with warehouse.connect() as conn:
+            return conn.execute(
+                sa.text("SELECT status, outcome_unknown FROM radar.alert WHERE deploy_id = 'cn-slow'")
+            ).all()
+
+    assert outbox() == [("pending", True)] and len(slack.messages()) == 1
+    with warehouse.begin() as conn:  # the backoff is over: the retry looks in the channel first
+        conn.execute(sa.text("UPDATE radar.alert SET next_attempt_at = now() WHERE deploy_id = 'cn-slow'"))
+    again = send()
+    assert len(slack.calls_to(post)) == 1 and again["to_send"] == 0  # found posted: not sent again
+    assert outbox() == [("sent", False)]
+    assert send()["to_send"] == 0 and len(slack.calls_to(post)) == 1  # and a run after that sends nothing either

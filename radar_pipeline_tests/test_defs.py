@@ -34,6 +34,7 @@ ASSETS = {
     "periodic_alerts",
     "canary_verdicts",
     "release_verdicts",  # issue 29: fleets
+    "canary_alerts",  # issue 29: the canary arm's detections alerted
 }
 CHECKS = {
     "pgss_snapshots:all_targets_scraped",
@@ -118,6 +119,7 @@ def test_every_asset_has_kinds_and_an_owner_and_the_snapshots_a_freshness_policy
         "canary_verdicts": {"python", "postgres"},
         "deploy_looks": {"python", "postgres"},
         "regression_alerts": {"slack"},
+        "canary_alerts": {"slack"},
         "code_host_statuses": {"github", "gitlab"},
         "query_history": {"python", "postgres"},
         "periodic_verdicts": {"python", "postgres"},

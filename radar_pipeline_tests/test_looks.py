@@ -481,3 +481,42 @@ def test_look_evidence_covers_decided_and_open_statements_over_the_look_s_spans(
         found.reset_index().loc[[0], ["dbid", "userid", "queryid", "toplevel"]],
     )
     assert len(only) == 1
+
+
+def test_a_late_detection_names_its_changes_and_charts_the_look_s_spans(deployed, warehouse):
+    from radar_pipeline.steps.alert_delivery import chart_series, deploy_facts
+    from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
+    from radar_pipeline.steps.looks import run_look
+    from radar_pipeline.warehouse import alerts as outbox
+    from radar_pipeline.warehouse import catalog, looks
+
+    def setting(value: str) -> list[dict]:
+        return [
+            {"kind": "setting", "identity": "work_mem", "dbid": None, "roleid": None, "relation": None,
+             "name": "work_mem", "role": None, "database": None, "value": value}
+        ]  # fmt: skip
+
+    with warehouse.begin() as conn:  # work_mem lowered server-wide between two captures bracketing the deploy
+        for i, (at, value) in enumerate(((deployed - timedelta(seconds=3), "65536kB"), (deployed, "1024kB"))):
+            catalog.write_capture(conn, "lk", at, 5, {"setting": str(i)}, ["setting"], setting(value), server="s1")
+    run = AnalysisRun(warehouse, ANALYSIS.settings(), settle=ANALYSIS.settle)
+    analyse_deploy(run, "lk-1")
+    assert _rows(warehouse).loc[SPARSE, "verdict"] == "insufficient_data"
+    with warehouse.connect() as conn:
+        (due,) = [d for d in looks.due_looks(conn, timedelta(seconds=W), ANALYSIS.settle) if d.deploy_id == "lk-1"]
+    result = run_look(run, "lk-1", due.look)
+    assert result.span is not None and result.status != "cut"
+    with warehouse.connect() as conn:
+        found = outbox.detections(conn, "lk-1")
+        (late,) = found.itertuples()
+        assert late.queryid == SPARSE and late.look == due.look
+        # its named change, as a first verdict names it
+        assert late.cause == "setting_changed", (late.cause, late.cause_detail)
+        assert late.cause_detail.startswith("work_mem (65536kB → 1024kB) changed between"), late.cause_detail
+        assert [c["kind"] for c in late.named_changes] == ["setting_changed"], late.named_changes
+        # its chart over the look's spans, not the first window
+        (series,) = chart_series(conn, deploy_facts(found), found).values()
+    span = result.span
+    assert series.index.max() == pd.Timestamp(deployed + span.after)
+    assert series.index.min() <= pd.Timestamp(deployed - span.before + timedelta(seconds=2))
+    assert span.after > timedelta(seconds=W)

@@ -227,7 +227,11 @@ def test_release_verdicts_runs_after_each_member_s_analysis_in_dagster_and_alert
     job = defs().get_repository_def().get_job("deploy_verdicts_job")
     assert {"deploy_verdicts", "release_verdicts"} <= {k.path[-1] for k in job.asset_layer.executable_asset_keys}
     retry = defs().get_repository_def().get_job("alert_retry_job")  # a fleet alert's failed send is retried too
-    assert {k.path[-1] for k in retry.asset_layer.executable_asset_keys} == {"regression_alerts", "release_verdicts"}
+    assert {k.path[-1] for k in retry.asset_layer.executable_asset_keys} == {
+        "regression_alerts",
+        "release_verdicts",
+        "canary_alerts",
+    }
     resources = {
         "warehouse": WarehouseResource(url=warehouse_url),
         "analysis": AnalysisResource(window_seconds=1200, scrape_interval_seconds=60),
@@ -375,3 +379,57 @@ def test_a_final_decision_is_kept_at_its_look_and_only_a_changed_basis_spends_th
     )
     with warehouse.connect() as conn:
         assert conn.execute(sa.text("SELECT look FROM radar.release_look ORDER BY look")).scalars().all() == [0, 1]
+
+
+def test_fleet_verdicts_for_scripts_beside_unchanged_per_target_rows(warehouse, warehouse_url, fleet):
+    import csv
+    import io
+
+    from click.testing import CliRunner
+
+    from radar_pipeline.cli import main
+    from radar_pipeline.warehouse.analysis import verdicts_of
+
+    for target in TARGETS:
+        analyse_deploy(AnalysisRun(warehouse, SETTINGS), f"rel-1-{target}")
+        decide_release_of(warehouse, f"rel-1-{target}", SETTINGS)
+
+    def radar(*args: str):  # type: ignore[no-untyped-def]
+        return CliRunner().invoke(main, [*args, "--warehouse", warehouse_url], env={"COLUMNS": None})
+
+    # the per-target rows keep their columns, one object per verdict, nothing of the fleet among them
+    with warehouse.connect() as conn:
+        own = verdicts_of(conn, "rel-1-shard-0")
+    per_target = radar("verdicts", "rel-1-shard-0", "--format", "json")
+    assert per_target.exit_code == 0, per_target.output
+    rows = json.loads(per_target.stdout)
+    assert len(rows) == len(own) and all(list(r) == list(rows[0]) for r in rows)
+    assert "release_id" not in rows[0] and "report" not in rows[0] and rows[0]["target"] == "shard-0"
+
+    # the fleet verdicts: one object per statement key of the release, its report and member targets
+    fleet_json = radar("verdicts", "rel-1-shard-0", "--fleet", "--format", "json")
+    assert fleet_json.exit_code == 0, fleet_json.output
+    fleet_rows = json.loads(fleet_json.stdout)
+    assert [r["fingerprint"] for r in fleet_rows][:1] == [1] and len(fleet_rows) == len(TEXTS)
+    first = fleet_rows[0]
+    assert first["release_id"] == "rel-1" and first["verdict"] == "detected" and first["status"] == "final"
+    assert first["report"].endswith("on 6 of 6 targets") and first["query"] == TEXTS[1]
+    assert isinstance(first["member_targets"], list) and first["look"] == 0
+    lone = next(r for r in fleet_rows if r["fingerprint"] == 2)
+    assert lone["only_on"] == [LONE]
+    fleet_csv = radar("verdicts", "rel-1-shard-3", "--fleet", "--format", "csv")  # any member gives the release's
+    assert fleet_csv.exit_code == 0, fleet_csv.output
+    table = list(csv.DictReader(io.StringIO(fleet_csv.stdout)))
+    assert [r["fingerprint"] for r in table] == [str(r["fingerprint"]) for r in fleet_rows]
+    assert json.loads(next(r["only_on"] for r in table if r["fingerprint"] == "2")) == [LONE]  # JSON text in a cell
+
+    # the table: the fleet's part alone
+    fleet_table = radar("verdicts", "rel-1-shard-0", "--fleet")
+    assert fleet_table.exit_code == 0 and fleet_table.stdout.startswith("release rel-1 (final, 6 of 6"), (
+        fleet_table.output
+    )
+
+    # a deploy in no release says so, naming it
+    record(warehouse, "alone-1", "shard-0", fleet + timedelta(minutes=30))
+    alone = radar("verdicts", "alone-1", "--fleet", "--format", "json")
+    assert alone.exit_code == 1 and "no fleet verdicts for 'alone-1'" in alone.output, alone.output

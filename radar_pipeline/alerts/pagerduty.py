@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 
 from radar_pipeline.alerts.channel import ChannelError, Delivered, DeployNotice, Detection
-from radar_pipeline.alerts.render import AnalysisFacts, LoadChange, Regression
+from radar_pipeline.alerts.render import CANARY_CAUSE, AnalysisFacts, LoadChange, Regression
 from radar_pipeline.config import printable
 from radar_pipeline.pgss_model import Key
 
@@ -94,6 +94,8 @@ def trigger_event(facts: AnalysisFacts, detection: Detection) -> dict[str, Any]:
     }
     if regression is not None:
         what = f"queryid {queryid} ×{regression.change_factor:.2f} slower"
+        if regression.cause == CANARY_CAUSE and regression.cause_detail:  # the canary arm's: against the stable role
+            what = f"queryid {queryid} slower in the canary arm ({regression.cause_detail})"
         statement, at = regression.query, regression.change_at
         details.update(
             mean_before_ms=round(regression.mean_before_ms, 3),

@@ -23,6 +23,7 @@ MAX_CONTEXT_ELEMENTS = 10
 MAX_FALLBACK = 3000  # Slack truncates text past 40,000 characters; notifications show far less
 BLOCKS_PER_REGRESSION = 4  # divider, query, numbers, plan
 MAX_SHOWN = 10  # regressions shown in one message: 2 + 10 × 4 + 2 = 44 blocks; the rest summarised with a link
+CANARY_CAUSE = "canary"  # a Regression's cause when the canary arm found it (render_canary; PagerDuty says so)
 SEVERITY = {"fleet_wide": "low (fleet-wide shift: an outside cause is suspected)"}
 MAX_CHANGES = 3  # load changes (new heavy statements, surges) shown in full, before the regressions: 3 blocks each
 NO_DATA_BEFORE = "no data before the deploy"  # a target with no statement's calls stored before it, not a load of 0
@@ -442,6 +443,47 @@ def render_fleet(release_id: str, regressions: list[FleetRegression]) -> tuple[s
         blocks.append({"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]})
     if len(regressions) > MAX_SHOWN:
         sql = f"SELECT * FROM radar.release_verdict WHERE release_id = '{escape_within(release_id, 300)}'"
+        text = f"*… and {len(regressions) - MAX_SHOWN} more:* `{sql}`"
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": text}]})
+    return clean(escape_within(printable(title), MAX_FALLBACK)), clean(blocks)
+
+
+def canary_words(canary_role: str, factor: float, stable_role: str) -> str:
+    """The canary arm's finding in words: "canary role web_canary ×1.60 against stable role web, same minutes"."""
+    return f"canary role {canary_role} ×{factor:.2f} against stable role {stable_role}, same minutes"
+
+
+def render_canary(facts: AnalysisFacts, canary_role: str, stable_role: str, regressions: list[Regression]) -> tuple[
+    str, list[dict[str, Any]]
+]:  # fmt: skip
+    """(fallback text, blocks) of one message for a canary deploy's canary-arm detections (docs/canary.md): the canary
+    role's statements slower than the stable role's over the same minutes, the first MAX_SHOWN in full; every outside
+    text (statements, roles, deploy fields) escaped."""
+    plural = "statement" if len(regressions) == 1 else "statements"
+    what = " ".join(p for p in (facts.service, facts.version) if p) or facts.analysis_id
+    title = (
+        f"Canary {canary_role} of deploy {what} on {facts.target}: {len(regressions)} {plural} slower than stable "
+        f"role {stable_role} in the same minutes"
+    )
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": _cut(printable(title), MAX_HEADER), "emoji": False}},
+        {"type": "section", "fields": _analysis_fields(facts)},
+    ]
+    for r in regressions[:MAX_SHOWN]:
+        blocks.append({"type": "divider"})
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"```{excerpt(r.query)}```"}})
+        interval = "" if r.factor_low is None else f" (×{r.factor_low:.2f}–×{r.factor_high:.2f}, 95%)"
+        arm = canary_words(canary_role, r.change_factor, stable_role)
+        fields = [
+            f"*Canary arm:* {escape_within(printable(arm), MAX_FIELD_TEXT - 20)}",
+            f"*Factor:* ×{r.change_factor:.2f}{interval}",
+            f"*Mean:* {r.mean_before_ms:.3f} ms stable → {r.mean_after_ms:.3f} ms canary",
+            f"*Calls:* {r.calls_before:,} stable, {r.calls_after:,} canary",
+            f"*Confidence:* {r.confidence:.4f}",
+        ]
+        blocks.append({"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]})
+    if len(regressions) > MAX_SHOWN:
+        sql = f"SELECT * FROM radar.canary_verdict WHERE deploy_id = '{escape_within(facts.analysis_id, 300)}'"
         text = f"*… and {len(regressions) - MAX_SHOWN} more:* `{sql}`"
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": text}]})
     return clean(escape_within(printable(title), MAX_FALLBACK)), clean(blocks)

@@ -346,23 +346,56 @@ def _sentences(value: Any) -> list[str] | None:
     return [str(c["sentence"]) for c in value if isinstance(c, dict) and c.get("sentence")] or None
 
 
+def chart_series(conn: sa.Connection, facts: AnalysisFacts, rows: pd.DataFrame) -> dict[Any, pd.Series]:
+    """Each regression's interval means (by its row's index in `rows`, outbox.detections rows) over the spans its
+    verdict was decided on: the analysed window (split ± W), or for a later look's detection that look's spans (its
+    radar.deploy_look row; without one, as long before the deploy as its after side, which ends at look_end)."""
+    settings = EngineSettings.from_dict(rows["settings"].iloc[0])
+    first = (facts.split_at - settings.window, facts.split_at + settings.window)
+    spans = {label: first for label in rows.index}
+    later = [label for label, look in zip(rows.index, rows.get("look", pd.Series(0, index=rows.index)), strict=True)
+             if look is not None and not pd.isna(look) and int(look) > 0]  # fmt: skip
+    if later and not facts.period:
+        from radar_pipeline.warehouse.looks import looks_of
+
+        recorded = looks_of(conn, facts.analysis_id)
+        by_look = {
+            int(r.look): (r.before_start.to_pydatetime(), r.after_end.to_pydatetime())
+            for r in recorded[(recorded["target"] == facts.target) & recorded["before_start"].notna()].itertuples()
+        }
+        for label in later:
+            end = pd.Timestamp(rows.at[label, "look_end"]).to_pydatetime()
+            spans[label] = by_look.get(int(rows.at[label, "look"]), (facts.split_at - (end - facts.split_at), end))
+    by_span: dict[tuple[datetime, datetime], list[Any]] = {}
+    for label, span in spans.items():
+        by_span.setdefault(span, []).append(label)
+    out: dict[Any, pd.Series] = {}
+    for (lo, hi), labels in by_span.items():
+        part = rows.loc[labels]
+        window = read_window(conn, facts.target, lo, hi, only=part[KEY])
+        bare = window.counters.drop(columns=["fingerprint", "dbid", "userid", "toplevel"])  # a series per key
+        series = interval_means(bare, pd.Timestamp(lo), pd.Timestamp(hi))
+        by_key = {tuple(k): i for i, k in enumerate(window.keys[KEY].itertuples(index=False))}
+        for label, row in zip(part.index, part.itertuples(), strict=True):
+            means = series.get(by_key.get((int(row.dbid), int(row.userid), int(row.queryid), bool(row.toplevel))))
+            if means is not None:
+                out[label] = means
+    return out
+
+
 def _charts(conn: sa.Connection, facts: AnalysisFacts, rows: pd.DataFrame) -> list[tuple[Path, str]]:
-    """A PNG per regression from the analysed window's interval means."""
+    """A PNG per regression from the interval means of the window its verdict was decided on (chart_series)."""
     from radar_pipeline.alerts.chart import (
         chart_title,
         render_chart,
     )  # matplotlib: only runs that draw pay for its import
 
     settings = EngineSettings.from_dict(rows["settings"].iloc[0])
-    lo, hi = facts.split_at - settings.window, facts.split_at + settings.window
-    window = read_window(conn, facts.target, lo, hi, only=rows[KEY])
-    bare = window.counters.drop(columns=["fingerprint", "dbid", "userid", "toplevel"])  # a series per key, unmerged
-    series = interval_means(bare, pd.Timestamp(lo), pd.Timestamp(hi))
-    by_key = {tuple(k): i for i, k in enumerate(window.keys[KEY].itertuples(index=False))}
+    series = chart_series(conn, facts, rows)
     folder = chart_folder(facts.analysis_id)
     charts = []
-    for row in rows.itertuples():
-        means = series.get(by_key.get((int(row.dbid), int(row.userid), int(row.queryid), bool(row.toplevel))))
+    for label, row in zip(rows.index, rows.itertuples(), strict=True):
+        means = series.get(label)
         if means is None:
             continue
         if facts.period:

@@ -11,8 +11,8 @@ RETRY_BASE schedule); record_failure stores the last attempt's failure as the er
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 import pandas as pd
@@ -247,3 +247,100 @@ def _pass_share(conn: sa.Connection, deploy_id: str) -> float:
     if found.empty or "pass_share" not in found or pd.isna(found.iloc[0]["pass_share"]):
         return PASS_SHARE
     return float(found.iloc[0]["pass_share"])
+
+
+CANARY_ALERT_PREFIX = "canary:"  # radar.alert's target for a canary arm's detections: "canary:<target>"
+
+
+def deliver_canary_alerts(
+    log: Any, engine: sa.Engine, sender: Any, routed: list[Any], deploy_id: str, max_age: timedelta, now: datetime
+) -> dict[str, Any]:
+    """Announce the canary arm's detections of a canary deploy, once per canary analysis: on Slack in one message
+    (alerts.render.render_canary) and on each routed channel taking regressions (PagerDuty, …), through the same
+    outbox as every alert (radar.alert, one row per detected statement key and channel under the deploy and the
+    target "canary:<target>", so neither the before/after alerts of the same statement nor a run of it again can
+    send it twice; claimed before sending, settled after, an earlier attempt that got no answer looked for first).
+    When the canary window closed more than `max_age` before `now`, the rows are recorded withheld and nothing is
+    sent (alert_delivery.withhold_reason). Returns the run's metadata."""
+    from radar_pipeline.alerts.render import CANARY_CAUSE, AnalysisFacts, Regression, canary_words, render_canary
+    from radar_pipeline.steps import channel_delivery
+    from radar_pipeline.steps.alert_delivery import claim_due, run_url, send_and_settle, withhold_reason
+
+    with engine.connect() as conn:
+        found = stored.analysis_of(conn, deploy_id)
+        event = deploys.get(conn, deploy_id)
+        table = stored.verdicts_of(conn, deploy_id) if found is not None else pd.DataFrame()
+    metadata: dict[str, Any] = {"canary_detections": 0, "to_send": 0}
+    if found is None or event is None or found["state"] == "error":
+        metadata["note"] = "no canary analysis stored" if found is None else "the canary analysis stopped on an error"
+        return metadata
+    detected = table[table["verdict"] == Verdict.DETECTED]
+    metadata["canary_detections"] = len(detected)
+    if detected.empty:
+        return metadata
+    withhold = withhold_reason(pd.DataFrame({"window_end": [found["window_end"]]}), max_age, now)
+    canary_role = str(found["canary_role"])
+    stable_role = found["stable_role"] or f"userid {found['stable_userid']}"
+    userid = int(found["canary_userid"] or 0)
+    keys = [(int(r.dbid), userid, int(r.queryid), bool(r.toplevel)) for r in detected.itertuples()]
+    regressions = {
+        k: Regression(
+            queryid=int(r.queryid),
+            query=r.query or f"queryid {r.queryid}",
+            mean_before_ms=float(r.mean_stable_ms),
+            mean_after_ms=float(r.mean_canary_ms),
+            change_factor=float(r.change_factor),
+            confidence=1.0 - float(r.p_family),
+            change_at=found["window_start"],
+            calls_before=int(r.calls_stable),
+            calls_after=int(r.calls_canary),
+            cause=CANARY_CAUSE,
+            plan_summary=None,
+            factor_low=float(r.factor_low),
+            factor_high=float(r.factor_high),
+            cause_detail=canary_words(canary_role, float(r.change_factor), stable_role),
+        )
+        for k, r in zip(keys, detected.itertuples(), strict=True)
+    }
+    facts = AnalysisFacts(
+        analysis_id=deploy_id,
+        target=CANARY_ALERT_PREFIX + str(found["target"]),  # the outbox's and PagerDuty's: apart from before/after's
+        split_at=event.deployed_at or found["window_start"],
+        service=event.service,
+        version=event.version,
+        url=event.url,
+        run_url=run_url(found["run_id"]),
+    )
+    claimed_due = claim_due(log, engine, sender, deploy_id, facts.target, keys, withhold, metadata)
+    if claimed_due is not None:
+        todo, claimed, settle = claimed_due
+        due = set(todo)
+        text, blocks = render_canary(
+            replace(facts, target=str(found["target"])),  # the message names the target itself
+            canary_role,
+            stable_role,
+            [regressions[k] for k in keys if k in due],
+        )
+        metadata["to_send"] = len(todo)
+        metadata["message"] = {"text": text, "blocks": blocks}
+        if not sender.configured:
+            log.info(f"Slack is not configured; the canary alert would read:\n{text}")
+            settle(todo, "skipped")
+        else:
+            send_and_settle(log, sender, text, blocks, [], claimed, todo, settle)
+    channels: dict[str, Any] = {}
+    failures: list[Exception] = []
+    for route in routed:
+        if channel_delivery.REGRESSION not in route.outcomes:
+            continue
+        detections = {k: channel_delivery.Detection(k, regression=r) for k, r in regressions.items()}
+        try:
+            channels[route.name] = channel_delivery.deliver(log, engine, route.channel, facts, detections, withhold)
+        except Exception as exc:  # noqa: BLE001 - one channel's failure must not stop the others: raised after them
+            log.error(f"{route.name}: {type(exc).__name__}")
+            failures.append(exc)
+    if channels:
+        metadata["channels"] = channels
+    if failures:
+        raise failures[0]
+    return metadata

@@ -131,7 +131,7 @@ def _read(conn: sa.Connection, deploy_id: str) -> Deploy | str:
         )
     state = deploy_states(conn, [deploy_id])
     if not state.empty:
-        canary = _canary(conn, deploy_id, state.iloc[0])
+        canary = _canary(conn, event, state.iloc[0])
         if canary is not None:
             return canary if isinstance(canary, str) else Deploy(event, *canary)
     if state.empty or state.iloc[0]["state"] == "pending":
@@ -149,16 +149,22 @@ def _read(conn: sa.Connection, deploy_id: str) -> Deploy | str:
 
 
 def _canary(
-    conn: sa.Connection, deploy_id: str, row: pd.Series
+    conn: sa.Connection, event: deploys.DeployEvent, row: pd.Series
 ) -> tuple[pd.Series, pd.DataFrame, datetime, str | None] | str | None:
     """A canary deploy's state as `radar gate` gives it (warehouse.status.canary_gate: the canary arm decides once
     stored), with its canary detections, window end and run; why it gets nothing yet (pending); None when the canary
     arm does not decide (no canary role, or its analysis stopped on an error: radar.deploy_state's state stands)."""
+    from radar_pipeline.config.settings import settings
     from radar_pipeline.warehouse import canary as canary_store
-    from radar_pipeline.warehouse.status import canary_gate
+    from radar_pipeline.warehouse.status import canary_delay, canary_gate
 
+    if event.canary_role is None:
+        return None
+    deploy_id = event.deploy_id
     state = row.to_dict()
-    canary = canary_gate(conn, deploy_id, state)
+    # the configured times, as the daemon's canary_sensor waits (defs.resources.default_resources reads the same)
+    delay = canary_delay(conn, event.target, settings("window_seconds", "scrape_interval_seconds"))
+    canary = canary_gate(conn, deploy_id, state, delay)
     if canary is None or canary["state"] == "error":
         return None
     if state["state"] == "pending":

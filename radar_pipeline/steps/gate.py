@@ -49,7 +49,7 @@ def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | N
             return None
         found = deploy_states(conn, [deploy_id])
         state = {k: plain(v) for k, v in found.iloc[0].items()}
-        canary = status.canary_gate(conn, deploy_id, state)
+        canary = status.canary_gate(conn, deploy_id, state, status.canary_delay(conn, times.target, configured))
         if state["state"] == "pending":
             return GateView(times, state, {}, [], canary)
         shares = status.execution_shares(conn, deploy_id)

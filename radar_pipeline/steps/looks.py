@@ -319,7 +319,8 @@ def _hold_basis(conn: sa.Connection, deploy_id: str, basis: datetime) -> None:
 def _decide_stored(run: Any, deployed_at: datetime, target: str, span: LookSpan, still: pd.DataFrame) -> pd.DataFrame:
     """The look on the warehouse's counters: the rows (ANALYSED_VERDICTS) of the open statements (`still`, KEY
     columns) it decides, each detection with its cause and plan diff."""
-    from radar_pipeline.steps.deploy_analysis import _with_statement_keys
+    from radar_pipeline.steps.causes import name_changes
+    from radar_pipeline.steps.deploy_analysis import _apply_named_changes, _with_statement_keys
 
     settings: EngineSettings = run.settings
     lo, hi = deployed_at - span.before, deployed_at + span.after
@@ -350,6 +351,9 @@ def _decide_stored(run: Any, deployed_at: datetime, target: str, span: LookSpan,
         at = verdicts.index[detected]
         diffs = [p.diff for p in found]
         ANALYSED_VERDICTS.assign(verdicts, "plan_diff", pd.Series(diffs, index=at, dtype=object), rows=detected)
-        changed = at[[bool(d.get("shape_changed")) for d in diffs]]
-        ANALYSED_VERDICTS.assign(verdicts, "cause", Cause.PLAN_CHANGED.value, rows=changed)
+        replanned = [bool(d.get("shape_changed")) for d in diffs]
+        ANALYSED_VERDICTS.assign(verdicts, "cause", Cause.PLAN_CHANGED.value, rows=at[replanned])
+        with run.warehouse.connect() as conn:  # the catalog and settings changes over the look's spans, as a first
+            named = name_changes(conn, target, verdicts[detected], lo, hi, settings.tolerance)  # verdict names them
+        _apply_named_changes(verdicts, at, named, replanned)
     return verdicts

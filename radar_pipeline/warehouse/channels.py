@@ -70,6 +70,8 @@ def enqueue_undetected_resolves(
             "INSERT INTO radar.channel_event (channel, kind, subject, deploy_id, target) "
             "SELECT a.channel, :k, a.remote_id, a.deploy_id, a.target FROM radar.alert a "
             f"WHERE a.deploy_id = :d AND a.channel = :c AND a.{MAY_HAVE_OPENED} "
+            # the canary arm's rows (target canary:<target>) are its own analysis's, not the before/after's to resolve
+            "AND a.target NOT LIKE 'canary:%' "
             "AND (a.target, a.dbid, a.userid, a.queryid, a.toplevel) NOT IN (SELECT * FROM unnest("
             "  CAST(:t AS text[]), CAST(:db AS oid[]), CAST(:u AS oid[]), CAST(:q AS bigint[]), "
             "  CAST(:l AS boolean[]))) "

@@ -105,18 +105,26 @@ def deploy_times(
     return DeployTimes(**row._mapping) if row is not None else None
 
 
+def canary_delay(conn: sa.Connection, target: str, configured: RadarSettings) -> timedelta:
+    """When a deploy's canary analysis falls due after it: the analysis window plus one scrape interval, as
+    canary_sensor waits (analysis_times: the configured times, else the target's stored window)."""
+    window, scrape = analysis_times(conn, target, configured)
+    return window + scrape
+
+
 def canary_gate(
     conn: sa.Connection,
     deploy_id: str,
     state: dict[str, Any],
-    delay: timedelta = timedelta(seconds=DEFAULT_WINDOW_SECONDS + DEFAULT_SCRAPE_INTERVAL_SECONDS),
+    delay: timedelta,
 ) -> dict[str, Any] | None:
     """For a deploy that names a canary role, its canary arm as the gate reads it (docs/canary.md), and the gate's
     state set from it in `state` (radar.deploy_state's row, changed in place; the view's own state kept under
     before_after_state). None for a deploy without a canary role.
 
     - no canary analysis stored yet: pending (the canary verdict is due W after the deploy), while canary_sensor
-      still asks for it (until warehouse.canary.HORIZON after it fell due, W plus one scrape interval: `delay`);
+      still asks for it (until warehouse.canary.HORIZON after it fell due, W plus one scrape interval: `delay`, the
+      configured one, as canary_sensor's: canary_delay);
       after that the state stays radar.deploy_state's, and the error says the canary analysis never came;
     - a canary analysis stopped by an error (an unknown role, a role with no statements): the state stays
       radar.deploy_state's, and the error is returned to be shown;

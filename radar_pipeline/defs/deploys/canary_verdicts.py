@@ -117,7 +117,7 @@ def _record(context: dg.AssetExecutionContext, run: object, record: Any, message
 ATTEMPT_TAG = "radar/canary-attempt"  # the attempt a canary_sensor run is (warehouse.canary.RETRY_BASE)
 canary_verdicts_job = dg.define_asset_job(
     "canary_verdicts_job",
-    selection=dg.AssetSelection.assets("canary_verdicts"),
+    selection=dg.AssetSelection.assets("canary_verdicts", "canary_alerts"),  # its detections alerted in the run
     executor_def=dg.in_process_executor,
     op_retry_policy=ANALYSIS_RETRY,  # a blip of the warehouse or the target: tried again in the run
 )
