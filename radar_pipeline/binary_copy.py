@@ -10,6 +10,7 @@ length and the big-endian value (PostgreSQL documents the format under COPY, "Bi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -80,14 +81,14 @@ def _rows(data: bytes | bytearray, fields: Fields) -> np.ndarray:
     # The field count and every length, compared as they lie in each row (big-endian bytes read as native integers,
     # against the expected value's bytes read the same way): one comparison of every row.
     framing = [("_count", "u2", len(fields))] + [(f"_len_{n}", "u4", np.dtype(WIRE[t]).itemsize) for n, t in fields]
-    layout = np.dtype(
-        {
-            "names": [n for n, _, _ in framing],
-            "formats": [f for _, f, _ in framing],
-            "offsets": [wire.fields[n][1] for n, _, _ in framing],
-            "itemsize": wire.itemsize,
-        }
-    )
+    offsets = {name: wire.fields[name][1] for name in wire.names or ()} if wire.fields else {}
+    spec: Any = {
+        "names": [n for n, _, _ in framing],
+        "formats": [f for _, f, _ in framing],
+        "offsets": [offsets[n] for n, _, _ in framing],
+        "itemsize": wire.itemsize,
+    }
+    layout = np.dtype(spec)
     expected = np.zeros((), dtype=layout)
     for name, native, value in framing:
         expected[name] = np.array(value, dtype=">" + native).view(native)

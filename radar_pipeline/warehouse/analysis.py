@@ -29,7 +29,7 @@ from radar_pipeline.engine.frames import ANY, BOOL, IMPACT_STATEMENTS, IMPACT_SU
 from radar_pipeline.engine.impact import STATEMENT_COLUMNS, SUMMARY_COLUMNS
 from radar_pipeline.engine.settings import RENAMED
 from radar_pipeline.pgss_model import KEY, KEY_TYPES, statement_keys
-from radar_pipeline.warehouse.database import KEYS, copy_frame, driver, key_params
+from radar_pipeline.warehouse.database import KEYS, copy_frame, copy_out, key_params
 
 # What an analysis hands the warehouse: the engine's verdicts with the statement each query_key stands for, its
 # fingerprint, the queryids merged into it and, for detections, the plan diff (steps/deploy_analysis.py adds them, and
@@ -262,12 +262,7 @@ def _copied(
     conn: sa.Connection, query: psql.Composed, fields: list[tuple[str, str]] = SAMPLE_FIELDS
 ) -> dict[str, np.ndarray]:
     """The rows of a binary COPY of `fields`, a contiguous array each (binary_copy.parse_columns)."""
-    stream = bytearray()  # one copy of the stream in memory, not a block each and their join
-    with driver(conn).cursor() as cur:
-        with cur.copy(query) as copy:
-            for block in copy:
-                stream += block
-    return binary_copy.parse_columns(stream, fields)
+    return binary_copy.parse_columns(copy_out(conn, query), fields)
 
 
 def read_cause_counters(
