@@ -144,9 +144,14 @@ def _copy_column(column: pd.Series) -> list[Any]:
         values = list(column.dt.to_pydatetime())
         missing = column.isna().to_numpy()
     else:
-        values = column.tolist()
         missing = column.isna().to_numpy()  # lists and dicts are values, not missing
-        values = [v if isinstance(v, str | bool | int | float) else _copy_value(v) for v in values]
+        if missing.all():  # a column most analyses leave empty (plan diffs, named changes, …)
+            return [None] * len(column)
+        plain = (str, bool, int, float)
+        return [
+            None if gone else v if isinstance(v, plain) else _copy_value(v)
+            for v, gone in zip(column.tolist(), missing.tolist(), strict=True)
+        ]
     for i in np.flatnonzero(missing):
         values[i] = None
     return values
