@@ -5,13 +5,14 @@ PostgreSQL 18 as the warehouse and fills radar.pgss_snapshot by COPY with synthe
 
 1. one partition: 5,000 queries × 60 one-minute scrapes each side of a deploy (every query moving every minute, the
    heaviest case), analysed by the same function the deploy_verdicts asset calls; read / engine / write seconds,
-   median of 3, with the anchor of a bare `SELECT` of the same window's rows measured in the same run;
+   median of 3, with the anchor of a bare `SELECT` of the same window's rows measured in the same run, and the
+   server's own share of the read (a binary COPY of those rows to /dev/null on the server, no client);
 2. a backfill: 200 deploys ten minutes apart over a history of 1,000 queries, analysed one after another as the
    backfill's runs would (partitions per minute), and 20 of them through Dagster's in-process materialize to show
    what a Dagster run adds to each partition;
 3. a later look (issue 29): the same 5,000 statements, one-minute scrapes, analysed with before = after = 8 × W
    (4 h each side of the deploy, W = 30 min): the read of the span (analysis.read_window) and analyse() itself,
-   median of 3, and the engine's peak memory traced in one more run;
+   median of 3, the engine's peak memory traced in one more run, and the server's share of the read as in 1;
 4. query_history over those 200 deploys in order (points per second, against the analysis backfill of the same
    deploys), and one periodic check of the hour that holds the 5,000-query partition's deploy (against that
    partition's analysis).
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import statistics
 import sys
 import tempfile
@@ -131,6 +133,7 @@ def main() -> None:
                     {"lo": deploy_at - settings.window, "hi": deploy_at + settings.window},
                 ).fetchall()
             anchor.append(time.perf_counter() - t0)
+        floor = [server_copy(engine, "one", deploy_at - settings.window, deploy_at + settings.window) for _ in range(3)]
         parts = {
             k: statistics.median(getattr(r.seconds, k) for r in runs) for k in ("read", "engine", "plans", "write")
         }
@@ -141,6 +144,10 @@ def main() -> None:
             f"  read {parts['read']:.3f} s + engine {parts['engine']:.3f} s + plan diffs {parts['plans']:.3f} s "
             f"+ write {parts['write']:.3f} s "
             f"= {total:.3f} s; anchor (bare SELECT of the window's rows) {statistics.median(anchor):.3f} s"
+        )
+        print(
+            f"  the server alone: a binary COPY of the window's rows to /dev/null {statistics.median(floor):.3f} s; "
+            f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
         )
 
         later_look(engine)
@@ -222,12 +229,31 @@ def later_look(engine: sa.Engine) -> None:
     analyse(window.counters, deploy_at, settings, before=span, after=span)
     peak = tracemalloc.get_traced_memory()[1] / 2**20
     tracemalloc.stop()
+    floor = [server_copy(engine, "late", deploy_at - span, deploy_at + span) for _ in range(3)]
     read, decide = statistics.median(reads), statistics.median(decides)
     print(
         f"later look, 5,000 queries × {int(span / timedelta(minutes=1))} scrapes each side (before = after = 8 × W, "
         f"{len(window.counters):,} rows): read {read:.3f} s + engine {decide:.3f} s = {read + decide:.3f} s, "
-        f"engine peak {peak:.0f} MiB ({out['verdict'].value_counts().to_dict()})"
+        f"engine peak {peak:.0f} MiB ({out['verdict'].value_counts().to_dict()}); the server alone: a binary COPY of "
+        f"the span's rows to /dev/null {statistics.median(floor):.3f} s; load average "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
+
+
+def server_copy(engine: sa.Engine, target: str, lo: datetime, hi: datetime) -> float:
+    """Seconds the server takes to scan and send (to /dev/null, on the server) the stored rows in (lo, hi] of the
+    columns the analysis reads, in binary: the floor of the read's server side, with no client."""
+    columns = ", ".join(name for name, _ in analysis.SAMPLE_FIELDS)
+    started = time.perf_counter()
+    with engine.connect() as conn:
+        conn.execute(
+            sa.text(
+                f"COPY (SELECT {columns} FROM radar.pgss_snapshot WHERE target = '{target}' "
+                f"AND captured_at > '{lo.isoformat()}' AND captured_at <= '{hi.isoformat()}') TO '/dev/null' "
+                "(FORMAT binary)"
+            )
+        )
+    return time.perf_counter() - started
 
 
 def dagster_rate(url: str, n: int, settings: EngineSettings) -> float:

@@ -10,6 +10,7 @@ length and the big-endian value (PostgreSQL documents the format under COPY, "Bi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +38,34 @@ def _wire_dtype(fields: Fields) -> np.dtype:
 def parse(data: bytes | bytearray, fields: Fields) -> np.ndarray:
     """The rows of a binary COPY stream as a structured array of native types (timestamps as datetime64[us], with
     ±infinity as NaT). Raises ValueError when the stream is not rows of exactly these fields, none of them null."""
+    columns = parse_columns(data, fields)
+    out = np.empty(len(columns[fields[0][0]]) if fields else 0, dtype=[(n, NATIVE[t]) for n, t in fields])
+    for name, _ in fields:
+        out[name] = columns[name]
+    return out
+
+
+def parse_columns(data: bytes | bytearray, fields: Fields) -> dict[str, np.ndarray]:
+    """The rows of a binary COPY stream as one contiguous array per field, of native types (as `parse`'s): what a
+    reader that works column by column wants, without the structured array between (one pass over the stream per
+    field, and the checks of every row's field count and lengths in one pass). Raises ValueError as `parse` does."""
+    rows = _rows(data, fields)
+    out: dict[str, np.ndarray] = {}
+    for name, pg_type in fields:
+        if pg_type == "timestamptz":
+            raw = rows[name].astype(np.int64)
+            infinite = (raw == PG_MINUS_INFINITY) | (raw == PG_INFINITY)
+            raw += PG_EPOCH_US
+            raw[infinite] = np.iinfo(np.int64).min  # NaT
+            out[name] = raw.view("datetime64[us]")
+        else:
+            out[name] = rows[name].astype(NATIVE[pg_type])
+    return out
+
+
+def _rows(data: bytes | bytearray, fields: Fields) -> np.ndarray:
+    """The stream's rows as a structured array of wire types over `data` (no copy), every row checked to have
+    `fields` and each of them its type's width (a null's length is -1)."""
     if not data.startswith(SIGNATURE) or len(data) < len(HEADER) + len(TRAILER):
         raise ValueError("not a binary COPY stream")
     extension = int.from_bytes(data[15:19], "big")
@@ -47,20 +76,31 @@ def parse(data: bytes | bytearray, fields: Fields) -> np.ndarray:
     if len(body) % wire.itemsize:
         raise ValueError(f"binary COPY rows are not the fixed width of {[n for n, _ in fields]} (a null value?)")
     rows = np.frombuffer(body, dtype=wire)
-    if len(rows) and (rows["_count"] != len(fields)).any():
-        raise ValueError(f"binary COPY rows do not have the {len(fields)} fields {[n for n, _ in fields]}")
-    out = np.empty(len(rows), dtype=[(name, NATIVE[pg_type]) for name, pg_type in fields])
-    for name, pg_type in fields:
-        if (rows[f"_len_{name}"] != np.dtype(WIRE[pg_type]).itemsize).any():
-            raise ValueError(f"binary COPY column {name!r} is not {pg_type} throughout (a null value?)")
-        if pg_type == "timestamptz":
-            raw = rows[name].astype(np.int64)
-            infinite = (raw == PG_MINUS_INFINITY) | (raw == PG_INFINITY)
-            unix = np.where(infinite, np.iinfo(np.int64).min, raw + PG_EPOCH_US)  # int64 min is NaT
-            out[name] = unix.view("datetime64[us]")
-        else:
-            out[name] = rows[name]
-    return out
+    if not len(rows):
+        return rows
+    # The field count and every length, compared as they lie in each row (big-endian bytes read as native integers,
+    # against the expected value's bytes read the same way): one comparison of every row.
+    framing = [("_count", "u2", len(fields))] + [(f"_len_{n}", "u4", np.dtype(WIRE[t]).itemsize) for n, t in fields]
+    offsets = {name: wire.fields[name][1] for name in wire.names or ()} if wire.fields else {}
+    spec: Any = {
+        "names": [n for n, _, _ in framing],
+        "formats": [f for _, f, _ in framing],
+        "offsets": [offsets[n] for n, _, _ in framing],
+        "itemsize": wire.itemsize,
+    }
+    layout = np.dtype(spec)
+    expected = np.zeros((), dtype=layout)
+    for name, native, value in framing:
+        expected[name] = np.array(value, dtype=">" + native).view(native)
+    bad = np.frombuffer(body, dtype=layout) != expected
+    if bad.any():
+        first = np.frombuffer(body, dtype=wire)[int(np.argmax(bad))]
+        if first["_count"] != len(fields):
+            raise ValueError(f"binary COPY rows do not have the {len(fields)} fields {[n for n, _ in fields]}")
+        for name, pg_type in fields:
+            if first[f"_len_{name}"] != np.dtype(WIRE[pg_type]).itemsize:
+                raise ValueError(f"binary COPY column {name!r} is not {pg_type} throughout (a null value?)")
+    return rows
 
 
 def encode(columns: Mapping[str, np.ndarray], fields: Fields) -> bytes:

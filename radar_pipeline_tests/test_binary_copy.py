@@ -50,3 +50,49 @@ def test_a_null_is_refused_with_the_column_named(pg18):
         binary_copy.parse(data, [("n", "int8"), ("x", "float8")])
     with pytest.raises(ValueError, match="not a binary COPY stream"):
         binary_copy.parse(b"1\t2\n", [("n", "int8")])
+
+
+def test_copy_out_reads_a_whole_copy_in_the_callers_transaction(warehouse):
+    """warehouse.database.copy_out: every row of a COPY of many rows, byte for byte what psycopg's Copy reads, inside
+    the transaction SQLAlchemy began (it sees that transaction's own temporary table and leaves it open)."""
+    import sqlalchemy as sa
+    from psycopg import pq
+    from psycopg import sql as psql
+
+    from radar_pipeline.warehouse.database import copy_out, driver
+
+    rows = "SELECT g::int8, g / 2.0::float8 FROM generate_series(1, 200000) g JOIN t ON true"
+    query = f"COPY ({rows}) TO STDOUT (FORMAT binary)"
+    with warehouse.connect() as conn:
+        conn.execute(sa.text("CREATE TEMP TABLE t ON COMMIT DROP AS SELECT 1 AS one"))
+        ours = copy_out(conn, psql.SQL(query))
+        with driver(conn).cursor() as cur, cur.copy(query) as copy:
+            theirs = b"".join(bytes(block) for block in copy)
+        assert driver(conn).pgconn.transaction_status == pq.TransactionStatus.INTRANS
+        rows = binary_copy.parse(ours, [("g", "int8"), ("half", "float8")])
+    assert ours == theirs and len(rows) == 200_000
+    np.testing.assert_array_equal(rows["half"], np.arange(1, 200_001) * 0.5)
+    with warehouse.connect() as conn:  # a transaction not yet begun: copy_out begins it
+        assert len(copy_out(conn, psql.SQL("COPY (SELECT 1) TO STDOUT (FORMAT binary)"))) > 0
+        assert driver(conn).pgconn.transaction_status == pq.TransactionStatus.INTRANS
+
+
+def test_copy_out_raises_the_servers_error_and_leaves_the_connection_usable(warehouse):
+    """A COPY that fails after it has sent rows raises the server's own error (its SQLSTATE's class), and the
+    connection goes on after the rollback."""
+    import psycopg
+    import sqlalchemy as sa
+    from psycopg import sql as psql
+
+    from radar_pipeline.warehouse.database import copy_out
+
+    with warehouse.connect() as conn:
+        assert conn.execute(sa.text("SELECT 1")).scalar_one() == 1  # the transaction SQLAlchemy began
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            copy_out(conn, psql.SQL("COPY (SELECT 1 / (100000 - g) FROM generate_series(1, 200000) g) TO STDOUT"))
+        conn.rollback()
+        assert conn.execute(sa.text("SELECT 2")).scalar_one() == 2
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            copy_out(conn, psql.SQL("COPY (SELECT * FROM no_such_table) TO STDOUT"))
+        conn.rollback()
+        assert conn.execute(sa.text("SELECT 3")).scalar_one() == 3

@@ -15,6 +15,7 @@ from radar_pipeline.defs.resources import WarehouseResource
 from radar_pipeline.pgss_model import COUNTERS, KEY, OPTIONAL_COUNTERS
 from radar_pipeline.steps.compaction import compact_history
 from radar_pipeline.steps.retention import apply_retention
+from radar_pipeline.warehouse import analysis
 from radar_pipeline.warehouse.analysis import read_costs, read_samples, read_window
 from radar_pipeline.warehouse.compaction import raw_partition
 from radar_pipeline.warehouse.database import driver
@@ -130,7 +131,12 @@ def _windows_read(warehouse: sa.Engine, windows: list[tuple[datetime, datetime]]
     with warehouse.connect() as conn:
         for lo, hi in windows:
             window = read_window(conn, "t", lo, hi)
-            some = read_window(conn, "t", lo, hi, only=window.keys.iloc[[0, 2]])
+            some = read_window(conn, "t", lo, hi, only=window.keys.iloc[[0, 2]])  # by their own index entries
+            with pytest.MonkeyPatch.context() as patched:  # and by the window's scan, as many statements are read
+                patched.setattr(analysis, "KEYED_FEW", 0)
+                scanned = read_window(conn, "t", lo, hi, only=window.keys.iloc[[0, 2]])
+            pd.testing.assert_frame_equal(scanned.counters, some.counters)
+            pd.testing.assert_frame_equal(scanned.keys, some.keys)
             for read in (window, some):
                 frames.append(
                     read.counters.merge(read.keys, left_on="query_key", right_index=True, suffixes=("", "_k"))

@@ -79,8 +79,9 @@ class AnalysisRun:
 
 @dataclass
 class Timings:
-    """Seconds each part of an analysis took: reading the window, the engine, the plans of detections, the write
-    (with the texts it reads for it, and the commit)."""
+    """Seconds each part of an analysis took: reading the window, the engine (every call into engine/: the decision,
+    the causes, the impact, its collateral culprits, the groups), the plans of detections, the write (with the texts
+    it reads for it, and the commit)."""
 
     read: float = 0.0
     engine: float = 0.0
@@ -325,7 +326,10 @@ def decide_window(
         detected_keys = verdicts.loc[verdicts["verdict"] == Verdict.DETECTED, "query_key"]
         found = _classified(conn, target, found, window, settings, detected_keys)
         _reads_do_not_write_wal(conn, target, verdicts)
+        judged = time.perf_counter()
         culprits = collateral_culprits(verdicts, found, settings)
+        judged = time.perf_counter() - judged  # the engine's, not the write's (a loop over the detections)
+        timings.engine += judged
         changes = _changes_with_keys(found.changes, window)
         blamed = culprits["culprit"].notna().to_numpy()
         culprit_keys = window.keys.loc[culprits.loc[blamed, "culprit"].tolist()]
@@ -344,7 +348,7 @@ def decide_window(
             ANALYSED_VERDICTS.assign(verdicts, "cause_detail", collateral, rows=blamed)
         detected = verdicts["verdict"] == Verdict.DETECTED
         texts = analysis.query_texts(conn, target, verdicts.loc[detected, KEY])
-        timings.write = time.perf_counter() - started  # the texts, read here for the write's sake
+        timings.write = time.perf_counter() - started - judged  # the texts, read here for the write's sake
 
     started = time.perf_counter()
     if detected.any():

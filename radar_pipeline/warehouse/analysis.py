@@ -29,7 +29,7 @@ from radar_pipeline.engine.frames import ANY, BOOL, IMPACT_STATEMENTS, IMPACT_SU
 from radar_pipeline.engine.impact import STATEMENT_COLUMNS, SUMMARY_COLUMNS
 from radar_pipeline.engine.settings import RENAMED
 from radar_pipeline.pgss_model import KEY, KEY_TYPES, statement_keys
-from radar_pipeline.warehouse.database import KEYS, copy_frame, driver, key_params
+from radar_pipeline.warehouse.database import KEYS, copy_frame, copy_out, key_params
 
 # What an analysis hands the warehouse: the engine's verdicts with the statement each query_key stands for, its
 # fingerprint, the queryids merged into it and, for detections, the plan diff (steps/deploy_analysis.py adds them, and
@@ -202,7 +202,10 @@ def read_window(
 ) -> WindowCounters:
     """The target's counters for the window (lo, hi], each statement with its last row before it; see module doc.
     `only` (KEY columns) limits the read to those statements."""
-    return read_samples(conn, target, lo, hi, only).window(lo, hi)
+    samples = read_samples(conn, target, lo, hi, only)
+    # Every sample read is the window's (those inside, and each one's statement's last before): nothing to cut, and the
+    # samples are this read's own, so the counters may take their arrays as they are.
+    return _as_counters(samples.columns, samples.statement, samples.keys)
 
 
 def read_samples(
@@ -211,31 +214,55 @@ def read_samples(
     """The target's samples over (lo, hi] with each statement's last earlier one (StoredSamples), for one window or
     for the windows of several deploys inside the span.
 
-    The rows travel as one binary COPY read straight into numpy (binary_copy) and are put in order here, which costs
-    the server neither a sort nor an aggregate. `only` (KEY columns) limits the read to those statements.
+    Two binary COPYs read straight into numpy (binary_copy), put in order here, which costs the server neither a sort
+    nor an aggregate: the samples inside the span, then, for the statements found there (their keys sent back), each
+    one's last sample at or before lo. `only` (KEY columns) limits the read to those statements: a few are read
+    through their own index entries (radar.pgss_statement_samples, sql/0036), many by the span's scan kept to theirs.
     """
     lo, hi = _aware(lo), _aware(hi)
-    rows = _copied(conn, _samples_query(target, lo, hi, only))
-    order = np.lexsort([rows[name] for name in ("captured_at", *reversed(KEY))])
-    columns = {name: rows[name][order] for name, _ in SAMPLE_FIELDS}  # each contiguous, in order
-    del rows
-    new = np.ones(len(order), dtype=bool)
-    if len(order):
-        new[1:] = np.logical_or.reduce([columns[name][1:] != columns[name][:-1] for name in KEY])
-    keys = pd.DataFrame({name: columns.pop(name)[new] for name in KEY}).astype(
+    inside = _copied(conn, _inside_query(target, lo, hi, only))
+    order = np.lexsort([inside[name] for name in ("captured_at", *reversed(KEY))])
+    n = len(order)
+    new = np.ones(n, dtype=bool)  # the first sample of each statement, in order
+    if n:
+        new[1:] = np.logical_or.reduce([inside[name][order[1:]] != inside[name][order[:-1]] for name in KEY])
+    starts = np.flatnonzero(new)
+    keys = pd.DataFrame({name: inside[name][order[starts]] for name in KEY}).astype(
         {"dbid": "int64", "userid": "int64", "queryid": "int64", "toplevel": "bool"}
     )
-    return StoredSamples(span=(lo, hi), columns=columns, statement=np.cumsum(new) - 1, keys=keys)
+    earlier = _copied(conn, _earlier_query(target, lo, keys), EARLIER_FIELDS) if len(keys) else None
+    # Each statement's earlier sample goes just before its first one inside: `source` is, for each place in the
+    # ordered samples, its row in the samples inside followed by the earlier ones.
+    has = np.zeros(len(keys), dtype=np.int64)
+    first_earlier = np.zeros(0, dtype=np.int64)
+    if earlier is not None and len(earlier["statement"]):
+        first_earlier = earlier["statement"] - 1  # WITH ORDINALITY counts from 1
+        has[first_earlier] = 1
+        if has.sum() != len(first_earlier):
+            raise RuntimeError("radar.pgss_last_sample returned more than one sample of a statement")
+    before = np.cumsum(has)  # earlier samples up to and including each statement's
+    statement_of = np.cumsum(new) - 1  # of the ordered samples inside
+    source = np.empty(n + len(first_earlier), dtype=np.int64)
+    source[np.arange(n) + before[statement_of]] = order
+    source[starts[first_earlier] + before[first_earlier] - 1] = n + np.arange(len(first_earlier))
+    columns = {}
+    for name, _ in SAMPLE_FIELDS:
+        if name in KEY:
+            continue
+        values = inside.pop(name)
+        if earlier is not None:
+            values = np.concatenate([values, earlier[name]])
+        columns[name] = values[source]  # each contiguous, in order
+    counts = np.diff(np.append(starts, n)) + has
+    statement = np.repeat(np.arange(len(keys)), counts)
+    return StoredSamples(span=(lo, hi), columns=columns, statement=statement, keys=keys)
 
 
-def _copied(conn: sa.Connection, query: psql.Composed, fields: list[tuple[str, str]] = SAMPLE_FIELDS) -> np.ndarray:
-    """The rows of a binary COPY of `fields` (binary_copy.parse)."""
-    stream = bytearray()  # one copy of the stream in memory, not a block each and their join
-    with driver(conn).cursor() as cur:
-        with cur.copy(query) as copy:
-            for block in copy:
-                stream += block
-    return binary_copy.parse(stream, fields)
+def _copied(
+    conn: sa.Connection, query: psql.Composed, fields: list[tuple[str, str]] = SAMPLE_FIELDS
+) -> dict[str, np.ndarray]:
+    """The rows of a binary COPY of `fields`, a contiguous array each (binary_copy.parse_columns)."""
+    return binary_copy.parse_columns(copy_out(conn, query), fields)
 
 
 def read_cause_counters(
@@ -250,7 +277,11 @@ def read_cause_counters(
     codes = np.unique(np.asarray(statements, dtype=np.int64))
     counters = window.counters[window.counters["query_key"].isin(codes)]
     keys = window.keys.iloc[codes]
-    rows = _copied(conn, _samples_query(target, lo, hi, keys, CAUSE_FIELDS, CAUSE_SQL), CAUSE_FIELDS)
+    inside = _copied(conn, _inside_query(target, lo, hi, keys, CAUSE_FIELDS, CAUSE_SQL, len(window.keys)), CAUSE_FIELDS)
+    earlier = _copied(
+        conn, _earlier_query(target, lo, keys, CAUSE_FIELDS, CAUSE_SQL), [("statement", "int8"), *CAUSE_FIELDS]
+    )
+    rows = {name: np.concatenate([inside[name], earlier[name]]) for name, _ in CAUSE_FIELDS}  # order: the merge's
     read = pd.DataFrame({name: rows[name] for name, _ in CAUSE_FIELDS}).astype(
         {"dbid": "int64", "userid": "int64", "queryid": "int64", "toplevel": "bool"}
     )
@@ -307,41 +338,90 @@ def read_costs(conn: sa.Connection, spans: Mapping[str, tuple[datetime, datetime
     return out
 
 
-def _samples_query(
+def _keyed(statements: int, of: int | None) -> bool:
+    """Whether `statements` of a read limited to them (of `of` in the span, when known) are read through their own
+    index entries rather than by the span's scan: each costs about what a quarter of the span's samples per
+    statement cost scanned (benchmarks/analysis_bench.py), and up to KEYED_FEW are cheap whatever the span holds."""
+    return statements <= KEYED_FEW or (of is not None and 4 * statements <= of)
+
+
+KEYED_FEW = 200
+
+
+def _key_arrays(keys: pd.DataFrame) -> psql.Composable:
+    """The KEY columns of `keys` as array literals, in KEY's order, for unnest."""
+    return psql.SQL(", ").join(
+        psql.SQL("{}::{}[]").format(psql.Literal(keys[k].tolist()), psql.SQL(t)) for k, t in KEY_TYPES
+    )
+
+
+def _columns(fields: list[tuple[str, str]], expressions: Mapping[str, str]) -> psql.Composable:
+    return psql.SQL(", ").join(psql.SQL(expressions.get(name, name)) for name, _ in fields)
+
+
+def _inside_query(
     target: str,
     lo: datetime,
     hi: datetime,
     only: pd.DataFrame | None,
     fields: list[tuple[str, str]] = SAMPLE_FIELDS,
     expressions: Mapping[str, str] = SAMPLE_SQL,
+    of: int | None = None,
 ) -> psql.Composed:
     """The COPY of `fields` (each read as `expressions` says, else as stored) of every sample of the target in
-    (lo, hi] and, for each statement with one, its last sample at or before lo (looked for in the RECENT stretch
-    before lo first, so older partitions are read only when needed)."""
-    cols = psql.SQL(", ").join(psql.SQL(expressions.get(name, name)) for name, _ in fields)
-    key = psql.SQL(", ".join(KEY))
-    last_of = psql.SQL(", ".join(f"m.{k}" for k in KEY))
-    restrict: psql.Composable = psql.SQL("")
-    if only is not None:
-        arrays = [psql.SQL("{}::{}[]").format(psql.Literal(only[k].tolist()), psql.SQL(t)) for k, t in KEY_TYPES]
-        restrict = psql.SQL("AND ({}) IN (SELECT * FROM unnest({}))").format(key, psql.SQL(", ").join(arrays))
-    t, lo_, hi_, recent = (psql.Literal(v) for v in (target, lo, hi, lo - RECENT))
+    (lo, hi], in no order: of every statement (radar.pgss_samples), or of the statements `only` (KEY columns; `of`:
+    how many statements the span holds, when known), found as `_keyed` says."""
+    cols, t, lo_, hi_ = _columns(fields, expressions), psql.Literal(target), psql.Literal(lo), psql.Literal(hi)
+    if only is None:
+        rows = psql.SQL("SELECT {cols} FROM radar.pgss_samples({t}, {lo}, {hi})")
+    elif _keyed(len(only), of):
+        rows = psql.SQL(
+            "SELECT {cols} FROM (SELECT s.* FROM (SELECT DISTINCT * FROM unnest({arrays})) "
+            "AS k(dbid, userid, queryid, toplevel) CROSS JOIN LATERAL "
+            "radar.pgss_statement_samples({t}, k.dbid, k.userid, k.queryid, k.toplevel, {lo}, {hi}) s) w"
+        )
+    else:
+        rows = psql.SQL(
+            "SELECT {cols} FROM radar.pgss_samples({t}, {lo}, {hi}) WHERE ({key}) IN (SELECT * FROM unnest({arrays}))"
+        )
+    arrays = _key_arrays(only) if only is not None else psql.SQL("")
+    query = rows.format(cols=cols, t=t, lo=lo_, hi=hi_, key=psql.SQL(", ".join(KEY)), arrays=arrays)
+    return psql.SQL("COPY ({}) TO STDOUT (FORMAT binary)").format(query)
+
+
+# The earlier samples' fields: the statement's place in the keys sent (from 1), then the samples' own.
+EARLIER_FIELDS: list[tuple[str, str]] = [("statement", "int8"), *SAMPLE_FIELDS]
+
+
+def _earlier_query(
+    target: str,
+    lo: datetime,
+    keys: pd.DataFrame,
+    fields: list[tuple[str, str]] = SAMPLE_FIELDS,
+    expressions: Mapping[str, str] = SAMPLE_SQL,
+) -> psql.Composed:
+    """The COPY of each statement of `keys`' last sample at or before lo (looked for in the RECENT stretch before lo
+    first, so older partitions are read only when needed; none when it has none), with its row in `keys` from 1
+    (`statement`, then `fields`)."""
+    cols = _columns(fields, expressions)
+    t, lo_, recent = (psql.Literal(v) for v in (target, lo, lo - RECENT))
     return psql.SQL("""
         COPY (
-            WITH win AS (
-                SELECT * FROM radar.pgss_samples({t}, {lo}, {hi}) WHERE true {restrict}
-            ), win_keys AS (
-                SELECT DISTINCT {key} FROM win
+            WITH m AS MATERIALIZED (
+                SELECT * FROM unnest({arrays}) WITH ORDINALITY AS k(dbid, userid, queryid, toplevel, statement)
             ), recent AS (
-                SELECT o.* FROM win_keys m
-                CROSS JOIN LATERAL radar.pgss_last_sample({t}, {last_of}, {recent}, {lo}) o
+                SELECT m.statement, o.* FROM m
+                CROSS JOIN LATERAL radar.pgss_last_sample({t}, m.dbid, m.userid, m.queryid, m.toplevel, {recent},
+                                                          {lo}) o
             ), older AS (
-                SELECT o.* FROM (SELECT {key} FROM win_keys EXCEPT SELECT {key} FROM recent) m
-                CROSS JOIN LATERAL radar.pgss_last_sample({t}, {last_of}, '-infinity', {recent}) o
+                SELECT m.statement, o.* FROM m
+                CROSS JOIN LATERAL radar.pgss_last_sample({t}, m.dbid, m.userid, m.queryid, m.toplevel, '-infinity',
+                                                          {recent}) o
+                WHERE NOT EXISTS (SELECT FROM recent r WHERE r.statement = m.statement)
             )
-            SELECT {cols} FROM win UNION ALL SELECT {cols} FROM recent UNION ALL SELECT {cols} FROM older
+            SELECT statement, {cols} FROM recent UNION ALL SELECT statement, {cols} FROM older
         ) TO STDOUT (FORMAT binary)
-    """).format(t=t, lo=lo_, hi=hi_, recent=recent, restrict=restrict, key=key, last_of=last_of, cols=cols)
+    """).format(arrays=_key_arrays(keys), t=t, lo=lo_, recent=recent, cols=cols)
 
 
 def _as_counters(samples: dict[str, np.ndarray], statement: np.ndarray, keys: pd.DataFrame) -> WindowCounters:
@@ -352,7 +432,8 @@ def _as_counters(samples: dict[str, np.ndarray], statement: np.ndarray, keys: pd
     collector saw cross a reset is discarded like one whose counters went down. A statement's fingerprint is that of
     its latest sample.
     """
-    present, first = np.unique(statement, return_index=True)
+    first = np.flatnonzero(np.diff(statement, prepend=-1))  # `statement` is in order: where each one's rows begin
+    present = statement[first]
     lengths = np.diff(np.append(first, len(statement)))
     columns: dict[str, Any] = {"query_key": np.repeat(np.arange(len(present)), lengths)}
     for name in SERIES:
@@ -367,7 +448,9 @@ def _as_counters(samples: dict[str, np.ndarray], statement: np.ndarray, keys: pd
     window_keys = keys.iloc[present].reset_index(drop=True)
     for name in ("dbid", "userid", "toplevel"):  # the engine merges fingerprints only within these
         columns[name] = np.repeat(window_keys[name].to_numpy(), lengths)
-    return WindowCounters(counters=pd.DataFrame(columns), keys=window_keys)
+    # The arrays are the caller's to give (cut for this window, or read for it alone): taken as they are, not copied
+    # into blocks of one type.
+    return WindowCounters(counters=pd.DataFrame(columns, copy=False), keys=window_keys)
 
 
 def _epochs(reset_before: np.ndarray, lengths: np.ndarray) -> np.ndarray:
