@@ -169,6 +169,7 @@ def fleet_verdicts(
     clear_level: float = 0.95,
     noun: str = "targets",
     fleet_size: int | None = None,
+    shares: pd.Series | None = None,
 ) -> pd.DataFrame:
     """The fleet verdict of every statement key of one release that has evidence on at least MIN_TARGETS targets.
 
@@ -178,10 +179,14 @@ def fleet_verdicts(
     are left out (the target could not decide the statement). threshold: θ; budget: B per release; look: which of
     engine.budget's looks this verdict spends (look_budget(B, look)); noun: what the report calls the targets;
     fleet_size: how many targets the release went to (default: those in the evidence). A consistent key is reported
-    "×1.40 on 8 of 8 targets": the targets combined, of the fleet.
-    Returns one row per key: key, targets, factor, factor_low, factor_high, p_value, p_family, budget_share, verdict
-    (FLEET_VERDICTS), consistent, heterogeneity_p, i_squared, tau2, targets_agreeing, only_on (target names),
-    report, and the evidence's targets in order (members).
+    "×1.40 on 8 of 8 targets": the targets combined, of the fleet. shares: at a later look, each open key's share of
+    the release's whole family (indexed by key, fixed when the family was formed, Σ over the family = 1): the keys
+    given are tested at look_budget(B, look) · share, a key without a share is left out, and nothing is renormalised
+    over the keys still open (a decided key's share is not handed on); default: the family is the keys given, their
+    shares decision.family_weights'.
+    Returns one row per key: key, targets, factor, factor_low, factor_high, p_value, p_family, budget_share,
+    family_weight (the key's share of the family), verdict (FLEET_VERDICTS), consistent, heterogeneity_p, i_squared,
+    tau2, targets_agreeing, only_on (target names), report, and the evidence's targets in order (members).
     """
     from scipy import stats
 
@@ -199,6 +204,11 @@ def fleet_verdicts(
         raise FleetError("fleet evidence: log_factor and se must be numeric") from None
     with np.errstate(invalid="ignore"):
         usable = evidence[np.isfinite(log_factor) & np.isfinite(se) & (se > 0)]
+    if shares is not None:
+        if not np.isfinite(shares.to_numpy(dtype=np.float64)).all() or (shares < 0).any() or shares.sum() > 1 + 1e-9:
+            raise FleetError("fleet shares must be finite, non-negative and sum to at most 1 over the family")
+        share_of = dict(zip(shares.index.tolist(), shares.to_numpy(dtype=np.float64), strict=True))
+        usable = usable[[k in share_of for k in usable["key"]]]
     counts = usable.groupby("key", sort=False)["target"].count()
     keys: list[Hashable] = list(counts.index[counts >= MIN_TARGETS])
     if not keys:
@@ -214,7 +224,10 @@ def fleet_verdicts(
     before[row, col] = np.nan_to_num(usable["time_before"].to_numpy(dtype=float), nan=0.0)
     got = combine(y, s)
 
-    weight = family_weights(before.sum(axis=1), np.ones(len(keys), dtype=bool), time_weight)
+    if shares is None:
+        weight = family_weights(before.sum(axis=1), np.ones(len(keys), dtype=bool), time_weight)
+    else:
+        weight = np.array([share_of[k] for k in keys], dtype=np.float64)
     log_tol = np.log1p(threshold)
     # The test and the interval take the more cautious of HKSJ and the robust variance (module docstring).
     p = np.fmax(_t_sf(got.mean - log_tol, got.se, got.dof), _t_sf(got.mean - log_tol, got.robust_se, got.robust_dof))
@@ -259,6 +272,7 @@ def fleet_verdicts(
             "p_value": p,
             "p_family": p_family,
             "budget_share": spend * weight,
+            "family_weight": weight,
             "verdict": verdict,
             "consistent": consistent,
             "heterogeneity_p": got.q_p,
@@ -281,6 +295,7 @@ RESULT_COLUMNS = (
     "p_value",
     "p_family",
     "budget_share",
+    "family_weight",
     "verdict",
     "consistent",
     "heterogeneity_p",
