@@ -248,6 +248,7 @@ LAST_LOOK = len(LOOK_SPANS) - 1
 # not run (a backfill over old releases starts none).
 HORIZON = timedelta(days=1)
 OPEN_AT_FLEET = "inconclusive"  # a final fleet verdict neither detected nor cleared
+CANDIDATES = 1000  # releases with a key open read per evaluation at most, the longest decided first
 
 
 class ReleaseLookRefused(RuntimeError):
@@ -267,17 +268,32 @@ class ReleaseLookResult:
     spans: dict[str, Any]
 
 
-def member_spans(conn: sa.Connection, settings: EngineSettings, look: int, members: pd.DataFrame) -> dict[str, Any]:
-    """Each member deploy's spans at look `look` (steps.looks.look_span, by deploy id): its previous deploy limits
-    the before side, its next deploy cuts the after side. A member cut before this look keeps its cut span (all the
-    after side it will ever have: its evidence there is still evidence of the release)."""
-    from radar_pipeline.steps.looks import look_span
+def neighbours(conn: sa.Connection, members: pd.DataFrame) -> dict[str, tuple[datetime | None, datetime | None]]:
+    """Each member deploy's previous and next deploy on its target (by deploy id; None where there is none)."""
     from radar_pipeline.warehouse.looks import neighbour_deploys
+
+    return {
+        str(m.deploy_id): neighbour_deploys(conn, str(m.target), pd.Timestamp(m.deployed_at).to_pydatetime())
+        for m in members.itertuples()
+    }
+
+
+def member_spans(
+    settings: EngineSettings,
+    look: int,
+    members: pd.DataFrame,
+    around: dict[str, tuple[datetime | None, datetime | None]],
+) -> dict[str, Any]:
+    """Each member deploy's spans at look `look` (steps.looks.look_span, by deploy id), with its neighbouring deploys
+    (`around`, from neighbours): its previous deploy limits the before side, its next deploy cuts the after side. A
+    member cut before this look keeps its cut span (all the after side it will ever have: its evidence there is still
+    evidence of the release)."""
+    from radar_pipeline.steps.looks import look_span
 
     spans: dict[str, Any] = {}
     for m in members.itertuples():
+        previous, following = around[str(m.deploy_id)]
         at = pd.Timestamp(m.deployed_at).to_pydatetime()
-        previous, following = neighbour_deploys(conn, str(m.target), at)
         span = look_span(settings, look, at, previous, following, previous_after=timedelta(0))
         assert span is not None  # with previous_after 0 a span is never refused
         spans[str(m.deploy_id)] = span
@@ -301,7 +317,9 @@ def due_release_looks(
     clock = now or conn.execute(sa.text("SELECT now()")).scalar_one()
     since = clock - HORIZON - settings.window * LOOK_SPANS[-1]
     due: list[store.DueReleaseLook] = []
-    for c in store.candidate_releases(conn, since, limit).itertuples():
+    for c in store.candidate_releases(conn, since, CANDIDATES).itertuples():
+        if len(due) >= limit:
+            break
         try:
             found = store.release(conn, str(c.release_id))
         except ReleaseError:
@@ -309,8 +327,9 @@ def due_release_looks(
         last = store.Look(int(c.look), tuple(zip(c.member_deploys, c.member_analysed_at or [], strict=False)))
         if not found.complete or not _stands(last, store.basis_of(found.members)):
             continue  # release_verdicts decides it anew when its members' analyses are stored
+        around = neighbours(conn, found.members)
         for look in range(LAST_LOOK, int(c.looks_taken), -1):
-            at = look_due_at(found.members, member_spans(conn, settings, look, found.members), settle)
+            at = look_due_at(found.members, member_spans(settings, look, found.members, around), settle)
             if at <= clock:
                 if at > clock - HORIZON:
                     due.append(store.DueReleaseLook(str(c.release_id), look, last.basis, at))
@@ -337,7 +356,7 @@ def run_release_look(
         raise ReleaseLookRefused(f"look must lie in 1..{LAST_LOOK}, not {look}")
     with engine.connect() as conn:
         found, last = _lookable(conn, release_id, look)
-        spans = member_spans(conn, settings, look, found.members)
+        spans = member_spans(settings, look, found.members, neighbours(conn, found.members))
         clock = now or conn.execute(sa.text("SELECT now()")).scalar_one()
         due = look_due_at(found.members, spans, settle)
         if clock < due:

@@ -294,7 +294,7 @@ class DueReleaseLook:
 def candidate_releases(conn: sa.Connection, since: datetime, limit: int) -> pd.DataFrame:
     """The releases whose last look (done or failed) is before the schedule's last, last decided at or after
     `since`, with a key still open at the fleet level (a final verdict, inconclusive, with a share of the family):
-    release_id, looks_taken, the last done look and its basis."""
+    release_id, looks_taken, the last done look and its basis; the longest decided first (the likeliest due)."""
     from radar_pipeline.engine.budget import LOOK_SPANS
 
     return pd.read_sql(
@@ -306,7 +306,7 @@ def candidate_releases(conn: sa.Connection, since: datetime, limit: int) -> pd.D
             "FROM last l JOIN taken t USING (release_id) WHERE t.taken < :last AND l.decided_at >= :since "
             "AND EXISTS (SELECT 1 FROM radar.release_verdict v WHERE v.release_id = l.release_id "
             "  AND v.status = 'final' AND v.verdict = 'inconclusive' AND v.family_weight > 0) "
-            "ORDER BY l.decided_at DESC, l.release_id LIMIT :limit"
+            "ORDER BY l.decided_at, l.release_id LIMIT :limit"
         ),
         conn,
         params={"last": len(LOOK_SPANS) - 1, "since": since, "limit": limit},
