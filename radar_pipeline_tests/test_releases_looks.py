@@ -246,3 +246,58 @@ def test_a_release_s_looks_due_long_ago_are_not_run(warehouse):
     assert decision.status == FINAL
     with warehouse.connect() as conn:
         assert not due_release_looks(conn, SETTINGS, ANALYSIS.settle)
+
+
+def test_a_failed_release_look_is_recorded_due_no_more_and_a_retry_records_it_done(warehouse, warehouse_url, slack):
+    from radar_pipeline.defs.deploys.release_looks import release_look
+
+    release_at(warehouse, timedelta(seconds=45))
+    run = AnalysisRun(warehouse, SETTINGS, settle=ANALYSIS.settle)
+    for target in TARGETS:
+        analyse_deploy(run, f"rel-9-{target}")
+    decide_release(warehouse, "rel-9", SETTINGS)
+    before = stored(warehouse)
+    with warehouse.begin() as conn:  # the look's write fails (as a full disk would); a failure's record does not
+        conn.execute(
+            sa.text(
+                "CREATE FUNCTION pg_temp_fail() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "IF NEW.status = 'done' THEN RAISE EXCEPTION 'could not extend file (test)'; END IF; RETURN NEW; END $$"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "CREATE TRIGGER fail_looks BEFORE INSERT OR UPDATE ON radar.release_look FOR EACH ROW "
+                "EXECUTE FUNCTION pg_temp_fail()"
+            )
+        )
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": ANALYSIS,
+        "slack": SlackResource(token="xoxb-test-token", channel="#radar", base_url=slack.api_url),
+    }
+
+    @dg.job
+    def look_once() -> None:  # release_looks_job's op, not retried
+        release_look()
+
+    defs = dg.Definitions(jobs=[look_once], sensors=[release_look_sensor], resources=resources)
+    with dg.instance_for_test() as instance:
+        (request,) = _due(instance, resources)
+        look = request.run_config["ops"]["release_look"]["config"]["look"]
+        failed = defs.resolve_job_def("look_once").execute_in_process(
+            instance=instance, run_config=request.run_config, tags=request.tags, raise_on_error=False
+        )
+        assert not failed.success
+        assert release_looks(warehouse) == [(0, "basis", "done"), (look, "timed", "failed")]
+        pd.testing.assert_frame_equal(stored(warehouse), before)  # nothing decided
+        later = _due(instance, resources)
+        assert all(r.run_config["ops"]["release_look"]["config"]["look"] > look for r in later)  # due no more
+
+        with warehouse.begin() as conn:
+            conn.execute(sa.text("DROP TRIGGER fail_looks ON radar.release_look"))
+        retried = defs.resolve_job_def("look_once").execute_in_process(  # as the op's retry policy runs it again
+            instance=instance, run_config=request.run_config, tags=request.tags
+        )
+        assert retried.success
+    assert release_looks(warehouse) == [(0, "basis", "done"), (look, "timed", "done")]
+    assert stored(warehouse).loc[1, "verdict"] == "detected"

@@ -446,7 +446,7 @@ def _lookable(conn: sa.Connection, release_id: str, look: int) -> tuple[Release,
             f"release {release_id!r}'s members changed since its last decision (a late member, a reanalysis): "
             "release_verdicts decides it anew, at its next look"
         )
-    taken = store.looks_taken(conn, release_id)
+    taken = store.looks_taken(conn, release_id, retrying=look)  # a retry of a failed attempt may take it
     if taken >= look:
         raise ReleaseLookRefused(f"release {release_id!r} has taken look {taken} already: look {look} is past")
     return found, last

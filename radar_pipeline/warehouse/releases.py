@@ -211,11 +211,15 @@ def last_look(conn: sa.Connection, release_id: str) -> Look | None:
     return Look(int(row.look), tuple(zip(row.member_deploys, stamps, strict=False)) if stamps else (), row.kind)
 
 
-def looks_taken(conn: sa.Connection, release_id: str) -> int:
+def looks_taken(conn: sa.Connection, release_id: str, retrying: int | None = None) -> int:
     """The release's highest look recorded, done or failed (-1: none): a look's number, and with it its share of B,
-    is never spent twice."""
+    is never spent twice. `retrying`: a look whose failed attempt does not count (its retry may take it)."""
     found = conn.execute(
-        sa.text("SELECT max(look) FROM radar.release_look WHERE release_id = :r"), {"r": release_id}
+        sa.text(
+            "SELECT max(look) FROM radar.release_look WHERE release_id = :r "
+            "AND NOT (look = :retry AND status = 'failed')"
+        ),
+        {"r": release_id, "retry": -1 if retrying is None else retrying},
     ).scalar_one()
     return -1 if found is None else int(found)
 
