@@ -22,7 +22,9 @@ so without selection bias). Per statement key seen on at least MIN_TARGETS targe
 - the budget: B per release (expected false fleet detections per release, over its statement keys), weighted
   Bonferroni over the release's keys with the weights of a single analysis (decision.family_weights: a uniform part
   and a part by execution time before the deploy, summed over the targets: nothing of the after side), spent across
-  looks with engine.budget's schedule: look k may spend look_budget(B, k) (the first fleet verdict: k = 0);
+  looks with engine.budget's schedule: look k may spend look_budget(B, k) (the first fleet verdict: k = 0). A later
+  look tests only the keys still open, each at look_budget(B, k) times its share of the family fixed when the family
+  was formed (`shares`): never renormalised over the open keys, so Σ over the looks and keys stays within B;
 - cleared (no_regression) when the one-sided upper bound at clear_level lies within 1 + θ, else inconclusive;
 - heterogeneity: Cochran's Q at the fixed-effect weights, its χ²_{k−1} p and I² (Higgins & Thompson 2002). With
   p ≥ HETEROGENEITY_ALPHA the targets agree: "×1.4 on 8 of 8 targets" (the targets combined, of the release's; and
