@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 import sqlalchemy as sa
 
+from radar_pipeline.alerts.render import span_words
 from radar_pipeline.defs.deploys.deploy_verdicts import deploy_verdicts
 from radar_pipeline.defs.deploys.release_looks import release_look_sensor, release_looks_job
 from radar_pipeline.defs.deploys.release_verdicts import release_verdicts
@@ -175,7 +176,8 @@ def test_a_small_step_left_open_at_the_release_s_first_look_is_found_by_a_later_
         assert post.json["text"] == "Release rel-9: 1 statement slower across its fleet"
         blocks = post.json["blocks"] if isinstance(post.json["blocks"], list) else json.loads(post.json["blocks"])
         words = json.dumps(blocks, ensure_ascii=False)
-        assert TEXTS[1] in words and f"found {LOOK_SPANS[look] * W} s after the release (look {look})" in words
+        when = span_words(timedelta(seconds=LOOK_SPANS[look] * W))  # "40 s" (look 2), "1.33 min" (look 3)
+        assert TEXTS[1] in words and f"found {when} after the release (look {look})" in words
 
         assert not _due(instance, resources)  # requested once; nothing open any more: the looks stop
         # release_verdicts run again (a retry, a member's rerun on the same basis) keeps the decision as it is
