@@ -182,6 +182,12 @@ def test_a_small_step_left_open_at_the_release_s_first_look_is_found_by_a_later_
         assert TEXTS[1] in words and f"found {when} after the release (look {look})" in words
 
         assert not _due(instance, resources)  # requested once; nothing open any more: the looks stop
+        # a retry of a run that stored the look (and then failed) delivers what it stored, deciding nothing again
+        rerun = job.execute_in_process(instance=instance, run_config=request.run_config, tags=request.tags)
+        assert rerun.success
+        (output,) = [e for e in rerun.all_events if e.event_type_value == "STEP_OUTPUT"]
+        assert output.event_specific_data.metadata["detected"].value == 1
+        assert output.event_specific_data.metadata["to_send"].value == 0
         # release_verdicts run again (a retry, a member's rerun on the same basis) keeps the decision as it is
         again = decide_release(warehouse, "rel-9", SETTINGS)
         assert again.look == look and set(again.detected["fingerprint"]) == {1}
@@ -305,3 +311,39 @@ def test_a_failed_release_look_is_recorded_due_no_more_and_a_retry_records_it_do
         assert retried.success
     assert release_looks(warehouse) == [(0, "basis", "done"), (look, "timed", "done")]
     assert stored(warehouse).loc[1, "verdict"] == "detected"
+
+
+def test_the_looks_of_a_release_the_nightly_reanalysis_analysed_carry_its_tag_and_post_nothing(
+    warehouse, warehouse_url, slack
+):
+    from radar_pipeline.defs.deploys.deploy_verdicts import REANALYSIS_TAG
+
+    release_at(warehouse, timedelta(seconds=45))
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": ANALYSIS,
+        "targets": TargetsResource(spec=" ".join(f"{t}=postgresql://nowhere.invalid/none" for t in TARGETS)),
+        "slack": SlackResource(token="xoxb-test-token", channel="#radar", base_url=slack.api_url),
+    }
+    defs = dg.Definitions(jobs=[release_looks_job], sensors=[release_look_sensor], resources=resources)
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", [f"rel-9-{t}" for t in TARGETS])
+        for target in TARGETS:  # every member's current analysis is the nightly reanalysis's
+            result = dg.materialize(
+                [deploy_verdicts, release_verdicts],
+                partition_key=f"rel-9-{target}",
+                resources=resources,
+                instance=instance,
+                tags={REANALYSIS_TAG: "true"},
+            )
+            assert result.success
+        (request,) = _due(instance, resources)
+        assert request.tags[REANALYSIS_TAG] == "true"
+        ran = defs.resolve_job_def(release_looks_job.name).execute_in_process(
+            instance=instance, run_config=request.run_config, tags={**request.tags, "dagster/run_key": request.run_key}
+        )
+        assert ran.success
+    assert stored(warehouse).loc[1, "verdict"] == "detected"
+    with warehouse.connect() as conn:
+        rows = conn.execute(sa.text("SELECT status FROM radar.alert WHERE target = 'release:rel-9'")).scalars().all()
+    assert rows == ["withheld"] and not slack.calls_to("/api/chat.postMessage")  # recorded, never sent

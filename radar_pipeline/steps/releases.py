@@ -332,7 +332,8 @@ def due_release_looks(
             at = look_due_at(found.members, member_spans(settings, look, found.members, around), settle)
             if at <= clock:
                 if at > clock - HORIZON:
-                    due.append(store.DueReleaseLook(str(c.release_id), look, last.basis, at))
+                    runs = store.analysis_runs(conn, [str(d) for d in found.members["deploy_id"]])
+                    due.append(store.DueReleaseLook(str(c.release_id), look, last.basis, at, runs))
                 break
     return due
 
@@ -415,6 +416,27 @@ def run_release_look(
         store.write_release_verdicts(conn, release_id, rows[[c for c in store.STORED if c != "release_id"]])
     decision = ReleaseDecision(found, FINAL, look, rows)
     return ReleaseLookResult(decision, look, len(keys), decided, after, spans)
+
+
+def stored_release_look(engine: sa.Engine, release_id: str, look: int) -> ReleaseLookResult | None:
+    """Timed look `look` of the release as stored, when it is the release's last look done (a retry of a run that
+    stored the look and then failed, delivering its alerts): the decision, the rows it decided, its after side;
+    else None. Decides nothing."""
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.text(
+                "SELECT look, kind, opened, after_span FROM radar.release_look WHERE release_id = :r "
+                "AND status = 'done' ORDER BY look DESC LIMIT 1"
+            ),
+            {"r": release_id},
+        ).first()
+        if row is None or int(row.look) != look or row.kind != store.TIMED:
+            return None
+        found = store.release(conn, release_id)
+        rows = store.release_verdicts(conn, release_id)
+    decided = rows[(rows["look"] == look) & (rows["verdict"] != OPEN_AT_FLEET)]
+    decision = ReleaseDecision(found, FINAL, look, rows)
+    return ReleaseLookResult(decision, look, int(row.opened or 0), decided, row.after_span or timedelta(0), {})
 
 
 def record_failed_release_look(engine: sa.Engine, release_id: str, look: int, run_id: str | None, log: Any) -> None:

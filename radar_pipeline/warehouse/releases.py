@@ -270,6 +270,15 @@ def record_failed(
     return bool(written.rowcount)
 
 
+def analysis_runs(conn: sa.Connection, deploy_ids: list[str]) -> tuple[str, ...]:
+    """The runs that made these deploys' current analyses (radar.analysis.run_id; those not recorded left out)."""
+    rows = conn.execute(
+        sa.text("SELECT run_id FROM radar.analysis WHERE deploy_id = ANY(:d) AND run_id IS NOT NULL"),
+        {"d": deploy_ids},
+    )
+    return tuple(sorted({str(r[0]) for r in rows}))
+
+
 def member_statements(conn: sa.Connection, deploy_id: str, target: str, keys: list[tuple[int, bool]]) -> pd.DataFrame:
     """The member deploy's statements (KEY columns: dbid, userid, queryid, toplevel) whose statement key
     (fingerprint, toplevel) is among `keys`, from its verdict rows (whatever their look)."""
@@ -287,12 +296,13 @@ def member_statements(conn: sa.Connection, deploy_id: str, target: str, keys: li
 @dataclass(frozen=True)
 class DueReleaseLook:
     """A timed look of a release to run: the release, the look, the basis it continues (its last final decision's
-    member analyses: the run key names it) and when it fell due."""
+    member analyses: the run key names it), when it fell due, and the runs of the members' current analyses."""
 
     release_id: str
     look: int
     basis: tuple[tuple[str, datetime], ...]
     due_at: datetime
+    run_ids: tuple[str, ...] = ()  # the runs that made the members' current analyses (where recorded)
 
 
 def candidate_releases(conn: sa.Connection, since: datetime, limit: int) -> pd.DataFrame:

@@ -8,7 +8,8 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from radar_pipeline.defs.deploys.deploy_verdicts import ANALYSIS_POOL, ANALYSIS_RETRY
+from radar_pipeline.defs.deploys.deploy_looks import _reanalysis_runs
+from radar_pipeline.defs.deploys.deploy_verdicts import ANALYSIS_POOL, ANALYSIS_RETRY, REANALYSIS_TAG
 from radar_pipeline.defs.metadata import rounded, table
 from radar_pipeline.defs.resources import AnalysisResource, SlackResource, WarehouseResource
 
@@ -45,12 +46,14 @@ def release_look(
     slack: SlackResource,
 ) -> dg.Output[None]:
     """Run the look (steps/releases.run_release_look) and deliver the release's fleet detections not yet sent; a
-    failure is recorded (the look is due no more) before it is raised, so the op's retries may still succeed."""
+    failure is recorded (the look is due no more) before it is raised, so the op's retries may still succeed. A retry
+    of an attempt that stored the look and then failed (delivering) delivers what the look stored."""
     from radar_pipeline.steps.releases import (
         ReleaseLookRefused,
         deliver_fleet_alerts,
         record_failed_release_look,
         run_release_look,
+        stored_release_look,
         with_text,
     )
 
@@ -60,12 +63,18 @@ def release_look(
             engine, analysis.settings(), config.release_id, config.look, analysis.settle, context.run.run_id
         )
     except ReleaseLookRefused as exc:
-        raise dg.Failure(description=str(exc), allow_retries=False) from None
+        stored = stored_release_look(engine, config.release_id, config.look)
+        if stored is None:
+            raise dg.Failure(description=str(exc), allow_retries=False) from None
+        context.log.info(f"look {config.look} of release {config.release_id} is stored: delivering its detections")
+        result = stored
     except Exception:
         record_failed_release_look(engine, config.release_id, config.look, context.run.run_id, context.log)
         raise
     decision = with_text(engine, result.decision)
-    sent = deliver_fleet_alerts(context.log, engine, slack.sender(), decision)
+    reanalysis = context.run.tags.get(REANALYSIS_TAG) == "true"
+    withhold = "found by a later look continuing the nightly reanalysis, which never posts" if reanalysis else None
+    sent = deliver_fleet_alerts(context.log, engine, slack.sender(), decision, withhold=withhold)
     decided = result.decided
     for r in decided[decided["verdict"] == "detected"].itertuples():
         context.log.info(f"release {config.release_id} look {result.look}: fleet detection: {r.report}")
@@ -78,6 +87,7 @@ def release_look(
         "cleared": int((decided["verdict"] == "no_regression").sum()),
         "cut_members": sum(bool(s.cut) for s in result.spans.values()),
         "to_send": int(sent.get("to_send", 0)),
+        "withheld": str(sent.get("withheld", "")),  # why, when the alerts were recorded and not sent
         "decided": table(
             DECIDED_COLUMNS,
             [
@@ -117,7 +127,9 @@ def release_look_sensor(
     """The release looks due now (steps.releases.due_release_looks), one run each. The run key names the release,
     the look and the decision it continues (its members' latest analysis), so each look is requested once; a look
     that failed is recorded so and not asked for again, and a release decided anew (a late member, a reanalysis)
-    gets its looks from its new decision on."""
+    gets its looks from its new decision on. The looks of a release every member of which the nightly reanalysis
+    analysed last carry its tag (REANALYSIS_TAG): their fleet alerts are recorded, never posted, as the deploys'
+    looks' are."""
     from radar_pipeline.steps.releases import due_release_looks
 
     with warehouse.engine().connect() as conn:
@@ -125,12 +137,17 @@ def release_look_sensor(
     if not due:
         return dg.SkipReason("no release look is due")
     context.log.info(f"requesting {len(due)} release looks: " + ", ".join(f"{d.release_id} look {d.look}" for d in due))
+    reanalysed = _reanalysis_runs(context.instance, {r for d in due for r in d.run_ids})
     return dg.SensorResult(
         run_requests=[
             dg.RunRequest(
                 run_key=f"release-look:{d.release_id}:{d.look}:{_stamp(d.basis)}",
                 run_config={"ops": {"release_look": {"config": {"release_id": d.release_id, "look": d.look}}}},
-                tags={RELEASE_TAG: d.release_id, LOOK_TAG: str(d.look)},
+                tags={
+                    RELEASE_TAG: d.release_id,
+                    LOOK_TAG: str(d.look),
+                    **({REANALYSIS_TAG: "true"} if d.run_ids and set(d.run_ids) <= reanalysed else {}),
+                },
             )
             for d in due
         ]
