@@ -56,6 +56,7 @@ JOBS = {
     "deploy_marks_job",
     "canary_verdicts_job",
     "deploy_looks_job",
+    "release_looks_job",
 }
 SCHEDULES = {
     "pgss_snapshot_schedule",
@@ -96,6 +97,7 @@ def test_definitions_load():
         "deploy_look_sensor",
         "deploy_mark_sensor",
         "radar_reconciler",
+        "release_look_sensor",
         "slack_run_failure_sensor",
     ]
     assert repo.asset_graph.get(dg.AssetKey("deploy_verdicts")).partitions_def.name == "deploys"

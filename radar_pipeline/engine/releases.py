@@ -22,7 +22,9 @@ so without selection bias). Per statement key seen on at least MIN_TARGETS targe
 - the budget: B per release (expected false fleet detections per release, over its statement keys), weighted
   Bonferroni over the release's keys with the weights of a single analysis (decision.family_weights: a uniform part
   and a part by execution time before the deploy, summed over the targets: nothing of the after side), spent across
-  looks with engine.budget's schedule: look k may spend look_budget(B, k) (the first fleet verdict: k = 0);
+  looks with engine.budget's schedule: look k may spend look_budget(B, k) (the first fleet verdict: k = 0). A later
+  look tests only the keys still open, each at look_budget(B, k) times its share of the family fixed when the family
+  was formed (`shares`): never renormalised over the open keys, so Σ over the looks and keys stays within B;
 - cleared (no_regression) when the one-sided upper bound at clear_level lies within 1 + θ, else inconclusive;
 - heterogeneity: Cochran's Q at the fixed-effect weights, its χ²_{k−1} p and I² (Higgins & Thompson 2002). With
   p ≥ HETEROGENEITY_ALPHA the targets agree: "×1.4 on 8 of 8 targets" (the targets combined, of the release's; and
@@ -169,6 +171,7 @@ def fleet_verdicts(
     clear_level: float = 0.95,
     noun: str = "targets",
     fleet_size: int | None = None,
+    shares: pd.Series | None = None,
 ) -> pd.DataFrame:
     """The fleet verdict of every statement key of one release that has evidence on at least MIN_TARGETS targets.
 
@@ -178,10 +181,14 @@ def fleet_verdicts(
     are left out (the target could not decide the statement). threshold: θ; budget: B per release; look: which of
     engine.budget's looks this verdict spends (look_budget(B, look)); noun: what the report calls the targets;
     fleet_size: how many targets the release went to (default: those in the evidence). A consistent key is reported
-    "×1.40 on 8 of 8 targets": the targets combined, of the fleet.
-    Returns one row per key: key, targets, factor, factor_low, factor_high, p_value, p_family, budget_share, verdict
-    (FLEET_VERDICTS), consistent, heterogeneity_p, i_squared, tau2, targets_agreeing, only_on (target names),
-    report, and the evidence's targets in order (members).
+    "×1.40 on 8 of 8 targets": the targets combined, of the fleet. shares: at a later look, each open key's share of
+    the release's whole family (indexed by key, fixed when the family was formed, Σ over the family = 1): the keys
+    given are tested at look_budget(B, look) · share, a key without a share is left out, and nothing is renormalised
+    over the keys still open (a decided key's share is not handed on); default: the family is the keys given, their
+    shares decision.family_weights'.
+    Returns one row per key: key, targets, factor, factor_low, factor_high, p_value, p_family, budget_share,
+    family_weight (the key's share of the family), verdict (FLEET_VERDICTS), consistent, heterogeneity_p, i_squared,
+    tau2, targets_agreeing, only_on (target names), report, and the evidence's targets in order (members).
     """
     from scipy import stats
 
@@ -199,6 +206,11 @@ def fleet_verdicts(
         raise FleetError("fleet evidence: log_factor and se must be numeric") from None
     with np.errstate(invalid="ignore"):
         usable = evidence[np.isfinite(log_factor) & np.isfinite(se) & (se > 0)]
+    if shares is not None:
+        if not np.isfinite(shares.to_numpy(dtype=np.float64)).all() or (shares < 0).any() or shares.sum() > 1 + 1e-9:
+            raise FleetError("fleet shares must be finite, non-negative and sum to at most 1 over the family")
+        share_of = dict(zip(shares.index.tolist(), shares.to_numpy(dtype=np.float64), strict=True))
+        usable = usable[[k in share_of for k in usable["key"]]]
     counts = usable.groupby("key", sort=False)["target"].count()
     keys: list[Hashable] = list(counts.index[counts >= MIN_TARGETS])
     if not keys:
@@ -214,7 +226,10 @@ def fleet_verdicts(
     before[row, col] = np.nan_to_num(usable["time_before"].to_numpy(dtype=float), nan=0.0)
     got = combine(y, s)
 
-    weight = family_weights(before.sum(axis=1), np.ones(len(keys), dtype=bool), time_weight)
+    if shares is None:
+        weight = family_weights(before.sum(axis=1), np.ones(len(keys), dtype=bool), time_weight)
+    else:
+        weight = np.array([share_of[k] for k in keys], dtype=np.float64)
     log_tol = np.log1p(threshold)
     # The test and the interval take the more cautious of HKSJ and the robust variance (module docstring).
     p = np.fmax(_t_sf(got.mean - log_tol, got.se, got.dof), _t_sf(got.mean - log_tol, got.robust_se, got.robust_dof))
@@ -259,6 +274,7 @@ def fleet_verdicts(
             "p_value": p,
             "p_family": p_family,
             "budget_share": spend * weight,
+            "family_weight": weight,
             "verdict": verdict,
             "consistent": consistent,
             "heterogeneity_p": got.q_p,
@@ -281,6 +297,7 @@ RESULT_COLUMNS = (
     "p_value",
     "p_family",
     "budget_share",
+    "family_weight",
     "verdict",
     "consistent",
     "heterogeneity_p",

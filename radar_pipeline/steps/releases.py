@@ -6,24 +6,33 @@ analysed they are `final` and spend a look of the release's budget (engine.budge
 rest on: the member deploys and each one's analysed_at, recorded in radar.release_look. A final decision is kept:
 deciding again on the same basis decides nothing and returns what is stored (a later look at a member, which replaces
 its open statements' rows, changes no basis and is no fleet evidence: the fleet verdict rests on the members' first
-looks). Only a new basis spends the next look: a member that joins the release later (a deploy recorded with the
-same release id after the release was decided) makes the release partial until it is analysed, and a reanalysis
-that has reached every member (each one's analysed_at changed); so the release's false fleet detections stay within
-B over all its decisions. Past the schedule's last look a release is still decided and shown, but can no longer detect.
+looks). A new basis spends the next look: a member that joins the release later (a deploy recorded with the same
+release id after the release was decided) makes the release partial until it is analysed, and a reanalysis that has
+reached every member (each one's analysed_at changed).
+
+Later looks (run_release_look, requested by the release_look_sensor when due_release_looks finds them due): at look k
+(engine.budget.LOOK_SPANS[k] · W after the deploys), the keys still open at the fleet level (final, inconclusive) are
+decided again on each member's evidence over its own look-k spans (steps.looks.look_span: its previous and next
+deploys cut them; steps.looks.look_evidence reads its counters, its own verdicts decided or not), at look_budget(B, k)
+· the key's share of the family, the share fixed when the family was formed (never handed on from a decided key). A
+decided fleet key (detected, no_regression) is kept. Every look number is spent once (radar.release_look's key), by a
+new basis or a timed look, whichever comes first; Σ_k look_budget(B, k) = B, so the release's false fleet detections
+stay within B over all its decisions (docs/fleets.md). Past the schedule's last look a release is still decided and
+shown, but can no longer detect.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
-from radar_pipeline.engine.budget import LOOK_SPENDING
+from radar_pipeline.engine.budget import LOOK_SPANS, LOOK_SPENDING
 from radar_pipeline.engine.releases import MIN_TARGETS, fleet_verdicts
 from radar_pipeline.engine.settings import EngineSettings
 from radar_pipeline.warehouse import releases as store
@@ -87,9 +96,10 @@ def _stands(last: store.Look, basis: tuple[tuple[str, datetime], ...]) -> bool:
 
 
 def _kept(stored: pd.DataFrame, look: int) -> pd.DataFrame | None:
-    """The stored verdicts when they are the final decision of this look, else None (a late member made them
-    partial since, and left the release again: decided anew, at the next look)."""
-    if stored.empty or ((stored["status"] == FINAL) & (stored["look"] == look)).all():
+    """The stored verdicts when they are final decisions up to this look (a later look re-decides only the open
+    keys: each row says the look that last decided it), else None (a late member made them partial since, and left
+    the release again: decided anew, at the next look)."""
+    if stored.empty or ((stored["status"] == FINAL) & (stored["look"] <= look)).all():
         return stored
     return None
 
@@ -108,7 +118,7 @@ def stored_decision_of(engine: sa.Engine, deploy_id: str) -> ReleaseDecision | s
         stored = store.release_verdicts(conn, release_id)
     if stored.empty or not (stored["status"] == FINAL).all():
         return ReleaseDecision(found, PARTIAL, None, stored)
-    return ReleaseDecision(found, FINAL, int(stored["look"].iloc[0]), stored)
+    return ReleaseDecision(found, FINAL, int(stored["look"].max()), stored)
 
 
 def decide_release_of(engine: sa.Engine, deploy_id: str, settings: EngineSettings) -> ReleaseDecision | str:
@@ -150,6 +160,7 @@ def _verdicts(found: Release, evidence: pd.DataFrame, look: int | None, settings
     out["toplevel"] = [bool(k[1]) for k in out["key"]]
     out["status"] = FINAL if look is not None else PARTIAL
     out["look"] = look
+    out["look_after"] = None  # the members' first looks
     out["member_targets"] = out["members"]
     out["members"] = len(found.members)
     out["analysed"] = int(found.members["analysed"].sum())
@@ -192,7 +203,7 @@ def deliver_fleet_alerts(
         [
             FleetRegression(
                 query=str(r.query) if isinstance(getattr(r, "query", None), str) else f"fingerprint {r.fingerprint}",
-                report=r.report,
+                report=_found_when(r),
                 factor=r.factor,
                 factor_low=r.factor_low,
                 factor_high=r.factor_high,
@@ -213,8 +224,333 @@ def deliver_fleet_alerts(
     return metadata
 
 
+def _found_when(row: Any) -> str:
+    """The fleet report, and for a detection a later look made, when: "…, found 2 h after the release"."""
+    from radar_pipeline.alerts.render import span_words
+
+    after = getattr(row, "look_after", None)
+    if after is None or after is pd.NaT or not isinstance(after, timedelta):
+        return str(row.report)
+    return f"{row.report}, found {span_words(after)} after the release (look {int(row.look)})"
+
+
 def with_text(engine: sa.Engine, decision: ReleaseDecision) -> ReleaseDecision:
     """The decision with each verdict's example statement text (query) read from the warehouse."""
     with engine.connect() as conn:
         stored = store.release_verdicts(conn, decision.release.release_id)
     return ReleaseDecision(decision.release, decision.status, decision.look, stored)
+
+
+# --- later looks at a release -------------------------------------------------------------------------------------
+
+LAST_LOOK = len(LOOK_SPANS) - 1
+# Looks are news (as a deploy's, warehouse.looks.HORIZON): a release look that fell due more than this long ago is
+# not run (a backfill over old releases starts none).
+HORIZON = timedelta(days=1)
+OPEN_AT_FLEET = "inconclusive"  # a final fleet verdict neither detected nor cleared
+CANDIDATES = 1000  # releases with a key open read per evaluation at most, the longest decided first
+
+
+class ReleaseLookRefused(RuntimeError):
+    """A later look at a release cannot run now (named in the message); nothing was written."""
+
+
+@dataclass(frozen=True)
+class ReleaseLookResult:
+    """A later look at a release: the decision after it, how many keys were open, the rows it re-decided (detected
+    or no_regression), the longest member's after side, and each member's spans (by deploy id)."""
+
+    decision: ReleaseDecision
+    look: int
+    opened: int
+    decided: pd.DataFrame
+    after: timedelta
+    spans: dict[str, Any]
+
+
+def neighbours(conn: sa.Connection, members: pd.DataFrame) -> dict[str, tuple[datetime | None, datetime | None]]:
+    """Each member deploy's previous and next deploy on its target (by deploy id; None where there is none)."""
+    from radar_pipeline.warehouse.looks import neighbour_deploys
+
+    return {
+        str(m.deploy_id): neighbour_deploys(conn, str(m.target), pd.Timestamp(m.deployed_at).to_pydatetime())
+        for m in members.itertuples()
+    }
+
+
+def member_spans(
+    settings: EngineSettings,
+    look: int,
+    members: pd.DataFrame,
+    around: dict[str, tuple[datetime | None, datetime | None]],
+) -> dict[str, Any]:
+    """Each member deploy's spans at look `look` (steps.looks.look_span, by deploy id), with its neighbouring deploys
+    (`around`, from neighbours): its previous deploy limits the before side, its next deploy cuts the after side. A
+    member cut before this look keeps its cut span (all the after side it will ever have: its evidence there is still
+    evidence of the release)."""
+    from radar_pipeline.steps.looks import look_span
+
+    spans: dict[str, Any] = {}
+    for m in members.itertuples():
+        previous, following = around[str(m.deploy_id)]
+        at = pd.Timestamp(m.deployed_at).to_pydatetime()
+        span = look_span(settings, look, at, previous, following, previous_after=timedelta(0))
+        assert span is not None  # with previous_after 0 a span is never refused
+        spans[str(m.deploy_id)] = span
+    return spans
+
+
+def look_due_at(members: pd.DataFrame, spans: dict[str, Any], settle: timedelta) -> datetime:
+    """When a release's look is due: every member past its look's after side (its own, cut by its next deploy),
+    plus one scrape interval."""
+    ends = [pd.Timestamp(m.deployed_at).to_pydatetime() + spans[str(m.deploy_id)].after for m in members.itertuples()]
+    return max(ends) + settle
+
+
+def due_release_looks(
+    conn: sa.Connection, settings: EngineSettings, settle: timedelta, now: datetime | None = None, limit: int = 100
+) -> list[store.DueReleaseLook]:
+    """The later looks of releases due now (by the warehouse's clock): of each final release with a key open at the
+    fleet level, whose last decision's basis stands, the latest look not yet taken (done or failed) whose members
+    are all past its after side plus `settle` (a look overtaken by a later one that is due is skipped: its share is
+    left unspent). A look due more than HORIZON ago is not run."""
+    clock = now or conn.execute(sa.text("SELECT now()")).scalar_one()
+    since = clock - HORIZON - settings.window * LOOK_SPANS[-1]
+    due: list[store.DueReleaseLook] = []
+    for c in store.candidate_releases(conn, since, CANDIDATES).itertuples():
+        if len(due) >= limit:
+            break
+        try:
+            found = store.release(conn, str(c.release_id))
+        except ReleaseError:
+            continue
+        last = store.Look(int(c.look), tuple(zip(c.member_deploys, c.member_analysed_at or [], strict=False)))
+        if not found.complete or not _stands(last, store.basis_of(found.members)):
+            continue  # release_verdicts decides it anew when its members' analyses are stored
+        around = neighbours(conn, found.members)
+        for look in range(LAST_LOOK, int(c.looks_taken), -1):
+            at = look_due_at(found.members, member_spans(settings, look, found.members, around), settle)
+            if at <= clock:
+                if at > clock - HORIZON:
+                    runs = store.analysis_runs(conn, [str(d) for d in found.members["deploy_id"]])
+                    due.append(store.DueReleaseLook(str(c.release_id), look, last.basis, at, runs))
+                break
+    return due
+
+
+def run_release_look(
+    engine: sa.Engine,
+    settings: EngineSettings,
+    release_id: str,
+    look: int,
+    settle: timedelta,
+    run_id: str | None = None,
+    now: datetime | None = None,
+) -> ReleaseLookResult:
+    """Run timed look `look` (1 … LAST_LOOK) of a final release and store it in one transaction under the release's
+    lock: its open keys decided again on the members' evidence over their look spans, at the look's budget with
+    each key's share of the family; decided keys kept; the look recorded in radar.release_look (kind timed).
+    Refused (ReleaseLookRefused, nothing written) when the release has no final decision, its members changed since
+    (release_verdicts decides it anew), the look is out of range or already taken, or not due by the warehouse's
+    clock; checked again under the lock before writing."""
+    if not 1 <= look <= LAST_LOOK:
+        raise ReleaseLookRefused(f"look must lie in 1..{LAST_LOOK}, not {look}")
+    with engine.connect() as conn:
+        found, last = _lookable(conn, release_id, look)
+        spans = member_spans(settings, look, found.members, neighbours(conn, found.members))
+        clock = now or conn.execute(sa.text("SELECT now()")).scalar_one()
+        due = look_due_at(found.members, spans, settle)
+        if clock < due:
+            raise ReleaseLookRefused(
+                f"look {look} of release {release_id!r} is due at {due.isoformat()} (every member past its look's "
+                f"after side); it is {clock.isoformat()} now"
+            )
+        stored = store.release_verdicts(conn, release_id)
+        still = stored[
+            (stored["status"] == FINAL) & (stored["verdict"] == OPEN_AT_FLEET) & (stored["family_weight"] > 0)
+        ]
+        keys = [(int(f), bool(t)) for f, t in zip(still["fingerprint"], still["toplevel"], strict=True)]
+        statements = {
+            str(m.deploy_id): store.member_statements(conn, str(m.deploy_id), str(m.target), keys)
+            for m in found.members.itertuples()
+        }
+        conn.rollback()
+    after = max(span.after for span in spans.values())
+    out = pd.DataFrame()
+    if keys:
+        evidence = _look_evidence(engine, settings, found.members, spans, statements)
+        shares = pd.Series(still["family_weight"].to_numpy(dtype=np.float64), index=pd.Index(keys, tupleize_cols=False))
+        out = fleet_verdicts(
+            evidence,
+            settings.threshold,
+            settings.false_alert_budget,
+            look=look,
+            time_weight=settings.budget_time_weight,
+            clear_level=settings.clear_level,
+            fleet_size=len(found.members),
+            shares=shares,
+        )
+    rows = _merged(stored, out, look, after)
+    decided = rows[(rows["look"] == look) & (rows["verdict"] != OPEN_AT_FLEET)] if len(out) else rows.iloc[0:0]
+    with engine.begin() as conn:
+        store.lock(conn, release_id)
+        again, last_again = _lookable(conn, release_id, look)
+        if last_again != last or store.basis_of(again.members) != store.basis_of(found.members):
+            raise ReleaseLookRefused(
+                f"release {release_id!r} was decided again while its look {look} ran: nothing written"
+            )
+        store.record_look(
+            conn,
+            release_id,
+            last.basis or store.basis_of(found.members),
+            look,
+            store.TIMED,
+            {
+                "opened": len(keys),
+                "detected": int((decided["verdict"] == "detected").sum()),
+                "cleared": int((decided["verdict"] == "no_regression").sum()),
+                "after_span": after,
+                "run_id": run_id,
+            },
+        )
+        store.write_release_verdicts(conn, release_id, rows[[c for c in store.STORED if c != "release_id"]])
+    decision = ReleaseDecision(found, FINAL, look, rows)
+    return ReleaseLookResult(decision, look, len(keys), decided, after, spans)
+
+
+def stored_release_look(engine: sa.Engine, release_id: str, look: int) -> ReleaseLookResult | None:
+    """Timed look `look` of the release as stored, when it is the release's last look done (a retry of a run that
+    stored the look and then failed, delivering its alerts): the decision, the rows it decided, its after side;
+    else None. Decides nothing."""
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.text(
+                "SELECT look, kind, opened, after_span FROM radar.release_look WHERE release_id = :r "
+                "AND status = 'done' ORDER BY look DESC LIMIT 1"
+            ),
+            {"r": release_id},
+        ).first()
+        if row is None or int(row.look) != look or row.kind != store.TIMED:
+            return None
+        found = store.release(conn, release_id)
+        rows = store.release_verdicts(conn, release_id)
+    decided = rows[(rows["look"] == look) & (rows["verdict"] != OPEN_AT_FLEET)]
+    decision = ReleaseDecision(found, FINAL, look, rows)
+    return ReleaseLookResult(decision, look, int(row.opened or 0), decided, row.after_span or timedelta(0), {})
+
+
+def record_failed_release_look(engine: sa.Engine, release_id: str, look: int, run_id: str | None, log: Any) -> None:
+    """Record that timed look `look` of the release failed (warehouse.releases.record_failed): it is due no more and
+    its share of B is left unspent; a retry that succeeds records it done. When even that cannot be written, `log`
+    says so and the caller's error stands."""
+    try:
+        with engine.begin() as conn:
+            store.lock(conn, release_id)
+            last = store.last_look(conn, release_id)
+            if last is None:
+                return
+            store.record_failed(conn, release_id, look, last.basis, run_id)
+    except Exception as exc:  # noqa: BLE001 - the look's own error is the one to raise
+        log.warning(f"look {look} of release {release_id!r} failed and could not be recorded so: {exc}")
+
+
+def _lookable(conn: sa.Connection, release_id: str, look: int) -> tuple[Release, store.Look]:
+    """The release and its last final decision, when timed look `look` may run on them (else refused)."""
+    try:
+        found = store.release(conn, release_id)
+    except ReleaseError as exc:
+        raise ReleaseLookRefused(str(exc)) from None
+    last = store.last_look(conn, release_id)
+    if last is None or not found.complete:
+        raise ReleaseLookRefused(f"release {release_id!r} has no final decision yet: its later looks wait for it")
+    if not _stands(last, store.basis_of(found.members)):
+        raise ReleaseLookRefused(
+            f"release {release_id!r}'s members changed since its last decision (a late member, a reanalysis): "
+            "release_verdicts decides it anew, at its next look"
+        )
+    taken = store.looks_taken(conn, release_id, retrying=look)  # a retry of a failed attempt may take it
+    if taken >= look:
+        raise ReleaseLookRefused(f"release {release_id!r} has taken look {taken} already: look {look} is past")
+    return found, last
+
+
+def _look_evidence(
+    engine: sa.Engine,
+    settings: EngineSettings,
+    members: pd.DataFrame,
+    spans: dict[str, Any],
+    statements: dict[str, pd.DataFrame],
+) -> pd.DataFrame:
+    """The fleet evidence at a look (engine.releases.EVIDENCE_COLUMNS, key = (fingerprint, toplevel)): per member
+    and key, the busiest of its statements with that key over the member's look spans (steps.looks.look_evidence),
+    where decidable."""
+    from radar_pipeline.pgss_model import KEY
+    from radar_pipeline.steps.looks import look_evidence
+
+    parts = []
+    for m in members.itertuples():
+        only = statements[str(m.deploy_id)]
+        if only.empty:
+            continue
+        at = pd.Timestamp(m.deployed_at).to_pydatetime()
+        got = look_evidence(engine, settings, str(m.target), at, spans[str(m.deploy_id)], only[list(KEY)])
+        got = got[got["decidable"].astype(bool) & np.isfinite(got["deploy_log_se"].astype(float))]
+        if got.empty:
+            continue
+        got = got.assign(busy=got["calls_before"] + got["calls_after"]).sort_values("busy", ascending=False)
+        got = got.assign(key=list(zip(got["fingerprint"].astype(np.int64), got["toplevel"].astype(bool), strict=True)))
+        got = got.drop_duplicates("key")
+        parts.append(
+            pd.DataFrame(
+                {
+                    "key": got["key"].to_numpy(),
+                    "target": str(m.target),
+                    "log_factor": got["deploy_log_factor"].to_numpy(dtype=np.float64),
+                    "se": got["deploy_log_se"].to_numpy(dtype=np.float64),
+                    "time_before": got["time_before"].to_numpy(dtype=np.float64),
+                }
+            )
+        )
+    if not parts:
+        return pd.DataFrame(columns=["key", "target", "log_factor", "se", "time_before"])
+    return pd.concat(parts, ignore_index=True)
+
+
+# What a later look replaces in a re-decided key's row: its combination, verdict and the look; its example statement
+# and the release's counts stay.
+RECOMBINED = [
+    "targets",
+    "factor",
+    "factor_low",
+    "factor_high",
+    "p_value",
+    "p_family",
+    "budget_share",
+    "verdict",
+    "consistent",
+    "heterogeneity_p",
+    "i_squared",
+    "tau2",
+    "targets_agreeing",
+    "only_on",
+    "report",
+]
+
+
+def _merged(stored: pd.DataFrame, out: pd.DataFrame, look: int, after: timedelta) -> pd.DataFrame:
+    """The stored rows with the keys a later look re-decided replaced (RECOMBINED, member_targets, look, look_after):
+    every other row as it was."""
+    rows = stored.copy()
+    rows["look_after"] = rows["look_after"].astype(object).where(rows["look_after"].notna(), None)
+    if out.empty:
+        return rows
+    keys = zip(rows["fingerprint"].astype(np.int64), rows["toplevel"].astype(bool), strict=True)
+    at = {(int(f), bool(t)): i for i, (f, t) in enumerate(keys)}
+    index = [rows.index[at[(int(k[0]), bool(k[1]))]] for k in out["key"]]
+    for column in RECOMBINED:
+        rows[column] = rows[column].astype(object)
+        rows.loc[index, column] = pd.Series(list(out[column]), index=index, dtype=object)
+    rows.loc[index, "member_targets"] = pd.Series(list(out["members"]), index=index, dtype=object)
+    rows.loc[index, "look"] = look
+    rows.loc[index, "look_after"] = pd.Series([after] * len(index), index=index, dtype=object)
+    return rows

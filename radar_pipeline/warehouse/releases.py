@@ -1,5 +1,6 @@
 """Releases in the warehouse: which deploys make one (explicit or inferred), their stored evidence, the looks at a
-complete release, and the fleet verdicts (radar.release_verdict, radar.release_look; sql/0029, docs/fleets.md).
+complete release, the later looks that are due, and the fleet verdicts (radar.release_verdict, radar.release_look;
+sql/0029, sql/0033, docs/fleets.md).
 
 A release is the deploys that share radar.deploy_event.release_id (`radar deploy --release`). Deploys without one
 that name the same service and version are inferred to be one release when they begin within INFER_SPAN of the
@@ -177,11 +178,16 @@ def lock(conn: sa.Connection, release_id: str) -> None:
 
 @dataclass(frozen=True)
 class Look:
-    """A final decision of a release: its look and the basis it rested on (the member deploys, sorted, and each
-    one's analysed_at)."""
+    """A final decision of a release: its look, the basis it rested on (the member deploys, sorted, and each one's
+    analysed_at) and its kind (BASIS: on the members' first looks; TIMED: a later look on their counters)."""
 
     look: int
     basis: tuple[tuple[str, datetime], ...]
+    kind: str = "basis"
+
+
+BASIS, TIMED = "basis", "timed"
+DONE, FAILED = "done", "failed"
 
 
 def basis_of(members: pd.DataFrame) -> tuple[tuple[str, datetime], ...]:
@@ -191,33 +197,134 @@ def basis_of(members: pd.DataFrame) -> tuple[tuple[str, datetime], ...]:
 
 
 def last_look(conn: sa.Connection, release_id: str) -> Look | None:
-    """The release's latest final decision, or None when it has had none."""
+    """The release's latest final decision (a look done, not one that failed), or None when it has had none."""
     row = conn.execute(
         sa.text(
-            "SELECT look, member_deploys, member_analysed_at FROM radar.release_look WHERE release_id = :r "
-            "ORDER BY look DESC LIMIT 1"
+            "SELECT look, member_deploys, member_analysed_at, kind FROM radar.release_look WHERE release_id = :r "
+            "AND status = 'done' ORDER BY look DESC LIMIT 1"
         ),
         {"r": release_id},
     ).first()
     if row is None:
         return None
     stamps = row.member_analysed_at or []  # none stored by the migration's first text: never equal to a basis
-    return Look(int(row.look), tuple(zip(row.member_deploys, stamps, strict=False)) if stamps else ())
+    return Look(int(row.look), tuple(zip(row.member_deploys, stamps, strict=False)) if stamps else (), row.kind)
 
 
-def record_look(conn: sa.Connection, release_id: str, basis: tuple[tuple[str, datetime], ...]) -> int:
-    """Record the release's next final decision (look 0 for its first) on this basis, in the caller's transaction,
-    and return its look."""
-    last = last_look(conn, release_id)
-    look = 0 if last is None else last.look + 1
-    conn.execute(
+def looks_taken(conn: sa.Connection, release_id: str, retrying: int | None = None) -> int:
+    """The release's highest look recorded, done or failed (-1: none): a look's number, and with it its share of B,
+    is never spent twice. `retrying`: a look whose failed attempt does not count (its retry may take it)."""
+    found = conn.execute(
         sa.text(
-            "INSERT INTO radar.release_look (release_id, look, member_deploys, member_analysed_at) "
-            "VALUES (:r, :l, :m, :a)"
+            "SELECT max(look) FROM radar.release_look WHERE release_id = :r "
+            "AND NOT (look = :retry AND status = 'failed')"
         ),
-        {"r": release_id, "l": look, "m": [d for d, _ in basis], "a": [a for _, a in basis]},
+        {"r": release_id, "retry": -1 if retrying is None else retrying},
+    ).scalar_one()
+    return -1 if found is None else int(found)
+
+
+def record_look(
+    conn: sa.Connection,
+    release_id: str,
+    basis: tuple[tuple[str, datetime], ...],
+    look: int | None = None,
+    kind: str = BASIS,
+    counts: dict[str, object] | None = None,
+) -> int:
+    """Record a final decision of the release on this basis, in the caller's transaction, and return its look: the
+    next number after every look recorded (look 0 for its first) unless `look` is given (a timed look, which may
+    replace only a failed attempt at that look). counts: opened, detected, cleared, after_span, run_id."""
+    look = looks_taken(conn, release_id) + 1 if look is None else look
+    extra = {"opened": None, "detected": None, "cleared": None, "after_span": None, "run_id": None, **(counts or {})}
+    written = conn.execute(
+        sa.text(
+            "INSERT INTO radar.release_look (release_id, look, member_deploys, member_analysed_at, kind, status, "
+            "opened, detected, cleared, after_span, run_id) VALUES (:r, :l, :m, :a, :kind, 'done', :opened, "
+            ":detected, :cleared, :after_span, :run_id) ON CONFLICT (release_id, look) DO UPDATE SET "
+            "member_deploys = EXCLUDED.member_deploys, member_analysed_at = EXCLUDED.member_analysed_at, "
+            "kind = EXCLUDED.kind, status = 'done', opened = EXCLUDED.opened, detected = EXCLUDED.detected, "
+            "cleared = EXCLUDED.cleared, after_span = EXCLUDED.after_span, run_id = EXCLUDED.run_id, "
+            "decided_at = now() WHERE radar.release_look.status = 'failed'"
+        ),
+        {"r": release_id, "l": look, "m": [d for d, _ in basis], "a": [a for _, a in basis], "kind": kind, **extra},
     )
+    if not written.rowcount:
+        raise ReleaseError(f"release {release_id!r} already spent look {look}")
     return look
+
+
+def record_failed(
+    conn: sa.Connection, release_id: str, look: int, basis: tuple[tuple[str, datetime], ...], run_id: str | None
+) -> bool:
+    """Record that timed look `look` of the release failed (after its retries), so it is due no more: its share of B
+    is left unspent. A look already done is left as it is. Whether a row was written."""
+    written = conn.execute(
+        sa.text(
+            "INSERT INTO radar.release_look (release_id, look, member_deploys, member_analysed_at, kind, status, "
+            "run_id) VALUES (:r, :l, :m, :a, 'timed', 'failed', :run) ON CONFLICT (release_id, look) DO UPDATE SET "
+            "run_id = EXCLUDED.run_id, decided_at = now() WHERE radar.release_look.status = 'failed'"
+        ),
+        {"r": release_id, "l": look, "m": [d for d, _ in basis], "a": [a for _, a in basis], "run": run_id},
+    )
+    return bool(written.rowcount)
+
+
+def analysis_runs(conn: sa.Connection, deploy_ids: list[str]) -> tuple[str, ...]:
+    """The runs that made these deploys' current analyses (radar.analysis.run_id; those not recorded left out)."""
+    rows = conn.execute(
+        sa.text("SELECT run_id FROM radar.analysis WHERE deploy_id = ANY(:d) AND run_id IS NOT NULL"),
+        {"d": deploy_ids},
+    )
+    return tuple(sorted({str(r[0]) for r in rows}))
+
+
+def member_statements(conn: sa.Connection, deploy_id: str, target: str, keys: list[tuple[int, bool]]) -> pd.DataFrame:
+    """The member deploy's statements (KEY columns: dbid, userid, queryid, toplevel) whose statement key
+    (fingerprint, toplevel) is among `keys`, from its verdict rows (whatever their look)."""
+    return pd.read_sql(
+        sa.text(
+            "SELECT DISTINCT CAST(v.dbid AS bigint) AS dbid, CAST(v.userid AS bigint) AS userid, v.queryid, "
+            "v.toplevel FROM radar.verdict v JOIN unnest(CAST(:f AS bigint[]), CAST(:l AS boolean[])) AS k(fp, top) "
+            "ON v.fingerprint = k.fp AND v.toplevel = k.top WHERE v.deploy_id = :d AND v.target = :t"
+        ),
+        conn,
+        params={"d": deploy_id, "t": target, "f": [int(f) for f, _ in keys], "l": [bool(t) for _, t in keys]},
+    )
+
+
+@dataclass(frozen=True)
+class DueReleaseLook:
+    """A timed look of a release to run: the release, the look, the basis it continues (its last final decision's
+    member analyses: the run key names it), when it fell due, and the runs of the members' current analyses."""
+
+    release_id: str
+    look: int
+    basis: tuple[tuple[str, datetime], ...]
+    due_at: datetime
+    run_ids: tuple[str, ...] = ()  # the runs that made the members' current analyses (where recorded)
+
+
+def candidate_releases(conn: sa.Connection, since: datetime, limit: int) -> pd.DataFrame:
+    """The releases whose last look (done or failed) is before the schedule's last, last decided at or after
+    `since`, with a key still open at the fleet level (a final verdict, inconclusive, with a share of the family):
+    release_id, looks_taken, the last done look and its basis; the longest decided first (the likeliest due)."""
+    from radar_pipeline.engine.budget import LOOK_SPANS
+
+    return pd.read_sql(
+        sa.text(
+            "WITH last AS (SELECT DISTINCT ON (release_id) release_id, look, member_deploys, member_analysed_at, "
+            "  decided_at FROM radar.release_look WHERE status = 'done' ORDER BY release_id, look DESC), "
+            "taken AS (SELECT release_id, max(look) AS taken FROM radar.release_look GROUP BY release_id) "
+            "SELECT l.release_id, t.taken AS looks_taken, l.look, l.member_deploys, l.member_analysed_at "
+            "FROM last l JOIN taken t USING (release_id) WHERE t.taken < :last AND l.decided_at >= :since "
+            "AND EXISTS (SELECT 1 FROM radar.release_verdict v WHERE v.release_id = l.release_id "
+            "  AND v.status = 'final' AND v.verdict = 'inconclusive' AND v.family_weight > 0) "
+            "ORDER BY l.decided_at, l.release_id LIMIT :limit"
+        ),
+        conn,
+        params={"last": len(LOOK_SPANS) - 1, "since": since, "limit": limit},
+    )
 
 
 STORED = [
@@ -233,6 +340,8 @@ STORED = [
     "p_value",
     "p_family",
     "budget_share",
+    "family_weight",
+    "look_after",
     "heterogeneity_p",
     "i_squared",
     "tau2",
@@ -272,7 +381,9 @@ def write_release_verdicts(conn: sa.Connection, release_id: str, rows: pd.DataFr
 
 
 def _plain(value: object) -> object:
-    """A numpy scalar as the driver takes it."""
+    """A numpy scalar as the driver takes it (a missing interval as NULL)."""
+    if value is pd.NaT:
+        return None
     item = getattr(value, "item", None)
     return item() if callable(item) and not isinstance(value, list | str) else value
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from radar_pipeline.engine import EngineSettings, analyse
-from radar_pipeline.engine.budget import LOOK_SPENDING
+from radar_pipeline.engine.budget import LOOK_SPANS, LOOK_SPENDING
 from radar_pipeline.engine.releases import FleetError, combine, fleet_verdicts
 from radar_pipeline.lab.fleet import DEPLOY, draw
 
@@ -176,3 +176,51 @@ def test_a_key_on_two_targets_is_shown_but_never_detected():
     out = fleet_verdicts(evidence, threshold=0.2, budget=0.1).set_index("key")
     assert out.loc["k", "targets"] == 2 and out.loc["k", "verdict"] == "inconclusive"
     assert out.loc["j", "verdict"] == "detected"
+
+
+def test_a_later_look_tests_the_open_keys_at_their_fixed_family_shares_without_handing_any_on():
+    s = np.full((4, 8), 0.05)
+    y = np.zeros((4, 8)) + np.log(1.6)  # every key well above ×1.2
+    family = pd.Series([0.4, 0.3, 0.2, 0.1], index=[0, 1, 2, 3])
+    still = family.loc[[1, 3]]  # keys 0 and 2 were decided at an earlier look
+    got = fleet_verdicts(evidence(y, s), 0.2, 0.1, look=2, shares=still).set_index("key")
+    assert list(got.index) == [1, 3]  # a key without a share is not tested
+    np.testing.assert_allclose(got["budget_share"], 0.1 * LOOK_SPENDING[2] * still.to_numpy())  # not renormalised
+    np.testing.assert_allclose(got["family_weight"], still.to_numpy())
+    np.testing.assert_allclose(got["p_family"], np.minimum(1, got["p_value"] / still.to_numpy()))
+    assert set(got["verdict"]) == {"detected"}
+    first = fleet_verdicts(evidence(y, s), 0.2, 0.1)
+    np.testing.assert_allclose(first["family_weight"].sum(), 1.0)  # the family formed at the first decision
+    with pytest.raises(ValueError, match="fleet shares must be finite, non-negative and sum to at most 1"):
+        fleet_verdicts(evidence(y, s), 0.2, 0.1, look=1, shares=pd.Series([0.8, 0.7], index=[0, 1]))
+
+
+@pytest.mark.parametrize(("tau", "spread"), [(0.0, 1.0), (0.0, 25.0), (0.15, 25.0)])
+def test_false_fleet_detections_over_all_of_a_release_s_looks_stay_within_its_budget_at_the_boundary(tau, spread):
+    # H0's boundary, each key's targets spread about it by τ, standard errors equal (the test is then exact: the
+    # bound is reached) or differing 25-fold (the robust variance makes it conservative). The looks see nested data
+    # (look k's evidence is the mean of its first 2^k blocks of W: strongly dependent looks). A release is decided as
+    # steps.releases decides it: look 0 on every key, then each later look on the keys still open (inconclusive) at
+    # their look-0 family shares. A release of 600 keys at B = 1 tests every key at the same level as one of 60 at
+    # B = 0.1 (ten times the events a call, so the count is precise): at most B = 1 expected per release.
+    rng = np.random.default_rng(33)
+    theta, releases, keys, budget = 0.2, 60, 600, 1.0
+    false = first = 0
+    for _ in range(releases):
+        s1 = 0.2 * np.exp(rng.uniform(-np.log(spread) / 2, np.log(spread) / 2, (keys, 8)))
+        truth = np.log1p(theta) + rng.normal(0, tau, (keys, 8))
+        blocks = truth[..., None] + rng.standard_normal((keys, 8, 8)) * s1[..., None]
+        decided = fleet_verdicts(evidence(blocks[..., 0], s1), theta, budget).set_index("key")
+        first += int((decided["verdict"] == "detected").sum())
+        for look, span in enumerate(LOOK_SPANS[1:], start=1):
+            still = decided.index[decided["verdict"] == "inconclusive"]
+            y, s = blocks[..., :span].mean(axis=2), s1 / np.sqrt(span)
+            got = fleet_verdicts(evidence(y, s), theta, budget, look=look, shares=decided.loc[still, "family_weight"])
+            found = got.set_index("key")["verdict"]
+            decided.loc[found.index, "verdict"] = found
+            false += int((found == "detected").sum())
+    false += first
+    # exact: 60 expected (SD ≈ 7.7), 0.5 of them at the first look; three SD above it fails
+    assert false / releases <= budget * 1.4, (false / releases, first / releases)
+    if spread == 1.0:
+        assert false / releases >= budget * 0.6  # the later looks do spend their share: the bound is reached
