@@ -7,7 +7,7 @@
 -- counts its single detected row: a detected group is never tested again).
 -- Columns added with a constant default or none: no table rewrite. The primary key gains the look; the table holds a
 -- row per group per analysis, so rebuilding its index is brief. Safe to run again.
--- depends: 0032_group_state
+-- depends: 0033_release_looks
 
 ALTER TABLE radar.group_verdict ADD COLUMN IF NOT EXISTS look smallint NOT NULL DEFAULT 0;
 ALTER TABLE radar.group_verdict ADD COLUMN IF NOT EXISTS look_end timestamptz;

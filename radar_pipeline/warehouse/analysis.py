@@ -217,7 +217,7 @@ def read_samples(
     Two binary COPYs read straight into numpy (binary_copy), put in order here, which costs the server neither a sort
     nor an aggregate: the samples inside the span, then, for the statements found there (their keys sent back), each
     one's last sample at or before lo. `only` (KEY columns) limits the read to those statements: a few are read
-    through their own index entries (radar.pgss_statement_samples, sql/0036), many by the span's scan kept to theirs.
+    through their own index entries (radar.pgss_statement_samples, sql/0035), many by the span's scan kept to theirs.
     """
     lo, hi = _aware(lo), _aware(hi)
     inside = _copied(conn, _inside_query(target, lo, hi, only))

@@ -4,7 +4,7 @@
 -- pgss_samples it read every statement's rows of the span and kept theirs. Declared STRICT, so the planner calls it
 -- once per statement (a strict SQL function is never inlined) instead of flattening it into a join of every sample
 -- of the span with the keys; its arguments are never null. Safe to run again.
--- depends: 0032_group_state
+-- depends: 0034_group_looks
 
 CREATE OR REPLACE FUNCTION radar.pgss_statement_samples(
     target_name text, s_dbid oid, s_userid oid, s_queryid bigint, s_toplevel boolean,
