@@ -45,8 +45,8 @@ class LookConfig(dg.Config):
     kinds={"python", "postgres"},
     owners=OWNERS,
     pool=ANALYSIS_POOL,
-    description="The deploy's later looks: the statements its first verdict left open decided again as the after "
-    "side grows (2W, 4W, 8W), one materialization per look (radar.deploy_look; late detections in radar.verdict).",
+    description="The deploy's later looks: the statements and groups its first verdict left open decided again as "
+    "the after side grows (2W, 4W, 8W), one materialization per look (radar.deploy_look; late detections in radar.verdict).",
 )
 def deploy_looks(
     context: dg.AssetExecutionContext,
@@ -130,12 +130,12 @@ deploy_looks_job = dg.define_asset_job(
     minimum_interval_seconds=SENSOR_INTERVAL_S,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Requests each later look of a deploy once, when it is due (deploy + look span + one scrape "
-    "interval), while a statement of the deploy is still open.",
+    "interval), while a statement or a group of the deploy is still open.",
 )
 def deploy_look_sensor(
     context: dg.SensorEvaluationContext, warehouse: WarehouseResource, analysis: AnalysisResource
 ) -> dg.SensorResult | dg.SkipReason:
-    """The looks due now (warehouse.looks.due_looks: the next look of each analysed deploy with something open,
+    """The looks due now (warehouse.looks.due_looks: the next look of each analysed deploy with a statement or a group open,
     once its after side plus one scrape interval has passed or the target's next deploy cut it), one run each. The run
     key names the deploy, the look and the first verdict it continues, so each look is requested once (and again
     only after a re-analysis replaced the first verdict); a look that failed is recorded so and not asked for again.
