@@ -66,6 +66,30 @@ class WindowSamples:
         """The interval mean (ms per call) of every sample."""
         return self.time / self.calls
 
+    def count_until(self, at: np.ndarray | int) -> np.ndarray:
+        """Per group, how many of its samples end at or before `at` (one time, or one per group): a group's samples
+        are in time order, so they are its first ones."""
+        before = self.end <= (at if np.ndim(at) == 0 else np.repeat(at, np.diff(self.offsets)))
+        return segment_sums(before, self.offsets[:-1, None], np.diff(self.offsets)[:, None])[:, 0].astype(np.int64)
+
+
+def segment_sums(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Σ values[starts[i, j] : starts[i, j] + sizes[i, j]] for every i, j, 0 for an empty segment; the segments in
+    row-major order must not overlap and each lie after the one before it (gaps allowed). One pass of np.add.reduceat,
+    far cheaper than a bincount over a label per value (it sums each segment pairwise: the last bits may differ)."""
+    shape = starts.shape
+    starts, sizes = starts.ravel(), sizes.ravel()
+    if not len(starts):
+        return np.zeros(shape, dtype=np.int64 if values.dtype == bool else values.dtype)
+    bounds = np.stack([starts, starts + sizes], axis=1).ravel()
+    size = len(values)
+    if bounds[-1] == size and bounds[-2] < size:
+        got = np.add.reduceat(values, bounds[:-1], dtype=np.int64 if values.dtype == bool else None)
+    else:  # reduceat takes indices below the length: one more (zero) value to end on
+        padded = np.append(values, np.zeros(1, dtype=values.dtype))
+        got = np.add.reduceat(padded, bounds, dtype=np.int64 if values.dtype == bool else None)
+    return np.where(sizes > 0, got[0::2], 0).reshape(shape)
+
 
 def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int, extra: tuple[str, ...] = ()) -> WindowSamples:
     """Interval samples ending in (lo, hi] for every query of `counters` (see the module docstring for the rules).
@@ -85,6 +109,8 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int, extra: tuple[
     if STDDEV in counters:
         values[STDDEV] = _numeric(counters[STDDEV], f"counters.{STDDEV}", allow_nan=True)
 
+    if since is not None and len(since) and since.min() == since.max():
+        since = None  # one stats_since throughout: no reset to find there, and no column to reorder
     order, codes, t = _key_time_order(codes, t)
     if order is not None:
         values = {key: v[order] for key, v in values.items()}
@@ -115,8 +141,10 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int, extra: tuple[
 
     group_of_key = _fingerprint_groups(counters, codes, order, None, len(uniques))
     groups = int(group_of_key.max()) + 1 if len(group_of_key) else 0
-    s_group = group_of_key[s_code]
     folded = groups < len(uniques)
+    # Each key its own group, numbered as the keys (the usual case): the samples' groups are their keys' codes.
+    alone = not folded and bool((group_of_key == np.arange(len(group_of_key))).all())
+    s_group = s_code if alone else group_of_key[s_code]
     if folded:
         by_group = np.lexsort((s_end, s_group))
         s_group, s_end = s_group[by_group], s_end[by_group]
@@ -129,7 +157,10 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int, extra: tuple[
     offsets = np.zeros(groups + 1, dtype=np.int64)
     np.cumsum(np.bincount(s_group, minlength=groups), out=offsets[1:])
 
-    reporter = _reporting_keys(codes, t, s_code, end[sample], group_of_key, groups)
+    if alone:  # a group's one key is the key it is reported under
+        reporter = np.arange(groups)
+    else:
+        reporter = _reporting_keys(codes, t, s_code, end[sample], group_of_key, groups)
     keys = np.asarray(uniques, dtype=object)[reporter]
     merged: list[tuple] = [()] * groups
     if folded:
