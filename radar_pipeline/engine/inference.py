@@ -153,7 +153,7 @@ def split_tests(
     # Only the splits between the block's first and last candidate are evaluated.
     cols = np.flatnonzero(candidate.any(axis=0))
     lo, hi = (int(cols[0]), int(cols[-1]) + 1) if len(cols) else (0, 1)
-    scan = _scan(c, time, sumsq, n, np.broadcast_to(np.arange(lo, hi)[None, :], (len(c), hi - lo)), threshold, prior)
+    scan = _scan(c, time, sumsq, n, lo, hi, threshold, prior)
     valid = candidate[:, lo:hi] & scan.valid
     splits = candidate.sum(axis=1)
     # The largest t is the split tested (any rule may choose it: the Bonferroni bound below holds for all of them).
@@ -259,12 +259,15 @@ def _scan(
     time: np.ndarray,
     sumsq: np.ndarray | None,
     n: np.ndarray,
-    ks: np.ndarray,
+    lo: int,
+    hi: int,
     threshold: float,
     prior: Prior | None,
 ) -> Statistics:
-    """The test's statistics (`_statistics`) of every row at the splits ks ([rows, J]: A = the first k intervals),
-    from prefix sums, as [rows, J] arrays (with the sides' sizes n_a, n_b)."""
+    """The test's statistics (`_statistics`) of every row at the splits k = lo .. hi − 1 (A = the first k intervals;
+    1 ≤ lo < hi ≤ L + 1), as [rows, hi − lo] arrays (with the sides' sizes n_a, n_b). Each side's sums are read from
+    a sum over the columns beyond the splits' band and running sums across it (`_band_sums_of`), so the work past the
+    band is one reduction per term, not a prefix sum over every column."""
     # Centre the times on each row's overall mean so the residual sums below do not cancel catastrophically.
     total_c = c.sum(axis=1)
     centre = np.where(total_c > 0, time.sum(axis=1) / np.where(total_c > 0, total_c, 1.0), 0.0)
@@ -272,28 +275,67 @@ def _scan(
 
     # Per-interval values summed over [0, k) and [k, n) (zeros past n), and lag-1 cross products of neighbouring
     # intervals (the pair (i, i + 1) at column i) summed over the pairs inside [0, k) (i ≤ k − 2) and inside [k, n)
-    # (i ≥ k): a prefix sum of each ([rows, L + 1], Σ of the first j columns at j), read at k and k − 1, one term at
-    # a time so only one is held.
-    rows, length = c.shape
-    prefix = np.zeros((rows, length + 1))
-    flat = prefix.reshape(-1)
-    start = (np.arange(rows) * (length + 1))[:, None]
-    sums = {}
-    for name, values in _interval_terms(c, tc, sumsq):
-        np.cumsum(values, axis=1, out=prefix[:, 1:])
-        at_k = np.take(flat, start + ks)
-        sums[name] = (at_k, prefix[:, -1:] - at_k)
-    for name, values in _pair_terms(c[:, :-1], tc[:, :-1], c[:, 1:], tc[:, 1:]):
-        np.cumsum(values, axis=1, out=prefix[:, 1:length])
-        prefix[:, length] = prefix[:, length - 1]
-        at_k = np.take(flat, start + ks)
-        sums[name] = (np.take(flat, start + np.maximum(ks - 1, 0)), prefix[:, -1:] - at_k)
+    # (i ≥ k). A sum of products is taken without the products (einsum) outside the band.
+    c0, c1, tc0, tc1 = c[:, :-1], c[:, 1:], tc[:, :-1], tc[:, 1:]
+    sums = {
+        "c": _band_sums_of(lo, hi, 0, c),
+        "t": _band_sums_of(lo, hi, 0, tc),
+        "tt": _band_sums_of(lo, hi, 0, tc, tc),
+        "tc": _band_sums_of(lo, hi, 0, tc, c),
+        "cc": _band_sums_of(lo, hi, 0, c, c),
+        "lag_tt": _band_sums_of(lo, hi, 1, tc0, tc1),
+        "lag_tc": _band_sums_of(lo, hi, 1, tc0, c1, c0, tc1),
+        "lag_cc": _band_sums_of(lo, hi, 1, c0, c1),
+    }
+    n_a = np.arange(lo, hi, dtype=np.float64)[None, :]
+    n_b = n[:, None] - n_a
+    if sumsq is not None:
+        # Within a row every interval has calls, so an unknown sum of squares (NaN) makes its side's sum NaN, as the
+        # side's Σ S is then unknown; Σ (c − 1) is the side's calls less its intervals (zeros past n add nothing).
+        sums["unknown"] = (0.0, 0.0)
+        sums["ss"] = _band_sums_of(lo, hi, 0, sumsq)
+        sums["ss_dof"] = (sums["c"][0] - n_a, sums["c"][1] - n_b)
     a, b = _sides(sums, sumsq is not None)
     total_n = n[:, None].astype(np.float64)
-    n_a = ks.astype(np.float64)
     scan_prior = prior.rows(slice(None), column=True) if prior is not None else None
-    scan = _statistics(a, b, n_a, n[:, None] - n_a, total_n, centre[:, None], threshold, scan_prior)
-    return scan
+    return _statistics(a, b, n_a, n_b, total_n, centre[:, None], threshold, scan_prior)
+
+
+def _band_sums_of(lo: int, hi: int, lag: int, *operands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For the splits k = lo .. hi − 1 of every row ([rows, hi − lo] each): the sum of v over the columns j < k − lag
+    and over the columns j ≥ k, where v is the operand (one), or the sum of the products of the operands taken in
+    pairs (two or four: x·y, or x·y + u·w). Columns past the operands' width count as none."""
+    width = operands[0].shape[1]
+    a0, a1 = min(max(lo - lag, 0), width), min(max(hi - 1 - lag, 0), width)  # A: columns [0, a0) then a0 .. a1 − 1
+    b0, b1 = min(lo, width), min(hi - 1, width)  # B: columns b0 .. b1 − 1 then [b1, width)
+
+    def values(cols: slice) -> np.ndarray:
+        if len(operands) == 1:
+            return operands[0][:, cols]
+        got = operands[0][:, cols] * operands[1][:, cols]
+        if len(operands) == 4:
+            got += operands[2][:, cols] * operands[3][:, cols]
+        return got
+
+    def total(cols: slice) -> np.ndarray:
+        if len(operands) == 1:
+            return operands[0][:, cols].sum(axis=1)
+        got = np.einsum("ij,ij->i", operands[0][:, cols], operands[1][:, cols])
+        if len(operands) == 4:
+            got += np.einsum("ij,ij->i", operands[2][:, cols], operands[3][:, cols])
+        return got
+
+    rows, splits = operands[0].shape[0], hi - lo
+    before = np.empty((rows, a1 - a0 + 1))
+    before[:, 0] = total(slice(0, a0))
+    np.cumsum(values(slice(a0, a1)), axis=1, out=before[:, 1:])
+    before[:, 1:] += before[:, :1]
+    after = np.empty((rows, b1 - b0 + 1))
+    after[:, -1] = total(slice(b1, width))
+    np.cumsum(values(slice(b0, b1))[:, ::-1], axis=1, out=after[:, -2::-1])
+    after[:, :-1] += after[:, -1:]
+    k = np.arange(lo, hi)
+    return before[:, np.clip(k - lag, a0, a1) - a0], after[:, np.clip(k, b0, b1) - b0]
 
 
 @dataclass(frozen=True)
