@@ -900,27 +900,33 @@ def level_shift_beyond_trend(
     rows, length = calls.shape
     col = np.arange(length)[None, :]
     inside = col < n[:, None]
-    w = np.where(inside, calls, 0.0)
+    whole = bool(inside.all())  # every row fills the matrix: nothing past n to mask
+    w = np.asarray(calls, dtype=np.float64) if whole else np.where(inside, calls, 0.0)
     t0 = at[np.arange(rows), np.clip(k - 1, 0, length - 1)].astype(np.float64)
-    t = np.where(inside, (at - t0[:, None]).astype(np.float64), 0.0)
-    t = t / np.maximum(np.abs(t).max(axis=1), 1.0)[:, None]
+    t = (at - t0[:, None]).astype(np.float64)
+    if not whole:
+        t = np.where(inside, t, 0.0)
+    t /= np.maximum(np.abs(t).max(axis=1), 1.0)[:, None]
+    x = np.asarray(means, dtype=np.float64) if whole else np.where(inside, means, 0.0)
+    # With weights w, times t and the step d (0 or 1), every sum the three fits need is a sum of one of w, w·t, w·t²,
+    # w·x, w·t·x over the intervals before k (d = 0) or from k on (d = 1): ten sums of products, taken without
+    # forming the masked products (einsum), as _weighted_lstsq would have them.
     d = (col >= k[:, None]).astype(np.float64)
-    x = np.where(inside, means, 0.0)
-    # With weights w, times t and the step d (0 or 1), every sum the three fits need is one of these (a product
-    # with the column of ones, or d · d, adds nothing): each computed once, as _weighted_lstsq would.
-    w_a, w_b = w * (1 - d), w * d
+    wt = w * t
+    terms = {"1": w, "t": wt, "tt": wt * t, "x": w * x, "tx": wt * x}
+    after_of = {name: np.einsum("ij,ij->i", q, d) for name, q in terms.items()}
+    np.subtract(1.0, d, out=d)
+    before_of = {name: np.einsum("ij,ij->i", q, d) for name, q in terms.items()}
     fits = []
-    for weight, columns in ((w, 3), (w_a, 2), (w_b, 2)):
-        wt = weight * t
-        sums = {"1": weight.sum(axis=1), "t": wt.sum(axis=1), "tt": (wt * t).sum(axis=1)}
-        rhs = [(weight * x).sum(axis=1), (wt * x).sum(axis=1)]
-        if columns == 3:
-            wd = weight * d
-            sums["d"], sums["td"], sums["dt"] = wd.sum(axis=1), (wt * d).sum(axis=1), (wd * t).sum(axis=1)
-            sums["dd"] = (wd * d).sum(axis=1)
-            rhs.append((wd * x).sum(axis=1))
-            gram = [["1", "t", "d"], ["t", "tt", "td"], ["d", "dt", "dd"]]
+    for side in ("whole", "before", "after"):
+        if side == "whole":
+            sums = {name: before_of[name] + after_of[name] for name in terms}
+            sums |= {"d": after_of["1"], "td": after_of["t"], "dd": after_of["1"]}
+            rhs = [sums["x"], sums["tx"], after_of["x"]]
+            gram = [["1", "t", "d"], ["t", "tt", "td"], ["d", "td", "dd"]]
         else:
+            sums = before_of if side == "before" else after_of
+            rhs = [sums["x"], sums["tx"]]
             gram = [["1", "t"], ["t", "tt"]]
         fits.append(
             (
