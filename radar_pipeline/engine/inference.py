@@ -664,29 +664,43 @@ def evidence_from_sums(
 def _side_sums_at(
     c: np.ndarray, time: np.ndarray, sumsq: np.ndarray | None, n: np.ndarray, k: np.ndarray
 ) -> tuple[SideSums, SideSums, np.ndarray, np.ndarray]:
-    """Both sides' sums at one split per row, residuals taken about each side's own mean (two passes)."""
-    col = np.arange(c.shape[1])[None, :]
-    sides = []
-    if sumsq is not None:  # what both sides take from the intervals' own sums of squares, computed once
-        unknown_at, known_ss, pairs_dof = (
-            np.isnan(sumsq) & (c > 0),
-            np.nan_to_num(sumsq, nan=0.0),
-            np.maximum(c - 1, 0.0),
-        )
-    for mask in (col < k[:, None], (col >= k[:, None]) & (col < n[:, None])):
-        cs = np.where(mask, c, 0.0).sum(axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            mu = np.where(mask, time, 0.0).sum(axis=1) / cs
-        e = np.where(mask, time - mu[:, None] * c, 0.0)
-        pair = mask[:, :-1] & mask[:, 1:]
-        ss = ss_dof = None
-        if sumsq is not None:
-            unknown = (mask & unknown_at).any(axis=1)
-            ss = np.where(unknown, np.nan, np.where(mask, known_ss, 0.0).sum(axis=1))
-            ss_dof = np.where(mask, pairs_dof, 0.0).sum(axis=1)
-        ee = (e * e).sum(axis=1)
-        acov = np.where(pair, e[:, :-1] * e[:, 1:], 0.0).sum(axis=1)
-        sides.append(SideSums(calls=cs, mean=mu, ee=ee, acov=acov, ss=ss, ss_dof=ss_dof))
+    """Both sides' sums at one split per row, residuals taken about each side's own mean (two passes). Each sum over
+    a side is a sum of products with that side's indicator (einsum), so no masked copy is made."""
+    rows, length = c.shape
+    col = np.arange(length)[None, :]
+    whole = bool((n == length).all())  # every row fills the matrix: nothing past n
+    in_a = (col < k[:, None]).astype(np.float64)
+    in_b = 1.0 - in_a if whole else ((col >= k[:, None]) & (col < n[:, None])).astype(np.float64)
+
+    def side_sums(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.einsum("ij,ij->i", values, in_a), np.einsum("ij,ij->i", values, in_b)
+
+    calls = side_sums(c)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        means = [total / cs for total, cs in zip(side_sums(time), calls, strict=True)]
+    # Each interval's residual about its own side's mean (0 past n; an empty side's mean, NaN, is never used).
+    level = np.where(in_a > 0, np.nan_to_num(means[0])[:, None], np.nan_to_num(means[1])[:, None])
+    e = time - level * c
+    if not whole:
+        e *= in_a + in_b
+    ee = side_sums(e * e)
+    lagged = e[:, :-1] * e[:, 1:]  # a pair inside A ends before k; inside B begins at or after k (and ends before n)
+    acov = (np.einsum("ij,ij->i", lagged, in_a[:, 1:]), np.einsum("ij,ij->i", lagged, in_b[:, :-1]))
+    ss = ss_dof = (None, None)
+    if sumsq is not None:
+        if np.isnan(sumsq).any():
+            unknown = side_sums((np.isnan(sumsq) & (c > 0)).astype(np.float64))
+            known = side_sums(np.nan_to_num(sumsq, nan=0.0))
+            ss = tuple(np.where(u > 0, np.nan, total) for u, total in zip(unknown, known, strict=True))
+        else:
+            ss = side_sums(sumsq)
+        if whole and c.min() >= 1:  # Σ (c − 1) over a side whose intervals all have calls: its calls less its size
+            ss_dof = (calls[0] - k, calls[1] - (n - k))
+        else:
+            ss_dof = side_sums(np.maximum(c - 1, 0.0))
+    sides = [
+        SideSums(calls=calls[i], mean=means[i], ee=ee[i], acov=acov[i], ss=ss[i], ss_dof=ss_dof[i]) for i in (0, 1)
+    ]
     return sides[0], sides[1], k.astype(np.float64), (n - k).astype(np.float64)
 
 

@@ -131,8 +131,9 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int, extra: tuple[
     if stddev is not None:
         c, tt = values["calls"], values["time"]
         if 2 * len(s_end) >= len(sample):  # most rows close a sample: every pair of neighbouring rows, then those
-            every = interval_sum_of_squares(c[:-1], tt[:-1], stddev[:-1], c[1:], tt[1:], stddev[1:])
-            s_values[STDDEV] = every[sample]
+            s_values[STDDEV] = interval_sum_of_squares(
+                c[:-1], tt[:-1], stddev[:-1], c[1:], tt[1:], stddev[1:], where=sample
+            )
         else:
             first, second = np.flatnonzero(sample), np.flatnonzero(sample) + 1
             s_values[STDDEV] = interval_sum_of_squares(
@@ -154,8 +155,11 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int, extra: tuple[
         s_group, s_end, s_values = _sum_same_snapshot(s_group, s_end, s_values)
         if STDDEV in s_values:
             s_values[STDDEV] = np.maximum(s_values[STDDEV] - s_values["time"] ** 2 / s_values["calls"], 0.0)
-    offsets = np.zeros(groups + 1, dtype=np.int64)
-    np.cumsum(np.bincount(s_group, minlength=groups), out=offsets[1:])
+    if alone or folded:  # the samples are in order of group: where each group's begin
+        offsets = np.searchsorted(s_group, np.arange(groups + 1)).astype(np.int64)
+    else:
+        offsets = np.zeros(groups + 1, dtype=np.int64)
+        np.cumsum(np.bincount(s_group, minlength=groups), out=offsets[1:])
 
     if alone:  # a group's one key is the key it is reported under
         reporter = np.arange(groups)

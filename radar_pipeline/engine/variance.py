@@ -36,16 +36,27 @@ def interval_sum_of_squares(
     calls2: np.ndarray,
     total2: np.ndarray,
     stddev2: np.ndarray,
+    where: np.ndarray | None = None,
 ) -> np.ndarray:
     """Σ (x − m)² over the calls made between two cumulative rows (see the module docstring); NaN where unknown.
 
     All arguments are arrays of the same shape (row 1 is the earlier scrape of the same entry, with calls2 > calls1);
-    a NaN stddev on either side gives NaN. calls1 = 0 (the entry began in between) gives C2 · σ2².
+    a NaN stddev on either side gives NaN. calls1 = 0 (the entry began in between) gives C2 · σ2². With `where` (a
+    boolean array of that shape), only the pairs it marks, flat, in order.
     """
     args = [np.asarray(v, dtype=np.float64) for v in (calls1, total1, stddev1, calls2, total2, stddev2)]
     args = list(np.broadcast_arrays(*args))
     shape = args[0].shape
     flat = [v.reshape(-1) for v in args]
+    if where is not None:
+        mask = np.broadcast_to(where, shape).reshape(-1)
+        out = np.empty(int(np.count_nonzero(mask)))
+        at = 0
+        for lo in range(0, mask.size, CHUNK):  # each chunk's pairs picked while they are in cache
+            got = _sum_of_squares(*(v[lo : lo + CHUNK] for v in flat))[mask[lo : lo + CHUNK]]
+            out[at : at + len(got)] = got
+            at += len(got)
+        return out
     out = np.empty(flat[0].size)
     # Element by element, so computed CHUNK values at a time: the dozen temporaries then stay in cache.
     for lo in range(0, out.size, CHUNK):
