@@ -51,9 +51,11 @@ and 8 for every decidable statement not detected.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -75,6 +77,7 @@ from radar_pipeline.engine.samples import WindowSamples, segment_sums, window_sa
 from radar_pipeline.engine.settings import EngineSettings
 from radar_pipeline.engine.vocabulary import Reason, Verdict
 
+T = TypeVar("T")
 COLUMNS = VERDICT_FRAME.names  # the result's columns, in order (engine/frames.py declares their dtypes)
 # Rows of padded series per block in steps 5 and 6, so memory stays bounded whatever the number of statements.
 BLOCK_CELLS = 1 << 19
@@ -275,10 +278,18 @@ def analyse(
     g = samples.groups
     known = _prior_rows(samples, prior, settings)
     found = Found.empty(g)
-    for block in _blocks(samples, candidates):
-        _decide_block(samples, block, deploy, settings, reason, found, known)
-    # The sums at the deploy's own split, once: the interval of a statement no split was tested for, and the evidence.
-    at_deploy = _deploy_side_sums(samples, sides, np.flatnonzero(decidable)) if decidable.any() else None
+    # The sums at the deploy's own split, once (the interval of a statement no split was tested for, and the
+    # evidence), taken while steps 5 to 7 run.
+    at_deploy = _decide_blocks(
+        samples,
+        _blocks(samples, candidates),
+        deploy,
+        settings,
+        reason,
+        found,
+        known,
+        lambda: _deploy_side_sums(samples, sides, np.flatnonzero(decidable)) if decidable.any() else None,
+    )
     _intervals_without_split(at_deploy, sides, decidable, settings, found, known)
     _family_decision(found, weight, settings, verdict, reason)
     _clearing(samples, np.flatnonzero(decidable & (verdict != Verdict.DETECTED)), sides, deploy, settings, found, known)
@@ -298,10 +309,9 @@ def analyse(
     columns["budget_share"] = np.where(decidable, settings.false_alert_budget * weight, np.nan)
     columns.update(_deploy_evidence(samples, sides, decidable, settings, known, at_deploy))
     columns["confidence"] = 1.0 - found.p_family
-    out = _result(samples, columns)
-    for name, values in explain(samples, out, settings).items():
-        out[name] = values
-    return out
+    decided = pd.DataFrame({"verdict": verdict, "change_at": columns["change_at"]})
+    columns.update({name: values.to_numpy() for name, values in explain(samples, decided, settings).items()})
+    return _result(samples, columns)
 
 
 def explain_detections(
@@ -619,29 +629,32 @@ def _floors(sides: WindowSides, settings: EngineSettings) -> tuple[np.ndarray, n
     return verdict, reason
 
 
-def _decide_block(
+def _decide_blocks(
     samples: WindowSamples,
-    block: np.ndarray,
+    blocks: list[np.ndarray],
     deploy: int,
     settings: EngineSettings,
     reason: np.ndarray,
     found: Found,
     known: Prior | None,
-) -> None:
-    """Steps 5 to 7 for one block of candidate statements: locate, check the tolerance, test, fit the trend. A large
-    block is decided in parts on the machine's cores (each part's statements are decided alone, so the result is the
-    same; numpy releases the interpreter's lock inside its operations, and the parts write to different rows)."""
-    parts = min(WORKERS, len(block) // PART_ROWS)
-    if parts <= 1:
-        _decide_part(samples, block, deploy, settings, reason, found, known, WORKERS)
-        return
-    with ThreadPoolExecutor(max_workers=parts) as pool:
-        done = [
-            pool.submit(_decide_part, samples, part, deploy, settings, reason, found, known, 1)
-            for part in np.array_split(block, parts)
-        ]
+    meanwhile: Callable[[], T],
+) -> T:
+    """Steps 5 to 7 for the blocks of candidate statements (locate, check the tolerance, test, fit the trend), and
+    `meanwhile`, whose result is returned. A large block is cut into parts, and the parts of all blocks are decided on
+    the machine's cores from one pool, each thread taking the next part when it is done with one (each part's
+    statements are decided alone, so the result is the same; numpy releases the interpreter's lock inside its
+    operations, and the parts write to different rows), while this thread runs `meanwhile`."""
+    parts = [part for block in blocks for part in np.array_split(block, max(1, min(WORKERS, len(block) // PART_ROWS)))]
+    if len(parts) <= 1 or WORKERS <= 1:
+        for part in parts:
+            _decide_part(samples, part, deploy, settings, reason, found, known, WORKERS)
+        return meanwhile()
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        done = [pool.submit(_decide_part, samples, part, deploy, settings, reason, found, known, 1) for part in parts]
+        got = meanwhile()
         for future in done:
             future.result()
+    return got
 
 
 def _decide_part(
@@ -654,7 +667,7 @@ def _decide_part(
     known: Prior | None,
     workers: int,
 ) -> None:
-    """Steps 5 to 7 for some candidate statements, E-divisive on up to `workers` threads (`_decide_block`)."""
+    """Steps 5 to 7 for some candidate statements, E-divisive on up to `workers` threads (`_decide_blocks`)."""
     tolerance = int(settings.tolerance.total_seconds() * 1e9)
     padded = _padded(samples, block)
     x, ends, n = padded.mean, padded.end, padded.n
