@@ -20,17 +20,21 @@ analyses the mean of each interval between consecutive snapshots instead: x = Δ
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from radar_pipeline.engine.edivisive import WORKERS
 from radar_pipeline.engine.variance import interval_sum_of_squares
 
 REQUIRED = ("query_key", "captured_at", "calls", "total_exec_time")
 STDDEV = "stddev_exec_time"
 # Unordered rows are placed in a grid of keys × scrape times when it holds at most this many cells per row.
 GRID_FILL = 4
+PARALLEL_ROWS = 1 << 18  # the fewest rows whose columns are copied on several threads
 
 
 @dataclass(frozen=True)
@@ -113,7 +117,7 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int, extra: tuple[
         since = None  # one stats_since throughout: no reset to find there, and no column to reorder
     order, codes, t = _key_time_order(codes, t)
     if order is not None:
-        values = {key: v[order] for key, v in values.items()}
+        values = _each(lambda v: v[order], values)
         since = since[order] if since is not None else None
 
     same = codes[1:] == codes[:-1]
@@ -125,7 +129,7 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int, extra: tuple[
     end = t[1:]
     sample = same & ~reset & (deltas["calls"] > 0) & (end > lo_ns) & (end <= hi_ns)
     s_code, s_end = codes[1:][sample], end[sample]
-    s_values = {key: d[sample] for key, d in deltas.items()}
+    s_values = _each(lambda d: d[sample], deltas)
     for key in extra:  # a further counter that went down alone is unknown for that interval, not negative
         s_values[key] = np.where(s_values[key] < 0, np.nan, s_values[key])
     if stddev is not None:
@@ -186,6 +190,15 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int, extra: tuple[
     )
 
 
+def _each(pick: Callable[[np.ndarray], np.ndarray], columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`pick` (a gather or a selection of rows) applied to every column; long columns on the machine's cores, a
+    column a thread (numpy releases the interpreter's lock while it copies)."""
+    if len(columns) < 2 or WORKERS < 2 or min(len(v) for v in columns.values()) < PARALLEL_ROWS:
+        return {key: pick(v) for key, v in columns.items()}
+    with ThreadPoolExecutor(max_workers=min(WORKERS, len(columns))) as pool:
+        return dict(zip(columns, pool.map(pick, columns.values()), strict=True))
+
+
 def _check_columns(counters: pd.DataFrame, extra: tuple[str, ...] = ()) -> None:
     if not isinstance(counters, pd.DataFrame):
         raise TypeError(f"counters must be a pandas DataFrame, not {type(counters).__name__}")
@@ -215,7 +228,8 @@ def _utc_ns(column: pd.Series, name: str, allow_null: bool = False) -> np.ndarra
         if allow_null and column.isna().all():
             return np.full(len(column), np.iinfo(np.int64).min, dtype=np.int64)
         raise ValueError(f"{name} must hold time-zone-aware timestamps, not {column.dtype}")
-    values = column.array.as_unit("ns").asi8
+    array = column.array
+    values = (array if array.unit == "ns" else array.as_unit("ns")).asi8
     if not allow_null and (values == np.iinfo(np.int64).min).any():
         raise ValueError(f"{name} has missing values")
     return values
