@@ -682,7 +682,7 @@ def _decide_part(
     reason[block[located & ~near]] = Reason.OUTSIDE_TOLERANCE.value
     if not near.any():
         return
-    keep = np.flatnonzero(near)
+    keep: np.ndarray | slice = slice(None) if near.all() else np.flatnonzero(near)  # all of them: views, no copy
     tested = block[keep]
     calls, time, n_t, ends_t = padded.calls[keep], padded.time[keep], n[keep], ends[keep]
     sumsq = padded.sumsq[keep] if padded.sumsq is not None else None
@@ -703,7 +703,7 @@ def _decide_part(
     found.serial_correlation[tested] = res.rho
     found.history_intervals[tested] = res.prior_intervals
     ok = ~np.isnan(res.t)
-    split_at = ends_t[np.arange(len(keep)), np.maximum(res.k - 1, 0)]
+    split_at = ends_t[np.arange(len(tested)), np.maximum(res.k - 1, 0)]
     found.change_at[tested[ok]] = split_at[ok]
     found.shift_beyond_trend[tested] = level_shift_beyond_trend(calls, x[keep], ends_t, n_t, res.k)
 
@@ -717,22 +717,31 @@ def _candidate_splits(
     Welch–Satterthwaite's degrees of freedom then follow the long side: the edges are where a scan over splits
     would otherwise find its false detections (the periodic check, whose candidates span the whole window)."""
     rows, length = ends.shape
-    k = np.arange(length + 1)[None, :]
-    change = ends[:, np.clip(k[0] - 1, 0, length - 1)]
-    side = np.maximum(max(settings.min_samples, 2), min_segment(n))[:, None]
-    near = np.abs(change - deploy) <= tolerance
+    # A row's intervals end in time order, so its splits near the deploy form a range: k − 1 from the first interval
+    # ending at or after deploy − tolerance up to the last ending at or before deploy + tolerance.
+    inside = None if (n == length).all() else np.arange(length)[None, :] < n[:, None]
+
+    def count(ending: np.ndarray) -> np.ndarray:
+        return (ending if inside is None else ending & inside).sum(axis=1)
+
+    side = np.maximum(max(settings.min_samples, 2), min_segment(n))
+    low = np.maximum(side, count(ends < deploy - tolerance) + 1)
+    high = np.minimum(n - side, count(ends <= deploy + tolerance))
     if settings.tolerance < settings.window:
         # A deploy cannot slow a statement down before it happened: only splits at or after it (the interval that
         # straddles the deploy is on the after side) are candidates, which halves K. The periodic check, whose
         # tolerance spans its window, has no such moment: every admissible split is a candidate there.
-        near &= k >= _deploy_split(ends, n, deploy)[:, None]
-    return (k >= side) & (k <= n[:, None] - side) & near
+        low = np.maximum(low, _deploy_split(ends, n, deploy))
+    k = np.arange(length + 1)[None, :]
+    return (k >= low[:, None]) & (k <= high[:, None])
 
 
 def _deploy_split(ends: np.ndarray, n: np.ndarray, deploy: int) -> np.ndarray:
     """Per row, the split at the deploy: the number of intervals that end at or before it."""
-    inside = np.arange(ends.shape[1])[None, :] < n[:, None]
-    return ((ends <= deploy) & inside).sum(axis=1)
+    before = ends <= deploy
+    if (n < ends.shape[1]).any():
+        before &= np.arange(ends.shape[1])[None, :] < n[:, None]
+    return before.sum(axis=1)
 
 
 def _clearing_splits(
