@@ -159,11 +159,11 @@ def explain_groups(
         Cause.MORE_BUFFERS: rose("buffers", 1.0),
         Cause.MORE_BLOCKS_READ: rose(BLOCKS, 1.0),
     }
-    cause = np.select(
-        [np.full(g, fleet), *conditions.values()],
-        [Cause.FLEET_WIDE.value, *(c.value for c in conditions)],
-        Cause.UNEXPLAINED.value,
-    ).astype(object)
+    # The first cause that holds, in this order (fleet-wide first): each written over the ones after it.
+    cause = np.full(g, Cause.FLEET_WIDE.value if fleet else Cause.UNEXPLAINED.value, dtype=object)
+    if not fleet:
+        for found, holds in reversed(conditions.items()):
+            cause[holds] = found.value
     cause[~detected] = None
     out["cause"] = cause
     detail = np.full(g, None, dtype=object)

@@ -72,9 +72,18 @@ class WindowSamples:
 
     def count_until(self, at: np.ndarray | int) -> np.ndarray:
         """Per group, how many of its samples end at or before `at` (one time, or one per group): a group's samples
-        are in time order, so they are its first ones."""
-        before = self.end <= (at if np.ndim(at) == 0 else np.repeat(at, np.diff(self.offsets)))
-        return segment_sums(before, self.offsets[:-1, None], np.diff(self.offsets)[:, None])[:, 0].astype(np.int64)
+        are in time order, so they are its first ones, found by a bisection of every group at once."""
+        lo, hi = self.offsets[:-1].copy(), self.offsets[1:].copy()
+        at = np.broadcast_to(at, lo.shape)
+        while True:
+            open_ = lo < hi
+            if not open_.any():
+                return lo - self.offsets[:-1]
+            mid = (lo + hi) // 2
+            ends = self.end[np.where(open_, mid, 0)]
+            later = open_ & (ends > at)
+            lo = np.where(open_ & ~later, mid + 1, lo)
+            hi = np.where(later, mid, hi)
 
 
 def segment_sums(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
