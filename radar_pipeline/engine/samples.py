@@ -281,10 +281,13 @@ def _key_time_order(codes: np.ndarray, t: np.ndarray) -> tuple[np.ndarray | None
         cell = codes * len(distinct) + rank[stamps]
         grid = np.full(keys * len(distinct), -1, dtype=np.int64)
         grid[cell] = np.arange(len(codes))
+        times = distinct[by_time]
+        if len(grid) == len(codes) and (grid >= 0).all():  # every key in every scrape, once: the whole grid
+            return grid, np.repeat(np.arange(keys), len(times)), np.tile(times, keys)
         filled = np.flatnonzero(grid >= 0)
         if len(filled) == len(codes):  # no snapshot twice: every row has a cell of its own
             code, stamp = np.divmod(filled, len(distinct))
-            return grid[filled], code, distinct[by_time][stamp]
+            return grid[filled], code, times[stamp]
     order = _sort_order(codes, t)
     assert order is not None  # the rows are not in order
     codes, t = codes[order], t[order]
