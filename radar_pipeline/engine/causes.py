@@ -130,9 +130,9 @@ def explain_groups(
         if missing.any():  # an interval where the counter is unknown counts on neither side
             values, weights = np.where(missing, 0.0, values), np.where(missing, 0.0, weights)
         amount, calls = segment_sums(values, starts, sizes), segment_sums(weights, starts, sizes)
-        for i, side in enumerate(("before", "after")):
+        for at, side in enumerate(("before", "after")):
             with np.errstate(divide="ignore", invalid="ignore"):
-                per_call[name, side] = np.where(detected & (calls[:, i] > 0), amount[:, i] / calls[:, i], np.nan)
+                per_call[name, side] = np.where(detected & (calls[:, at] > 0), amount[:, at] / calls[:, at], np.nan)
     for prefix, name in FIGURES.items():
         out[f"{prefix}_before"], out[f"{prefix}_after"] = per_call[name, "before"], per_call[name, "after"]
 

@@ -292,7 +292,8 @@ def _scan(
     if sumsq is not None:
         # Within a row every interval has calls, so an unknown sum of squares (NaN) makes its side's sum NaN, as the
         # side's Σ S is then unknown; Σ (c − 1) is the side's calls less its intervals (zeros past n add nothing).
-        sums["unknown"] = (0.0, 0.0)
+        none_unknown = np.zeros((1, 1))
+        sums["unknown"] = (none_unknown, none_unknown)
         sums["ss"] = _band_sums_of(lo, hi, 0, sumsq)
         sums["ss_dof"] = (sums["c"][0] - n_a, sums["c"][1] - n_b)
     a, b = _sides(sums, sumsq is not None)
@@ -325,7 +326,7 @@ def _band_sums_of(lo: int, hi: int, lag: int, *operands: np.ndarray) -> tuple[np
             got += np.einsum("ij,ij->i", operands[2][:, cols], operands[3][:, cols])
         return got
 
-    rows, splits = operands[0].shape[0], hi - lo
+    rows = operands[0].shape[0]
     before = np.empty((rows, a1 - a0 + 1))
     before[:, 0] = total(slice(0, a0))
     np.cumsum(values(slice(a0, a1)), axis=1, out=before[:, 1:])
@@ -686,7 +687,8 @@ def _side_sums_at(
     ee = side_sums(e * e)
     lagged = e[:, :-1] * e[:, 1:]  # a pair inside A ends before k; inside B begins at or after k (and ends before n)
     acov = (np.einsum("ij,ij->i", lagged, in_a[:, 1:]), np.einsum("ij,ij->i", lagged, in_b[:, :-1]))
-    ss = ss_dof = (None, None)
+    ss: tuple[np.ndarray | None, ...] = (None, None)
+    ss_dof: tuple[np.ndarray | None, ...] = (None, None)
     if sumsq is not None:
         if np.isnan(sumsq).any():
             unknown = side_sums((np.isnan(sumsq) & (c > 0)).astype(np.float64))
