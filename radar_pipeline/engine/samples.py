@@ -88,19 +88,21 @@ class WindowSamples:
 
 def segment_sums(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """Σ values[starts[i, j] : starts[i, j] + sizes[i, j]] for every i, j, 0 for an empty segment; the segments in
-    row-major order must not overlap and each lie after the one before it (gaps allowed). One pass of np.add.reduceat,
-    far cheaper than a bincount over a label per value (it sums each segment pairwise: the last bits may differ)."""
+    row-major order must not overlap and each lie after the one before it (gaps allowed; an empty one may begin at or
+    past the end of values). One pass of np.add.reduceat, far cheaper than a bincount over a label per value (it sums
+    each segment pairwise: the last bits may differ)."""
     shape = starts.shape
     starts, sizes = starts.ravel(), sizes.ravel()
+    dtype = np.int64 if values.dtype == bool else None
     if not len(starts):
-        return np.zeros(shape, dtype=np.int64 if values.dtype == bool else values.dtype)
+        return np.zeros(shape, dtype=dtype or values.dtype)
     bounds = np.stack([starts, starts + sizes], axis=1).ravel()
     size = len(values)
-    if bounds[-1] == size and bounds[-2] < size:
-        got = np.add.reduceat(values, bounds[:-1], dtype=np.int64 if values.dtype == bool else None)
-    else:  # reduceat takes indices below the length: one more (zero) value to end on
-        padded = np.append(values, np.zeros(1, dtype=values.dtype))
-        got = np.add.reduceat(padded, bounds, dtype=np.int64 if values.dtype == bool else None)
+    if bounds[-1] == size and bounds[-2] < size:  # the last segment ends with the values: reduceat's own end
+        got = np.add.reduceat(values, bounds[:-1], dtype=dtype)
+    else:  # reduceat takes indices below the length: zeros up to the last bound and one more to end on
+        padded = np.append(values, np.zeros(max(int(bounds[-1]) - size, 0) + 1, dtype=values.dtype))
+        got = np.add.reduceat(padded, bounds, dtype=dtype)
     return np.where(sizes > 0, got[0::2], 0).reshape(shape)
 
 
