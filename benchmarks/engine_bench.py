@@ -21,9 +21,9 @@ Run with `make bench-engine` (or `.venv/bin/python benchmarks/engine_bench.py [-
   by scrape, as a collector writes them) and shuffled. Each is timed next to its anchor, a bare numpy E-divisive +
   Welch core on the same series (`bare_core`: the energy statistic at every split of every series, its best split,
   and Welch's t-test of the interval means there), alternating the two in the same run so both see the same load:
-  the minimum of `--repeat` runs of each, their ratio, analyse's CPU seconds (all its threads: steps 5–7 and
-  E-divisive use both cores) and its peak memory traced in one more run. The load average is printed before and
-  after (the cores may be shared). `--issue-only` runs this part alone.
+  the minimum of `--repeat` runs of each, their ratio, analyse's CPU seconds (all its threads: the samples' column
+  copies and sums of squares, steps 5–7 and E-divisive use both cores) and its peak memory traced in one more run.
+  The load average is printed before and after (the cores may be shared). `--issue-only` runs this part alone.
 """
 
 from __future__ import annotations

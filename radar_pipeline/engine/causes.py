@@ -39,7 +39,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from radar_pipeline.engine.samples import WindowSamples
+from radar_pipeline.engine.samples import WindowSamples, segment_sums
 from radar_pipeline.engine.settings import EngineSettings
 from radar_pipeline.engine.vocabulary import Cause, Verdict
 
@@ -110,9 +110,11 @@ def explain_groups(
     if not detected.any():
         return out
     change = verdicts["change_at"].array.as_unit("ns").asi8
-    group = samples.group
-    after = samples.end > change[group]
-    chosen = detected[group]
+    # Each group's samples before its change (those ending at or before it: its first ones) and after it.
+    n_before = samples.count_until(change)
+    n = np.diff(samples.offsets)
+    starts = np.stack([samples.offsets[:-1], samples.offsets[:-1] + n_before], axis=1)
+    sizes = np.stack([n_before, n - n_before], axis=1)
     unknown = np.full(len(samples.end), np.nan)
     series = {name: samples.extra.get(name, unknown) for name in CAUSE_COUNTERS}
     absent = series[HIT] is unknown or series[BLOCKS] is unknown
@@ -123,12 +125,14 @@ def explain_groups(
         if values is unknown:  # a counter the samples do not carry: unknown on both sides, nothing to add up
             per_call[name, "before"], per_call[name, "after"] = np.full(g, np.nan), np.full(g, np.nan)
             continue
-        for side, mask in (("before", ~after), ("after", after)):
-            m = mask & chosen & ~np.isnan(values)
-            amount = np.bincount(group[m], weights=values[m], minlength=g)
-            calls = np.bincount(group[m], weights=samples.calls[m], minlength=g)
+        missing = np.isnan(values)
+        weights = samples.calls
+        if missing.any():  # an interval where the counter is unknown counts on neither side
+            values, weights = np.where(missing, 0.0, values), np.where(missing, 0.0, weights)
+        amount, calls = segment_sums(values, starts, sizes), segment_sums(weights, starts, sizes)
+        for at, side in enumerate(("before", "after")):
             with np.errstate(divide="ignore", invalid="ignore"):
-                per_call[name, side] = np.where(detected & (calls > 0), amount / calls, np.nan)
+                per_call[name, side] = np.where(detected & (calls[:, at] > 0), amount[:, at] / calls[:, at], np.nan)
     for prefix, name in FIGURES.items():
         out[f"{prefix}_before"], out[f"{prefix}_after"] = per_call[name, "before"], per_call[name, "after"]
 
@@ -155,11 +159,11 @@ def explain_groups(
         Cause.MORE_BUFFERS: rose("buffers", 1.0),
         Cause.MORE_BLOCKS_READ: rose(BLOCKS, 1.0),
     }
-    cause = np.select(
-        [np.full(g, fleet), *conditions.values()],
-        [Cause.FLEET_WIDE.value, *(c.value for c in conditions)],
-        Cause.UNEXPLAINED.value,
-    ).astype(object)
+    # The first cause that holds, in this order (fleet-wide first): each written over the ones after it.
+    cause = np.full(g, Cause.FLEET_WIDE.value if fleet else Cause.UNEXPLAINED.value, dtype=object)
+    if not fleet:
+        for found, holds in reversed(conditions.items()):
+            cause[holds] = found.value
     cause[~detected] = None
     out["cause"] = cause
     detail = np.full(g, None, dtype=object)

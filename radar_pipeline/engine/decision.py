@@ -51,9 +51,11 @@ and 8 for every decidable statement not detected.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -71,10 +73,11 @@ from radar_pipeline.engine.inference import (
     level_shift_beyond_trend,
     split_tests,
 )
-from radar_pipeline.engine.samples import WindowSamples, window_samples
+from radar_pipeline.engine.samples import WindowSamples, segment_sums, window_samples
 from radar_pipeline.engine.settings import EngineSettings
 from radar_pipeline.engine.vocabulary import Reason, Verdict
 
+T = TypeVar("T")
 COLUMNS = VERDICT_FRAME.names  # the result's columns, in order (engine/frames.py declares their dtypes)
 # Rows of padded series per block in steps 5 and 6, so memory stays bounded whatever the number of statements.
 BLOCK_CELLS = 1 << 19
@@ -93,7 +96,6 @@ class WindowSides:
     """Per statement, its intervals, calls, time and call-weighted means either side of the deploy (the window's
     means, before any split is located)."""
 
-    side: np.ndarray  # per sample: 2 · statement + (1 if after the deploy)
     calls: np.ndarray  # per statement and side, interleaved (before, after): 2 · statement + side
     time: np.ndarray  # as calls
     n_before: np.ndarray
@@ -276,9 +278,19 @@ def analyse(
     g = samples.groups
     known = _prior_rows(samples, prior, settings)
     found = Found.empty(g)
-    for block in _blocks(samples, candidates):
-        _decide_block(samples, block, deploy, settings, reason, found, known)
-    _intervals_without_split(samples, sides, decidable, settings, found, known)
+    # The sums at the deploy's own split, once (the interval of a statement no split was tested for, and the
+    # evidence), taken while steps 5 to 7 run.
+    at_deploy = _decide_blocks(
+        samples,
+        _blocks(samples, candidates),
+        deploy,
+        settings,
+        reason,
+        found,
+        known,
+        lambda: _deploy_side_sums(samples, sides, np.flatnonzero(decidable)) if decidable.any() else None,
+    )
+    _intervals_without_split(at_deploy, sides, decidable, settings, found, known)
     _family_decision(found, weight, settings, verdict, reason)
     _clearing(samples, np.flatnonzero(decidable & (verdict != Verdict.DETECTED)), sides, deploy, settings, found, known)
     _clear(found, verdict, reason)
@@ -295,12 +307,11 @@ def analyse(
     for name in RESULT_FIELDS:
         columns[name] = getattr(found, name)
     columns["budget_share"] = np.where(decidable, settings.false_alert_budget * weight, np.nan)
-    columns.update(_deploy_evidence(samples, sides, decidable, settings, known))
+    columns.update(_deploy_evidence(samples, sides, decidable, settings, known, at_deploy))
     columns["confidence"] = 1.0 - found.p_family
-    out = _result(samples, columns)
-    for name, values in explain(samples, out, settings).items():
-        out[name] = values
-    return out
+    decided = pd.DataFrame({"verdict": verdict, "change_at": columns["change_at"]})
+    columns.update({name: values.to_numpy() for name, values in explain(samples, decided, settings).items()})
+    return _result(samples, columns)
 
 
 def explain_detections(
@@ -372,7 +383,7 @@ def _given_weights(samples: WindowSamples, weights: pd.Series, decidable: np.nda
 
 
 def _intervals_without_split(
-    samples: WindowSamples,
+    at_deploy: tuple[SideSums, SideSums] | None,
     sides: WindowSides,
     decidable: np.ndarray,
     settings: EngineSettings,
@@ -380,14 +391,15 @@ def _intervals_without_split(
     known: Prior | None,
 ) -> None:
     """Every decided statement carries an interval: where no split was tested, that of the window factor at the
-    deploy, from the same variance as the test (in place, in `found`)."""
+    deploy, from the same variance as the test (in place, in `found`). at_deploy: the decidable statements' sums
+    either side of the deploy (`_deploy_side_sums`)."""
     untested = decidable & np.isnan(found.factor_low)
-    if not untested.any():
+    if at_deploy is None or not untested.any():
         return
-    a, b = _deploy_side_sums(samples, sides, np.flatnonzero(untested))
+    among = np.flatnonzero(untested[decidable])
     low, high = interval_from_sums(
-        a,
-        b,
+        at_deploy[0].rows(among),
+        at_deploy[1].rows(among),
         sides.n_before[untested],
         sides.n_after[untested],
         settings.threshold,
@@ -402,15 +414,17 @@ def _deploy_evidence(
     decidable: np.ndarray,
     settings: EngineSettings,
     known: Prior | None,
+    at_deploy: tuple[SideSums, SideSums] | None = None,
 ) -> dict[str, np.ndarray]:
     """Per decidable statement, the window's log factor at the deploy's own split (no split chosen, so no selection
     bias), its standard error and degrees of freedom, from the same variance as the test: the per-target evidence
-    a release's fleet verdict combines (engine/releases.py); NaN elsewhere."""
+    a release's fleet verdict combines (engine/releases.py); NaN elsewhere. at_deploy: the decidable statements' sums
+    either side of the deploy, when the caller has them already (`_deploy_side_sums`)."""
     g = samples.groups
     out = {name: np.full(g, np.nan) for name in EVIDENCE}
     if not decidable.any():
         return out
-    a, b = _deploy_side_sums(samples, sides, np.flatnonzero(decidable))
+    a, b = at_deploy if at_deploy is not None else _deploy_side_sums(samples, sides, np.flatnonzero(decidable))
     got = evidence_from_sums(
         a,
         b,
@@ -524,21 +538,19 @@ def deploy_evidence(
 
 def _window_sides(samples: WindowSamples, deploy: int) -> WindowSides:
     """Intervals, calls, time and call-weighted means either side of the deploy, per statement."""
-    g = samples.groups
-    side = 2 * samples.group + (samples.end > deploy)  # one bincount per measure for both sides
-    count = np.bincount(side, minlength=2 * g).reshape(g, 2)
-    calls = np.bincount(side, weights=samples.calls, minlength=2 * g).reshape(g, 2)
-    time = np.bincount(side, weights=samples.time, minlength=2 * g).reshape(g, 2)
+    n_before = samples.count_until(deploy)
+    starts, sizes = _side_segments(samples.offsets, n_before)
+    calls = segment_sums(samples.calls, starts, sizes)
+    time = segment_sums(samples.time, starts, sizes)
     with np.errstate(divide="ignore", invalid="ignore"):
         mean_before_ms = time[:, 0] / calls[:, 0]
         mean_after_ms = time[:, 1] / calls[:, 1]
         change_factor = mean_after_ms / mean_before_ms
     return WindowSides(
-        side=side,
         calls=calls.ravel(),
         time=time.ravel(),
-        n_before=count[:, 0],
-        n_after=count[:, 1],
+        n_before=sizes[:, 0],
+        n_after=sizes[:, 1],
         calls_before=calls[:, 0].astype(np.int64),
         calls_after=calls[:, 1].astype(np.int64),
         time_before=time[:, 0],
@@ -549,39 +561,46 @@ def _window_sides(samples: WindowSamples, deploy: int) -> WindowSides:
     )
 
 
+def _side_segments(offsets: np.ndarray, n_before: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[statements, 2] starts and sizes of each statement's samples before the deploy and after it (its samples are
+    in time order: the first n_before of them end at or before it)."""
+    n = np.diff(offsets)
+    starts = np.stack([offsets[:-1], offsets[:-1] + n_before], axis=1)
+    return starts, np.stack([n_before, n - n_before], axis=1)
+
+
 def _deploy_side_sums(samples: WindowSamples, sides: WindowSides, rows: np.ndarray) -> tuple[SideSums, SideSums]:
-    """The test's sums for both sides of the deploy, for the statements `rows`, straight from their samples (one
-    bincount each): calls, call-weighted mean, Σ e² about the side's mean, Σ e_i e_(i+1) within the side, and with
-    stddev_exec_time Σ S (NaN where an interval's is unknown) and Σ (c − 1). `rows` ascending; when they are few, only
-    their samples are read (in their order, so each sum is the one all of them would give)."""
+    """The test's sums for both sides of the deploy, for the statements `rows`, straight from their samples (a sum
+    over each side's run of samples): calls, call-weighted mean, Σ e² about the side's mean, Σ e_i e_(i+1) within the
+    side, and with stddev_exec_time Σ S (NaN where an interval's is unknown) and Σ (c − 1). `rows` ascending; when
+    they are few, only their samples are read."""
     if len(rows) == samples.groups:  # all of them (rows ascending): the samples as they are
-        g, side, s_calls, s_time, sumsq = samples.groups, sides.side, samples.calls, samples.time, samples.sumsq
-        calls, time = sides.calls, sides.time
+        offsets, s_calls, s_time, sumsq = samples.offsets, samples.calls, samples.time, samples.sumsq
+        calls, time, n_before = sides.calls, sides.time, sides.n_before
     elif 2 * len(rows) >= samples.groups:  # most of them: all, then those, rather than gather most samples
         a, b = _deploy_side_sums(samples, sides, np.arange(samples.groups))
         return a.rows(rows), b.rows(rows)
     else:
-        g = len(rows)
         n = np.diff(samples.offsets)[rows]
-        local = np.concatenate([[0], np.cumsum(n)])
-        index = np.arange(local[-1]) + np.repeat(samples.offsets[rows] - local[:-1], n)
-        side = 2 * np.repeat(np.arange(g), n) + (sides.side[index] & 1)
+        offsets = np.concatenate([[0], np.cumsum(n)])
+        index = np.arange(offsets[-1]) + np.repeat(samples.offsets[rows] - offsets[:-1], n)
         pick = (2 * rows[:, None] + np.arange(2)[None, :]).ravel()
-        calls, time = sides.calls[pick], sides.time[pick]
+        calls, time, n_before = sides.calls[pick], sides.time[pick], sides.n_before[rows]
         s_calls, s_time = samples.calls[index], samples.time[index]
         sumsq = samples.sumsq[index] if samples.sumsq is not None else None
+    starts, sizes = _side_segments(offsets, n_before)
     with np.errstate(divide="ignore", invalid="ignore"):
         mean = time / calls
-    e = s_time - mean[side] * s_calls  # residuals about each side's own mean: no cancellation
-    pair = side[1:] == side[:-1]
-    ee = np.bincount(side, weights=e * e, minlength=2 * g)
-    acov = np.bincount(side[1:][pair], weights=(e[1:] * e[:-1])[pair], minlength=2 * g)
+    e = s_time - np.repeat(mean, sizes.ravel()) * s_calls  # residuals about each side's own mean: no cancellation
+    ee = segment_sums(e * e, starts, sizes).ravel()
+    # the pairs of neighbouring intervals within a side: pair i (intervals i, i + 1) for i from its first interval on
+    acov = segment_sums(e[1:] * e[:-1], starts, np.maximum(sizes - 1, 0)).ravel()
     ss = ss_dof = None
     if sumsq is not None:
-        unknown = np.bincount(side, weights=np.isnan(sumsq), minlength=2 * g)
-        total = np.bincount(side, weights=np.nan_to_num(sumsq, nan=0.0), minlength=2 * g)
+        unknown = segment_sums(np.isnan(sumsq), starts, sizes).ravel()
+        total = segment_sums(np.nan_to_num(sumsq, nan=0.0), starts, sizes).ravel()
         ss = np.where(unknown > 0, np.nan, total)
-        ss_dof = np.bincount(side, weights=np.maximum(s_calls - 1, 0.0), minlength=2 * g)
+        ss_dof = segment_sums(np.maximum(s_calls - 1, 0.0), starts, sizes).ravel()
 
     def one(i: int) -> SideSums:  # the before (0) or after (1) side of every statement
         return SideSums(
@@ -610,29 +629,32 @@ def _floors(sides: WindowSides, settings: EngineSettings) -> tuple[np.ndarray, n
     return verdict, reason
 
 
-def _decide_block(
+def _decide_blocks(
     samples: WindowSamples,
-    block: np.ndarray,
+    blocks: list[np.ndarray],
     deploy: int,
     settings: EngineSettings,
     reason: np.ndarray,
     found: Found,
     known: Prior | None,
-) -> None:
-    """Steps 5 to 7 for one block of candidate statements: locate, check the tolerance, test, fit the trend. A large
-    block is decided in parts on the machine's cores (each part's statements are decided alone, so the result is the
-    same; numpy releases the interpreter's lock inside its operations, and the parts write to different rows)."""
-    parts = min(WORKERS, len(block) // PART_ROWS)
-    if parts <= 1:
-        _decide_part(samples, block, deploy, settings, reason, found, known, WORKERS)
-        return
-    with ThreadPoolExecutor(max_workers=parts) as pool:
-        done = [
-            pool.submit(_decide_part, samples, part, deploy, settings, reason, found, known, 1)
-            for part in np.array_split(block, parts)
-        ]
+    meanwhile: Callable[[], T],
+) -> T:
+    """Steps 5 to 7 for the blocks of candidate statements (locate, check the tolerance, test, fit the trend), and
+    `meanwhile`, whose result is returned. A large block is cut into parts, and the parts of all blocks are decided on
+    the machine's cores from one pool, each thread taking the next part when it is done with one (each part's
+    statements are decided alone, so the result is the same; numpy releases the interpreter's lock inside its
+    operations, and the parts write to different rows), while this thread runs `meanwhile`."""
+    parts = [part for block in blocks for part in np.array_split(block, max(1, min(WORKERS, len(block) // PART_ROWS)))]
+    if len(parts) <= 1 or WORKERS <= 1:
+        for part in parts:
+            _decide_part(samples, part, deploy, settings, reason, found, known, WORKERS)
+        return meanwhile()
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        done = [pool.submit(_decide_part, samples, part, deploy, settings, reason, found, known, 1) for part in parts]
+        got = meanwhile()
         for future in done:
             future.result()
+    return got
 
 
 def _decide_part(
@@ -645,7 +667,7 @@ def _decide_part(
     known: Prior | None,
     workers: int,
 ) -> None:
-    """Steps 5 to 7 for some candidate statements, E-divisive on up to `workers` threads (`_decide_block`)."""
+    """Steps 5 to 7 for some candidate statements, E-divisive on up to `workers` threads (`_decide_blocks`)."""
     tolerance = int(settings.tolerance.total_seconds() * 1e9)
     padded = _padded(samples, block)
     x, ends, n = padded.mean, padded.end, padded.n
@@ -660,7 +682,7 @@ def _decide_part(
     reason[block[located & ~near]] = Reason.OUTSIDE_TOLERANCE.value
     if not near.any():
         return
-    keep = np.flatnonzero(near)
+    keep: np.ndarray | slice = slice(None) if near.all() else np.flatnonzero(near)  # all of them: views, no copy
     tested = block[keep]
     calls, time, n_t, ends_t = padded.calls[keep], padded.time[keep], n[keep], ends[keep]
     sumsq = padded.sumsq[keep] if padded.sumsq is not None else None
@@ -681,7 +703,7 @@ def _decide_part(
     found.serial_correlation[tested] = res.rho
     found.history_intervals[tested] = res.prior_intervals
     ok = ~np.isnan(res.t)
-    split_at = ends_t[np.arange(len(keep)), np.maximum(res.k - 1, 0)]
+    split_at = ends_t[np.arange(len(tested)), np.maximum(res.k - 1, 0)]
     found.change_at[tested[ok]] = split_at[ok]
     found.shift_beyond_trend[tested] = level_shift_beyond_trend(calls, x[keep], ends_t, n_t, res.k)
 
@@ -695,22 +717,31 @@ def _candidate_splits(
     Welch–Satterthwaite's degrees of freedom then follow the long side: the edges are where a scan over splits
     would otherwise find its false detections (the periodic check, whose candidates span the whole window)."""
     rows, length = ends.shape
-    k = np.arange(length + 1)[None, :]
-    change = ends[:, np.clip(k[0] - 1, 0, length - 1)]
-    side = np.maximum(max(settings.min_samples, 2), min_segment(n))[:, None]
-    near = np.abs(change - deploy) <= tolerance
+    # A row's intervals end in time order, so its splits near the deploy form a range: k − 1 from the first interval
+    # ending at or after deploy − tolerance up to the last ending at or before deploy + tolerance.
+    inside = None if (n == length).all() else np.arange(length)[None, :] < n[:, None]
+
+    def count(ending: np.ndarray) -> np.ndarray:
+        return (ending if inside is None else ending & inside).sum(axis=1)
+
+    side = np.maximum(max(settings.min_samples, 2), min_segment(n))
+    low = np.maximum(side, count(ends < deploy - tolerance) + 1)
+    high = np.minimum(n - side, count(ends <= deploy + tolerance))
     if settings.tolerance < settings.window:
         # A deploy cannot slow a statement down before it happened: only splits at or after it (the interval that
         # straddles the deploy is on the after side) are candidates, which halves K. The periodic check, whose
         # tolerance spans its window, has no such moment: every admissible split is a candidate there.
-        near &= k >= _deploy_split(ends, n, deploy)[:, None]
-    return (k >= side) & (k <= n[:, None] - side) & near
+        low = np.maximum(low, _deploy_split(ends, n, deploy))
+    k = np.arange(length + 1)[None, :]
+    return (k >= low[:, None]) & (k <= high[:, None])
 
 
 def _deploy_split(ends: np.ndarray, n: np.ndarray, deploy: int) -> np.ndarray:
     """Per row, the split at the deploy: the number of intervals that end at or before it."""
-    inside = np.arange(ends.shape[1])[None, :] < n[:, None]
-    return ((ends <= deploy) & inside).sum(axis=1)
+    before = ends <= deploy
+    if (n < ends.shape[1]).any():
+        before &= np.arange(ends.shape[1])[None, :] < n[:, None]
+    return before.sum(axis=1)
 
 
 def _clearing_splits(

@@ -97,9 +97,27 @@ def _chunk_statistics(x: np.ndarray, n: np.ndarray) -> np.ndarray:
 
 
 def best_split(x: np.ndarray, n: np.ndarray, workers: int = WORKERS) -> tuple[np.ndarray, np.ndarray]:
-    """The argmax split k and its Q for every row; k = 0 where no split is admissible or the best Q is not > 0."""
-    q = split_statistics(x, n, workers)
-    k = np.argmax(q, axis=1)
-    best = q[np.arange(len(k)), k]
+    """The argmax split k and its Q for every row; k = 0 where no split is admissible or the best Q is not > 0. Each
+    chunk's argmax is taken on its time-major Q (as split_statistics computes it), so no [rows, L + 1] matrix is
+    built."""
+    x = np.asarray(x, dtype=np.float64)
+    n = np.asarray(n, dtype=np.int64)
+    rows = x.shape[0]
+    k = np.zeros(rows, dtype=np.int64)
+    best = np.empty(rows)
+
+    def fill(start: int) -> None:
+        stop = min(rows, start + CHUNK)
+        q = _chunk_statistics(x[start:stop], n[start:stop])
+        k[start:stop] = np.argmax(q, axis=0)
+        best[start:stop] = q[k[start:stop], np.arange(stop - start)]
+
+    starts = range(0, rows, CHUNK)
+    if len(starts) <= 1 or workers <= 1:
+        for start in starts:
+            fill(start)
+    else:
+        with ThreadPoolExecutor(max_workers=min(len(starts), workers)) as pool:
+            list(pool.map(fill, starts))
     found = best > 0
     return np.where(found, k, 0), np.where(found, best, -np.inf)

@@ -153,7 +153,7 @@ def split_tests(
     # Only the splits between the block's first and last candidate are evaluated.
     cols = np.flatnonzero(candidate.any(axis=0))
     lo, hi = (int(cols[0]), int(cols[-1]) + 1) if len(cols) else (0, 1)
-    scan = _scan(c, time, sumsq, n, np.broadcast_to(np.arange(lo, hi)[None, :], (len(c), hi - lo)), threshold, prior)
+    scan = _scan(c, time, sumsq, n, lo, hi, threshold, prior)
     valid = candidate[:, lo:hi] & scan.valid
     splits = candidate.sum(axis=1)
     # The largest t is the split tested (any rule may choose it: the Bonferroni bound below holds for all of them).
@@ -259,12 +259,15 @@ def _scan(
     time: np.ndarray,
     sumsq: np.ndarray | None,
     n: np.ndarray,
-    ks: np.ndarray,
+    lo: int,
+    hi: int,
     threshold: float,
     prior: Prior | None,
 ) -> Statistics:
-    """The test's statistics (`_statistics`) of every row at the splits ks ([rows, J]: A = the first k intervals),
-    from prefix sums, as [rows, J] arrays (with the sides' sizes n_a, n_b)."""
+    """The test's statistics (`_statistics`) of every row at the splits k = lo .. hi − 1 (A = the first k intervals;
+    1 ≤ lo < hi ≤ L + 1), as [rows, hi − lo] arrays (with the sides' sizes n_a, n_b). Each side's sums are read from
+    a sum over the columns beyond the splits' band and running sums across it (`_band_sums_of`), so the work past the
+    band is one reduction per term, not a prefix sum over every column."""
     # Centre the times on each row's overall mean so the residual sums below do not cancel catastrophically.
     total_c = c.sum(axis=1)
     centre = np.where(total_c > 0, time.sum(axis=1) / np.where(total_c > 0, total_c, 1.0), 0.0)
@@ -272,28 +275,68 @@ def _scan(
 
     # Per-interval values summed over [0, k) and [k, n) (zeros past n), and lag-1 cross products of neighbouring
     # intervals (the pair (i, i + 1) at column i) summed over the pairs inside [0, k) (i ≤ k − 2) and inside [k, n)
-    # (i ≥ k): a prefix sum of each ([rows, L + 1], Σ of the first j columns at j), read at k and k − 1, one term at
-    # a time so only one is held.
-    rows, length = c.shape
-    prefix = np.zeros((rows, length + 1))
-    flat = prefix.reshape(-1)
-    start = (np.arange(rows) * (length + 1))[:, None]
-    sums = {}
-    for name, values in _interval_terms(c, tc, sumsq):
-        np.cumsum(values, axis=1, out=prefix[:, 1:])
-        at_k = np.take(flat, start + ks)
-        sums[name] = (at_k, prefix[:, -1:] - at_k)
-    for name, values in _pair_terms(c[:, :-1], tc[:, :-1], c[:, 1:], tc[:, 1:]):
-        np.cumsum(values, axis=1, out=prefix[:, 1:length])
-        prefix[:, length] = prefix[:, length - 1]
-        at_k = np.take(flat, start + ks)
-        sums[name] = (np.take(flat, start + np.maximum(ks - 1, 0)), prefix[:, -1:] - at_k)
+    # (i ≥ k). A sum of products is taken without the products (einsum) outside the band.
+    c0, c1, tc0, tc1 = c[:, :-1], c[:, 1:], tc[:, :-1], tc[:, 1:]
+    sums = {
+        "c": _band_sums_of(lo, hi, 0, c),
+        "t": _band_sums_of(lo, hi, 0, tc),
+        "tt": _band_sums_of(lo, hi, 0, tc, tc),
+        "tc": _band_sums_of(lo, hi, 0, tc, c),
+        "cc": _band_sums_of(lo, hi, 0, c, c),
+        "lag_tt": _band_sums_of(lo, hi, 1, tc0, tc1),
+        "lag_tc": _band_sums_of(lo, hi, 1, tc0, c1, c0, tc1),
+        "lag_cc": _band_sums_of(lo, hi, 1, c0, c1),
+    }
+    n_a = np.arange(lo, hi, dtype=np.float64)[None, :]
+    n_b = n[:, None] - n_a
+    if sumsq is not None:
+        # Within a row every interval has calls, so an unknown sum of squares (NaN) makes its side's sum NaN, as the
+        # side's Σ S is then unknown; Σ (c − 1) is the side's calls less its intervals (zeros past n add nothing).
+        none_unknown = np.zeros((1, 1))
+        sums["unknown"] = (none_unknown, none_unknown)
+        sums["ss"] = _band_sums_of(lo, hi, 0, sumsq)
+        sums["ss_dof"] = (sums["c"][0] - n_a, sums["c"][1] - n_b)
     a, b = _sides(sums, sumsq is not None)
     total_n = n[:, None].astype(np.float64)
-    n_a = ks.astype(np.float64)
     scan_prior = prior.rows(slice(None), column=True) if prior is not None else None
-    scan = _statistics(a, b, n_a, n[:, None] - n_a, total_n, centre[:, None], threshold, scan_prior)
-    return scan
+    return _statistics(a, b, n_a, n_b, total_n, centre[:, None], threshold, scan_prior)
+
+
+def _band_sums_of(lo: int, hi: int, lag: int, *operands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For the splits k = lo .. hi − 1 of every row ([rows, hi − lo] each): the sum of v over the columns j < k − lag
+    and over the columns j ≥ k, where v is the operand (one), or the sum of the products of the operands taken in
+    pairs (two or four: x·y, or x·y + u·w). Columns past the operands' width count as none."""
+    width = operands[0].shape[1]
+    a0, a1 = min(max(lo - lag, 0), width), min(max(hi - 1 - lag, 0), width)  # A: columns [0, a0) then a0 .. a1 − 1
+    b0, b1 = min(lo, width), min(hi - 1, width)  # B: columns b0 .. b1 − 1 then [b1, width)
+
+    def values(cols: slice) -> np.ndarray:
+        if len(operands) == 1:
+            return operands[0][:, cols]
+        got = operands[0][:, cols] * operands[1][:, cols]
+        if len(operands) == 4:
+            got += operands[2][:, cols] * operands[3][:, cols]
+        return got
+
+    def total(cols: slice) -> np.ndarray:
+        if len(operands) == 1:
+            return operands[0][:, cols].sum(axis=1)
+        got = np.einsum("ij,ij->i", operands[0][:, cols], operands[1][:, cols])
+        if len(operands) == 4:
+            got += np.einsum("ij,ij->i", operands[2][:, cols], operands[3][:, cols])
+        return got
+
+    rows = operands[0].shape[0]
+    before = np.empty((rows, a1 - a0 + 1))
+    before[:, 0] = total(slice(0, a0))
+    np.cumsum(values(slice(a0, a1)), axis=1, out=before[:, 1:])
+    before[:, 1:] += before[:, :1]
+    after = np.empty((rows, b1 - b0 + 1))
+    after[:, -1] = total(slice(b1, width))
+    np.cumsum(values(slice(b0, b1))[:, ::-1], axis=1, out=after[:, -2::-1])
+    after[:, :-1] += after[:, -1:]
+    k = np.arange(lo, hi)
+    return before[:, np.clip(k - lag, a0, a1) - a0], after[:, np.clip(k, b0, b1) - b0]
 
 
 @dataclass(frozen=True)
@@ -622,29 +665,44 @@ def evidence_from_sums(
 def _side_sums_at(
     c: np.ndarray, time: np.ndarray, sumsq: np.ndarray | None, n: np.ndarray, k: np.ndarray
 ) -> tuple[SideSums, SideSums, np.ndarray, np.ndarray]:
-    """Both sides' sums at one split per row, residuals taken about each side's own mean (two passes)."""
-    col = np.arange(c.shape[1])[None, :]
-    sides = []
-    if sumsq is not None:  # what both sides take from the intervals' own sums of squares, computed once
-        unknown_at, known_ss, pairs_dof = (
-            np.isnan(sumsq) & (c > 0),
-            np.nan_to_num(sumsq, nan=0.0),
-            np.maximum(c - 1, 0.0),
-        )
-    for mask in (col < k[:, None], (col >= k[:, None]) & (col < n[:, None])):
-        cs = np.where(mask, c, 0.0).sum(axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            mu = np.where(mask, time, 0.0).sum(axis=1) / cs
-        e = np.where(mask, time - mu[:, None] * c, 0.0)
-        pair = mask[:, :-1] & mask[:, 1:]
-        ss = ss_dof = None
-        if sumsq is not None:
-            unknown = (mask & unknown_at).any(axis=1)
-            ss = np.where(unknown, np.nan, np.where(mask, known_ss, 0.0).sum(axis=1))
-            ss_dof = np.where(mask, pairs_dof, 0.0).sum(axis=1)
-        ee = (e * e).sum(axis=1)
-        acov = np.where(pair, e[:, :-1] * e[:, 1:], 0.0).sum(axis=1)
-        sides.append(SideSums(calls=cs, mean=mu, ee=ee, acov=acov, ss=ss, ss_dof=ss_dof))
+    """Both sides' sums at one split per row, residuals taken about each side's own mean (two passes). Each sum over
+    a side is a sum of products with that side's indicator (einsum), so no masked copy is made."""
+    rows, length = c.shape
+    col = np.arange(length)[None, :]
+    whole = bool((n == length).all())  # every row fills the matrix: nothing past n
+    in_a = (col < k[:, None]).astype(np.float64)
+    in_b = 1.0 - in_a if whole else ((col >= k[:, None]) & (col < n[:, None])).astype(np.float64)
+
+    def side_sums(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.einsum("ij,ij->i", values, in_a), np.einsum("ij,ij->i", values, in_b)
+
+    calls = side_sums(c)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        means = [total / cs for total, cs in zip(side_sums(time), calls, strict=True)]
+    # Each interval's residual about its own side's mean (0 past n; an empty side's mean, NaN, is never used).
+    level = np.where(in_a > 0, np.nan_to_num(means[0])[:, None], np.nan_to_num(means[1])[:, None])
+    e = time - level * c
+    if not whole:
+        e *= in_a + in_b
+    ee = side_sums(e * e)
+    lagged = e[:, :-1] * e[:, 1:]  # a pair inside A ends before k; inside B begins at or after k (and ends before n)
+    acov = (np.einsum("ij,ij->i", lagged, in_a[:, 1:]), np.einsum("ij,ij->i", lagged, in_b[:, :-1]))
+    ss: tuple[np.ndarray | None, ...] = (None, None)
+    ss_dof: tuple[np.ndarray | None, ...] = (None, None)
+    if sumsq is not None:
+        if np.isnan(sumsq).any():
+            unknown = side_sums((np.isnan(sumsq) & (c > 0)).astype(np.float64))
+            known = side_sums(np.nan_to_num(sumsq, nan=0.0))
+            ss = tuple(np.where(u > 0, np.nan, total) for u, total in zip(unknown, known, strict=True))
+        else:
+            ss = side_sums(sumsq)
+        if whole and c.min() >= 1:  # Σ (c − 1) over a side whose intervals all have calls: its calls less its size
+            ss_dof = (calls[0] - k, calls[1] - (n - k))
+        else:
+            ss_dof = side_sums(np.maximum(c - 1, 0.0))
+    sides = [
+        SideSums(calls=calls[i], mean=means[i], ee=ee[i], acov=acov[i], ss=ss[i], ss_dof=ss_dof[i]) for i in (0, 1)
+    ]
     return sides[0], sides[1], k.astype(np.float64), (n - k).astype(np.float64)
 
 
@@ -858,27 +916,33 @@ def level_shift_beyond_trend(
     rows, length = calls.shape
     col = np.arange(length)[None, :]
     inside = col < n[:, None]
-    w = np.where(inside, calls, 0.0)
+    whole = bool(inside.all())  # every row fills the matrix: nothing past n to mask
+    w = np.asarray(calls, dtype=np.float64) if whole else np.where(inside, calls, 0.0)
     t0 = at[np.arange(rows), np.clip(k - 1, 0, length - 1)].astype(np.float64)
-    t = np.where(inside, (at - t0[:, None]).astype(np.float64), 0.0)
-    t = t / np.maximum(np.abs(t).max(axis=1), 1.0)[:, None]
+    t = (at - t0[:, None]).astype(np.float64)
+    if not whole:
+        t = np.where(inside, t, 0.0)
+    t /= np.maximum(np.abs(t).max(axis=1), 1.0)[:, None]
+    x = np.asarray(means, dtype=np.float64) if whole else np.where(inside, means, 0.0)
+    # With weights w, times t and the step d (0 or 1), every sum the three fits need is a sum of one of w, w·t, w·t²,
+    # w·x, w·t·x over the intervals before k (d = 0) or from k on (d = 1): ten sums of products, taken without
+    # forming the masked products (einsum), as _weighted_lstsq would have them.
     d = (col >= k[:, None]).astype(np.float64)
-    x = np.where(inside, means, 0.0)
-    # With weights w, times t and the step d (0 or 1), every sum the three fits need is one of these (a product
-    # with the column of ones, or d · d, adds nothing): each computed once, as _weighted_lstsq would.
-    w_a, w_b = w * (1 - d), w * d
+    wt = w * t
+    terms = {"1": w, "t": wt, "tt": wt * t, "x": w * x, "tx": wt * x}
+    after_of = {name: np.einsum("ij,ij->i", q, d) for name, q in terms.items()}
+    np.subtract(1.0, d, out=d)
+    before_of = {name: np.einsum("ij,ij->i", q, d) for name, q in terms.items()}
     fits = []
-    for weight, columns in ((w, 3), (w_a, 2), (w_b, 2)):
-        wt = weight * t
-        sums = {"1": weight.sum(axis=1), "t": wt.sum(axis=1), "tt": (wt * t).sum(axis=1)}
-        rhs = [(weight * x).sum(axis=1), (wt * x).sum(axis=1)]
-        if columns == 3:
-            wd = weight * d
-            sums["d"], sums["td"], sums["dt"] = wd.sum(axis=1), (wt * d).sum(axis=1), (wd * t).sum(axis=1)
-            sums["dd"] = (wd * d).sum(axis=1)
-            rhs.append((wd * x).sum(axis=1))
-            gram = [["1", "t", "d"], ["t", "tt", "td"], ["d", "dt", "dd"]]
+    for side in ("whole", "before", "after"):
+        if side == "whole":
+            sums = {name: before_of[name] + after_of[name] for name in terms}
+            sums |= {"d": after_of["1"], "td": after_of["t"], "dd": after_of["1"]}
+            rhs = [sums["x"], sums["tx"], after_of["x"]]
+            gram = [["1", "t", "d"], ["t", "tt", "td"], ["d", "td", "dd"]]
         else:
+            sums = before_of if side == "before" else after_of
+            rhs = [sums["x"], sums["tx"]]
             gram = [["1", "t"], ["t", "tt"]]
         fits.append(
             (

@@ -20,17 +20,21 @@ analyses the mean of each interval between consecutive snapshots instead: x = Δ
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from radar_pipeline.engine.edivisive import WORKERS
 from radar_pipeline.engine.variance import interval_sum_of_squares
 
 REQUIRED = ("query_key", "captured_at", "calls", "total_exec_time")
 STDDEV = "stddev_exec_time"
 # Unordered rows are placed in a grid of keys × scrape times when it holds at most this many cells per row.
 GRID_FILL = 4
+PARALLEL_ROWS = 1 << 18  # the fewest rows whose columns are copied on several threads
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,41 @@ class WindowSamples:
         """The interval mean (ms per call) of every sample."""
         return self.time / self.calls
 
+    def count_until(self, at: np.ndarray | int) -> np.ndarray:
+        """Per group, how many of its samples end at or before `at` (one time, or one per group): a group's samples
+        are in time order, so they are its first ones, found by a bisection of every group at once."""
+        lo, hi = self.offsets[:-1].copy(), self.offsets[1:].copy()
+        at = np.broadcast_to(at, lo.shape)
+        while True:
+            open_ = lo < hi
+            if not open_.any():
+                return lo - self.offsets[:-1]
+            mid = (lo + hi) // 2
+            ends = self.end[np.where(open_, mid, 0)]
+            later = open_ & (ends > at)
+            lo = np.where(open_ & ~later, mid + 1, lo)
+            hi = np.where(later, mid, hi)
+
+
+def segment_sums(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Σ values[starts[i, j] : starts[i, j] + sizes[i, j]] for every i, j, 0 for an empty segment; the segments in
+    row-major order must not overlap and each lie after the one before it (gaps allowed; an empty one may begin at or
+    past the end of values). One pass of np.add.reduceat, far cheaper than a bincount over a label per value (it sums
+    each segment pairwise: the last bits may differ)."""
+    shape = starts.shape
+    starts, sizes = starts.ravel(), sizes.ravel()
+    dtype = np.int64 if values.dtype == bool else None
+    if not len(starts):
+        return np.zeros(shape, dtype=dtype or values.dtype)
+    bounds = np.stack([starts, starts + sizes], axis=1).ravel()
+    size = len(values)
+    if bounds[-1] == size and bounds[-2] < size:  # the last segment ends with the values: reduceat's own end
+        got = np.add.reduceat(values, bounds[:-1], dtype=dtype)
+    else:  # reduceat takes indices below the length: zeros up to the last bound and one more to end on
+        padded = np.append(values, np.zeros(max(int(bounds[-1]) - size, 0) + 1, dtype=values.dtype))
+        got = np.add.reduceat(padded, bounds, dtype=dtype)
+    return np.where(sizes > 0, got[0::2], 0).reshape(shape)
+
 
 def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int, extra: tuple[str, ...] = ()) -> WindowSamples:
     """Interval samples ending in (lo, hi] for every query of `counters` (see the module docstring for the rules).
@@ -85,9 +124,11 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int, extra: tuple[
     if STDDEV in counters:
         values[STDDEV] = _numeric(counters[STDDEV], f"counters.{STDDEV}", allow_nan=True)
 
+    if since is not None and len(since) and since.min() == since.max():
+        since = None  # one stats_since throughout: no reset to find there, and no column to reorder
     order, codes, t = _key_time_order(codes, t)
     if order is not None:
-        values = {key: v[order] for key, v in values.items()}
+        values = _each(lambda v: v[order], values)
         since = since[order] if since is not None else None
 
     same = codes[1:] == codes[:-1]
@@ -99,14 +140,15 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int, extra: tuple[
     end = t[1:]
     sample = same & ~reset & (deltas["calls"] > 0) & (end > lo_ns) & (end <= hi_ns)
     s_code, s_end = codes[1:][sample], end[sample]
-    s_values = {key: d[sample] for key, d in deltas.items()}
+    s_values = _each(lambda d: d[sample], deltas)
     for key in extra:  # a further counter that went down alone is unknown for that interval, not negative
         s_values[key] = np.where(s_values[key] < 0, np.nan, s_values[key])
     if stddev is not None:
         c, tt = values["calls"], values["time"]
         if 2 * len(s_end) >= len(sample):  # most rows close a sample: every pair of neighbouring rows, then those
-            every = interval_sum_of_squares(c[:-1], tt[:-1], stddev[:-1], c[1:], tt[1:], stddev[1:])
-            s_values[STDDEV] = every[sample]
+            s_values[STDDEV] = interval_sum_of_squares(
+                c[:-1], tt[:-1], stddev[:-1], c[1:], tt[1:], stddev[1:], where=sample
+            )
         else:
             first, second = np.flatnonzero(sample), np.flatnonzero(sample) + 1
             s_values[STDDEV] = interval_sum_of_squares(
@@ -115,8 +157,10 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int, extra: tuple[
 
     group_of_key = _fingerprint_groups(counters, codes, order, None, len(uniques))
     groups = int(group_of_key.max()) + 1 if len(group_of_key) else 0
-    s_group = group_of_key[s_code]
     folded = groups < len(uniques)
+    # Each key its own group, numbered as the keys (the usual case): the samples' groups are their keys' codes.
+    alone = not folded and bool((group_of_key == np.arange(len(group_of_key))).all())
+    s_group = s_code if alone else group_of_key[s_code]
     if folded:
         by_group = np.lexsort((s_end, s_group))
         s_group, s_end = s_group[by_group], s_end[by_group]
@@ -126,10 +170,16 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int, extra: tuple[
         s_group, s_end, s_values = _sum_same_snapshot(s_group, s_end, s_values)
         if STDDEV in s_values:
             s_values[STDDEV] = np.maximum(s_values[STDDEV] - s_values["time"] ** 2 / s_values["calls"], 0.0)
-    offsets = np.zeros(groups + 1, dtype=np.int64)
-    np.cumsum(np.bincount(s_group, minlength=groups), out=offsets[1:])
+    if alone or folded:  # the samples are in order of group: where each group's begin
+        offsets = np.searchsorted(s_group, np.arange(groups + 1)).astype(np.int64)
+    else:
+        offsets = np.zeros(groups + 1, dtype=np.int64)
+        np.cumsum(np.bincount(s_group, minlength=groups), out=offsets[1:])
 
-    reporter = _reporting_keys(codes, t, s_code, end[sample], group_of_key, groups)
+    if alone:  # a group's one key is the key it is reported under
+        reporter = np.arange(groups)
+    else:
+        reporter = _reporting_keys(codes, t, s_code, end[sample], group_of_key, groups)
     keys = np.asarray(uniques, dtype=object)[reporter]
     merged: list[tuple] = [()] * groups
     if folded:
@@ -149,6 +199,15 @@ def window_samples(counters: pd.DataFrame, lo_ns: int, hi_ns: int, extra: tuple[
         sumsq=s_values.pop(STDDEV, None),
         extra=s_values,
     )
+
+
+def _each(pick: Callable[[np.ndarray], np.ndarray], columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`pick` (a gather or a selection of rows) applied to every column; long columns on the machine's cores, a
+    column a thread (numpy releases the interpreter's lock while it copies)."""
+    if len(columns) < 2 or WORKERS < 2 or min(len(v) for v in columns.values()) < PARALLEL_ROWS:
+        return {key: pick(v) for key, v in columns.items()}
+    with ThreadPoolExecutor(max_workers=min(WORKERS, len(columns))) as pool:
+        return dict(zip(columns, pool.map(pick, columns.values()), strict=True))
 
 
 def _check_columns(counters: pd.DataFrame, extra: tuple[str, ...] = ()) -> None:
@@ -180,7 +239,8 @@ def _utc_ns(column: pd.Series, name: str, allow_null: bool = False) -> np.ndarra
         if allow_null and column.isna().all():
             return np.full(len(column), np.iinfo(np.int64).min, dtype=np.int64)
         raise ValueError(f"{name} must hold time-zone-aware timestamps, not {column.dtype}")
-    values = column.array.as_unit("ns").asi8
+    array = column.array
+    values = (array if array.unit == "ns" else array.as_unit("ns")).asi8
     if not allow_null and (values == np.iinfo(np.int64).min).any():
         raise ValueError(f"{name} has missing values")
     return values
@@ -223,10 +283,13 @@ def _key_time_order(codes: np.ndarray, t: np.ndarray) -> tuple[np.ndarray | None
         cell = codes * len(distinct) + rank[stamps]
         grid = np.full(keys * len(distinct), -1, dtype=np.int64)
         grid[cell] = np.arange(len(codes))
+        times = distinct[by_time]
+        if len(grid) == len(codes) and (grid >= 0).all():  # every key in every scrape, once: the whole grid
+            return grid, np.repeat(np.arange(keys), len(times)), np.tile(times, keys)
         filled = np.flatnonzero(grid >= 0)
         if len(filled) == len(codes):  # no snapshot twice: every row has a cell of its own
             code, stamp = np.divmod(filled, len(distinct))
-            return grid[filled], code, distinct[by_time][stamp]
+            return grid[filled], code, times[stamp]
     order = _sort_order(codes, t)
     assert order is not None  # the rows are not in order
     codes, t = codes[order], t[order]

@@ -23,10 +23,15 @@ quarter of it is mostly rounding noise; both are reported as unknown (NaN), neve
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
+
+from radar_pipeline.engine.edivisive import WORKERS
 
 EPS = np.finfo(np.float64).eps
 CHUNK = 1 << 14
+SPAN_CHUNKS = 8  # the fewest chunks worth a thread of their own
 
 
 def interval_sum_of_squares(
@@ -36,20 +41,50 @@ def interval_sum_of_squares(
     calls2: np.ndarray,
     total2: np.ndarray,
     stddev2: np.ndarray,
+    where: np.ndarray | None = None,
 ) -> np.ndarray:
     """Σ (x − m)² over the calls made between two cumulative rows (see the module docstring); NaN where unknown.
 
     All arguments are arrays of the same shape (row 1 is the earlier scrape of the same entry, with calls2 > calls1);
-    a NaN stddev on either side gives NaN. calls1 = 0 (the entry began in between) gives C2 · σ2².
+    a NaN stddev on either side gives NaN. calls1 = 0 (the entry began in between) gives C2 · σ2². With `where` (a
+    boolean array of that shape), only the pairs it marks, flat, in order.
     """
     args = [np.asarray(v, dtype=np.float64) for v in (calls1, total1, stddev1, calls2, total2, stddev2)]
     args = list(np.broadcast_arrays(*args))
     shape = args[0].shape
     flat = [v.reshape(-1) for v in args]
-    out = np.empty(flat[0].size)
-    # Element by element, so computed CHUNK values at a time: the dozen temporaries then stay in cache.
-    for lo in range(0, out.size, CHUNK):
-        out[lo : lo + CHUNK] = _sum_of_squares(*(v[lo : lo + CHUNK] for v in flat))
+    size = flat[0].size
+    mask = np.broadcast_to(where, shape).reshape(-1) if where is not None else None
+    # Element by element, so computed CHUNK values at a time: the dozen temporaries then stay in cache (and, with
+    # `where`, each chunk's pairs are picked while they are there). Long inputs are cut into a span per core, each
+    # computed on a thread of its own (numpy releases the interpreter's lock inside its operations).
+    chunks = -(-size // CHUNK)
+    spans = max(1, min(WORKERS, chunks // SPAN_CHUNKS))
+    bounds = [CHUNK * (chunks * i // spans) for i in range(spans)] + [size]
+    starts = [0] * (spans + 1)
+    for i in range(spans):
+        starts[i + 1] = starts[i] + (
+            int(np.count_nonzero(mask[bounds[i] : bounds[i + 1]])) if mask is not None else bounds[i + 1] - bounds[i]
+        )
+    out = np.empty(starts[-1])
+
+    def span(i: int) -> None:
+        at = starts[i]
+        for lo in range(bounds[i], bounds[i + 1], CHUNK):
+            hi = min(lo + CHUNK, bounds[i + 1])
+            got = _sum_of_squares(*(v[lo:hi] for v in flat))
+            if mask is not None:
+                got = got[mask[lo:hi]]
+            out[at : at + len(got)] = got
+            at += len(got)
+
+    if spans == 1:
+        span(0)
+    else:
+        with ThreadPoolExecutor(max_workers=spans) as pool:
+            list(pool.map(span, range(spans)))
+    if mask is not None:
+        return out
     return out.reshape(shape) if shape else out[()]
 
 
