@@ -96,3 +96,31 @@ def test_copy_out_raises_the_servers_error_and_leaves_the_connection_usable(ware
             copy_out(conn, psql.SQL("COPY (SELECT * FROM no_such_table) TO STDOUT"))
         conn.rollback()
         assert conn.execute(sa.text("SELECT 3")).scalar_one() == 3
+
+
+def test_a_transaction_copy_out_begins_is_sqlalchemy_s_and_ends_with_its_rollback(warehouse):
+    """copy_out as a connection's first statement begins SQLAlchemy's own transaction: the rollback before the engine
+    runs ends it (no session idle in transaction holding its locks), also after a failed COPY."""
+    import psycopg
+    import sqlalchemy as sa
+    from psycopg import sql as psql
+
+    from radar_pipeline.warehouse.database import copy_out
+
+    def state(pid: int) -> str:
+        with warehouse.connect() as other:
+            found = other.execute(sa.text("SELECT state FROM pg_stat_activity WHERE pid = :p"), {"p": pid})
+            return str(found.scalar_one())
+
+    with warehouse.connect() as conn:
+        pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+        conn.rollback()
+        copy_out(conn, psql.SQL("COPY (SELECT relname FROM pg_class LIMIT 1) TO STDOUT"))
+        assert conn.in_transaction()
+        conn.rollback()
+        assert state(pid) == "idle"
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            copy_out(conn, psql.SQL("COPY (SELECT * FROM no_such_table) TO STDOUT"))
+        conn.rollback()
+        assert state(pid) == "idle"
+        assert conn.execute(sa.text("SELECT 4")).scalar_one() == 4

@@ -48,7 +48,9 @@ def copy_out(conn: sa.Connection, query: psql.Composable) -> bytearray:
     the connection is left usable), is raised as psycopg raises it."""
     raw = driver(conn)
     if raw.pgconn.transaction_status == pq.TransactionStatus.IDLE and not raw.autocommit:
-        raw.execute("SELECT")  # begins the caller's transaction as psycopg begins it for any statement
+        # Begun through SQLAlchemy, so its rollback (before the engine runs) ends it; begun under SQLAlchemy's feet,
+        # the session would stay idle in transaction, holding its locks.
+        conn.execute(sa.text("SELECT"))
     pgconn = raw.pgconn
     stream = bytearray()
     with raw.lock, selectors.DefaultSelector() as sel:

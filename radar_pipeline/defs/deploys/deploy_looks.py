@@ -46,7 +46,8 @@ class LookConfig(dg.Config):
     owners=OWNERS,
     pool=ANALYSIS_POOL,
     description="The deploy's later looks: the statements and groups its first verdict left open decided again as "
-    "the after side grows (2W, 4W, 8W), one materialization per look (radar.deploy_look; late detections in radar.verdict).",
+    "the after side grows (2W, 4W, 8W), one materialization per look (radar.deploy_look; late detections in "
+    "radar.verdict).",
 )
 def deploy_looks(
     context: dg.AssetExecutionContext,
@@ -135,9 +136,9 @@ deploy_looks_job = dg.define_asset_job(
 def deploy_look_sensor(
     context: dg.SensorEvaluationContext, warehouse: WarehouseResource, analysis: AnalysisResource
 ) -> dg.SensorResult | dg.SkipReason:
-    """The looks due now (warehouse.looks.due_looks: the next look of each analysed deploy with a statement or a group open,
-    once its after side plus one scrape interval has passed or the target's next deploy cut it), one run each. The run
-    key names the deploy, the look and the first verdict it continues, so each look is requested once (and again
+    """The looks due now (warehouse.looks.due_looks: the next look of each analysed deploy with a statement or a group
+    open, once its after side plus one scrape interval has passed or the target's next deploy cut it), one run each.
+    The run key names the deploy, the look and the first verdict it continues, so each look is requested once (and again
     only after a re-analysis replaced the first verdict); a look that failed is recorded so and not asked for again.
     The looks continuing a first verdict the nightly reanalysis made carry its tag (REANALYSIS_TAG): their alerts
     and statuses are recorded, never posted. A deploy decided, cut or past its last look has none: its looks stop
