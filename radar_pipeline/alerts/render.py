@@ -511,7 +511,7 @@ def render_canary(facts: AnalysisFacts, regressions: list[Regression]) -> tuple[
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"```{excerpt(r.query)}```"}})
         interval = "" if r.factor_low is None else f" (×{r.factor_low:.2f}–×{r.factor_high:.2f}, 95%)"
         arm = canary_words(arms.canary_role, r.change_factor, arms.stable_role)
-        fields = [
+        lines = [
             f"*Canary arm:* {escape_within(printable(arm), MAX_FIELD_TEXT - 20)}",
             f"*Factor:* ×{r.change_factor:.2f}{interval}",
             f"*Mean:* {r.mean_before_ms:.3f} ms stable → {r.mean_after_ms:.3f} ms canary",
@@ -519,7 +519,7 @@ def render_canary(facts: AnalysisFacts, regressions: list[Regression]) -> tuple[
             f"*Confidence:* {r.confidence:.4f}",
             f"*queryid:* {r.queryid}",
         ]
-        blocks.append({"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]})
+        blocks.append({"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in lines]})
     if len(regressions) > MAX_SHOWN:
         sql = f"SELECT * FROM radar.canary_verdict WHERE deploy_id = '{escape_within(facts.analysis_id, 300)}'"
         text = f"*… and {len(regressions) - MAX_SHOWN} more:* `{sql}`"
