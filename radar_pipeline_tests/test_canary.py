@@ -605,3 +605,82 @@ def _strings(value) -> list[str]:  # type: ignore[no-untyped-def]
     if isinstance(value, dict):
         return [t for item in value.values() for t in _strings(item)]
     return []
+
+
+def test_a_canary_analysis_stored_by_a_run_that_died_before_its_alerts_is_alerted_by_the_reconciler(
+    canary, warehouse, warehouse_url, slack
+):
+    """A canary_verdicts run that stored the canary analysis and died before canary_alerts claimed its outbox rows
+    leaves no row to retry, and canary_sensor asks no more: radar_reconciler notices the stored analysis with
+    detections and no outbox rows (within the alert age limit) and requests alert_retry_job, whose canary_alerts
+    sends it once; then it asks no more."""
+    from radar_pipeline.defs.alerts.canary_alerts import canary_alerts
+    from radar_pipeline.defs.alerts.regression_alerts import regression_alerts
+    from radar_pipeline.defs.bands.query_history import query_history
+    from radar_pipeline.defs.deploys.deploy_verdicts import deploy_verdicts
+    from radar_pipeline.defs.reconcile.reconciler import alert_retry_job, radar_reconciler
+    from radar_pipeline.defs.resources import ChannelsResource, ReconcilerResource, SlackResource
+    from radar_pipeline.warehouse.canary import due_canaries
+
+    window = _run(warehouse, canary).settings.window
+    analysis = AnalysisResource(window_seconds=window.total_seconds(), scrape_interval_seconds=1)
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": analysis,
+        "targets": TargetsResource(spec=f"{canary.target.name}={canary.target.dsn}"),
+        "code_hosts": CodeHostResource(),
+        "slack": SlackResource(token="xoxb-test-token", channel="#radar", base_url=slack.api_url),
+        "channels": ChannelsResource(),
+        "reconciler": ReconcilerResource(backoff_seconds=0, grace_seconds=0),
+    }
+    defs = dg.Definitions(
+        assets=[deploy_verdicts, regression_alerts, query_history, canary_verdicts, canary_alerts],
+        jobs=[canary_verdicts_job, alert_retry_job],
+        resources=resources,
+    )
+
+    def canary_requests(instance: dg.DagsterInstance) -> list[dg.RunRequest]:
+        context = dg.build_sensor_context(instance=instance, resources=resources)
+        result = radar_reconciler(context)
+        return [r for r in result.run_requests or [] if r.job_name == alert_retry_job.name]
+
+    def outbox() -> list[tuple]:
+        with warehouse.connect() as conn:
+            return conn.execute(
+                sa.text("SELECT deploy_id, target, status FROM radar.alert WHERE deploy_id LIKE 'cn-%'")
+            ).all()
+
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["cn-slow", "cn-plain"])
+        for deploy_id in (
+            "cn-slow",
+            "cn-plain",
+        ):  # the run dies once canary_verdicts is stored: canary_alerts never ran
+            stored = defs.resolve_job_def("canary_verdicts_job").execute_in_process(
+                instance=instance, partition_key=deploy_id, asset_selection=[dg.AssetKey("canary_verdicts")]
+            )
+            assert stored.success
+        assert outbox() == []
+        with warehouse.connect() as conn:  # canary_sensor asks for neither again: both have a canary analysis
+            due = [d.deploy_id for d in due_canaries(conn, timedelta(0))]
+        assert not {"cn-slow", "cn-plain"} & set(due)
+        with warehouse.begin() as conn:  # a canary window older than the alert age limit is no longer news
+            conn.execute(sa.text("UPDATE radar.canary_analysis SET window_end = window_end - interval '3 days' "
+                                 "WHERE deploy_id = 'cn-slow'"))  # fmt: skip
+        assert canary_requests(instance) == []
+        with warehouse.begin() as conn:
+            conn.execute(sa.text("UPDATE radar.canary_analysis SET window_end = window_end + interval '3 days' "
+                                 "WHERE deploy_id = 'cn-slow'"))  # fmt: skip
+        (request,) = canary_requests(instance)  # cn-plain detected nothing: nothing to alert
+        assert request.partition_key == "cn-slow", request
+        (again,) = canary_requests(instance)  # a repeated tick before the run: the same run key (Dagster runs it once)
+        assert again.run_key == request.run_key, (again, request)
+        tags = {**request.tags, "dagster/run_key": request.run_key or ""}
+        run = defs.resolve_job_def(alert_retry_job.name).execute_in_process(
+            instance=instance, partition_key="cn-slow", tags=tags
+        )
+        assert run.success
+        assert canary_requests(instance) == []  # its rows exist now: the outbox's own retries take over
+    posts = [p.json for p in slack.calls_to("/api/chat.postMessage")]
+    assert len(posts) == 1 and posts[0]["text"].startswith(f"Canary {canary.roles['slow']} of deploy"), posts
+    assert outbox() == [("cn-slow", f"canary:{canary.target.name}", "sent")]
