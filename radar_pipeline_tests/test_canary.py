@@ -472,3 +472,215 @@ def test_a_canary_alert_whose_send_timed_out_is_looked_for_in_the_channel_not_po
     assert len(slack.calls_to(post)) == 1 and again["to_send"] == 0  # found posted: not sent again
     assert outbox() == [("sent", False)]
     assert send()["to_send"] == 0 and len(slack.calls_to(post)) == 1  # and a run after that sends nothing either
+
+
+HOSTILE_SERVICE = "<!channel> *shop* [x](http://evil) {{DATE(2017-02-14T06:08:39Z)}} <b>b</b>"
+CANARY_HOOK = (
+    '{"summary": "{{ summary }}", "target": {{ target|tojson }}, "kind": "{{ kind }}", '
+    '"canary": {{ canary|tojson }}, "regression": {{ regression|tojson }}}'
+)
+
+
+def test_a_canary_detection_says_what_it_is_on_every_channel_through_dagster(
+    canary, warehouse, warehouse_url, slack, pagerduty
+):
+    """Teams, Grafana, PagerDuty and a webhook each say the canary role against the stable role over the same minutes,
+    with both arms' means and calls, on the real target (not the outbox's `canary:<target>`), never "before/after
+    deploy" or "change began"; text from outside escaped as each channel needs."""
+    from radar_pipeline.alerts.teams import md
+    from radar_pipeline.defs.alerts.canary_alerts import canary_alerts
+    from radar_pipeline.defs.resources import ChannelsResource, SlackResource
+
+    from . import fake_grafana, fake_webhook
+    from .fake_pagerduty import EVENTS
+
+    window = _run(warehouse, canary).settings.window
+    with warehouse.begin() as conn:
+        conn.execute(sa.text("UPDATE radar.deploy_event SET service = :s WHERE deploy_id = 'cn-slow'"),
+                     {"s": HOSTILE_SERVICE})  # fmt: skip
+    hook, hook_http = fake_webhook.start()
+    grafana, grafana_http = fake_grafana.start()
+    try:
+        resources = {
+            "warehouse": WarehouseResource(url=warehouse_url),
+            "analysis": AnalysisResource(window_seconds=window.total_seconds(), scrape_interval_seconds=1),
+            "targets": TargetsResource(spec=f"{canary.target.name}={canary.target.dsn}"),
+            "code_hosts": CodeHostResource(),
+            "slack": SlackResource(token="xoxb-test-token", channel="#radar", base_url=slack.api_url),
+            "channels": ChannelsResource(
+                pagerduty_routing_key="R" * 32,
+                pagerduty_url=pagerduty.url,
+                teams_webhook_url=hook.teams_url,
+                grafana_url=grafana.url,
+                grafana_token=fake_grafana.TOKEN,
+                webhooks=json.dumps({"ops": {"url": hook.hook_url(), "template": CANARY_HOOK}}),
+                webhook_allowed_hosts=f"127.0.0.1:{hook.port}",
+            ),
+        }
+        defs = dg.Definitions(assets=[canary_verdicts, canary_alerts], jobs=[canary_verdicts_job], resources=resources)
+        with dg.instance_for_test() as instance:
+            instance.add_dynamic_partitions("deploys", ["cn-slow"])
+            result = defs.resolve_job_def("canary_verdicts_job").execute_in_process(
+                instance=instance, partition_key="cn-slow"
+            )
+            assert result.success
+        teams_calls = [c for c in hook.delivered if c.path.startswith("/workflows/")]
+        hook_calls = [c for c in hook.delivered if c.path.startswith("/hook/")]
+    finally:
+        hook_http.shutdown()
+        grafana_http.shutdown()
+    name, stable, slow = canary.target.name, canary.roles["stable"], canary.roles["slow"]
+    with warehouse.connect() as conn:
+        (row,) = conn.execute(
+            sa.text("SELECT mean_canary_ms, mean_stable_ms, calls_canary, calls_stable, queryid "
+                    "FROM radar.canary_verdict WHERE deploy_id = 'cn-slow' AND verdict = 'detected'")
+        ).all()  # fmt: skip
+        window_start, window_end = conn.execute(
+            sa.text("SELECT window_start, window_end FROM radar.canary_analysis WHERE deploy_id = 'cn-slow'")
+        ).one()
+
+    # Teams: one card, the canary's words, escaped for the card's markdown
+    (teams_call,) = teams_calls
+    texts = _strings(teams_call.json)
+    card = "\n".join(texts)
+    assert any(t.startswith(f"Canary {md(slow)} of deploy") for t in texts), card
+    assert f"stable role {md(stable)}" in card and "same minutes" in card, card
+    assert f"on {md(name)}" in card and "canary:" not in card, card
+    assert "Change began" not in card and "before" not in card and "after deploy" not in card, card
+    assert f"{row.calls_stable:,} stable, {row.calls_canary:,} canary" in card, card
+    assert f"{row.mean_stable_ms:.3f} ms stable" in card and f"{row.mean_canary_ms:.3f} ms canary" in card, card
+    assert "\\*shop\\*" in card and "\\[x\\]" in card and "\\{\\{DATE" in card, card
+    assert "[x](http" not in card.replace("\\[x\\](http", "") and "{{DATE" not in card.replace("\\{\\{DATE", ""), card
+
+    # Grafana: the annotation's HTML text and tags
+    (annotation,) = grafana.annotations
+    text = annotation["text"]
+    assert f"canary role {slow}" in text and f"stable role {stable}" in text and "same minutes" in text, text
+    assert f"on {name}" in text and "canary:" not in text and "after deploy" not in text, text
+    assert f"{row.mean_stable_ms:.3f} ms stable" in text and f"{row.mean_canary_ms:.3f} ms canary" in text, text
+    assert f"{row.calls_stable:,} stable" in text and f"{row.calls_canary:,} canary" in text, text
+    assert "&lt;!channel&gt;" in text and "<b>b</b>" not in text, text
+    assert f"target:{name}" in annotation["tags"] and "kind:canary" in annotation["tags"], annotation["tags"]
+    assert not [t for t in annotation["tags"] if t.startswith("target:canary:")], annotation["tags"]
+
+    # PagerDuty: the summary, the source and the custom details
+    (trigger,) = [c for c in pagerduty.calls_to(EVENTS) if c["event_action"] == "trigger"]
+    payload = trigger["payload"]
+    assert payload["source"] == name, payload
+    summary = payload["summary"]
+    assert f"canary role {slow}" in summary and f"stable role {stable}" in summary, summary
+    assert f"on {name}:" in summary and "canary:" not in summary and "after deploy" not in summary, summary
+    details = payload["custom_details"]
+    assert details["target"] == name and details["canary_role"] == slow and details["stable_role"] == stable, details
+    assert (details["calls_canary"], details["calls_stable"]) == (row.calls_canary, row.calls_stable), details
+    assert details["mean_canary_ms"] == round(row.mean_canary_ms, 3), details
+    assert details["mean_stable_ms"] == round(row.mean_stable_ms, 3), details
+    assert details["window"] == [window_start.isoformat(), window_end.isoformat()], details
+    assert not {"mean_before_ms", "mean_after_ms", "calls_before", "calls_after"} & set(details), details
+
+    # The webhook: its documented fields
+    (hook_call,) = hook_calls
+    body = hook_call.json
+    assert body["target"] == name and body["kind"] == "regression", body
+    assert f"canary role {slow}" in body["summary"] and f"stable role {stable}" in body["summary"], body
+    assert "after deploy" not in body["summary"] and "canary:" not in body["summary"], body
+    assert body["canary"] == {
+        "canary_role": slow,
+        "stable_role": stable,
+        "window_start": window_start.isoformat(),
+        "window_end": window_end.isoformat(),
+        "mean_canary_ms": row.mean_canary_ms,
+        "mean_stable_ms": row.mean_stable_ms,
+        "calls_canary": row.calls_canary,
+        "calls_stable": row.calls_stable,
+    }, body
+    assert body["regression"]["change_at"] is None, body  # a canary has no moment its change began
+
+
+def _strings(value) -> list[str]:  # type: ignore[no-untyped-def]
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [t for item in value for t in _strings(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _strings(item)]
+    return []
+
+
+def test_a_canary_analysis_stored_by_a_run_that_died_before_its_alerts_is_alerted_by_the_reconciler(
+    canary, warehouse, warehouse_url, slack
+):
+    """A canary_verdicts run that stored the canary analysis and died before canary_alerts claimed its outbox rows
+    leaves no row to retry, and canary_sensor asks no more: radar_reconciler notices the stored analysis with
+    detections and no outbox rows (within the alert age limit) and requests alert_retry_job, whose canary_alerts
+    sends it once; then it asks no more."""
+    from radar_pipeline.defs.alerts.canary_alerts import canary_alerts
+    from radar_pipeline.defs.alerts.regression_alerts import regression_alerts
+    from radar_pipeline.defs.bands.query_history import query_history
+    from radar_pipeline.defs.deploys.deploy_verdicts import deploy_verdicts
+    from radar_pipeline.defs.reconcile.reconciler import alert_retry_job, radar_reconciler
+    from radar_pipeline.defs.resources import ChannelsResource, ReconcilerResource, SlackResource
+    from radar_pipeline.warehouse.canary import due_canaries
+
+    window = _run(warehouse, canary).settings.window
+    analysis = AnalysisResource(window_seconds=window.total_seconds(), scrape_interval_seconds=1)
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": analysis,
+        "targets": TargetsResource(spec=f"{canary.target.name}={canary.target.dsn}"),
+        "code_hosts": CodeHostResource(),
+        "slack": SlackResource(token="xoxb-test-token", channel="#radar", base_url=slack.api_url),
+        "channels": ChannelsResource(),
+        "reconciler": ReconcilerResource(backoff_seconds=0, grace_seconds=0),
+    }
+    defs = dg.Definitions(
+        assets=[deploy_verdicts, regression_alerts, query_history, canary_verdicts, canary_alerts],
+        jobs=[canary_verdicts_job, alert_retry_job],
+        resources=resources,
+    )
+
+    def canary_requests(instance: dg.DagsterInstance) -> list[dg.RunRequest]:
+        context = dg.build_sensor_context(instance=instance, resources=resources)
+        result = radar_reconciler(context)
+        return [r for r in result.run_requests or [] if r.job_name == alert_retry_job.name]
+
+    def outbox() -> list[tuple]:
+        with warehouse.connect() as conn:
+            return conn.execute(
+                sa.text("SELECT deploy_id, target, status FROM radar.alert WHERE deploy_id LIKE 'cn-%'")
+            ).all()
+
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["cn-slow", "cn-plain"])
+        for deploy_id in (
+            "cn-slow",
+            "cn-plain",
+        ):  # the run dies once canary_verdicts is stored: canary_alerts never ran
+            stored = defs.resolve_job_def("canary_verdicts_job").execute_in_process(
+                instance=instance, partition_key=deploy_id, asset_selection=[dg.AssetKey("canary_verdicts")]
+            )
+            assert stored.success
+        assert outbox() == []
+        with warehouse.connect() as conn:  # canary_sensor asks for neither again: both have a canary analysis
+            due = [d.deploy_id for d in due_canaries(conn, timedelta(0))]
+        assert not {"cn-slow", "cn-plain"} & set(due)
+        with warehouse.begin() as conn:  # a canary window older than the alert age limit is no longer news
+            conn.execute(sa.text("UPDATE radar.canary_analysis SET window_end = window_end - interval '3 days' "
+                                 "WHERE deploy_id = 'cn-slow'"))  # fmt: skip
+        assert canary_requests(instance) == []
+        with warehouse.begin() as conn:
+            conn.execute(sa.text("UPDATE radar.canary_analysis SET window_end = window_end + interval '3 days' "
+                                 "WHERE deploy_id = 'cn-slow'"))  # fmt: skip
+        (request,) = canary_requests(instance)  # cn-plain detected nothing: nothing to alert
+        assert request.partition_key == "cn-slow", request
+        (again,) = canary_requests(instance)  # a repeated tick before the run: the same run key (Dagster runs it once)
+        assert again.run_key == request.run_key, (again, request)
+        tags = {**request.tags, "dagster/run_key": request.run_key or ""}
+        run = defs.resolve_job_def(alert_retry_job.name).execute_in_process(
+            instance=instance, partition_key="cn-slow", tags=tags
+        )
+        assert run.success
+        assert canary_requests(instance) == []  # its rows exist now: the outbox's own retries take over
+    posts = [p.json for p in slack.calls_to("/api/chat.postMessage")]
+    assert len(posts) == 1 and posts[0]["text"].startswith(f"Canary {canary.roles['slow']} of deploy"), posts
+    assert outbox() == [("cn-slow", f"canary:{canary.target.name}", "sent")]

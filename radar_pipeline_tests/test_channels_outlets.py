@@ -911,3 +911,35 @@ def test_a_bounded_template_still_does_what_templates_do(webhook):
     assert body["short"] == "SELECT * FROM...", body["short"]
     assert (body["rule"], body["million"], body["share"]) == ("=" * 40, 10**12, "25.6%")
     assert body["long"] == 100 * len("SELECT * FROM orders WHERE customer_id = $1")
+
+
+def test_a_canary_detection_escapes_its_roles_for_each_channel(webhook, grafana):
+    """A canary arm's detection on Teams, Grafana and a webhook (the stand-ins), with role names holding what each
+    channel's markup acts on: escaped for each, shown on the real target, never the outbox's canary:<target>."""
+    from dataclasses import replace
+
+    from radar_pipeline.alerts.pagerduty import trigger_event
+    from radar_pipeline.alerts.render import CANARY_CAUSE, CanaryArms
+    from radar_pipeline.alerts.teams import md
+
+    canary_role, stable_role = "web*_[x](http://evil)_{{DATE(2017-02-14T06:08:39Z)}}", "<b>stable</b>\u202e"
+    arms = CanaryArms("main", canary_role, stable_role, (AT, AT + timedelta(minutes=30)))
+    shown = facts(target="canary:main", canary=arms)
+    found = Detection(key=(5, 10, 1001, True), regression=replace(regression(1), cause=CANARY_CAUSE))
+    _teams(webhook).notify(shown, [found], "out-1")
+    card = "\n".join(_texts(_card(webhook.delivered[-1])))
+    assert f"canary role {md(canary_role)}" in card and f"stable role {md('<b>stable</b>')}" in card, card
+    assert "[x](http" not in card.replace("\\[x\\](http", "") and "\u202e" not in card and "canary:" not in card
+    _grafana(grafana).notify(shown, [found], "out-2")
+    (annotation,) = grafana.annotations
+    assert "&lt;b&gt;stable&lt;/b&gt;" in annotation["text"] and "<b>stable" not in annotation["text"], annotation
+    assert "\u202e" not in annotation["text"] and "target:main" in annotation["tags"], annotation
+    assert annotation["timeEnd"] - annotation["time"] == 30 * 60 * 1000, annotation  # a region over the window
+    _hook(webhook).notify(shown, [found], "out-3")
+    body = webhook.delivered[-1].json
+    assert (
+        "\u202e" not in body["text"] and "canary:" not in body["text"] and "stable role <b>stable</b>" in body["text"]
+    )
+    event = trigger_event(shown, found)
+    assert event["payload"]["source"] == "main" and "\u202e" not in event["payload"]["summary"], event
+    assert event["payload"]["custom_details"]["stable_role"] == "<b>stable</b>", event

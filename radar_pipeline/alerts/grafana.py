@@ -1,13 +1,14 @@
 """Grafana annotations through Grafana's HTTP API (httpx): one for each detection and one for each deploy, so they
 appear on the team's dashboards beside the graphs they explain.
 
-Each annotation carries the tags `radar`, `kind:<regression|new|surge|n_plus_one|replaced|deploy>`, `target:<target>`,
-`service:<service>` (when known), `deploy:<deploy id>` (`check:<id>` for a periodic check), and one tag that names its
-outbox delivery (`radar-delivery:<delivery id>/<statement>`; a deploy's: `radar-delivery:<delivery id>`), so an
-attempt whose answer was lost is found again (GET /api/annotations with both tags): exactly once. A detection is placed
-where its change began (`change_at`; a load change at the deploy), a deploy at its time. With a dashboard UID (and a
-panel id) set, the annotations are that dashboard's (panel's); without, they are the organisation's, shown on any
-dashboard whose annotation query asks for the tag `radar`.
+Each annotation carries the tags `radar`, `kind:<regression|new|surge|n_plus_one|replaced|canary|deploy>`,
+`target:<target>`, `service:<service>` (when known), `deploy:<deploy id>` (`check:<id>` for a periodic check), and one
+tag that names its outbox delivery (`radar-delivery:<delivery id>/<statement>`; a deploy's: `radar-delivery:<delivery
+id>`), so an attempt whose answer was lost is found again (GET /api/annotations with both tags): exactly once. A
+detection is placed where its change began (`change_at`; a load change at the deploy), a canary arm's detection as a
+region over the minutes both arms were read in (its text names both roles: docs/canary.md), a deploy at its time. With
+a dashboard UID (and a panel id) set, the annotations are that dashboard's (panel's); without, they are the
+organisation's, shown on any dashboard whose annotation query asks for the tag `radar`.
 
 The token is a service account's (role Editor, or the permission annotations:create and annotations:read), sent only
 to the configured URL: redirects are not followed, and no error text shows it.
@@ -27,7 +28,15 @@ from typing import Any
 
 from radar_pipeline.alerts.channel import ChannelError, Delivered, DeployNotice, Detection
 from radar_pipeline.alerts.outlet_http import DEFAULT_TIMEOUT, NOT_JSON, Answer, Http
-from radar_pipeline.alerts.render import CHANGE_WORDS, AnalysisFacts, cause_line
+from radar_pipeline.alerts.render import (
+    CHANGE_WORDS,
+    AnalysisFacts,
+    Regression,
+    canary_window_words,
+    canary_words,
+    cause_line,
+    shown_target,
+)
 from radar_pipeline.config import printable
 from radar_pipeline.config.masking import mask_query
 from radar_pipeline.pgss_model import Key
@@ -85,9 +94,12 @@ class GrafanaChannel:
         (found,) = detections
         moment = found.regression.change_at if found.regression is not None else facts.split_at
         kind = "regression" if found.regression is not None else found.change.kind if found.change else "detection"
-        tags = [*_common(facts.target, facts.service), _tag("kind", kind), _analysis_tag(facts)]
+        end = None
+        if facts.canary is not None:  # a region over the minutes both arms were read in
+            kind, (moment, end) = "canary", facts.canary.window
+        tags = [*_common(shown_target(facts), facts.service), _tag("kind", kind), _analysis_tag(facts)]
         tags.append(_tag(DELIVERY_TAG, f"{delivery_id}/{_statement(found.key)}"))
-        return self._add(moment, tags, detection_text(facts, found))
+        return self._add(moment, tags, detection_text(facts, found), end)
 
     def find_delivered(self, facts: AnalysisFacts, earlier: dict[Key, str], since: datetime) -> dict[Key, Delivered]:
         """Of these earlier attempts, the annotations Grafana holds (found by their delivery tag; placed at their
@@ -111,8 +123,10 @@ class GrafanaChannel:
         """The deploy's annotation an earlier attempt added, or None."""
         return self._find(_tag(DELIVERY_TAG, delivery_id), notice.deployed_at, notice.deployed_at)
 
-    def _add(self, moment: datetime, tags: list[str], text: str) -> Delivered:
+    def _add(self, moment: datetime, tags: list[str], text: str, end: datetime | None = None) -> Delivered:
         body = {"time": _ms(moment), "tags": tags, "text": text, **self._place}
+        if end is not None:
+            body["timeEnd"] = _ms(end)
         answer = self._http.request("POST", self._api, json_body=body, headers=self._headers)
         data = self._judge(answer)
         number = data.get("id") if isinstance(data, dict) else None
@@ -149,7 +163,9 @@ def detection_text(facts: AnalysisFacts, found: Detection) -> str:
     """The annotation's text (HTML, as Grafana shows it, sanitised): what changed, the statement, the numbers, links."""
     where = _where(facts)
     lines: list[str] = []
-    if found.regression is not None:
+    if facts.canary is not None and found.regression is not None:
+        lines += _canary_lines(facts, found.regression)
+    elif found.regression is not None:
         r = found.regression
         lines.append(f"<b>radar: ×{r.change_factor:.2f} slower</b> on {where}")
         lines.append(f"<code>{_text(r.query, MAX_QUERY)}</code>")
@@ -167,6 +183,28 @@ def detection_text(facts: AnalysisFacts, found: Detection) -> str:
         )
     lines.append(_links((facts.url, "deploy"), (facts.run_url, "analysis run in Dagster")))
     return "<br>\n".join(line for line in lines if line)
+
+
+def _canary_lines(facts: AnalysisFacts, r: Regression) -> list[str]:
+    """A canary arm's detection: the canary role against the stable role over the same minutes, both arms' means and
+    calls (the stable arm's are the regression's "before", the canary's its "after"), escaped."""
+    assert facts.canary is not None
+    arms = facts.canary
+    words = canary_words(arms.canary_role, r.change_factor, arms.stable_role)
+    what = " ".join(p for p in (facts.service, facts.version) if p)
+    named = f" ({_text(what, MAX_FIELD)})" if what else ""
+    interval = ""
+    if r.factor_low is not None and r.factor_high is not None and r.factor_low == r.factor_low:  # not NaN
+        interval = f", 95% interval ×{r.factor_low:.2f}–×{r.factor_high:.2f}"
+    return [
+        f"<b>radar: slower in the canary arm, {_text(words, 2 * MAX_FIELD)}</b> on {_text(arms.target, MAX_FIELD)}, "
+        f"canary deploy {_text(facts.analysis_id, MAX_FIELD)}{named}",
+        f"<code>{_text(r.query, MAX_QUERY)}</code>",
+        f"Mean {r.mean_before_ms:.3f} ms stable, {r.mean_after_ms:.3f} ms canary (×{r.change_factor:.2f}{interval}); "
+        f"calls {r.calls_before:,} stable, {r.calls_after:,} canary; confidence {r.confidence:.4f}; "
+        f"queryid {r.queryid}",
+        f"Same minutes: {_text(canary_window_words(arms), MAX_FIELD)}",
+    ]
 
 
 def deploy_text(notice: DeployNotice) -> str:

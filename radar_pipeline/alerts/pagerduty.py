@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 
 from radar_pipeline.alerts.channel import ChannelError, Delivered, DeployNotice, Detection
-from radar_pipeline.alerts.render import CANARY_CAUSE, AnalysisFacts, LoadChange, Regression
+from radar_pipeline.alerts.render import AnalysisFacts, LoadChange, Regression, canary_words, shown_target
 from radar_pipeline.config import printable
 from radar_pipeline.pgss_model import Key
 
@@ -81,8 +81,9 @@ def trigger_event(facts: AnalysisFacts, detection: Detection) -> dict[str, Any]:
     """The trigger for one detection (without the routing key)."""
     regression, change = detection.regression, detection.change
     dbid, userid, queryid, toplevel = detection.key
+    target = shown_target(facts)  # a canary's facts.target is the outbox's canary:<target> (the dedup_key's)
     details: dict[str, Any] = {
-        "target": facts.target,
+        "target": target,
         "analysis": facts.analysis_id,
         "service": facts.service,
         "version": facts.version,
@@ -92,10 +93,29 @@ def trigger_event(facts: AnalysisFacts, detection: Detection) -> dict[str, Any]:
         "toplevel": bool(toplevel),
         "dagster_run": facts.run_url,
     }
-    if regression is not None:
+    where = _where(facts)
+    if regression is not None and facts.canary is not None:  # the canary arm's: against the stable role
+        arms = facts.canary
+        words = canary_words(arms.canary_role, regression.change_factor, arms.stable_role)
+        what = f"queryid {queryid} slower in the canary arm ({words})"
+        where = f"in canary deploy {' '.join(p for p in (facts.service, facts.version) if p) or facts.analysis_id}"
+        statement, at = regression.query, arms.window[0]
+        details.update(
+            canary_role=printable(arms.canary_role),
+            stable_role=printable(arms.stable_role),
+            window=[t.astimezone(UTC).isoformat() for t in arms.window],
+            mean_canary_ms=round(regression.mean_after_ms, 3),
+            mean_stable_ms=round(regression.mean_before_ms, 3),
+            calls_canary=regression.calls_after,
+            calls_stable=regression.calls_before,
+            change_factor=round(regression.change_factor, 3),
+            factor_interval=[regression.factor_low, regression.factor_high],
+            confidence=round(regression.confidence, 4),
+            cause=regression.cause,
+        )
+        kind = "canary"
+    elif regression is not None:
         what = f"queryid {queryid} ×{regression.change_factor:.2f} slower"
-        if regression.cause == CANARY_CAUSE and regression.cause_detail:  # the canary arm's: against the stable role
-            what = f"queryid {queryid} slower in the canary arm ({regression.cause_detail})"
         statement, at = regression.query, regression.change_at
         details.update(
             mean_before_ms=round(regression.mean_before_ms, 3),
@@ -126,17 +146,17 @@ def trigger_event(facts: AnalysisFacts, detection: Detection) -> dict[str, Any]:
     else:
         raise ValueError("a detection needs a regression or a load change")
     details["statement"] = _cut(statement, MAX_STATEMENT)
-    summary = f"radar: {what} {_where(facts)} on {facts.target}: {' '.join(statement.split())}"
+    summary = f"radar: {what} {where} on {target}: {' '.join(statement.split())}"
     return {
         "event_action": "trigger",
         "dedup_key": dedup_key(facts.target, detection.key, facts.analysis_id),
         "payload": {
             "summary": _cut(summary, MAX_SUMMARY),
-            "source": _cut(facts.target, 255),
+            "source": _cut(target, 255),
             "severity": severity(regression, change),
             "timestamp": at.astimezone(UTC).isoformat(),
             "component": "postgresql",
-            "group": _cut(facts.service or facts.target, 255),
+            "group": _cut(facts.service or target, 255),
             "class": kind,
             "custom_details": {k: v for k, v in details.items() if v is not None},
         },

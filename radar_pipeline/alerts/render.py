@@ -37,6 +37,18 @@ CHANGE_WORDS = {
 
 
 @dataclass(frozen=True)
+class CanaryArms:
+    """A canary analysis's two arms, as every channel names them (docs/canary.md): the watched target itself (the
+    outbox files a canary's rows under `canary:<target>`, which is never shown), the canary and stable roles, and the
+    window both arms were read over (the same minutes)."""
+
+    target: str
+    canary_role: str
+    stable_role: str
+    window: tuple[datetime, datetime]
+
+
+@dataclass(frozen=True)
 class AnalysisFacts:
     """What the header says about the analysis: a deploy's, or a periodic check's (`period` set: service, version and
     url are empty).
@@ -60,6 +72,33 @@ class AnalysisFacts:
     state: str | None = None
     verdict_counts: tuple[tuple[str, int], ...] = ()
     cleared_share: float | None = None
+    # a canary analysis's (its detections are the canary role's against the stable role's over the same minutes, not
+    # before against after: each channel says so); target is then the outbox's `canary:<target>`, shown_target the real
+    canary: CanaryArms | None = None
+
+
+def shown_target(facts: AnalysisFacts) -> str:
+    """The target a channel shows: the watched target itself, also for a canary analysis (facts.target is then the
+    outbox's `canary:<target>`, kept apart from the before/after alerts of the same statements)."""
+    return facts.canary.target if facts.canary is not None else facts.target
+
+
+def canary_title(facts: AnalysisFacts, count: int) -> str:
+    """A canary analysis's detections in one line, unescaped: "Canary web_canary of deploy shop v2 on orders-db: 1
+    statement slower than stable role web in the same minutes"."""
+    assert facts.canary is not None
+    plural = "statement" if count == 1 else "statements"
+    what = " ".join(p for p in (facts.service, facts.version) if p) or facts.analysis_id
+    return (
+        f"Canary {facts.canary.canary_role} of deploy {what} on {facts.canary.target}: {count} {plural} slower than "
+        f"stable role {facts.canary.stable_role} in the same minutes"
+    )
+
+
+def canary_window_words(arms: CanaryArms) -> str:
+    """The minutes both arms were read over: "2026-12-06T06:00:00+00:00 → 2026-12-06T06:30:00+00:00 (30 min)"."""
+    start, end = arms.window
+    return f"{start.isoformat(timespec='seconds')} → {end.isoformat(timespec='seconds')} ({span_words(end - start)})"
 
 
 @dataclass(frozen=True)
@@ -453,37 +492,39 @@ def canary_words(canary_role: str, factor: float, stable_role: str) -> str:
     return f"canary role {canary_role} ×{factor:.2f} against stable role {stable_role}, same minutes"
 
 
-def render_canary(facts: AnalysisFacts, canary_role: str, stable_role: str, regressions: list[Regression]) -> tuple[
-    str, list[dict[str, Any]]
-]:  # fmt: skip
-    """(fallback text, blocks) of one message for a canary deploy's canary-arm detections (docs/canary.md): the canary
-    role's statements slower than the stable role's over the same minutes, the first MAX_SHOWN in full; every outside
-    text (statements, roles, deploy fields) escaped."""
-    plural = "statement" if len(regressions) == 1 else "statements"
-    what = " ".join(p for p in (facts.service, facts.version) if p) or facts.analysis_id
-    title = (
-        f"Canary {canary_role} of deploy {what} on {facts.target}: {len(regressions)} {plural} slower than stable "
-        f"role {stable_role} in the same minutes"
-    )
+def render_canary(facts: AnalysisFacts, regressions: list[Regression]) -> tuple[str, list[dict[str, Any]]]:
+    """(fallback text, blocks) of one message for a canary deploy's canary-arm detections (docs/canary.md; facts.canary
+    names the arms): the canary role's statements slower than the stable role's over the same minutes, the first
+    MAX_SHOWN in full; every outside text (statements, roles, deploy fields) escaped. Its fields are the canary's
+    (both arms' means and calls, no moment a change began): Teams' card is made from them too."""
+    arms = facts.canary
+    assert arms is not None, "render_canary needs the canary analysis's arms (AnalysisFacts.canary)"
+    title = canary_title(facts, len(regressions))
+    fields = _analysis_fields(facts)
+    fields.append({"type": "mrkdwn", "text": f"*Same minutes:* {canary_window_words(arms)}"})
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": _cut(printable(title), MAX_HEADER), "emoji": False}},
-        {"type": "section", "fields": _analysis_fields(facts)},
+        {"type": "section", "fields": fields},
     ]
     for r in regressions[:MAX_SHOWN]:
         blocks.append({"type": "divider"})
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"```{excerpt(r.query)}```"}})
         interval = "" if r.factor_low is None else f" (×{r.factor_low:.2f}–×{r.factor_high:.2f}, 95%)"
-        arm = canary_words(canary_role, r.change_factor, stable_role)
-        fields = [
+        arm = canary_words(arms.canary_role, r.change_factor, arms.stable_role)
+        lines = [
             f"*Canary arm:* {escape_within(printable(arm), MAX_FIELD_TEXT - 20)}",
             f"*Factor:* ×{r.change_factor:.2f}{interval}",
             f"*Mean:* {r.mean_before_ms:.3f} ms stable → {r.mean_after_ms:.3f} ms canary",
             f"*Calls:* {r.calls_before:,} stable, {r.calls_after:,} canary",
             f"*Confidence:* {r.confidence:.4f}",
+            f"*queryid:* {r.queryid}",
         ]
-        blocks.append({"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]})
+        blocks.append({"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in lines]})
     if len(regressions) > MAX_SHOWN:
         sql = f"SELECT * FROM radar.canary_verdict WHERE deploy_id = '{escape_within(facts.analysis_id, 300)}'"
         text = f"*… and {len(regressions) - MAX_SHOWN} more:* `{sql}`"
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": text}]})
+    if facts.run_url:
+        link_text = f"<{link(facts.run_url)}|Canary analysis run in Dagster>"
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": link_text}]})
     return clean(escape_within(printable(title), MAX_FALLBACK)), clean(blocks)

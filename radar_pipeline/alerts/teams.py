@@ -2,7 +2,8 @@
 analysis and target, an Adaptive Card with the Slack message's content.
 
 The card is the Slack message (alerts.render.render: title, the deploy's fields with its state and load lines, the
-load changes, each shown regression's statement and fields, the summary of the rest, the link to the Dagster run)
+load changes, each shown regression's statement and fields, the summary of the rest, the link to the Dagster run; a
+canary analysis's detections: render_canary's message, the canary role against the stable role over the same minutes)
 turned into Adaptive Card elements: a field list becomes a FactSet, a statement a monospaced TextBlock. Every text is
 escaped for the card's markdown (emphasis, links, lists, and the {{DATE()}} functions of TextBlocks), and the card is
 kept within Teams' message limit (MAX_PAYLOAD): texts are cut shorter, step by step, until it fits.
@@ -20,7 +21,7 @@ from typing import Any
 
 from radar_pipeline.alerts.channel import ChannelError, Delivered, Detection
 from radar_pipeline.alerts.outlet_http import DEFAULT_TIMEOUT, Http, url_secrets
-from radar_pipeline.alerts.render import AnalysisFacts, render
+from radar_pipeline.alerts.render import AnalysisFacts, render, render_canary
 from radar_pipeline.config import printable
 from radar_pipeline.config.masking import mask_query
 from radar_pipeline.pgss_model import Key
@@ -91,10 +92,14 @@ def encode(message: dict[str, Any]) -> bytes:
 
 
 def payload(facts: AnalysisFacts, detections: list[Detection]) -> dict[str, Any]:
-    """The Workflows message: one Adaptive Card with the Slack message's content, within MAX_PAYLOAD bytes."""
+    """The Workflows message: one Adaptive Card with the Slack message's content, within MAX_PAYLOAD bytes (a canary
+    analysis's: render_canary's, the canary role against the stable role over the same minutes)."""
     regressions = [d.regression for d in detections if d.regression is not None]
     changes = [d.change for d in detections if d.change is not None]
-    _, blocks = render(facts, regressions, changes)
+    if facts.canary is not None:
+        _, blocks = render_canary(facts, regressions)
+    else:
+        _, blocks = render(facts, regressions, changes)
     for cut in CUTS:
         message = _message(_card(blocks, cut))
         if len(encode(message)) <= MAX_PAYLOAD:

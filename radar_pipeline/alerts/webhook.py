@@ -23,14 +23,23 @@ import re
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 from functools import lru_cache, wraps
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from radar_pipeline.alerts.channel import ChannelError, Delivered, Detection
 from radar_pipeline.alerts.outlet_http import DEFAULT_TIMEOUT, Http, url_secrets
-from radar_pipeline.alerts.render import CHANGE_WORDS, AnalysisFacts, LoadChange, Regression
+from radar_pipeline.alerts.render import (
+    CHANGE_WORDS,
+    AnalysisFacts,
+    CanaryArms,
+    LoadChange,
+    Regression,
+    canary_words,
+    shown_target,
+)
 from radar_pipeline.config import printable
 from radar_pipeline.config.masking import mask_query
 from radar_pipeline.config.targets import ConfigError
@@ -177,7 +186,7 @@ def fields(facts: AnalysisFacts, found: Detection, delivery_id: str, channel: st
             "periodic": facts.period is not None,
             "period_start": facts.period[0] if facts.period else None,
             "period_end": facts.period[1] if facts.period else None,
-            "target": facts.target,
+            "target": shown_target(facts),  # a canary's facts.target is the outbox's canary:<target>
             "service": facts.service,
             "version": facts.version,
             "deploy_url": facts.url,
@@ -188,14 +197,20 @@ def fields(facts: AnalysisFacts, found: Detection, delivery_id: str, channel: st
             "load_ms_per_min_after": after,
             "statement": {"dbid": dbid, "userid": userid, "queryid": queryid, "toplevel": toplevel},
             "query": _cut(" ".join(printable(query).split()), MAX_QUERY),
-            "regression": _regression(regression) if regression is not None else None,
+            "regression": _regression(regression, facts.canary) if regression is not None else None,
             "change": _change(change) if change is not None else None,
+            "canary": _canary(facts.canary, regression) if facts.canary and regression is not None else None,
         }
     )
 
 
 def _summary(facts: AnalysisFacts, regression: Regression | None, change: LoadChange | None) -> str:
     what = " ".join(p for p in (facts.service, facts.version) if p) or facts.analysis_id
+    if facts.canary is not None and regression is not None:
+        arms = facts.canary
+        words = canary_words(arms.canary_role, regression.change_factor, arms.stable_role)
+        where = f"on {arms.target} in canary deploy {what}"
+        return printable(f"slower in the canary arm ({words}) {where} (queryid {regression.queryid})")
     where = f"on {facts.target} " + ("in the periodic check" if facts.period else f"after deploy {what}")
     if regression is not None:
         return printable(f"×{regression.change_factor:.2f} slower {where} (queryid {regression.queryid})")
@@ -204,7 +219,9 @@ def _summary(facts: AnalysisFacts, regression: Regression | None, change: LoadCh
     return printable(f"a detection {where}")
 
 
-def _regression(r: Regression) -> dict[str, Any]:
+def _regression(r: Regression, canary: CanaryArms | None) -> dict[str, Any]:
+    """A regression's fields; a canary arm's keeps them (before: the stable arm, after: the canary, over the same
+    minutes) but has no moment its change began (change_at null): its `canary` field says what it is."""
     return {
         "queryid": r.queryid,
         "mean_before_ms": r.mean_before_ms,
@@ -213,7 +230,7 @@ def _regression(r: Regression) -> dict[str, Any]:
         "factor_low": r.factor_low,
         "factor_high": r.factor_high,
         "confidence": r.confidence,
-        "change_at": r.change_at,
+        "change_at": r.change_at if canary is None else None,
         "calls_before": r.calls_before,
         "calls_after": r.calls_after,
         "cause": r.cause,
@@ -222,6 +239,21 @@ def _regression(r: Regression) -> dict[str, Any]:
         "undo_hint": r.undo_hint,
         "plan_summary": r.plan_summary,
         "shared_with": list(r.shared_with or []),
+    }
+
+
+def _canary(arms: CanaryArms, r: Regression) -> dict[str, Any]:
+    """A canary arm's detection by its own names: both roles, the minutes both arms were read in, each arm's mean
+    and calls."""
+    return {
+        "canary_role": arms.canary_role,
+        "stable_role": arms.stable_role,
+        "window_start": arms.window[0],
+        "window_end": arms.window[1],
+        "mean_canary_ms": r.mean_after_ms,
+        "mean_stable_ms": r.mean_before_ms,
+        "calls_canary": r.calls_after,
+        "calls_stable": r.calls_before,
     }
 
 
@@ -651,7 +683,13 @@ def validate(url: str, template: str, allowed_hosts: list[str], setting: str = S
         try:
             render_body(compiled, sample, "it")
         except ChannelError as exc:
-            what = "a regression" if sample["regression"] else "a load change"
+            what = (
+                "a canary detection"
+                if sample["canary"]
+                else "a regression"
+                if sample["regression"]
+                else "a load change"
+            )
             raise ConfigError(f"{setting}: for {what}, {exc}") from None
 
 
@@ -671,14 +709,17 @@ def _allowed(host: str, port: int, scheme: str, entry: str) -> bool:
 
 
 def _samples() -> list[dict[str, Any]]:
-    """A regression's fields and a load change's, to check a template with."""
+    """A regression's fields, a load change's and a canary arm's detection's, to check a template with."""
     at = datetime.fromisoformat("2026-11-29T12:00:00+00:00")
     facts = AnalysisFacts("shop-v2", "main", at, "shop", "v2", "https://ci.example/1", "https://dagster.example/runs/1")
     regression = Regression(1, 'SELECT "a" FROM t -- {{ x }}\n', 1.0, 3.0, 3.0, 0.999, at, 10, 10, "plan_changed", None)
     change = LoadChange(2, "SELECT 1", "new", 0.0, 5.0, 0.0, 1.0, None, 0.2, 0.1)
+    arms = CanaryArms("main", "web_canary", "web", (at, at + timedelta(minutes=30)))
+    canary = replace(facts, target="canary:main", canary=arms)
     return [
         fields(facts, Detection((1, 2, 1, True), regression=regression), "sample"),
         fields(facts, Detection((1, 2, 2, True), change=change), "sample"),
+        fields(canary, Detection((1, 3, 1, True), regression=replace(regression, cause="canary")), "sample"),
     ]
 
 

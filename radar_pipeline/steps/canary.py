@@ -11,7 +11,7 @@ RETRY_BASE schedule); record_failure stores the last attempt's failure as the er
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -262,7 +262,14 @@ def deliver_canary_alerts(
     send it twice; claimed before sending, settled after, an earlier attempt that got no answer looked for first).
     When the canary window closed more than `max_age` before `now`, the rows are recorded withheld and nothing is
     sent (alert_delivery.withhold_reason). Returns the run's metadata."""
-    from radar_pipeline.alerts.render import CANARY_CAUSE, AnalysisFacts, Regression, canary_words, render_canary
+    from radar_pipeline.alerts.render import (
+        CANARY_CAUSE,
+        AnalysisFacts,
+        CanaryArms,
+        Regression,
+        canary_words,
+        render_canary,
+    )
     from radar_pipeline.steps import channel_delivery
     from radar_pipeline.steps.alert_delivery import claim_due, run_url, send_and_settle, withhold_reason
 
@@ -310,17 +317,14 @@ def deliver_canary_alerts(
         version=event.version,
         url=event.url,
         run_url=run_url(found["run_id"]),
+        # what every channel shows: the real target, both roles, the same minutes
+        canary=CanaryArms(str(found["target"]), canary_role, stable_role, (found["window_start"], found["window_end"])),
     )
     claimed_due = claim_due(log, engine, sender, deploy_id, facts.target, keys, withhold, metadata)
     if claimed_due is not None:
         todo, claimed, settle = claimed_due
         due = set(todo)
-        text, blocks = render_canary(
-            replace(facts, target=str(found["target"])),  # the message names the target itself
-            canary_role,
-            stable_role,
-            [regressions[k] for k in keys if k in due],
-        )
+        text, blocks = render_canary(facts, [regressions[k] for k in keys if k in due])
         metadata["to_send"] = len(todo)
         metadata["message"] = {"text": text, "blocks": blocks}
         if not sender.configured:

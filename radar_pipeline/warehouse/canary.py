@@ -74,6 +74,26 @@ def given_up(conn: sa.Connection, deploy_id: str, delay: timedelta) -> bool:
     )
 
 
+def unalerted(
+    conn: sa.Connection, alert_prefix: str, max_age: timedelta, grace: timedelta, limit: int = 100
+) -> list[str]:
+    """The deploys whose canary analysis is stored with detections and has no outbox row (radar.alert under the target
+    `alert_prefix` + its target): its run stopped between storing it and canary_alerts claiming the rows. Only those
+    whose canary window closed within `max_age` (older ones are no longer news) and that were stored more than
+    `grace` ago (the run that stored it is still on its way to claim them), the oldest first."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT c.deploy_id FROM radar.canary_analysis c "
+            "WHERE c.state <> 'error' AND c.detected > 0 AND c.window_end > now() - :age "
+            "AND c.analysed_at <= now() - :grace AND NOT EXISTS (SELECT 1 FROM radar.alert a "
+            "  WHERE a.deploy_id = c.deploy_id AND a.target = :prefix || c.target) "
+            "ORDER BY c.analysed_at, c.deploy_id LIMIT :n"
+        ),
+        {"prefix": alert_prefix, "age": max_age, "grace": grace, "n": limit},
+    )
+    return [str(r.deploy_id) for r in rows]
+
+
 def stored_roles(conn: sa.Connection, target: str) -> dict[str, int]:
     """The roles of the target the warehouse knows by name and oid: those with a stored role-level setting
     (radar.catalog_fact) and those an earlier canary analysis resolved (its canary and stable roles)."""

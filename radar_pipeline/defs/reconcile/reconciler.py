@@ -29,6 +29,7 @@ IN_FLIGHT = [
 ]
 
 RETRIED_BY = "radar/retried-by"  # an asset tag: the retry job that also runs it
+CANARY_JOB = "canary_verdicts_job"  # defs/deploys/canary_verdicts.py's: its run in flight may still alert
 alert_retry_job = dg.define_asset_job(
     "alert_retry_job",
     # and the assets that file their alerts under a deploy's partition too (release_verdicts: a release's fleet alerts)
@@ -58,8 +59,10 @@ def radar_reconciler(
 ) -> dg.SensorResult:
     """Each evaluation: (1) requests a run of the alert asset for every analysis with outbox rows due (pending past
     their backoff, or left `sending` by a stopped run), created within the alert age limit, and withholds older
-    ones; (2) requests an analysis of every deploy whose window closed more than the grace ago without an analysis
-    row (never requested, or its runs failed: at most max_analysis_runs runs, with backoff);
+    ones; (1b) requests the same for every stored canary analysis with detections and no outbox row, its canary
+    window closed within the alert age limit (its run stopped before canary_alerts claimed the rows; bounded as an
+    analysis's runs); (2) requests an analysis of every deploy whose window closed more than the grace ago without an
+    analysis row (never requested, or its runs failed: at most max_analysis_runs runs, with backoff);
     (3) adds the `deploys` partitions of imported deploys, without runs (a backfill stays a person's decision).
     Run keys name the attempt, so a repeated tick requests nothing twice. The tick's log says what it did, and the
     `nothing_waiting` check on regression_alerts is reported whenever what waits changes.
@@ -67,6 +70,8 @@ def radar_reconciler(
     Cursor: {"backlog": the last reported counts}.
     """
     from radar_pipeline.steps.alert_delivery import LEASE
+    from radar_pipeline.steps.canary import CANARY_ALERT_PREFIX
+    from radar_pipeline.warehouse import canary as canaries
     from radar_pipeline.warehouse import reconcile as store
     from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX
 
@@ -78,6 +83,7 @@ def radar_reconciler(
         deliveries = store.waiting_deliveries(conn, slack.alert_max_age, LEASE)
         unanalysed = store.unanalysed_deploys(conn, delay, reconciler.grace, reconciler.max_age)
         imported = store.imported_deploys(conn)
+        unalerted = canaries.unalerted(conn, CANARY_ALERT_PREFIX, slack.alert_max_age, reconciler.grace)
         backlog = store.backlog(conn, slack.alert_max_age, LEASE, delay, reconciler.grace, reconciler.max_age)
 
     lines: list[str] = []
@@ -108,6 +114,24 @@ def radar_reconciler(
             )
             noun = "alerts" if what == "alerts" else "code-host deliveries"
             lines.append(f"{w.analysis_id}: {w.rows} {noun} due (attempt {w.attempts + 1})")
+        else:
+            lines.append(decision.reason)
+    for deploy_id in unalerted:
+        # A canary analysis stored by a run that stopped before canary_alerts claimed its rows: no row waits, and
+        # canary_sensor asks no more once it is stored. alert_retry_job runs canary_alerts, which makes the rows.
+        tags = {"radar/reconciler": "canary-alerts"}
+        runs = _past_runs(context.instance, alert_retry_job.name, deploy_id, tags)
+        runs += [r for r in _past_runs(context.instance, CANARY_JOB, deploy_id) if r.in_flight]
+        decision = analysis_retry(
+            f"canary-alerts:{deploy_id}", runs, now, reconciler.max_analysis_runs, reconciler.backoff
+        )
+        if decision.request:
+            requests.append(
+                dg.RunRequest(
+                    job_name=alert_retry_job.name, partition_key=deploy_id, run_key=decision.run_key, tags=tags
+                )
+            )
+            lines.append(f"{deploy_id}: a stored canary analysis's detections never alerted")
         else:
             lines.append(decision.reason)
     known_keys = context.instance.get_dynamic_partitions("deploys")
