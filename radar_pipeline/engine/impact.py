@@ -546,6 +546,8 @@ def collateral_culprits(verdicts: pd.DataFrame, found: Impact, settings: EngineS
     blocks_floor = settings.new_statement_share * their_blocks
     slowed = np.nan_to_num(s["mean_after_ms"].to_numpy(dtype=float) - s["mean_before_ms"].to_numpy(dtype=float))[at]
     tolerance = int(pd.Timedelta(settings.tolerance).as_unit("ns").value)
+    if len(at) and (pd.DatetimeIndex(taken["change_at"]).tz is None) != (pd.DatetimeIndex(s["onset_at"]).tz is None):
+        raise TypeError("collateral_culprits: change_at and onset_at must both have a time zone, or neither")
     onset_ns = _ns(onset)
     change_ns = _ns(taken["change_at"])
 
@@ -617,8 +619,8 @@ def collateral_culprits(verdicts: pd.DataFrame, found: Impact, settings: EngineS
     return out
 
 
-# Detections × candidate culprits tested at once in collateral_culprits: 4M cells (~100 MB of temporaries at most).
-_CHUNK = 1 << 22
+# Detections × candidate culprits tested at once in collateral_culprits: 1M cells (~30 MB of temporaries at most).
+_CHUNK = 1 << 20
 
 
 def _ns(times: pd.Series) -> np.ndarray:

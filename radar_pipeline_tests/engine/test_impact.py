@@ -539,3 +539,17 @@ def test_collateral_culprits_of_a_server_wide_slowdown_match_the_loop() -> None:
     )
     got = _same_culprits(verdicts, found)
     assert got["culprit"].notna().sum() >= 50
+
+
+@pytest.mark.filterwarnings("ignore::pandas.errors.Pandas4Warning")  # the loop's fillna of the mixed times
+def test_collateral_culprits_refuse_a_change_without_a_time_zone() -> None:
+    """A detection's change_at without a time zone beside the impact's UTC onsets: refused, naming both, as the loop
+    refused it (it could not subtract them)."""
+    found = impact(
+        _counters({1: {"calls": (60, 60), "ms": (1.0, 100.0)}, 2: {"calls": (600, 600), "ms": (1, 3)}}), DEPLOY
+    )
+    naive = _detected([2]).assign(change_at=DEPLOY.tz_convert(None))
+    with pytest.raises(TypeError):
+        reference.collateral_culprits(naive, found, SETTINGS)
+    with pytest.raises(TypeError, match="change_at and onset_at"):
+        collateral_culprits(naive, found, SETTINGS)
