@@ -2,18 +2,31 @@
 
 Nothing here is shared with radar_pipeline.engine: it recomputes every step from scratch, with explicit pair loops for
 the energy statistic, explicit sums for the call-level test at each split, numpy's least squares for the trend and a
-loop for the family's weighted Benjamini–Hochberg step-up.
+loop for the family's weighted Benjamini–Hochberg step-up. `collateral_culprits` is the engine's own earlier loop over
+the detections (it takes only the impact's names of kinds and classes from the engine).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
 from radar_pipeline.engine import EngineSettings
+from radar_pipeline.engine.impact import (
+    CONTROL,
+    DEPLOY_STATEMENT,
+    N_PLUS_ONE,
+    NEW,
+    ONE_OFF_CALLS,
+    REPLACED,
+    SURGE,
+    Impact,
+)
+from radar_pipeline.engine.vocabulary import Cause, Verdict
 
 
 def energy_q(x: np.ndarray, k: int) -> float:
@@ -287,3 +300,121 @@ def call_level_test(calls: np.ndarray, time: np.ndarray, sumsq: np.ndarray | Non
     t = excess / se
     nu = (u[0] + u[1]) ** 2 / (u[0] ** 2 / dof[0] + u[1] ** 2 / dof[1])
     return {"t": t, "dof": nu, "p": stats.t.sf(t, nu), **found}
+
+
+def collateral_culprits(verdicts: pd.DataFrame, found: Impact, settings: EngineSettings | None = None) -> pd.DataFrame:
+    """engine.impact.collateral_culprits as it was before it was vectorised: a loop over the detections, heaviest first,
+    each tested against every statement. Kept to check the vectorised one against, output for output.
+
+    For each latency detection whose cause the counters left open (`unexplained`, `more_blocks_read`: a statement
+    with a change of its own keeps that cause), the statement whose load rose at the same change point and added most
+    database time: `culprit` (its query_key) and `rose` (what rose, in words: "its database time ×40"); None
+    elsewhere. Indexed like `verdicts`. Only a statement of the detection's own database (its dbid in the impact),
+    never the statement itself, never a control statement (BEGIN, COMMIT, SET: their time is the others' waits).
+
+    At the same change point: the other statement's own change (its detection's change_at; a new statement's or the
+    deploy's own statement's first interval; otherwise the deploy, where the load is compared) lies within the
+    tolerance of the detection's change. Its load rose, in one of three ways:
+
+    - its database time (execution time per minute): it is itself a detection, a surge, new or the new half of a
+      rewrite, or its time per minute at least doubled (surge_ratio); and what it added per minute is at least both
+      what the detection's slowdown added per minute and new_statement_share of its database's time after. The
+      first floor makes it a plausible cause (a load smaller than the delay it would explain explains nothing; and
+      of several slowed statements the heaviest is never called collateral of a lighter one), the second makes it
+      matter to the database (a rise of a few milliseconds per minute starves no one).
+    - its shared blocks read per minute: at least surge_ratio × before, the blocks it added at least
+      new_statement_share of its database's blocks read per minute after (I/O that competes with the detection's).
+    - the deploy's own DDL, or a statement first run from the deploy on (a migration's backfill), called at most
+      ONE_OFF_CALLS times in the window, running (holding its lock) at the change: calls waiting on a lock held L ms
+      (a call's time) during a window of W ms after the deploy can have waited at most L each, and at most L/W of the
+      detection's calls fall in it, so n such calls can explain at most n · L² / W of the mean per call; that must
+      reach half the detection's added mean per call. A quick DROP INDEX (milliseconds) so explains nothing, a
+      migration that held an ACCESS EXCLUSIVE lock for seconds explains its waiters, and a statement of many calls
+      (a CALL or COPY a million times) holds no lock, whatever its calls add up to.
+
+    The detections are taken heaviest first (by the time they added), and a statement named collateral is no culprit
+    of another: the waiters on a migration's lock are all the lock's collateral, not one another's."""
+    settings = settings or EngineSettings()
+    out = pd.DataFrame({"culprit": None, "rose": None}, index=verdicts.index, dtype=object)
+    if verdicts.empty or found.statements.empty:
+        return out
+    s = found.statements.set_index("query_key")
+    detected = verdicts[verdicts["verdict"] == Verdict.DETECTED]
+    change_of = detected.set_index("query_key")["change_at"]
+    open_cause = detected[
+        detected["cause"].isin([Cause.UNEXPLAINED.value, Cause.MORE_BLOCKS_READ.value]) & detected["change_at"].notna()
+    ]
+    if open_cause.empty:
+        return out
+    added = s["exec_ms_per_min_after"] - s["exec_ms_per_min_before"]
+    blocks_added = s["blks_read_per_min_after"] - s["blks_read_per_min_before"]
+    db_time = s.groupby("dbid")["exec_ms_per_min_after"].sum()
+    db_blocks = s.groupby("dbid")["blks_read_per_min_after"].sum()
+    minutes = settings.window.total_seconds() / 60.0
+    window_ms = settings.window.total_seconds() * 1000.0
+    own = s["kind"] == DEPLOY_STATEMENT
+    # the deploy's DDL, or a statement run once or twice from the deploy on (a migration's backfill UPDATE holds its
+    # row locks as DDL does), called at most ONE_OFF_CALLS times in the window: each call held its lock that long
+    calls = s["calls_before"] + s["calls_after"]
+    holder = (own | (s["calls_before"] == 0)) & (calls > 0) & (calls <= ONE_OFF_CALLS)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        held_ms = ((s["exec_ms_per_min_before"] + s["exec_ms_per_min_after"]) * minutes / calls).where(holder, 0.0)
+    onset = s["onset_at"].where(s["kind"].isin([NEW, REPLACED, DEPLOY_STATEMENT]) & s["onset_at"].notna())
+    onset = onset.fillna(found.deployed_at) if found.deployed_at is not None else onset
+    onset = change_of.reindex(s.index).fillna(onset) if len(change_of) else onset
+    with np.errstate(divide="ignore", invalid="ignore"):
+        time_ratio = s["exec_ms_per_min_after"] / s["exec_ms_per_min_before"]
+        block_ratio = s["blks_read_per_min_after"] / s["blks_read_per_min_before"]
+    evidence = (
+        s.index.isin(change_of.index)
+        | s["kind"].isin([SURGE, N_PLUS_ONE, NEW]).to_numpy()
+        | ((s["kind"] == REPLACED) & (s["calls_before"] == 0)).to_numpy()
+        | (time_ratio >= settings.surge_ratio).to_numpy()
+    )
+    eligible = s["statement_class"].ne(CONTROL)
+    tolerance = pd.Timedelta(settings.tolerance)
+    victims: set[Any] = set()
+    order = open_cause.assign(_added=added.reindex(open_cause["query_key"]).to_numpy())
+    for label, row in order.sort_values("_added", ascending=False, na_position="last").iterrows():
+        key = row["query_key"]
+        if key not in s.index:
+            continue
+        dbid = s.at[key, "dbid"]
+        near = eligible & (s["dbid"] == dbid) & ((onset - row["change_at"]).abs() <= tolerance)
+        near &= ~s.index.isin([key, *victims])
+        floor = max(float(np.nan_to_num(row["_added"])), settings.new_statement_share * float(db_time.get(dbid, 0.0)))
+        by_time = near & evidence & ~own & (added >= floor) & (added > 0)
+        by_blocks = (
+            near
+            & ~own
+            & (block_ratio >= settings.surge_ratio)
+            & (blocks_added >= settings.new_statement_share * float(np.nan_to_num(db_blocks.get(dbid, 0.0))))
+            & (blocks_added > 0)
+        )
+        slowed = float(np.nan_to_num(s.at[key, "mean_after_ms"] - s.at[key, "mean_before_ms"]))
+        by_lock = near & holder & (calls * held_ms**2 / window_ms >= 0.5 * slowed) & (held_ms > 0)
+        weight = added.where(~holder, calls * held_ms / minutes)
+        candidates = weight[by_time | by_blocks | by_lock]
+        if candidates.empty:
+            continue
+        culprit = candidates.idxmax()
+        if by_lock[culprit]:
+            who = "the deploy's own statement" if own[culprit] else "a statement run once at the deploy"
+            rose = f"{who}, running {held_ms[culprit] / 1000.0:,.1f} s"
+            rose += f" a call ({calls[culprit]} calls)" if calls[culprit] > 1 else ""
+        elif by_time[culprit]:
+            rose = (
+                f"its database time ×{time_ratio[culprit]:,.1f}"
+                if np.isfinite(time_ratio[culprit])
+                else f"new, {s.at[culprit, 'exec_ms_per_min_after']:,.0f} ms of database time per minute"
+            )
+        else:
+            rose = (
+                f"its blocks read per minute ×{block_ratio[culprit]:,.1f}"
+                if np.isfinite(block_ratio[culprit])
+                else f"new, {s.at[culprit, 'blks_read_per_min_after']:,.0f} blocks read per minute"
+            )
+        out.at[label, "culprit"] = culprit
+        out.at[label, "rose"] = rose
+        victims.add(key)
+    return out

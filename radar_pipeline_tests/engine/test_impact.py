@@ -9,16 +9,19 @@ import pandas as pd
 import pytest
 
 from radar_pipeline.engine import EngineSettings
+from radar_pipeline.engine import impact as impact_module
 from radar_pipeline.engine.impact import (
     ALL_DATABASES,
     CONTROL,
     PLANNABLE,
     UTILITY,
+    Impact,
     classify,
     collateral_culprits,
     impact,
 )
 from radar_pipeline.lab.surges import DEPLOY, draw
+from radar_pipeline_tests.engine import reference
 
 SETTINGS = EngineSettings()
 
@@ -406,3 +409,147 @@ def test_a_replacement_stops_and_starts_at_the_deploy() -> None:
     assert paired(1, 2) == ["replaced", "replaced"]
     assert paired(1, 3) == ["stopped", "new"]
     assert paired(4, 2) == ["stopped", "new"]
+
+
+_GRID = [DEPLOY + timedelta(minutes=m) for m in (-30, -5, -2, -1, 0, 1, 2, 3, 20)]
+
+
+def _random_case(seed: int) -> tuple[pd.DataFrame, Impact]:
+    """A verdict frame and an impact drawn from small sets of values, so that weights, floors and the detections'
+    added times tie, with NaNs, zero and missing blocks, every kind and class, statements in one or two databases,
+    detections not in the impact, duplicated verdict labels and detections that would qualify as their own culprit."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    keys = rng.permutation(1000)[:n] + 1  # not in order: the impact's order is what breaks a tie
+    pick = lambda values, size=n: np.array(values, dtype=object)[rng.integers(0, len(values), size)]  # noqa: E731
+    per_min = [0.0, 0.5, 10.0, 50.0, 100.0, 400.0, 1000.0, 20_000.0, np.nan]
+    statements = pd.DataFrame(
+        {
+            "query_key": keys,
+            "dbid": rng.choice([5, 7], n) if rng.random() < 0.5 else np.full(n, 5),
+            "calls_before": rng.choice([0, 1, 2, 100], n).astype(np.int64),
+            "calls_after": rng.choice([0, 1, 2, 100], n).astype(np.int64),
+            "exec_ms_per_min_before": pick(per_min).astype(float),
+            "exec_ms_per_min_after": pick(per_min + [np.inf, -np.inf] * (seed % 5 == 0)).astype(float),
+            "blks_read_per_min_before": pick([0.0, 1.0, 5.0, 50.0, np.nan]).astype(float),
+            "blks_read_per_min_after": pick([0.0, 1.0, 5.0, 50.0, 500.0, np.nan]).astype(float),
+            "mean_before_ms": pick([0.5, 1.0, 2.0, np.nan]).astype(float),
+            "mean_after_ms": pick([0.5, 1.0, 3.0, 9.0, np.nan]).astype(float),
+            "kind": pick([None, "new", "stopped", "surge", "n_plus_one", "replaced", "deploy_statement"]),
+            "onset_at": pd.to_datetime(pick([*_GRID, pd.NaT]).tolist(), utc=True),
+            "statement_class": pick([None, PLANNABLE, UTILITY, CONTROL]),
+        }
+    )
+    if rng.random() < 0.3:  # figures all known and distinct, as impact() gives them
+        for column in ("exec_ms_per_min_before", "exec_ms_per_min_after", "blks_read_per_min_after"):
+            statements[column] = rng.lognormal(4, 2, n).round(1)
+    d = int(rng.integers(0, n + 3))
+    verdict_keys = np.concatenate([rng.choice(keys, min(d, n), replace=False), [5000, 5001, 5002][: max(0, d - n)]])
+    verdicts = pd.DataFrame(
+        {
+            "query_key": verdict_keys,
+            "verdict": pick(["detected", "detected", "detected", "no_regression"], len(verdict_keys)),
+            "cause": pick(["unexplained", "unexplained", "more_blocks_read", "more_rows", None], len(verdict_keys)),
+            "change_at": pd.to_datetime(pick([*_GRID, pd.NaT], len(verdict_keys)).tolist(), utc=True),
+        }
+    )
+    if rng.random() < 0.3:
+        verdicts.index = rng.permutation(len(verdicts)) * 3 + 10
+    elif rng.random() < 0.2 and len(verdicts) > 1:
+        verdicts.index = np.arange(len(verdicts)) // 2  # labels shared, as pd.concat leaves them
+    deployed_at = None if rng.random() < 0.2 else DEPLOY
+    return verdicts, Impact(pd.DataFrame(), statements, deployed_at, DEPLOY - SETTINGS.window)
+
+
+def _same_culprits(verdicts: pd.DataFrame, found: Impact, settings: EngineSettings = SETTINGS) -> pd.DataFrame | None:
+    """The vectorised collateral_culprits and the loop it replaced (reference.py) give the same frame, value for
+    value and type for type, or both refuse the input with the same error."""
+    try:
+        expected = reference.collateral_culprits(verdicts, found, settings)
+    except Exception as refused:  # noqa: BLE001 - whatever the loop raised, the new code raises too
+        with pytest.raises(type(refused)):
+            collateral_culprits(verdicts, found, settings)
+        return None
+    got = collateral_culprits(verdicts, found, settings)
+    pd.testing.assert_frame_equal(got, expected)
+    for column in ("culprit", "rose"):
+        assert [type(v) for v in got[column]] == [type(v) for v in expected[column]]
+    return got
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in reduceat:RuntimeWarning")  # inf - inf
+def test_collateral_culprits_match_the_loop_they_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seeded random inputs (ties, NaNs, infinities, duplicated labels, detections outside the impact, own candidates):
+    the vectorised function names the same culprits, with the same words, as the loop over detections; also when the
+    detections × candidates matrix is cut into chunks of a few rows."""
+    named = refused = 0
+    for seed in range(400):
+        verdicts, found = _random_case(seed)
+        got = _same_culprits(verdicts, found)
+        refused += got is None
+        named += 0 if got is None else int(got["culprit"].notna().sum())
+    assert named > 300 and refused < 40  # the draws name culprits, and few are refused
+    tight = EngineSettings(surge_ratio=1.5, new_statement_share=0.01, tolerance_floor=timedelta(0))
+    monkeypatch.setattr(impact_module, "_CHUNK", 20)
+    for seed in range(400, 500):
+        _same_culprits(*_random_case(seed), tight)
+        _same_culprits(*_random_case(seed - 400))
+
+
+def test_collateral_culprits_edge_cases_match_the_loop() -> None:
+    """No detection, one, none open, an empty impact, a detection that would be its own culprit (it alone rose),
+    tied weights (the impact's first wins), tied detections (the order of the sort decides which is a victim)."""
+    specs = {
+        1: {"calls": (60, 60), "ms": (1.0, 100.0)},
+        2: {"calls": (600, 600), "ms": (1.0, 3.0)},
+        3: {"calls": (300, 300), "ms": (2.0, 3.0)},
+        4: {"calls": (100, 100), "ms": (5.0, 5.0)},
+    }
+    found = impact(_counters(specs), DEPLOY, SETTINGS)
+    assert _same_culprits(_detected([]), found)["culprit"].tolist() == []
+    assert _same_culprits(_detected([1]), found)["culprit"].tolist() == [None]  # not its own
+    assert _same_culprits(_detected([2]), found)["culprit"].tolist() == [1]
+    assert _same_culprits(_detected([1, 2, 3], "more_rows"), found)["culprit"].tolist() == [None] * 3
+    assert _same_culprits(_detected([2]), Impact(found.summary, found.statements.iloc[:0]))["culprit"].tolist() == [
+        None
+    ]
+    _same_culprits(_detected([2]).assign(change_at=pd.NaT), found)
+    _same_culprits(_detected([9, 2, 3]), found)  # 9 is not in the impact
+    # Ties: two statements of the same weight (the first in the impact's order is named), two detections of the same
+    # added time (whichever the sort takes first becomes the other's culprit, and a victim).
+    rows = found.statements.copy()
+    tied = pd.concat([rows, rows.iloc[[0]].assign(query_key=0)], ignore_index=True)
+    for frame in (tied, tied.iloc[::-1]):
+        got = _same_culprits(_detected([2, 3]), Impact(found.summary, frame, found.deployed_at, found.window_start))
+        assert set(got["culprit"]) <= {0, 1}
+    twins = rows.copy()
+    twins.loc[twins["query_key"] == 3, twins.columns[4:10]] = twins.loc[twins["query_key"] == 2].iloc[0, 4:10].values
+    for order in ([2, 3], [3, 2]):
+        _same_culprits(_detected(order), Impact(found.summary, twins, found.deployed_at, found.window_start))
+
+
+def test_collateral_culprits_of_a_server_wide_slowdown_match_the_loop() -> None:
+    """Hundreds of detections in one deploy (every statement slowed), from impact() itself: the same culprits."""
+    specs = {k: {"calls": (60 + k, 60 + k), "ms": (1.0, 1.5 + k % 7), "dbid": 5 + k % 2} for k in range(300)}
+    specs[300] = {"once": (1, 1, 20_000.0), "new": True}
+    found = classify(impact(_counters(specs), DEPLOY, SETTINGS), pd.Series({300: UTILITY}))
+    causes = ["unexplained", "more_blocks_read", "more_rows"]
+    verdicts = pd.concat(
+        [_detected([k], causes[k % 3], DEPLOY + timedelta(minutes=k % 4)) for k in range(300)], ignore_index=True
+    )
+    got = _same_culprits(verdicts, found)
+    assert got["culprit"].notna().sum() >= 50
+
+
+@pytest.mark.filterwarnings("ignore::pandas.errors.Pandas4Warning")  # the loop's fillna of the mixed times
+def test_collateral_culprits_refuse_a_change_without_a_time_zone() -> None:
+    """A detection's change_at without a time zone beside the impact's UTC onsets: refused, naming both, as the loop
+    refused it (it could not subtract them)."""
+    found = impact(
+        _counters({1: {"calls": (60, 60), "ms": (1.0, 100.0)}, 2: {"calls": (600, 600), "ms": (1, 3)}}), DEPLOY
+    )
+    naive = _detected([2]).assign(change_at=DEPLOY.tz_convert(None))
+    with pytest.raises(TypeError):
+        reference.collateral_culprits(naive, found, SETTINGS)
+    with pytest.raises(TypeError, match="change_at and onset_at"):
+        collateral_culprits(naive, found, SETTINGS)
