@@ -263,9 +263,11 @@ def test_a_group_detected_at_the_first_look_is_alerted_once_over_all_looks(deplo
 
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("deploys", ["gl-1"])
-        assert defs.resolve_job_def(deploy_verdicts_job.name).execute_in_process(
-            instance=instance, partition_key="gl-1"
-        ).success
+        assert (
+            defs.resolve_job_def(deploy_verdicts_job.name)
+            .execute_in_process(instance=instance, partition_key="gl-1")
+            .success
+        )
         with warehouse.begin() as conn:
             # As if the first verdict had detected the group, and its heaviest member had been cleared on its own
             # (so no later look rewrites that member's row); the others stay open for the later look.
