@@ -325,6 +325,7 @@ def group_looks(
     settings: EngineSettings | None = None,
     prior: pd.DataFrame | None = None,
     looks: int | None = None,
+    shared: bool = True,
 ) -> pd.DataFrame:
     """Every look of one deploy's groups on `counters` (reaching LOOK_SPANS[looks − 1] · W either side, no
     neighbouring deploy): at look k the groups not yet decided (`detected` or `no_regression`) are tested on every
@@ -334,7 +335,8 @@ def group_looks(
     p_family and factor, and budget_share: the group's share of the budget at the last look it was tested at (the
     deciding look, or the last look while open) — what that look spent on it. Each look's groups are deflated for
     their members' shared noise, estimated over NOISE_SPANS · W before the deploy (`shared_noise`). For the lab and
-    the tests; the warehouse's looks run through steps.looks.run_look (with steps.groups.later_look)."""
+    the tests; the warehouse's looks run through steps.looks.run_look (with steps.groups.later_look). `shared`
+    False takes the members as independent (the test before the deflation: for the lab's comparison only)."""
     from radar_pipeline.engine.budget import LOOK_SPANS, look_after, look_budget, split_group_budget
     from radar_pipeline.engine.decision import deploy_evidence
 
@@ -361,7 +363,7 @@ def group_looks(
             counters, deploy_at, settings, prior, before=max(after, settings.window), after=after
         )
         budget = split_group_budget(look_budget(settings.false_alert_budget, look), True)[1]
-        series = before_series(counters, deploy_at, NOISE_SPANS * settings.window)
+        series = before_series(counters, deploy_at, NOISE_SPANS * settings.window) if shared else None
         found = decide_groups(evidence, groups, budget, settings, tested=still, before=series).set_index("group_id")
         for g, row in found.iterrows():
             if look == 0:
