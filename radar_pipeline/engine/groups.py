@@ -16,6 +16,12 @@ is tested:
   at 0.05 and 2.2× at 0.005 (engine/test_groups.py). Weights from the window's calls either side of the deploy
   would not read latency either, but gained at most 2 points of detection over equal weights on the lab's designs;
   what equal weights cost against the standard errors' (whose level did not hold) is in docs/groups.md.
+- shared noise: statements of one server share its load interval to interval, so the members' z_i are positively
+  correlated and Σ z_i / √m overspends (×6 the level at 0.005 for fifteen members at ρ 0.3, ×15 for a hundred at
+  ρ 0.1). Z is deflated by the design effect D̂ = LRV(Σ w_i) / m of the members' before-side series over
+  NOISE_SPANS · W, each scaled to unit long-run variance (`before_series`, `shared_noise`: the group as one
+  pseudo-statement, with an AR(1) long-run variance as the engine's), floored at 1, and referred to Student's t on
+  D̂'s degrees of freedom. The before side never sees the deploy's change.
 - the size, a random-effects estimate of the members' typical factor (DerSimonian & Laird 1986) with the
   Hartung–Knapp–Sidik–Jonkman small-sample interval on m − 1 degrees of freedom, its variance floored at the
   fixed-effect one (the modified HKSJ of Röver, Knapp & Friede 2015): the "×1.5 (×1.3–×1.7)" of the report. The
