@@ -247,3 +247,38 @@ def test_a_member_s_mark_stays_when_a_later_look_replaces_its_row(recorded, ware
     with warehouse.connect() as conn:
         stored = groups_of(conn, "slowed")
     assert list(stored["look"]) == [0]  # the group was decided at the first look: not tested again
+
+
+def test_the_members_shared_load_is_read_from_their_before_side(warehouse):
+    """steps.groups.before_noise reads the group's members over 8W before the deploy from the warehouse, one column
+    per member by its query_key in the window, nothing after the deploy: on a target where every statement's
+    interval mean carries the server's load (one common factor an interval), the members' design effect is large;
+    on one without, it stays near 1."""
+    from radar_pipeline.engine.groups import shared_noise
+    from radar_pipeline.steps.groups import before_noise, form_groups
+    from radar_pipeline.warehouse import analysis
+
+    at = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+    rng = np.random.default_rng(31)
+    load = rng.lognormal(0, 0.5, 81)  # per interval, shared by every statement of the loaded target
+    designs = {}
+    for target, shared in (("loaded", True), ("quiet", False)):
+        rows = []
+        for queryid in [*SLOWED, *OTHERS]:
+            count, total = 1000, 2000.0
+            for j in range(-60, 21):
+                mean = 2.0 * (load[j + 60] if shared else 1.0) * rng.lognormal(0, 0.2)
+                count, total = count + 3, total + 3 * mean
+                rows.append((queryid, at + timedelta(seconds=10 * j), count, total))
+        frame = pd.DataFrame(rows, columns=["queryid", "captured_at", "calls", "total_exec_time"])
+        store_counters(warehouse, target, frame, {**SLOWED, **OTHERS})
+        with warehouse.connect() as conn:
+            window = analysis.read_window(conn, target, at - SETTINGS.window, at + SETTINGS.window)
+            (group,) = [g for g in form_groups(conn, target, window, at, at) if g.kind == "shape"]
+            series = before_noise(conn, target, window.keys, [group], at, SETTINGS)
+        assert sorted(series.columns) == sorted(group.members)  # the window's query_keys
+        assert len(series) == 60 and series.index.max() <= pd.Timestamp(at).value  # the before side only
+        noise = shared_noise(series, list(group.members))
+        assert noise is not None
+        designs[target] = noise.of(np.ones(len(group.members), dtype=bool))[0]
+    assert designs["loaded"] > 5 and designs["quiet"] < 2, designs

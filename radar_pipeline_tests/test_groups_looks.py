@@ -241,3 +241,78 @@ def test_the_migration_runs_again_and_keys_a_group_s_rows_by_look(warehouse):
             )
         ).scalar_one()
     assert key == ["deploy_id", "target", "group_id", "look"]
+
+
+def test_a_group_detected_at_the_first_look_is_alerted_once_over_all_looks(deployed, warehouse, warehouse_url, slack):
+    """The group's representative is fixed when the group is detected (the first of its stored members, ordered by
+    their execution time after the deploy at that look): a later look that rewrites the other members' rows with
+    its longer after side (8W: eight times the calls) does not hand the group to another member, and the group is
+    one alert, one message, over all looks."""
+    resources = _resources(warehouse_url, slack)
+    alerts_job = dg.define_asset_job("group_alerts", selection=[regression_alerts])
+    defs = dg.Definitions(
+        assets=[deploy_verdicts, deploy_looks, regression_alerts, code_host_statuses],
+        jobs=[deploy_verdicts_job, alerts_job],
+        resources=resources,
+    )
+
+    def alerts() -> list[tuple[int, str]]:
+        with warehouse.connect() as conn:
+            found = conn.execute(sa.text("SELECT queryid, status FROM radar.alert WHERE deploy_id = 'gl-1'")).all()
+        return sorted((int(q), s) for q, s in found)
+
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["gl-1"])
+        assert (
+            defs.resolve_job_def(deploy_verdicts_job.name)
+            .execute_in_process(instance=instance, partition_key="gl-1")
+            .success
+        )
+        with warehouse.begin() as conn:
+            # As if the first verdict had detected the group, and its heaviest member had been cleared on its own
+            # (so no later look rewrites that member's row); the others stay open for the later look.
+            conn.execute(sa.text("UPDATE radar.group_verdict SET verdict = 'detected' WHERE deploy_id = 'gl-1'"))
+            (heaviest,) = conn.execute(
+                sa.text(
+                    "SELECT queryid FROM radar.verdict WHERE deploy_id = 'gl-1' AND queryid = ANY(:q) "
+                    "ORDER BY calls_after * mean_after_ms DESC, queryid LIMIT 1"
+                ),
+                {"q": list(MEMBERS)},
+            ).one()
+            conn.execute(
+                sa.text("UPDATE radar.verdict SET verdict = 'no_regression' WHERE deploy_id = 'gl-1' AND queryid = :q"),
+                {"q": heaviest},
+            )
+        assert defs.resolve_job_def("group_alerts").execute_in_process(instance=instance, partition_key="gl-1").success
+        first = alerts()
+        assert len(first) == 1 and first[0][1] == "sent"
+        representative = first[0][0]
+        assert len(slack.calls_to("/api/chat.postMessage")) == 1
+
+        # A later look that clears the open members on their own (warehouse.looks.replace_open, as run_look writes
+        # a look's decisions): their rows now carry the look's 8W after side, eight times the calls.
+        with warehouse.begin() as conn:
+            stored = pd.read_sql(
+                sa.text(
+                    "SELECT * FROM radar.verdict WHERE deploy_id = 'gl-1' AND queryid = ANY(:q) "
+                    "AND verdict = 'inconclusive'"
+                ),
+                conn,
+                params={"q": list(MEMBERS)},
+            )
+            assert len(stored) >= 2
+            cleared = stored.assign(verdict="no_regression", calls_after=stored["calls_after"] * 8)
+            looks.replace_open(conn, "gl-1", "gl", cleared, 3, deployed + timedelta(seconds=LOOK_SPANS[3] * W))
+        with warehouse.connect() as conn:
+            rows = pd.read_sql(
+                sa.text(
+                    "SELECT queryid, look, calls_after * mean_after_ms AS spent FROM radar.verdict "
+                    "WHERE deploy_id = 'gl-1' AND queryid = ANY(:q) ORDER BY spent DESC"
+                ),
+                conn,
+                params={"q": list(MEMBERS)},
+            )
+        assert int(rows.iloc[0]["queryid"]) != representative  # the heaviest now is another member, rewritten
+        assert defs.resolve_job_def("group_alerts").execute_in_process(instance=instance, partition_key="gl-1").success
+        assert alerts() == first
+        assert len(slack.calls_to("/api/chat.postMessage")) == 1

@@ -16,6 +16,12 @@ is tested:
   at 0.05 and 2.2× at 0.005 (engine/test_groups.py). Weights from the window's calls either side of the deploy
   would not read latency either, but gained at most 2 points of detection over equal weights on the lab's designs;
   what equal weights cost against the standard errors' (whose level did not hold) is in docs/groups.md.
+- shared noise: statements of one server share its load interval to interval, so the members' z_i are positively
+  correlated and Σ z_i / √m overspends (×6 the level at 0.005 for fifteen members at ρ 0.3, ×15 for a hundred at
+  ρ 0.1). Z is deflated by the design effect D̂ = LRV(Σ w_i) / m of the members' before-side series over
+  NOISE_SPANS · W, each scaled to unit long-run variance (`before_series`, `shared_noise`: the group as one
+  pseudo-statement, with an AR(1) long-run variance as the engine's), floored at 1, and referred to Student's t on
+  D̂'s degrees of freedom. The before side never sees the deploy's change.
 - the size, a random-effects estimate of the members' typical factor (DerSimonian & Laird 1986) with the
   Hartung–Knapp–Sidik–Jonkman small-sample interval on m − 1 degrees of freedom, its variance floored at the
   fixed-effect one (the modified HKSJ of Röver, Knapp & Friede 2015): the "×1.5 (×1.3–×1.7)" of the report. The
@@ -40,7 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import numpy as np
 import pandas as pd
@@ -52,6 +58,9 @@ from radar_pipeline.engine.vocabulary import Verdict
 # of freedom is too wide to tell anything (t_3,0.975 = 3.2), while a pair is better read from its two verdicts.
 MIN_MEMBERS = 5
 GROUP_KINDS = ("shape", "role", "change")
+# The members' shared noise is estimated over this many windows W before the deploy, at every look (the last look's
+# span: enough intervals for the long-run variances' degrees of freedom, and the before side never sees the change).
+NOISE_SPANS = 8
 # A group's verdicts that end its looks; a later look tests the others (inconclusive, insufficient_data) again.
 DECIDED = (Verdict.DETECTED.value, Verdict.NO_REGRESSION.value)
 # The member columns the joint test reads (analyse's result).
@@ -72,6 +81,7 @@ GROUP_COLUMNS = (
     "p_value",
     "p_family",
     "budget_share",
+    "design",
 )
 
 
@@ -89,8 +99,89 @@ class Joint:
     factor_bound: float
     factor_but_one: float  # the typical factor without the member whose own estimate is the largest
     tau: float
-    z_stat: float
+    z_stat: float  # Σ z_i / √(m · design)
     p_value: float
+    design: float = 1.0  # the design effect Z was deflated by (1: members taken as independent)
+
+
+@dataclass(frozen=True)
+class SharedNoise:
+    """The members' standardised before-side series (`shared_noise`), each scaled to unit long-run variance
+    (columns: the members, in the group's order; NaN where a member has too few intervals to tell)."""
+
+    series: np.ndarray  # intervals × members
+
+    def of(self, used: np.ndarray) -> tuple[float, float]:
+        """The design effect D = Var(Σ z_i) / m of the `used` members' statistics and the degrees of freedom of its
+        estimate: D̂ = (LRV(Σ w_i) + m − k) / m over the k members with a unit series w_i, a member without one
+        counted as independent of the others (its 1 on the diagonal). Floored at 1: shared load noise makes members'
+        errors agree, never cancel; at 1 the members are taken as independent (ν = ∞). Else ν = ν_S · (m D̂ /
+        LRV(Σ w_i))², the sum's long-run variance's degrees of freedom (`_long_run`) carried to D̂ (Satterthwaite)."""
+        w = self.series[:, used]
+        m = w.shape[1]
+        usable = np.isfinite(w).all(axis=0)
+        if m == 0 or usable.sum() < 2:
+            return 1.0, np.inf
+        total, dof = _long_run(w[:, usable].sum(axis=1))
+        design = (total + (m - usable.sum())) / m
+        if design <= 1.0 or total <= 0:
+            return 1.0, np.inf
+        return design, dof * (m * design / total) ** 2
+
+
+def _long_run(x: np.ndarray) -> tuple[float, float]:
+    """The long-run variance of a centred series by its AR(1) fit — γ₀ (1 + φ) / (1 − φ), φ the lag-1
+    autocorrelation corrected for its small-sample bias (Kendall 1954: + (1 + 3φ) / n) and kept within
+    [0, 0.95] — and the degrees of freedom of that estimate, 2 / Var(ln LRV̂) with
+    Var(ln LRV̂) ≈ 2/n + 4 (1 + φ) / (n (1 − φ)) (the delta method on γ̂₀ and φ̂)."""
+    n = len(x)
+    gamma0 = float(x @ x) / n
+    if gamma0 <= 0 or n < 3:
+        return 0.0, np.inf
+    phi = float(x[1:] @ x[:-1]) / n / gamma0
+    phi = min(0.95, max(0.0, phi + (1 + 3 * phi) / n))
+    # the centred series' variance misses the mean's share of it, Var(x̄) ≈ LRV / n
+    factor = (1 + phi) / (1 - phi)
+    lrv = gamma0 * factor / max(0.5, 1 - factor / n)
+    return lrv, 2.0 / (2.0 / n + 4.0 * (1 + phi) / (n * (1 - phi)))
+
+
+def before_series(counters: pd.DataFrame, deploy_at: datetime | pd.Timestamp, before: timedelta) -> pd.DataFrame:
+    """Each statement's log interval mean (ms per call) over the `before` span up to the deploy: one row per scrape
+    (its end), one column per query_key (as analyse reports it: rotated keys merged), NaN where the statement had no
+    call. Only the before side: what it tells about the statements' shared noise cannot see the deploy's change."""
+    from radar_pipeline.engine.samples import window_samples
+
+    deploy = int(pd.Timestamp(deploy_at).value)
+    samples = window_samples(counters, deploy - int(pd.Timedelta(before).value), deploy)
+    if samples.groups == 0 or len(samples.end) == 0:
+        return pd.DataFrame()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = np.where(samples.calls > 0, np.log(samples.time / samples.calls), np.nan)
+    long = pd.DataFrame({"end": samples.end, "key": samples.keys[samples.group], "value": value})
+    return long.pivot_table(index="end", columns="key", values="value", aggfunc="first", dropna=False).sort_index()
+
+
+def shared_noise(series: pd.DataFrame, members: Sequence[object]) -> SharedNoise | None:
+    """The members' shared noise from their before-side series (`before_series`): each member's log means centred
+    and scaled by its own long-run standard deviation (`_long_run`), the intervals it had no call at set to 0; a
+    member with fewer than 8 such intervals, or none varying, is left out (NaN). None without a series."""
+    if series.empty:
+        return None
+    found = series.reindex(columns=pd.Index(list(members))).to_numpy(dtype=np.float64)
+    if found.shape[0] < 8:
+        return None
+    out = np.full(found.shape, np.nan)
+    for j in range(found.shape[1]):
+        x = found[:, j]
+        seen = np.isfinite(x)
+        if seen.sum() < 8:
+            continue
+        centred = np.where(seen, x - x[seen].mean(), 0.0)
+        scale = _long_run(centred)[0]
+        if scale > 0:
+            out[:, j] = centred / np.sqrt(scale)
+    return SharedNoise(out)
 
 
 def group_weights(groups: Sequence[str]) -> pd.Series:
@@ -101,10 +192,17 @@ def group_weights(groups: Sequence[str]) -> pd.Series:
 
 
 def joint_test(
-    log_factor: np.ndarray, se: np.ndarray, dof: np.ndarray, threshold: float, clear_level: float = 0.95
+    log_factor: np.ndarray,
+    se: np.ndarray,
+    dof: np.ndarray,
+    threshold: float,
+    clear_level: float = 0.95,
+    shared: SharedNoise | None = None,
 ) -> Joint | None:
     """The joint test of the members with a finite estimate (None with fewer than MIN_MEMBERS of them): see the
-    module docstring."""
+    module docstring. `shared`: the members' shared noise (`shared_noise`, over the same members in the same order,
+    NaN estimates included); Z is deflated by its design effect and referred to Student's t on its degrees of
+    freedom. None: the members are taken as independent."""
     from scipy import stats
 
     y, s, nu = (np.asarray(v, dtype=np.float64) for v in (log_factor, se, dof))
@@ -117,7 +215,8 @@ def joint_test(
     p_members = stats.t.sf((y - limit) / s, nu)
     z_members = stats.norm.isf(np.clip(p_members, 1e-300, 1 - 1e-16))
     # Equal weights: a weight read from s_i would depend on the same noise estimate as z_i (module docstring).
-    z = float(z_members.sum() / np.sqrt(m))
+    design, design_dof = (1.0, np.inf) if shared is None else shared.of(ok)
+    z = float(z_members.sum() / np.sqrt(m * design))
     # The members' standard errors widened for their own degrees of freedom, for the size only: a sparse member's
     # estimate of its noise is itself uncertain.
     wide = s * stats.t.ppf(0.975, nu) / stats.norm.ppf(0.975)
@@ -136,7 +235,8 @@ def joint_test(
         factor_but_one=float(np.exp(but_one)),
         tau=float(np.sqrt(tau2)),
         z_stat=z,
-        p_value=float(stats.norm.sf(z)),
+        p_value=float(stats.norm.sf(z) if not np.isfinite(design_dof) else stats.t.sf(z, design_dof)),
+        design=design,
     )
 
 
@@ -160,13 +260,16 @@ def decide_groups(
     budget: float,
     settings: EngineSettings | None = None,
     tested: Collection[str] | None = None,
+    before: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Decide each group (group id → its members' query_keys) from `verdicts` (analyse's result, or
     engine.decision.deploy_evidence's at a later look: MEMBER_COLUMNS) with the groups' budget `budget` (expected
     false group detections per analysis or look), shared by `group_weights` over every group given. One row per
     group (GROUP_COLUMNS), in the order given: `insufficient_data` where fewer than MIN_MEMBERS members have an
     estimate at the deploy; members the verdicts lack count as without one. `tested`: only these groups are tested
-    (a later look's still open ones) and have a row; the others keep their share unspent, never handed on."""
+    (a later look's still open ones) and have a row; the others keep their share unspent, never handed on.
+    `before`: the statements' before-side series (`before_series` over the spans the evidence was taken on), from
+    which each group's shared noise is estimated (`shared_noise`); None takes members as independent."""
     settings = settings or EngineSettings()
     missing = [c for c in MEMBER_COLUMNS if c not in verdicts.columns]
     if missing:
@@ -187,6 +290,7 @@ def decide_groups(
             found["deploy_dof"].to_numpy(),
             settings.threshold,
             settings.clear_level,
+            None if before is None else shared_noise(before, list(members)),
         )
         share = budget * float(weights[group_id])
         if joint is None:
@@ -227,14 +331,18 @@ def group_looks(
     settings: EngineSettings | None = None,
     prior: pd.DataFrame | None = None,
     looks: int | None = None,
+    shared: bool = True,
 ) -> pd.DataFrame:
     """Every look of one deploy's groups on `counters` (reaching LOOK_SPANS[looks − 1] · W either side, no
     neighbouring deploy): at look k the groups not yet decided (`detected` or `no_regression`) are tested on every
     member's evidence at the deploy over look k's spans (deploy_evidence, whether or not the member's own verdict is
     decided), with GROUP_SHARE of look k's budget shared over all the groups. One row per group: group_id,
-    first_verdict, verdict (the last), look (the look that decided it; NaN while open), and the decided look's
-    p_family and factor. For the lab and the tests; the warehouse's looks run through steps.looks.run_look (with
-    steps.groups.later_look)."""
+    first_verdict, verdict (the last), look (the look that decided it; NaN while open), the decided look's
+    p_family and factor, and budget_share: the group's share of the budget at the last look it was tested at (the
+    deciding look, or the last look while open) — what that look spent on it. Each look's groups are deflated for
+    their members' shared noise, estimated over NOISE_SPANS · W before the deploy (`shared_noise`). For the lab and
+    the tests; the warehouse's looks run through steps.looks.run_look (with steps.groups.later_look). `shared`
+    False takes the members as independent (the test before the deflation: for the lab's comparison only)."""
     from radar_pipeline.engine.budget import LOOK_SPANS, look_after, look_budget, split_group_budget
     from radar_pipeline.engine.decision import deploy_evidence
 
@@ -242,7 +350,15 @@ def group_looks(
     looks = len(LOOK_SPANS) if looks is None else looks
     ids = list(groups)
     out = pd.DataFrame(
-        {"group_id": ids, "first_verdict": None, "verdict": None, "look": np.nan, "p_family": np.nan, "factor": np.nan}
+        {
+            "group_id": ids,
+            "first_verdict": None,
+            "verdict": None,
+            "look": np.nan,
+            "p_family": np.nan,
+            "factor": np.nan,
+            "budget_share": np.nan,
+        }
     ).set_index("group_id", drop=False)
     for look in range(looks):
         still = [g for g in ids if out.at[g, "verdict"] not in DECIDED]
@@ -253,11 +369,13 @@ def group_looks(
             counters, deploy_at, settings, prior, before=max(after, settings.window), after=after
         )
         budget = split_group_budget(look_budget(settings.false_alert_budget, look), True)[1]
-        found = decide_groups(evidence, groups, budget, settings, tested=still).set_index("group_id")
+        series = before_series(counters, deploy_at, NOISE_SPANS * settings.window) if shared else None
+        found = decide_groups(evidence, groups, budget, settings, tested=still, before=series).set_index("group_id")
         for g, row in found.iterrows():
             if look == 0:
                 out.at[g, "first_verdict"] = row["verdict"]
             out.at[g, "verdict"] = row["verdict"]
+            out.at[g, "budget_share"] = row["budget_share"]
             if row["verdict"] in DECIDED:
                 out.at[g, "look"] = look
                 out.at[g, "p_family"], out.at[g, "factor"] = row["p_family"], row["factor"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -185,18 +186,23 @@ def _distinct(groups: list[Group]) -> list[Group]:
 
 
 def decide(
-    verdicts: pd.DataFrame, groups: list[Group], budget: float, settings: EngineSettings
+    verdicts: pd.DataFrame,
+    groups: list[Group],
+    budget: float,
+    settings: EngineSettings,
+    before: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, list[str | None]]:
     """Decide the groups from the analysed verdicts (query_key, KEY columns and the engine's estimates at the
     deploy) with the groups' budget; returns the groups frame (engine.groups.GROUP_COLUMNS, then kind, label,
     statements, sentence and the tested members' keys as arrays: warehouse/groups.py STORED) and, per verdict row,
     the mark of the detected groups it was a tested member of (None: none). The mark says the statement belongs to
     a group that regressed, not that it regressed: its own verdict stands, and the group is alerted once
-    (warehouse.alerts.detections), not once per member."""
+    (warehouse.alerts.detections), not once per member. `before`: the members' before-side series
+    (`before_noise`), from which each group's shared noise is estimated (engine.groups.shared_noise)."""
     marks: list[list[str]] = [[] for _ in range(len(verdicts))]
     if not groups:
         return _frame([]), [None] * len(verdicts)
-    decided = decide_groups(verdicts, {g.group_id: g.members for g in groups}, budget, settings)
+    decided = decide_groups(verdicts, {g.group_id: g.members for g in groups}, budget, settings, before=before)
     position = pd.Index(verdicts["query_key"].to_numpy())
     estimated = np.isfinite(verdicts["deploy_log_factor"].to_numpy(dtype=float))
     rows: list[dict[str, Any]] = []
@@ -255,6 +261,7 @@ class GroupPlan:
     groups: list[Group]
     statement_settings: EngineSettings
     budget: float
+    before: pd.DataFrame | None = None  # the members' before-side series (before_noise)
 
 
 def plan_groups(
@@ -273,7 +280,36 @@ def plan_groups(
 
     groups = form_groups(conn, target, window, lo, hi)
     statements, for_groups = split_group_budget(settings.false_alert_budget, bool(groups))
-    return GroupPlan(groups, replace(settings, false_alert_budget=statements), for_groups)
+    before = before_noise(conn, target, window.keys, groups, hi - settings.window, settings) if groups else None
+    return GroupPlan(groups, replace(settings, false_alert_budget=statements), for_groups, before)
+
+
+def before_noise(
+    conn: sa.Connection,
+    target: str,
+    keys: pd.DataFrame,
+    groups: Sequence[Group],
+    deployed_at: datetime,
+    settings: EngineSettings,
+) -> pd.DataFrame:
+    """The groups' members' log interval means over NOISE_SPANS · W before the deploy (engine.groups.before_series),
+    one column per member by its query_key in `keys` (KEY columns indexed by query_key): the before side only, read
+    for the members alone, from which the members' shared load noise is estimated (engine.groups.shared_noise). The
+    same span at every look, so it never reaches past the deploy."""
+    from radar_pipeline.engine.groups import NOISE_SPANS, before_series
+
+    codes = sorted({int(c) for g in groups for c in g.members})
+    wanted = keys.loc[codes, list(KEY)]
+    if wanted.empty:
+        return pd.DataFrame()
+    window = analysis.read_window(conn, target, deployed_at - NOISE_SPANS * settings.window, deployed_at, wanted)
+    series = before_series(window.counters, deployed_at, NOISE_SPANS * settings.window)
+    if series.empty:
+        return series
+    read = window.keys.loc[series.columns, list(KEY)]
+    code_of = {tuple(k): c for k, c in zip(wanted.itertuples(index=False), wanted.index, strict=True)}
+    series.columns = [code_of.get(tuple(k), -1 - i) for i, k in enumerate(read.itertuples(index=False))]
+    return series
 
 
 def decide_and_mark(verdicts: pd.DataFrame, plan: GroupPlan, settings: EngineSettings) -> pd.DataFrame:
@@ -281,7 +317,7 @@ def decide_and_mark(verdicts: pd.DataFrame, plan: GroupPlan, settings: EngineSet
     group in its verdict's group_regressed (in place); returns the groups frame to store."""
     from radar_pipeline.warehouse.analysis import ANALYSED_VERDICTS
 
-    decided, marks = decide(verdicts, plan.groups, plan.budget, settings)
+    decided, marks = decide(verdicts, plan.groups, plan.budget, settings, plan.before)
     ANALYSED_VERDICTS.assign(verdicts, "group_regressed", pd.Series(marks, index=verdicts.index, dtype=object))
     return decided
 
@@ -345,7 +381,10 @@ def later_look(
         conn.rollback()
     still = {g for g in first - decided if g in formed}
     members = {g: formed[g].members if g in formed else () for g in sorted(first)}
-    tested = decide_groups(evidence, members, budget, settings, tested=still)
+    with warehouse.connect() as conn:
+        before = before_noise(conn, target, keys, [formed[g] for g in still], deployed_at, settings)
+        conn.rollback()
+    tested = decide_groups(evidence, members, budget, settings, tested=still, before=before)
     rows: list[dict[str, Any]] = []
     for result in tested.to_dict("records"):
         group = formed[result["group_id"]]

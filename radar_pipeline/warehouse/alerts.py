@@ -27,9 +27,11 @@ SETTLED = (
 )
 
 
-# Per detected group of the analysis, its tested member with the most execution time after the deploy (the window's
-# after side: calls × mean; ties to the lowest queryid), and per such statement the sentences of the groups it
-# stands for (a statement may be the heaviest of several).
+# Per detected group of the analysis, its tested member with the most execution time after the deploy over the
+# first look's window (calls × mean; ties to the lowest queryid), and per such statement the sentences of the groups
+# it stands for (a statement may be the heaviest of several). The first look's figure, which a later look never
+# changes (warehouse.looks.replace_open keeps it as first_exec_ms when it rewrites a row with its longer after side):
+# ranked by the current row, a later look would hand the group to another member and alert it again.
 GROUP_REPRESENTATIVES = (
     "member AS ("
     "  SELECT g.target, g.group_id, g.sentence, g.look, g.look_end, m.dbid, m.userid, m.queryid, m.toplevel "
@@ -41,7 +43,9 @@ GROUP_REPRESENTATIVES = (
     "  SELECT DISTINCT ON (m.target, m.group_id) m.* FROM member m JOIN radar.verdict w ON w.deploy_id = :d "
     "  AND w.target = m.target AND w.dbid = m.dbid AND w.userid = m.userid AND w.queryid = m.queryid "
     "  AND w.toplevel = m.toplevel "
-    "  ORDER BY m.target, m.group_id, w.calls_after * w.mean_after_ms DESC NULLS LAST, m.queryid), "
+    "  ORDER BY m.target, m.group_id, "
+    "  coalesce(w.first_exec_ms, CASE WHEN w.calls_after > 0 THEN w.calls_after * w.mean_after_ms ELSE 0 END) "
+    "  DESC NULLS LAST, m.queryid), "
     "representative AS ("
     "  SELECT target, dbid, userid, queryid, toplevel, string_agg(sentence, '; ' ORDER BY group_id) AS represents, "
     "  max(look) AS group_look, max(look_end) AS group_look_end "
