@@ -57,6 +57,9 @@ class Canary:
     last_scrape: datetime
 
 
+SETTLE = timedelta(seconds=1)  # scrape_interval_seconds of the AnalysisResource the Dagster tests configure
+
+
 def _invoke(args: list[str], url: str):  # type: ignore[no-untyped-def]
     return CliRunner().invoke(main, [*args, "--warehouse", url], env={"COLUMNS": None, "RADAR_TARGETS": None})
 
@@ -113,10 +116,11 @@ def canary(pg18, warehouse, warehouse_url) -> Iterator[Canary]:
 
 
 def _run(warehouse: sa.Engine, canary: Canary) -> AnalysisRun:
-    """An analysis run whose window W reaches the last scrape from the earliest deploy, able to reach the target."""
+    """An analysis run whose window W reaches the last scrape from the earliest deploy, able to reach the target,
+    once the window and one scrape interval after it (the settle of the Dagster tests' resources) have passed."""
     window = canary.last_scrape - canary.deployed_at + timedelta(seconds=5)
     deadline = time.monotonic() + 60
-    while _now(warehouse) < canary.deployed_at + window:  # the window must have closed by the warehouse's clock
+    while _now(warehouse) < canary.deployed_at + window + SETTLE:  # closed by the warehouse's clock
         assert time.monotonic() < deadline
         time.sleep(0.1)
     return AnalysisRun(warehouse, EngineSettings(window=window), live_targets={canary.target.name: canary.target})
