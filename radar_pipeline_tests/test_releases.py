@@ -433,3 +433,31 @@ def test_fleet_verdicts_for_scripts_beside_unchanged_per_target_rows(warehouse, 
     record(warehouse, "alone-1", "shard-0", fleet + timedelta(minutes=30))
     alone = radar("verdicts", "alone-1", "--fleet", "--format", "json")
     assert alone.exit_code == 1 and "no fleet verdicts for 'alone-1'" in alone.output, alone.output
+
+
+@pytest.mark.parametrize("change", ["late member deployed earlier", "anchor's target redeployed"])
+def test_a_fleet_detection_is_alerted_once_whatever_members_come_later(warehouse, fleet, slack, change):
+    import logging
+
+    from radar_pipeline.alerts.slack import SlackSender
+
+    for target in TARGETS:
+        analyse_deploy(AnalysisRun(warehouse, SETTINGS), f"rel-1-{target}")
+    log = logging.getLogger("test")
+    bot = SlackSender(token="xoxb-test-token", channel="C0RADAR", base_url=slack.api_url)
+    first = with_text(warehouse, decide_release(warehouse, "rel-1", SETTINGS))
+    assert len(first.detected) == 1 and deliver_fleet_alerts(log, warehouse, bot, first)["to_send"] == 1
+    if change == "late member deployed earlier":  # a seventh target's deploy, recorded late, a minute before the rest
+        at, target, deploy_id = fleet - timedelta(minutes=1), "shard-6", "rel-1-shard-6"
+        store_counters(warehouse, target, counters(at, 6, seed=206), TEXTS, dbid=11)
+    else:  # the first member's deploy recorded again under a new id (its target now counts by that deploy)
+        at, target, deploy_id = fleet, "shard-0", "rel-1-shard-0-again"
+    record(warehouse, deploy_id, target, at, release_id="rel-1")
+    analyse_deploy(AnalysisRun(warehouse, SETTINGS), deploy_id)
+    again = with_text(warehouse, decide_release(warehouse, "rel-1", SETTINGS))
+    assert again.status == FINAL and again.look == 1 and len(again.detected) == 1
+    assert deliver_fleet_alerts(log, warehouse, bot, again)["to_send"] == 0
+    assert len(slack.calls_to("/api/chat.postMessage")) == 1
+    with warehouse.connect() as conn:
+        filed = conn.execute(sa.text("SELECT DISTINCT deploy_id FROM radar.alert WHERE target = 'release:rel-1'"))
+        assert [r[0] for r in filed] == ["rel-1-shard-0"]

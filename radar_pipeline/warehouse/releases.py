@@ -37,6 +37,7 @@ class Release:
     release_id: str
     explicit: bool
     members: pd.DataFrame
+    first_anchor: str | None = None  # the earliest member of its first final decision (filed_anchor), once it has one
 
     @property
     def targets(self) -> list[str]:
@@ -50,7 +51,11 @@ class Release:
 
     @property
     def anchor(self) -> str:
-        """The earliest member deploy (the one the release's alerts are filed under in radar.alert)."""
+        """The member deploy the release's alerts are filed under in radar.alert: the earliest member of its first
+        final decision, which no later member or redeploy moves (a fleet detection is alerted once, whatever members
+        come later); before it has one, its earliest member deploy."""
+        if self.first_anchor is not None:
+            return self.first_anchor
         first = self.members.sort_values(["deployed_at", "deploy_id"]).iloc[0]
         return str(first["deploy_id"])
 
@@ -127,7 +132,21 @@ def release(conn: sa.Connection, release_id: str) -> Release:
         conn,
         params={"ids": ids},
     )
-    return Release(release_id, explicit, members)
+    return Release(release_id, explicit, members, filed_anchor(conn, release_id))
+
+
+def filed_anchor(conn: sa.Connection, release_id: str) -> str | None:
+    """The earliest (by deployed_at, deploy_id) member deploy of the release's first final decision (radar.release_look's
+    lowest look done: a row never rewritten once done), or None when it has none (or its deploys are gone)."""
+    found = conn.execute(
+        sa.text(
+            "SELECT e.deploy_id FROM (SELECT member_deploys FROM radar.release_look WHERE release_id = :r "
+            "AND status = 'done' ORDER BY look LIMIT 1) l CROSS JOIN unnest(l.member_deploys) AS m(deploy_id) "
+            "JOIN radar.deploy_event e ON e.deploy_id = m.deploy_id ORDER BY e.deployed_at, e.deploy_id LIMIT 1"
+        ),
+        {"r": release_id},
+    ).scalar_one_or_none()
+    return None if found is None else str(found)
 
 
 def member_evidence(conn: sa.Connection, members: pd.DataFrame) -> pd.DataFrame:
