@@ -461,3 +461,34 @@ def test_a_fleet_detection_is_alerted_once_whatever_members_come_later(warehouse
     with warehouse.connect() as conn:
         filed = conn.execute(sa.text("SELECT DISTINCT deploy_id FROM radar.alert WHERE target = 'release:rel-1'"))
         assert [r[0] for r in filed] == ["rel-1-shard-0"]
+
+
+def test_fleet_alerts_of_a_release_older_than_the_alert_age_limit_are_withheld_in_dagster(
+    warehouse, warehouse_url, fleet, slack
+):
+    import dagster as dg
+
+    from radar_pipeline.defs.deploys.release_verdicts import release_verdicts
+    from radar_pipeline.defs.resources import AnalysisResource, SlackResource, WarehouseResource
+
+    for target in TARGETS:  # the release was deployed 3 h ago: its windows closed 2 h 40 min ago
+        analyse_deploy(AnalysisRun(warehouse, SETTINGS), f"rel-1-{target}")
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": AnalysisResource(window_seconds=1200, scrape_interval_seconds=60),
+        "slack": SlackResource(
+            token="xoxb-test-token", channel="#radar", base_url=slack.api_url, alert_max_age_hours=1.0
+        ),
+    }
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["rel-1-shard-0"])
+        result = dg.materialize(
+            [release_verdicts], partition_key="rel-1-shard-0", resources=resources, instance=instance
+        )
+        assert result.success
+        metadata = result.asset_materializations_for_node("release_verdicts")[0].metadata
+    assert metadata["fleet_detections"].value == 1 and "more than 1 h ago" in metadata["withheld"].value
+    assert slack.calls_to("/api/chat.postMessage") == []
+    with warehouse.connect() as conn:
+        rows = conn.execute(sa.text("SELECT status FROM radar.alert WHERE target = 'release:rel-1'")).scalars().all()
+    assert rows == ["withheld"]

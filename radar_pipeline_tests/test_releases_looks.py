@@ -347,3 +347,98 @@ def test_the_looks_of_a_release_the_nightly_reanalysis_analysed_carry_its_tag_an
     with warehouse.connect() as conn:
         rows = conn.execute(sa.text("SELECT status FROM radar.alert WHERE target = 'release:rel-9'")).scalars().all()
     assert rows == ["withheld"] and not slack.calls_to("/api/chat.postMessage")  # recorded, never sent
+
+
+def test_a_release_look_whose_run_was_terminated_is_asked_for_again_at_its_next_attempt_a_bounded_number_of_times(
+    warehouse, warehouse_url, slack, monkeypatch
+):
+    """A terminated run (from the UI, by run monitoring, killed for memory) ends before the look's failure record:
+    the look stays due, and the sensor asks for it under the next attempt's run key, LOOK_ATTEMPTS times at most."""
+    import time
+
+    from radar_pipeline.defs.deploys.release_looks import release_look
+    from radar_pipeline.steps import releases as steps_releases
+    from radar_pipeline.warehouse import looks
+
+    monkeypatch.setattr(looks, "RETRY_BASE", timedelta(seconds=2))  # attempts 2, 6, 14 s after it fell due
+    release_at(warehouse, timedelta(seconds=85))  # every look due: the sensor asks for the last
+    run = AnalysisRun(warehouse, SETTINGS, settle=ANALYSIS.settle)
+    for target in TARGETS:
+        analyse_deploy(run, f"rel-9-{target}")
+    decide_release(warehouse, "rel-9", SETTINGS)
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": ANALYSIS,
+        "slack": SlackResource(token="xoxb-test-token", channel="#radar", base_url=slack.api_url),
+    }
+
+    @dg.job
+    def look_once() -> None:  # release_looks_job's op: a terminated run's step is not retried
+        release_look()
+
+    def terminated(*args, **kwargs):  # what a terminated run raises in the op
+        raise dg.DagsterExecutionInterruptedError()
+
+    monkeypatch.setattr(steps_releases, "run_release_look", terminated)
+    defs = dg.Definitions(jobs=[look_once], resources=resources)
+    keys: list[str] = []
+    with dg.instance_for_test() as instance:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            due = _due(instance, resources)
+            if keys and not due:
+                break  # past the last attempt: asked for no more
+            for request in due:
+                if request.run_key in keys:
+                    continue  # Dagster skips a run key it has seen: the same key is no new attempt
+                keys.append(request.run_key or "")
+                result = defs.resolve_job_def("look_once").execute_in_process(
+                    instance=instance,
+                    run_config=request.run_config,
+                    tags={**request.tags, "dagster/run_key": request.run_key or ""},
+                    raise_on_error=False,
+                )
+                assert not result.success
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"the look is still asked for after {keys}")
+    assert release_looks(warehouse) == [(0, "basis", "done")]  # no run recorded the look
+    assert {k.rsplit(":", 1)[0] for k in keys} == {keys[0].rsplit(":", 1)[0]}  # the same look, basis …
+    assert keys[0].split(":")[2] == str(len(LOOK_SPANS) - 1)
+    attempts = [int(k.rsplit(":", 1)[1]) for k in keys]  # … at successive attempts, LOOK_ATTEMPTS at most
+    assert attempts == sorted(set(attempts)) and attempts[-1] == looks.LOOK_ATTEMPTS - 1 and len(keys) >= 2
+
+
+def test_a_release_look_s_fleet_alerts_older_than_the_alert_age_limit_are_withheld(warehouse, warehouse_url, slack):
+    from radar_pipeline.defs.deploys.release_looks import release_look
+
+    release_at(warehouse, timedelta(seconds=85))  # the last look (8W) is due: its after side closed 5 s ago
+    run = AnalysisRun(warehouse, SETTINGS, settle=ANALYSIS.settle)
+    for target in TARGETS:
+        analyse_deploy(run, f"rel-9-{target}")
+    decide_release(warehouse, "rel-9", SETTINGS)
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": ANALYSIS,
+        "slack": SlackResource(  # 3.6 s
+            token="xoxb-test-token", channel="#radar", base_url=slack.api_url, alert_max_age_hours=0.001
+        ),
+    }
+
+    @dg.job
+    def look_once() -> None:
+        release_look()
+
+    defs = dg.Definitions(jobs=[look_once], resources=resources)
+    with dg.instance_for_test() as instance:
+        (request,) = _due(instance, resources)
+        result = defs.resolve_job_def("look_once").execute_in_process(
+            instance=instance, run_config=request.run_config, tags=request.tags
+        )
+        (output,) = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
+        metadata = output.event_specific_data.metadata
+    assert metadata["detected"].value >= 1 and "ago: not sent" in metadata["withheld"].value
+    assert slack.calls_to("/api/chat.postMessage") == []
+    with warehouse.connect() as conn:
+        rows = conn.execute(sa.text("SELECT DISTINCT status FROM radar.alert WHERE target = 'release:rel-9'"))
+        assert rows.scalars().all() == ["withheld"]

@@ -224,6 +224,27 @@ def deliver_fleet_alerts(
     return metadata
 
 
+def fleet_withhold_reason(
+    decision: ReleaseDecision, window: timedelta, max_age: timedelta, now: datetime, reanalysis: str | None = None
+) -> str | None:
+    """Why the decision's fleet alerts are recorded but not sent, or None to send them: `reanalysis` (the reason,
+    when the run continues the nightly reanalysis), or, as every other alert (steps.alert_delivery.withhold_reason),
+    evidence whose window closed more than `max_age` ago: the last member's deploy plus W (the members' first looks)
+    or plus the latest later look's after side among the detections."""
+    from radar_pipeline.steps.alert_delivery import withhold_reason
+
+    if reanalysis is not None:
+        return reanalysis
+    if decision.release.members.empty:
+        return None
+    after = window
+    for value in decision.detected.get("look_after", pd.Series(dtype=object)):
+        if isinstance(value, timedelta) and value > after:
+            after = value
+    closed = pd.Timestamp(decision.release.members["deployed_at"].max()).to_pydatetime() + after
+    return withhold_reason(pd.DataFrame({"window_end": [closed]}), max_age, now)
+
+
 def _found_when(row: Any) -> str:
     """The fleet report, and for a detection a later look made, when: "…, found 2 h after the release"."""
     from radar_pipeline.alerts.render import span_words
@@ -313,7 +334,9 @@ def due_release_looks(
     """The later looks of releases due now (by the warehouse's clock): of each final release with a key open at the
     fleet level, whose last decision's basis stands, the latest look not yet taken (done or failed) whose members
     are all past its after side plus `settle` (a look overtaken by a later one that is due is skipped: its share is
-    left unspent). A look due more than HORIZON ago is not run."""
+    left unspent). A look due more than HORIZON ago is not run. Each says how long it has waited (since it fell due,
+    or since the decision it continues, when later): its sensor numbers its attempts by it
+    (warehouse.looks.look_attempt)."""
     clock = now or conn.execute(sa.text("SELECT now()")).scalar_one()
     since = clock - HORIZON - settings.window * LOOK_SPANS[-1]
     due: list[store.DueReleaseLook] = []
@@ -333,7 +356,8 @@ def due_release_looks(
             if at <= clock:
                 if at > clock - HORIZON:
                     runs = store.analysis_runs(conn, [str(d) for d in found.members["deploy_id"]])
-                    due.append(store.DueReleaseLook(str(c.release_id), look, last.basis, at, runs))
+                    since = max([at, *(a for _, a in last.basis if a is not None)])  # a release decided late
+                    due.append(store.DueReleaseLook(str(c.release_id), look, last.basis, at, runs, clock - since))
                 break
     return due
 

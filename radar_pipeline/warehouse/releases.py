@@ -136,8 +136,9 @@ def release(conn: sa.Connection, release_id: str) -> Release:
 
 
 def filed_anchor(conn: sa.Connection, release_id: str) -> str | None:
-    """The earliest (by deployed_at, deploy_id) member deploy of the release's first final decision (radar.release_look's
-    lowest look done: a row never rewritten once done), or None when it has none (or its deploys are gone)."""
+    """The earliest (by deployed_at, deploy_id) member deploy of the release's first final decision
+    (radar.release_look's lowest look done: a row never rewritten once done),
+    or None when it has none (or its deploys are gone)."""
     found = conn.execute(
         sa.text(
             "SELECT e.deploy_id FROM (SELECT member_deploys FROM radar.release_look WHERE release_id = :r "
@@ -322,6 +323,7 @@ class DueReleaseLook:
     basis: tuple[tuple[str, datetime], ...]
     due_at: datetime
     run_ids: tuple[str, ...] = ()  # the runs that made the members' current analyses (where recorded)
+    waited: timedelta = timedelta(0)  # since it fell due, or since the decision it continues when later
 
 
 def candidate_releases(conn: sa.Connection, since: datetime, limit: int) -> pd.DataFrame:
