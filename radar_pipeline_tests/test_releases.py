@@ -492,3 +492,43 @@ def test_fleet_alerts_of_a_release_older_than_the_alert_age_limit_are_withheld_i
     with warehouse.connect() as conn:
         rows = conn.execute(sa.text("SELECT status FROM radar.alert WHERE target = 'release:rel-1'")).scalars().all()
     assert rows == ["withheld"]
+
+
+def test_fleet_verdicts_for_scripts_give_a_later_look_s_after_side_in_seconds_and_name_an_unknown_deploy(
+    warehouse, warehouse_url, fleet
+):
+    import csv
+    import io
+    import warnings
+
+    from click.testing import CliRunner
+
+    from radar_pipeline.cli import main
+
+    for target in TARGETS:
+        analyse_deploy(AnalysisRun(warehouse, SETTINGS), f"rel-1-{target}")
+    decide_release(warehouse, "rel-1", SETTINGS)
+    with warehouse.begin() as conn:  # as a later look (after 40 min) stores a key it decided
+        conn.execute(
+            sa.text(
+                "UPDATE radar.release_verdict SET look = 1, look_after = interval '40 minutes' "
+                "WHERE release_id = 'rel-1' AND fingerprint = 3"
+            )
+        )
+
+    def radar(*args: str):  # type: ignore[no-untyped-def]
+        return CliRunner().invoke(main, [*args, "--warehouse", warehouse_url], env={"COLUMNS": None})
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no pandas warning on the way
+        as_json = radar("verdicts", "rel-1-shard-0", "--fleet", "--format", "json")
+        as_csv = radar("verdicts", "rel-1-shard-0", "--fleet", "--format", "csv")
+    assert as_json.exit_code == 0 and as_csv.exit_code == 0, as_json.output + as_csv.output
+    rows = {r["fingerprint"]: r for r in json.loads(as_json.stdout)}
+    cells = {int(r["fingerprint"]): r for r in csv.DictReader(io.StringIO(as_csv.stdout))}
+    assert "look_after" not in rows[3] and rows[3]["look_after_s"] == 2400.0 and rows[1]["look_after_s"] is None
+    assert float(cells[3]["look_after_s"]) == 2400.0 and cells[1]["look_after_s"] == ""
+    assert {"family_weight", "look_after_s"} <= set(rows[3])
+
+    nope = radar("verdicts", "no-such-deploy", "--fleet")
+    assert nope.exit_code != 0 and "deploy 'no-such-deploy' does not exist" in nope.output
