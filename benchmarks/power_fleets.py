@@ -203,6 +203,16 @@ def ceiling_looks(fleets: list[Fleet], shares: pd.Series, threshold: float) -> n
     return found
 
 
+def _per_release(events: int, releases: int) -> str:
+    """Events per release, their count and its exact (Garwood) 95% Poisson interval per release: a few events in a
+    few dozen releases say little more than their order of magnitude."""
+    from scipy import stats
+
+    low = stats.chi2.ppf(0.025, 2 * events) / 2 if events else 0.0
+    high = stats.chi2.ppf(0.975, 2 * events + 2) / 2
+    return f"{events / releases:.3f} ({events} in {releases}; 95% {low / releases:.3f}–{high / releases:.3f})"
+
+
 def run(count: int, releases: int, seed: int) -> None:
     """Every scenario, printed as markdown rows."""
     started = time.perf_counter()
@@ -223,8 +233,8 @@ def run(count: int, releases: int, seed: int) -> None:
             at_first += int((detected & (got["decided_look"] == 0)).sum())
             overall += int(detected.sum())
         print(
-            f"| {name} | {releases} | {keys / releases:.1f} per release | {at_first / releases:.3f} ({at_first}) | "
-            f"{overall / releases:.3f} ({overall}) |"
+            f"| {name} | {releases} | {keys / releases:.1f} per release | {_per_release(at_first, releases)} | "
+            f"{_per_release(overall, releases)} |"
         )
 
     hits = {f: np.zeros(5, dtype=np.int64) for f in STEPS}  # first, last, ceiling first, ceiling last, keys

@@ -442,3 +442,34 @@ def test_a_release_look_s_fleet_alerts_older_than_the_alert_age_limit_are_withhe
     with warehouse.connect() as conn:
         rows = conn.execute(sa.text("SELECT DISTINCT status FROM radar.alert WHERE target = 'release:rel-9'"))
         assert rows.scalars().all() == ["withheld"]
+
+
+def test_members_own_later_looks_before_the_release_s_first_decision_take_none_of_its_evidence(warehouse):
+    """A member's own later look replaces the verdict rows of the statements it decides; when it ran before the
+    release's first final decision (a late member, a staggered rollout) the release still decides on every member's
+    evidence over its first look's spans, not on the rows no later look decided."""
+    from radar_pipeline.engine.releases import fleet_verdicts
+    from radar_pipeline.steps.looks import run_look
+    from radar_pipeline.warehouse import releases as store
+
+    release_at(warehouse, timedelta(seconds=85))  # every look of every member due
+    run = AnalysisRun(warehouse, SETTINGS, settle=ANALYSIS.settle)
+    for target in TARGETS:
+        analyse_deploy(run, f"rel-9-{target}")
+    with warehouse.connect() as conn:
+        first = store.member_evidence(conn, store.release(conn, "rel-9").members)  # before any member's look
+    first = first.assign(key=list(zip(first["fingerprint"], first["toplevel"], strict=True)))
+    expected = fleet_verdicts(first, SETTINGS.threshold, SETTINGS.false_alert_budget, fleet_size=len(TARGETS))
+    for target in TARGETS[:3]:  # three members' own last looks run first, deciding some of their statements
+        run_look(run, f"rel-9-{target}", len(LOOK_SPANS) - 1)
+    with warehouse.connect() as conn:
+        replaced = conn.execute(sa.text("SELECT count(*) FROM radar.verdict WHERE look > 0")).scalar_one()
+    assert replaced > 0
+    decision = decide_release(warehouse, "rel-9", SETTINGS)
+    assert decision.status == "final" and decision.look == 0
+    got = decision.verdicts.set_index("fingerprint").sort_index()
+    want = expected.assign(fingerprint=[k[0] for k in expected["key"]]).set_index("fingerprint").sort_index()
+    assert list(got.index) == list(want.index)
+    assert (got["targets"] == len(TARGETS)).all()
+    np.testing.assert_allclose(got["factor"].astype(float), want["factor"].astype(float), rtol=1e-6)
+    assert list(got["verdict"]) == list(want["verdict"])

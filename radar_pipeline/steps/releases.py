@@ -62,6 +62,7 @@ def decide_release(engine: sa.Engine, release_id: str, settings: EngineSettings)
     transaction under the release's lock; a complete release whose last final decision rests on the same basis is
     not decided again: its stored verdicts are returned (module docstring). A ReleaseError names an unknown release,
     or one deployed to fewer than MIN_TARGETS targets; nothing is stored then."""
+    replaced = _replaced_evidence(engine, release_id, settings)  # counters read outside the decision's transaction
     with engine.begin() as conn:
         store.lock(conn, release_id)
         found = store.release(conn, release_id)
@@ -79,10 +80,77 @@ def decide_release(engine: sa.Engine, release_id: str, settings: EngineSettings)
                 if kept is not None:
                     return ReleaseDecision(found, FINAL, last.look, kept)
             look = store.record_look(conn, release_id, basis)
-        evidence = store.member_evidence(conn, found.members)
+        evidence = _first_looks(store.member_evidence(conn, found.members), replaced, found.members)
         rows = _verdicts(found, evidence, look, settings)
         store.write_release_verdicts(conn, release_id, rows)
     return ReleaseDecision(found, FINAL if look is not None else PARTIAL, look, rows)
+
+
+def _replaced_evidence(engine: sa.Engine, release_id: str, settings: EngineSettings) -> pd.DataFrame:
+    """The first-look evidence of the member statements whose first look's verdict row a member's own later look
+    replaced (warehouse.releases.replaced_statements), read again from the member's counters over its look-0 spans
+    (member_spans at look 0, steps.looks.look_evidence): a member's later look that ran before the release's first
+    final decision (a late member, a staggered rollout) must not thin the release's evidence to the statements it
+    left open. Columns as warehouse.releases.member_evidence; empty when the release's last decision stands (it is
+    kept) or no member had a later look."""
+    from radar_pipeline.steps.looks import look_evidence
+
+    with engine.connect() as conn:
+        try:
+            found = store.release(conn, release_id)
+        except ReleaseError:
+            return pd.DataFrame()
+        if found.complete:
+            last = store.last_look(conn, release_id)
+            if last is not None and _stands(last, store.basis_of(found.members)):
+                return pd.DataFrame()
+        analysed = found.members[found.members["analysed"]]
+        statements = {
+            str(m.deploy_id): store.replaced_statements(conn, str(m.deploy_id), str(m.target))
+            for m in analysed.itertuples()
+        }
+        touched = analysed[[not statements[str(d)].empty for d in analysed["deploy_id"]]]
+        spans = member_spans(settings, 0, touched, neighbours(conn, touched)) if len(touched) else {}
+        conn.rollback()
+    parts = []
+    for m in touched.itertuples():
+        at = pd.Timestamp(m.deployed_at).to_pydatetime()
+        only = statements[str(m.deploy_id)]
+        got = look_evidence(engine, settings, str(m.target), at, spans[str(m.deploy_id)], only)
+        got = got[np.isfinite(got["deploy_log_se"].astype(float))]
+        if got.empty:
+            continue
+        parts.append(
+            pd.DataFrame(
+                {
+                    "deploy_id": str(m.deploy_id),
+                    "target": str(m.target),
+                    "fingerprint": got["fingerprint"].to_numpy(dtype=np.int64),
+                    "toplevel": got["toplevel"].to_numpy(dtype=bool),
+                    "dbid": got["dbid"].to_numpy(dtype=np.int64),
+                    "userid": got["userid"].to_numpy(dtype=np.int64),
+                    "queryid": got["queryid"].to_numpy(dtype=np.int64),
+                    "log_factor": got["deploy_log_factor"].to_numpy(dtype=np.float64),
+                    "se": got["deploy_log_se"].to_numpy(dtype=np.float64),
+                    "time_before": got["time_before"].to_numpy(dtype=np.float64),
+                    "busy": (got["calls_before"] + got["calls_after"]).to_numpy(dtype=np.float64),
+                }
+            )
+        )
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def _first_looks(stored: pd.DataFrame, replaced: pd.DataFrame, members: pd.DataFrame) -> pd.DataFrame:
+    """The members' first-look evidence: their stored look-0 rows and the replaced statements' evidence read again
+    (of deploys still members), the busiest statement per member and key."""
+    if replaced.empty:
+        return stored
+    current = set(zip(members["deploy_id"].astype(str), members["target"].astype(str), strict=True))
+    replaced = replaced[[(d, t) in current for d, t in zip(replaced["deploy_id"], replaced["target"], strict=True)]]
+    whole = pd.concat([stored, replaced], ignore_index=True) if len(stored) else replaced
+    whole = whole.sort_values("busy", ascending=False, kind="stable")
+    whole = whole.drop_duplicates(["deploy_id", "target", "fingerprint", "toplevel"])
+    return whole.sort_values(["deploy_id", "target", "fingerprint", "toplevel"], kind="stable").reset_index(drop=True)
 
 
 def _stands(last: store.Look, basis: tuple[tuple[str, datetime], ...]) -> bool:

@@ -154,8 +154,10 @@ def member_evidence(conn: sa.Connection, members: pd.DataFrame) -> pd.DataFrame:
     """The stored evidence of the analysed member deploys' first looks: per deploy and statement key (fingerprint,
     toplevel), the busiest of its statements with that key (most calls over both sides; dbid and userid differ
     between servers): deploy_id, target, fingerprint, toplevel, dbid, userid, queryid, log_factor, se, time_before
-    (ms). A row a later look replaced (radar.verdict.look > 0) is no fleet evidence: the fleet verdict rests on the
-    members' first looks (docs/fleets.md)."""
+    (ms), busy (calls over both sides). Only the first looks' rows (radar.verdict.look = 0): a statement whose row a
+    member's own later look replaced is read again from its counters over its first look's spans
+    (steps.releases.decide_release, with replaced_statements), so the fleet verdict rests on every member's first
+    look (docs/fleets.md)."""
     analysed = members[members["analysed"]]
     if analysed.empty:
         return pd.DataFrame(
@@ -170,6 +172,7 @@ def member_evidence(conn: sa.Connection, members: pd.DataFrame) -> pd.DataFrame:
                 "log_factor",
                 "se",
                 "time_before",
+                "busy",
             ]
         )
     return pd.read_sql(
@@ -177,7 +180,7 @@ def member_evidence(conn: sa.Connection, members: pd.DataFrame) -> pd.DataFrame:
             "SELECT DISTINCT ON (v.deploy_id, v.target, v.fingerprint, v.toplevel) v.deploy_id, v.target, "
             "v.fingerprint, v.toplevel, CAST(v.dbid AS bigint) AS dbid, CAST(v.userid AS bigint) AS userid, "
             "v.queryid, v.deploy_log_factor AS log_factor, v.deploy_log_se AS se, "
-            "coalesce(v.mean_before_ms * v.calls_before, 0) AS time_before "
+            "coalesce(v.mean_before_ms * v.calls_before, 0) AS time_before, v.calls_before + v.calls_after AS busy "
             "FROM radar.verdict v JOIN unnest(CAST(:d AS text[]), CAST(:t AS text[])) AS m(deploy_id, target) "
             "ON v.deploy_id = m.deploy_id AND v.target = m.target "
             "WHERE v.look = 0 AND v.deploy_log_se IS NOT NULL AND v.deploy_log_se = v.deploy_log_se "
@@ -186,6 +189,19 @@ def member_evidence(conn: sa.Connection, members: pd.DataFrame) -> pd.DataFrame:
         ),
         conn,
         params={"d": list(analysed["deploy_id"]), "t": list(analysed["target"])},
+    )
+
+
+def replaced_statements(conn: sa.Connection, deploy_id: str, target: str) -> pd.DataFrame:
+    """The member deploy's statements (KEY columns: dbid, userid, queryid, toplevel) whose first look's verdict row a
+    later look of its own replaced (radar.verdict.look > 0)."""
+    return pd.read_sql(
+        sa.text(
+            "SELECT CAST(dbid AS bigint) AS dbid, CAST(userid AS bigint) AS userid, queryid, toplevel "
+            "FROM radar.verdict WHERE deploy_id = :d AND target = :t AND look > 0"
+        ),
+        conn,
+        params={"d": deploy_id, "t": target},
     )
 
 
