@@ -383,6 +383,12 @@ def test_a_release_look_whose_run_was_terminated_is_asked_for_again_at_its_next_
     defs = dg.Definitions(jobs=[look_once], resources=resources)
     keys: list[str] = []
     with dg.instance_for_test() as instance:
+        # while a run of the look waits (for the analysis pool) or runs, no other attempt is asked for
+        (request,) = _due(instance, resources)
+        job = dg.Definitions(jobs=[release_looks_job], resources=resources).resolve_job_def(release_looks_job.name)
+        queued = instance.create_run_for_job(job, run_config=request.run_config, tags=request.tags)  # not started
+        assert _due(instance, resources) == []
+        instance.delete_run(queued.run_id)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             due = _due(instance, resources)
