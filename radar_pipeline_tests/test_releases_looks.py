@@ -479,3 +479,25 @@ def test_members_own_later_looks_before_the_release_s_first_decision_take_none_o
     assert (got["targets"] == len(TARGETS)).all()
     np.testing.assert_allclose(got["factor"].astype(float), want["factor"].astype(float), rtol=1e-6)
     assert list(got["verdict"]) == list(want["verdict"])
+
+
+def test_a_release_decided_anew_on_its_standing_basis_still_reads_the_members_replaced_statements(warehouse):
+    """The replaced statements' evidence is not read while the last decision stands; when under the lock it turns out
+    not to (a late member made the verdicts partial and left the release again), it is read after all."""
+    from radar_pipeline.steps.looks import run_look
+
+    release_at(warehouse, timedelta(seconds=85))
+    run = AnalysisRun(warehouse, SETTINGS, settle=ANALYSIS.settle)
+    for target in TARGETS:
+        analyse_deploy(run, f"rel-9-{target}")
+    for target in TARGETS[:3]:
+        run_look(run, f"rel-9-{target}", len(LOOK_SPANS) - 1)
+    assert decide_release(warehouse, "rel-9", SETTINGS).look == 0
+    at = datetime.now(UTC).replace(microsecond=0)
+    deploys.record(warehouse, deploys.DeployEvent("rel-9-late", "shard-9", at, release_id="rel-9"), ["shard-9"])
+    assert decide_release(warehouse, "rel-9", SETTINGS).status == "partial"
+    with warehouse.begin() as conn:  # the late member leaves the release again
+        conn.execute(sa.text("UPDATE radar.deploy_event SET release_id = NULL WHERE deploy_id = 'rel-9-late'"))
+    again = decide_release(warehouse, "rel-9", SETTINGS)
+    assert again.status == "final" and again.look == 1
+    assert (again.verdicts["targets"] == len(TARGETS)).all()

@@ -61,8 +61,25 @@ def decide_release(engine: sa.Engine, release_id: str, settings: EngineSettings)
     """Decide the release's fleet verdicts from what is stored and store them (replacing its earlier ones), in one
     transaction under the release's lock; a complete release whose last final decision rests on the same basis is
     not decided again: its stored verdicts are returned (module docstring). A ReleaseError names an unknown release,
-    or one deployed to fewer than MIN_TARGETS targets; nothing is stored then."""
-    replaced = _replaced_evidence(engine, release_id, settings)  # counters read outside the decision's transaction
+    or one deployed to fewer than MIN_TARGETS targets; nothing is stored then. The member statements whose first
+    look's row a member's own later look replaced are read from their counters first, outside the transaction
+    (_replaced_evidence); skipped when the last decision stands, and read after all when it no longer does under the
+    lock (the decision is then made again)."""
+    replaced = _replaced_evidence(engine, release_id, settings, skip_standing=True)
+    try:
+        return _decide(engine, release_id, settings, replaced)
+    except _EvidenceSkipped:
+        return _decide(engine, release_id, settings, _replaced_evidence(engine, release_id, settings))
+
+
+class _EvidenceSkipped(Exception):
+    """The replaced statements' evidence was not read (the decision stood), and it no longer stands."""
+
+
+def _decide(
+    engine: sa.Engine, release_id: str, settings: EngineSettings, replaced: pd.DataFrame | None
+) -> ReleaseDecision:
+    """decide_release's transaction, with the replaced statements' evidence (None: not read)."""
     with engine.begin() as conn:
         store.lock(conn, release_id)
         found = store.release(conn, release_id)
@@ -80,19 +97,23 @@ def decide_release(engine: sa.Engine, release_id: str, settings: EngineSettings)
                 if kept is not None:
                     return ReleaseDecision(found, FINAL, last.look, kept)
             look = store.record_look(conn, release_id, basis)
+        if replaced is None:
+            raise _EvidenceSkipped  # the look recorded is rolled back with the transaction
         evidence = _first_looks(store.member_evidence(conn, found.members), replaced, found.members)
         rows = _verdicts(found, evidence, look, settings)
         store.write_release_verdicts(conn, release_id, rows)
     return ReleaseDecision(found, FINAL if look is not None else PARTIAL, look, rows)
 
 
-def _replaced_evidence(engine: sa.Engine, release_id: str, settings: EngineSettings) -> pd.DataFrame:
+def _replaced_evidence(
+    engine: sa.Engine, release_id: str, settings: EngineSettings, skip_standing: bool = False
+) -> pd.DataFrame | None:
     """The first-look evidence of the member statements whose first look's verdict row a member's own later look
     replaced (warehouse.releases.replaced_statements), read again from the member's counters over its look-0 spans
     (member_spans at look 0, steps.looks.look_evidence): a member's later look that ran before the release's first
     final decision (a late member, a staggered rollout) must not thin the release's evidence to the statements it
-    left open. Columns as warehouse.releases.member_evidence; empty when the release's last decision stands (it is
-    kept) or no member had a later look."""
+    left open. Columns as warehouse.releases.member_evidence; empty when no member had a later look; None, with
+    `skip_standing`, when the release's last decision stands (it is kept: nothing read)."""
     from radar_pipeline.steps.looks import look_evidence
 
     with engine.connect() as conn:
@@ -100,10 +121,10 @@ def _replaced_evidence(engine: sa.Engine, release_id: str, settings: EngineSetti
             found = store.release(conn, release_id)
         except ReleaseError:
             return pd.DataFrame()
-        if found.complete:
+        if skip_standing and found.complete:
             last = store.last_look(conn, release_id)
             if last is not None and _stands(last, store.basis_of(found.members)):
-                return pd.DataFrame()
+                return None
         analysed = found.members[found.members["analysed"]]
         statements = {
             str(m.deploy_id): store.replaced_statements(conn, str(m.deploy_id), str(m.target))

@@ -145,12 +145,11 @@ def deploy_look_sensor(
     context: dg.SensorEvaluationContext, warehouse: WarehouseResource, analysis: AnalysisResource
 ) -> dg.SensorResult | dg.SkipReason:
     """The looks due now (warehouse.looks.due_looks: the next look of each analysed deploy with a statement or a group
-    open,
-    once its after side plus one scrape interval has passed or the target's next deploy cut it), one run each. The run
-    key names the deploy, the look, the first verdict it continues and the attempt (warehouse.looks.look_attempt:
-    0 when due, 1 five minutes later, …, LOOK_ATTEMPTS at most), so each attempt is requested once; a look that
-    failed is recorded so and not asked for again, and one whose run ended without recording it (terminated, killed)
-    is asked for at the next attempt, unless a run of it is still queued or running.
+    open, once its after side plus one scrape interval has passed or the target's next deploy cut it), one run each.
+    The run key names the deploy, the look, the first verdict it continues and the attempt
+    (warehouse.looks.look_attempt: 0 when due, 1 five minutes later, …, LOOK_ATTEMPTS at most), so each attempt is
+    requested once; a look that failed is recorded so and not asked for again, and one whose run ended without
+    recording it (terminated, killed) is asked for at the next attempt, unless a run of it is still queued or running.
     The looks continuing a first verdict the nightly reanalysis made carry its tag (REANALYSIS_TAG): their alerts
     and statuses are recorded, never posted. A deploy decided, cut or past its last look has none: its looks stop
     by themselves."""

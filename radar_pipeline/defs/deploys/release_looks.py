@@ -139,9 +139,8 @@ def release_look_sensor(
     failed is recorded so and not asked for again, one whose run ended without recording it (terminated, killed) is
     asked for at the next attempt unless a run of it is still queued or running, and a release decided anew (a late
     member, a reanalysis) gets its looks from its new decision on. The looks of a release every member of which the
-    nightly reanalysis
-    analysed last carry its tag (REANALYSIS_TAG): their fleet alerts are recorded, never posted, as the deploys'
-    looks' are."""
+    nightly reanalysis analysed last carry its tag (REANALYSIS_TAG): their fleet alerts are recorded, never posted, as
+    the deploys' looks' are."""
     from radar_pipeline.steps.releases import due_release_looks
     from radar_pipeline.warehouse.looks import look_attempt
 
