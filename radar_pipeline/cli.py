@@ -296,12 +296,33 @@ def _fleet_only(deploy_id: str, show_all: bool, output: str, warehouse: str | No
         raise click.ClickException(str(exc)) from None
     release_id, fleet = _read_fleet(engine, deploy_id, warehouse)
     if fleet is None or fleet.empty:
+        if release_id is None and not _deploy_exists(engine, deploy_id, warehouse):
+            raise click.ClickException(f"deploy {clean(deploy_id)!r} does not exist (radar deploys lists them)")
         why = "in no release of several targets" if release_id is None else f"release {release_id!r} not decided yet"
         raise click.ClickException(f"no fleet verdicts for {clean(deploy_id)!r}: {clean(why)}")
     if output != "table":
+        import pandas as pd
+
+        # a later look's after side in seconds, named so (as change_after_deploy_s): empty for the first looks
+        after = [None if not isinstance(v, timedelta) else v.total_seconds() for v in fleet["look_after"]]
+        fleet = fleet.drop(columns="look_after").assign(look_after_s=pd.Series(after, index=fleet.index, dtype=float))
         click.echo(_for_scripts(fleet, output), nl=False)
         return
     _show_fleet(str(release_id), fleet, show_all)
+
+
+def _deploy_exists(engine: sa.Engine, deploy_id: str, warehouse: str | None) -> bool:
+    """Whether a deploy of this id is recorded (radar.deploy_event)."""
+    import sqlalchemy as sa
+
+    try:
+        with engine.connect() as conn:
+            found = conn.execute(
+                sa.text("SELECT 1 FROM radar.deploy_event WHERE deploy_id = :d LIMIT 1"), {"d": deploy_id}
+            ).first()
+    except Exception as exc:
+        raise click.ClickException(_failure("reading the deploy failed", exc, warehouse)) from None
+    return found is not None
 
 
 def _read_fleet(engine: sa.Engine, deploy_id: str, warehouse: str | None) -> tuple[str | None, pd.DataFrame | None]:

@@ -520,3 +520,60 @@ def test_a_late_detection_names_its_changes_and_charts_the_look_s_spans(deployed
     assert series.index.max() == pd.Timestamp(deployed + span.after)
     assert series.index.min() <= pd.Timestamp(deployed - span.before + timedelta(seconds=2))
     assert span.after > timedelta(seconds=W)
+
+
+def test_a_look_whose_run_was_terminated_is_asked_for_again_at_its_next_attempt_a_bounded_number_of_times(
+    warehouse, warehouse_url, slack, host, monkeypatch
+):
+    """A run terminated (from the UI, by run monitoring, killed for memory) ends before the look's failure handler:
+    nothing is recorded and the look stays due. The sensor asks for it again under the next attempt's run key (the
+    same key would be skipped by Dagster), LOOK_ATTEMPTS times at most."""
+    import time
+
+    from radar_pipeline.steps import looks as steps_looks
+    from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
+    from radar_pipeline.warehouse import looks
+
+    monkeypatch.setattr(looks, "RETRY_BASE", timedelta(seconds=2))  # attempts 2, 6, 14 s after it fell due
+    at = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=85)  # the last look (8W + 1 s) due
+    store_counters(warehouse, "lk", _counters(at, np.random.default_rng(29)), TEXTS)
+    deploys.record(warehouse, deploys.DeployEvent("lk-1", "lk", at, service="shop", version="v2"))
+    analyse_deploy(AnalysisRun(warehouse, ANALYSIS.settings(), settle=ANALYSIS.settle), "lk-1")
+    resources = _resources(warehouse_url, slack, host)
+    once = dg.define_asset_job("look_once", selection=["deploy_looks"])  # a terminated run's step is not retried
+    defs = dg.Definitions(assets=[deploy_verdicts, deploy_looks], jobs=[once], resources=resources)
+
+    def terminated(*args, **kwargs):  # what a terminated run raises in the op
+        raise dg.DagsterExecutionInterruptedError()
+
+    monkeypatch.setattr(steps_looks, "run_look", terminated)
+    keys: list[str] = []
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["lk-1"])
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            due = _due(instance, resources)
+            if keys and not due:
+                break  # past the last attempt: asked for no more
+            for request in due:
+                if request.run_key in keys:
+                    continue  # Dagster skips a run key it has seen: the same key is no new attempt
+                keys.append(request.run_key or "")
+                result = defs.resolve_job_def("look_once").execute_in_process(
+                    instance=instance,
+                    partition_key=request.partition_key,
+                    run_config=request.run_config,
+                    tags={**request.tags, "dagster/run_key": request.run_key or ""},
+                    raise_on_error=False,
+                )
+                assert not result.success
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"the look is still asked for after {keys}")
+        with warehouse.connect() as conn:
+            assert looks.looks_of(conn, "lk-1").empty  # no run recorded it
+    look = keys[0].split(":")[2]
+    assert [k.rsplit(":", 1)[0] for k in keys] == [keys[0].rsplit(":", 1)[0]] * len(keys)  # the same look …
+    attempts = [int(k.rsplit(":", 1)[1]) for k in keys]
+    assert attempts == sorted(set(attempts)) and attempts[-1] == looks.LOOK_ATTEMPTS - 1 and len(keys) >= 2
+    assert look == str(len(LOOK_SPANS) - 1)

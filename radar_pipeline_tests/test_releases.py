@@ -362,8 +362,10 @@ def test_a_final_decision_is_kept_at_its_look_and_only_a_changed_basis_spends_th
         )
     redone = decide_release(warehouse, "rel-1", SETTINGS)
     assert redone.status == FINAL and redone.look == 1
-    three = redone.verdicts.set_index("fingerprint").loc[3]  # a later look's evidence is no fleet evidence
-    assert list(three["member_targets"]) == ["shard-4", "shard-5"] and three["verdict"] != "detected"
+    # a later look's evidence is no fleet evidence: the statements it replaced are read again from the members'
+    # counters over their first looks' spans (nothing changed there), so every member still brings its evidence
+    three = redone.verdicts.set_index("fingerprint").loc[3]
+    assert list(three["member_targets"]) == TARGETS and three["verdict"] != "detected" and three["factor"] < 1.2
     assert (redone.verdicts["budget_share"] <= 0.1 * 0.2 + 1e-12).all()
     assert decide_release(warehouse, "rel-1", SETTINGS).look == 1
 
@@ -433,3 +435,102 @@ def test_fleet_verdicts_for_scripts_beside_unchanged_per_target_rows(warehouse, 
     record(warehouse, "alone-1", "shard-0", fleet + timedelta(minutes=30))
     alone = radar("verdicts", "alone-1", "--fleet", "--format", "json")
     assert alone.exit_code == 1 and "no fleet verdicts for 'alone-1'" in alone.output, alone.output
+
+
+@pytest.mark.parametrize("change", ["late member deployed earlier", "anchor's target redeployed"])
+def test_a_fleet_detection_is_alerted_once_whatever_members_come_later(warehouse, fleet, slack, change):
+    import logging
+
+    from radar_pipeline.alerts.slack import SlackSender
+
+    for target in TARGETS:
+        analyse_deploy(AnalysisRun(warehouse, SETTINGS), f"rel-1-{target}")
+    log = logging.getLogger("test")
+    bot = SlackSender(token="xoxb-test-token", channel="C0RADAR", base_url=slack.api_url)
+    first = with_text(warehouse, decide_release(warehouse, "rel-1", SETTINGS))
+    assert len(first.detected) == 1 and deliver_fleet_alerts(log, warehouse, bot, first)["to_send"] == 1
+    if change == "late member deployed earlier":  # a seventh target's deploy, recorded late, a minute before the rest
+        at, target, deploy_id = fleet - timedelta(minutes=1), "shard-6", "rel-1-shard-6"
+        store_counters(warehouse, target, counters(at, 6, seed=206), TEXTS, dbid=11)
+    else:  # the first member's deploy recorded again under a new id (its target now counts by that deploy)
+        at, target, deploy_id = fleet, "shard-0", "rel-1-shard-0-again"
+    record(warehouse, deploy_id, target, at, release_id="rel-1")
+    analyse_deploy(AnalysisRun(warehouse, SETTINGS), deploy_id)
+    again = with_text(warehouse, decide_release(warehouse, "rel-1", SETTINGS))
+    assert again.status == FINAL and again.look == 1 and len(again.detected) == 1
+    assert deliver_fleet_alerts(log, warehouse, bot, again)["to_send"] == 0
+    assert len(slack.calls_to("/api/chat.postMessage")) == 1
+    with warehouse.connect() as conn:
+        filed = conn.execute(sa.text("SELECT DISTINCT deploy_id FROM radar.alert WHERE target = 'release:rel-1'"))
+        assert [r[0] for r in filed] == ["rel-1-shard-0"]
+
+
+def test_fleet_alerts_of_a_release_older_than_the_alert_age_limit_are_withheld_in_dagster(
+    warehouse, warehouse_url, fleet, slack
+):
+    import dagster as dg
+
+    from radar_pipeline.defs.deploys.release_verdicts import release_verdicts
+    from radar_pipeline.defs.resources import AnalysisResource, SlackResource, WarehouseResource
+
+    for target in TARGETS:  # the release was deployed 3 h ago: its windows closed 2 h 40 min ago
+        analyse_deploy(AnalysisRun(warehouse, SETTINGS), f"rel-1-{target}")
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": AnalysisResource(window_seconds=1200, scrape_interval_seconds=60),
+        "slack": SlackResource(
+            token="xoxb-test-token", channel="#radar", base_url=slack.api_url, alert_max_age_hours=1.0
+        ),
+    }
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("deploys", ["rel-1-shard-0"])
+        result = dg.materialize(
+            [release_verdicts], partition_key="rel-1-shard-0", resources=resources, instance=instance
+        )
+        assert result.success
+        metadata = result.asset_materializations_for_node("release_verdicts")[0].metadata
+    assert metadata["fleet_detections"].value == 1 and "more than 1 h ago" in metadata["withheld"].value
+    assert slack.calls_to("/api/chat.postMessage") == []
+    with warehouse.connect() as conn:
+        rows = conn.execute(sa.text("SELECT status FROM radar.alert WHERE target = 'release:rel-1'")).scalars().all()
+    assert rows == ["withheld"]
+
+
+def test_fleet_verdicts_for_scripts_give_a_later_look_s_after_side_in_seconds_and_name_an_unknown_deploy(
+    warehouse, warehouse_url, fleet
+):
+    import csv
+    import io
+    import warnings
+
+    from click.testing import CliRunner
+
+    from radar_pipeline.cli import main
+
+    for target in TARGETS:
+        analyse_deploy(AnalysisRun(warehouse, SETTINGS), f"rel-1-{target}")
+    decide_release(warehouse, "rel-1", SETTINGS)
+    with warehouse.begin() as conn:  # as a later look (after 40 min) stores a key it decided
+        conn.execute(
+            sa.text(
+                "UPDATE radar.release_verdict SET look = 1, look_after = interval '40 minutes' "
+                "WHERE release_id = 'rel-1' AND fingerprint = 3"
+            )
+        )
+
+    def radar(*args: str):  # type: ignore[no-untyped-def]
+        return CliRunner().invoke(main, [*args, "--warehouse", warehouse_url], env={"COLUMNS": None})
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no pandas warning on the way
+        as_json = radar("verdicts", "rel-1-shard-0", "--fleet", "--format", "json")
+        as_csv = radar("verdicts", "rel-1-shard-0", "--fleet", "--format", "csv")
+    assert as_json.exit_code == 0 and as_csv.exit_code == 0, as_json.output + as_csv.output
+    rows = {r["fingerprint"]: r for r in json.loads(as_json.stdout)}
+    cells = {int(r["fingerprint"]): r for r in csv.DictReader(io.StringIO(as_csv.stdout))}
+    assert "look_after" not in rows[3] and rows[3]["look_after_s"] == 2400.0 and rows[1]["look_after_s"] is None
+    assert float(cells[3]["look_after_s"]) == 2400.0 and cells[1]["look_after_s"] == ""
+    assert {"family_weight", "look_after_s"} <= set(rows[3])
+
+    nope = radar("verdicts", "no-such-deploy", "--fleet")
+    assert nope.exit_code != 0 and "deploy 'no-such-deploy' does not exist" in nope.output

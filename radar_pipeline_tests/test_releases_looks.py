@@ -347,3 +347,157 @@ def test_the_looks_of_a_release_the_nightly_reanalysis_analysed_carry_its_tag_an
     with warehouse.connect() as conn:
         rows = conn.execute(sa.text("SELECT status FROM radar.alert WHERE target = 'release:rel-9'")).scalars().all()
     assert rows == ["withheld"] and not slack.calls_to("/api/chat.postMessage")  # recorded, never sent
+
+
+def test_a_release_look_whose_run_was_terminated_is_asked_for_again_at_its_next_attempt_a_bounded_number_of_times(
+    warehouse, warehouse_url, slack, monkeypatch
+):
+    """A terminated run (from the UI, by run monitoring, killed for memory) ends before the look's failure record:
+    the look stays due, and the sensor asks for it under the next attempt's run key, LOOK_ATTEMPTS times at most."""
+    import time
+
+    from radar_pipeline.defs.deploys.release_looks import release_look
+    from radar_pipeline.steps import releases as steps_releases
+    from radar_pipeline.warehouse import looks
+
+    monkeypatch.setattr(looks, "RETRY_BASE", timedelta(seconds=2))  # attempts 2, 6, 14 s after it fell due
+    release_at(warehouse, timedelta(seconds=85))  # every look due: the sensor asks for the last
+    run = AnalysisRun(warehouse, SETTINGS, settle=ANALYSIS.settle)
+    for target in TARGETS:
+        analyse_deploy(run, f"rel-9-{target}")
+    decide_release(warehouse, "rel-9", SETTINGS)
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": ANALYSIS,
+        "slack": SlackResource(token="xoxb-test-token", channel="#radar", base_url=slack.api_url),
+    }
+
+    @dg.job
+    def look_once() -> None:  # release_looks_job's op: a terminated run's step is not retried
+        release_look()
+
+    def terminated(*args, **kwargs):  # what a terminated run raises in the op
+        raise dg.DagsterExecutionInterruptedError()
+
+    monkeypatch.setattr(steps_releases, "run_release_look", terminated)
+    defs = dg.Definitions(jobs=[look_once], resources=resources)
+    keys: list[str] = []
+    with dg.instance_for_test() as instance:
+        # while a run of the look waits (for the analysis pool) or runs, no other attempt is asked for
+        (request,) = _due(instance, resources)
+        job = dg.Definitions(jobs=[release_looks_job], resources=resources).resolve_job_def(release_looks_job.name)
+        queued = instance.create_run_for_job(job, run_config=request.run_config, tags=request.tags)  # not started
+        assert _due(instance, resources) == []
+        instance.delete_run(queued.run_id)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            due = _due(instance, resources)
+            if keys and not due:
+                break  # past the last attempt: asked for no more
+            for request in due:
+                if request.run_key in keys:
+                    continue  # Dagster skips a run key it has seen: the same key is no new attempt
+                keys.append(request.run_key or "")
+                result = defs.resolve_job_def("look_once").execute_in_process(
+                    instance=instance,
+                    run_config=request.run_config,
+                    tags={**request.tags, "dagster/run_key": request.run_key or ""},
+                    raise_on_error=False,
+                )
+                assert not result.success
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"the look is still asked for after {keys}")
+    assert release_looks(warehouse) == [(0, "basis", "done")]  # no run recorded the look
+    assert {k.rsplit(":", 1)[0] for k in keys} == {keys[0].rsplit(":", 1)[0]}  # the same look, basis …
+    assert keys[0].split(":")[2] == str(len(LOOK_SPANS) - 1)
+    attempts = [int(k.rsplit(":", 1)[1]) for k in keys]  # … at successive attempts, LOOK_ATTEMPTS at most
+    assert attempts == sorted(set(attempts)) and attempts[-1] == looks.LOOK_ATTEMPTS - 1 and len(keys) >= 2
+
+
+def test_a_release_look_s_fleet_alerts_older_than_the_alert_age_limit_are_withheld(warehouse, warehouse_url, slack):
+    from radar_pipeline.defs.deploys.release_looks import release_look
+
+    release_at(warehouse, timedelta(seconds=85))  # the last look (8W) is due: its after side closed 5 s ago
+    run = AnalysisRun(warehouse, SETTINGS, settle=ANALYSIS.settle)
+    for target in TARGETS:
+        analyse_deploy(run, f"rel-9-{target}")
+    decide_release(warehouse, "rel-9", SETTINGS)
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": ANALYSIS,
+        "slack": SlackResource(  # 3.6 s
+            token="xoxb-test-token", channel="#radar", base_url=slack.api_url, alert_max_age_hours=0.001
+        ),
+    }
+
+    @dg.job
+    def look_once() -> None:
+        release_look()
+
+    defs = dg.Definitions(jobs=[look_once], resources=resources)
+    with dg.instance_for_test() as instance:
+        (request,) = _due(instance, resources)
+        result = defs.resolve_job_def("look_once").execute_in_process(
+            instance=instance, run_config=request.run_config, tags=request.tags
+        )
+        (output,) = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
+        metadata = output.event_specific_data.metadata
+    assert metadata["detected"].value >= 1 and "ago: not sent" in metadata["withheld"].value
+    assert slack.calls_to("/api/chat.postMessage") == []
+    with warehouse.connect() as conn:
+        rows = conn.execute(sa.text("SELECT DISTINCT status FROM radar.alert WHERE target = 'release:rel-9'"))
+        assert rows.scalars().all() == ["withheld"]
+
+
+def test_members_own_later_looks_before_the_release_s_first_decision_take_none_of_its_evidence(warehouse):
+    """A member's own later look replaces the verdict rows of the statements it decides; when it ran before the
+    release's first final decision (a late member, a staggered rollout) the release still decides on every member's
+    evidence over its first look's spans, not on the rows no later look decided."""
+    from radar_pipeline.engine.releases import fleet_verdicts
+    from radar_pipeline.steps.looks import run_look
+    from radar_pipeline.warehouse import releases as store
+
+    release_at(warehouse, timedelta(seconds=85))  # every look of every member due
+    run = AnalysisRun(warehouse, SETTINGS, settle=ANALYSIS.settle)
+    for target in TARGETS:
+        analyse_deploy(run, f"rel-9-{target}")
+    with warehouse.connect() as conn:
+        first = store.member_evidence(conn, store.release(conn, "rel-9").members)  # before any member's look
+    first = first.assign(key=list(zip(first["fingerprint"], first["toplevel"], strict=True)))
+    expected = fleet_verdicts(first, SETTINGS.threshold, SETTINGS.false_alert_budget, fleet_size=len(TARGETS))
+    for target in TARGETS[:3]:  # three members' own last looks run first, deciding some of their statements
+        run_look(run, f"rel-9-{target}", len(LOOK_SPANS) - 1)
+    with warehouse.connect() as conn:
+        replaced = conn.execute(sa.text("SELECT count(*) FROM radar.verdict WHERE look > 0")).scalar_one()
+    assert replaced > 0
+    decision = decide_release(warehouse, "rel-9", SETTINGS)
+    assert decision.status == "final" and decision.look == 0
+    got = decision.verdicts.set_index("fingerprint").sort_index()
+    want = expected.assign(fingerprint=[k[0] for k in expected["key"]]).set_index("fingerprint").sort_index()
+    assert list(got.index) == list(want.index)
+    assert (got["targets"] == len(TARGETS)).all()
+    np.testing.assert_allclose(got["factor"].astype(float), want["factor"].astype(float), rtol=1e-6)
+    assert list(got["verdict"]) == list(want["verdict"])
+
+
+def test_a_release_decided_anew_on_its_standing_basis_still_reads_the_members_replaced_statements(warehouse):
+    """The replaced statements' evidence is not read while the last decision stands; when under the lock it turns out
+    not to (a late member made the verdicts partial and left the release again), it is read after all."""
+    from radar_pipeline.steps.looks import run_look
+
+    release_at(warehouse, timedelta(seconds=85))
+    run = AnalysisRun(warehouse, SETTINGS, settle=ANALYSIS.settle)
+    for target in TARGETS:
+        analyse_deploy(run, f"rel-9-{target}")
+    for target in TARGETS[:3]:
+        run_look(run, f"rel-9-{target}", len(LOOK_SPANS) - 1)
+    assert decide_release(warehouse, "rel-9", SETTINGS).look == 0
+    at = datetime.now(UTC).replace(microsecond=0)
+    deploys.record(warehouse, deploys.DeployEvent("rel-9-late", "shard-9", at, release_id="rel-9"), ["shard-9"])
+    assert decide_release(warehouse, "rel-9", SETTINGS).status == "partial"
+    with warehouse.begin() as conn:  # the late member leaves the release again
+        conn.execute(sa.text("UPDATE radar.deploy_event SET release_id = NULL WHERE deploy_id = 'rel-9-late'"))
+    again = decide_release(warehouse, "rel-9", SETTINGS)
+    assert again.status == "final" and again.look == 1
+    assert (again.verdicts["targets"] == len(TARGETS)).all()

@@ -61,7 +61,25 @@ def decide_release(engine: sa.Engine, release_id: str, settings: EngineSettings)
     """Decide the release's fleet verdicts from what is stored and store them (replacing its earlier ones), in one
     transaction under the release's lock; a complete release whose last final decision rests on the same basis is
     not decided again: its stored verdicts are returned (module docstring). A ReleaseError names an unknown release,
-    or one deployed to fewer than MIN_TARGETS targets; nothing is stored then."""
+    or one deployed to fewer than MIN_TARGETS targets; nothing is stored then. The member statements whose first
+    look's row a member's own later look replaced are read from their counters first, outside the transaction
+    (_replaced_evidence); skipped when the last decision stands, and read after all when it no longer does under the
+    lock (the decision is then made again)."""
+    replaced = _replaced_evidence(engine, release_id, settings, skip_standing=True)
+    try:
+        return _decide(engine, release_id, settings, replaced)
+    except _EvidenceSkipped:
+        return _decide(engine, release_id, settings, _replaced_evidence(engine, release_id, settings))
+
+
+class _EvidenceSkipped(Exception):
+    """The replaced statements' evidence was not read (the decision stood), and it no longer stands."""
+
+
+def _decide(
+    engine: sa.Engine, release_id: str, settings: EngineSettings, replaced: pd.DataFrame | None
+) -> ReleaseDecision:
+    """decide_release's transaction, with the replaced statements' evidence (None: not read)."""
     with engine.begin() as conn:
         store.lock(conn, release_id)
         found = store.release(conn, release_id)
@@ -79,10 +97,81 @@ def decide_release(engine: sa.Engine, release_id: str, settings: EngineSettings)
                 if kept is not None:
                     return ReleaseDecision(found, FINAL, last.look, kept)
             look = store.record_look(conn, release_id, basis)
-        evidence = store.member_evidence(conn, found.members)
+        if replaced is None:
+            raise _EvidenceSkipped  # the look recorded is rolled back with the transaction
+        evidence = _first_looks(store.member_evidence(conn, found.members), replaced, found.members)
         rows = _verdicts(found, evidence, look, settings)
         store.write_release_verdicts(conn, release_id, rows)
     return ReleaseDecision(found, FINAL if look is not None else PARTIAL, look, rows)
+
+
+def _replaced_evidence(
+    engine: sa.Engine, release_id: str, settings: EngineSettings, skip_standing: bool = False
+) -> pd.DataFrame | None:
+    """The first-look evidence of the member statements whose first look's verdict row a member's own later look
+    replaced (warehouse.releases.replaced_statements), read again from the member's counters over its look-0 spans
+    (member_spans at look 0, steps.looks.look_evidence): a member's later look that ran before the release's first
+    final decision (a late member, a staggered rollout) must not thin the release's evidence to the statements it
+    left open. Columns as warehouse.releases.member_evidence; empty when no member had a later look; None, with
+    `skip_standing`, when the release's last decision stands (it is kept: nothing read)."""
+    from radar_pipeline.steps.looks import look_evidence
+
+    with engine.connect() as conn:
+        try:
+            found = store.release(conn, release_id)
+        except ReleaseError:
+            return pd.DataFrame()
+        if skip_standing and found.complete:
+            last = store.last_look(conn, release_id)
+            if last is not None and _stands(last, store.basis_of(found.members)):
+                return None
+        analysed = found.members[found.members["analysed"]]
+        statements = {
+            str(m.deploy_id): store.replaced_statements(conn, str(m.deploy_id), str(m.target))
+            for m in analysed.itertuples()
+        }
+        touched = analysed[[not statements[str(d)].empty for d in analysed["deploy_id"]]]
+        spans = member_spans(settings, 0, touched, neighbours(conn, touched)) if len(touched) else {}
+        conn.rollback()
+    parts = []
+    for m in touched.itertuples():
+        at = pd.Timestamp(m.deployed_at).to_pydatetime()
+        only = statements[str(m.deploy_id)]
+        got = look_evidence(engine, settings, str(m.target), at, spans[str(m.deploy_id)], only)
+        got = got[np.isfinite(got["deploy_log_se"].astype(float))]
+        if got.empty:
+            continue
+        parts.append(
+            pd.DataFrame(
+                {
+                    "deploy_id": str(m.deploy_id),
+                    "target": str(m.target),
+                    "fingerprint": got["fingerprint"].to_numpy(dtype=np.int64),
+                    "toplevel": got["toplevel"].to_numpy(dtype=bool),
+                    "dbid": got["dbid"].to_numpy(dtype=np.int64),
+                    "userid": got["userid"].to_numpy(dtype=np.int64),
+                    "queryid": got["queryid"].to_numpy(dtype=np.int64),
+                    "log_factor": got["deploy_log_factor"].to_numpy(dtype=np.float64),
+                    "se": got["deploy_log_se"].to_numpy(dtype=np.float64),
+                    "time_before": got["time_before"].to_numpy(dtype=np.float64),
+                    "busy": (got["calls_before"] + got["calls_after"]).to_numpy(dtype=np.float64),
+                }
+            )
+        )
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def _first_looks(stored: pd.DataFrame, replaced: pd.DataFrame, members: pd.DataFrame) -> pd.DataFrame:
+    """The members' first-look evidence: their stored look-0 rows and the replaced statements' evidence read again
+    (of deploys still members), the busiest statement per member and key."""
+    if replaced.empty:
+        return stored
+    current = set(zip(members["deploy_id"].astype(str), members["target"].astype(str), strict=True))
+    replaced = replaced[[(d, t) in current for d, t in zip(replaced["deploy_id"], replaced["target"], strict=True)]]
+    whole = pd.concat([stored, replaced], ignore_index=True) if len(stored) else replaced
+    whole = whole.sort_values("busy", ascending=False, kind="stable")
+    whole = whole.drop_duplicates(["deploy_id", "target", "fingerprint", "toplevel"])
+    return whole.sort_values(["deploy_id", "target", "fingerprint", "toplevel"], kind="stable").reset_index(drop=True)
 
 
 def _stands(last: store.Look, basis: tuple[tuple[str, datetime], ...]) -> bool:
@@ -224,6 +313,27 @@ def deliver_fleet_alerts(
     return metadata
 
 
+def fleet_withhold_reason(
+    decision: ReleaseDecision, window: timedelta, max_age: timedelta, now: datetime, reanalysis: str | None = None
+) -> str | None:
+    """Why the decision's fleet alerts are recorded but not sent, or None to send them: `reanalysis` (the reason,
+    when the run continues the nightly reanalysis), or, as every other alert (steps.alert_delivery.withhold_reason),
+    evidence whose window closed more than `max_age` ago: the last member's deploy plus W (the members' first looks)
+    or plus the latest later look's after side among the detections."""
+    from radar_pipeline.steps.alert_delivery import withhold_reason
+
+    if reanalysis is not None:
+        return reanalysis
+    if decision.release.members.empty:
+        return None
+    after = window
+    for value in decision.detected.get("look_after", pd.Series(dtype=object)):
+        if isinstance(value, timedelta) and value > after:
+            after = value
+    closed = pd.Timestamp(decision.release.members["deployed_at"].max()).to_pydatetime() + after
+    return withhold_reason(pd.DataFrame({"window_end": [closed]}), max_age, now)
+
+
 def _found_when(row: Any) -> str:
     """The fleet report, and for a detection a later look made, when: "…, found 2 h after the release"."""
     from radar_pipeline.alerts.render import span_words
@@ -313,7 +423,9 @@ def due_release_looks(
     """The later looks of releases due now (by the warehouse's clock): of each final release with a key open at the
     fleet level, whose last decision's basis stands, the latest look not yet taken (done or failed) whose members
     are all past its after side plus `settle` (a look overtaken by a later one that is due is skipped: its share is
-    left unspent). A look due more than HORIZON ago is not run."""
+    left unspent). A look due more than HORIZON ago is not run. Each says how long it has waited (since it fell due,
+    or since the decision it continues, when later): its sensor numbers its attempts by it
+    (warehouse.looks.look_attempt)."""
     clock = now or conn.execute(sa.text("SELECT now()")).scalar_one()
     since = clock - HORIZON - settings.window * LOOK_SPANS[-1]
     due: list[store.DueReleaseLook] = []
@@ -333,7 +445,8 @@ def due_release_looks(
             if at <= clock:
                 if at > clock - HORIZON:
                     runs = store.analysis_runs(conn, [str(d) for d in found.members["deploy_id"]])
-                    due.append(store.DueReleaseLook(str(c.release_id), look, last.basis, at, runs))
+                    since = max([at, *(a for _, a in last.basis if a is not None)])  # a release decided late
+                    due.append(store.DueReleaseLook(str(c.release_id), look, last.basis, at, runs, clock - since))
                 break
     return due
 

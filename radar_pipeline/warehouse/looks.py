@@ -22,6 +22,23 @@ OPEN_SQL = "('inconclusive', 'insufficient_data')"
 # Looks are news: a deploy whose last look fell due more than this long ago (one analysed late, a backfill over old
 # deploys) gets none, so a backfill of a thousand deploys does not start a thousand looks.
 HORIZON = timedelta(days=1)
+# A look's run that ends without recording the look (terminated, killed for memory, its process lost: no failure
+# handler ran) leaves the look due; its sensor asks for it again under the next attempt's run key (Dagster skips a
+# run key it has seen). Attempt k is asked for from RETRY_BASE · (2^k − 1) after the look fell due (0, 5, 15, 35 min)
+# and there are LOOK_ATTEMPTS of them at most: a look that crashes every time is then asked for no more (its share of
+# the budget is left unspent; the next look, when due, overtakes it).
+RETRY_BASE = timedelta(minutes=5)
+LOOK_ATTEMPTS = 4
+
+
+def look_attempt(waited: timedelta) -> int | None:
+    """The attempt of a look that fell due `waited` ago (RETRY_BASE's schedule), or None past the last one."""
+    k = 0
+    while RETRY_BASE * (2 ** (k + 1) - 1) <= waited:
+        k += 1
+    return k if k < LOOK_ATTEMPTS else None
+
+
 # The window W an analysis (alias a) used: its stored settings' (seconds), else the :window given.
 WINDOW = "coalesce(CAST(a.settings ->> 'window' AS double precision) * interval '1 second', :window)"
 # The first engine whose first verdict spends only the first look's budget (look_budget(B, 0)): an earlier one spent
@@ -208,6 +225,7 @@ class DueLook:
     basis: datetime
     rerun: bool = False
     run_id: str | None = None
+    waited: timedelta = timedelta(0)  # since it fell due (or its first verdict was stored, when later): look_attempt
 
 
 def due_looks(conn: sa.Connection, window: timedelta, settle: timedelta, limit: int = 200) -> list[DueLook]:
@@ -251,7 +269,8 @@ def due_looks(conn: sa.Connection, window: timedelta, settle: timedelta, limit: 
             f"  FROM analysed x CROSS JOIN generate_series(1, {len(LOOK_SPANS) - 1}) n(look) WHERE n.look > x.done), "
             "chosen AS (SELECT DISTINCT ON (deploy_id, target) * FROM candidates WHERE due_at <= now() "
             "  ORDER BY deploy_id, target, CASE WHEN rerun THEN look ELSE -look END) "
-            "SELECT deploy_id, target, look, analysed_at, rerun, run_id FROM chosen "
+            "SELECT deploy_id, target, look, analysed_at, rerun, run_id, now() - greatest(due_at, analysed_at) "
+            "FROM chosen "
             "ORDER BY rerun, due_at DESC, deploy_id LIMIT :limit"
         ),
         {
@@ -263,7 +282,7 @@ def due_looks(conn: sa.Connection, window: timedelta, settle: timedelta, limit: 
             "engine": list(FIRST_LOOK_ENGINE),
         },
     )
-    return [DueLook(r[0], r[1], int(r[2]), r[3], bool(r[4]), r[5]) for r in rows]
+    return [DueLook(r[0], r[1], int(r[2]), r[3], bool(r[4]), r[5], r[6]) for r in rows]
 
 
 def record_failed(conn: sa.Connection, deploy_id: str, look: int, run_id: str | None) -> bool:

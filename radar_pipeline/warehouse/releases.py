@@ -37,6 +37,7 @@ class Release:
     release_id: str
     explicit: bool
     members: pd.DataFrame
+    first_anchor: str | None = None  # the earliest member of its first final decision (filed_anchor), once it has one
 
     @property
     def targets(self) -> list[str]:
@@ -50,7 +51,11 @@ class Release:
 
     @property
     def anchor(self) -> str:
-        """The earliest member deploy (the one the release's alerts are filed under in radar.alert)."""
+        """The member deploy the release's alerts are filed under in radar.alert: the earliest member of its first
+        final decision, which no later member or redeploy moves (a fleet detection is alerted once, whatever members
+        come later); before it has one, its earliest member deploy."""
+        if self.first_anchor is not None:
+            return self.first_anchor
         first = self.members.sort_values(["deployed_at", "deploy_id"]).iloc[0]
         return str(first["deploy_id"])
 
@@ -127,15 +132,32 @@ def release(conn: sa.Connection, release_id: str) -> Release:
         conn,
         params={"ids": ids},
     )
-    return Release(release_id, explicit, members)
+    return Release(release_id, explicit, members, filed_anchor(conn, release_id))
+
+
+def filed_anchor(conn: sa.Connection, release_id: str) -> str | None:
+    """The earliest (by deployed_at, deploy_id) member deploy of the release's first final decision
+    (radar.release_look's lowest look done: a row never rewritten once done),
+    or None when it has none (or its deploys are gone)."""
+    found = conn.execute(
+        sa.text(
+            "SELECT e.deploy_id FROM (SELECT member_deploys FROM radar.release_look WHERE release_id = :r "
+            "AND status = 'done' ORDER BY look LIMIT 1) l CROSS JOIN unnest(l.member_deploys) AS m(deploy_id) "
+            "JOIN radar.deploy_event e ON e.deploy_id = m.deploy_id ORDER BY e.deployed_at, e.deploy_id LIMIT 1"
+        ),
+        {"r": release_id},
+    ).scalar_one_or_none()
+    return None if found is None else str(found)
 
 
 def member_evidence(conn: sa.Connection, members: pd.DataFrame) -> pd.DataFrame:
     """The stored evidence of the analysed member deploys' first looks: per deploy and statement key (fingerprint,
     toplevel), the busiest of its statements with that key (most calls over both sides; dbid and userid differ
     between servers): deploy_id, target, fingerprint, toplevel, dbid, userid, queryid, log_factor, se, time_before
-    (ms). A row a later look replaced (radar.verdict.look > 0) is no fleet evidence: the fleet verdict rests on the
-    members' first looks (docs/fleets.md)."""
+    (ms), busy (calls over both sides). Only the first looks' rows (radar.verdict.look = 0): a statement whose row a
+    member's own later look replaced is read again from its counters over its first look's spans
+    (steps.releases.decide_release, with replaced_statements), so the fleet verdict rests on every member's first
+    look (docs/fleets.md)."""
     analysed = members[members["analysed"]]
     if analysed.empty:
         return pd.DataFrame(
@@ -150,6 +172,7 @@ def member_evidence(conn: sa.Connection, members: pd.DataFrame) -> pd.DataFrame:
                 "log_factor",
                 "se",
                 "time_before",
+                "busy",
             ]
         )
     return pd.read_sql(
@@ -157,7 +180,7 @@ def member_evidence(conn: sa.Connection, members: pd.DataFrame) -> pd.DataFrame:
             "SELECT DISTINCT ON (v.deploy_id, v.target, v.fingerprint, v.toplevel) v.deploy_id, v.target, "
             "v.fingerprint, v.toplevel, CAST(v.dbid AS bigint) AS dbid, CAST(v.userid AS bigint) AS userid, "
             "v.queryid, v.deploy_log_factor AS log_factor, v.deploy_log_se AS se, "
-            "coalesce(v.mean_before_ms * v.calls_before, 0) AS time_before "
+            "coalesce(v.mean_before_ms * v.calls_before, 0) AS time_before, v.calls_before + v.calls_after AS busy "
             "FROM radar.verdict v JOIN unnest(CAST(:d AS text[]), CAST(:t AS text[])) AS m(deploy_id, target) "
             "ON v.deploy_id = m.deploy_id AND v.target = m.target "
             "WHERE v.look = 0 AND v.deploy_log_se IS NOT NULL AND v.deploy_log_se = v.deploy_log_se "
@@ -166,6 +189,19 @@ def member_evidence(conn: sa.Connection, members: pd.DataFrame) -> pd.DataFrame:
         ),
         conn,
         params={"d": list(analysed["deploy_id"]), "t": list(analysed["target"])},
+    )
+
+
+def replaced_statements(conn: sa.Connection, deploy_id: str, target: str) -> pd.DataFrame:
+    """The member deploy's statements (KEY columns: dbid, userid, queryid, toplevel) whose first look's verdict row a
+    later look of its own replaced (radar.verdict.look > 0)."""
+    return pd.read_sql(
+        sa.text(
+            "SELECT CAST(dbid AS bigint) AS dbid, CAST(userid AS bigint) AS userid, queryid, toplevel "
+            "FROM radar.verdict WHERE deploy_id = :d AND target = :t AND look > 0"
+        ),
+        conn,
+        params={"d": deploy_id, "t": target},
     )
 
 
@@ -303,6 +339,7 @@ class DueReleaseLook:
     basis: tuple[tuple[str, datetime], ...]
     due_at: datetime
     run_ids: tuple[str, ...] = ()  # the runs that made the members' current analyses (where recorded)
+    waited: timedelta = timedelta(0)  # since it fell due, or since the decision it continues when later
 
 
 def candidate_releases(conn: sa.Connection, since: datetime, limit: int) -> pd.DataFrame:

@@ -20,6 +20,14 @@ from radar_pipeline.defs.metadata import OWNERS, rounded, table
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 
 LOOK_TAG = "radar/look"  # on a look's runs: the look's number
+ATTEMPT_TAG = "radar/look-attempt"  # … and the attempt (warehouse.looks.look_attempt)
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
 SENSOR_INTERVAL_S = 30  # a look is due hours after its deploy: a look every 30 s is plenty
 SENSOR_PAGE = 100  # looks requested per evaluation at most; the rest on the next ticks
 DECIDED_COLUMNS = [
@@ -138,8 +146,10 @@ def deploy_look_sensor(
 ) -> dg.SensorResult | dg.SkipReason:
     """The looks due now (warehouse.looks.due_looks: the next look of each analysed deploy with a statement or a group
     open, once its after side plus one scrape interval has passed or the target's next deploy cut it), one run each.
-    The run key names the deploy, the look and the first verdict it continues, so each look is requested once (and again
-    only after a re-analysis replaced the first verdict); a look that failed is recorded so and not asked for again.
+    The run key names the deploy, the look, the first verdict it continues and the attempt
+    (warehouse.looks.look_attempt: 0 when due, 1 five minutes later, …, LOOK_ATTEMPTS at most), so each attempt is
+    requested once; a look that failed is recorded so and not asked for again, and one whose run ended without
+    recording it (terminated, killed) is asked for at the next attempt, unless a run of it is still queued or running.
     The looks continuing a first verdict the nightly reanalysis made carry its tag (REANALYSIS_TAG): their alerts
     and statuses are recorded, never posted. A deploy decided, cut or past its last look has none: its looks stop
     by themselves."""
@@ -147,6 +157,9 @@ def deploy_look_sensor(
 
     with warehouse.engine().connect() as conn:
         due = looks.due_looks(conn, timedelta(seconds=analysis.window_seconds), analysis.settle, limit=SENSOR_PAGE)
+    running = _in_flight(context.instance, deploy_looks_job.name, LOOK_TAG)
+    attempts = {(d.deploy_id, d.look): looks.look_attempt(d.waited) for d in due}
+    due = [d for d in due if attempts[(d.deploy_id, d.look)] is not None and (d.deploy_id, str(d.look)) not in running]
     if not due:
         return dg.SkipReason("no look is due")
     context.log.info(f"requesting {len(due)} looks: " + ", ".join(f"{d.deploy_id} look {d.look}" for d in due[:10]))
@@ -154,11 +167,12 @@ def deploy_look_sensor(
     return dg.SensorResult(
         run_requests=[
             dg.RunRequest(
-                run_key=f"look:{d.deploy_id}:{d.look}:{d.basis.timestamp():.6f}",
+                run_key=f"look:{d.deploy_id}:{d.look}:{d.basis.timestamp():.6f}:{attempts[(d.deploy_id, d.look)]}",
                 partition_key=d.deploy_id,
                 run_config={"ops": {"deploy_looks": {"config": {"look": d.look}}}},
                 tags={
                     LOOK_TAG: str(d.look),
+                    ATTEMPT_TAG: str(attempts[(d.deploy_id, d.look)]),
                     "radar/target": d.target,
                     **({REANALYSIS_TAG: "true"} if d.run_id in reanalysed else {}),
                 },
@@ -176,3 +190,10 @@ def _reanalysis_runs(instance: dg.DagsterInstance, run_ids: set[str]) -> set[str
         return set()
     runs = instance.get_runs(filters=dg.RunsFilter(run_ids=sorted(run_ids)))
     return {r.run_id for r in runs if r.tags.get(REANALYSIS_TAG) == "true"}
+
+
+def _in_flight(instance: dg.DagsterInstance, job_name: str, tag: str) -> set[tuple[str, str]]:
+    """The looks a run of `job_name` is making now (queued or running): (its partition, or else its RELEASE tag, and
+    its `tag`): a look's next attempt is not asked for while one is under way (a run waiting for the pool)."""
+    runs = instance.get_runs(filters=dg.RunsFilter(job_name=job_name, statuses=IN_FLIGHT))
+    return {(r.tags.get("dagster/partition") or r.tags.get("radar/release", ""), r.tags.get(tag, "")) for r in runs}

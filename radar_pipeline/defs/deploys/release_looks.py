@@ -3,18 +3,20 @@ release once when it is due (every member past the look's after side plus one sc
 release_looks_job runs it: the release's keys still open at the fleet level decided again on the members' counters
 over their look spans, and the fleet detections it makes alerted once through the outbox."""
 
+from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
 from pydantic import Field
 
-from radar_pipeline.defs.deploys.deploy_looks import _reanalysis_runs
+from radar_pipeline.defs.deploys.deploy_looks import _in_flight, _reanalysis_runs
 from radar_pipeline.defs.deploys.deploy_verdicts import ANALYSIS_POOL, ANALYSIS_RETRY, REANALYSIS_TAG
 from radar_pipeline.defs.metadata import rounded, table
 from radar_pipeline.defs.resources import AnalysisResource, SlackResource, WarehouseResource
 
 RELEASE_TAG = "radar/release"  # on a release look's runs: the release
 LOOK_TAG = "radar/release-look"  # … and the look's number
+ATTEMPT_TAG = "radar/release-look-attempt"  # … and the attempt (warehouse.looks.look_attempt)
 SENSOR_INTERVAL_S = 30  # a look is due hours after the release: every 30 s is plenty
 SENSOR_PAGE = 50  # release looks requested per evaluation at most; the rest on the next ticks
 DECIDED_COLUMNS = [
@@ -51,6 +53,7 @@ def release_look(
     from radar_pipeline.steps.releases import (
         ReleaseLookRefused,
         deliver_fleet_alerts,
+        fleet_withhold_reason,
         record_failed_release_look,
         run_release_look,
         stored_release_look,
@@ -73,7 +76,13 @@ def release_look(
         raise
     decision = with_text(engine, result.decision)
     reanalysis = context.run.tags.get(REANALYSIS_TAG) == "true"
-    withhold = "found by a later look continuing the nightly reanalysis, which never posts" if reanalysis else None
+    withhold = fleet_withhold_reason(
+        decision,
+        analysis.settings().window,
+        slack.alert_max_age,
+        datetime.now(UTC),
+        "found by a later look continuing the nightly reanalysis, which never posts" if reanalysis else None,
+    )
     sent = deliver_fleet_alerts(context.log, engine, slack.sender(), decision, withhold=withhold)
     decided = result.decided
     for r in decided[decided["verdict"] == "detected"].itertuples():
@@ -125,15 +134,23 @@ def release_look_sensor(
     context: dg.SensorEvaluationContext, warehouse: WarehouseResource, analysis: AnalysisResource
 ) -> dg.SensorResult | dg.SkipReason:
     """The release looks due now (steps.releases.due_release_looks), one run each. The run key names the release,
-    the look and the decision it continues (its members' latest analysis), so each look is requested once; a look
-    that failed is recorded so and not asked for again, and a release decided anew (a late member, a reanalysis)
-    gets its looks from its new decision on. The looks of a release every member of which the nightly reanalysis
-    analysed last carry its tag (REANALYSIS_TAG): their fleet alerts are recorded, never posted, as the deploys'
-    looks' are."""
+    the look, the decision it continues (its members' latest analysis) and the attempt (warehouse.looks.look_attempt:
+    0 when due, 1 five minutes later, …, LOOK_ATTEMPTS at most), so each attempt is requested once; a look that
+    failed is recorded so and not asked for again, one whose run ended without recording it (terminated, killed) is
+    asked for at the next attempt unless a run of it is still queued or running, and a release decided anew (a late
+    member, a reanalysis) gets its looks from its new decision on. The looks of a release every member of which the
+    nightly reanalysis analysed last carry its tag (REANALYSIS_TAG): their fleet alerts are recorded, never posted, as
+    the deploys' looks' are."""
     from radar_pipeline.steps.releases import due_release_looks
+    from radar_pipeline.warehouse.looks import look_attempt
 
     with warehouse.engine().connect() as conn:
         due = due_release_looks(conn, analysis.settings(), analysis.settle, limit=SENSOR_PAGE)
+    running = _in_flight(context.instance, release_looks_job.name, LOOK_TAG)
+    attempts = {(d.release_id, d.look): look_attempt(d.waited) for d in due}
+    due = [
+        d for d in due if attempts[(d.release_id, d.look)] is not None and (d.release_id, str(d.look)) not in running
+    ]
     if not due:
         return dg.SkipReason("no release look is due")
     context.log.info(f"requesting {len(due)} release looks: " + ", ".join(f"{d.release_id} look {d.look}" for d in due))
@@ -141,11 +158,12 @@ def release_look_sensor(
     return dg.SensorResult(
         run_requests=[
             dg.RunRequest(
-                run_key=f"release-look:{d.release_id}:{d.look}:{_stamp(d.basis)}",
+                run_key=f"release-look:{d.release_id}:{d.look}:{_stamp(d.basis)}:{attempts[(d.release_id, d.look)]}",
                 run_config={"ops": {"release_look": {"config": {"release_id": d.release_id, "look": d.look}}}},
                 tags={
                     RELEASE_TAG: d.release_id,
                     LOOK_TAG: str(d.look),
+                    ATTEMPT_TAG: str(attempts[(d.release_id, d.look)]),
                     **({REANALYSIS_TAG: "true"} if d.run_ids and set(d.run_ids) <= reanalysed else {}),
                 },
             )

@@ -1,6 +1,7 @@
 """Fleets in Dagster: release_verdicts, the fleet verdict of the release a deploy belongs to, decided after each
 member deploy's analysis (docs/fleets.md); alert_retry_job's run of it only delivers the stored detections."""
 
+from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
@@ -47,6 +48,7 @@ def release_verdicts(
         ReleaseDecision,
         decide_release_of,
         deliver_fleet_alerts,
+        fleet_withhold_reason,
         stored_decision_of,
         with_text,
     )
@@ -60,13 +62,14 @@ def release_verdicts(
         return dg.MaterializeResult(metadata={"note": decision})
     decision = with_text(engine, decision)
     reanalysis = context.run.tags.get(REANALYSIS_TAG) == "true"
-    sent = deliver_fleet_alerts(
-        context.log,
-        engine,
-        slack.sender(),
+    withhold = fleet_withhold_reason(
         decision,
-        withhold="found by the nightly reanalysis, which never posts" if reanalysis else None,
+        analysis.settings().window,
+        slack.alert_max_age,
+        datetime.now(UTC),
+        "found by the nightly reanalysis, which never posts" if reanalysis else None,
     )
+    sent = deliver_fleet_alerts(context.log, engine, slack.sender(), decision, withhold=withhold)
     verdicts = decision.verdicts
     metadata: dict[str, Any] = {
         "release": decision.release.release_id,
