@@ -250,12 +250,7 @@ def analyse(
     """
     settings = settings or EngineSettings()
     deploy = _utc_ns(deploy_at)
-    samples = window_samples(
-        counters,
-        deploy - _ns(settings.window if before is None else before),
-        deploy + _ns(settings.window if after is None else after),
-        extra_counters(counters),
-    )
+    samples = _spans(counters, deploy, settings, before, after, extra_counters(counters))
     if samples.groups == 0:
         return _result(samples, {})
 
@@ -335,12 +330,7 @@ def explain_detections(
     if not detected.any():
         return out
     deploy = _utc_ns(deploy_at)
-    samples = window_samples(
-        counters,
-        deploy - _ns(settings.window if before is None else before),
-        deploy + _ns(settings.window if after is None else after),
-        extra_counters(counters),
-    )
+    samples = _spans(counters, deploy, settings, before, after, extra_counters(counters))
     position = pd.Index(samples.keys).get_indexer(verdicts["query_key"].to_numpy()[detected])
     if (position < 0).any():
         missing = verdicts["query_key"].to_numpy()[detected][position < 0]
@@ -490,8 +480,7 @@ def family_shares(
     it decide), by query_key: Σ = 1 over them, 0 for the others; empty for an empty window. A later look's `weights`."""
     settings = settings or EngineSettings()
     deploy = _utc_ns(deploy_at)
-    lo = deploy - _ns(settings.window if before is None else before)
-    samples = window_samples(counters, lo, deploy + _ns(settings.window if after is None else after))
+    samples = _spans(counters, deploy, settings, before, after)
     if samples.groups == 0:
         return pd.Series(dtype=float)
     sides = _window_sides(samples, deploy)
@@ -516,11 +505,7 @@ def deploy_evidence(
     release's fleet verdict, a group) combines at a later look for statements whose own verdict is already decided."""
     settings = settings or EngineSettings()
     deploy = _utc_ns(deploy_at)
-    samples = window_samples(
-        counters,
-        deploy - _ns(settings.window if before is None else before),
-        deploy + _ns(settings.window if after is None else after),
-    )
+    samples = _spans(counters, deploy, settings, before, after)
     names = ("n_before", "n_after", "calls_before", "calls_after", "time_before")
     if samples.groups == 0:
         return pd.DataFrame(
@@ -534,6 +519,19 @@ def deploy_evidence(
     columns["decidable"] = decidable
     columns.update(_deploy_evidence(samples, sides, decidable, settings, known))
     return pd.DataFrame(columns)
+
+
+def _spans(
+    counters: pd.DataFrame,
+    deploy: int,
+    settings: EngineSettings,
+    before: timedelta | None,
+    after: timedelta | None,
+    extra: tuple[str, ...] = (),
+) -> WindowSamples:
+    """The samples of the spans either side of the deploy (settings.window each unless given)."""
+    lo = deploy - _ns(settings.window if before is None else before)
+    return window_samples(counters, lo, deploy + _ns(settings.window if after is None else after), extra)
 
 
 def _window_sides(samples: WindowSamples, deploy: int) -> WindowSides:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -342,6 +342,23 @@ def _found_when(row: Any) -> str:
     if after is None or after is pd.NaT or not isinstance(after, timedelta):
         return str(row.report)
     return f"{row.report}, found {span_words(after)} after the release (look {int(row.look)})"
+
+
+def alert_release(
+    log: logging.Logger,
+    engine: sa.Engine,
+    sender: Any,
+    decision: ReleaseDecision,
+    window: timedelta,
+    max_age: timedelta,
+    reanalysis: str | None = None,
+) -> tuple[ReleaseDecision, dict[str, Any]]:
+    """The decision with its statements' texts (with_text) and its fleet detections delivered (deliver_fleet_alerts),
+    or recorded withheld (fleet_withhold_reason: `reanalysis`, the reason when the run continues the nightly
+    reanalysis, or evidence older than `max_age`): what a release's decision and its later looks both send."""
+    decision = with_text(engine, decision)
+    withhold = fleet_withhold_reason(decision, window, max_age, datetime.now(UTC), reanalysis)
+    return decision, deliver_fleet_alerts(log, engine, sender, decision, withhold=withhold)
 
 
 def with_text(engine: sa.Engine, decision: ReleaseDecision) -> ReleaseDecision:

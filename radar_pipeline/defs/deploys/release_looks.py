@@ -3,7 +3,6 @@ release once when it is due (every member past the look's after side plus one sc
 release_looks_job runs it: the release's keys still open at the fleet level decided again on the members' counters
 over their look spans, and the fleet detections it makes alerted once through the outbox."""
 
-from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
@@ -52,12 +51,10 @@ def release_look(
     of an attempt that stored the look and then failed (delivering) delivers what the look stored."""
     from radar_pipeline.steps.releases import (
         ReleaseLookRefused,
-        deliver_fleet_alerts,
-        fleet_withhold_reason,
+        alert_release,
         record_failed_release_look,
         run_release_look,
         stored_release_look,
-        with_text,
     )
 
     engine = warehouse.engine()
@@ -74,16 +71,16 @@ def release_look(
     except Exception:
         record_failed_release_look(engine, config.release_id, config.look, context.run.run_id, context.log)
         raise
-    decision = with_text(engine, result.decision)
     reanalysis = context.run.tags.get(REANALYSIS_TAG) == "true"
-    withhold = fleet_withhold_reason(
-        decision,
+    decision, sent = alert_release(
+        context.log,
+        engine,
+        slack.sender(),
+        result.decision,
         analysis.settings().window,
         slack.alert_max_age,
-        datetime.now(UTC),
         "found by a later look continuing the nightly reanalysis, which never posts" if reanalysis else None,
     )
-    sent = deliver_fleet_alerts(context.log, engine, slack.sender(), decision, withhold=withhold)
     decided = result.decided
     for r in decided[decided["verdict"] == "detected"].itertuples():
         context.log.info(f"release {config.release_id} look {result.look}: fleet detection: {r.report}")

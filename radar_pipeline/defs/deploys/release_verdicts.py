@@ -1,7 +1,6 @@
 """Fleets in Dagster: release_verdicts, the fleet verdict of the release a deploy belongs to, decided after each
 member deploy's analysis (docs/fleets.md); alert_retry_job's run of it only delivers the stored detections."""
 
-from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
@@ -46,11 +45,9 @@ def release_verdicts(
     from radar_pipeline.defs.reconcile.reconciler import alert_retry_job
     from radar_pipeline.steps.releases import (
         ReleaseDecision,
+        alert_release,
         decide_release_of,
-        deliver_fleet_alerts,
-        fleet_withhold_reason,
         stored_decision_of,
-        with_text,
     )
 
     engine = warehouse.engine()
@@ -60,16 +57,16 @@ def release_verdicts(
         decision = decide_release_of(engine, context.partition_key, analysis.settings())
     if not isinstance(decision, ReleaseDecision):
         return dg.MaterializeResult(metadata={"note": decision})
-    decision = with_text(engine, decision)
     reanalysis = context.run.tags.get(REANALYSIS_TAG) == "true"
-    withhold = fleet_withhold_reason(
+    decision, sent = alert_release(
+        context.log,
+        engine,
+        slack.sender(),
         decision,
         analysis.settings().window,
         slack.alert_max_age,
-        datetime.now(UTC),
         "found by the nightly reanalysis, which never posts" if reanalysis else None,
     )
-    sent = deliver_fleet_alerts(context.log, engine, slack.sender(), decision, withhold=withhold)
     verdicts = decision.verdicts
     metadata: dict[str, Any] = {
         "release": decision.release.release_id,
