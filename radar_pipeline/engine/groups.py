@@ -47,6 +47,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -57,6 +58,7 @@ from radar_pipeline.engine.vocabulary import Verdict
 # A group is tested from this many members with an estimate at the deploy: fewer, and its interval on m − 1 degrees
 # of freedom is too wide to tell anything (t_3,0.975 = 3.2), while a pair is better read from its two verdicts.
 MIN_MEMBERS = 5
+K = TypeVar("K")  # a member's key (a query_key)
 GROUP_KINDS = ("shape", "role", "change")
 # The members' shared noise is estimated over this many windows W before the deploy, at every look (the last look's
 # span: enough intervals for the long-run variances' degrees of freedom, and the before side never sees the change).
@@ -143,7 +145,7 @@ class SharedNoise:
         return design, dof * (design / (scale * total)) ** 2
 
 
-def noise_sample(members: Sequence[object], calls: pd.Series, cap: int | None = None) -> list[object]:
+def noise_sample(members: Sequence[K], calls: pd.Series, cap: int | None = None) -> list[K]:
     """The members whose before side a group's shared noise is estimated from: all of them up to `cap`
     (NOISE_SAMPLE), else the `cap` busiest by `calls` (query_key → calls on the before side; a member it lacks has
     none), ties by key. Fixed by the before side's calls alone, never the after side's latency, so the estimate
@@ -153,7 +155,7 @@ def noise_sample(members: Sequence[object], calls: pd.Series, cap: int | None = 
     if len(keys) <= cap:
         return keys
     busy = dict(zip(keys, calls.reindex(pd.Index(keys)).fillna(0).to_numpy(dtype=np.float64), strict=True))
-    return sorted(keys, key=lambda key: (-busy[key], key))[:cap]  # type: ignore[no-any-return]
+    return sorted(keys, key=lambda key: (-busy[key], key))[:cap]
 
 
 def before_calls(counters: pd.DataFrame, deploy_at: datetime | pd.Timestamp, before: timedelta) -> pd.Series:
@@ -434,7 +436,7 @@ def group_looks(
         series = None
         if shared:  # every member read: one without a call before the deploy is independent, not extrapolated
             series = before_series(counters, deploy_at, NOISE_SPANS * settings.window)
-            everyone = pd.Index(sorted({key for members in groups.values() for key in members}))
+            everyone = pd.Index(list(dict.fromkeys(key for members in groups.values() for key in members)))
             series = series.reindex(columns=series.columns.union(everyone))
         found = decide_groups(evidence, groups, budget, settings, tested=still, before=series).set_index("group_id")
         for g, row in found.iterrows():

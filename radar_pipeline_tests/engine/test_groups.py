@@ -185,8 +185,9 @@ def test_members_sharing_the_server_s_load_noise_hold_the_level():
 
 def _today_s_design(series: pd.DataFrame, members: list) -> tuple[float, float]:
     """The design effect and its degrees of freedom as engine.groups computed them before a group's members were
-    subsampled: every member's series scaled in a Python loop, D̂ = (LRV(Σ w_i) + m − k) / m over the k members with a
-    usable series, ν = ν_S (m D̂ / LRV)² — the reference the subsampled estimate must reproduce with every member read."""
+    subsampled: every member's series scaled in a Python loop, D̂ = (LRV(Σ w_i) + m − k) / m over the k members with
+    a usable series, ν = ν_S (m D̂ / LRV)² — the reference the subsampled estimate must reproduce with every member
+    read."""
     from radar_pipeline.engine.groups import _long_run
 
     found = series.reindex(columns=pd.Index(members)).to_numpy(dtype=np.float64)
@@ -256,10 +257,10 @@ def test_the_design_effect_with_every_member_read_is_today_s():
 
 def test_a_large_group_s_subsampled_design_effect_holds_the_level():
     """A group of 400 members sharing the server's load at ρ 0.3, its design effect estimated from only the 64
-    busiest members' before side (noise_sample) and carried to the other 336: Stouffer's Z so deflated holds its level
-    (60 seeded groups at H0's boundary, the p at or below 0.05 at most 5% of the time with 2.5 standard errors of
-    slack; measured 0 of 60: the busiest members' series share more of the load than the sparser ones', so their ρ̄
-errs high), while taken as independent the same groups reject far beyond it (measured 18 of 60)."""
+    busiest members' before side (noise_sample) and carried to the other 336: Stouffer's Z so deflated holds its
+    level (60 seeded groups at H0's boundary, the p at or below 0.05 at most 5% of the time with 2.5 standard errors
+    of slack; measured 0 of 60: the busiest members' series share more of the load than the sparser ones', so their
+    ρ̄ errs high), while taken as independent the same groups reject far beyond it (measured 18 of 60)."""
     from radar_pipeline.engine.groups import NOISE_SPANS, before_calls, before_series, noise_sample, shared_noise
 
     level, runs, m, cap = 0.05, 60, 400, 64
