@@ -21,7 +21,9 @@ is tested:
   ρ 0.1). Z is deflated by the design effect D̂ = LRV(Σ w_i) / m of the members' before-side series over
   NOISE_SPANS · W, each scaled to unit long-run variance (`before_series`, `shared_noise`: the group as one
   pseudo-statement, with an AR(1) long-run variance as the engine's), floored at 1, and referred to Student's t on
-  D̂'s degrees of freedom. The before side never sees the deploy's change.
+  D̂'s degrees of freedom. The before side never sees the deploy's change. A group of more than NOISE_SAMPLE members
+  has it read for its busiest on the before side alone (`noise_sample`), their mean correlation carried to the
+  others (`SharedNoise.of`: D̂ = 1 + c (c − 1) ρ̄ / m, the same D̂ with every member read).
 - the size, a random-effects estimate of the members' typical factor (DerSimonian & Laird 1986) with the
   Hartung–Knapp–Sidik–Jonkman small-sample interval on m − 1 degrees of freedom, its variance floored at the
   fixed-effect one (the modified HKSJ of Röver, Knapp & Friede 2015): the "×1.5 (×1.3–×1.7)" of the report. The
