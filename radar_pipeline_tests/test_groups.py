@@ -254,7 +254,7 @@ def test_the_members_shared_load_is_read_from_their_before_side(warehouse):
     per member by its query_key in the window, nothing after the deploy: on a target where every statement's
     interval mean carries the server's load (one common factor an interval), the members' design effect is large;
     on one without, it stays near 1."""
-    from radar_pipeline.engine.groups import shared_noise
+    from radar_pipeline.engine.groups import before_calls, shared_noise
     from radar_pipeline.steps.groups import before_noise, form_groups
     from radar_pipeline.warehouse import analysis
 
@@ -275,10 +275,52 @@ def test_the_members_shared_load_is_read_from_their_before_side(warehouse):
         with warehouse.connect() as conn:
             window = analysis.read_window(conn, target, at - SETTINGS.window, at + SETTINGS.window)
             (group,) = [g for g in form_groups(conn, target, window, at, at) if g.kind == "shape"]
-            series = before_noise(conn, target, window.keys, [group], at, SETTINGS)
+            calls = before_calls(window.counters, at, SETTINGS.window)
+            series = before_noise(conn, target, window.keys, [group], at, SETTINGS, calls)
         assert sorted(series.columns) == sorted(group.members)  # the window's query_keys
         assert len(series) == 60 and series.index.max() <= pd.Timestamp(at).value  # the before side only
         noise = shared_noise(series, list(group.members))
         assert noise is not None
         designs[target] = noise.of(np.ones(len(group.members), dtype=bool))[0]
     assert designs["loaded"] > 5 and designs["quiet"] < 2, designs
+
+
+def test_a_large_group_s_shared_noise_is_read_from_its_busiest_members_alone(warehouse):
+    """steps.groups.before_noise reads at most the sample's cap of a group's members over 8W before the deploy — the
+    busiest by their calls on the before side of the window already read, never the after side's — so a group of
+    thousands costs the read of a few hundred: here the fifteen of one shape, 2 to 16 calls an interval before the
+    deploy (the busiest the reverse of their order after it), read with a cap of 4: the four busiest before, nothing
+    of the others; the design effect then carries their correlation to the eleven not read."""
+    from radar_pipeline.engine.groups import before_calls, shared_noise
+    from radar_pipeline.steps.groups import before_noise, form_groups
+    from radar_pipeline.warehouse import analysis
+
+    at = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+    rng = np.random.default_rng(37)
+    load = rng.lognormal(0, 0.5, 81)
+    busy = {queryid: 2 + i for i, queryid in enumerate([*SLOWED, *OTHERS])}  # calls an interval before the deploy
+    rows = []
+    for queryid in [*SLOWED, *OTHERS]:
+        count, total = 1000, 2000.0
+        for j in range(-60, 21):
+            calls = busy[queryid] if j <= 0 else 20 - busy[queryid]
+            count, total = count + calls, total + calls * 2.0 * load[j + 60] * rng.lognormal(0, 0.2)
+            rows.append((queryid, at + timedelta(seconds=10 * j), count, total))
+    frame = pd.DataFrame(rows, columns=["queryid", "captured_at", "calls", "total_exec_time"])
+    store_counters(warehouse, "large", frame, {**SLOWED, **OTHERS})
+    with warehouse.connect() as conn:
+        window = analysis.read_window(conn, "large", at - SETTINGS.window, at + SETTINGS.window)
+        (group,) = [g for g in form_groups(conn, "large", window, at, at) if g.kind == "shape"]
+        calls = before_calls(window.counters, at, SETTINGS.window)
+        series = before_noise(conn, "large", window.keys, [group], at, SETTINGS, calls, cap=4)
+        everyone = before_noise(conn, "large", window.keys, [group], at, SETTINGS, calls)
+    queryids = window.keys["queryid"]
+    assert len(group.members) == 15
+    assert sorted(int(queryids[c]) for c in series.columns) == [112, 113, 114, 115]  # the four busiest before
+    assert len(series) == 60 and series.index.max() <= pd.Timestamp(at).value  # the before side only
+    assert sorted(everyone.columns) == sorted(group.members)  # within the cap: every member
+    sampled, full = shared_noise(series, list(group.members)), shared_noise(everyone, list(group.members))
+    assert sampled is not None and full is not None and sampled.sampled is not None
+    assert int(sampled.sampled.sum()) == 4 and full.sampled is None
+    all_used = np.ones(15, dtype=bool)
+    assert sampled.of(all_used)[0] > 5 and full.of(all_used)[0] > 5  # the load carried to the eleven not read

@@ -21,7 +21,9 @@ is tested:
   ρ 0.1). Z is deflated by the design effect D̂ = LRV(Σ w_i) / m of the members' before-side series over
   NOISE_SPANS · W, each scaled to unit long-run variance (`before_series`, `shared_noise`: the group as one
   pseudo-statement, with an AR(1) long-run variance as the engine's), floored at 1, and referred to Student's t on
-  D̂'s degrees of freedom. The before side never sees the deploy's change.
+  D̂'s degrees of freedom. The before side never sees the deploy's change. A group of more than NOISE_SAMPLE members
+  has it read for its busiest on the before side alone (`noise_sample`), their mean correlation carried to the
+  others (`SharedNoise.of`: D̂ = 1 + c (c − 1) ρ̄ / m, the same D̂ with every member read).
 - the size, a random-effects estimate of the members' typical factor (DerSimonian & Laird 1986) with the
   Hartung–Knapp–Sidik–Jonkman small-sample interval on m − 1 degrees of freedom, its variance floored at the
   fixed-effect one (the modified HKSJ of Röver, Knapp & Friede 2015): the "×1.5 (×1.3–×1.7)" of the report. The
@@ -47,6 +49,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -57,10 +60,14 @@ from radar_pipeline.engine.vocabulary import Verdict
 # A group is tested from this many members with an estimate at the deploy: fewer, and its interval on m − 1 degrees
 # of freedom is too wide to tell anything (t_3,0.975 = 3.2), while a pair is better read from its two verdicts.
 MIN_MEMBERS = 5
+K = TypeVar("K")  # a member's key (a query_key)
 GROUP_KINDS = ("shape", "role", "change")
 # The members' shared noise is estimated over this many windows W before the deploy, at every look (the last look's
 # span: enough intervals for the long-run variances' degrees of freedom, and the before side never sees the change).
 NOISE_SPANS = 8
+# A large group's shared noise is estimated from at most this many of its members (`noise_sample`), the others taking
+# their mean correlation: the read stays bounded however large the group (a shape shared by thousands of statements).
+NOISE_SAMPLE = 200
 # A group's verdicts that end its looks; a later look tests the others (inconclusive, insufficient_data) again.
 DECIDED = (Verdict.DETECTED.value, Verdict.NO_REGRESSION.value)
 # The member columns the joint test reads (analyse's result).
@@ -107,26 +114,63 @@ class Joint:
 @dataclass(frozen=True)
 class SharedNoise:
     """The members' standardised before-side series (`shared_noise`), each scaled to unit long-run variance
-    (columns: the members, in the group's order; NaN where a member has too few intervals to tell)."""
+    (columns: the members, in the group's order; NaN where a member was read with too few intervals to tell, or not
+    read at all), and which members were read (`sampled`: a bounded subsample of a large group, `noise_sample`)."""
 
     series: np.ndarray  # intervals × members
+    sampled: np.ndarray | None = None  # bool per member: its before side was read (None: every member was)
 
     def of(self, used: np.ndarray) -> tuple[float, float]:
         """The design effect D = Var(Σ z_i) / m of the `used` members' statistics and the degrees of freedom of its
-        estimate: D̂ = (LRV(Σ w_i) + m − k) / m over the k members with a unit series w_i, a member without one
-        counted as independent of the others (its 1 on the diagonal). Floored at 1: shared load noise makes members'
-        errors agree, never cancel; at 1 the members are taken as independent (ν = ∞). Else ν = ν_S · (m D̂ /
-        LRV(Σ w_i))², the sum's long-run variance's degrees of freedom (`_long_run`) carried to D̂ (Satterthwaite)."""
+        estimate. Of the m members, k were read and have a unit series w_i, r were read without one (too sparse) and
+        u were not read. The k series give the members' mean pairwise correlation ρ̄ = (LRV(Σ w_i) − k) / (k (k − 1));
+        a member read without a series is counted as independent of the others (its 1 on the diagonal), a member not
+        read as correlated ρ̄ with every other correlated one, so over the c = k + u correlated members
+        D̂ = 1 + c (c − 1) ρ̄ / m — with every member read (u = 0) exactly (LRV(Σ w_i) + m − k) / m, and with every
+        member correlated (r = 0) 1 + (m − 1) ρ̄. Floored at 1: shared load noise makes members' errors agree, never
+        cancel; at 1 the members are taken as independent (ν = ∞). Else D̂ − 1 = a (LRV(Σ w_i) − k) with
+        a = c (c − 1) / (m k (k − 1)), a fixed multiple of the sum's long-run variance, whose degrees of freedom ν_S
+        (`_long_run`) carry to D̂ by Satterthwaite: ν = ν_S · (D̂ / (a LRV(Σ w_i)))² (docs/groups.md, "Shared noise")."""
         w = self.series[:, used]
         m = w.shape[1]
-        usable = np.isfinite(w).all(axis=0)
-        if m == 0 or usable.sum() < 2:
+        read = np.ones(m, dtype=bool) if self.sampled is None else self.sampled[used]
+        usable = np.isfinite(w).all(axis=0) & read
+        k = int(usable.sum())
+        if m == 0 or k < 2:
             return 1.0, np.inf
         total, dof = _long_run(w[:, usable].sum(axis=1))
-        design = (total + (m - usable.sum())) / m
+        c = k + int((~read).sum())
+        scale = c * (c - 1) / (m * k * (k - 1))
+        design = 1.0 + scale * (total - k)
         if design <= 1.0 or total <= 0:
             return 1.0, np.inf
-        return design, dof * (m * design / total) ** 2
+        return design, dof * (design / (scale * total)) ** 2
+
+
+def noise_sample(members: Sequence[K], calls: pd.Series, cap: int | None = None) -> list[K]:
+    """The members whose before side a group's shared noise is estimated from: all of them up to `cap`
+    (NOISE_SAMPLE), else the `cap` busiest by `calls` (query_key → calls on the before side; a member it lacks has
+    none), ties by key. Fixed by the before side's calls alone, never the after side's latency, so the estimate
+    cannot see the deploy's change; the busiest have the steadiest series."""
+    cap = NOISE_SAMPLE if cap is None else cap
+    keys = list(dict.fromkeys(members))
+    if len(keys) <= cap:
+        return keys
+    busy = dict(zip(keys, calls.reindex(pd.Index(keys)).fillna(0).to_numpy(dtype=np.float64), strict=True))
+    return sorted(keys, key=lambda key: (-busy[key], key))[:cap]
+
+
+def before_calls(counters: pd.DataFrame, deploy_at: datetime | pd.Timestamp, before: timedelta) -> pd.Series:
+    """Each statement's calls over the `before` span up to the deploy (query_key → calls, as analyse reports the
+    key): what `noise_sample` ranks a large group's members by."""
+    from radar_pipeline.engine.samples import window_samples
+
+    deploy = int(pd.Timestamp(deploy_at).value)
+    samples = window_samples(counters, deploy - int(pd.Timedelta(before).value), deploy)
+    if samples.groups == 0:
+        return pd.Series(dtype=np.float64)
+    total = np.bincount(samples.group, weights=samples.calls, minlength=samples.groups)
+    return pd.Series(total, index=pd.Index(samples.keys), dtype=np.float64)
 
 
 def _long_run(x: np.ndarray) -> tuple[float, float]:
@@ -146,6 +190,21 @@ def _long_run(x: np.ndarray) -> tuple[float, float]:
     return lrv, 2.0 / (2.0 / n + 4.0 * (1 + phi) / (n * (1 - phi)))
 
 
+def _long_runs(x: np.ndarray) -> np.ndarray:
+    """`_long_run`'s long-run variance of each column of centred series x (intervals × series) at once; 0 where a
+    column does not vary or has fewer than 3 intervals."""
+    n = x.shape[0]
+    gamma0 = np.einsum("ij,ij->j", x, x) / n
+    if n < 3:
+        return np.zeros(x.shape[1])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        phi = np.einsum("ij,ij->j", x[1:], x[:-1]) / n / gamma0
+    phi = np.clip(phi + (1 + 3 * phi) / n, 0.0, 0.95)
+    factor = (1 + phi) / (1 - phi)
+    lrv = gamma0 * factor / np.maximum(0.5, 1 - factor / n)
+    return np.where(gamma0 > 0, lrv, 0.0)
+
+
 def before_series(counters: pd.DataFrame, deploy_at: datetime | pd.Timestamp, before: timedelta) -> pd.DataFrame:
     """Each statement's log interval mean (ms per call) over the `before` span up to the deploy: one row per scrape
     (its end), one column per query_key (as analyse reports it: rotated keys merged), NaN where the statement had no
@@ -158,30 +217,37 @@ def before_series(counters: pd.DataFrame, deploy_at: datetime | pd.Timestamp, be
         return pd.DataFrame()
     with np.errstate(divide="ignore", invalid="ignore"):
         value = np.where(samples.calls > 0, np.log(samples.time / samples.calls), np.nan)
-    long = pd.DataFrame({"end": samples.end, "key": samples.keys[samples.group], "value": value})
-    return long.pivot_table(index="end", columns="key", values="value", aggfunc="first", dropna=False).sort_index()
+    ends, row = np.unique(samples.end, return_inverse=True)
+    keys, column = np.unique(samples.keys[samples.group], return_inverse=True)
+    grid = np.full((len(ends), len(keys)), np.nan)
+    # the first sample of a (scrape, key) wins, as the pivot's aggfunc "first" did: written last, in reverse
+    grid[row[::-1], column[::-1]] = value[::-1]
+    return pd.DataFrame(grid, index=pd.Index(ends, name="end"), columns=pd.Index(keys, name="key"))
 
 
 def shared_noise(series: pd.DataFrame, members: Sequence[object]) -> SharedNoise | None:
-    """The members' shared noise from their before-side series (`before_series`): each member's log means centred
-    and scaled by its own long-run standard deviation (`_long_run`), the intervals it had no call at set to 0; a
-    member with fewer than 8 such intervals, or none varying, is left out (NaN). None without a series."""
+    """The members' shared noise from their before-side series (`before_series`, or steps.groups.before_noise's of a
+    group's `noise_sample`): each member's log means centred and scaled by its own long-run standard deviation
+    (`_long_run`), the intervals it had no call at set to 0; a member with fewer than 8 such intervals, or none
+    varying, is left out (NaN) and counted as independent; a member without a column in `series` was not read and
+    takes the read members' mean correlation (SharedNoise.of). None without a series."""
     if series.empty:
         return None
-    found = series.reindex(columns=pd.Index(list(members))).to_numpy(dtype=np.float64)
+    wanted = pd.Index(list(members))
+    sampled = wanted.isin(series.columns)
+    found = series.reindex(columns=wanted).to_numpy(dtype=np.float64)
     if found.shape[0] < 8:
         return None
-    out = np.full(found.shape, np.nan)
-    for j in range(found.shape[1]):
-        x = found[:, j]
-        seen = np.isfinite(x)
-        if seen.sum() < 8:
-            continue
-        centred = np.where(seen, x - x[seen].mean(), 0.0)
-        scale = _long_run(centred)[0]
-        if scale > 0:
-            out[:, j] = centred / np.sqrt(scale)
-    return SharedNoise(out)
+    seen = np.isfinite(found)
+    count = seen.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(seen, found, 0.0).sum(axis=0) / count
+    centred = np.where(seen, found - mean, 0.0)
+    scale = _long_runs(centred)
+    enough = (count >= 8) & (scale > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(enough, centred / np.sqrt(np.where(enough, scale, 1.0)), np.nan)
+    return SharedNoise(out, None if sampled.all() else sampled)
 
 
 def group_weights(groups: Sequence[str]) -> pd.Series:
@@ -369,7 +435,11 @@ def group_looks(
             counters, deploy_at, settings, prior, before=max(after, settings.window), after=after
         )
         budget = split_group_budget(look_budget(settings.false_alert_budget, look), True)[1]
-        series = before_series(counters, deploy_at, NOISE_SPANS * settings.window) if shared else None
+        series = None
+        if shared:  # every member read: one without a call before the deploy is independent, not extrapolated
+            series = before_series(counters, deploy_at, NOISE_SPANS * settings.window)
+            everyone = pd.Index(list(dict.fromkeys(key for members in groups.values() for key in members)))
+            series = series.reindex(columns=series.columns.union(everyone))
         found = decide_groups(evidence, groups, budget, settings, tested=still, before=series).set_index("group_id")
         for g, row in found.iterrows():
             if look == 0:

@@ -280,7 +280,13 @@ def plan_groups(
 
     groups = form_groups(conn, target, window, lo, hi)
     statements, for_groups = split_group_budget(settings.false_alert_budget, bool(groups))
-    before = before_noise(conn, target, window.keys, groups, hi - settings.window, settings) if groups else None
+    before = None
+    if groups:
+        from radar_pipeline.engine.groups import before_calls
+
+        deployed_at = hi - settings.window
+        calls = before_calls(window.counters, deployed_at, deployed_at - lo)  # the window's before side, already read
+        before = before_noise(conn, target, window.keys, groups, deployed_at, settings, calls)
     return GroupPlan(groups, replace(settings, false_alert_budget=statements), for_groups, before)
 
 
@@ -291,14 +297,19 @@ def before_noise(
     groups: Sequence[Group],
     deployed_at: datetime,
     settings: EngineSettings,
+    calls: pd.Series,
+    cap: int | None = None,
 ) -> pd.DataFrame:
-    """The groups' members' log interval means over NOISE_SPANS · W before the deploy (engine.groups.before_series),
-    one column per member by its query_key in `keys` (KEY columns indexed by query_key): the before side only, read
-    for the members alone, from which the members' shared load noise is estimated (engine.groups.shared_noise). The
-    same span at every look, so it never reaches past the deploy."""
-    from radar_pipeline.engine.groups import NOISE_SPANS, before_series
+    """The groups' sampled members' log interval means over NOISE_SPANS · W before the deploy
+    (engine.groups.before_series), one column per member read by its query_key in `keys` (KEY columns indexed by
+    query_key; all NaN where it had no call): the before side only, from which the members' shared load noise is
+    estimated (engine.groups.shared_noise). Each group's members are read up to `cap` (NOISE_SAMPLE), a larger group's
+    busiest by `calls` (query_key → calls on the before side of the window already read; engine.groups.noise_sample),
+    all the groups' in one read; a member without a column was not read and takes its group's read members' mean
+    correlation. The same span at every look, so it never reaches past the deploy."""
+    from radar_pipeline.engine.groups import NOISE_SPANS, before_series, noise_sample
 
-    codes = sorted({int(c) for g in groups for c in g.members})
+    codes = sorted({int(c) for g in groups for c in noise_sample([int(c) for c in g.members], calls, cap)})
     wanted = keys.loc[codes, list(KEY)]
     if wanted.empty:
         return pd.DataFrame()
@@ -309,7 +320,7 @@ def before_noise(
     read = window.keys.loc[series.columns, list(KEY)]
     code_of = {tuple(k): c for k, c in zip(wanted.itertuples(index=False), wanted.index, strict=True)}
     series.columns = [code_of.get(tuple(k), -1 - i) for i, k in enumerate(read.itertuples(index=False))]
-    return series
+    return series.reindex(columns=series.columns.union(pd.Index(codes)))
 
 
 def decide_and_mark(verdicts: pd.DataFrame, plan: GroupPlan, settings: EngineSettings) -> pd.DataFrame:
@@ -382,7 +393,8 @@ def later_look(
     still = {g for g in first - decided if g in formed}
     members = {g: formed[g].members if g in formed else () for g in sorted(first)}
     with warehouse.connect() as conn:
-        before = before_noise(conn, target, keys, [formed[g] for g in still], deployed_at, settings)
+        calls = evidence.set_index("query_key")["calls_before"]
+        before = before_noise(conn, target, keys, [formed[g] for g in still], deployed_at, settings, calls)
         conn.rollback()
     tested = decide_groups(evidence, members, budget, settings, tested=still, before=before)
     rows: list[dict[str, Any]] = []
