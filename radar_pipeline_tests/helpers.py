@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -220,3 +221,22 @@ def collector_target(target: Target) -> Target:
         conn.execute(f"GRANT {grants.replace('ON TABLES', 'ON ALL TABLES IN SCHEMA public')}")
         conn.execute(f"ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT {grants}")
     return Target(target.name, target.dsn.replace("postgres@", f"{COLLECTOR}@"))
+
+
+def every_attempt_fails(due: Callable[[], list], execute: Callable[[Any], Any], within: float = 90.0) -> list[str]:
+    """Launch each run a looks sensor asks for (`due()`: its run requests; `execute(request)`: the run, which must
+    fail, as a terminated or killed one ends) until it asks for nothing more; the run keys, in the order asked.
+    A key asked for again is no new attempt (Dagster skips a run key it has seen)."""
+    keys: list[str] = []
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        requests = due()
+        if keys and not requests:
+            return keys  # past the last attempt: asked for no more
+        for request in requests:
+            if request.run_key in keys:
+                continue
+            keys.append(request.run_key or "")
+            assert not execute(request).success
+        time.sleep(0.2)
+    raise AssertionError(f"the look is still asked for after {keys}")

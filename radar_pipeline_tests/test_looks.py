@@ -39,7 +39,7 @@ from radar_pipeline.warehouse.analysis import deploy_states
 
 from . import fake_code_host
 from .fake_code_host import TOKEN, FakeHost
-from .helpers import store_counters
+from .helpers import every_attempt_fails, store_counters
 
 W = 10  # seconds
 ANALYSIS = AnalysisResource(window_seconds=W, scrape_interval_seconds=1, tolerance_floor_seconds=3)
@@ -528,7 +528,6 @@ def test_a_look_whose_run_was_terminated_is_asked_for_again_at_its_next_attempt_
     """A run terminated (from the UI, by run monitoring, killed for memory) ends before the look's failure handler:
     nothing is recorded and the look stays due. The sensor asks for it again under the next attempt's run key (the
     same key would be skipped by Dagster), LOOK_ATTEMPTS times at most."""
-    import time
 
     from radar_pipeline.steps import looks as steps_looks
     from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
@@ -547,29 +546,18 @@ def test_a_look_whose_run_was_terminated_is_asked_for_again_at_its_next_attempt_
         raise dg.DagsterExecutionInterruptedError()
 
     monkeypatch.setattr(steps_looks, "run_look", terminated)
-    keys: list[str] = []
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("deploys", ["lk-1"])
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            due = _due(instance, resources)
-            if keys and not due:
-                break  # past the last attempt: asked for no more
-            for request in due:
-                if request.run_key in keys:
-                    continue  # Dagster skips a run key it has seen: the same key is no new attempt
-                keys.append(request.run_key or "")
-                result = defs.resolve_job_def("look_once").execute_in_process(
-                    instance=instance,
-                    partition_key=request.partition_key,
-                    run_config=request.run_config,
-                    tags={**request.tags, "dagster/run_key": request.run_key or ""},
-                    raise_on_error=False,
-                )
-                assert not result.success
-            time.sleep(0.2)
-        else:
-            raise AssertionError(f"the look is still asked for after {keys}")
+        keys = every_attempt_fails(
+            lambda: _due(instance, resources),
+            lambda request: defs.resolve_job_def("look_once").execute_in_process(
+                instance=instance,
+                partition_key=request.partition_key,
+                run_config=request.run_config,
+                tags={**request.tags, "dagster/run_key": request.run_key or ""},
+                raise_on_error=False,
+            ),
+        )
         with warehouse.connect() as conn:
             assert looks.looks_of(conn, "lk-1").empty  # no run recorded it
     look = keys[0].split(":")[2]

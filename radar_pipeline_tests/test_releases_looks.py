@@ -37,7 +37,7 @@ from radar_pipeline.steps.releases import (
 )
 from radar_pipeline.warehouse import deploys
 
-from .helpers import store_counters
+from .helpers import every_attempt_fails, store_counters
 
 W = 10  # seconds
 ANALYSIS = AnalysisResource(window_seconds=W, scrape_interval_seconds=1, tolerance_floor_seconds=3)
@@ -354,7 +354,6 @@ def test_a_release_look_whose_run_was_terminated_is_asked_for_again_at_its_next_
 ):
     """A terminated run (from the UI, by run monitoring, killed for memory) ends before the look's failure record:
     the look stays due, and the sensor asks for it under the next attempt's run key, LOOK_ATTEMPTS times at most."""
-    import time
 
     from radar_pipeline.defs.deploys.release_looks import release_look
     from radar_pipeline.steps import releases as steps_releases
@@ -381,7 +380,6 @@ def test_a_release_look_whose_run_was_terminated_is_asked_for_again_at_its_next_
 
     monkeypatch.setattr(steps_releases, "run_release_look", terminated)
     defs = dg.Definitions(jobs=[look_once], resources=resources)
-    keys: list[str] = []
     with dg.instance_for_test() as instance:
         # while a run of the look waits (for the analysis pool) or runs, no other attempt is asked for
         (request,) = _due(instance, resources)
@@ -389,25 +387,15 @@ def test_a_release_look_whose_run_was_terminated_is_asked_for_again_at_its_next_
         queued = instance.create_run_for_job(job, run_config=request.run_config, tags=request.tags)  # not started
         assert _due(instance, resources) == []
         instance.delete_run(queued.run_id)
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            due = _due(instance, resources)
-            if keys and not due:
-                break  # past the last attempt: asked for no more
-            for request in due:
-                if request.run_key in keys:
-                    continue  # Dagster skips a run key it has seen: the same key is no new attempt
-                keys.append(request.run_key or "")
-                result = defs.resolve_job_def("look_once").execute_in_process(
-                    instance=instance,
-                    run_config=request.run_config,
-                    tags={**request.tags, "dagster/run_key": request.run_key or ""},
-                    raise_on_error=False,
-                )
-                assert not result.success
-            time.sleep(0.2)
-        else:
-            raise AssertionError(f"the look is still asked for after {keys}")
+        keys = every_attempt_fails(
+            lambda: _due(instance, resources),
+            lambda request: defs.resolve_job_def("look_once").execute_in_process(
+                instance=instance,
+                run_config=request.run_config,
+                tags={**request.tags, "dagster/run_key": request.run_key or ""},
+                raise_on_error=False,
+            ),
+        )
     assert release_looks(warehouse) == [(0, "basis", "done")]  # no run recorded the look
     assert {k.rsplit(":", 1)[0] for k in keys} == {keys[0].rsplit(":", 1)[0]}  # the same look, basis …
     assert keys[0].split(":")[2] == str(len(LOOK_SPANS) - 1)
