@@ -62,7 +62,13 @@ from radar_pipeline.engine.groups import (  # noqa: E402
     group_looks,
     group_weights,
 )
-from radar_pipeline.lab.fleet import DEPLOY, Fleet, _counters, _interval_sums, draw, oracle_evidence  # noqa: E402
+from radar_pipeline.lab.fleet import (  # noqa: E402
+    DEPLOY,
+    Fleet,
+    draw,
+    oracle_evidence,
+    shared_noise_counters,
+)
 
 B = 0.1
 GROUP = 15
@@ -249,34 +255,10 @@ def power(
 
 
 def _shared_counters(seed: int, rho: float, minutes: int = 30) -> pd.DataFrame:
-    """The deploy's 100 statements (the first 15 of one shape) at H0's boundary — each exactly ×(1 + θ) from the
-    deploy's own interval — over 8W either side, of the lab's noise law (rates 0.5–1,500 calls a one-minute scrape,
-    CV 0.5–3, overdispersion 2–20% with AR(1) φ in 0–0.8), a share ρ of every statement's overdispersion one AR(1)
-    series (φ 0.5) common to all: the server's load, interval to interval, no change in mean. Each statement's own
-    noise law is unchanged, so each one's own test is as valid as in the lab (a review's design)."""
-    rng = np.random.default_rng(seed)
-    m, per_side = GROUP + OTHERS, minutes * LOOK_SPANS[-1]
-    n = 2 * per_side
-    lam = np.exp(rng.uniform(np.log(0.5), np.log(1500), m))
-    cvs = np.exp(rng.uniform(np.log(0.5), np.log(3.0), m))
-    spreads = np.exp(rng.uniform(np.log(0.02), np.log(0.2), m))
-
-    def ar1(phi: np.ndarray, rows: int) -> np.ndarray:
-        z = rng.standard_normal((rows, n))
-        a = np.empty_like(z)
-        a[:, 0] = z[:, 0]
-        for i in range(1, n):
-            a[:, i] = phi * a[:, i - 1] + np.sqrt(1 - phi**2) * z[:, i]
-        return a
-
-    noise = np.sqrt(1 - rho) * ar1(rng.uniform(0, 0.8, m), m) + np.sqrt(rho) * ar1(np.full(1, 0.5), 1)
-    step = np.where(np.arange(n) >= per_side, 1 + EngineSettings().threshold, 1.0)
-    mean = (
-        rng.lognormal(0, 1, m)[:, None] * step[None, :] * np.exp(spreads[:, None] * noise - spreads[:, None] ** 2 / 2)
-    )
-    calls = rng.poisson(lam[:, None], (m, n))
-    total, sumsq = _interval_sums(rng, calls, mean, cvs[:, None] * mean)
-    return _counters(calls, total, sumsq, DEPLOY, per_side, 60, rng)
+    """The deploy's 100 statements (the first 15 of one shape) at H0's boundary over 8W either side, a share ρ of their
+    overdispersion the server's load, common to all (lab.fleet.shared_noise_counters: a review's design)."""
+    factor = 1 + EngineSettings().threshold
+    return shared_noise_counters(GROUP + OTHERS, seed, rho, factor, minutes * LOOK_SPANS[-1])
 
 
 def nulls(runs: int, boundary: bool, rho: float | None = None) -> dict[str, float]:

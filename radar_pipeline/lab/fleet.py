@@ -175,6 +175,37 @@ def _counters(
     )
 
 
+def shared_noise_counters(
+    statements: int, seed: int, rho: float, factor: float, per_side: int = 8 * 30, deploy: pd.Timestamp = DEPLOY
+) -> pd.DataFrame:
+    """Counters of `statements` each exactly ×`factor` from the deploy's own interval (×(1 + θ): H0's boundary), a
+    one-minute scrape `per_side` times either side, of the lab's noise law (rates 0.5–1,500 calls a scrape, CV 0.5–3,
+    overdispersion 2–20% with AR(1) φ in 0–0.8), a share ρ of every statement's overdispersion one AR(1) series
+    (φ 0.5) common to all: the server's load, interval to interval, no change in mean. Each statement's own noise law
+    is unchanged, so each one's own test is as valid as in the lab (a review's design for the groups' joint test)."""
+    rng = np.random.default_rng(seed)
+    n = 2 * per_side
+    lam = np.exp(rng.uniform(np.log(0.5), np.log(1500), statements))
+    cvs = np.exp(rng.uniform(np.log(0.5), np.log(3.0), statements))
+    spreads = np.exp(rng.uniform(np.log(0.02), np.log(0.2), statements))
+
+    def ar1(phi: np.ndarray, rows: int) -> np.ndarray:
+        z = rng.standard_normal((rows, n))
+        a = np.empty_like(z)
+        a[:, 0] = z[:, 0]
+        for i in range(1, n):
+            a[:, i] = phi * a[:, i - 1] + np.sqrt(1 - phi**2) * z[:, i]
+        return a
+
+    noise = np.sqrt(1 - rho) * ar1(rng.uniform(0, 0.8, statements), statements) + np.sqrt(rho) * ar1(np.full(1, 0.5), 1)
+    step = np.where(np.arange(n) >= per_side, factor, 1.0)
+    level = rng.lognormal(0, 1, statements)[:, None] * step[None, :]
+    mean = level * np.exp(spreads[:, None] * noise - spreads[:, None] ** 2 / 2)
+    calls = rng.poisson(lam[:, None], (statements, n))
+    total, sumsq = _interval_sums(rng, calls, mean, cvs[:, None] * mean)
+    return _counters(calls, total, sumsq, deploy, per_side, 60, rng)
+
+
 def past_counters(fleet: Fleet, intervals: int, seed: int, ends_at: pd.Timestamp, scrape_s: int = 60) -> pd.DataFrame:
     """Counters of the `intervals` scrapes before `ends_at` (the window's start: the history a statement has before
     it), each statement with its own calls per scrape, per-call CV, overdispersion, AR(1) φ and level as in the

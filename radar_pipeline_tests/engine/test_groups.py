@@ -127,34 +127,11 @@ def test_few_members_and_bad_input():
 
 
 def _shared_noise_members(seed: int, rho: float, m: int = MEMBERS, per_side: int = 8 * 30) -> pd.DataFrame:
-    """Counters of m statements at H0's boundary (each exactly ×(1 + θ) from the deploy's own interval) over 8W
-    either side, whose interval means wander by the lab's AR(1) overdispersion, a share ρ of it one AR(1) series
-    (φ 0.5) common to all: the server's load, no change in mean. Each statement's own noise law is the lab's (rates
-    0.5–1,500 calls a scrape, CV 0.5–3, spread 2–20%), so each member's own test is as valid as there."""
-    from radar_pipeline.lab.fleet import _counters, _interval_sums
+    """Counters of m statements at H0's boundary over 8W either side, a share ρ of their overdispersion the server's
+    load, common to all (lab.fleet.shared_noise_counters): each member's own test is as valid as in the lab."""
+    from radar_pipeline.lab.fleet import shared_noise_counters
 
-    rng = np.random.default_rng(seed)
-    n = 2 * per_side
-    lam = np.exp(rng.uniform(np.log(0.5), np.log(1500), m))
-    cvs = np.exp(rng.uniform(np.log(0.5), np.log(3.0), m))
-    spreads = np.exp(rng.uniform(np.log(0.02), np.log(0.2), m))
-
-    def ar1(phi: np.ndarray, rows: int) -> np.ndarray:
-        z = rng.standard_normal((rows, n))
-        a = np.empty_like(z)
-        a[:, 0] = z[:, 0]
-        for i in range(1, n):
-            a[:, i] = phi * a[:, i - 1] + np.sqrt(1 - phi**2) * z[:, i]
-        return a
-
-    noise = np.sqrt(1 - rho) * ar1(rng.uniform(0, 0.8, m), m) + np.sqrt(rho) * ar1(np.full(1, 0.5), 1)
-    step = np.where(np.arange(n) >= per_side, 1 + SETTINGS.threshold, 1.0)
-    mean = (
-        rng.lognormal(0, 1, m)[:, None] * step[None, :] * np.exp(spreads[:, None] * noise - spreads[:, None] ** 2 / 2)
-    )
-    calls = rng.poisson(lam[:, None], (m, n))
-    total, sumsq = _interval_sums(rng, calls, mean, cvs[:, None] * mean)
-    return _counters(calls, total, sumsq, DEPLOY, per_side, 60, rng)
+    return shared_noise_counters(m, seed, rho, 1 + SETTINGS.threshold, per_side)
 
 
 def test_members_sharing_the_server_s_load_noise_hold_the_level():
