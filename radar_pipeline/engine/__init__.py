@@ -7,7 +7,7 @@ verdicts = analyse(counters, deploy_at, settings=EngineSettings())
 from typing import TYPE_CHECKING, Any
 
 from radar_pipeline.engine.settings import ENGINE_VERSION, EngineSettings
-from radar_pipeline.engine.vocabulary import CAUSES, REASONS, VERDICTS, Cause, Reason, Verdict
+from radar_pipeline.engine.vocabulary import CAUSES, REASONS, TIERS, VERDICTS, Cause, Reason, Tier, Verdict
 
 if TYPE_CHECKING:
     from radar_pipeline.engine.decision import COLUMNS, analyse, explain_detections
@@ -37,12 +37,14 @@ __all__ = [
     "COLUMNS",
     "ENGINE_VERSION",
     "REASONS",
+    "TIERS",
     "VERDICTS",
     "VERDICT_FRAME",
     "Cause",
     "EngineSettings",
     "FrameError",
     "Reason",
+    "Tier",
     "Verdict",
     "analyse",
     "explain_detections",

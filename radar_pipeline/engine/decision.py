@@ -75,7 +75,7 @@ from radar_pipeline.engine.inference import (
 )
 from radar_pipeline.engine.samples import WindowSamples, segment_sums, window_samples
 from radar_pipeline.engine.settings import EngineSettings
-from radar_pipeline.engine.vocabulary import Reason, Verdict
+from radar_pipeline.engine.vocabulary import Reason, Tier, Verdict
 
 T = TypeVar("T")
 COLUMNS = VERDICT_FRAME.names  # the result's columns, in order (engine/frames.py declares their dtypes)
@@ -304,6 +304,7 @@ def analyse(
     columns["budget_share"] = np.where(decidable, settings.false_alert_budget * weight, np.nan)
     columns.update(_deploy_evidence(samples, sides, decidable, settings, known, at_deploy))
     columns["confidence"] = 1.0 - found.p_family
+    columns["tier"] = tiers(verdict, found.factor_low, found.factor_bound, settings.threshold)
     decided = pd.DataFrame({"verdict": verdict, "change_at": columns["change_at"]})
     columns.update({name: values.to_numpy() for name, values in explain(samples, decided, settings).items()})
     return _result(samples, columns)
@@ -843,6 +844,16 @@ def _clear(found: Found, verdict: np.ndarray, reason: np.ndarray) -> None:
     reason[why & precise] = Reason.INTERVAL_SPANS_THRESHOLD.value
     reason[why & ~precise & conflict] = Reason.PRIOR_CONFLICT.value
     reason[why & ~precise & ~conflict] = Reason.INTERVAL_TOO_WIDE.value
+
+
+def tiers(verdict: np.ndarray, factor_low: np.ndarray, factor_bound: np.ndarray, threshold: float) -> np.ndarray:
+    """Each statement's tier (docs/method.md, "Tiers"): `improved` where it is cleared with its upper bound below
+    1 / (1 + θ); `probably_slower` where it is inconclusive with its own 95% interval above 1 + θ; None elsewhere."""
+    out = np.full(len(verdict), None, dtype=object)
+    with np.errstate(invalid="ignore"):
+        out[(verdict == Verdict.NO_REGRESSION) & (factor_bound < 1 / (1 + threshold))] = Tier.IMPROVED.value
+        out[(verdict == Verdict.INCONCLUSIVE) & (factor_low > 1 + threshold)] = Tier.PROBABLY_SLOWER.value
+    return out
 
 
 def _prior_rows(samples: WindowSamples, prior: pd.DataFrame | None, settings: EngineSettings) -> Prior | None:

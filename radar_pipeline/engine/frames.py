@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from radar_pipeline.engine.vocabulary import CAUSES, IMPACT_KINDS, REASONS, VERDICTS
+from radar_pipeline.engine.vocabulary import CAUSES, IMPACT_KINDS, REASONS, TIERS, VERDICTS
 
 FLOAT, INT, BOOL, TIME, TEXT, ANY = "float", "int", "bool", "time", "text", "any"
 KINDS = (FLOAT, INT, BOOL, TIME, TEXT, ANY)
@@ -199,6 +199,7 @@ VERDICT_FRAME = FrameSchema(
         *_floats("history_intervals", "factor_bound"),
         # the log factor at the deploy's own split, its standard error and dof: a fleet verdict's per-target evidence
         *_floats("deploy_log_factor", "deploy_log_se", "deploy_dof"),
+        Column("tier", TEXT, words=tuple(t.value for t in TIERS)),  # improved / probably_slower (None: neither)
     ),
 )
 

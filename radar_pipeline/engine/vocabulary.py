@@ -37,6 +37,16 @@ class Reason(StrEnum):
     PRIOR_CONFLICT = "history_conflict"
 
 
+class Tier(StrEnum):
+    """What a verdict says beyond its word (engine 2.7, docs/method.md "Tiers"): `improved`, a cleared statement whose
+    upper bound lies below 1 / (1 + θ), clearly faster; `probably_slower`, an inconclusive statement whose own 95%
+    interval lies above 1 + θ, slower on its own evidence but not proven within the family's budget. Neither changes
+    the verdict; a gate passes with the one and warns of the other."""
+
+    IMPROVED = "improved"
+    PROBABLY_SLOWER = "probably_slower"
+
+
 class Cause(StrEnum):
     """Why a detected statement got slower, one word per detection (the first that applies, in the order of README's
     "Reading a verdict"): its verdict's `cause_detail` says it in words, `named_changes` lists the catalog and setting
@@ -107,3 +117,4 @@ IMPACT_KINDS = ("new", "stopped", "surge", "n_plus_one", "rows_per_call", "repla
 VERDICTS = tuple(Verdict)
 REASONS = tuple(Reason)
 CAUSES = tuple(Cause)
+TIERS = tuple(Tier)
