@@ -17,10 +17,13 @@ from datetime import timedelta
 LOOK_SPANS = (1, 2, 4, 8)
 # The share of B each look may spend (Σ = 1): half for the first verdict, which the gate waits on.
 LOOK_SPENDING = (0.5, 0.2, 0.15, 0.15)
+# The share of 1 − β, the chance of a wrong "cleared", each look may spend (Σ = 1).
+CLEAR_SPENDING = (0.8, 0.1, 0.05, 0.05)
 # The share of a look's budget for its group tests, when it has any.
 GROUP_SHARE = 0.2
 
 assert len(LOOK_SPANS) == len(LOOK_SPENDING) and abs(sum(LOOK_SPENDING) - 1) < 1e-12
+assert len(CLEAR_SPENDING) == len(LOOK_SPANS) and abs(sum(CLEAR_SPENDING) - 1) < 1e-12
 
 
 def look_budget(budget: float, look: int) -> float:
@@ -28,6 +31,23 @@ def look_budget(budget: float, look: int) -> float:
     if not 0 <= look < len(LOOK_SPENDING):
         raise ValueError(f"look must lie in 0..{len(LOOK_SPENDING) - 1}, not {look}")
     return budget * LOOK_SPENDING[look]
+
+
+def look_clear_level(level: float, look: int) -> float:
+    """The confidence at which look `look` clears, for a deploy whose looks together clear wrongly with probability at
+    most 1 − `level` (module docstring)."""
+    if not 0 <= look < len(CLEAR_SPENDING):
+        raise ValueError(f"look must lie in 0..{len(CLEAR_SPENDING) - 1}, not {look}")
+    return 1 - (1 - level) * CLEAR_SPENDING[look]
+
+
+def clear_dilution(tolerance: timedelta, after: timedelta) -> float:
+    """The least share of an after side of length `after` that a change beginning within `tolerance` of the deploy
+    still covers (uniform calls): the evidence at the deploy's own split sees 1 + θ · this of a slowdown by 1 + θ,
+    so it may clear only within that (a fleet key's evidence, engine/releases.py)."""
+    if after <= timedelta(0):
+        return 0.0
+    return max(0.0, 1 - tolerance / after)
 
 
 def look_after(window: timedelta, look: int) -> timedelta:

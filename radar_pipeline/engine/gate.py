@@ -40,7 +40,7 @@ def deploy_state(
     """The state of a deploy from analyse()'s result (or any frame with verdict, calls_after, mean_after_ms and
     optionally tier): each statement weighs its execution time after the deploy."""
     verdict = verdicts["verdict"].to_numpy()
-    time = (verdicts["calls_after"].to_numpy(np.float64) * verdicts["mean_after_ms"].to_numpy(np.float64))
+    time = verdicts["calls_after"].to_numpy(np.float64) * verdicts["mean_after_ms"].to_numpy(np.float64)
     time = np.where(np.isfinite(time) & (time > 0), time, 0.0)
     whole = time.sum()
     tier = verdicts["tier"].to_numpy() if "tier" in verdicts else np.full(len(verdicts), None, dtype=object)

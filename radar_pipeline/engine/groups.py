@@ -47,7 +47,7 @@ looks' groups' budgets, GROUP_SHARE · B, by linearity (docs/groups.md).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -409,7 +409,7 @@ def group_looks(
     their members' shared noise, estimated over NOISE_SPANS · W before the deploy (`shared_noise`). For the lab and
     the tests; the warehouse's looks run through steps.looks.run_look (with steps.groups.later_look). `shared`
     False takes the members as independent (the test before the deflation: for the lab's comparison only)."""
-    from radar_pipeline.engine.budget import LOOK_SPANS, look_after, look_budget, split_group_budget
+    from radar_pipeline.engine.budget import LOOK_SPANS, look_after, look_budget, look_clear_level, split_group_budget
     from radar_pipeline.engine.decision import deploy_evidence
 
     settings = settings or EngineSettings()
@@ -440,7 +440,8 @@ def group_looks(
             series = before_series(counters, deploy_at, NOISE_SPANS * settings.window)
             everyone = pd.Index(list(dict.fromkeys(key for members in groups.values() for key in members)))
             series = series.reindex(columns=series.columns.union(everyone))
-        found = decide_groups(evidence, groups, budget, settings, tested=still, before=series).set_index("group_id")
+        at_look = replace(settings, clear_level=look_clear_level(settings.clear_level, look))
+        found = decide_groups(evidence, groups, budget, at_look, tested=still, before=series).set_index("group_id")
         for g, row in found.iterrows():
             if look == 0:
                 out.at[g, "first_verdict"] = row["verdict"]

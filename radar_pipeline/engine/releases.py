@@ -25,7 +25,8 @@ so without selection bias). Per statement key seen on at least MIN_TARGETS targe
   looks with engine.budget's schedule: look k may spend look_budget(B, k) (the first fleet verdict: k = 0). A later
   look tests only the keys still open, each at look_budget(B, k) times its share of the family fixed when the family
   was formed (`shares`): never renormalised over the open keys, so Σ over the looks and keys stays within B;
-- cleared (no_regression) when the one-sided upper bound at clear_level lies within 1 + θ, else inconclusive;
+- cleared (no_regression) when the one-sided upper bound at the look's clear level (engine.budget.look_clear_level)
+  lies within 1 + θ · dilution (the tolerance around the deploy, engine.budget.clear_dilution), else inconclusive;
 - heterogeneity: Cochran's Q at the fixed-effect weights, its χ²_{k−1} p and I² (Higgins & Thompson 2002). With
   p ≥ HETEROGENEITY_ALPHA the targets agree: "×1.4 on 8 of 8 targets" (the targets combined, of the release's; and
   stored apart, targets_agreeing: those whose own 95% interval holds the fleet's factor). Otherwise the targets
@@ -43,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from radar_pipeline.engine.budget import look_budget
+from radar_pipeline.engine.budget import look_budget, look_clear_level
 from radar_pipeline.engine.decision import family_weights
 from radar_pipeline.engine.fdr import bonferroni
 
@@ -172,6 +173,7 @@ def fleet_verdicts(
     noun: str = "targets",
     fleet_size: int | None = None,
     shares: pd.Series | None = None,
+    dilution: float = 1.0,
 ) -> pd.DataFrame:
     """The fleet verdict of every statement key of one release that has evidence on at least MIN_TARGETS targets.
 
@@ -185,7 +187,10 @@ def fleet_verdicts(
     the release's whole family (indexed by key, fixed when the family was formed, Σ over the family = 1): the keys
     given are tested at look_budget(B, look) · share, a key without a share is left out, and nothing is renormalised
     over the keys still open (a decided key's share is not handed on); default: the family is the keys given, their
-    shares decision.family_weights'.
+    shares decision.family_weights'. clear_level: β for the release's looks together; look k clears at
+    engine.budget.look_clear_level(β, k). dilution: engine.budget.clear_dilution of the look's spans: the evidence
+    is taken at the deploy's split, so a key clears only within 1 + θ · dilution (a change beginning within the
+    tolerance after the deploy shows only that much of a slowdown by 1 + θ there).
     Returns one row per key: key, targets, factor, factor_low, factor_high, p_value, p_family, budget_share,
     family_weight (the key's share of the family), verdict (FLEET_VERDICTS), consistent, heterogeneity_p, i_squared,
     tau2, targets_agreeing, only_on (target names), report, and the evidence's targets in order (members).
@@ -240,8 +245,9 @@ def fleet_verdicts(
         return np.fmax(stats.t.ppf(level, got.dof) * got.se, stats.t.ppf(level, got.robust_dof) * got.robust_se)
 
     half = margin(0.5 + CI_LEVEL / 2)
-    upper = got.mean + margin(clear_level)
-    verdict = np.where(detected, "detected", np.where(upper <= log_tol, "no_regression", "inconclusive"))
+    upper = got.mean + margin(look_clear_level(clear_level, look))
+    cleared = upper <= np.log1p(threshold * dilution)
+    verdict = np.where(detected, "detected", np.where(cleared, "no_regression", "inconclusive"))
     consistent = got.q_p >= HETEROGENEITY_ALPHA
     z = stats.norm.ppf(0.5 + CI_LEVEL / 2)
     agreeing = ((np.abs(y - got.mean[:, None]) <= z * s) & np.isfinite(y)).sum(axis=1)

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.config import Target
 from radar_pipeline.engine import VERDICT_FRAME, Cause, EngineSettings, Verdict, analyse, explain_detections
-from radar_pipeline.engine.budget import look_budget
+from radar_pipeline.engine.budget import look_budget, look_clear_level
 from radar_pipeline.engine.frames import IMPACT_STATEMENTS, IMPACT_SUMMARY
 from radar_pipeline.engine.impact import Impact, classify, collateral_culprits, impact
 from radar_pipeline.named_changes import NamedChange, ranked
@@ -247,7 +247,10 @@ def _analyse_event(
     """Decide the deploy's window (cut from `samples` when given) and replace its verdicts, in one transaction."""
     # The first look spends only its share of the deploy's budget: the later looks spend the rest (steps/looks.py).
     budget = look_budget(run.settings.false_alert_budget, 0)
-    decided = decide_window(run, event.deploy_id, event.target, _deployed_at(event), samples, budget=budget)
+    level = look_clear_level(run.settings.clear_level, 0)  # and clears at its share of the looks' error
+    decided = decide_window(
+        run, event.deploy_id, event.target, _deployed_at(event), samples, budget=budget, clear_level=level
+    )
     with run.warehouse.begin() as conn:
         write_window(conn, run, event.deploy_id, event.target, decided)
         state = analysis.deploy_states(conn, [event.deploy_id]).iloc[0].to_dict()
@@ -263,6 +266,7 @@ def decide_window(
     split_at: datetime,
     samples: analysis.StoredSamples | None = None,
     budget: float | None = None,
+    clear_level: float | None = None,
 ) -> WindowVerdicts:
     """Decide every query of the target on the window split_at ± run.settings.window, for the analysis `analysis_id`;
     `write_window` then replaces the analysis with what was decided, in the caller's transaction.
@@ -285,10 +289,15 @@ def decide_window(
     cause), are ANALYSED_VERDICTS'.
 
     `budget`: the false-alert budget this decision spends (a deploy's first look: engine.budget.look_budget(B, 0));
-    default the settings' B.
+    default the settings' B. `clear_level`: the level it clears at (a deploy's first look:
+    engine.budget.look_clear_level(β, 0)); default the settings' β.
     """
     settings = run.settings
-    decide = settings if budget is None else replace(settings, false_alert_budget=budget)
+    decide = replace(
+        settings,
+        false_alert_budget=settings.false_alert_budget if budget is None else budget,
+        clear_level=settings.clear_level if clear_level is None else clear_level,
+    )
     timings = Timings()
     lo, hi = split_at - settings.window, split_at + settings.window
     with run.warehouse.connect() as conn:
@@ -368,7 +377,7 @@ def decide_window(
         _apply_named_changes(verdicts, at, named, changed)
     timings.plans = time.perf_counter() - started
     started = time.perf_counter()
-    decided_groups = groups.decide_and_mark(verdicts, planned, settings)  # the joint tests, the members marked
+    decided_groups = groups.decide_and_mark(verdicts, planned, decide)  # the joint tests, the members marked
     timings.engine += time.perf_counter() - started
     return WindowVerdicts(
         window=(lo, hi),

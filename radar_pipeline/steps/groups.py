@@ -22,7 +22,7 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -396,7 +396,8 @@ def later_look(
         calls = evidence.set_index("query_key")["calls_before"]
         before = before_noise(conn, target, keys, [formed[g] for g in still], deployed_at, settings, calls)
         conn.rollback()
-    tested = decide_groups(evidence, members, budget, settings, tested=still, before=before)
+    at_look = replace(settings, clear_level=span.clear_level)  # the look's share of clearing's error (engine.budget)
+    tested = decide_groups(evidence, members, budget, at_look, tested=still, before=before)
     rows: list[dict[str, Any]] = []
     for result in tested.to_dict("records"):
         group = formed[result["group_id"]]

@@ -40,7 +40,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.engine import Cause, EngineSettings, Verdict, decision
-from radar_pipeline.engine.budget import LOOK_SPANS, look_after, look_budget
+from radar_pipeline.engine.budget import LOOK_SPANS, look_after, look_budget, look_clear_level
 from radar_pipeline.engine.decision import EVIDENCE, analyse, deploy_evidence, explain_detections
 from radar_pipeline.pgss_model import KEY
 from radar_pipeline.steps import groups
@@ -63,14 +63,15 @@ class LookRefused(RuntimeError):
 
 @dataclass(frozen=True)
 class LookSpan:
-    """One look's spans either side of the deploy and its budget; `cut` when the target's next deploy shortened its
-    after side."""
+    """One look's spans either side of the deploy, its budget and the level it clears at (engine.budget); `cut` when
+    the target's next deploy shortened its after side."""
 
     look: int
     before: timedelta
     after: timedelta
     budget: float
     cut: bool = False
+    clear_level: float = 0.95
 
 
 def look_span(
@@ -93,7 +94,8 @@ def look_span(
         return None
     before = after if previous_deploy is None else min(after, deployed_at - previous_deploy)
     before = max(window, before)
-    return LookSpan(look, before, after, look_budget(settings.false_alert_budget, look), cut)
+    budget, level = look_budget(settings.false_alert_budget, look), look_clear_level(settings.clear_level, look)
+    return LookSpan(look, before, after, budget, cut, level)
 
 
 def family_shares(
@@ -124,7 +126,7 @@ def decide_look(
     return analyse(
         open_counters,
         deploy_at,
-        replace(settings, false_alert_budget=span.budget),
+        replace(settings, false_alert_budget=span.budget, clear_level=span.clear_level),
         prior=prior,
         before=span.before,
         after=span.after,

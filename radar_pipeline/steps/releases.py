@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
-from radar_pipeline.engine.budget import LOOK_SPANS, LOOK_SPENDING
+from radar_pipeline.engine.budget import LOOK_SPANS, LOOK_SPENDING, clear_dilution
 from radar_pipeline.engine.releases import MIN_TARGETS, fleet_verdicts
 from radar_pipeline.engine.settings import EngineSettings
 from radar_pipeline.warehouse import releases as store
@@ -235,6 +235,7 @@ def _verdicts(found: Release, evidence: pd.DataFrame, look: int | None, settings
         time_weight=settings.budget_time_weight,
         clear_level=settings.clear_level,
         fleet_size=len(found.members),
+        dilution=clear_dilution(settings.tolerance, settings.window),
     )
     if out.empty:
         return pd.DataFrame(columns=[c for c in store.STORED if c != "release_id"])
@@ -519,6 +520,7 @@ def run_release_look(
             clear_level=settings.clear_level,
             fleet_size=len(found.members),
             shares=shares,
+            dilution=clear_dilution(settings.tolerance, min(span.after for span in spans.values())),
         )
     rows = _merged(stored, out, look, after)
     decided = rows[(rows["look"] == look) & (rows["verdict"] != OPEN_AT_FLEET)] if len(out) else rows.iloc[0:0]

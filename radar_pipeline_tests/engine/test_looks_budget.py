@@ -98,3 +98,19 @@ def test_the_family_shares_are_the_ones_analyse_gives_its_whole_family():
     assert shares.sum() == pytest.approx(1.0) and (shares == 0).sum() == whole["budget_share"].isna().sum()
     assert np.allclose(shares.reindex(given.index).to_numpy(dtype=float), given.to_numpy(dtype=float))
     pd.testing.assert_series_equal(family_shares(fleet.counters, DEPLOY, settings, span), shares)
+
+
+@pytest.mark.calibration
+def test_wrong_clears_over_all_looks_stay_within_one_minus_beta_at_the_boundary():
+    # Every statement slowed exactly 1 + θ = ×1.2, one interval after the deploy, 20 to 1,500 calls a minute: none
+    # should be cleared, and over all four looks at most 1 − β = 5% may be (engine.budget.CLEAR_SPENDING; each look
+    # clearing at 95% cleared 7–9% of them by the last look).
+    settings = EngineSettings()
+    cleared = total = 0
+    for seed in range(3):
+        fleet = draw(300, 500 + seed, stepped=1.0, steps=(1.2,), rate=(20.0, 1500.0), minutes=30 * LOOK_SPANS[-1])
+        out = all_looks(fleet.counters, DEPLOY, settings)
+        cleared += int((out["verdict"] == Verdict.NO_REGRESSION).sum())
+        total += len(out)
+    # 900 statements: at a true rate of 5% more than 62 cleared has probability < 0.01.
+    assert cleared / total <= 62 / 900, (cleared, total)
