@@ -205,7 +205,7 @@ def _decide(
         ee = total(z * z)
         same = code[1:] == code[:-1]
         acov = np.bincount(code[1:][same], weights=(z[1:] * z[:-1])[same], minlength=g)
-        rho = _serial_correlation(np.where(ee > 0, acov / ee, 0.0), np.maximum(n, 1.0))
+        rho, _ = _serial_correlation(np.where(ee > 0, acov / ee, 0.0), np.maximum(n, 1.0))
         rho = np.clip(rho, 0.0, RHO_MAX)
         inflation = (1 + rho) / (1 - rho)
         dof_emp = np.maximum(n * (1 - rho) / (1 + rho) - 1, 1.0)

@@ -51,11 +51,10 @@ and 8 for every decidable statement not detected.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -71,13 +70,13 @@ from radar_pipeline.engine.inference import (
     evidence_from_sums,
     interval_from_sums,
     level_shift_beyond_trend,
+    pooled_serial_correlation,
     split_tests,
 )
 from radar_pipeline.engine.samples import WindowSamples, segment_sums, window_samples
 from radar_pipeline.engine.settings import EngineSettings
 from radar_pipeline.engine.vocabulary import Reason, Tier, Verdict
 
-T = TypeVar("T")
 COLUMNS = VERDICT_FRAME.names  # the result's columns, in order (engine/frames.py declares their dtypes)
 # Rows of padded series per block in steps 5 and 6, so memory stays bounded whatever the number of statements.
 BLOCK_CELLS = 1 << 19
@@ -271,20 +270,12 @@ def analyse(
     candidates = np.flatnonzero(decidable & rose)
 
     g = samples.groups
-    known = _prior_rows(samples, prior, settings)
     found = Found.empty(g)
-    # The sums at the deploy's own split, once (the interval of a statement no split was tested for, and the
-    # evidence), taken while steps 5 to 7 run.
-    at_deploy = _decide_blocks(
-        samples,
-        _blocks(samples, candidates),
-        deploy,
-        settings,
-        reason,
-        found,
-        known,
-        lambda: _deploy_side_sums(samples, sides, np.flatnonzero(decidable)) if decidable.any() else None,
-    )
+    # The sums at the deploy's own split, once: the serial correlation's pool, the interval of a statement no split
+    # was tested for, and the evidence.
+    at_deploy = _deploy_side_sums(samples, sides, np.flatnonzero(decidable)) if decidable.any() else None
+    known = _known(samples, sides, decidable, at_deploy, prior, settings)
+    _decide_blocks(samples, _blocks(samples, candidates), deploy, settings, reason, found, known)
     _intervals_without_split(at_deploy, sides, decidable, settings, found, known)
     _family_decision(found, weight, settings, verdict, reason)
     _clearing(samples, np.flatnonzero(decidable & (verdict != Verdict.DETECTED)), sides, deploy, settings, found, known)
@@ -514,11 +505,12 @@ def deploy_evidence(
         )
     sides = _window_sides(samples, deploy)
     decidable = _floors(sides, settings)[0] != Verdict.INSUFFICIENT_DATA
-    known = _prior_rows(samples, prior, settings)
+    at_deploy = _deploy_side_sums(samples, sides, np.flatnonzero(decidable)) if decidable.any() else None
+    known = _known(samples, sides, decidable, at_deploy, prior, settings)
     columns: dict[str, object] = {"query_key": samples.keys, "merged_keys": samples.merged}
     columns.update({name: getattr(sides, name) for name in names})
     columns["decidable"] = decidable
-    columns.update(_deploy_evidence(samples, sides, decidable, settings, known))
+    columns.update(_deploy_evidence(samples, sides, decidable, settings, known, at_deploy))
     return pd.DataFrame(columns)
 
 
@@ -636,24 +628,20 @@ def _decide_blocks(
     reason: np.ndarray,
     found: Found,
     known: Prior | None,
-    meanwhile: Callable[[], T],
-) -> T:
-    """Steps 5 to 7 for the blocks of candidate statements (locate, check the tolerance, test, fit the trend), and
-    `meanwhile`, whose result is returned. A large block is cut into parts, and the parts of all blocks are decided on
-    the machine's cores from one pool, each thread taking the next part when it is done with one (each part's
-    statements are decided alone, so the result is the same; numpy releases the interpreter's lock inside its
-    operations, and the parts write to different rows), while this thread runs `meanwhile`."""
+) -> None:
+    """Steps 5 to 7 for the blocks of candidate statements (locate, check the tolerance, test, fit the trend). A large
+    block is cut into parts, and the parts of all blocks are decided on the machine's cores from one pool, each
+    thread taking the next part when it is done with one (each part's statements are decided alone, so the result is
+    the same; numpy releases the interpreter's lock inside its operations, and the parts write to different rows)."""
     parts = [part for block in blocks for part in np.array_split(block, max(1, min(WORKERS, len(block) // PART_ROWS)))]
     if len(parts) <= 1 or WORKERS <= 1:
         for part in parts:
             _decide_part(samples, part, deploy, settings, reason, found, known, WORKERS)
-        return meanwhile()
+        return
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         done = [pool.submit(_decide_part, samples, part, deploy, settings, reason, found, known, 1) for part in parts]
-        got = meanwhile()
         for future in done:
             future.result()
-    return got
 
 
 def _decide_part(
@@ -825,6 +813,7 @@ def _clearing(
         settings.min_rise_ms,
         settings.clear_level,
         known.rows(rows) if known is not None else None,
+        before_deploy=settings.tolerance < settings.window,  # a deploy's analysis, not a periodic check
     )
     found.factor_bound[rows] = res.bound
     found.cleared[rows], found.precise[rows], found.conflict[rows] = res.cleared, res.precise, res.conflict
@@ -854,6 +843,31 @@ def tiers(verdict: np.ndarray, factor_low: np.ndarray, factor_bound: np.ndarray,
         out[(verdict == Verdict.NO_REGRESSION) & (factor_bound < 1 / (1 + threshold))] = Tier.IMPROVED.value
         out[(verdict == Verdict.INCONCLUSIVE) & (factor_low > 1 + threshold)] = Tier.PROBABLY_SLOWER.value
     return out
+
+
+def _known(
+    samples: WindowSamples,
+    sides: WindowSides,
+    decidable: np.ndarray,
+    at_deploy: tuple[SideSums, SideSums] | None,
+    prior: pd.DataFrame | None,
+    settings: EngineSettings,
+) -> Prior | None:
+    """What the test knows of each statement's noise beyond its window: its own prior from earlier days
+    (`_prior_rows`), and the serial correlation of the decidable statements of like busyness at the deploy's split
+    (inference.pooled_serial_correlation), for every row; None when there is neither."""
+    own = _prior_rows(samples, prior, settings)
+    if at_deploy is None or not settings.pool_serial_correlation:
+        return own
+    pool_rho, pool_n = np.zeros(samples.groups), np.zeros(samples.groups)
+    rows = np.flatnonzero(decidable)
+    pool_rho[rows], pool_n[rows] = pooled_serial_correlation(*at_deploy, sides.n_before[rows], sides.n_after[rows])
+    if not (pool_n > 0).any():
+        return own
+    if own is None:
+        g = samples.groups
+        own = Prior(np.zeros(g), np.ones(g), np.zeros(g), settings.prior_conflict_alpha, np.full(g, np.nan))
+    return dataclasses.replace(own, pool_rho=pool_rho, pool_intervals=pool_n)
 
 
 def _prior_rows(samples: WindowSamples, prior: pd.DataFrame | None, settings: EngineSettings) -> Prior | None:

@@ -1,8 +1,11 @@
 """A deploy's state from its statements' verdicts: the gate's rule (docs/method.md, "The gate's rule").
 
-`pass` when nothing is detected, the cleared statements hold at least `pass_share` of the execution time after the
-deploy, and no statement left open (inconclusive) holds `max_open_share` or more of it: a busy statement the evidence
-could not bound is never outweighed by many cleared ones. `fail` when something is detected; `inconclusive`
+`fail` when something is detected. Otherwise `pass` when the statements the evidence could not clear may together
+have added at most `max_open_excess` (1%) of the execution time after the deploy beyond the tolerance, each taken at
+its upper bound: Σ over the statements not cleared of T·(1 − (1 + θ)/u)⁺, with T a statement's execution time after
+the deploy and u its upper bound (`factor_bound`; none: its whole T). A cleared statement adds nothing beyond the
+tolerance; an open one whose bound barely crosses 1 + θ adds little; a busy statement truly ×1.5 slower holding 5%
+of the time is above the bar unless its bound falls below its true factor (at most 1 − β of the time). `inconclusive`
 otherwise. radar.deploy_state (sql/) applies the same rule to the stored verdicts; this is the engine's copy for
 frames (the canary's arm, the labs), held to the view by a test.
 """
@@ -16,17 +19,19 @@ import pandas as pd
 
 from radar_pipeline.engine.vocabulary import Tier, Verdict
 
-PASS_SHARE = 0.9  # the share of the execution time after the deploy its cleared statements must hold
-MAX_OPEN_SHARE = 0.05  # the share of it no single statement left open may hold
+MAX_OPEN_EXCESS = 0.01  # the share of the execution time after the deploy the open statements may add beyond θ
+PASS_SHARE = 0.9  # engine 2.6's rule (the cleared share a pass needed): still reported beside the new margin
 
 
 @dataclass(frozen=True)
 class GateState:
-    """A deploy's state and its margins: `cleared_share` against pass_share, `largest_open_share` (the largest share
-    of the execution time one inconclusive statement holds) against max_open_share; how many statements were
-    detected, improved or probably slower."""
+    """A deploy's state and its margin: `open_excess`, the share of the execution time after the deploy the
+    statements not cleared may have added beyond the tolerance (a pass needs at most max_open_excess);
+    `cleared_share`, the share its cleared statements hold; `largest_open_share`, the largest share one statement
+    left open holds; how many statements were detected, improved or probably slower."""
 
     state: str
+    open_excess: float
     cleared_share: float
     largest_open_share: float
     detected: int
@@ -34,31 +39,39 @@ class GateState:
     probably_slower: int
 
 
-def deploy_state(
-    verdicts: pd.DataFrame, pass_share: float = PASS_SHARE, max_open_share: float = MAX_OPEN_SHARE
-) -> GateState:
-    """The state of a deploy from analyse()'s result (or any frame with verdict, calls_after, mean_after_ms and
-    optionally tier): each statement weighs its execution time after the deploy."""
+def open_excess(time: np.ndarray, verdict: np.ndarray, bound: np.ndarray, threshold: float) -> np.ndarray:
+    """Per statement, the execution time it may have added beyond the tolerance, at its upper bound: 0 when cleared
+    or detected (a detection fails the deploy on its own), T·(1 − (1 + θ)/u)⁺ when open, all of T without a bound."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        part = np.where(np.isfinite(bound) & (bound > 0), np.clip(1 - (1 + threshold) / bound, 0.0, 1.0), 1.0)
+    open_ = (verdict != Verdict.NO_REGRESSION) & (verdict != Verdict.DETECTED)
+    return np.where(open_, time * part, 0.0)
+
+
+def deploy_state(verdicts: pd.DataFrame, threshold: float = 0.2, max_open_excess: float = MAX_OPEN_EXCESS) -> GateState:
+    """The state of a deploy from analyse()'s result (or any frame with verdict, calls_after, mean_after_ms,
+    factor_bound and optionally tier): each statement weighs its execution time after the deploy. threshold: θ."""
     verdict = verdicts["verdict"].to_numpy()
     time = verdicts["calls_after"].to_numpy(np.float64) * verdicts["mean_after_ms"].to_numpy(np.float64)
     time = np.where(np.isfinite(time) & (time > 0), time, 0.0)
     whole = time.sum()
+    bound = verdicts["factor_bound"].to_numpy(np.float64)
     tier = verdicts["tier"].to_numpy() if "tier" in verdicts else np.full(len(verdicts), None, dtype=object)
     detected = int((verdict == Verdict.DETECTED).sum())
     share = time / whole if whole > 0 else np.zeros_like(time)
-    cleared = float(share[verdict == Verdict.NO_REGRESSION].sum())
-    open_ = share[verdict == Verdict.INCONCLUSIVE]
-    largest = float(open_.max()) if len(open_) else 0.0
+    excess = float(open_excess(share, verdict, bound, threshold).sum())
+    open_ = share[(verdict != Verdict.NO_REGRESSION) & (verdict != Verdict.DETECTED)]
     if detected:
         state = "fail"
-    elif whole > 0 and cleared >= pass_share and largest < max_open_share:
+    elif whole > 0 and excess <= max_open_excess:
         state = "pass"
     else:
         state = "inconclusive"
     return GateState(
         state=state,
-        cleared_share=cleared,
-        largest_open_share=largest,
+        open_excess=excess,
+        cleared_share=float(share[verdict == Verdict.NO_REGRESSION].sum()),
+        largest_open_share=float(open_.max()) if len(open_) else 0.0,
         detected=detected,
         improved=int((tier == Tier.IMPROVED).sum()),
         probably_slower=int((tier == Tier.PROBABLY_SLOWER).sum()),

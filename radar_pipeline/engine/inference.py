@@ -26,6 +26,9 @@ RHO_MARGIN = 0.5
 SIDE_ALPHA = 0.05
 # Splits the clearing rule bounds at a time (rows × splits): its test's temporaries stay a few MB each.
 CLEAR_CELLS = 1 << 16
+# The serial correlation's pool (pooled_serial_correlation): bins of busyness, and the fewest statements in one.
+POOL_BINS = 5
+POOL_MIN = 30
 COMPACT = 2  # the clearing rule gathers its rows' intervals first when they are fewer than 1/COMPACT of all
 
 
@@ -42,6 +45,15 @@ class Prior:
     intervals: np.ndarray
     conflict_alpha: float
     calls_per_interval: np.ndarray  # the prior's mean calls per interval (NaN: unknown, taken as the window's)
+    # The serial correlation the analysis' other statements of like busyness show (`pooled_serial_correlation`) and
+    # what it is worth in intervals: a window-only test shrinks its own ρ̂ towards it (None: no pool).
+    pool_rho: np.ndarray | None = None
+    pool_intervals: np.ndarray | None = None
+
+    @property
+    def has_history(self) -> bool:
+        """Whether any row has a prior of its own from earlier days (else the rows carry only the pool)."""
+        return bool((self.intervals > 0).any())
 
     def rows(self, index: np.ndarray | slice, column: bool = False) -> Prior:
         """The estimates of some rows, as a column ([rows, 1]) when they meet a scan over splits."""
@@ -52,6 +64,8 @@ class Prior:
             pick(self.intervals),
             self.conflict_alpha,
             pick(self.calls_per_interval),
+            pick(self.pool_rho) if self.pool_rho is not None else None,
+            pick(self.pool_intervals) if self.pool_intervals is not None else None,
         )
 
 
@@ -367,6 +381,7 @@ def clearing_bounds(
     min_rise: float,
     level: float,
     prior: Prior | None = None,
+    before_deploy: bool = False,
 ) -> Clearing:
     """The clearing rule (docs/method.md, "Clearing") for some rows: the one-sided upper confidence bound, at
     `level`, of the slowdown factor at each of their splits, from the test's own variance (`_statistics`, prior
@@ -379,6 +394,11 @@ def clearing_bounds(
     first: each one's first split (≥ 1); splits: [rows, J] boolean, whether split first + j is one of its own (A =
     the first k intervals); prior: the estimates of those rows. The sums outside a row's splits come from one pass
     over the flat arrays per term; those between them, and the test, for at most CLEAR_CELLS splits at a time.
+    before_deploy (engine 2.7, a deploy's analysis, whose first split is the deploy's own): every split's after side
+    B = intervals k.. is compared with the side before the deploy, not with everything before k, so the intervals
+    between the deploy and k are left out. A slowdown beginning at k shows whole in B against the level before the
+    deploy; and a statement the deploy made faster is no longer compared with a before side that holds its own
+    faster intervals (whose spread made a ×8 improvement's bound ×1.5–×258 on a 7-interval window).
     """
     c = np.asarray(calls, dtype=np.float64)
     time = np.asarray(time, dtype=np.float64)
@@ -410,9 +430,25 @@ def clearing_bounds(
         a, b = _band_sums(c, tc, sumsq, start[block], n[block], first[block], width, head, tail, block)
         n_a = (first[block, None] + np.arange(width)[None, :]).astype(np.float64)
         total_n = n[block, None].astype(np.float64)
+        n_b = total_n - n_a
+        if before_deploy:
+
+            def pinned(v: np.ndarray) -> np.ndarray:  # the deploy's split, the row's first, at every split
+                return np.broadcast_to(v[:, :1], v.shape)
+
+            a = SideSums(
+                pinned(a.calls),
+                pinned(a.mean),
+                pinned(a.ee),
+                pinned(a.acov),
+                None if a.ss is None else pinned(a.ss),
+                None if a.ss_dof is None else pinned(a.ss_dof),
+            )
+            n_a = np.broadcast_to(n_a[:, :1], n_a.shape)
+            total_n = n_a + n_b
         known = prior.rows(block, column=True) if prior is not None else None
         with np.errstate(invalid="ignore", divide="ignore"):  # the slots past a row's last split are not read
-            scan = _statistics(a, b, n_a, total_n - n_a, total_n, centre[rows[block], None], threshold, known)
+            scan = _statistics(a, b, n_a, n_b, total_n, centre[rows[block], None], threshold, known)
         _bound_at_worst(scan, splits[block], min_rise, threshold, level, prior, block, out)
     return out
 
@@ -729,7 +765,10 @@ def _statistics(
         scale_b = np.where(mean_b > 0, 1.0 / mean_b**2, 0.0)
         ee = a.ee * scale_a + b.ee * scale_b
         rho_hat = np.where(ee > 0, (a.acov * scale_a + b.acov * scale_b) / ee, 0.0)
-        rho = _serial_correlation(rho_hat, total_n)
+        pool = None
+        if prior is not None and prior.pool_rho is not None and prior.pool_intervals is not None:
+            pool = (prior.pool_rho, prior.pool_intervals)
+        rho, worth = _serial_correlation(rho_hat, total_n, pool)
         inflation = (1 + rho) / (1 - rho)
         # The floor of each side's sandwich (docs/method.md, "A short side"): the pooled relative dispersion per call.
         pooled = ee / (a.calls + b.calls)
@@ -741,7 +780,7 @@ def _statistics(
             v_emp = size / np.maximum(size - inflation, 1.0) * np.fmax(own, floor) * inflation
             # ln V̂ carries ln f(ρ̂) as well as the sum of squares: Var ln f(ρ̂) ≈ 4 / ((1 − ρ²) n) (docs/method.md).
             dof_emp = np.maximum(size * (1 - rho) / (1 + rho) - 1, 1.0)
-            dof_emp = np.maximum(2 / (2 / dof_emp + 4 / ((1 - rho**2) * total_n)), 1.0)
+            dof_emp = np.maximum(2 / (2 / dof_emp + 4 / ((1 - rho**2) * worth)), 1.0)
             if sd.ss is not None and sd.ss_dof is not None:
                 v_calls = sd.ss / sd.ss_dof / sd.calls
                 use_calls = v_calls > v_emp  # False where v_calls is NaN (unknown or no call pairs)
@@ -754,7 +793,7 @@ def _statistics(
         se2 = u[0] + u[1]
         nu = se2**2 / (u[0] ** 2 / dof[0] + u[1] ** 2 / dof[1])
         combined: np.ndarray | float = 0.0  # the prior intervals the test combined with the window (0: none)
-        if prior is not None:
+        if prior is not None and prior.has_history:
             use, h_se2, h_nu, h_rho = _with_prior(a, b, n_a, n_b, total_n, mean_a, mean_b, ee, rho_hat, prior)
             se2, nu, rho = np.where(use, h_se2, se2), np.where(use, h_nu, nu), np.where(use, h_rho, rho)
             combined = np.where(use, prior.intervals, 0.0)
@@ -889,11 +928,63 @@ def _bias_corrected(rho_hat: np.ndarray, total_n: np.ndarray) -> np.ndarray:
     return rho_hat + 2 * (1 + 3 * rho_hat) / total_n
 
 
-def _serial_correlation(rho_hat: np.ndarray, total_n: np.ndarray) -> np.ndarray:
+def _serial_correlation(
+    rho_hat: np.ndarray, total_n: np.ndarray, pool: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The AR(1) coefficient the test uses from ρ̂, the pooled lag-1 autocorrelation of the residuals (module
-    docstring, 3.): bias-corrected, RHO_MARGIN standard errors high, clipped to [0, RHO_MAX]."""
+    docstring, 3.): bias-corrected, with `pool` (ρ̄, n₀) shrunk towards the correlation the analysis' statements
+    of like busyness show as a posterior mean, (n ρ̂ + n₀ ρ̄)/(n + n₀), then RHO_MARGIN standard errors high
+    (of n + n₀ intervals), clipped to [0, RHO_MAX]; and the intervals n + n₀ it rests on."""
     rho_fixed = _bias_corrected(rho_hat, total_n)
-    return np.clip(rho_fixed + RHO_MARGIN * np.sqrt(np.maximum(1 - rho_fixed**2, 0.0) / total_n), 0.0, RHO_MAX)
+    worth = total_n
+    if pool is not None:
+        pool_rho, pool_n = pool
+        worth = total_n + pool_n
+        rho_fixed = (total_n * rho_fixed + pool_n * pool_rho) / worth
+    rho = np.clip(rho_fixed + RHO_MARGIN * np.sqrt(np.maximum(1 - rho_fixed**2, 0.0) / worth), 0.0, RHO_MAX)
+    return rho, worth
+
+
+def pooled_serial_correlation(
+    a: SideSums, b: SideSums, n_a: np.ndarray, n_b: np.ndarray, bins: int = POOL_BINS
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the serial correlation its peers show and what it is worth in intervals (ρ̄, n₀): an empirical
+    Bayes prior for the window-only test's ρ (docs/method.md, "Serial correlation from the other statements").
+    A window of a few intervals cannot estimate a statement's ρ (at 7 a side its standard error is 0.27, and the
+    test's margin and degrees of freedom then make a ×2 step's interval ×0.02–×174); the analysis' hundreds of
+    statements can estimate how ρ varies among statements. Peers are the statements of like busyness (calls per
+    interval, the strongest predictor of ρ: per-call noise averages out in a busy interval, leaving the slow
+    wander), in up to `bins` bins of equal count (at least POOL_MIN rows each). Within a bin each ρ̂ (bias-corrected,
+    of n intervals, sampling variance (1 − ρ²)/n) is a draw around ρ̄ with spread τ² (DerSimonian–Laird); n₀ =
+    (1 − ρ̄²)/τ², at most the bin's own intervals. A row whose sides lack two intervals or any spread gets n₀ = 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale_a = np.where(a.mean > 0, 1.0 / a.mean**2, 0.0)
+        scale_b = np.where(b.mean > 0, 1.0 / b.mean**2, 0.0)
+        ee = a.ee * scale_a + b.ee * scale_b
+        total_n = (n_a + n_b).astype(np.float64)
+        rho = _bias_corrected(np.where(ee > 0, (a.acov * scale_a + b.acov * scale_b) / ee, np.nan), total_n)
+        busy = np.log((a.calls + b.calls) / total_n)
+    ok = np.isfinite(rho) & np.isfinite(busy) & (n_a >= 2) & (n_b >= 2)
+    rho = np.clip(rho, -0.99, 0.99)
+    pool_rho, pool_n = np.zeros(len(rho)), np.zeros(len(rho))
+    count = int(ok.sum())
+    if count < POOL_MIN:
+        return pool_rho, pool_n
+    members = np.flatnonzero(ok)
+    # by busyness, ties by ρ̂ then n: the bins depend on the statements' values, never on their order
+    ordered = members[np.lexsort((total_n[members], rho[members], busy[members]))]
+    for part in np.array_split(ordered, max(1, min(bins, count // POOL_MIN))):
+        w = total_n[part]
+        mu = float(np.sum(w * rho[part]) / w.sum())
+        v = np.maximum(1 - rho[part] ** 2, 0.01) / w  # each estimate's sampling variance
+        precision = 1 / v
+        centre = np.sum(precision * rho[part]) / precision.sum()
+        q = np.sum(precision * (rho[part] - centre) ** 2)
+        c = precision.sum() - np.sum(precision**2) / precision.sum()
+        tau2 = max(0.0, (q - (len(part) - 1)) / c) if c > 0 else 0.0
+        worth = w.sum() if tau2 <= 0 else min(w.sum(), (1 - mu**2) / tau2)
+        pool_rho[part], pool_n[part] = mu, worth
+    return pool_rho, pool_n
 
 
 def level_shift_beyond_trend(

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 
-ENGINE_VERSION = "2.6.1"  # what each version changed: CHANGELOG.md, "Engine versions"
+ENGINE_VERSION = "2.7.0"  # what each version changed: CHANGELOG.md, "Engine versions"
 # Calls a window mean needs before it stands for a statement's level (a history point, an episode's recovery): with
 # per-call CV 1 such a mean is good to about ±10%. Engine 1's min_calls default; the verdicts no longer use it.
 LEVEL_MIN_CALLS = 100
@@ -89,7 +89,10 @@ class EngineSettings:
     own (a prior–data conflict check).
     clear_level: β, the one-sided confidence of the upper bound that clears a statement (`no_regression`): a statement
     that truly slowed by more than θ is cleared with probability at most 1 − β (per statement; engine/inference.py,
-    "Clearing").
+    "Clearing"); a deploy's looks together (engine/budget.py, look_clear_level).
+    pool_serial_correlation: whether a statement tested on its window alone has its serial correlation shrunk towards
+    the one the analysis' statements of like busyness show (engine 2.7, inference.pooled_serial_correlation); off, as
+    engine 2.6.
     """
 
     window: timedelta = timedelta(minutes=30)
@@ -110,6 +113,7 @@ class EngineSettings:
     prior_max_intervals: int = 1440
     prior_conflict_alpha: float = 0.001
     clear_level: float = 0.95
+    pool_serial_correlation: bool = True
 
     @model_validator(mode="after")
     def _ranges(self) -> EngineSettings:

@@ -51,9 +51,8 @@ def best_split(x: np.ndarray) -> tuple[int, float]:
     return (best_k, best_q) if best_q > 0 else (0, -math.inf)
 
 
-def analyse_one(rows: pd.DataFrame, deploy: pd.Timestamp, settings: EngineSettings) -> dict:
-    """The verdict for one query's counters (rows of one key, any order), before the family step: `p_value` is the
-    selection-adjusted one-sided p of the split test; `family` turns it into the verdict."""
+def samples_of(rows: pd.DataFrame, deploy: pd.Timestamp, settings: EngineSettings) -> list[tuple]:
+    """One query's samples in the window, in time order: (end, calls, time, sum of squares)."""
     rows = rows.sort_values("captured_at", kind="stable").drop_duplicates("captured_at", keep="last")
     lo, hi = deploy - settings.window, deploy + settings.window
     samples = []  # (end, calls, time, sum of squares)
@@ -77,6 +76,65 @@ def analyse_one(rows: pd.DataFrame, deploy: pd.Timestamp, settings: EngineSettin
                     ss = 0.0 if dc == 1 else max(ss, 0.0)
                 samples.append((row.captured_at, dc, dt, ss))
         prev = row
+    return samples
+
+
+def pool(by_key: dict[Any, pd.DataFrame], deploy: pd.Timestamp, settings: EngineSettings) -> dict:
+    """The serial correlation's pool (engine.inference.pooled_serial_correlation) by loops: each decidable query's
+    lag-1 correlation at the deploy's split (both sides demeaned on their own, pooled on the relative scale,
+    Kendall's bias added back), its intervals n and busyness ln(calls / n); queries ordered by busyness (ties by ρ̂,
+    then n) cut into up to 5 bins of at least 30; per bin the n-weighted mean ρ̄ and DerSimonian–Laird's τ² about
+    the precision-weighted mean; n₀ = (1 − ρ̄²)/τ², at most the bin's intervals. key → (ρ̄, n₀); a query not pooled
+    is left out."""
+    found = []
+    for key in sorted(by_key):
+        samples = samples_of(by_key[key], deploy, settings)
+        before = [s for s in samples if s[0] <= deploy]
+        after = [s for s in samples if s[0] > deploy]
+        if min(len(before), len(after)) < settings.min_samples:
+            continue
+        if sum(s[1] for s in before) < settings.min_calls or sum(s[1] for s in after) < settings.min_calls:
+            continue
+        ee = acov = 0.0
+        for side in (before, after):
+            mu = sum(s[2] for s in side) / sum(s[1] for s in side)
+            if mu <= 0:
+                continue
+            e = [s[2] - mu * s[1] for s in side]
+            ee += sum(v * v for v in e) / mu**2
+            acov += sum(e[j] * e[j + 1] for j in range(len(e) - 1)) / mu**2
+        if ee <= 0:
+            continue
+        n = len(samples)
+        rho = acov / ee
+        rho = min(max(rho + 2 * (1 + 3 * rho) / n, -0.99), 0.99)
+        found.append((math.log(sum(s[1] for s in samples) / n), key, rho, n))
+    if len(found) < 30:
+        return {}
+    found.sort(key=lambda f: (f[0], f[2], f[3]))  # busyness, ties by ρ̂ then n
+    out = {}
+    for part in np.array_split(np.arange(len(found)), max(1, min(5, len(found) // 30))):
+        members = [found[i] for i in part]
+        total = sum(f[3] for f in members)
+        mu = sum(f[3] * f[2] for f in members) / total
+        precision = [f[3] / max(1 - f[2] ** 2, 0.01) for f in members]
+        centre = sum(w * f[2] for w, f in zip(precision, members, strict=True)) / sum(precision)
+        q = sum(w * (f[2] - centre) ** 2 for w, f in zip(precision, members, strict=True))
+        c = sum(precision) - sum(w * w for w in precision) / sum(precision)
+        tau2 = max(0.0, (q - (len(members) - 1)) / c) if c > 0 else 0.0
+        worth = total if tau2 <= 0 else min(total, (1 - mu**2) / tau2)
+        for f in members:
+            out[f[1]] = (mu, worth)
+    return out
+
+
+def analyse_one(
+    rows: pd.DataFrame, deploy: pd.Timestamp, settings: EngineSettings, pooled: tuple[float, float] | None = None
+) -> dict:
+    """The verdict for one query's counters (rows of one key, any order), before the family step: `p_value` is the
+    selection-adjusted one-sided p of the split test; `family` turns it into the verdict. pooled: the query's (ρ̄, n₀)
+    from `pool`."""
+    samples = samples_of(rows, deploy, settings)
     before = [s for s in samples if s[0] <= deploy]
     after = [s for s in samples if s[0] > deploy]
     out = {
@@ -104,7 +162,7 @@ def analyse_one(rows: pd.DataFrame, deploy: pd.Timestamp, settings: EngineSettin
         for j in range(max(side, first), len(samples) - side + 1)
         if abs(samples[j - 1][0] - deploy) <= settings.tolerance
     ]
-    out.update(clearing(calls, time, sumsq, splits, first, settings))
+    out.update(clearing(calls, time, sumsq, splits, first, settings, pooled))
     rose = ((ma / mb - 1 >= settings.threshold) if mb > 0 else ma > mb) and ma - mb >= settings.min_rise_ms
     if not rose:
         return {**out, "verdict": "inconclusive", "reason": "below_threshold"}
@@ -117,7 +175,7 @@ def analyse_one(rows: pd.DataFrame, deploy: pd.Timestamp, settings: EngineSettin
         return {**out, "verdict": "inconclusive", "reason": "outside_tolerance"}
     best = None
     for j in splits:
-        res = call_level_test(calls, time, sumsq, j, settings.threshold)
+        res = call_level_test(calls, time, sumsq, j, settings.threshold, pooled)
         if not math.isnan(res["t"]) and (best is None or res["t"] > best[1]["t"]):
             best = (j, res)
     if best is None:
@@ -130,10 +188,17 @@ def analyse_one(rows: pd.DataFrame, deploy: pd.Timestamp, settings: EngineSettin
 
 
 def clearing(
-    calls: np.ndarray, time: np.ndarray, sumsq: np.ndarray | None, splits: list[int], first: int, settings
+    calls: np.ndarray,
+    time: np.ndarray,
+    sumsq: np.ndarray | None,
+    splits: list[int],
+    first: int,
+    settings,
+    pooled: tuple[float, float] | None = None,
 ) -> dict:
     """The clearing rule by a loop over its splits (the detection's candidates and, for a deploy, its own split
-    `first` when both sides keep min_samples): at each, the tolerance max(1 + θ, 1 + min_rise / mean before) and the
+    `first` when both sides keep min_samples; for a deploy each split's after side against the intervals before the
+    deploy, those between left out): at each, the tolerance max(1 + θ, 1 + min_rise / mean before) and the
     t distribution's confidence that the factor lies within it; at the least confident split, the one-sided upper
     bound at clear_level, whether every split's confidence reaches clear_level, and whether the bound's margin over
     the estimate alone fits within the tolerance."""
@@ -142,8 +207,15 @@ def clearing(
     if settings.tolerance < settings.window and min(first, n - first) >= settings.min_samples:
         checked.add(first)
     worst = None  # (confidence, bound, precise) at the least confident split
+    deploy = settings.tolerance < settings.window
     for j in sorted(checked):
-        res = call_level_test(calls, time, sumsq, j, settings.threshold)
+        if deploy and j > first:  # engine 2.7: the after side from j on against the side before the deploy
+            keep = list(range(first)) + list(range(j, n))
+            res = call_level_test(
+                calls[keep], time[keep], sumsq[keep] if sumsq is not None else None, first, settings.threshold, pooled
+            )
+        else:
+            res = call_level_test(calls, time, sumsq, j, settings.threshold, pooled)
         if math.isnan(res["log_ratio"]):
             worst = (-1.0, math.nan, False)
             break
@@ -249,7 +321,14 @@ def chain_p(p: float, calls: np.ndarray, splits: list[int]) -> float:
     return min(1.0, len(splits) * p, total)
 
 
-def call_level_test(calls: np.ndarray, time: np.ndarray, sumsq: np.ndarray | None, k: int, theta: float) -> dict:
+def call_level_test(
+    calls: np.ndarray,
+    time: np.ndarray,
+    sumsq: np.ndarray | None,
+    k: int,
+    theta: float,
+    pooled: tuple[float, float] | None = None,
+) -> dict:
     """The call-level test of H0: mean(B) ≤ (1 + θ) mean(A) at split k, by explicit loops (engine.inference's
     module docstring is the specification): pooled means, sandwich variances with an AR(1) inflation, floored by the
     pooled relative dispersion, the per-call floor, Welch–Satterthwaite degrees of freedom that carry the uncertainty
@@ -271,7 +350,11 @@ def call_level_test(calls: np.ndarray, time: np.ndarray, sumsq: np.ndarray | Non
         acov += sum(e[j] * e[j + 1] for j in range(len(e) - 1)) / mu**2
     rho_hat = acov / ee if ee > 0 else 0.0
     fixed = rho_hat + 2 * (1 + 3 * rho_hat) / n  # each side demeaned on its own: Kendall's bias of a side
-    rho = min(max(fixed + 0.5 * math.sqrt(max(1 - fixed**2, 0.0) / n), 0.0), 0.9)  # half a standard error above
+    worth = n
+    if pooled is not None:  # shrunk towards the pool's ρ̄ as a posterior mean; it rests on n + n₀ intervals
+        worth = n + pooled[1]
+        fixed = (n * fixed + pooled[1] * pooled[0]) / worth
+    rho = min(max(fixed + 0.5 * math.sqrt(max(1 - fixed**2, 0.0) / worth), 0.0), 0.9)  # half a standard error above
     inflation = (1 + rho) / (1 - rho)
     dispersion = ee / sum(calls)  # relative, per call, both sides pooled
     u, dof = [], []
@@ -281,7 +364,7 @@ def call_level_test(calls: np.ndarray, time: np.ndarray, sumsq: np.ndarray | Non
         own = sum(v * v for v in e) / c**2
         v = size / max(size - inflation, 1.0) * max(own, dispersion * mu**2 / c) * inflation
         d = max(size * (1 - rho) / (1 + rho) - 1, 1.0)
-        d = max(2 / (2 / d + 4 / ((1 - rho**2) * n)), 1.0)
+        d = max(2 / (2 / d + 4 / ((1 - rho**2) * worth)), 1.0)
         if sumsq is not None and not any(math.isnan(sumsq[i]) for i in idx):
             pairs = sum(calls[i] - 1 for i in idx)
             if pairs > 0:

@@ -14,7 +14,7 @@ from radar_pipeline.engine import EngineSettings, Verdict, analyse, fdr
 from radar_pipeline.engine.decision import family_weights
 from radar_pipeline.lab.fleet import DEPLOY, draw
 
-NEW = EngineSettings()
+NEW = EngineSettings(pool_serial_correlation=False)  # the family rules compared on the same variance (engine 2.6)
 OLD = dataclasses.replace(NEW, family_rule="bonferroni")
 
 

@@ -67,7 +67,7 @@ def test_false_detections_over_all_looks_stay_within_the_budget():
         out = all_looks(fleet.counters, DEPLOY, settings, prior=prior)
         false += int((out["verdict"] == Verdict.DETECTED).sum())
         decided_late += int((out["look"] > 0).sum())
-    assert decided_late > 300  # the later looks did decide statements: they were run, and tested
+    assert decided_late > 200  # the later looks did decide statements: they were run, and tested
     # P(Poisson(6) ≥ 13) < 0.01: more than 12 would mean the looks spend more than B.
     assert false <= 12, false
 
