@@ -156,6 +156,10 @@ def test_the_materialization_shows_the_deploy_state_first(recorded, warehouse, w
     metadata = result.asset_materializations_for_node("deploy_verdicts")[0].metadata
     assert list(metadata)[:3] == ["state", "cleared_share", "pass_share"]
     assert metadata["state"].value == "pass" and metadata["cleared_share"].value > 0.99
+    # the rule's other margin and the tiers (sql/0036): a table of the statements marked, with their tier
+    assert 0 < metadata["largest_open_share"].value < 0.01 and metadata["max_open_share"].value == 0.05
+    assert [c.name for c in metadata["tiers"].schema.columns][:3] == ["tier", "query", "queryid"]
+    assert metadata["improved"].value + metadata["probably_slower"].value == len(metadata["tiers"].records)
     assert [metadata[v].value for v in ("detected", "no_regression", "inconclusive", "insufficient_data")] == [
         0,
         2,

@@ -89,7 +89,10 @@ def test_gate_exit_codes_and_answers_through_the_console_script(gate_url):
     fail = _radar(["gate", "st-fail", "--warehouse", gate_url])
     assert fail.returncode == 1, fail.stderr
     lines = fail.stdout.splitlines()
-    assert lines[0] == "deploy st-fail: fail"
+    assert lines, fail.stderr
+    # the state first, with the rule's margins (sql/0036): the share cleared, the largest open statement's share
+    margins = r" \(cleared [\d.]+% of the time, pass needs ≥ 90%; largest open statement [\d.]+%, pass needs < 5%\)"
+    assert re.fullmatch(r"deploy st-fail: fail" + margins, lines[0]), lines[0]
     assert "target st-fail" in lines[1] and "service shop" in lines[1] and "analysed" in lines[1]
     assert lines[2] == "  verdicts: 1 detected, 1 no_regression, 1 inconclusive, 0 insufficient_data"
     shares = r"  execution time after the deploy: [\d.]+% cleared, [\d.]+% inconclusive, [\d.]+% detected"
@@ -99,7 +102,7 @@ def test_gate_exit_codes_and_answers_through_the_console_script(gate_url):
     assert re.fullmatch(detection + re.escape(LONG_TEXT), lines[5]), lines[5]
 
     ok = _invoke(["gate", "st-pass", "--warehouse", gate_url])
-    assert ok.exit_code == 0 and ok.stdout.startswith("deploy st-pass: pass\n"), ok.output
+    assert ok.exit_code == 0 and ok.stdout.startswith("deploy st-pass: pass (cleared 99."), ok.output
     assert "detections" not in ok.stdout
 
     pending = _radar(["gate", "st-open", "--wait", "1s", "--poll", "0.2s", "--warehouse", gate_url])
@@ -119,7 +122,7 @@ def test_gate_exit_codes_and_answers_through_the_console_script(gate_url):
 
 def test_gate_inconclusive_and_json(gate_url):
     unsure = _invoke(["gate", "st-unsure", "--warehouse", gate_url])
-    assert unsure.exit_code == 3 and unsure.stdout.startswith("deploy st-unsure: inconclusive\n"), unsure.output
+    assert unsure.exit_code == 3 and unsure.stdout.startswith("deploy st-unsure: inconclusive ("), unsure.output
     assert _invoke(["gate", "st-unsure", "--inconclusive-ok", "--warehouse", gate_url]).exit_code == 0
     assert _invoke(["gate", "st-fail", "--inconclusive-ok", "--warehouse", gate_url]).exit_code == 1
 
@@ -253,7 +256,7 @@ def test_the_gate_waits_for_an_analysis_made_while_it_waits(gate_url):
         code, out = gate.finish()
     finally:
         gate.proc.kill()
-    assert analysed and code == 0 and out.startswith("deploy st-late: pass\n"), (out, gate.seen)
+    assert analysed and code == 0 and out.startswith("deploy st-late: pass ("), (out, gate.seen)
 
 
 def test_the_gate_rides_out_a_warehouse_that_goes_away(gate_url, pg18):
@@ -272,7 +275,7 @@ def test_the_gate_rides_out_a_warehouse_that_goes_away(gate_url, pg18):
     finally:
         gate.proc.kill()
         switch.off()
-    assert code == 0 and out.startswith("deploy st-away: pass\n"), (out, gate.seen)
+    assert code == 0 and out.startswith("deploy st-away: pass ("), (out, gate.seen)
     assert not any("Hid9" in line for line in gate.seen) and "Hid9" not in out
 
 
@@ -359,3 +362,69 @@ def test_a_table_printed_to_a_pipe_is_whole(gate_url):
         assert f" {column} " in header, header
     asked = _invoke(["verdicts", "st-fail", "--warehouse", gate_url], {"COLUMNS": "100"})  # a width asked for is kept
     assert max(len(line) for line in asked.stdout.splitlines()) <= 100 and "…" in asked.stdout
+
+
+# A statement's text with what must not reach a terminal: an escape sequence and a right-to-left override.
+HOSTILE_TEXT = "SELECT report(\x1b[31m$1\u202e) /* <!channel> */"
+
+
+@pytest.fixture(scope="module")
+def tiered(gate_url) -> str:
+    """st-tiers: st-pass's plan on a target of its own, analysed, then its rows marked as an engine with tiers would
+    mark them: statements 1 and 2 improved, 3 (the sparse one, under 1% of the time) probably slower."""
+    engine = make_engine(gate_url)
+    at = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+    plan = PLANS["st-pass"]
+    store_counters(engine, "st-tiers", _counters(at, plan, np.random.default_rng(24)), {**TEXTS, 3: HOSTILE_TEXT})
+    deploys.record(engine, deploys.DeployEvent("st-tiers", "st-tiers", at))
+    analyse_deploy(AnalysisRun(engine, SETTINGS), "st-tiers")
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE radar.verdict SET tier = CASE WHEN queryid = 3 THEN 'probably_slower' ELSE 'improved' END, "
+                "factor_low = CASE WHEN queryid = 3 THEN 1.72 ELSE factor_low END, "
+                "factor_high = CASE WHEN queryid = 3 THEN 6.52 ELSE factor_high END WHERE deploy_id = 'st-tiers'"
+            )
+        )
+    engine.dispose()
+    return "st-tiers"
+
+
+def test_the_gate_warns_of_probably_slower_statements_and_says_what_got_faster(gate_url, tiered):
+    result = _radar(["gate", tiered, "--warehouse", gate_url])
+    assert result.returncode == 0, result.stderr  # a warning: the exit code stays the state's
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("deploy st-tiers: pass (cleared ") and "largest open statement 0." in lines[0]
+    [warning] = [line for line in lines if line.startswith("WARNING:")]
+    assert re.fullmatch(
+        r"WARNING: probably slower ×\d+\.\d\d \[×1\.72, ×6\.52\], 0\.\d% of the time after the deploy, queryid 3: "
+        r"SELECT report\(\S*\$1\S*\) /\* <!channel> \*/",
+        warning,
+    ), warning
+    assert "\x1b" not in result.stdout and "\u202e" not in result.stdout
+    faster = lines.index(next(line for line in lines if "statements faster:" in line))
+    assert re.fullmatch(r"2 statements faster: ×\d\.\d\d, ×\d\.\d\d", lines[faster]), lines[faster]
+    assert re.match(r"  ×\d\.\d\d \[×\d\.\d\d, ×\d\.\d\d\], \d+\.\d% of the time after the deploy, queryid 1: ", lines[faster + 1])
+
+    import json
+
+    answer = json.loads(_invoke(["gate", tiered, "--format", "json", "--warehouse", gate_url]).stdout)
+    assert answer["exit_code"] == 0 and answer["state"] == "pass"
+    assert [r["queryid"] for r in answer["improved"]] == [1, 2]  # the busiest first
+    [slower] = answer["probably_slower"]
+    assert slower["queryid"] == 3 and slower["factor_low"] == 1.72 and 0 < slower["share"] < 0.01
+    assert slower["query"] == " ".join(HOSTILE_TEXT.split())  # raw in JSON (ASCII-escaped there)
+    assert answer["tier_counts"] == {"improved": 2, "probably_slower": 1, "groups_probably_slower": 0}
+    margins = answer["margins"]
+    assert margins["pass_share"] == 0.9 and margins["max_open_share"] == 0.05
+    assert margins["cleared_share"] > 0.99 and 0 < margins["largest_open_share"] < 0.01
+
+    table = _radar(["verdicts", tiered, "--warehouse", gate_url])
+    header = next(line for line in table.stdout.splitlines() if " verdict " in line and " query" in line)
+    assert " tier " in header
+    assert "statements 2 improved, 1 probably slower" in table.stdout
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in table.stdout.splitlines() if line.startswith("│")]
+    tier = [c.strip() for c in header.split("┃")[1:-1]].index("tier")
+    assert sorted(row[tier] for row in cells if row[tier]) == ["improved", "improved", "probably slower"], cells
+    csv = _invoke(["verdicts", tiered, "--format", "csv", "--warehouse", gate_url]).stdout
+    assert "tier" in csv.splitlines()[0].split(",") and csv.count("improved") == 2

@@ -586,7 +586,7 @@ VERDICT_DETAILS = (
     "v.userid, v.toplevel, v.fingerprint, v.merged_queryids, v.trigger, v.deploy_id, d.deployed_at, d.service, "
     "d.version, d.url, "
     "d.source AS deploy_source, d.received_at AS deploy_received_at, a.analysed_at, a.engine_version, "
-    "a.window_start, a.window_end, v.look, v.look_end"
+    "a.window_start, a.window_end, v.look, v.look_end, v.tier"
 )
 
 
