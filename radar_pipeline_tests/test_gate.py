@@ -209,13 +209,13 @@ class _Switch:
 class _Gate:
     """`radar gate` running as a CI job runs it, its stderr lines collected as they come."""
 
-    def __init__(self, args: list[str]) -> None:
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
             [RADAR, "gate", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, **TIMES},
+            env={**os.environ, **(env or TIMES)},
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
@@ -239,6 +239,14 @@ class _Gate:
     def finish(self) -> tuple[int, str]:
         out, _ = self.proc.communicate(timeout=DEADLINE_S)
         return self.proc.returncode, out
+
+    def all_lines(self) -> list[str]:
+        """Every stderr line so far (after finish: every one)."""
+        while True:
+            try:
+                self.seen.append(self.lines.get_nowait())
+            except queue.Empty:
+                return self.seen
 
 
 def test_the_gate_waits_for_an_analysis_made_while_it_waits(gate_url):
@@ -282,8 +290,11 @@ def test_the_gate_rides_out_a_warehouse_that_goes_away(gate_url, pg18):
 def test_radar_deploy_says_when_the_verdict_is_due(gate_url):
     with make_engine(gate_url).connect() as conn:
         known_before = conn.execute(sa.text("SELECT count(*) FROM radar.deploy_event")).scalar_one()
-    for deploy_id, env in (("due-1", TIMES), ("due-2", {"RADAR_SCRAPE_INTERVAL_SECONDS": "10"})):
-        # due-2: the window is not in this environment; the one the target's last analysis used is (200 s).
+    elsewhere = {"RADAR_WINDOW_SECONDS": "2520", "RADAR_SCRAPE_INTERVAL_SECONDS": "60"}
+    for deploy_id, env in (("due-1", TIMES), ("due-2", {"RADAR_SCRAPE_INTERVAL_SECONDS": "10"}), ("due-3", elsewhere)):
+        # due-2: the window is not in this environment; the one the target's last analysis used is (200 s). due-3: this
+        # environment says other times than the target's; the target's, as stored, are the ones its verdict is due by
+        # (its latest analysis's window, 200 s; its scrapes, 10 s apart).
         result = CliRunner().invoke(
             main, ["deploy", "--target", "st-pass", "--id", deploy_id, "--warehouse", gate_url], env=env
         )
@@ -370,13 +381,16 @@ HOSTILE_TEXT = "SELECT report(\x1b[31m$1\u202e) /* <!channel> */"
 
 @pytest.fixture(scope="module")
 def tiered(gate_url) -> str:
-    """st-tiers: st-pass's plan on a target of its own, analysed, then its rows marked as an engine with tiers would
-    mark them: statements 1 and 2 improved, 3 (the sparse one, under 1% of the time) probably slower."""
+    """st-tiers: a deploy on st-pass's target at st-pass's time, analysed, then its rows marked as an engine with tiers
+    would mark them: statements 1 and 2 improved, 3 (the sparse one, under 1% of the time) probably slower, whose
+    text is made hostile (no other test shows it)."""
     engine = make_engine(gate_url)
-    at = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
-    plan = PLANS["st-pass"]
-    store_counters(engine, "st-tiers", _counters(at, plan, np.random.default_rng(24)), {**TEXTS, 3: HOSTILE_TEXT})
-    deploys.record(engine, deploys.DeployEvent("st-tiers", "st-tiers", at))
+    with engine.begin() as conn:
+        at = conn.execute(sa.text("SELECT deployed_at FROM radar.deploy_event WHERE deploy_id = 'st-pass'")).scalar_one()
+        conn.execute(
+            sa.text("UPDATE radar.query SET query = :q WHERE target = 'st-pass' AND queryid = 3"), {"q": HOSTILE_TEXT}
+        )
+    deploys.record(engine, deploys.DeployEvent("st-tiers", "st-pass", at))
     analyse_deploy(AnalysisRun(engine, SETTINGS), "st-tiers")
     with engine.begin() as conn:
         conn.execute(
@@ -428,3 +442,86 @@ def test_the_gate_warns_of_probably_slower_statements_and_says_what_got_faster(g
     assert sorted(row[tier] for row in cells if row[tier]) == ["improved", "improved", "probably slower"], cells
     csv = _invoke(["verdicts", tiered, "--format", "csv", "--warehouse", gate_url]).stdout
     assert "tier" in csv.splitlines()[0].split(",") and csv.count("improved") == 2
+
+
+def _transactions(url: str) -> int:
+    """The warehouse database's transactions so far (committed and rolled back): each of the gate's polls adds some."""
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT pg_stat_clear_snapshot()"))
+            return conn.execute(
+                sa.text(
+                    "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+                )
+            ).scalar_one()
+    finally:
+        engine.dispose()
+
+
+def _polls_pass(url: str, gate: _Gate, transactions: int = 40) -> None:
+    """Until the gate has polled many times more (the warehouse counts its transactions), the gate still waiting."""
+    start, deadline = _transactions(url), time.monotonic() + DEADLINE_S
+    while _transactions(url) < start + transactions:
+        assert time.monotonic() < deadline and gate.proc.poll() is None, gate.all_lines()
+        time.sleep(0.2)  # between looks at the counter; what is waited for is the count
+
+
+def test_the_gate_waiting_says_the_target_s_times_once_per_change(gate_url):
+    # The environment says other times than the target's (a CI job with the default window): the progress line says
+    # the target's, as the warehouse stores them (its latest analysis's 200 s window, its scrapes 10 s apart).
+    engine = make_engine(gate_url)
+    deploys.record(engine, deploys.DeployEvent("st-steps", "st-pass", datetime.now(UTC) - timedelta(seconds=5)))
+    with engine.connect() as conn:
+        at = conn.execute(sa.text("SELECT deployed_at FROM radar.deploy_event WHERE deploy_id = 'st-steps'")).scalar_one()
+    elsewhere = {"RADAR_WINDOW_SECONDS": "2520", "RADAR_SCRAPE_INTERVAL_SECONDS": "60"}
+    gate = _Gate(["st-steps", "--wait", "10m", "--poll", "0.1s", "--warehouse", gate_url], env=elsewhere)
+    try:
+        gate.wait_for("st-steps: pending: the window after the deploy closes in")
+
+        def clock(seconds: int) -> str:
+            return (at + timedelta(seconds=seconds)).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+        [first] = [line for line in gate.all_lines() if "st-steps: pending" in line]
+        assert f"(at {clock(200)}), its verdict is due at {clock(210)}" in first, first
+        _polls_pass(gate_url, gate)  # many polls, nothing new: no line
+        # The window closes (its deploy moved back in time: the rows say so, not a clock).
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "UPDATE radar.deploy_event SET deployed_at = now() - interval '205 seconds', "
+                    "received_at = now() - interval '205 seconds' WHERE deploy_id = 'st-steps'"
+                )
+            )
+        gate.wait_for("st-steps: pending: the window closed; waiting for the analysis")
+        _polls_pass(gate_url, gate)
+        # Its analysis is stored: st-pass's verdicts, written for it.
+        with engine.begin() as conn:
+            for table in ("analysis", "verdict"):
+                columns = ", ".join(
+                    conn.execute(
+                        sa.text(
+                            "SELECT column_name FROM information_schema.columns WHERE table_schema = 'radar' "
+                            "AND table_name = :t AND is_generated = 'NEVER' AND column_name <> 'deploy_id' "
+                            "ORDER BY ordinal_position"
+                        ),
+                        {"t": table},
+                    ).scalars()
+                )
+                conn.execute(
+                    sa.text(
+                        f"INSERT INTO radar.{table} (deploy_id, {columns}) SELECT 'st-steps', {columns} "
+                        f"FROM radar.{table} WHERE deploy_id = 'st-pass'"
+                    )
+                )
+        code, out = gate.finish()
+    finally:
+        gate.proc.kill()
+        with engine.begin() as conn:  # the module's other deploys stay the newest
+            for table in ("verdict", "analysis", "deploy_event"):
+                conn.execute(sa.text(f"DELETE FROM radar.{table} WHERE deploy_id = 'st-steps'"))
+        engine.dispose()
+    assert code == 0 and out.startswith("deploy st-steps: pass ("), (out, gate.all_lines())
+    progress = [line for line in gate.all_lines() if "st-steps: pending" in line]
+    assert len(progress) == 2, progress  # one per change, not one per poll
+    assert "the window closed; waiting for the analysis" in progress[1]
