@@ -470,7 +470,9 @@ def _cleared_line(row: pd.Series) -> str:
     line = f"{share:.1%} of the execution time after the deploy is cleared (a pass needs {row['pass_share']:.0%})"
     largest = row.get("largest_open_share")
     if largest is not None and largest == largest:
-        line += f"\nthe largest open statement holds {largest:.1%} of it (a pass needs under {row['max_open_share']:.0%})"
+        line += (
+            f"\nthe largest open statement holds {largest:.1%} of it (a pass needs under {row['max_open_share']:.0%})"
+        )
     tiers = [
         f"{int(row.get(name) or 0)} {words}"
         for name, words in (("improved", "improved"), ("probably_slower", "probably slower"))

@@ -22,9 +22,9 @@ import sqlalchemy as sa
 from radar_pipeline.defs.deploys.deploy_verdicts import deploy_verdicts
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings, Verdict
+from radar_pipeline.engine.gate import PASS_SHARE
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 from radar_pipeline.warehouse import deploys
-from radar_pipeline.engine.gate import PASS_SHARE
 from radar_pipeline.warehouse.analysis import deploy_states, write_analysis
 
 from .helpers import store_counters

@@ -386,7 +386,9 @@ def tiered(gate_url) -> str:
     text is made hostile (no other test shows it)."""
     engine = make_engine(gate_url)
     with engine.begin() as conn:
-        at = conn.execute(sa.text("SELECT deployed_at FROM radar.deploy_event WHERE deploy_id = 'st-pass'")).scalar_one()
+        at = conn.execute(
+            sa.text("SELECT deployed_at FROM radar.deploy_event WHERE deploy_id = 'st-pass'")
+        ).scalar_one()
         conn.execute(
             sa.text("UPDATE radar.query SET query = :q WHERE target = 'st-pass' AND queryid = 3"), {"q": HOSTILE_TEXT}
         )
@@ -418,7 +420,9 @@ def test_the_gate_warns_of_probably_slower_statements_and_says_what_got_faster(g
     assert "\x1b" not in result.stdout and "\u202e" not in result.stdout
     faster = lines.index(next(line for line in lines if "statements faster:" in line))
     assert re.fullmatch(r"2 statements faster: ×\d\.\d\d, ×\d\.\d\d", lines[faster]), lines[faster]
-    assert re.match(r"  ×\d\.\d\d \[×\d\.\d\d, ×\d\.\d\d\], \d+\.\d% of the time after the deploy, queryid 1: ", lines[faster + 1])
+    assert re.match(
+        r"  ×\d\.\d\d \[×\d\.\d\d, ×\d\.\d\d\], \d+\.\d% of the time after the deploy, queryid 1: ", lines[faster + 1]
+    )
 
     import json
 
@@ -451,9 +455,7 @@ def _transactions(url: str) -> int:
         with engine.connect() as conn:
             conn.execute(sa.text("SELECT pg_stat_clear_snapshot()"))
             return conn.execute(
-                sa.text(
-                    "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
-                )
+                sa.text("SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()")
             ).scalar_one()
     finally:
         engine.dispose()
@@ -473,7 +475,9 @@ def test_the_gate_waiting_says_the_target_s_times_once_per_change(gate_url):
     engine = make_engine(gate_url)
     deploys.record(engine, deploys.DeployEvent("st-steps", "st-pass", datetime.now(UTC) - timedelta(seconds=5)))
     with engine.connect() as conn:
-        at = conn.execute(sa.text("SELECT deployed_at FROM radar.deploy_event WHERE deploy_id = 'st-steps'")).scalar_one()
+        at = conn.execute(
+            sa.text("SELECT deployed_at FROM radar.deploy_event WHERE deploy_id = 'st-steps'")
+        ).scalar_one()
     elsewhere = {"RADAR_WINDOW_SECONDS": "2520", "RADAR_SCRAPE_INTERVAL_SECONDS": "60"}
     gate = _Gate(["st-steps", "--wait", "10m", "--poll", "0.1s", "--warehouse", gate_url], env=elsewhere)
     try:

@@ -77,8 +77,15 @@ def _store(engine: sa.Engine, deploy_id: str, frame: pd.DataFrame) -> None:
                 "lo": at - timedelta(minutes=30),
                 "hi": at + timedelta(minutes=30),
                 "n": len(frame),
-                **{k: int(counts.get(v, 0)) for k, v in (("det", "detected"), ("nr", "no_regression"),
-                                                          ("inc", "inconclusive"), ("ins", "insufficient_data"))},
+                **{
+                    k: int(counts.get(v, 0))
+                    for k, v in (
+                        ("det", "detected"),
+                        ("nr", "no_regression"),
+                        ("inc", "inconclusive"),
+                        ("ins", "insufficient_data"),
+                    )
+                },
             },
         )
         conn.execute(
@@ -166,7 +173,9 @@ def test_a_later_look_that_decides_the_open_statement_moves_the_state(warehouse)
     # and one that finds it slower fails the deploy, as the engine's rule does on the same rows
     with warehouse.begin() as conn:
         conn.execute(
-            sa.text("UPDATE radar.verdict SET verdict = 'detected', tier = NULL WHERE deploy_id = 'rule-look' AND look = 1")
+            sa.text(
+                "UPDATE radar.verdict SET verdict = 'detected', tier = NULL WHERE deploy_id = 'rule-look' AND look = 1"
+            )
         )
     with warehouse.connect() as conn:
         row = deploy_states(conn, ["rule-look"]).iloc[0]

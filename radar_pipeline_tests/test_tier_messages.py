@@ -13,7 +13,9 @@ from radar_pipeline.steps.code_host_delivery import MAX_DESCRIPTION, description
 
 AT = datetime(2026, 12, 6, 12, tzinfo=UTC)
 SLOWER = TierNote(42, "UPDATE orders SET total = $1 /* <!channel> & <@U1> */", 3.35, 1.72, 6.52, 0.021)
-FASTER = tuple(TierNote(q, f"SELECT * FROM t{q} WHERE id = $1", 0.13 * q, 0.05 * q, 0.3 * q, 0.4 / q) for q in (1, 2, 3, 4))
+FASTER = tuple(
+    TierNote(q, f"SELECT * FROM t{q} WHERE id = $1", 0.13 * q, 0.05 * q, 0.3 * q, 0.4 / q) for q in (1, 2, 3, 4)
+)
 
 
 def _facts(**tiers: object) -> AnalysisFacts:
@@ -68,9 +70,9 @@ def test_the_commit_status_counts_the_tiers():
     found = pd.DataFrame({"change_factor": [2.5]})
     failed = description("fail", pd.Series({**row, "improved": 0, "groups_probably_slower": 0}), found)
     assert failed == "fail: 1 statement slower, up to ×2.50; 1 probably slower" and len(failed) <= MAX_DESCRIPTION
-    assert description("pass", pd.Series({**row, "improved": 0, "probably_slower": 0, "groups_probably_slower": 0}), found) == (
-        "pass: 97% of execution time cleared (pass needs 90%)"
-    )
+    assert description(
+        "pass", pd.Series({**row, "improved": 0, "probably_slower": 0, "groups_probably_slower": 0}), found
+    ) == ("pass: 97% of execution time cleared (pass needs 90%)")
 
 
 def test_the_materialization_lists_the_tiered_statements_busiest_first():

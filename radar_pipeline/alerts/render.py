@@ -346,8 +346,10 @@ def tier_blocks(facts: AnalysisFacts) -> list[dict[str, Any]]:
         for note in facts.probably_slower[:TIERS_SHOWN]:
             lines.append(f"• {tier_note_words(note)}: `{excerpt(note.query, 150)}`")
         if n > min(len(facts.probably_slower), TIERS_SHOWN):
-            lines.append(f"… and {n - min(len(facts.probably_slower), TIERS_SHOWN)} more: `radar verdicts "
-                         f"{escape_within(facts.analysis_id, 300)}`")
+            lines.append(
+                f"… and {n - min(len(facts.probably_slower), TIERS_SHOWN)} more: `radar verdicts "
+                f"{escape_within(facts.analysis_id, 300)}`"
+            )
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _cut("\n".join(lines), MAX_SECTION_TEXT)}})
     if facts.improved_count:
         n = facts.improved_count

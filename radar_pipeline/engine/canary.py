@@ -304,9 +304,7 @@ def _decide(
     )
 
 
-def canary_state(
-    verdicts: pd.DataFrame, pass_share: float = PASS_SHARE, max_open_share: float = MAX_OPEN_SHARE
-) -> str:
+def canary_state(verdicts: pd.DataFrame, pass_share: float = PASS_SHARE, max_open_share: float = MAX_OPEN_SHARE) -> str:
     """A canary analysis's state for the gate, by the gate's own rule (engine.gate.deploy_state, as radar.deploy_state
     words it) on the canary arm: `fail` when any statement is detected; `pass` when nothing is, the canary's cleared
     statements hold at least `pass_share` of the canary's execution time (calls × mean) and no inconclusive one holds

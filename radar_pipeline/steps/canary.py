@@ -26,7 +26,6 @@ from radar_pipeline.warehouse import analysis, deploys
 from radar_pipeline.warehouse import canary as stored
 
 
-
 class CanaryError(ValueError):
     """The canary analysis cannot be made from what was recorded and scraped; the message names the reason."""
 

@@ -67,9 +67,7 @@ def analysis_times(conn: sa.Connection, target: str, configured: RadarSettings) 
         ),
         {"t": target, "periodic": PERIODIC_PREFIX + "%", "n": SCRAPES_MEASURED},
     ).one()
-    window = (
-        float(stored_window) if stored_window else configured.window_seconds or DEFAULT_WINDOW_SECONDS
-    )
+    window = float(stored_window) if stored_window else configured.window_seconds or DEFAULT_WINDOW_SECONDS
     scrape = (
         float(stored_scrape) if stored_scrape else configured.scrape_interval_seconds or DEFAULT_SCRAPE_INTERVAL_SECONDS
     )

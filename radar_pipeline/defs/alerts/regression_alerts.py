@@ -46,9 +46,9 @@ def regression_alerts(
     """Send what is due of the deploy's regressions, in one message, and record every attempt; record them as
     withheld instead when the deploy's window closed more than the alert age limit ago, or in a reanalysis run. Then
     the same, and the deploy's mark and the resolves of what it no longer announces, on each routed channel."""
+    from radar_pipeline.alerts.render import TIERS_SHOWN
     from radar_pipeline.steps.alert_delivery import deliver, deploy_facts, withhold_reason
     from radar_pipeline.warehouse import alerts as outbox
-    from radar_pipeline.alerts.render import TIERS_SHOWN
     from radar_pipeline.warehouse import analysis as analysis_store
     from radar_pipeline.warehouse.status import tiered_statements
 
