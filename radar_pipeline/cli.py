@@ -457,13 +457,28 @@ def _script_cell(value: object, nested: bool) -> object:
     return value
 
 
+TIER_WORDS = {"improved": "improved", "probably_slower": "probably slower"}
+
+
 def _cleared_line(row: pd.Series) -> str:
     """The share of the deploy's execution time after it that cleared statements hold (radar.deploy_state), against
-    the share a pass needs; empty with no analysis yet, or nothing run after the deploy."""
+    the share a pass needs, and the largest share one open statement holds against its bar (sql/0036), with the
+    tiers counted; empty with no analysis yet, or nothing run after the deploy."""
     share = row["cleared_share"]
     if share is None or share != share:
         return ""
-    return f"{share:.1%} of the execution time after the deploy is cleared (a pass needs {row['pass_share']:.0%})"
+    line = f"{share:.1%} of the execution time after the deploy is cleared (a pass needs {row['pass_share']:.0%})"
+    largest = row.get("largest_open_share")
+    if largest is not None and largest == largest:
+        line += (
+            f"\nthe largest open statement holds {largest:.1%} of it (a pass needs under {row['max_open_share']:.0%})"
+        )
+    tiers = [
+        f"{int(row.get(name) or 0)} {words}"
+        for name, words in (("improved", "improved"), ("probably_slower", "probably slower"))
+        if int(row.get(name) or 0)
+    ]
+    return line + (f"\nstatements {', '.join(tiers)}" if tiers else "")
 
 
 def _change_words(change: Any) -> str:
@@ -553,7 +568,9 @@ def _print_groups(groups: pd.DataFrame, show_all: bool) -> None:
         queryids = ", ".join(str(q) for q in list(g.member_queryid)[:8])
         more = f" … {len(g.member_queryid) - 8} more" if len(g.member_queryid) > 8 else ""
         late = f" at later look {int(g.look)}" if getattr(g, "look", 0) else ""  # sql/0034
-        click.echo(f"group {g.verdict}{late}: {clean(str(g.sentence))} (queryids {queryids}{more})")
+        tier = getattr(g, "tier", None)  # sql/0036
+        tier = f" ({TIER_WORDS.get(tier, tier)})" if isinstance(tier, str) else ""
+        click.echo(f"group {g.verdict}{tier}{late}: {clean(str(g.sentence))} (queryids {queryids}{more})")
     if len(shown) < len(tested):
         click.echo(f"… {len(tested) - len(shown)} more groups (--all)")
 
@@ -572,6 +589,8 @@ def _print_verdicts(table: pd.DataFrame) -> None:
     columns = {
         **({"target": list(table["target"])} if table["target"].nunique() > 1 else {}),
         "verdict": list(table["verdict"]),
+        # beyond the verdict (sql/0036): improved (cleared, clearly faster) or probably slower (open, slower on its own)
+        "tier": [TIER_WORDS.get(t, "") if isinstance(t, str) else "" for t in table["tier"]],
         "reason": list(table["reason"]),
         "cause": list(table["cause"].fillna("")),
         "before ms": fmt(table["mean_before_ms"], "{:.3f}"),
@@ -655,15 +674,16 @@ class Duration(click.ParamType):
 MAX_WAIT_S = 24 * 3600.0
 CONFIG_EXIT, USAGE_EXIT = 5, 2
 MIN_POLL_S = 0.1
-PROGRESS_EVERY_S = 60.0  # a progress line at least this often while waiting (and whenever the news changes)
 OVERDUE = timedelta(minutes=2)  # an analysis this late after it was due: the daemon may not be running
 GATE_EPILOG = """\b
 Exit codes:
-  0  pass: nothing detected, and the cleared statements hold at least the
-     pass share (radar.pass_share, default 90%) of the execution time
+  0  pass: nothing detected, the cleared statements hold at least the
+     pass share (radar.pass_share, default 90%) of the execution time,
+     and no statement left open holds 5% of it (radar.max_open_share)
   1  fail: a statement is detected slower, or a group of statements
      decided together (radar verdicts names it)
   3  inconclusive: neither (0 with --inconclusive-ok)
+  A probably slower statement is a WARNING line; it never changes the code.
   4  still pending at the deadline (--wait; without it, at once)
   5  warehouse or configuration error (retried until the deadline)
   2  usage: a bad option or DURATION, or a deploy id not recorded
@@ -733,7 +753,7 @@ def _verdict_due(warehouse: str | None, deploy_id: str, target: str) -> None:
 def _gate_text(view: gate_step.GateView, deploy_id: str) -> list[str]:
     """The gate's answer for a person reading a CI log: the state first, then counts, shares and detections."""
     t, s = view.times, view.state
-    lines = [f"deploy {clean(deploy_id)}: {s['state']}"]
+    lines = [f"deploy {clean(deploy_id)}: {s['state']}{_margin_words(view)}"]
     facts = [f"target {clean(t.target)}", f"deployed {_clock(t.deployed_at)}"]
     facts += [f"{name} {clean(value)}" for name, value in (("service", t.service), ("version", t.version)) if value]
     if s.get("analysed_at") is not None:
@@ -774,6 +794,63 @@ def _gate_text(view: gate_step.GateView, deploy_id: str) -> list[str]:
             f"{' (' + clean(d['cause_detail']) + ')' if d.get('cause_detail') else ''}, queryid {d['queryid']}: "
             f"{clean(d['query'])}"
         )
+    lines.extend(_tier_lines(view, deploy_id))
+    return lines
+
+
+def _margin_words(view: gate_step.GateView) -> str:
+    """The rule's margins after the state (docs/ci.md): the share cleared against the pass share, the largest share
+    one open statement holds against the max open share. Empty while pending, where nothing ran after the deploy,
+    and when the canary arm decided (its own shares, not these)."""
+    from radar_pipeline.steps.gate import margins
+
+    s = view.state
+    m = margins(s)
+    decided_by_canary = view.canary is not None and s.get("before_after_state") is not None
+    if s["state"] == "pending" or decided_by_canary or m["cleared_share"] is None or m["pass_share"] is None:
+        return ""
+    words = f" (cleared {m['cleared_share']:.1%} of the time, pass needs ≥ {m['pass_share']:.0%}"
+    if m["largest_open_share"] is not None and m["max_open_share"] is not None:
+        words += f"; largest open statement {m['largest_open_share']:.1%}, pass needs < {m['max_open_share']:.0%}"
+    return words + ")"
+
+
+TIER_TOP = 3  # improved statements the gate's text names, the busiest first
+
+
+def _tier_lines(view: gate_step.GateView, deploy_id: str) -> list[str]:
+    """A WARNING line per probably-slower statement (factor, 95% interval, share of the time, queryid, text) and per
+    deploy's probably-slower groups, then the statements faster: warnings only, the exit code stays the state's."""
+    tiered = view.tiered
+    lines: list[str] = []
+    if tiered is None:
+        return lines
+
+    def numbers(row: dict[str, Any]) -> str:
+        factor = f"×{row['factor']:.2f}" if row.get("factor") is not None else "×?"
+        if row.get("factor_low") is not None and row.get("factor_high") is not None:
+            factor += f" [×{row['factor_low']:.2f}, ×{row['factor_high']:.2f}]"
+        share = "" if row.get("share") is None else f", {row['share']:.1%} of the time after the deploy"
+        return f"{factor}{share}, queryid {row['queryid']}"
+
+    for row in tiered.probably_slower:
+        lines.append(f"WARNING: probably slower {numbers(row)}: {clean(row['query'])}")
+    rest = tiered.probably_slower_count - len(tiered.probably_slower)
+    if rest > 0:
+        lines.append(f"WARNING: {rest} more statements probably slower (radar verdicts {clean(deploy_id)})")
+    groups = int(view.state.get("groups_probably_slower") or 0)
+    if groups:
+        lines.append(
+            f"WARNING: {groups} group{'s' if groups != 1 else ''} of statements decided together probably slower "
+            f"(radar verdicts {clean(deploy_id)})"
+        )
+    if tiered.improved_count:
+        n = tiered.improved_count
+        top = tiered.improved[:TIER_TOP]
+        factors = ", ".join(f"×{r['factor']:.2f}" for r in top if r.get("factor") is not None)
+        more = " …" if n > len(top) else ""
+        lines.append(f"{n} statement{'s' if n != 1 else ''} faster: {factors}{more}")
+        lines.extend(f"  {numbers(row)}: {clean(row['query'])}" for row in top)
     return lines
 
 
@@ -800,6 +877,29 @@ def _gate_canary_lines(canary: dict[str, Any], state: dict[str, Any]) -> list[st
             f"({d['mean_stable_ms']:.3f} → {d['mean_canary_ms']:.3f} ms), queryid {d['queryid']}: {clean(d['query'])}"
         )
     return lines
+
+
+def _progress_key(view: gate_step.GateView) -> tuple[Any, ...]:
+    """What a pending deploy's progress line says, without its clock: the line is printed again only when this
+    changes (the window closed, the analysis fell late, the canary arm's turn came, the target's scrapes stopped or
+    came back, the times it is due at moved), never on a poll that found nothing new."""
+    t = view.times
+    canary = view.canary
+    if canary is not None and canary["state"] is None and view.state.get("before_after_state") != "pending":
+        return ("canary", canary["role"])
+    if t.last_scrape is None:
+        scrapes = "never"
+    elif t.now - t.last_scrape > max(t.window_closes_at - t.deployed_at, OVERDUE):
+        scrapes = "stale"
+    else:
+        scrapes = "fresh"
+    if t.now < t.window_closes_at:
+        phase = "window open"
+    elif t.now - t.due_at > OVERDUE:
+        phase = "overdue"
+    else:
+        phase = "waiting for the analysis"
+    return (phase, scrapes, t.window_closes_at, t.due_at)
 
 
 def _gate_progress(view: gate_step.GateView) -> str:
@@ -865,7 +965,7 @@ def gate(deploy_id: str, wait: float, poll: float, output: str, inconclusive_ok:
         configured = _times(warehouse)
     except ConfigError as exc:
         _gate_exit(CONFIG_EXIT, printable(str(exc)))
-    said, said_at = "", 0.0
+    said: tuple[Any, ...] = ()  # what the last progress line said (_progress_key): a line only when it changes
     while True:
         try:
             view = gate_step.read(engine, deploy_id, configured)
@@ -873,10 +973,9 @@ def gate(deploy_id: str, wait: float, poll: float, output: str, inconclusive_ok:
             failure = _failure("the warehouse did not answer", exc, url)
             if time.monotonic() >= deadline:
                 _gate_exit(CONFIG_EXIT, failure)
-            news = f"{failure}; retrying ({_span(deadline - time.monotonic())} left to wait)"
-            if news != said or time.monotonic() - said_at >= PROGRESS_EVERY_S:
-                click.echo(news, err=True)
-                said, said_at = news, time.monotonic()
+            if said != ("away", failure):
+                click.echo(f"{failure}; retrying ({_span(deadline - time.monotonic())} left to wait)", err=True)
+                said = ("away", failure)
             time.sleep(max(0.0, min(poll, deadline - time.monotonic())))
             continue
         except ConfigError as exc:
@@ -894,10 +993,10 @@ def gate(deploy_id: str, wait: float, poll: float, output: str, inconclusive_ok:
         remaining = deadline - time.monotonic()
         if state != "pending" or remaining <= 0:
             break
-        news = f"deploy {clean(deploy_id)}: {_gate_progress(view)}"
-        if news.split(";")[0] != said.split(";")[0] or time.monotonic() - said_at >= PROGRESS_EVERY_S:
-            click.echo(f"{news}; {_span(remaining)} left to wait", err=True)
-            said, said_at = news, time.monotonic()
+        key = _progress_key(view)
+        if key != said:
+            click.echo(f"deploy {clean(deploy_id)}: {_gate_progress(view)}; {_span(remaining)} left to wait", err=True)
+            said = key
         time.sleep(max(0.0, min(poll, remaining)))
     code = gate_step.exit_code(state, inconclusive_ok)
     if output == "json":

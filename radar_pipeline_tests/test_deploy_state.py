@@ -22,9 +22,10 @@ import sqlalchemy as sa
 from radar_pipeline.defs.deploys.deploy_verdicts import deploy_verdicts
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings, Verdict
+from radar_pipeline.engine.gate import PASS_SHARE
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 from radar_pipeline.warehouse import deploys
-from radar_pipeline.warehouse.analysis import PASS_SHARE, deploy_states
+from radar_pipeline.warehouse.analysis import deploy_states, write_analysis
 
 from .helpers import store_counters
 
@@ -70,9 +71,9 @@ def _verdicts(warehouse, deploy_id: str) -> pd.Series:
         ).set_index("queryid")["verdict"]
 
 
-def _states(warehouse, pass_share: float | None = None) -> dict[str, str]:
+def _states(warehouse, pass_share: float | None = None, max_open_share: float | None = None) -> dict[str, str]:
     with warehouse.connect() as conn:
-        found = deploy_states(conn, ["st-pending", *PLANS], pass_share)
+        found = deploy_states(conn, ["st-pending", *PLANS], pass_share, max_open_share)
     return dict(zip(found["deploy_id"], found["state"], strict=True))
 
 
@@ -118,7 +119,10 @@ def test_real_analyses_store_three_answers_and_each_deploy_gets_its_state(record
 
     # The share to pass on is a setting: per call (what `radar gate` will pass), or per session and database.
     assert _states(warehouse, pass_share=1.0)["st-pass"] == "inconclusive"
-    assert _states(warehouse, pass_share=0.2)["st-unsure"] == "pass"  # a team content with a fifth cleared
+    # A fifth cleared is not enough while the open statement holds most of the time (sql/0036: no statement left open
+    # may hold 5% of it); a team content with both is.
+    assert _states(warehouse, pass_share=0.2)["st-unsure"] == "inconclusive"
+    assert _states(warehouse, pass_share=0.2, max_open_share=1.0)["st-unsure"] == "pass"
     with warehouse.connect() as conn:
         conn.execute(sa.text("SET radar.pass_share = '0.9999'"))
         assert conn.execute(
@@ -152,9 +156,42 @@ def test_the_materialization_shows_the_deploy_state_first(recorded, warehouse, w
     metadata = result.asset_materializations_for_node("deploy_verdicts")[0].metadata
     assert list(metadata)[:3] == ["state", "cleared_share", "pass_share"]
     assert metadata["state"].value == "pass" and metadata["cleared_share"].value > 0.99
+    # the rule's other margin and the tiers (sql/0036): a table of the statements marked, with their tier
+    assert 0 < metadata["largest_open_share"].value < 0.01 and metadata["max_open_share"].value == 0.05
+    assert [c.name for c in metadata["tiers"].schema.columns][:3] == ["tier", "query", "queryid"]
+    assert metadata["improved"].value + metadata["probably_slower"].value == len(metadata["tiers"].records)
     assert [metadata[v].value for v in ("detected", "no_regression", "inconclusive", "insufficient_data")] == [
         0,
         2,
         1,
         0,
     ]
+
+
+def test_an_analysis_stores_each_statements_tier(warehouse):
+    # The rows stored say what the analysis found, tier included (sql/0036), and the deploy's state counts the tiers.
+    at = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+    plan = {1: (1.0, 0.5, 20, 0.03), 2: (0.5, 1.0, 20, 0.03), 3: (0.05, 1.0, 1, 0.6)}
+    store_counters(warehouse, "st-faster", _counters(at, plan, np.random.default_rng(7)), {q: TEXTS[q] for q in plan})
+    deploys.record(warehouse, deploys.DeployEvent("st-faster", "st-faster", at))
+    result = analyse_deploy(AnalysisRun(warehouse, SETTINGS), "st-faster")
+
+    def stored() -> dict[int, str | None]:
+        with warehouse.connect() as conn:
+            rows = pd.read_sql(sa.text("SELECT queryid, tier FROM radar.verdict WHERE deploy_id = 'st-faster'"), conn)
+        return _tiers(rows)
+
+    assert stored() == _tiers(result.verdicts)
+    # The same analysis written with tiers on its rows (whatever this engine's statistics gave them) keeps them.
+    tiered = result.verdicts.copy()
+    tiered["tier"] = np.array(["improved", None, "probably_slower"], dtype=object)[tiered["queryid"].to_numpy() - 1]
+    with warehouse.begin() as conn:
+        write_analysis(conn, "st-faster", "st-faster", SETTINGS.to_dict(), result.window, tiered, None)
+    assert stored() == {1: "improved", 2: None, 3: "probably_slower"}
+    with warehouse.connect() as conn:
+        state = deploy_states(conn, ["st-faster"]).iloc[0]
+    assert state["improved"] == 1 and state["probably_slower"] == 1
+
+
+def _tiers(rows: pd.DataFrame) -> dict[int, str | None]:
+    return {int(q): None if pd.isna(t) else str(t) for q, t in zip(rows["queryid"], rows["tier"], strict=True)}

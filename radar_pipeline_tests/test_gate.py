@@ -89,7 +89,10 @@ def test_gate_exit_codes_and_answers_through_the_console_script(gate_url):
     fail = _radar(["gate", "st-fail", "--warehouse", gate_url])
     assert fail.returncode == 1, fail.stderr
     lines = fail.stdout.splitlines()
-    assert lines[0] == "deploy st-fail: fail"
+    assert lines, fail.stderr
+    # the state first, with the rule's margins (sql/0036): the share cleared, the largest open statement's share
+    margins = r" \(cleared [\d.]+% of the time, pass needs ≥ 90%; largest open statement [\d.]+%, pass needs < 5%\)"
+    assert re.fullmatch(r"deploy st-fail: fail" + margins, lines[0]), lines[0]
     assert "target st-fail" in lines[1] and "service shop" in lines[1] and "analysed" in lines[1]
     assert lines[2] == "  verdicts: 1 detected, 1 no_regression, 1 inconclusive, 0 insufficient_data"
     shares = r"  execution time after the deploy: [\d.]+% cleared, [\d.]+% inconclusive, [\d.]+% detected"
@@ -99,7 +102,7 @@ def test_gate_exit_codes_and_answers_through_the_console_script(gate_url):
     assert re.fullmatch(detection + re.escape(LONG_TEXT), lines[5]), lines[5]
 
     ok = _invoke(["gate", "st-pass", "--warehouse", gate_url])
-    assert ok.exit_code == 0 and ok.stdout.startswith("deploy st-pass: pass\n"), ok.output
+    assert ok.exit_code == 0 and ok.stdout.startswith("deploy st-pass: pass (cleared 99."), ok.output
     assert "detections" not in ok.stdout
 
     pending = _radar(["gate", "st-open", "--wait", "1s", "--poll", "0.2s", "--warehouse", gate_url])
@@ -119,7 +122,7 @@ def test_gate_exit_codes_and_answers_through_the_console_script(gate_url):
 
 def test_gate_inconclusive_and_json(gate_url):
     unsure = _invoke(["gate", "st-unsure", "--warehouse", gate_url])
-    assert unsure.exit_code == 3 and unsure.stdout.startswith("deploy st-unsure: inconclusive\n"), unsure.output
+    assert unsure.exit_code == 3 and unsure.stdout.startswith("deploy st-unsure: inconclusive ("), unsure.output
     assert _invoke(["gate", "st-unsure", "--inconclusive-ok", "--warehouse", gate_url]).exit_code == 0
     assert _invoke(["gate", "st-fail", "--inconclusive-ok", "--warehouse", gate_url]).exit_code == 1
 
@@ -206,13 +209,13 @@ class _Switch:
 class _Gate:
     """`radar gate` running as a CI job runs it, its stderr lines collected as they come."""
 
-    def __init__(self, args: list[str]) -> None:
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
             [RADAR, "gate", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, **TIMES},
+            env={**os.environ, **(env or TIMES)},
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
@@ -237,6 +240,14 @@ class _Gate:
         out, _ = self.proc.communicate(timeout=DEADLINE_S)
         return self.proc.returncode, out
 
+    def all_lines(self) -> list[str]:
+        """Every stderr line so far (after finish: every one)."""
+        while True:
+            try:
+                self.seen.append(self.lines.get_nowait())
+            except queue.Empty:
+                return self.seen
+
 
 def test_the_gate_waits_for_an_analysis_made_while_it_waits(gate_url):
     gate = _Gate(["st-late", "--wait", "10m", "--poll", "0.2s", "--warehouse", gate_url])
@@ -253,7 +264,7 @@ def test_the_gate_waits_for_an_analysis_made_while_it_waits(gate_url):
         code, out = gate.finish()
     finally:
         gate.proc.kill()
-    assert analysed and code == 0 and out.startswith("deploy st-late: pass\n"), (out, gate.seen)
+    assert analysed and code == 0 and out.startswith("deploy st-late: pass ("), (out, gate.seen)
 
 
 def test_the_gate_rides_out_a_warehouse_that_goes_away(gate_url, pg18):
@@ -272,15 +283,18 @@ def test_the_gate_rides_out_a_warehouse_that_goes_away(gate_url, pg18):
     finally:
         gate.proc.kill()
         switch.off()
-    assert code == 0 and out.startswith("deploy st-away: pass\n"), (out, gate.seen)
+    assert code == 0 and out.startswith("deploy st-away: pass ("), (out, gate.seen)
     assert not any("Hid9" in line for line in gate.seen) and "Hid9" not in out
 
 
 def test_radar_deploy_says_when_the_verdict_is_due(gate_url):
     with make_engine(gate_url).connect() as conn:
         known_before = conn.execute(sa.text("SELECT count(*) FROM radar.deploy_event")).scalar_one()
-    for deploy_id, env in (("due-1", TIMES), ("due-2", {"RADAR_SCRAPE_INTERVAL_SECONDS": "10"})):
-        # due-2: the window is not in this environment; the one the target's last analysis used is (200 s).
+    elsewhere = {"RADAR_WINDOW_SECONDS": "2520", "RADAR_SCRAPE_INTERVAL_SECONDS": "60"}
+    for deploy_id, env in (("due-1", TIMES), ("due-2", {"RADAR_SCRAPE_INTERVAL_SECONDS": "10"}), ("due-3", elsewhere)):
+        # due-2: the window is not in this environment; the one the target's last analysis used is (200 s). due-3: this
+        # environment says other times than the target's; the target's, as stored, are the ones its verdict is due by
+        # (its latest analysis's window, 200 s; its scrapes, 10 s apart).
         result = CliRunner().invoke(
             main, ["deploy", "--target", "st-pass", "--id", deploy_id, "--warehouse", gate_url], env=env
         )
@@ -359,3 +373,159 @@ def test_a_table_printed_to_a_pipe_is_whole(gate_url):
         assert f" {column} " in header, header
     asked = _invoke(["verdicts", "st-fail", "--warehouse", gate_url], {"COLUMNS": "100"})  # a width asked for is kept
     assert max(len(line) for line in asked.stdout.splitlines()) <= 100 and "…" in asked.stdout
+
+
+# A statement's text with what must not reach a terminal: an escape sequence and a right-to-left override.
+HOSTILE_TEXT = "SELECT report(\x1b[31m$1\u202e) /* <!channel> */"
+
+
+@pytest.fixture(scope="module")
+def tiered(gate_url) -> str:
+    """st-tiers: a deploy on st-pass's target at st-pass's time, analysed, then its rows marked as an engine with tiers
+    would mark them: statements 1 and 2 improved, 3 (the sparse one, under 1% of the time) probably slower, whose
+    text is made hostile (no other test shows it)."""
+    engine = make_engine(gate_url)
+    with engine.begin() as conn:
+        at = conn.execute(
+            sa.text("SELECT deployed_at FROM radar.deploy_event WHERE deploy_id = 'st-pass'")
+        ).scalar_one()
+        conn.execute(
+            sa.text("UPDATE radar.query SET query = :q WHERE target = 'st-pass' AND queryid = 3"), {"q": HOSTILE_TEXT}
+        )
+    deploys.record(engine, deploys.DeployEvent("st-tiers", "st-pass", at))
+    analyse_deploy(AnalysisRun(engine, SETTINGS), "st-tiers")
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE radar.verdict SET tier = CASE WHEN queryid = 3 THEN 'probably_slower' ELSE 'improved' END, "
+                "factor_low = CASE WHEN queryid = 3 THEN 1.72 ELSE factor_low END, "
+                "factor_high = CASE WHEN queryid = 3 THEN 6.52 ELSE factor_high END WHERE deploy_id = 'st-tiers'"
+            )
+        )
+    engine.dispose()
+    return "st-tiers"
+
+
+def test_the_gate_warns_of_probably_slower_statements_and_says_what_got_faster(gate_url, tiered):
+    result = _radar(["gate", tiered, "--warehouse", gate_url])
+    assert result.returncode == 0, result.stderr  # a warning: the exit code stays the state's
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("deploy st-tiers: pass (cleared ") and "largest open statement 0." in lines[0]
+    [warning] = [line for line in lines if line.startswith("WARNING:")]
+    assert re.fullmatch(
+        r"WARNING: probably slower ×\d+\.\d\d \[×1\.72, ×6\.52\], 0\.\d% of the time after the deploy, queryid 3: "
+        r"SELECT report\(\S*\$1\S*\) /\* <!channel> \*/",
+        warning,
+    ), warning
+    assert "\x1b" not in result.stdout and "\u202e" not in result.stdout
+    faster = lines.index(next(line for line in lines if "statements faster:" in line))
+    assert re.fullmatch(r"2 statements faster: ×\d\.\d\d, ×\d\.\d\d", lines[faster]), lines[faster]
+    assert re.match(
+        r"  ×\d\.\d\d \[×\d\.\d\d, ×\d\.\d\d\], \d+\.\d% of the time after the deploy, queryid 1: ", lines[faster + 1]
+    )
+
+    import json
+
+    answer = json.loads(_invoke(["gate", tiered, "--format", "json", "--warehouse", gate_url]).stdout)
+    assert answer["exit_code"] == 0 and answer["state"] == "pass"
+    assert [r["queryid"] for r in answer["improved"]] == [1, 2]  # the busiest first
+    [slower] = answer["probably_slower"]
+    assert slower["queryid"] == 3 and slower["factor_low"] == 1.72 and 0 < slower["share"] < 0.01
+    assert slower["query"] == " ".join(HOSTILE_TEXT.split())  # raw in JSON (ASCII-escaped there)
+    assert answer["tier_counts"] == {"improved": 2, "probably_slower": 1, "groups_probably_slower": 0}
+    margins = answer["margins"]
+    assert margins["pass_share"] == 0.9 and margins["max_open_share"] == 0.05
+    assert margins["cleared_share"] > 0.99 and 0 < margins["largest_open_share"] < 0.01
+
+    table = _radar(["verdicts", tiered, "--warehouse", gate_url])
+    header = next(line for line in table.stdout.splitlines() if " verdict " in line and " query" in line)
+    assert " tier " in header
+    assert "statements 2 improved, 1 probably slower" in table.stdout
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in table.stdout.splitlines() if line.startswith("│")]
+    tier = [c.strip() for c in header.split("┃")[1:-1]].index("tier")
+    assert sorted(row[tier] for row in cells if row[tier]) == ["improved", "improved", "probably slower"], cells
+    csv = _invoke(["verdicts", tiered, "--format", "csv", "--warehouse", gate_url]).stdout
+    assert "tier" in csv.splitlines()[0].split(",") and csv.count("improved") == 2
+
+
+def _transactions(url: str) -> int:
+    """The warehouse database's transactions so far (committed and rolled back): each of the gate's polls adds some."""
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT pg_stat_clear_snapshot()"))
+            return conn.execute(
+                sa.text("SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()")
+            ).scalar_one()
+    finally:
+        engine.dispose()
+
+
+def _polls_pass(url: str, gate: _Gate, transactions: int = 40) -> None:
+    """Until the gate has polled many times more (the warehouse counts its transactions), the gate still waiting."""
+    start, deadline = _transactions(url), time.monotonic() + DEADLINE_S
+    while _transactions(url) < start + transactions:
+        assert time.monotonic() < deadline and gate.proc.poll() is None, gate.all_lines()
+        time.sleep(0.2)  # between looks at the counter; what is waited for is the count
+
+
+def test_the_gate_waiting_says_the_target_s_times_once_per_change(gate_url):
+    # The environment says other times than the target's (a CI job with the default window): the progress line says
+    # the target's, as the warehouse stores them (its latest analysis's 200 s window, its scrapes 10 s apart).
+    engine = make_engine(gate_url)
+    deploys.record(engine, deploys.DeployEvent("st-steps", "st-pass", datetime.now(UTC) - timedelta(seconds=5)))
+    with engine.connect() as conn:
+        at = conn.execute(
+            sa.text("SELECT deployed_at FROM radar.deploy_event WHERE deploy_id = 'st-steps'")
+        ).scalar_one()
+    elsewhere = {"RADAR_WINDOW_SECONDS": "2520", "RADAR_SCRAPE_INTERVAL_SECONDS": "60"}
+    gate = _Gate(["st-steps", "--wait", "10m", "--poll", "0.1s", "--warehouse", gate_url], env=elsewhere)
+    try:
+        gate.wait_for("st-steps: pending: the window after the deploy closes in")
+
+        def clock(seconds: int) -> str:
+            return (at + timedelta(seconds=seconds)).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+        [first] = [line for line in gate.all_lines() if "st-steps: pending" in line]
+        assert f"(at {clock(200)}), its verdict is due at {clock(210)}" in first, first
+        _polls_pass(gate_url, gate)  # many polls, nothing new: no line
+        # The window closes (its deploy moved back in time: the rows say so, not a clock).
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "UPDATE radar.deploy_event SET deployed_at = now() - interval '205 seconds', "
+                    "received_at = now() - interval '205 seconds' WHERE deploy_id = 'st-steps'"
+                )
+            )
+        gate.wait_for("st-steps: pending: the window closed; waiting for the analysis")
+        _polls_pass(gate_url, gate)
+        # Its analysis is stored: st-pass's verdicts, written for it.
+        with engine.begin() as conn:
+            for table in ("analysis", "verdict"):
+                columns = ", ".join(
+                    conn.execute(
+                        sa.text(
+                            "SELECT column_name FROM information_schema.columns WHERE table_schema = 'radar' "
+                            "AND table_name = :t AND is_generated = 'NEVER' AND column_name <> 'deploy_id' "
+                            "ORDER BY ordinal_position"
+                        ),
+                        {"t": table},
+                    ).scalars()
+                )
+                conn.execute(
+                    sa.text(
+                        f"INSERT INTO radar.{table} (deploy_id, {columns}) SELECT 'st-steps', {columns} "
+                        f"FROM radar.{table} WHERE deploy_id = 'st-pass'"
+                    )
+                )
+        code, out = gate.finish()
+    finally:
+        gate.proc.kill()
+        with engine.begin() as conn:  # the module's other deploys stay the newest
+            for table in ("verdict", "analysis", "deploy_event"):
+                conn.execute(sa.text(f"DELETE FROM radar.{table} WHERE deploy_id = 'st-steps'"))
+        engine.dispose()
+    assert code == 0 and out.startswith("deploy st-steps: pass ("), (out, gate.all_lines())
+    progress = [line for line in gate.all_lines() if "st-steps: pending" in line]
+    assert len(progress) == 2, progress  # one per change, not one per poll
+    assert "the window closed; waiting for the analysis" in progress[1]

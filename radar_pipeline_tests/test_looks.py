@@ -253,6 +253,25 @@ def test_a_look_never_changes_a_decided_verdict(deployed, warehouse):
     assert rows.loc[1, "verdict"] == "no_regression" and rows.loc[1, "look"] == 0
 
 
+def test_a_look_that_decides_an_open_statement_stores_its_tier(deployed, warehouse):
+    # The look's row carries the tier of the look's verdict (sql/0036), and the deploy's state counts it.
+    from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
+    from radar_pipeline.warehouse import looks
+
+    run = AnalysisRun(warehouse, ANALYSIS.settings(), settle=ANALYSIS.settle)
+    first = analyse_deploy(run, "lk-1").verdicts
+    assert first.loc[first["queryid"] == SPARSE, "verdict"].item() in ("inconclusive", "insufficient_data")
+    slower = first[first["queryid"] == SPARSE].assign(verdict="inconclusive", tier="probably_slower")
+    with warehouse.begin() as conn:
+        written = looks.replace_open(conn, "lk-1", "lk", slower, 1, deployed + timedelta(seconds=2 * W))
+    assert len(written) == 1
+    with warehouse.connect() as conn:
+        tier = conn.execute(
+            sa.text("SELECT tier FROM radar.verdict WHERE deploy_id = 'lk-1' AND queryid = :q"), {"q": SPARSE}
+        ).scalar_one()
+    assert tier == "probably_slower" and _state(warehouse)["probably_slower"] == 1
+
+
 def test_old_deploys_get_no_looks_unless_a_reanalysis_replaced_their_looks(warehouse):
     from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
     from radar_pipeline.warehouse import looks

@@ -49,6 +49,22 @@ class CanaryArms:
 
 
 @dataclass(frozen=True)
+class TierNote:
+    """A statement marked probably slower or improved, as a message names it: its factor (at the change) with the
+    95% interval, its share of the execution time after the deploy (None: unknown), queryid and text."""
+
+    queryid: int
+    query: str
+    factor: float | None
+    factor_low: float | None = None
+    factor_high: float | None = None
+    share: float | None = None
+
+
+TIERS_SHOWN = 3  # statements of each tier a message names, the busiest first
+
+
+@dataclass(frozen=True)
 class AnalysisFacts:
     """What the header says about the analysis: a deploy's, or a periodic check's (`period` set: service, version and
     url are empty).
@@ -75,6 +91,13 @@ class AnalysisFacts:
     # a canary analysis's (its detections are the canary role's against the stable role's over the same minutes, not
     # before against after: each channel says so); target is then the outbox's `canary:<target>`, shown_target the real
     canary: CanaryArms | None = None
+    # the deploy's statements beyond their verdicts (sql/0036), the busiest first: open ones slower on their own
+    # evidence (probably slower: the gate warns, it does not block) and cleared ones clearly faster (improved), with
+    # how many of each there are in all
+    probably_slower: tuple[TierNote, ...] = ()
+    improved: tuple[TierNote, ...] = ()
+    probably_slower_count: int = 0
+    improved_count: int = 0
 
 
 def shown_target(facts: AnalysisFacts) -> str:
@@ -208,6 +231,7 @@ def render(
         blocks[1]["fields"].append({"type": "mrkdwn", "text": load_line(*facts.load_ms_per_min)})
     if facts.state is not None:
         blocks[1]["fields"].append({"type": "mrkdwn", "text": state_line(facts)})
+    blocks.extend(tier_blocks(facts))
     for c in changes[:MAX_CHANGES]:
         blocks.append({"type": "divider"})
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"```{excerpt(c.query)}```"}})
@@ -289,7 +313,52 @@ def state_line(facts: AnalysisFacts) -> str:
     """The deploy's state with its statements' verdict counts and the share of its execution time cleared."""
     counts = ", ".join(f"{n:,} {verdict}" for verdict, n in facts.verdict_counts)
     share = "" if facts.cleared_share is None else f"; {facts.cleared_share:.0%} of the time after the deploy cleared"
-    return f"*Deploy state:* {escape_within(facts.state or '-', 40)} ({counts}{share})"
+    tiers = "".join(
+        f"; {n:,} {words}"
+        for n, words in ((facts.probably_slower_count, "probably slower"), (facts.improved_count, "improved"))
+        if n
+    )
+    return f"*Deploy state:* {escape_within(facts.state or '-', 40)} ({counts}{share}{tiers})"
+
+
+def tier_note_words(note: TierNote) -> str:
+    """A tiered statement's numbers, unescaped: "×3.35 (95% interval ×1.72 to ×6.52), 2.1% of the time after the
+    deploy, queryid 42"."""
+    words = "×?" if note.factor is None or note.factor != note.factor else f"×{note.factor:.2f}"
+    if note.factor_low is not None and note.factor_high is not None and note.factor_low == note.factor_low:
+        words += f" (95% interval ×{note.factor_low:.2f} to ×{note.factor_high:.2f})"
+    if note.share is not None and note.share == note.share:
+        words += f", {note.share:.1%} of the time after the deploy"
+    return f"{words}, queryid {note.queryid}"
+
+
+def tier_blocks(facts: AnalysisFacts) -> list[dict[str, Any]]:
+    """The deploy's probably-slower statements (a warning each: slower on its own evidence, not proven within the
+    family's budget, so the gate does not block on it) and its improvements, at most TIERS_SHOWN of each with their
+    texts escaped, the rest counted: one section and one context block at most."""
+    blocks: list[dict[str, Any]] = []
+    if facts.probably_slower_count:
+        n = facts.probably_slower_count
+        lines = [
+            f"*:warning: {n} statement{'s' if n != 1 else ''} probably slower* (slower on its own evidence, not proven "
+            "within the deploy's false-alert budget: the gate warns, it does not block)"
+        ]
+        for note in facts.probably_slower[:TIERS_SHOWN]:
+            lines.append(f"• {tier_note_words(note)}: `{excerpt(note.query, 150)}`")
+        if n > min(len(facts.probably_slower), TIERS_SHOWN):
+            lines.append(
+                f"… and {n - min(len(facts.probably_slower), TIERS_SHOWN)} more: `radar verdicts "
+                f"{escape_within(facts.analysis_id, 300)}`"
+            )
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _cut("\n".join(lines), MAX_SECTION_TEXT)}})
+    if facts.improved_count:
+        n = facts.improved_count
+        shown = facts.improved[:TIERS_SHOWN]
+        named = "; ".join(f"{tier_note_words(note)} `{excerpt(note.query, 80)}`" for note in shown)
+        more = " …" if n > len(shown) else ""
+        text = f"*{n} statement{'s' if n != 1 else ''} faster:* {named}{more}"
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _cut(text, MAX_SECTION_TEXT)}]})
+    return blocks
 
 
 def load_line(before: float | None, after: float) -> str:

@@ -276,8 +276,25 @@ def description(state: str, row: pd.Series, found: pd.DataFrame) -> str:
         cleared = "no execution time to clear" if pd.isna(share) else f"{share:.0%} of execution time cleared"
         need = row.get("pass_share")
         text = f"{state}: {cleared}" + ("" if pd.isna(need) else f" (pass needs {need:.0%})")
+    if not isinstance(decided_by, str):  # the before/after verdicts' tiers (sql/0036): a canary's arm has none
+        text += tier_words(row)
     text = printable(" ".join(text.split()))
     return text if len(text) <= MAX_DESCRIPTION else text[: MAX_DESCRIPTION - 1] + "…"
+
+
+def tier_words(row: pd.Series) -> str:
+    """The deploy's statements probably slower (a warning: not proven, the state stands) and improved, in words for
+    the status line ("; 1 probably slower, 3 faster"); empty when there are none."""
+
+    def count(name: str) -> int:
+        value = row.get(name)
+        return 0 if value is None or pd.isna(value) else int(value)
+
+    slower = count("probably_slower") + count("groups_probably_slower")
+    parts = [f"{slower} probably slower"] if slower else []
+    if count("improved"):
+        parts.append(f"{count('improved')} faster")
+    return f"; {', '.join(parts)}" if parts else ""
 
 
 def comment_body(deploy: Deploy, state: str, marker: str) -> str:

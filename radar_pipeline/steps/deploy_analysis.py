@@ -96,7 +96,8 @@ class Timings:
 
 @dataclass
 class WindowVerdicts:
-    """One window decided and written: its verdicts, its scrape health, the detections' texts and the timings."""
+    """One window decided and written: its verdicts, its scrape health, the texts of its detections and tiered
+    statements, and the timings."""
 
     window: tuple[datetime, datetime]
     verdicts: pd.DataFrame  # ANALYSED_VERDICTS: the engine's columns plus KEY, fingerprint, merged_queryids, plan_diff
@@ -356,7 +357,8 @@ def decide_window(
             ANALYSED_VERDICTS.assign(verdicts, "cause", Cause.COLLATERAL.value, rows=blamed)
             ANALYSED_VERDICTS.assign(verdicts, "cause_detail", collateral, rows=blamed)
         detected = verdicts["verdict"] == Verdict.DETECTED
-        texts = analysis.query_texts(conn, target, verdicts.loc[detected, KEY])
+        # the texts of the detections, and of the statements marked probably slower or improved (their table too)
+        texts = analysis.query_texts(conn, target, verdicts.loc[detected | verdicts["tier"].notna(), KEY])
         timings.write = time.perf_counter() - started - judged  # the texts, read here for the write's sake
 
     started = time.perf_counter()

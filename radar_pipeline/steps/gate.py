@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from radar_pipeline.config.settings import RadarSettings
 
-# `radar gate`'s exit codes by state; the receiver's gate answers carry the same under exit_code.
+# `radar gate`'s exit codes by state; the receiver's gate answers carry the same under exit_code. A tier never changes
+# them: a deploy that passes with probably-slower statements exits 0 and warns of each (docs/ci.md).
 EXIT = {"pass": 0, "fail": 1, "inconclusive": 3, "pending": 4}
+TIERED_SHOWN = 10  # statements of each tier the gate's answer lists (the busiest first); the rest are counted
 
 
 def exit_code(state: str, inconclusive_ok: bool = False) -> int:
@@ -34,6 +36,8 @@ class GateView:
     # a deploy that names no canary role. When it decides, state["state"] is the canary's and
     # state["before_after_state"] radar.deploy_state's.
     canary: dict[str, Any] | None = None
+    # Once decided, its statements marked improved and probably slower (warehouse.status.Tiered); None while pending.
+    tiered: Any = None
 
 
 def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | None:
@@ -53,6 +57,7 @@ def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | N
         if state["state"] == "pending":
             return GateView(times, state, {}, [], canary)
         shares = status.execution_shares(conn, deploy_id)
+        tiered = status.tiered_statements(conn, deploy_id, TIERED_SHOWN)
         table = verdicts_of(conn, deploy_id)
     detected = table[table["verdict"] == Verdict.DETECTED]
     columns = [
@@ -66,7 +71,24 @@ def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | N
         change = cells.pop("change_after_deploy")
         cells["change_after_deploy_s"] = None if change is None else round(change.total_seconds())
         detections.append(cells)
-    return GateView(times, state, shares, detections, canary)
+    return GateView(times, state, shares, detections, canary, tiered)
+
+
+def margins(state: dict[str, Any]) -> dict[str, float | None]:
+    """The rule's two margins from a radar.deploy_state row (sql/0036): the cleared share against the pass share,
+    the largest share one open statement holds against the max open share (None before an analysis, or where
+    nothing ran after the deploy)."""
+
+    def number(name: str) -> float | None:
+        value = plain(state.get(name))
+        return None if value is None else float(value)
+
+    return {name: number(name) for name in ("cleared_share", "pass_share", "largest_open_share", "max_open_share")}
+
+
+def tiered_cells(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tiered statements (warehouse.status.tiered_statements) as plain JSON-ready objects."""
+    return [{k: plain(v) for k, v in row.items()} for row in rows]
 
 
 def plain(value: object) -> Any:
@@ -106,6 +128,8 @@ def answer(view: GateView, deploy_id: str, code: int) -> dict[str, Any]:
             "detected": view.shares.get(Verdict.DETECTED, 0.0) if view.shares else None,
         },
         "pass_share": s.get("pass_share"),
+        # the rule's margins (docs/ci.md): cleared_share ≥ pass_share and largest_open_share < max_open_share pass
+        "margins": margins(s),
         "analysed_at": iso(s.get("analysed_at")),
         "engine_version": s.get("engine_version"),
         "deploy": {
@@ -119,6 +143,15 @@ def answer(view: GateView, deploy_id: str, code: int) -> dict[str, Any]:
             "verdict_due_at": iso(t.due_at),
         },
         "detections": view.detections,
+        # statements cleared and clearly faster, and open ones slower on their own evidence (warnings: the exit code
+        # stays the state's), the busiest first, at most TIERED_SHOWN each; counts hold them all
+        "improved": tiered_cells(view.tiered.improved) if view.tiered is not None else [],
+        "probably_slower": tiered_cells(view.tiered.probably_slower) if view.tiered is not None else [],
+        "tier_counts": {
+            "improved": view.tiered.improved_count if view.tiered is not None else 0,
+            "probably_slower": view.tiered.probably_slower_count if view.tiered is not None else 0,
+            "groups_probably_slower": int(s.get("groups_probably_slower") or 0),
+        },
     }
     if view.canary is not None:
         answer["canary"] = view.canary

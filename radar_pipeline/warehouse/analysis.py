@@ -586,7 +586,7 @@ VERDICT_DETAILS = (
     "v.userid, v.toplevel, v.fingerprint, v.merged_queryids, v.trigger, v.deploy_id, d.deployed_at, d.service, "
     "d.version, d.url, "
     "d.source AS deploy_source, d.received_at AS deploy_received_at, a.analysed_at, a.engine_version, "
-    "a.window_start, a.window_end, v.look, v.look_end"
+    "a.window_start, a.window_end, v.look, v.look_end, v.tier"
 )
 
 
@@ -617,18 +617,21 @@ def verdicts_of(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
     )
 
 
-PASS_SHARE = 0.9  # the view's default share of the execution time after the deploy that must be cleared to pass
-
-
-def deploy_states(conn: sa.Connection, deploy_ids: list[str], pass_share: float | None = None) -> pd.DataFrame:
+def deploy_states(
+    conn: sa.Connection, deploy_ids: list[str], pass_share: float | None = None, max_open_share: float | None = None
+) -> pd.DataFrame:
     """The rows of radar.deploy_state for these deploys (those recorded; in the order given): state (pending, fail,
-    pass, inconclusive), the verdict counts, exec_ms, cleared_ms and cleared_share. With `pass_share`, the state is
-    decided with that share instead of the database's (radar.pass_share, default PASS_SHARE), for the rest of the
-    caller's transaction."""
-    if pass_share is not None:
-        if not 0 < pass_share <= 1:
-            raise ValueError(f"pass_share must lie in (0, 1], not {pass_share}")
-        conn.execute(sa.text("SELECT set_config('radar.pass_share', :s, true)"), {"s": repr(float(pass_share))})
+    pass, inconclusive), the verdict counts, exec_ms, cleared_ms and cleared_share, and the rule's other margin
+    (largest_open_share against max_open_share) with the tier counts (sql/0036). With `pass_share` or
+    `max_open_share`, the state is decided with that share instead of the database's (radar.pass_share and
+    radar.max_open_share, defaults engine.gate's PASS_SHARE and MAX_OPEN_SHARE), for the rest of the caller's
+    transaction."""
+    for name, share in (("pass_share", pass_share), ("max_open_share", max_open_share)):
+        if share is None:
+            continue
+        if not 0 < share <= 1:
+            raise ValueError(f"{name} must lie in (0, 1], not {share}")
+        conn.execute(sa.text("SELECT set_config(:name, :s, true)"), {"name": f"radar.{name}", "s": repr(float(share))})
     found = pd.read_sql(
         sa.text("SELECT * FROM radar.deploy_state WHERE deploy_id = ANY(:ids)"), conn, params={"ids": list(deploy_ids)}
     )

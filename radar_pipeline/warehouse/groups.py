@@ -38,6 +38,8 @@ STORED = (
     "member_queryid",
     "member_toplevel",
 )
+# Written too: a group's tier (sql/0036: probably_slower, improved), when the engine's groups frame has one; NULL else.
+OPTIONAL = ("tier",)
 
 
 def write_groups(conn: sa.Connection, analysis_id: str, target: str, groups: pd.DataFrame) -> None:
@@ -54,10 +56,10 @@ def write_groups(conn: sa.Connection, analysis_id: str, target: str, groups: pd.
         return
     conn.execute(
         sa.text(
-            f"INSERT INTO radar.group_verdict (deploy_id, target, {', '.join(STORED)}) VALUES (:deploy_id, :target, "
-            f"{', '.join(':' + c for c in STORED)})"
+            f"INSERT INTO radar.group_verdict (deploy_id, target, {', '.join(WRITTEN)}) VALUES (:deploy_id, :target, "
+            f"{', '.join(':' + c for c in WRITTEN)})"
         ),
-        [{"deploy_id": analysis_id, "target": target, **_row(r)} for r in groups[list(STORED)].to_dict("records")],
+        [{"deploy_id": analysis_id, "target": target, **_row(r)} for r in _written(groups)],
     )
 
 
@@ -119,12 +121,12 @@ def write_look_groups(
         return 0
     conn.execute(
         sa.text(
-            f"INSERT INTO radar.group_verdict (deploy_id, target, look, look_end, {', '.join(STORED)}) VALUES "
-            f"(:deploy_id, :target, :look, :look_end, {', '.join(':' + c for c in STORED)})"
+            f"INSERT INTO radar.group_verdict (deploy_id, target, look, look_end, {', '.join(WRITTEN)}) VALUES "
+            f"(:deploy_id, :target, :look, :look_end, {', '.join(':' + c for c in WRITTEN)})"
         ),
         [
             {"deploy_id": deploy_id, "target": target, "look": look, "look_end": look_end, **_row(r)}
-            for r in fresh[list(STORED)].to_dict("records")
+            for r in _written(fresh)
         ],
     )
     detected = fresh[fresh["verdict"] == "detected"]
@@ -156,6 +158,14 @@ def mark_members(conn: sa.Connection, deploy_id: str, target: str, record: dict[
     )
 
 
+WRITTEN = (*STORED, *OPTIONAL)
+
+
+def _written(groups: pd.DataFrame) -> list[dict[str, Any]]:
+    """The groups' rows as written: the STORED columns, and each OPTIONAL one (None where the frame lacks it)."""
+    return groups.reindex(columns=list(WRITTEN)).astype({c: object for c in OPTIONAL}).to_dict("records")
+
+
 def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
@@ -180,7 +190,7 @@ def groups_of(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
     then by Z; with the look that decided each (look_end: where that look's after side ended; NULL for the first)."""
     return pd.read_sql(
         sa.text(
-            f"SELECT * FROM (SELECT DISTINCT ON (target, group_id) target, {', '.join(STORED)}, look, look_end "
+            f"SELECT * FROM (SELECT DISTINCT ON (target, group_id) target, {', '.join(WRITTEN)}, look, look_end "
             "FROM radar.group_verdict WHERE deploy_id = :d ORDER BY target, group_id, look DESC) g "
             "ORDER BY verdict = 'detected' DESC, z_stat DESC NULLS LAST, group_id"
         ),

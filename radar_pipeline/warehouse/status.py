@@ -21,6 +21,8 @@ from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX, READY_AT
 CONNECT_TIMEOUT_S = 5
 STATEMENT_TIMEOUT_MS = 10_000
 TCP_USER_TIMEOUT_MS = 15_000  # a warehouse that stopped acknowledging is given up by the kernel after this
+# A verdict's (alias v) execution time after the deploy as radar.deploy_state weighs it (sql/0036): the first look's.
+WEIGHED_MS = "coalesce(v.first_exec_ms, v.calls_after * v.mean_after_ms)"
 
 
 def polling_engine(url: str) -> sa.Engine:
@@ -42,24 +44,33 @@ def polling_engine(url: str) -> sa.Engine:
     )
 
 
+# The target's latest scrapes its scrape interval is measured over (the median gap between them).
+SCRAPES_MEASURED = 21
+
+
 def analysis_times(conn: sa.Connection, target: str, configured: RadarSettings) -> tuple[timedelta, timedelta]:
-    """The analysis window each side of a deploy and the scrape interval the sensor waits after it: the window from
-    RADAR_WINDOW_SECONDS when set, else the one the target's latest deploy analysis used (what the daemon runs with,
-    when the command's environment does not say), else the default; the interval from RADAR_SCRAPE_INTERVAL_SECONDS
-    or its default."""
-    if configured.window_seconds is not None:
-        window = configured.window_seconds
-    else:
-        stored = conn.execute(
-            sa.text(
-                "SELECT CAST(settings ->> 'window' AS double precision) FROM radar.analysis "
-                "WHERE target = :t AND deploy_id NOT LIKE :periodic AND settings ? 'window' "
-                "ORDER BY analysed_at DESC LIMIT 1"
-            ),
-            {"t": target, "periodic": PERIODIC_PREFIX + "%"},
-        ).scalar()
-        window = float(stored) if stored else DEFAULT_WINDOW_SECONDS
-    scrape = configured.scrape_interval_seconds or DEFAULT_SCRAPE_INTERVAL_SECONDS
+    """The analysis window each side of a deploy and the scrape interval the sensor waits after it, the target's as
+    the warehouse stores them: the window the target's latest deploy analysis used (radar.analysis keeps its engine
+    settings: what the daemon runs with), the interval its stored scrapes show (the median gap between its latest
+    SCRAPES_MEASURED scrapes, radar.pgss_info_snapshot). Where the warehouse has nothing (a target's first deploy, a
+    target never scraped), this environment's RADAR_WINDOW_SECONDS and RADAR_SCRAPE_INTERVAL_SECONDS, else their
+    defaults: a CI job that does not set them is not told the default 30-minute window's times for a 7-minute one."""
+    stored_window, stored_scrape = conn.execute(
+        sa.text(
+            "SELECT (SELECT CAST(settings ->> 'window' AS double precision) FROM radar.analysis "
+            "  WHERE target = :t AND deploy_id NOT LIKE :periodic AND settings ? 'window' "
+            "  ORDER BY analysed_at DESC LIMIT 1), "
+            "(SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY gap) FROM (SELECT extract(epoch FROM "
+            "  captured_at - lag(captured_at) OVER (ORDER BY captured_at)) AS gap FROM (SELECT captured_at "
+            "  FROM radar.pgss_info_snapshot WHERE target = :t ORDER BY captured_at DESC LIMIT :n) latest) gaps "
+            "  WHERE gap > 0)"
+        ),
+        {"t": target, "periodic": PERIODIC_PREFIX + "%", "n": SCRAPES_MEASURED},
+    ).one()
+    window = float(stored_window) if stored_window else configured.window_seconds or DEFAULT_WINDOW_SECONDS
+    scrape = (
+        float(stored_scrape) if stored_scrape else configured.scrape_interval_seconds or DEFAULT_SCRAPE_INTERVAL_SECONDS
+    )
     return timedelta(seconds=window), timedelta(seconds=scrape)
 
 
@@ -84,7 +95,8 @@ class DeployTimes:
 def deploy_times(
     conn: sa.Connection, deploy_id: str, configured: RadarSettings, target: str | None = None
 ) -> DeployTimes | None:
-    """The deploy's DeployTimes (analysis_times give its window and interval), or None when it is not recorded.
+    """The deploy's DeployTimes (analysis_times give its window and interval: the target's, as stored), or None when
+    it is not recorded.
     `target`, when the caller knows it, saves a query."""
     if target is None:
         target = conn.execute(
@@ -184,16 +196,66 @@ def canary_gate(
 
 def execution_shares(conn: sa.Connection, deploy_id: str) -> dict[str, float]:
     """Verdict → the share of the deploy's execution time after it that its statements hold, measured as
-    radar.deploy_state measures it (calls after × mean after); empty when nothing ran after the deploy."""
+    radar.deploy_state measures it (calls after × mean after, the first look's where a later look replaced the row:
+    WEIGHED_MS); empty when nothing ran after the deploy."""
     rows = conn.execute(
         sa.text(
-            "SELECT verdict, sum(calls_after * mean_after_ms) FROM radar.verdict "
-            "WHERE deploy_id = :d AND calls_after > 0 GROUP BY verdict"
+            f"SELECT v.verdict, sum({WEIGHED_MS}) FROM radar.verdict v "
+            f"WHERE v.deploy_id = :d AND {WEIGHED_MS} > 0 GROUP BY v.verdict"
         ),
         {"d": deploy_id},
     ).all()
     total = sum(float(ms or 0) for _, ms in rows)
     return {str(verdict): float(ms or 0) / total for verdict, ms in rows} if total > 0 else {}
+
+
+@dataclass(frozen=True)
+class Tiered:
+    """A deploy's statements marked with a tier (sql/0036), each list the busiest first (at most the `limit` asked
+    for), and how many of each tier there are in all."""
+
+    improved: list[dict[str, Any]]
+    probably_slower: list[dict[str, Any]]
+    improved_count: int = 0
+    probably_slower_count: int = 0
+
+
+def tiered_statements(conn: sa.Connection, deploy_id: str, limit: int = 50) -> Tiered:
+    """The deploy's statements marked improved or probably_slower (Tiered), those holding most of its execution time
+    after it first. Each: target, queryid, dbid, userid, toplevel, verdict, `factor` (at the change where the verdict
+    located one, else the window's) with its 95% interval (factor_low, factor_high), change_factor, the means before
+    and after, `share` (of the execution time after the deploy, as radar.deploy_state weighs it; None when nothing
+    ran after it) and the statement's text on one line (raw: each place it is shown escapes it)."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT * FROM (SELECT v.tier, v.target, v.queryid, v.dbid, v.userid, v.toplevel, v.verdict, "
+            "v.change_factor, v.segment_mean_after_ms / nullif(v.segment_mean_before_ms, 0) AS factor_at_change, "
+            "v.factor_low, v.factor_high, v.mean_before_ms, v.mean_after_ms, "
+            f"t.ms / nullif(sum(t.ms) OVER (), 0) AS share, "
+            "regexp_replace(coalesce(q.query, ''), '\\s+', ' ', 'g') AS query, "
+            "row_number() OVER (PARTITION BY v.tier ORDER BY t.ms DESC, v.queryid) AS rank, "
+            "count(*) OVER (PARTITION BY v.tier) AS n "
+            "FROM radar.verdict v "
+            f"CROSS JOIN LATERAL (SELECT CASE WHEN {WEIGHED_MS} > 0 THEN {WEIGHED_MS} ELSE 0 END AS ms) t "
+            "LEFT JOIN radar.query q ON q.target = v.target AND q.dbid = v.dbid "
+            "AND q.userid = v.userid AND q.queryid = v.queryid AND q.toplevel = v.toplevel "
+            "WHERE v.deploy_id = :d) x WHERE tier IS NOT NULL AND rank <= :n ORDER BY tier, rank"
+        ),
+        {"d": deploy_id, "n": limit},
+    )
+    found: dict[str, list[dict[str, Any]]] = {"improved": [], "probably_slower": []}
+    counts = {"improved": 0, "probably_slower": 0}
+    for r in rows:
+        cells = dict(r._mapping)
+        tier = cells.pop("tier")
+        counts[tier] = int(cells.pop("n"))
+        cells.pop("rank")
+        at = cells.pop("factor_at_change")
+        cells["factor"] = at if at is not None else cells["change_factor"]
+        for name in ("queryid", "dbid", "userid"):
+            cells[name] = int(cells[name])
+        found[tier].append(cells)
+    return Tiered(found["improved"], found["probably_slower"], counts["improved"], counts["probably_slower"])
 
 
 def recent_deploys(conn: sa.Connection, target: str | None, limit: int) -> list[dict[str, Any]]:

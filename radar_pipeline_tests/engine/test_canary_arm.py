@@ -86,9 +86,11 @@ def test_floors_give_insufficient_data_and_the_state_follows_the_verdicts():
     assert canary_state(result.reset_index(), 0.9) == "inconclusive"
 
     frame = pd.DataFrame(
-        {"verdict": ["no_regression", "inconclusive"], "calls_canary": [95, 5], "mean_canary_ms": [1.0, 1.0]}
+        {"verdict": ["no_regression", "inconclusive"], "calls_canary": [96, 4], "mean_canary_ms": [1.0, 1.0]}
     )
     assert canary_state(frame, 0.9) == "pass"
+    # the gate's rule (engine.gate): an open statement holding 5% of the canary's time keeps it from passing
+    assert canary_state(frame.assign(calls_canary=[95, 5]), 0.9) == "inconclusive"
     assert canary_state(frame.assign(calls_canary=[80, 20]), 0.9) == "inconclusive"
     assert canary_state(frame.assign(verdict=["no_regression", "detected"]), 0.9) == "fail"
 

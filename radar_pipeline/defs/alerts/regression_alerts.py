@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import sqlalchemy as sa
 
     from radar_pipeline.alerts.render import AnalysisFacts
+    from radar_pipeline.warehouse.status import Tiered
 
 
 @dg.asset(
@@ -45,9 +46,11 @@ def regression_alerts(
     """Send what is due of the deploy's regressions, in one message, and record every attempt; record them as
     withheld instead when the deploy's window closed more than the alert age limit ago, or in a reanalysis run. Then
     the same, and the deploy's mark and the resolves of what it no longer announces, on each routed channel."""
+    from radar_pipeline.alerts.render import TIERS_SHOWN
     from radar_pipeline.steps.alert_delivery import deliver, deploy_facts, withhold_reason
     from radar_pipeline.warehouse import alerts as outbox
     from radar_pipeline.warehouse import analysis as analysis_store
+    from radar_pipeline.warehouse.status import tiered_statements
 
     analysis_id = context.partition_key
     engine = warehouse.engine()
@@ -57,6 +60,7 @@ def regression_alerts(
         either = found if len(found) else changes
         load = outbox.load_summary(conn, analysis_id, str(either["target"].iloc[0])) if len(either) else None
         state = analysis_store.deploy_states(conn, [analysis_id])
+        tiered = tiered_statements(conn, analysis_id, TIERS_SHOWN)
     reanalysis = context.run.tags.get(REANALYSIS_TAG) == "true"
     if either.empty:
         metadata: dict[str, Any] = {
@@ -66,7 +70,7 @@ def regression_alerts(
         metadata.update(_channels(context, engine, channels, analysis_id, None, found, changes, reanalysis))
         return dg.MaterializeResult(metadata=metadata)
     reason = withhold_reason(either, slack.alert_max_age, datetime.now(UTC), reanalysis=reanalysis)
-    facts = replace(deploy_facts(either), load_ms_per_min=load, **state_facts(state))
+    facts = replace(deploy_facts(either), load_ms_per_min=load, **state_facts(state, tiered))
     try:
         metadata = as_metadata(
             deliver(context.log, engine, slack.sender(), found, facts, withhold=reason, changes=changes)
@@ -136,21 +140,45 @@ def _channels(
     }
 
 
-def state_facts(state: "pd.DataFrame") -> dict[str, Any]:
-    """The message's deploy state fields from the deploy's radar.deploy_state row (none when it has no row)."""
+def state_facts(state: "pd.DataFrame", tiered: "Tiered | None" = None) -> dict[str, Any]:
+    """The message's deploy state fields from the deploy's radar.deploy_state row (none when it has no row), and its
+    statements marked probably slower or improved (warehouse.status.tiered_statements), when read."""
     import pandas as pd
 
+    from radar_pipeline.alerts.render import TierNote
     from radar_pipeline.engine import VERDICTS
 
     if state.empty:
         return {}
     row = state.iloc[0]
     share = row["cleared_share"]
-    return {
+    facts: dict[str, Any] = {
         "state": str(row["state"]),
         "verdict_counts": tuple((verdict, int(row[verdict])) for verdict in VERDICTS),
         "cleared_share": None if pd.isna(share) else float(share),
     }
+    if tiered is not None:
+
+        def notes(rows: list[dict[str, Any]]) -> tuple[TierNote, ...]:
+            return tuple(
+                TierNote(
+                    queryid=int(r["queryid"]),
+                    query=r["query"] or f"queryid {r['queryid']}",
+                    factor=r["factor"],
+                    factor_low=r["factor_low"],
+                    factor_high=r["factor_high"],
+                    share=r["share"],
+                )
+                for r in rows
+            )
+
+        facts.update(
+            probably_slower=notes(tiered.probably_slower),
+            improved=notes(tiered.improved),
+            probably_slower_count=tiered.probably_slower_count,
+            improved_count=tiered.improved_count,
+        )
+    return facts
 
 
 def as_metadata(delivery: dict, chart_limit: int = CHART_IMAGES_LIMIT) -> dict:

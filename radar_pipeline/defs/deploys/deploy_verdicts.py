@@ -18,7 +18,7 @@ from radar_pipeline.defs.resources import (
     WarehouseResource,
     engine_overrides_config,
 )
-from radar_pipeline.engine import Verdict
+from radar_pipeline.engine import Tier, Verdict
 from radar_pipeline.pgss_model import key_label
 
 if TYPE_CHECKING:  # the engine, steps/ and warehouse/ (pandas, SQLAlchemy) load when a run or a tick needs them
@@ -47,6 +47,18 @@ DETECTION_COLUMNS = [
     ("undo", "string"),
     ("plan", "string"),
     ("caution", "string"),
+]
+# The statements marked beyond their verdicts (sql/0036): probably slower (open, slower on their own evidence) and
+# improved (cleared, clearly faster), the busiest first.
+TIER_COLUMNS = [
+    ("tier", "string"),
+    ("query", "string"),
+    ("queryid", ID),
+    ("verdict", "string"),
+    ("factor", "float"),
+    ("factor_low", "float"),
+    ("factor_high", "float"),
+    ("share_of_time_after", "float"),
 ]
 PLAN_DIFF_COLUMNS = [
     ("statement", "string"),
@@ -310,6 +322,9 @@ def _metadata(result: "DeployAnalysis") -> dict[str, Any]:
         "state": str(result.state["state"]),
         "cleared_share": rounded(result.state["cleared_share"], 4),  # None where nothing ran after the deploy
         "pass_share": float(result.state["pass_share"]),
+        # the rule's other margin (sql/0036): no statement left open may hold max_open_share of the time
+        "largest_open_share": rounded(result.state.get("largest_open_share"), 4),
+        "max_open_share": rounded(result.state.get("max_open_share"), 4),
         "deploy": dg.MetadataValue.json(
             {
                 "deploy_id": result.event.deploy_id,
@@ -324,6 +339,9 @@ def _metadata(result: "DeployAnalysis") -> dict[str, Any]:
         "no_regression": int(counts.get(Verdict.NO_REGRESSION, 0)),
         "inconclusive": int(counts.get(Verdict.INCONCLUSIVE, 0)),
         "insufficient_data": int(counts.get(Verdict.INSUFFICIENT_DATA, 0)),
+        "improved": int((v["tier"] == Tier.IMPROVED).sum()),
+        "probably_slower": int((v["tier"] == Tier.PROBABLY_SLOWER).sum()),
+        "tiers": table(TIER_COLUMNS, _tier_rows(result)),
         "plan_diffs": table(
             PLAN_DIFF_COLUMNS,
             [
@@ -346,6 +364,38 @@ def _metadata(result: "DeployAnalysis") -> dict[str, Any]:
         "plans_s": round(result.seconds.plans, 3),
         "write_s": round(result.seconds.write, 3),
     }
+
+
+def _tier_rows(result: "DeployAnalysis") -> list[dict[str, Any]]:
+    """The statements marked probably slower, then those improved, each the busiest first (at most
+    DETECTION_ROWS_SHOWN of each): the factor at the change (else the window's) with its 95% interval and the
+    statement's share of the execution time after the deploy."""
+    import numpy as np
+
+    v = result.verdicts
+    spent = (v["calls_after"].astype(float) * v["mean_after_ms"].astype(float)).to_numpy()
+    spent = np.where(np.isfinite(spent) & (spent > 0), spent, 0.0)
+    whole = spent.sum()
+    at_change = (v["segment_mean_after_ms"] / v["segment_mean_before_ms"]).to_numpy(np.float64)
+    factor = np.where(np.isfinite(at_change), at_change, v["change_factor"].to_numpy(np.float64))
+    rows = []
+    for tier in (Tier.PROBABLY_SLOWER, Tier.IMPROVED):
+        marked = np.flatnonzero((v["tier"] == tier).to_numpy())
+        for i in marked[np.argsort(-spent[marked], kind="stable")][:DETECTION_ROWS_SHOWN]:
+            row = v.iloc[i]
+            rows.append(
+                {
+                    "tier": tier.value,
+                    "query": result.texts.get(int(row["queryid"]), ""),
+                    "queryid": int(row["queryid"]),
+                    "verdict": row["verdict"],
+                    "factor": rounded(factor[i]),
+                    "factor_low": rounded(row["factor_low"]),
+                    "factor_high": rounded(row["factor_high"]),
+                    "share_of_time_after": rounded(spent[i] / whole, 4) if whole > 0 else None,
+                }
+            )
+    return rows
 
 
 def _summary_rows(result: "DeployAnalysis") -> list[dict[str, Any]]:

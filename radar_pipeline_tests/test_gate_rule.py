@@ -1,0 +1,222 @@
+"""The gate's rule twice, held to one answer (sql/0036, engine/gate.py): radar.deploy_state on stored verdict rows and
+engine.gate.deploy_state on the same rows as a frame give the same state, cleared share, largest open share and tier
+counts: a clean pass, a statement left open with 6% of the time, 89% cleared, a detection, improvements only, a
+probably-slower statement too small to hold the deploy open; and after a later look decides the open statement.
+The canary arm (engine.canary.canary_state) follows the same rule on its own columns."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pandas as pd
+import pytest
+import sqlalchemy as sa
+
+from radar_pipeline.engine.canary import canary_state
+from radar_pipeline.engine.gate import MAX_OPEN_SHARE, PASS_SHARE, deploy_state
+from radar_pipeline.warehouse import deploys
+from radar_pipeline.warehouse.analysis import deploy_states
+
+# Per case, its statements: (verdict, tier, calls after, mean after ms); the time after is calls × mean.
+CASES: dict[str, list[tuple[str, str | None, int, float]]] = {
+    # 95% cleared, the open statement 4% (under the 5% bar), 1% new
+    "rule-pass": [
+        ("no_regression", None, 1000, 0.5),
+        ("no_regression", None, 450, 1.0),
+        ("inconclusive", None, 40, 1.0),
+        ("insufficient_data", None, 10, 1.0),
+    ],
+    # 94% cleared, but one statement left open holds 6%
+    "rule-open-6": [("no_regression", None, 940, 1.0), ("inconclusive", None, 60, 1.0)],
+    # 89% cleared, the rest spread over three open statements of under 4% each
+    "rule-cleared-89": [
+        ("no_regression", None, 890, 1.0),
+        ("inconclusive", None, 37, 1.0),
+        ("inconclusive", None, 37, 1.0),
+        ("inconclusive", None, 36, 1.0),
+    ],
+    "rule-detected": [("detected", None, 10, 1.0), ("no_regression", None, 990, 1.0)],
+    # only faster: every statement cleared, two of them improved
+    "rule-improved": [
+        ("no_regression", "improved", 500, 0.2),
+        ("no_regression", "improved", 300, 0.1),
+        ("no_regression", None, 700, 1.0),
+    ],
+    # a probably slower statement with 2% of the time: a warning, not a reason to hold the deploy
+    "rule-probably-slower": [("no_regression", None, 980, 1.0), ("inconclusive", "probably_slower", 20, 1.0)],
+}
+EXPECTED = {
+    "rule-pass": "pass",
+    "rule-open-6": "inconclusive",
+    "rule-cleared-89": "inconclusive",
+    "rule-detected": "fail",
+    "rule-improved": "pass",
+    "rule-probably-slower": "pass",
+}
+
+
+def _frame(rows: list[tuple[str, str | None, int, float]]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["verdict", "tier", "calls_after", "mean_after_ms"])
+
+
+def _store(engine: sa.Engine, deploy_id: str, frame: pd.DataFrame) -> None:
+    """The deploy, its analysis and its verdict rows, as an analysis stores them (only what the rule reads)."""
+    at = datetime.now(UTC) - timedelta(hours=2)
+    deploys.record(engine, deploys.DeployEvent(deploy_id, "rule", at), configured_targets=["rule"])
+    counts = frame["verdict"].value_counts()
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.analysis (deploy_id, target, settings, engine_version, window_start, window_end, "
+                "queries, detected, no_regression, inconclusive, insufficient_data) VALUES (:d, 'rule', '{}', '2.7', "
+                ":lo, :hi, :n, :det, :nr, :inc, :ins)"
+            ),
+            {
+                "d": deploy_id,
+                "lo": at - timedelta(minutes=30),
+                "hi": at + timedelta(minutes=30),
+                "n": len(frame),
+                **{
+                    k: int(counts.get(v, 0))
+                    for k, v in (
+                        ("det", "detected"),
+                        ("nr", "no_regression"),
+                        ("inc", "inconclusive"),
+                        ("ins", "insufficient_data"),
+                    )
+                },
+            },
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.verdict (deploy_id, target, dbid, userid, queryid, toplevel, fingerprint, verdict, "
+                "reason, tier, n_before, n_after, calls_before, calls_after, mean_before_ms, mean_after_ms) VALUES "
+                "(:d, 'rule', 5, 10, :q, true, :q, :verdict, :reason, :tier, 30, 30, :calls, :calls, :mean, :mean)"
+            ),
+            [
+                {
+                    "d": deploy_id,
+                    "q": q,
+                    "verdict": r.verdict,
+                    "reason": "significant" if r.verdict == "detected" else "not_significant",
+                    "tier": None if pd.isna(r.tier) else r.tier,
+                    "calls": int(r.calls_after),
+                    "mean": float(r.mean_after_ms),
+                }
+                for q, r in enumerate(frame.itertuples(), start=1)
+            ],
+        )
+
+
+def _compare(row: pd.Series, frame: pd.DataFrame, **shares: float) -> None:
+    engine_says = deploy_state(frame, **shares)
+    assert row["state"] == engine_says.state
+    assert row["cleared_share"] == pytest.approx(engine_says.cleared_share, abs=1e-12)
+    assert row["largest_open_share"] == pytest.approx(engine_says.largest_open_share, abs=1e-12)
+    assert int(row["detected"]) == engine_says.detected
+    assert int(row["improved"]) == engine_says.improved
+    assert int(row["probably_slower"]) == engine_says.probably_slower
+
+
+def test_the_view_and_the_engine_give_each_deploy_the_same_answer(warehouse):
+    frames = {deploy_id: _frame(rows) for deploy_id, rows in CASES.items()}
+    for deploy_id, frame in frames.items():
+        _store(warehouse, deploy_id, frame)
+    with warehouse.connect() as conn:
+        states = deploy_states(conn, list(frames)).set_index("deploy_id")
+    assert states["state"].to_dict() == EXPECTED
+    # one definition of the defaults: the view's are engine.gate's
+    assert (states["pass_share"] == PASS_SHARE).all() and (states["max_open_share"] == MAX_OPEN_SHARE).all()
+    for deploy_id, frame in frames.items():
+        _compare(states.loc[deploy_id], frame)
+    assert states.loc["rule-open-6", "largest_open_share"] == pytest.approx(0.06)
+    assert states.loc["rule-pass", "largest_open_share"] == pytest.approx(0.04)
+    assert states.loc["rule-cleared-89", "cleared_share"] == pytest.approx(0.89)
+    assert states.loc["rule-improved", "improved"] == 2 and states.loc["rule-improved", "largest_open_share"] == 0
+    assert states.loc["rule-probably-slower", "probably_slower"] == 1
+
+    # The bar for a statement left open is a setting, as the pass share is: per call, session or database.
+    with warehouse.connect() as conn:
+        loose = deploy_states(conn, list(frames), max_open_share=0.07).set_index("deploy_id")
+    assert loose.loc["rule-open-6", "state"] == "pass"
+    for deploy_id, frame in frames.items():
+        _compare(loose.loc[deploy_id], frame, max_open_share=0.07)
+    with warehouse.connect() as conn:
+        conn.execute(sa.text("SET radar.max_open_share = '0.01'"))
+        strict = deploy_states(conn, list(frames)).set_index("deploy_id")
+    assert strict.loc["rule-pass", "state"] == "inconclusive" and strict.loc["rule-improved", "state"] == "pass"
+    with pytest.raises(ValueError, match="max_open_share"), warehouse.connect() as conn:
+        deploy_states(conn, ["rule-pass"], max_open_share=0)
+
+
+def test_a_later_look_that_decides_the_open_statement_moves_the_state(warehouse):
+    frame = _frame(CASES["rule-open-6"])
+    _store(warehouse, "rule-look", frame)
+    with warehouse.connect() as conn:
+        assert deploy_states(conn, ["rule-look"]).iloc[0]["state"] == "inconclusive"
+    # A later look clears the open statement: its row is replaced, with the look's own calls after, and keeps the first
+    # look's execution time (first_exec_ms), which the rule weighs.
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE radar.verdict SET verdict = 'no_regression', reason = 'below_threshold', look = 1, "
+                "first_exec_ms = calls_after * mean_after_ms, calls_after = calls_after * 4, tier = 'improved' "
+                "WHERE deploy_id = 'rule-look' AND verdict = 'inconclusive'"
+            )
+        )
+    looked = frame.assign(verdict="no_regression", tier=[None, "improved"])
+    with warehouse.connect() as conn:
+        row = deploy_states(conn, ["rule-look"]).iloc[0]
+    assert row["state"] == "pass" and row["cleared_share"] == pytest.approx(1.0)
+    _compare(row, looked)
+    # and one that finds it slower fails the deploy, as the engine's rule does on the same rows
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE radar.verdict SET verdict = 'detected', tier = NULL WHERE deploy_id = 'rule-look' AND look = 1"
+            )
+        )
+    with warehouse.connect() as conn:
+        row = deploy_states(conn, ["rule-look"]).iloc[0]
+    _compare(row, frame.assign(verdict=["no_regression", "detected"]))
+    assert row["state"] == "fail"
+
+
+def test_a_group_marked_probably_slower_is_counted_at_its_latest_look(warehouse):
+    _store(warehouse, "rule-group", _frame(CASES["rule-pass"]))
+    members = "CAST('{5}' AS oid[]), CAST('{10}' AS oid[]), CAST('{1}' AS bigint[]), CAST('{true}' AS boolean[])"
+    with warehouse.begin() as conn:
+        for group_id, look, verdict, tier in (
+            ("g-open", 0, "inconclusive", "probably_slower"),
+            ("g-later", 0, "inconclusive", "probably_slower"),
+            ("g-later", 1, "no_regression", None),  # decided at a later look: no longer probably slower
+        ):
+            conn.execute(
+                sa.text(
+                    "INSERT INTO radar.group_verdict (deploy_id, target, group_id, kind, label, verdict, members, "
+                    "members_above, statements, member_dbid, member_userid, member_queryid, member_toplevel, look, "
+                    f"tier) VALUES ('rule-group', 'rule', :g, 'shape', :g, :v, 3, 2, 3, {members}, :k, :tier)"
+                ),
+                {"g": group_id, "v": verdict, "k": look, "tier": tier},
+            )
+    with warehouse.connect() as conn:
+        row = deploy_states(conn, ["rule-group"]).iloc[0]
+    assert row["groups_probably_slower"] == 1 and row["groups_detected"] == 0 and row["state"] == "pass"
+
+
+def test_the_canary_arm_follows_the_same_rule():
+    canary = pd.DataFrame(
+        {
+            "verdict": ["no_regression", "inconclusive"],
+            "calls_canary": [940, 60],
+            "mean_canary_ms": [1.0, 1.0],
+            "calls_stable": [5000, 300],
+        }
+    )
+    assert canary_state(canary) == "inconclusive"  # 94% cleared, but the open statement holds 6%
+    assert canary_state(canary, max_open_share=0.07) == "pass"
+    assert canary_state(canary.assign(calls_canary=[960, 40])) == "pass"
+    assert canary_state(canary.assign(verdict=["no_regression", "detected"])) == "fail"
+    assert canary_state(canary.assign(calls_canary=[0, 0])) == "inconclusive"  # nothing ran
+    assert canary_state(canary.assign(mean_canary_ms=[np.nan, 1.0])) == "inconclusive"
