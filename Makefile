@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 export DAGSTER_DISABLE_TELEMETRY := 1
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install lock demo dev test test-unit lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-location bench-gate bench-receiver bench-plans bench-causes bench-power clean
+.PHONY: install lock demo dev test test-unit lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-location bench-gate bench-receiver bench-plans bench-causes bench-power bench-gate-lab clean
 
 install: $(VENV)/.installed
 
@@ -118,6 +118,16 @@ bench-causes: install
 # against a ceiling of the same design; prints the targets' table (each part's script: benchmarks/power_*.py).
 bench-power: install
 	for part in benchmarks/power_*.py; do $(BIN)/python $$part $(ARGS) || exit 1; done
+
+# The gate on real PostgreSQL (docs/benchmarks.md): a 100-minute recording through radar's collector with both cores
+# busy beside the server (GATE_LAB_ARGS= for an idle one), then its designed changes and null deploys analysed.
+GATE_LAB ?= /tmp/radar-gate-lab.pkl
+GATE_LAB_ARGS ?= --busy
+bench-gate-lab: install
+	$(BIN)/python benchmarks/gate_lab.py --record $(GATE_LAB) --minutes 100 --phase-minutes 10 --steady-phases 3 \
+		--events drop_index,create_index,work_mem_low,work_mem_high,function_x2,function_back,function_x1.5 \
+		--scrape 5 $(GATE_LAB_ARGS)
+	$(BIN)/python benchmarks/gate_lab.py --analyse $(GATE_LAB) --windows 180,300
 
 bench-compact: install
 	$(BIN)/python benchmarks/compaction_bench.py

@@ -461,18 +461,16 @@ TIER_WORDS = {"improved": "improved", "probably_slower": "probably slower"}
 
 
 def _cleared_line(row: pd.Series) -> str:
-    """The share of the deploy's execution time after it that cleared statements hold (radar.deploy_state), against
-    the share a pass needs, and the largest share one open statement holds against its bar (sql/0036), with the
-    tiers counted; empty with no analysis yet, or nothing run after the deploy."""
+    """The share of the deploy's execution time after it that cleared statements hold (radar.deploy_state), and the
+    rule's margin: the time the open statements may have added beyond θ against its bar (sql/0036), with the tiers
+    counted; empty with no analysis yet, or nothing run after the deploy."""
     share = row["cleared_share"]
     if share is None or share != share:
         return ""
-    line = f"{share:.1%} of the execution time after the deploy is cleared (a pass needs {row['pass_share']:.0%})"
-    largest = row.get("largest_open_share")
-    if largest is not None and largest == largest:
-        line += (
-            f"\nthe largest open statement holds {largest:.1%} of it (a pass needs under {row['max_open_share']:.0%})"
-        )
+    line = f"{share:.1%} of the execution time after the deploy cleared"
+    excess = row.get("open_excess_share")
+    if excess is not None and excess == excess:
+        line += f"; open may add {excess:.2%} beyond θ (pass: ≤ {row['max_open_excess']:.0%})"
     tiers = [
         f"{int(row.get(name) or 0)} {words}"
         for name, words in (("improved", "improved"), ("probably_slower", "probably slower"))
@@ -677,9 +675,9 @@ MIN_POLL_S = 0.1
 OVERDUE = timedelta(minutes=2)  # an analysis this late after it was due: the daemon may not be running
 GATE_EPILOG = """\b
 Exit codes:
-  0  pass: nothing detected, the cleared statements hold at least the
-     pass share (radar.pass_share, default 90%) of the execution time,
-     and no statement left open holds 5% of it (radar.max_open_share)
+  0  pass: nothing detected, and the statements left open may have
+     added at most 1% of the execution time beyond the tolerance, each
+     at its upper bound (radar.max_open_excess; docs/method.md)
   1  fail: a statement is detected slower, or a group of statements
      decided together (radar verdicts names it)
   3  inconclusive: neither (0 with --inconclusive-ok)
@@ -777,10 +775,7 @@ def _gate_text(view: gate_step.GateView, deploy_id: str) -> list[str]:
         rest = [
             f"{view.shares[v]:.1%} {v}" for v in (Verdict.INSUFFICIENT_DATA, Verdict.DETECTED) if view.shares.get(v)
         ]
-        lines.append(
-            f"  execution time after the deploy: {', '.join([shares, *rest])} (a pass needs {s['pass_share']:.0%} "
-            "cleared)"
-        )
+        lines.append(f"  execution time after the deploy: {', '.join([shares, *rest])}")
     else:
         lines.append("  execution time after the deploy: none (nothing ran in its window)")
     if view.detections:
@@ -799,19 +794,21 @@ def _gate_text(view: gate_step.GateView, deploy_id: str) -> list[str]:
 
 
 def _margin_words(view: gate_step.GateView) -> str:
-    """The rule's margins after the state (docs/ci.md): the share cleared against the pass share, the largest share
-    one open statement holds against the max open share. Empty while pending, where nothing ran after the deploy,
-    and when the canary arm decided (its own shares, not these)."""
+    """The rule's margin after the state (docs/ci.md): the time the statements left open may have added beyond θ
+    against its bar, and the share cleared. Empty while pending, where nothing ran after the deploy, and when the
+    canary arm decided (its own shares, not these)."""
     from radar_pipeline.steps.gate import margins
 
     s = view.state
     m = margins(s)
     decided_by_canary = view.canary is not None and s.get("before_after_state") is not None
-    if s["state"] == "pending" or decided_by_canary or m["cleared_share"] is None or m["pass_share"] is None:
+    if s["state"] == "pending" or decided_by_canary or m["open_excess_share"] is None or m["max_open_excess"] is None:
         return ""
-    words = f" (cleared {m['cleared_share']:.1%} of the time, pass needs ≥ {m['pass_share']:.0%}"
-    if m["largest_open_share"] is not None and m["max_open_share"] is not None:
-        words += f"; largest open statement {m['largest_open_share']:.1%}, pass needs < {m['max_open_share']:.0%}"
+    words = (
+        f" (open statements may add {m['open_excess_share']:.2%} of the time, pass needs ≤ {m['max_open_excess']:.0%}"
+    )
+    if m["cleared_share"] is not None:
+        words += f"; {m['cleared_share']:.1%} cleared"
     return words + ")"
 
 

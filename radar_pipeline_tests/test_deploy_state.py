@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from radar_pipeline.defs.deploys.deploy_verdicts import deploy_verdicts
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings, Verdict
-from radar_pipeline.engine.gate import PASS_SHARE
+from radar_pipeline.engine.gate import MAX_OPEN_EXCESS, PASS_SHARE
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 from radar_pipeline.warehouse import deploys
 from radar_pipeline.warehouse.analysis import deploy_states, write_analysis
@@ -71,9 +71,9 @@ def _verdicts(warehouse, deploy_id: str) -> pd.Series:
         ).set_index("queryid")["verdict"]
 
 
-def _states(warehouse, pass_share: float | None = None, max_open_share: float | None = None) -> dict[str, str]:
+def _states(warehouse, max_open_excess: float | None = None) -> dict[str, str]:
     with warehouse.connect() as conn:
-        found = deploy_states(conn, ["st-pending", *PLANS], pass_share, max_open_share)
+        found = deploy_states(conn, ["st-pending", *PLANS], max_open_excess)
     return dict(zip(found["deploy_id"], found["state"], strict=True))
 
 
@@ -108,7 +108,9 @@ def test_real_analyses_store_three_answers_and_each_deploy_gets_its_state(record
     }
     # The shares behind them: the sparse statement holds under 1% of st-pass's time, the noisy one most of st-unsure's.
     assert stored.loc["st-pass", "cleared_share"] > 0.99 and 0.2 < stored.loc["st-unsure", "cleared_share"] < 0.5
-    assert (stored["pass_share"] == PASS_SHARE).all()
+    assert (stored["pass_share"] == PASS_SHARE).all() and (stored["max_open_excess"] == MAX_OPEN_EXCESS).all()
+    # the margin behind them: what the open statements may have added beyond θ, at their bounds
+    assert stored.loc["st-pass", "open_excess_share"] < 0.01 < stored.loc["st-unsure", "open_excess_share"]
     assert stored.loc["st-fail", ["detected", "no_regression", "inconclusive", "insufficient_data"]].tolist() == [
         1,
         1,
@@ -117,19 +119,16 @@ def test_real_analyses_store_three_answers_and_each_deploy_gets_its_state(record
     ]
     assert pd.isna(stored.loc["st-pending", "analysed_at"]) and stored.loc["st-pending", "detected"] == 0
 
-    # The share to pass on is a setting: per call (what `radar gate` will pass), or per session and database.
-    assert _states(warehouse, pass_share=1.0)["st-pass"] == "inconclusive"
-    # A fifth cleared is not enough while the open statement holds most of the time (sql/0036: no statement left open
-    # may hold 5% of it); a team content with both is.
-    assert _states(warehouse, pass_share=0.2)["st-unsure"] == "inconclusive"
-    assert _states(warehouse, pass_share=0.2, max_open_share=1.0)["st-unsure"] == "pass"
+    # The bar is a setting: per call (what `radar gate` will pass), or per session and database. A team that accepts
+    # whatever the open statements may have added passes st-unsure; none at all holds st-pass (its sparse statement).
+    assert _states(warehouse, max_open_excess=1.0)["st-unsure"] == "pass"
     with warehouse.connect() as conn:
-        conn.execute(sa.text("SET radar.pass_share = '0.9999'"))
+        conn.execute(sa.text("SET radar.max_open_excess = '0'"))
         assert conn.execute(
             sa.text("SELECT state FROM radar.deploy_state WHERE deploy_id = 'st-pass'")
         ).scalar_one() == ("inconclusive")
-    with pytest.raises(ValueError, match="pass_share"), warehouse.connect() as conn:
-        deploy_states(conn, ["st-pass"], pass_share=1.5)
+    with pytest.raises(ValueError, match="max_open_excess"), warehouse.connect() as conn:
+        deploy_states(conn, ["st-pass"], max_open_excess=1.5)
 
     # An analysis stored before the clearing rule (no inconclusive count) never passes: its no_regression meant less.
     with warehouse.begin() as conn:
@@ -156,8 +155,8 @@ def test_the_materialization_shows_the_deploy_state_first(recorded, warehouse, w
     metadata = result.asset_materializations_for_node("deploy_verdicts")[0].metadata
     assert list(metadata)[:3] == ["state", "cleared_share", "pass_share"]
     assert metadata["state"].value == "pass" and metadata["cleared_share"].value > 0.99
-    # the rule's other margin and the tiers (sql/0036): a table of the statements marked, with their tier
-    assert 0 < metadata["largest_open_share"].value < 0.01 and metadata["max_open_share"].value == 0.05
+    # the rule's margin and the tiers (sql/0036): a table of the statements marked, with their tier
+    assert 0 < metadata["open_excess_share"].value < 0.01 and metadata["max_open_excess"].value == 0.01
     assert [c.name for c in metadata["tiers"].schema.columns][:3] == ["tier", "query", "queryid"]
     assert metadata["improved"].value + metadata["probably_slower"].value == len(metadata["tiers"].records)
     assert [metadata[v].value for v in ("detected", "no_regression", "inconclusive", "insufficient_data")] == [

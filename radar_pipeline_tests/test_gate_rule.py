@@ -1,11 +1,14 @@
 """The gate's rule twice, held to one answer (sql/0036, engine/gate.py): radar.deploy_state on stored verdict rows and
-engine.gate.deploy_state on the same rows as a frame give the same state, cleared share, largest open share and tier
-counts: a clean pass, a statement left open with 6% of the time, 89% cleared, a detection, improvements only, a
-probably-slower statement too small to hold the deploy open; and after a later look decides the open statement.
-The canary arm (engine.canary.canary_state) follows the same rule on its own columns."""
+engine.gate.deploy_state on the same rows as a frame give the same state, open excess, cleared share, largest open
+share and tier counts: a clean pass, an open statement whose bound reaches far beyond θ, many open statements whose
+bounds barely cross it, an open statement without a bound, a new statement, a ×1.5 slowdown holding 5% of the time, a
+detection, improvements only, a probably-slower statement too small to hold the deploy, another θ; and after a later
+look decides the open statement. The canary arm (engine.canary.canary_state) follows the same rule on its own
+columns."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -14,54 +17,67 @@ import pytest
 import sqlalchemy as sa
 
 from radar_pipeline.engine.canary import canary_state
-from radar_pipeline.engine.gate import MAX_OPEN_SHARE, PASS_SHARE, deploy_state
+from radar_pipeline.engine.gate import MAX_OPEN_EXCESS, deploy_state
 from radar_pipeline.warehouse import deploys
 from radar_pipeline.warehouse.analysis import deploy_states
 
-# Per case, its statements: (verdict, tier, calls after, mean after ms); the time after is calls × mean.
-CASES: dict[str, list[tuple[str, str | None, int, float]]] = {
-    # 95% cleared, the open statement 4% (under the 5% bar), 1% new
+NAN = float("nan")
+# Per case, its statements: (verdict, tier, calls before, calls after, mean after ms, factor_bound); the time after is
+# calls × mean; the open excess Σ T·(1 − (1 + θ)/u)⁺ over the open statements that ran before the deploy.
+CASES: dict[str, list[tuple[str, str | None, int, int, float, float]]] = {
+    # 95% cleared; the open statement holds 4% with a bound of ×1.25 (adds 0.16%); 1% new (no calls before)
     "rule-pass": [
-        ("no_regression", None, 1000, 0.5),
-        ("no_regression", None, 450, 1.0),
-        ("inconclusive", None, 40, 1.0),
-        ("insufficient_data", None, 10, 1.0),
+        ("no_regression", None, 900, 1000, 0.5, 1.1),
+        ("no_regression", None, 400, 450, 1.0, 1.15),
+        ("inconclusive", None, 40, 40, 1.0, 1.25),
+        ("insufficient_data", None, 0, 10, 1.0, NAN),
     ],
-    # 94% cleared, but one statement left open holds 6%
-    "rule-open-6": [("no_regression", None, 940, 1.0), ("inconclusive", None, 60, 1.0)],
-    # 89% cleared, the rest spread over three open statements of under 4% each
-    "rule-cleared-89": [
-        ("no_regression", None, 890, 1.0),
-        ("inconclusive", None, 37, 1.0),
-        ("inconclusive", None, 37, 1.0),
-        ("inconclusive", None, 36, 1.0),
+    # 94% cleared, but the open statement holds 6% with a bound of ×2: it may have added 2.4%
+    "rule-open-wide": [("no_regression", None, 900, 940, 1.0, 1.1), ("inconclusive", None, 60, 60, 1.0, 2.0)],
+    # 70% cleared (engine 2.6 held it), three open statements of 10% each whose bounds barely cross ×1.2: 0.5% in all
+    "rule-open-narrow": [
+        ("no_regression", None, 700, 700, 1.0, 1.05),
+        ("inconclusive", None, 100, 100, 1.0, 1.21),
+        ("inconclusive", None, 100, 100, 1.0, 1.22),
+        ("inconclusive", None, 100, 100, 1.0, 1.23),
     ],
-    "rule-detected": [("detected", None, 10, 1.0), ("no_regression", None, 990, 1.0)],
+    # 98.5% cleared; 1.5% left open without a bound (no calls in a span): all of it counts
+    "rule-no-bound": [("no_regression", None, 985, 985, 1.0, 1.1), ("insufficient_data", None, 3, 15, 1.0, NAN)],
+    # a ×1.5 slowdown holding 5% of the time, not detected: its bound ×1.55 adds 1.13%
+    "rule-x1.5-at-5": [("no_regression", None, 950, 950, 1.0, 1.1), ("inconclusive", None, 50, 50, 1.0, 1.55)],
+    "rule-detected": [("detected", None, 10, 10, 1.0, NAN), ("no_regression", None, 990, 990, 1.0, 1.1)],
     # only faster: every statement cleared, two of them improved
     "rule-improved": [
-        ("no_regression", "improved", 500, 0.2),
-        ("no_regression", "improved", 300, 0.1),
-        ("no_regression", None, 700, 1.0),
+        ("no_regression", "improved", 500, 500, 0.2, 0.3),
+        ("no_regression", "improved", 300, 300, 0.1, 0.5),
+        ("no_regression", None, 700, 700, 1.0, 1.1),
     ],
-    # a probably slower statement with 2% of the time: a warning, not a reason to hold the deploy
-    "rule-probably-slower": [("no_regression", None, 980, 1.0), ("inconclusive", "probably_slower", 20, 1.0)],
+    # a probably slower statement with 2% of the time (bound ×1.6: adds 0.5%): a warning, not a hold
+    "rule-probably-slower": [
+        ("no_regression", None, 980, 980, 1.0, 1.1),
+        ("inconclusive", "probably_slower", 20, 20, 1.0, 1.6),
+    ],
 }
 EXPECTED = {
     "rule-pass": "pass",
-    "rule-open-6": "inconclusive",
-    "rule-cleared-89": "inconclusive",
+    "rule-open-wide": "inconclusive",
+    "rule-open-narrow": "pass",
+    "rule-no-bound": "inconclusive",
+    "rule-x1.5-at-5": "inconclusive",
     "rule-detected": "fail",
     "rule-improved": "pass",
     "rule-probably-slower": "pass",
 }
+COLUMNS = ["verdict", "tier", "calls_before", "calls_after", "mean_after_ms", "factor_bound"]
 
 
-def _frame(rows: list[tuple[str, str | None, int, float]]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=["verdict", "tier", "calls_after", "mean_after_ms"])
+def _frame(rows: list[tuple[str, str | None, int, int, float, float]]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _store(engine: sa.Engine, deploy_id: str, frame: pd.DataFrame) -> None:
-    """The deploy, its analysis and its verdict rows, as an analysis stores them (only what the rule reads)."""
+def _store(engine: sa.Engine, deploy_id: str, frame: pd.DataFrame, threshold: float = 0.2) -> None:
+    """The deploy, its analysis (with θ among its settings) and its verdict rows, as an analysis stores them (only
+    what the rule reads)."""
     at = datetime.now(UTC) - timedelta(hours=2)
     deploys.record(engine, deploys.DeployEvent(deploy_id, "rule", at), configured_targets=["rule"])
     counts = frame["verdict"].value_counts()
@@ -69,11 +85,12 @@ def _store(engine: sa.Engine, deploy_id: str, frame: pd.DataFrame) -> None:
         conn.execute(
             sa.text(
                 "INSERT INTO radar.analysis (deploy_id, target, settings, engine_version, window_start, window_end, "
-                "queries, detected, no_regression, inconclusive, insufficient_data) VALUES (:d, 'rule', '{}', '2.7', "
-                ":lo, :hi, :n, :det, :nr, :inc, :ins)"
+                "queries, detected, no_regression, inconclusive, insufficient_data) VALUES (:d, 'rule', :settings, "
+                "'2.7', :lo, :hi, :n, :det, :nr, :inc, :ins)"
             ),
             {
                 "d": deploy_id,
+                "settings": json.dumps({"threshold": threshold}),
                 "lo": at - timedelta(minutes=30),
                 "hi": at + timedelta(minutes=30),
                 "n": len(frame),
@@ -91,8 +108,9 @@ def _store(engine: sa.Engine, deploy_id: str, frame: pd.DataFrame) -> None:
         conn.execute(
             sa.text(
                 "INSERT INTO radar.verdict (deploy_id, target, dbid, userid, queryid, toplevel, fingerprint, verdict, "
-                "reason, tier, n_before, n_after, calls_before, calls_after, mean_before_ms, mean_after_ms) VALUES "
-                "(:d, 'rule', 5, 10, :q, true, :q, :verdict, :reason, :tier, 30, 30, :calls, :calls, :mean, :mean)"
+                "reason, tier, n_before, n_after, calls_before, calls_after, mean_before_ms, mean_after_ms, "
+                "factor_bound) VALUES (:d, 'rule', 5, 10, :q, true, :q, :verdict, :reason, :tier, 30, 30, :before, "
+                ":calls, :mean, :mean, :bound)"
             ),
             [
                 {
@@ -101,17 +119,20 @@ def _store(engine: sa.Engine, deploy_id: str, frame: pd.DataFrame) -> None:
                     "verdict": r.verdict,
                     "reason": "significant" if r.verdict == "detected" else "not_significant",
                     "tier": None if pd.isna(r.tier) else r.tier,
+                    "before": int(r.calls_before),
                     "calls": int(r.calls_after),
                     "mean": float(r.mean_after_ms),
+                    "bound": None if pd.isna(r.factor_bound) else float(r.factor_bound),
                 }
                 for q, r in enumerate(frame.itertuples(), start=1)
             ],
         )
 
 
-def _compare(row: pd.Series, frame: pd.DataFrame, **shares: float) -> None:
-    engine_says = deploy_state(frame, **shares)
+def _compare(row: pd.Series, frame: pd.DataFrame, **bars: float) -> None:
+    engine_says = deploy_state(frame, **bars)
     assert row["state"] == engine_says.state
+    assert row["open_excess_share"] == pytest.approx(engine_says.open_excess, abs=1e-12)
     assert row["cleared_share"] == pytest.approx(engine_says.cleared_share, abs=1e-12)
     assert row["largest_open_share"] == pytest.approx(engine_says.largest_open_share, abs=1e-12)
     assert int(row["detected"]) == engine_says.detected
@@ -126,32 +147,43 @@ def test_the_view_and_the_engine_give_each_deploy_the_same_answer(warehouse):
     with warehouse.connect() as conn:
         states = deploy_states(conn, list(frames)).set_index("deploy_id")
     assert states["state"].to_dict() == EXPECTED
-    # one definition of the defaults: the view's are engine.gate's
-    assert (states["pass_share"] == PASS_SHARE).all() and (states["max_open_share"] == MAX_OPEN_SHARE).all()
+    assert (states["max_open_excess"] == MAX_OPEN_EXCESS).all()  # one definition of the default: engine.gate's
     for deploy_id, frame in frames.items():
         _compare(states.loc[deploy_id], frame)
-    assert states.loc["rule-open-6", "largest_open_share"] == pytest.approx(0.06)
-    assert states.loc["rule-pass", "largest_open_share"] == pytest.approx(0.04)
-    assert states.loc["rule-cleared-89", "cleared_share"] == pytest.approx(0.89)
-    assert states.loc["rule-improved", "improved"] == 2 and states.loc["rule-improved", "largest_open_share"] == 0
+    assert states.loc["rule-pass", "open_excess_share"] == pytest.approx(0.04 * (1 - 1.2 / 1.25))
+    assert states.loc["rule-open-wide", "open_excess_share"] == pytest.approx(0.024)
+    assert states.loc["rule-open-narrow", "cleared_share"] == pytest.approx(0.7)
+    assert states.loc["rule-no-bound", "open_excess_share"] == pytest.approx(0.015)
+    assert states.loc["rule-improved", "improved"] == 2 and states.loc["rule-improved", "open_excess_share"] == 0
     assert states.loc["rule-probably-slower", "probably_slower"] == 1
 
-    # The bar for a statement left open is a setting, as the pass share is: per call, session or database.
+    # The bar is a setting: per call, session or database.
     with warehouse.connect() as conn:
-        loose = deploy_states(conn, list(frames), max_open_share=0.07).set_index("deploy_id")
-    assert loose.loc["rule-open-6", "state"] == "pass"
+        loose = deploy_states(conn, list(frames), max_open_excess=0.03).set_index("deploy_id")
+    assert loose.loc["rule-open-wide", "state"] == "pass"
     for deploy_id, frame in frames.items():
-        _compare(loose.loc[deploy_id], frame, max_open_share=0.07)
+        _compare(loose.loc[deploy_id], frame, max_open_excess=0.03)
     with warehouse.connect() as conn:
-        conn.execute(sa.text("SET radar.max_open_share = '0.01'"))
+        conn.execute(sa.text("SET radar.max_open_excess = '0.001'"))
         strict = deploy_states(conn, list(frames)).set_index("deploy_id")
     assert strict.loc["rule-pass", "state"] == "inconclusive" and strict.loc["rule-improved", "state"] == "pass"
-    with pytest.raises(ValueError, match="max_open_share"), warehouse.connect() as conn:
-        deploy_states(conn, ["rule-pass"], max_open_share=0)
+    with pytest.raises(ValueError, match="max_open_excess"), warehouse.connect() as conn:
+        deploy_states(conn, ["rule-pass"], max_open_excess=2)
+
+
+def test_the_tolerance_is_the_analysis_own(warehouse):
+    # θ = 0.5: an open statement holding 10% with a bound of ×1.6 may have added 0.625% beyond it (at θ = 0.2, 2.5%)
+    frame = _frame([("no_regression", None, 900, 900, 1.0, 1.1), ("inconclusive", None, 100, 100, 1.0, 1.6)])
+    _store(warehouse, "rule-theta", frame, threshold=0.5)
+    with warehouse.connect() as conn:
+        row = deploy_states(conn, ["rule-theta"]).iloc[0]
+    assert row["state"] == "pass" and row["open_excess_share"] == pytest.approx(0.1 * (1 - 1.5 / 1.6))
+    _compare(row, frame, threshold=0.5)
+    assert deploy_state(frame).state == "inconclusive"
 
 
 def test_a_later_look_that_decides_the_open_statement_moves_the_state(warehouse):
-    frame = _frame(CASES["rule-open-6"])
+    frame = _frame(CASES["rule-open-wide"])
     _store(warehouse, "rule-look", frame)
     with warehouse.connect() as conn:
         assert deploy_states(conn, ["rule-look"]).iloc[0]["state"] == "inconclusive"
@@ -212,11 +244,12 @@ def test_the_canary_arm_follows_the_same_rule():
             "calls_canary": [940, 60],
             "mean_canary_ms": [1.0, 1.0],
             "calls_stable": [5000, 300],
+            "factor_bound": [1.1, 2.0],
         }
     )
-    assert canary_state(canary) == "inconclusive"  # 94% cleared, but the open statement holds 6%
-    assert canary_state(canary, max_open_share=0.07) == "pass"
-    assert canary_state(canary.assign(calls_canary=[960, 40])) == "pass"
+    assert canary_state(canary) == "inconclusive"  # the open statement holds 6% and may have added 2.4%
+    assert canary_state(canary, max_open_excess=0.03) == "pass"
+    assert canary_state(canary.assign(factor_bound=[1.1, 1.25])) == "pass"  # 6% · (1 − 1.2/1.25): 0.24%
     assert canary_state(canary.assign(verdict=["no_regression", "detected"])) == "fail"
     assert canary_state(canary.assign(calls_canary=[0, 0])) == "inconclusive"  # nothing ran
     assert canary_state(canary.assign(mean_canary_ms=[np.nan, 1.0])) == "inconclusive"

@@ -6,16 +6,18 @@
 -- stored before this migration. radar.group_verdict carries the same word for a group's joint verdict (NULL where
 -- the engine gave its groups none).
 --
--- radar.deploy_state: a deploy passes when nothing is detected (no statement, no group), the cleared statements hold
--- at least pass_share of the execution time after the deploy, AND no statement left open (inconclusive) holds
--- max_open_share or more of it: a busy statement the evidence could not bound is never outweighed by many cleared
--- ones. engine.gate.deploy_state is the same rule on a frame (a test holds the two to one answer). max_open_share is
--- 0.05 unless the session or the database sets radar.max_open_share, as radar.pass_share (both defaults are
--- engine.gate's PASS_SHARE and MAX_OPEN_SHARE). The view reads radar.verdict, whose rows a later look replaces, so the
--- rule follows every look. Columns only added at the end:
---   largest_open_share   the largest share of the time one inconclusive statement holds (0 when none is open),
---                        its margin against max_open_share;
---   max_open_share       the bar it is held to;
+-- radar.deploy_state: a deploy passes when nothing is detected (no statement, no group) and the statements not cleared
+-- may together have added at most max_open_excess of the execution time after the deploy beyond the tolerance, each at
+-- its upper bound: Σ T · (1 − (1 + θ) / factor_bound)⁺ over the statements neither cleared nor detected that ran
+-- before the deploy (all of T where a statement has no bound; a new statement is new load, the impact's, not a
+-- slowdown), θ the analysis' threshold (docs/method.md, "The gate's rule"). engine.gate.deploy_state
+-- is the same rule on a frame (a test holds the two to one answer). max_open_excess is 0.01 unless the session or the
+-- database sets radar.max_open_excess (the default is engine.gate's MAX_OPEN_EXCESS). radar.pass_share (engine 2.6's
+-- rule: the share cleared) no longer decides; cleared_share and pass_share are still given. The view reads
+-- radar.verdict, whose rows a later look replaces, so the rule follows every look. Columns only added at the end:
+--   largest_open_share   the largest share of the time one statement left open holds (0 when none is);
+--   open_excess_share    the open statements' excess as a share of the time: the rule's margin against
+--   max_open_excess      the bar it is held to;
 --   improved             statements marked improved;
 --   probably_slower      statements marked probably_slower;
 --   groups_probably_slower  groups whose latest verdict (a group is tested again at later looks, sql/0034) is marked
@@ -40,8 +42,7 @@ SELECT
     CASE
         WHEN a.analyses = 0 THEN 'pending'
         WHEN c.detected > 0 OR g.groups_detected > 0 THEN 'fail'
-        WHEN NOT a.before_clearing AND c.exec_ms > 0 AND c.cleared_ms >= s.pass_share * c.exec_ms
-            AND c.largest_open_ms < s.max_open_share * c.exec_ms THEN 'pass'
+        WHEN NOT a.before_clearing AND c.exec_ms > 0 AND c.open_excess_ms <= s.max_open_excess * c.exec_ms THEN 'pass'
         ELSE 'inconclusive'
     END AS state,
     greatest(a.analysed_at, l.changed_at) AS analysed_at,
@@ -58,15 +59,16 @@ SELECT
     c.late_detected,
     g.groups_detected,
     CASE WHEN c.exec_ms > 0 THEN c.largest_open_ms / c.exec_ms END AS largest_open_share,
-    s.max_open_share,
+    CASE WHEN c.exec_ms > 0 THEN c.open_excess_ms / c.exec_ms END AS open_excess_share,
+    s.max_open_excess,
     c.improved,
     c.probably_slower,
     g.groups_probably_slower
 FROM radar.deploy_event d
 CROSS JOIN (
     SELECT coalesce(CAST(nullif(current_setting('radar.pass_share', true), '') AS double precision), 0.9) AS pass_share,
-           coalesce(CAST(nullif(current_setting('radar.max_open_share', true), '') AS double precision), 0.05)
-               AS max_open_share
+           coalesce(CAST(nullif(current_setting('radar.max_open_excess', true), '') AS double precision), 0.01)
+               AS max_open_excess
 ) s
 CROSS JOIN LATERAL (
     SELECT count(*) AS analyses, max(analysed_at) AS analysed_at, min(engine_version) AS engine_version,
@@ -87,13 +89,21 @@ CROSS JOIN LATERAL (
         count(*) FILTER (WHERE verdict = 'insufficient_data') AS insufficient_data,
         coalesce(sum(t.ms) FILTER (WHERE t.ms > 0), 0) AS exec_ms,
         coalesce(sum(t.ms) FILTER (WHERE t.ms > 0 AND verdict = 'no_regression'), 0) AS cleared_ms,
-        coalesce(max(t.ms) FILTER (WHERE t.ms > 0 AND verdict = 'inconclusive'), 0) AS largest_open_ms,
+        coalesce(max(t.ms) FILTER (WHERE t.ms > 0 AND verdict IN ('inconclusive', 'insufficient_data')), 0)
+            AS largest_open_ms,
+        coalesce(sum(t.ms * CASE WHEN factor_bound > 0 THEN greatest(0.0, 1 - (1 + t.theta) / factor_bound) ELSE 1 END)
+            FILTER (WHERE t.ms > 0 AND verdict IN ('inconclusive', 'insufficient_data') AND calls_before > 0), 0)
+            AS open_excess_ms,
         count(*) FILTER (WHERE verdict = 'detected' AND look > 0) AS late_detected,
         count(*) FILTER (WHERE tier = 'improved') AS improved,
         count(*) FILTER (WHERE tier = 'probably_slower') AS probably_slower
-    FROM radar.verdict
-    CROSS JOIN LATERAL (SELECT coalesce(first_exec_ms, calls_after * mean_after_ms) AS ms) t
-    WHERE deploy_id = d.deploy_id
+    FROM radar.verdict v
+    CROSS JOIN LATERAL (
+        SELECT coalesce(v.first_exec_ms, v.calls_after * v.mean_after_ms) AS ms,
+               coalesce((SELECT CAST(x.settings ->> 'threshold' AS double precision) FROM radar.analysis x
+                         WHERE x.deploy_id = v.deploy_id AND x.target = v.target), 0.2) AS theta
+    ) t
+    WHERE v.deploy_id = d.deploy_id
 ) c
 CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE verdict = 'detected') AS groups_detected,

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from radar_pipeline.engine import fdr
-from radar_pipeline.engine.gate import MAX_OPEN_SHARE, PASS_SHARE, deploy_state
+from radar_pipeline.engine.gate import MAX_OPEN_EXCESS, deploy_state
 from radar_pipeline.engine.inference import CI_LEVEL, INFLATION_MAX, RHO_MAX, _bias_corrected, _serial_correlation
 from radar_pipeline.engine.samples import STDDEV, window_samples
 from radar_pipeline.engine.settings import EngineSettings
@@ -304,17 +304,17 @@ def _decide(
     )
 
 
-def canary_state(verdicts: pd.DataFrame, pass_share: float = PASS_SHARE, max_open_share: float = MAX_OPEN_SHARE) -> str:
+def canary_state(verdicts: pd.DataFrame, threshold: float = 0.2, max_open_excess: float = MAX_OPEN_EXCESS) -> str:
     """A canary analysis's state for the gate, by the gate's own rule (engine.gate.deploy_state, as radar.deploy_state
-    words it) on the canary arm: `fail` when any statement is detected; `pass` when nothing is, the canary's cleared
-    statements hold at least `pass_share` of the canary's execution time (calls × mean) and no inconclusive one holds
-    `max_open_share` or more of it; `inconclusive` otherwise (nothing ran, too little cleared, or a busy statement
-    left open)."""
+    words it) on the canary arm: `fail` when any statement is detected; `pass` when nothing is and the statements not
+    cleared may have added at most `max_open_excess` of the canary's execution time (calls × mean) beyond θ, each at
+    its upper bound; `inconclusive` otherwise (nothing ran, or too much left open)."""
     arm = pd.DataFrame(
         {
             "verdict": verdicts["verdict"].to_numpy(),
             "calls_after": pd.to_numeric(verdicts["calls_canary"], errors="coerce").to_numpy(np.float64),
             "mean_after_ms": pd.to_numeric(verdicts["mean_canary_ms"], errors="coerce").to_numpy(np.float64),
+            "factor_bound": pd.to_numeric(verdicts["factor_bound"], errors="coerce").to_numpy(np.float64),
         }
     )
-    return deploy_state(arm, pass_share, max_open_share).state
+    return deploy_state(arm, threshold, max_open_excess).state

@@ -63,6 +63,7 @@ from radar_pipeline.engine import fdr
 from radar_pipeline.engine.causes import CAUSE_COUNTERS, explain, explain_groups, fleet_wide
 from radar_pipeline.engine.edivisive import WORKERS, best_split, min_segment
 from radar_pipeline.engine.frames import VERDICT_FRAME
+from radar_pipeline.engine.gate import tiers
 from radar_pipeline.engine.inference import (
     Prior,
     SideSums,
@@ -75,7 +76,7 @@ from radar_pipeline.engine.inference import (
 )
 from radar_pipeline.engine.samples import WindowSamples, segment_sums, window_samples
 from radar_pipeline.engine.settings import EngineSettings
-from radar_pipeline.engine.vocabulary import Reason, Tier, Verdict
+from radar_pipeline.engine.vocabulary import Reason, Verdict
 
 COLUMNS = VERDICT_FRAME.names  # the result's columns, in order (engine/frames.py declares their dtypes)
 # Rows of padded series per block in steps 5 and 6, so memory stays bounded whatever the number of statements.
@@ -833,16 +834,6 @@ def _clear(found: Found, verdict: np.ndarray, reason: np.ndarray) -> None:
     reason[why & precise] = Reason.INTERVAL_SPANS_THRESHOLD.value
     reason[why & ~precise & conflict] = Reason.PRIOR_CONFLICT.value
     reason[why & ~precise & ~conflict] = Reason.INTERVAL_TOO_WIDE.value
-
-
-def tiers(verdict: np.ndarray, factor_low: np.ndarray, factor_bound: np.ndarray, threshold: float) -> np.ndarray:
-    """Each statement's tier (docs/method.md, "Tiers"): `improved` where it is cleared with its upper bound below
-    1 / (1 + θ); `probably_slower` where it is inconclusive with its own 95% interval above 1 + θ; None elsewhere."""
-    out = np.full(len(verdict), None, dtype=object)
-    with np.errstate(invalid="ignore"):
-        out[(verdict == Verdict.NO_REGRESSION) & (factor_bound < 1 / (1 + threshold))] = Tier.IMPROVED.value
-        out[(verdict == Verdict.INCONCLUSIVE) & (factor_low > 1 + threshold)] = Tier.PROBABLY_SLOWER.value
-    return out
 
 
 def _known(

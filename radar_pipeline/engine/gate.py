@@ -39,18 +39,33 @@ class GateState:
     probably_slower: int
 
 
-def open_excess(time: np.ndarray, verdict: np.ndarray, bound: np.ndarray, threshold: float) -> np.ndarray:
+def tiers(verdict: np.ndarray, factor_low: np.ndarray, factor_bound: np.ndarray, threshold: float) -> np.ndarray:
+    """Each verdict's tier (docs/method.md, "Tiers"), a statement's or a group's: `improved` where it is cleared with
+    its upper bound below 1 / (1 + θ); `probably_slower` where it is inconclusive with its own 95% interval above
+    1 + θ; None elsewhere."""
+    out = np.full(len(verdict), None, dtype=object)
+    with np.errstate(invalid="ignore"):
+        out[(verdict == Verdict.NO_REGRESSION) & (factor_bound < 1 / (1 + threshold))] = Tier.IMPROVED.value
+        out[(verdict == Verdict.INCONCLUSIVE) & (factor_low > 1 + threshold)] = Tier.PROBABLY_SLOWER.value
+    return out
+
+
+def open_excess(
+    time: np.ndarray, verdict: np.ndarray, bound: np.ndarray, ran_before: np.ndarray, threshold: float
+) -> np.ndarray:
     """Per statement, the execution time it may have added beyond the tolerance, at its upper bound: 0 when cleared
-    or detected (a detection fails the deploy on its own), T·(1 − (1 + θ)/u)⁺ when open, all of T without a bound."""
+    or detected (a detection fails the deploy on its own) or new (no calls before the deploy: new load, which the
+    impact reports, not a slowdown), T·(1 − (1 + θ)/u)⁺ when open, all of T without a bound."""
     with np.errstate(invalid="ignore", divide="ignore"):
         part = np.where(np.isfinite(bound) & (bound > 0), np.clip(1 - (1 + threshold) / bound, 0.0, 1.0), 1.0)
-    open_ = (verdict != Verdict.NO_REGRESSION) & (verdict != Verdict.DETECTED)
+    open_ = (verdict != Verdict.NO_REGRESSION) & (verdict != Verdict.DETECTED) & ran_before
     return np.where(open_, time * part, 0.0)
 
 
 def deploy_state(verdicts: pd.DataFrame, threshold: float = 0.2, max_open_excess: float = MAX_OPEN_EXCESS) -> GateState:
     """The state of a deploy from analyse()'s result (or any frame with verdict, calls_after, mean_after_ms,
-    factor_bound and optionally tier): each statement weighs its execution time after the deploy. threshold: θ."""
+    factor_bound and optionally calls_before and tier): each statement weighs its execution time after the deploy.
+    threshold: θ."""
     verdict = verdicts["verdict"].to_numpy()
     time = verdicts["calls_after"].to_numpy(np.float64) * verdicts["mean_after_ms"].to_numpy(np.float64)
     time = np.where(np.isfinite(time) & (time > 0), time, 0.0)
@@ -59,7 +74,8 @@ def deploy_state(verdicts: pd.DataFrame, threshold: float = 0.2, max_open_excess
     tier = verdicts["tier"].to_numpy() if "tier" in verdicts else np.full(len(verdicts), None, dtype=object)
     detected = int((verdict == Verdict.DETECTED).sum())
     share = time / whole if whole > 0 else np.zeros_like(time)
-    excess = float(open_excess(share, verdict, bound, threshold).sum())
+    ran_before = verdicts["calls_before"].to_numpy(np.float64) > 0 if "calls_before" in verdicts else verdict != ""
+    excess = float(open_excess(share, verdict, bound, ran_before, threshold).sum())
     open_ = share[(verdict != Verdict.NO_REGRESSION) & (verdict != Verdict.DETECTED)]
     if detected:
         state = "fail"

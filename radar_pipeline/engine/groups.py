@@ -54,6 +54,7 @@ from typing import TypeVar
 import numpy as np
 import pandas as pd
 
+from radar_pipeline.engine.gate import tiers
 from radar_pipeline.engine.settings import EngineSettings
 from radar_pipeline.engine.vocabulary import Verdict
 
@@ -89,6 +90,7 @@ GROUP_COLUMNS = (
     "p_family",
     "budget_share",
     "design",
+    "tier",  # engine.gate.tiers: improved / probably_slower (None: neither)
 )
 
 
@@ -383,8 +385,11 @@ def decide_groups(
             {"group_id": group_id, "verdict": verdict.value, **vars(joint), "p_family": p_family, "budget_share": share}
         )
     out = pd.DataFrame(rows, columns=list(GROUP_COLUMNS))
-    for name in GROUP_COLUMNS[4:]:
+    for name in GROUP_COLUMNS[4:-1]:
         out[name] = out[name].astype(np.float64)
+    out["tier"] = tiers(
+        out["verdict"].to_numpy(), out["factor_low"].to_numpy(), out["factor_bound"].to_numpy(), settings.threshold
+    )
     for name in ("members", "members_above"):
         out[name] = out[name].fillna(0).astype(np.int64)
     return out

@@ -75,15 +75,16 @@ def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | N
 
 
 def margins(state: dict[str, Any]) -> dict[str, float | None]:
-    """The rule's two margins from a radar.deploy_state row (sql/0036): the cleared share against the pass share,
-    the largest share one open statement holds against the max open share (None before an analysis, or where
-    nothing ran after the deploy)."""
+    """The rule's margin from a radar.deploy_state row (sql/0036): the time the open statements may have added beyond
+    θ (open_excess_share) against its bar (max_open_excess); with the cleared share and the largest share one open
+    statement holds (None before an analysis, or where nothing ran after the deploy)."""
 
     def number(name: str) -> float | None:
         value = plain(state.get(name))
         return None if value is None else float(value)
 
-    return {name: number(name) for name in ("cleared_share", "pass_share", "largest_open_share", "max_open_share")}
+    names = ("open_excess_share", "max_open_excess", "cleared_share", "largest_open_share")
+    return {name: number(name) for name in names}
 
 
 def tiered_cells(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -128,7 +129,7 @@ def answer(view: GateView, deploy_id: str, code: int) -> dict[str, Any]:
             "detected": view.shares.get(Verdict.DETECTED, 0.0) if view.shares else None,
         },
         "pass_share": s.get("pass_share"),
-        # the rule's margins (docs/ci.md): cleared_share ≥ pass_share and largest_open_share < max_open_share pass
+        # the rule's margin (docs/ci.md): open_excess_share ≤ max_open_excess passes
         "margins": margins(s),
         "analysed_at": iso(s.get("analysed_at")),
         "engine_version": s.get("engine_version"),

@@ -617,21 +617,18 @@ def verdicts_of(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
     )
 
 
-def deploy_states(
-    conn: sa.Connection, deploy_ids: list[str], pass_share: float | None = None, max_open_share: float | None = None
-) -> pd.DataFrame:
+def deploy_states(conn: sa.Connection, deploy_ids: list[str], max_open_excess: float | None = None) -> pd.DataFrame:
     """The rows of radar.deploy_state for these deploys (those recorded; in the order given): state (pending, fail,
-    pass, inconclusive), the verdict counts, exec_ms, cleared_ms and cleared_share, and the rule's other margin
-    (largest_open_share against max_open_share) with the tier counts (sql/0036). With `pass_share` or
-    `max_open_share`, the state is decided with that share instead of the database's (radar.pass_share and
-    radar.max_open_share, defaults engine.gate's PASS_SHARE and MAX_OPEN_SHARE), for the rest of the caller's
-    transaction."""
-    for name, share in (("pass_share", pass_share), ("max_open_share", max_open_share)):
-        if share is None:
-            continue
-        if not 0 < share <= 1:
-            raise ValueError(f"{name} must lie in (0, 1], not {share}")
-        conn.execute(sa.text("SELECT set_config(:name, :s, true)"), {"name": f"radar.{name}", "s": repr(float(share))})
+    pass, inconclusive), the verdict counts, exec_ms, cleared_ms and cleared_share, the rule's margin
+    (open_excess_share against max_open_excess), largest_open_share and the tier counts (sql/0036). With
+    `max_open_excess`, the state is decided with that bar instead of the database's (radar.max_open_excess, default
+    engine.gate's MAX_OPEN_EXCESS), for the rest of the caller's transaction."""
+    if max_open_excess is not None:
+        if not 0 <= max_open_excess <= 1:
+            raise ValueError(f"max_open_excess must lie in [0, 1], not {max_open_excess}")
+        conn.execute(
+            sa.text("SELECT set_config('radar.max_open_excess', :s, true)"), {"s": repr(float(max_open_excess))}
+        )
     found = pd.read_sql(
         sa.text("SELECT * FROM radar.deploy_state WHERE deploy_id = ANY(:ids)"), conn, params={"ids": list(deploy_ids)}
     )
