@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from radar_pipeline.engine import EngineSettings, Verdict, analyse
+from radar_pipeline.engine import EngineSettings, Tier, Verdict, analyse
 from radar_pipeline.engine.decision import EVIDENCE, deploy_evidence
 from radar_pipeline.engine.groups import MIN_MEMBERS, decide_groups, group_weights, joint_test
 from radar_pipeline.lab.fleet import DEPLOY, draw
@@ -304,3 +304,18 @@ def test_false_group_detections_over_all_looks_stay_within_the_groups_budget():
     assert sorted(spent) == list(range(len(LOOK_SPANS))), spent
     for k, shares in spent.items():
         assert shares == {round(groups_budget * schedule[k], 12)}, (k, shares)
+
+
+def test_a_group_the_budget_cannot_call_is_said_probably_slower_and_a_faster_one_improved():
+    """The issue's count(DISTINCT) group, ×1.34 [×1.26, ×1.42], was left `inconclusive` and said nothing: a group whose
+    own 95% interval lies above 1 + θ but whose family p is beyond the budget is marked `probably_slower`; one
+    cleared with its bound below 1/(1 + θ) `improved`; the verdicts stand."""
+    slower = _members(3, 1.6, cv=(0.5, 1.0))
+    decided = decide_groups(slower, {"shape:x": list(slower["query_key"])}, 1e-12, SETTINGS).iloc[0]
+    assert decided["verdict"] == Verdict.INCONCLUSIVE and decided["factor_low"] > 1.2
+    assert decided["tier"] == Tier.PROBABLY_SLOWER
+    faster = _members(4, 0.5, cv=(0.5, 1.0))
+    decided = decide_groups(faster, {"shape:y": list(faster["query_key"])}, 0.02, SETTINGS).iloc[0]
+    assert (decided["verdict"], decided["tier"]) == (Verdict.NO_REGRESSION, Tier.IMPROVED)
+    unchanged = _members(5, 1.0, cv=(0.5, 1.0))
+    assert decide_groups(unchanged, {"g": list(unchanged["query_key"])}, 0.02, SETTINGS).iloc[0]["tier"] is None
