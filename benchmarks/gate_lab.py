@@ -858,6 +858,7 @@ def analyse_recording(rec: dict[str, Any], windows: list[float]) -> dict[str, An
             "cleared": _num(state.cleared_share),
             "largest_open": _num(getattr(state, "largest_open_share", None)),
             "open_excess": _num(getattr(state, "open_excess", None)),
+            "largest_excess": _num(getattr(state, "largest_excess", None)),
         }
 
     for seconds in windows:

@@ -60,7 +60,6 @@ before side growing with it) sees its own spans. Default engine settings (θ = 0
 from __future__ import annotations
 
 import argparse
-import inspect
 import os
 import sys
 import time
@@ -148,10 +147,7 @@ def contributions(rows: pd.DataFrame, threshold: float) -> pd.DataFrame:
     time_ = np.where(np.isfinite(time_) & (time_ > 0), time_, 0.0)
     share = time_ / time_.sum()
     verdict, bound = rows["verdict"].to_numpy(), rows["factor_bound"].to_numpy(np.float64)
-    if "ran_before" in inspect.signature(open_excess).parameters:  # the rule leaves out statements new at the deploy
-        part = open_excess(share, verdict, bound, rows["calls_before"].to_numpy(np.float64) > 0, threshold)
-    else:
-        part = open_excess(share, verdict, bound, threshold)
+    part = open_excess(share, verdict, bound, rows["calls_before"].to_numpy(np.float64) > 0, threshold)
     out = pd.DataFrame(
         {
             "query_key": rows["query_key"].to_numpy(),

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from radar_pipeline.defs.deploys.deploy_verdicts import deploy_verdicts
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings, Verdict
-from radar_pipeline.engine.gate import MAX_OPEN_EXCESS, PASS_SHARE
+from radar_pipeline.engine.gate import MAX_OPEN_EXCESS, MAX_TOTAL_EXCESS, PASS_SHARE
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 from radar_pipeline.warehouse import deploys
 from radar_pipeline.warehouse.analysis import deploy_states, write_analysis
@@ -71,9 +71,9 @@ def _verdicts(warehouse, deploy_id: str) -> pd.Series:
         ).set_index("queryid")["verdict"]
 
 
-def _states(warehouse, max_open_excess: float | None = None) -> dict[str, str]:
+def _states(warehouse, max_open_excess: float | None = None, max_total_excess: float | None = None) -> dict[str, str]:
     with warehouse.connect() as conn:
-        found = deploy_states(conn, ["st-pending", *PLANS], max_open_excess)
+        found = deploy_states(conn, ["st-pending", *PLANS], max_open_excess, max_total_excess)
     return dict(zip(found["deploy_id"], found["state"], strict=True))
 
 
@@ -109,8 +109,9 @@ def test_real_analyses_store_three_answers_and_each_deploy_gets_its_state(record
     # The shares behind them: the sparse statement holds under 1% of st-pass's time, the noisy one most of st-unsure's.
     assert stored.loc["st-pass", "cleared_share"] > 0.99 and 0.2 < stored.loc["st-unsure", "cleared_share"] < 0.5
     assert (stored["pass_share"] == PASS_SHARE).all() and (stored["max_open_excess"] == MAX_OPEN_EXCESS).all()
+    assert (stored["max_total_excess"] == MAX_TOTAL_EXCESS).all()
     # the margin behind them: what the open statements may have added beyond θ, at their bounds
-    assert stored.loc["st-pass", "open_excess_share"] < 0.01 < stored.loc["st-unsure", "open_excess_share"]
+    assert stored.loc["st-pass", "largest_excess_share"] < 0.01 < stored.loc["st-unsure", "largest_excess_share"]
     assert stored.loc["st-fail", ["detected", "no_regression", "inconclusive", "insufficient_data"]].tolist() == [
         1,
         1,
@@ -121,7 +122,7 @@ def test_real_analyses_store_three_answers_and_each_deploy_gets_its_state(record
 
     # The bar is a setting: per call (what `radar gate` will pass), or per session and database. A team that accepts
     # whatever the open statements may have added passes st-unsure; none at all holds st-pass (its sparse statement).
-    assert _states(warehouse, max_open_excess=1.0)["st-unsure"] == "pass"
+    assert _states(warehouse, max_open_excess=1.0, max_total_excess=1.0)["st-unsure"] == "pass"
     with warehouse.connect() as conn:
         conn.execute(sa.text("SET radar.max_open_excess = '0'"))
         assert conn.execute(
@@ -156,7 +157,8 @@ def test_the_materialization_shows_the_deploy_state_first(recorded, warehouse, w
     assert list(metadata)[:3] == ["state", "cleared_share", "pass_share"]
     assert metadata["state"].value == "pass" and metadata["cleared_share"].value > 0.99
     # the rule's margin and the tiers (sql/0036): a table of the statements marked, with their tier
-    assert 0 < metadata["open_excess_share"].value < 0.01 and metadata["max_open_excess"].value == 0.01
+    assert 0 < metadata["largest_excess_share"].value < 0.01 and metadata["max_open_excess"].value == 0.01
+    assert metadata["open_excess_share"].value < 0.03 and metadata["max_total_excess"].value == 0.03
     assert [c.name for c in metadata["tiers"].schema.columns][:3] == ["tier", "query", "queryid"]
     assert metadata["improved"].value + metadata["probably_slower"].value == len(metadata["tiers"].records)
     assert [metadata[v].value for v in ("detected", "no_regression", "inconclusive", "insufficient_data")] == [

@@ -17,13 +17,14 @@ import pytest
 import sqlalchemy as sa
 
 from radar_pipeline.engine.canary import canary_state
-from radar_pipeline.engine.gate import MAX_OPEN_EXCESS, deploy_state
+from radar_pipeline.engine.gate import MAX_OPEN_EXCESS, MAX_TOTAL_EXCESS, deploy_state
 from radar_pipeline.warehouse import deploys
 from radar_pipeline.warehouse.analysis import deploy_states
 
 NAN = float("nan")
 # Per case, its statements: (verdict, tier, calls before, calls after, mean after ms, factor_bound); the time after is
-# calls × mean; the open excess Σ T·(1 − (1 + θ)/u)⁺ over the open statements that ran before the deploy.
+# calls × mean; each open statement that ran before the deploy adds its excess T·(1 − (1 + θ)/u)⁺: a pass needs none
+# above 1% of the time and all of them at most 3%.
 CASES: dict[str, list[tuple[str, str | None, int, int, float, float]]] = {
     # 95% cleared; the open statement holds 4% with a bound of ×1.25 (adds 0.16%); 1% new (no calls before)
     "rule-pass": [
@@ -57,6 +58,8 @@ CASES: dict[str, list[tuple[str, str | None, int, int, float, float]]] = {
         ("no_regression", None, 980, 980, 1.0, 1.1),
         ("inconclusive", "probably_slower", 20, 20, 1.0, 1.6),
     ],
+    # forty open statements of 2% each, none adding 1% (each bound ×1.5: 0.4%), together 16%: too much left open
+    "rule-many-open": [("no_regression", None, 200, 200, 1.0, 1.1)] + [("inconclusive", None, 20, 20, 1.0, 1.5)] * 40,
 }
 EXPECTED = {
     "rule-pass": "pass",
@@ -67,6 +70,7 @@ EXPECTED = {
     "rule-detected": "fail",
     "rule-improved": "pass",
     "rule-probably-slower": "pass",
+    "rule-many-open": "inconclusive",
 }
 COLUMNS = ["verdict", "tier", "calls_before", "calls_after", "mean_after_ms", "factor_bound"]
 
@@ -133,6 +137,7 @@ def _compare(row: pd.Series, frame: pd.DataFrame, **bars: float) -> None:
     engine_says = deploy_state(frame, **bars)
     assert row["state"] == engine_says.state
     assert row["open_excess_share"] == pytest.approx(engine_says.open_excess, abs=1e-12)
+    assert row["largest_excess_share"] == pytest.approx(engine_says.largest_excess, abs=1e-12)
     assert row["cleared_share"] == pytest.approx(engine_says.cleared_share, abs=1e-12)
     assert row["largest_open_share"] == pytest.approx(engine_says.largest_open_share, abs=1e-12)
     assert int(row["detected"]) == engine_says.detected
@@ -147,7 +152,10 @@ def test_the_view_and_the_engine_give_each_deploy_the_same_answer(warehouse):
     with warehouse.connect() as conn:
         states = deploy_states(conn, list(frames)).set_index("deploy_id")
     assert states["state"].to_dict() == EXPECTED
-    assert (states["max_open_excess"] == MAX_OPEN_EXCESS).all()  # one definition of the default: engine.gate's
+    # one definition of the defaults: engine.gate's
+    assert (states["max_open_excess"] == MAX_OPEN_EXCESS).all() and (
+        states["max_total_excess"] == MAX_TOTAL_EXCESS
+    ).all()
     for deploy_id, frame in frames.items():
         _compare(states.loc[deploy_id], frame)
     assert states.loc["rule-pass", "open_excess_share"] == pytest.approx(0.04 * (1 - 1.2 / 1.25))
@@ -156,13 +164,15 @@ def test_the_view_and_the_engine_give_each_deploy_the_same_answer(warehouse):
     assert states.loc["rule-no-bound", "open_excess_share"] == pytest.approx(0.015)
     assert states.loc["rule-improved", "improved"] == 2 and states.loc["rule-improved", "open_excess_share"] == 0
     assert states.loc["rule-probably-slower", "probably_slower"] == 1
+    assert states.loc["rule-many-open", "largest_excess_share"] == pytest.approx(0.02 * (1 - 1.2 / 1.5))
+    assert states.loc["rule-many-open", "open_excess_share"] == pytest.approx(0.8 * (1 - 1.2 / 1.5))
 
-    # The bar is a setting: per call, session or database.
+    # The bars are settings: per call, session or database.
     with warehouse.connect() as conn:
-        loose = deploy_states(conn, list(frames), max_open_excess=0.03).set_index("deploy_id")
-    assert loose.loc["rule-open-wide", "state"] == "pass"
+        loose = deploy_states(conn, list(frames), max_open_excess=0.03, max_total_excess=0.2).set_index("deploy_id")
+    assert loose.loc["rule-open-wide", "state"] == "pass" and loose.loc["rule-many-open", "state"] == "pass"
     for deploy_id, frame in frames.items():
-        _compare(loose.loc[deploy_id], frame, max_open_excess=0.03)
+        _compare(loose.loc[deploy_id], frame, max_open_excess=0.03, max_total_excess=0.2)
     with warehouse.connect() as conn:
         conn.execute(sa.text("SET radar.max_open_excess = '0.001'"))
         strict = deploy_states(conn, list(frames)).set_index("deploy_id")
@@ -249,6 +259,7 @@ def test_the_canary_arm_follows_the_same_rule():
     )
     assert canary_state(canary) == "inconclusive"  # the open statement holds 6% and may have added 2.4%
     assert canary_state(canary, max_open_excess=0.03) == "pass"
+    assert canary_state(canary, max_open_excess=0.03, max_total_excess=0.02) == "inconclusive"
     assert canary_state(canary.assign(factor_bound=[1.1, 1.25])) == "pass"  # 6% · (1 − 1.2/1.25): 0.24%
     assert canary_state(canary.assign(verdict=["no_regression", "detected"])) == "fail"
     assert canary_state(canary.assign(calls_canary=[0, 0])) == "inconclusive"  # nothing ran

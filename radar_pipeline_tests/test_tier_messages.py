@@ -63,18 +63,18 @@ def test_slack_stays_within_its_limits_with_every_part_full():
 
 
 def test_the_commit_status_counts_the_tiers():
-    row = pd.Series({"state": "pass", "cleared_share": 0.97, "open_excess_share": 0.004, "max_open_excess": 0.01,
+    row = pd.Series({"state": "pass", "cleared_share": 0.97, "largest_excess_share": 0.004, "max_open_excess": 0.01,
                      "improved": 3, "probably_slower": 1, "groups_probably_slower": 1})  # fmt: skip
     text = description("pass", row, pd.DataFrame())
     assert (
-        text == "pass: 97% of execution time cleared; open may add 0.4% (pass needs ≤ 1%); 2 probably slower, 3 faster"
+        text == "pass: 97% of execution time cleared; open may add ≤ 0.4% each (pass: 1%); 2 probably slower, 3 faster"
     )
     found = pd.DataFrame({"change_factor": [2.5]})
     failed = description("fail", pd.Series({**row, "improved": 0, "groups_probably_slower": 0}), found)
     assert failed == "fail: 1 statement slower, up to ×2.50; 1 probably slower" and len(failed) <= MAX_DESCRIPTION
     assert description(
         "pass", pd.Series({**row, "improved": 0, "probably_slower": 0, "groups_probably_slower": 0}), found
-    ) == ("pass: 97% of execution time cleared; open may add 0.4% (pass needs ≤ 1%)")
+    ) == ("pass: 97% of execution time cleared; open may add ≤ 0.4% each (pass: 1%)")
 
 
 def test_the_materialization_lists_the_tiered_statements_busiest_first():

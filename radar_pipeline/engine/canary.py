@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from radar_pipeline.engine import fdr
-from radar_pipeline.engine.gate import MAX_OPEN_EXCESS, deploy_state
+from radar_pipeline.engine.gate import MAX_OPEN_EXCESS, MAX_TOTAL_EXCESS, deploy_state
 from radar_pipeline.engine.inference import CI_LEVEL, INFLATION_MAX, RHO_MAX, _bias_corrected, _serial_correlation
 from radar_pipeline.engine.samples import STDDEV, window_samples
 from radar_pipeline.engine.settings import EngineSettings
@@ -304,11 +304,17 @@ def _decide(
     )
 
 
-def canary_state(verdicts: pd.DataFrame, threshold: float = 0.2, max_open_excess: float = MAX_OPEN_EXCESS) -> str:
+def canary_state(
+    verdicts: pd.DataFrame,
+    threshold: float = 0.2,
+    max_open_excess: float = MAX_OPEN_EXCESS,
+    max_total_excess: float = MAX_TOTAL_EXCESS,
+) -> str:
     """A canary analysis's state for the gate, by the gate's own rule (engine.gate.deploy_state, as radar.deploy_state
-    words it) on the canary arm: `fail` when any statement is detected; `pass` when nothing is and the statements not
-    cleared may have added at most `max_open_excess` of the canary's execution time (calls × mean) beyond θ, each at
-    its upper bound; `inconclusive` otherwise (nothing ran, or too much left open)."""
+    words it) on the canary arm: `fail` when any statement is detected; `pass` when nothing is and no statement not
+    cleared may have added more than `max_open_excess` of the canary's execution time (calls × mean) beyond θ at its
+    upper bound, nor all of them more than `max_total_excess`; `inconclusive` otherwise (nothing ran, or too much
+    left open)."""
     arm = pd.DataFrame(
         {
             "verdict": verdicts["verdict"].to_numpy(),
@@ -317,4 +323,4 @@ def canary_state(verdicts: pd.DataFrame, threshold: float = 0.2, max_open_excess
             "factor_bound": pd.to_numeric(verdicts["factor_bound"], errors="coerce").to_numpy(np.float64),
         }
     )
-    return deploy_state(arm, threshold, max_open_excess).state
+    return deploy_state(arm, threshold, max_open_excess, max_total_excess).state

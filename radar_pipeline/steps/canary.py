@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.engine import ENGINE_VERSION, Verdict
 from radar_pipeline.engine.canary import canary_analyse, canary_state
-from radar_pipeline.engine.gate import MAX_OPEN_EXCESS
+from radar_pipeline.engine.gate import MAX_OPEN_EXCESS, MAX_TOTAL_EXCESS
 from radar_pipeline.steps.deploy_analysis import AnalysisRefused, AnalysisRun, require_closed
 from radar_pipeline.warehouse import analysis, deploys
 from radar_pipeline.warehouse import canary as stored
@@ -85,13 +85,13 @@ def analyse_canary(run: AnalysisRun, deploy_id: str) -> CanaryResult:
             roles = _role_oids(conn, run, event.target, role, deploy_id)
             canary_userid = roles[role]
             window = analysis.read_window(conn, event.target, start, end)
-            bar = _max_open_excess(conn, deploy_id)
+            bars = _excess_bars(conn, deploy_id)
             canary_arm, stable_arm, stable_userid = _arms(window, canary_userid, role, event.target)
             prior = _stable_prior(conn, event.target, start, window, stable_userid)
         names = {oid: name for name, oid in roles.items()}
         verdicts = canary_analyse(canary_arm, stable_arm, pd.Timestamp(start), pd.Timestamp(end), settings, prior)
         verdicts = _with_key_columns(verdicts)
-        state = canary_state(verdicts, settings.threshold, bar)
+        state = canary_state(verdicts, settings.threshold, *bars)
         counts = verdicts["verdict"].value_counts()
         row: dict[str, Any] = {
             **base,
@@ -239,12 +239,18 @@ def _with_key_columns(verdicts: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _max_open_excess(conn: sa.Connection, deploy_id: str) -> float:
-    """The gate's bar as radar.deploy_state has it for the deploy (the setting radar.max_open_excess), engine.gate's
-    default where it says nothing: the canary arm is held to the rule the before/after state is."""
+def _excess_bars(conn: sa.Connection, deploy_id: str) -> tuple[float, float]:
+    """The gate's two bars as radar.deploy_state has them for the deploy (the settings radar.max_open_excess and
+    radar.max_total_excess), engine.gate's defaults where it says nothing: the canary arm is held to the rule the
+    before/after state is."""
     found = analysis.deploy_states(conn, [deploy_id])
-    value = found.iloc[0].get("max_open_excess") if len(found) else None
-    return MAX_OPEN_EXCESS if value is None or pd.isna(value) else float(value)
+    row = found.iloc[0] if len(found) else pd.Series(dtype=object)
+
+    def bar(name: str, default: float) -> float:
+        value = row.get(name)
+        return default if value is None or pd.isna(value) else float(value)
+
+    return bar("max_open_excess", MAX_OPEN_EXCESS), bar("max_total_excess", MAX_TOTAL_EXCESS)
 
 
 CANARY_ALERT_PREFIX = "canary:"  # radar.alert's target for a canary arm's detections: "canary:<target>"

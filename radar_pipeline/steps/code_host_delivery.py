@@ -274,8 +274,8 @@ def description(state: str, row: pd.Series, found: pd.DataFrame) -> str:
     else:
         share = row.get("cleared_share")
         cleared = "no execution time to clear" if pd.isna(share) else f"{share:.0%} of execution time cleared"
-        excess, bar = row.get("open_excess_share"), row.get("max_open_excess")
-        margin = "" if pd.isna(excess) or pd.isna(bar) else f"; open may add {excess:.1%} (pass needs ≤ {bar:.0%})"
+        largest, bar = row.get("largest_excess_share"), row.get("max_open_excess")
+        margin = "" if pd.isna(largest) or pd.isna(bar) else f"; open may add ≤ {largest:.1%} each (pass: {bar:.0%})"
         text = f"{state}: {cleared}{margin}"
     if not isinstance(decided_by, str):  # the before/after verdicts' tiers (sql/0036): a canary's arm has none
         text += tier_words(row)

@@ -75,15 +75,17 @@ def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | N
 
 
 def margins(state: dict[str, Any]) -> dict[str, float | None]:
-    """The rule's margin from a radar.deploy_state row (sql/0036): the time the open statements may have added beyond
-    θ (open_excess_share) against its bar (max_open_excess); with the cleared share and the largest share one open
-    statement holds (None before an analysis, or where nothing ran after the deploy)."""
+    """The rule's margins from a radar.deploy_state row (sql/0036): the most one open statement may have added beyond
+    θ (largest_excess_share) against max_open_excess, and all of them (open_excess_share) against max_total_excess;
+    with the cleared share and the largest share one open statement holds (None before an analysis, or where nothing
+    ran after the deploy)."""
 
     def number(name: str) -> float | None:
         value = plain(state.get(name))
         return None if value is None else float(value)
 
-    names = ("open_excess_share", "max_open_excess", "cleared_share", "largest_open_share")
+    names = ["largest_excess_share", "max_open_excess", "open_excess_share", "max_total_excess", "cleared_share"]
+    names.append("largest_open_share")
     return {name: number(name) for name in names}
 
 
@@ -129,7 +131,8 @@ def answer(view: GateView, deploy_id: str, code: int) -> dict[str, Any]:
             "detected": view.shares.get(Verdict.DETECTED, 0.0) if view.shares else None,
         },
         "pass_share": s.get("pass_share"),
-        # the rule's margin (docs/ci.md): open_excess_share ≤ max_open_excess passes
+        # the rule's margins (docs/ci.md): largest_excess_share ≤ max_open_excess and open_excess_share ≤
+        # max_total_excess pass
         "margins": margins(s),
         "analysed_at": iso(s.get("analysed_at")),
         "engine_version": s.get("engine_version"),

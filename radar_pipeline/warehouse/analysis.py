@@ -617,18 +617,24 @@ def verdicts_of(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
     )
 
 
-def deploy_states(conn: sa.Connection, deploy_ids: list[str], max_open_excess: float | None = None) -> pd.DataFrame:
+def deploy_states(
+    conn: sa.Connection,
+    deploy_ids: list[str],
+    max_open_excess: float | None = None,
+    max_total_excess: float | None = None,
+) -> pd.DataFrame:
     """The rows of radar.deploy_state for these deploys (those recorded; in the order given): state (pending, fail,
-    pass, inconclusive), the verdict counts, exec_ms, cleared_ms and cleared_share, the rule's margin
-    (open_excess_share against max_open_excess), largest_open_share and the tier counts (sql/0036). With
-    `max_open_excess`, the state is decided with that bar instead of the database's (radar.max_open_excess, default
-    engine.gate's MAX_OPEN_EXCESS), for the rest of the caller's transaction."""
-    if max_open_excess is not None:
-        if not 0 <= max_open_excess <= 1:
-            raise ValueError(f"max_open_excess must lie in [0, 1], not {max_open_excess}")
-        conn.execute(
-            sa.text("SELECT set_config('radar.max_open_excess', :s, true)"), {"s": repr(float(max_open_excess))}
-        )
+    pass, inconclusive), the verdict counts, exec_ms, cleared_ms and cleared_share, the rule's margins
+    (largest_excess_share against max_open_excess, open_excess_share against max_total_excess), largest_open_share
+    and the tier counts (sql/0036). With a bar given, the state is decided with it instead of the database's
+    (radar.max_open_excess, radar.max_total_excess; defaults engine.gate's MAX_OPEN_EXCESS and MAX_TOTAL_EXCESS), for
+    the rest of the caller's transaction."""
+    for name, bar in (("max_open_excess", max_open_excess), ("max_total_excess", max_total_excess)):
+        if bar is None:
+            continue
+        if not 0 <= bar <= 1:
+            raise ValueError(f"{name} must lie in [0, 1], not {bar}")
+        conn.execute(sa.text("SELECT set_config(:name, :s, true)"), {"name": f"radar.{name}", "s": repr(float(bar))})
     found = pd.read_sql(
         sa.text("SELECT * FROM radar.deploy_state WHERE deploy_id = ANY(:ids)"), conn, params={"ids": list(deploy_ids)}
     )

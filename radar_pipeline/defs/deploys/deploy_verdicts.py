@@ -322,9 +322,11 @@ def _metadata(result: "DeployAnalysis") -> dict[str, Any]:
         "state": str(result.state["state"]),
         "cleared_share": rounded(result.state["cleared_share"], 4),  # None where nothing ran after the deploy
         "pass_share": float(result.state["pass_share"]),
-        # the rule's margin (sql/0036): the time the open statements may add beyond θ, against its bar
-        "open_excess_share": rounded(result.state.get("open_excess_share"), 4),
+        # the rule's margins (sql/0036): the time one open statement, and all of them, may add beyond θ, with the bars
+        "largest_excess_share": rounded(result.state.get("largest_excess_share"), 4),
         "max_open_excess": rounded(result.state.get("max_open_excess"), 4),
+        "open_excess_share": rounded(result.state.get("open_excess_share"), 4),
+        "max_total_excess": rounded(result.state.get("max_total_excess"), 4),
         "largest_open_share": rounded(result.state.get("largest_open_share"), 4),
         "deploy": dg.MetadataValue.json(
             {
