@@ -74,7 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from radar_pipeline.engine import ENGINE_VERSION, EngineSettings, Verdict, analyse  # noqa: E402
 from radar_pipeline.engine.budget import LOOK_SPANS, clear_dilution, look_after  # noqa: E402
 from radar_pipeline.engine.decision import deploy_evidence  # noqa: E402
-from radar_pipeline.engine.gate import MAX_OPEN_EXCESS, deploy_state, open_excess  # noqa: E402
+from radar_pipeline.engine.gate import MAX_OPEN_EXCESS, MAX_TOTAL_EXCESS, deploy_state, open_excess  # noqa: E402
 from radar_pipeline.engine.releases import fleet_verdicts  # noqa: E402
 from radar_pipeline.lab.fleet import DEPLOY, _counters, _interval_sums, draw, history_estimates  # noqa: E402
 from radar_pipeline.steps.looks import DECIDED, OPEN, all_looks, decide_look, look_span  # noqa: E402
@@ -96,6 +96,14 @@ def wilson(hits: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def margins(states: list, look: int) -> str:
+    """The open excess at look `look` over the deploys' states: the largest statement's, and all of them together,
+    each as median / 90th percentile."""
+    one = np.asarray([s[look].largest_excess for s in states])
+    every = np.asarray([s[look].open_excess for s in states])
+    return f"{np.median(one):.3%} / {np.quantile(one, 0.9):.3%}, {np.median(every):.3%} / {np.quantile(every, 0.9):.3%}"
 
 
 def share_cell(hits: int, n: int) -> str:
@@ -205,8 +213,8 @@ def unchanged(deploys: int, statements: int, seed: int) -> None:
     print(f"### 1. Unchanged deploys: {deploys} deploys × {statements} statements, nothing changed (seeds {seed}…)\n")
     print(
         "| noise prior | pass at the first look (95% Wilson) | pass by the last look (95% Wilson) | failed by the last "
-        "look | false detections per deploy, all looks | open excess, first look: median / p90 | by the last look: "
-        "median / p90 | pass by look 0/1/2/3 |"
+        "look | false detections per deploy, all looks | open excess, first look: the largest statement's median / "
+        "p90, all of them median / p90 | by the last look: the same | pass by look 0/1/2/3 |"
     )
     print("|---|---|---|---:|---:|---|---|---|")
     for name, got in results.items():
@@ -216,15 +224,13 @@ def unchanged(deploys: int, statements: int, seed: int) -> None:
         last = sum(s[-1].state == "pass" for s in states)
         failed = sum(s[-1].state == "fail" for s in states)
         by_look = " / ".join(str(sum(s[k].state == "pass" for s in states)) for k in range(LOOKS))
-        e0 = np.asarray([s[0].open_excess for s in states])
-        e1 = np.asarray([s[-1].open_excess for s in states])
+
         print(
             f"| {name} | {share_cell(first, n)} | {share_cell(last, n)} | {failed} | {np.mean(got['false']):.3f} | "
-            f"{np.median(e0):.3%} / {np.quantile(e0, 0.9):.3%} | {np.median(e1):.3%} / {np.quantile(e1, 0.9):.3%} | "
-            f"{by_look} |"
+            f"{margins(states, 0)} | {margins(states, -1)} | {by_look} |"
         )
-    print(f"\nTargets: pass ≥ 95% at the first look, ≥ 99% by the last; the open excess must stay ≤ "
-          f"{MAX_OPEN_EXCESS:.0%} for a pass.\n")  # fmt: skip
+    print(f"\nTargets: pass ≥ 95% at the first look, ≥ 99% by the last; a pass needs no statement's excess above "
+          f"{MAX_OPEN_EXCESS:.0%} and all of them at most {MAX_TOTAL_EXCESS:.0%}.\n")  # fmt: skip
 
     print("Where the open excess comes from (summed over all deploys): by the open statements' reason\n")
     print("| noise prior | look | mean open excess a deploy | reason: share of the summed open excess |")
