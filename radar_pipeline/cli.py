@@ -588,8 +588,13 @@ def _print_verdicts(table: pd.DataFrame) -> None:
     columns = {
         **({"target": list(table["target"])} if table["target"].nunique() > 1 else {}),
         "verdict": list(table["verdict"]),
-        # beyond the verdict (sql/0036): improved (cleared, clearly faster) or probably slower (open, slower on its own)
-        "tier": [TIER_WORDS.get(t, "") if isinstance(t, str) else "" for t in table["tier"]],
+        # beyond the verdict (sql/0036): improved (cleared, clearly faster) or probably slower (open, slower on its
+        # own); shown where some statement has one, so a deploy with none keeps the room for its texts
+        **(
+            {"tier": [TIER_WORDS.get(t, "") if isinstance(t, str) else "" for t in table["tier"]]}
+            if table["tier"].notna().any()
+            else {}
+        ),
         "reason": list(table["reason"]),
         "cause": list(table["cause"].fillna("")),
         "before ms": fmt(table["mean_before_ms"], "{:.3f}"),
@@ -797,14 +802,14 @@ def _gate_text(view: gate_step.GateView, deploy_id: str) -> list[str]:
 
 def _margin_words(view: gate_step.GateView) -> str:
     """The rule's margins after the state (docs/ci.md): the most one open statement may have added beyond θ, and all
-    of them, each against its bar, and the share cleared. Empty while pending, where nothing ran after the deploy,
-    and when the canary arm decided (its own shares, not these)."""
+    of them, each against its bar, and the share cleared. Empty while pending, for a failed deploy (its detections
+    decide it), where nothing ran after the deploy, and when the canary arm decided (its own shares, not these)."""
     from radar_pipeline.steps.gate import margins
 
     s = view.state
     m = margins(s)
     decided_by_canary = view.canary is not None and s.get("before_after_state") is not None
-    if s["state"] == "pending" or decided_by_canary or any(m[k] is None for k in MARGINS):
+    if s["state"] in ("pending", "fail") or decided_by_canary or any(m[k] is None for k in MARGINS):
         return ""
     words = (
         f" (open statements may add {m['largest_excess_share']:.2%} each, pass needs ≤ {m['max_open_excess']:.0%}; "

@@ -90,9 +90,8 @@ def test_gate_exit_codes_and_answers_through_the_console_script(gate_url):
     assert fail.returncode == 1, fail.stderr
     lines = fail.stdout.splitlines()
     assert lines, fail.stderr
-    # the state first, with the rule's margin (sql/0036): what the open statements may add, and the share cleared
-    margins = r" \(open statements may add [\d.]+% each, pass needs ≤ 1%; [\d.]+% in all, ≤ 3%; [\d.]+% cleared\)"
-    assert re.fullmatch(r"deploy st-fail: fail" + margins, lines[0]), lines[0]
+    # the state first; a failed deploy's detections decide it, so no margins (a pass's line has them, below)
+    assert lines[0] == "deploy st-fail: fail", lines[0]
     assert "target st-fail" in lines[1] and "service shop" in lines[1] and "analysed" in lines[1]
     assert lines[2] == "  verdicts: 1 detected, 1 no_regression, 1 inconclusive, 0 insufficient_data"
     shares = r"  execution time after the deploy: [\d.]+% cleared, [\d.]+% inconclusive, [\d.]+% detected"
