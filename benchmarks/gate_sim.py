@@ -392,23 +392,11 @@ def target_counters(
     return _counters(calls, total, sumsq, DEPLOY, side, 60, rng)
 
 
-def _evidence(frame: pd.DataFrame, target: str) -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "key": frame["query_key"].to_numpy(dtype=np.int64),
-            "target": target,
-            "log_factor": frame["deploy_log_factor"].to_numpy(dtype=np.float64),
-            "se": frame["deploy_log_se"].to_numpy(dtype=np.float64),
-            "time_before": frame["time_before"].to_numpy(dtype=np.float64)
-            if "time_before" in frame
-            else (frame["mean_before_ms"] * frame["calls_before"]).to_numpy(dtype=np.float64),
-        }
-    )
-
-
 def fleet_release(keys: int, seed: int, lag: int, rate: tuple[float, float], settings: EngineSettings) -> pd.DataFrame:
     """One release of `keys` keys, every one ×(1 + θ) on all 8 targets `lag` intervals after the deploy, decided at
     its looks (module docstring, 2): per key the final verdict, the look that decided it and the first verdict."""
+    from power_fleets import _evidence  # the fleet evidence of one target, as power_fleets builds it
+
     rng = np.random.default_rng(seed)
     lam = np.exp(rng.uniform(np.log(rate[0]), np.log(rate[1]), keys))
     cv = np.exp(rng.uniform(np.log(0.5), np.log(3.0), keys))
