@@ -2,8 +2,10 @@
 
 H0: μ_B ≤ (1 + θ) · μ_A for the pooled per-call means either side of a split, tested on the log scale with a variance
 that carries per-call noise, overdispersion and serial correlation (`split_tests`), optionally combined with the
-statement's noise prior from its earlier days (`Prior`); the choice of split paid by the chain bound (`selection_p`);
-the 95% interval of the factor (`interval_from_sums`); and the clearing rule's upper bound (`clearing_bounds`).
+statement's noise prior from its earlier days (`Prior`) or, on its window alone, with its serial correlation shrunk
+towards its peers' (`pooled_serial_correlation`, engine 2.7); the choice of split paid by the chain bound
+(`selection_p`); the 95% interval of the factor (`interval_from_sums`); and the clearing rule's upper bound
+(`clearing_bounds`).
 The method, its references and its calibration are in docs/method.md ("The test", "Selection", "Clearing").
 """
 
