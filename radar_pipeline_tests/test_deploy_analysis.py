@@ -363,7 +363,10 @@ def test_radar_verdicts_prints_the_table(scenario):
     header = next(i for i, line in enumerate(lines) if "┃ verdict" in line)  # the impact summary comes above
     assert "of the time after the deploy cleared; open adds ≤ " in lines[1]
     assert lines[1].endswith(" in all (pass: 1%, 3%)")
-    assert lines[2].startswith("database time: ") and " ms per minute" in lines[2]
+    # A tier line may follow: on a loaded machine the probes' time before the deploy can run high enough that a
+    # control statement clears as clearly faster (improved).
+    rest = lines[3:] if lines[2].startswith("statements ") else lines[2:]
+    assert rest[0].startswith("database time: ") and " ms per minute" in rest[0]
     first_row = lines[header + 2]  # after the verdicts' header and rule: detections come first
     assert "detected" in first_row and "SELECT probe_slow($1)" in first_row
     assert max(len(line) for line in lines) <= 220
