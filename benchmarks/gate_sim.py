@@ -72,10 +72,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from radar_pipeline.engine import ENGINE_VERSION, EngineSettings, Verdict, analyse  # noqa: E402
-from radar_pipeline.engine.budget import LOOK_SPANS, clear_dilution, look_after  # noqa: E402
+from radar_pipeline.engine.budget import LOOK_SPANS  # noqa: E402
 from radar_pipeline.engine.decision import deploy_evidence  # noqa: E402
 from radar_pipeline.engine.gate import MAX_OPEN_EXCESS, MAX_TOTAL_EXCESS, deploy_state, open_excess  # noqa: E402
-from radar_pipeline.engine.releases import fleet_verdicts  # noqa: E402
 from radar_pipeline.lab.fleet import DEPLOY, _counters, _interval_sums, draw, history_estimates  # noqa: E402
 from radar_pipeline.steps.looks import DECIDED, OPEN, all_looks, decide_look, look_span  # noqa: E402
 
@@ -395,7 +394,7 @@ def target_counters(
 def fleet_release(keys: int, seed: int, lag: int, rate: tuple[float, float], settings: EngineSettings) -> pd.DataFrame:
     """One release of `keys` keys, every one ×(1 + θ) on all 8 targets `lag` intervals after the deploy, decided at
     its looks (module docstring, 2): per key the final verdict, the look that decided it and the first verdict."""
-    from power_fleets import _evidence  # the fleet evidence of one target, as power_fleets builds it
+    from power_fleets import _evidence, release_looks  # one target's fleet evidence, the looks: as power_fleets
 
     rng = np.random.default_rng(seed)
     lam = np.exp(rng.uniform(np.log(rate[0]), np.log(rate[1]), keys))
@@ -416,34 +415,7 @@ def fleet_release(keys: int, seed: int, lag: int, rate: tuple[float, float], set
             assert span is not None
             got = deploy_evidence(counters, DEPLOY, settings, before=span.before, after=span.after)
             later[k].append(_evidence(got[got["decidable"]], target))
-    common = dict(time_weight=settings.budget_time_weight, clear_level=settings.clear_level, fleet_size=TARGETS)
-    decided = fleet_verdicts(
-        pd.concat(first, ignore_index=True),
-        settings.threshold,
-        settings.false_alert_budget,
-        look=0,
-        dilution=clear_dilution(settings.tolerance, look_after(settings.window, 0)),
-        **common,
-    ).set_index("key")
-    decided["first_verdict"] = decided["verdict"]
-    decided["look"] = np.where(decided["verdict"].isin(("detected", "no_regression")), 0.0, np.nan)
-    shares = decided["family_weight"]
-    for k, parts in later.items():
-        still = decided.index[decided["verdict"] == "inconclusive"]
-        if not len(still):
-            break
-        got = fleet_verdicts(
-            pd.concat(parts, ignore_index=True),
-            settings.threshold,
-            settings.false_alert_budget,
-            look=k,
-            shares=shares.loc[still],
-            dilution=clear_dilution(settings.tolerance, look_after(settings.window, k)),
-            **common,
-        ).set_index("key")
-        now = got.index[got["verdict"].isin(("detected", "no_regression"))]
-        decided.loc[now, "verdict"] = got.loc[now, "verdict"]
-        decided.loc[now, "look"] = float(k)
+    decided = release_looks(first, later, settings, TARGETS).rename(columns={"decided_look": "look"})
     return decided.reset_index()
 
 

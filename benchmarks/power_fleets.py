@@ -40,7 +40,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from radar_pipeline.engine import EngineSettings, analyse  # noqa: E402
-from radar_pipeline.engine.budget import LOOK_SPANS, look_budget  # noqa: E402
+from radar_pipeline.engine.budget import LOOK_SPANS, clear_dilution, look_after, look_budget  # noqa: E402
 from radar_pipeline.engine.decision import deploy_evidence  # noqa: E402
 from radar_pipeline.engine.releases import fleet_verdicts  # noqa: E402
 from radar_pipeline.lab.fleet import DEPLOY, Fleet, _counters, _interval_sums, oracle_evidence  # noqa: E402
@@ -150,8 +150,26 @@ def release(
             assert span is not None
             got = deploy_evidence(fleet.counters, DEPLOY, settings, before=span.before, after=span.after)
             later[k].append(_evidence(got[got["decidable"]], target))
+    decided = release_looks(first, later, settings, len(TARGETS))
+    decided["ceiling_look"] = ceiling_looks(fleets, decided["family_weight"], settings.threshold)
+    return {"fleet": decided.reset_index(), "own": pd.concat(own, ignore_index=True)}
+
+
+def release_looks(
+    first: list[pd.DataFrame], later: dict[int, list[pd.DataFrame]], settings: EngineSettings, fleet_size: int
+) -> pd.DataFrame:
+    """A release's fleet verdicts over its looks, as steps/releases.py decides them: look 0 on the members' first-look
+    evidence, then at each later look k the keys still open on the evidence over look k's spans, each key's share of
+    the family fixed at look 0, clearing within clear_dilution of look k's after side. Per key (the index) the final
+    verdict, `decided_look` (NaN: open), `first_verdict`, `family_weight` and `only_on`."""
+    common = dict(time_weight=settings.budget_time_weight, clear_level=settings.clear_level, fleet_size=fleet_size)
     decided = fleet_verdicts(
-        pd.concat(first, ignore_index=True), settings.threshold, settings.false_alert_budget, fleet_size=len(TARGETS)
+        pd.concat(first, ignore_index=True),
+        settings.threshold,
+        settings.false_alert_budget,
+        look=0,
+        dilution=clear_dilution(settings.tolerance, look_after(settings.window, 0)),
+        **common,
     ).set_index("key")
     decided["decided_look"] = np.where(decided["verdict"].isin(("detected", "no_regression")), 0.0, np.nan)
     decided["first_verdict"] = decided["verdict"]
@@ -165,15 +183,15 @@ def release(
             settings.threshold,
             settings.false_alert_budget,
             look=k,
-            fleet_size=len(TARGETS),
             shares=shares.loc[still],
+            dilution=clear_dilution(settings.tolerance, look_after(settings.window, k)),
+            **common,
         ).set_index("key")
         now = got.index[got["verdict"].isin(("detected", "no_regression"))]
         decided.loc[now, "verdict"] = got.loc[now, "verdict"]
-        decided.loc[now, "decided_look"] = k
+        decided.loc[now, "decided_look"] = float(k)
         decided.loc[got.index, "only_on"] = pd.Series(list(got["only_on"]), index=got.index, dtype=object)
-    decided["ceiling_look"] = ceiling_looks(fleets, shares, settings.threshold)
-    return {"fleet": decided.reset_index(), "own": pd.concat(own, ignore_index=True)}
+    return decided
 
 
 def ceiling_looks(fleets: list[Fleet], shares: pd.Series, threshold: float) -> np.ndarray:
