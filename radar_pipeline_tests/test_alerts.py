@@ -160,6 +160,33 @@ def test_message_structure_escaping_and_chart(analysed, warehouse_url, slack):
     assert again.success and len(slack.calls_to("/api/chat.postMessage")) == 1
 
 
+def test_a_deploy_whose_only_news_is_a_probably_slower_statement_is_said_once(analysed, warehouse_url, slack):
+    """A statement left open but slower than 1 + θ on its own evidence (inconclusive, tier probably_slower, as the
+    engine marks it when its family's budget holds it back) is the deploy's only news: Slack is told once, as a
+    warning that does not block, and the outbox keeps it from going out twice."""
+    with analysed.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE radar.verdict SET verdict = 'inconclusive', reason = 'not_significant', "
+                "tier = 'probably_slower' WHERE deploy_id = 'd-7' AND queryid = 11"
+            )
+        )
+    result, _ = _alert(warehouse_url, _bot(slack))
+    assert result.success
+    (post,) = slack.calls_to("/api/chat.postMessage")
+    body = post.json
+    assert body["text"] == "1 query probably slower (not proven) after deploy api v7 on main"
+    blocks = body["blocks"] if isinstance(body["blocks"], list) else json.loads(body["blocks"])
+    warning = next(b["text"]["text"] for b in blocks if "probably slower*" in b.get("text", {}).get("text", ""))
+    assert "1 statement probably slower" in warning and "the gate warns, it does not block" in warning
+    assert "&lt;!channel&gt;" in warning and "<!channel>" not in post.body.decode()
+    assert _outbox(analysed) == [(11, "#radar", "sent", 1, "1764000000.000001")]
+    metadata = result.asset_materializations_for_node("regression_alerts")[0].metadata
+    assert metadata["probably_slower"].value == 1 and metadata["regressions"].value == 0
+    again, _ = _alert(warehouse_url, _bot(slack))
+    assert again.success and len(slack.calls_to("/api/chat.postMessage")) == 1
+
+
 def test_rate_limited_then_sent(analysed, warehouse_url, slack):
     slack.fail_next("/api/chat.postMessage", (429, {"Retry-After": "1"}))
     result, _ = _alert(warehouse_url, _bot(slack))

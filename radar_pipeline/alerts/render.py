@@ -306,6 +306,9 @@ def _title(facts: AnalysisFacts, count: int, changes: list[LoadChange] | None = 
         n = kinds.count(kind)
         if n:
             parts.append(f"{n} {one if n == 1 else many}")
+    if not parts and facts.probably_slower_count:
+        n = facts.probably_slower_count
+        parts.append(f"{n} {'query' if n == 1 else 'queries'} probably slower (not proven)")
     return f"{', '.join(parts) or '0 queries slower'} after deploy {what} on {facts.target}"
 
 

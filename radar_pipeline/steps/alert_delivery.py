@@ -42,11 +42,13 @@ def deliver(
     facts: AnalysisFacts,
     withhold: str | None = None,
     changes: pd.DataFrame | None = None,
+    slower: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """Send, in one message, what is due of one analysis's regressions on one target (`found`, from
     outbox.detections) and of its load changes (`changes`, from outbox.load_changes: new heavy statements and call
     surges, each an outbox row under its statement's key like a regression, so a deploy with only those is announced
-    too, exactly once), through the outbox. Returns what the run's metadata shows of it.
+    too, exactly once) and of its probably-slower statements (`slower`, from outbox.probably_slower, announced the
+    same way; the message names them from `facts`), through the outbox. Returns what the run's metadata shows of it.
 
     Three steps, none holding a transaction while Slack is called: (1) a transaction enqueues a row per regression
     and claims the rows due (pending past their backoff, or left `sending` by a run that stopped) under a new
@@ -62,9 +64,13 @@ def deliver(
     change_keys = statement_keys(changes) if len(changes) else []
     seen = set(detected_keys)
     keys = detected_keys + [k for k in change_keys if k not in seen]  # a statement both slower and surging: once
+    seen.update(keys)
+    slower_keys = statement_keys(slower) if slower is not None and len(slower) else []
+    keys += [k for k in slower_keys if k not in seen]
     metadata: dict[str, Any] = {
         "regressions": len(found),
         "load_changes": len(changes),
+        "probably_slower": len(slower_keys),
         "to_send": 0,
         "channel": channel,
     }
@@ -74,12 +80,13 @@ def deliver(
     todo, claimed, settle = due
     todo_set = set(todo)
     todo_rows = found[[k in todo_set for k in detected_keys]]
-    todo_changes = changes[[k in todo_set and k not in seen for k in change_keys]] if len(changes) else changes
+    detected = set(detected_keys)
+    todo_changes = changes[[k in todo_set and k not in detected for k in change_keys]] if len(changes) else changes
     todo = [k for k in keys if k in todo_set]
     text, blocks = render(
         facts, [regression_of(r) for r in todo_rows.itertuples()], [change_of(r) for r in todo_changes.itertuples()]
     )
-    metadata["to_send"] = len(todo_rows) + len(todo_changes)
+    metadata["to_send"] = len(todo)
     metadata["message"] = {"text": text, "blocks": blocks}
     with engine.connect() as conn:
         # a chart for each regression the message shows in full (its thread would otherwise grow without bound), for

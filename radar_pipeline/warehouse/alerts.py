@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import pandas as pd
 import sqlalchemy as sa
 
-from radar_pipeline.engine import Verdict
+from radar_pipeline.engine import Tier, Verdict
 from radar_pipeline.pgss_model import KEY, Key, statement_key
 from radar_pipeline.warehouse.analysis import VERDICT_QUERY_JOIN, exact_partners, partner_text
 
@@ -86,6 +86,26 @@ def detections(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
         params={"d": analysis_id},
     )
     return found.pipe(_group_members_placed).pipe(_group_alert_words)
+
+
+def probably_slower(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
+    """The deploy's statements marked probably slower (sql/0036: open, slower than 1 + θ on their own evidence, not
+    proven within the family's budget), the busiest after the deploy first, with the deploy's facts and the
+    analysis's as outbox.detections gives them: announced once, like a load change, so a deploy whose only news they
+    are is still said (the gate warns, it does not block)."""
+    return pd.read_sql(
+        sa.text(
+            "SELECT v.*, q.query, d.deployed_at, d.service, d.version, d.url, a.run_id, a.settings, a.window_start, "
+            "greatest(a.window_end, v.look_end) AS window_end "
+            "FROM radar.verdict v JOIN radar.deploy_event d USING (deploy_id) "
+            "JOIN radar.analysis a ON a.deploy_id = v.deploy_id AND a.target = v.target "
+            f"{VERDICT_QUERY_JOIN} "
+            f"WHERE v.deploy_id = :d AND v.trigger = 'deploy' AND v.tier = '{Tier.PROBABLY_SLOWER}' "
+            "ORDER BY v.target, v.calls_after * v.mean_after_ms DESC NULLS LAST, v.queryid"
+        ),
+        conn,
+        params={"d": analysis_id},
+    )
 
 
 def _group_alert_words(found: pd.DataFrame) -> pd.DataFrame:

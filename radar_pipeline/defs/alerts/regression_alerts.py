@@ -34,8 +34,9 @@ if TYPE_CHECKING:
     group_name="analysis",
     kinds={"slack"},
     owners=OWNERS,
-    description="Slack alerts for the deploy's regressions, new heavy statements and call surges (radar.alert); then "
-    "the routed channels beyond Slack: PagerDuty, Teams, Grafana, webhooks (radar.alert, radar.channel_event).",
+    description="Slack alerts for the deploy's regressions, new heavy statements, call surges and probably-slower "
+    "statements (radar.alert); then the routed channels beyond Slack: PagerDuty, Teams, Grafana, webhooks "
+    "(radar.alert, radar.channel_event).",
 )
 def regression_alerts(
     context: dg.AssetExecutionContext,
@@ -57,7 +58,8 @@ def regression_alerts(
     with engine.connect() as conn:
         found = outbox.detections(conn, analysis_id)
         changes = outbox.load_changes(conn, analysis_id)
-        either = found if len(found) else changes
+        slower = outbox.probably_slower(conn, analysis_id)
+        either = next((rows for rows in (found, changes, slower) if len(rows)), found)
         load = outbox.load_summary(conn, analysis_id, str(either["target"].iloc[0])) if len(either) else None
         state = analysis_store.deploy_states(conn, [analysis_id])
         tiered = tiered_statements(conn, analysis_id, TIERS_SHOWN)
@@ -65,7 +67,7 @@ def regression_alerts(
     if either.empty:
         metadata: dict[str, Any] = {
             "regressions": 0,
-            "note": "no regression, new heavy statement or call surge for this deploy",
+            "note": "no regression, new heavy statement, call surge or probably-slower statement for this deploy",
         }
         metadata.update(_channels(context, engine, channels, analysis_id, None, found, changes, reanalysis))
         return dg.MaterializeResult(metadata=metadata)
@@ -73,7 +75,7 @@ def regression_alerts(
     facts = replace(deploy_facts(either), load_ms_per_min=load, **state_facts(state, tiered))
     try:
         metadata = as_metadata(
-            deliver(context.log, engine, slack.sender(), found, facts, withhold=reason, changes=changes)
+            deliver(context.log, engine, slack.sender(), found, facts, withhold=reason, changes=changes, slower=slower)
         )
     except Exception as exc:  # Slack's error never keeps the other channels from their deliveries: raised after them
         context.log.error(f"Slack: {type(exc).__name__}: {printable(str(exc).splitlines()[0] if str(exc) else '')}")
