@@ -687,7 +687,8 @@ Exit codes:
      radar.max_total_excess; docs/method.md)
   1  fail: a statement is detected slower, or a group of statements
      decided together (radar verdicts names it)
-  3  inconclusive: neither (0 with --inconclusive-ok)
+  3  inconclusive: neither (0 with --inconclusive-ok); with --through-looks,
+     only once no later look falls due before the deadline
   A probably slower statement is a WARNING line; it never changes the code.
   4  still pending at the deadline (--wait; without it, at once)
   5  warehouse or configuration error (retried until the deadline)
@@ -696,6 +697,7 @@ Exit codes:
 \b
 Examples:
   radar gate "gl-$CI_JOB_ID" --wait 45m
+  radar gate "gl-$CI_JOB_ID" --wait 2h --through-looks
   radar gate shop-v2 --format json --inconclusive-ok
 """
 
@@ -953,8 +955,22 @@ def _gate_progress(view: gate_step.GateView) -> str:
 @click.option("--poll", type=Duration(), default="5s", show_default=True, help="how often to look while waiting")
 @click.option("--format", "output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--inconclusive-ok", is_flag=True, help="exit 0, not 3, when the deploy is inconclusive")
+@click.option(
+    "--through-looks",
+    is_flag=True,
+    help="with --wait, keep waiting while the deploy is inconclusive and its next later look (at 2, 4 and 8 windows "
+    "after the deploy) falls due before the deadline: a later look may clear or detect what the first left open",
+)
 @click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
-def gate(deploy_id: str, wait: float, poll: float, output: str, inconclusive_ok: bool, warehouse: str | None) -> None:
+def gate(
+    deploy_id: str,
+    wait: float,
+    poll: float,
+    output: str,
+    inconclusive_ok: bool,
+    through_looks: bool,
+    warehouse: str | None,
+) -> None:
     """Answer for a deploy (what a CI job or a rollout step runs after `radar deploy`): its state (pass, fail,
     inconclusive, pending), counts, the share of its execution time cleared and inconclusive, and each detection
     with its factor, 95% interval and cause. Progress while waiting goes to stderr, the answer to stdout."""
@@ -997,11 +1013,17 @@ def gate(deploy_id: str, wait: float, poll: float, output: str, inconclusive_ok:
         assert view is not None
         state = view.state["state"]
         remaining = deadline - time.monotonic()
-        if state != "pending" or remaining <= 0:
+        if remaining <= 0:
             break
-        key = _progress_key(view)
+        if state == "pending":
+            key, line = _progress_key(view), _gate_progress(view)
+        elif through_looks and _look_before(view, remaining):
+            assert view.next_look is not None
+            key, line = ("look", view.state.get("looks_done"), *view.next_look), _look_progress(view)
+        else:
+            break
         if key != said:
-            click.echo(f"deploy {clean(deploy_id)}: {_gate_progress(view)}; {_span(remaining)} left to wait", err=True)
+            click.echo(f"deploy {clean(deploy_id)}: {line}; {_span(remaining)} left to wait", err=True)
             said = key
         time.sleep(max(0.0, min(poll, remaining)))
     code = gate_step.exit_code(state, inconclusive_ok)
@@ -1012,7 +1034,34 @@ def gate(deploy_id: str, wait: float, poll: float, output: str, inconclusive_ok:
     if state == "pending":
         click.echo(f"deploy {clean(deploy_id)}: {_gate_progress(view)}", err=True)
         click.echo(f"Error: deploy {clean(deploy_id)!r} is still pending at the deadline", err=True)
+    elif state == "inconclusive" and view.next_look is not None:
+        look, due = view.next_look
+        wait_for = math.ceil(max(0.0, (due - view.times.now).total_seconds()) / 60) + 5  # and the run's few minutes
+        click.echo(
+            f"deploy {clean(deploy_id)}: look {look} falls due at {_clock(due)}: "
+            f"`radar gate {shlex.quote(deploy_id)} --wait {wait_for}m --through-looks` waits for it",
+            err=True,
+        )
     sys.exit(code)
+
+
+def _look_before(view: gate_step.GateView, remaining: float) -> bool:
+    """Whether the inconclusive deploy's next later look falls due (by the warehouse's clock) before the deadline:
+    one due already, its run not yet stored, is waited for too."""
+    if view.next_look is None:
+        return False
+    return (view.next_look[1] - view.times.now).total_seconds() <= remaining
+
+
+def _look_progress(view: gate_step.GateView) -> str:
+    """Where an inconclusive deploy stands while --through-looks waits for its next later look."""
+    assert view.next_look is not None
+    look, due = view.next_look
+    done = int(view.state.get("looks_done") or 0)
+    after = "its first verdict" if done == 0 else f"look {done}"
+    wait = (due - view.times.now).total_seconds()
+    when = f"falls due in {_span(wait)} (at {_clock(due)})" if wait > 0 else f"fell due at {_clock(due)}, not yet run"
+    return f"inconclusive after {after}; look {look} {when}"
 
 
 @main.group()

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
@@ -469,6 +470,89 @@ def _polls_pass(url: str, gate: _Gate, transactions: int = 40) -> None:
         time.sleep(0.2)  # between looks at the counter; what is waited for is the count
 
 
+def _copy_analysis(conn: sa.Connection, source: str, deploy_id: str, columns: dict[str, str] | None = None) -> None:
+    """Store deploy `source`'s analysis and verdicts as deploy_id's (`columns`: SQL for some columns instead)."""
+    for table in ("analysis", "verdict"):
+        names = list(
+            conn.execute(
+                sa.text(
+                    "SELECT column_name FROM information_schema.columns WHERE table_schema = 'radar' "
+                    "AND table_name = :t AND is_generated = 'NEVER' AND column_name <> 'deploy_id' "
+                    "ORDER BY ordinal_position"
+                ),
+                {"t": table},
+            ).scalars()
+        )
+        values = ", ".join((columns or {}).get(name, name) for name in names)
+        conn.execute(
+            sa.text(
+                f"INSERT INTO radar.{table} (deploy_id, {', '.join(names)}) SELECT :d, {values} "
+                f"FROM radar.{table} WHERE deploy_id = :s"
+            ),
+            {"d": deploy_id, "s": source},
+        )
+
+
+def test_through_looks_the_gate_waits_for_a_later_look_that_may_decide_it(gate_url):
+    """An inconclusive deploy (st-unsure's verdicts, deployed 250 s ago with a 200 s window: look 1 falls due 2W plus
+    a scrape after it): without --through-looks the gate answers 3 at once and says when look 1 falls due; with it,
+    while that is before the deadline, it waits, saying so once, and answers with the state look 1 leaves."""
+    from radar_pipeline.steps.looks import look_span
+    from radar_pipeline.warehouse import looks
+
+    engine = make_engine(gate_url)
+    with engine.begin() as conn:
+        target = conn.execute(sa.text("SELECT target FROM radar.deploy_event WHERE deploy_id = 'st-unsure'")).scalar()
+    deploys.record(engine, deploys.DeployEvent("st-looks", target, datetime.now(UTC) - timedelta(seconds=250)))
+    try:
+        with engine.begin() as conn:
+            _copy_analysis(conn, "st-unsure", "st-looks", {"analysed_at": "now()"})
+            at, basis = conn.execute(
+                sa.text(
+                    "SELECT d.deployed_at, a.analysed_at FROM radar.deploy_event d JOIN radar.analysis a "
+                    "USING (deploy_id) WHERE deploy_id = 'st-looks'"
+                )
+            ).one()
+        due = (at + timedelta(seconds=2 * 200 + 10)).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        now = _radar(["gate", "st-looks", "--warehouse", gate_url])
+        assert now.returncode == 3 and now.stdout.startswith("deploy st-looks: inconclusive ("), now
+        assert f"look 1 falls due at {due}: `radar gate st-looks --wait " in now.stderr, now.stderr
+        assert "--through-looks` waits for it" in now.stderr
+        short = _radar(["gate", "st-looks", "--wait", "1m", "--through-looks", "--warehouse", gate_url])
+        assert short.returncode == 3 and "left to wait" not in short.stderr, short  # due after the deadline
+
+        gate = _Gate(["st-looks", "--wait", "10m", "--poll", "0.1s", "--through-looks", "--warehouse", gate_url])
+        try:
+            gate.wait_for("st-looks: inconclusive after its first verdict; look 1 falls due in ")
+            _polls_pass(gate_url, gate)  # many polls, nothing new: no line
+            # Look 1 runs: it clears what was open (its rows as steps.looks stores them, with its deploy_look row).
+            with engine.begin() as conn:
+                conn.execute(
+                    sa.text(
+                        "UPDATE radar.verdict SET verdict = 'no_regression', reason = 'below_threshold', look = 1, "
+                        "factor_bound = 1.05, look_end = :end WHERE deploy_id = 'st-looks' "
+                        "AND verdict IN ('inconclusive', 'insufficient_data')"
+                    ),
+                    {"end": at + timedelta(seconds=400)},
+                )
+                span = look_span(SETTINGS, 1, at)
+                written = pd.read_sql(
+                    sa.text("SELECT verdict FROM radar.verdict WHERE deploy_id = 'st-looks' AND look = 1"), conn
+                )
+                looks.record_look(conn, "st-looks", target, 1, "done", span, basis, len(written), written, None)
+            code, out = gate.finish()
+        finally:
+            gate.proc.kill()
+    finally:
+        with engine.begin() as conn:
+            for table in ("deploy_look", "verdict", "analysis", "deploy_event"):
+                conn.execute(sa.text(f"DELETE FROM radar.{table} WHERE deploy_id = 'st-looks'"))
+        engine.dispose()
+    assert code == 0 and out.startswith("deploy st-looks: pass ("), (out, gate.all_lines())
+    waiting = [line for line in gate.all_lines() if "st-looks: inconclusive after" in line]
+    assert len(waiting) == 1 and f"(at {due})" in waiting[0], waiting
+
+
 def test_the_gate_waiting_says_the_target_s_times_once_per_change(gate_url):
     # The environment says other times than the target's (a CI job with the default window): the progress line says
     # the target's, as the warehouse stores them (its latest analysis's 200 s window, its scrapes 10 s apart).
@@ -501,23 +585,7 @@ def test_the_gate_waiting_says_the_target_s_times_once_per_change(gate_url):
         _polls_pass(gate_url, gate)
         # Its analysis is stored: st-pass's verdicts, written for it.
         with engine.begin() as conn:
-            for table in ("analysis", "verdict"):
-                columns = ", ".join(
-                    conn.execute(
-                        sa.text(
-                            "SELECT column_name FROM information_schema.columns WHERE table_schema = 'radar' "
-                            "AND table_name = :t AND is_generated = 'NEVER' AND column_name <> 'deploy_id' "
-                            "ORDER BY ordinal_position"
-                        ),
-                        {"t": table},
-                    ).scalars()
-                )
-                conn.execute(
-                    sa.text(
-                        f"INSERT INTO radar.{table} (deploy_id, {columns}) SELECT 'st-steps', {columns} "
-                        f"FROM radar.{table} WHERE deploy_id = 'st-pass'"
-                    )
-                )
+            _copy_analysis(conn, "st-pass", "st-steps")
         code, out = gate.finish()
     finally:
         gate.proc.kill()

@@ -38,16 +38,22 @@ class GateView:
     canary: dict[str, Any] | None = None
     # Once decided, its statements marked improved and probably slower (warehouse.status.Tiered); None while pending.
     tiered: Any = None
+    # While inconclusive, the later look to come and when it falls due (warehouse.looks.next_look): it may clear
+    # (pass) or detect (fail) what the earlier looks left open; None when none is to come.
+    next_look: tuple[int, datetime] | None = None
 
 
 def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | None:
-    """One look at the deploy (None: not recorded), in one connection: its times and state, and once it is no
-    longer pending, the shares of its execution time and its detections."""
+    """One look at the deploy (None: not recorded), in one connection and one snapshot: its times and state, and
+    once it is no longer pending, the shares of its execution time and its detections (and while inconclusive, its
+    next later look)."""
     from radar_pipeline.engine import Verdict
-    from radar_pipeline.warehouse import status
+    from radar_pipeline.warehouse import looks, status
     from radar_pipeline.warehouse.analysis import deploy_states, verdicts_of
 
-    with engine.connect() as conn:
+    # One snapshot for every query: a look stored between two of them must not leave the state of before it beside
+    # the looks of after it (an inconclusive deploy with no look to come).
+    with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
         times = status.deploy_times(conn, deploy_id, configured)
         if times is None:
             return None
@@ -59,6 +65,10 @@ def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | N
         shares = status.execution_shares(conn, deploy_id)
         tiered = status.tiered_statements(conn, deploy_id, TIERED_SHOWN)
         table = verdicts_of(conn, deploy_id)
+        upcoming = None
+        if state["state"] == "inconclusive":
+            window, scrape = status.analysis_times(conn, times.target, configured)
+            upcoming = looks.next_look(conn, deploy_id, window, scrape)
     detected = table[table["verdict"] == Verdict.DETECTED]
     columns = [
         "target", "queryid", "dbid", "userid", "toplevel", "change_factor", "factor_at_change", "factor_low",
@@ -71,7 +81,7 @@ def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | N
         change = cells.pop("change_after_deploy")
         cells["change_after_deploy_s"] = None if change is None else round(change.total_seconds())
         detections.append(cells)
-    return GateView(times, state, shares, detections, canary, tiered)
+    return GateView(times, state, shares, detections, canary, tiered, upcoming)
 
 
 def margins(state: dict[str, Any]) -> dict[str, float | None]:
@@ -156,6 +166,11 @@ def answer(view: GateView, deploy_id: str, code: int) -> dict[str, Any]:
             "probably_slower": view.tiered.probably_slower_count if view.tiered is not None else 0,
             "groups_probably_slower": int(s.get("groups_probably_slower") or 0),
         },
+        "looks_done": int(s.get("looks_done") or 0),
+        # an inconclusive deploy's next later look, which may still decide it (`radar gate --through-looks`)
+        "next_look": (
+            {"look": view.next_look[0], "due_at": iso(view.next_look[1])} if view.next_look is not None else None
+        ),
     }
     if view.canary is not None:
         answer["canary"] = view.canary

@@ -245,44 +245,69 @@ def due_looks(conn: sa.Connection, window: timedelta, settle: timedelta, limit: 
     In what order: the live deploys' looks first, the latest due first (a look whose run was lost must not hold back
     the ones that came due after it), then the re-runs. W is the window the first verdict used (its stored settings;
     `window` where they lack one). Only deploys deployed or analysed recently are read, and their looks probed."""
-    spans = ", ".join(str(s) for s in LOOK_SPANS)
     rows = conn.execute(
         sa.text(
-            f"WITH recent AS (SELECT a.deploy_id, a.target, a.analysed_at, a.run_id, d.deployed_at, {WINDOW} AS w "
-            "  FROM radar.analysis a JOIN radar.deploy_event d ON d.deploy_id = a.deploy_id "
-            f"  WHERE (d.deployed_at > now() - :horizon - {WINDOW} * :last_span OR a.analysed_at > now() - :horizon) "
-            f"  AND {ENGINE_RELEASE} >= CAST(:engine AS int[])), "
-            "flagged AS (SELECT r.*, r.analysed_at > now() - :horizon AND EXISTS (SELECT 1 FROM radar.deploy_look o "
-            "    WHERE o.deploy_id = r.deploy_id AND o.target = r.target AND o.basis < r.analysed_at) AS rerun "
-            "  FROM recent r), "
-            "analysed AS (SELECT f.*, "
-            "  coalesce((SELECT max(k.look) FROM radar.deploy_look k WHERE k.deploy_id = f.deploy_id "
-            "    AND k.target = f.target AND k.basis = f.analysed_at), 0) AS done, "
-            "  (SELECT min(e.deployed_at) FROM radar.deploy_event e WHERE e.target = f.target "
-            "    AND e.deployed_at > f.deployed_at) AS next_at "
-            "  FROM flagged f WHERE (f.deployed_at > now() - :horizon - f.w * :last_span OR f.rerun) "
-            "  AND (EXISTS (SELECT 1 FROM radar.verdict v WHERE v.deploy_id = f.deploy_id AND v.target = f.target "
-            f"    AND v.verdict IN {OPEN_SQL}) OR {GROUP_OPEN})), "
-            "candidates AS (SELECT x.deploy_id, x.target, x.analysed_at, x.run_id, x.rerun, n.look, "
-            f"  least(x.deployed_at + x.w * (CAST(ARRAY[{spans}] AS int[]))[n.look + 1] + :settle, "
-            "    x.next_at + :settle) AS due_at "
-            f"  FROM analysed x CROSS JOIN generate_series(1, {len(LOOK_SPANS) - 1}) n(look) WHERE n.look > x.done), "
+            f"WITH {_look_candidates('')}, "
             "chosen AS (SELECT DISTINCT ON (deploy_id, target) * FROM candidates WHERE due_at <= now() "
             "  ORDER BY deploy_id, target, CASE WHEN rerun THEN look ELSE -look END) "
             "SELECT deploy_id, target, look, analysed_at, rerun, run_id, now() - greatest(due_at, analysed_at) "
             "FROM chosen "
             "ORDER BY rerun, due_at DESC, deploy_id LIMIT :limit"
         ),
-        {
-            "window": window,
-            "settle": settle,
-            "limit": limit,
-            "horizon": HORIZON,
-            "last_span": LOOK_SPANS[-1],
-            "engine": list(FIRST_LOOK_ENGINE),
-        },
+        {**_candidate_params(window, settle), "limit": limit},
     )
     return [DueLook(r[0], r[1], int(r[2]), r[3], bool(r[4]), r[5], r[6]) for r in rows]
+
+
+def _look_candidates(deploy_filter: str) -> str:
+    """The CTEs (ending in `candidates`) of the looks still to run of the recently analysed deploys with something
+    open (due_looks' rule; `deploy_filter`, e.g. "AND a.deploy_id = :d", narrows them): per deploy and target, each
+    look after the last one run on its current first verdict, with when it falls due (due_at)."""
+    spans = ", ".join(str(s) for s in LOOK_SPANS)
+    return (
+        f"recent AS (SELECT a.deploy_id, a.target, a.analysed_at, a.run_id, d.deployed_at, {WINDOW} AS w "
+        "  FROM radar.analysis a JOIN radar.deploy_event d ON d.deploy_id = a.deploy_id "
+        f"  WHERE (d.deployed_at > now() - :horizon - {WINDOW} * :last_span OR a.analysed_at > now() - :horizon) "
+        f"  AND {ENGINE_RELEASE} >= CAST(:engine AS int[]) {deploy_filter}), "
+        "flagged AS (SELECT r.*, r.analysed_at > now() - :horizon AND EXISTS (SELECT 1 FROM radar.deploy_look o "
+        "    WHERE o.deploy_id = r.deploy_id AND o.target = r.target AND o.basis < r.analysed_at) AS rerun "
+        "  FROM recent r), "
+        "analysed AS (SELECT f.*, "
+        "  coalesce((SELECT max(k.look) FROM radar.deploy_look k WHERE k.deploy_id = f.deploy_id "
+        "    AND k.target = f.target AND k.basis = f.analysed_at), 0) AS done, "
+        "  (SELECT min(e.deployed_at) FROM radar.deploy_event e WHERE e.target = f.target "
+        "    AND e.deployed_at > f.deployed_at) AS next_at "
+        "  FROM flagged f WHERE (f.deployed_at > now() - :horizon - f.w * :last_span OR f.rerun) "
+        "  AND (EXISTS (SELECT 1 FROM radar.verdict v WHERE v.deploy_id = f.deploy_id AND v.target = f.target "
+        f"    AND v.verdict IN {OPEN_SQL}) OR {GROUP_OPEN})), "
+        "candidates AS (SELECT x.deploy_id, x.target, x.analysed_at, x.run_id, x.rerun, n.look, "
+        f"  least(x.deployed_at + x.w * (CAST(ARRAY[{spans}] AS int[]))[n.look + 1] + :settle, "
+        "    x.next_at + :settle) AS due_at "
+        f"  FROM analysed x CROSS JOIN generate_series(1, {len(LOOK_SPANS) - 1}) n(look) WHERE n.look > x.done)"
+    )
+
+
+def _candidate_params(window: timedelta, settle: timedelta) -> dict[str, Any]:
+    return {
+        "window": window,
+        "settle": settle,
+        "horizon": HORIZON,
+        "last_span": LOOK_SPANS[-1],
+        "engine": list(FIRST_LOOK_ENGINE),
+    }
+
+
+def next_look(conn: sa.Connection, deploy_id: str, window: timedelta, settle: timedelta) -> tuple[int, datetime] | None:
+    """The deploy's next later look and when it falls due (due_looks' rule: the sensor requests it then), or None
+    when none is to come: nothing is open, its last look has run, or it is too old for more."""
+    row = conn.execute(
+        sa.text(
+            f"WITH {_look_candidates('AND a.deploy_id = :d')} "
+            "SELECT look, due_at FROM candidates ORDER BY due_at, look LIMIT 1"
+        ),
+        {**_candidate_params(window, settle), "d": deploy_id},
+    ).first()
+    return (int(row[0]), row[1]) if row is not None else None
 
 
 def record_failed(conn: sa.Connection, deploy_id: str, look: int, run_id: str | None) -> bool:
