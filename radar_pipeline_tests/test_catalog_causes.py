@@ -26,7 +26,7 @@ from radar_pipeline.steps.causes import name_changes
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 from radar_pipeline.steps.retention import apply_retention
 from radar_pipeline.steps.snapshots import collect_catalog, snapshot_target
-from radar_pipeline.warehouse import catalog
+from radar_pipeline.warehouse import catalog, deploys
 
 from .helpers import run
 from .test_deploy_impact import LIST, LOOKUP, SETTINGS, store
@@ -550,6 +550,30 @@ def test_every_table_losing_its_statistics_at_once_is_no_change(warehouse):
         assert catalog.changes_between(conn, "flip", t0, t0 + timedelta(minutes=2)) == []
         (named,) = catalog.changes_between(conn, "flip", t0 + timedelta(minutes=2), t0 + timedelta(minutes=3))
     assert named.kind == ChangeKind.STATISTICS_RESET and named.relation == "public.b"
+
+
+def test_a_change_first_seen_after_a_later_deploy_is_never_named_for_an_earlier_one(warehouse):
+    """Issue 39: deploy B's change, made seconds after deploy A's window closed and seen by the capture after it
+    (its bracket reaching back into A's window), was named in A's report. It is B's: named for B, and in a span
+    analysed for no deploy (the periodic check), never for A."""
+    t0 = datetime(2026, 12, 3, 8, 0, tzinfo=UTC)
+    fact = {"kind": "setting", "identity": "work_mem@app", "dbid": 5, "roleid": 10, "relation": None}
+    fact |= {"name": "work_mem", "role": "app", "database": None}
+    with warehouse.begin() as conn:
+        for i, value in enumerate(("4MB", "4MB", "64kB")):
+            digest = {"setting": value}
+            facts = [{**fact, "value": value}]
+            catalog.write_capture(conn, "split", t0 + timedelta(minutes=2 * i), 5, digest, ["setting"], facts, "s1")
+    a, b = t0 + timedelta(seconds=90), t0 + timedelta(seconds=190)  # A's window: ±60 s; B deployed after it closed
+    for deploy_id, at in (("split-a", a), ("split-b", b)):
+        deploys.record(warehouse, deploys.DeployEvent(deploy_id, "split", at), configured_targets=["split"])
+    window = timedelta(seconds=60)
+    with warehouse.connect() as conn:
+        (seen,) = catalog.changes_between(conn, "split", a - window, a + window)  # the bracket [t0+2m, t0+4m] overlaps
+        assert seen.kind == ChangeKind.SETTING_CHANGED and seen.name == "work_mem"
+        assert catalog.changes_between(conn, "split", a - window, a + window, deployed_at=a) == []
+        (for_b,) = catalog.changes_between(conn, "split", b - window, b + window, deployed_at=b)
+    assert for_b == seen
 
 
 def test_a_table_of_another_schema_is_not_touched_by_a_change_of_the_same_name(watched: Watched, warehouse):

@@ -31,16 +31,18 @@ def name_changes(
     lo: datetime,
     hi: datetime,
     tolerance: timedelta = timedelta(minutes=2),
+    deployed_at: datetime | None = None,
 ) -> list[list[NamedChange]]:
     """Per detection (a row of KEY columns, `change_at` and optionally `plan_diff`), the changes of the target named
     in [lo, hi] (their bracket overlapping it) that touch it, oldest first: a catalog change on a relation its text or
     plan diff names (a qualified name that table; an unqualified one that table in public or in a schema of a
     search_path stored for the statement's database or role; an index its plan diff names matching that index), a
     setting that affects plans set server-wide or for its database and/or role. A change whose bracket lies entirely
-    after the detection's change_at + `tolerance`, or ended before change_at - `tolerance`, did not cause it."""
+    after the detection's change_at + `tolerance`, or ended before change_at - `tolerance`, did not cause it; nor did
+    one first seen after a later deploy than `deployed_at` (catalog.changes_between)."""
     if detections.empty:
         return []
-    changes = catalog.changes_between(conn, target, lo, hi)
+    changes = catalog.changes_between(conn, target, lo, hi, deployed_at)
     if not changes:
         return [[] for _ in range(len(detections))]
     roles = catalog.setting_roles(conn, target)

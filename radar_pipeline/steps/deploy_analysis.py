@@ -301,12 +301,14 @@ def decide_window(
     )
     timings = Timings()
     lo, hi = split_at - settings.window, split_at + settings.window
+    # a deploy's (a periodic check has none): a change first seen after a later deploy is that one's (catalog)
+    deployed_at = None if analysis_id.startswith(deploys.PERIODIC_PREFIX) else split_at
     with run.warehouse.connect() as conn:
         started = time.perf_counter()
         window = samples.window(lo, hi) if samples is not None else analysis.read_window(conn, target, lo, hi)
         health = analysis.window_health(conn, target, lo, hi)
         prior = prior_for(conn, target, lo, window.keys)  # each statement's noise from the days before
-        planned = groups.plan_groups(conn, target, window, lo, hi, decide)  # and the budget the groups take
+        planned = groups.plan_groups(conn, target, window, lo, hi, decide, deployed_at)  # and the groups' budget
         timings.read = time.perf_counter() - started
         conn.rollback()  # nothing written: no transaction stays open while the engine runs
 
@@ -375,7 +377,7 @@ def decide_window(
         summaries = [d.get("summary") for d, c in zip(diffs, changed, strict=True) if c]
         ANALYSED_VERDICTS.assign(verdicts, "cause_detail", pd.Series(summaries, dtype=object).values, rows=at[changed])
         with run.warehouse.connect() as conn:  # the catalog and settings changes of the window (issue 28)
-            named = name_changes(conn, target, verdicts[detected], lo, hi, settings.tolerance)
+            named = name_changes(conn, target, verdicts[detected], lo, hi, settings.tolerance, deployed_at)
         _apply_named_changes(verdicts, at, named, changed)
     timings.plans = time.perf_counter() - started
     started = time.perf_counter()

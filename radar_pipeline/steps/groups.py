@@ -99,10 +99,12 @@ def form_groups(
     window: analysis.WindowCounters | pd.DataFrame,
     lo: datetime,
     hi: datetime,
+    deployed_at: datetime | None = None,
 ) -> list[Group]:
     """The window's groups (see the module docstring) of at least MIN_MEMBERS statements, by shape, role and named
     change, without two of the same statements; from the statements' texts and keys (the window's, or a frame of KEY
-    columns indexed by query_key) and the catalog facts of the window [lo, hi], never from their latency."""
+    columns indexed by query_key) and the catalog facts of the window [lo, hi] (of the deploy at `deployed_at`: not a
+    later deploy's, catalog.changes_between), never from their latency."""
     keys = window if isinstance(window, pd.DataFrame) else window.keys
     if len(keys) < MIN_MEMBERS:
         return []
@@ -121,12 +123,18 @@ def form_groups(
         name = role_names.get(int(userid))
         label = f"statements of role {name}" if name else f"statements of role oid {int(userid)}"
         found.append(Group(f"{ROLE}:{int(userid)}", ROLE, label, tuple(int(m) for m in members)))
-    found.extend(_change_groups(conn, target, keys, texts, lo, hi))
+    found.extend(_change_groups(conn, target, keys, texts, lo, hi, deployed_at))
     return _distinct([g for g in found if len(g.members) >= MIN_MEMBERS])
 
 
 def _change_groups(
-    conn: sa.Connection, target: str, keys: pd.DataFrame, texts: dict[int, str], lo: datetime, hi: datetime
+    conn: sa.Connection,
+    target: str,
+    keys: pd.DataFrame,
+    texts: dict[int, str],
+    lo: datetime,
+    hi: datetime,
+    deployed_at: datetime | None,
 ) -> list[Group]:
     """A group per change named in the window that can slow a statement, of the statements it touches, whenever in
     the window the change was seen: a setting that affects plans, those of its role and/or database (all, when set
@@ -136,7 +144,7 @@ def _change_groups(
     from radar_pipeline.engine.vocabulary import ChangeKind
     from radar_pipeline.steps.causes import name_changes
 
-    changes = [c for c in catalog.changes_between(conn, target, lo, hi) if c.slows]
+    changes = [c for c in catalog.changes_between(conn, target, lo, hi, deployed_at) if c.slows]
     if not changes:
         return []
     members: dict[str, list[int]] = {}
@@ -166,7 +174,8 @@ def _change_groups(
     near = [any(w in lowered.get(int(q), "") for w in words) for q in keys["queryid"]]
     if on_relations and any(near):
         rows = keys[near]
-        touched = name_changes(conn, target, rows.reset_index(drop=True).assign(change_at=None), lo, hi)
+        unplaced = rows.reset_index(drop=True).assign(change_at=None)
+        touched = name_changes(conn, target, unplaced, lo, hi, deployed_at=deployed_at)
         for code, found in zip(rows.index, touched, strict=True):
             for change in found:
                 if change.kind != ChangeKind.SETTING_CHANGED and change.slows:
@@ -271,14 +280,16 @@ def plan_groups(
     lo: datetime,
     hi: datetime,
     settings: EngineSettings,
+    deployed_at: datetime | None = None,
 ) -> GroupPlan:
-    """The window's groups (form_groups) and the split of the look's budget (settings.false_alert_budget) between
-    the statements and the groups: GROUP_SHARE to the groups when there are any."""
+    """The window's groups (form_groups; of the deploy at `deployed_at`, None for a periodic check) and the split of
+    the look's budget (settings.false_alert_budget) between the statements and the groups: GROUP_SHARE to the groups
+    when there are any."""
     from dataclasses import replace
 
     from radar_pipeline.engine.budget import split_group_budget
 
-    groups = form_groups(conn, target, window, lo, hi)
+    groups = form_groups(conn, target, window, lo, hi, deployed_at)
     statements, for_groups = split_group_budget(settings.false_alert_budget, bool(groups))
     before = None
     if groups:
@@ -387,7 +398,8 @@ def later_look(
     keys = evidence.set_index("query_key")[list(KEY)]
     with warehouse.connect() as conn:
         formed = {
-            g.group_id: g for g in form_groups(conn, target, keys, deployed_at - span.before, deployed_at + span.after)
+            g.group_id: g
+            for g in form_groups(conn, target, keys, deployed_at - span.before, deployed_at + span.after, deployed_at)
         }
         conn.rollback()
     still = {g for g in first - decided if g in formed}

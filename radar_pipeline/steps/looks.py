@@ -356,6 +356,6 @@ def _decide_stored(run: Any, deployed_at: datetime, target: str, span: LookSpan,
         replanned = [bool(d.get("shape_changed")) for d in diffs]
         ANALYSED_VERDICTS.assign(verdicts, "cause", Cause.PLAN_CHANGED.value, rows=at[replanned])
         with run.warehouse.connect() as conn:  # the catalog and settings changes over the look's spans, as a first
-            named = name_changes(conn, target, verdicts[detected], lo, hi, settings.tolerance)  # verdict names them
+            named = name_changes(conn, target, verdicts[detected], lo, hi, settings.tolerance, deployed_at)
         _apply_named_changes(verdicts, at, named, replanned)
     return verdicts

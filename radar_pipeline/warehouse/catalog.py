@@ -164,11 +164,16 @@ def write_capture(
     return len(params) + len(gone)
 
 
-def changes_between(conn: sa.Connection, target: str, lo: datetime, hi: datetime) -> list[NamedChange]:
+def changes_between(
+    conn: sa.Connection, target: str, lo: datetime, hi: datetime, deployed_at: datetime | None = None
+) -> list[NamedChange]:
     """The named changes of the target whose bracket (last capture showing the old state → first showing the new)
     overlaps [lo, hi], oldest first, each with the statement undoing it where one can be derived. Versions of the
     target's first capture are its state then, not changes; versions that change nothing a plan depends on (a table
-    created, an invalid index dropped) are left out."""
+    created, an invalid index dropped) are left out.
+    deployed_at: the deploy the span is analysed for; a change first seen only after a later deploy of the target
+    (its migration, made seconds after this window closed and before its analysis ran) is that deploy's, never this
+    one's."""
     rows = conn.execute(
         sa.text(
             "SELECT v.kind, v.identity, v.dbid, v.relation, v.name, v.role, v.database, v.value, v.first_seen_at, "
@@ -176,9 +181,11 @@ def changes_between(conn: sa.Connection, target: str, lo: datetime, hi: datetime
             "SELECT value FROM radar.catalog_fact o WHERE o.target = v.target AND o.kind = v.kind "
             "AND o.identity = v.identity AND o.first_seen_at < v.first_seen_at ORDER BY o.first_seen_at DESC LIMIT 1"
             ") p ON true WHERE v.target = :t AND v.last_seen_before IS NOT NULL AND v.first_seen_at >= :lo "
-            "AND v.last_seen_before < :hi ORDER BY v.first_seen_at, v.kind, v.identity"
+            "AND v.last_seen_before < :hi AND NOT EXISTS (SELECT 1 FROM radar.deploy_event e WHERE e.target = v.target "
+            "AND e.deployed_at > CAST(:deployed AS timestamptz) AND e.deployed_at <= v.first_seen_at) "
+            "ORDER BY v.first_seen_at, v.kind, v.identity"
         ),
-        {"t": target, "lo": lo, "hi": hi},
+        {"t": target, "lo": lo, "hi": hi, "deployed": deployed_at},
     ).all()
     changes = [c for c in map(_named, rows) if c is not None]
     # an index dropped while one of the same definition under another name was added (a swap, as after a rebuild
