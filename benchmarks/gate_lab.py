@@ -836,9 +836,56 @@ def _num(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def analyse_recording(rec: dict[str, Any], windows: list[float]) -> dict[str, Any]:
-    """Every change and every null deploy of one recording at each window (module docstring), as plain rows."""
-    counters = rec["counters"]
+def thinned(rec: dict[str, Any], every: int) -> dict[str, Any]:
+    """The recording as a collector scraping `every` times less often would have stored it: every `every`-th scrape
+    (cumulative counters lose nothing but the finer intervals)."""
+    if every <= 1:
+        return rec
+    times = np.sort(rec["counters"]["captured_at"].unique())
+    kept = set(times[::every])
+    counters = rec["counters"][rec["counters"]["captured_at"].isin(kept)]
+    args = {**rec["args"], "scrape": float(rec["args"]["scrape"]) * every}
+    return {**rec, "counters": counters, "args": args}
+
+
+def shared_adjusted(counters: pd.DataFrame) -> pd.DataFrame:
+    """A candidate method, not the product's (issue 38: "each statement's level measured against the server's shared
+    movement"): every interval's execution time divided by the server's shared movement at that scrape, and its
+    per-call sum of squares by its square. The movement at a scrape is the weighted median, over the statements with
+    calls in it, of the log of the interval's mean less the statement's own median log mean over the recording
+    (weights √calls); a per-statement constant cancels in every ratio, so only the scrape's shared level moves."""
+    c = counters.sort_values(["query_key", "captured_at"]).reset_index(drop=True)
+    by = c.groupby("query_key")
+    dc, dt = by["calls"].diff(), by["total_exec_time"].diff()
+    n, sd = c["calls"], c["stddev_exec_time"]
+    q = n * sd**2 + c["total_exec_time"] ** 2 / n.where(n > 0)  # Σ x² over the calls so far
+    dq = q.groupby(c["query_key"]).diff()
+    ok = (dc > 0) & (dt >= 0)
+    log_mean = np.log((dt / dc).where(ok))
+    r = log_mean - log_mean.groupby(c["query_key"]).transform("median")
+    d = pd.DataFrame({"t": c["captured_at"], "r": r, "w": np.sqrt(dc.where(ok))}).dropna()
+    d = d.sort_values(["t", "r"])
+    cum = d.groupby("t")["w"].cumsum()
+    half = d.groupby("t")["w"].transform("sum") / 2
+    level = d[cum >= half].groupby("t")["r"].first()
+    k = np.exp(c["captured_at"].map(level).fillna(0.0))
+    first = by.cumcount() == 0
+    kept = first | ~((dc >= 0) & (dt >= 0))  # a first row or a reset: its delta as it is
+    new_dt = dt.where(kept, dt / k).where(~first, c["total_exec_time"])
+    new_dq = dq.where(kept, dq / k**2).where(~first, q)
+    c["total_exec_time"] = new_dt.fillna(0.0).groupby(c["query_key"]).cumsum()
+    new_q = new_dq.fillna(0.0).groupby(c["query_key"]).cumsum()
+    var = (new_q - c["total_exec_time"] ** 2 / n.where(n > 0)) / n.where(n > 0)
+    c["stddev_exec_time"] = np.sqrt(var.clip(lower=0.0)).where(sd.notna())
+    return c
+
+
+def analyse_recording(
+    rec: dict[str, Any], windows: list[float], null_every: float | None = None, shared: bool = False
+) -> dict[str, Any]:
+    """Every change and every null deploy of one recording at each window (module docstring), as plain rows;
+    null_every: seconds between null instants (default max(W/2, 60 s)); shared: the counters shared_adjusted first."""
+    counters = shared_adjusted(rec["counters"]) if shared else rec["counters"]
     keys = rec["keys"].set_index("query_key")
     labels = {k: label for label, ks in rec["meta"]["targets"].items() for k in ks}
     scrape = pd.Timedelta(seconds=float(rec["args"]["scrape"]))
@@ -901,7 +948,7 @@ def analyse_recording(rec: dict[str, Any], windows: list[float]) -> dict[str, An
             out["events"].append(row)
 
         # Null deploys: every stretch between changes (and the recording's ends), instants every max(W/2, 60 s).
-        step = pd.Timedelta(seconds=max(seconds / 2, 60.0))
+        step = pd.Timedelta(seconds=null_every or max(seconds / 2, 60.0))
         margin = 2 * scrape
         stretch_names = ["steady", *[f"after {e['name']}" for e in events]]
         ends = [*[pd.Timestamp(e["at"]) for e in events], None]
@@ -1180,8 +1227,8 @@ def analyse_main(args: argparse.Namespace) -> None:
     results = {}
     for path in args.analyse:
         with open(path, "rb") as f:
-            rec = pickle.load(f)
-        results[path] = analyse_recording(rec, windows)
+            rec = thinned(pickle.load(f), args.thin)
+        results[path] = analyse_recording(rec, windows, args.null_every, args.shared_movement)
         if not args.json_out:
             print(f"\n## gate lab: {path}\n")
             print(f"analysed: `{shlex.join([sys.executable, *sys.argv])}`")
@@ -1193,14 +1240,16 @@ def analyse_main(args: argparse.Namespace) -> None:
         Path(args.json_out).write_text(json.dumps(results, default=str))
         return
     if args.before_commit:
-        before = analyse_at_commit(args.before_commit, args.analyse, args.windows)
+        before = analyse_at_commit(args.before_commit, args.analyse, args.windows, args.thin, args.null_every)
         for path in args.analyse:
             print(f"\n## gate lab: {path}, engine of {args.before_commit} beside this tree's\n")
             print_result(before[path])
             print_side_by_side(before[path], results[path], args.before_commit)
 
 
-def analyse_at_commit(sha: str, paths: list[str], windows: str) -> dict[str, Any]:
+def analyse_at_commit(
+    sha: str, paths: list[str], windows: str, thin: int = 1, null_every: float | None = None
+) -> dict[str, Any]:
     """The same analysis with the engine of commit `sha`: a worktree at /tmp/gate_lab_<sha>, this file run there in a
     subprocess with that tree first on the path, its rows read back; the worktree removed afterwards."""
     repo = HERE.parents[1]
@@ -1213,6 +1262,7 @@ def analyse_at_commit(sha: str, paths: list[str], windows: str) -> dict[str, Any
             out = Path(tmp.name)
         env = {**os.environ, "GATE_LAB_ENGINE": str(tree), "PYTHONPATH": str(tree)}
         cmd = [sys.executable, str(HERE), "--analyse", *paths, "--windows", windows, "--json-out", str(out)]
+        cmd += [f"--thin={thin}"] + ([f"--null-every={null_every}"] if null_every else [])
         subprocess.run(cmd, check=True, env=env)
         found = json.loads(out.read_text())
         out.unlink()
@@ -1239,6 +1289,11 @@ def main() -> None:
     parser.add_argument("--pgbench-rate", type=float, default=10.0, help="the other tenant's transactions a second")
     parser.add_argument("--windows", default="180,300", help="W values to analyse (seconds, comma-separated)")
     parser.add_argument("--before-commit", metavar="SHA", help="also analyse with the engine of this commit")
+    parser.add_argument("--thin", type=int, default=1, help="keep every N-th scrape (a collector N times slower)")
+    parser.add_argument("--null-every", type=float, help="seconds between null deploys (default max(W/2, 60))")
+    parser.add_argument(
+        "--shared-movement", action="store_true", help="a candidate: divide the counters by the shared movement first"
+    )
     parser.add_argument("--json-out", help=argparse.SUPPRESS)  # the --before-commit subprocess's rows
     args = parser.parse_args()
     if args.record:
