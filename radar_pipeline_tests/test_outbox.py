@@ -4,6 +4,7 @@ between runs, and old or reanalysed deploys are recorded without a post. Each te
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -318,13 +319,18 @@ def test_a_malformed_history_answer_leaves_the_alert_pending_and_the_run_finishe
     assert _row(analysed)["status"] == "sent"
 
 
-@pytest.mark.parametrize("mode", ["webhook", "token"])
+@pytest.mark.parametrize("mode", ["webhook", "webhook, JSON-escaped", "token"])
 def test_a_page_that_echoes_the_webhook_url_or_the_token_is_quoted_without_it(analysed, warehouse_url, slack, mode):  # noqa: F811
     """A proxy's plain-text page quoted the webhook URL (or the Authorization header) it blocked: the first 80
-    characters of it went into the outbox's last_error, the run's log and Dagster's event log."""
+    characters of it went into the outbox's last_error, the run's log and Dagster's event log. A JSON page writes
+    each / of it as \\/ (issue 40: the token was kept)."""
     if mode == "webhook":
         resource, path = SlackResource(webhook_url=slack.webhook_url), HOOK
         page = f"Blocked by the egress policy (rule 12): POST {slack.webhook_url}\nPath: {HOOK}\n"
+    elif mode == "webhook, JSON-escaped":
+        resource, path = SlackResource(webhook_url=slack.webhook_url), HOOK
+        echoed = json.dumps({"url": slack.webhook_url}).replace("/", "\\/")
+        page = f"Blocked by the egress policy (rule 12): {echoed}\n"
     else:
         resource, path = _bot(slack), POST
         page = "Blocked by the egress policy (rule 12): Authorization: Bearer xoxb-test-token\n"
@@ -335,7 +341,8 @@ def test_a_page_that_echoes_the_webhook_url_or_the_token_is_quoted_without_it(an
         (stored,) = conn.execute(sa.text("SELECT last_error FROM radar.alert")).scalars()
     assert "***" in stored, stored
     for text in (stored, log):
-        assert not any(piece in text for piece in ("xoxb-test-token", "/hook/", "T000/B000")), text
+        pieces = ("xoxb-test-token", "/hook/", "T000/B000", "T000\\/B000", "hook\\/")
+        assert not any(piece in text for piece in pieces), text
 
 
 def test_a_retry_after_beyond_any_clock_is_clamped(analysed, warehouse_url, slack):  # noqa: F811

@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 import httpx
 
-from radar_pipeline.config import printable
+from radar_pipeline.config.masking import hidden, quoted
 
 RETRIES = 2
 RETRY_AFTER_CAP = 30.0  # seconds: a longer wait is waited out between runs, not inside one
@@ -330,12 +330,11 @@ class HostClient:
         return [item for item in data if isinstance(item, dict)]
 
     def _quote(self, text: str) -> str:
-        shown = " ".join(self._shown(text).split())
-        return (f"{shown[:SHOWN]}…" if len(shown) > SHOWN else shown) or "an empty body"
+        return quoted(text, [self._token], SHOWN)
 
     def _shown(self, text: str) -> str:
-        """`text` without the token (before it is cut, so no part of it is left), printable."""
-        return printable(text.replace(self._token, "***") if self._token else text)
+        """`text` without the token in any form (masking.hidden), printable."""
+        return hidden(text, [self._token])
 
 
 _NOT_JSON = object()

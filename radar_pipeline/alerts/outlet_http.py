@@ -31,8 +31,7 @@ from urllib.parse import unquote
 import httpx
 
 from radar_pipeline.alerts.channel import ChannelError
-from radar_pipeline.config import printable
-from radar_pipeline.config.masking import mask_query
+from radar_pipeline.config.masking import hidden, mask_query, quoted
 
 DEFAULT_TIMEOUT = 10.0
 MAX_ANSWER = 256 * 1024  # bytes of an answer read; the APIs answer a few hundred
@@ -156,15 +155,12 @@ class Http:
         )
 
     def quote(self, text: str) -> str:
-        """`text` on one line, without secrets, cut to SHOWN characters."""
-        shown = " ".join(self.shown(text).split())
-        return (f"{shown[:SHOWN]}…" if len(shown) > SHOWN else shown) or "an empty body"
+        """`text` on one line, without secrets in any form (masking.hidden), cut to SHOWN characters."""
+        return quoted(text, self.secrets, SHOWN)
 
     def shown(self, text: str) -> str:
-        """`text` without the secrets (replaced before anything is cut, so no part of one is left), printable."""
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
-        return printable(text)
+        """`text` without the secrets in any form (masking.hidden), printable."""
+        return hidden(text, self.secrets)
 
 
 class _NoQuery(logging.Filter):

@@ -29,6 +29,7 @@ import httpx
 from radar_pipeline.alerts.channel import ChannelError, Delivered, DeployNotice, Detection
 from radar_pipeline.alerts.render import AnalysisFacts, LoadChange, Regression, canary_words, shown_target
 from radar_pipeline.config import printable
+from radar_pipeline.config.masking import quoted
 from radar_pipeline.pgss_model import Key
 
 DEFAULT_URL = "https://events.pagerduty.com"
@@ -294,8 +295,7 @@ class PagerDutyChannel:
         return self._quote(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
 
     def _quote(self, text: str) -> str:
-        shown = " ".join(printable(text.replace(self._key, "***")).split())
-        return (f"{shown[:SHOWN]}…" if len(shown) > SHOWN else shown) or "an empty body"
+        return quoted(text, [self._key], SHOWN)
 
 
 def _retry_after(value: str | None) -> float:

@@ -37,6 +37,7 @@ from slack_sdk.http_retry.state import RetryState
 from slack_sdk.webhook import WebhookClient
 
 from radar_pipeline.config import printable
+from radar_pipeline.config.masking import hidden
 
 SLACK_API = "https://slack.com/api/"
 RETRIES = 2
@@ -332,11 +333,8 @@ def _secrets(token: str | None, webhook_url: str | None) -> tuple[str, ...]:
 
 
 def _shown(text: str, secrets: tuple[str, ...]) -> str:
-    """`text` fit to store and log: without `secrets`, and printable (quoted before it is cut, so no part of a secret
-    is left)."""
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return printable(text)
+    """`text` fit to store and log: without `secrets` in any form (masking.hidden), printable."""
+    return hidden(text, secrets)
 
 
 def _object(value: object) -> dict[str, Any]:
