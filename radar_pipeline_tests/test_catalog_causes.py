@@ -647,7 +647,7 @@ def test_the_catalog_is_read_at_its_interval_or_after_a_deploy(watched: Watched,
 
 
 def test_only_changes_that_can_slow_a_statement_give_the_cause():
-    from radar_pipeline.collector.catalog import affects_plans
+    from radar_pipeline.collector.plan_settings import affects_plans
     from radar_pipeline.steps.deploy_analysis import _apply_named_changes
 
     at = datetime(2026, 12, 2, 18, 41, 35, tzinfo=UTC)

@@ -41,6 +41,15 @@ SECRET = "hunter2-Secret"
         ("ALTER SYSTEM SET my.key = pw.x", "ALTER SYSTEM SET my.key = '<redacted>'"),
         ("ALTER DATABASE d SET my.key TO pw8", "ALTER DATABASE d SET my.key TO '<redacted>'"),
         ("ALTER TABLE t ALTER c SET DEFAULT 5", "ALTER TABLE t ALTER c SET DEFAULT 5"),  # no parameter: kept
+        # a core setting that changes plans is no secret, and its value is what a reader of the deploy needs (issue
+        # 39: `work_mem = '<redacted>'`); a custom one beside it in the same text is still blanked
+        ("ALTER ROLE app SET work_mem = '64kB'", "ALTER ROLE app SET work_mem = '64kB'"),
+        ("ALTER SYSTEM SET random_page_cost TO 1.1", "ALTER SYSTEM SET random_page_cost TO 1.1"),
+        (
+            "SET LOCAL enable_seqscan = off; SET app.key = 'pw'; ALTER ROLE app PASSWORD 'pw'",
+            "SET LOCAL enable_seqscan = off; SET app.key = '<redacted>'; ALTER ROLE app PASSWORD '<redacted>'",
+        ),
+        ("SET statement_timeout = '5s'", "SET statement_timeout = '<redacted>'"),  # changes no plan: blanked
         # a text the parser cannot read (newer syntax, a cut text): every quoted literal, closed or not
         ("ALTER ROLE app WITH FUTURE_OPTION PASSWORD 'pw' -- it's", None),
         ("ALTER ROLE app PASSWORD 'pw", "ALTER ROLE app PASSWORD '<redacted>'"),

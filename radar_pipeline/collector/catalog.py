@@ -23,6 +23,7 @@ import psycopg
 
 from radar_pipeline.collector.fingerprint import redact
 from radar_pipeline.collector.pgss import COLLECTOR_MARK
+from radar_pipeline.collector.plan_settings import PLAN_SETTING_PREFIXES, PLAN_SETTINGS
 from radar_pipeline.collector.session import TargetUnavailable, describe
 from radar_pipeline.config import Target
 
@@ -37,68 +38,13 @@ KINDS = (
     "role_setting",
     "setting",
 )
-# Settings that change what the planner chooses or how a plan executes: the only ones read (of a role's, a database's
-# or the server's), so a value that is a secret (a custom setting holding a token, primary_conninfo's password) never
-# leaves the watched server, and a change of any other names no statement. Not among them: statement_timeout and
-# lock_timeout (they end a statement, never slow it), track_io_timing and maintenance_work_mem (no plan uses them).
-PLAN_SETTINGS = frozenset(
-    {
-        "work_mem",
-        "hash_mem_multiplier",
-        "temp_buffers",
-        "random_page_cost",
-        "seq_page_cost",
-        "cpu_tuple_cost",
-        "cpu_index_tuple_cost",
-        "cpu_operator_cost",
-        "parallel_setup_cost",
-        "parallel_tuple_cost",
-        "min_parallel_table_scan_size",
-        "min_parallel_index_scan_size",
-        "effective_cache_size",
-        "effective_io_concurrency",
-        "default_statistics_target",
-        "constraint_exclusion",
-        "cursor_tuple_fraction",
-        "from_collapse_limit",
-        "join_collapse_limit",
-        "geqo",
-        "geqo_threshold",
-        "plan_cache_mode",
-        "max_parallel_workers_per_gather",
-        "max_parallel_workers",
-        "parallel_leader_participation",
-        "recursive_worktable_factor",
-        "jit",
-        "jit_above_cost",
-        "jit_inline_above_cost",
-        "jit_optimize_above_cost",
-        "search_path",
-        "synchronous_commit",
-        "commit_delay",
-        "default_transaction_isolation",
-        "session_replication_role",
-        "row_security",
-        "enable_partitionwise_join",
-        "enable_partitionwise_aggregate",
-    }
-)
-_PLAN_SETTING_PREFIXES = ("enable_", "jit_")
-
-
-def affects_plans(setting: str) -> bool:
-    """Whether a change of this setting can change a statement's plan or its execution time."""
-    name = setting.lower()
-    return name in PLAN_SETTINGS or name.startswith(_PLAN_SETTING_PREFIXES)
-
-
 # The SQL condition affects_plans is, over a setting's name ({name}); starts_with, not LIKE: no % in a query psycopg
 # gives parameters to.
 _SETTINGS_FILTER = (
     "({name} = ANY(ARRAY["
     + ", ".join(f"'{n}'" for n in sorted(PLAN_SETTINGS))
     + "]) OR "
-    + " OR ".join(f"starts_with({{name}}, '{p}')" for p in _PLAN_SETTING_PREFIXES)
+    + " OR ".join(f"starts_with({{name}}, '{p}')" for p in PLAN_SETTING_PREFIXES)
     + ")"
 )
 EMPTY_DIGEST = "empty"  # a kind with no rows (the server gives no row to aggregate)

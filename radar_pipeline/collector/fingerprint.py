@@ -23,6 +23,8 @@ from typing import Any
 
 from pglast import parser
 
+from radar_pipeline.collector.plan_settings import affects_plans
+
 _WHITESPACE = re.compile(r"\s+")
 _VALUE = "$value"  # a constant and a parameter are one placeholder: pg_stat_statements shows constants as $n
 _POSITIONS = {"location", "stmt_location", "stmt_len", "rexpr_list_start", "rexpr_list_end", "version"}
@@ -92,8 +94,9 @@ def redact(text: str) -> str:
     except (parser.ParseError, ValueError):
         quote = _FIRST_QUOTE.search(text)
         return (text[: quote.start()] if quote else "") + REDACTED
-    blanks = [(token.start, token.end + 1) for token in _literals(tokens)]
-    blanks += _setting_values(tokens)
+    blanked, kept = _setting_values(tokens, text)
+    blanks = [(t.start, t.end + 1) for t in _literals(tokens) if not any(a <= t.start < b for a, b in kept)]
+    blanks += blanked
     if stop < len(text):
         blanks.append((stop, len(text)))
     out, end = [], 0
@@ -128,23 +131,28 @@ def _literals(tokens: list[parser.Token]) -> list[parser.Token]:
     ]
 
 
-def _setting_values(tokens: list[parser.Token]) -> list[tuple[int, int]]:
-    """The character spans of the values of every `SET name = | TO value, …` in a statement that sets a parameter."""
-    spans: list[tuple[int, int]] = []
+def _setting_values(tokens: list[parser.Token], text: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The character spans of the values of every `SET name = | TO value, …` in a statement that sets a parameter:
+    those to blank, and those kept — the values of the core settings that change plans (plan_settings: `work_mem =
+    '64kB'` is what a reader of the deploy's statement needs, and no secret)."""
+    blanked: list[tuple[int, int]] = []
+    kept: list[tuple[int, int]] = []
     statement: list[parser.Token] = []
     for token in [*tokens, None]:
         if token is None or token.name == "ASCII_59":  # a ; ends a statement
             if statement and statement[0].name in _SETTING:
-                spans += _values(statement)
+                for name, span in _values(statement, text):
+                    (kept if affects_plans(name) else blanked).append(span)
             statement = []
         elif token.name not in _COMMENTS:
             statement.append(token)
-    return spans
+    return blanked, kept
 
 
-def _values(s: list[parser.Token]) -> list[tuple[int, int]]:
-    """The spans of the values of each `SET [SESSION | LOCAL] name = | TO value, …` in statement `s`'s tokens; a
-    value is one span with its sign, a dotted one whole."""
+def _values(s: list[parser.Token], text: str) -> list[tuple[str, tuple[int, int]]]:
+    """The parameter and the span of each value of each `SET [SESSION | LOCAL] name = | TO value, …` in statement
+    `s`'s tokens; a value is one span with its sign, a dotted one whole; a dotted parameter (an extension's or a
+    custom one) keeps its dots."""
     spans = []
     for i in (i for i, token in enumerate(s) if token.name == "SET"):
         at = i + 1
@@ -153,11 +161,12 @@ def _values(s: list[parser.Token]) -> list[tuple[int, int]]:
         after = _dotted(s, at, _word)
         if after == at or after == len(s) or s[after].name not in ("ASCII_61", "TO"):  # = or TO
             continue
+        name = text[s[at].start : s[after - 1].end + 1].replace('"', "").lower()
         while (start := after + 1) < len(s):
             at = start + (s[start].name in ("ASCII_43", "ASCII_45"))  # a sign, + or -
             if (after := _dotted(s, at, _value)) == at:
                 break
-            spans.append((s[start].start, s[after - 1].end + 1))
+            spans.append((name, (s[start].start, s[after - 1].end + 1)))
             if after == len(s) or s[after].name != "ASCII_44":  # a , before the next value
                 break
     return spans

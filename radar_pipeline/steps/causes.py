@@ -13,8 +13,8 @@ from typing import Any
 import pandas as pd
 import sqlalchemy as sa
 
-from radar_pipeline.collector.catalog import affects_plans
 from radar_pipeline.collector.fingerprint import nodes, relations
+from radar_pipeline.collector.plan_settings import affects_plans
 from radar_pipeline.engine.vocabulary import ChangeKind
 from radar_pipeline.named_changes import NamedChange
 from radar_pipeline.pgss_model import KEY

@@ -140,7 +140,7 @@ def _change_groups(
     the window the change was seen: a setting that affects plans, those of its role and/or database (all, when set
     server-wide); a catalog change, those matched as steps/causes.py matches a detection to it — asked only for the
     statements whose text holds the relation's (or index's) bare name, since matching parses each text."""
-    from radar_pipeline.collector.catalog import affects_plans
+    from radar_pipeline.collector.plan_settings import affects_plans
     from radar_pipeline.engine.vocabulary import ChangeKind
     from radar_pipeline.steps.causes import name_changes
 
