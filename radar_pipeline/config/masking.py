@@ -35,12 +35,14 @@ def url_password(dsn: str) -> str | None:
 
 
 def scrub_secret(text: str, dsn: str) -> str:
-    """Remove a DSN's password from an error text, wherever it appears (as written and percent-decoded)."""
+    """Remove a DSN's password from an error text, wherever and however it appears (`hidden`: as written,
+    percent-decoded or encoded, escaped), and every password a URL or keyword in it shows."""
     password = url_password(dsn)
-    if password:
+    if password and len(password) >= MIN_SECRET:
+        text = hidden(text, [password])
+    elif password:  # too short for its encodings to be told from other text: as written, wherever it is
         for form in sorted({password, unquote(password)}, key=len, reverse=True):
-            if form:
-                text = text.replace(form, "***")
+            text = text.replace(form, "***") if form else text
     return mask_password(text)
 
 
