@@ -259,10 +259,15 @@ def make_app(receiver: Receiver) -> Starlette:
         return _line(200, "ok")
 
     async def readyz(request: Request) -> Response:
+        # Asked without a token (a probe): the why, which may name the warehouse's host, port and role, goes to the
+        # receiver's log, not to whoever asks.
         try:
             await _warehouse(ready, receiver, deadline=READY_TIMEOUT_S)
         except Refused as exc:
-            return _line(exc.status, exc.reason)
+            log.warning("not ready: %s", exc.reason)
+            return _line(
+                exc.status, "not ready: the warehouse does not answer as radar's (the receiver's log says why)"
+            )
         return _line(200, "ready")
 
     async def _warehouse(call: Callable[..., T], *args: Any, deadline: float = DB_DEADLINE_S) -> T:
