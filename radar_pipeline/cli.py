@@ -829,6 +829,8 @@ TIER_TOP = 3  # improved statements the gate's text names, the busiest first
 def _tier_lines(view: gate_step.GateView, deploy_id: str) -> list[str]:
     """A WARNING line per probably-slower statement (factor, 95% interval, share of the time, queryid, text) and per
     deploy's probably-slower groups, then the statements faster: warnings only, the exit code stays the state's."""
+    from radar_pipeline.alerts.render import cause_words
+
     tiered = view.tiered
     lines: list[str] = []
     if tiered is None:
@@ -842,7 +844,9 @@ def _tier_lines(view: gate_step.GateView, deploy_id: str) -> list[str]:
         return f"{factor}{share}, queryid {row['queryid']}"
 
     for row in tiered.probably_slower:
-        lines.append(f"WARNING: probably slower {numbers(row)}: {clean(row['query'])}")
+        cause = cause_words(row.get("cause"), row.get("cause_detail"))
+        because = f", cause: {clean(cause)}" if cause else ""
+        lines.append(f"WARNING: probably slower {numbers(row)}{because}: {clean(row['query'])}")
     rest = tiered.probably_slower_count - len(tiered.probably_slower)
     if rest > 0:
         lines.append(f"WARNING: {rest} more statements probably slower (radar verdicts {clean(deploy_id)})")

@@ -12,7 +12,9 @@ from radar_pipeline.alerts.render import MAX_BLOCKS, AnalysisFacts, Regression, 
 from radar_pipeline.steps.code_host_delivery import MAX_DESCRIPTION, description
 
 AT = datetime(2026, 12, 6, 12, tzinfo=UTC)
-SLOWER = TierNote(42, "UPDATE orders SET total = $1 /* <!channel> & <@U1> */", 3.35, 1.72, 6.52, 0.021)
+SLOWER = TierNote(
+    42, "UPDATE orders SET total = $1 /* <!channel> & <@U1> */", 3.35, 1.72, 6.52, 0.021, "temp_spill (0 → 1,024 <x>)"
+)
 FASTER = tuple(
     TierNote(q, f"SELECT * FROM t{q} WHERE id = $1", 0.13 * q, 0.05 * q, 0.3 * q, 0.4 / q) for q in (1, 2, 3, 4)
 )
@@ -41,6 +43,7 @@ def test_slack_names_probably_slower_statements_and_improvements_escaped():
     assert "1 probably slower; 4 improved" in text  # in the deploy state's field
     assert "1 statement probably slower" in text and "the gate warns, it does not block" in text
     assert "×3.35 (95% interval ×1.72 to ×6.52), 2.1% of the time after the deploy, queryid 42" in text
+    assert "queryid 42, cause: temp_spill (0 → 1,024 &lt;x&gt;)" in text  # its cause on its line (issue 39)
     assert "&lt;!channel&gt; &amp; &lt;@U1&gt;" in text and "<!channel>" not in text
     assert "*4 statements faster:* ×0.13 (95% interval ×0.05 to ×0.30), 40.0% of the time after the deploy" in text
     assert text.count("queryid ") == 4 and " …" in text  # the three busiest named, the fourth counted

@@ -51,7 +51,7 @@ class CanaryArms:
 @dataclass(frozen=True)
 class TierNote:
     """A statement marked probably slower or improved, as a message names it: its factor (at the change) with the
-    95% interval, its share of the execution time after the deploy (None: unknown), queryid and text."""
+    95% interval, its share of the execution time after the deploy (None: unknown), queryid, text and cause."""
 
     queryid: int
     query: str
@@ -59,6 +59,7 @@ class TierNote:
     factor_low: float | None = None
     factor_high: float | None = None
     share: float | None = None
+    cause: str | None = None  # a probably slower statement's, with its detail: "temp_spill (temp blocks … 0 → 1,024)"
 
 
 TIERS_SHOWN = 3  # statements of each tier a message names, the busiest first
@@ -324,15 +325,24 @@ def state_line(facts: AnalysisFacts) -> str:
     return f"*Deploy state:* {escape_within(facts.state or '-', 40)} ({counts}{share}{tiers})"
 
 
+def cause_words(cause: str | None, detail: str | None) -> str | None:
+    """A stored cause with its detail, as one phrase ("temp_spill (temp blocks written per call 0 → 1,024 …)"); None
+    without a cause."""
+    if not cause:
+        return None
+    return f"{cause} ({detail})" if detail else cause
+
+
 def tier_note_words(note: TierNote) -> str:
     """A tiered statement's numbers, unescaped: "×3.35 (95% interval ×1.72 to ×6.52), 2.1% of the time after the
-    deploy, queryid 42"."""
+    deploy, queryid 42, cause: temp_spill (…)"."""
     words = "×?" if note.factor is None or note.factor != note.factor else f"×{note.factor:.2f}"
     if note.factor_low is not None and note.factor_high is not None and note.factor_low == note.factor_low:
         words += f" (95% interval ×{note.factor_low:.2f} to ×{note.factor_high:.2f})"
     if note.share is not None and note.share == note.share:
         words += f", {note.share:.1%} of the time after the deploy"
-    return f"{words}, queryid {note.queryid}"
+    cause = f", cause: {note.cause}" if note.cause else ""
+    return f"{words}, queryid {note.queryid}{cause}"
 
 
 def tier_blocks(facts: AnalysisFacts) -> list[dict[str, Any]]:
@@ -347,7 +357,7 @@ def tier_blocks(facts: AnalysisFacts) -> list[dict[str, Any]]:
             "within the deploy's false-alert budget: the gate warns, it does not block)"
         ]
         for note in facts.probably_slower[:TIERS_SHOWN]:
-            lines.append(f"• {tier_note_words(note)}: `{excerpt(note.query, 150)}`")
+            lines.append(f"• {escape_within(tier_note_words(note), 600)}: `{excerpt(note.query, 150)}`")
         if n > min(len(facts.probably_slower), TIERS_SHOWN):
             lines.append(
                 f"… and {n - min(len(facts.probably_slower), TIERS_SHOWN)} more: `radar verdicts "
@@ -357,7 +367,7 @@ def tier_blocks(facts: AnalysisFacts) -> list[dict[str, Any]]:
     if facts.improved_count:
         n = facts.improved_count
         shown = facts.improved[:TIERS_SHOWN]
-        named = "; ".join(f"{tier_note_words(note)} `{excerpt(note.query, 80)}`" for note in shown)
+        named = "; ".join(f"{escape_within(tier_note_words(note), 600)} `{excerpt(note.query, 80)}`" for note in shown)
         more = " …" if n > len(shown) else ""
         text = f"*{n} statement{'s' if n != 1 else ''} faster:* {named}{more}"
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _cut(text, MAX_SECTION_TEXT)}]})

@@ -41,7 +41,7 @@ import pandas as pd
 
 from radar_pipeline.engine.samples import WindowSamples, segment_sums
 from radar_pipeline.engine.settings import EngineSettings
-from radar_pipeline.engine.vocabulary import Cause, Verdict
+from radar_pipeline.engine.vocabulary import Cause, Tier, Verdict
 
 # The further counters the causes read, as cumulative columns of analyse's `counters` (each optional).
 ROWS, BLOCKS, HIT = "rows", "shared_blks_read", "shared_blks_hit"
@@ -73,9 +73,19 @@ FIGURE_COLUMNS = tuple(f"{prefix}_{side}" for prefix in FIGURES for side in ("be
 WITHOUT_DETAIL = [Cause.FLEET_WIDE.value, Cause.UNEXPLAINED.value]  # causes _detail has no words for
 
 
+def explained(verdicts: pd.DataFrame) -> np.ndarray:
+    """The rows a cause is said for (issue 39): the detections, and the statements marked probably slower (tier), which
+    a person is asked to look at."""
+    detected = (verdicts["verdict"] == Verdict.DETECTED).to_numpy()
+    if "tier" not in verdicts:
+        return detected
+    return detected | (verdicts["tier"] == Tier.PROBABLY_SLOWER).to_numpy()
+
+
 def explain(samples: WindowSamples, verdicts: pd.DataFrame, settings: EngineSettings) -> pd.DataFrame:
-    """Per-segment per-call figures (FIGURE_COLUMNS) for every detection, its cause and cause_detail (None for other
-    verdicts).
+    """Per-segment per-call figures (FIGURE_COLUMNS) for every row `verdicts` asks for (a boolean column `explain`;
+    without it, the detections), its cause and cause_detail (None for the other rows); each row's segments either
+    side of its change_at.
 
     `samples` must be the samples `verdicts` was decided on (one group per verdict row, same order); a counter they do
     not carry is unknown, and with none of them only `fleet_wide` or `unexplained` remain.
@@ -106,7 +116,7 @@ def explain_groups(
         },
         index=verdicts.index,
     )
-    detected = (verdicts["verdict"] == Verdict.DETECTED).to_numpy()
+    detected = verdicts["explain"].to_numpy(bool) if "explain" in verdicts else explained(verdicts)
     if not detected.any():
         return out
     change = verdicts["change_at"].array.as_unit("ns").asi8

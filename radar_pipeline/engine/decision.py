@@ -60,7 +60,7 @@ import numpy as np
 import pandas as pd
 
 from radar_pipeline.engine import fdr
-from radar_pipeline.engine.causes import CAUSE_COUNTERS, explain, explain_groups, fleet_wide
+from radar_pipeline.engine.causes import CAUSE_COUNTERS, explain, explain_groups, explained, fleet_wide
 from radar_pipeline.engine.edivisive import WORKERS, best_split, min_segment
 from radar_pipeline.engine.frames import VERDICT_FRAME
 from radar_pipeline.engine.gate import tiers
@@ -297,9 +297,19 @@ def analyse(
     columns.update(_deploy_evidence(samples, sides, decidable, settings, known, at_deploy))
     columns["confidence"] = 1.0 - found.p_family
     columns["tier"] = tiers(verdict, found.factor_low, found.factor_bound, settings.threshold)
-    decided = pd.DataFrame({"verdict": verdict, "change_at": columns["change_at"]})
+    decided = _to_explain(pd.DataFrame({"verdict": verdict, "tier": columns["tier"]}), columns["change_at"], deploy)
     columns.update({name: values.to_numpy() for name, values in explain(samples, decided, settings).items()})
     return _result(samples, columns)
+
+
+def _to_explain(verdicts: pd.DataFrame, change_at: object, deploy: int) -> pd.DataFrame:
+    """What `causes.explain` reads of some verdicts: the rows to explain (causes.explained: detections, and statements
+    probably slower) and where each one's segments split: its change_at, or the deploy where it has none (a probably
+    slower statement no split was tested for)."""
+    explain_rows = explained(verdicts)
+    at = pd.to_datetime(pd.Series(change_at, index=verdicts.index), utc=True)
+    at = at.where(~(explain_rows & at.isna()).to_numpy(), pd.Timestamp(deploy, tz="UTC"))
+    return pd.DataFrame({"verdict": verdicts["verdict"].to_numpy(), "change_at": at, "explain": explain_rows})
 
 
 def explain_detections(
@@ -311,30 +321,32 @@ def explain_detections(
     before: timedelta | None = None,
     after: timedelta | None = None,
 ) -> pd.DataFrame:
-    """`verdicts` (analyse's result for `deploy_at`) with each detection's per-call figures, cause and cause_detail
-    (causes.explain) computed again from `counters`: the counters of the detected statements alone (every key merged
-    into one with them), now carrying the counters the causes compare (causes.CAUSE_COUNTERS), which deciding did
-    not need. The figures and causes are exactly those analyse gives when its counters carry them for every
-    statement (a detection's depend on its own samples alone; fleet_wide is judged on all of `verdicts`); the other
-    rows are returned as they are. A detected statement missing from `counters` is a ValueError."""
+    """`verdicts` (analyse's result for `deploy_at`) with the per-call figures, cause and cause_detail (causes.explain)
+    of each detection and each statement probably slower (causes.explained) computed again from `counters`: the
+    counters of those statements alone (every key merged into one with them), now carrying the counters the causes
+    compare (causes.CAUSE_COUNTERS), which deciding did not need. The figures and causes are exactly those analyse
+    gives when its counters carry them for every statement (a row's depend on its own samples alone; fleet_wide is
+    judged on all of `verdicts`); the other rows are returned as they are. An explained statement missing from
+    `counters` is a ValueError."""
     settings = settings or EngineSettings()
-    detected = (verdicts["verdict"] == Verdict.DETECTED).to_numpy()
+    deploy = _utc_ns(deploy_at)
+    wanted = _to_explain(verdicts, verdicts["change_at"], deploy)
+    detected = wanted["explain"].to_numpy()
     out = verdicts.copy()
     if not detected.any():
         return out
-    deploy = _utc_ns(deploy_at)
     samples = _spans(counters, deploy, settings, before, after, extra_counters(counters))
     position = pd.Index(samples.keys).get_indexer(verdicts["query_key"].to_numpy()[detected])
     if (position < 0).any():
         missing = verdicts["query_key"].to_numpy()[detected][position < 0]
-        raise ValueError(f"counters lack the detected statement(s) {', '.join(map(str, missing[:5]))}")
-    # one row per group of the samples: the detections where they stand, nothing decided elsewhere
+        raise ValueError(f"counters lack the explained statement(s) {', '.join(map(str, missing[:5]))}")
+    # one row per group of the samples: the explained statements where they stand, nothing elsewhere
     change_at = np.full(samples.groups, NAT, dtype=np.int64)
-    change_at[position] = verdicts["change_at"].array.as_unit("ns").asi8[detected]
-    verdict = np.full(samples.groups, None, dtype=object)
-    verdict[position] = Verdict.DETECTED.value
+    change_at[position] = wanted["change_at"].array.as_unit("ns").asi8[detected]
+    explain_rows = np.zeros(samples.groups, dtype=bool)
+    explain_rows[position] = True
     aligned = pd.DataFrame(
-        {"verdict": verdict, "change_at": pd.to_datetime(change_at.view("datetime64[ns]"), utc=True)}
+        {"change_at": pd.to_datetime(change_at.view("datetime64[ns]"), utc=True), "explain": explain_rows}
     )
     found = explain_groups(samples, aligned, settings, fleet_wide(verdicts, settings))
     rows = np.flatnonzero(detected)

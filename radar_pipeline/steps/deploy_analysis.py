@@ -17,8 +17,9 @@ import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.config import Target
-from radar_pipeline.engine import VERDICT_FRAME, Cause, EngineSettings, Verdict, analyse, explain_detections
+from radar_pipeline.engine import VERDICT_FRAME, Cause, EngineSettings, Tier, Verdict, analyse, explain_detections
 from radar_pipeline.engine.budget import look_budget, look_clear_level
+from radar_pipeline.engine.causes import explained
 from radar_pipeline.engine.frames import IMPACT_STATEMENTS, IMPACT_SUMMARY
 from radar_pipeline.engine.impact import Impact, classify, collateral_culprits, impact
 from radar_pipeline.named_changes import NamedChange, ranked
@@ -315,7 +316,7 @@ def decide_window(
         started = time.perf_counter()
         result = analyse(window.counters, split_at, planned.statement_settings, prior=prior)
         timings.engine = time.perf_counter() - started
-        detections = result[result["verdict"] == Verdict.DETECTED]
+        detections = result[explained(result)]  # and the statements probably slower: a cause on their rows too
         if not detections.empty:  # their causes, from the counters only they need, read by their keys
             started = time.perf_counter()
             merged = [k for keys in detections["merged_keys"] for k in keys]
@@ -379,6 +380,11 @@ def decide_window(
         with run.warehouse.connect() as conn:  # the catalog and settings changes of the window (issue 28)
             named = name_changes(conn, target, verdicts[detected], lo, hi, settings.tolerance, deployed_at)
         _apply_named_changes(verdicts, at, named, changed)
+    slower = (verdicts["tier"] == Tier.PROBABLY_SLOWER).to_numpy()
+    if slower.any():  # the changes that touch a statement probably slower are said on its row too (issue 39)
+        with run.warehouse.connect() as conn:
+            named = name_changes(conn, target, verdicts[slower], lo, hi, settings.tolerance, deployed_at)
+        _apply_named_changes(verdicts, verdicts.index[slower], named, [False] * int(slower.sum()))
     timings.plans = time.perf_counter() - started
     started = time.perf_counter()
     decided_groups = groups.decide_and_mark(verdicts, planned, decide)  # the joint tests, the members marked
@@ -416,9 +422,9 @@ def _reads_do_not_write_wal(conn: sa.Connection, target: str, verdicts: pd.DataF
 def _apply_named_changes(
     verdicts: pd.DataFrame, at: pd.Index, named: list[list[NamedChange]], plan_changed: list[bool]
 ) -> None:
-    """Each detection's named changes (most telling first). The first that can slow a statement (NamedChange.slows)
-    gives its undo, and its cause and sentence unless the plan changed, which stays the cause, the change named
-    beside it in cause_detail; changes that cannot slow one are only listed."""
+    """Each detection's (or probably slower statement's) named changes (most telling first). The first that can slow
+    a statement (NamedChange.slows) gives its undo, and its cause and sentence unless the plan changed, which stays
+    the cause, the change named beside it in cause_detail; changes that cannot slow one are only listed."""
     for label, changes, replanned in zip(at, named, plan_changed, strict=True):
         if not changes:
             continue

@@ -224,13 +224,14 @@ def tiered_statements(conn: sa.Connection, deploy_id: str, limit: int = 50) -> T
     """The deploy's statements marked improved or probably_slower (Tiered), those holding most of its execution time
     after it first. Each: target, queryid, dbid, userid, toplevel, verdict, `factor` (at the change where the verdict
     located one, else the window's) with its 95% interval (factor_low, factor_high), change_factor, the means before
-    and after, `share` (of the execution time after the deploy, as radar.deploy_state weighs it; None when nothing
-    ran after it) and the statement's text on one line (raw: each place it is shown escapes it)."""
+    and after, cause and cause_detail (a probably slower statement's, issue 39), `share` (of the execution time after
+    the deploy, as radar.deploy_state weighs it; None when nothing ran after it) and the statement's text on one line
+    (raw: each place it is shown escapes it)."""
     rows = conn.execute(
         sa.text(
             "SELECT * FROM (SELECT v.tier, v.target, v.queryid, v.dbid, v.userid, v.toplevel, v.verdict, "
             "v.change_factor, v.segment_mean_after_ms / nullif(v.segment_mean_before_ms, 0) AS factor_at_change, "
-            "v.factor_low, v.factor_high, v.mean_before_ms, v.mean_after_ms, "
+            "v.factor_low, v.factor_high, v.mean_before_ms, v.mean_after_ms, v.cause, v.cause_detail, "
             f"t.ms / nullif(sum(t.ms) OVER (), 0) AS share, "
             "regexp_replace(coalesce(q.query, ''), '\\s+', ' ', 'g') AS query, "
             "row_number() OVER (PARTITION BY v.tier ORDER BY t.ms DESC, v.queryid) AS rank, "

@@ -194,6 +194,7 @@ def test_detections_explained_from_their_own_counters_as_from_everyones(fleet):
     # The analysis decides on the counters every statement needs, then reads the causes' counters for the detected
     # statements alone: their figures and causes are exactly those of an analysis that had them for everyone.
     from radar_pipeline.engine import explain_detections
+    from radar_pipeline.engine.causes import explained as causes_explained
 
     everyone = _population(fleet)
     base = everyone.drop(columns=[c for c in FLAT if c not in ("rows", "shared_blks_read")])
@@ -201,7 +202,8 @@ def test_detections_explained_from_their_own_counters_as_from_everyones(fleet):
     decided = analyse(base, DEPLOY)
     detected = decided[decided["verdict"] == "detected"]
     assert len(detected) >= 9 and (detected["merged_keys"].str.len() > 0).any()
-    keys = {*detected["query_key"], *(k for merged in detected["merged_keys"] for k in merged)}
+    asked = decided[causes_explained(decided)]  # the detections, and any statement probably slower
+    keys = {*asked["query_key"], *(k for merged in asked["merged_keys"] for k in merged)}
     explained = explain_detections(everyone[everyone["query_key"].isin(keys)], decided, DEPLOY)
     pd.testing.assert_frame_equal(explained, whole, check_exact=True)
     assert set(whole.loc[whole["verdict"] == "detected", "cause"]) == (
@@ -220,5 +222,23 @@ def test_detections_explained_from_their_own_counters_as_from_everyones(fleet):
     )
     if not fleet:  # without the causes' counters the decision alone names other causes: the read is needed
         assert not decided["cause"].equals(whole["cause"])
-    with pytest.raises(ValueError, match="counters lack the detected statement"):
+    with pytest.raises(ValueError, match="counters lack the explained statement"):
         explain_detections(everyone[everyone["query_key"] == "slowed1"], decided, DEPLOY)
+
+
+def test_a_statement_probably_slower_carries_its_cause_too():
+    """Issue 39: a statement the family's budget holds back from a detection, but slower on its own evidence (tier
+    probably_slower), had no cause on its row: the spill that slowed it is said, as for a detection, and computed
+    again from its own counters as for one (explain_detections)."""
+    from radar_pipeline.engine import EngineSettings, explain_detections
+
+    per_call = {**FLAT, "temp_blks_written": levels(0.0, 1024.0)}
+    settings = EngineSettings(false_alert_budget=1e-100)  # nothing can be detected
+    everyone = counters("q", step(after=3.0, seed=1), per_call=per_call)
+    (row,) = analyse(everyone, DEPLOY, settings).itertuples()
+    assert (row.verdict, row.tier) == ("inconclusive", "probably_slower"), row
+    assert row.cause == "temp_spill" and row.cause_detail == "temp blocks written per call 0 → 1,024 (spilled to disk)"
+    decided = analyse(everyone.drop(columns=list(FLAT)), DEPLOY, settings)
+    assert decided.iloc[0]["cause"] != "temp_spill"  # deciding did not read the spill: explaining it needs the read
+    again = explain_detections(everyone, decided, DEPLOY, settings)
+    assert (again.iloc[0]["cause"], again.iloc[0]["cause_detail"]) == (row.cause, row.cause_detail)

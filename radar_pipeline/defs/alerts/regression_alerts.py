@@ -147,7 +147,7 @@ def state_facts(state: "pd.DataFrame", tiered: "Tiered | None" = None) -> dict[s
     statements marked probably slower or improved (warehouse.status.tiered_statements), when read."""
     import pandas as pd
 
-    from radar_pipeline.alerts.render import TierNote
+    from radar_pipeline.alerts.render import TierNote, cause_words
     from radar_pipeline.engine import VERDICTS
 
     if state.empty:
@@ -170,6 +170,7 @@ def state_facts(state: "pd.DataFrame", tiered: "Tiered | None" = None) -> dict[s
                     factor_low=r["factor_low"],
                     factor_high=r["factor_high"],
                     share=r["share"],
+                    cause=cause_words(r.get("cause"), r.get("cause_detail")),
                 )
                 for r in rows
             )
