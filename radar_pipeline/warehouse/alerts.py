@@ -92,7 +92,8 @@ def probably_slower(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
     """The deploy's statements marked probably slower (sql/0036: open, slower than 1 + θ on their own evidence, not
     proven within the family's budget), the busiest after the deploy first, with the deploy's facts and the
     analysis's as outbox.detections gives them: announced once, like a load change, so a deploy whose only news they
-    are is still said (the gate warns, it does not block)."""
+    are is still said (the gate warns, it does not block). A release's member has none: the release's fleet verdict,
+    which combines its members' evidence, speaks for them (release_verdicts)."""
     return pd.read_sql(
         sa.text(
             "SELECT v.*, q.query, d.deployed_at, d.service, d.version, d.url, a.run_id, a.settings, a.window_start, "
@@ -101,6 +102,7 @@ def probably_slower(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
             "JOIN radar.analysis a ON a.deploy_id = v.deploy_id AND a.target = v.target "
             f"{VERDICT_QUERY_JOIN} "
             f"WHERE v.deploy_id = :d AND v.trigger = 'deploy' AND v.tier = '{Tier.PROBABLY_SLOWER}' "
+            "AND d.release_id IS NULL "
             "ORDER BY v.target, v.calls_after * v.mean_after_ms DESC NULLS LAST, v.queryid"
         ),
         conn,
