@@ -521,6 +521,21 @@ def test_a_webhook_posts_the_templates_json_with_an_idempotency_key(webhook):
     assert (second["kind"], second["factor"], second["service"]) == ("new", None, None)
 
 
+def test_a_template_that_fails_only_for_some_detections_fails_that_delivery_finally_and_says_why(webhook):
+    """Issue 40: a template that rendered the samples, and raised for a later detection something no TemplateError
+    (a filter's assertion: `truncate` with a negative length, here for a negative queryid), left its outbox row
+    `sending`, retried forever, and the run red. Whatever the user's template raises is its fault: final, said, and
+    nothing sent."""
+    template = '{"q": {{ (query | truncate(statement.queryid * 10)) | tojson }}}'
+    channel = _hook(webhook, template=template)  # it renders the samples (queryids 1 and 2)
+    channel.notify(facts(), [detection(1)], "out-5")
+    with pytest.raises(ChannelError) as error:
+        channel.notify(facts(), [detection(-1005)], "out-6")  # queryid −5: truncate(−50)
+    assert not error.value.retryable and not error.value.unknown
+    assert "the template of webhook:ops failed: AssertionError" in str(error.value)
+    assert len(webhook.delivered) == 1
+
+
 def test_every_documented_field_is_given_to_the_template():
     from pathlib import Path
 
