@@ -7,9 +7,9 @@ BIN := $(VENV)/bin
 UV_VERSION := 0.13.8
 UV := $(BIN)/uv
 LOCK := requirements.lock
-# Three pytest workers on the machine's two cores (much of a test's time is a server or a Dagster process starting:
-# 1,031 s against two workers' 1,188 s, 2026-12-07, the same load beside it), each with its own PostgreSQL servers;
-# a module stays on one worker, so the scenarios its module-scoped fixtures build are built once.
+# Three pytest workers on the machine's two cores (the whole suite 1,031 s against two workers' 1,188 s, 2026-12-07,
+# the same load beside it), each with its own PostgreSQL servers; a module stays on one worker, so the scenarios its
+# module-scoped fixtures build are built once.
 PYTEST_WORKERS ?= 3
 # e.g. PYTEST_ARGS=--basetemp=/tmp/mine when another pytest session runs beside this one
 PYTEST_ARGS ?=

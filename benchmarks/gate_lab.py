@@ -877,15 +877,14 @@ def shared_adjusted(counters: pd.DataFrame) -> pd.DataFrame:
     new_q = new_dq.fillna(0.0).groupby(c["query_key"]).cumsum()
     var = (new_q - c["total_exec_time"] ** 2 / n.where(n > 0)) / n.where(n > 0)
     c["stddev_exec_time"] = np.sqrt(var.clip(lower=0.0)).where(sd.notna())
+    c.attrs["shared_level"] = level  # log level per scrape: what analyse_main says of it
     return c
 
 
-def analyse_recording(
-    rec: dict[str, Any], windows: list[float], null_every: float | None = None, shared: bool = False
-) -> dict[str, Any]:
+def analyse_recording(rec: dict[str, Any], windows: list[float], null_every: float | None = None) -> dict[str, Any]:
     """Every change and every null deploy of one recording at each window (module docstring), as plain rows;
-    null_every: seconds between null instants (default max(W/2, 60 s)); shared: the counters shared_adjusted first."""
-    counters = shared_adjusted(rec["counters"]) if shared else rec["counters"]
+    null_every: seconds between null instants (default max(W/2, 60 s))."""
+    counters = rec["counters"]
     keys = rec["keys"].set_index("query_key")
     labels = {k: label for label, ks in rec["meta"]["targets"].items() for k in ks}
     scrape = pd.Timedelta(seconds=float(rec["args"]["scrape"]))
@@ -1228,19 +1227,29 @@ def analyse_main(args: argparse.Namespace) -> None:
     for path in args.analyse:
         with open(path, "rb") as f:
             rec = thinned(pickle.load(f), args.thin)
-        results[path] = analyse_recording(rec, windows, args.null_every, args.shared_movement)
+        if args.shared_movement:
+            rec = {**rec, "counters": shared_adjusted(rec["counters"])}
+        results[path] = analyse_recording(rec, windows, args.null_every)
         if not args.json_out:
             print(f"\n## gate lab: {path}\n")
             print(f"analysed: `{shlex.join([sys.executable, *sys.argv])}`")
             print(recording_header(path, rec))
             one, five, fifteen = os.getloadavg()
             print(f"machine load during this analysis: {one:.2f} {five:.2f} {fifteen:.2f}")
+            if args.shared_movement:
+                level = rec["counters"].attrs["shared_level"]
+                print(
+                    f"counters divided by the server's shared movement (candidate): its level per scrape varies by "
+                    f"×{np.exp(level.std()):.2f} (one standard deviation), lag-1 correlation {level.autocorr(1):.2f}"
+                )
             print_result(results[path])
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(results, default=str))
         return
     if args.before_commit:
-        before = analyse_at_commit(args.before_commit, args.analyse, args.windows, args.thin, args.null_every)
+        before = analyse_at_commit(
+            args.before_commit, args.analyse, args.windows, args.thin, args.null_every, args.shared_movement
+        )
         for path in args.analyse:
             print(f"\n## gate lab: {path}, engine of {args.before_commit} beside this tree's\n")
             print_result(before[path])
@@ -1248,7 +1257,7 @@ def analyse_main(args: argparse.Namespace) -> None:
 
 
 def analyse_at_commit(
-    sha: str, paths: list[str], windows: str, thin: int = 1, null_every: float | None = None
+    sha: str, paths: list[str], windows: str, thin: int = 1, null_every: float | None = None, shared: bool = False
 ) -> dict[str, Any]:
     """The same analysis with the engine of commit `sha`: a worktree at /tmp/gate_lab_<sha>, this file run there in a
     subprocess with that tree first on the path, its rows read back; the worktree removed afterwards."""
@@ -1263,6 +1272,7 @@ def analyse_at_commit(
         env = {**os.environ, "GATE_LAB_ENGINE": str(tree), "PYTHONPATH": str(tree)}
         cmd = [sys.executable, str(HERE), "--analyse", *paths, "--windows", windows, "--json-out", str(out)]
         cmd += [f"--thin={thin}"] + ([f"--null-every={null_every}"] if null_every else [])
+        cmd += ["--shared-movement"] if shared else []
         subprocess.run(cmd, check=True, env=env)
         found = json.loads(out.read_text())
         out.unlink()

@@ -62,10 +62,10 @@ def deliver(
     if changes is None or changes.empty:
         changes = pd.DataFrame(columns=[*KEY])
     change_keys = statement_keys(changes) if len(changes) else []
-    seen = set(detected_keys)
-    keys = detected_keys + [k for k in change_keys if k not in seen]  # a statement both slower and surging: once
-    seen.update(keys)
+    detected = set(detected_keys)
+    keys = detected_keys + [k for k in change_keys if k not in detected]  # a statement both slower and surging: once
     slower_keys = statement_keys(slower) if slower is not None and len(slower) else []
+    seen = set(keys)
     keys += [k for k in slower_keys if k not in seen]
     metadata: dict[str, Any] = {
         "regressions": len(found),
@@ -80,7 +80,6 @@ def deliver(
     todo, claimed, settle = due
     todo_set = set(todo)
     todo_rows = found[[k in todo_set for k in detected_keys]]
-    detected = set(detected_keys)
     todo_changes = changes[[k in todo_set and k not in detected for k in change_keys]] if len(changes) else changes
     todo = [k for k in keys if k in todo_set]
     text, blocks = render(

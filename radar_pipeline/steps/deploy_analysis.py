@@ -17,7 +17,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.config import Target
-from radar_pipeline.engine import VERDICT_FRAME, Cause, EngineSettings, Tier, Verdict, analyse, explain_detections
+from radar_pipeline.engine import VERDICT_FRAME, Cause, EngineSettings, Verdict, analyse, explain_detections
 from radar_pipeline.engine.budget import look_budget, look_clear_level
 from radar_pipeline.engine.causes import explained
 from radar_pipeline.engine.frames import IMPACT_STATEMENTS, IMPACT_SUMMARY
@@ -365,6 +365,7 @@ def decide_window(
         timings.write = time.perf_counter() - started - judged  # the texts, read here for the write's sake
 
     started = time.perf_counter()
+    replanned = pd.Series(False, index=verdicts.index)
     if detected.any():
         found_plans = plan_diffs(run.warehouse, target, verdicts[detected], run.live(target), hi)
         diffs = [p.diff for p in found_plans]
@@ -377,14 +378,14 @@ def decide_window(
         # the plan's own words replace what the counters or a collateral culprit said
         summaries = [d.get("summary") for d, c in zip(diffs, changed, strict=True) if c]
         ANALYSED_VERDICTS.assign(verdicts, "cause_detail", pd.Series(summaries, dtype=object).values, rows=at[changed])
-        with run.warehouse.connect() as conn:  # the catalog and settings changes of the window (issue 28)
-            named = name_changes(conn, target, verdicts[detected], lo, hi, settings.tolerance, deployed_at)
-        _apply_named_changes(verdicts, at, named, changed)
-    slower = (verdicts["tier"] == Tier.PROBABLY_SLOWER).to_numpy()
-    if slower.any():  # the changes that touch a statement probably slower are said on its row too (issue 39)
+        replanned[at] = changed
+    # the catalog and settings changes of the window (issue 28) that touch a detection, or a statement probably slower
+    # (issue 39: said on its row too), read once for both
+    told = explained(verdicts)
+    if told.any():
         with run.warehouse.connect() as conn:
-            named = name_changes(conn, target, verdicts[slower], lo, hi, settings.tolerance, deployed_at)
-        _apply_named_changes(verdicts, verdicts.index[slower], named, [False] * int(slower.sum()))
+            named = name_changes(conn, target, verdicts[told], lo, hi, settings.tolerance, deployed_at)
+        _apply_named_changes(verdicts, verdicts.index[told], named, replanned[told].tolist())
     timings.plans = time.perf_counter() - started
     started = time.perf_counter()
     decided_groups = groups.decide_and_mark(verdicts, planned, decide)  # the joint tests, the members marked
