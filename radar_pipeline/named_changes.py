@@ -1,4 +1,5 @@
-"""A change named at a deploy: an index dropped, a trigger added, a setting changed for a role, statistics reset.
+"""A change named at a deploy: an index dropped, a trigger added, a setting changed for a role, statistics reset,
+renewed by an ANALYZE or gone stale.
 
 Produced from the catalog and settings facts the collector stores around each deploy (collector/catalog.py,
 warehouse/catalog.py); attached to the detections whose relations,
@@ -23,6 +24,8 @@ _VERBS = {
     ChangeKind.CONSTRAINT_ADDED: "constraint {what} added",
     ChangeKind.STATISTICS_RESET: "statistics of {what} reset (no ANALYZE since)",
     ChangeKind.SETTING_CHANGED: "{what} changed",
+    ChangeKind.STATISTICS_CHANGED: "table {what}",
+    ChangeKind.STATISTICS_STALE: "statistics of {what} stale (modified well past autovacuum's analyze threshold)",
     ChangeKind.INDEX_ADDED: "index {what} added",
     ChangeKind.INDEX_CHANGED: "index {what} changed",
     ChangeKind.TRIGGER_DROPPED: "trigger {what} dropped",
@@ -39,7 +42,8 @@ _VERBS = {
 # The kinds that can make a statement they touch slower, so give it their cause: an index it may have used gone,
 # invalid or redefined; a column's type changed (a cast defeating an index, wider rows); a trigger added or changed
 # (enabled, a new body) and a constraint added (work on every write); statistics lost; a plan setting changed; and
-# extended statistics dropped (estimates the planner relied on). The others (an index, column or extended statistics
+# extended statistics dropped (estimates the planner relied on); a table analysed, or its statistics gone stale, which
+# slow a statement only through its plan (THROUGH_PLAN). The others (an index, column or extended statistics
 # added; a trigger, constraint or column dropped; a table rewritten by VACUUM FULL or CLUSTER, smaller after) are
 # listed beside the detection but never its cause: a counter cause or fleet_wide says more.
 SLOWING = frozenset(
@@ -54,8 +58,16 @@ SLOWING = frozenset(
         ChangeKind.STATISTICS_RESET,
         ChangeKind.SETTING_CHANGED,
         ChangeKind.EXTENDED_STATISTICS_DROPPED,
+        ChangeKind.STATISTICS_CHANGED,
+        ChangeKind.STATISTICS_STALE,
     }
 )
+# Changes that slow a statement only by changing its plan: the cause when its plan changed, or when its counters say
+# nothing else (no plan to compare: a statement probably slower, a server without plan capture); otherwise listed.
+THROUGH_PLAN = frozenset({ChangeKind.STATISTICS_CHANGED, ChangeKind.STATISTICS_STALE})
+
+
+_OF_TABLE = (ChangeKind.STATISTICS_RESET, ChangeKind.TABLE_REWRITTEN, ChangeKind.STATISTICS_STALE)  # named by table
 
 
 @dataclass(frozen=True)
@@ -107,7 +119,9 @@ class NamedChange:
                 if part
             )
             what = f"{self.name}{' ' + scope if scope else ''} ({self.before or 'default'} → {self.after or 'default'})"
-        elif self.relation and self.kind not in (ChangeKind.STATISTICS_RESET, ChangeKind.TABLE_REWRITTEN):
+        elif self.kind == ChangeKind.STATISTICS_CHANGED:
+            what = f"{self.name} analysed" + (f" ({self.after})" if self.after and self.after != "never" else "")
+        elif self.relation and self.kind not in _OF_TABLE:
             what = f"{self.name} on {self.relation}"
         text = _VERBS[self.kind].format(what=what)
         after = self.first_seen_after.strftime("%H:%M:%S")

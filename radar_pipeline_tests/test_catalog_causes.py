@@ -6,6 +6,7 @@ and given as a detection's cause by the deploy's analysis."""
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -119,6 +120,18 @@ def _wait_for_setting(watched: Watched, name: str, value: str) -> None:
     deadline = time.monotonic() + 30
     while watched.server.execute(f"SHOW {name}", watched.database)[0][0] != value:  # type: ignore[attr-defined]
         assert time.monotonic() < deadline, f"{name} never became {value} after pg_reload_conf()"
+        time.sleep(0.1)
+
+
+def _wait_for_modifications(watched: Watched, tables: dict[str, int]) -> None:
+    """Until the server's statistics show each table's modifications (a session's counts reach them when it ends)."""
+    deadline = time.monotonic() + 30
+    query = "SELECT relname, n_mod_since_analyze FROM pg_stat_user_tables"
+    while not all(
+        dict(watched.server.execute(query, watched.database)).get(t, 0) >= n  # type: ignore[attr-defined]
+        for t, n in tables.items()
+    ):
+        assert time.monotonic() < deadline, f"the modifications of {tables} never reached pg_stat_user_tables"
         time.sleep(0.1)
 
 
@@ -490,9 +503,12 @@ def test_definitions_with_literals_are_stored_redacted_and_give_no_undo(watched:
     assert changes["events_k1_idx"].kind == ChangeKind.INDEX_DROPPED and changes["events_k1_idx"].undo is None
 
 
-def test_a_null_deploy_with_a_stats_reset_analyze_and_vacuum_names_nothing(watched: Watched, warehouse):
-    """pg_stat_reset() forgets every table's analyze times; an ANALYZE and a VACUUM run in the window: nothing of it
-    is a change of the catalog, so nothing is named."""
+def test_a_null_deploy_with_a_stats_reset_and_vacuum_names_nothing_and_an_analyze_names_its_table(
+    watched: Watched, warehouse
+):
+    """pg_stat_reset() forgets every table's analyze times (and modification counts) and a VACUUM runs in the window:
+    neither is a change, so nothing of them is named; the ANALYZE of orders in the same window is named on the
+    statement reading orders alone (statistics_changed, listed: its cause only through a changed plan)."""
     watched.workload()
     before, _ = _scrape(watched, warehouse)
     watched.execute("SELECT pg_stat_reset()")
@@ -501,9 +517,39 @@ def test_a_null_deploy_with_a_stats_reset_analyze_and_vacuum_names_nothing(watch
     watched.workload()
     after, _ = _scrape(watched, warehouse)
     with warehouse.connect() as conn:
-        assert catalog.changes_between(conn, watched.target.name, before, after) == []
+        (analysed,) = catalog.changes_between(conn, watched.target.name, before, after)
         detections = _detections(warehouse, watched.target.name, after, watched.dbid)
-        assert name_changes(conn, watched.target.name, detections, before, after) == [[]] * len(detections)
+        named = name_changes(conn, watched.target.name, detections, before, after)
+    assert analysed.kind == ChangeKind.STATISTICS_CHANGED and analysed.relation == "public.orders"
+    assert analysed.undo == "ANALYZE public.orders;"
+    assert re.match(r"table public\.orders analysed \(ANALYZE at 20\S+\.\d{3}Z\) between ", analysed.sentence())
+    assert {t: n for t, n in zip(detections["table"], named, strict=True) if n} == {"orders": [analysed]}
+
+
+def test_a_bulk_load_that_outran_autovacuum_is_named_stale_then_its_analyze(watched: Watched, warehouse):
+    """A table loaded with many times its rows, not analysed since (autovacuum off for it, as when a load outruns
+    it): its statistics are named stale, with the ANALYZE and the autovacuum setting that keep them fresh; its
+    ANALYZE at the next capture is named as such. A few writes (under autovacuum's threshold) name nothing."""
+    watched.execute("ALTER TABLE events SET (autovacuum_enabled = off)")
+    watched.execute("ALTER TABLE invoices SET (autovacuum_enabled = off)")
+    watched.execute("ANALYZE events, invoices")  # the fixture's rows were loaded in the transaction of its ANALYZE
+    watched.workload()
+    before, _ = _scrape(watched, warehouse)
+    watched.execute("INSERT INTO events SELECT g, 'k9' FROM generate_series(1, 5000) g")
+    watched.execute("UPDATE invoices SET total = total + 1 WHERE id <= 5")
+    _wait_for_modifications(watched, {"events": 5000, "invoices": 5})
+    loaded, _ = _scrape(watched, warehouse)
+    watched.execute("ANALYZE events")
+    analysed, _ = _scrape(watched, warehouse)
+    with warehouse.connect() as conn:
+        (stale,) = catalog.changes_between(conn, watched.target.name, before, loaded)
+        (fresh,) = catalog.changes_between(conn, watched.target.name, loaded + timedelta(microseconds=1), analysed)
+    assert stale.kind == ChangeKind.STATISTICS_STALE and stale.relation == "public.events"
+    assert stale.sentence().startswith("statistics of public.events stale")
+    assert stale.undo == (
+        "ANALYZE public.events; ALTER TABLE public.events SET (autovacuum_analyze_scale_factor = 0.02);"
+    )
+    assert fresh.kind == ChangeKind.STATISTICS_CHANGED and fresh.relation == "public.events"
 
 
 def test_every_table_losing_its_statistics_at_once_is_no_change(warehouse):
@@ -665,6 +711,35 @@ def test_only_changes_that_can_slow_a_statement_give_the_cause():
     assert json.loads(frame.loc[1, "named_changes"])[0]["kind"] == "setting_changed"
     for name in ("statement_timeout", "lock_timeout", "track_io_timing", "maintenance_work_mem"):
         assert not affects_plans(name)
+
+
+def test_statistics_give_the_cause_through_a_changed_plan_or_where_the_counters_name_none():
+    """A table analysed in the span: the cause of a statement whose plan changed (statistics_changed, "plan changed;"
+    and the analyze in its detail), and of one whose counters explain nothing; listed only beside a counter cause."""
+    from radar_pipeline.steps.deploy_analysis import _apply_named_changes
+
+    at = datetime(2026, 12, 2, 18, 41, 35, tzinfo=UTC)
+    analysed = NamedChange(
+        ChangeKind.STATISTICS_CHANGED,
+        "public.orders",
+        "public.orders",
+        5,
+        None,
+        at - timedelta(seconds=20),
+        at,
+        before="autoanalyze at 2026-12-02T17:00:00.000Z",
+        after="autoanalyze at 2026-12-02T18:41:30.250Z",
+        undo="ANALYZE public.orders;",
+    )
+    frame = pd.DataFrame({"cause": ["plan_changed", "unexplained", "more_rows"], "cause_detail": [None] * 3})
+    frame["named_changes"] = None
+    frame["undo_hint"] = None
+    _apply_named_changes(frame, frame.index, [[analysed]] * 3, [True, False, False])
+    assert list(frame["cause"]) == ["statistics_changed", "statistics_changed", "more_rows"]
+    words = "table public.orders analysed (autoanalyze at 2026-12-02T18:41:30.250Z) between 18:41:15 and 18:41:35"
+    assert list(frame["cause_detail"]) == [f"plan changed; {words}", words, None]
+    assert list(frame["undo_hint"]) == ["ANALYZE public.orders;", "ANALYZE public.orders;", None]
+    assert json.loads(frame.loc[2, "named_changes"])[0]["kind"] == "statistics_changed"
 
 
 def test_a_setting_names_its_database_by_name():

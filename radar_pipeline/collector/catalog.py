@@ -1,12 +1,12 @@
 """The catalog and settings facts of a watched database that change plans: indexes, constraints, triggers, column
-types, table rewrites, whether a table has statistics, extended statistics, per-database and per-role settings, and
-the server's settings changed from their defaults.
+types, table rewrites, whether a table has statistics, when it was last analysed and whether its statistics are stale,
+extended statistics, per-database and per-role settings, and the server's settings changed from their defaults.
 
 Read in the collector's read-only session, cheaply: one statement computes a digest of each kind on the server (the
 count and the sum of its rows' 64-bit hashes: no sort, no string built, taken over catalog columns rather than the
 definitions in words) and only the kinds whose digest differs from the last stored one are read row by row. Numbers
 that move with the workload (reltuples, n_mod_since_analyze, sizes) are never part of a fact, so they do not make every
-scrape a change: a table's statistics are a state (`analysed` / `not analysed`: on PostgreSQL 14 and later whether
+scrape a change (staleness is their state: STALE_FACTOR): a table's statistics are a state (`analysed` / `not analysed`: on PostgreSQL 14 and later whether
 pg_class.reltuples is known, which a rewrite or a TRUNCATE forgets and pg_stat_reset(), a crash or a failover do not;
 before 14 whether the stats system knows an ANALYZE) and a rewrite is its new relfilenode. Definitions holding a string
 literal (a webhook trigger's arguments carry its token, a partial index its value) are stored with their literals
@@ -34,6 +34,8 @@ KINDS = (
     "column",
     "table",
     "statistics",
+    "analyze",
+    "staleness",
     "ext_statistics",
     "role_setting",
     "setting",
@@ -49,6 +51,19 @@ _SETTINGS_FILTER = (
 )
 EMPTY_DIGEST = "empty"  # a kind with no rows (the server gives no row to aggregate)
 
+# A table's statistics are stale when it has had more than STALE_FACTOR times the modifications since its last analyze
+# that make autovacuum analyze it (threshold + scale factor × reltuples, the table's own storage parameters first):
+# a bulk load that outran autovacuum, or a table autovacuum never analyses. A number that moves with the workload is
+# stored only as this state, so it changes when the line is crossed, not at every scrape.
+STALE_FACTOR = 2
+_AUTOVACUUM = (
+    "coalesce((SELECT option_value FROM pg_options_to_table(t.reloptions) WHERE option_name = '{name}')::float8, "
+    "current_setting('{name}')::float8)"
+)
+_STALE = (
+    f"{STALE_FACTOR} * ({_AUTOVACUUM.format(name='autovacuum_analyze_threshold')} + "
+    f"{_AUTOVACUUM.format(name='autovacuum_analyze_scale_factor')} * greatest(t.reltuples, 0))"
+)
 # Schemas of the database's own objects: not the system's, not TOAST, not other sessions' temporary ones.
 _USER = "{ns}.nspname NOT IN ('pg_catalog', 'information_schema') AND {ns}.nspname !~ '^pg_(toast|temp_)'"
 _REL = "quote_ident(tn.nspname) || '.' || quote_ident(t.relname)"
@@ -88,6 +103,21 @@ SELECT 'statistics', {_REL}, db.oid, NULL, {_REL}, {_REL}, NULL, NULL,
             THEN 'analysed' ELSE 'not analysed' END
   FROM pg_class t JOIN pg_namespace tn ON tn.oid = t.relnamespace, db
  WHERE t.relkind IN ('r', 'm', 'p') AND {_USER.format(ns="tn")}
+UNION ALL
+SELECT 'analyze', {_REL}, db.oid, NULL, {_REL}, {_REL}, NULL, NULL,
+       CASE WHEN a.at IS NULL THEN 'never'
+            ELSE a.how || ' at ' || to_char(a.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') END
+  FROM pg_class t JOIN pg_namespace tn ON tn.oid = t.relnamespace, db,
+       LATERAL (SELECT CASE WHEN pg_stat_get_last_autoanalyze_time(t.oid)
+                                 > coalesce(pg_stat_get_last_analyze_time(t.oid), '-infinity')
+                            THEN 'autoanalyze' ELSE 'ANALYZE' END AS how,
+                       greatest(pg_stat_get_last_analyze_time(t.oid), pg_stat_get_last_autoanalyze_time(t.oid)) AS at) a
+ WHERE t.relkind IN ('r', 'm', 'p') AND {_USER.format(ns="tn")}
+UNION ALL
+SELECT 'staleness', {_REL}, db.oid, NULL, {_REL}, {_REL}, NULL, NULL,
+       CASE WHEN pg_stat_get_mod_since_analyze(t.oid) > {_STALE} THEN 'stale' ELSE 'fresh' END
+  FROM pg_class t JOIN pg_namespace tn ON tn.oid = t.relnamespace, db
+ WHERE t.relkind IN ('r', 'm') AND {_USER.format(ns="tn")}
 UNION ALL
 SELECT 'ext_statistics', quote_ident(sn.nspname) || '.' || quote_ident(se.stxname), db.oid, NULL, {_REL},
        se.stxname::text, NULL, NULL, pg_get_statisticsobjdef(se.oid)

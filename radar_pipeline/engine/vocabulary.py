@@ -66,6 +66,8 @@ class Cause(StrEnum):
     CONSTRAINT_ADDED = "constraint_added"
     STATISTICS_RESET = "statistics_reset"
     SETTING_CHANGED = "setting_changed"
+    STATISTICS_CHANGED = "statistics_changed"  # the plan changed with the table's statistics (analysed in the span)
+    STATISTICS_STALE = "statistics_stale"  # or with statistics autovacuum had not kept up with
     SCHEMA_CHANGED = "schema_changed"  # any other catalog change on its relations
     FLEET_WIDE = "fleet_wide"
     # from the counters of the two segments
@@ -93,6 +95,8 @@ class ChangeKind(StrEnum):
     CONSTRAINT_ADDED = "constraint_added"
     STATISTICS_RESET = "statistics_reset"  # no statistics since a rewrite, a replacement or a reset
     SETTING_CHANGED = "setting_changed"  # pg_settings, or pg_db_role_setting for a database and/or role
+    STATISTICS_CHANGED = "statistics_changed"  # analysed (ANALYZE or autoanalyze): the planner's estimates may move
+    STATISTICS_STALE = "statistics_stale"  # modified well past autovacuum's analyze threshold since its last analyze
     INDEX_ADDED = "index_added"
     INDEX_CHANGED = "index_changed"
     TRIGGER_DROPPED = "trigger_dropped"

@@ -22,7 +22,7 @@ from radar_pipeline.engine.budget import look_budget, look_clear_level
 from radar_pipeline.engine.causes import explained
 from radar_pipeline.engine.frames import IMPACT_STATEMENTS, IMPACT_SUMMARY
 from radar_pipeline.engine.impact import Impact, classify, collateral_culprits, impact
-from radar_pipeline.named_changes import NamedChange, ranked
+from radar_pipeline.named_changes import THROUGH_PLAN, NamedChange, ranked
 from radar_pipeline.pgss_model import KEY
 from radar_pipeline.steps import groups
 from radar_pipeline.steps.causes import name_changes
@@ -425,7 +425,10 @@ def _apply_named_changes(
 ) -> None:
     """Each detection's (or probably slower statement's) named changes (most telling first). The first that can slow
     a statement (NamedChange.slows) gives its undo, and its cause and sentence unless the plan changed, which stays
-    the cause, the change named beside it in cause_detail; changes that cannot slow one are only listed."""
+    the cause, the change named beside it in cause_detail; changes that cannot slow one are only listed. A table
+    analysed or gone stale (THROUGH_PLAN) slows a statement through its plan: when the plan changed it is the cause
+    (statistics_changed, statistics_stale: the plan changed because the estimates did); without a plan diff it is
+    the cause only where the counters name none."""
     for label, changes, replanned in zip(at, named, plan_changed, strict=True):
         if not changes:
             continue
@@ -435,8 +438,14 @@ def _apply_named_changes(
         first = next((c for c in changes if c.slows), None)
         if first is None:
             continue
+        through_plan = first.kind in THROUGH_PLAN
+        counted = verdicts.at[label, "cause"] if "cause" in verdicts else None
+        if through_plan and not replanned and isinstance(counted, str) and counted != Cause.UNEXPLAINED.value:
+            continue
         ANALYSED_VERDICTS.assign(verdicts, "undo_hint", first.undo, rows=rows)
         if replanned:
+            if through_plan:
+                ANALYSED_VERDICTS.assign(verdicts, "cause", first.cause.value, rows=rows)
             ANALYSED_VERDICTS.assign(verdicts, "cause_detail", f"plan changed; {first.sentence()}", rows=rows)
         else:
             ANALYSED_VERDICTS.assign(verdicts, "cause", first.cause.value, rows=rows)

@@ -339,6 +339,15 @@ def _kind_and_undo(r: sa.Row, before: str | None, after: str | None) -> tuple[Ch
         if before == "analysed" and after == "not analysed":
             return ChangeKind.STATISTICS_RESET, f"ANALYZE {rel};"
         return None, None
+    if r.kind == "analyze":
+        # an ANALYZE or autoanalyze since the last capture (its time later); a reset forgets the times: nothing named
+        if before is None or after is None or after == "never" or (before != "never" and after <= before):
+            return None, None
+        return ChangeKind.STATISTICS_CHANGED, f"ANALYZE {rel};"
+    if r.kind == "staleness":
+        if before == "fresh" and after == "stale":
+            return ChangeKind.STATISTICS_STALE, f"ANALYZE {rel}; ALTER TABLE {rel} SET (autovacuum_analyze_scale_factor = 0.02);"
+        return None, None
     if r.kind == "ext_statistics":
         if after is None:
             return ChangeKind.EXTENDED_STATISTICS_DROPPED, f"{before};"
