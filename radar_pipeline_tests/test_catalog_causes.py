@@ -432,6 +432,48 @@ def test_the_named_change_becomes_the_cause_of_a_detection(pg18, warehouse):
     assert json.loads(json.dumps(stored[3]))[0]["sentence"] == sentence
 
 
+def test_an_analyze_after_a_skewed_bulk_load_is_the_cause_of_a_detection_its_counters_do_not_explain(pg18, warehouse):
+    """Synthetic counters around a deploy (a statement on orders ×20, nothing in its counters to explain it), and real
+    catalog facts captured before and after a real skewed bulk load and ANALYZE of orders at times bracketing the
+    deploy: the analysis names statistics_changed on the statement reading orders, with ANALYZE as its fix."""
+    database = pg18.new_database("shop")
+    try:
+        pg18.execute(
+            "CREATE TABLE orders (id int PRIMARY KEY, customer_id int) WITH (autovacuum_enabled = off); "
+            "CREATE INDEX orders_customer_idx ON orders (customer_id); CREATE TABLE products (id int, name text)",
+            database,
+        )
+        pg18.execute("INSERT INTO orders SELECT g, g % 100 FROM generate_series(1, 1000) g", database)
+        pg18.execute("ANALYZE orders", database)
+        dbid = pg18.execute("SELECT oid FROM pg_database WHERE datname = current_database()", database)[0][0]
+        deployed_at = store(warehouse, "shop-v3", {81: {"text": LIST, "calls": (20, 20), "ms": (2.0, 40.0)}})
+        with warehouse.begin() as conn:
+            for table in ("pgss_snapshot", "query"):
+                conn.execute(sa.text(f"UPDATE radar.{table} SET dbid = :d WHERE target = 'main'"), {"d": dbid})
+        shop = Target("main", pg18.pg.url(database))
+        from radar_pipeline.collector import catalog as collector_catalog
+
+        def capture(at: datetime) -> None:
+            with session.connect(shop) as conn, warehouse.begin() as wconn:
+                digests = collector_catalog.read_digests(conn, shop)
+                kinds = catalog.kinds_to_read(wconn, "main", digests.dbid, digests.digests)
+                facts = [vars(f) for f in collector_catalog.read_facts(conn, shop, kinds)]
+                catalog.write_capture(wconn, "main", at, digests.dbid, digests.digests, kinds, facts)
+
+        capture(deployed_at - timedelta(seconds=40))
+        # one customer's rows loaded in bulk, then analysed: its estimates (and a plan on them) move
+        pg18.execute("INSERT INTO orders SELECT g, 7 FROM generate_series(1001, 50000) g", database)
+        pg18.execute("ANALYZE orders", database)
+        capture(deployed_at + timedelta(seconds=15))
+        result = analyse_deploy(AnalysisRun(warehouse, SETTINGS), "shop-v3")
+    finally:
+        pg18.drop_database(database)
+    row = result.verdicts.set_index("queryid").loc[81]
+    assert row["verdict"] == "detected" and row["cause"] == "statistics_changed", row[["cause", "cause_detail"]]
+    assert row["cause_detail"].startswith("table public.orders analysed (ANALYZE at ")
+    assert row["undo_hint"] == "ANALYZE public.orders;"
+
+
 def test_a_changed_plan_stays_the_cause_with_the_change_beside_it():
     """decide_window's rule: plan_changed whatever else holds; the named change in cause_detail and named_changes."""
     from radar_pipeline.steps.deploy_analysis import _apply_named_changes
