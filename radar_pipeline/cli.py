@@ -893,7 +893,7 @@ def _gate_canary_lines(canary: dict[str, Any], state: dict[str, Any]) -> list[st
 
 def _progress_key(view: gate_step.GateView) -> tuple[Any, ...]:
     """What a pending deploy's progress line says, without its clock: the line is printed again only when this
-    changes (the window closed, the analysis fell late, the canary arm's turn came, the target's scrapes stopped or
+    changes (the window closed, the analysis started or fell late, the canary arm's turn came, the target's scrapes stopped or
     came back, the times it is due at moved), never on a poll that found nothing new."""
     t = view.times
     canary = view.canary
@@ -907,6 +907,8 @@ def _progress_key(view: gate_step.GateView) -> tuple[Any, ...]:
         scrapes = "fresh"
     if t.now < t.window_closes_at:
         phase = "window open"
+    elif view.analysing:
+        phase = "analysis running"
     elif t.now - t.due_at > OVERDUE:
         phase = "overdue"
     else:
@@ -938,6 +940,8 @@ def _gate_progress(view: gate_step.GateView) -> str:
             f"pending: the window after the deploy closes in {_span((t.window_closes_at - t.now).total_seconds())} "
             f"(at {_clock(t.window_closes_at)}), its verdict is due at {_clock(t.due_at)}{warning}"
         )
+    if view.analysing:
+        return f"pending: the window closed; the analysis is running (its verdict follows when it is stored){warning}"
     late = t.now - t.due_at
     if late > OVERDUE:
         return (

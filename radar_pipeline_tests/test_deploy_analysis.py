@@ -315,6 +315,28 @@ def test_rematerialising_leaves_the_same_rows(scenario):
         )
 
 
+def test_the_run_shows_its_analysis_running_to_the_gate_while_it_runs(scenario, monkeypatch):
+    """deploy_verdicts holds the deploy's mark in the warehouse for the analysis' whole run (what `radar gate --wait`
+    reports as "the analysis is running"), seen from another session, and the mark is gone when the run ends."""
+    import radar_pipeline.steps.deploy_analysis as steps
+
+    s = scenario
+    seen: list[bool] = []
+
+    def watched(run: AnalysisRun, deploy_id: str):  # type: ignore[no-untyped-def]
+        with s.engine.connect() as conn:
+            seen.append(deploys.analysis_running(conn, deploy_id))
+        return analyse_deploy(run, deploy_id)
+
+    monkeypatch.setattr(steps, "analyse_deploy", watched)
+    with s.engine.connect() as conn:
+        assert not deploys.analysis_running(conn, s.deploy_id)
+    with dg.instance_for_test() as instance:
+        assert _materialize(s, instance).success
+    with s.engine.connect() as conn:
+        assert seen == [True] and not deploys.analysis_running(conn, s.deploy_id)
+
+
 def test_an_early_or_unknown_partition_is_refused(scenario):
     s = scenario
     with dg.instance_for_test() as instance:

@@ -583,10 +583,16 @@ def test_the_gate_waiting_says_the_target_s_times_once_per_change(gate_url):
             )
         gate.wait_for("st-steps: pending: the window closed; waiting for the analysis")
         _polls_pass(gate_url, gate)
-        # Its analysis is stored: st-pass's verdicts, written for it.
-        with engine.begin() as conn:
-            _copy_analysis(conn, "st-pass", "st-steps")
-        code, out = gate.finish()
+        # Its analysis starts (a run holds the deploy's mark, as deploy_verdicts does), then is stored: st-pass's
+        # verdicts, written for it.
+        with deploys.analysing(engine, "st-steps"):
+            gate.wait_for("st-steps: pending: the window closed; the analysis is running")
+            _polls_pass(gate_url, gate)
+            with engine.begin() as conn:
+                _copy_analysis(conn, "st-pass", "st-steps")
+            code, out = gate.finish()
+        with engine.connect() as conn:
+            assert not deploys.analysis_running(conn, "st-steps")  # the mark goes with the run
     finally:
         gate.proc.kill()
         with engine.begin() as conn:  # the module's other deploys stay the newest
@@ -595,5 +601,6 @@ def test_the_gate_waiting_says_the_target_s_times_once_per_change(gate_url):
         engine.dispose()
     assert code == 0 and out.startswith("deploy st-steps: pass ("), (out, gate.all_lines())
     progress = [line for line in gate.all_lines() if "st-steps: pending" in line]
-    assert len(progress) == 2, progress  # one per change, not one per poll
+    assert len(progress) == 3, progress  # one per change, not one per poll
     assert "the window closed; waiting for the analysis" in progress[1]
+    assert "the window closed; the analysis is running" in progress[2]

@@ -41,6 +41,8 @@ class GateView:
     # While inconclusive, the later look to come and when it falls due (warehouse.looks.next_look): it may clear
     # (pass) or detect (fail) what the earlier looks left open; None when none is to come.
     next_look: tuple[int, datetime] | None = None
+    # While pending: whether its analysis is running (warehouse.deploys.analysis_running).
+    analysing: bool = False
 
 
 def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | None:
@@ -48,7 +50,7 @@ def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | N
     once it is no longer pending, the shares of its execution time and its detections (and while inconclusive, its
     next later look)."""
     from radar_pipeline.engine import Verdict
-    from radar_pipeline.warehouse import looks, status
+    from radar_pipeline.warehouse import deploys, looks, status
     from radar_pipeline.warehouse.analysis import deploy_states, verdicts_of
 
     # One snapshot for every query: a look stored between two of them must not leave the state of before it beside
@@ -61,7 +63,7 @@ def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | N
         state = {k: plain(v) for k, v in found.iloc[0].items()}
         canary = status.canary_gate(conn, deploy_id, state, status.canary_delay(conn, times.target, configured))
         if state["state"] == "pending":
-            return GateView(times, state, {}, [], canary)
+            return GateView(times, state, {}, [], canary, analysing=deploys.analysis_running(conn, deploy_id))
         shares = status.execution_shares(conn, deploy_id)
         tiered = status.tiered_statements(conn, deploy_id, TIERED_SHOWN)
         table = verdicts_of(conn, deploy_id)
@@ -155,6 +157,7 @@ def answer(view: GateView, deploy_id: str, code: int) -> dict[str, Any]:
             "source": t.source,
             "window_closes_at": iso(t.window_closes_at),
             "verdict_due_at": iso(t.due_at),
+            "analysis_running": view.analysing,  # while pending: its analysis has started
         },
         "detections": view.detections,
         # statements cleared and clearly faster, and open ones slower on their own evidence (warnings: the exit code

@@ -6,7 +6,8 @@ import csv
 import json
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -548,3 +549,45 @@ def _record(conn: sa.Connection, event: DeployEvent, targets: set[str], started:
     if inserted is not None:
         return Recorded(stored, inserted=True)
     return _same_or_refuse(event, stored)
+
+
+# The advisory lock a running analysis of a deploy holds on the warehouse, for its whole run: a sign any client may
+# read in pg_locks (the gate's "analysis running"), gone with the run's session, so a crashed run leaves no mark.
+_ANALYSIS_KEY = "hashtextextended('radar.analysis:' || :d, 0)"
+
+
+@contextmanager
+def analysing(engine: sa.Engine, deploy_id: str) -> Iterator[None]:
+    """While the block runs, the warehouse shows the deploy's analysis as running (analysis_running), from a session
+    of its own. Only a sign: when the mark cannot be set (the warehouse refused a connection) the analysis runs
+    unmarked, and its own errors are its own."""
+    try:
+        conn = engine.connect()
+    except sa.exc.SQLAlchemyError:
+        yield
+        return
+    try:
+        conn.execute(sa.text(f"SELECT pg_advisory_lock_shared({_ANALYSIS_KEY})"), {"d": deploy_id})
+        conn.commit()
+        yield
+    finally:
+        try:  # a pooled connection keeps its session's locks: released here, or the connection is not reused
+            conn.execute(sa.text(f"SELECT pg_advisory_unlock_shared({_ANALYSIS_KEY})"), {"d": deploy_id})
+            conn.commit()
+        except sa.exc.SQLAlchemyError:
+            conn.invalidate()
+        conn.close()
+
+
+def analysis_running(conn: sa.Connection, deploy_id: str) -> bool:
+    """Whether an analysis of the deploy is running (analysing's mark held by a live session)."""
+    return bool(
+        conn.execute(
+            sa.text(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 "
+                "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+                f"AND ((classid::bigint << 32) | objid::bigint) = {_ANALYSIS_KEY})"
+            ),
+            {"d": deploy_id},
+        ).scalar_one()
+    )

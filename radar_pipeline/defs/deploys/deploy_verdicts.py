@@ -178,11 +178,14 @@ def _single_deploy(
 ) -> dg.MaterializeResult:
     from radar_pipeline.steps.deploy_analysis import AnalysisRefused, AnalysisRun, analyse_deploy
 
+    from radar_pipeline.warehouse.deploys import analysing
+
     try:
         run = AnalysisRun(
             warehouse.engine(), settings, context.run.run_id, analysis.settle, configured_targets(targets, context)
         )
-        result = analyse_deploy(run, context.partition_key)
+        with analysing(run.warehouse, context.partition_key):  # what `radar gate --wait` says while it runs
+            result = analyse_deploy(run, context.partition_key)
     except AnalysisRefused as exc:
         raise dg.Failure(description=str(exc), allow_retries=False) from None
     for line in _detections_log(result):
