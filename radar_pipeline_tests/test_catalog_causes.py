@@ -664,6 +664,31 @@ def test_a_change_first_seen_after_a_later_deploy_is_never_named_for_an_earlier_
     assert for_b == seen
 
 
+def test_a_statement_without_a_located_change_is_named_only_the_changes_around_its_deploy(warehouse):
+    """Issue 39: a statement probably slower (no change located: no change_at) was named every change whose bracket
+    overlapped the window, one straddling the window's end with no later deploy too (it may have happened after the
+    window closed). Its changes are placed at the deploy, as its evidence is split there: a change whose bracket lies
+    within the tolerance of the deploy is named, one whose bracket begins after the deploy plus the tolerance is not."""
+    t0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+    fact = {"kind": "setting", "identity": "work_mem", "dbid": None, "roleid": None, "relation": None}
+    fact |= {"name": "work_mem", "role": None, "database": None}
+    with warehouse.begin() as conn:
+        for i, value in enumerate(("4MB", "64kB", "64kB", "1MB")):
+            facts = [{**fact, "value": value}]
+            catalog.write_capture(conn, "edge", t0 + timedelta(minutes=2 * i), 5, {"setting": value}, ["setting"], facts)
+    deployed_at = t0 + timedelta(seconds=100)  # the first change's bracket [t0, t0+2m] holds it
+    window, tolerance = timedelta(minutes=5), timedelta(seconds=30)  # the second's [t0+4m, t0+6m] straddles the end
+    row = {"dbid": 5, "userid": 10, "queryid": 1, "toplevel": True, "change_at": None, "plan_diff": None}
+    located = {**row, "queryid": 2, "change_at": deployed_at}
+    with warehouse.connect() as conn:
+        everything = catalog.changes_between(conn, "edge", deployed_at - window, deployed_at + window)
+        named = name_changes(
+            conn, "edge", pd.DataFrame([row, located]), deployed_at - window, deployed_at + window, tolerance, deployed_at
+        )
+    assert [c.after for c in everything] == ["64kB", "1MB"]
+    assert [[c.after for c in changes] for changes in named] == [["64kB"], ["64kB"]]
+
+
 def test_a_table_of_another_schema_is_not_touched_by_a_change_of_the_same_name(watched: Watched, warehouse):
     watched.execute(
         "CREATE SCHEMA billing; CREATE SCHEMA archive; "

@@ -39,7 +39,8 @@ def name_changes(
     search_path stored for the statement's database or role; an index its plan diff names matching that index), a
     setting that affects plans set server-wide or for its database and/or role. A change whose bracket lies entirely
     after the detection's change_at + `tolerance`, or ended before change_at - `tolerance`, did not cause it; nor did
-    one first seen after a later deploy than `deployed_at` (catalog.changes_between)."""
+    one first seen after a later deploy than `deployed_at` (catalog.changes_between). A row with no change_at (a
+    statement probably slower) is placed at `deployed_at`; with neither, every change of the span may be named."""
     if detections.empty:
         return []
     changes = catalog.changes_between(conn, target, lo, hi, deployed_at)
@@ -53,7 +54,9 @@ def name_changes(
     for row in detections.to_dict("records"):
         named, indexes = _named_relations(texts.get(int(row["queryid"]), ""), row.get("plan_diff"))
         change_at = row.get("change_at")
-        at = None if change_at is None or pd.isna(change_at) else pd.Timestamp(change_at)
+        if change_at is None or pd.isna(change_at):
+            change_at = deployed_at  # no change located (a statement probably slower): its evidence splits there
+        at = None if change_at is None else pd.Timestamp(change_at)
         schemas = _search_schemas(paths, row, roles, tables, named)
         found.append(
             [
