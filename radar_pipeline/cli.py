@@ -893,8 +893,8 @@ def _gate_canary_lines(canary: dict[str, Any], state: dict[str, Any]) -> list[st
 
 def _progress_key(view: gate_step.GateView) -> tuple[Any, ...]:
     """What a pending deploy's progress line says, without its clock: the line is printed again only when this
-    changes (the window closed, the analysis started or fell late, the canary arm's turn came, the target's scrapes stopped or
-    came back, the times it is due at moved), never on a poll that found nothing new."""
+    changes (the window closed, the analysis started or fell late, the canary arm's turn came, the target's scrapes
+    stopped or came back, the times it is due at moved), never on a poll that found nothing new."""
     t = view.times
     canary = view.canary
     if canary is not None and canary["state"] is None and view.state.get("before_after_state") != "pending":

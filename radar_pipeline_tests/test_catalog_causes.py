@@ -675,7 +675,9 @@ def test_a_statement_without_a_located_change_is_named_only_the_changes_around_i
     with warehouse.begin() as conn:
         for i, value in enumerate(("4MB", "64kB", "64kB", "1MB")):
             facts = [{**fact, "value": value}]
-            catalog.write_capture(conn, "edge", t0 + timedelta(minutes=2 * i), 5, {"setting": value}, ["setting"], facts)
+            catalog.write_capture(
+                conn, "edge", t0 + timedelta(minutes=2 * i), 5, {"setting": value}, ["setting"], facts
+            )
     deployed_at = t0 + timedelta(seconds=100)  # the first change's bracket [t0, t0+2m] holds it
     window, tolerance = timedelta(minutes=5), timedelta(seconds=30)  # the second's [t0+4m, t0+6m] straddles the end
     row = {"dbid": 5, "userid": 10, "queryid": 1, "toplevel": True, "change_at": None, "plan_diff": None}
@@ -683,7 +685,13 @@ def test_a_statement_without_a_located_change_is_named_only_the_changes_around_i
     with warehouse.connect() as conn:
         everything = catalog.changes_between(conn, "edge", deployed_at - window, deployed_at + window)
         named = name_changes(
-            conn, "edge", pd.DataFrame([row, located]), deployed_at - window, deployed_at + window, tolerance, deployed_at
+            conn,
+            "edge",
+            pd.DataFrame([row, located]),
+            deployed_at - window,
+            deployed_at + window,
+            tolerance,
+            deployed_at,
         )
     assert [c.after for c in everything] == ["64kB", "1MB"]
     assert [[c.after for c in changes] for changes in named] == [["64kB"], ["64kB"]]

@@ -1,17 +1,19 @@
 """The catalog and settings facts of a watched database that change plans: indexes, constraints, triggers, column
-types, table rewrites, whether a table has statistics, when it was last analysed and whether its statistics are stale,
-extended statistics, per-database and per-role settings, and the server's settings changed from their defaults.
+types, table rewrites, whether a table has statistics, when it was last analysed and whether its statistics are
+stale, extended statistics, per-database and per-role settings, and the server's settings changed from their
+defaults.
 
-Read in the collector's read-only session, cheaply: one statement computes a digest of each kind on the server (the
-count and the sum of its rows' 64-bit hashes: no sort, no string built, taken over catalog columns rather than the
-definitions in words) and only the kinds whose digest differs from the last stored one are read row by row. Numbers
-that move with the workload (reltuples, n_mod_since_analyze, sizes) are never part of a fact, so they do not make every
-scrape a change (staleness is their state: STALE_FACTOR): a table's statistics are a state (`analysed` / `not analysed`: on PostgreSQL 14 and later whether
-pg_class.reltuples is known, which a rewrite or a TRUNCATE forgets and pg_stat_reset(), a crash or a failover do not;
-before 14 whether the stats system knows an ANALYZE) and a rewrite is its new relfilenode. Definitions holding a string
-literal (a webhook trigger's arguments carry its token, a partial index its value) are stored with their literals
-redacted (collector/fingerprint.redact). Everything read is in catalogs and views any role may read (pg_settings hides
-superuser-only settings from a role without pg_read_all_settings, none of which change plans).
+Read in the collector's read-only session, cheaply: one statement computes a digest of each kind on the
+server (the count and the sum of its rows' 64-bit hashes: no sort, no string built, taken over catalog columns
+rather than the definitions in words) and only the kinds whose digest differs from the last stored one are read row
+by row. Numbers that move with the workload (reltuples, n_mod_since_analyze, sizes) are never part of a fact, so
+they do not make every scrape a change (staleness is their state: STALE_FACTOR): a table's statistics are a state
+(`analysed` / `not analysed`: on PostgreSQL 14 and later whether pg_class.reltuples is known, which a rewrite or a
+TRUNCATE forgets and pg_stat_reset(), a crash or a failover do not; before 14 whether the stats system knows an
+ANALYZE) and a rewrite is its new relfilenode. Definitions holding a string literal (a webhook trigger's arguments
+carry its token, a partial index its value) are stored with their literals redacted (collector/fingerprint.redact).
+Everything read is in catalogs and views any role may read (pg_settings hides superuser-only settings from a role
+without pg_read_all_settings, none of which change plans).
 """
 
 from __future__ import annotations

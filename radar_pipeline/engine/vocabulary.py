@@ -80,6 +80,9 @@ class Cause(StrEnum):
     MORE_BUFFERS = "more_buffers"  # shared buffers touched (hit + read) per call
     MORE_BLOCKS_READ = "more_blocks_read"
     COLLATERAL = "collateral"
+    # from the wait samples (pg_stat_activity at each scrape): what its sessions waited on after the change
+    LOCK_WAIT = "lock_wait"  # a heavyweight lock, with the statement holding it
+    IO_WAIT = "io_wait"
     CONTENTION = "contention"
     UNEXPLAINED = "unexplained"
 

@@ -29,9 +29,11 @@ from radar_pipeline.steps.causes import name_changes
 from radar_pipeline.steps.noise import prior_for
 from radar_pipeline.steps.plan_diffs import plan_diffs
 from radar_pipeline.steps.replacements import candidate_pairs, reads_only, statement_class
+from radar_pipeline.steps.waits import REPLACES, wait_causes
 from radar_pipeline.warehouse import analysis, deploys
 from radar_pipeline.warehouse.analysis import ANALYSED_VERDICTS, WindowHealth
 from radar_pipeline.warehouse.groups import write_groups
+from radar_pipeline.warehouse.waits import wait_counts
 
 # The longest span a run of several deploys reads at once for their overlapping windows: 2 hours of 5,000
 # statements scraped every minute are 600,000 samples, 54 MB in memory and about 90 MB more while the COPY is read.
@@ -359,6 +361,7 @@ def decide_window(
             ]
             ANALYSED_VERDICTS.assign(verdicts, "cause", Cause.COLLATERAL.value, rows=blamed)
             ANALYSED_VERDICTS.assign(verdicts, "cause_detail", collateral, rows=blamed)
+        _waited(conn, target, verdicts, split_at, lo, hi)
         detected = verdicts["verdict"] == Verdict.DETECTED
         # the texts of the detections, and of the statements marked probably slower or improved (their table too)
         texts = analysis.query_texts(conn, target, verdicts.loc[detected | verdicts["tier"].notna(), KEY])
@@ -400,6 +403,35 @@ def decide_window(
         changes=changes.drop(columns="query_key"),
         groups=decided_groups,
     )
+
+
+def _waited(
+    conn: sa.Connection, target: str, verdicts: pd.DataFrame, split_at: datetime, lo: datetime, hi: datetime
+) -> None:
+    """The rows a cause is said for (detections, statements probably slower) whose sessions the scrapes' samples saw
+    waiting on a lock or on I/O after their change (steps/waits.py; a row with no change located is split at the
+    deploy): cause lock_wait or io_wait, the wait and the statement holding the lock in cause_detail, where their
+    cause is one a wait says more than (waits.REPLACES)."""
+    causes = verdicts["cause"].map(lambda c: None if c is None or pd.isna(c) else c)
+    told = explained(verdicts) & causes.isin(REPLACES).to_numpy()
+    if not told.any():
+        return
+    rows = verdicts.loc[told, ["dbid", "userid", "queryid", "change_at"]]
+    split = pd.to_datetime(rows["change_at"], utc=True).fillna(pd.Timestamp(split_at))
+    found = wait_causes(wait_counts(conn, target, rows.assign(split=split), lo, hi))
+    if not found:
+        return
+    at = rows.index
+    holders = [
+        {"dbid": rows.loc[at[i], "dbid"], "userid": w.blocker_userid, "queryid": w.blocker_queryid, "toplevel": True}
+        for i, w in found.items()
+        if w.blocker_queryid is not None and w.blocker_userid is not None
+    ]
+    texts = analysis.query_texts(conn, target, pd.DataFrame(holders, columns=KEY), length=CAUSE_TEXT)
+    for i, w in found.items():
+        text = texts.get(w.blocker_queryid) if w.blocker_queryid is not None else None
+        ANALYSED_VERDICTS.assign(verdicts, "cause", w.cause.value, rows=[at[i]])
+        ANALYSED_VERDICTS.assign(verdicts, "cause_detail", w.sentence(text), rows=[at[i]])
 
 
 def _reads_do_not_write_wal(conn: sa.Connection, target: str, verdicts: pd.DataFrame) -> None:

@@ -6,7 +6,7 @@ from datetime import UTC, date, datetime, time, timedelta
 import sqlalchemy as sa
 
 from radar_pipeline.engine import Verdict
-from radar_pipeline.warehouse import catalog, noise
+from radar_pipeline.warehouse import catalog, noise, waits
 from radar_pipeline.warehouse.snapshots import ensure_partitions
 
 
@@ -30,6 +30,7 @@ def apply_retention(engine: sa.Engine, keep_days: int, today: date) -> list[str]
         )
         noise.delete_before(conn, cutoff)  # the noise sums of those days (sql/0014)
         catalog.delete_before(conn, cutoff_at)  # catalog captures and superseded facts of those days (sql/0023)
+        waits.delete_before(conn, cutoff_at)  # the wait samples of those days (sql/0038)
         conn.execute(
             sa.text(
                 "DELETE FROM radar.verdict v USING radar.analysis a WHERE a.deploy_id = v.deploy_id "

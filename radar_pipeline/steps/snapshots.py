@@ -13,13 +13,14 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 
-from radar_pipeline.collector import catalog, pgss, session
+from radar_pipeline.collector import catalog, pgss, session, waits
 from radar_pipeline.collector.fingerprint import fingerprint
 from radar_pipeline.config import Target, target_failure
 from radar_pipeline.config.settings import settings
 from radar_pipeline.pgss_model import Key
 from radar_pipeline.warehouse import catalog as catalog_store
 from radar_pipeline.warehouse import snapshots
+from radar_pipeline.warehouse import waits as wait_store
 
 MAX_PARALLEL_TARGETS = 8
 
@@ -74,6 +75,10 @@ def snapshot_target(target: Target, warehouse: sa.Engine, exclude_role: str | No
             result.catalog_changes = collect_catalog(conn, target, warehouse, interval)
         except Exception as exc:
             result.catalog_error = target_failure(exc, target)
+        try:  # what its statements wait on: the same, never failing the scrape
+            result.wait_rows = collect_waits(conn, target, warehouse)
+        except Exception as exc:
+            result.wait_error = target_failure(exc, target)
         return result
     raise AssertionError("unreachable: the last round always writes")
 
@@ -97,6 +102,17 @@ def collect_catalog(
     facts = catalog.read_facts(conn, target, kinds)  # no warehouse transaction waits on the watched server
     with warehouse.begin() as wconn:
         return catalog_store.write_capture(wconn, *capture, kinds, [vars(f) for f in facts], server=digests.server)
+
+
+def collect_waits(conn: session.BoundedConnection, target: Target, warehouse: sa.Engine) -> int:
+    """Sample what the target's active sessions wait on (collector/waits.py), in the scrape's session, and store it
+    (warehouse/waits.py); returns the rows stored. A server that cannot say which statement a session runs stores
+    nothing, not even the capture: no sample there is no evidence of no wait."""
+    sample = waits.read_waits(conn, target)
+    if not sample.sampled:
+        return 0
+    with warehouse.begin() as wconn:
+        return wait_store.write_waits(wconn, target.name, sample.captured_at, [vars(s) for s in sample.samples])
 
 
 def snapshot_targets(

@@ -346,7 +346,10 @@ def _kind_and_undo(r: sa.Row, before: str | None, after: str | None) -> tuple[Ch
         return ChangeKind.STATISTICS_CHANGED, f"ANALYZE {rel};"
     if r.kind == "staleness":
         if before == "fresh" and after == "stale":
-            return ChangeKind.STATISTICS_STALE, f"ANALYZE {rel}; ALTER TABLE {rel} SET (autovacuum_analyze_scale_factor = 0.02);"
+            return (
+                ChangeKind.STATISTICS_STALE,
+                f"ANALYZE {rel}; ALTER TABLE {rel} SET (autovacuum_analyze_scale_factor = 0.02);",
+            )
         return None, None
     if r.kind == "ext_statistics":
         if after is None:

@@ -117,6 +117,9 @@ class StoreResult:
     # issue 28, catalog facts (steps/snapshots.py): versions stored by the scrape's catalog read, or why it failed
     catalog_changes: int = 0
     catalog_error: str | None = None
+    # issue 39, wait samples (collector/waits.py): rows stored by the scrape's pg_stat_activity sample, or why it failed
+    wait_rows: int = 0
+    wait_error: str | None = None
 
 
 def ensure_partitions(conn: sa.Connection, first_day: date, days: int = PARTITION_DAYS_AHEAD) -> None:

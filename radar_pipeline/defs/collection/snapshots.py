@@ -63,6 +63,8 @@ def pgss_snapshots(
             context.log.warning(f"target {outcome.target!r}: this scrape time is already stored; nothing written")
         if outcome.result is not None and outcome.result.catalog_error:
             context.log.warning(f"target {outcome.target!r}: catalog facts not read: {outcome.result.catalog_error}")
+        if outcome.result is not None and outcome.result.wait_error:
+            context.log.warning(f"target {outcome.target!r}: wait samples not read: {outcome.result.wait_error}")
     if len(failed) == len(outcomes):
         raise dg.Failure(
             description="no target could be scraped: " + "; ".join(f"{o.target}: {o.error}" for o in failed),

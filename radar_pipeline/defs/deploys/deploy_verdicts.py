@@ -177,7 +177,6 @@ def _single_deploy(
     settings: "EngineSettings",
 ) -> dg.MaterializeResult:
     from radar_pipeline.steps.deploy_analysis import AnalysisRefused, AnalysisRun, analyse_deploy
-
     from radar_pipeline.warehouse.deploys import analysing
 
     try:

@@ -1,0 +1,87 @@
+"""The watched statements' wait samples in the warehouse (sql/0038; collector/waits.py): stored per scrape, and
+counted per statement either side of a split for the causes (steps/waits.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import pandas as pd
+import sqlalchemy as sa
+
+
+def write_waits(conn: sa.Connection, target: str, captured_at: datetime, samples: Sequence[Mapping[str, Any]]) -> int:
+    """Store one sample (its capture, and its rows: collector/waits.WaitSample fields), in the caller's transaction;
+    returns the rows written. A capture already stored at that time writes nothing."""
+    took = conn.execute(
+        sa.text(
+            "INSERT INTO radar.wait_capture (target, captured_at) VALUES (:t, :at) ON CONFLICT DO NOTHING "
+            "RETURNING captured_at"
+        ),
+        {"t": target, "at": captured_at},
+    ).first()
+    if took is None or not samples:
+        return 0
+    conn.execute(
+        sa.text(
+            "INSERT INTO radar.wait_sample (target, captured_at, dbid, userid, queryid, wait_event_type, wait_event, "
+            "blocker_queryid, blocker_userid, sessions) VALUES (:t, :at, :dbid, :userid, :queryid, :wait_event_type, "
+            ":wait_event, :blocker_queryid, :blocker_userid, :sessions)"
+        ),
+        [{**s, "t": target, "at": captured_at} for s in samples],
+    )
+    return len(samples)
+
+
+def wait_counts(conn: sa.Connection, target: str, statements: pd.DataFrame, lo: datetime, hi: datetime) -> pd.DataFrame:
+    """For each statement (`row`: its position in `statements`, rows with dbid, userid, queryid and `split`, a time in
+    (lo, hi)), per side (`after`: the sample is later than the split) and wait_event_type: the samples taken on the
+    side (`captures`), those in which it had a session waiting on that type (`seen`), its most frequent wait_event,
+    and for a heavyweight lock the statement blocking it most often there (`blocker_queryid`, `blocker_userid`).
+    Sessions running (no wait) are left out."""
+    if statements.empty:
+        return pd.DataFrame(
+            columns=["row", "after", "wait_event_type", "wait_event", "seen", "captures", "blocker_queryid",
+                     "blocker_userid"]
+        )  # fmt: skip
+    keys = statements.reset_index(drop=True)
+    params = {
+        "t": target,
+        "lo": lo,
+        "hi": hi,
+        "row": list(range(len(keys))),
+        "dbid": [int(v) for v in keys["dbid"]],
+        "userid": [int(v) for v in keys["userid"]],
+        "queryid": [int(v) for v in keys["queryid"]],
+        "split": [pd.Timestamp(v).to_pydatetime() for v in keys["split"]],
+    }
+    rows = conn.execute(
+        sa.text(
+            "WITH k AS (SELECT * FROM unnest(CAST(:row AS int[]), CAST(:dbid AS oid[]), CAST(:userid AS oid[]), "
+            "CAST(:queryid AS bigint[]), CAST(:split AS timestamptz[])) AS k(row, dbid, userid, queryid, split)), "
+            "caps AS (SELECT k.row, c.captured_at > k.split AS after, count(*) AS captures FROM k "
+            "JOIN radar.wait_capture c ON c.target = :t AND c.captured_at > :lo AND c.captured_at <= :hi "
+            "GROUP BY 1, 2), "
+            "seen AS (SELECT k.row, s.captured_at > k.split AS after, s.wait_event_type, "
+            "mode() WITHIN GROUP (ORDER BY s.wait_event) AS wait_event, count(DISTINCT s.captured_at) AS seen, "
+            "mode() WITHIN GROUP (ORDER BY s.blocker_queryid) AS blocker_queryid, "
+            "mode() WITHIN GROUP (ORDER BY s.blocker_userid) AS blocker_userid FROM k "
+            "JOIN radar.wait_sample s ON s.target = :t AND s.dbid = k.dbid AND s.userid = k.userid "
+            "AND s.queryid = k.queryid AND s.captured_at > :lo AND s.captured_at <= :hi "
+            "WHERE s.wait_event_type IS NOT NULL GROUP BY 1, 2, 3) "
+            "SELECT seen.row, seen.after, seen.wait_event_type, seen.wait_event, seen.seen, caps.captures, "
+            "seen.blocker_queryid, seen.blocker_userid FROM seen JOIN caps USING (row, after) ORDER BY 1, 2, 3"
+        ),
+        params,
+    ).all()
+    return pd.DataFrame(
+        [tuple(r) for r in rows],
+        columns=["row", "after", "wait_event_type", "wait_event", "seen", "captures", "blocker_queryid",
+                 "blocker_userid"],
+    )  # fmt: skip
+
+
+def delete_before(conn: sa.Connection, cutoff_at: datetime) -> None:
+    """Drop the wait samples taken before `cutoff_at` (their rows go with their captures)."""
+    conn.execute(sa.text("DELETE FROM radar.wait_capture WHERE captured_at < :c"), {"c": cutoff_at})
