@@ -73,13 +73,18 @@ FIGURE_COLUMNS = tuple(f"{prefix}_{side}" for prefix in FIGURES for side in ("be
 WITHOUT_DETAIL = [Cause.FLEET_WIDE.value, Cause.UNEXPLAINED.value]  # causes _detail has no words for
 
 
-def explained(verdicts: pd.DataFrame) -> np.ndarray:
-    """The rows a cause is said for (issue 39): the detections, and the statements marked probably slower (tier), which
-    a person is asked to look at."""
-    detected = (verdicts["verdict"] == Verdict.DETECTED).to_numpy()
-    if "tier" not in verdicts:
-        return detected
-    return detected | (verdicts["tier"] == Tier.PROBABLY_SLOWER).to_numpy()
+def explained(verdicts: pd.DataFrame, threshold: float | None = None) -> np.ndarray:
+    """The rows a cause is said for (issue 39): the detections, the statements marked probably slower (tier), which a
+    person is asked to look at, and with `threshold` (θ) every statement left inconclusive whose window means rose
+    beyond it (change_factor ≥ 1 + θ): unproven, but a cause on its row says where to look (a spill, a setting
+    changed) before more evidence comes."""
+    rows = (verdicts["verdict"] == Verdict.DETECTED).to_numpy()
+    if "tier" in verdicts:
+        rows = rows | (verdicts["tier"] == Tier.PROBABLY_SLOWER).to_numpy()
+    if threshold is not None and "change_factor" in verdicts:
+        rose = verdicts["change_factor"].to_numpy(np.float64) >= 1 + threshold
+        rows = rows | ((verdicts["verdict"] == Verdict.INCONCLUSIVE).to_numpy() & rose)
+    return rows
 
 
 def explain(samples: WindowSamples, verdicts: pd.DataFrame, settings: EngineSettings) -> pd.DataFrame:

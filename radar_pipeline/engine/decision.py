@@ -297,16 +297,21 @@ def analyse(
     columns.update(_deploy_evidence(samples, sides, decidable, settings, known, at_deploy))
     columns["confidence"] = 1.0 - found.p_family
     columns["tier"] = tiers(verdict, found.factor_low, found.factor_bound, settings.threshold)
-    decided = _to_explain(pd.DataFrame({"verdict": verdict, "tier": columns["tier"]}), columns["change_at"], deploy)
+    decided = _to_explain(
+        pd.DataFrame({"verdict": verdict, "tier": columns["tier"], "change_factor": sides.change_factor}),
+        columns["change_at"],
+        deploy,
+        settings.threshold,
+    )
     columns.update({name: values.to_numpy() for name, values in explain(samples, decided, settings).items()})
     return _result(samples, columns)
 
 
-def _to_explain(verdicts: pd.DataFrame, change_at: object, deploy: int) -> pd.DataFrame:
-    """What `causes.explain` reads of some verdicts: the rows to explain (causes.explained: detections, and statements
-    probably slower) and where each one's segments split: its change_at, or the deploy where it has none (a probably
-    slower statement no split was tested for)."""
-    explain_rows = explained(verdicts)
+def _to_explain(verdicts: pd.DataFrame, change_at: object, deploy: int, threshold: float) -> pd.DataFrame:
+    """What `causes.explain` reads of some verdicts: the rows to explain (causes.explained at θ `threshold`:
+    detections, statements probably slower, and inconclusive ones whose means rose beyond θ) and where each one's
+    segments split: its change_at, or the deploy where it has none (a statement no split was tested for)."""
+    explain_rows = explained(verdicts, threshold)
     at = pd.to_datetime(pd.Series(change_at, index=verdicts.index), utc=True)
     at = at.where(~(explain_rows & at.isna()).to_numpy(), pd.Timestamp(deploy, tz="UTC"))
     return pd.DataFrame({"verdict": verdicts["verdict"].to_numpy(), "change_at": at, "explain": explain_rows})
@@ -322,7 +327,8 @@ def explain_detections(
     after: timedelta | None = None,
 ) -> pd.DataFrame:
     """`verdicts` (analyse's result for `deploy_at`) with the per-call figures, cause and cause_detail (causes.explain)
-    of each detection and each statement probably slower (causes.explained) computed again from `counters`: the
+    of each row causes.explained names at settings.threshold (detections, statements probably slower, inconclusive ones
+    whose means rose beyond θ) computed again from `counters`: the
     counters of those statements alone (every key merged into one with them), now carrying the counters the causes
     compare (causes.CAUSE_COUNTERS), which deciding did not need. The figures and causes are exactly those analyse
     gives when its counters carry them for every statement (a row's depend on its own samples alone; fleet_wide is
@@ -330,7 +336,7 @@ def explain_detections(
     `counters` is a ValueError."""
     settings = settings or EngineSettings()
     deploy = _utc_ns(deploy_at)
-    wanted = _to_explain(verdicts, verdicts["change_at"], deploy)
+    wanted = _to_explain(verdicts, verdicts["change_at"], deploy, settings.threshold)
     detected = wanted["explain"].to_numpy()
     out = verdicts.copy()
     if not detected.any():

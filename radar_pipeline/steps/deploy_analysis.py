@@ -318,7 +318,8 @@ def decide_window(
         started = time.perf_counter()
         result = analyse(window.counters, split_at, planned.statement_settings, prior=prior)
         timings.engine = time.perf_counter() - started
-        detections = result[explained(result)]  # and the statements probably slower: a cause on their rows too
+        # and the statements probably slower, or open with their means beyond θ: a cause on their rows too
+        detections = result[explained(result, settings.threshold)]
         if not detections.empty:  # their causes, from the counters only they need, read by their keys
             started = time.perf_counter()
             merged = [k for keys in detections["merged_keys"] for k in keys]
@@ -361,7 +362,7 @@ def decide_window(
             ]
             ANALYSED_VERDICTS.assign(verdicts, "cause", Cause.COLLATERAL.value, rows=blamed)
             ANALYSED_VERDICTS.assign(verdicts, "cause_detail", collateral, rows=blamed)
-        _waited(conn, target, verdicts, split_at, lo, hi)
+        _waited(conn, target, verdicts, split_at, lo, hi, settings.threshold)
         detected = verdicts["verdict"] == Verdict.DETECTED
         # the texts of the detections, and of the statements marked probably slower or improved (their table too)
         texts = analysis.query_texts(conn, target, verdicts.loc[detected | verdicts["tier"].notna(), KEY])
@@ -384,7 +385,7 @@ def decide_window(
         replanned[at] = changed
     # the catalog and settings changes of the window (issue 28) that touch a detection, or a statement probably slower
     # (issue 39: said on its row too), read once for both
-    told = explained(verdicts)
+    told = explained(verdicts, settings.threshold)
     if told.any():
         with run.warehouse.connect() as conn:
             named = name_changes(conn, target, verdicts[told], lo, hi, settings.tolerance, deployed_at)
@@ -406,14 +407,20 @@ def decide_window(
 
 
 def _waited(
-    conn: sa.Connection, target: str, verdicts: pd.DataFrame, split_at: datetime, lo: datetime, hi: datetime
+    conn: sa.Connection,
+    target: str,
+    verdicts: pd.DataFrame,
+    split_at: datetime,
+    lo: datetime,
+    hi: datetime,
+    threshold: float,
 ) -> None:
-    """The rows a cause is said for (detections, statements probably slower) whose sessions the scrapes' samples saw
+    """The rows a cause is said for (causes.explained at θ `threshold`) whose sessions the scrapes' samples saw
     waiting on a lock or on I/O after their change (steps/waits.py; a row with no change located is split at the
     deploy): cause lock_wait or io_wait, the wait and the statement holding the lock in cause_detail, where their
     cause is one a wait says more than (waits.REPLACES)."""
     causes = verdicts["cause"].map(lambda c: None if c is None or pd.isna(c) else c)
-    told = explained(verdicts) & causes.isin(REPLACES).to_numpy()
+    told = explained(verdicts, threshold) & causes.isin(REPLACES).to_numpy()
     if not told.any():
         return
     rows = verdicts.loc[told, ["dbid", "userid", "queryid", "change_at"]]
