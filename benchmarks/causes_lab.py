@@ -30,8 +30,9 @@ every ~10 s as a pool would. The servers run side by side, so the scenarios shar
 - lock_by_migration: a backfill migration of orders.region in batches of 9,000 orders (15%), each batch's transaction
   held open ~0.3 s after its UPDATE (the script's own work), its row locks with it, through the window after the
   deploy (it starts again from the first order at the last): the app's UPDATEs and SELECT ... FOR UPDATE of orders
-  wait; expected cause collateral, naming the migration's UPDATE. Row locks, not a table lock: a wait for a table's
-  lock (LOCK TABLE, ALTER TABLE) comes before the executor (parse analysis, or a cached plan's revalidation), so
+  wait; expected cause lock_wait (the waits sampled at each scrape) or collateral, naming the migration's UPDATE.
+  Row locks, not a table lock: a wait for a table's lock (LOCK TABLE, ALTER TABLE) comes before the executor (parse
+  analysis, or a cached plan's revalidation), so
   pg_stat_statements' total_exec_time does not count it (a first version of this lab held LOCK TABLE orders IN
   EXCLUSIVE MODE half the time: the app's writes to orders showed no slowdown at all).
 - null_at_change: the deploy changes nothing, at the moment the other servers change (it shares the machine with them).
@@ -43,9 +44,10 @@ each deploy recorded with warehouse.deploys.record.
 
 Printed: per deploy, its detections (queryid, ×factor, cause, cause_detail and named_changes where radar.verdict has
 them, the statement's text), and for each whether it names the change (`names`: its cause is the scenario's expected
-word, or plan_changed with the expected change among its named changes; a collateral detection names its culprit when
-its cause_detail names one of the deploy's own statements or a statement the change slowed); for null deploys the
-named causes and named changes (target 0). Then the summary line (detections whose cause names the change / all
+word, or plan_changed with the expected change among its named changes; a collateral or lock_wait detection names
+its culprit when its cause_detail names one of the deploy's own statements or a statement the change slowed); for null
+deploys the named causes and named changes (target 0). Then the summary line (detections whose cause names the change
+/ all
 detections of the change deploys; named causes in null deploys), and the collection cost per target-scrape: the
 scrape call's time.process_time in this process, plus the watched server's backend CPU for the scrape's sessions
 (/proc/<pid>/schedstat, read just before each session closes; needs the servers on this machine), against the load
@@ -80,12 +82,14 @@ from radar_pipeline.collector import session  # noqa: E402
 from radar_pipeline.config import Target  # noqa: E402
 from radar_pipeline.demo.local_postgres import LocalPostgres, debian_bin_dir, embedded_bin_dir  # noqa: E402
 from radar_pipeline.engine import EngineSettings  # noqa: E402
-from radar_pipeline.engine.vocabulary import NAMED_CAUSES, Cause  # noqa: E402
+from radar_pipeline.engine.vocabulary import CAUSE_OF_CHANGE, Cause  # noqa: E402
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy  # noqa: E402
 from radar_pipeline.steps.plan_capture import capture_target  # noqa: E402
 from radar_pipeline.steps.snapshots import snapshot_target  # noqa: E402
 from radar_pipeline.warehouse import deploys, migrations  # noqa: E402
 from radar_pipeline.warehouse.database import make_engine  # noqa: E402
+
+NAMED_CAUSES = frozenset(CAUSE_OF_CHANGE.values())  # the causes a named change of the catalog or settings gives
 
 APP, COLLECTOR = "app", "radar_collector"
 DATABASE = "shop"
@@ -613,7 +617,7 @@ def named_changes(row: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def culprit(row: dict[str, Any]) -> int | None:
-    """The queryid a collateral detection's cause_detail names."""
+    """The queryid a collateral (or lock_wait) detection's cause_detail names: its culprit (the lock's holder)."""
     found = re.search(r"queryid (-?\d+)", row.get("cause_detail") or "")
     return int(found.group(1)) if found else None
 
@@ -621,7 +625,7 @@ def culprit(row: dict[str, Any]) -> int | None:
 def names_change(row: dict[str, Any], scenario: Scenario, culprits: set[int]) -> bool:
     """Whether the detection's cause names the scenario's change (see the module docstring)."""
     cause = row.get("cause")
-    if cause == Cause.COLLATERAL:
+    if cause in (Cause.COLLATERAL, Cause.LOCK_WAIT):
         return culprit(row) in culprits
     if cause in scenario.expected:
         return True
@@ -667,14 +671,14 @@ def report(
             culprits |= {
                 int(r["queryid"])
                 for r in found
-                if names_change(r, scenario, set()) and r.get("cause") != Cause.COLLATERAL
+                if names_change(r, scenario, set()) and r.get("cause") not in (Cause.COLLATERAL, Cause.LOCK_WAIT)
             }
         for r in found:
             ok = names_change(r, scenario, culprits) if not is_null else False
             if not is_null:
                 detected_total += 1
                 named += ok
-                if r.get("cause") == Cause.COLLATERAL:
+                if r.get("cause") in (Cause.COLLATERAL, Cause.LOCK_WAIT):
                     collateral += 1
                     collateral_named += ok
             details = [r.get(c) for c in DETAIL_COLUMNS if c in r]
@@ -698,7 +702,8 @@ def report(
             )
     print()
     print(
-        f"summary: detections whose cause names the change {named} / {detected_total}; collateral naming its culprit "
+        f"summary: detections whose cause names the change {named} / {detected_total}; collateral or lock_wait naming "
+        f"its culprit "
         f"{collateral_named} / {collateral}; named causes in null deploys {null_named} ({null_deploys} null deploys, "
         f"{null_detected} detections in them)"
     )
