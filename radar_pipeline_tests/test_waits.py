@@ -4,6 +4,7 @@ on a lock after its change is given cause lock_wait with the holder's text, what
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from datetime import timedelta
@@ -82,10 +83,11 @@ def test_a_session_waiting_on_a_row_lock_is_sampled_with_the_statement_holding_i
 
 
 def test_a_detection_whose_sessions_waited_on_a_lock_names_the_lock_and_its_holder(warehouse):
-    """Synthetic counters around a deploy (an UPDATE ×20, nothing in its counters to explain it; the statement holding
-    the lock costs nothing) and wait samples at the scrapes: the UPDATE waited on a lock in 12 of 20 samples after the
-    deploy, 1 of 20 before, held by the lookup. Its cause is lock_wait, the wait and the holder's text in its detail;
-    a statement whose waits did not rise keeps its own cause."""
+    """Synthetic counters around a deploy (an UPDATE from 2 to 40 ms a call at 2 calls a second, nothing in its
+    counters to explain it; the statement holding the lock costs nothing) and wait samples, ten a scrape: after the
+    deploy one of its sessions was found waiting on a lock in 8% of them (Little's law: 0.08 / 2 calls a second = 40
+    ms a call), held by the lookup; before, in none. Its cause is lock_wait, the wait per call and the holder's text
+    in its detail. A statement whose I/O waits were as frequent before keeps its own cause."""
     deployed_at = store(
         warehouse,
         "waits-v2",
@@ -96,14 +98,13 @@ def test_a_detection_whose_sessions_waited_on_a_lock_names_the_lock_and_its_hold
         },
     )
     with warehouse.begin() as conn:
-        for i in range(-20, 20):
-            at = deployed_at + timedelta(seconds=10 * i + 5)
-            after = i >= 0
+        for i in range(-200, 200):  # ten samples a 10-s scrape, 200 either side of the deploy
+            at = deployed_at + timedelta(seconds=i + 0.5)
             samples = []
-            if (after and i % 5 < 3) or i == -7:
+            if i >= 0 and i % 25 < 2:
                 samples.append({"dbid": 5, "userid": 10, "queryid": 81, "wait_event_type": "Lock"})
                 samples[-1] |= {"wait_event": "transactionid", "blocker_queryid": 82, "blocker_userid": 10}
-            if i % 2 == 0:
+            if i % 10 == 0:
                 samples.append({"dbid": 5, "userid": 10, "queryid": 83, "wait_event_type": "IO"})
                 samples[-1] |= {"wait_event": "DataFileRead", "blocker_queryid": None, "blocker_userid": None}
             waits.write_waits(conn, "main", at, [{**s, "sessions": 1} for s in samples])
@@ -111,10 +112,14 @@ def test_a_detection_whose_sessions_waited_on_a_lock_names_the_lock_and_its_hold
     verdicts = result.verdicts.set_index("queryid")
     assert (verdicts.loc[[81, 83], "verdict"] == "detected").all()
     assert verdicts.loc[81, "cause"] == "lock_wait", verdicts.loc[81, ["cause", "cause_detail"]]
-    assert verdicts.loc[81, "cause_detail"] == (
-        "waited on a lock (Lock/transactionid) in 12 of 20 samples after the change, 1 of 20 before; "
-        f"held by queryid 82: {LOOKUP}"
+    detail = verdicts.loc[81, "cause_detail"]
+    found = re.fullmatch(
+        r"waited on a lock \(Lock/transactionid\) ≈ ([\d.]+) ms a call after the change \(0\.0 ms before\) of the "
+        r"([\d.]+) ms a call it added, seen in 16 of 200 samples; held by queryid 82: (.*)",
+        detail,
     )
+    assert found and found.group(3) == LOOKUP, detail
+    assert 25 < float(found.group(1)) < 60 and 30 < float(found.group(2)) < 45, detail  # ≈ 40 and 38 ms
     assert verdicts.loc[83, "cause"] != "io_wait"  # its I/O waits were as frequent before
     with warehouse.connect() as conn:
         stored = conn.execute(
@@ -123,16 +128,24 @@ def test_a_detection_whose_sessions_waited_on_a_lock_names_the_lock_and_its_hold
     assert stored == "lock_wait"
 
 
-def test_the_rule_needs_a_wait_seen_often_after_and_more_than_before():
+def test_the_rule_needs_the_wait_to_explain_half_of_what_each_call_added():
     import pandas as pd
 
-    def counts(seen_after: int, seen_before: int, kind: str = "Lock") -> pd.DataFrame:
-        rows = [(0, True, kind, "tuple", seen_after, 30, 9, 10), (0, False, kind, "tuple", seen_before, 30, 9, 10)]
-        columns = ["row", "after", "wait_event_type", "wait_event", "seen", "captures", "blocker_queryid"]
-        return pd.DataFrame(rows, columns=[*columns, "blocker_userid"])
+    def found(seen: int, sessions_after: int, sessions_before: int, kind: str = "Lock", added: float = 38.0):
+        rows = [(0, True, kind, "tuple", seen, sessions_after, 200, 9, 10)]
+        rows += [(0, False, kind, "tuple", min(seen, sessions_before), sessions_before, 200, 9, 10)]
+        columns = ["row", "after", "wait_event_type", "wait_event", "seen", "sessions", "captures"]
+        counts = pd.DataFrame(rows, columns=[*columns, "blocker_queryid", "blocker_userid"])
+        rates = pd.DataFrame(
+            [{"calls_before": 400, "calls_after": 400, "mean_before_ms": 2.0, "mean_after_ms": 2.0 + added}]
+        ).assign(before_s=200.0, after_s=200.0)  # 2 calls a second
+        return wait_causes(counts, rates)
 
-    assert wait_causes(counts(9, 0))[0].cause.value == "lock_wait"
-    assert not wait_causes(counts(5, 0))  # 5 of 30: under MIN_SHARE
-    assert not wait_causes(counts(12, 9))  # 40% against 30%: not a rise
-    assert wait_causes(counts(12, 0, "IO"))[0].cause.value == "io_wait"
-    assert not wait_causes(counts(12, 0, "LWLock"))  # not a wait the rule names
+    lock = found(16, 16, 0)[0]  # 0.08 waiting / 2 calls a second: 40 ms a call of the 38 added
+    assert lock.cause.value == "lock_wait" and round(lock.wait_after_ms) == 40 and lock.blocker_queryid == 9
+    assert not found(6, 6, 0)  # 15 ms of 38: under half
+    assert not found(16, 16, 12)  # 40 ms against 30 before: 10 of 38
+    assert not found(2, 16, 0)  # seen in 2 samples only
+    assert not found(16, 16, 0, added=-1.0)  # faster: nothing to explain
+    assert found(16, 16, 0, "IO")[0].cause.value == "io_wait"
+    assert not found(16, 16, 0, "LWLock")  # not a wait the rule names

@@ -415,22 +415,28 @@ def _waited(
     hi: datetime,
     threshold: float,
 ) -> None:
-    """The rows a cause is said for (causes.explained at θ `threshold`) whose sessions the scrapes' samples saw
-    waiting on a lock or on I/O after their change (steps/waits.py; a row with no change located is split at the
-    deploy): cause lock_wait or io_wait, the wait and the statement holding the lock in cause_detail, where their
-    cause is one a wait says more than (waits.REPLACES)."""
+    """The rows a cause is said for (causes.explained at θ `threshold`) whose sessions the scrapes' samples found
+    waiting on a lock or on I/O for at least half of what each call added after the split (steps/waits.py): cause
+    lock_wait or io_wait, the wait and the statement holding the lock in cause_detail, where their cause is one a
+    wait says more than (waits.REPLACES)."""
     causes = verdicts["cause"].map(lambda c: None if c is None or pd.isna(c) else c)
     told = explained(verdicts, threshold) & causes.isin(REPLACES).to_numpy()
     if not told.any():
         return
-    rows = verdicts.loc[told, ["dbid", "userid", "queryid", "change_at"]]
-    split = pd.to_datetime(rows["change_at"], utc=True).fillna(pd.Timestamp(split_at))
-    found = wait_causes(wait_counts(conn, target, rows.assign(split=split), lo, hi))
+    rows = verdicts.loc[told, ["dbid", "userid", "queryid", "calls_before", "calls_after"]]
+    rows = rows.assign(
+        split=split_at,  # the window's means either side of it are the rates the waits are set against
+        mean_before_ms=verdicts.loc[told, "mean_before_ms"],
+        mean_after_ms=verdicts.loc[told, "mean_after_ms"],
+        before_s=(split_at - lo).total_seconds(),
+        after_s=(hi - split_at).total_seconds(),
+    ).reset_index(drop=True)
+    found = wait_causes(wait_counts(conn, target, rows, lo, hi), rows)
     if not found:
         return
-    at = rows.index
+    at = verdicts.index[told]
     holders = [
-        {"dbid": rows.loc[at[i], "dbid"], "userid": w.blocker_userid, "queryid": w.blocker_queryid, "toplevel": True}
+        {"dbid": rows.loc[i, "dbid"], "userid": w.blocker_userid, "queryid": w.blocker_queryid, "toplevel": True}
         for i, w in found.items()
         if w.blocker_queryid is not None and w.blocker_userid is not None
     ]

@@ -37,13 +37,14 @@ def write_waits(conn: sa.Connection, target: str, captured_at: datetime, samples
 def wait_counts(conn: sa.Connection, target: str, statements: pd.DataFrame, lo: datetime, hi: datetime) -> pd.DataFrame:
     """For each statement (`row`: its position in `statements`, rows with dbid, userid, queryid and `split`, a time in
     (lo, hi)), per side (`after`: the sample is later than the split) and wait_event_type: the samples taken on the
-    side (`captures`), those in which it had a session waiting on that type (`seen`), its most frequent wait_event,
+    side (`captures`), those in which it had a session waiting on that type (`seen`) and its sessions waiting on it
+    summed over them (`sessions`), its most frequent wait_event,
     and for a heavyweight lock the statement blocking it most often there (`blocker_queryid`, `blocker_userid`).
     Sessions running (no wait) are left out."""
     if statements.empty:
         return pd.DataFrame(
-            columns=["row", "after", "wait_event_type", "wait_event", "seen", "captures", "blocker_queryid",
-                     "blocker_userid"]
+            columns=["row", "after", "wait_event_type", "wait_event", "seen", "sessions", "captures",
+                     "blocker_queryid", "blocker_userid"]
         )  # fmt: skip
     keys = statements.reset_index(drop=True)
     params = {
@@ -65,20 +66,22 @@ def wait_counts(conn: sa.Connection, target: str, statements: pd.DataFrame, lo: 
             "GROUP BY 1, 2), "
             "seen AS (SELECT k.row, s.captured_at > k.split AS after, s.wait_event_type, "
             "mode() WITHIN GROUP (ORDER BY s.wait_event) AS wait_event, count(DISTINCT s.captured_at) AS seen, "
+            "sum(s.sessions) AS sessions, "
             "mode() WITHIN GROUP (ORDER BY s.blocker_queryid) AS blocker_queryid, "
             "mode() WITHIN GROUP (ORDER BY s.blocker_userid) AS blocker_userid FROM k "
             "JOIN radar.wait_sample s ON s.target = :t AND s.dbid = k.dbid AND s.userid = k.userid "
             "AND s.queryid = k.queryid AND s.captured_at > :lo AND s.captured_at <= :hi "
             "WHERE s.wait_event_type IS NOT NULL GROUP BY 1, 2, 3) "
-            "SELECT seen.row, seen.after, seen.wait_event_type, seen.wait_event, seen.seen, caps.captures, "
-            "seen.blocker_queryid, seen.blocker_userid FROM seen JOIN caps USING (row, after) ORDER BY 1, 2, 3"
+            "SELECT seen.row, seen.after, seen.wait_event_type, seen.wait_event, seen.seen, seen.sessions, "
+            "caps.captures, seen.blocker_queryid, seen.blocker_userid FROM seen JOIN caps USING (row, after) "
+            "ORDER BY 1, 2, 3"
         ),
         params,
     ).all()
     return pd.DataFrame(
         [tuple(r) for r in rows],
-        columns=["row", "after", "wait_event_type", "wait_event", "seen", "captures", "blocker_queryid",
-                 "blocker_userid"],
+        columns=["row", "after", "wait_event_type", "wait_event", "seen", "sessions", "captures",
+                 "blocker_queryid", "blocker_userid"],
     )  # fmt: skip
 
 
