@@ -7,7 +7,8 @@ check constraint, a trigger and statistics, and a workload of 500 statements. It
 process, the watched server's processes, the warehouse server's) of: a target-scrape as the collector runs it (pgss
 and the catalog, nothing changed in the catalog: digests only), the same scrape without the catalog read, the catalog
 read alone in a new session with nothing changed, the digest statement alone, and after an index was dropped (that
-kind read row by row and stored). A scrape reads the catalog at most every RADAR_CATALOG_INTERVAL (and after a deploy),
+kind read row by row and stored), and the wait samples alone (collector/waits.py, with SESSIONS sessions active). A
+scrape reads the catalog at most every RADAR_CATALOG_INTERVAL (and after a deploy),
 so the catalog's share of a scrape is the catalog read's cost times the scrape period over that interval.
 """
 
@@ -28,16 +29,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from daemon_harness import tree_cpu  # noqa: E402
 
 from radar_pipeline.collector import catalog, session  # noqa: E402
+from radar_pipeline.collector.waits import SAMPLES  # noqa: E402
 from radar_pipeline.config import Target  # noqa: E402
 from radar_pipeline.demo.local_postgres import LocalPostgres  # noqa: E402
 from radar_pipeline.steps import snapshots  # noqa: E402
-from radar_pipeline.steps.snapshots import collect_catalog, snapshot_target  # noqa: E402
+from radar_pipeline.steps.snapshots import collect_catalog, collect_waits, snapshot_target  # noqa: E402
 from radar_pipeline.warehouse import migrations  # noqa: E402
 from radar_pipeline.warehouse.database import make_engine  # noqa: E402
 
 TABLES = int(sys.argv[1]) if len(sys.argv) > 1 else 50
 REPEATS = int(sys.argv[2]) if len(sys.argv) > 2 else 30
 COLUMNS, STATEMENTS = 10, 500
+SESSIONS = 20
 
 
 class Costs:
@@ -104,7 +107,11 @@ def main() -> None:
 
         workload()
         snapshot_target(target, engine, "radar_collector")  # the first: every statement and fact is new
-        with_catalog, without_catalog, idle, changed, digest = (Costs(pids) for _ in range(5))
+        # SESSIONS clients active the whole time (in pg_sleep), so the wait samples have sessions to group
+        sleepers = [psycopg.connect(watched.dsn(), autocommit=True) for _ in range(SESSIONS)]
+        for conn in sleepers:
+            conn.pgconn.send_query(b"SELECT pg_sleep(3600)")
+        with_catalog, without_catalog, idle, changed, digest, waits = (Costs(pids) for _ in range(6))
         for r in range(REPEATS):
             with psycopg.connect(watched.dsn(), autocommit=True) as admin:
                 admin.execute(f"DROP INDEX t{r}_c1_idx")
@@ -121,6 +128,10 @@ def main() -> None:
                 conn.execute("SELECT 1")
                 idle.add(lambda: collect_catalog(conn, target, engine))
                 digest.add(lambda: catalog.read_digests(conn, target))
+                waits.add(lambda: collect_waits(conn, target, engine))
+        for conn in sleepers:
+            conn.cancel_safe()
+            conn.close()
         engine.dispose()
         print(
             f"{TABLES} tables × {COLUMNS} columns, 4 indexes, a constraint and a trigger each; {STATEMENTS} statements"
@@ -131,6 +142,7 @@ def main() -> None:
         print(idle.line("catalog read, nothing changed (digests only)"))
         print(digest.line("digest statement alone"))
         print(changed.line("catalog read, an index dropped (reread, stored)"))
+        print(waits.line(f"wait samples ({SAMPLES} instants, {SESSIONS} sessions active)"))
     finally:
         watched.destroy()
         store.destroy()

@@ -97,17 +97,20 @@ def test_a_detection_whose_sessions_waited_on_a_lock_names_the_lock_and_its_hold
             83: {"text": "SELECT 1 FROM items WHERE id = $1", "calls": (20, 20), "ms": (1.0, 20.0)},  # waited always
         },
     )
+    readings = []
+    for i in range(-200, 200):  # ten samples a 10-s scrape, 200 either side of the deploy
+        at = deployed_at + timedelta(seconds=i + 0.5)
+        samples = []
+        if i >= 0 and i % 25 < 2:
+            samples.append({"dbid": 5, "userid": 10, "queryid": 81, "wait_event_type": "Lock"})
+            samples[-1] |= {"wait_event": "transactionid", "blocker_queryid": 82, "blocker_userid": 10}
+        if i % 10 == 0:
+            samples.append({"dbid": 5, "userid": 10, "queryid": 83, "wait_event_type": "IO"})
+            samples[-1] |= {"wait_event": "DataFileRead", "blocker_queryid": None, "blocker_userid": None}
+        readings.append((at, [{**s, "sessions": 1} for s in samples]))
     with warehouse.begin() as conn:
-        for i in range(-200, 200):  # ten samples a 10-s scrape, 200 either side of the deploy
-            at = deployed_at + timedelta(seconds=i + 0.5)
-            samples = []
-            if i >= 0 and i % 25 < 2:
-                samples.append({"dbid": 5, "userid": 10, "queryid": 81, "wait_event_type": "Lock"})
-                samples[-1] |= {"wait_event": "transactionid", "blocker_queryid": 82, "blocker_userid": 10}
-            if i % 10 == 0:
-                samples.append({"dbid": 5, "userid": 10, "queryid": 83, "wait_event_type": "IO"})
-                samples[-1] |= {"wait_event": "DataFileRead", "blocker_queryid": None, "blocker_userid": None}
-            waits.write_waits(conn, "main", at, [{**s, "sessions": 1} for s in samples])
+        assert waits.write_waits(conn, "main", readings) == 56  # 16 lock rows, 40 I/O rows
+        assert waits.write_waits(conn, "main", readings[:5]) == 0  # a reading stored once
     result = analyse_deploy(AnalysisRun(warehouse, SETTINGS), "waits-v2")
     verdicts = result.verdicts.set_index("queryid")
     assert (verdicts.loc[[81, 83], "verdict"] == "detected").all()

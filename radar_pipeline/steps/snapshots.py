@@ -108,11 +108,9 @@ def collect_waits(conn: session.BoundedConnection, target: Target, warehouse: sa
     """Sample what the target's active sessions wait on (collector/waits.py: several instants), in the scrape's
     session, and store them (warehouse/waits.py); returns the rows stored. A server that cannot say which statement
     a session runs stores nothing, not even the capture: no sample there is no evidence of no wait."""
-    readings = [r for r in waits.read_waits(conn, target) if r.sampled]
+    readings = [(r.captured_at, [vars(s) for s in r.samples]) for r in waits.read_waits(conn, target) if r.sampled]
     with warehouse.begin() as wconn:
-        return sum(
-            wait_store.write_waits(wconn, target.name, r.captured_at, [vars(s) for s in r.samples]) for r in readings
-        )
+        return wait_store.write_waits(wconn, target.name, readings)
 
 
 def snapshot_targets(

@@ -11,27 +11,35 @@ import pandas as pd
 import sqlalchemy as sa
 
 
-def write_waits(conn: sa.Connection, target: str, captured_at: datetime, samples: Sequence[Mapping[str, Any]]) -> int:
-    """Store one sample (its capture, and its rows: collector/waits.WaitSample fields), in the caller's transaction;
-    returns the rows written. A capture already stored at that time writes nothing."""
-    took = conn.execute(
-        sa.text(
-            "INSERT INTO radar.wait_capture (target, captured_at) VALUES (:t, :at) ON CONFLICT DO NOTHING "
-            "RETURNING captured_at"
-        ),
-        {"t": target, "at": captured_at},
-    ).first()
-    if took is None or not samples:
+def write_waits(
+    conn: sa.Connection, target: str, readings: Sequence[tuple[datetime, Sequence[Mapping[str, Any]]]]
+) -> int:
+    """Store a scrape's readings (each its time and its rows: collector/waits.WaitSample fields), in the caller's
+    transaction, in two statements whatever their number; returns the rows written. A reading already stored at its
+    time writes nothing."""
+    if not readings:
         return 0
-    conn.execute(
-        sa.text(
-            "INSERT INTO radar.wait_sample (target, captured_at, dbid, userid, queryid, wait_event_type, wait_event, "
-            "blocker_queryid, blocker_userid, sessions) VALUES (:t, :at, :dbid, :userid, :queryid, :wait_event_type, "
-            ":wait_event, :blocker_queryid, :blocker_userid, :sessions)"
-        ),
-        [{**s, "t": target, "at": captured_at} for s in samples],
-    )
-    return len(samples)
+    taken = {
+        r[0]
+        for r in conn.execute(
+            sa.text(
+                "INSERT INTO radar.wait_capture (target, captured_at) SELECT :t, unnest(CAST(:at AS timestamptz[])) "
+                "ON CONFLICT DO NOTHING RETURNING captured_at"
+            ),
+            {"t": target, "at": [at for at, _ in readings]},
+        )
+    }
+    rows = [{**s, "t": target, "at": at} for at, samples in readings if at in taken for s in samples]
+    if rows:
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.wait_sample (target, captured_at, dbid, userid, queryid, wait_event_type, "
+                "wait_event, blocker_queryid, blocker_userid, sessions) VALUES (:t, :at, :dbid, :userid, :queryid, "
+                ":wait_event_type, :wait_event, :blocker_queryid, :blocker_userid, :sessions)"
+            ),
+            rows,
+        )
+    return len(rows)
 
 
 def wait_counts(conn: sa.Connection, target: str, statements: pd.DataFrame, lo: datetime, hi: datetime) -> pd.DataFrame:
