@@ -47,6 +47,13 @@ INSERT INTO users SELECT g, 'u' || g % 20 || '@example.com' FROM generate_series
 CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
 ANALYZE;
 """
+# Autovacuum left out of the tests' tables: an autoanalyze between two captures is a change (statistics_changed), and
+# the rows above were loaded in the transaction of their ANALYZE, so autovacuum would analyse them again at its whim.
+QUIET = "".join(
+    f"ALTER TABLE {t} SET (autovacuum_enabled = off);"
+    for t in ("orders", "accounts", "events", "invoices", "users", "items")
+)
+QUIET += "ANALYZE items;"  # app_db's, never analysed: its first analyze before any capture, not between two
 # The application's statements, one per changed table, one on an untouched table (items, from app_db).
 WORKLOAD = {
     "orders": ("SELECT amount FROM orders WHERE customer = %s", (3,)),
@@ -97,6 +104,7 @@ def watched(app_db, monkeypatch) -> Iterator[Watched]:
     server.execute(f"CREATE ROLE {collector_role} LOGIN IN ROLE pg_read_all_stats")
     with psycopg.connect(server.pg.dsn(database), autocommit=True) as conn:
         conn.execute(SCHEMA)
+        conn.execute(QUIET)
         conn.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {app_role}")
     collector = Target(target.name, target.dsn.replace("postgres@", f"{collector_role}@"))
     yield Watched(server, target, collector, database, app_role, collector_role)
@@ -417,7 +425,8 @@ def test_the_named_change_becomes_the_cause_of_a_detection(pg18, warehouse):
     span = f"between {deployed_at - timedelta(seconds=40):%H:%M:%S} and {deployed_at + timedelta(seconds=15):%H:%M:%S}"
     sentence = f"index orders_customer_idx on public.orders dropped {span}"
     undo = "CREATE INDEX CONCURRENTLY orders_customer_idx ON public.orders USING btree (customer_id);"
-    assert tuple(verdicts.loc[81, ["cause", "cause_detail", "undo_hint"]]) == ("index_dropped", sentence, undo)
+    untested = f"{sentence}; undo not tested: the target is not reachable from this run"  # no live target here
+    assert tuple(verdicts.loc[81, ["cause", "cause_detail", "undo_hint"]]) == ("index_dropped", untested, undo)
     assert verdicts.loc[82, "cause"] != "index_dropped" and verdicts.loc[82, "named_changes"] is None
     with warehouse.connect() as conn:
         stored = conn.execute(
@@ -426,7 +435,7 @@ def test_the_named_change_becomes_the_cause_of_a_detection(pg18, warehouse):
                 "WHERE deploy_id = 'shop-v2' AND queryid = 81"
             )
         ).one()
-    assert tuple(stored[:3]) == ("index_dropped", sentence, undo)
+    assert tuple(stored[:3]) == ("index_dropped", untested, undo)
     (change,) = [NamedChange.from_json(c) for c in stored[3]]
     assert change.kind == ChangeKind.INDEX_DROPPED and change.sentence() == sentence and change.undo == undo
     assert json.loads(json.dumps(stored[3]))[0]["sentence"] == sentence
@@ -572,8 +581,6 @@ def test_a_bulk_load_that_outran_autovacuum_is_named_stale_then_its_analyze(watc
     """A table loaded with many times its rows, not analysed since (autovacuum off for it, as when a load outruns
     it): its statistics are named stale, with the ANALYZE and the autovacuum setting that keep them fresh; its
     ANALYZE at the next capture is named as such. A few writes (under autovacuum's threshold) name nothing."""
-    watched.execute("ALTER TABLE events SET (autovacuum_enabled = off)")
-    watched.execute("ALTER TABLE invoices SET (autovacuum_enabled = off)")
     watched.execute("ANALYZE events, invoices")  # the fixture's rows were loaded in the transaction of its ANALYZE
     watched.workload()
     before, _ = _scrape(watched, warehouse)

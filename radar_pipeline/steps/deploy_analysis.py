@@ -26,6 +26,7 @@ from radar_pipeline.named_changes import THROUGH_PLAN, NamedChange, ranked
 from radar_pipeline.pgss_model import KEY
 from radar_pipeline.steps import groups
 from radar_pipeline.steps.causes import name_changes
+from radar_pipeline.steps.index_advice import advise
 from radar_pipeline.steps.noise import prior_for
 from radar_pipeline.steps.plan_diffs import plan_diffs
 from radar_pipeline.steps.replacements import candidate_pairs, reads_only, statement_class
@@ -390,6 +391,9 @@ def decide_window(
         with run.warehouse.connect() as conn:
             named = name_changes(conn, target, verdicts[told], lo, hi, settings.tolerance, deployed_at)
         _apply_named_changes(verdicts, verdicts.index[told], named, replanned[told].tolist())
+    if detected.any():  # an index for what lost one, tested with hypopg where the watched database has it
+        with run.warehouse.connect() as conn:
+            advise(conn, target, verdicts, run.live(target))
     timings.plans = time.perf_counter() - started
     started = time.perf_counter()
     decided_groups = groups.decide_and_mark(verdicts, planned, decide)  # the joint tests, the members marked

@@ -33,7 +33,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.engine import EngineSettings, Verdict
 from radar_pipeline.engine.groups import GROUP_COLUMNS, MIN_MEMBERS, decide_groups
-from radar_pipeline.named_changes import NamedChange
+from radar_pipeline.named_changes import THROUGH_PLAN, NamedChange
 from radar_pipeline.pgss_model import KEY
 from radar_pipeline.warehouse import analysis, catalog
 
@@ -144,7 +144,8 @@ def _change_groups(
     from radar_pipeline.engine.vocabulary import ChangeKind
     from radar_pipeline.steps.causes import name_changes
 
-    changes = [c for c in catalog.changes_between(conn, target, lo, hi, deployed_at) if c.slows]
+    # a table analysed or gone stale (THROUGH_PLAN) is routine (every autoanalyze): a cause on a row, never a group
+    changes = [c for c in catalog.changes_between(conn, target, lo, hi, deployed_at) if _groups(c)]
     if not changes:
         return []
     members: dict[str, list[int]] = {}
@@ -178,12 +179,18 @@ def _change_groups(
         touched = name_changes(conn, target, unplaced, lo, hi, deployed_at=deployed_at)
         for code, found in zip(rows.index, touched, strict=True):
             for change in found:
-                if change.kind != ChangeKind.SETTING_CHANGED and change.slows:
+                if change.kind != ChangeKind.SETTING_CHANGED and _groups(change):
                     add(change, [int(code)])
     return [
         Group(f"{CHANGE}:{ident}", CHANGE, f"statements touched by the change ({named[ident].sentence()})", tuple(m))
         for ident, m in members.items()
     ]
+
+
+def _groups(change: NamedChange) -> bool:
+    """Whether the change forms a group of the statements it touches: one that can slow them, other than a table's
+    statistics analysed or gone stale."""
+    return change.slows and change.kind not in THROUGH_PLAN
 
 
 def _distinct(groups: list[Group]) -> list[Group]:

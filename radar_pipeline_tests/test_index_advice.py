@@ -1,0 +1,139 @@
+"""An index for a statement that lost one (issue 39): proposed from the statement's text, tested with hypopg on the
+watched server where the database has it (Debian's postgresql-15-hypopg), read-only, in the collector's session."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from radar_pipeline.collector import catalog as collector_catalog
+from radar_pipeline.collector import session
+from radar_pipeline.collector.index_advice import check_index, index_sql, proposed_index
+from radar_pipeline.config import Target
+from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
+from radar_pipeline.warehouse import catalog
+
+from .test_deploy_impact import LIST, SETTINGS, store
+
+HYPOPG = Path("/usr/share/postgresql/15/extension/hypopg.control")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("SELECT count(*) FROM orders WHERE customer_id = $1", ("orders", ["customer_id"])),
+        (
+            "SELECT id FROM public.orders o WHERE o.created_at > $1 AND o.status = $2",
+            ("public.orders", ["status", "created_at"]),
+        ),
+        (
+            "SELECT c.name, o.total FROM customers c JOIN orders o ON o.customer_id = c.id WHERE o.region IN ($1, $2) "
+            "AND c.name = $3 AND o.status = $4 AND o.total > $5",
+            ("orders", ["region", "status", "total"]),
+        ),
+        ("SELECT o.total FROM orders o WHERE o.region = $1::text", ("orders", ["region"])),
+        ("UPDATE accounts SET balance = balance + $1 WHERE id = $2", ("accounts", ["id"])),
+        ("SELECT * FROM orders WHERE customer_id = $1 OR status = $2", None),  # no index serves an OR alone
+        ("SELECT * FROM orders", None),
+        ("SELECT * FROM a, b WHERE x = $1", None),  # whose column: not known
+        ("not sql at all", None),
+    ],
+)
+def test_the_proposal_is_the_table_its_where_compares_most_with_equalities_first(text, expected):
+    assert proposed_index(text) == expected
+
+
+def test_the_proposal_quotes_what_needs_quoting():
+    assert index_sql("public.Orders", ["customer id", "status"]) == (
+        'CREATE INDEX CONCURRENTLY ON public."Orders" ("customer id", status);'
+    )
+
+
+def test_a_dropped_index_is_checked_with_hypopg_on_postgresql_15_read_only(pg15):
+    """The lookup lost its index: a sequential scan now; with the proposal made hypothetical, the generic plan (a
+    prepared statement under force_generic_plan: PostgreSQL 15 has no GENERIC_PLAN) uses it, at a cost within 2× of
+    the plan's before the index was dropped. In the collector's read-only session; nothing is left on the server."""
+    if not HYPOPG.exists():
+        pytest.skip("Debian's postgresql-15-hypopg is not installed: apt-get install postgresql-15-hypopg")
+    database = pg15.new_database("advice")
+    text = "SELECT count(*), sum(total) FROM orders WHERE customer_id = $1"
+    target = Target("advice", pg15.pg.url(database))
+    try:
+        pg15.execute(
+            "CREATE EXTENSION hypopg; CREATE TABLE orders (id int PRIMARY KEY, customer_id int, total int); "
+            "INSERT INTO orders SELECT g, g % 1000, g FROM generate_series(1, 100000) g; "
+            "CREATE INDEX orders_customer_idx ON orders (customer_id); ANALYZE orders",
+            database,
+        )
+        with session.connect(target) as conn:
+            before = check_index(conn, text, "CREATE INDEX ON orders (id)").cost_now  # its plan with the index
+        pg15.execute("DROP INDEX orders_customer_idx", database)
+        table, columns = proposed_index(text)  # type: ignore[misc]
+        proposal = index_sql(table, columns)
+        assert proposal == "CREATE INDEX CONCURRENTLY ON orders (customer_id);"
+        with session.connect(target) as conn:
+            tested = check_index(conn, text, proposal)
+            assert conn.execute("SELECT count(*) FROM hypopg_list_indexes").fetchone()[0] == 0  # type: ignore[index]
+        assert tested.untested is None and tested.uses_index, tested
+        assert before is not None and tested.cost_with is not None and tested.cost_now is not None
+        assert tested.cost_with <= 2 * before and tested.cost_now > 4 * before, (before, tested)
+        assert tested.words().startswith("checked with hypopg: estimated cost ")
+        assert pg15.execute("SELECT count(*) FROM pg_indexes WHERE tablename = 'orders'", database)[0][0] == 1
+    finally:
+        pg15.drop_database(database)
+
+
+def test_without_hypopg_the_proposal_says_it_is_untested(pg18):
+    database = pg18.new_database("advice")
+    try:
+        pg18.execute("CREATE TABLE orders (id int, customer_id int)", database)
+        with session.connect(Target("advice", pg18.pg.url(database))) as conn:
+            tested = check_index(conn, "SELECT id FROM orders WHERE customer_id = $1", "CREATE INDEX ON orders (id)")
+    finally:
+        pg18.drop_database(database)
+    assert tested.words() == "not tested: hypopg is not installed in this database"
+
+
+def test_a_dropped_index_s_undo_is_checked_with_hypopg_in_the_deploy_s_analysis(pg15, warehouse):
+    """The deploy's analysis, its target reachable (PostgreSQL 15 with hypopg in the watched database): the
+    index_dropped detection says its undo was checked with hypopg, the plan using the hypothetical index at a fraction
+    of the cost."""
+    if not HYPOPG.exists():
+        pytest.skip("Debian's postgresql-15-hypopg is not installed: apt-get install postgresql-15-hypopg")
+    database = pg15.new_database("shop")
+    try:
+        pg15.execute(
+            "CREATE EXTENSION hypopg; CREATE TABLE orders (id int PRIMARY KEY, customer_id int); "
+            "INSERT INTO orders SELECT g, g % 1000 FROM generate_series(1, 100000) g; "
+            "CREATE INDEX orders_customer_idx ON orders (customer_id); ANALYZE orders",
+            database,
+        )
+        dbid = pg15.execute("SELECT oid FROM pg_database WHERE datname = current_database()", database)[0][0]
+        deployed_at = store(warehouse, "advice-v2", {81: {"text": LIST, "calls": (20, 20), "ms": (2.0, 40.0)}})
+        with warehouse.begin() as conn:
+            for table in ("pgss_snapshot", "query"):
+                conn.execute(sa.text(f"UPDATE radar.{table} SET dbid = :d WHERE target = 'main'"), {"d": dbid})
+        shop = Target("main", pg15.pg.url(database))
+        for at in (deployed_at - timedelta(seconds=40), deployed_at + timedelta(seconds=15)):
+            with session.connect(shop) as conn, warehouse.begin() as wconn:
+                digests = collector_catalog.read_digests(conn, shop)
+                kinds = catalog.kinds_to_read(wconn, "main", digests.dbid, digests.digests)
+                facts = [vars(f) for f in collector_catalog.read_facts(conn, shop, kinds)]
+                catalog.write_capture(wconn, "main", at, digests.dbid, digests.digests, kinds, facts)
+            pg15.execute("DROP INDEX IF EXISTS orders_customer_idx", database)
+        result = analyse_deploy(AnalysisRun(warehouse, SETTINGS, live_targets={"main": shop}), "advice-v2")
+    finally:
+        pg15.drop_database(database)
+    row = result.verdicts.set_index("queryid").loc[81]
+    assert row["cause"] == "index_dropped", row[["cause", "cause_detail"]]
+    found = re.search(
+        r"; undo checked with hypopg: estimated cost ([\d,.]+) now, ([\d,.]+) with it \(the plan uses it\)$",
+        row["cause_detail"],
+    )
+    assert found, row["cause_detail"]
+    now, with_it = (float(g.replace(",", "")) for g in found.groups())
+    assert with_it < now / 4, row["cause_detail"]
