@@ -413,7 +413,9 @@ def test_the_gate_warns_of_probably_slower_statements_and_says_what_got_faster(g
     assert lines[0].startswith("deploy st-tiers: pass (open statements may add 0.") and "% cleared)" in lines[0]
     [warning] = [line for line in lines if line.startswith("WARNING:")]
     assert re.fullmatch(
-        r"WARNING: probably slower ×\d+\.\d\d \[×1\.72, ×6\.52\], 0\.\d% of the time after the deploy, queryid 3: "
+        # engine 2.7.2 gives an open statement whose means rose beyond θ its cause: none in this one's counters
+        r"WARNING: probably slower ×\d+\.\d\d \[×1\.72, ×6\.52\], 0\.\d% of the time after the deploy, queryid 3, "
+        r"cause: unexplained: "
         r"SELECT report\(\S*\$1\S*\) /\* <!channel> \*/",
         warning,
     ), warning

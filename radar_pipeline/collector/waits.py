@@ -27,7 +27,7 @@ from radar_pipeline.collector.session import TargetUnavailable, describe
 from radar_pipeline.config import Target
 
 SAMPLES = 10  # instants sampled a scrape
-SPACING = 0.1  # seconds between them: the scrape's session is held a second longer, its CPU a few milliseconds
+SPACING = 0.02  # seconds between them: the scrape's session is held a fifth of a second longer, its CPU a few ms
 LOCK = "Lock"  # wait_event_type of a heavyweight lock (a row, a transaction id, a relation): pg_blocking_pids knows
 IO = "IO"
 
