@@ -72,7 +72,7 @@ def slack_verified(headers: Mapping[str, str], body: bytes, secret: str, now: fl
     if abs((time.time() if now is None else now) - int(stamp)) > SLACK_MAX_AGE_S:
         raise Refused(401, f"X-Slack-Request-Timestamp is more than {SLACK_MAX_AGE_S // 60} minutes from now: refused")
     if not signed(b"v0:" + stamp.encode() + b":" + body, signature, secret, prefix="v0="):
-        raise Refused(401, "X-Slack-Signature does not match the request under RADAR_SLACK_SIGNING_SECRET")
+        raise Refused(401, "X-Slack-Signature does not match the request under RADAR_RECEIVER_SLACK_SIGNING_SECRET")
 
 
 def slack_payload(body: bytes) -> dict[str, Any]:
