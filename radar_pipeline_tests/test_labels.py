@@ -27,6 +27,7 @@ from radar_pipeline.warehouse import deploys
 from radar_pipeline.warehouse.database import make_engine
 
 from . import fake_slack
+from .test_alerts import analysed  # noqa: F401 - a deploy analysed with one detection, to alert
 from .test_gate import _copy_analysis, _invoke, _radar, gate_url  # noqa: F401 - the module's warehouse is test_gate's
 from .test_receiver import TOKENS, Served, _serve, _stop
 
@@ -448,3 +449,48 @@ def test_alerts_carry_label_buttons_within_slack_s_limits():
         subject = button_subject(rows[0]["elements"][0]["value"])
         assert subject == (facts.analysis_id, facts.target, (5, 10, keyed[0].queryid, True))
         assert not [b for b in render(facts, keyed)[1] if b["type"] == "actions"]  # no buttons unless asked
+
+
+# --- through the alert itself --------------------------------------------------------------------------------------
+
+
+def test_the_slack_alert_s_own_button_labels_its_verdict(analysed, warehouse_url, slack):  # noqa: F811
+    from radar_pipeline.defs.resources import SlackResource
+    from radar_pipeline.steps.labelling import slack_label
+    from radar_pipeline.warehouse import labels
+
+    from .test_alerts import _alert
+
+    bot = SlackResource(token="xoxb-test-token", channel="#radar", base_url=slack.api_url, label_buttons=True)
+    result, _ = _alert(warehouse_url, bot)
+    assert result.success
+    posted = slack.calls_to("/api/chat.postMessage")[0].json
+    blocks = posted["blocks"] if isinstance(posted["blocks"], list) else json.loads(posted["blocks"])
+    assert fake_slack.limit_errors({"text": posted["text"], "blocks": blocks}) == []
+    rows = [b for b in blocks if b["type"] == "actions"]
+    assert len(rows) == 1  # the one regression
+    button = rows[0]["elements"][1]
+    click = {
+        "type": "block_actions",
+        "user": {"id": "U1", "username": "ana.s"},
+        "actions": [{**button, "block_id": rows[0]["block_id"], "action_ts": "1700000000.000001"}],
+    }
+    label = slack_label(click)
+    assert label is not None
+    with analysed.begin() as conn:
+        stored = labels.add(conn, label).row
+    assert (stored["deploy_id"], stored["target"], stored["queryid"], stored["label"]) == ("d-7", "main", 11,
+                                                                                           "false_alarm")  # fmt: skip
+
+
+def test_a_muted_detection_is_not_posted(analysed, warehouse_url, slack):  # noqa: F811
+    from radar_pipeline.defs.resources import SlackResource
+
+    from .test_alerts import _alert
+
+    at = _sql(warehouse_url, "SELECT deployed_at FROM radar.deploy_event WHERE deploy_id = 'd-7'")[0][0]
+    _mute_since(warehouse_url, at, "maintenance", target="main")
+    result, _ = _alert(warehouse_url, SlackResource(token="xoxb-test-token", channel="#radar", base_url=slack.api_url))
+    assert result.success
+    assert slack.calls_to("/api/chat.postMessage") == []
+    assert _count(warehouse_url, "radar.alert") == 0
