@@ -494,3 +494,58 @@ def test_a_muted_detection_is_not_posted(analysed, warehouse_url, slack):  # noq
     assert result.success
     assert slack.calls_to("/api/chat.postMessage") == []
     assert _count(warehouse_url, "radar.alert") == 0
+
+
+def test_a_radar_command_in_a_review_comment_labels_once_per_comment(served):
+    from .test_receiver import GITHUB_SECRET, GITLAB_SECRET
+
+    _copy_of_st_fail(served.warehouse, "pr-1")
+    comment = {
+        "action": "created",
+        "issue": {"number": 7, "pull_request": {"url": "https://api.github.com/repos/acme/shop/pulls/7"}},
+        "comment": {"id": 991, "body": "Thanks!\n/radar label pr-1 1 intended the audit trigger <b>\nmore", "user":
+                    {"login": "octo-cat"}},
+    }  # fmt: skip
+
+    def github(payload: dict, event: str = "issue_comment", secret: str = GITHUB_SECRET) -> httpx.Response:
+        body = json.dumps(payload).encode()
+        digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+        headers = {"X-GitHub-Event": event, "X-GitHub-Delivery": str(uuid.uuid4()),
+                   "X-Hub-Signature-256": f"sha256={digest}", "Content-Type": "application/json"}  # fmt: skip
+        return httpx.post(f"{served.url}/v1/comments/github", content=body, headers=headers, timeout=30)
+
+    first = github(comment)
+    assert first.status_code == 201, first.text
+    assert github(comment).status_code == 200  # GitHub redelivers: the same comment lands once
+    rows = _sql(served.warehouse, "SELECT label, labelled_by, note, source FROM radar.label WHERE deploy_id = 'pr-1'")
+    assert [tuple(r) for r in rows] == [("intended", "github:octo-cat", "the audit trigger <b>", "code_host")]
+    assert github(comment, secret="not-the-webhook-secret-000").status_code == 401
+    chat = {**comment, "comment": {**comment["comment"], "id": 992, "body": "looks good"}}
+    assert github(chat).status_code == 202 and "no /radar line" in github(chat).text
+    assert github(comment, event="push").status_code == 202
+    wrong = {**comment, "comment": {**comment["comment"], "id": 993, "body": "/radar label pr-1 1 maybe so"}}
+    answer = github(wrong)
+    assert answer.status_code == 400 and "label: 'maybe' is not a label" in answer.text
+    short = {**comment, "comment": {**comment["comment"], "id": 994, "body": "/radar label pr-1"}}
+    assert github(short).status_code == 400 and "the command is /radar label" in github(short).text
+
+    note = {
+        "object_kind": "note",
+        "user": {"username": "gl-dev"},
+        "object_attributes": {"id": 55, "note": "/radar label pr-1 1 fixed st-pass index back", "noteable_type":
+                              "MergeRequest"},
+    }  # fmt: skip
+    body = json.dumps(note).encode()
+    url = f"{served.url}/v1/comments/gitlab"
+    for status in (201, 200):
+        answer = httpx.post(url, content=body, headers={"X-Gitlab-Token": GITLAB_SECRET}, timeout=30)
+        assert answer.status_code == status, answer.text
+    assert (
+        httpx.post(url, content=body, headers={"X-Gitlab-Token": "wrong-token-0123456789"}, timeout=30).status_code
+        == 401
+    )
+    latest = _sql(
+        served.warehouse, "SELECT label, fixed_by, labelled_by FROM radar.latest_label WHERE deploy_id = 'pr-1'"
+    )
+    assert tuple(latest[0]) == ("fixed", "st-pass", "gitlab:gl-dev")
+    assert httpx.post(f"{served.url}/v1/comments/bitbucket", content=body, timeout=30).status_code == 404

@@ -8,6 +8,8 @@ CI, liveness and readiness.
                                     its idempotency key, 400 naming the field, 409 a key used for another label
     POST /v1/slack/interactions     an alert's label button, signed by Slack: 200 within SLACK_DEADLINE_S, the
                                     label stored once however often Slack sends it; 401 a bad or stale signature
+    POST /v1/comments/<host>        a pull/merge request comment's `/radar label …` line (github, gitlab: the
+                                    source's secret): 201 stored, 200 a redelivery, 202 not a command, 400
     GET  /v1/deploys/<id>/gate      the gate's answer as JSON (`radar gate --format json`), its state as the status:
                                     200 pass, 409 fail, 422 inconclusive (200 with ?inconclusive_ok=1), 202 pending;
                                     ?wait=60s waits while it is pending (at most MAX_WAIT_S)
@@ -297,6 +299,28 @@ def make_app(receiver: Receiver) -> Starlette:
         said = "stored" if stored.inserted else "already stored (the same idempotency key), unchanged"
         return _line(201 if stored.inserted else 200, f"label {row['label_id']} ({row['label']}): {said}")
 
+    async def post_comment(request: Request) -> Response:
+        host = request.path_params["host"]
+        try:
+            if host not in ("github", "gitlab") or host not in receiver.sources:
+                raise Refused(404, f"no comments from {host!r} here")
+            module, secrets = receiver.sources[host]
+            body = await _body(request, receiver.max_body_bytes)
+            headers = {k.lower(): v for k, v in request.headers.items()}
+            await anyio.to_thread.run_sync(_authenticate, module, headers, body, secrets, [])
+            label, ignored = label_requests.label_of_comment(host, headers, body)
+            if label is None:
+                return _line(202, f"ignored: {ignored}")
+            until = time.monotonic() + DB_DEADLINE_S - COMMIT_S
+            stored = await _warehouse(store_label, receiver, label, until)
+        except Refused as exc:
+            return _line(exc.status, exc.reason)
+        except labels.LabelError as exc:
+            return _line(400, f"{exc}; nothing stored")
+        row = stored.row
+        said = "stored" if stored.inserted else "already stored (a redelivery of the comment), unchanged"
+        return _line(201 if stored.inserted else 200, f"label {row['label_id']} ({row['label']}): {said}")
+
     async def post_slack(request: Request) -> Response:
         # Slack wants an answer within 3 s: every wait here is bounded well within that (SLACK_DEADLINE_S).
         try:
@@ -340,6 +364,7 @@ def make_app(receiver: Receiver) -> Starlette:
             Route("/v1/deploys/{deploy_id}/gate", get_gate, methods=["GET"]),
             Route("/v1/labels", post_label, methods=["POST"]),
             Route("/v1/slack/interactions", post_slack, methods=["POST"]),
+            Route("/v1/comments/{host}", post_comment, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
         ]

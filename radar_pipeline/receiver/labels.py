@@ -10,10 +10,12 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from radar_pipeline.receiver.sources.base import Refused
-from radar_pipeline.receiver.sources.common import header, json_object, signed, text
+from radar_pipeline.receiver.sources.common import header, json_object, obj, signed, text, whole
 from radar_pipeline.warehouse.labels import Label
 
 SLACK_MAX_AGE_S = 5 * 60  # Slack's advice: refuse a request whose timestamp is older than five minutes
+COMMAND = "/radar"  # a review comment's line that starts so is a command (docs/labels.md, "From a pull request")
+COMMAND_USAGE = "/radar label DEPLOY_ID QUERYID|group=GROUP_ID LABEL [FIXED_BY_DEPLOY] NOTE…"
 
 
 def label_of_json(headers: Mapping[str, str], body: bytes) -> Label:
@@ -85,3 +87,46 @@ def slack_payload(body: bytes) -> dict[str, Any]:
     if not raw or len(raw) != 1:
         raise Refused(400, "the body has no payload field: not a Slack interaction")
     return json_object(raw[0].encode())
+
+
+def label_of_comment(host: str, headers: Mapping[str, str], body: bytes) -> tuple[Label | None, str]:
+    """The label a `/radar label …` line of a new pull/merge request comment gives (GitHub's `issue_comment`
+    `created`, GitLab's `note` event), by the comment's author, source code_host; or None and why it is not one
+    (another event, no such line: answered 202, nothing stored). Its idempotency key is the host's comment id: a
+    redelivery lands once. Refused(400) names what is wrong in the command (COMMAND_USAGE)."""
+    data = json_object(body)
+    if host == "github":
+        event = header(headers, "x-github-event")
+        if event != "issue_comment" or data.get("action") != "created":
+            return None, f"event {event!r} ({data.get('action')!r}) is not a new issue_comment"
+        comment = obj(data, "comment")
+        said, ident = text(comment, "body", "comment."), whole(comment, "id", "comment.", required=True)
+        who = text(obj(comment, "user", "comment."), "login", "comment.user.", required=True)
+    else:
+        if data.get("object_kind") != "note":
+            return None, f"object_kind {data.get('object_kind')!r} is not note"
+        note = obj(data, "object_attributes")
+        said, ident = text(note, "note", "object_attributes."), whole(note, "id", "object_attributes.", required=True)
+        who = text(obj(data, "user"), "username", "user.", required=True)
+    line = next((part.strip() for part in (said or "").splitlines() if part.strip().startswith(COMMAND + " ")), None)
+    if line is None:
+        return None, f"no {COMMAND} line in the comment"
+    words = line.split()
+    if len(words) < 5 or words[1] != "label":
+        raise Refused(400, f"the command is {COMMAND_USAGE}")
+    deploy_id, subject, label, rest = words[2], words[3], words[4], words[5:]
+    fixed_by = rest.pop(0) if label == "fixed" and rest else None
+    group = subject.removeprefix("group=") if subject.startswith("group=") else None
+    if group is None and not subject.lstrip("-").isdigit():
+        raise Refused(400, f"queryid: {subject!r} is neither a queryid nor group=GROUP_ID ({COMMAND_USAGE})")
+    return Label(
+        label=label,
+        labelled_by=f"{host}:{who}",
+        deploy_id=deploy_id,
+        queryid=int(subject) if group is None else None,
+        group_id=group,
+        note=" ".join(rest),
+        fixed_by=fixed_by,
+        source="code_host",
+        idempotency_key=f"{host}-comment:{ident}",
+    ), ""
