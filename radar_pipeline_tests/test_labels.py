@@ -549,3 +549,32 @@ def test_a_radar_command_in_a_review_comment_labels_once_per_comment(served):
     )
     assert tuple(latest[0]) == ("fixed", "st-pass", "gitlab:gl-dev")
     assert httpx.post(f"{served.url}/v1/comments/bitbucket", content=body, timeout=30).status_code == 404
+
+
+def test_a_group_is_labelled_muted_and_counted(gate_url):  # noqa: F811
+    """A detected group (a row as steps/groups.py writes one) on a copy of st-fail: its label shows on its line and
+    counts in the realised rate; a mute of the group, with its member's statement muted too, leaves nothing failing."""
+    at = _copy_of_st_fail(gate_url, "grp-1")
+    _sql(
+        gate_url,
+        "INSERT INTO radar.group_verdict (deploy_id, target, group_id, kind, label, verdict, members, members_above, "
+        "statements, sentence, member_dbid, member_userid, member_queryid, member_toplevel) VALUES ('grp-1', "
+        "'grp-1', 'shape:abc', 'shape', 'statements of this shape', 'detected', 2, 2, 2, "
+        "'2 statements of this shape slowed as a group', '{5,5}', '{10,10}', '{1,2}', '{true,true}')",
+    )
+    done = _invoke(["label", "grp-1", "--group", "shape:abc", "--as", "false_alarm", "--note", "batch", "--by", "ed",
+                    "--warehouse", gate_url])  # fmt: skip
+    assert done.exit_code == 0 and "labelled group shape:abc of grp-1 on grp-1: false_alarm by ed" in done.stdout
+    shown = _invoke(["verdicts", "grp-1", "--warehouse", gate_url]).stdout
+    assert "(queryids 1, 2; id shape:abc); labelled false_alarm by ed: batch" in shown, shown
+    row = _sql(gate_url, "SELECT * FROM radar.realised_false_alerts WHERE target = 'grp-1'")[0]._mapping
+    assert (row["detections"], row["false_alarm"], row["unlabelled"]) == (2, 1, 1)
+
+    _mute_since(gate_url, at, "batch rewrite", group_id="shape:abc")  # of any target
+    _mute_since(gate_url, at, "noisy", target="grp-1", queryid=1)
+    state = _sql(
+        gate_url, "SELECT state, groups_muted, muted_detected FROM radar.deploy_state WHERE deploy_id = 'grp-1'"
+    )
+    assert tuple(state[0])[1:] == (1, 1) and state[0][0] != "fail"
+    gate = _invoke(["gate", "grp-1", "--warehouse", gate_url]).stdout
+    assert "ignored (muted): group shape:abc on grp-1, mute " in gate and ": batch rewrite" in gate

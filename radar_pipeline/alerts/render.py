@@ -303,7 +303,7 @@ def label_buttons(analysis_id: str, target: str, key: tuple[int, int, int, bool]
                 "text": {"type": "plain_text", "text": words, "emoji": False},
             }
             for label, words in LABEL_BUTTONS
-        ],  # fmt: skip
+        ],
     }
 
 
