@@ -287,17 +287,9 @@ def make_app(receiver: Receiver) -> Starlette:
             body = await _body(request, receiver.max_body_bytes)
             headers = {k.lower(): v for k, v in request.headers.items()}
             label = label_requests.label_of_json(headers, body)
-            until = time.monotonic() + DB_DEADLINE_S - COMMIT_S
-            stored = await _warehouse(store_label, receiver, label, until)
         except Refused as exc:
             return _line(exc.status, exc.reason)
-        except labels.LabelConflict as exc:
-            return _line(409, f"refused: {exc}; nothing stored")
-        except labels.LabelError as exc:
-            return _line(400, f"{exc}; nothing stored")
-        row = stored.row
-        said = "stored" if stored.inserted else "already stored (the same idempotency key), unchanged"
-        return _line(201 if stored.inserted else 200, f"label {row['label_id']} ({row['label']}): {said}")
+        return await _stored(label, "the same idempotency key")
 
     async def post_comment(request: Request) -> Response:
         host = request.path_params["host"]
@@ -309,16 +301,26 @@ def make_app(receiver: Receiver) -> Starlette:
             headers = {k.lower(): v for k, v in request.headers.items()}
             await anyio.to_thread.run_sync(_authenticate, module, headers, body, secrets, [])
             label, ignored = label_requests.label_of_comment(host, headers, body)
-            if label is None:
-                return _line(202, f"ignored: {ignored}")
+        except Refused as exc:
+            return _line(exc.status, exc.reason)
+        if label is None:
+            return _line(202, f"ignored: {ignored}")
+        return await _stored(label, "a redelivery of the comment")
+
+    async def _stored(label: labels.Label, again: str) -> Response:
+        """Store the label and answer: 201 stored, 200 stored before (`again` says how that is known), 400 a field
+        wrong (named), 409 its idempotency key used for another label, 503 the warehouse."""
+        try:
             until = time.monotonic() + DB_DEADLINE_S - COMMIT_S
             stored = await _warehouse(store_label, receiver, label, until)
         except Refused as exc:
             return _line(exc.status, exc.reason)
+        except labels.LabelConflict as exc:
+            return _line(409, f"refused: {exc}; nothing stored")
         except labels.LabelError as exc:
             return _line(400, f"{exc}; nothing stored")
         row = stored.row
-        said = "stored" if stored.inserted else "already stored (a redelivery of the comment), unchanged"
+        said = "stored" if stored.inserted else f"already stored ({again}), unchanged"
         return _line(201 if stored.inserted else 200, f"label {row['label_id']} ({row['label']}): {said}")
 
     async def post_slack(request: Request) -> Response:
