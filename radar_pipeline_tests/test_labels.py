@@ -52,13 +52,14 @@ def _sql(url: str, sql: str, **params: object) -> list[sa.Row]:
     return rows
 
 
-def _copy_of_st_fail(url: str, deploy_id: str) -> datetime:
+def _copy_of_st_fail(url: str, deploy_id: str, release_id: str | None = None) -> datetime:
     """A deploy of its own, to a target of its own (named as the deploy: mutes of one test cover no other's),
     holding st-fail's analysis and verdicts; returns its time."""
     engine = make_engine(url)
     with engine.begin() as conn:
         at = conn.execute(sa.text("SELECT deployed_at FROM radar.deploy_event WHERE deploy_id = 'st-fail'")).scalar()
-    deploys.record(engine, deploys.DeployEvent(deploy_id, deploy_id, at, service="shop", version="v3"), [deploy_id])
+    event = deploys.DeployEvent(deploy_id, deploy_id, at, service="shop", version="v3", release_id=release_id)
+    deploys.record(engine, event, [deploy_id])
     with engine.begin() as conn:
         _copy_analysis(conn, "st-fail", deploy_id, {"target": f"'{deploy_id}'"})
     engine.dispose()
@@ -578,3 +579,26 @@ def test_a_group_is_labelled_muted_and_counted(gate_url):  # noqa: F811
     assert tuple(state[0])[1:] == (1, 1) and state[0][0] != "fail"
     gate = _invoke(["gate", "grp-1", "--warehouse", gate_url]).stdout
     assert "ignored (muted): group shape:abc on grp-1, mute " in gate and ": batch rewrite" in gate
+
+
+def test_a_fleet_verdict_is_labelled_through_one_of_its_deploys(gate_url):  # noqa: F811
+    _copy_of_st_fail(gate_url, "fl-1", release_id="rel-41")
+    _sql(
+        gate_url,
+        "INSERT INTO radar.release_verdict (release_id, fingerprint, toplevel, status, look, verdict, factor, "
+        "factor_low, factor_high, p_value, p_family, budget_share, heterogeneity_p, i_squared, tau2, targets, "
+        "targets_agreeing, consistent, only_on, report, member_targets, members, analysed, example_deploy_id, "
+        "example_target, example_queryid, example_dbid, example_userid) VALUES ('rel-41', 1, true, 'final', 0, "
+        "'detected', 3, 2.9, 3.1, 0.001, 0.01, 0.05, 0.5, 0, 0, 1, 1, true, '{}', '×3.00 on 1 of 1 targets', "
+        "'{fl-1}', 1, 1, 'fl-1', 'fl-1', 1, 5, 10)",
+    )
+    done = _invoke(["label", "fl-1", "1", "--fleet", "--as", "acknowledged", "--note", "looking", "--by", "fo",
+                    "--warehouse", gate_url])  # fmt: skip
+    assert done.exit_code == 0, done.output
+    assert "labelled the fleet verdict of release rel-41 on fingerprint 1: acknowledged by fo" in done.stdout
+    stored = _sql(gate_url, "SELECT kind, release_id, fingerprint, toplevel, deploy_id FROM radar.label "
+                  "WHERE release_id = 'rel-41'")  # fmt: skip
+    assert [tuple(r) for r in stored] == [("fleet", "rel-41", 1, True, None)]
+    alone = _invoke(["label", "st-pass", "1", "--fleet", "--as", "acknowledged", "--note", "n", "--warehouse",
+                     gate_url])  # fmt: skip
+    assert alone.exit_code == 1 and alone.stderr.startswith("Error: --fleet: queryid 1 has no fleet verdict")

@@ -19,7 +19,7 @@ from radar_pipeline.pgss_model import KEY
 LABELS = ("intended", "false_alarm", "fixed", "acknowledged")
 SOURCES = ("cli", "receiver", "slack", "code_host")
 MAX_NOTE = 2000
-MAX_SHORT = 200  # who, an idempotency key, a group id, a reason's one line is MAX_NOTE
+MAX_SHORT = 200  # who, an idempotency key, a group id: one line each
 
 # A statement verdict (alias v) with its latest label (alias l) and the mute covering it when detected (alias mu).
 VERDICT_LABEL_JOIN = (
