@@ -221,6 +221,7 @@ def verdicts(
     (the per-target rows' columns stay as they are)."""
     from radar_pipeline.engine.vocabulary import VERDICTS
     from radar_pipeline.warehouse import canary as canary_store
+    from radar_pipeline.warehouse import labels
     from radar_pipeline.warehouse.analysis import deploy_states, impact_of, verdicts_of
     from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX
     from radar_pipeline.warehouse.groups import groups_of
@@ -237,6 +238,7 @@ def verdicts(
             summary, changes = impact_of(conn, deploy_id)
             state = deploy_states(conn, [deploy_id])
             decided_groups = groups_of(conn, deploy_id)
+            group_labels = labels.group_labels(conn, deploy_id)
             canary = canary_store.analysis_of(conn, deploy_id)
             canary_table = canary_store.verdicts_of(conn, deploy_id)
     except ConfigError as exc:
@@ -277,7 +279,7 @@ def verdicts(
             click.echo(cleared)
     if what == "deploy":
         _print_impact(summary, changes, show_all)
-    _print_groups(decided_groups, show_all)
+    _print_groups(decided_groups, show_all, group_labels)
     shown = table if show_all else table.head(40)
     _print_verdicts(shown)
     if len(shown) < len(table):
@@ -557,10 +559,17 @@ def _print_impact(summary: pd.DataFrame, changes: pd.DataFrame, show_all: bool) 
         click.echo(f"… {len(changes) - len(shown)} more load changes (--all)")
 
 
-def _print_groups(groups: pd.DataFrame, show_all: bool) -> None:
+def _print_groups(groups: pd.DataFrame, show_all: bool, labelled: pd.DataFrame | None = None) -> None:
     """The groups decided together (issue 29), detections first: each one's verdict and sentence ("15 statements
-    of this shape slowed as a group, typically ×1.50 (×1.31–×1.72)"), its members' queryids; those without enough
-    members are counted."""
+    of this shape slowed as a group, typically ×1.50 (×1.31–×1.72)"), its members' queryids and its latest label
+    (`labelled`: warehouse.labels.group_labels) and its id (what `radar label --group` and `radar mute --group`
+    name); those without enough members are counted."""
+    from radar_pipeline.warehouse.labels import label_words
+
+    said = {
+        (r.target, r.group_id): label_words(r.label, r.labelled_by, r.note, r.fixed_by)
+        for r in (labelled.itertuples() if labelled is not None else ())
+    }
     tested = groups[groups["verdict"] != "insufficient_data"]
     shown = tested if show_all else tested.head(10)
     for g in shown.itertuples():
@@ -569,7 +578,12 @@ def _print_groups(groups: pd.DataFrame, show_all: bool) -> None:
         late = f" at later look {int(g.look)}" if getattr(g, "look", 0) else ""  # sql/0034
         tier = getattr(g, "tier", None)  # sql/0036
         tier = f" ({TIER_WORDS.get(tier, tier)})" if isinstance(tier, str) else ""
-        click.echo(f"group {g.verdict}{tier}{late}: {clean(str(g.sentence))} (queryids {queryids}{more})")
+        words = said.get((g.target, g.group_id))
+        label = f"; labelled {clean(words)}" if words else ""
+        click.echo(
+            f"group {g.verdict}{tier}{late}: {clean(str(g.sentence))} (queryids {queryids}{more}; id "
+            f"{clean(str(g.group_id))}){label}"
+        )
     if len(shown) < len(tested):
         click.echo(f"… {len(tested) - len(shown)} more groups (--all)")
 
@@ -581,6 +595,7 @@ def _print_verdicts(table: pd.DataFrame) -> None:
     import pandas as pd
 
     from radar_pipeline.pgss_model import shared_queryid_note
+    from radar_pipeline.warehouse.labels import label_words
 
     def fmt(values: pd.Series, pattern: str) -> list[str]:
         return [("" if pd.isna(v) else pattern.format(v)) for v in values]
@@ -593,6 +608,12 @@ def _print_verdicts(table: pd.DataFrame) -> None:
         **(
             {"tier": [TIER_WORDS.get(t, "") if isinstance(t, str) else "" for t in table["tier"]]}
             if table["tier"].notna().any()
+            else {}
+        ),
+        # the latest label (sql/0037), and "muted" for a detection a mute covers; shown where some verdict has one
+        **(
+            {"label": [_label_cell(r.label, r.mute_reason) for r in table.itertuples()]}
+            if table["label"].notna().any() or table["mute_reason"].notna().any()
             else {}
         ),
         "reason": list(table["reason"]),
@@ -646,8 +667,20 @@ def _print_verdicts(table: pd.DataFrame) -> None:
             say(f"to undo, queryid {row.queryid}: {clean(row.undo_hint)}")
         if isinstance(row.group_regressed, str) and row.group_regressed:
             say(f"queryid {row.queryid} is {clean(row.group_regressed)}")
+        if isinstance(row.label, str):
+            words = label_words(row.label, row.labelled_by, row.label_note, row.fixed_by)
+            say(f"queryid {row.queryid} labelled {clean(words)}")
+        if isinstance(row.mute_reason, str):
+            say(f"queryid {row.queryid} muted until {_clock(row.mute_ends_at)} (mute {int(row.mute_id)}): "
+                f"{clean(row.mute_reason)}")  # fmt: skip
         if isinstance(row.queryid_shared_with, list) and row.queryid_shared_with:
             click.echo(f"caution, queryid {row.queryid}: {clean(shared_queryid_note(row.queryid_shared_with))}")
+
+
+def _label_cell(label: Any, mute_reason: Any) -> str:
+    """A verdict's label cell: its latest label, "muted" when a mute covers it, both, or nothing."""
+    cell = [label if isinstance(label, str) else "", "muted" if isinstance(mute_reason, str) else ""]
+    return ", ".join(c for c in cell if c)
 
 
 class Duration(click.ParamType):
@@ -773,6 +806,7 @@ def _gate_text(view: gate_step.GateView, deploy_id: str) -> list[str]:
     if s["state"] == "pending":
         return lines
     from radar_pipeline.engine.vocabulary import VERDICTS, Cause, Verdict  # loaded with the gate's view already
+    from radar_pipeline.warehouse.labels import label_words
 
     lines.append("  verdicts: " + ", ".join(f"{int(s.get(v) or 0)} {v}" for v in VERDICTS))
     if s.get("groups_detected"):
@@ -787,9 +821,10 @@ def _gate_text(view: gate_step.GateView, deploy_id: str) -> list[str]:
         lines.append(f"  execution time after the deploy: {', '.join([shares, *rest])}")
     else:
         lines.append("  execution time after the deploy: none (nothing ran in its window)")
-    if view.detections:
-        lines.append(f"detections ({len(view.detections)}):")
-    for d in view.detections:
+    counted = [d for d in view.detections if d.get("mute_id") is None]
+    if counted:
+        lines.append(f"detections ({len(counted)}):")
+    for d in counted:
         at = d["factor_at_change"] if d["factor_at_change"] is not None else d["change_factor"]
         factor = f"×{at:.2f}" if at is not None else "×?"
         interval = f" [×{d['factor_low']:.2f}, ×{d['factor_high']:.2f}]" if d["factor_low"] is not None else ""
@@ -797,6 +832,16 @@ def _gate_text(view: gate_step.GateView, deploy_id: str) -> list[str]:
             f"  {factor}{interval} cause {clean(d['cause'] or Cause.UNEXPLAINED)}"
             f"{' (' + clean(d['cause_detail']) + ')' if d.get('cause_detail') else ''}, queryid {d['queryid']}: "
             f"{clean(d['query'])}"
+        )
+        if d.get("label"):
+            words = label_words(d["label"], d["labelled_by"], d["label_note"], d["fixed_by"])
+            lines.append(f"    labelled {clean(words)}")
+    for m in view.muted:
+        what = f"queryid {m['queryid']}" if m["queryid"] is not None else f"group {m['group_id']}"
+        text = f": {clean(m['query'])}" if m.get("query") else ""
+        lines.append(
+            f"ignored (muted): {clean(what)} on {clean(m['target'])}, mute {m['mute_id']} until "
+            f"{_clock(m['ends_at'])}: {clean(m['reason'])}{text}"
         )
     lines.extend(_tier_lines(view, deploy_id))
     return lines
@@ -1165,6 +1210,203 @@ def _json_value(value: object) -> object:
     return value.isoformat() if isinstance(value, datetime) else str(value)
 
 
+LABEL_OPTIONS = {  # a LabelError's field, as `radar label` and `radar mute` spell it
+    "deploy_id": "DEPLOY_ID",
+    "queryid": "QUERYID",
+    "label": "--as",
+    "fixed_by": "--fixed-by",
+    "group": "--group",
+    "fleet": "--fleet",
+    "by": "--by",
+    "note": "--note",
+    "target": "--target",
+    "statement": "--statement",
+    "until": "--until",
+    "reason": "--reason",
+    "end": "--end",
+}
+
+
+def _label_failure(exc: Exception) -> click.ClickException:
+    """A LabelError as the command's error, its field spelled as the option (the message's own words, cleaned)."""
+    field = getattr(exc, "field", "")
+    text = str(exc).split(": ", 1)[1] if field and str(exc).startswith(f"{field}: ") else str(exc)
+    return click.ClickException(clean(f"{LABEL_OPTIONS.get(field, field)}: {text}; nothing stored"))
+
+
+def _who(by: str | None) -> str:
+    """Who labels or mutes: --by, else the login name."""
+    import getpass
+
+    return by if by else getpass.getuser()
+
+
+@main.command("label")
+@click.argument("deploy_id")
+@click.argument("queryid", required=False, type=int)
+@click.option("--group", "group_id", help="label the group decided together of this id (radar verdicts names it)")
+@click.option("--fleet", is_flag=True, help="label the fleet verdict of the deploy's release on QUERYID's statement")
+@click.option("--as", "label", required=True, help="what the verdict was: intended, false_alarm, fixed, acknowledged")
+@click.option("--note", required=True, help="why: a sentence for the next reader")
+@click.option("--by", help="who says so (default: the login name)")
+@click.option("--fixed-by", help="with --as fixed: the deploy that fixed it")
+@click.option("--target", help="the target, when QUERYID or the group has verdicts on several")
+@click.option("--dbid", type=int, help="the database's oid, when QUERYID has verdicts in several")
+@click.option("--userid", type=int, help="the role's oid, when QUERYID has verdicts for several")
+@click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
+def label_command(
+    deploy_id: str,
+    queryid: int | None,
+    group_id: str | None,
+    fleet: bool,
+    label: str,
+    note: str,
+    by: str | None,
+    fixed_by: str | None,
+    target: str | None,
+    dbid: int | None,
+    userid: int | None,
+    warehouse: str | None,
+) -> None:
+    """Label a verdict: a statement's (DEPLOY_ID QUERYID; a periodic check's episode: periodic:<hour> QUERYID), a
+    group's (--group) or a fleet verdict (QUERYID --fleet) as intended, false_alarm, fixed (--fixed-by DEPLOY) or
+    acknowledged. Labels are kept, never changed: the latest stands beside the verdict (docs/labels.md). A negative
+    QUERYID follows `--`."""
+    from radar_pipeline.warehouse import labels
+
+    request = labels.Label(
+        label=label,
+        labelled_by=_who(by),
+        deploy_id=deploy_id,
+        queryid=queryid,
+        group_id=group_id,
+        fleet=fleet,
+        target=target,
+        dbid=dbid,
+        userid=userid,
+        note=note,
+        fixed_by=fixed_by,
+    )
+    try:
+        with _engine(warehouse).begin() as conn:
+            stored = labels.add(conn, request).row
+    except labels.LabelError as exc:
+        raise _label_failure(exc) from None
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    except Exception as exc:
+        raise click.ClickException(_failure("storing the label failed", exc, warehouse)) from None
+    what = {
+        "statement": f"queryid {stored['queryid']} of {stored['deploy_id']} on {stored['target']}",
+        "group": f"group {stored['group_id']} of {stored['deploy_id']} on {stored['target']}",
+        "fleet": f"the fleet verdict of release {stored['release_id']} on fingerprint {stored['fingerprint']}",
+    }[stored["kind"]]
+    words = labels.label_words(stored["label"], stored["labelled_by"], stored["note"], stored["fixed_by"])
+    click.echo(clean(f"labelled {what}: {words} (label {stored['label_id']})"))
+
+
+def _until(value: str) -> datetime:
+    """--until: an ISO 8601 time with a zone, or a span from now such as 90m, 8h, 3d or 2w."""
+    from radar_pipeline.warehouse.deploys import DeployError, parse_time
+
+    found = re.fullmatch(r"(\d{1,5})([mhdw])", value.strip().lower())
+    if found:
+        unit = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}[found.group(2)]
+        return datetime.now(UTC) + timedelta(**{unit: int(found.group(1))})
+    try:
+        return parse_time(value, "--until")
+    except DeployError as exc:
+        raise click.UsageError(f"{clean(str(exc))}, or a span such as 8h or 3d") from None
+
+
+@main.command("mute")
+@click.option("--target", help="mute this target (with --statement: the statement's target; with --group: only there)")
+@click.option("--statement", "queryid", type=int, help="mute this queryid on --target")
+@click.option("--group", "group_id", help="mute this group of statements decided together (its id)")
+@click.option("--until", help="when the mute ends: 2026-12-24T08:00:00Z, or a span such as 8h or 3d")
+@click.option("--reason", help="why: shown wherever a detection it covers is")
+@click.option("--by", help="who mutes (default: the login name)")
+@click.option("--list", "listing", is_flag=True, help="list the mutes in force (with --all, every one)")
+@click.option("--all", "show_all", is_flag=True, help="with --list, the mutes that are over too")
+@click.option("--end", "end_id", type=int, help="end this mute now (its id, from --list)")
+@click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
+def mute_command(
+    target: str | None,
+    queryid: int | None,
+    group_id: str | None,
+    until: str | None,
+    reason: str | None,
+    by: str | None,
+    listing: bool,
+    show_all: bool,
+    end_id: int | None,
+    warehouse: str | None,
+) -> None:
+    """Mute a target, a statement of a target or a group until a time, with a reason: its detections are still
+    stored and shown (as muted), not alerted, and they do not fail the gate, which names what it ignored
+    (docs/labels.md). --list shows the mutes, --end ID ends one early."""
+    from radar_pipeline.warehouse import labels
+
+    modes = sum((listing, end_id is not None, any(v is not None for v in (target, queryid, group_id, until, reason))))
+    if modes != 1:
+        raise click.UsageError("mute something (--target, --statement or --group, with --until and --reason), "
+                               "or --list, or --end ID")  # fmt: skip
+    try:
+        engine = _engine(warehouse)
+        if listing:
+            with engine.connect() as conn:
+                found = labels.mutes(conn, include_over=show_all)
+            _print_mutes(found)
+            return
+        with engine.begin() as conn:
+            if end_id is not None:
+                row = labels.end_mute(conn, end_id, _who(by))
+                click.echo(clean(f"mute {end_id} ended at {_clock(row['ends_at'])}"))
+                return
+            if until is None or reason is None:
+                raise click.UsageError("a mute needs --until and --reason")
+            if queryid is not None and target is None:
+                raise click.UsageError("--statement needs --target: a queryid is a statement of one target")
+            row = labels.add_mute(
+                conn,
+                until=_until(until),
+                reason=reason,
+                muted_by=_who(by),
+                target=target,
+                queryid=queryid,
+                group_id=group_id,
+                configured_targets=tuple(_configured_targets()),
+            )
+    except labels.LabelError as exc:
+        raise _label_failure(exc) from None
+    except click.ClickException:
+        raise
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    except Exception as exc:
+        raise click.ClickException(_failure("the mute failed", exc, warehouse)) from None
+    covers = labels.mute_words(row["scope"], row["target"], row["queryid"], row["group_id"])
+    click.echo(clean(f"mute {row['mute_id']}: {covers} until {_clock(row['ends_at'])}: {row['reason']}"))
+
+
+def _print_mutes(found: pd.DataFrame) -> None:
+    """The mutes as a table: id, what it covers, from, until (or when it was ended), by, reason."""
+    from radar_pipeline.warehouse.labels import mute_words
+
+    if found.empty:
+        click.echo("no mute in force")
+        return
+    rows = []
+    for m in found.itertuples():
+        ended = f" (ended by {m.ended_by})" if isinstance(m.ended_by, str) else ""
+        covers = mute_words(m.scope, m.target, m.queryid, m.group_id)
+        rows.append([str(m.mute_id), clean(covers), _clock(m.starts_at), _clock(m.ends_at) + clean(ended),
+                     clean(m.muted_by), clean(m.reason)])  # fmt: skip
+    out = console()
+    headers = ["mute", "covers", "from", "until", "by", "reason"]
+    out.print(fitted_table(headers, rows, out.width, flexible="reason"))
+
+
 @main.command("status")
 @click.option("--probe/--no-probe", default=True, show_default=True, help="ask each configured target what it shows")
 @click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
@@ -1175,6 +1417,7 @@ def status_command(probe: bool, warehouse: str | None) -> None:
     the extension missing or too old, the server unreachable)."""
     from radar_pipeline.config.settings import DEFAULT_SCRAPE_INTERVAL_SECONDS, TARGETS_VAR, settings
     from radar_pipeline.warehouse import status
+    from radar_pipeline.warehouse.labels import realised_rate
 
     try:
         scrape_s = _times(warehouse).scrape_interval_seconds
@@ -1182,6 +1425,7 @@ def status_command(probe: bool, warehouse: str | None) -> None:
         engine = _engine(warehouse)
         with engine.connect() as conn:
             stored = status.target_scrapes(conn, STATUS_RECENT)
+            rates = realised_rate(conn)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     except Exception as exc:
@@ -1192,6 +1436,7 @@ def status_command(probe: bool, warehouse: str | None) -> None:
     probes = _probe_targets(configured) if probe else {}
     if not names:
         click.echo(f"no target scraped yet, and {TARGETS_VAR} names none here")
+        _print_rates(rates)
         return
     headers = ["target", "last scrape", "age", "statements", "health", "cannot see"]
     cells = []
@@ -1227,6 +1472,50 @@ def status_command(probe: bool, warehouse: str | None) -> None:
         cells.append([name, last, age, statements, health, "; ".join(blind)])
     out = console()
     out.print(fitted_table(headers, cells, out.width, flexible="cannot see"))
+    _print_rates(rates)
+
+
+def _print_rates(rates: pd.DataFrame) -> None:
+    """The realised false-alert rate (radar.realised_false_alerts, docs/budget.md): per month and target, the deploy
+    analyses, detections, those labelled false_alarm and those unlabelled, and false alarms per analysis with its 95%
+    interval against the budget; nothing when no deploy was analysed in the months shown."""
+    if rates.empty:
+        return
+    click.echo("\nrealised false alerts per deploy analysis, by labels (docs/budget.md):")
+
+    def against(r: Any) -> str:
+        if r.rate_low > r.budget:
+            return "over the budget"
+        return "within the budget" if r.rate_high <= r.budget else "cannot tell yet"
+
+    rows = [
+        [
+            r.month.strftime("%Y-%m"),
+            clean(r.target),
+            str(r.analyses),
+            str(r.detections),
+            str(r.false_alarm),
+            str(r.unlabelled),
+            f"{r.rate:.3f} [{r.rate_low:.3f}, {r.rate_high:.3f}]",
+            f"{r.budget:g}",
+            against(r)
+            + (f"; ≤ {r.rate_if_unlabelled_false:.3f} if every unlabelled one is false" if r.unlabelled else ""),
+        ]
+        for r in rates.itertuples()
+    ]
+    headers = [
+        "month",
+        "target",
+        "analyses",
+        "detections",
+        "false_alarm",
+        "unlabelled",
+        "rate [95%]",
+        "budget",
+        "reading",
+    ]
+    out = console()
+    out.print(fitted_table(headers, rows, out.width, flexible="reading"))
 
 
 STATUS_RECENT = timedelta(hours=1)

@@ -145,6 +145,19 @@ def limit_errors(payload: dict[str, Any]) -> list[str]:
             ]
             if "text" not in block and not fields:
                 errors.append(f"block {i}: a section needs text or fields")
+        if kind == "actions":  # Block Kit: at most 25 elements; a button's text 75, value 2000, ids 255 characters
+            elements = block.get("elements") or []
+            if not 0 < len(elements) <= 25:
+                errors.append(f"block {i}: {len(elements)} action elements (1–25)")
+            for j, e in enumerate(elements):
+                if e.get("type") != "button" or len(e["text"]["text"]) > 75 or len(e.get("value", "")) > 2000:
+                    errors.append(f"block {i}: element {j} is not a button within its limits")
+                if not 0 < len(e.get("action_id", "")) <= 255:
+                    errors.append(f"block {i}: element {j}'s action_id is not 1–255 characters")
+        if "block_id" in block:
+            ids = [b.get("block_id") for b in blocks if "block_id" in b]
+            if len(block["block_id"]) > 255 or ids.count(block["block_id"]) > 1:
+                errors.append(f"block {i}: block_id longer than 255 characters or not unique in the message")
         if kind == "context":
             elements = block.get("elements") or []
             if not 0 < len(elements) <= MAX_CONTEXT_ELEMENTS:

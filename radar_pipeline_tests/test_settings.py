@@ -137,12 +137,13 @@ SECRETS = {
     "RADAR_RECEIVER_FLUX_SECRET": "Rf4secret-0123456789",
     "RADAR_RECEIVER_ROLLOUTS_SECRET": "Rr5secret-0123456789",
     "RADAR_RECEIVER_TOKENS": '[{"token": "Rt6secret-0123456789", "scopes": ["deploy"]}]',
+    "RADAR_RECEIVER_SLACK_SIGNING_SECRET": "Rs7secret-0123456789",
 }
 OTHERS = {"RADAR_SLACK_CHANNEL", "RADAR_GRAFANA_URL", "RADAR_WEBHOOK_ALLOWED_HOSTS"}  # not secrets, set beside them
 SECRETS |= {"RADAR_GRAFANA_URL": "https://grafana.example.com", "RADAR_WEBHOOK_ALLOWED_HOSTS": "hooks.example.com"}
 PIECES = ("Wh0use9pw", "Tg7secret", "Dg5secret", "Sl4cksecret", "Wb3secret", "Gh2secret", "Gl1secret")
 PIECES += ("Tm8secret", "Gf6secret", "Wk1secret", "Pd8secret")
-PIECES += ("Rh1secret", "Rl2secret", "Ra3secret", "Rf4secret", "Rr5secret", "Rt6secret")
+PIECES += ("Rh1secret", "Rl2secret", "Ra3secret", "Rf4secret", "Rr5secret", "Rt6secret", "Rs7secret")
 
 
 def test_secrets_never_print():

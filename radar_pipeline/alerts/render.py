@@ -5,6 +5,7 @@ it is placed, and the finished message is cleaned of control and bidi characters
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,6 +24,11 @@ MAX_CONTEXT_ELEMENTS = 10
 MAX_FALLBACK = 3000  # Slack truncates text past 40,000 characters; notifications show far less
 BLOCKS_PER_REGRESSION = 4  # divider, query, numbers, plan
 MAX_SHOWN = 10  # regressions shown in one message: 2 + 10 × 4 + 2 = 44 blocks; the rest summarised with a link
+MAX_SHOWN_WITH_BUTTONS = 8  # with a row of label buttons each: 2 + 2 + 8 × 5 + 2 = 46 blocks
+# The label buttons under each regression (docs/labels.md): their action_id is LABEL_ACTION and the label; Slack
+# brings the interaction to the receiver, which stores the label (steps/labelling.py reads it back).
+LABEL_ACTION = "radar_label:"
+LABEL_BUTTONS = (("intended", "Intended"), ("false_alarm", "False alarm"), ("acknowledged", "Acknowledge"))
 CANARY_CAUSE = "canary"  # a Regression's cause when the canary arm found it (render_canary; PagerDuty says so)
 SEVERITY = {"fleet_wide": "low (fleet-wide shift: an outside cause is suspected)"}
 MAX_CHANGES = 3  # load changes (new heavy statements, surges) shown in full, before the regressions: 3 blocks each
@@ -150,6 +156,7 @@ class Regression:
     group: str | None = None  # the detected groups it belongs to, in words (steps/groups.py; None: none)
     look: int = 0  # the look that found it: 0 the first verdict, k > 0 a later look (issue 29)
     found_after: timedelta | None = None  # a later look's: how long after the deploy its after side ended
+    key: tuple[int, int, int, bool] | None = None  # its statement key (dbid, userid, queryid, toplevel): its buttons'
 
 
 @dataclass(frozen=True)
@@ -216,12 +223,16 @@ def excerpt(query: str, limit: int = MAX_QUERY) -> str:
 
 
 def render(
-    facts: AnalysisFacts, regressions: list[Regression], changes: list[LoadChange] | None = None
+    facts: AnalysisFacts,
+    regressions: list[Regression],
+    changes: list[LoadChange] | None = None,
+    buttons: bool = False,
 ) -> tuple[str, list[dict[str, Any]]]:
     """(fallback text, blocks) of one message for the deploy's regressions and load changes, within Slack's limits
     whatever their number. The database time and the load changes (new heavy statements, call surges: the first
     MAX_CHANGES, heaviest first) lead, since a collateral slowdown's cause is among them; then the first regressions
-    (the caller orders them, worst first) in full, the rest summarised with a link."""
+    (the caller orders them, worst first) in full, the rest summarised with a link. With `buttons`, each regression
+    shown in full has a row of label buttons (label_buttons), and MAX_SHOWN_WITH_BUTTONS are shown."""
     changes = changes or []
     title = _title(facts, len(regressions), changes)
     blocks: list[dict[str, Any]] = [
@@ -241,14 +252,17 @@ def render(
         sql = f"SELECT * FROM radar.statement_change WHERE deploy_id = '{escape_within(facts.analysis_id, 300)}'"
         text = f"*… and {len(changes) - MAX_CHANGES} more load changes:* `{sql}`"
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": text}]})
-    shown = MAX_SHOWN - min(len(changes), MAX_CHANGES) if changes else MAX_SHOWN
-    for r in regressions[:shown]:
+    most = MAX_SHOWN_WITH_BUTTONS if buttons else MAX_SHOWN
+    shown = most - min(len(changes), MAX_CHANGES) if changes else most
+    for n, r in enumerate(regressions[:shown]):
         blocks.append({"type": "divider"})
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"```{excerpt(r.query)}```"}})
         blocks.append({"type": "section", "fields": _regression_fields(facts, r)})
         if r.plan_summary:
             plan = escape_within(r.plan_summary, MAX_SECTION_TEXT - 10)
             blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"*Plan:* {plan}"}]})
+        if buttons and r.key is not None:
+            blocks.append(label_buttons(facts.analysis_id, facts.target, r.key, n))
     if len(regressions) > shown:
         rest = regressions[shown:]
         worst = max(r.change_factor for r in rest)
@@ -272,6 +286,40 @@ def render(
         )
     # The fallback text is parsed like mrkdwn in notifications: escaped, so a service named <!channel> mentions no one.
     return clean(escape_within(title, MAX_FALLBACK)), clean(blocks)
+
+
+def label_buttons(analysis_id: str, target: str, key: tuple[int, int, int, bool], n: int) -> dict[str, Any]:
+    """An actions block of label buttons for one regression (the n-th of its message): each button's value names the
+    verdict (the analysis, its target and the statement key), read back by button_subject."""
+    value = json.dumps({"d": analysis_id, "t": target, "k": [int(k) for k in key[:3]] + [bool(key[3])]})
+    return {
+        "type": "actions",
+        "block_id": f"radar-label-{n}",
+        "elements": [
+            {
+                "type": "button",
+                "action_id": LABEL_ACTION + label,
+                "value": value,
+                "text": {"type": "plain_text", "text": words, "emoji": False},
+            }
+            for label, words in LABEL_BUTTONS
+        ],
+    }
+
+
+def button_subject(value: object) -> tuple[str, str, tuple[int, int, int, bool]] | None:
+    """The verdict a label button's value names (analysis id, target, statement key), or None when it is not one."""
+    try:
+        found = json.loads(value) if isinstance(value, str) else {}
+        analysis_id, target, (dbid, userid, queryid, toplevel) = found["d"], found["t"], found["k"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    numbers = (dbid, userid, queryid)
+    if not (isinstance(analysis_id, str) and isinstance(target, str) and isinstance(toplevel, bool)):
+        return None
+    if not all(isinstance(x, int) and not isinstance(x, bool) and -(2**63) <= x < 2**63 for x in numbers):
+        return None
+    return analysis_id, target, (dbid, userid, queryid, toplevel)
 
 
 def clean(value: Any) -> Any:

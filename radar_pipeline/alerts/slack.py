@@ -152,6 +152,7 @@ class SlackSender:
         webhook_url: str | None = None,
         base_url: str = SLACK_API,
         timeout: int = 10,
+        buttons: bool = False,
     ) -> None:
         if token and not channel:
             raise ValueError("RADAR_SLACK_TOKEN is set but RADAR_SLACK_CHANNEL is not: name the channel to post in")
@@ -159,6 +160,7 @@ class SlackSender:
             raise ValueError(f"the Slack timeout must be 1 to 300 seconds, not {timeout}")
         self.channel = channel if token else ("webhook" if webhook_url else None)
         self.timeout = timeout
+        self.buttons = buttons  # label buttons under each regression (RADAR_SLACK_LABEL_BUTTONS)
         self._secrets = _secrets(token, webhook_url)
         handlers = _handlers()
         self._web = (

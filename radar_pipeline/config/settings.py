@@ -297,7 +297,8 @@ def parse_webhooks(text: str, setting: str = "RADAR_WEBHOOKS") -> dict[str, dict
 
 
 # receiver: the checks of `radar webhook serve`'s settings (the fields are at the end of RadarSettings).
-RECEIVER_SCOPES = ("deploy", "gate")  # record deploys (POST /v1/deploys/generic); read a deploy's gate
+# record deploys (POST /v1/deploys/generic); read a deploy's gate; label verdicts (POST /v1/labels)
+RECEIVER_SCOPES = ("deploy", "gate", "label")
 
 
 def receiver_tokens(text: str, variable: str) -> list[tuple[str, frozenset[str]]]:
@@ -439,6 +440,9 @@ class RadarSettings(BaseSettings):
     slack_token: Annotated[SecretStr | None, BeforeValidator(_slack_token)] = None
     slack_channel: str | None = None
     slack_webhook_url: Annotated[SecretStr | None, BeforeValidator(_https)] = None
+    # a row of label buttons under each regression (docs/labels.md): the Slack app's interactivity requests go to the
+    # receiver, which needs receiver_slack_signing_secret
+    slack_label_buttons: bool = False
     # Code hosts (commit statuses, review comments): a token each, and the API the token is sent to.
     github_token: Annotated[SecretStr | None, BeforeValidator(_token)] = None
     github_api_url: Annotated[str, BeforeValidator(_api_url)] = DEFAULT_API_URLS["github"]
@@ -503,6 +507,8 @@ class RadarSettings(BaseSettings):
     receiver_flux_secret: Annotated[SecretStr | None, BeforeValidator(_shared_secret)] = None
     receiver_rollouts_secret: Annotated[SecretStr | None, BeforeValidator(_shared_secret)] = None
     receiver_tokens: Annotated[SecretStr | None, BeforeValidator(_receiver_tokens)] = None
+    # the Slack app's signing secret: its interactivity requests (an alert's label buttons) are verified with it
+    receiver_slack_signing_secret: Annotated[SecretStr | None, BeforeValidator(_shared_secret)] = None
     receiver_max_body_bytes: Annotated[int, BeforeValidator(_body_bytes)] = 256 * 1024
 
     @model_validator(mode="before")

@@ -204,6 +204,7 @@ class SlackResource(dg.ConfigurableResource):
     base_url: str = "https://slack.com/api/"
     timeout_seconds: int = 10
     alert_max_age_hours: float = DEFAULT_ALERT_MAX_AGE_HOURS
+    label_buttons: bool = False  # RADAR_SLACK_LABEL_BUTTONS
 
     def sender(self) -> "SlackSender":
         """A sender for the configured mode: bot token and channel, webhook, or none."""
@@ -215,6 +216,7 @@ class SlackResource(dg.ConfigurableResource):
             webhook_url=self.webhook_url or None,
             base_url=self.base_url,
             timeout=self.timeout_seconds,
+            buttons=self.label_buttons,
         )
 
     @property
@@ -265,8 +267,13 @@ def code_hosts_from_environment() -> CodeHostResource:
 
 def slack_from_environment() -> SlackResource:
     """The Slack resource as configured: secrets are resolved at run time through EnvVar, only when they are set."""
-    configured = settings("slack_token", "slack_channel", "slack_webhook_url", "alert_max_age_hours")
-    fields: dict[str, Any] = {"alert_max_age_hours": configured.alert_max_age_hours}
+    configured = settings(
+        "slack_token", "slack_channel", "slack_webhook_url", "alert_max_age_hours", "slack_label_buttons"
+    )
+    fields: dict[str, Any] = {
+        "alert_max_age_hours": configured.alert_max_age_hours,
+        "label_buttons": configured.slack_label_buttons,
+    }
     if configured.slack_token:
         fields["token"] = dg.EnvVar(SLACK_TOKEN_VAR)
     if configured.slack_webhook_url:

@@ -4,6 +4,12 @@ CI, liveness and readiness.
     POST /v1/deploys/<source>       a deploy event: 201 recorded, 200 already recorded (unchanged, or a replayed
                                     delivery of it), 202 ignored, 4xx refused with a one-line reason (nothing
                                     stored), 503 the warehouse is away
+    POST /v1/labels                 a label (a token with the label scope): 201 stored, 200 stored before under
+                                    its idempotency key, 400 naming the field, 409 a key used for another label
+    POST /v1/slack/interactions     an alert's label button, signed by Slack: 200 within SLACK_DEADLINE_S, the
+                                    label stored once however often Slack sends it; 401 a bad or stale signature
+    POST /v1/comments/<host>        a pull/merge request comment's `/radar label …` line (github, gitlab: the
+                                    source's secret): 201 stored, 200 a redelivery, 202 not a command, 400
     GET  /v1/deploys/<id>/gate      the gate's answer as JSON (`radar gate --format json`), its state as the status:
                                     200 pass, 409 fail, 422 inconclusive (200 with ?inconclusive_ok=1), 202 pending;
                                     ?wait=60s waits while it is pending (at most MAX_WAIT_S)
@@ -37,11 +43,13 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from radar_pipeline.config import printable, scrub_secret, warehouse_url
+from radar_pipeline.receiver import labels as label_requests
 from radar_pipeline.receiver.sources import ID_PREFIXES
 from radar_pipeline.receiver.sources.base import Parsed, Refused
 from radar_pipeline.receiver.sources.common import bearer, same_token
 from radar_pipeline.steps import gate as gate_step
-from radar_pipeline.warehouse import deploys
+from radar_pipeline.steps.labelling import slack_label
+from radar_pipeline.warehouse import deploys, labels
 
 log = logging.getLogger("radar.receiver")
 T = TypeVar("T")
@@ -54,6 +62,8 @@ COMMIT_S = 1.0  # a deploy's COMMIT is sent no later than this before DB_DEADLIN
 READY_TIMEOUT_S = 3.0
 BODY_TIMEOUT_S = 5.0  # the whole body must arrive within this (a client that stops sending holds nothing)
 MAX_WAIT_S = 60.0  # the gate's long poll: proxies commonly end idle requests after 60 s
+SLACK_DEADLINE_S = 2.0  # Slack shows an error when an interaction is not answered within 3 s
+SCOPE_WORDS = {"gate": "read the gate", "label": "label verdicts"}  # a token's scopes, in a 403's words
 POLL_S = 2.0
 MAX_DELIVERY_ID = 200
 DELIVERY_ID = re.compile(rf"[\x21-\x7e]{{1,{MAX_DELIVERY_ID}}}")
@@ -82,6 +92,7 @@ class Receiver:
     max_body_bytes: int
     configured_targets: tuple[str, ...] = ()
     times: Any = None  # RadarSettings: window_seconds, scrape_interval_seconds
+    slack_signing_secret: str | None = field(default=None, repr=False)  # the Slack app's: its label buttons
     engine: sa.Engine = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -126,14 +137,7 @@ def store(receiver: Receiver, source: str, parsed: Parsed, until: float) -> depl
     event = parsed.event
     assert event is not None
     with receiver.engine.begin() as conn:
-        left = str(_left_ms(until))
-        conn.execute(
-            sa.text(
-                "SELECT set_config('statement_timeout', :ms, true), set_config('lock_timeout', :ms, true), "
-                "set_config('idle_in_transaction_session_timeout', :ms, true)"
-            ),
-            {"ms": left},
-        )
+        _bound(conn, until)
         if parsed.delivery_id is not None and (seen := _delivery(conn, source, parsed.delivery_id)) is not None:
             return _redelivered(conn, event, parsed.delivery_id, seen)
         recorded = deploys.record_in(conn, event, receiver.configured_targets)
@@ -152,6 +156,28 @@ def store(receiver: Receiver, source: str, parsed: Parsed, until: float) -> depl
                 recorded = _redelivered(conn, event, parsed.delivery_id, seen)
         _left_ms(until)
         return recorded
+
+
+def _bound(conn: sa.Connection, until: float) -> None:
+    """Bound the transaction by `until`: statement_timeout, lock_timeout and idle_in_transaction_session_timeout set
+    to the time left now (Refused 503 when none is)."""
+    conn.execute(
+        sa.text(
+            "SELECT set_config('statement_timeout', :ms, true), set_config('lock_timeout', :ms, true), "
+            "set_config('idle_in_transaction_session_timeout', :ms, true)"
+        ),
+        {"ms": str(_left_ms(until))},
+    )
+
+
+def store_label(receiver: Receiver, label: labels.Label, until: float) -> labels.Stored:
+    """Store a label as `radar label` would, once per idempotency key, in a transaction bounded as store's is (its
+    COMMIT not sent after `until`); LabelError when a field is wrong (nothing stored)."""
+    with receiver.engine.begin() as conn:
+        _bound(conn, until)
+        stored = labels.add(conn, label)
+        _left_ms(until)
+        return stored
 
 
 def _left_ms(until: float) -> int:
@@ -255,6 +281,67 @@ def make_app(receiver: Receiver) -> Starlette:
             gate_step.as_json(view, deploy_id, code) + "\n", GATE_STATUS[code], media_type="application/json"
         )
 
+    async def post_label(request: Request) -> Response:
+        try:
+            _authorize(request.headers, receiver.tokens, "label")
+            body = await _body(request, receiver.max_body_bytes)
+            headers = {k.lower(): v for k, v in request.headers.items()}
+            label = label_requests.label_of_json(headers, body)
+        except Refused as exc:
+            return _line(exc.status, exc.reason)
+        return await _stored(label, "the same idempotency key")
+
+    async def post_comment(request: Request) -> Response:
+        host = request.path_params["host"]
+        try:
+            if host not in ("github", "gitlab") or host not in receiver.sources:
+                raise Refused(404, f"no comments from {host!r} here")
+            module, secrets = receiver.sources[host]
+            body = await _body(request, receiver.max_body_bytes)
+            headers = {k.lower(): v for k, v in request.headers.items()}
+            await anyio.to_thread.run_sync(_authenticate, module, headers, body, secrets, [])
+            label, ignored = label_requests.label_of_comment(host, headers, body)
+        except Refused as exc:
+            return _line(exc.status, exc.reason)
+        if label is None:
+            return _line(202, f"ignored: {ignored}")
+        return await _stored(label, "a redelivery of the comment")
+
+    async def _stored(label: labels.Label, again: str) -> Response:
+        """Store the label and answer: 201 stored, 200 stored before (`again` says how that is known), 400 a field
+        wrong (named), 409 its idempotency key used for another label, 503 the warehouse."""
+        try:
+            until = time.monotonic() + DB_DEADLINE_S - COMMIT_S
+            stored = await _warehouse(store_label, receiver, label, until)
+        except Refused as exc:
+            return _line(exc.status, exc.reason)
+        except labels.LabelConflict as exc:
+            return _line(409, f"refused: {exc}; nothing stored")
+        except labels.LabelError as exc:
+            return _line(400, f"{exc}; nothing stored")
+        row = stored.row
+        said = "stored" if stored.inserted else f"already stored ({again}), unchanged"
+        return _line(201 if stored.inserted else 200, f"label {row['label_id']} ({row['label']}): {said}")
+
+    async def post_slack(request: Request) -> Response:
+        # Slack wants an answer within 3 s: every wait here is bounded well within that (SLACK_DEADLINE_S).
+        try:
+            if receiver.slack_signing_secret is None:
+                raise Refused(404, "Slack interactivity is not enabled here (RADAR_RECEIVER_SLACK_SIGNING_SECRET)")
+            body = await _body(request, receiver.max_body_bytes, SLACK_DEADLINE_S)
+            headers = {k.lower(): v for k, v in request.headers.items()}
+            label_requests.slack_verified(headers, body, receiver.slack_signing_secret)
+            label = slack_label(label_requests.slack_payload(body))
+            if label is None:
+                return Response(status_code=200)
+            until = time.monotonic() + SLACK_DEADLINE_S - COMMIT_S
+            await _warehouse(store_label, receiver, label, until, deadline=SLACK_DEADLINE_S)
+        except Refused as exc:
+            return _line(exc.status, exc.reason)
+        except labels.LabelError as exc:
+            return _line(400, f"{exc}; nothing stored")
+        return Response(status_code=200)
+
     async def healthz(request: Request) -> Response:
         return _line(200, "ok")
 
@@ -277,6 +364,9 @@ def make_app(receiver: Receiver) -> Starlette:
         routes=[
             Route("/v1/deploys/{source}", post_deploy, methods=["POST"]),
             Route("/v1/deploys/{deploy_id}/gate", get_gate, methods=["GET"]),
+            Route("/v1/labels", post_label, methods=["POST"]),
+            Route("/v1/slack/interactions", post_slack, methods=["POST"]),
+            Route("/v1/comments/{host}", post_comment, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
         ]
@@ -289,7 +379,7 @@ async def in_worker(url: str, call: Callable[..., T], *args: Any, deadline: floa
     (the password removed)."""
     try:
         return await asyncio.wait_for(anyio.to_thread.run_sync(call, *args, abandon_on_cancel=True), deadline)
-    except (Refused, Replay, deploys.DeployError):
+    except (Refused, Replay, deploys.DeployError, labels.LabelError):
         raise
     except TimeoutError:
         raise Refused(503, f"the warehouse did not answer within {deadline:.0f} s") from None
@@ -314,9 +404,9 @@ def _owned(deploy_id: str, source: str) -> None:
             raise Refused(400, f"deploy_id {deploy_id!r} starts with {prefix!r}: only the {owner} source records those")
 
 
-async def _body(request: Request, limit: int) -> bytes:
+async def _body(request: Request, limit: int, within: float = BODY_TIMEOUT_S) -> bytes:
     """The body, read as it arrives and refused (413) the moment it passes `limit` bytes, whatever Content-Length
-    said (or whether it said anything: chunked); 408 when it does not arrive within BODY_TIMEOUT_S."""
+    said (or whether it said anything: chunked); 408 when it does not arrive `within` seconds."""
     length = request.headers.get("content-length")
     if length is not None and (not length.strip().isdigit() or int(length) > limit):
         raise Refused(413 if length.strip().isdigit() else 400,
@@ -334,9 +424,9 @@ async def _body(request: Request, limit: int) -> bytes:
             chunks.append(chunk)
 
     try:
-        await asyncio.wait_for(read(), BODY_TIMEOUT_S)
+        await asyncio.wait_for(read(), within)
     except TimeoutError:
-        raise Refused(408, f"the body did not arrive within {BODY_TIMEOUT_S:.0f} s") from None
+        raise Refused(408, f"the body did not arrive within {within:.0f} s") from None
     except ClientDisconnect:
         raise Refused(400, "the client went away before the body ended") from None
     return b"".join(chunks)
@@ -390,7 +480,7 @@ def _authorize(headers: Mapping[str, str], tokens: list[tuple[str, frozenset[str
     if not scopes:
         raise Refused(401, "the bearer token is not known here")
     if scope not in scopes[0]:
-        raise Refused(403, f"this token may not read the gate (its scopes: {', '.join(sorted(scopes[0]))})")
+        raise Refused(403, f"this token may not {SCOPE_WORDS[scope]} (its scopes: {', '.join(sorted(scopes[0]))})")
 
 
 def _wait(value: str | None) -> float:
@@ -448,7 +538,8 @@ def configure(found: Any, url: str, configured_targets: list[str], times: Any) -
             raise ConfigError(f"{sources_var} names {name!r}, which is not a source (sources: {', '.join(SOURCES)})")
         if not secrets(name):
             raise ConfigError(f"{sources_var} enables {name} but {secret_var(name)} is not set: it would take anyone's")
-    if not names and not tokens:
+    slack = found.receiver_slack_signing_secret
+    if not names and not tokens and slack is None:
         raise ConfigError(
             f"nothing to serve: set a source's secret (e.g. {secret_var('github')}) or {tokens_var}, and "
             f"{sources_var} to choose among them"
@@ -460,4 +551,5 @@ def configure(found: Any, url: str, configured_targets: list[str], times: Any) -
         max_body_bytes=found.receiver_max_body_bytes,
         configured_targets=tuple(configured_targets),
         times=times,
+        slack_signing_secret=slack.get_secret_value() if slack is not None else None,
     )

@@ -20,7 +20,7 @@ from radar_pipeline.alerts.slack import DeliveryError, SlackSender
 from radar_pipeline.config.settings import DEFAULT_ALERT_MAX_AGE_HOURS, settings
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.engine.samples import interval_means
-from radar_pipeline.pgss_model import KEY, Key, key_label, statement_keys
+from radar_pipeline.pgss_model import KEY, Key, key_label, statement_key, statement_keys
 from radar_pipeline.plan_shape import summary
 from radar_pipeline.warehouse import alerts as outbox
 from radar_pipeline.warehouse.alerts import LEASE
@@ -83,7 +83,10 @@ def deliver(
     todo_changes = changes[[k in todo_set and k not in detected for k in change_keys]] if len(changes) else changes
     todo = [k for k in keys if k in todo_set]
     text, blocks = render(
-        facts, [regression_of(r) for r in todo_rows.itertuples()], [change_of(r) for r in todo_changes.itertuples()]
+        facts,
+        [regression_of(r) for r in todo_rows.itertuples()],
+        [change_of(r) for r in todo_changes.itertuples()],
+        buttons=sender.buttons,
     )
     metadata["to_send"] = len(todo)
     metadata["message"] = {"text": text, "blocks": blocks}
@@ -325,6 +328,7 @@ def regression_of(row: Any) -> Regression:
         named_changes=_sentences(getattr(row, "named_changes", None)),
         undo_hint=_text_or_none(getattr(row, "undo_hint", None)),
         group=_text_or_none(getattr(row, "group_regressed", None)),
+        key=statement_key([getattr(row, k) for k in KEY]),
         **_found_by_look(row),
     )
 

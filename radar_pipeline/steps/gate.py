@@ -5,7 +5,7 @@ code its state maps to, and the answer for scripts."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +43,9 @@ class GateView:
     next_look: tuple[int, datetime] | None = None
     # While pending: whether its analysis is running (warehouse.deploys.analysis_running).
     analysing: bool = False
+    # Once decided, its muted detections (warehouse.labels.muted_of, sql/0037): statements and groups a mute covers,
+    # which do not fail the deploy; each with the mute's id, scope, reason and end.
+    muted: list[dict[str, Any]] = field(default_factory=list)
 
 
 def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | None:
@@ -50,7 +53,7 @@ def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | N
     once it is no longer pending, the shares of its execution time and its detections (and while inconclusive, its
     next later look)."""
     from radar_pipeline.engine import Verdict
-    from radar_pipeline.warehouse import deploys, looks, status
+    from radar_pipeline.warehouse import deploys, labels, looks, status
     from radar_pipeline.warehouse.analysis import deploy_states, verdicts_of
 
     # One snapshot for every query: a look stored between two of them must not leave the state of before it beside
@@ -67,6 +70,7 @@ def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | N
         shares = status.execution_shares(conn, deploy_id)
         tiered = status.tiered_statements(conn, deploy_id, TIERED_SHOWN)
         table = verdicts_of(conn, deploy_id)
+        muted = [{k: plain(v) for k, v in row.items()} for row in labels.muted_of(conn, deploy_id).to_dict("records")]
         upcoming = None
         if state["state"] == "inconclusive":
             window, scrape = status.analysis_times(conn, times.target, configured)
@@ -75,7 +79,7 @@ def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | N
     columns = [
         "target", "queryid", "dbid", "userid", "toplevel", "change_factor", "factor_at_change", "factor_low",
         "factor_high", "cause", "cause_detail", "mean_before_ms", "mean_after_ms", "confidence", "change_after_deploy",
-        "query",
+        "query", "label", "labelled_by", "label_note", "fixed_by", "mute_id", "mute_reason", "mute_ends_at",
     ]  # fmt: skip
     detections = []
     for row in detected[columns].to_dict("records"):
@@ -83,7 +87,7 @@ def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | N
         change = cells.pop("change_after_deploy")
         cells["change_after_deploy_s"] = None if change is None else round(change.total_seconds())
         detections.append(cells)
-    return GateView(times, state, shares, detections, canary, tiered, upcoming)
+    return GateView(times, state, shares, detections, canary, tiered, upcoming, muted=muted)
 
 
 def margins(state: dict[str, Any]) -> dict[str, float | None]:
@@ -159,7 +163,10 @@ def answer(view: GateView, deploy_id: str, code: int) -> dict[str, Any]:
             "verdict_due_at": iso(t.due_at),
             "analysis_running": view.analysing,  # while pending: its analysis has started
         },
+        # each with its latest label (label … fixed_by: null for none) and, when muted, its mute (mute_id …
+        # mute_ends_at): a muted detection does not fail the deploy; `muted` lists them, groups included
         "detections": view.detections,
+        "muted": view.muted,
         # statements cleared and clearly faster, and open ones slower on their own evidence (warnings: the exit code
         # stays the state's), the busiest first, at most TIERED_SHOWN each; counts hold them all
         "improved": tiered_cells(view.tiered.improved) if view.tiered is not None else [],

@@ -38,7 +38,9 @@ GROUP_REPRESENTATIVES = (
     "  FROM radar.group_verdict g "
     "  CROSS JOIN LATERAL unnest(g.member_dbid, g.member_userid, g.member_queryid, g.member_toplevel) "
     "    AS m (dbid, userid, queryid, toplevel) "
-    f"  WHERE g.deploy_id = :d AND g.verdict = '{Verdict.DETECTED}'), "
+    f"  WHERE g.deploy_id = :d AND g.verdict = '{Verdict.DETECTED}' AND NOT EXISTS ("
+    "    SELECT 1 FROM radar.muted_group mg WHERE mg.deploy_id = g.deploy_id AND mg.target = g.target "
+    "    AND mg.group_id = g.group_id AND mg.look = g.look)), "
     "heaviest AS ("
     "  SELECT DISTINCT ON (m.target, m.group_id) m.* FROM member m JOIN radar.verdict w ON w.deploy_id = :d "
     "  AND w.target = m.target AND w.dbid = m.dbid AND w.userid = m.userid AND w.queryid = m.queryid "
@@ -60,7 +62,9 @@ def detections(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
     stands for and its group_regressed saying so. A group's test controls the false detections of groups, not of
     its members: a false group detection is one alert, as the budget counts it, and its other members — which may
     not have slowed beyond 1 + θ — keep their own verdicts and their mark (steps/groups.py) without an alert each.
-    Of a periodic analysis, only those it reported (it opened their episode: see warehouse.episodes)."""
+    Of a periodic analysis, only those it reported (it opened their episode: see warehouse.episodes). Muted
+    detections (sql/0037: radar.muted_verdict, radar.muted_group) are left out: this is the one place every channel,
+    the code hosts' comments included, takes what to alert from, so a muted detection is stored and never alerted."""
     found = pd.read_sql(
         sa.text(
             f"WITH {GROUP_REPRESENTATIVES} "
@@ -74,7 +78,10 @@ def detections(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
             "LEFT JOIN representative r ON r.target = v.target AND r.dbid = v.dbid AND r.userid = v.userid "
             "AND r.queryid = v.queryid AND r.toplevel = v.toplevel "
             f"{VERDICT_QUERY_JOIN} "
-            f"WHERE v.deploy_id = :d AND (v.verdict = '{Verdict.DETECTED}' OR r.represents IS NOT NULL) "
+            f"WHERE v.deploy_id = :d AND ((v.verdict = '{Verdict.DETECTED}' AND NOT EXISTS ("
+            "  SELECT 1 FROM radar.muted_verdict mu WHERE mu.deploy_id = v.deploy_id AND mu.target = v.target "
+            "  AND mu.dbid = v.dbid AND mu.userid = v.userid AND mu.queryid = v.queryid AND mu.toplevel = v.toplevel)) "
+            "OR r.represents IS NOT NULL) "
             "AND (v.trigger = 'deploy' OR EXISTS ("
             "  SELECT 1 FROM radar.regression_episode e WHERE e.opened_by = v.deploy_id AND e.target = v.target "
             "  AND e.dbid = v.dbid AND e.userid = v.userid AND e.toplevel = v.toplevel "

@@ -30,6 +30,7 @@ from radar_pipeline.engine.impact import STATEMENT_COLUMNS, SUMMARY_COLUMNS
 from radar_pipeline.engine.settings import RENAMED
 from radar_pipeline.pgss_model import KEY, KEY_TYPES, statement_keys
 from radar_pipeline.warehouse.database import KEYS, copy_frame, copy_out, key_params
+from radar_pipeline.warehouse.labels import VERDICT_LABEL_COLUMNS, VERDICT_LABEL_JOIN
 
 # What an analysis hands the warehouse: the engine's verdicts with the statement each query_key stands for, its
 # fingerprint, the queryids merged into it and, for detections, the plan diff (steps/deploy_analysis.py adds them, and
@@ -593,7 +594,8 @@ VERDICT_DETAILS = (
 def verdicts_of(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
     """A deploy's (or a periodic check's) verdicts with each query's whole text on one line, detections first (for
     `radar verdicts`): the columns its table shows, then every other column of the verdict, its analysis and its
-    deploy (VERDICT_DETAILS; deploy columns empty for a periodic check).
+    deploy (VERDICT_DETAILS; deploy columns empty for a periodic check), and its latest label and the mute covering it
+    when detected (sql/0037: label … mute_ends_at, empty for none).
     change_after_deploy is measured from the deploy, or for a periodic check from the split between its periods."""
     return pd.read_sql(
         sa.text(
@@ -603,10 +605,10 @@ def verdicts_of(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
             "v.change_at - coalesce(d.deployed_at, a.window_start + (a.window_end - a.window_start) / 2) "
             "AS change_after_deploy, v.calls_before, v.calls_after, v.queryid, "
             "regexp_replace(coalesce(q.query, ''), '\\s+', ' ', 'g') AS query, "
-            f"{VERDICT_DETAILS} "
+            f"{VERDICT_DETAILS}, {VERDICT_LABEL_COLUMNS} "
             "FROM radar.verdict v JOIN radar.analysis a ON a.deploy_id = v.deploy_id AND a.target = v.target "
             "LEFT JOIN radar.deploy_event d ON d.deploy_id = v.deploy_id "
-            f"{VERDICT_QUERY_JOIN} "
+            f"{VERDICT_QUERY_JOIN} {VERDICT_LABEL_JOIN} "
             "WHERE v.deploy_id = :d "
             f"ORDER BY v.verdict = '{Verdict.DETECTED}' DESC, v.verdict = '{Verdict.INCONCLUSIVE}' DESC, "
             "v.confidence DESC NULLS LAST, "
