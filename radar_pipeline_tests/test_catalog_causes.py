@@ -131,6 +131,18 @@ def _wait_for_setting(watched: Watched, name: str, value: str) -> None:
         time.sleep(0.1)
 
 
+def capture_catalog(warehouse: sa.Engine, shop: Target, at: datetime) -> None:
+    """One capture of the target's catalog, read by the collector and stored as taken at `at` (synthetic counters'
+    times: the capture brackets their deploy)."""
+    from radar_pipeline.collector import catalog as collector_catalog
+
+    with session.connect(shop) as conn, warehouse.begin() as wconn:
+        digests = collector_catalog.read_digests(conn, shop)
+        kinds = catalog.kinds_to_read(wconn, shop.name, digests.dbid, digests.digests)
+        facts = [vars(f) for f in collector_catalog.read_facts(conn, shop, kinds)]
+        catalog.write_capture(wconn, shop.name, at, digests.dbid, digests.digests, kinds, facts)
+
+
 def _wait_for_modifications(watched: Watched, tables: dict[str, int]) -> None:
     """Until the server's statistics show each table's modifications (a session's counts reach them when it ends)."""
     deadline = time.monotonic() + 30
@@ -408,15 +420,9 @@ def test_the_named_change_becomes_the_cause_of_a_detection(pg18, warehouse):
             for table in ("pgss_snapshot", "query"):
                 conn.execute(sa.text(f"UPDATE radar.{table} SET dbid = :d WHERE target = 'main'"), {"d": dbid})
         shop = Target("main", pg18.pg.url(database))
-        with session.connect(shop) as conn, warehouse.begin() as wconn:
-            from radar_pipeline.collector import catalog as collector_catalog
-
-            for at in (deployed_at - timedelta(seconds=40), deployed_at + timedelta(seconds=15)):
-                digests = collector_catalog.read_digests(conn, shop)
-                kinds = catalog.kinds_to_read(wconn, "main", digests.dbid, digests.digests)
-                facts = [vars(f) for f in collector_catalog.read_facts(conn, shop, kinds)]
-                catalog.write_capture(wconn, "main", at, digests.dbid, digests.digests, kinds, facts)
-                pg18.execute("DROP INDEX IF EXISTS orders_customer_idx", database)
+        for at in (deployed_at - timedelta(seconds=40), deployed_at + timedelta(seconds=15)):
+            capture_catalog(warehouse, shop, at)
+            pg18.execute("DROP INDEX IF EXISTS orders_customer_idx", database)
         result = analyse_deploy(AnalysisRun(warehouse, SETTINGS), "shop-v2")
     finally:
         pg18.drop_database(database)
@@ -460,20 +466,11 @@ def test_an_analyze_after_a_skewed_bulk_load_is_the_cause_of_a_detection_its_cou
             for table in ("pgss_snapshot", "query"):
                 conn.execute(sa.text(f"UPDATE radar.{table} SET dbid = :d WHERE target = 'main'"), {"d": dbid})
         shop = Target("main", pg18.pg.url(database))
-        from radar_pipeline.collector import catalog as collector_catalog
-
-        def capture(at: datetime) -> None:
-            with session.connect(shop) as conn, warehouse.begin() as wconn:
-                digests = collector_catalog.read_digests(conn, shop)
-                kinds = catalog.kinds_to_read(wconn, "main", digests.dbid, digests.digests)
-                facts = [vars(f) for f in collector_catalog.read_facts(conn, shop, kinds)]
-                catalog.write_capture(wconn, "main", at, digests.dbid, digests.digests, kinds, facts)
-
-        capture(deployed_at - timedelta(seconds=40))
+        capture_catalog(warehouse, shop, deployed_at - timedelta(seconds=40))
         # one customer's rows loaded in bulk, then analysed: its estimates (and a plan on them) move
         pg18.execute("INSERT INTO orders SELECT g, 7 FROM generate_series(1001, 50000) g", database)
         pg18.execute("ANALYZE orders", database)
-        capture(deployed_at + timedelta(seconds=15))
+        capture_catalog(warehouse, shop, deployed_at + timedelta(seconds=15))
         result = analyse_deploy(AnalysisRun(warehouse, SETTINGS), "shop-v3")
     finally:
         pg18.drop_database(database)

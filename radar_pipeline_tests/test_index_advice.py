@@ -10,13 +10,12 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from radar_pipeline.collector import catalog as collector_catalog
 from radar_pipeline.collector import session
 from radar_pipeline.collector.index_advice import check_index, index_sql, proposed_index
 from radar_pipeline.config import Target
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
-from radar_pipeline.warehouse import catalog
 
+from .test_catalog_causes import capture_catalog
 from .test_deploy_impact import LIST, SETTINGS, store
 
 HYPOPG = Path("/usr/share/postgresql/15/extension/hypopg.control")
@@ -119,11 +118,7 @@ def test_a_dropped_index_s_undo_is_checked_with_hypopg_in_the_deploy_s_analysis(
                 conn.execute(sa.text(f"UPDATE radar.{table} SET dbid = :d WHERE target = 'main'"), {"d": dbid})
         shop = Target("main", pg15.pg.url(database))
         for at in (deployed_at - timedelta(seconds=40), deployed_at + timedelta(seconds=15)):
-            with session.connect(shop) as conn, warehouse.begin() as wconn:
-                digests = collector_catalog.read_digests(conn, shop)
-                kinds = catalog.kinds_to_read(wconn, "main", digests.dbid, digests.digests)
-                facts = [vars(f) for f in collector_catalog.read_facts(conn, shop, kinds)]
-                catalog.write_capture(wconn, "main", at, digests.dbid, digests.digests, kinds, facts)
+            capture_catalog(warehouse, shop, at)
             pg15.execute("DROP INDEX IF EXISTS orders_customer_idx", database)
         result = analyse_deploy(AnalysisRun(warehouse, SETTINGS, live_targets={"main": shop}), "advice-v2")
     finally:

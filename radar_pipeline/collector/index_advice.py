@@ -22,7 +22,7 @@ from pglast import parser
 from psycopg import sql
 
 from radar_pipeline.collector.fingerprint import nodes
-from radar_pipeline.collector.plans import PlanUnavailable, describe_error, generic_plan, parsable
+from radar_pipeline.collector.plans import PlanUnavailable, describe_error, explained_plan, generic_plan, parsable
 
 MAX_COLUMNS = 3
 _EQUAL = {"=", "IN"}
@@ -195,7 +195,4 @@ def _generic(conn: psycopg.Connection, text: str) -> dict[str, Any]:
             conn.execute("RESET plan_cache_mode")
     except psycopg.Error as exc:
         raise PlanUnavailable(f"EXPLAIN failed: {describe_error(exc)}") from None
-    if row is None:
-        raise PlanUnavailable("EXPLAIN returned no plan")
-    plan = json.loads(row[0]) if isinstance(row[0], str) else row[0]
-    return plan[0]
+    return explained_plan(row)

@@ -159,6 +159,11 @@ def generic_plan(conn: psycopg.Connection, text: str) -> dict[str, Any]:
         row = conn.execute(sql.SQL("EXPLAIN (FORMAT JSON, GENERIC_PLAN) ") + sql.SQL(explained)).fetchone()  # type: ignore[arg-type]
     except psycopg.Error as exc:
         raise PlanUnavailable(f"EXPLAIN failed: {describe_error(exc)}") from None
+    return explained_plan(row)
+
+
+def explained_plan(row: tuple | None) -> dict[str, Any]:
+    """The plan an EXPLAIN (FORMAT JSON) returned (its one row), or PlanUnavailable."""
     if row is None:
         raise PlanUnavailable("EXPLAIN returned no plan")
     plan = json.loads(row[0]) if isinstance(row[0], str) else row[0]
