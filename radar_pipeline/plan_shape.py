@@ -148,3 +148,60 @@ def summary(plan_diff: dict[str, Any]) -> str:
     if plan_diff.get("queryid_not_checked"):
         text += f"; caution: {plan_diff['queryid_not_checked']}"
     return text
+
+
+# pg_hint_plan's words for the scan and join methods it can pin (https://pg-hint-plan.readthedocs.io, "Hint list").
+SCAN_HINTS = {
+    "Seq Scan": "SeqScan",
+    "Index Scan": "IndexScan",
+    "Index Only Scan": "IndexOnlyScan",
+    "Bitmap Heap Scan": "BitmapScan",
+    "Tid Scan": "TidScan",
+}
+JOIN_HINTS = {"Nested Loop": "NestLoop", "Hash Join": "HashJoin", "Merge Join": "MergeJoin"}
+
+
+def pin_hint(plan: Any) -> str | None:
+    """pg_hint_plan's comment that asks for this plan's scans (method and index per relation), its join methods and
+    its join order (Leading), e.g. "/*+ IndexScan(o orders_customer_idx) HashJoin(c o) Leading((o c)) */"; relations
+    by the alias the plan names them with, as the hints want. None for a plan with no relation scanned."""
+    node = root(plan)
+    hints: list[str] = []
+    for n in nodes(node):
+        method = SCAN_HINTS.get(n.get("Node Type", ""))
+        alias = n.get("Alias") or n.get("Relation Name")
+        if method and alias:
+            index = n.get("Index Name") or next(
+                (c.get("Index Name") for c in n.get("Plans") or [] if c.get("Node Type") == "Bitmap Index Scan"), None
+            )
+            hints.append(f"{method}({_hint_name(alias)}{' ' + _hint_name(index) if index else ''})")
+        join = JOIN_HINTS.get(n.get("Node Type", ""))
+        if join:
+            hints.append(f"{join}({' '.join(sorted(_hint_name(a) for a in _aliases(n)))})")
+    if not hints:
+        return None
+    order = _leading(node)
+    if any(JOIN_HINTS.get(n.get("Node Type", "")) for n in nodes(node)) and order:
+        hints.append(f"Leading({order})")
+    return "/*+ " + " ".join(hints) + " */"
+
+
+def _aliases(node: dict[str, Any]) -> list[str]:
+    return [a for n in nodes(node) if SCAN_HINTS.get(n.get("Node Type", "")) and (a := n.get("Alias"))]
+
+
+def _leading(node: dict[str, Any]) -> str | None:
+    """The join order under a node as Leading's nested pairs: "((a b) c)"."""
+    if SCAN_HINTS.get(node.get("Node Type", "")):
+        alias = node.get("Alias") or node.get("Relation Name")
+        return _hint_name(alias) if alias else None
+    children = [c for c in node.get("Plans") or [] if c.get("Parent Relationship") not in ("InitPlan", "SubPlan")]
+    if JOIN_HINTS.get(node.get("Node Type", "")) and len(children) == 2:
+        outer, inner = _leading(children[0]), _leading(children[1])
+        return f"({outer} {inner})" if outer and inner else None
+    return _leading(children[0]) if len(children) == 1 else None
+
+
+def _hint_name(name: str) -> str:
+    """A name as pg_hint_plan reads it: double-quoted when it is not a plain lower-case identifier."""
+    return name if name.replace("_", "a").isalnum() and name == name.lower() else '"' + name.replace('"', '""') + '"'

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from radar_pipeline.collector import session
 from radar_pipeline.collector.index_advice import check_index, index_sql, proposed_index
 from radar_pipeline.config import Target
+from radar_pipeline.plan_shape import pin_hint
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 
 from .test_catalog_causes import capture_catalog
@@ -132,3 +133,57 @@ def test_a_dropped_index_s_undo_is_checked_with_hypopg_in_the_deploy_s_analysis(
     assert found, row["cause_detail"]
     now, with_it = (float(g.replace(",", "")) for g in found.groups())
     assert with_it < now / 4, row["cause_detail"]
+
+
+PLAN = {
+    "Plan": {
+        "Node Type": "Hash Join",
+        "Join Type": "Inner",
+        "Plans": [
+            {"Node Type": "Index Scan", "Relation Name": "orders", "Alias": "o", "Index Name": "orders_customer_idx"},
+            {
+                "Node Type": "Hash",
+                "Plans": [
+                    {
+                        "Node Type": "Bitmap Heap Scan",
+                        "Relation Name": "Customers",
+                        "Alias": "Customers",
+                        "Plans": [{"Node Type": "Bitmap Index Scan", "Index Name": "customers_region_idx"}],
+                    }
+                ],
+            },
+        ],
+    }
+}
+
+
+def test_the_plan_from_before_is_pinned_in_pg_hint_plan_s_words():
+    assert pin_hint(PLAN) == (
+        '/*+ HashJoin("Customers" o) IndexScan(o orders_customer_idx) BitmapScan("Customers" customers_region_idx) '
+        'Leading((o "Customers")) */'
+    )
+    assert pin_hint({"Plan": {"Node Type": "Result"}}) is None
+
+
+def test_a_plan_changed_with_nothing_named_says_analyze_and_the_hint_to_pin_the_plan_from_before():
+    import pandas as pd
+
+    from radar_pipeline.steps.index_advice import _pin_unnamed
+
+    diff = {"shape_changed": True, "pin_before": pin_hint(PLAN)}
+    frame = pd.DataFrame(
+        {
+            "verdict": ["detected", "detected", "detected"],
+            "cause": ["plan_changed", "plan_changed", "more_rows"],
+            "cause_detail": ["Index Scan using … → Seq Scan on orders", "plan changed; index … dropped", None],
+            "named_changes": [None, '[{"kind": "index_dropped"}]', None],
+            "plan_diff": [diff, diff, diff],
+        }
+    )
+    _pin_unnamed(frame, frame["verdict"] == "detected")
+    assert frame.loc[0, "cause_detail"] == (
+        "Index Scan using … → Seq Scan on orders; nothing named changed: try ANALYZE on its tables (a new sample of "
+        f"their statistics); to keep the plan from before meanwhile, with pg_hint_plan: {pin_hint(PLAN)}"
+    )
+    assert frame.loc[1, "cause_detail"] == "plan changed; index … dropped"  # the named change says what to undo
+    assert pd.isna(frame.loc[2, "cause_detail"])

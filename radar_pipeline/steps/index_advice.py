@@ -1,8 +1,9 @@
 """A fix for a detection that lost an index (issue 39): for an index dropped, its own CREATE INDEX; for a plan that
 went from an index to a sequential scan with nothing named, the index the statement's WHERE would use
-(collector/index_advice.py). Tested with hypopg on the watched server where its database has it, within the run's
-reach of the target and at most MAX_TESTED a deploy; said after the detection's cause_detail, and given as its
-undo_hint where it had none. Nothing is ever created on the watched server."""
+(collector/index_advice.py); for any other plan change with nothing named, the ANALYZE to try and the pg_hint_plan
+comment that pins the plan from before (plan_shape.pin_hint). Tested with hypopg on the watched server where its
+database has it, within the run's reach of the target and at most MAX_TESTED a deploy; said after the detection's
+cause_detail, and given as its undo_hint where it had none. Nothing is ever created on the watched server."""
 
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ def advise(conn: sa.Connection, target: str, verdicts: pd.DataFrame, live: Targe
         fix = proposal(row.get("cause"), row.get("undo_hint"), row.get("plan_diff"), text)
         if fix is not None:
             wanted.append((label, fix, text))
+    _pin_unnamed(verdicts, detected)
     if not wanted:
         return
     tested = _tested(wanted[:MAX_TESTED], live)
@@ -62,6 +64,23 @@ def advise(conn: sa.Connection, target: str, verdicts: pd.DataFrame, live: Targe
         ANALYSED_VERDICTS.assign(verdicts, "cause_detail", f"{detail}; {words}" if detail else words, rows=[label])
         if not isinstance(verdicts.at[label, "undo_hint"], str) or not verdicts.at[label, "undo_hint"]:
             ANALYSED_VERDICTS.assign(verdicts, "undo_hint", fix, rows=[label])
+
+
+def _pin_unnamed(verdicts: pd.DataFrame, detected: pd.Series) -> None:
+    """A plan that changed with nothing named (no catalog or setting change, no index proposed): the ANALYZE to try
+    and pg_hint_plan's comment that pins the plan from before, after its cause_detail."""
+    for label, row in verdicts[detected].iterrows():
+        diff = row.get("plan_diff")
+        if row.get("cause") != Cause.PLAN_CHANGED or not isinstance(diff, dict) or not diff.get("pin_before"):
+            continue
+        if isinstance(row.get("named_changes"), str) or "fix: " in str(row.get("cause_detail") or ""):
+            continue
+        words = (
+            "nothing named changed: try ANALYZE on its tables (a new sample of their statistics); to keep the plan "
+            f"from before meanwhile, with pg_hint_plan: {diff['pin_before']}"
+        )
+        detail = row.get("cause_detail")
+        ANALYSED_VERDICTS.assign(verdicts, "cause_detail", f"{detail}; {words}" if detail else words, rows=[label])
 
 
 def _tested(wanted: list[tuple[object, str, str]], live: Target | None) -> list[Tested]:

@@ -237,6 +237,7 @@ def _diff(
     if after is None:
         return {"unavailable": f"no plan after the change: {why}"}
     out = plan_shape.diff(before.plan, after.plan, before.source, after.source)
+    out["pin_before"] = plan_shape.pin_hint(before.plan)  # the plan from before, for pg_hint_plan
     out["captured_before"] = before.captured_at.isoformat()
     out["captured_after"] = after.captured_at.isoformat()
     if caution is not None:
