@@ -420,8 +420,8 @@ def test_the_named_change_becomes_the_cause_of_a_detection(pg18, warehouse):
 
 
 def test_a_changed_plan_stays_the_cause_with_the_change_beside_it():
-    """decide_window's rule: plan_changed whatever else holds; the named change in cause_detail and named_changes."""
-    from radar_pipeline.steps.deploy_analysis import _apply_named_changes
+    """decide_span's rule: plan_changed whatever else holds; the named change in cause_detail and named_changes."""
+    from radar_pipeline.steps.decide import _apply_named_changes
 
     at = datetime(2026, 12, 2, 18, 41, 35, tzinfo=UTC)
     change = NamedChange(
@@ -648,7 +648,7 @@ def test_the_catalog_is_read_at_its_interval_or_after_a_deploy(watched: Watched,
 
 def test_only_changes_that_can_slow_a_statement_give_the_cause():
     from radar_pipeline.collector.plan_settings import affects_plans
-    from radar_pipeline.steps.deploy_analysis import _apply_named_changes
+    from radar_pipeline.steps.decide import _apply_named_changes
 
     at = datetime(2026, 12, 2, 18, 41, 35, tzinfo=UTC)
     added = NamedChange(ChangeKind.INDEX_ADDED, "o_idx", "public.orders", 5, None, at, at, undo="DROP INDEX …;")
