@@ -199,41 +199,14 @@ def decide_span(
         judged = time.perf_counter() - judged  # the engine's, not the write's (a loop over the detections)
         timings.engine += judged
         changes = _changes_with_keys(found.changes, window)
-        blamed = culprits["culprit"].notna().to_numpy()
-        culprit_keys = window.keys.loc[culprits.loc[blamed, "culprit"].tolist()]
-        texts_of_changes = analysis.query_texts(
-            conn, target, pd.concat([changes[KEY], culprit_keys], ignore_index=True), length=TEXT_LENGTH
-        )
-        changes["query"] = [texts_of_changes.get(int(q), "") for q in changes["queryid"]]
-        if blamed.any():
-            culprit_queryids = culprit_keys["queryid"].astype(int).tolist()
-            cut = {q: texts_of_changes.get(q, "")[:CAUSE_TEXT] for q in culprit_queryids}
-            collateral = [
-                f"collateral of queryid {q} ({rose} at the same change): {cut[q]}".rstrip()
-                for q, rose in zip(culprit_queryids, culprits.loc[blamed, "rose"], strict=True)
-            ]
-            ANALYSED_VERDICTS.assign(verdicts, "cause", Cause.COLLATERAL.value, rows=blamed)
-            ANALYSED_VERDICTS.assign(verdicts, "cause_detail", collateral, rows=blamed)
+        _name_collateral(conn, target, verdicts, culprits, changes, window)
         detected = verdicts["verdict"] == Verdict.DETECTED
         # the texts of the detections, and of the statements marked probably slower or improved (their table too)
         texts = analysis.query_texts(conn, target, verdicts.loc[detected | verdicts["tier"].notna(), KEY])
         timings.write = time.perf_counter() - started - judged  # the texts, read here for the write's sake
 
     started = time.perf_counter()
-    replanned = pd.Series(False, index=verdicts.index)
-    if detected.any():
-        found_plans = plan_diffs(run.warehouse, target, verdicts[detected], run.live(target), hi)
-        diffs = [p.diff for p in found_plans]
-        at = verdicts.index[detected]
-        ANALYSED_VERDICTS.assign(verdicts, "plan_diff", pd.Series(diffs, index=at, dtype=object), rows=detected)
-        shared = pd.Series([p.shared_with for p in found_plans], index=at, dtype=object)
-        ANALYSED_VERDICTS.assign(verdicts, "queryid_shared_with", shared, rows=detected)
-        changed = [bool(d.get("shape_changed")) for d in diffs]
-        ANALYSED_VERDICTS.assign(verdicts, "cause", Cause.PLAN_CHANGED.value, rows=at[changed])
-        # the plan's own words replace what the counters or a collateral culprit said
-        summaries = [d.get("summary") for d, c in zip(diffs, changed, strict=True) if c]
-        ANALYSED_VERDICTS.assign(verdicts, "cause_detail", pd.Series(summaries, dtype=object).values, rows=at[changed])
-        replanned[at] = changed
+    replanned = _with_plan_diffs(run, target, verdicts, detected, hi)
     # the catalog and settings changes of the window (issue 28) that touch a detection, or a statement probably slower
     # (issue 39: said on its row too), read once for both
     told = explained(verdicts)
@@ -257,6 +230,58 @@ def decide_span(
         changes=changes.drop(columns="query_key"),
         groups=decided_groups,
     )
+
+
+def _name_collateral(
+    conn: sa.Connection,
+    target: str,
+    verdicts: pd.DataFrame,
+    culprits: pd.DataFrame,
+    changes: pd.DataFrame,
+    window: analysis.WindowCounters,
+) -> None:
+    """The texts of the impact's notable statements (`changes["query"]`, cut to TEXT_LENGTH) and, for each detection
+    engine `collateral_culprits` blamed, cause collateral and a cause_detail naming the culprit and what rose; in
+    place, the texts read in one query."""
+    blamed = culprits["culprit"].notna().to_numpy()
+    culprit_keys = window.keys.loc[culprits.loc[blamed, "culprit"].tolist()]
+    texts = analysis.query_texts(
+        conn, target, pd.concat([changes[KEY], culprit_keys], ignore_index=True), length=TEXT_LENGTH
+    )
+    changes["query"] = [texts.get(int(q), "") for q in changes["queryid"]]
+    if not blamed.any():
+        return
+    culprit_queryids = culprit_keys["queryid"].astype(int).tolist()
+    cut = {q: texts.get(q, "")[:CAUSE_TEXT] for q in culprit_queryids}
+    collateral = [
+        f"collateral of queryid {q} ({rose} at the same change): {cut[q]}".rstrip()
+        for q, rose in zip(culprit_queryids, culprits.loc[blamed, "rose"], strict=True)
+    ]
+    ANALYSED_VERDICTS.assign(verdicts, "cause", Cause.COLLATERAL.value, rows=blamed)
+    ANALYSED_VERDICTS.assign(verdicts, "cause_detail", collateral, rows=blamed)
+
+
+def _with_plan_diffs(
+    run: AnalysisRun, target: str, verdicts: pd.DataFrame, detected: pd.Series, hi: datetime
+) -> pd.Series:
+    """Each detection's plan diff (steps.plan_diffs, in place): a changed shape makes its cause plan_changed and its
+    cause_detail the plan's own words, whatever the counters or a collateral culprit said. Returns, per row, whether
+    its plan changed."""
+    replanned = pd.Series(False, index=verdicts.index)
+    if not detected.any():
+        return replanned
+    found = plan_diffs(run.warehouse, target, verdicts[detected], run.live(target), hi)
+    diffs = [p.diff for p in found]
+    at = verdicts.index[detected]
+    ANALYSED_VERDICTS.assign(verdicts, "plan_diff", pd.Series(diffs, index=at, dtype=object), rows=detected)
+    shared = pd.Series([p.shared_with for p in found], index=at, dtype=object)
+    ANALYSED_VERDICTS.assign(verdicts, "queryid_shared_with", shared, rows=detected)
+    changed = [bool(d.get("shape_changed")) for d in diffs]
+    ANALYSED_VERDICTS.assign(verdicts, "cause", Cause.PLAN_CHANGED.value, rows=at[changed])
+    summaries = [d.get("summary") for d, c in zip(diffs, changed, strict=True) if c]
+    ANALYSED_VERDICTS.assign(verdicts, "cause_detail", pd.Series(summaries, dtype=object).values, rows=at[changed])
+    replanned[at] = changed
+    return replanned
 
 
 def _reads_do_not_write_wal(conn: sa.Connection, target: str, verdicts: pd.DataFrame) -> None:
