@@ -35,6 +35,7 @@ import sqlalchemy as sa
 from radar_pipeline.engine.budget import LOOK_SPANS, LOOK_SPENDING, clear_dilution
 from radar_pipeline.engine.releases import MIN_TARGETS, fleet_verdicts
 from radar_pipeline.engine.settings import EngineSettings
+from radar_pipeline.engine.vocabulary import Verdict
 from radar_pipeline.pgss_model import KEY
 from radar_pipeline.steps.look_spans import look_evidence, look_span
 from radar_pipeline.warehouse import releases as store
@@ -56,7 +57,7 @@ class ReleaseDecision:
     @property
     def detected(self) -> pd.DataFrame:
         """The fleet detections."""
-        return self.verdicts[self.verdicts["verdict"] == "detected"]
+        return self.verdicts[self.verdicts["verdict"] == Verdict.DETECTED]
 
 
 def decide_release(engine: sa.Engine, release_id: str, settings: EngineSettings) -> ReleaseDecision:
@@ -242,7 +243,7 @@ def _verdicts(found: Release, evidence: pd.DataFrame, look: int | None, settings
     if look is None:
         out["verdict"] = "pending"
     elif not spends:  # past the schedule's last look: shown, no longer detected
-        out["verdict"] = np.where(out["verdict"] == "detected", "inconclusive", out["verdict"])
+        out["verdict"] = np.where(out["verdict"] == Verdict.DETECTED, Verdict.INCONCLUSIVE.value, out["verdict"])
         out["budget_share"] = 0.0
     example = evidence.sort_values("time_before", ascending=False).drop_duplicates("key").set_index("key")
     picked = example.loc[out["key"]]
@@ -375,7 +376,7 @@ LAST_LOOK = len(LOOK_SPANS) - 1
 # Looks are news (as a deploy's, warehouse.looks.HORIZON): a release look that fell due more than this long ago is
 # not run (a backfill over old releases starts none).
 HORIZON = timedelta(days=1)
-OPEN_AT_FLEET = "inconclusive"  # a final fleet verdict neither detected nor cleared
+OPEN_AT_FLEET = Verdict.INCONCLUSIVE.value  # a final fleet verdict neither detected nor cleared
 CANDIDATES = 1000  # releases with a key open read per evaluation at most, the longest decided first
 
 
@@ -537,8 +538,8 @@ def run_release_look(
             store.TIMED,
             {
                 "opened": len(keys),
-                "detected": int((decided["verdict"] == "detected").sum()),
-                "cleared": int((decided["verdict"] == "no_regression").sum()),
+                "detected": int((decided["verdict"] == Verdict.DETECTED).sum()),
+                "cleared": int((decided["verdict"] == Verdict.NO_REGRESSION).sum()),
                 "after_span": after,
                 "run_id": run_id,
             },

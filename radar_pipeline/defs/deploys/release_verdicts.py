@@ -9,6 +9,7 @@ from radar_pipeline.defs.deploys.deploy_verdicts import REANALYSIS_TAG, deploy_v
 from radar_pipeline.defs.metadata import ID, OWNERS, table
 from radar_pipeline.defs.resources import AnalysisResource, SlackResource, WarehouseResource
 from radar_pipeline.defs.retry_jobs import RETRIED_BY, alert_retry_job
+from radar_pipeline.engine.vocabulary import Verdict
 
 FLEET_ROWS_SHOWN = 25
 FLEET_COLUMNS = [
@@ -74,7 +75,7 @@ def release_verdicts(
         "look": decision.look if decision.look is not None else -1,
         "members_analysed": f"{int(decision.release.members['analysed'].sum())} of {len(decision.release.members)}",
         "keys": len(verdicts),
-        "fleet_detections": int((verdicts["verdict"] == "detected").sum()),
+        "fleet_detections": int((verdicts["verdict"] == Verdict.DETECTED).sum()),
         **{k: v for k, v in sent.items() if k in ("to_send", "withheld")},
     }
     shown = verdicts.head(FLEET_ROWS_SHOWN)
