@@ -481,8 +481,8 @@ def test_an_analyze_after_a_skewed_bulk_load_is_the_cause_of_a_detection_its_cou
 
 
 def test_a_changed_plan_stays_the_cause_with_the_change_beside_it():
-    """decide_window's rule: plan_changed whatever else holds; the named change in cause_detail and named_changes."""
-    from radar_pipeline.steps.deploy_analysis import _apply_named_changes
+    """decide_span's rule: plan_changed whatever else holds; the named change in cause_detail and named_changes."""
+    from radar_pipeline.steps.decide import _apply_named_changes
 
     at = datetime(2026, 12, 2, 18, 41, 35, tzinfo=UTC)
     change = NamedChange(
@@ -773,7 +773,7 @@ def test_the_catalog_is_read_at_its_interval_or_after_a_deploy(watched: Watched,
 
 def test_only_changes_that_can_slow_a_statement_give_the_cause():
     from radar_pipeline.collector.plan_settings import affects_plans
-    from radar_pipeline.steps.deploy_analysis import _apply_named_changes
+    from radar_pipeline.steps.decide import _apply_named_changes
 
     at = datetime(2026, 12, 2, 18, 41, 35, tzinfo=UTC)
     added = NamedChange(ChangeKind.INDEX_ADDED, "o_idx", "public.orders", 5, None, at, at, undo="DROP INDEX …;")
@@ -795,7 +795,7 @@ def test_only_changes_that_can_slow_a_statement_give_the_cause():
 def test_statistics_give_the_cause_through_a_changed_plan_or_where_the_counters_name_none():
     """A table analysed in the span: the cause of a statement whose plan changed (statistics_changed, "plan changed;"
     and the analyze in its detail), and of one whose counters explain nothing; listed only beside a counter cause."""
-    from radar_pipeline.steps.deploy_analysis import _apply_named_changes
+    from radar_pipeline.steps.decide import _apply_named_changes
 
     at = datetime(2026, 12, 2, 18, 41, 35, tzinfo=UTC)
     analysed = NamedChange(

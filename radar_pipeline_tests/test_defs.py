@@ -187,6 +187,28 @@ def test_dagster_cli_validates_the_code_location(tmp_path):
     assert "All code locations passed validation" in proc.stderr + proc.stdout
 
 
+@pytest.mark.e2e
+def test_dg_check_defs_in_the_project_s_root_needs_no_environment(tmp_path):
+    # As a Dagster user runs it: in the project's root (a copy of its top-level files; the package and its virtual
+    # environment as installed), without DAGSTER_HOME, so Dagster reads the root's dagster.yaml, and without any
+    # RADAR_* variable.
+    root = tmp_path / "project"
+    root.mkdir()
+    for name in ("pyproject.toml", "dagster.yaml", "workspace.yaml", "setup.py", "README.md"):
+        (root / name).write_bytes((REPO / name).read_bytes())
+    (root / "radar_pipeline").symlink_to(REPO / "radar_pipeline")
+    venv = Path(sys.prefix)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RADAR_", "DAGSTER_"))}
+    env.update(
+        VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", HOME=str(tmp_path / "home")
+    )
+    proc = subprocess.run(
+        [str(venv / "bin" / "dg"), "check", "defs"], cwd=root, capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "All definitions loaded successfully" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
 def _materialize(warehouse_url: str, spec: str) -> tuple[dg.ExecuteInProcessResult, str]:
     """Materialise pgss_snapshots in a throwaway instance; returns the result and the text of every event and log
     line of the run (what a user reads in the UI)."""

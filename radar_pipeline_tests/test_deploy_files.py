@@ -229,9 +229,12 @@ def test_dagster_s_storage_is_an_external_postgresql(values: dict[str, Any]) -> 
     assert "postgresqlPassword" not in postgresql, "the password belongs in the Secret"
     assert values["generatePostgresqlPasswordSecret"] is False
     assert values["global"]["postgresqlSecretName"]
-    # The storage outside Kubernetes is PostgreSQL too.
-    instance = yaml.safe_load((ROOT / "dagster.yaml").read_text())
-    assert set(instance["storage"]) == {"postgres"}
+    # The storage outside Kubernetes is PostgreSQL too where radar runs (radar dev's instance); the project's
+    # dagster.yaml, which `dg dev` and `dg check defs` read in its root, needs no environment (Dagster's SQLite).
+    from radar_pipeline.demo.environment import INSTANCE_YAML
+
+    assert set(yaml.safe_load(INSTANCE_YAML)["storage"]) == {"postgres"}
+    assert "storage" not in yaml.safe_load((ROOT / "dagster.yaml").read_text())
 
 
 def test_runs_go_through_the_kubernetes_run_launcher_and_the_daemon_s_queue(values: dict[str, Any]) -> None:

@@ -1,6 +1,9 @@
-"""The layers' import rule, checked on the source: imports run one way, defs → steps → collector, warehouse, engine,
-alerts; the engine imports nothing of ours and nothing that does I/O; only defs/ (and what assembles or drives it)
-knows Dagster; the lab (the simulators tests and benchmarks draw from) may use the engine, and no layer uses the lab."""
+"""The layers' import rule, checked on the source: the contracts in pyproject.toml ([tool.importlinter]: imports run
+one way, defs → steps → collector, warehouse, alerts → engine; the engine imports nothing of ours and nothing that
+does I/O; only defs/ and what assembles or drives it knows Dagster; the lab uses the engine alone and nothing of the
+package uses it; no import cycle), run by import-linter, which counts imports made inside functions as any other.
+Here too what the contracts cannot say: Dagster's private names, what loading the code location costs, and that
+nothing imports the tests."""
 
 from __future__ import annotations
 
@@ -10,22 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parents[1] / "radar_pipeline"
-SHARED = {"pgss_model", "plan_shape", "config", "binary_copy"}  # small modules every layer may use
-# What each room may import of ours (besides itself and SHARED), and whether it may import Dagster.
-ALLOWED: dict[str, tuple[set[str], bool]] = {
-    "engine": (set(), False),
-    "collector": ({"engine"}, False),
-    "warehouse": ({"engine", "named_changes"}, False),  # named_changes: the named changes it reads (issue 28)
-    "alerts": ({"engine"}, False),
-    "steps": ({"collector", "warehouse", "engine", "alerts", "named_changes"}, False),
-    "defs": ({"steps", "collector", "warehouse", "engine", "alerts"}, True),
-    "lab": ({"engine"}, False),
-    "receiver": ({"steps", "warehouse", "engine"}, False),
-}
-IO_LIBRARIES = {"sqlalchemy", "psycopg", "psycopg2", "dagster", "slack_sdk", "urllib", "http", "socket", "subprocess"}
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 
 def _imports(path: Path) -> set[str]:
@@ -40,42 +29,40 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-def _room_of(module: str) -> str | None:
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[0] == "radar_pipeline" else None
+def _lint_imports(folder: Path, config: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--config", str(config), "--no-cache", "--no-logo"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
 
 
-@pytest.mark.parametrize("room", sorted(ALLOWED))
-def test_imports_run_one_way(room: str) -> None:
-    allowed, dagster_ok = ALLOWED[room]
-    wrong = []
-    for path in sorted((PACKAGE / room).rglob("*.py")):
-        for module in _imports(path):
-            used = _room_of(module)
-            if used is not None and used not in {room, *SHARED, *allowed} and module != "radar_pipeline":
-                wrong.append(f"{path.relative_to(PACKAGE)} imports {module}")
-            if not dagster_ok and module.split(".")[0] == "dagster":
-                wrong.append(f"{path.relative_to(PACKAGE)} imports Dagster")
-    assert not wrong, "\n".join(wrong)
+def test_the_import_contracts_hold() -> None:
+    root = PACKAGE.parent
+    proc = _lint_imports(root, root / "pyproject.toml")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "0 broken" in proc.stdout
 
 
-def test_the_engine_does_no_io() -> None:
-    wrong = [
-        f"{path.relative_to(PACKAGE)} imports {module}"
-        for path in sorted((PACKAGE / "engine").rglob("*.py"))
-        for module in _imports(path)
-        if module.split(".")[0] in IO_LIBRARIES or _room_of(module) not in (None, "engine")
-    ]
-    assert not wrong, "\n".join(wrong)
-
-
-def test_shared_modules_import_no_layer() -> None:
-    for name in SHARED:
-        module = PACKAGE / f"{name}.py"
-        files = [module] if module.exists() else sorted((PACKAGE / name).rglob("*.py"))  # a module or a package
-        assert files, name
-        used = {_room_of(m) for path in files for m in _imports(path)} - {None, *SHARED}
-        assert not used, f"{name} imports {used}"
+def test_an_import_inside_a_function_that_closes_a_cycle_breaks_the_contract(tmp_path: Path) -> None:
+    # The contract's own check, on a package of two modules: `a` imports `b` when loaded, `b` imports `a` only
+    # inside a function, as a lazy import hiding a cycle would.
+    package = tmp_path / "circle"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from circle import b\n")
+    (package / "b.py").write_text("def late():\n    from circle import a\n\n    return a\n")
+    config = tmp_path / ".importlinter"
+    config.write_text(
+        "[importlinter]\nroot_package = circle\n\n"
+        "[importlinter:contract:no-cycle]\nname = No cycle\ntype = acyclic_siblings\nancestors = circle\n"
+    )
+    proc = _lint_imports(tmp_path, config, {**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "No cycle BROKEN" in proc.stdout and "- .b -> .a (1 import)" in proc.stdout, proc.stdout
 
 
 def _module_level(path: Path) -> list[ast.stmt]:
@@ -156,15 +143,13 @@ def test_loading_the_code_location_imports_no_heavy_library() -> None:
     assert set(proc.stdout.split()) - LIGHT_ENGINE == set()
 
 
-def test_only_tests_and_benchmarks_use_the_lab_and_nothing_uses_the_tests() -> None:
-    # The lab ships with the package so that benchmarks/ runs on a fresh clone without the test fixtures.
-    root = PACKAGE.parent
-    wrong = []
+def test_nothing_uses_the_tests() -> None:
     # benchmarks/ itself, not the anchor libraries benchmarks/.anchors installs (thousands of files, none of ours)
-    for path in sorted([*PACKAGE.rglob("*.py"), *(root / "benchmarks").glob("*.py")]):
-        for module in _imports(path):
-            if module.split(".")[0] == "radar_pipeline_tests":
-                wrong.append(f"{path.relative_to(root)} imports {module}")
-            if _room_of(module) == "lab" and PACKAGE / "lab" not in path.parents and path.parent.name != "benchmarks":
-                wrong.append(f"{path.relative_to(root)} imports {module}")
+    root = PACKAGE.parent
+    wrong = [
+        f"{path.relative_to(root)} imports {module}"
+        for path in sorted([*PACKAGE.rglob("*.py"), *(root / "benchmarks").glob("*.py")])
+        for module in _imports(path)
+        if module.split(".")[0] == "radar_pipeline_tests"
+    ]
     assert not wrong, "\n".join(wrong)

@@ -584,3 +584,34 @@ def test_a_look_whose_run_was_terminated_is_asked_for_again_at_its_next_attempt_
     attempts = [int(k.rsplit(":", 1)[1]) for k in keys]
     assert attempts == sorted(set(attempts)) and attempts[-1] == looks.LOOK_ATTEMPTS - 1 and len(keys) >= 2
     assert look == str(len(LOOK_SPANS) - 1)
+
+
+def test_a_late_detection_gets_the_first_verdict_s_rules_the_collateral_one_too(warehouse):
+    # At the deploy a new write starts, heavy enough to crowd the database; the sparse statement slows at the same
+    # moment. A first verdict names such a detection collateral of the write (engine collateral_culprits); a later
+    # look must name the same cause, not leave it unexplained as a second copy of the decision did.
+    from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
+    from radar_pipeline.steps.looks import run_look
+    from radar_pipeline.warehouse import alerts as outbox
+    from radar_pipeline.warehouse import looks
+
+    at = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=25)
+    counters = _counters(at, np.random.default_rng(40))
+    write, calls, total = 3, 0, 0.0
+    rows = []
+    for j in range(1, 8 * W + 1):  # from the first scrape after the deploy: 20 calls a second of 5 ms
+        calls, total = calls + 20, total + 20 * 5.0
+        rows.append((write, at + timedelta(seconds=j), calls, total))
+    counters = pd.concat([counters, pd.DataFrame(rows, columns=counters.columns)], ignore_index=True)
+    store_counters(warehouse, "lc", counters, {**TEXTS, write: "UPDATE stock SET n = n - 1 WHERE id = $1"})
+    deploys.record(warehouse, deploys.DeployEvent("lc-1", "lc", at, service="shop", version="v2"))
+    run = AnalysisRun(warehouse, ANALYSIS.settings(), settle=ANALYSIS.settle)
+    analyse_deploy(run, "lc-1")
+    with warehouse.connect() as conn:
+        (due,) = [d for d in looks.due_looks(conn, timedelta(seconds=W), ANALYSIS.settle) if d.deploy_id == "lc-1"]
+    run_look(run, "lc-1", due.look)
+    with warehouse.connect() as conn:
+        (late,) = outbox.detections(conn, "lc-1").itertuples()
+    assert late.queryid == SPARSE and late.look == due.look
+    assert late.cause == "collateral", (late.cause, late.cause_detail)
+    assert late.cause_detail.startswith(f"collateral of queryid {write} ("), late.cause_detail

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.engine import EngineSettings, analyse, explain_detections
 from radar_pipeline.pgss_model import OPTIONAL_COUNTERS
-from radar_pipeline.steps.deploy_analysis import AnalysisRun, decide_window
+from radar_pipeline.steps.decide import AnalysisRun, decide_span
 from radar_pipeline.warehouse import compaction
 from radar_pipeline.warehouse.analysis import read_cause_counters, read_window
 
@@ -128,7 +128,7 @@ def test_a_real_spill_to_disk_is_named_from_the_stored_counters(pg18, warehouse)
         assert row.cause_detail.startswith("temp blocks written per call 0 → ")
         assert row.cause_detail.endswith("(spilled to disk)")
         # The analysis itself (a deploy's, a periodic check's, a backfill's) names it so, with the same figures.
-        decided_window = decide_window(AnalysisRun(warehouse, settings), "spill", target.name, deploy_at)
+        decided_window = decide_span(AnalysisRun(warehouse, settings), "spill", target.name, deploy_at)
         stored = decided_window.verdicts.set_index("queryid").loc[queryid]
         assert (stored.verdict, stored.cause, stored.cause_detail) == ("detected", "temp_spill", row.cause_detail)
         assert (stored.temp_blks_per_call_before, stored.temp_blks_per_call_after) == (0, row.temp_blks_per_call_after)

@@ -199,14 +199,14 @@ def test_one_failing_target_does_not_stop_the_others(timeline, warehouse, wareho
                 "server_version_num, pgss_version, statements, stored_rows FROM radar.pgss_info_snapshot"
             )
         )
-    real = periodic_check.decide_window
+    real = periodic_check.decide_span
 
     def failing_for_other(conn, ident, target, *args):  # type: ignore[no-untyped-def]
         if target == "other":
             raise RuntimeError("the warehouse lost its mind")
         return real(conn, ident, target, *args)
 
-    monkeypatch.setattr(periodic_check, "decide_window", failing_for_other)
+    monkeypatch.setattr(periodic_check, "decide_span", failing_for_other)
     bot = SlackResource(token="xoxb-test-token", channel="#radar", base_url=slack.api_url)
     with dg.instance_for_test() as instance:
         result = _run(instance, warehouse_url, bot, _key(timeline, 1))

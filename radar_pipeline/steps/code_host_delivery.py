@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from radar_pipeline.alerts.code_hosts import HostClient, HostError
 from radar_pipeline.config import printable
 from radar_pipeline.config.settings import CODE_HOST_API_VARS, CODE_HOST_TOKEN_VARS
-from radar_pipeline.engine import VERDICTS
+from radar_pipeline.engine import VERDICTS, Verdict
 from radar_pipeline.steps.alert_delivery import LEASE, RETRY_BASE, RETRY_CAP, asked_wait, run_url, withhold_reason
 from radar_pipeline.warehouse import alerts as alert_store
 from radar_pipeline.warehouse import code_hosts as outbox
@@ -176,7 +176,7 @@ def _canary(
         analysed_at=stored["analysed_at"],
         cleared_share=None,  # before/after's share: not what decided
         decided_by=f"canary role {stored['canary_role']} against stable role {stable}: "
-        + ", ".join(f"{stored[v]} {v}" for v in ("detected", "no_regression", "inconclusive")),
+        + ", ".join(f"{stored[v]} {v}" for v in (Verdict.DETECTED, Verdict.NO_REGRESSION, Verdict.INCONCLUSIVE)),
         **{v: stored[v] for v in VERDICTS if v in stored},
     )
     found = pd.DataFrame(

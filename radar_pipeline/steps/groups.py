@@ -31,11 +31,26 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
+from radar_pipeline.collector.plan_settings import affects_plans
 from radar_pipeline.engine import EngineSettings, Verdict
-from radar_pipeline.engine.groups import GROUP_COLUMNS, MIN_MEMBERS, decide_groups
+from radar_pipeline.engine.budget import split_group_budget
+from radar_pipeline.engine.groups import (
+    GROUP_COLUMNS,
+    MIN_MEMBERS,
+    NOISE_SPANS,
+    before_calls,
+    before_series,
+    decide_groups,
+    noise_sample,
+)
+from radar_pipeline.engine.vocabulary import ChangeKind
 from radar_pipeline.named_changes import THROUGH_PLAN, NamedChange
 from radar_pipeline.pgss_model import KEY
+from radar_pipeline.steps.causes import name_changes
+from radar_pipeline.steps.look_spans import LookSpan, look_evidence
 from radar_pipeline.warehouse import analysis, catalog
+from radar_pipeline.warehouse.analysis import ANALYSED_VERDICTS
+from radar_pipeline.warehouse.groups import decided_groups, first_groups, write_look_groups
 
 SHAPE, ROLE, CHANGE = "shape", "role", "change"
 # When two groups hold the same statements, the one kept: a named change says most, a role least.
@@ -140,9 +155,6 @@ def _change_groups(
     the window the change was seen: a setting that affects plans, those of its role and/or database (all, when set
     server-wide); a catalog change, those matched as steps/causes.py matches a detection to it — asked only for the
     statements whose text holds the relation's (or index's) bare name, since matching parses each text."""
-    from radar_pipeline.collector.plan_settings import affects_plans
-    from radar_pipeline.engine.vocabulary import ChangeKind
-    from radar_pipeline.steps.causes import name_changes
 
     # a table analysed or gone stale (THROUGH_PLAN) is routine (every autoanalyze): a cause on a row, never a group
     changes = [c for c in catalog.changes_between(conn, target, lo, hi, deployed_at) if _groups(c)]
@@ -292,16 +304,11 @@ def plan_groups(
     """The window's groups (form_groups; of the deploy at `deployed_at`, None for a periodic check) and the split of
     the look's budget (settings.false_alert_budget) between the statements and the groups: GROUP_SHARE to the groups
     when there are any."""
-    from dataclasses import replace
-
-    from radar_pipeline.engine.budget import split_group_budget
 
     groups = form_groups(conn, target, window, lo, hi, deployed_at)
     statements, for_groups = split_group_budget(settings.false_alert_budget, bool(groups))
     before = None
     if groups:
-        from radar_pipeline.engine.groups import before_calls
-
         deployed_at = hi - settings.window
         calls = before_calls(window.counters, deployed_at, deployed_at - lo)  # the window's before side, already read
         before = before_noise(conn, target, window.keys, groups, deployed_at, settings, calls)
@@ -325,8 +332,6 @@ def before_noise(
     busiest by `calls` (query_key → calls on the before side of the window already read; engine.groups.noise_sample),
     all the groups' in one read; a member without a column was not read and takes its group's read members' mean
     correlation. The same span at every look, so it never reaches past the deploy."""
-    from radar_pipeline.engine.groups import NOISE_SPANS, before_series, noise_sample
-
     codes = sorted({int(c) for g in groups for c in noise_sample([int(c) for c in g.members], calls, cap)})
     wanted = keys.loc[codes, list(KEY)]
     if wanted.empty:
@@ -344,8 +349,6 @@ def before_noise(
 def decide_and_mark(verdicts: pd.DataFrame, plan: GroupPlan, settings: EngineSettings) -> pd.DataFrame:
     """Decide the planned groups from the analysed verdicts (`decide`) and mark each tested member of a detected
     group in its verdict's group_regressed (in place); returns the groups frame to store."""
-    from radar_pipeline.warehouse.analysis import ANALYSED_VERDICTS
-
     decided, marks = decide(verdicts, plan.groups, plan.budget, settings, plan.before)
     ANALYSED_VERDICTS.assign(verdicts, "group_regressed", pd.Series(marks, index=verdicts.index, dtype=object))
     return decided
@@ -366,31 +369,26 @@ class LaterGroups:
         """Write the look's groups and mark the members of those it detected (warehouse.groups.write_look_groups), in
         the caller's transaction, after the look's verdict rows (a member's row a look replaced keeps its marks);
         returns how many it detected."""
-        from radar_pipeline.warehouse.groups import write_look_groups
-
         return write_look_groups(conn, deploy_id, target, self.look, look_end, self.tested)
 
 
 def later_look(
-    warehouse: sa.Engine, settings: EngineSettings, deploy_id: str, target: str, deployed_at: datetime, span: Any
+    warehouse: sa.Engine, settings: EngineSettings, deploy_id: str, target: str, deployed_at: datetime, span: LookSpan
 ) -> LaterGroups:
-    """The deploy's groups at a later look (`span`: steps.looks.LookSpan, k ≥ 1), nothing written (LaterGroups.store
+    """The deploy's groups at a later look (`span`, k ≥ 1), nothing written (LaterGroups.store
     writes). The groups are the first verdict's (radar.group_verdict's look-0 rows), so the look's split is fixed as
     the first look's was, by what the statements are: where the first verdict formed groups, GROUP_SHARE of the
     look's budget goes to them (engine.budget.split_group_budget) and the rest to the statements, else all of it to
     the statements. The groups' budget is shared equally among the first verdict's groups; those still open (never
     `detected` nor `no_regression`) are tested, their members formed again from the look's window (texts, roles, the
     catalog's changes over its spans: never latency), on every member's evidence at the deploy over the look's spans
-    (steps.looks.look_evidence: a member whose own verdict is decided counts as well). A group decided, or no longer
+    (look_evidence: a member whose own verdict is decided counts as well). A group decided, or no longer
     formed, leaves its share unspent.
 
     The level: look k's groups spend at most G_k = GROUP_SHARE · look_budget(B, k) whatever was decided before, so
     the expected false group detections per deploy over all looks are at most Σ_k G_k = GROUP_SHARE · B (linearity
     over looks, Bonferroni among the groups), and with the statements' (1 − GROUP_SHARE) · B_k per look, the
     deploy's at most B."""
-    from radar_pipeline.engine.budget import split_group_budget
-    from radar_pipeline.steps.looks import look_evidence
-    from radar_pipeline.warehouse.groups import decided_groups, first_groups
 
     with warehouse.connect() as conn:
         first = first_groups(conn, deploy_id, target)

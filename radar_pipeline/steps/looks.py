@@ -32,142 +32,38 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
-from radar_pipeline.engine import Cause, EngineSettings, Verdict, decision
-from radar_pipeline.engine.budget import LOOK_SPANS, look_after, look_budget, look_clear_level
-from radar_pipeline.engine.decision import EVIDENCE, analyse, deploy_evidence, explain_detections
-from radar_pipeline.pgss_model import KEY
+from radar_pipeline.engine import EngineSettings
+from radar_pipeline.engine.budget import LOOK_SPANS
 from radar_pipeline.steps import groups
-from radar_pipeline.steps.noise import prior_for
-from radar_pipeline.steps.plan_diffs import plan_diffs
+from radar_pipeline.steps.decide import AnalysisRun, decide_span
+
+# The benchmarks and the lab take a look's parts from here, beside all_looks.
+from radar_pipeline.steps.look_spans import (  # noqa: F401
+    DECIDED,
+    OPEN,
+    LookSpan,
+    decide_look,
+    family_shares,
+    look_evidence,
+    look_span,
+)
 from radar_pipeline.warehouse import analysis, deploys
 from radar_pipeline.warehouse import groups as group_store
 from radar_pipeline.warehouse import looks as store
-from radar_pipeline.warehouse.analysis import ANALYSED_VERDICTS
 
-OPEN = (Verdict.INCONCLUSIVE.value, Verdict.INSUFFICIENT_DATA.value)
-DECIDED = (Verdict.DETECTED.value, Verdict.NO_REGRESSION.value)
 LAST_LOOK = len(LOOK_SPANS) - 1
 
 
 class LookRefused(RuntimeError):
     """The look cannot run now (the deploy is unknown or not analysed, the look is unknown or not due); nothing was
     written."""
-
-
-@dataclass(frozen=True)
-class LookSpan:
-    """One look's spans either side of the deploy, its budget and the level it clears at (engine.budget); `cut` when
-    the target's next deploy shortened its after side."""
-
-    look: int
-    before: timedelta
-    after: timedelta
-    budget: float
-    cut: bool = False
-    clear_level: float = 0.95
-
-
-def look_span(
-    settings: EngineSettings,
-    look: int,
-    deployed_at: datetime,
-    previous_deploy: datetime | None = None,
-    next_deploy: datetime | None = None,
-    previous_after: timedelta | None = None,
-) -> LookSpan | None:
-    """Look `look`'s spans and budget (module docstring), or None when the next deploy leaves its after side no
-    longer than the previous look's (`previous_after`: the last look run; default the look before this one's)."""
-    window = settings.window
-    after = look_after(window, look)
-    cut = next_deploy is not None and next_deploy - deployed_at < after
-    if cut:
-        assert next_deploy is not None
-        after = next_deploy - deployed_at
-    if look > 0 and after <= (previous_after if previous_after is not None else look_after(window, look - 1)):
-        return None
-    before = after if previous_deploy is None else min(after, deployed_at - previous_deploy)
-    before = max(window, before)
-    budget, level = look_budget(settings.false_alert_budget, look), look_clear_level(settings.clear_level, look)
-    return LookSpan(look, before, after, budget, cut, level)
-
-
-def family_shares(
-    counters: pd.DataFrame, deploy_at: datetime | pd.Timestamp, settings: EngineSettings, span: LookSpan
-) -> pd.Series:
-    """Each statement's budget share over the look's whole family (by query_key, Σ = 1 over the statements the look's
-    window can decide; 0 for the others): engine.decision.family_shares over the look's spans, from the before
-    side's execution time, so a share never depends on any after side's latency, and it is not renormalised over the
-    statements still open."""
-    return decision.family_shares(counters, deploy_at, settings, before=span.before, after=span.after)
-
-
-def decide_look(
-    counters: pd.DataFrame,
-    deploy_at: datetime | pd.Timestamp,
-    settings: EngineSettings,
-    span: LookSpan,
-    still_open: pd.Index | np.ndarray | list,
-    prior: pd.DataFrame | None = None,
-) -> pd.DataFrame:
-    """Look `span.look` at the statements `still_open` (query_keys of `counters`, with the keys merged into them):
-    engine `analyse` over the look's spans at the look's budget, each statement with its share of the look's whole
-    family (family_shares). Returns analyse's rows for the open statements only; the caller keeps what they decide."""
-    if not len(still_open):
-        return pd.DataFrame(columns=["query_key", "verdict"])
-    shares = family_shares(counters, deploy_at, settings, span)
-    open_counters = counters[_with_merged(counters, pd.Index(still_open))]
-    return analyse(
-        open_counters,
-        deploy_at,
-        replace(settings, false_alert_budget=span.budget, clear_level=span.clear_level),
-        prior=prior,
-        before=span.before,
-        after=span.after,
-        weights=shares,
-    )
-
-
-def look_evidence(
-    warehouse: sa.Engine,
-    settings: EngineSettings,
-    target: str,
-    deployed_at: datetime,
-    span: LookSpan,
-    only: pd.DataFrame | None = None,
-) -> pd.DataFrame:
-    """Each statement's evidence at the deploy's own split over the look's spans, from the warehouse's counters
-    (engine deploy_evidence, with the statements' noise prior): KEY columns, fingerprint, n/calls either side,
-    time_before, decidable and EVIDENCE, one row per statement, decided or not. `only` (KEY columns) limits the read
-    to those statements. What a fleet's or a group's joint test combines at a later look."""
-    lo, hi = deployed_at - span.before, deployed_at + span.after
-    with warehouse.connect() as conn:
-        window = analysis.read_window(conn, target, lo, hi, only)
-        prior = prior_for(conn, target, lo, window.keys)
-        conn.rollback()
-    found = deploy_evidence(window.counters, deployed_at, settings, prior, before=span.before, after=span.after)
-    keys = window.keys.iloc[found["query_key"].to_numpy(dtype=np.int64)].reset_index(drop=True)
-    last_fingerprint = window.counters.groupby("query_key")["fingerprint"].last()
-    out = pd.concat([keys, found.drop(columns=["merged_keys"]).reset_index(drop=True)], axis=1)
-    out["fingerprint"] = last_fingerprint.loc[found["query_key"]].to_numpy()
-    return out[[*KEY, "fingerprint", *[c for c in out.columns if c not in (*KEY, "fingerprint", *EVIDENCE)], *EVIDENCE]]
-
-
-def _with_merged(counters: pd.DataFrame, still_open: pd.Index) -> np.ndarray:
-    """The rows of `counters` of the open statements and of every key the engine would merge with one of them (the
-    same fingerprint, database, user and nesting level: a rotated queryid), so a look sees a statement whole."""
-    mine = counters["query_key"].isin(still_open).to_numpy()
-    if "fingerprint" not in counters.columns:
-        return mine
-    group = [c for c in ("fingerprint", "dbid", "userid", "toplevel") if c in counters.columns]
-    wanted = pd.MultiIndex.from_frame(counters.loc[mine, group].drop_duplicates())
-    return mine | pd.MultiIndex.from_frame(counters[group]).isin(wanted)
 
 
 def all_looks(
@@ -222,11 +118,11 @@ class LookResult:
     seconds: float
 
 
-def run_look(run: Any, deploy_id: str, look: int, now: datetime | None = None) -> LookResult:
+def run_look(run: AnalysisRun, deploy_id: str, look: int, now: datetime | None = None) -> LookResult:
     """Run look `look` (1 … LAST_LOOK) of a recorded, analysed deploy, and store it in one transaction: the verdict
     rows of the open statements it decides are replaced (saying which look found them and when), never a decided one,
     and the look is recorded in radar.deploy_look (done, or cut when the next deploy left its after side no longer
-    than the previous look's). `run` is a steps.deploy_analysis.AnalysisRun. Refused (LookRefused) when the deploy is
+    than the previous look's). Refused (LookRefused) when the deploy is
     unknown or has no first verdict, when the look is out of range, when its after side (plus run.settle) has not
     passed by the warehouse's clock and no later deploy cut it, or when a re-analysis replaced the first verdict while
     the look ran (checked under the look's lock in the write transaction: nothing is written)."""
@@ -281,7 +177,12 @@ def run_look(run: Any, deploy_id: str, look: int, now: datetime | None = None) -
     # The deploy's groups still undecided are tested again (steps/groups.later_look), taking their share of the budget.
     together = groups.later_look(run.warehouse, settings, deploy_id, target, event.deployed_at, span)
     statements = replace(span, budget=together.statement_budget)
-    decided = _decide_stored(run, event.deployed_at, target, statements, still) if len(still) else empty
+    # the open statements decided as every decision is (steps.decide): the rows it decided
+    decided = (
+        decide_span(run, deploy_id, target, event.deployed_at, statements, still=still).verdicts
+        if len(still)
+        else empty
+    )
     with run.warehouse.begin() as conn:
         _hold_basis(conn, deploy_id, basis)
         written = store.replace_open(conn, deploy_id, target, decided, look, event.deployed_at + span.after)
@@ -293,7 +194,7 @@ def run_look(run: Any, deploy_id: str, look: int, now: datetime | None = None) -
     )
 
 
-def record_failed_look(run: Any, deploy_id: str, look: int, log: Any = None) -> None:
+def record_failed_look(run: AnalysisRun, deploy_id: str, look: int, log: Any = None) -> None:
     """Record that look `look` of the deploy's current first verdict failed (warehouse.looks.record_failed): it is due
     no more, so it cannot hold the sensor's page until the next look or the horizon; a retry that succeeds records it
     done. When even that cannot be written (the warehouse away), `log` says so and the caller's error stands."""
@@ -316,46 +217,3 @@ def _hold_basis(conn: sa.Connection, deploy_id: str, basis: datetime) -> None:
             f"deploy {deploy_id!r} was re-analysed while its look ran (the first verdict of {basis.isoformat()} is "
             "replaced): nothing written; its looks start again from the new verdict"
         )
-
-
-def _decide_stored(run: Any, deployed_at: datetime, target: str, span: LookSpan, still: pd.DataFrame) -> pd.DataFrame:
-    """The look on the warehouse's counters: the rows (ANALYSED_VERDICTS) of the open statements (`still`, KEY
-    columns) it decides, each detection with its cause and plan diff."""
-    from radar_pipeline.steps.causes import name_changes
-    from radar_pipeline.steps.deploy_analysis import _apply_named_changes, _with_statement_keys
-
-    settings: EngineSettings = run.settings
-    lo, hi = deployed_at - span.before, deployed_at + span.after
-    with run.warehouse.connect() as conn:
-        window = analysis.read_window(conn, target, lo, hi)
-        prior = prior_for(conn, target, lo, window.keys)
-        conn.rollback()
-        keys = window.keys.reset_index().rename(columns={"index": "query_key"})
-        wanted = keys.merge(still[KEY], on=KEY)["query_key"].to_numpy()
-        result = decide_look(window.counters, deployed_at, settings, span, wanted, prior)
-        result = result[result["verdict"].isin(DECIDED)].reset_index(drop=True)
-        if result.empty:
-            return result
-        detections = result[result["verdict"] == Verdict.DETECTED]
-        if not detections.empty:
-            merged = [k for ks in detections["merged_keys"] for k in ks]
-            causes = analysis.read_cause_counters(conn, target, lo, hi, window, [*detections["query_key"], *merged])
-            conn.rollback()
-            look_settings = replace(settings, false_alert_budget=span.budget)
-            result = explain_detections(
-                causes, result, deployed_at, look_settings, before=span.before, after=span.after
-            )
-    verdicts = _with_statement_keys(result, window)
-    verdicts = verdicts.merge(still[KEY], on=KEY)  # a look decides only what was open, under the same key
-    detected = verdicts["verdict"] == Verdict.DETECTED
-    if detected.any():
-        found = plan_diffs(run.warehouse, target, verdicts[detected], run.live(target), hi)
-        at = verdicts.index[detected]
-        diffs = [p.diff for p in found]
-        ANALYSED_VERDICTS.assign(verdicts, "plan_diff", pd.Series(diffs, index=at, dtype=object), rows=detected)
-        replanned = [bool(d.get("shape_changed")) for d in diffs]
-        ANALYSED_VERDICTS.assign(verdicts, "cause", Cause.PLAN_CHANGED.value, rows=at[replanned])
-        with run.warehouse.connect() as conn:  # the catalog and settings changes over the look's spans, as a first
-            named = name_changes(conn, target, verdicts[detected], lo, hi, settings.tolerance, deployed_at)
-        _apply_named_changes(verdicts, at, named, replanned)
-    return verdicts

@@ -26,13 +26,8 @@ from radar_pipeline.config import mask_password, target_failure
 from radar_pipeline.engine import Verdict
 from radar_pipeline.engine.frames import TEXT, Column
 from radar_pipeline.engine.settings import LEVEL_MIN_CALLS
-from radar_pipeline.steps.deploy_analysis import (
-    AnalysisRun,
-    WindowVerdicts,
-    decide_window,
-    require_closed,
-    write_window,
-)
+from radar_pipeline.steps.decide import AnalysisRun, WindowVerdicts, decide_span, write_window
+from radar_pipeline.steps.deploy_analysis import require_closed
 from radar_pipeline.warehouse import deploys, episodes
 from radar_pipeline.warehouse.analysis import ANALYSED_VERDICTS
 
@@ -85,7 +80,7 @@ def analyse_period(
     done, failed = [], {}
     for target in targets:
         try:
-            decided = decide_window(run, ident, target, split)
+            decided = decide_span(run, ident, target, split)
             with run.warehouse.begin() as conn:
                 done.append(_record_target(conn, run, ident, target, decided, deploy_tolerance))
         except Exception as exc:  # one target's failure must not stop the others

@@ -12,8 +12,8 @@ reached every member (each one's analysed_at changed).
 
 Later looks (run_release_look, requested by the release_look_sensor when due_release_looks finds them due): at look k
 (engine.budget.LOOK_SPANS[k] · W after the deploys), the keys still open at the fleet level (final, inconclusive) are
-decided again on each member's evidence over its own look-k spans (steps.looks.look_span: its previous and next
-deploys cut them; steps.looks.look_evidence reads its counters, its own verdicts decided or not), at look_budget(B, k)
+decided again on each member's evidence over its own look-k spans (look_spans.look_span: its previous and next
+deploys cut them; look_spans.look_evidence reads its counters, its own verdicts decided or not), at look_budget(B, k)
 · the key's share of the family, the share fixed when the family was formed (never handed on from a decided key). A
 decided fleet key (detected, no_regression) is kept. Every look number is spent once (radar.release_look's key), by a
 new basis or a timed look, whichever comes first; Σ_k look_budget(B, k) = B, so the release's false fleet detections
@@ -35,6 +35,9 @@ import sqlalchemy as sa
 from radar_pipeline.engine.budget import LOOK_SPANS, LOOK_SPENDING, clear_dilution
 from radar_pipeline.engine.releases import MIN_TARGETS, fleet_verdicts
 from radar_pipeline.engine.settings import EngineSettings
+from radar_pipeline.engine.vocabulary import Verdict
+from radar_pipeline.pgss_model import KEY
+from radar_pipeline.steps.look_spans import look_evidence, look_span
 from radar_pipeline.warehouse import releases as store
 from radar_pipeline.warehouse.releases import Release, ReleaseError
 
@@ -54,7 +57,7 @@ class ReleaseDecision:
     @property
     def detected(self) -> pd.DataFrame:
         """The fleet detections."""
-        return self.verdicts[self.verdicts["verdict"] == "detected"]
+        return self.verdicts[self.verdicts["verdict"] == Verdict.DETECTED]
 
 
 def decide_release(engine: sa.Engine, release_id: str, settings: EngineSettings) -> ReleaseDecision:
@@ -110,12 +113,10 @@ def _replaced_evidence(
 ) -> pd.DataFrame | None:
     """The first-look evidence of the member statements whose first look's verdict row a member's own later look
     replaced (warehouse.releases.replaced_statements), read again from the member's counters over its look-0 spans
-    (member_spans at look 0, steps.looks.look_evidence): a member's later look that ran before the release's first
+    (member_spans at look 0, look_spans.look_evidence): a member's later look that ran before the release's first
     final decision (a late member, a staggered rollout) must not thin the release's evidence to the statements it
     left open. Columns as warehouse.releases.member_evidence; empty when no member had a later look; None, with
     `skip_standing`, when the release's last decision stands (it is kept: nothing read)."""
-    from radar_pipeline.steps.looks import look_evidence
-
     with engine.connect() as conn:
         try:
             found = store.release(conn, release_id)
@@ -242,7 +243,7 @@ def _verdicts(found: Release, evidence: pd.DataFrame, look: int | None, settings
     if look is None:
         out["verdict"] = "pending"
     elif not spends:  # past the schedule's last look: shown, no longer detected
-        out["verdict"] = np.where(out["verdict"] == "detected", "inconclusive", out["verdict"])
+        out["verdict"] = np.where(out["verdict"] == Verdict.DETECTED, Verdict.INCONCLUSIVE.value, out["verdict"])
         out["budget_share"] = 0.0
     example = evidence.sort_values("time_before", ascending=False).drop_duplicates("key").set_index("key")
     picked = example.loc[out["key"]]
@@ -375,7 +376,7 @@ LAST_LOOK = len(LOOK_SPANS) - 1
 # Looks are news (as a deploy's, warehouse.looks.HORIZON): a release look that fell due more than this long ago is
 # not run (a backfill over old releases starts none).
 HORIZON = timedelta(days=1)
-OPEN_AT_FLEET = "inconclusive"  # a final fleet verdict neither detected nor cleared
+OPEN_AT_FLEET = Verdict.INCONCLUSIVE.value  # a final fleet verdict neither detected nor cleared
 CANDIDATES = 1000  # releases with a key open read per evaluation at most, the longest decided first
 
 
@@ -412,12 +413,10 @@ def member_spans(
     members: pd.DataFrame,
     around: dict[str, tuple[datetime | None, datetime | None]],
 ) -> dict[str, Any]:
-    """Each member deploy's spans at look `look` (steps.looks.look_span, by deploy id), with its neighbouring deploys
+    """Each member deploy's spans at look `look` (look_spans.look_span, by deploy id), with its neighbouring deploys
     (`around`, from neighbours): its previous deploy limits the before side, its next deploy cuts the after side. A
     member cut before this look keeps its cut span (all the after side it will ever have: its evidence there is still
     evidence of the release)."""
-    from radar_pipeline.steps.looks import look_span
-
     spans: dict[str, Any] = {}
     for m in members.itertuples():
         previous, following = around[str(m.deploy_id)]
@@ -539,8 +538,8 @@ def run_release_look(
             store.TIMED,
             {
                 "opened": len(keys),
-                "detected": int((decided["verdict"] == "detected").sum()),
-                "cleared": int((decided["verdict"] == "no_regression").sum()),
+                "detected": int((decided["verdict"] == Verdict.DETECTED).sum()),
+                "cleared": int((decided["verdict"] == Verdict.NO_REGRESSION).sum()),
                 "after_span": after,
                 "run_id": run_id,
             },
@@ -614,11 +613,8 @@ def _look_evidence(
     statements: dict[str, pd.DataFrame],
 ) -> pd.DataFrame:
     """The fleet evidence at a look (engine.releases.EVIDENCE_COLUMNS, key = (fingerprint, toplevel)): per member
-    and key, the busiest of its statements with that key over the member's look spans (steps.looks.look_evidence),
+    and key, the busiest of its statements with that key over the member's look spans (look_spans.look_evidence),
     where decidable."""
-    from radar_pipeline.pgss_model import KEY
-    from radar_pipeline.steps.looks import look_evidence
-
     parts = []
     for m in members.itertuples():
         only = statements[str(m.deploy_id)]

@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
+from radar_pipeline.engine.vocabulary import Verdict
+
 # A group's verdicts that end its looks (engine.groups.DECIDED).
 DECIDED_SQL = "('detected', 'no_regression')"
 # The columns of radar.group_verdict written from a decided groups frame (steps/groups.py GROUPS_FRAME).
@@ -129,7 +131,7 @@ def write_look_groups(
             for r in _written(fresh)
         ],
     )
-    detected = fresh[fresh["verdict"] == "detected"]
+    detected = fresh[fresh["verdict"] == Verdict.DETECTED]
     for record in detected.to_dict("records"):
         mark_members(conn, deploy_id, target, record, f"{record['sentence']} (later look {look})")
     return len(detected)

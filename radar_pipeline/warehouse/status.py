@@ -16,6 +16,7 @@ from sqlalchemy.pool import NullPool
 
 from radar_pipeline.config import warehouse_url
 from radar_pipeline.config.settings import DEFAULT_SCRAPE_INTERVAL_SECONDS, DEFAULT_WINDOW_SECONDS, RadarSettings
+from radar_pipeline.engine.vocabulary import VERDICTS, Verdict
 from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX, READY_AT
 
 CONNECT_TIMEOUT_S = 5
@@ -170,13 +171,13 @@ def canary_gate(
         stable_role=found["stable_role"],
         stable_userid=found["stable_userid"],
         analysed_at=found["analysed_at"].isoformat(),
-        counts={v: found[v] for v in ("detected", "no_regression", "inconclusive", "insufficient_data")},
+        counts={v.value: found[v] for v in VERDICTS},
     )
     if found["state"] == "error":
         return out
     state["state"] = found["state"]
     table = stored.verdicts_of(conn, deploy_id)
-    detected = table[table["verdict"] == "detected"]
+    detected = table[table["verdict"] == Verdict.DETECTED]
     out["detections"] = [
         {
             "queryid": int(r.queryid),

@@ -8,8 +8,8 @@ import dagster as dg
 from radar_pipeline.defs.deploys.canary_verdicts import canary_verdicts
 from radar_pipeline.defs.deploys.deploy_verdicts import deploys_partitions
 from radar_pipeline.defs.metadata import OWNERS
-from radar_pipeline.defs.reconcile.reconciler import RETRIED_BY
 from radar_pipeline.defs.resources import ChannelsResource, SlackResource, WarehouseResource
+from radar_pipeline.defs.retry_jobs import RETRIED_BY, alert_retry_job
 
 
 @dg.asset(
@@ -18,7 +18,7 @@ from radar_pipeline.defs.resources import ChannelsResource, SlackResource, Wareh
     group_name="analysis",
     kinds={"slack"},
     owners=OWNERS,
-    tags={RETRIED_BY: "alert_retry_job"},  # its rows wait under the deploy's partition: retried with its alerts
+    tags={RETRIED_BY: alert_retry_job.name},  # its rows wait under the deploy's partition: retried with its alerts
     description="Slack and routed-channel alerts for the canary arm's detections of a canary deploy (radar.alert, "
     "target canary:<target>), once per canary analysis.",
 )

@@ -16,6 +16,7 @@ from radar_pipeline.defs.deploys.deploy_verdicts import (
 )
 from radar_pipeline.defs.metadata import OWNERS
 from radar_pipeline.defs.resources import AnalysisResource, CodeHostResource, TargetsResource, WarehouseResource
+from radar_pipeline.engine.vocabulary import Verdict
 
 
 @dg.asset(
@@ -65,7 +66,7 @@ def canary_verdicts(
         raise dg.Failure(description=result.error, allow_retries=False)
     delivered = _deliver(context, warehouse, code_hosts)
     counts = result.verdicts["verdict"].value_counts()
-    detected = result.verdicts[result.verdicts["verdict"] == "detected"]
+    detected = result.verdicts[result.verdicts["verdict"] == Verdict.DETECTED]
     for row in detected.itertuples():
         context.log.info(
             f"canary detected: queryid {row.queryid} ×{row.change_factor:.2f} "
@@ -77,7 +78,7 @@ def canary_verdicts(
             "canary_role": result.canary_role,
             "stable_role": result.stable_role or f"userid {result.stable_userid}",
             "statements": len(result.verdicts),
-            **{f"{v}": int(counts.get(v, 0)) for v in ("detected", "no_regression", "inconclusive")},
+            **{v.value: int(counts.get(v, 0)) for v in (Verdict.DETECTED, Verdict.NO_REGRESSION, Verdict.INCONCLUSIVE)},
             "code_host": dg.MetadataValue.json(delivered),
         }
     )

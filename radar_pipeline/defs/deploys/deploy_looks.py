@@ -18,6 +18,7 @@ from radar_pipeline.defs.deploys.deploy_verdicts import (
 )
 from radar_pipeline.defs.metadata import OWNERS, rounded, table
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
+from radar_pipeline.engine.vocabulary import Verdict
 
 LOOK_TAG = "radar/look"  # on a look's runs: the look's number
 ATTEMPT_TAG = "radar/look-attempt"  # … and the attempt (warehouse.looks.look_attempt)
@@ -80,7 +81,7 @@ def deploy_looks(
         raise
     decided = result.decided
     for row in decided.itertuples() if len(decided) else ():
-        if row.verdict == "detected":
+        if row.verdict == Verdict.DETECTED:
             context.log.info(
                 f"look {result.look}: regression: queryid {row.queryid}: ×{row.change_factor:.2f} "
                 f"(×{row.factor_low:.2f}–×{row.factor_high:.2f}), "
@@ -96,8 +97,8 @@ def deploy_looks(
         "budget": rounded(result.span.budget, 4) if result.span else None,
         "cut_by_next_deploy": bool(result.span.cut) if result.span else True,
         "open_before": result.opened,
-        "detected": int((decided["verdict"] == "detected").sum()) if len(decided) else 0,
-        "cleared": int((decided["verdict"] == "no_regression").sum()) if len(decided) else 0,
+        "detected": int((decided["verdict"] == Verdict.DETECTED).sum()) if len(decided) else 0,
+        "cleared": int((decided["verdict"] == Verdict.NO_REGRESSION).sum()) if len(decided) else 0,
         "decided": table(
             DECIDED_COLUMNS,
             [

@@ -12,6 +12,7 @@ from radar_pipeline.defs.deploys.deploy_looks import _in_flight, _reanalysis_run
 from radar_pipeline.defs.deploys.deploy_verdicts import ANALYSIS_POOL, ANALYSIS_RETRY, REANALYSIS_TAG
 from radar_pipeline.defs.metadata import rounded, table
 from radar_pipeline.defs.resources import AnalysisResource, SlackResource, WarehouseResource
+from radar_pipeline.engine.vocabulary import Verdict
 
 RELEASE_TAG = "radar/release"  # on a release look's runs: the release
 LOOK_TAG = "radar/release-look"  # … and the look's number
@@ -82,15 +83,15 @@ def release_look(
         "found by a later look continuing the nightly reanalysis, which never posts" if reanalysis else None,
     )
     decided = result.decided
-    for r in decided[decided["verdict"] == "detected"].itertuples():
+    for r in decided[decided["verdict"] == Verdict.DETECTED].itertuples():
         context.log.info(f"release {config.release_id} look {result.look}: fleet detection: {r.report}")
     metadata: dict[str, Any] = {
         "release": config.release_id,
         "look": result.look,
         "after_hours": rounded(result.after.total_seconds() / 3600, 3),
         "open_before": result.opened,
-        "detected": int((decided["verdict"] == "detected").sum()),
-        "cleared": int((decided["verdict"] == "no_regression").sum()),
+        "detected": int((decided["verdict"] == Verdict.DETECTED).sum()),
+        "cleared": int((decided["verdict"] == Verdict.NO_REGRESSION).sum()),
         "cut_members": sum(bool(s.cut) for s in result.spans.values()),
         "to_send": int(sent.get("to_send", 0)),
         "withheld": str(sent.get("withheld", "")),  # why, when the alerts were recorded and not sent

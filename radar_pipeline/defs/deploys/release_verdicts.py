@@ -8,6 +8,8 @@ import dagster as dg
 from radar_pipeline.defs.deploys.deploy_verdicts import REANALYSIS_TAG, deploy_verdicts, deploys_partitions
 from radar_pipeline.defs.metadata import ID, OWNERS, table
 from radar_pipeline.defs.resources import AnalysisResource, SlackResource, WarehouseResource
+from radar_pipeline.defs.retry_jobs import RETRIED_BY, alert_retry_job
+from radar_pipeline.engine.vocabulary import Verdict
 
 FLEET_ROWS_SHOWN = 25
 FLEET_COLUMNS = [
@@ -28,7 +30,7 @@ FLEET_COLUMNS = [
     group_name="analysis",
     kinds={"python", "postgres"},
     owners=OWNERS,
-    tags={"radar/retried-by": "alert_retry_job"},  # its fleet alerts' rows wait under the release's first deploy
+    tags={RETRIED_BY: alert_retry_job.name},  # its fleet alerts' rows wait under the release's first deploy
     description="The fleet verdict of the deploy's release: each statement key seen on several of its targets, "
     "decided jointly (radar.release_verdict); fleet detections alerted through the outbox (radar.alert).",
 )
@@ -42,7 +44,6 @@ def release_verdicts(
     analysed, then final, and kept while its basis holds), and announce its final fleet detections once; in
     alert_retry_job's run, only deliver what is stored. A deploy in no release, or in a release of one target, is
     reported as such."""
-    from radar_pipeline.defs.reconcile.reconciler import alert_retry_job
     from radar_pipeline.steps.releases import (
         ReleaseDecision,
         alert_release,
@@ -74,7 +75,7 @@ def release_verdicts(
         "look": decision.look if decision.look is not None else -1,
         "members_analysed": f"{int(decision.release.members['analysed'].sum())} of {len(decision.release.members)}",
         "keys": len(verdicts),
-        "fleet_detections": int((verdicts["verdict"] == "detected").sum()),
+        "fleet_detections": int((verdicts["verdict"] == Verdict.DETECTED).sum()),
         **{k: v for k, v in sent.items() if k in ("to_send", "withheld")},
     }
     shown = verdicts.head(FLEET_ROWS_SHOWN)

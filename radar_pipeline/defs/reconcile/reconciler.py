@@ -14,6 +14,7 @@ import dagster as dg
 from radar_pipeline.defs.alerts.code_host_statuses import code_host_retry_job
 from radar_pipeline.defs.deploys.deploy_verdicts import RANGE_END, RANGE_START, deploy_verdicts_job, deploys_partitions
 from radar_pipeline.defs.resources import AnalysisResource, ReconcilerResource, SlackResource, WarehouseResource
+from radar_pipeline.defs.retry_jobs import alert_retry_job, periodic_alert_retry_job
 from radar_pipeline.steps.reconcile import PastRun, analysis_retry
 
 if TYPE_CHECKING:
@@ -28,19 +29,7 @@ IN_FLIGHT = [
     dg.DagsterRunStatus.CANCELING,
 ]
 
-RETRIED_BY = "radar/retried-by"  # an asset tag: the retry job that also runs it
 CANARY_JOB = "canary_verdicts_job"  # defs/deploys/canary_verdicts.py's: its run in flight may still alert
-alert_retry_job = dg.define_asset_job(
-    "alert_retry_job",
-    # and the assets that file their alerts under a deploy's partition too (release_verdicts: a release's fleet alerts)
-    selection=dg.AssetSelection.assets("regression_alerts") | dg.AssetSelection.tag(RETRIED_BY, "alert_retry_job"),
-    description="Another attempt at a deploy's pending Slack alerts (requested by radar_reconciler).",
-)
-periodic_alert_retry_job = dg.define_asset_job(
-    "periodic_alert_retry_job",
-    selection=dg.AssetSelection.assets("periodic_alerts"),
-    description="Another attempt at a periodic check's pending Slack alerts (requested by radar_reconciler).",
-)
 
 
 @dg.sensor(

@@ -1,0 +1,18 @@
+"""The jobs radar_reconciler requests for another attempt at a deploy's or a periodic check's pending alerts, and the
+asset tag that puts an asset in alert_retry_job: defined apart from the reconciler, so that the assets it retries
+name them without importing the reconciler, which imports their jobs."""
+
+import dagster as dg
+
+RETRIED_BY = "radar/retried-by"  # an asset tag: the retry job that also runs it
+alert_retry_job = dg.define_asset_job(
+    "alert_retry_job",
+    # and the assets that file their alerts under a deploy's partition too (release_verdicts: a release's fleet alerts)
+    selection=dg.AssetSelection.assets("regression_alerts") | dg.AssetSelection.tag(RETRIED_BY, "alert_retry_job"),
+    description="Another attempt at a deploy's pending Slack alerts (requested by radar_reconciler).",
+)
+periodic_alert_retry_job = dg.define_asset_job(
+    "periodic_alert_retry_job",
+    selection=dg.AssetSelection.assets("periodic_alerts"),
+    description="Another attempt at a periodic check's pending Slack alerts (requested by radar_reconciler).",
+)
