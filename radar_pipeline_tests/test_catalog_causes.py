@@ -131,6 +131,17 @@ def _wait_for_setting(watched: Watched, name: str, value: str) -> None:
         time.sleep(0.1)
 
 
+def store_in(server, database: str, warehouse: sa.Engine, deploy_id: str, statements: dict) -> tuple[datetime, Target]:
+    """test_deploy_impact.store's synthetic counters of target 'main' around a deploy, living in the real database
+    `database` (its dbid), and that database as target 'main'; returns the deploy's time and the target."""
+    dbid = server.execute("SELECT oid FROM pg_database WHERE datname = current_database()", database)[0][0]
+    deployed_at = store(warehouse, deploy_id, statements)
+    with warehouse.begin() as conn:
+        for table in ("pgss_snapshot", "query"):
+            conn.execute(sa.text(f"UPDATE radar.{table} SET dbid = :d WHERE target = 'main'"), {"d": dbid})
+    return deployed_at, Target("main", server.pg.url(database))
+
+
 def capture_catalog(warehouse: sa.Engine, shop: Target, at: datetime) -> None:
     """One capture of the target's catalog, read by the collector and stored as taken at `at` (synthetic counters'
     times: the capture brackets their deploy)."""
@@ -407,8 +418,9 @@ def test_the_named_change_becomes_the_cause_of_a_detection(pg18, warehouse):
             "CREATE INDEX orders_customer_idx ON orders (customer_id); CREATE TABLE products (id int, name text)",
             database,
         )
-        dbid = pg18.execute("SELECT oid FROM pg_database WHERE datname = current_database()", database)[0][0]
-        deployed_at = store(
+        deployed_at, shop = store_in(
+            pg18,
+            database,
             warehouse,
             "shop-v2",
             {
@@ -416,10 +428,6 @@ def test_the_named_change_becomes_the_cause_of_a_detection(pg18, warehouse):
                 82: {"text": LOOKUP, "calls": (20, 20), "ms": (1.0, 8.0)},  # reads products: slowed, nothing named
             },
         )
-        with warehouse.begin() as conn:  # the synthetic statements live in the real database
-            for table in ("pgss_snapshot", "query"):
-                conn.execute(sa.text(f"UPDATE radar.{table} SET dbid = :d WHERE target = 'main'"), {"d": dbid})
-        shop = Target("main", pg18.pg.url(database))
         for at in (deployed_at - timedelta(seconds=40), deployed_at + timedelta(seconds=15)):
             capture_catalog(warehouse, shop, at)
             pg18.execute("DROP INDEX IF EXISTS orders_customer_idx", database)
@@ -460,12 +468,8 @@ def test_an_analyze_after_a_skewed_bulk_load_is_the_cause_of_a_detection_its_cou
         )
         pg18.execute("INSERT INTO orders SELECT g, g % 100 FROM generate_series(1, 1000) g", database)
         pg18.execute("ANALYZE orders", database)
-        dbid = pg18.execute("SELECT oid FROM pg_database WHERE datname = current_database()", database)[0][0]
-        deployed_at = store(warehouse, "shop-v3", {81: {"text": LIST, "calls": (20, 20), "ms": (2.0, 40.0)}})
-        with warehouse.begin() as conn:
-            for table in ("pgss_snapshot", "query"):
-                conn.execute(sa.text(f"UPDATE radar.{table} SET dbid = :d WHERE target = 'main'"), {"d": dbid})
-        shop = Target("main", pg18.pg.url(database))
+        slowed = {81: {"text": LIST, "calls": (20, 20), "ms": (2.0, 40.0)}}
+        deployed_at, shop = store_in(pg18, database, warehouse, "shop-v3", slowed)
         capture_catalog(warehouse, shop, deployed_at - timedelta(seconds=40))
         # one customer's rows loaded in bulk, then analysed: its estimates (and a plan on them) move
         pg18.execute("INSERT INTO orders SELECT g, 7 FROM generate_series(1001, 50000) g", database)

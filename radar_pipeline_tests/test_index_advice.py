@@ -8,7 +8,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from radar_pipeline.collector import session
 from radar_pipeline.collector.index_advice import check_index, index_sql, proposed_index
@@ -16,8 +15,8 @@ from radar_pipeline.config import Target
 from radar_pipeline.plan_shape import pin_hint
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 
-from .test_catalog_causes import capture_catalog
-from .test_deploy_impact import LIST, SETTINGS, store
+from .test_catalog_causes import capture_catalog, store_in
+from .test_deploy_impact import LIST, SETTINGS
 
 HYPOPG = Path("/usr/share/postgresql/15/extension/hypopg.control")
 
@@ -112,12 +111,8 @@ def test_a_dropped_index_s_undo_is_checked_with_hypopg_in_the_deploy_s_analysis(
             "CREATE INDEX orders_customer_idx ON orders (customer_id); ANALYZE orders",
             database,
         )
-        dbid = pg15.execute("SELECT oid FROM pg_database WHERE datname = current_database()", database)[0][0]
-        deployed_at = store(warehouse, "advice-v2", {81: {"text": LIST, "calls": (20, 20), "ms": (2.0, 40.0)}})
-        with warehouse.begin() as conn:
-            for table in ("pgss_snapshot", "query"):
-                conn.execute(sa.text(f"UPDATE radar.{table} SET dbid = :d WHERE target = 'main'"), {"d": dbid})
-        shop = Target("main", pg15.pg.url(database))
+        slowed = {81: {"text": LIST, "calls": (20, 20), "ms": (2.0, 40.0)}}
+        deployed_at, shop = store_in(pg15, database, warehouse, "advice-v2", slowed)
         for at in (deployed_at - timedelta(seconds=40), deployed_at + timedelta(seconds=15)):
             capture_catalog(warehouse, shop, at)
             pg15.execute("DROP INDEX IF EXISTS orders_customer_idx", database)

@@ -225,6 +225,7 @@ def decide_span(
         with run.warehouse.connect() as conn:
             advise(conn, target, verdicts, run.live(target))
     timings.plans = time.perf_counter() - started
+    _no_nan_words(verdicts)
     started = time.perf_counter()
     decided_groups = pd.DataFrame()
     if planned is not None:
@@ -240,6 +241,18 @@ def decide_span(
         changes=changes.drop(columns="query_key"),
         groups=decided_groups,
     )
+
+
+WORDS = ("cause", "cause_detail", "undo_hint", "named_changes")
+
+
+def _no_nan_words(verdicts: pd.DataFrame) -> None:
+    """The word columns without pandas' NaN: a value written at some rows (frame.loc) turns the None of the others
+    into NaN, which a reader takes for words ("nan") or a truthy value; None is what no words are."""
+    for column in WORDS:
+        if column in verdicts:
+            values = verdicts[column].astype(object)
+            verdicts[column] = values.where(values.notna(), None)
 
 
 def _name_collateral(

@@ -58,7 +58,7 @@ def advise(conn: sa.Connection, target: str, verdicts: pd.DataFrame, live: Targe
     tested = _tested(wanted[:MAX_TESTED], live)
     for (label, fix, _), result in zip(wanted, tested + [None] * (len(wanted) - len(tested)), strict=True):
         said = result.words() if result is not None else f"not tested: more than {MAX_TESTED} proposals"
-        detail = verdicts.at[label, "cause_detail"]
+        detail = verdicts.at[label, "cause_detail"] if isinstance(verdicts.at[label, "cause_detail"], str) else None
         undo = verdicts.at[label, "undo_hint"]
         words = f"undo {said}" if fix == undo else f"fix: {fix} ({said})"
         ANALYSED_VERDICTS.assign(verdicts, "cause_detail", f"{detail}; {words}" if detail else words, rows=[label])
@@ -79,7 +79,7 @@ def _pin_unnamed(verdicts: pd.DataFrame, detected: pd.Series) -> None:
             "nothing named changed: try ANALYZE on its tables (a new sample of their statistics); to keep the plan "
             f"from before meanwhile, with pg_hint_plan: {diff['pin_before']}"
         )
-        detail = row.get("cause_detail")
+        detail = row.get("cause_detail") if isinstance(row.get("cause_detail"), str) else None
         ANALYSED_VERDICTS.assign(verdicts, "cause_detail", f"{detail}; {words}" if detail else words, rows=[label])
 
 

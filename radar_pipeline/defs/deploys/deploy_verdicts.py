@@ -297,7 +297,7 @@ def _detections_log(result: "DeployAnalysis") -> list[str]:
     return [
         f"regression: queryid {r.queryid}: {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms "
         f"(×{r.change_factor:.2f}, confidence {r.confidence:.4f}, cause {r.cause}"
-        f"{': ' + ' '.join(printable(r.cause_detail).split()) if r.cause_detail else ''})"
+        f"{': ' + ' '.join(printable(r.cause_detail).split()) if isinstance(r.cause_detail, str) else ''})"
         for r in detected.itertuples()
     ]
 
@@ -314,7 +314,7 @@ def _metadata(result: "DeployAnalysis") -> dict[str, Any]:
             "confidence": round(float(row.confidence), 4),
             "change_vs_deploy_s": round((row.change_at - result.event.deployed_at).total_seconds()),
             "cause": row.cause,
-            "cause_detail": row.cause_detail or "",
+            "cause_detail": row.cause_detail if isinstance(row.cause_detail, str) else "",
             "undo": row.undo_hint or "",
             "plan": _plan_summary(row.plan_diff),
         }
