@@ -175,7 +175,7 @@ def test_a_plan_changed_with_nothing_named_says_analyze_and_the_hint_to_pin_the_
             "plan_diff": [diff, diff, diff],
         }
     )
-    _pin_unnamed(frame, frame["verdict"] == "detected")
+    _pin_unnamed(frame, frame["cause"] == "plan_changed")
     assert frame.loc[0, "cause_detail"] == (
         "Index Scan using … → Seq Scan on orders; nothing named changed: try ANALYZE on its tables (a new sample of "
         f"their statistics); to keep the plan from before meanwhile, with pg_hint_plan: {pin_hint(PLAN)}"

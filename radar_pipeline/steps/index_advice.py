@@ -45,14 +45,16 @@ def advise(conn: sa.Connection, target: str, verdicts: pd.DataFrame, live: Targe
     detected = verdicts["verdict"] == Verdict.DETECTED
     if not detected.any():
         return
-    texts = analysis.query_texts(conn, target, verdicts.loc[detected, KEY], length=analysis.WHOLE_TEXT)
+    replanned = detected & (verdicts["cause"] == Cause.PLAN_CHANGED)
+    proposed = replanned | (detected & (verdicts["cause"] == Cause.INDEX_DROPPED))  # the texts a proposal is tested on
+    texts = analysis.query_texts(conn, target, verdicts.loc[proposed, KEY], length=analysis.WHOLE_TEXT)
     wanted = []
     for label, row in verdicts[detected].iterrows():
         text = texts.get(int(row["queryid"]), "")
         fix = proposal(row.get("cause"), row.get("undo_hint"), row.get("plan_diff"), text)
         if fix is not None:
             wanted.append((label, fix, text))
-    _pin_unnamed(verdicts, detected)
+    _pin_unnamed(verdicts, replanned & ~verdicts.index.isin([label for label, _, _ in wanted]))
     if not wanted:
         return
     tested = _tested(wanted[:MAX_TESTED], live)
@@ -66,14 +68,13 @@ def advise(conn: sa.Connection, target: str, verdicts: pd.DataFrame, live: Targe
             ANALYSED_VERDICTS.assign(verdicts, "undo_hint", fix, rows=[label])
 
 
-def _pin_unnamed(verdicts: pd.DataFrame, detected: pd.Series) -> None:
-    """A plan that changed with nothing named (no catalog or setting change, no index proposed): the ANALYZE to try
-    and pg_hint_plan's comment that pins the plan from before, after its cause_detail."""
-    for label, row in verdicts[detected].iterrows():
+def _pin_unnamed(verdicts: pd.DataFrame, rows: pd.Series) -> None:
+    """Of the `rows` (detections whose plan changed, no index proposed), those with nothing named (no catalog or
+    setting change): the ANALYZE to try and pg_hint_plan's comment that pins the plan from before, after their
+    cause_detail."""
+    for label, row in verdicts[rows].iterrows():
         diff = row.get("plan_diff")
-        if row.get("cause") != Cause.PLAN_CHANGED or not isinstance(diff, dict) or not diff.get("pin_before"):
-            continue
-        if isinstance(row.get("named_changes"), str) or "fix: " in str(row.get("cause_detail") or ""):
+        if not isinstance(diff, dict) or not diff.get("pin_before") or isinstance(row.get("named_changes"), str):
             continue
         words = (
             "nothing named changed: try ANALYZE on its tables (a new sample of their statistics); to keep the plan "
