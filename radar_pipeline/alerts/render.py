@@ -157,6 +157,9 @@ class Regression:
     look: int = 0  # the look that found it: 0 the first verdict, k > 0 a later look (issue 29)
     found_after: timedelta | None = None  # a later look's: how long after the deploy its after side ended
     key: tuple[int, int, int, bool] | None = None  # its statement key (dbid, userid, queryid, toplevel): its buttons'
+    # the rise its weekly rhythm alone explains (a periodic check's, engine/rhythm.py): mean_after_ms is then the
+    # latest period at the earlier period's usual level (None: decided without one)
+    expected_factor: float | None = None
 
 
 @dataclass(frozen=True)
@@ -500,10 +503,17 @@ def _regression_fields(facts: AnalysisFacts, r: Regression) -> list[dict[str, st
         noise = "; noise from this window alone"
         if r.history_intervals > 0:
             noise = f"; noise from {r.history_intervals:,.0f} intervals of its history"
+    rhythm = ""
+    if r.expected_factor is not None and r.expected_factor == r.expected_factor:  # not NaN
+        rhythm = (
+            f"; at the hour's usual level: measured ×{r.change_factor * r.expected_factor:.2f}, of which its weekly "
+            f"rhythm explains ×{r.expected_factor:.2f}"
+        )
     fields = [
         {
             "type": "mrkdwn",
-            "text": f"*Mean:* {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms (×{r.change_factor:.2f}{interval})",
+            "text": f"*Mean:* {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms "
+            f"(×{r.change_factor:.2f}{interval}{rhythm})",
         },
         {
             "type": "mrkdwn",

@@ -34,7 +34,9 @@ def _query_params(queries: list[Query]) -> dict[str, list]:
     return {f"q_{name}": [q[i] for q in queries] for i, name in enumerate(QUERY)}
 
 
-POINT = ["deploy_id", "deployed_at", "dbid", "userid", "queryid", "toplevel", "mean_ms", "calls"]
+# usual_level: the point's usual level at its hours of the week (steps/rhythm.py point_levels; NaN: none): the bands
+# judge mean_ms / usual_level
+POINT = ["deploy_id", "deployed_at", "dbid", "userid", "queryid", "toplevel", "mean_ms", "calls", "usual_level"]
 COLUMNS = [*SERIES, *POINT, "begins_segment", *RESULT, "settings"]
 
 
@@ -51,7 +53,8 @@ def deploy_points(conn: sa.Connection, deploy_id: str, min_calls: int) -> pd.Dat
     return pd.read_sql(
         sa.text(
             "SELECT v.target, v.fingerprint, v.deploy_id, d.deployed_at, v.dbid, v.userid, v.queryid, v.toplevel, "
-            f"v.mean_after_ms AS mean_ms, v.calls_after AS calls, v.verdict = '{Verdict.DETECTED}' AS detected "
+            f"v.mean_after_ms AS mean_ms, v.calls_after AS calls, v.verdict = '{Verdict.DETECTED}' AS detected, "
+            "CAST(NULL AS double precision) AS usual_level "
             "FROM radar.verdict v JOIN radar.deploy_event d USING (deploy_id) "
             "WHERE v.deploy_id = :d AND v.calls_after >= :min_calls AND v.n_after >= 1 "
             "AND v.mean_after_ms IS NOT NULL AND v.mean_after_ms = v.mean_after_ms"  # not NaN
@@ -77,6 +80,7 @@ def earlier_points(
         sa.text(
             f"SELECT p.* FROM {_QUERIES} CROSS JOIN LATERAL ("
             "  SELECT h.target, h.dbid, h.userid, h.toplevel, h.fingerprint, h.deployed_at, h.deploy_id, h.mean_ms, "
+            "  h.usual_level, "
             f"  {', '.join('h.' + c for c in STATE)} FROM radar.query_history h "
             "  WHERE h.target = :t AND h.dbid = f.dbid AND h.userid = f.userid AND h.toplevel = f.toplevel "
             "  AND h.fingerprint = f.fingerprint AND (h.deployed_at, h.deploy_id) < (:at, :d) "
