@@ -178,6 +178,11 @@ def test_a_late_detection_through_dagster(deployed, warehouse, warehouse_url, sl
         materialized = result.asset_materializations_for_node("deploy_looks")[0].metadata
         assert materialized["look"].value == look and materialized["detected"].value == 1
         assert materialized["state_before"].value == "inconclusive" and materialized["state"].value == "fail"
+        # its table names each statement by its text, not only its key
+        (decided,) = [r.data for r in materialized["decided"].records if r.data["queryid"] == str(SPARSE)]
+        assert decided["query"] == TEXTS[SPARSE] and decided["verdict"] == "detected"
+        drawn = result.asset_materializations_for_node("regression_alerts")[0].metadata
+        assert "chart_images" in drawn  # the late detection's alert drew its chart
 
         rows = _rows(warehouse)
         assert rows.loc[SPARSE, "verdict"] == "detected" and rows.loc[SPARSE, "look"] == look
@@ -198,6 +203,15 @@ def test_a_late_detection_through_dagster(deployed, warehouse, warehouse_url, sl
         assert len(host.statuses) > sent_before and host.statuses[-1]["state"] == "failure"  # sent again
 
         assert not _due(instance, resources)  # requested once; nothing is open any more: the looks stop
+
+        # The alerts materialized again with nothing new to send (the deploy partition's latest materialization):
+        # they still show the deploy's charts, those of the run that drew them.
+        again = defs.resolve_job_def(deploy_looks_job.name).execute_in_process(
+            instance=instance, partition_key="lk-1", asset_selection=[dg.AssetKey("regression_alerts")]
+        )
+        shown = again.asset_materializations_for_node("regression_alerts")[0].metadata
+        assert shown["chart_images"] == drawn["chart_images"]
+        assert shown["charts_from_run"].value == result.run_id
 
     # The CLI says which look decided each statement, and that later looks ran.
     from click.testing import CliRunner

@@ -271,6 +271,7 @@ def test_an_unchecked_queryid_s_plan_diff_carries_a_caution_on_postgresql_18_not
         # The UI's plan diffs and reasons: tables of plain cells, not JSON.
         assert isinstance(metadata["plan_diffs"], dg.TableMetadataValue)
         (diff_rows[name],) = [r.data for r in metadata["plan_diffs"].records]
+        assert diff_rows[name]["query"] == result.texts[int(row.queryid)]  # the statement by its text, not its key
         assert {r.data["reason"]: r.data["statements"] for r in metadata["reasons"].records} == dict(
             result.verdicts["reason"].value_counts()
         )

@@ -82,6 +82,25 @@ def chart_images(paths: Sequence[str | Path], limit: int = CHART_IMAGES_LIMIT) -
     return dg.MetadataValue.md("\n\n".join(shown)) if shown else None
 
 
+REGRESSION_ALERTS = dg.AssetKey("regression_alerts")  # the asset whose materializations carry a deploy's charts
+CHARTS_LOOKED_BACK = 20  # earlier materializations of a partition searched for its charts
+
+
+def earlier_charts(instance: dg.DagsterInstance, partition: str) -> dict[str, dg.MetadataValue]:
+    """The charts of the deploy partition's latest regression_alerts materialization that drew some, with the run
+    that drew them (`chart_images`, `charts_from_run`), for a materialization that drew none: the partition's latest
+    materialization then still shows them (issue 39). Empty when none of the last CHARTS_LOOKED_BACK did."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=REGRESSION_ALERTS, asset_partitions=[partition]), limit=CHARTS_LOOKED_BACK
+    ).records
+    for record in records:
+        materialization = record.asset_materialization
+        images = materialization.metadata.get("chart_images") if materialization is not None else None
+        if isinstance(images, dg.MarkdownMetadataValue):
+            return {"chart_images": images, "charts_from_run": dg.MetadataValue.text(record.run_id)}
+    return {}
+
+
 def status_counts(counts: Mapping[str, int]) -> dict[str, dg.IntMetadataValue]:
     """An outbox's rows by status, one number each (alerts_sent, alerts_failed, …, zeros too), which the UI charts."""
     return {f"alerts_{status}": dg.MetadataValue.int(int(counts.get(status, 0))) for status in OUTBOX_STATUSES}

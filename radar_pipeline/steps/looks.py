@@ -31,7 +31,7 @@ Plain Python and pandas: the Dagster asset deploy_looks, the benchmark and the t
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -41,8 +41,9 @@ import sqlalchemy as sa
 
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.engine.budget import LOOK_SPANS
+from radar_pipeline.pgss_model import KEY
 from radar_pipeline.steps import groups
-from radar_pipeline.steps.decide import AnalysisRun, decide_span
+from radar_pipeline.steps.decide import TEXT_LENGTH, AnalysisRun, decide_span
 
 # The benchmarks and the lab take a look's parts from here, beside all_looks.
 from radar_pipeline.steps.look_spans import (  # noqa: F401
@@ -116,6 +117,7 @@ class LookResult:
     state_before: str
     state: dict[str, Any]
     seconds: float
+    texts: dict[int, str] = field(default_factory=dict)  # queryid → text (cut), of the rows it decided
 
 
 def run_look(run: AnalysisRun, deploy_id: str, look: int, now: datetime | None = None) -> LookResult:
@@ -189,8 +191,19 @@ def run_look(run: AnalysisRun, deploy_id: str, look: int, now: datetime | None =
         together.store(conn, deploy_id, target, event.deployed_at + span.after)
         store.record_look(conn, deploy_id, target, look, "done", span, basis, len(still), written, run.run_id)
         state = analysis.deploy_states(conn, [deploy_id]).iloc[0].to_dict()
+        texts = analysis.query_texts(conn, target, written[KEY], length=TEXT_LENGTH) if len(written) else {}
     return LookResult(
-        deploy_id, target, look, "done", span, len(still), written, state_before, state, time.perf_counter() - started
+        deploy_id,
+        target,
+        look,
+        "done",
+        span,
+        len(still),
+        written,
+        state_before,
+        state,
+        time.perf_counter() - started,
+        texts,
     )
 
 

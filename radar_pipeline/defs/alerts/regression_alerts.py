@@ -17,7 +17,7 @@ from radar_pipeline.defs.deploys.deploy_verdicts import (
     deploy_verdicts,
     deploys_partitions,
 )
-from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, OWNERS, chart_images, status_counts
+from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, OWNERS, chart_images, earlier_charts, status_counts
 from radar_pipeline.defs.resources import ChannelsResource, SlackResource, WarehouseResource
 
 if TYPE_CHECKING:
@@ -89,6 +89,8 @@ def regression_alerts(
         if reason is not None and not context.run.tags.get(REANALYSIS_TAG):
             metadata["withheld_waiting"] = outbox.withhold_waiting(conn, analysis_id, reason)
         metadata.update(status_counts(outbox.statuses(conn, analysis_id)))
+    if "chart_images" not in metadata:  # nothing new drawn: the partition's latest still shows the charts
+        metadata.update(earlier_charts(context.instance, analysis_id))
     return dg.MaterializeResult(metadata=metadata)
 
 

@@ -16,7 +16,7 @@ from radar_pipeline.defs.deploys.deploy_verdicts import (
     deploy_verdicts,
     deploys_partitions,
 )
-from radar_pipeline.defs.metadata import OWNERS, rounded, table
+from radar_pipeline.defs.metadata import ID, OWNERS, earlier_charts, rounded, table
 from radar_pipeline.defs.resources import AnalysisResource, TargetsResource, WarehouseResource
 from radar_pipeline.engine.vocabulary import Verdict
 
@@ -32,7 +32,8 @@ IN_FLIGHT = [
 SENSOR_INTERVAL_S = 30  # a look is due hours after its deploy: a look every 30 s is plenty
 SENSOR_PAGE = 100  # looks requested per evaluation at most; the rest on the next ticks
 DECIDED_COLUMNS = [
-    ("queryid", "int"),
+    ("query", "string"),
+    ("queryid", ID),
     ("verdict", "string"),
     ("factor", "float"),
     ("factor_low", "float"),
@@ -103,6 +104,7 @@ def deploy_looks(
             DECIDED_COLUMNS,
             [
                 {
+                    "query": result.texts.get(int(r.queryid), ""),
                     "queryid": int(r.queryid),
                     "verdict": str(r.verdict),
                     "factor": rounded(r.change_factor, 3),
@@ -114,6 +116,9 @@ def deploy_looks(
             ],
         ),
         "seconds": round(result.seconds, 3),
+        # the deploy's charts so far, so the partition's latest look shows them (this look's, if it found any, come
+        # with the alerts that follow it)
+        **earlier_charts(context.instance, context.partition_key),
     }
     return dg.MaterializeResult(metadata=metadata)
 

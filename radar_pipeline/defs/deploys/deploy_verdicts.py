@@ -61,6 +61,7 @@ TIER_COLUMNS = [
     ("share_of_time_after", "float"),
 ]
 PLAN_DIFF_COLUMNS = [
+    ("query", "string"),
     ("statement", "string"),
     ("summary", "string"),
     ("unavailable", "string"),
@@ -350,7 +351,10 @@ def _metadata(result: "DeployAnalysis") -> dict[str, Any]:
         "plan_diffs": table(
             PLAN_DIFF_COLUMNS,
             [
-                _plan_diff_row(key_label((r.dbid, r.userid, r.queryid, r.toplevel)), r.plan_diff)
+                {
+                    "query": result.texts.get(int(r.queryid), ""),
+                    **_plan_diff_row(key_label((r.dbid, r.userid, r.queryid, r.toplevel)), r.plan_diff),
+                }
                 for r in detected.head(DETECTION_ROWS_SHOWN).itertuples()
                 if isinstance(r.plan_diff, dict) and r.plan_diff
             ],
