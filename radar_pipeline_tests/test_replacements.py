@@ -10,7 +10,7 @@ import psycopg
 
 from radar_pipeline.collector.fingerprint import relations
 from radar_pipeline.engine.impact import CONTROL, PLANNABLE, SIMILAR_SHAPE, UTILITY
-from radar_pipeline.steps.replacements import shape, similarity, statement_class
+from radar_pipeline.steps.replacements import heavier_form, shape, similarity, statement_class
 from radar_pipeline.warehouse.migrations import SQL_DIR
 
 LIST = "SELECT id, customer_id FROM orders WHERE customer_id = %s"
@@ -59,6 +59,10 @@ def test_stored_texts_are_classified_and_rewrites_recognised(server):
 
 BY_ID = "SELECT id, total FROM orders WHERE id = %s"
 BY_CUSTOMER = "SELECT id, total FROM orders WHERE customer_id = %s"
+EAGER = "SELECT o.id, o.total, c.name FROM orders o JOIN customers c ON c.id = o.customer_id WHERE o.id = %s"
+EAGER_BY_CUSTOMER = (
+    "SELECT o.id, o.total, c.name FROM orders o JOIN customers c ON c.id = o.customer_id WHERE o.customer_id = %s"
+)
 # Statements the application runs (load, never the deploy's own) and the deploy's DDL, as pg_stat_statements stores
 # them; transaction control with a leading comment (PostgreSQL 17 and later store `SAVEPOINT $1`, which does not parse).
 APPLICATION = (
@@ -150,6 +154,32 @@ def test_a_lookup_by_another_column_is_no_rewrite(server):
     assert relations(by_id) == relations(by_customer) == {"orders"}
     assert similarity(shape(by_id), shape(by_customer)) < SIMILAR_SHAPE
     assert similarity(shape(old), shape(new)) >= SIMILAR_SHAPE
+    assert not heavier_form((relations(by_id), shape(by_id)), (relations(by_customer), shape(by_customer)))
+
+
+def test_a_lookup_loaded_with_a_relation_is_its_heavier_form(server):
+    """An ORM that starts loading the customer with each order (a join, aliases) runs the same lookup in a heavier
+    form: alike in little (the join adds most of the tree) but reading the old's table and comparing its column; the
+    same join looking up by customer is not it."""
+    db = server.new_database("heavier")
+    try:
+        server.execute("CREATE EXTENSION pg_stat_statements", db)
+        server.execute("CREATE TABLE customers (id int PRIMARY KEY, name text)", db)
+        server.execute("CREATE TABLE orders (id int PRIMARY KEY, customer_id int, total numeric)", db)
+        with psycopg.connect(server.pg.dsn(db), autocommit=True) as conn:
+            conn.execute("SELECT pg_stat_statements_reset()")
+            for text in (BY_ID, EAGER, EAGER_BY_CUSTOMER):
+                conn.execute(text, (1,))
+            stored = {r[0] for r in conn.execute("SELECT query FROM pg_stat_statements WHERE query LIKE 'SELECT %'")}
+    finally:
+        server.drop_database(db)
+    by_id, eager, by_customer = (
+        [t for t in stored if t.startswith(s.split("%")[0])][0] for s in (BY_ID, EAGER, EAGER_BY_CUSTOMER)
+    )
+    assert similarity(shape(by_id), shape(eager)) < SIMILAR_SHAPE and relations(by_id) != relations(eager)
+    assert heavier_form((relations(by_id), shape(by_id)), (relations(eager), shape(eager)))
+    assert not heavier_form((relations(by_id), shape(by_id)), (relations(by_customer), shape(by_customer)))
+    assert not heavier_form((relations(eager), shape(eager)), (relations(by_id), shape(by_id)))  # lighter, not heavier
 
 
 def test_the_kind_check_is_added_without_a_long_lock():

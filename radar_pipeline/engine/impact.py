@@ -385,13 +385,15 @@ def classify(
     never heavy): the change itself, not new load; DDL called more often is the application's load.
 
     `pairs`: candidate rewrites, a row per (old_key, new_key) with `same_relations` (the two texts name the same
-    tables) and `similarity` (the share of their parse trees' features in common, 0 to 1). A statement that stopped
-    (with its rolling-deploy tail) and one that is new, of the same database, on the same relations and at least
-    SIMILAR_SHAPE alike, the old half's stop (onset_at) and the new half's start within the tolerance of each other and
-    of the deploy, are one statement rewritten: both halves become `replaced`, each naming the other
-    (`partner_key`), with per_call_factor = the new half's mean per call after / the old half's before. Pairs are
-    matched one to one, most alike first. The new half is heavy when it adds (its time after less the old half's
-    before) at least new_statement_share of the target's time after."""
+    tables), `similarity` (the share of their parse trees' features in common, 0 to 1) and optionally `heavier` (the
+    new text is the old one's lookup in a heavier form: it reads the old's tables and more, comparing what the old
+    compared). A statement that stopped (with its rolling-deploy tail) and one that is new, of the same database, on
+    the same relations and at least SIMILAR_SHAPE alike or the new the old's heavier form, the old half's stop
+    (onset_at) and the new half's start within the tolerance of each other and of the deploy, are one statement
+    rewritten: both halves become `replaced`, each naming the other (`partner_key`), with per_call_factor = the new
+    half's mean per call after / the old half's before. Pairs are matched one to one, most alike first. The new half
+    is heavy when it adds (its time after less the old half's before) at least new_statement_share of the target's
+    time after."""
     settings = settings or EngineSettings()
     out = found.statements.copy()
     keys = out["query_key"]
@@ -417,7 +419,8 @@ def classify(
 def _pair(out: pd.DataFrame, pairs: pd.DataFrame, settings: EngineSettings, deployed_at: pd.Timestamp | None) -> None:
     """Mark the replaced pairs in `out` (classify), in place."""
     at = pd.Series(np.arange(len(out)), index=out["query_key"].to_numpy())
-    eligible = pairs[pairs["same_relations"] & (pairs["similarity"] >= SIMILAR_SHAPE)]
+    heavier = pairs["heavier"].astype(bool) if "heavier" in pairs else pd.Series(False, index=pairs.index)
+    eligible = pairs[(pairs["same_relations"] & (pairs["similarity"] >= SIMILAR_SHAPE)) | heavier]
     eligible = eligible[eligible["old_key"].isin(at.index) & eligible["new_key"].isin(at.index)]
     total_after = float(out["exec_ms_per_min_after"].sum())
     tolerance = pd.Timedelta(settings.tolerance)

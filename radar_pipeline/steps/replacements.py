@@ -193,14 +193,40 @@ def similarity(a: Counter[str], b: Counter[str]) -> float:
     return (_jaccard(where_a, where_b) + _jaccard(rest_a, rest_b)) / 2.0
 
 
+def compared_columns(found: Counter[str]) -> frozenset[str]:
+    """The predicates' comparisons of a shape, each as its columns without their table or alias (`o.id` and `id`
+    are one), so the same lookup is found inside a heavier form of it."""
+    out = set()
+    for key in found:
+        if key.startswith(f"{PREDICATE_MARK}[") and "]" in key:
+            names = key[2 : key.index("]")].split(",")
+            out.add(",".join(sorted({name.rsplit(".", 1)[-1] for name in names if name})))
+    return frozenset(out)
+
+
+def heavier_form(old: tuple[frozenset[str], Counter[str]], new: tuple[frozenset[str], Counter[str]]) -> bool:
+    """Whether the new text is the old one's lookup in a heavier form (an ORM that loads a relation with it, adds a
+    subquery or a join): it reads every relation the old read and more or the same, and compares every column set
+    the old's predicates compare (the old has at least one). Each is (relations, shape)."""
+    (old_relations, old_shape), (new_relations, new_shape) = old, new
+    compared = compared_columns(old_shape)
+    return (
+        bool(old_relations)
+        and old_relations <= new_relations
+        and bool(compared)
+        and (compared <= compared_columns(new_shape))
+    )
+
+
 def candidate_pairs(statements: pd.DataFrame, keys: pd.DataFrame, texts: Mapping[int, str]) -> pd.DataFrame:
-    """The impact's stopped × new statements of the same database and user, with `same_relations` and `similarity`
-    of their texts (`texts`: queryid → full text), as `classify` takes them (old_key, new_key, ...). `keys` is the
-    window's KEY frame indexed by query_key. At most PAIRS_MAX pairs, the first in the frame's order."""
-    columns = ["old_key", "new_key", "same_relations", "similarity"]
+    """The impact's stopped × new statements of the same database and user, with `same_relations`, `similarity` and
+    `heavier` (heavier_form) of their texts (`texts`: queryid → full text), as `classify` takes them (old_key,
+    new_key, ...). `keys` is the window's KEY frame indexed by query_key. At most PAIRS_MAX pairs, the first in the
+    frame's order."""
+    columns = ["old_key", "new_key", "same_relations", "similarity", "heavier"]
     old = statements.loc[statements["kind"] == "stopped", "query_key"].tolist()
     new = statements.loc[statements["kind"] == "new", "query_key"].tolist()
-    rows: list[tuple[Any, Any, bool, float]] = []
+    rows: list[tuple[Any, Any, bool, float, bool]] = []
     facts: dict[Any, tuple[frozenset[str], Counter[str] | None, tuple[int, int]]] = {}
 
     def fact(k: Any) -> tuple[frozenset[str], Counter[str] | None, tuple[int, int]]:
@@ -217,5 +243,6 @@ def candidate_pairs(statements: pd.DataFrame, keys: pd.DataFrame, texts: Mapping
             (rel_o, shape_o, who_o), (rel_n, shape_n, who_n) = fact(o), fact(n)
             if who_o != who_n or shape_o is None or shape_n is None:
                 continue
-            rows.append((o, n, bool(rel_o) and rel_o == rel_n, similarity(shape_o, shape_n)))
+            heavier = heavier_form((rel_o, shape_o), (rel_n, shape_n))
+            rows.append((o, n, bool(rel_o) and rel_o == rel_n, similarity(shape_o, shape_n), heavier))
     return pd.DataFrame(rows, columns=columns)

@@ -307,7 +307,8 @@ def test_collateral_of_the_deploy_s_lock_and_not_of_a_quick_drop() -> None:
 
 def test_replaced_statements_are_paired_with_a_rolling_tail() -> None:
     """An ORM rewrite: statement 1 stops at the deploy (11 calls of the old code's tail in the first two minutes),
-    statement 2 starts, ×4 slower per call. Paired when their relations are the same and their shapes alike."""
+    statement 2 starts, ×4 slower per call. Paired when their relations are the same and their shapes alike, or when
+    the new is the old's heavier form."""
     specs = {
         1: {"calls": (100, 0), "ms": (2.0, 2.0), "tail": (5.5, 2)},
         2: {"calls": (0, 100), "ms": (0.0, 8.0), "new": True},
@@ -325,6 +326,9 @@ def test_replaced_statements_are_paired_with_a_rolling_tail() -> None:
     for unlike in (pairs.assign(similarity=0.3), pairs.assign(same_relations=False)):
         kept = classify(found, pd.Series(dtype=object), unlike, SETTINGS).statements.set_index("query_key")
         assert kept.loc[[1, 2], "kind"].tolist() == ["stopped", "new"]
+        # the new text the old one's lookup in a heavier form (an ORM loading a relation with it): one statement
+        heavier = classify(found, pd.Series(dtype=object), unlike.assign(heavier=True), SETTINGS).statements
+        assert heavier.set_index("query_key").loc[[1, 2], "kind"].tolist() == ["replaced", "replaced"]
 
 
 def test_a_declining_statement_has_not_stopped() -> None:
