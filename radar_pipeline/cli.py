@@ -1272,6 +1272,7 @@ def label_command(
     group's (--group) or a fleet verdict (QUERYID --fleet) as intended, false_alarm, fixed (--fixed-by DEPLOY) or
     acknowledged. Labels are kept, never changed: the latest stands beside the verdict (docs/labels.md). A negative
     QUERYID follows `--`."""
+    from radar_pipeline.steps.labelling import store_label
     from radar_pipeline.warehouse import labels
 
     request = labels.Label(
@@ -1289,7 +1290,7 @@ def label_command(
     )
     try:
         with _engine(warehouse).begin() as conn:
-            stored = labels.add(conn, request).row
+            stored = store_label(conn, request).row
     except labels.LabelError as exc:
         raise _label_failure(exc) from None
     except ConfigError as exc:

@@ -47,8 +47,9 @@ def update_history(conn: sa.Connection, deploy_id: str, settings: HistorySetting
     caller's transaction.
 
     A point is a query's call-weighted mean over the window after the deploy, where the analysis saw at least
-    `min_calls` calls there. It begins a segment when the deploy's analysis detected a regression in the query, or
-    the periodic check detected one since the query's previous point.
+    `min_calls` calls there. It begins a segment when the query changed at the deploy (its analysis detected a
+    regression in it, or its verdict there is labelled intended), or the periodic check detected a change in it
+    since the query's previous point.
     """
     started = time.perf_counter()
     event = deploys.get(conn, deploy_id)
@@ -65,24 +66,8 @@ def update_history(conn: sa.Connection, deploy_id: str, settings: HistorySetting
     new = store.deploy_points(conn, deploy_id, min_calls)
     queries = sorted(set(_queries_of(new)) | set(store.stored_queries(conn, deploy_id)))
     prior = store.earlier_points(conn, target, queries, here, settings.drift_points)
-    later = store.later_points(conn, target, queries, here)
-    detected = store.detected_at_deploys(conn, target, sorted(set(later["deploy_id"])))
-    later["detected"] = [(d, *q) in detected for d, q in zip(later["deploy_id"], _queries_of(later), strict=True)]
-
-    points = pd.concat([new, later], ignore_index=True).sort_values(
-        [*store.QUERY, "deployed_at", "deploy_id"], kind="stable", ignore_index=True
-    )
-    points["begins_segment"] = points["detected"].astype(bool) | _periodic_change_since_last_point(
-        conn, target, points, prior, queries
-    )
-    series = {q: i for i, q in enumerate(queries)}  # one series per query
-    result = extend_history(
-        prior.assign(series=[series[q] for q in _queries_of(prior)])[["series", "mean_ms", *STATE]],
-        points.assign(series=[series[q] for q in _queries_of(points)])[["series", "mean_ms", "begins_segment"]],
-        settings,
-    )
-    rows = pd.concat([points.drop(columns=["detected"]), result], axis=1)
-    rows["begins_segment"] = rows["seg_points"] == 1  # a query's first point begins its first segment too
+    later = _changed_at_deploys(conn, target, store.later_points(conn, target, queries, here))
+    rows = _judged(conn, target, queries, pd.concat([new, later], ignore_index=True), prior, settings)
     store.replace_points(conn, deploy_id, target, queries, here, rows, settings.to_dict())
 
     own = rows[rows["deploy_id"] == deploy_id].reset_index(drop=True)
@@ -96,6 +81,64 @@ def update_history(conn: sa.Connection, deploy_id: str, settings: HistorySetting
         texts=texts,
         seconds=time.perf_counter() - started,
     )
+
+
+def rejudge_from(conn: sa.Connection, deploy_id: str, target: str, queries: list[store.Query]) -> int:
+    """Judge these queries' stored points again from the deploy's point on (its own included), in the caller's
+    transaction, once what begins their segments there changed (steps/labelling.py: an intended label): from their
+    stored means, with the settings the first of them was judged with. Returns how many points were judged again
+    (none when the deploy has no point of theirs yet: update_history will see the label when it adds them)."""
+    event = deploys.get(conn, deploy_id)
+    if event is None or event.deployed_at is None or not queries:
+        return 0
+    here = (event.deployed_at, deploy_id)
+    store.lock_target(conn, target)
+    stored = store.later_points(conn, target, queries, here, inclusive=True)
+    stored = stored[[q in set(queries) for q in _queries_of(stored)]]
+    if stored.empty:
+        return 0
+    settings = HistorySettings.from_dict(stored["settings"].iloc[0])
+    points = _changed_at_deploys(conn, target, stored.drop(columns=["settings"]))
+    judged = sorted(set(_queries_of(points)))
+    prior = store.earlier_points(conn, target, judged, here, settings.drift_points)
+    rows = _judged(conn, target, judged, points, prior, settings)
+    store.replace_from(conn, target, judged, here, rows, settings.to_dict())
+    return len(rows)
+
+
+def _changed_at_deploys(conn: sa.Connection, target: str, points: pd.DataFrame) -> pd.DataFrame:
+    """Stored points with `detected`: whether their query changed at their deploy (store.detected_at_deploys)."""
+    changed = store.detected_at_deploys(conn, target, sorted(set(points["deploy_id"])))
+    return points.assign(
+        detected=[(d, *q) in changed for d, q in zip(points["deploy_id"], _queries_of(points), strict=True)]
+    )
+
+
+def _judged(
+    conn: sa.Connection,
+    target: str,
+    queries: list[store.Query],
+    points: pd.DataFrame,
+    prior: pd.DataFrame,
+    settings: HistorySettings,
+) -> pd.DataFrame:
+    """The queries' points (POINT columns and `detected`) judged in order after their `prior` points: where each
+    begins a segment, its band and drift, the running state (store.COLUMNS but settings)."""
+    points = points.drop(columns=["settings"], errors="ignore").sort_values(
+        [*store.QUERY, "deployed_at", "deploy_id"], kind="stable", ignore_index=True
+    )
+    points["begins_segment"] = points["detected"].astype(bool) | _periodic_change_since_last_point(
+        conn, target, points, prior, queries
+    )
+    series = {q: i for i, q in enumerate(queries)}  # one series per query
+    result = extend_history(
+        prior.assign(series=[series[q] for q in _queries_of(prior)])[["series", "mean_ms", *STATE]],
+        points.assign(series=[series[q] for q in _queries_of(points)])[["series", "mean_ms", "begins_segment"]],
+        settings,
+    )
+    rows = pd.concat([points.drop(columns=["detected"]), result], axis=1)
+    rows["begins_segment"] = rows["seg_points"] == 1  # a query's first point begins its first segment too
+    return rows
 
 
 def _queries_of(frame: pd.DataFrame) -> list[store.Query]:
