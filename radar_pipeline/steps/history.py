@@ -127,6 +127,8 @@ def _judged(
     points = points.drop(columns=["settings"], errors="ignore").sort_values(
         [*store.QUERY, "deployed_at", "deploy_id"], kind="stable", ignore_index=True
     )
+    # Joined with an empty frame (no later points) the times are objects, which merge_asof refuses.
+    points["deployed_at"] = pd.to_datetime(points["deployed_at"], utc=True)
     points["begins_segment"] = points["detected"].astype(bool) | _periodic_change_since_last_point(
         conn, target, points, prior, queries
     )
