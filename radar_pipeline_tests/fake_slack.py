@@ -1,9 +1,10 @@
 """A local HTTP server standing in for Slack's Web API and an incoming webhook, for the real slack-sdk client.
 
 It answers chat.postMessage, chat.update (as Slack does: the channel's id — never its name — and the ts of a message
-in it are required, else channel_not_found or message_not_found), the three steps of files_upload_v2 (files.getUploadURLExternal, the upload itself,
-files.completeUploadExternal) and a webhook URL, records every request, and can be told to answer the next calls to
-a method with given statuses (a 429 with Retry-After, a 500) before answering normally again.
+in it are required, else channel_not_found or message_not_found), the three steps of files_upload_v2
+(files.getUploadURLExternal, the upload itself, files.completeUploadExternal) and a webhook URL, records every
+request, and can be told to answer the next calls to a method with given statuses (a 429 with Retry-After, a 500)
+before answering normally again.
 
 For the outbox's faults it also keeps the messages it accepted (with their `metadata`), answers conversations.history
 from them, and can be told to accept the next message but answer only after a delay (longer than the client's

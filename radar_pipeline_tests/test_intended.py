@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 
+from radar_pipeline.alerts.slack import DeliveryError, SlackSender
 from radar_pipeline.cli import main
 from radar_pipeline.defs.resources import AnalysisResource, ChannelsResource, SlackResource
 from radar_pipeline.engine.history import STATE, HistorySettings, extend_history
@@ -25,7 +26,7 @@ from radar_pipeline.steps.history import update_history
 from radar_pipeline.steps.periodic_check import analyse_period
 from radar_pipeline.warehouse import deploys
 
-from . import fake_pagerduty
+from . import fake_pagerduty, fake_slack
 from .helpers import store_counters
 from .test_alerts import analysed  # noqa: F401 - the fixture is used by name
 from .test_channels import KEY
@@ -219,3 +220,47 @@ def test_an_intended_alert_is_resolved_and_its_message_updated(analysed, warehou
             assert sorted(tuple(r) for r in done) == [("message_update", "sent"), ("resolve", "sent")]
     finally:
         pd_http.shutdown()
+
+
+def test_a_group_label_stands_for_its_members_and_the_latest_covering_label_stands(analysed, warehouse, warehouse_url):  # noqa: F811
+    """d-7's statements 11 and 12 decided together as one group: the group's intended label stands for both; a later
+    label of 12 alone replaces it for 12."""
+    with warehouse.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.group_verdict (deploy_id, target, group_id, kind, label, verdict, members, "
+                "members_above, statements, member_dbid, member_userid, member_queryid, member_toplevel) VALUES "
+                "('d-7', 'main', 'shape:ab', 'shape', 'two statements', 'detected', 2, 1, 2, '{5,5}', '{10,10}', "
+                "'{11,12}', '{true,true}')"
+            )
+        )
+    _label(warehouse_url, "d-7", "--group", "shape:ab", "--as", "intended", "--note", "both, on purpose")
+
+    def intended() -> list[int]:
+        with warehouse.connect() as conn:
+            rows = conn.execute(sa.text("SELECT queryid FROM radar.intended_verdict ORDER BY queryid"))
+            return [int(r[0]) for r in rows]
+
+    assert intended() == [11, 12]
+    with warehouse.connect() as conn:
+        assert conn.execute(sa.text("SELECT verdicts FROM radar.label_effect")).scalar_one() == 2
+    _label(warehouse_url, "d-7", "12", "--as", "false_alarm", "--note", "12 is noise")
+    assert intended() == [11]
+
+
+def test_a_message_is_updated_by_the_channel_id_and_ts_slack_answered(slack):
+    """chat.update as Slack takes it: the channel's id (a name is channel_not_found) and the ts of a message there
+    (another is message_not_found); both refusals are final."""
+    sender = SlackSender(token="xoxb-test-token", channel="#radar", base_url=slack.api_url)
+    posted = sender.send("1 query slower", [{"type": "section", "text": {"type": "mrkdwn", "text": "before"}}])
+    assert posted.channel_id == fake_slack.CHANNEL_ID and posted.ts
+    blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": "after"}}]
+    for channel, ts, error in (
+        ("#radar", posted.ts, "channel_not_found"),
+        (posted.channel_id, "1.2", "message_not_found"),
+    ):
+        with pytest.raises(DeliveryError, match=error) as refused:
+            sender.update(channel, ts, "1 query slower", blocks)
+        assert not refused.value.retryable
+    sender.update(posted.channel_id, posted.ts, "1 query slower", blocks)
+    assert slack.messages()[0]["blocks"] == blocks

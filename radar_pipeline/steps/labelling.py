@@ -19,16 +19,19 @@ from radar_pipeline.warehouse.labels import Label, LabelError
 
 def store_label(conn: sa.Connection, label: Label) -> labels.Stored:
     """Store `label` once (labels.add: LabelError names a wrong field, LabelConflict an idempotency key used for
-    another label) and apply it, in the caller's transaction. Any label judges its verdicts' history points again
-    from their deploys on (an intended one begins a segment there; one that replaces an intended label ends that).
-    An intended label also closes the queries' open periodic episodes as intended, skips their alerts not sent yet,
-    and enqueues the resolves of what their alerts opened and an update of each Slack message that carried them,
-    which the alert's retry run delivers (radar_reconciler asks for it); what it did is recorded in
-    radar.label_effect, without which an intended label cannot commit (sql/0040)."""
+    another label) and apply it, in the caller's transaction. An intended label, and one that replaces an intended
+    label, judges its verdicts' history points again from their deploys on (the intended one begins a segment there;
+    the other ends it). An intended label also closes the queries' open periodic episodes as intended, skips their
+    alerts not sent yet, and enqueues the resolves of what their alerts opened and an update of each Slack message
+    that carried them, which the alert's retry run delivers (radar_reconciler asks for it); what it did is recorded
+    in radar.label_effect, without which an intended label cannot commit (sql/0040)."""
     stored = labels.add(conn, label)
     if not stored.inserted:
         return stored
     label_id = int(stored.row["label_id"])
+    intended = stored.row["label"] == "intended"
+    if not intended and not labels.replaces_intended(conn, label_id):
+        return stored  # its verdicts' segments are as they were
     covered = conn.execute(
         sa.text(
             "SELECT DISTINCT deploy_id, target, dbid, userid, toplevel, fingerprint FROM radar.label_cover "
@@ -41,9 +44,6 @@ def store_label(conn: sa.Connection, label: Label) -> labels.Stored:
         by_deploy.setdefault((r.deploy_id, r.target), []).append(
             (int(r.dbid), int(r.userid), bool(r.toplevel), int(r.fingerprint))
         )
-    intended = stored.row["label"] == "intended"
-    if not intended and not labels.replaces_intended(conn, label_id):
-        return stored  # its verdicts' segments are as they were
     points = sum(rejudge_from(conn, d, t, queries) for (d, t), queries in by_deploy.items())
     if not intended:
         return stored
