@@ -1291,6 +1291,7 @@ def label_command(
     try:
         with _engine(warehouse).begin() as conn:
             stored = store_label(conn, request).row
+            effect = labels.effect_of(conn, int(stored["label_id"]))
     except labels.LabelError as exc:
         raise _label_failure(exc) from None
     except ConfigError as exc:
@@ -1304,6 +1305,12 @@ def label_command(
     }[stored["kind"]]
     words = labels.label_words(stored["label"], stored["labelled_by"], stored["note"], stored["fixed_by"])
     click.echo(clean(f"labelled {what}: {words} (label {stored['label_id']})"))
+    if effect is not None:
+        click.echo(
+            f"a new baseline for {effect['verdicts']} verdicts: {effect['history_points']} history points judged "
+            f"again, {effect['episodes_closed']} periodic episodes closed; {effect['resolves']} resolves and "
+            f"{effect['message_updates']} Slack message updates go out with the alert's next retry run"
+        )
 
 
 def _until(value: str) -> datetime:

@@ -98,7 +98,8 @@ def test_an_intended_label_begins_a_segment_and_judges_the_points_after_it_again
         verdict = conn.execute(sa.text("SELECT verdict FROM radar.verdict WHERE deploy_id = 'i-4' AND queryid = 61"))
         assert verdict.scalar_one() != "detected"
 
-    _label(warehouse_url, "i-4", "61", "--as", "intended", "--note", "the audit trigger, on purpose")
+    said = _label(warehouse_url, "i-4", "61", "--as", "intended", "--note", "the audit trigger, on purpose")
+    assert "a new baseline for 1 verdicts: 3 history points judged again, 0 periodic episodes closed" in said
     after = _points(warehouse, 61)
     assert after["begins_segment"].tolist() == [True, False, False, False, True, False, False]
     assert (after.loc[["i-4", "i-5", "i-6"], "segment"] == 1).all()

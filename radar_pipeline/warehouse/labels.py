@@ -292,6 +292,13 @@ def record_effect(conn: sa.Connection, label_id: int, effect: dict[str, int]) ->
     )
 
 
+def effect_of(conn: sa.Connection, label_id: int) -> dict[str, Any] | None:
+    """What applying a label did (its radar.label_effect row), or None (a label that is not intended)."""
+    found = conn.execute(sa.text("SELECT * FROM radar.label_effect WHERE label_id = :l"), {"l": label_id})
+    row = found.mappings().first()
+    return dict(row) if row is not None else None
+
+
 def standing_labels(conn: sa.Connection, analysis_id: str) -> dict[tuple[str, Key], str]:
     """The standing label of each of the analysis's labelled statement verdicts (the latest of the labels that
     cover it: its own, its group's, its fleet verdict's; for a periodic check's, else the label that closed its
