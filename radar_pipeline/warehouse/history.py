@@ -34,10 +34,13 @@ def _query_params(queries: list[Query]) -> dict[str, list]:
     return {f"q_{name}": [q[i] for q in queries] for i, name in enumerate(QUERY)}
 
 
-# A verdict (alias v) whose standing label is intended (sql/0040): the query's new level begins there.
-_INTENDED = (
-    "EXISTS (SELECT 1 FROM radar.intended_verdict i WHERE i.deploy_id = v.deploy_id AND i.target = v.target "
-    "AND i.dbid = v.dbid AND i.userid = v.userid AND i.queryid = v.queryid AND i.toplevel = v.toplevel)"
+# The verdicts (alias v) of the deploys :ids whose standing label is intended (sql/0040), joined as i (i.queryid is
+# NULL for the others): the query's new level begins there. The deploys' filter reaches into the view, so the labels
+# are read once for the statement, not once per verdict.
+_INTENDED_JOIN = (
+    "LEFT JOIN (SELECT DISTINCT deploy_id, target, dbid, userid, queryid, toplevel FROM radar.intended_verdict "
+    "WHERE deploy_id = ANY(CAST(:ids AS text[]))) i ON i.deploy_id = v.deploy_id AND i.target = v.target "
+    "AND i.dbid = v.dbid AND i.userid = v.userid AND i.queryid = v.queryid AND i.toplevel = v.toplevel"
 )
 POINT = ["deploy_id", "deployed_at", "dbid", "userid", "queryid", "toplevel", "mean_ms", "calls"]
 COLUMNS = [*SERIES, *POINT, "begins_segment", *RESULT, "settings"]
@@ -57,13 +60,14 @@ def deploy_points(conn: sa.Connection, deploy_id: str, min_calls: int) -> pd.Dat
     return pd.read_sql(
         sa.text(
             "SELECT v.target, v.fingerprint, v.deploy_id, d.deployed_at, v.dbid, v.userid, v.queryid, v.toplevel, "
-            f"v.mean_after_ms AS mean_ms, v.calls_after AS calls, v.verdict = '{Verdict.DETECTED}' OR {_INTENDED} "
-            "AS detected FROM radar.verdict v JOIN radar.deploy_event d USING (deploy_id) "
+            f"v.mean_after_ms AS mean_ms, v.calls_after AS calls, "
+            f"v.verdict = '{Verdict.DETECTED}' OR i.queryid IS NOT NULL AS detected "
+            f"FROM radar.verdict v JOIN radar.deploy_event d USING (deploy_id) {_INTENDED_JOIN} "
             "WHERE v.deploy_id = :d AND v.calls_after >= :min_calls AND v.n_after >= 1 "
             "AND v.mean_after_ms IS NOT NULL AND v.mean_after_ms = v.mean_after_ms"  # not NaN
         ),
         conn,
-        params={"d": deploy_id, "min_calls": min_calls},
+        params={"d": deploy_id, "ids": [deploy_id], "min_calls": min_calls},
     )
 
 
@@ -115,9 +119,9 @@ def detected_at_deploys(conn: sa.Connection, target: str, deploy_ids: list[str])
     detected, or a verdict labelled intended."""
     rows = conn.execute(
         sa.text(
-            f"SELECT deploy_id, {', '.join(QUERY)} FROM radar.verdict v "
-            f"WHERE target = :t AND (verdict = '{Verdict.DETECTED}' OR {_INTENDED}) "
-            "AND deploy_id = ANY(CAST(:ids AS text[]))"
+            f"SELECT v.deploy_id, {', '.join('v.' + c for c in QUERY)} FROM radar.verdict v {_INTENDED_JOIN} "
+            f"WHERE v.target = :t AND (v.verdict = '{Verdict.DETECTED}' OR i.queryid IS NOT NULL) "
+            "AND v.deploy_id = ANY(CAST(:ids AS text[]))"
         ),
         {"t": target, "ids": deploy_ids},
     )
