@@ -19,7 +19,10 @@ from click.testing import CliRunner
 
 from radar_pipeline.alerts.slack import DeliveryError, SlackSender
 from radar_pipeline.cli import main
-from radar_pipeline.defs.resources import AnalysisResource, ChannelsResource, SlackResource
+from radar_pipeline.config.settings import periodic_minute, periodic_start
+from radar_pipeline.defs.periodic.periodic_check import periodic_definitions
+from radar_pipeline.defs.resources import AnalysisResource, ChannelsResource, SlackResource, TargetsResource
+from radar_pipeline.defs.retry_jobs import periodic_alert_retry_job
 from radar_pipeline.engine.history import STATE, HistorySettings, extend_history
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 from radar_pipeline.steps.history import update_history
@@ -30,6 +33,7 @@ from . import fake_pagerduty, fake_slack
 from .helpers import store_counters
 from .test_alerts import analysed  # noqa: F401 - the fixture is used by name
 from .test_channels import KEY
+from .test_periodic import _key, timeline  # noqa: F401 - the fixture is used by name
 from .test_reconciler import _defs, _execute, _resources, _tick
 
 TEXTS = {61: "SELECT * FROM audit_log WHERE account = $1", 62: "SELECT * FROM carts WHERE id = $1"}
@@ -265,3 +269,47 @@ def test_a_message_is_updated_by_the_channel_id_and_ts_slack_answered(slack):
         assert not refused.value.retryable
     sender.update(posted.channel_id, posted.ts, "1 query slower", blocks)
     assert slack.messages()[0]["blocks"] == blocks
+
+
+def test_an_intended_episode_is_resolved_by_its_hours_retry_run_even_past_the_alert_age(
+    timeline,  # noqa: F811
+    warehouse,
+    warehouse_url,
+    slack,
+):
+    """test_periodic's statement 31, reported by hour 1 on Slack and PagerDuty, is labelled intended. The
+    reconciler asks for hour 1's periodic_alert_retry_job, whose run resolves the incident and updates the message
+    although the hour is older than the alert age limit by then (closing is never noise)."""
+    pd_state, pd_http = fake_pagerduty.start()
+    try:
+        bot = SlackResource(token="xoxb-test-token", channel="#radar", base_url=slack.api_url)
+        channels = ChannelsResource(pagerduty_routing_key=KEY, pagerduty_url=pd_state.url)
+        periodic = periodic_definitions(periodic_start(), periodic_minute())
+        assets = [periodic.get_assets_def("periodic_verdicts"), periodic.get_assets_def("periodic_alerts")]
+        resources = {
+            **_resources(warehouse_url, bot),
+            "analysis": AnalysisResource(),
+            "targets": TargetsResource(spec=""),
+            "channels": channels,
+        }
+        hour = _key(timeline, 1)
+        with dg.instance_for_test() as instance:
+            assert dg.materialize(assets, partition_key=hour, resources=resources, instance=instance).success
+            assert [i.status for i in pd_state.incidents] == ["triggered"]
+            (posted,) = slack.messages()
+            _label(warehouse_url, f"periodic:{hour}", "31", "--as", "intended", "--note", "the report, on purpose")
+
+            old = {**resources, "slack": SlackResource(**{**bot.model_dump(), "alert_max_age_hours": 1.0})}
+            asked = [r for r in _tick(instance, old).run_requests if r.job_name == periodic_alert_retry_job.name]
+            (request,) = asked  # and an analysis of test_periodic's deploy, which is not this test's
+            assert request.partition_key == hour
+            defs = dg.Definitions(assets=assets, jobs=[periodic_alert_retry_job], resources=old)
+            assert _execute(instance, defs, request).success
+            assert [i.status for i in pd_state.incidents] == ["resolved"]
+            (update,) = slack.calls_to("/api/chat.update")
+            assert update.json["ts"] == posted["ts"]
+            assert "Labelled intended by ana: the report, on purpose" in json.dumps(update.json["blocks"])
+            later = _tick(instance, old).run_requests
+            assert not [r for r in later if r.job_name == periodic_alert_retry_job.name]
+    finally:
+        pd_http.shutdown()
