@@ -313,3 +313,31 @@ def test_an_intended_episode_is_resolved_by_its_hours_retry_run_even_past_the_al
             assert not [r for r in later if r.job_name == periodic_alert_retry_job.name]
     finally:
         pd_http.shutdown()
+
+
+def test_a_fleet_label_stands_for_the_statement_on_each_deploy_of_the_release(analysed, warehouse, warehouse_url):  # noqa: F811
+    """d-7 as the one member deploy of release r-1, whose fleet verdict on statement 11 is labelled intended: the
+    label stands for 11's verdict on d-7 (the release's latest decision's deploys), and for nothing else."""
+    with warehouse.begin() as conn:
+        conn.execute(sa.text("UPDATE radar.deploy_event SET release_id = 'r-1' WHERE deploy_id = 'd-7'"))
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.release_look (release_id, look, member_deploys, member_analysed_at) "
+                "VALUES ('r-1', 0, '{d-7}', ARRAY[now()])"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.release_verdict (release_id, fingerprint, toplevel, status, look, verdict, factor, "
+                "factor_low, factor_high, p_value, p_family, budget_share, heterogeneity_p, i_squared, tau2, targets, "
+                "targets_agreeing, consistent, only_on, report, member_targets, members, analysed, example_deploy_id, "
+                "example_target, example_queryid, example_dbid, example_userid) VALUES ('r-1', 11, true, 'final', 0, "
+                "'detected', 4, 3.5, 4.5, 1e-9, 1e-8, 0.1, 0.9, 0, 0, 1, 1, true, '{}', '×4.00 on 1 of 1 targets', "
+                "'{main}', 1, 1, 'd-7', 'main', 11, 5, 10)"
+            )
+        )
+    said = _label(warehouse_url, "d-7", "11", "--fleet", "--as", "intended", "--note", "the whole fleet, on purpose")
+    assert "a new baseline for 1 verdicts" in said
+    with warehouse.connect() as conn:
+        rows = conn.execute(sa.text("SELECT deploy_id, queryid FROM radar.intended_verdict")).fetchall()
+    assert [tuple(r) for r in rows] == [("d-7", 11)]
