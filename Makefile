@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 export DAGSTER_DISABLE_TELEMETRY := 1
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install lock demo dev test test-unit lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-location bench-gate bench-receiver bench-plans bench-causes bench-power bench-gate-lab clean
+.PHONY: install lock demo dev test test-unit lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-location bench-gate bench-receiver bench-plans bench-causes bench-power bench-gate-lab bench-rhythm clean
 
 install: $(VENV)/.installed
 
@@ -123,6 +123,9 @@ bench-power: install
 # busy beside the server (GATE_LAB_ARGS= for an idle one), then its designed changes and null deploys analysed.
 GATE_LAB ?= /tmp/radar-gate-lab.pkl
 GATE_LAB_ARGS ?= --busy
+bench-rhythm: install
+	$(BIN)/python benchmarks/rhythm_lab.py
+
 bench-gate-lab: install
 	$(BIN)/python benchmarks/gate_lab.py --record $(GATE_LAB) --minutes 100 --phase-minutes 10 --steady-phases 3 \
 		--events drop_index,create_index,work_mem_low,work_mem_high,function_x2,function_back,function_x1.5 \

@@ -83,8 +83,9 @@ def test_newer_counters_stored_where_the_server_has_them_and_read_back_compacted
 
 def test_a_real_spill_to_disk_is_named_from_the_stored_counters(pg18, warehouse):
     # A sort slowed at a "deploy" that lowered work_mem: before it sorts in memory, after it spills to disk. Its
-    # sleep makes it the server's heaviest statement before the deploy (pg_stat_statements is server-wide: the
-    # warehouse's own statements share the analysis's family budget, weighted by their time before) and ×3 after.
+    # sleep makes it the server's heaviest statement before the deploy by far (pg_stat_statements is server-wide: the
+    # warehouse's own statements share the analysis's family budget, weighted by their time before, and on a loaded
+    # machine they take longer: at 0.1 s a scrape it was left inconclusive once in CI) and ×3 after.
     database = pg18.new_database("spill")
     try:
         pg18.execute("CREATE EXTENSION pg_stat_statements", database)
@@ -97,13 +98,13 @@ def test_a_real_spill_to_disk_is_named_from_the_stored_counters(pg18, warehouse)
             scrape(target, warehouse)
             for _ in range(6):
                 for _ in range(5):
-                    conn.execute(statement_sql, (0.02, 20_000))
+                    conn.execute(statement_sql, (0.06, 20_000))
                 scrape(target, warehouse)
             deploy_at = datetime.now(UTC)
             conn.execute("SET work_mem = '64kB'")
             for _ in range(6):
                 for _ in range(5):
-                    conn.execute(statement_sql, (0.06, 20_000))
+                    conn.execute(statement_sql, (0.18, 20_000))
                 scrape(target, warehouse)
         span = timedelta(minutes=10)
         settings = EngineSettings(window=span)

@@ -2,7 +2,7 @@
 -- `intended` begins a new segment of its statement's history bands, closes its periodic episode as intended (later
 -- periodic checks no longer answer `already_reported`, and the same step is not reported again), and its alert is
 -- resolved (a PagerDuty resolve, the Slack message updated to show the label).
--- depends: 0038_wait_samples
+-- depends: 0039_weekly_rhythm
 
 -- Every statement verdict each latest label stands for: a statement's own; a group's members in that analysis (the
 -- group was decided together: its members moved as one change); a fleet verdict's statement on each member deploy

@@ -159,6 +159,9 @@ class Regression:
     found_after: timedelta | None = None  # a later look's: how long after the deploy its after side ended
     key: tuple[int, int, int, bool] | None = None  # its statement key (dbid, userid, queryid, toplevel): its buttons'
     label: str | None = None  # its standing label in words ("intended by ana: the audit trigger"), once labelled
+    # the rise its weekly rhythm alone explains (a periodic check's, engine/rhythm.py): mean_after_ms is then the
+    # latest period at the earlier period's usual level (None: decided without one)
+    expected_factor: float | None = None
 
 
 @dataclass(frozen=True)
@@ -503,10 +506,17 @@ def _regression_fields(facts: AnalysisFacts, r: Regression) -> list[dict[str, st
         noise = "; noise from this window alone"
         if r.history_intervals > 0:
             noise = f"; noise from {r.history_intervals:,.0f} intervals of its history"
+    rhythm = ""
+    if r.expected_factor is not None and r.expected_factor == r.expected_factor:  # not NaN
+        rhythm = (
+            f"; at the hour's usual level: measured ×{r.change_factor * r.expected_factor:.2f}, of which its weekly "
+            f"rhythm explains ×{r.expected_factor:.2f}"
+        )
     fields = [
         {
             "type": "mrkdwn",
-            "text": f"*Mean:* {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms (×{r.change_factor:.2f}{interval})",
+            "text": f"*Mean:* {r.mean_before_ms:.3f} → {r.mean_after_ms:.3f} ms "
+            f"(×{r.change_factor:.2f}{interval}{rhythm})",
         },
         {
             "type": "mrkdwn",

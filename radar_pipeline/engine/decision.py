@@ -74,6 +74,7 @@ from radar_pipeline.engine.inference import (
     pooled_serial_correlation,
     split_tests,
 )
+from radar_pipeline.engine.rhythm import Levels, set_to_levels
 from radar_pipeline.engine.samples import WindowSamples, segment_sums, window_samples
 from radar_pipeline.engine.settings import EngineSettings
 from radar_pipeline.engine.vocabulary import Reason, Verdict
@@ -210,6 +211,7 @@ def analyse(
     before: timedelta | None = None,
     after: timedelta | None = None,
     weights: pd.Series | None = None,
+    levels: Levels | None = None,
 ) -> pd.DataFrame:
     """Decide, for every statement in `counters`, whether the deploy at `deploy_at` made it slower.
 
@@ -247,12 +249,17 @@ def analyse(
     over the statements of the whole family, which may be more than `counters` holds: a later look decides only the
     statements still open, with the shares the whole family gave them); it must not depend on any after side's
     latency. A decidable statement missing from it gets none (it cannot be detected). Without it, family_weights.
+    levels: optionally the statements' usual levels by hour of the week (engine/rhythm.py): each sample of a statement
+    that has them is set against them before anything is decided, and expected_factor says the rise they explain.
     """
     settings = settings or EngineSettings()
     deploy = _utc_ns(deploy_at)
     samples = _spans(counters, deploy, settings, before, after, extra_counters(counters))
     if samples.groups == 0:
         return _result(samples, {})
+    expected = np.full(samples.groups, np.nan)
+    if levels is not None:
+        samples, expected = set_to_levels(samples, levels, deploy)
 
     sides = _window_sides(samples, deploy)
     verdict, reason = _floors(sides, settings)
@@ -297,6 +304,7 @@ def analyse(
     columns.update(_deploy_evidence(samples, sides, decidable, settings, known, at_deploy))
     columns["confidence"] = 1.0 - found.p_family
     columns["tier"] = tiers(verdict, found.factor_low, found.factor_bound, settings.threshold)
+    columns["expected_factor"] = expected
     decided = _to_explain(
         pd.DataFrame({"verdict": verdict, "tier": columns["tier"], "change_factor": sides.change_factor}),
         columns["change_at"],

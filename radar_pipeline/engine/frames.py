@@ -200,6 +200,8 @@ VERDICT_FRAME = FrameSchema(
         # the log factor at the deploy's own split, its standard error and dof: a fleet verdict's per-target evidence
         *_floats("deploy_log_factor", "deploy_log_se", "deploy_dof"),
         Column("tier", TEXT, words=tuple(t.value for t in TIERS)),  # improved / probably_slower (None: neither)
+        # the rise the statement's weekly rhythm alone explains (engine/rhythm.py; NaN: decided without levels)
+        Column("expected_factor", FLOAT),
     ),
 )
 

@@ -329,6 +329,7 @@ def regression_of(row: Any) -> Regression:
         undo_hint=_text_or_none(getattr(row, "undo_hint", None)),
         group=_text_or_none(getattr(row, "group_regressed", None)),
         key=statement_key([getattr(row, k) for k in KEY]),
+        expected_factor=None if pd.isna(getattr(row, "expected_factor", None)) else float(row.expected_factor),
         **_found_by_look(row),
     )
 

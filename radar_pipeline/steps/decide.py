@@ -37,6 +37,7 @@ from radar_pipeline.steps.look_spans import DECIDED, LookSpan, decide_look
 from radar_pipeline.steps.noise import prior_for
 from radar_pipeline.steps.plan_diffs import plan_diffs
 from radar_pipeline.steps.replacements import candidate_pairs, reads_only, statement_class
+from radar_pipeline.steps.rhythm import levels_for
 from radar_pipeline.steps.waits import REPLACES, wait_causes
 from radar_pipeline.warehouse import analysis, deploys
 from radar_pipeline.warehouse.analysis import ANALYSED_VERDICTS, WindowHealth
@@ -52,13 +53,15 @@ class AnalysisRun:
     """What one run of analyses shares, whatever it analyses (one deploy, a backfill's deploys, a periodic check):
     the warehouse, the engine settings, the Dagster run that asked (None outside one), the wait after a window
     closes before its last scrape is surely stored (`settle`, one scrape interval), and the watched targets by
-    name, so the current plan of a detection can be captured (`live_targets`; none: plans from the warehouse only)."""
+    name, so the current plan of a detection can be captured (`live_targets`; none: plans from the warehouse only),
+    and whether a periodic check sets its statements against their weekly rhythm (`rhythms`, the lab's comparison)."""
 
     warehouse: sa.Engine
     settings: EngineSettings
     run_id: str | None = None
     settle: timedelta = timedelta(0)
     live_targets: Mapping[str, Target] = field(default_factory=dict)
+    rhythms: bool = True  # a periodic check compares each hour with its usual level (steps/rhythm.py)
 
     def live(self, target: str) -> Target | None:
         """The watched target `target`, when this run may reach it."""
@@ -140,7 +143,8 @@ def decide_span(
     from them instead of read. The span's read carries what deciding needs; the counters the causes compare are read
     after, for the explained statements alone (analysis.read_cause_counters, engine `explain_detections`: the same
     causes and figures). Each statement's noise prior (its serial correlation and dispersion, estimated from the days
-    before the span, steps.noise) goes to the engine with the counters. The engine's frames are checked as they
+    before the span, steps.noise) goes to the engine with the counters, and for a periodic check (when run.rhythms)
+    each statement's usual level at the span's hours of the week (steps.rhythm). The engine's frames are checked as they
     arrive (VERDICT_FRAME, IMPACT_STATEMENTS, IMPACT_SUMMARY); the columns added here, and the one engine column
     overwritten (a detection's cause), are ANALYSED_VERDICTS'.
     """
@@ -158,6 +162,8 @@ def decide_span(
         window = samples.window(lo, hi) if samples is not None else analysis.read_window(conn, target, lo, hi)
         health = analysis.window_health(conn, target, lo, hi)
         prior = prior_for(conn, target, lo, window.keys)  # each statement's noise from the days before
+        # a periodic check sets each statement against its usual level at each hour of the week
+        levels = levels_for(conn, target, window.keys, lo, hi) if run.rhythms and deployed_at is None else None
         planned = None if still is not None else groups.plan_groups(conn, target, window, lo, hi, decide, deployed_at)
         timings.read = time.perf_counter() - started
         conn.rollback()  # nothing written: no transaction stays open while the engine runs
@@ -165,7 +171,7 @@ def decide_span(
         started = time.perf_counter()
         if still is None:
             assert planned is not None
-            result = analyse(window.counters, split_at, planned.statement_settings, prior=prior)
+            result = analyse(window.counters, split_at, planned.statement_settings, prior=prior, levels=levels)
         else:
             keys = window.keys.reset_index().rename(columns={"index": "query_key"})
             wanted = keys.merge(still[KEY], on=KEY)["query_key"].to_numpy()

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.engine.history import STATE, HistorySettings, extend_history, theil_sen
 from radar_pipeline.pgss_model import key_label
+from radar_pipeline.steps.rhythm import point_levels
 from radar_pipeline.warehouse import analysis, deploys
 from radar_pipeline.warehouse import history as store
 
@@ -47,15 +48,18 @@ def update_history(conn: sa.Connection, deploy_id: str, settings: HistorySetting
     caller's transaction.
 
     A point is a query's call-weighted mean over the window after the deploy, where the analysis saw at least
-    `min_calls` calls there. It begins a segment when the query changed at the deploy (its analysis detected a
-    regression in it, or its verdict there is labelled intended), or the periodic check detected a change in it
-    since the query's previous point.
+    `min_calls` calls there, judged at its usual level for those hours of the week (`judged`; steps.rhythm
+    point_levels: as it is while its statement's history is too short). It begins a segment when the query changed at
+    the deploy (its analysis detected a regression in it, or its verdict there is labelled intended), or the periodic
+    check detected a change in it since the query's previous point.
     """
     started = time.perf_counter()
     event = deploys.get(conn, deploy_id)
     if event is None or event.deployed_at is None:
         raise HistoryRefused(f"deploy {deploy_id!r} is not recorded in radar.deploy_event")
-    analysed = conn.execute(sa.text("SELECT 1 FROM radar.analysis WHERE deploy_id = :d"), {"d": deploy_id}).first()
+    analysed = conn.execute(
+        sa.text("SELECT min(window_end) FROM radar.analysis WHERE deploy_id = :d"), {"d": deploy_id}
+    ).scalar_one()
     if analysed is None:
         raise HistoryRefused(f"deploy {deploy_id!r} has not been analysed yet: materialise deploy_verdicts first")
     target, here = event.target, (event.deployed_at, deploy_id)
@@ -64,6 +68,8 @@ def update_history(conn: sa.Connection, deploy_id: str, settings: HistorySetting
     store.lock_target(conn, target)
 
     new = store.deploy_points(conn, deploy_id, min_calls)
+    # each point at its usual level for those hours of the week, so the bands compare like with like
+    new["usual_level"] = point_levels(conn, target, new, event.deployed_at, analysed)
     queries = sorted(set(_queries_of(new)) | set(store.stored_queries(conn, deploy_id)))
     prior = store.earlier_points(conn, target, queries, here, settings.drift_points)
     later = _changed_at_deploys(conn, target, store.later_points(conn, target, queries, here))
@@ -99,10 +105,10 @@ def rejudge_from(conn: sa.Connection, deploy_id: str, target: str, queries: list
         return 0
     settings = HistorySettings.from_dict(stored["settings"].iloc[0])
     points = _changed_at_deploys(conn, target, stored.drop(columns=["settings"]))
-    judged = sorted(set(_queries_of(points)))
-    prior = store.earlier_points(conn, target, judged, here, settings.drift_points)
-    rows = _judged(conn, target, judged, points, prior, settings)
-    store.replace_from(conn, target, judged, here, rows, settings.to_dict())
+    found = sorted(set(_queries_of(points)))
+    prior = store.earlier_points(conn, target, found, here, settings.drift_points)
+    rows = _judged(conn, target, found, points, prior, settings)
+    store.replace_from(conn, target, found, here, rows, settings.to_dict())
     return len(rows)
 
 
@@ -134,13 +140,22 @@ def _judged(
     )
     series = {q: i for i, q in enumerate(queries)}  # one series per query
     result = extend_history(
-        prior.assign(series=[series[q] for q in _queries_of(prior)])[["series", "mean_ms", *STATE]],
-        points.assign(series=[series[q] for q in _queries_of(points)])[["series", "mean_ms", "begins_segment"]],
+        prior.assign(series=[series[q] for q in _queries_of(prior)], mean_ms=judged(prior))[
+            ["series", "mean_ms", *STATE]
+        ],
+        points.assign(series=[series[q] for q in _queries_of(points)], mean_ms=judged(points))[
+            ["series", "mean_ms", "begins_segment"]
+        ],
         settings,
     )
     rows = pd.concat([points.drop(columns=["detected"]), result], axis=1)
     rows["begins_segment"] = rows["seg_points"] == 1  # a query's first point begins its first segment too
     return rows
+
+
+def judged(points: pd.DataFrame) -> pd.Series:
+    """The means the bands judge: each point's mean_ms over its usual level (as it is where it has none)."""
+    return points["mean_ms"] / pd.to_numeric(points["usual_level"], errors="coerce").fillna(1.0)
 
 
 def _queries_of(frame: pd.DataFrame) -> list[store.Query]:
@@ -197,14 +212,16 @@ def history_charts(
         trend = None
         if row.drift:
             segment = series[series["segment"] == row.segment].tail(settings.drift_points)
-            slope, intercept = theil_sen(segment["mean_ms"].to_numpy(dtype=float)[None, :])
+            slope, intercept = theil_sen(judged(segment).to_numpy(dtype=float)[None, :])
             trend = (len(series) - len(segment), float(intercept[0]), float(slope[0]))
         what = "drifting" if row.drift else f"z {row.z_score:.1f}"
+        if pd.to_numeric(series["usual_level"], errors="coerce").notna().any():
+            what += ", means at their usual level for the hour"
         paths.append(
             render_history_chart(
                 folder / f"history-{key_label((row.dbid, row.userid, row.queryid, row.toplevel))}.png",
                 [pd.Timestamp(t).to_pydatetime() for t in series["deployed_at"]],
-                series["mean_ms"].to_numpy(dtype=float),
+                judged(series).to_numpy(dtype=float),
                 series["centre_ms"].to_numpy(dtype=float),
                 series["band_ms"].to_numpy(dtype=float),
                 settings.z,

@@ -13,8 +13,9 @@ import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.engine.noise import SUMS, noise_estimates, noise_sums
+from radar_pipeline.engine.rhythm import hourly_sums
 from radar_pipeline.pgss_model import KEY
-from radar_pipeline.warehouse import analysis
+from radar_pipeline.warehouse import analysis, rhythm
 from radar_pipeline.warehouse import noise as store
 
 # The days before an analysis's window whose sums it adds up: a week of one-minute scrapes is ten thousand intervals
@@ -58,30 +59,36 @@ def update_noise(engine: sa.Engine, days: int = PRIOR_DAYS, grace: timedelta = G
 
 
 def _update_day(engine: sa.Engine, target: str, day: date) -> NoiseDay:
-    """One target's day: its samples read (both forms, through read_window) a CHUNK at a time, summed, and stored.
+    """One target's day: its samples read (both forms, through read_window) a CHUNK at a time, summed, and stored,
+    with each statement's hourly sums (the weekly rhythms', engine/rhythm.py).
 
     The sums are made of blocks aligned to the epoch, which never straddle a chunk's edge, so a day's sums are those
     of its chunks added up (the same to the last bits of floating-point rounding), while a read holds only a chunk's
     samples in memory (a whole day of 5,000 statements would hold 7.2 million).
     """
     start = datetime.combine(day, datetime.min.time(), tzinfo=UTC)
-    parts, samples = [], 0
+    parts, hours, samples = [], [], 0
     for lo in (start + i * CHUNK for i in range(int(timedelta(days=1) / CHUNK))):
         hi = lo + CHUNK
         with engine.connect() as conn:
             window = analysis.read_window(conn, target, lo, hi)
             conn.rollback()
         sums = noise_sums(window.counters, pd.Timestamp(lo), pd.Timestamp(hi))
-        codes = sums["query_key"].to_numpy(dtype="int64")
-        parts.append(
-            pd.concat([window.keys.iloc[codes].reset_index(drop=True), sums.drop(columns="query_key")], axis=1)
-        )
+        parts.append(_with_keys(sums, window.keys))
+        hours.append(_with_keys(hourly_sums(window.counters, pd.Timestamp(lo), pd.Timestamp(hi)), window.keys))
         samples += int((window.counters["captured_at"] > pd.Timestamp(lo)).sum())  # not the earlier rows read
     frame = pd.concat(parts).groupby(KEY, as_index=False, sort=True)[SUMS].sum()
     frame = frame.astype({"intervals": "int64", "blocks": "int64"})  # counts (an empty chunk's sums are floats)
     with engine.begin() as conn:
         store.write_day(conn, target, day, frame, samples)
+        rhythm.write_day(conn, target, day, pd.concat(hours, ignore_index=True))
     return NoiseDay(target, day.isoformat(), statements=len(frame), samples=samples)
+
+
+def _with_keys(frame: pd.DataFrame, keys: pd.DataFrame) -> pd.DataFrame:
+    """An engine frame's rows (query_key: a row number of `keys`) with their statement's KEY columns instead."""
+    codes = frame["query_key"].to_numpy(dtype="int64")
+    return pd.concat([keys.iloc[codes].reset_index(drop=True), frame.drop(columns="query_key")], axis=1)
 
 
 def prior_for(conn: sa.Connection, target: str, window_start: datetime, keys: pd.DataFrame) -> pd.DataFrame | None:

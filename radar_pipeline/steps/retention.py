@@ -6,15 +6,15 @@ from datetime import UTC, date, datetime, time, timedelta
 import sqlalchemy as sa
 
 from radar_pipeline.engine import Verdict
-from radar_pipeline.warehouse import catalog, noise, waits
+from radar_pipeline.warehouse import catalog, noise, rhythm, waits
 from radar_pipeline.warehouse.snapshots import ensure_partitions
 
 
 def apply_retention(engine: sa.Engine, keep_days: int, today: date) -> list[str]:
     """Drop the day partitions (raw and compacted) that ended before today − keep_days, with the scrape facts, the
     verdicts of periodic checks of that age other than detections (an hourly check writes one per query: deploy
-    verdicts are all kept), and the catalogue entries of statements last seen before then (unless a verdict shows
-    them); returns the partitions dropped."""
+    verdicts are all kept), the hourly sums older than that and rhythm.RHYTHM_DAYS, and the catalogue entries of
+    statements last seen before then (unless a verdict shows them); returns the partitions dropped."""
     cutoff = today - timedelta(days=keep_days)
     # Partitions are UTC days: compare with UTC midnight, never a date cast in the session's time zone.
     cutoff_at = datetime.combine(cutoff, time(0), tzinfo=UTC)
@@ -31,6 +31,8 @@ def apply_retention(engine: sa.Engine, keep_days: int, today: date) -> list[str]
         noise.delete_before(conn, cutoff)  # the noise sums of those days (sql/0014)
         catalog.delete_before(conn, cutoff_at)  # catalog captures and superseded facts of those days (sql/0023)
         waits.delete_before(conn, cutoff_at)  # the wait samples of those days (sql/0038)
+        # the hourly sums of the weekly rhythms (sql/0039), kept at least the weeks a level reads
+        rhythm.delete_before(conn, min(cutoff, today - timedelta(days=rhythm.RHYTHM_DAYS)))
         conn.execute(
             sa.text(
                 "DELETE FROM radar.verdict v USING radar.analysis a WHERE a.deploy_id = v.deploy_id "

@@ -42,7 +42,9 @@ _INTENDED_JOIN = (
     "WHERE deploy_id = ANY(CAST(:ids AS text[]))) i ON i.deploy_id = v.deploy_id AND i.target = v.target "
     "AND i.dbid = v.dbid AND i.userid = v.userid AND i.queryid = v.queryid AND i.toplevel = v.toplevel"
 )
-POINT = ["deploy_id", "deployed_at", "dbid", "userid", "queryid", "toplevel", "mean_ms", "calls"]
+# usual_level: the point's usual level at its hours of the week (steps/rhythm.py point_levels; NaN: none): the bands
+# judge mean_ms / usual_level
+POINT = ["deploy_id", "deployed_at", "dbid", "userid", "queryid", "toplevel", "mean_ms", "calls", "usual_level"]
 COLUMNS = [*SERIES, *POINT, "begins_segment", *RESULT, "settings"]
 
 
@@ -61,7 +63,8 @@ def deploy_points(conn: sa.Connection, deploy_id: str, min_calls: int) -> pd.Dat
         sa.text(
             "SELECT v.target, v.fingerprint, v.deploy_id, d.deployed_at, v.dbid, v.userid, v.queryid, v.toplevel, "
             f"v.mean_after_ms AS mean_ms, v.calls_after AS calls, "
-            f"v.verdict = '{Verdict.DETECTED}' OR i.queryid IS NOT NULL AS detected "
+            f"v.verdict = '{Verdict.DETECTED}' OR i.queryid IS NOT NULL AS detected, "
+            "CAST(NULL AS double precision) AS usual_level "
             f"FROM radar.verdict v JOIN radar.deploy_event d USING (deploy_id) {_INTENDED_JOIN} "
             "WHERE v.deploy_id = :d AND v.calls_after >= :min_calls AND v.n_after >= 1 "
             "AND v.mean_after_ms IS NOT NULL AND v.mean_after_ms = v.mean_after_ms"  # not NaN
@@ -87,6 +90,7 @@ def earlier_points(
         sa.text(
             f"SELECT p.* FROM {_QUERIES} CROSS JOIN LATERAL ("
             "  SELECT h.target, h.dbid, h.userid, h.toplevel, h.fingerprint, h.deployed_at, h.deploy_id, h.mean_ms, "
+            "  h.usual_level, "
             f"  {', '.join('h.' + c for c in STATE)} FROM radar.query_history h "
             "  WHERE h.target = :t AND h.dbid = f.dbid AND h.userid = f.userid AND h.toplevel = f.toplevel "
             "  AND h.fingerprint = f.fingerprint AND (h.deployed_at, h.deploy_id) < (:at, :d) "

@@ -30,9 +30,8 @@ def decided() -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def test_what_the_engine_returns_is_what_its_frames_declare(decided):
     frame, out = decided
-    assert (
-        VERDICT_FRAME.names == COLUMNS and len(COLUMNS) == 54
-    )  # 50, the fleet evidence at the deploy (issue 29), the tier
+    # 50, the fleet evidence at the deploy (issue 29), the tier, the rise a weekly rhythm explains (issue 41)
+    assert VERDICT_FRAME.names == COLUMNS and len(COLUMNS) == 55
     assert VERDICT_FRAME.check(out, "analyse") is out
     assert set(out["verdict"]) == {Verdict.DETECTED, Verdict.NO_REGRESSION, Verdict.INSUFFICIENT_DATA}
     assert all(type(v) is str for v in (*out["verdict"], *out["reason"]))  # the words, never the members
