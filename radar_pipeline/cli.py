@@ -1272,6 +1272,7 @@ def label_command(
     group's (--group) or a fleet verdict (QUERYID --fleet) as intended, false_alarm, fixed (--fixed-by DEPLOY) or
     acknowledged. Labels are kept, never changed: the latest stands beside the verdict (docs/labels.md). A negative
     QUERYID follows `--`."""
+    from radar_pipeline.steps.labelling import store_label
     from radar_pipeline.warehouse import labels
 
     request = labels.Label(
@@ -1289,7 +1290,8 @@ def label_command(
     )
     try:
         with _engine(warehouse).begin() as conn:
-            stored = labels.add(conn, request).row
+            stored = store_label(conn, request).row
+            effect = labels.effect_of(conn, int(stored["label_id"]))
     except labels.LabelError as exc:
         raise _label_failure(exc) from None
     except ConfigError as exc:
@@ -1303,6 +1305,12 @@ def label_command(
     }[stored["kind"]]
     words = labels.label_words(stored["label"], stored["labelled_by"], stored["note"], stored["fixed_by"])
     click.echo(clean(f"labelled {what}: {words} (label {stored['label_id']})"))
+    if effect is not None:
+        click.echo(
+            f"a new baseline for {effect['verdicts']} verdicts: {effect['history_points']} history points judged "
+            f"again, {effect['episodes_closed']} periodic episodes closed; {effect['resolves']} resolves and "
+            f"{effect['message_updates']} Slack message updates go out with the alert's next retry run"
+        )
 
 
 def _until(value: str) -> datetime:

@@ -1,8 +1,10 @@
 """A local HTTP server standing in for Slack's Web API and an incoming webhook, for the real slack-sdk client.
 
-It answers chat.postMessage, the three steps of files_upload_v2 (files.getUploadURLExternal, the upload itself,
-files.completeUploadExternal) and a webhook URL, records every request, and can be told to answer the next calls to
-a method with given statuses (a 429 with Retry-After, a 500) before answering normally again.
+It answers chat.postMessage, chat.update (as Slack does: the channel's id — never its name — and the ts of a message
+in it are required, else channel_not_found or message_not_found), the three steps of files_upload_v2
+(files.getUploadURLExternal, the upload itself, files.completeUploadExternal) and a webhook URL, records every
+request, and can be told to answer the next calls to a method with given statuses (a 429 with Retry-After, a 500)
+before answering normally again.
 
 For the outbox's faults it also keeps the messages it accepted (with their `metadata`), answers conversations.history
 from them, and can be told to accept the next message but answer only after a delay (longer than the client's
@@ -195,7 +197,7 @@ def start() -> tuple[FakeSlack, ThreadingHTTPServer]:
                 self._answer(0, None)
                 return
             delay = state.late[path].popleft() if state.late[path] else 0.0  # a scripted late answer is this call's
-            if path == "/api/chat.postMessage" or path.startswith("/hook/"):
+            if path in ("/api/chat.postMessage", "/api/chat.update") or path.startswith("/hook/"):
                 broken = limit_errors(state.calls[-1].json)
                 if broken and path.startswith("/hook/"):  # as Slack answers a webhook: 400 and the error code
                     self._answer(400, None, raw=b"invalid_blocks", delay=delay)
@@ -209,7 +211,9 @@ def start() -> tuple[FakeSlack, ThreadingHTTPServer]:
             elif path == "/api/chat.postMessage":
                 ts = f"1764000000.{len(state.calls):06d}"
                 state.posted.append(_message(state.calls[-1].json, ts))
-                self._answer(200, {"ok": True, "channel": "C0RADAR", "ts": ts}, delay=delay)
+                self._answer(200, {"ok": True, "channel": CHANNEL_ID, "ts": ts}, delay=delay)
+            elif path == "/api/chat.update":
+                self._answer(200, _update(state.posted, state.calls[-1].json), delay=delay)
             elif path == "/api/conversations.history":
                 self._answer(200, _history(state.posted, state.calls[-1].json), delay=delay)
             elif path == "/api/files.getUploadURLExternal":
@@ -264,6 +268,29 @@ def start() -> tuple[FakeSlack, ThreadingHTTPServer]:
     # a short poll: shutdown() waits for it at every test's teardown (0.5 s by default)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     return state, server
+
+
+CHANNEL_ID = "C0RADAR"  # the id of the one channel the stand-in posts in, whatever name it was given
+
+
+def _update(posted: list[dict[str, Any]], request: dict[str, Any]) -> dict[str, Any]:
+    """chat.update: the message of that ts in the channel of that id gets the new text and blocks (Slack's errors for
+    an argument missing, a channel named rather than given by id, a ts of no message there, nothing to show)."""
+    channel, ts = request.get("channel"), request.get("ts")
+    if not channel or not ts:
+        return {"ok": False, "error": "invalid_arguments"}
+    if channel != CHANNEL_ID:
+        return {"ok": False, "error": "channel_not_found"}
+    found = [m for m in posted if m.get("ts") == ts and m.get("channel") != "webhook"]
+    if not found:
+        return {"ok": False, "error": "message_not_found"}
+    if not request.get("text") and not request.get("blocks"):
+        return {"ok": False, "error": "no_text"}
+    blocks = request.get("blocks")
+    found[0].update(text=request.get("text", found[0]["text"]), edited=True)
+    if blocks is not None:
+        found[0]["blocks"] = json.loads(blocks) if isinstance(blocks, str) else blocks
+    return {"ok": True, "channel": CHANNEL_ID, "ts": ts, "text": found[0]["text"]}
 
 
 def _message(request: dict[str, Any], ts: str) -> dict[str, Any]:

@@ -171,6 +171,33 @@ def test_a_periodic_detection_between_deploys_begins_a_segment(history, warehous
     assert flat.loc["h-10", "segment"] == 1 and flat.loc["h-11", "centre_ms"] == flat.loc["h-10", "mean_ms"]
 
 
+def test_a_periodic_detection_before_the_newest_point_begins_its_segment(history, warehouse):
+    """The usual order: the periodic check detected a change in query 23 between deploys 10 and 11, and deploy 11's
+    points are added with none after them."""
+    with warehouse.begin() as conn:
+        at = conn.execute(sa.text("SELECT deployed_at FROM radar.deploy_event WHERE deploy_id = 'h-11'")).scalar_one()
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.analysis (deploy_id, target, settings, engine_version, window_start, window_end, "
+                "queries, detected, no_regression, insufficient_data) "
+                "VALUES ('periodic:y', 'main', '{}', '1', :at - interval '2 hours', :at, 1, 1, 0, 0)"
+            ),
+            {"at": at},
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO radar.verdict (deploy_id, target, dbid, userid, queryid, toplevel, fingerprint, verdict, "
+                "reason, change_at, n_before, n_after, calls_before, calls_after) "
+                "VALUES ('periodic:y', 'main', 5, 10, 23, true, 23, 'detected', 'significant', "
+                ":at - interval '30 minutes', 10, 10, 100, 100)"
+            ),
+            {"at": at},
+        )
+        update = update_history(conn, "h-11", HistorySettings(), SETTINGS.min_calls)
+    assert update.recomputed == 0
+    assert _points(warehouse).loc[(23, "h-11"), "begins_segment"]
+
+
 def test_each_database_user_and_level_has_its_own_history(warehouse):
     """Two tenants' statements share a fingerprint: each is a query of its own, never one series."""
     at = datetime(2026, 11, 29, 12, tzinfo=UTC)

@@ -14,6 +14,7 @@ from radar_pipeline.config import printable
 from radar_pipeline.pgss_model import shared_queryid_note
 
 MAX_QUERY = 300  # characters of query text per regression
+MAX_LABEL = 500  # characters of a label's words (who, the note) above its regression, once labelled
 # Slack's documented limits (Block Kit reference: blocks, section, header, text object; chat.postMessage):
 MAX_BLOCKS = 50
 MAX_SECTION_TEXT = 3000
@@ -157,6 +158,7 @@ class Regression:
     look: int = 0  # the look that found it: 0 the first verdict, k > 0 a later look (issue 29)
     found_after: timedelta | None = None  # a later look's: how long after the deploy its after side ended
     key: tuple[int, int, int, bool] | None = None  # its statement key (dbid, userid, queryid, toplevel): its buttons'
+    label: str | None = None  # its standing label in words ("intended by ana: the audit trigger"), once labelled
     # the rise its weekly rhythm alone explains (a periodic check's, engine/rhythm.py): mean_after_ms is then the
     # latest period at the earlier period's usual level (None: decided without one)
     expected_factor: float | None = None
@@ -259,7 +261,8 @@ def render(
     shown = most - min(len(changes), MAX_CHANGES) if changes else most
     for n, r in enumerate(regressions[:shown]):
         blocks.append({"type": "divider"})
-        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"```{excerpt(r.query)}```"}})
+        labelled = f"*Labelled {escape_within(' '.join(r.label.split()), MAX_LABEL)}*\n" if r.label else ""
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"{labelled}```{excerpt(r.query)}```"}})
         blocks.append({"type": "section", "fields": _regression_fields(facts, r)})
         if r.plan_summary:
             plan = escape_within(r.plan_summary, MAX_SECTION_TEXT - 10)

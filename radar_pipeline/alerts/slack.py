@@ -140,6 +140,7 @@ class Delivered:
     ts: str | None
     charts: int
     chart_errors: list[str]
+    channel_id: str | None = None  # the id Slack answered with (chat.update takes an id, never a name)
 
 
 class SlackSender:
@@ -214,7 +215,7 @@ class SlackSender:
                     uploaded += 1
                 except (SlackApiError, *NOT_AN_ANSWER) as exc:  # the message is out: a chart is extra
                     errors.append(_shown(f"{path.name}: {exc}".splitlines()[0], self._secrets))
-            return Delivered(self.channel, ts, uploaded, errors)
+            return Delivered(self.channel, ts, uploaded, errors, _text(response.get("channel")))
         if self._hook is not None:
             try:
                 result = self._hook.send(text=text, blocks=blocks, unfurl_links=False)
@@ -232,6 +233,22 @@ class SlackSender:
                 )
             raise _not_slack(result.status_code, result.body, self._secrets, "the Slack webhook")
         raise DeliveryError("Slack is not configured", False)
+
+    def update(self, channel_id: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
+        """Replace the text and blocks of a message radar posted (chat.update: the channel's id and the message's
+        ts). Token mode only; raises DeliveryError as `send` does (a message deleted since: message_not_found,
+        final)."""
+        if self._web is None:
+            raise DeliveryError("a webhook cannot update the messages it posted", False)
+        _call(
+            self._secrets,
+            "Slack refused to update the message",
+            self._web.chat_update,
+            channel=channel_id,
+            ts=ts,
+            text=text,
+            blocks=blocks,
+        )
 
     def find_posted(self, delivery_ids: Iterable[str], since: datetime) -> dict[str, str]:
         """Of these outbox deliveries, those whose message is in the channel since `since`: delivery id → message ts.

@@ -48,6 +48,7 @@ from radar_pipeline.receiver.sources import ID_PREFIXES
 from radar_pipeline.receiver.sources.base import Parsed, Refused
 from radar_pipeline.receiver.sources.common import bearer, same_token
 from radar_pipeline.steps import gate as gate_step
+from radar_pipeline.steps import labelling
 from radar_pipeline.steps.labelling import slack_label
 from radar_pipeline.warehouse import deploys, labels
 
@@ -171,11 +172,12 @@ def _bound(conn: sa.Connection, until: float) -> None:
 
 
 def store_label(receiver: Receiver, label: labels.Label, until: float) -> labels.Stored:
-    """Store a label as `radar label` would, once per idempotency key, in a transaction bounded as store's is (its
-    COMMIT not sent after `until`); LabelError when a field is wrong (nothing stored)."""
+    """Store a label as `radar label` would (steps.labelling.store_label: with what it does), once per idempotency
+    key, in a transaction bounded as store's is (its COMMIT not sent after `until`); LabelError when a field is
+    wrong (nothing stored)."""
     with receiver.engine.begin() as conn:
         _bound(conn, until)
-        stored = labels.add(conn, label)
+        stored = labelling.store_label(conn, label)
         _left_ms(until)
         return stored
 

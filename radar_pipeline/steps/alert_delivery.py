@@ -174,7 +174,7 @@ def send_and_settle(
         else:
             settle(todo, "failed", error=str(exc))
         return None
-    settle(todo, "sent", ts=delivered.ts)
+    settle(todo, "sent", ts=delivered.ts, message_channel=delivered.channel_id)
     return delivered
 
 

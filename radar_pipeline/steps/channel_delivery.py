@@ -5,19 +5,22 @@ recorded in a short transaction of its own, retryable failures wait (backoff, or
 later run (radar_reconciler), and an analysis too old, or the nightly reanalysis, records its new triggers and marks
 as withheld; its resolves are always sent (closing an incident is never noise).
 
-A detection's row is radar.alert's (one per statement per channel); a resolve and a deploy mark are
-radar.channel_event's. A row an earlier attempt may have delivered (it timed out, or its run stopped mid-send) is
-looked for on the channel first when the channel can tell (can_check); otherwise it is sent again, which a channel
-that deduplicates (PagerDuty's dedup_key) turns into one incident.
+A detection's row is radar.alert's (one per statement per channel); a resolve, a deploy mark and an update of a
+Slack message once its regression was labelled intended (update_messages) are radar.channel_event's. A row an earlier
+attempt may have delivered (it timed out, or its run stopped mid-send) is looked for on the channel first when the
+channel can tell (can_check); otherwise it is sent again, which a channel that deduplicates (PagerDuty's dedup_key)
+turns into one incident.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
@@ -31,10 +34,11 @@ from radar_pipeline.alerts.channel import (
     Resolver,
 )
 from radar_pipeline.alerts.channels import DEPLOY, LOAD_CHANGE, REGRESSION, Routed
-from radar_pipeline.alerts.render import AnalysisFacts
+from radar_pipeline.alerts.render import AnalysisFacts, render
+from radar_pipeline.alerts.slack import DeliveryError, SlackSender
 from radar_pipeline.config import printable
-from radar_pipeline.pgss_model import Key, statement_keys
-from radar_pipeline.steps.alert_delivery import HISTORY_SLACK, change_of, regression_of, retry_wait
+from radar_pipeline.pgss_model import KEY, Key, statement_keys
+from radar_pipeline.steps.alert_delivery import HISTORY_SLACK, NO_CHANNEL, change_of, regression_of, retry_wait
 from radar_pipeline.warehouse import alerts as outbox
 from radar_pipeline.warehouse import channels as events
 from radar_pipeline.warehouse.alerts import LEASE
@@ -191,6 +195,79 @@ def deliver_resolves(log: logging.Logger, engine: sa.Engine, resolver: Resolver,
     return _deliver_events(
         log, engine, resolver.name, analysis_id, events.RESOLVE, lambda e, d: resolver.resolve(e.remote, d)
     )
+
+
+def update_messages(
+    log: logging.Logger,
+    engine: sa.Engine,
+    sender: SlackSender,
+    analysis_id: str,
+    found: pd.DataFrame,
+    changes: pd.DataFrame | None,
+    facts_of: Callable[[str, pd.DataFrame], AnalysisFacts],
+) -> dict[str, Any]:
+    """Update the analysis's Slack messages a label asked to update (radar.channel_event rows of kind message_update,
+    enqueued with an intended label by steps.labelling.store_label): each is drawn again, as `deliver` drew it, from
+    what it carried (its radar.alert rows: `found`'s regressions, `changes`' load changes), each regression with its
+    standing label, and replaced with chat.update, through the outbox (claimed, settled, retried with backoff by a
+    later run). `facts_of(target, rows)` gives a message's header. Without a bot token they are skipped: a webhook
+    cannot update what it posted."""
+    from radar_pipeline.warehouse import labels
+
+    name = sender.channel or NO_CHANNEL
+    with engine.begin() as conn:
+        outbox.lock(conn, analysis_id)
+        delivery_id, claimed = events.claim(conn, analysis_id, name, events.MESSAGE_UPDATE, LEASE)
+        standing = labels.standing_labels(conn, analysis_id) if claimed else {}
+    updated = 0
+    for event in claimed:
+
+        def settle(status: str, **kwargs: Any) -> None:
+            with engine.begin() as conn:
+                events.settle(conn, name, event, delivery_id, status, **kwargs)  # noqa: B023 - called in this turn
+
+        if not sender.can_check:
+            settle("skipped", error="a webhook cannot update the messages it posted")
+            continue
+        with engine.connect() as conn:
+            channel_id, keys = outbox.message_keys(conn, analysis_id, name, event.subject)
+        carried = set(keys)
+        rows = found[(found["target"] == event.target).to_numpy() & _among(statement_keys(found), carried)]
+        shown = changes if changes is not None and len(changes) else pd.DataFrame(columns=["target", *KEY])
+        detected = set(statement_keys(rows))
+        moved = shown[(shown["target"] == event.target).to_numpy() & _among(statement_keys(shown), carried - detected)]
+        if rows.empty and moved.empty:
+            settle("skipped", error="the analysis no longer announces what the message carried")
+            continue
+        regressions = [
+            replace(regression_of(r), label=standing.get((event.target, k)))
+            for r, k in zip(rows.itertuples(), statement_keys(rows), strict=True)
+        ]
+        text, blocks = render(
+            facts_of(event.target, rows if len(rows) else moved),
+            regressions,
+            [change_of(r) for r in moved.itertuples()],
+            buttons=sender.buttons,
+        )
+        try:
+            sender.update(channel_id or name, event.subject, text, blocks)
+        except DeliveryError as exc:
+            log.error(f"Slack message update: {exc}")
+            settle(
+                "pending" if exc.retryable else "failed",
+                error=str(exc),
+                unknown=exc.unknown,
+                wait=retry_wait(event.attempt, exc),
+            )
+        else:
+            settle("sent")
+            updated += 1
+    return {"message_updates_sent": updated, "message_updates_due": len(claimed)} if claimed else {}
+
+
+def _among(keys: list[Key], chosen: set[Key]) -> np.ndarray:
+    """Per key: is it one of `chosen`?"""
+    return np.array([k in chosen for k in keys], dtype=bool)
 
 
 def mark_deploy(

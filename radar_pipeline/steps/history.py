@@ -49,8 +49,9 @@ def update_history(conn: sa.Connection, deploy_id: str, settings: HistorySetting
 
     A point is a query's call-weighted mean over the window after the deploy, where the analysis saw at least
     `min_calls` calls there, judged at its usual level for those hours of the week (`judged`; steps.rhythm
-    point_levels: as it is while its statement's history is too short). It begins a segment when the deploy's
-    analysis detected a regression in the query, or the periodic check detected one since the query's previous point.
+    point_levels: as it is while its statement's history is too short). It begins a segment when the query changed at
+    the deploy (its analysis detected a regression in it, or its verdict there is labelled intended), or the periodic
+    check detected a change in it since the query's previous point.
     """
     started = time.perf_counter()
     event = deploys.get(conn, deploy_id)
@@ -71,13 +72,69 @@ def update_history(conn: sa.Connection, deploy_id: str, settings: HistorySetting
     new["usual_level"] = point_levels(conn, target, new, event.deployed_at, analysed)
     queries = sorted(set(_queries_of(new)) | set(store.stored_queries(conn, deploy_id)))
     prior = store.earlier_points(conn, target, queries, here, settings.drift_points)
-    later = store.later_points(conn, target, queries, here)
-    detected = store.detected_at_deploys(conn, target, sorted(set(later["deploy_id"])))
-    later["detected"] = [(d, *q) in detected for d, q in zip(later["deploy_id"], _queries_of(later), strict=True)]
+    later = _changed_at_deploys(conn, target, store.later_points(conn, target, queries, here))
+    rows = _judged(conn, target, queries, pd.concat([new, later], ignore_index=True), prior, settings)
+    store.replace_points(conn, deploy_id, target, queries, here, rows, settings.to_dict())
 
-    points = pd.concat([new, later], ignore_index=True).sort_values(
+    own = rows[rows["deploy_id"] == deploy_id].reset_index(drop=True)
+    flagged = own[own["above_band"] | own["drift"]]
+    texts = analysis.query_texts(conn, target, flagged[["dbid", "userid", "queryid", "toplevel"]])
+    return HistoryUpdate(
+        deploy_id=deploy_id,
+        target=target,
+        points=own,
+        recomputed=len(rows) - len(own),
+        texts=texts,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def rejudge_from(conn: sa.Connection, deploy_id: str, target: str, queries: list[store.Query]) -> int:
+    """Judge these queries' stored points again from the deploy's point on (its own included), in the caller's
+    transaction, once what begins their segments there changed (steps/labelling.py: an intended label): from their
+    stored means, with the settings the first of them was judged with. Returns how many points were judged again
+    (none when the deploy has no point of theirs yet: update_history will see the label when it adds them)."""
+    event = deploys.get(conn, deploy_id)
+    if event is None or event.deployed_at is None or not queries:
+        return 0
+    here = (event.deployed_at, deploy_id)
+    store.lock_target(conn, target)
+    stored = store.later_points(conn, target, queries, here, inclusive=True)
+    stored = stored[[q in set(queries) for q in _queries_of(stored)]]
+    if stored.empty:
+        return 0
+    settings = HistorySettings.from_dict(stored["settings"].iloc[0])
+    points = _changed_at_deploys(conn, target, stored.drop(columns=["settings"]))
+    found = sorted(set(_queries_of(points)))
+    prior = store.earlier_points(conn, target, found, here, settings.drift_points)
+    rows = _judged(conn, target, found, points, prior, settings)
+    store.replace_from(conn, target, found, here, rows, settings.to_dict())
+    return len(rows)
+
+
+def _changed_at_deploys(conn: sa.Connection, target: str, points: pd.DataFrame) -> pd.DataFrame:
+    """Stored points with `detected`: whether their query changed at their deploy (store.detected_at_deploys)."""
+    changed = store.detected_at_deploys(conn, target, sorted(set(points["deploy_id"])))
+    return points.assign(
+        detected=[(d, *q) in changed for d, q in zip(points["deploy_id"], _queries_of(points), strict=True)]
+    )
+
+
+def _judged(
+    conn: sa.Connection,
+    target: str,
+    queries: list[store.Query],
+    points: pd.DataFrame,
+    prior: pd.DataFrame,
+    settings: HistorySettings,
+) -> pd.DataFrame:
+    """The queries' points (POINT columns and `detected`) judged in order after their `prior` points: where each
+    begins a segment, its band and drift, the running state (store.COLUMNS but settings)."""
+    points = points.drop(columns=["settings"], errors="ignore").sort_values(
         [*store.QUERY, "deployed_at", "deploy_id"], kind="stable", ignore_index=True
     )
+    # Joined with an empty frame (no later points) the times are objects, which merge_asof refuses.
+    points["deployed_at"] = pd.to_datetime(points["deployed_at"], utc=True)
     points["begins_segment"] = points["detected"].astype(bool) | _periodic_change_since_last_point(
         conn, target, points, prior, queries
     )
@@ -93,19 +150,7 @@ def update_history(conn: sa.Connection, deploy_id: str, settings: HistorySetting
     )
     rows = pd.concat([points.drop(columns=["detected"]), result], axis=1)
     rows["begins_segment"] = rows["seg_points"] == 1  # a query's first point begins its first segment too
-    store.replace_points(conn, deploy_id, target, queries, here, rows, settings.to_dict())
-
-    own = rows[rows["deploy_id"] == deploy_id].reset_index(drop=True)
-    flagged = own[own["above_band"] | own["drift"]]
-    texts = analysis.query_texts(conn, target, flagged[["dbid", "userid", "queryid", "toplevel"]])
-    return HistoryUpdate(
-        deploy_id=deploy_id,
-        target=target,
-        points=own,
-        recomputed=len(rows) - len(own),
-        texts=texts,
-        seconds=time.perf_counter() - started,
-    )
+    return rows
 
 
 def judged(points: pd.DataFrame) -> pd.Series:

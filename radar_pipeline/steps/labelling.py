@@ -1,13 +1,64 @@
-"""A Slack alert's label buttons, read back: the label an interaction with one of them gives (alerts/render.py draws
-the buttons and encodes the verdict each one labels; the receiver verifies Slack's signature and stores the label)."""
+"""Labels stored with what they do: `store_label`, the one way radar stores a label (`radar label`, the receiver's
+POST /v1/labels, Slack's buttons, a pull request's comment), applies an intended label in the label's own transaction
+(docs/labels.md#intended-a-new-baseline); and a Slack alert's label buttons, read back: the label an interaction
+with one of them gives (alerts/render.py draws the buttons and encodes the verdict each one labels; the receiver
+verifies Slack's signature and stores the label)."""
 
 from __future__ import annotations
 
 import hashlib
 from typing import Any
 
+import sqlalchemy as sa
+
 from radar_pipeline.alerts.render import LABEL_ACTION, button_subject
+from radar_pipeline.steps.history import rejudge_from
+from radar_pipeline.warehouse import alerts, channels, episodes, labels
 from radar_pipeline.warehouse.labels import Label, LabelError
+
+
+def store_label(conn: sa.Connection, label: Label) -> labels.Stored:
+    """Store `label` once (labels.add: LabelError names a wrong field, LabelConflict an idempotency key used for
+    another label) and apply it, in the caller's transaction. An intended label, and one that replaces an intended
+    label, judges its verdicts' history points again from their deploys on (the intended one begins a segment there;
+    the other ends it). An intended label also closes the queries' open periodic episodes as intended, skips their
+    alerts not sent yet, and enqueues the resolves of what their alerts opened and an update of each Slack message
+    that carried them, which the alert's retry run delivers (radar_reconciler asks for it); what it did is recorded
+    in radar.label_effect, without which an intended label cannot commit (sql/0040)."""
+    stored = labels.add(conn, label)
+    if not stored.inserted:
+        return stored
+    label_id = int(stored.row["label_id"])
+    intended = stored.row["label"] == "intended"
+    if not intended and not labels.replaces_intended(conn, label_id):
+        return stored  # its verdicts' segments are as they were
+    covered = conn.execute(
+        sa.text(
+            "SELECT DISTINCT deploy_id, target, dbid, userid, toplevel, fingerprint FROM radar.label_cover "
+            "WHERE label_id = :l ORDER BY deploy_id, target"
+        ),
+        {"l": label_id},
+    ).fetchall()
+    by_deploy: dict[tuple[str, str], list[tuple[int, int, bool, int]]] = {}
+    for r in covered:
+        by_deploy.setdefault((r.deploy_id, r.target), []).append(
+            (int(r.dbid), int(r.userid), bool(r.toplevel), int(r.fingerprint))
+        )
+    points = sum(rejudge_from(conn, d, t, queries) for (d, t), queries in by_deploy.items())
+    if not intended:
+        return stored
+    closed = episodes.close_intended(conn, label_id)
+    alerts.skip_labelled(conn, label_id)
+    resolves, updates = channels.enqueue_labelled(conn, label_id)
+    effect = {
+        "verdicts": len(labels.intended_verdicts(conn, label_id)),
+        "history_points": points,
+        "episodes_closed": closed,
+        "resolves": resolves,
+        "message_updates": updates,
+    }
+    labels.record_effect(conn, label_id, effect)
+    return stored
 
 
 def slack_label(payload: dict[str, Any]) -> Label | None:

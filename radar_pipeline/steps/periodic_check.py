@@ -7,8 +7,11 @@ A detection is then
   lies within the deploy tolerance of the change;
 - `already_reported` while the query's episode is open (the same change stays in the window for two periods, and a
   lasting regression stays slower);
-- `left_to_deploy` when a deploy lies that near: the deploy's own analysis answers for it.
-An open episode closes (`recovered`) when a later period's mean is back within θ of the level before the change.
+- `left_to_deploy` when a deploy lies that near: the deploy's own analysis answers for it;
+- `intended` when a label marked a change of the query that near intended (docs/labels.md): the step is the new
+  baseline, not news, even after its episode was closed.
+An open episode closes (`recovered`) when a later period's mean is back within θ of the level before the change, or
+as intended when the query's verdict is labelled so.
 
 Plain Python, so the Dagster asset and the tests run the same code.
 """
@@ -31,10 +34,11 @@ from radar_pipeline.steps.deploy_analysis import require_closed
 from radar_pipeline.warehouse import deploys, episodes
 from radar_pipeline.warehouse.analysis import ANALYSED_VERDICTS
 
-REPORTED, ALREADY_REPORTED, LEFT_TO_DEPLOY = "reported", "already_reported", "left_to_deploy"
+REPORTED, ALREADY_REPORTED, LEFT_TO_DEPLOY, INTENDED = "reported", "already_reported", "left_to_deploy", "intended"
 # A periodic check's verdicts: an analysis's, and for each detection whether it is reported (None elsewhere).
 PERIODIC_VERDICTS = ANALYSED_VERDICTS.extend(
-    "periodic verdicts", (Column("report", TEXT, required=False, words=(REPORTED, ALREADY_REPORTED, LEFT_TO_DEPLOY)),)
+    "periodic verdicts",
+    (Column("report", TEXT, required=False, words=(REPORTED, ALREADY_REPORTED, LEFT_TO_DEPLOY, INTENDED)),),
 )
 log = logging.getLogger(__name__)
 
@@ -114,6 +118,8 @@ def _record_target(
         status[near] = LEFT_TO_DEPLOY
         still_open = episodes.open_at(conn, target, end)
         status[[q in still_open for q in episodes.queries_of(detected)]] = ALREADY_REPORTED
+        steps = episodes.intended_steps(conn, target, lo - deploy_tolerance, hi + deploy_tolerance)
+        status[at_intended_step(detected, steps, deploy_tolerance)] = INTENDED
         PERIODIC_VERDICTS.assign(verdicts, "report", status, rows=detected.index)
     episodes.record_reports(conn, ident, target, end, detected[status == REPORTED])
     return PeriodAnalysis(**vars(decided), target=target, recovered=recovered)
@@ -126,3 +132,19 @@ def near_deploy(change_at: pd.Series, deploy_times: list[datetime], tolerance: t
     times = pd.to_datetime(pd.Series(deploy_times), utc=True).to_numpy()
     gaps = abs(pd.to_datetime(change_at, utc=True).to_numpy()[:, None] - times[None, :])
     return pd.Series((gaps <= pd.Timedelta(tolerance).to_timedelta64()).any(axis=1), index=change_at.index)
+
+
+def at_intended_step(detected: pd.DataFrame, steps: pd.DataFrame, tolerance: timedelta) -> pd.Series:
+    """Per detection: does its change lie within `tolerance` of a change point of its query that a label marked
+    intended (episodes.intended_steps)?"""
+    if steps.empty or detected.empty:
+        return pd.Series(False, index=detected.index)
+    marked: dict[tuple[int, int, bool, int], list[pd.Timestamp]] = {}
+    for query, at in zip(episodes.queries_of(steps), pd.to_datetime(steps["change_at"], utc=True), strict=True):
+        marked.setdefault(query, []).append(at)
+    changes = pd.to_datetime(detected["change_at"], utc=True)
+    near = [
+        any(abs(at - p) <= pd.Timedelta(tolerance) for p in marked.get(query, ()))
+        for query, at in zip(episodes.queries_of(detected), changes, strict=True)
+    ]
+    return pd.Series(near, index=detected.index)

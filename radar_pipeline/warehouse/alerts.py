@@ -209,6 +209,47 @@ def analysis_window_end(conn: sa.Connection, analysis_id: str) -> datetime | Non
     ).scalar_one()
 
 
+# The radar.alert rows (alias a) of what an intended label (:label) closes: the verdicts it stands for
+# (radar.intended_verdict) and the periodic episodes it closed (their opening analysis's rows).
+LABELLED_ALERTS = (
+    "(SELECT a.* FROM radar.alert a JOIN ("
+    "  SELECT deploy_id, target, dbid, userid, queryid, toplevel FROM radar.intended_verdict WHERE label_id = :label "
+    "  UNION SELECT opened_by, target, dbid, userid, queryid, toplevel FROM radar.regression_episode "
+    "  WHERE intended_label = :label"
+    ") s USING (deploy_id, target, dbid, userid, queryid, toplevel))"
+)
+INTENDED_UNSENT = "labelled intended before it was sent: not sent"
+
+
+def skip_labelled(conn: sa.Connection, label_id: int) -> int:
+    """Skip the alerts of what an intended label closes that are still waiting for their first or next attempt (it
+    is no news: the team said they meant it); returns how many. One an earlier attempt may have delivered keeps its
+    remote id, so what it may have opened is still resolved."""
+    return conn.execute(
+        sa.text(
+            f"UPDATE radar.alert x SET status = 'skipped', last_error = :why, next_attempt_at = NULL "
+            f"FROM {LABELLED_ALERTS} a WHERE x.deploy_id = a.deploy_id AND x.target = a.target "
+            "AND x.channel = a.channel AND x.dbid = a.dbid AND x.userid = a.userid AND x.queryid = a.queryid "
+            "AND x.toplevel = a.toplevel AND x.status = 'pending'"
+        ),
+        {"label": label_id, "why": INTENDED_UNSENT},
+    ).rowcount
+
+
+def message_keys(conn: sa.Connection, analysis_id: str, channel: str, ts: str) -> tuple[str | None, list[Key]]:
+    """The channel id a Slack message went to (None when not recorded: the channel as configured is used) and the
+    statement keys it carried, from the analysis's radar.alert rows with that message ts."""
+    rows = conn.execute(
+        sa.text(
+            f"SELECT message_channel, {', '.join(KEY)} FROM radar.alert WHERE deploy_id = :d AND channel = :c "
+            "AND message_ts = :ts ORDER BY target, dbid, userid, queryid, toplevel"
+        ),
+        {"d": analysis_id, "c": channel, "ts": ts},
+    ).fetchall()
+    ids = [r.message_channel for r in rows if r.message_channel]
+    return (ids[0] if ids else None), [statement_key([getattr(r, k) for k in KEY]) for r in rows]
+
+
 def lock(conn: sa.Connection, analysis_id: str) -> None:
     """Serialise claiming the analysis's alerts for this transaction (held for a claim only, never while sending)."""
     conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended('radar.alert:' || :d, 0))"), {"d": analysis_id})
@@ -302,8 +343,10 @@ def settle(
     wait: timedelta | None = None,
     earlier: Claim | None = None,
     remote_id: str | None = None,
+    message_channel: str | None = None,
 ) -> None:
-    """Record how an attempt on these claimed rows ended: sent (with Slack's message ts, or another channel's
+    """Record how an attempt on these claimed rows ended: sent (with Slack's message ts and the channel id it went to,
+    or another channel's
     `remote_id`), skipped, withheld, failed, or pending again (retryable: no new attempt before `wait` has passed;
     `unknown`: it may have been posted). A retryable failure after MAX_ATTEMPTS attempts is final (failed). Only rows
     still claimed by `delivery_id` are touched: an attempt that overran its lease cannot overwrite what a newer
@@ -316,6 +359,7 @@ def settle(
     conn.execute(
         sa.text(
             "UPDATE radar.alert SET last_error = :error, message_ts = coalesce(:ts, message_ts), "
+            "message_channel = coalesce(:message_channel, message_channel), "
             "remote_id = CASE WHEN :clear THEN NULL ELSE coalesce(:remote, remote_id) END, "
             f"{SETTLED} "
             "WHERE deploy_id = :d AND target = :t AND channel = :c AND dbid = :dbid AND userid = :userid "
@@ -330,6 +374,7 @@ def settle(
                 "claim": delivery_id,
                 "status": status,
                 "ts": ts,
+                "message_channel": message_channel,
                 "remote": remote_id,
                 "error": error,
                 "unknown": unknown,

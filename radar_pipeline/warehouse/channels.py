@@ -12,9 +12,9 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from radar_pipeline.pgss_model import Key
-from radar_pipeline.warehouse.alerts import MAX_ATTEMPTS, SETTLED
+from radar_pipeline.warehouse.alerts import LABELLED_ALERTS, MAX_ATTEMPTS, SETTLED
 
-RESOLVE, DEPLOY_MARK = "resolve", "deploy_mark"
+RESOLVE, DEPLOY_MARK, MESSAGE_UPDATE = "resolve", "deploy_mark", "message_update"
 # Closing an incident is never noise: a resolve is never withheld when it is enqueued, and one recorded withheld
 # earlier (an older version withheld the reanalysis's and old analyses' resolves) becomes pending again.
 REVIVE = (
@@ -112,6 +112,39 @@ def enqueue_recovered_resolves(conn: sa.Connection, channel: str, analysis_id: s
         ),
         {"k": RESOLVE, "d": analysis_id, "c": channel},
     ).rowcount
+
+
+def enqueue_labelled(conn: sa.Connection, label_id: int) -> tuple[int, int]:
+    """What an intended label closes, on the channels: a resolve for each of its alerts that may have opened
+    something (MAY_HAVE_OPENED; one still being sent waits for its trigger, as enqueue_recovered_resolves's), under
+    the alert's own analysis, whose retry run delivers it; and an update of each Slack message that carried one (its
+    message ts: the message is drawn again with its labels), pending again when updated before. Returns (resolves,
+    message updates) added or revived."""
+    resolves = conn.execute(
+        sa.text(
+            "INSERT INTO radar.channel_event "
+            "(channel, kind, subject, deploy_id, target, dbid, userid, queryid, toplevel) "
+            f"SELECT a.channel, :k, CASE WHEN s.waits THEN {WAITING_SUBJECT} ELSE a.remote_id END, a.deploy_id, "
+            "  a.target, CASE WHEN s.waits THEN a.dbid END, CASE WHEN s.waits THEN a.userid END, "
+            "  CASE WHEN s.waits THEN a.queryid END, CASE WHEN s.waits THEN a.toplevel END "
+            f"FROM {LABELLED_ALERTS} a CROSS JOIN LATERAL (SELECT a.status = 'sending' AS waits) s "
+            f"WHERE a.{MAY_HAVE_OPENED} {REVIVE}"
+        ),
+        {"k": RESOLVE, "label": label_id},
+    ).rowcount
+    updates = conn.execute(
+        sa.text(
+            "INSERT INTO radar.channel_event (channel, kind, subject, deploy_id, target) "
+            "SELECT DISTINCT a.channel, :k, a.message_ts, a.deploy_id, a.target "
+            f"FROM {LABELLED_ALERTS} a WHERE a.message_ts IS NOT NULL "
+            "ON CONFLICT (channel, kind, subject) DO UPDATE SET status = 'pending', attempts = 0, "
+            # an attempt in flight settles nothing (its claim is gone): the next one draws the latest labels
+            "next_attempt_at = NULL, outcome_unknown = false, last_error = NULL, created_at = now(), "
+            "delivery_id = NULL, claimed_at = NULL"
+        ),
+        {"k": MESSAGE_UPDATE, "label": label_id},
+    ).rowcount
+    return resolves, updates
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 and again only after it has recovered.
 
 An episode opens with the periodic analysis that reported the query and closes with the first later analysis whose
-latest period's mean is back within the threshold θ of the level before the change (baseline × (1 + θ)). It is open
+latest period's mean is back within the threshold θ of the level before the change (baseline × (1 + θ)), or when the
+query's verdict (the episode's own, or a deploy's) is labelled intended: the new level is the baseline, and no
+recovery to the old one is awaited (close_intended). It is open
 at time T when it opened before T and had not closed by T, so re-running or backfilling an older hour judges against
 the episodes as they were then, and a re-run keeps what later hours recorded.
 """
@@ -76,12 +78,13 @@ def record_reports(
     conn: sa.Connection, analysis_id: str, target: str, period_end: datetime, reported: pd.DataFrame
 ) -> None:
     """Make the episodes this analysis opened exactly `reported` (KEY columns, fingerprint, change_at and the
-    segment means): new ones open, those of an earlier run of it that it no longer reports go, and those it reports
-    again keep what later analyses recorded of them."""
+    segment means): new ones open, those of an earlier run of it that it no longer reports go (but one a label
+    closed as intended, which a re-run answers `intended`), and those it reports again keep what later analyses
+    recorded of them."""
     kept = queries_of(reported)
     conn.execute(
         sa.text(
-            "DELETE FROM radar.regression_episode WHERE opened_by = :id AND target = :t "
+            "DELETE FROM radar.regression_episode WHERE opened_by = :id AND target = :t AND intended_label IS NULL "
             "AND (dbid, userid, toplevel, fingerprint) NOT IN (SELECT * FROM unnest(CAST(:d AS oid[]), "
             "CAST(:u AS oid[]), CAST(:l AS boolean[]), CAST(:f AS bigint[])))"
         ),
@@ -111,4 +114,35 @@ def record_reports(
             }
             for r, key in zip(reported.itertuples(), statement_keys(reported), strict=True)
         ],
+    )
+
+
+def close_intended(conn: sa.Connection, label_id: int) -> int:
+    """Close, as intended by this label, the open episodes of the queries whose verdicts it stands for
+    (radar.intended_verdict), from the change point it marks (an episode opened after it: from its opening): from
+    then on they are not open (open_at), so a check of a later hour, run or re-run, reports a new change again; the
+    labelled step itself is the periodic check's `intended`. Returns how many it closed."""
+    return conn.execute(
+        sa.text(
+            "UPDATE radar.regression_episode e SET recovered_at = greatest(e.opened_at, i.change_at), "
+            "intended_label = l.label_id "
+            "FROM radar.intended_verdict i JOIN radar.label l USING (label_id) "
+            "WHERE i.label_id = :l AND e.target = i.target AND e.dbid = i.dbid AND e.userid = i.userid "
+            "AND e.toplevel = i.toplevel AND e.fingerprint = i.fingerprint AND e.recovered_at IS NULL "
+            "AND e.opened_at <= l.created_at"
+        ),
+        {"l": label_id},
+    ).rowcount
+
+
+def intended_steps(conn: sa.Connection, target: str, lo: datetime, hi: datetime) -> pd.DataFrame:
+    """The change points in [lo, hi] that labels marked intended on the target's queries (radar.intended_verdict):
+    QUERY columns and change_at."""
+    return pd.read_sql(
+        sa.text(
+            f"SELECT DISTINCT {', '.join(QUERY)}, change_at FROM radar.intended_verdict "
+            "WHERE target = :t AND change_at BETWEEN :lo AND :hi"
+        ),
+        conn,
+        params={"t": target, "lo": lo, "hi": hi},
     )

@@ -34,6 +34,14 @@ def _query_params(queries: list[Query]) -> dict[str, list]:
     return {f"q_{name}": [q[i] for q in queries] for i, name in enumerate(QUERY)}
 
 
+# The verdicts (alias v) of the deploys :ids whose standing label is intended (sql/0040), joined as i (i.queryid is
+# NULL for the others): the query's new level begins there. The deploys' filter reaches into the view, so the labels
+# are read once for the statement, not once per verdict.
+_INTENDED_JOIN = (
+    "LEFT JOIN (SELECT DISTINCT deploy_id, target, dbid, userid, queryid, toplevel FROM radar.intended_verdict "
+    "WHERE deploy_id = ANY(CAST(:ids AS text[]))) i ON i.deploy_id = v.deploy_id AND i.target = v.target "
+    "AND i.dbid = v.dbid AND i.userid = v.userid AND i.queryid = v.queryid AND i.toplevel = v.toplevel"
+)
 # usual_level: the point's usual level at its hours of the week (steps/rhythm.py point_levels; NaN: none): the bands
 # judge mean_ms / usual_level
 POINT = ["deploy_id", "deployed_at", "dbid", "userid", "queryid", "toplevel", "mean_ms", "calls", "usual_level"]
@@ -49,18 +57,20 @@ def lock_target(conn: sa.Connection, target: str) -> None:
 
 def deploy_points(conn: sa.Connection, deploy_id: str, min_calls: int) -> pd.DataFrame:
     """The deploy's new points: each analysed query's mean over the window after the deploy, where it had at least
-    `min_calls` calls there, and whether a regression was detected at this deploy."""
+    `min_calls` calls there, and whether the query changed at this deploy (`detected`: a regression detected, or
+    its verdict labelled intended)."""
     return pd.read_sql(
         sa.text(
             "SELECT v.target, v.fingerprint, v.deploy_id, d.deployed_at, v.dbid, v.userid, v.queryid, v.toplevel, "
-            f"v.mean_after_ms AS mean_ms, v.calls_after AS calls, v.verdict = '{Verdict.DETECTED}' AS detected, "
+            f"v.mean_after_ms AS mean_ms, v.calls_after AS calls, "
+            f"v.verdict = '{Verdict.DETECTED}' OR i.queryid IS NOT NULL AS detected, "
             "CAST(NULL AS double precision) AS usual_level "
-            "FROM radar.verdict v JOIN radar.deploy_event d USING (deploy_id) "
+            f"FROM radar.verdict v JOIN radar.deploy_event d USING (deploy_id) {_INTENDED_JOIN} "
             "WHERE v.deploy_id = :d AND v.calls_after >= :min_calls AND v.n_after >= 1 "
             "AND v.mean_after_ms IS NOT NULL AND v.mean_after_ms = v.mean_after_ms"  # not NaN
         ),
         conn,
-        params={"d": deploy_id, "min_calls": min_calls},
+        params={"d": deploy_id, "ids": [deploy_id], "min_calls": min_calls},
     )
 
 
@@ -92,12 +102,15 @@ def earlier_points(
     )
 
 
-def later_points(conn: sa.Connection, target: str, queries: list[Query], after: tuple[datetime, str]) -> pd.DataFrame:
-    """Every stored point of these queries ordered after `after`, to be recomputed (empty in normal operation)."""
+def later_points(
+    conn: sa.Connection, target: str, queries: list[Query], after: tuple[datetime, str], inclusive: bool = False
+) -> pd.DataFrame:
+    """Every stored point of these queries ordered after `after` (with `inclusive`, from it on), to be recomputed
+    (empty in normal operation), with the settings each was judged with."""
     return pd.read_sql(
         sa.text(
-            f"SELECT {', '.join(SERIES + POINT)} FROM radar.query_history "
-            f"WHERE target = :t AND {_IN_QUERIES} AND (deployed_at, deploy_id) > (:at, :d) "
+            f"SELECT {', '.join(SERIES + POINT)}, settings FROM radar.query_history "
+            f"WHERE target = :t AND {_IN_QUERIES} AND (deployed_at, deploy_id) {'>=' if inclusive else '>'} (:at, :d) "
             "ORDER BY dbid, userid, toplevel, fingerprint, deployed_at, deploy_id"
         ),
         conn,
@@ -106,12 +119,13 @@ def later_points(conn: sa.Connection, target: str, queries: list[Query], after: 
 
 
 def detected_at_deploys(conn: sa.Connection, target: str, deploy_ids: list[str]) -> set[tuple]:
-    """(deploy_id, dbid, userid, toplevel, fingerprint) of the regressions detected at these deploys."""
+    """(deploy_id, dbid, userid, toplevel, fingerprint) of the queries that changed at these deploys: a regression
+    detected, or a verdict labelled intended."""
     rows = conn.execute(
         sa.text(
-            f"SELECT deploy_id, {', '.join(QUERY)} FROM radar.verdict "
-            f"WHERE target = :t AND verdict = '{Verdict.DETECTED}' "
-            "AND deploy_id = ANY(CAST(:ids AS text[]))"
+            f"SELECT v.deploy_id, {', '.join('v.' + c for c in QUERY)} FROM radar.verdict v {_INTENDED_JOIN} "
+            f"WHERE v.target = :t AND (v.verdict = '{Verdict.DETECTED}' OR i.queryid IS NOT NULL) "
+            "AND v.deploy_id = ANY(CAST(:ids AS text[]))"
         ),
         {"t": target, "ids": deploy_ids},
     )
@@ -153,6 +167,26 @@ def replace_points(
     if rows.empty:
         return
     copy_frame(conn, "radar.query_history", COLUMNS, rows.assign(settings=json.dumps(settings, sort_keys=True)))
+
+
+def replace_from(
+    conn: sa.Connection,
+    target: str,
+    queries: list[Query],
+    since: tuple[datetime, str],
+    rows: pd.DataFrame,
+    settings: dict[str, Any],
+) -> None:
+    """Replace these queries' points from `since` (deployed_at, deploy_id) on, that one included, with `rows`."""
+    conn.execute(
+        sa.text(
+            f"DELETE FROM radar.query_history WHERE target = :t AND {_IN_QUERIES} "
+            "AND (deployed_at, deploy_id) >= (:at, :d)"
+        ),
+        {**_query_params(queries), "t": target, "at": since[0], "d": since[1]},
+    )
+    if not rows.empty:
+        copy_frame(conn, "radar.query_history", COLUMNS, rows.assign(settings=json.dumps(settings, sort_keys=True)))
 
 
 def series_points(

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 import sqlalchemy as sa
 
-from radar_pipeline.pgss_model import KEY
+from radar_pipeline.pgss_model import KEY, Key, statement_key
 
 LABELS = ("intended", "false_alarm", "fixed", "acknowledged")
 SOURCES = ("cli", "receiver", "slack", "code_host")
@@ -242,6 +242,86 @@ def _same_or_conflict(before: dict[str, Any], values: dict[str, Any]) -> dict[st
     if differing:
         raise LabelConflict("idempotency_key", f"used before for another label ({', '.join(differing)} differ)")
     return before
+
+
+def intended_verdicts(conn: sa.Connection, label_id: int) -> pd.DataFrame:
+    """The statement verdicts an intended label stands for (radar.intended_verdict: its statement, its group's
+    members, its fleet verdict's statement on each member deploy) where it is their standing label: deploy_id,
+    target, KEY, fingerprint and the change point it marks (change_at)."""
+    return pd.read_sql(
+        sa.text(
+            f"SELECT deploy_id, target, {', '.join(KEY)}, fingerprint, change_at FROM radar.intended_verdict "
+            f"WHERE label_id = :l ORDER BY deploy_id, target, {', '.join(KEY)}"
+        ),
+        conn,
+        params={"l": label_id},
+    )
+
+
+def replaces_intended(conn: sa.Connection, label_id: int) -> bool:
+    """Whether this label may end a segment an intended label began: its subject was labelled intended before, or
+    another subject's latest label that covers one of its verdicts (a group's, a fleet's, a statement's) is."""
+    return bool(
+        conn.execute(
+            sa.text(
+                "SELECT EXISTS (SELECT 1 FROM radar.label_cover c JOIN radar.label_cover o "
+                "ON o.deploy_id = c.deploy_id AND o.target = c.target AND o.dbid = c.dbid AND o.userid = c.userid "
+                "AND o.queryid = c.queryid "
+                "AND o.toplevel = c.toplevel WHERE c.label_id = :l AND o.label_id <> :l AND o.label = 'intended') "
+                "OR EXISTS (SELECT 1 FROM radar.label p JOIN radar.label n ON n.label_id = :l AND n.kind = p.kind "
+                "AND n.deploy_id IS NOT DISTINCT FROM p.deploy_id AND n.target IS NOT DISTINCT FROM p.target "
+                "AND n.dbid IS NOT DISTINCT FROM p.dbid AND n.userid IS NOT DISTINCT FROM p.userid "
+                "AND n.queryid IS NOT DISTINCT FROM p.queryid AND n.toplevel IS NOT DISTINCT FROM p.toplevel "
+                "AND n.group_id IS NOT DISTINCT FROM p.group_id AND n.release_id IS NOT DISTINCT FROM p.release_id "
+                "AND n.fingerprint IS NOT DISTINCT FROM p.fingerprint WHERE p.label_id < :l AND p.label = 'intended')"
+            ),
+            {"l": label_id},
+        ).scalar_one()
+    )
+
+
+def record_effect(conn: sa.Connection, label_id: int, effect: dict[str, int]) -> None:
+    """Record what applying a label did (radar.label_effect), in the label's transaction: an intended label cannot
+    commit without it (sql/0040's deferred constraint trigger)."""
+    conn.execute(
+        sa.text(
+            "INSERT INTO radar.label_effect (label_id, verdicts, history_points, episodes_closed, resolves, "
+            "message_updates) VALUES (:l, :verdicts, :history_points, :episodes_closed, :resolves, :message_updates)"
+        ),
+        {"l": label_id, **effect},
+    )
+
+
+def effect_of(conn: sa.Connection, label_id: int) -> dict[str, Any] | None:
+    """What applying a label did (its radar.label_effect row), or None (a label that is not intended)."""
+    found = conn.execute(sa.text("SELECT * FROM radar.label_effect WHERE label_id = :l"), {"l": label_id})
+    row = found.mappings().first()
+    return dict(row) if row is not None else None
+
+
+def standing_labels(conn: sa.Connection, analysis_id: str) -> dict[tuple[str, Key], str]:
+    """The standing label of each of the analysis's labelled statement verdicts (the latest of the labels that
+    cover it: its own, its group's, its fleet verdict's; for a periodic check's, else the label that closed its
+    episode as intended), in words (label_words), by (target, statement key)."""
+    keys = ", ".join("c." + k for k in KEY)
+    rows = conn.execute(
+        sa.text(
+            f"SELECT target, {', '.join(KEY)}, label, labelled_by, note, fixed_by FROM ("
+            f"  SELECT DISTINCT ON (c.target, {keys}) 1 AS rank, c.target, {keys}, l.label, l.labelled_by, l.note, "
+            "  l.fixed_by FROM radar.label_cover c JOIN radar.label l USING (label_id) WHERE c.deploy_id = :d "
+            f"  ORDER BY c.target, {keys}, c.created_at DESC, c.label_id DESC"
+            ") own UNION ALL "
+            f"SELECT c.target, {keys}, l.label, l.labelled_by, l.note, l.fixed_by FROM radar.regression_episode c "
+            "JOIN radar.label l ON l.label_id = c.intended_label WHERE c.opened_by = :d"
+        ),
+        {"d": analysis_id},
+    ).fetchall()
+    found: dict[tuple[str, Key], str] = {}
+    for r in reversed(rows):  # a verdict's own standing label before its episode's
+        found[(r.target, statement_key([getattr(r, k) for k in KEY]))] = label_words(
+            r.label, r.labelled_by, r.note, r.fixed_by
+        )
+    return found
 
 
 def group_labels(conn: sa.Connection, deploy_id: str) -> pd.DataFrame:

@@ -46,9 +46,11 @@ def regression_alerts(
 ) -> dg.MaterializeResult:
     """Send what is due of the deploy's regressions, in one message, and record every attempt; record them as
     withheld instead when the deploy's window closed more than the alert age limit ago, or in a reanalysis run. Then
-    the same, and the deploy's mark and the resolves of what it no longer announces, on each routed channel."""
+    the same, and the deploy's mark and the resolves of what it no longer announces or a label closed, on each routed
+    channel; then the updates of its Slack messages a label asked for."""
     from radar_pipeline.alerts.render import TIERS_SHOWN
     from radar_pipeline.steps.alert_delivery import deliver, deploy_facts, withhold_reason
+    from radar_pipeline.steps.channel_delivery import update_messages
     from radar_pipeline.warehouse import alerts as outbox
     from radar_pipeline.warehouse import analysis as analysis_store
     from radar_pipeline.warehouse.status import tiered_statements
@@ -85,6 +87,7 @@ def regression_alerts(
             context.log.error(f"channels: {type(other).__name__} (after Slack's error, which fails the run)")
         raise exc
     metadata.update(_channels(context, engine, channels, analysis_id, facts, found, changes, reanalysis))
+    metadata.update(update_messages(context.log, engine, slack.sender(), analysis_id, found, changes, lambda *_: facts))
     with engine.begin() as conn:
         if reason is not None and not context.run.tags.get(REANALYSIS_TAG):
             metadata["withheld_waiting"] = outbox.withhold_waiting(conn, analysis_id, reason)

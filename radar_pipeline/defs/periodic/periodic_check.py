@@ -20,6 +20,9 @@ from radar_pipeline.defs.resources import (
 from radar_pipeline.engine import Verdict
 
 if TYPE_CHECKING:
+    import pandas as pd
+
+    from radar_pipeline.alerts.render import AnalysisFacts
     from radar_pipeline.steps.periodic_check import PeriodAnalysis
 
 ALL_TARGETS_CHECK = "all_targets_analysed"
@@ -91,7 +94,7 @@ def _report_log(result: "PeriodAnalysis") -> list[str]:
 def _metadata(done: "list[PeriodAnalysis]", period_s: float) -> dict[str, Any]:
     import pandas as pd
 
-    from radar_pipeline.steps.periodic_check import ALREADY_REPORTED, LEFT_TO_DEPLOY, REPORTED
+    from radar_pipeline.steps.periodic_check import ALREADY_REPORTED, INTENDED, LEFT_TO_DEPLOY, REPORTED
 
     frames = [r.verdicts.assign(target=r.target) for r in done]
     if not frames:
@@ -127,6 +130,7 @@ def _metadata(done: "list[PeriodAnalysis]", period_s: float) -> dict[str, Any]:
         "reported": int(reports.get(REPORTED, 0)),
         "already_reported": int(reports.get(ALREADY_REPORTED, 0)),
         "left_to_deploy": int(reports.get(LEFT_TO_DEPLOY, 0)),
+        "intended": int(reports.get(INTENDED, 0)),
         "recovered": sum(len(r.recovered) for r in done),
         "reported_regressions": table(columns, rows),
         "reported_not_shown": max(0, len(reported) - DETECTION_ROWS_SHOWN),
@@ -145,25 +149,39 @@ def periodic_alerts(
     radar.regression_episode)."""
     from radar_pipeline.alerts.channels import close
     from radar_pipeline.steps.alert_delivery import deliver, period_facts
-    from radar_pipeline.steps.channel_delivery import NO_RESOLVES, RECOVERED, deliver_routed
+    from radar_pipeline.steps.channel_delivery import NO_RESOLVES, RECOVERED, deliver_routed, update_messages
     from radar_pipeline.steps.periodic_check import analysis_id
     from radar_pipeline.warehouse import alerts as outbox
 
     ident = analysis_id(context.partition_key)
     ended = context.partition_time_window.end
     max_age = slack.alert_max_age
+    engine = warehouse.engine()
+    with engine.connect() as conn:
+        found = outbox.detections(conn, ident)
+
+    def facts_of(target: str, rows: "pd.DataFrame") -> "AnalysisFacts":
+        return period_facts(ident, target, rows)
+
     if datetime.now(UTC) - ended > max_age:
+        # Closing is never noise: what a label asked of this hour's alerts (resolves, message updates) still goes.
+        routed = channels.routed()
+        try:
+            closing = update_messages(context.log, engine, slack.sender(), ident, found, None, facts_of)
+            if routed:
+                none = found.iloc[0:0]
+                closing.update(deliver_routed(context.log, engine, routed, ident, None, none, None, resolves=RECOVERED))
+        finally:
+            close(routed)
         return dg.MaterializeResult(
             metadata={
                 "regressions": 0,
                 "note": f"the hour ended at {ended.isoformat()}, over {max_age.total_seconds() / 3600:g} h ago: "
                 "not alerted",
+                **({"closing": dg.MetadataValue.json(closing)} if closing else {}),
             }
         )
     metadata: dict[str, Any] = {"regressions": 0}
-    engine = warehouse.engine()
-    with engine.connect() as conn:
-        found = outbox.detections(conn, ident)
     share = CHART_IMAGES_LIMIT // max(1, found["target"].nunique())  # the targets' charts share one bound
     failures: list[Exception] = []  # one target's or step's error never stops the others: raised after them all
     for target, rows in found.groupby("target", sort=True):
@@ -176,6 +194,11 @@ def periodic_alerts(
             continue
         metadata["regressions"] += sent.pop("regressions")
         metadata.update({f"{target}: {k}": v for k, v in sent.items()})
+    try:
+        metadata.update(update_messages(context.log, engine, slack.sender(), ident, found, None, facts_of))
+    except Exception as exc:  # noqa: BLE001 - raised below, after the channels
+        context.log.error(f"Slack message updates: {type(exc).__name__}")
+        failures.append(exc)
     routed = channels.routed()
     try:
         delivered: dict[str, Any] = {}
