@@ -136,6 +136,27 @@ def _minute(value: object, info: ValidationInfo) -> int:
     return int(text)
 
 
+def auto_explain_logs(value: str | None, variable: str) -> dict[str, Path]:
+    """Whitespace-separated target=/absolute/path pairs: each target's PostgreSQL jsonlog file, or the directory of
+    its *.json logs (the newest is read), where auto_explain writes the plans that ran. ConfigError naming the
+    variable for anything else."""
+    logs: dict[str, Path] = {}
+    for position, item in enumerate((value or "").split(), start=1):
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path.startswith("/"):
+            raise ConfigError(f"{variable}: item {position} is not target=/absolute/path/of/the/jsonlog")
+        if name in logs:
+            raise ConfigError(f"{variable}: target {name!r} appears twice")
+        logs[name] = Path(path)
+    return logs
+
+
+def _auto_explain(value: object, info: ValidationInfo) -> str:
+    text = _raw(value)
+    auto_explain_logs(text, _variable(info))
+    return text
+
+
 def _warehouse(value: object, info: ValidationInfo) -> str:
     return warehouse_url(_raw(value), _variable(info))
 
@@ -436,6 +457,8 @@ class RadarSettings(BaseSettings):
     snapshot_shards: Count = 1
     alert_max_age_hours: Annotated[float, BeforeValidator(_hours)] = DEFAULT_ALERT_MAX_AGE_HOURS
     collector_role: Annotated[str | None, BeforeValidator(_role)] = None  # whose statements are left out
+    # where auto_explain's plans can be read, per target (target=/path pairs: a jsonlog file or its directory)
+    auto_explain_logs: Annotated[str | None, BeforeValidator(_auto_explain)] = None
     # Slack: a bot token and a channel (messages and chart images), or an incoming webhook (messages only).
     slack_token: Annotated[SecretStr | None, BeforeValidator(_slack_token)] = None
     slack_channel: str | None = None

@@ -4,6 +4,7 @@ settings (config.settings); secrets reach Dagster as EnvVar, resolved at run tim
 import dataclasses
 from datetime import timedelta
 from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_type_hints
 
 import dagster as dg
@@ -32,6 +33,7 @@ from radar_pipeline.config.settings import (
     SLACK_TOKEN_VAR,
     SLACK_WEBHOOK_VAR,
     alert_max_age_hours,
+    auto_explain_logs,
     channel_routes,
     field_of,
     settings,
@@ -65,6 +67,17 @@ class TargetsResource(dg.ConfigurableResource):
     def targets(self) -> list[Target]:
         """The parsed targets; a malformed value raises ConfigError naming RADAR_TARGETS."""
         return parse_targets(self.spec, TARGETS_VAR)
+
+    def auto_explain_logs(self) -> dict[str, Path]:
+        """Each target's auto_explain jsonlog (RADAR_AUTO_EXPLAIN_LOGS), checked against the targets: a name that is
+        not one raises ConfigError naming the variable."""
+        name = variable("auto_explain_logs")
+        logs = auto_explain_logs(settings("auto_explain_logs").auto_explain_logs, name)
+        names = {t.name for t in self.targets()}
+        unknown = sorted(set(logs) - names)
+        if unknown:
+            raise ConfigError(f"{name}: {', '.join(map(repr, unknown))} is not a target of RADAR_TARGETS")
+        return logs
 
     def exclude_role(self) -> str | None:
         """The collector's dedicated role, whose statements are left out (RADAR_COLLECTOR_ROLE), if any."""

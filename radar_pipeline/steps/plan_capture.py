@@ -5,15 +5,17 @@ changed; each run's outcome is kept (radar.plan_capture_run), so an analysis can
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import psycopg
 import sqlalchemy as sa
 
 from radar_pipeline import plan_shape
-from radar_pipeline.collector import plans, session
+from radar_pipeline.collector import auto_explain, plans, session
 from radar_pipeline.config import Target, target_failure
 from radar_pipeline.config.settings import COUNTS, PLAN_TOP_N_VAR, RadarSettings, variable
 from radar_pipeline.pgss_model import Key
@@ -51,6 +53,8 @@ class PlanCapture:
     held_back_reason: str | None = None
     captured_at: datetime | None = None  # the watched server's clock at the run's start, once reached
     server_version: int | None = None
+    auto_explain: int = 0  # statements whose plan came from auto_explain's log (collector/auto_explain.py)
+    auto_explain_error: str | None = None  # why the target's auto_explain log could not be read
 
 
 def capture_one(conn: psycopg.Connection, source: plans.PlanSource, key: Key, text: str | None) -> Captured:
@@ -60,6 +64,11 @@ def capture_one(conn: psycopg.Connection, source: plans.PlanSource, key: Key, te
     if len(text) >= stored_plans.MAX_TEXT:
         raise plans.PlanUnavailable("its text is too long to be stored whole, so it cannot be planned")
     origin, plan = plans.capture(conn, source, key, text)
+    return _captured(origin, plan)
+
+
+def _captured(origin: str, plan: dict) -> Captured:
+    """A plan as the warehouse stores it: its source, shape hash, root node, total cost and tree."""
     return (
         origin,
         plan_shape.plan_hash(plan),
@@ -69,6 +78,16 @@ def capture_one(conn: psycopg.Connection, source: plans.PlanSource, key: Key, te
     )
 
 
+def _logged(result: PlanCapture, path: Path, dbname: str) -> dict[int, auto_explain.LoggedPlan]:
+    """The plans auto_explain logged for the database, by queryid; none (and why, in the result) when the log cannot
+    be read."""
+    try:
+        return auto_explain.logged_plans(path, dbname)
+    except OSError as exc:
+        result.auto_explain_error = f"auto_explain's log {path} cannot be read: {exc.strerror or exc}"
+        return {}
+
+
 def capture_target(
     target: Target,
     warehouse: sa.Engine,
@@ -76,6 +95,7 @@ def capture_target(
     deadline: float | None = None,
     rotation_n: int = DEFAULT_ROTATION_N,
     result: PlanCapture | None = None,
+    auto_explain_log: Path | None = None,
 ) -> PlanCapture:
     """Capture plans of the top_n statements by execution time since the last capture, then of up to rotation_n
     others (first seen since then, then the least recently planned of those active), among those of the database the
@@ -83,7 +103,10 @@ def capture_target(
     statements left then are counted in `out_of_time`, and those planned are stored. Where the capture may EXPLAIN,
     the statements that would take pg_stat_statements past its room (plans.entry_room) are held back, the busiest last
     (`held_back`, and why). The run's outcome is recorded, a target without a plan source's too, at the watched
-    server's clock (`result`, when given, is filled in as the run goes: a failure keeps its clock)."""
+    server's clock (`result`, when given, is filled in as the run goes: a failure keeps its clock). With
+    `auto_explain_log` (the target's jsonlog), a statement auto_explain logged a plan for takes that plan, the one a
+    real call used, instead of an EXPLAIN; a log that cannot be read is said in result.auto_explain_error, and the
+    statements are planned as without it."""
     result = result or PlanCapture(target.name)
     if deadline is None:
         deadline = time.monotonic() + CAPTURE_DEADLINE_S
@@ -102,12 +125,20 @@ def capture_target(
                 return result
             since = stored_plans.last_capture(wconn, target.name) or now - FIRST_LOOKBACK
             todo = stored_plans.candidates(wconn, target.name, source.database_oid, since, top_n, rotation_n, now)
+        captured: dict[Key, Captured] = {}
+        logged = _logged(result, auto_explain_log, conn.info.dbname) if auto_explain_log is not None else {}
+        for candidate in [c for c in todo if c.key[0] == source.database_oid and c.key[2] in logged]:
+            captured[candidate.key] = _captured(auto_explain.AUTO_EXPLAIN, logged[candidate.key[2]].plan)
+            result.planned[candidate.why] = result.planned.get(candidate.why, 0) + 1
+            result.tried += 1
+            result.auto_explain += 1
+        todo = [c for c in todo if c.key not in captured]
         if source.source == plans.GENERIC_PLAN or version >= 160000:  # pg_store_plans falls back to EXPLAIN on 16+
             todo = _within_room(result, todo, plans.entry_room(conn))
-        captured: dict[Key, Captured] = {}
+        explained = result.tried
         for candidate in todo:
             if time.monotonic() >= deadline:
-                result.out_of_time = len(todo) - result.tried
+                result.out_of_time = len(todo) - (result.tried - explained)
                 break
             result.tried += 1
             result.planned[candidate.why] = result.planned.get(candidate.why, 0) + 1
@@ -137,11 +168,15 @@ def capture_target(
 
 
 def capture_targets(
-    targets: list[Target], warehouse: sa.Engine, top_n: int = DEFAULT_TOP_N, rotation_n: int = DEFAULT_ROTATION_N
+    targets: list[Target],
+    warehouse: sa.Engine,
+    top_n: int = DEFAULT_TOP_N,
+    rotation_n: int = DEFAULT_ROTATION_N,
+    auto_explain_logs: Mapping[str, Path] | None = None,
 ) -> list[PlanCapture]:
     """Capture plans on every target concurrently, all within CAPTURE_DEADLINE_S of the start (a target whose turn
     comes after it is failed, saying so); a target that fails gets a capture holding its password-free error, and
-    never stops the others."""
+    never stops the others. `auto_explain_logs`: target name → its auto_explain jsonlog (capture_target)."""
 
     deadline = time.monotonic() + CAPTURE_DEADLINE_S
 
@@ -150,7 +185,8 @@ def capture_targets(
             return PlanCapture(target.name, error=OUT_OF_TIME.format(CAPTURE_DEADLINE_S))
         going = PlanCapture(target.name)
         try:
-            return capture_target(target, warehouse, top_n, deadline, rotation_n, going)
+            log = (auto_explain_logs or {}).get(target.name)
+            return capture_target(target, warehouse, top_n, deadline, rotation_n, going, log)
         except Exception as exc:  # one failing target must never stop the others
             failed = PlanCapture(target.name, error=target_failure(exc, target))
             failed.captured_at, failed.server_version = going.captured_at, going.server_version

@@ -34,7 +34,7 @@ def plan_snapshots(
 
     started = time.perf_counter()
     top_n, rotation_n = count_setting(PLAN_TOP_N_VAR), count_setting(PLAN_ROTATION_N_VAR)
-    captures = capture_targets(targets.targets(), warehouse.engine(), top_n, rotation_n)
+    captures = capture_targets(targets.targets(), warehouse.engine(), top_n, rotation_n, targets.auto_explain_logs())
     rows: list[dict[str, Any]] = []
     for capture in captures:
         name = capture.target
@@ -46,6 +46,11 @@ def plan_snapshots(
             rows.append({"target": name, "source": "none", "note": f"plans unavailable: {capture.reason}"})
         else:
             notes = [f"pg_store_plans not used: {capture.reason}"] if capture.reason else []
+            if capture.auto_explain:
+                notes.append(f"{capture.auto_explain} plan(s) from auto_explain's log (plans that ran)")
+            if capture.auto_explain_error:
+                context.log.warning(f"target {name!r}: {capture.auto_explain_error}")
+                notes.append(capture.auto_explain_error)
             if capture.out_of_time:
                 out_of_time = OUT_OF_TIME.format(CAPTURE_DEADLINE_S)
                 late = f"{capture.out_of_time} of {capture.tried + capture.out_of_time} not planned: {out_of_time}"
