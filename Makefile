@@ -15,6 +15,12 @@ PYTEST_WORKERS ?= 3
 PYTEST_ARGS ?=
 export DAGSTER_DISABLE_TELEMETRY := 1
 export NO_MKDOCS_2_WARNING := 1
+# make's commands write Python's bytecode caches (into .venv and the checkout's ignored __pycache__/) even where the
+# environment says not to (PYTHONDONTWRITEBYTECODE, as in many CI and container images): without them every process
+# the suite starts (the workers, the Dagster daemons, code servers and runs, each CLI command) compiles Dagster, pandas
+# and radar_pipeline from source again, 1.5 s of CPU each for the code location alone (test_gate.py 89 s -> 51 s,
+# 2026-12-07, load 3 on two cores). Written once, by the first process that imports a module.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install lock demo dev test test-unit lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-location bench-gate bench-receiver bench-plans bench-causes bench-power bench-gate-lab bench-rhythm clean
 

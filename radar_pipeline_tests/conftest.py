@@ -69,13 +69,53 @@ def pytest_configure_node(node) -> None:  # type: ignore[no-untyped-def]
     node.workerinput["terminal_variables"] = {name: os.environ.get(name) for name in TERMINAL_VARIABLES}
 
 
+# Temporary files in memory where the machine has room for them: Dagster's test instances (dg.instance_for_test)
+# keep their run, event and schedule storage in SQLite under a new temporary directory each, and SQLite syncs each
+# commit to disk. On this project's two-core machines an instance and one run of an asset cost 3.1 s on the disk and
+# 1.4 s on tmpfs (2026-12-07, load 4). Only where /dev/shm is a tmpfs with RAM_TMP_FREE free: elsewhere as before.
+RAM_TMP = "/dev/shm"
+RAM_TMP_FREE = 2 << 30
+OWN_TMP = pytest.StashKey[str]()
+
+
+def _memory_tmp(config: pytest.Config) -> None:
+    """Point tempfile (and the commands the tests start, through TMPDIR) at a directory of this process's own on
+    tmpfs, unless TMPDIR is set already or there is no such room."""
+    import tempfile
+
+    if os.environ.get("TMPDIR") or not os.path.isdir(RAM_TMP) or not os.access(RAM_TMP, os.W_OK):
+        return
+    stats = os.statvfs(RAM_TMP)
+    if stats.f_bavail * stats.f_frsize < RAM_TMP_FREE:
+        return
+    with open("/proc/mounts") as mounts:
+        if not any(line.split()[1:3] == [RAM_TMP, "tmpfs"] for line in mounts):
+            return
+    # pytest's own temporary folders (tmp_path: the test servers' data, their logs kept from the last runs) stay
+    # where they were
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    own = tempfile.mkdtemp(prefix="radar-tests-", dir=RAM_TMP)
+    config.stash[OWN_TMP] = own
+    os.environ["TMPDIR"] = own
+    tempfile.tempdir = own
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """In a pytest-xdist worker: the session's terminal variables, not the worker's."""
+    """In a pytest-xdist worker: the session's terminal variables, not the worker's. In every process: temporary
+    files in memory where there is room (_memory_tmp)."""
     for name, value in getattr(config, "workerinput", {}).get("terminal_variables", {}).items():
         if value is None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+    _memory_tmp(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The process's own temporary directory goes with it."""
+    own = config.stash.get(OWN_TMP, None)
+    if own is not None:
+        shutil.rmtree(own, ignore_errors=True)
 
 
 # The longest modules (make test's --durations), first: pytest-xdist hands out a module per worker in collection order,

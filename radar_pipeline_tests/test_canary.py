@@ -35,6 +35,7 @@ from radar_pipeline.steps.canary import CanaryUnavailable, analyse_canary, recor
 from radar_pipeline.steps.code_host_delivery import deliver
 from radar_pipeline.steps.deploy_analysis import AnalysisRun
 from radar_pipeline.steps.snapshots import snapshot_target
+from radar_pipeline.warehouse.database import make_engine
 
 from . import fake_code_host
 from .fake_code_host import TOKEN, FakeHost
@@ -69,12 +70,17 @@ def _now(warehouse: sa.Engine) -> datetime:
         return conn.execute(sa.text("SELECT now()")).scalar_one()
 
 
-@pytest.fixture
-def canary(pg18, warehouse, warehouse_url) -> Iterator[Canary]:
+@pytest.fixture(scope="module")
+def canary_scenario(pg18, warehouse_template) -> Iterator[tuple[Canary, str]]:
     """A database whose stable role and two canary roles run LOOKUP in the same minutes, the `slow` canary with
     index scans off (a sequential scan of 50,000 rows a call), after two deploys recorded through the CLI: cn-slow
-    names the slow canary's role, cn-plain the unslowed one's."""
+    names the slow canary's role, cn-plain the unslowed one's. Built once for the module (its workload and scrapes
+    took about 20 s a test): the watched database and its roles are only read by the tests, and the warehouse the
+    scrapes and deploys went to is the template each test's own warehouse is copied from (`warehouse_url` below)."""
     database = pg18.new_database("canary")
+    scenario = pg18.new_database("canary_warehouse", template=warehouse_template)
+    scenario_url = pg18.pg.url(scenario, driver="postgresql+psycopg")
+    warehouse = make_engine(scenario_url)
     suffix = uuid.uuid4().hex[:8]
     roles = {part: f"{part}_{suffix}" for part in ("stable", "slow", "plain", "idle")}
     pg18.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements", database)
@@ -91,7 +97,7 @@ def canary(pg18, warehouse, warehouse_url) -> Iterator[Canary]:
     snapshot_target(collector, warehouse, exclude_role=COLLECTOR)  # the target is known to the warehouse
     for deploy_id, part in (("cn-slow", "slow"), ("cn-plain", "plain"), ("cn-idle", "idle")):
         recorded = _invoke(["deploy", "--target", target.name, "--id", deploy_id, "--canary-role", roles[part]],
-                           warehouse_url)  # fmt: skip
+                           scenario_url)  # fmt: skip
         assert recorded.exit_code == 0, recorded.output
     deployed_at = _now(warehouse)
     sessions = {part: psycopg.connect(target.dsn.replace("postgres@", f"{roles[part]}@"), autocommit=True)
@@ -109,10 +115,33 @@ def canary(pg18, warehouse, warehouse_url) -> Iterator[Canary]:
     finally:
         for conn in sessions.values():
             conn.close()
-    yield Canary(collector, roles, deployed_at, last)
+    warehouse.dispose()
+    # A template must have no session open while it is copied (the CLI's engine may keep its connection).
+    pg18.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", params=(scenario,))
+    yield Canary(collector, roles, deployed_at, last), scenario
+    pg18.drop_database(scenario)
     pg18.drop_database(database)
     for role in roles.values():
         pg18.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+@pytest.fixture
+def warehouse_url(request: pytest.FixtureRequest, pg18, warehouse_template: str) -> Iterator[str]:
+    """conftest's fresh warehouse, for a test of the canary scenario a copy of the scenario's warehouse (its scrapes
+    and the three deploys): each test changes its own copy only."""
+    canary_test = "canary" in request.fixturenames
+    template = request.getfixturevalue("canary_scenario")[1] if canary_test else warehouse_template
+    name = pg18.new_database("warehouse", template=template)
+    url = pg18.pg.url(name, driver="postgresql+psycopg")
+    yield url
+    make_engine(url).dispose()
+    pg18.drop_database(name)
+
+
+@pytest.fixture
+def canary(canary_scenario, warehouse_url) -> Canary:
+    """The scenario (canary_scenario), its warehouse this test's own copy (warehouse_url)."""
+    return canary_scenario[0]
 
 
 def _run(warehouse: sa.Engine, canary: Canary) -> AnalysisRun:
@@ -124,6 +153,44 @@ def _run(warehouse: sa.Engine, canary: Canary) -> AnalysisRun:
         assert time.monotonic() < deadline
         time.sleep(0.1)
     return AnalysisRun(warehouse, EngineSettings(window=window), live_targets={canary.target.name: canary.target})
+
+
+# The module's first canary test: its attempt numbers count from when the scenario's deploys fell due (attempt 1
+# starts RETRY_BASE, 5 minutes, after), and the scenario is built once for the module, just before its first test.
+def test_a_canary_analysis_not_stored_is_asked_for_again_until_its_horizon(canary, warehouse, warehouse_url):
+    assert canary_verdicts_job.op_retry_policy == ANALYSIS_RETRY  # a blip is retried in the run
+    window = _run(warehouse, canary).settings.window
+    now = _now(warehouse)
+    for deploy_id, at in (("cn-late", now - window - timedelta(minutes=21)), ("cn-old", now - timedelta(days=2))):
+        recorded = _invoke(["deploy", "--target", canary.target.name, "--id", deploy_id, "--at", at.isoformat(),
+                            "--canary-role", canary.roles["plain"]], warehouse_url)  # fmt: skip
+        assert recorded.exit_code == 0, recorded.output
+    with warehouse.begin() as conn:  # as if they had been reported when they happened
+        conn.execute(
+            sa.text("UPDATE radar.deploy_event SET received_at = deployed_at WHERE deploy_id IN ('cn-late', 'cn-old')")
+        )
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": AnalysisResource(window_seconds=window.total_seconds(), scrape_interval_seconds=1),
+    }
+    deadline = time.monotonic() + 60
+    while _now(warehouse) < canary.deployed_at + window + timedelta(seconds=1):  # the fixture's deploys fall due
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    with dg.instance_for_test() as instance:
+        result = canary_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    assert isinstance(result, dg.SensorResult)
+    keys = [r.run_key for r in result.run_requests or []]
+    # the deploys just due first (attempt 0); cn-late's first runs, 20 minutes ago, failed: its attempt 2 now (the
+    # attempts start 0, 5, 15, 35 minutes after the analysis fell due); cn-old is past the horizon
+    assert keys[-1] == "canary:cn-late:2", keys
+    assert sorted(keys[:-1]) == ["canary:cn-idle:0", "canary:cn-plain:0", "canary:cn-slow:0"], keys
+    gate = _invoke(["gate", "cn-old", "--format", "json"], warehouse_url)
+    answer = json.loads(gate.stdout)
+    assert answer["canary"]["state"] == "error", answer
+    assert answer["canary"]["error"].startswith("no canary analysis was stored within 24 h"), answer
+    late = _invoke(["gate", "cn-late"], warehouse_url)
+    assert late.exit_code == 4 and "waiting for the canary analysis" in late.stdout, late.output
 
 
 def test_a_slowed_canary_is_detected_and_an_unslowed_one_is_not(canary, warehouse, warehouse_url):
@@ -260,42 +327,6 @@ def test_an_unreachable_target_does_not_make_a_canary_role_unknown(canary, wareh
         assert conn.execute(
             sa.text("SELECT state FROM radar.canary_analysis WHERE deploy_id = 'cn-plain'")
         ).scalar_one() in ("pass", "inconclusive")
-
-
-def test_a_canary_analysis_not_stored_is_asked_for_again_until_its_horizon(canary, warehouse, warehouse_url):
-    assert canary_verdicts_job.op_retry_policy == ANALYSIS_RETRY  # a blip is retried in the run
-    window = _run(warehouse, canary).settings.window
-    now = _now(warehouse)
-    for deploy_id, at in (("cn-late", now - window - timedelta(minutes=21)), ("cn-old", now - timedelta(days=2))):
-        recorded = _invoke(["deploy", "--target", canary.target.name, "--id", deploy_id, "--at", at.isoformat(),
-                            "--canary-role", canary.roles["plain"]], warehouse_url)  # fmt: skip
-        assert recorded.exit_code == 0, recorded.output
-    with warehouse.begin() as conn:  # as if they had been reported when they happened
-        conn.execute(
-            sa.text("UPDATE radar.deploy_event SET received_at = deployed_at WHERE deploy_id IN ('cn-late', 'cn-old')")
-        )
-    resources = {
-        "warehouse": WarehouseResource(url=warehouse_url),
-        "analysis": AnalysisResource(window_seconds=window.total_seconds(), scrape_interval_seconds=1),
-    }
-    deadline = time.monotonic() + 60
-    while _now(warehouse) < canary.deployed_at + window + timedelta(seconds=1):  # the fixture's deploys fall due
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
-    with dg.instance_for_test() as instance:
-        result = canary_sensor(dg.build_sensor_context(instance=instance, resources=resources))
-    assert isinstance(result, dg.SensorResult)
-    keys = [r.run_key for r in result.run_requests or []]
-    # the deploys just due first (attempt 0); cn-late's first runs, 20 minutes ago, failed: its attempt 2 now (the
-    # attempts start 0, 5, 15, 35 minutes after the analysis fell due); cn-old is past the horizon
-    assert keys[-1] == "canary:cn-late:2", keys
-    assert sorted(keys[:-1]) == ["canary:cn-idle:0", "canary:cn-plain:0", "canary:cn-slow:0"], keys
-    gate = _invoke(["gate", "cn-old", "--format", "json"], warehouse_url)
-    answer = json.loads(gate.stdout)
-    assert answer["canary"]["state"] == "error", answer
-    assert answer["canary"]["error"].startswith("no canary analysis was stored within 24 h"), answer
-    late = _invoke(["gate", "cn-late"], warehouse_url)
-    assert late.exit_code == 4 and "waiting for the canary analysis" in late.stdout, late.output
 
 
 def test_a_canary_deploys_commit_status_is_the_canarys_state(canary, warehouse):

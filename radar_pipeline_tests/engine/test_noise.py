@@ -115,9 +115,16 @@ def test_history_finds_steps_the_window_alone_misses():
     assert not known[~stepped].any()
 
 
-def test_a_window_noisier_than_its_history_is_tested_on_its_own():
+@pytest.fixture(scope="module")
+def steps_of_two() -> tuple:
+    """A fleet of 1,000 with a fifth stepped ×2 and no serial correlation, and a day of its history (seeded, drawn
+    once for the two tests that read it)."""
     fleet = draw(1000, 61, stepped=0.2, steps=(2.0,), spread=(0.1, 0.2), phi=(0.0, 0.0))
-    history = history_estimates(fleet, 1440, 62, WINDOW_START)
+    return fleet, history_estimates(fleet, 1440, 62, WINDOW_START)
+
+
+def test_a_window_noisier_than_its_history_is_tested_on_its_own(steps_of_two):
+    fleet, history = steps_of_two
     alone = analyse(fleet.counters, DEPLOY)
     quiet = history.assign(dispersion=history["dispersion"] / 100)  # a history far calmer than today
     out = analyse(fleet.counters, DEPLOY, prior=quiet)
@@ -126,15 +133,24 @@ def test_a_window_noisier_than_its_history_is_tested_on_its_own():
     pd.testing.assert_series_equal(out.loc[tested, "p_value"], alone.loc[tested, "p_value"])
 
 
-@pytest.mark.parametrize("with_stddev", [True, False])
-def test_a_history_quieter_than_the_window_is_scaled_to_its_calls(with_stddev):
-    # A deploy at the peak hour meets a history of quieter intervals: overdispersion does not shrink with an
-    # interval's calls, so a relative dispersion per call read at a tenth of the calls would understate the window's.
+@pytest.fixture(scope="module")
+def peak_hour() -> tuple[list, list[pd.DataFrame]]:
+    """Two fleets of 3,000 busy statements and their histories drawn at a tenth of their calls (seeded: the same for
+    both of the test's parameters, drawn once for the module; a day of history for 6,000 statements is most of the
+    test's time)."""
     fleets = [draw(3000, seed, rate=(30.0, 1500.0), spread=(0.05, 0.2)) for seed in (81, 82)]
     histories = [
         history_estimates(dataclasses.replace(f, rate=f.rate / 10), 1440, 181 + i, WINDOW_START)
         for i, f in enumerate(fleets)
     ]
+    return fleets, histories
+
+
+@pytest.mark.parametrize("with_stddev", [True, False])
+def test_a_history_quieter_than_the_window_is_scaled_to_its_calls(with_stddev, peak_hour):
+    # A deploy at the peak hour meets a history of quieter intervals: overdispersion does not shrink with an
+    # interval's calls, so a relative dispersion per call read at a tenth of the calls would understate the window's.
+    fleets, histories = peak_hour
     p = np.concatenate([p_at_the_deploy(f.counters, with_stddev, h)[0] for f, h in zip(fleets, histories, strict=True)])
     assert len(p) > 5000
     for alpha, slack in ((0.1, 1.25), (0.01, 1.25), (0.001, 2.5)):
@@ -163,9 +179,8 @@ def test_each_verdict_says_how_many_history_intervals_its_test_used():
     assert (alone.loc[tested, "history_intervals"] == 0).all() and alone.loc[~tested, "history_intervals"].isna().all()
 
 
-def test_a_window_that_conflicts_with_its_history_says_it_used_none():
-    fleet = draw(1000, 61, stepped=0.2, steps=(2.0,), spread=(0.1, 0.2), phi=(0.0, 0.0))
-    history = history_estimates(fleet, 1440, 62, WINDOW_START)
+def test_a_window_that_conflicts_with_its_history_says_it_used_none(steps_of_two):
+    fleet, history = steps_of_two
     fitting = analyse(fleet.counters, DEPLOY, prior=history)
     tested = fitting["t_stat"].notna()
     assert (fitting.loc[tested, "history_intervals"] > 0).mean() > 0.9
