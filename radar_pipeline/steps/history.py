@@ -74,7 +74,7 @@ def update_history(conn: sa.Connection, deploy_id: str, settings: HistorySetting
     prior = store.earlier_points(conn, target, queries, here, settings.drift_points)
     later = _changed_at_deploys(conn, target, store.later_points(conn, target, queries, here))
     rows = _judged(conn, target, queries, pd.concat([new, later], ignore_index=True), prior, settings)
-    store.replace_points(conn, deploy_id, target, queries, here, rows, settings.to_dict())
+    store.replace_from(conn, target, queries, here, rows, settings.to_dict())
 
     own = rows[rows["deploy_id"] == deploy_id].reset_index(drop=True)
     flagged = own[own["above_band"] | own["drift"]]

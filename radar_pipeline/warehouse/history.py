@@ -146,29 +146,6 @@ def periodic_detections(conn: sa.Connection, target: str, queries: list[Query], 
     )
 
 
-def replace_points(
-    conn: sa.Connection,
-    deploy_id: str,
-    target: str,
-    queries: list[Query],
-    since: tuple[datetime, str],
-    rows: pd.DataFrame,
-    settings: dict[str, Any],
-) -> None:
-    """Replace the deploy's points and these queries' points after it with `rows` (COLUMNS but settings)."""
-    conn.execute(sa.text("DELETE FROM radar.query_history WHERE deploy_id = :d"), {"d": deploy_id})
-    conn.execute(
-        sa.text(
-            f"DELETE FROM radar.query_history WHERE target = :t AND {_IN_QUERIES} "
-            "AND (deployed_at, deploy_id) > (:at, :d)"
-        ),
-        {**_query_params(queries), "t": target, "at": since[0], "d": since[1]},
-    )
-    if rows.empty:
-        return
-    copy_frame(conn, "radar.query_history", COLUMNS, rows.assign(settings=json.dumps(settings, sort_keys=True)))
-
-
 def replace_from(
     conn: sa.Connection,
     target: str,
@@ -177,7 +154,9 @@ def replace_from(
     rows: pd.DataFrame,
     settings: dict[str, Any],
 ) -> None:
-    """Replace these queries' points from `since` (deployed_at, deploy_id) on, that one included, with `rows`."""
+    """Replace these queries' points from `since` (deployed_at, deploy_id) on, that one included, with `rows` (COLUMNS
+    but settings): a deploy's points and the later ones they change (the deploy's queries are all its stored points'
+    and its new ones'), or a statement's points from an intended label's deploy on."""
     conn.execute(
         sa.text(
             f"DELETE FROM radar.query_history WHERE target = :t AND {_IN_QUERIES} "
