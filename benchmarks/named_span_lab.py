@@ -26,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
+import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ["RADAR_CATALOG_INTERVAL"] = "1"
@@ -41,31 +42,50 @@ from radar_pipeline.warehouse.database import make_engine  # noqa: E402
 TABLES = 20
 
 
+def watched_server(root: Path) -> tuple[LocalPostgres, sa.Engine, Target]:
+    """An embedded PostgreSQL 18 holding the watched database `shop` (pg_stat_statements created) and the migrated
+    warehouse: the server, the warehouse's engine and the target."""
+    server = LocalPostgres(root / "data").start()
+    with psycopg.connect(server.dsn("postgres"), autocommit=True) as conn:
+        conn.execute("CREATE DATABASE shop")
+        conn.execute("CREATE DATABASE warehouse")
+    with psycopg.connect(server.dsn("shop"), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION pg_stat_statements")
+    url = server.url("warehouse", driver="postgresql+psycopg")
+    migrations.upgrade(url)
+    return server, make_engine(url), Target("shop", server.url("shop"))
+
+
+def collecting(target: Target, warehouse: sa.Engine, stop: threading.Event, every: float = 1.0) -> threading.Thread:
+    """A started thread scraping the target through radar's collector every `every` seconds until `stop` is set."""
+
+    def collect() -> None:
+        while not stop.is_set():
+            started = time.monotonic()
+            snapshot_target(target, warehouse)
+            stop.wait(max(0.0, every - (time.monotonic() - started)))
+
+    thread = threading.Thread(target=collect, daemon=True)
+    thread.start()
+    return thread
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deploys", type=int, default=20)
     parser.add_argument("--apart", type=float, default=10.0, help="seconds between deploys")
     parser.add_argument("--window", type=float, default=4.0, help="W, seconds each side of a deploy")
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="radar-named-span-"))
-    server = LocalPostgres(root / "data").start()
+    server, warehouse, target = watched_server(Path(tempfile.mkdtemp(prefix="radar-named-span-")))
     stop = threading.Event()
     threads: list[threading.Thread] = []
     try:
-        with psycopg.connect(server.dsn("postgres"), autocommit=True) as conn:
-            conn.execute("CREATE DATABASE shop")
-            conn.execute("CREATE DATABASE warehouse")
         with psycopg.connect(server.dsn("shop"), autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION pg_stat_statements")
             for i in range(TABLES):
                 conn.execute(f"CREATE TABLE t{i} (id int PRIMARY KEY, k int, pad text)")
                 conn.execute(f"INSERT INTO t{i} SELECT g, g % 2000, repeat('x', 40) FROM generate_series(1, 20000) g")
                 conn.execute(f"CREATE INDEX t{i}_k_idx ON t{i} (k)")
                 conn.execute(f"ANALYZE t{i}")
-        url = server.url("warehouse", driver="postgresql+psycopg")
-        migrations.upgrade(url)
-        warehouse = make_engine(url)
-        target = Target("shop", server.url("shop"))
 
         def app(seed: int) -> None:
             rng = random.Random(seed)
@@ -74,16 +94,10 @@ def main() -> None:
                     conn.execute(f"SELECT count(*) FROM t{rng.randrange(TABLES)} WHERE k = %s", (rng.randrange(2000),))
                     time.sleep(0.002)
 
-        def collector() -> None:
-            while not stop.is_set():
-                started = time.monotonic()
-                snapshot_target(target, warehouse)
-                stop.wait(max(0.0, 1.0 - (time.monotonic() - started)))
-
         threads = [threading.Thread(target=app, args=(s,), daemon=True) for s in range(2)]
-        threads.append(threading.Thread(target=collector, daemon=True))
         for thread in threads:
             thread.start()
+        threads.append(collecting(target, warehouse, stop))
         time.sleep(args.window + 3)  # the first deploy's before side
         times: list[datetime] = []
         with psycopg.connect(server.dsn("shop"), autocommit=True) as conn:
