@@ -70,6 +70,14 @@ def collecting(target: Target, warehouse: sa.Engine, stop: threading.Event, ever
     return thread
 
 
+def shut(server: LocalPostgres, stop: threading.Event, threads: list[threading.Thread]) -> None:
+    """Stop the lab's threads (`stop` set, each joined) and then its server, whose data goes with it."""
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=30)
+    server.destroy()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deploys", type=int, default=20)
@@ -151,10 +159,7 @@ def main() -> None:
             f"{outside} outside their deploy's span"
         )
     finally:
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=30)
-        server.destroy()
+        shut(server, stop, threads)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from named_span_lab import collecting, watched_server  # noqa: E402
+from named_span_lab import collecting, shut, watched_server  # noqa: E402
 
 from radar_pipeline.engine import EngineSettings  # noqa: E402
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy  # noqa: E402
@@ -121,10 +121,7 @@ def main() -> None:
             f"{paired[0]}; by customer: {paired[1]}; paired with the other's rewrite: {any(crossed)}"
         )
     finally:
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=30)
-        server.destroy()
+        shut(server, stop, threads)
 
 
 if __name__ == "__main__":
