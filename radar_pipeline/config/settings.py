@@ -501,7 +501,9 @@ class RadarSettings(BaseSettings):
     plan_rotation_n: Count = 200
     # FB, catalog facts (issue 28, items 1 and 2): how often a scrape reads the watched database's catalog digests
     # (seconds); a deploy recorded for the target since the last read has it read at the next scrape.
-    catalog_interval: Annotated[float, BeforeValidator(_seconds)] = 120.0
+    # the catalog and settings facts read at most this often (and after each deploy): 180 s keeps their share of a
+    # one-minute scrape at 2,000 tables, with the wait samples, within 0.1 CPU-s (docs/causes.md, "Cost")
+    catalog_interval: Annotated[float, BeforeValidator(_seconds)] = 180.0
     webhooks: Annotated[SecretStr | None, BeforeValidator(_webhooks)] = None
 
     @model_validator(mode="before")
