@@ -68,11 +68,14 @@ def newcomer(tmp_path_factory) -> tuple[Path, dict[str, str], list[str]]:
         proc = subprocess.run(command, shell=True, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
         out = proc.stdout + proc.stderr
         assert proc.returncode == 0, f"run {attempt} ({command}):\n{out[-4000:]}"
-        assert "SELECT id, total, status FROM orders WHERE customer_id = $1" in out
-        assert "cause: plan_changed" in out
-        assert "Seq Scan on orders" in out
-        # On a loaded machine other statements may be flagged too, and the demo says so; its exit code stays 0.
-        assert "alert: 1 skipped" in out or ("also flagged" in out and re.search(r"alert: \d+ skipped", out))
+        report = out[out.find("Verdicts of deploy") :]  # what the demo found, for the message of a failure below
+        assert "SELECT id, total, status FROM orders WHERE customer_id = $1" in out, report
+        assert "cause: plan_changed" in out, report
+        assert "Seq Scan on orders" in out, report
+        # On a loaded machine other statements may be flagged too (detected, probably slower, a load change: any the
+        # alert names), and the demo says so; its exit code stays 0.
+        alone = "alert: 1 skipped " in out and "also flagged" not in out
+        assert alone or ("also flagged" in out and re.search(r"alert: \d+ skipped", out)), report
         charts = list((home / "charts" / "shop-v2").glob("*.png"))
         assert charts and all(c.read_bytes()[:4] == b"\x89PNG" for c in charts)
         assert not _postgres_under(home), f"run {attempt} left PostgreSQL running"

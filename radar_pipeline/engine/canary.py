@@ -25,7 +25,8 @@ larger than the single series' of the prior (each arm has only part of the calls
 
 The budget B of a canary analysis (settings.false_alert_budget, its own, beside the deploy's before/after budget) is
 shared evenly among the decidable statement keys (weighted Bonferroni with equal weights: they use neither arm's
-latency). detected: p ≤ B / m and the canary's mean at least settings.min_rise_ms above the stable's;
+latency). detected: p ≤ B / m, p ≤ (1 − 95%) / 2 (its own 95% interval lies above 1 + θ: in a family of fewer than
+four keys B / m alone is the looser), and the canary's mean at least settings.min_rise_ms above the stable's;
 no_regression (cleared): the one-sided upper bound at settings.clear_level lies within the tolerance
 1 + max(θ, min_rise / mean_stable); inconclusive otherwise; insufficient_data: fewer than settings.min_samples paired
 intervals with canary calls, or fewer than settings.min_calls calls in either arm.
@@ -258,7 +259,11 @@ def _decide(
     # A rise of the mean below min_rise_ms is no finding whatever its factor (settings), as before/after has it.
     with np.errstate(invalid="ignore", divide="ignore"):
         worth = (a - b) / np.where(calls_c > 0, calls_c, 1.0) >= settings.min_rise_ms
-    detected = testable & worth & significant
+    # In a family of fewer than B / 0.025 keys (four at B = 0.1) p ≤ B / m is looser than the 95% interval's own
+    # level: a detection there could be shown with an interval reaching below 1 + θ (×0.02 at one degree of freedom,
+    # seen in CI). A detection is claimed only where the interval it is shown with agrees.
+    own = p <= (1 - CI_LEVEL) / 2
+    detected = testable & worth & significant & own
 
     half = stats.t.ppf(0.5 + CI_LEVEL / 2, dof) * np.where(testable, se, np.nan)
     margin = stats.t.ppf(settings.clear_level, dof) * np.where(testable, se, np.nan)

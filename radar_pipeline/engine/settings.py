@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 
-ENGINE_VERSION = "2.8.0"  # what each version changed: CHANGELOG.md, "Engine versions"
+ENGINE_VERSION = "2.8.1"  # what each version changed: CHANGELOG.md, "Engine versions"
 # Calls a window mean needs before it stands for a statement's level (a history point, an episode's recovery): with
 # per-call CV 1 such a mean is good to about ±10%. Engine 1's min_calls default; the verdicts no longer use it.
 LEVEL_MIN_CALLS = 100

@@ -127,3 +127,23 @@ def test_with_the_noise_prior_the_boundary_holds_and_more_is_found():
         assert (with_prior["serial_correlation"].dropna() <= 0.9 + 1e-12).all()
     assert sum(false) <= 3, false  # 6 analyses at B = 0.1: P(≥ 4) < 0.4%
     assert found["prior"] > 1.1 * found["window"] > 0, found
+
+
+def test_a_detection_is_never_shown_with_an_interval_reaching_below_one_plus_theta():
+    # One statement a family (B / m = 0.1, looser than the 95% interval's 2.5% a side), five one-minute intervals:
+    # few degrees of freedom, where a p between 2.5% and 10% comes with an interval reaching far below 1 + θ.
+    window = timedelta(minutes=5)
+    settings = EngineSettings(window=window)
+    rows = pd.DataFrame(
+        [
+            canary_analyse(arms.canary, arms.stable, DEPLOY, DEPLOY + window, settings).iloc[0]
+            for arms in (
+                draw_arms(1, seed, factor=1.8, minutes=5, rate=(20, 50), load_spread=0.3) for seed in range(100)
+            )
+        ]
+    )
+    detected = rows[rows["verdict"] == "detected"]
+    assert len(detected) >= 5 and (detected["factor_low"] > 1.2).all(), detected
+    between = rows[(rows["p_value"] > 0.025) & (rows["p_value"] <= 0.1)]  # within B / m, not within the interval's
+    assert len(between) >= 3 and (between["verdict"] == "inconclusive").all(), between
+    assert (between["factor_low"] <= 1.2).all()
