@@ -323,7 +323,12 @@ def test_a_statement_that_no_longer_plans_is_skipped_and_remembered(app_db, ware
     assert explains == 0
 
 
-def test_postgresql_15_has_no_plans_and_everything_else_works(pg15, pg18, warehouse, warehouse_url):
+def test_postgresql_15_has_generic_plans_from_a_prepared_statement_and_writes_nothing(
+    pg15, pg18, warehouse, warehouse_url
+):
+    """Before PostgreSQL 16 (no EXPLAIN (GENERIC_PLAN)) the generic plan comes from a statement prepared under
+    plan_cache_mode = force_generic_plan, through the same asset; an UPDATE is planned, not run; the collector's own
+    PREPARE, SET and DEALLOCATE are never stored as the application's statements."""
     databases = []
     try:
         targets = []
@@ -334,6 +339,7 @@ def test_postgresql_15_has_no_plans_and_everything_else_works(pg15, pg18, wareho
             target = Target(f"plans{server.major}", server.pg.url(name))
             _probe_table(target)
             run(target, LOOKUP, 3, (9,))
+            run(target, "UPDATE probe SET payload = %s WHERE id = %s", 3, ("x", 7))
             scrape(target, warehouse)
             targets.append(collector_target(target))
         spec = " ".join(f"{t.name}={t.dsn}" for t in targets)
@@ -345,12 +351,30 @@ def test_postgresql_15_has_no_plans_and_everything_else_works(pg15, pg18, wareho
             )
         assert result.success
         meta = result.asset_materializations_for_node("plan_snapshots")[0].metadata
-        unavailable = meta["unavailable_targets"].value
-        assert list(unavailable) == ["plans15"]
-        assert "EXPLAIN (GENERIC_PLAN) needs PostgreSQL 16 (this is 15)" in unavailable["plans15"]
-        assert meta["plans_stored"].value >= 1
-        assert _plans(warehouse, "plans15") == []
-        assert ("Index Scan using probe_id_idx on probe", "generic_plan") in _plans(warehouse, "plans18")
+        assert not meta["unavailable_targets"].value
+        for target in targets:
+            assert ("Index Scan using probe_id_idx on probe", "generic_plan") in _plans(warehouse, target.name)
+            scrape(target, warehouse)  # the collector's own statements are in pg_stat_statements now
+        with warehouse.connect() as conn:
+            roots = dict(
+                conn.execute(
+                    sa.text(
+                        "SELECT p.target, p.root_node FROM radar.plan_snapshot p JOIN radar.query q USING "
+                        "(target, dbid, userid, queryid, toplevel) WHERE q.query LIKE 'UPDATE probe%'"
+                    )
+                ).all()
+            )
+            own = conn.execute(  # the collector's PREPARE, SET, RESET, DEALLOCATE and EXPLAIN, whoever ran them
+                sa.text(
+                    "SELECT array_agg(query) FROM radar.query "
+                    "WHERE query ~* 'radar_generic_plan|plan_cache_mode|^(/\\*.*\\*/ *)?EXPLAIN'"
+                )
+            ).scalar_one()
+        assert roots == {"plans15": "ModifyTable on probe", "plans18": "ModifyTable on probe"}, roots
+        assert not own, own
+        (server, name) = databases[0]
+        with psycopg.connect(server.pg.dsn(name)) as conn:  # planned, never run: the rows are as the test left them
+            assert conn.execute("SELECT count(*) FROM probe WHERE payload = 'x'").fetchone() == (1,)
     finally:
         for server, name in databases:
             server.drop_database(name)

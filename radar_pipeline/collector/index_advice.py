@@ -6,8 +6,7 @@ ranges), those columns in that order (equalities first), at most MAX_COLUMNS; or
 definition. The test, where the database has the `hypopg` extension: the statement's generic plan (EXPLAIN without
 ANALYZE: nothing runs) now, and again with the index made hypothetical (`hypopg_create_index`, in this session's
 memory only, reset at once): the estimated costs and whether the plan uses it. Read-only, in the collector's bounded
-session; no DDL ever reaches the watched server. PostgreSQL 16 plans the text with GENERIC_PLAN; before 16, a prepared
-statement under `plan_cache_mode = force_generic_plan` gives the same generic plan.
+session; no DDL ever reaches the watched server. The generic plan is plan capture's (collector.plans.generic_plan).
 """
 
 from __future__ import annotations
@@ -19,16 +18,13 @@ from typing import Any
 
 import psycopg
 from pglast import parser
-from psycopg import sql
 
 from radar_pipeline.collector.fingerprint import nodes
-from radar_pipeline.collector.plans import PlanUnavailable, describe_error, explained_plan, generic_plan, parsable
+from radar_pipeline.collector.plans import PlanUnavailable, describe_error, generic_plan
 
 MAX_COLUMNS = 3
 _EQUAL = {"=", "IN"}
 _RANGE = {"<", ">", "<=", ">="}
-_PARAM = re.compile(r"\$(\d+)")
-_PREPARED = "radar_index_advice"
 HYPOTHETICAL = "<"  # hypopg names its indexes "<oid>btree_…"
 
 
@@ -154,13 +150,13 @@ def check_index(conn: psycopg.Connection, text: str, create_index: str) -> Teste
         has = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'hypopg'").fetchone()
         if has is None:
             return Tested(untested="hypopg is not installed in this database")
-        now = _generic(conn, text)
+        now = generic_plan(conn, text)
         conn.execute(
             "SELECT * FROM hypopg_create_index(%s)",
             (create_index.replace(" CONCURRENTLY", "", 1).rstrip(";"),),
         )
         try:
-            after = _generic(conn, text)
+            after = generic_plan(conn, text)
         finally:
             conn.execute("SELECT hypopg_reset()")
     except PlanUnavailable as exc:
@@ -174,25 +170,3 @@ def check_index(conn: psycopg.Connection, text: str, create_index: str) -> Teste
 def _total(plan: dict[str, Any]) -> float | None:
     value = plan.get("Plan", {}).get("Total Cost")
     return float(value) if value is not None else None
-
-
-def _generic(conn: psycopg.Connection, text: str) -> dict[str, Any]:
-    """The statement's generic plan (EXPLAIN without ANALYZE)."""
-    if conn.info.server_version >= 160000:
-        return generic_plan(conn, text)
-    params = max((int(n) for n in _PARAM.findall(text)), default=0)
-    try:
-        conn.execute("SET plan_cache_mode = force_generic_plan")
-        conn.execute(sql.SQL("PREPARE {} AS ").format(sql.Identifier(_PREPARED)) + sql.SQL(parsable(text)))  # type: ignore[arg-type]
-        try:
-            values = sql.SQL(", ").join([sql.NULL] * params) if params else sql.SQL("")
-            args = sql.SQL("({})").format(values) if params else sql.SQL("")
-            row = conn.execute(
-                sql.SQL("EXPLAIN (FORMAT JSON) EXECUTE {}").format(sql.Identifier(_PREPARED)) + args
-            ).fetchone()
-        finally:
-            conn.execute(sql.SQL("DEALLOCATE {}").format(sql.Identifier(_PREPARED)))
-            conn.execute("RESET plan_cache_mode")
-    except psycopg.Error as exc:
-        raise PlanUnavailable(f"EXPLAIN failed: {describe_error(exc)}") from None
-    return explained_plan(row)

@@ -1,10 +1,11 @@
-"""Plans from a watched server: pg_store_plans when it can be trusted, else EXPLAIN (GENERIC_PLAN), never ANALYZE.
+"""Plans from a watched server: pg_store_plans when it can be trusted, else the generic plan, never ANALYZE.
 
 pg_store_plans records the plans that really ran, but its queryid matches pg_stat_statements' only from extension 1.6
 on PostgreSQL 14+, and it is silently disabled when compute_query_id is off; each condition is checked and the reason
-recorded when one fails. EXPLAIN (FORMAT JSON, GENERIC_PLAN) plans a normalised text with its $n parameters as they
-are (PostgreSQL 16+): an estimate, not necessarily the plan a real call used. Before 16 without pg_store_plans, there
-is no plan to have and the collector says so once.
+recorded when one fails. The generic plan plans a normalised text with its $n parameters as they are: an estimate,
+not necessarily the plan a real call used. PostgreSQL 16+ gives it with EXPLAIN (FORMAT JSON, GENERIC_PLAN); before
+16, the text is prepared under `plan_cache_mode = force_generic_plan` and EXPLAIN EXECUTE given NULL for each
+parameter, which a generic plan does not look at: the same plan.
 
 pg_stat_statements normalises a typed literal (`date '2024-01-01'`, `interval '1 day'`) into `date $1`, `interval $1`,
 which PostgreSQL does not parse (pglast's parser, libpg_query, does, as a cast): such texts are rewritten before
@@ -14,6 +15,7 @@ EXPLAIN into `CAST($1 AS date)` (`parsable`); the stored text and its key stay a
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +27,8 @@ from radar_pipeline.collector.fingerprint import PLANNABLE
 from radar_pipeline.collector.pgss import COLLECTOR_MARK
 
 STORE_PLANS, GENERIC_PLAN = "pg_store_plans", "generic_plan"
+_PREPARED = "radar_generic_plan"  # the prepared statement's name before PostgreSQL 16, deallocated at once
+_PARAM = re.compile(r"\$(\d+)")
 # The share of pg_stat_statements.max plan capture may fill: each EXPLAIN it runs is an entry of its own (radar never
 # stores it, but it takes a slot the application's statements then lose to eviction).
 ENTRY_SHARE = 0.8
@@ -74,11 +78,7 @@ def plan_source(conn: psycopg.Connection) -> PlanSource:
             reason = "compute_query_id is off, which silently disables pg_store_plans"
         else:
             return PlanSource(STORE_PLANS, None, database_oid, schema)
-    if version >= 160000:
-        return PlanSource(GENERIC_PLAN, reason, database_oid)
-    return PlanSource(
-        None, f"{reason}, and EXPLAIN (GENERIC_PLAN) needs PostgreSQL 16 (this is {version // 10000})", database_oid
-    )
+    return PlanSource(GENERIC_PLAN, reason, database_oid)
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,8 @@ def capture(
     conn: psycopg.Connection, source: PlanSource, key: tuple[int, int, int, bool], text: str
 ) -> tuple[str, dict[str, Any]]:
     """(source, plan) for one statement; PlanUnavailable with the reason when it has none. A pg_store_plans read
-    that fails, or yields no usable plan, falls back to GENERIC_PLAN where the server has it."""
+    that fails, or yields no usable plan, falls back to the generic plan (its reason said with the generic plan's)."""
+    missing = None
     if source.source == STORE_PLANS:
         try:
             plan = _from_store_plans(conn, source, key)
@@ -140,26 +141,47 @@ def capture(
             plan, missing = None, str(exc)
         if plan is not None:
             return STORE_PLANS, plan
-        if int(conn.info.server_version) < 160000:
-            raise PlanUnavailable(missing)
     if source.source is None:
         raise PlanUnavailable(source.reason or "no plan source")
-    if key[0] != source.database_oid:
-        raise PlanUnavailable("it runs in another database than the one the collector connects to")
-    return GENERIC_PLAN, generic_plan(conn, text)
+    try:
+        if key[0] != source.database_oid:
+            raise PlanUnavailable("it runs in another database than the one the collector connects to")
+        return GENERIC_PLAN, generic_plan(conn, text)
+    except PlanUnavailable as exc:
+        raise PlanUnavailable(f"{missing}; {exc}" if missing else str(exc)) from None
 
 
 def generic_plan(conn: psycopg.Connection, text: str) -> dict[str, Any]:
-    """EXPLAIN (FORMAT JSON, GENERIC_PLAN) of a normalised statement text, in the session's read-only transaction."""
+    """The generic plan of a normalised statement text (module docstring), EXPLAIN (FORMAT JSON) without ANALYZE, in
+    the session's read-only transaction; PlanUnavailable with the reason when it has none."""
     kind = statement_kind(text)
     if kind not in PLANNABLE:
         raise PlanUnavailable(f"not plannable: {kind}")
-    explained = parsable(text)
+    explained = sql.SQL(parsable(text))  # type: ignore[arg-type]
     try:  # the session is read-only with a statement timeout; EXPLAIN without ANALYZE runs nothing
-        row = conn.execute(sql.SQL("EXPLAIN (FORMAT JSON, GENERIC_PLAN) ") + sql.SQL(explained)).fetchone()  # type: ignore[arg-type]
+        if conn.info.server_version >= 160000:
+            row = conn.execute(sql.SQL("EXPLAIN (FORMAT JSON, GENERIC_PLAN) ") + explained).fetchone()
+        else:
+            row = _prepared_generic(conn, explained, max((int(n) for n in _PARAM.findall(text)), default=0))
     except psycopg.Error as exc:
         raise PlanUnavailable(f"EXPLAIN failed: {describe_error(exc)}") from None
     return explained_plan(row)
+
+
+def _prepared_generic(conn: psycopg.Connection, text: sql.SQL, params: int) -> tuple | None:
+    """EXPLAIN EXECUTE of `text` prepared under force_generic_plan (before PostgreSQL 16), the session's setting and
+    prepared statements left as they were."""
+    mark, name = sql.SQL(COLLECTOR_MARK + " "), sql.Identifier(_PREPARED)
+    conn.execute(mark + sql.SQL("SET plan_cache_mode = force_generic_plan"))
+    try:
+        conn.execute(mark + sql.SQL("PREPARE {} AS ").format(name) + text)
+        try:
+            args = sql.SQL("({})").format(sql.SQL(", ").join([sql.NULL] * params)) if params else sql.SQL("")
+            return conn.execute(mark + sql.SQL("EXPLAIN (FORMAT JSON) EXECUTE {}").format(name) + args).fetchone()
+        finally:
+            conn.execute(mark + sql.SQL("DEALLOCATE {}").format(name))
+    finally:
+        conn.execute(mark + sql.SQL("RESET plan_cache_mode"))
 
 
 def explained_plan(row: tuple | None) -> dict[str, Any]:

@@ -133,8 +133,7 @@ def capture_target(
             result.tried += 1
             result.auto_explain += 1
         todo = [c for c in todo if c.key not in captured]
-        if source.source == plans.GENERIC_PLAN or version >= 160000:  # pg_store_plans falls back to EXPLAIN on 16+
-            todo = _within_room(result, todo, plans.entry_room(conn))
+        todo = _within_room(result, todo, plans.entry_room(conn))  # pg_store_plans falls back to EXPLAIN too
         explained = result.tried
         for candidate in todo:
             if time.monotonic() >= deadline:

@@ -191,21 +191,15 @@ def _capture_now(
 
 def no_plan_before(change_at: datetime, known: stored_plans.NoPlanBefore | None) -> str:
     """Why a statement has no plan from before its change, in words, from what the captures recorded: the target had
-    no plan source then (PostgreSQL 15 without pg_store_plans, a role plan capture refuses) or its capture failed, the
-    statement cannot be planned (a utility statement, a text that does not plan), it first ran after the last capture
-    before the change, or the rotation through the statements had not reached it."""
+    no plan source then (a role plan capture refuses; before PostgreSQL 15 was planned, its runs said so) or its
+    capture failed, the statement cannot be planned (a utility statement, a text that does not plan), it first ran
+    after the last capture before the change, or the rotation through the statements had not reached it."""
     at = change_at.isoformat()
     run = known.run if known is not None else None
     if known is None or run is None:
         return f"no plan was captured before the change at {at}: no plan capture is recorded on this target before it"
     if run.source is None:
-        reason = run.reason or "no plan source"
-        version = run.server_version_num
-        if version is not None and version < 160000 and reason.endswith(f"(this is {version // 10000})"):
-            # collector/plans.py's reason when neither pg_store_plans nor GENERIC_PLAN can be had
-            usable = "" if reason.startswith("pg_store_plans is not installed") else "a usable "
-            return f"no plans on PostgreSQL {version // 10000} without {usable}pg_store_plans ({reason})"
-        return f"no plans on this target before the change at {at}: {reason}"
+        return f"no plans on this target before the change at {at}: {run.reason or 'no plan source'}"
     if known.skip_reason is not None:
         tried = known.skipped_at.isoformat() if known.skipped_at is not None else "once"
         return f"it cannot be planned: {known.skip_reason} (last tried {tried})"
