@@ -148,13 +148,12 @@ def _render(template: str, contexts: list[dict[str, Any]], who: str) -> Any:
 
     limits = [str(RENDER_MEMORY), str(math.ceil(RENDER_SECONDS)), str(MAX_BODY)]
     request = json.dumps({"template": template, "contexts": contexts}).encode()
-    with subprocess.Popen(
-        [sys.executable, "-I", str(_RENDERER), *limits],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={},
-    ) as child:
+    command, pipe = [sys.executable, "-I", str(_RENDERER), *limits], subprocess.PIPE
+    try:
+        child = subprocess.Popen(command, stdin=pipe, stdout=pipe, stderr=pipe, env={})
+    except OSError as exc:  # the machine's, not the template's: nothing was sent, a later attempt may start it
+        raise ChannelError(f"the template of {who} could not start its render process: {exc.strerror}", True) from None
+    with child:
         try:
             out, err = child.communicate(request, timeout=RENDER_SECONDS)
         except subprocess.TimeoutExpired:
@@ -168,7 +167,7 @@ def _render(template: str, contexts: list[dict[str, Any]], who: str) -> Any:
     if b"MemoryError" in err:
         why = f"needed over {RENDER_MEMORY // 2**20} MB of memory"
     elif child.returncode < 0:
-        why = f"was stopped by signal {-child.returncode} (its CPU time is capped at {RENDER_SECONDS:g} seconds)"
+        why = f"was stopped by signal {-child.returncode} (its caps: {RENDER_MEMORY // 2**20} MB, {RENDER_SECONDS:g} s)"
     else:
         why = f"ended its render process with code {child.returncode} and no answer"
     raise ChannelError(f"the template of {who} {why}", False)
