@@ -22,7 +22,7 @@ export NO_MKDOCS_2_WARNING := 1
 # 2026-12-07, load 3 on two cores). Written once, by the first process that imports a module.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: install lock demo dev test test-unit lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-location bench-gate bench-receiver bench-plans bench-causes bench-power bench-gate-lab bench-rhythm clean
+.PHONY: install lock demo dev test test-unit lint bench bench-snapshot bench-engine bench-quality bench-gap bench-real-null bench-analysis bench-hot bench-backfill bench-run-cost bench-compact bench-noise bench-load bench-import bench-location bench-gate bench-receiver bench-webhook bench-plans bench-causes bench-power bench-gate-lab bench-rhythm clean
 
 install: $(VENV)/.installed
 
@@ -114,6 +114,10 @@ bench-gate: install
 # `radar webhook serve` on one core (taskset) under 60 s of back-to-back deploy events: events/s, none lost or doubled.
 bench-receiver: install
 	$(BIN)/python benchmarks/receiver_bench.py
+
+# A webhook's cost per message: the default payload, and a template rendered in its capped child process.
+bench-webhook: install
+	$(BIN)/python benchmarks/webhook_render_bench.py
 
 # Issue 28's lab: real changes deployed on real PostgreSQL 18, and whether each detection's cause names the change
 # (about 7 minutes; ARGS=--quick three scenarios, ARGS=--pg15 the lab again on Debian's PostgreSQL 15).

@@ -289,7 +289,7 @@ def _webhooks(value: object, info: ValidationInfo) -> str:
 
 
 def parse_webhooks(text: str, setting: str = "RADAR_WEBHOOKS") -> dict[str, dict[str, Any]]:
-    """RADAR_WEBHOOKS's form: a JSON object of name → {"url", "template" or "template_file", optional "headers"};
+    """RADAR_WEBHOOKS's form: a JSON object of name → {"url", optional "template" or "template_file", "headers"};
     raises ConfigError naming the setting, showing none of its values (URLs and headers may hold secrets). Each
     webhook's URL, host and template are checked by alerts.webhook.validate when the definitions make the channels."""
     try:
@@ -303,8 +303,8 @@ def parse_webhooks(text: str, setting: str = "RADAR_WEBHOOKS") -> dict[str, dict
             raise ConfigError(f"{setting}: a webhook's name must be 1 to 40 of a-z, 0-9, _ and -, not {name!r}")
         if not isinstance(spec, dict) or not isinstance(spec.get("url"), str):
             raise ConfigError(f"{setting} ({name}): needs a url")
-        if ("template" in spec) == ("template_file" in spec):
-            raise ConfigError(f"{setting} ({name}): needs a template or a template_file (one of them)")
+        if "template" in spec and "template_file" in spec:
+            raise ConfigError(f"{setting} ({name}): takes a template or a template_file, not both")
         unknown = set(spec) - {"url", "template", "template_file", "headers"}
         if unknown:
             raise ConfigError(f"{setting} ({name}): unknown keys {sorted(unknown)}")
@@ -487,8 +487,9 @@ class RadarSettings(BaseSettings):
     home: Path | None = None  # where the embedded default lives (unset: ./.radar)
     # channels: Teams, Grafana, generic webhooks. Microsoft Teams: a Workflows webhook's URL (its sig= is a secret).
     # Grafana: its URL, a service account token, and optionally the dashboard (and panel) the annotations belong to.
-    # Generic webhooks: a JSON object of name → {"url", "template" or "template_file", "headers"} (a secret: URLs
-    # and headers may hold one), posting only to the hosts of the allowlist (comma-separated; *.example.com allowed).
+    # Generic webhooks: a JSON object of name → {"url", optional "template" or "template_file", "headers"} (a secret:
+    # URLs and headers may hold one), posting only to the hosts of the allowlist (comma-separated; *.example.com
+    # allowed).
     teams_webhook_url: Annotated[SecretStr | None, BeforeValidator(_https)] = None
     grafana_url: Annotated[str | None, BeforeValidator(_api_url)] = None
     grafana_token: Annotated[SecretStr | None, BeforeValidator(_token)] = None
