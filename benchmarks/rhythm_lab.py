@@ -14,15 +14,23 @@ Monday, mid-ramp; the others are unchanged.
 Prints, per rule: false detections (detections of unchanged statements) and false reports (alerts: a detection that
 opened an episode) over the third week, per day; and how many of the stepped statements the check of 08:00–10:00
 detected.
+
+`--cost N`, instead: what the levels cost a history update (steps.rhythm.point_levels, which query_history runs for
+every deploy's points): N statements with four weeks and a half of hourly sums (N × 756 rows of radar.statement_hour,
+COPY), then point_levels for all N over a one-hour span, `--repeat` times: the median and largest seconds, and this
+process's peak memory.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import resource
+import statistics
 import sys
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pandas as pd
@@ -37,6 +45,7 @@ from radar_pipeline.pgss_model import COUNTERS, KEY  # noqa: E402
 from radar_pipeline.steps.decide import AnalysisRun  # noqa: E402
 from radar_pipeline.steps.noise import update_noise  # noqa: E402
 from radar_pipeline.steps.periodic_check import analyse_period  # noqa: E402
+from radar_pipeline.steps.rhythm import point_levels  # noqa: E402
 from radar_pipeline.warehouse import migrations  # noqa: E402
 from radar_pipeline.warehouse.database import driver, make_engine  # noqa: E402
 
@@ -102,6 +111,34 @@ def check_week(engine: sa.Engine, target: str, rhythms: bool) -> pd.DataFrame:
     return pd.DataFrame(found, columns=["queryid", "end", "report"])
 
 
+def cost(engine: sa.Engine, statements: int, repeat: int) -> None:
+    """Time point_levels for `statements` statements over a one-hour span with 4½ weeks of hourly sums (see the
+    module docstring)."""
+    span_end = MONDAY + pd.Timedelta(weeks=5, hours=10)
+    hours = pd.date_range(span_end - pd.Timedelta(weeks=4, hours=84), span_end, freq="h", inclusive="left")
+    started = time.perf_counter()
+    with engine.begin() as conn, driver(conn).cursor() as cur:
+        with cur.copy("COPY radar.statement_hour FROM STDIN") as copy:
+            for hour in hours:
+                at = hour.isoformat()
+                copy.write("".join(f"cost\t{at}\t5\t10\t{q}\tt\t60\t{30 + q % 7}\n" for q in range(statements)))
+        cur.execute("ANALYZE radar.statement_hour")
+    rows = statements * len(hours)
+    print(f"stored {rows:,} hourly rows ({statements:,} statements) in {time.perf_counter() - started:.0f} s")
+    points = pd.DataFrame({"dbid": 5, "userid": 10, "queryid": range(statements), "toplevel": True})
+    took = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        with engine.connect() as conn:
+            levels = point_levels(conn, "cost", points, span_end - timedelta(hours=1), span_end)
+        took.append(time.perf_counter() - started)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        f"point_levels, {statements:,} statements, one-hour span: median {statistics.median(took):.2f} s, largest "
+        f"{max(took):.2f} s over {repeat}; {int(levels.notna().sum()):,} levels; peak RSS {peak:.0f} MiB"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=2)
@@ -109,6 +146,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="statements per seed stepping ×1.5 on the third Monday")
     parser.add_argument("--rules", default="today,rhythm", help="the rules checked: today, rhythm, or both")
     parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--cost", type=int, metavar="N", help="instead: point_levels' cost at N statements")
+    parser.add_argument("--repeat", type=int, default=5, help="with --cost: how many times")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="radar-rhythm-lab-"))
     server = LocalPostgres(root / "warehouse", settings={"shared_buffers": "256MB"}).start()
@@ -116,6 +155,9 @@ def main() -> None:
         url = server.url(driver="postgresql+psycopg")
         migrations.upgrade(url)
         engine = make_engine(url)
+        if args.cost:
+            cost(engine, args.cost, args.repeat)
+            return
         started = time.perf_counter()
         stepped = {}
         rules = args.rules.split(",")

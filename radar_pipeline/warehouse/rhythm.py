@@ -42,6 +42,9 @@ def read_hours(conn: sa.Connection, target: str, hours: pd.DatetimeIndex) -> pd.
     )
 
 
+SPAN_WORK_MEM = "64MB"
+
+
 def span_weeks(
     conn: sa.Connection, target: str, queries: pd.DataFrame, first: datetime, hours: int, weeks: int, min_calls: float
 ) -> pd.DataFrame:
@@ -51,9 +54,12 @@ def span_weeks(
     calls: KEY columns, week, calls, time_ms, span_calls, span_time_ms, span_hours."""
     keys = queries[KEY].drop_duplicates()
     span = f"mod(at_h, 168) >= {HALF_WEEK_HOURS} AND mod(at_h, 168) < {HALF_WEEK_HOURS} + :n"
+    # Up to 4 weeks of hours of every statement (3.4 million rows at 5,000): the hour's number in float8, not
+    # extract()'s numeric, and memory to aggregate them without spilling (benchmarks/rhythm_lab.py --cost 5000).
+    conn.execute(sa.text(f"SET LOCAL work_mem = '{SPAN_WORK_MEM}'"))
     return pd.read_sql(
         sa.text(
-            "WITH h AS (SELECT s.*, floor(extract(epoch FROM s.hour - :oldest) / 3600) AS at_h "
+            "WITH h AS (SELECT s.*, floor(date_part('epoch', s.hour - :oldest) / 3600)::int AS at_h "
             "FROM radar.statement_hour s WHERE s.target = :t AND s.hour >= :oldest AND s.hour < :newest "
             "AND (s.dbid, s.userid, s.queryid, s.toplevel) IN (SELECT * FROM unnest(CAST(:db AS oid[]), "
             "CAST(:u AS oid[]), CAST(:q AS bigint[]), CAST(:l AS boolean[])))) "
