@@ -14,6 +14,7 @@ from radar_pipeline.collector.index_advice import check_index, index_sql, propos
 from radar_pipeline.config import Target
 from radar_pipeline.plan_shape import pin_hint
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
+from radar_pipeline.steps.index_advice import proposal
 
 from .test_catalog_causes import capture_catalog, store_in
 from .test_deploy_impact import LIST, SETTINGS
@@ -44,6 +45,36 @@ HYPOPG = Path("/usr/share/postgresql/15/extension/hypopg.control")
 )
 def test_the_proposal_is_the_table_its_where_compares_most_with_equalities_first(text, expected):
     assert proposed_index(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "scanned", "expected"),
+    [
+        (  # the join that lost orders_customer_idx in the causes lab: its WHERE is on customers
+            "SELECT c.name, o.id, o.total FROM customers c JOIN orders o ON o.customer_id = c.id WHERE c.id = $1",
+            {"orders"},
+            ("orders", ["customer_id"]),
+        ),
+        (
+            "SELECT c.name FROM customers c, public.orders o WHERE c.id = o.customer_id AND o.status = c.segment "
+            "AND c.name = $1",
+            {"orders"},
+            ("public.orders", ["customer_id", "status"]),
+        ),
+        (  # the scanned table's own comparisons first, even where another table has more
+            "SELECT c.name FROM customers c JOIN orders o ON o.customer_id = c.id WHERE c.name = $1 AND c.region = $2 "
+            "AND o.status = $3",
+            {"orders"},
+            ("orders", ["status"]),
+        ),
+        ("SELECT c.name FROM customers c JOIN orders o ON o.customer_id = c.id WHERE c.id = $1", {"items"}, None),
+        ("SELECT count(*) FROM orders WHERE customer_id = $1", {"orders"}, ("orders", ["customer_id"])),
+    ],
+)
+def test_for_a_table_now_scanned_the_proposal_is_its_own_where_else_the_columns_it_is_joined_on(
+    text, scanned, expected
+):
+    assert proposed_index(text, scanned) == expected
 
 
 def test_the_proposal_quotes_what_needs_quoting():
@@ -84,6 +115,44 @@ def test_a_dropped_index_is_checked_with_hypopg_on_postgresql_15_read_only(pg15)
         assert pg15.execute("SELECT count(*) FROM pg_indexes WHERE tablename = 'orders'", database)[0][0] == 1
     finally:
         pg15.drop_database(database)
+
+
+def test_a_join_that_lost_its_index_is_proposed_the_join_column_and_checked_with_hypopg_on_postgresql_15(pg15):
+    """The causes lab's join (orders reached from one customer through orders_customer_idx, a nested loop) lost its
+    index: the plan now scans orders; the proposal is the column orders is joined on, and with it hypothetical the
+    plan costs within 2× of the plan before the drop."""
+    if not HYPOPG.exists():
+        pytest.skip("Debian's postgresql-15-hypopg is not installed: apt-get install postgresql-15-hypopg")
+    database = pg15.new_database("advice")
+    text = "SELECT c.name, o.id, o.total FROM customers c JOIN orders o ON o.customer_id = c.id WHERE c.id = $1"
+    target = Target("advice", pg15.pg.url(database))
+    try:
+        pg15.execute(
+            "CREATE EXTENSION hypopg; CREATE TABLE customers (id int PRIMARY KEY, name text); "
+            "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, total int); "
+            "INSERT INTO customers SELECT g, 'c' || g FROM generate_series(1, 10000) g; "
+            "INSERT INTO orders SELECT g, 1 + g % 10000, g FROM generate_series(1, 100000) g; "
+            "CREATE INDEX orders_customer_idx ON orders (customer_id); ANALYZE",
+            database,
+        )
+        with session.connect(target) as conn:
+            before = check_index(conn, text, "CREATE INDEX ON orders (id)").cost_now
+        pg15.execute("DROP INDEX orders_customer_idx", database)
+        proposal = proposal_for(text, {"orders"})
+        assert proposal == "CREATE INDEX CONCURRENTLY ON orders (customer_id);"
+        with session.connect(target) as conn:
+            tested = check_index(conn, text, proposal)
+        assert tested.untested is None and tested.uses_index, tested
+        assert before is not None and tested.cost_with is not None and tested.cost_now is not None
+        assert tested.cost_with <= 2 * before and tested.cost_now > 4 * before, (before, tested)
+    finally:
+        pg15.drop_database(database)
+
+
+def proposal_for(text: str, scanned: set[str]) -> str | None:
+    """steps.index_advice.proposal for a plan that went to sequential scans of `scanned` from index scans."""
+    changes = [f"Index Scan using x on {t} → Seq Scan on {t}" for t in scanned]
+    return proposal("plan_changed", None, {"changes": changes}, text)
 
 
 def test_without_hypopg_the_proposal_says_it_is_untested(pg18):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,9 +53,11 @@ def _cost(value: float | None) -> str:
     return "?" if value is None else f"{value:,.1f}" if value < 1000 else f"{value:,.0f}"
 
 
-def proposed_index(text: str) -> tuple[str, list[str]] | None:
+def proposed_index(text: str, scanned: Collection[str] = ()) -> tuple[str, list[str]] | None:
     """The table (as the text names it) and columns an index for the statement would have (module docstring), or None
-    when its WHERE compares no column of one known table with a parameter or a constant."""
+    when its WHERE compares no column of one known table with a parameter or a constant. With `scanned` (the tables
+    its plan now reads with a sequential scan, by name), one of those: the columns its WHERE compares with a value,
+    else those it is joined on by equality with another table's column (the index a nested loop reaches it by)."""
     try:
         tree = json.loads(parser.parse_sql_json(text))
     except parser.ParseError:
@@ -71,6 +74,8 @@ def proposed_index(text: str) -> tuple[str, list[str]] | None:
             table = _table_of(ref, tables)
             if table is not None:
                 found.setdefault(table, []).append((0 if kind in _EQUAL else 1, ref[-1]))
+    if scanned:
+        found = {t: c for t, c in found.items() if t.rsplit(".", 1)[-1] in scanned} or _joined_on(tree, tables, scanned)
     if not found:
         return None
     table, compared = max(found.items(), key=lambda item: (sum(k == 0 for k, _ in item[1]), len(item[1])))
@@ -79,6 +84,25 @@ def proposed_index(text: str) -> tuple[str, list[str]] | None:
         if column not in columns:
             columns.append(column)
     return table, columns[:MAX_COLUMNS]
+
+
+def _joined_on(tree: Any, tables: dict[str, str], scanned: Collection[str]) -> dict[str, list[tuple[int, str]]]:
+    """Per table of `scanned`, the columns the statement equates with another table's column (in a join's ON or its
+    WHERE), as proposed_index ranks them (all equalities)."""
+    found: dict[str, list[tuple[int, str]]] = {}
+    for node in nodes(tree):
+        expr = node.get("A_Expr")
+        if not isinstance(expr, dict) or expr.get("kind") != "AEXPR_OP":
+            continue
+        names = [n.get("String", {}).get("sval") for n in expr.get("name") or [] if isinstance(n, dict)]
+        left, right = _column(expr.get("lexpr")), _column(expr.get("rexpr"))
+        if names[-1:] != ["="] or left is None or right is None:
+            continue
+        for mine, other in ((left, right), (right, left)):
+            table, beside = _table_of(mine, tables), _table_of(other, tables)
+            if table is not None and beside not in (None, table) and table.rsplit(".", 1)[-1] in scanned:
+                found.setdefault(table, []).append((0, mine[-1]))
+    return found
 
 
 def _compared(where: dict[str, Any]) -> list[tuple[str, list[str]]]:

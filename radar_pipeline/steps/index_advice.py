@@ -33,10 +33,8 @@ def proposal(cause: object, undo: object, plan_diff: object, text: str) -> str |
     if cause != Cause.PLAN_CHANGED or not isinstance(plan_diff, dict):
         return None
     scanned = {c.rsplit(_TO_SEQ_SCAN, 1)[1] for c in plan_diff.get("changes") or [] if _TO_SEQ_SCAN in c}
-    found = proposed_index(text) if scanned else None
-    if found is None or found[0].rsplit(".", 1)[-1] not in scanned:
-        return None
-    return index_sql(*found)
+    found = proposed_index(text, scanned) if scanned else None
+    return index_sql(*found) if found is not None else None
 
 
 def advise(conn: sa.Connection, target: str, verdicts: pd.DataFrame, live: Target | None) -> None:
