@@ -234,14 +234,19 @@ def warehouse_template(pg18: Server) -> str:
     return name
 
 
-@pytest.fixture
-def warehouse_url(pg18: Server, warehouse_template: str) -> Iterator[str]:
-    """A fresh, migrated warehouse database on the embedded server."""
-    name = pg18.new_database("warehouse", template=warehouse_template)
+def warehouse_copy(pg18: Server, template: str) -> Iterator[str]:
+    """A warehouse database copied from `template` on the embedded server, its URL; dropped after."""
+    name = pg18.new_database("warehouse", template=template)
     url = pg18.pg.url(name, driver="postgresql+psycopg")
     yield url
     make_engine(url).dispose()
     pg18.drop_database(name)
+
+
+@pytest.fixture
+def warehouse_url(pg18: Server, warehouse_template: str) -> Iterator[str]:
+    """A fresh, migrated warehouse database on the embedded server."""
+    yield from warehouse_copy(pg18, warehouse_template)
 
 
 @pytest.fixture

@@ -38,6 +38,7 @@ from radar_pipeline.steps.snapshots import snapshot_target
 from radar_pipeline.warehouse.database import make_engine
 
 from . import fake_code_host
+from .conftest import warehouse_copy
 from .fake_code_host import TOKEN, FakeHost
 from .helpers import COLLECTOR, collector_target
 
@@ -132,11 +133,7 @@ def warehouse_url(request: pytest.FixtureRequest, pg18, warehouse_template: str)
     and the three deploys): each test changes its own copy only."""
     canary_test = "canary" in request.fixturenames
     template = request.getfixturevalue("canary_scenario")[1] if canary_test else warehouse_template
-    name = pg18.new_database("warehouse", template=template)
-    url = pg18.pg.url(name, driver="postgresql+psycopg")
-    yield url
-    make_engine(url).dispose()
-    pg18.drop_database(name)
+    yield from warehouse_copy(pg18, template)
 
 
 @pytest.fixture

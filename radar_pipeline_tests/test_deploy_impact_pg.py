@@ -42,7 +42,9 @@ SETUP = [
     "CREATE TABLE products (id int PRIMARY KEY, name text)",
     "INSERT INTO products SELECT g, 'p' || g FROM generate_series(1, 1000) g",
     "CREATE TABLE orders (id int PRIMARY KEY, customer_id int, product_id int)",
-    "INSERT INTO orders SELECT g, g % 50, g % 1000 + 1 FROM generate_series(1, 1000) g",
+    # 20 orders of 20 distinct products for each customer the requests list (0–49), among 10,000: without the index
+    # the list reads all of them (at 1,000 its per-call factor once came to ×1.46, against the ×1.5 asserted below)
+    "INSERT INTO orders SELECT g, g % 500, (g + g / 500) % 1000 + 1 FROM generate_series(1, 10000) g",
     "CREATE INDEX ON orders (customer_id)",
     "CREATE FUNCTION monthly_report(k int) RETURNS int LANGUAGE sql AS $$ SELECT k FROM pg_sleep(0.01) $$",
 ]
