@@ -473,7 +473,9 @@ def _cleared_line(row: pd.Series) -> str:
     largest, total = row.get("largest_excess_share"), row.get("open_excess_share")
     if largest is not None and largest == largest and total is not None and total == total:
         bars = f"{row['max_open_excess']:.0%}, {row['max_total_excess']:.0%}"
-        line += f"; open adds ≤ {largest:.2%} each, {total:.2%} in all (pass: {bars})"
+        line += f"; open adds ≤ {largest:.2%} each, {total:.2%} together (pass: {bars})"
+        if int(row.get("bounded_open") or 0):
+            line += f"; {int(row['bounded_open'])} open within ×{row['gate_factor']:.2g}"
     tiers = [
         f"{int(row.get(name) or 0)} {words}"
         for name, words in (("improved", "improved"), ("probably_slower", "probably slower"))
@@ -714,10 +716,11 @@ MIN_POLL_S = 0.1
 OVERDUE = timedelta(minutes=2)  # an analysis this late after it was due: the daemon may not be running
 GATE_EPILOG = """\b
 Exit codes:
-  0  pass: nothing detected, and no statement left open may have
-     added over 1% of the execution time beyond the tolerance at its
-     upper bound, nor all of them over 3% (radar.max_open_excess,
-     radar.max_total_excess; docs/method.md)
+  0  pass: nothing detected; no statement left open may be slower
+     than x1.5 and have added over 1% of the execution time beyond the
+     tolerance at its upper bound; and the other open statements
+     together added at most 3% beyond it (radar.gate_factor,
+     radar.max_open_excess, radar.max_total_excess; docs/method.md)
   1  fail: a statement is detected slower, or a group of statements
      decided together (radar verdicts names it)
   3  inconclusive: neither (0 with --inconclusive-ok); with --through-looks,
@@ -860,8 +863,14 @@ def _margin_words(view: gate_step.GateView) -> str:
         return ""
     words = (
         f" (open statements may add {m['largest_excess_share']:.2%} each, pass needs ≤ {m['max_open_excess']:.0%}; "
-        f"{m['open_excess_share']:.2%} in all, ≤ {m['max_total_excess']:.0%}"
+        f"{m['open_excess_share']:.2%} together, ≤ {m['max_total_excess']:.0%}"
     )
+    if m["bounded_open"] and m["largest_bounded_factor"] is not None and m["gate_factor"] is not None:
+        count = int(m["bounded_open"])
+        words += (
+            f"; {count} heavier statement{'s' if count != 1 else ''} open within ×{m['gate_factor']:.2g}"
+            f" (bound up to ×{m['largest_bounded_factor']:.2f})"
+        )
     if m["cleared_share"] is not None:
         words += f"; {m['cleared_share']:.1%} cleared"
     return words + ")"

@@ -5,7 +5,10 @@ pass, fail, inconclusive or pending, with the share it passes on set per call, p
 Each deploy has a target of its own, scraped every 10 s for 200 s each side (20 calls an interval unless said):
 - st-pass: two busy statements unchanged (cleared) and a sparse, noisy one (inconclusive) holding under 1% of the time;
 - st-fail: the same, with the first three times slower from the deploy on (detected);
-- st-unsure: a heavy statement so noisy its bound cannot reach 1 + θ (inconclusive), beside a cleared light one;
+- st-unsure: a heavy statement so noisy its bound reaches beyond the gate factor ×1.5 (inconclusive), beside a cleared
+  light one;
+- st-heavy: a heavy statement, unchanged, whose noise leaves its bound between 1 + θ and the gate factor (inconclusive,
+  bounded within ×1.5: it passes), beside a cleared light one;
 - st-pending: recorded, not analysed.
 """
 
@@ -35,7 +38,8 @@ TEXTS = {1: "SELECT * FROM orders WHERE id = $1", 2: "SELECT * FROM carts WHERE 
 PLANS = {
     "st-pass": {1: (1.0, 1.0, 20, 0.03), 2: (0.5, 1.0, 20, 0.03), 3: (0.05, 1.0, 1, 0.6)},
     "st-fail": {1: (1.0, 3.0, 20, 0.03), 2: (0.5, 1.0, 20, 0.03), 3: (0.05, 1.0, 1, 0.6)},
-    "st-unsure": {1: (5.0, 1.0, 1, 1.0), 2: (0.1, 1.0, 20, 0.03)},
+    "st-unsure": {1: (5.0, 1.0, 1, 1.6), 2: (0.1, 1.0, 20, 0.03)},
+    "st-heavy": {1: (5.0, 1.0, 20, 0.2), 2: (0.1, 1.0, 20, 0.03)},
 }
 
 
@@ -105,6 +109,7 @@ def test_real_analyses_store_three_answers_and_each_deploy_gets_its_state(record
         "st-pass": "pass",
         "st-fail": "fail",
         "st-unsure": "inconclusive",
+        "st-heavy": "pass",
     }
     # The shares behind them: the sparse statement holds under 1% of st-pass's time, the noisy one most of st-unsure's.
     assert stored.loc["st-pass", "cleared_share"] > 0.99 and 0.2 < stored.loc["st-unsure", "cleared_share"] < 0.5
@@ -112,6 +117,11 @@ def test_real_analyses_store_three_answers_and_each_deploy_gets_its_state(record
     assert (stored["max_total_excess"] == MAX_TOTAL_EXCESS).all()
     # the margin behind them: what the open statements may have added beyond θ, at their bounds
     assert stored.loc["st-pass", "largest_excess_share"] < 0.01 < stored.loc["st-unsure", "largest_excess_share"]
+    # st-heavy's statement holds 98% of the time; its bound lies within ×1.5, so it holds nothing, and is counted
+    heavy = stored.loc["st-heavy"]
+    assert heavy["bounded_open"] == 1 and 1.2 < heavy["largest_bounded_factor"] <= heavy["gate_factor"] == 1.5
+    with warehouse.connect() as conn:  # a team that wants every heavy statement within 1 + θ sets the factor there
+        assert deploy_states(conn, ["st-heavy"], gate_factor=1.2).iloc[0]["state"] == "inconclusive"
     assert stored.loc["st-fail", ["detected", "no_regression", "inconclusive", "insufficient_data"]].tolist() == [
         1,
         1,

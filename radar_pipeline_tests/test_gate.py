@@ -1,5 +1,6 @@
 """`radar gate`, `radar deploys` and `radar status` on the embedded PostgreSQL, with deploys analysed for real (the
-counters and plans of test_deploy_state: st-pass passes, st-fail fails, st-unsure is inconclusive).
+counters and plans of test_deploy_state: st-pass passes, st-fail fails, st-unsure is inconclusive, st-heavy passes
+with its heavy statement bounded within the gate factor).
 
 One warehouse serves the module; the tests that analyse a deploy while the gate waits have a deploy each (st-late,
 st-away), pending until then. st-open's window is still open; st-ghost went to a target never scraped.
@@ -140,6 +141,17 @@ def test_gate_inconclusive_and_json(gate_url):
     assert closes - datetime.fromisoformat(answer["deploy"]["deployed_at"]) == timedelta(seconds=200)
     unsure = json.loads(_invoke(["gate", "st-unsure", "--format", "json", "--warehouse", gate_url]).stdout)
     assert unsure["state"] == "inconclusive" and 0.5 < unsure["shares"]["inconclusive"] < 0.8
+
+
+def test_a_pass_names_the_heavy_statement_left_open_within_the_gate_factor(gate_url):
+    heavy = _invoke(["gate", "st-heavy", "--warehouse", gate_url])
+    assert heavy.exit_code == 0 and heavy.stdout.startswith("deploy st-heavy: pass ("), heavy.output
+    assert re.search(r"; 1 heavier statement open within ×1\.5 \(bound up to ×1\.2\d\)", heavy.stdout), heavy.output
+    import json
+
+    margins = json.loads(_invoke(["gate", "st-heavy", "--format", "json", "--warehouse", gate_url]).stdout)["margins"]
+    assert margins["bounded_open"] == 1 and margins["gate_factor"] == 1.5
+    assert 1.2 < margins["largest_bounded_factor"] <= 1.5
 
 
 @pytest.mark.parametrize("wait", ["10x", "-5m", "m", "1h-5m", ""])
@@ -353,7 +365,7 @@ def test_radar_status_says_what_each_target_shows(gate_url, pg18):
         pg18.drop_database(database)
     assert result.exit_code == 0, result.output
     rows = _rows(result.stdout.split("\nrealised false alerts")[0], key=0)  # the targets' table, not the rates'
-    assert set(rows) == {"st-pass", "st-fail", "st-unsure", "blind", "gone"}
+    assert set(rows) == {"st-pass", "st-fail", "st-unsure", "st-heavy", "blind", "gone"}
     # st-pass: last scraped an hour ago (the fixture's counters), so late; asked now, it shows every statement.
     late = r"late: no scrape for (5\dm\d\ds|1h\d\dm), one expected every 10s \(are the snapshot runs scheduled\?"
     assert re.match(late, rows["st-pass"][4]), rows["st-pass"]

@@ -1,9 +1,10 @@
-"""The gate's rule twice, held to one answer (sql/0036, engine/gate.py): radar.deploy_state on stored verdict rows and
-engine.gate.deploy_state on the same rows as a frame give the same state, open excess, cleared share, largest open
-share and tier counts: a clean pass, an open statement whose bound reaches far beyond θ, many open statements whose
-bounds barely cross it, an open statement without a bound, a new statement, a ×1.5 slowdown holding 5% of the time, a
-detection, improvements only, a probably-slower statement too small to hold the deploy, another θ; and after a later
-look decides the open statement. The canary arm (engine.canary.canary_state) follows the same rule on its own
+"""The gate's rule twice, held to one answer (sql/0042, engine/gate.py): radar.deploy_state on stored verdict rows and
+engine.gate.deploy_state on the same rows as a frame give the same state, margins, cleared share, largest open share,
+tier counts and statements bounded within the gate factor: a clean pass, an open statement whose bound reaches far
+beyond θ, many open statements whose bounds barely cross it, an open statement without a bound, a new statement, a ×1.5
+slowdown holding 5% of the time, a detection, improvements only, a probably-slower statement too small to hold the
+deploy, a heavy statement bounded within ×1.5 and one beyond it, many small open statements unchanged and slower
+together, another θ; and after a later look decides the open statement. The canary arm (engine.canary.canary_state) follows the same rule on its own
 columns."""
 
 from __future__ import annotations
@@ -17,15 +18,17 @@ import pytest
 import sqlalchemy as sa
 
 from radar_pipeline.engine.canary import canary_state
-from radar_pipeline.engine.gate import MAX_OPEN_EXCESS, MAX_TOTAL_EXCESS, deploy_state
+from radar_pipeline.engine.gate import GATE_FACTOR, GATE_Z, MAX_OPEN_EXCESS, MAX_TOTAL_EXCESS, deploy_state
 from radar_pipeline.warehouse import deploys
 from radar_pipeline.warehouse.analysis import deploy_states
 
 NAN = float("nan")
-# Per case, its statements: (verdict, tier, calls before, calls after, mean after ms, factor_bound); the time after is
-# calls × mean; each open statement that ran before the deploy adds its excess T·(1 − (1 + θ)/u)⁺: a pass needs none
-# above 1% of the time and all of them at most 3%.
-CASES: dict[str, list[tuple[str, str | None, int, int, float, float]]] = {
+# Per case, its statements: (verdict, tier, calls before, calls after, mean after ms, factor_bound[, deploy_log_factor,
+# deploy_log_se]); the time after is calls × mean; each open statement that ran before the deploy may have added its
+# excess T·(1 − (1 + θ)/u)⁺: a pass needs none above 1% of the time with a bound beyond ×1.5, and those within 1%
+# together (Σ T·(f − 1.2) + z·se of the sum where estimated, their excess where not) at most 3%.
+Row = tuple[str, str | None, int, int, float, float] | tuple[str, str | None, int, int, float, float, float, float]
+CASES: dict[str, list[Row]] = {
     # 95% cleared; the open statement holds 4% with a bound of ×1.25 (adds 0.16%); 1% new (no calls before)
     "rule-pass": [
         ("no_regression", None, 900, 1000, 0.5, 1.1),
@@ -60,6 +63,23 @@ CASES: dict[str, list[tuple[str, str | None, int, int, float, float]]] = {
     ],
     # forty open statements of 2% each, none adding 1% (each bound ×1.5: 0.4%), together 16%: too much left open
     "rule-many-open": [("no_regression", None, 200, 200, 1.0, 1.1)] + [("inconclusive", None, 20, 20, 1.0, 1.5)] * 40,
+    # the heaviest statement, 38% of the time, unchanged at ×1.03 but wandering: its bound ×1.3 may add 2.9%, within ×1.5
+    "rule-heavy-within": [
+        ("no_regression", None, 620, 620, 1.0, 1.1),
+        ("inconclusive", None, 380, 380, 1.0, 1.3, np.log(1.03), 0.1),
+    ],
+    # the same statement with a bound of ×1.6: it could hide a ×1.5 slowdown
+    "rule-heavy-beyond": [
+        ("no_regression", None, 620, 620, 1.0, 1.1),
+        ("inconclusive", None, 380, 380, 1.0, 1.6, np.log(1.1), 0.2),
+    ],
+    # 150 sparse statements of 0.4% each, unchanged (×1.0, se 0.25) with bounds of ×2: 24% by the sum of their bounds,
+    # nothing jointly
+    "rule-many-small-unchanged": [("no_regression", None, 400, 400, 1.0, 1.1)]
+    + [("inconclusive", None, 4, 4, 1.0, 2.0, 0.0, 0.25)] * 150,
+    # the same statements all ×1.5 slower: 18% beyond θ jointly
+    "rule-many-small-slower": [("no_regression", None, 400, 400, 1.0, 1.1)]
+    + [("inconclusive", None, 4, 4, 1.0, 2.0, np.log(1.5), 0.25)] * 150,
 }
 EXPECTED = {
     "rule-pass": "pass",
@@ -71,12 +91,17 @@ EXPECTED = {
     "rule-improved": "pass",
     "rule-probably-slower": "pass",
     "rule-many-open": "inconclusive",
+    "rule-heavy-within": "pass",
+    "rule-heavy-beyond": "inconclusive",
+    "rule-many-small-unchanged": "pass",
+    "rule-many-small-slower": "inconclusive",
 }
 COLUMNS = ["verdict", "tier", "calls_before", "calls_after", "mean_after_ms", "factor_bound"]
+ESTIMATES = ["deploy_log_factor", "deploy_log_se"]
 
 
-def _frame(rows: list[tuple[str, str | None, int, int, float, float]]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=COLUMNS)
+def _frame(rows: list[Row]) -> pd.DataFrame:
+    return pd.DataFrame([(*r, NAN, NAN) if len(r) == len(COLUMNS) else r for r in rows], columns=COLUMNS + ESTIMATES)
 
 
 def _store(engine: sa.Engine, deploy_id: str, frame: pd.DataFrame, threshold: float = 0.2) -> None:
@@ -113,8 +138,8 @@ def _store(engine: sa.Engine, deploy_id: str, frame: pd.DataFrame, threshold: fl
             sa.text(
                 "INSERT INTO radar.verdict (deploy_id, target, dbid, userid, queryid, toplevel, fingerprint, verdict, "
                 "reason, tier, n_before, n_after, calls_before, calls_after, mean_before_ms, mean_after_ms, "
-                "factor_bound) VALUES (:d, 'rule', 5, 10, :q, true, :q, :verdict, :reason, :tier, 30, 30, :before, "
-                ":calls, :mean, :mean, :bound)"
+                "factor_bound, deploy_log_factor, deploy_log_se) VALUES (:d, 'rule', 5, 10, :q, true, :q, :verdict, "
+                ":reason, :tier, 30, 30, :before, :calls, :mean, :mean, :bound, :lf, :se)"
             ),
             [
                 {
@@ -127,6 +152,8 @@ def _store(engine: sa.Engine, deploy_id: str, frame: pd.DataFrame, threshold: fl
                     "calls": int(r.calls_after),
                     "mean": float(r.mean_after_ms),
                     "bound": None if pd.isna(r.factor_bound) else float(r.factor_bound),
+                    "lf": None if pd.isna(r.deploy_log_factor) else float(r.deploy_log_factor),
+                    "se": None if pd.isna(r.deploy_log_se) else float(r.deploy_log_se),
                 }
                 for q, r in enumerate(frame.itertuples(), start=1)
             ],
@@ -143,6 +170,9 @@ def _compare(row: pd.Series, frame: pd.DataFrame, **bars: float) -> None:
     assert int(row["detected"]) == engine_says.detected
     assert int(row["improved"]) == engine_says.improved
     assert int(row["probably_slower"]) == engine_says.probably_slower
+    assert int(row["bounded_open"]) == engine_says.bounded
+    bounded = NAN if row["largest_bounded_factor"] is None else float(row["largest_bounded_factor"])
+    assert bounded == pytest.approx(engine_says.largest_bound, nan_ok=True)
 
 
 def test_the_view_and_the_engine_give_each_deploy_the_same_answer(warehouse):
@@ -159,13 +189,20 @@ def test_the_view_and_the_engine_give_each_deploy_the_same_answer(warehouse):
     for deploy_id, frame in frames.items():
         _compare(states.loc[deploy_id], frame)
     assert states.loc["rule-pass", "open_excess_share"] == pytest.approx(0.04 * (1 - 1.2 / 1.25))
-    assert states.loc["rule-open-wide", "open_excess_share"] == pytest.approx(0.024)
+    assert states.loc["rule-open-wide", "largest_excess_share"] == pytest.approx(0.024)
     assert states.loc["rule-open-narrow", "cleared_share"] == pytest.approx(0.7)
-    assert states.loc["rule-no-bound", "open_excess_share"] == pytest.approx(0.015)
+    assert states.loc["rule-no-bound", "largest_excess_share"] == pytest.approx(0.015)
     assert states.loc["rule-improved", "improved"] == 2 and states.loc["rule-improved", "open_excess_share"] == 0
     assert states.loc["rule-probably-slower", "probably_slower"] == 1
     assert states.loc["rule-many-open", "largest_excess_share"] == pytest.approx(0.02 * (1 - 1.2 / 1.5))
     assert states.loc["rule-many-open", "open_excess_share"] == pytest.approx(0.8 * (1 - 1.2 / 1.5))
+    heavy = states.loc["rule-heavy-within"]
+    assert heavy["bounded_open"] == 1 and heavy["largest_bounded_factor"] == pytest.approx(1.3)
+    assert heavy["largest_excess_share"] == 0 and heavy["gate_factor"] == GATE_FACTOR
+    assert states.loc["rule-heavy-beyond", "largest_excess_share"] == pytest.approx(0.38 * (1 - 1.2 / 1.6))
+    assert states.loc["rule-many-small-unchanged", "open_excess_share"] == 0
+    slower = 0.6 * (1.5 - 1.2) + GATE_Z * np.sqrt(150) * 0.004 * 1.5 * 0.25
+    assert states.loc["rule-many-small-slower", "open_excess_share"] == pytest.approx(slower)
 
     # The bars are settings: per call, session or database.
     with warehouse.connect() as conn:
@@ -175,10 +212,16 @@ def test_the_view_and_the_engine_give_each_deploy_the_same_answer(warehouse):
         _compare(loose.loc[deploy_id], frame, max_open_excess=0.03, max_total_excess=0.2)
     with warehouse.connect() as conn:
         conn.execute(sa.text("SET radar.max_open_excess = '0.001'"))
+        conn.execute(sa.text("SET radar.gate_factor = '1.2'"))
         strict = deploy_states(conn, list(frames)).set_index("deploy_id")
     assert strict.loc["rule-pass", "state"] == "inconclusive" and strict.loc["rule-improved", "state"] == "pass"
+    assert strict.loc["rule-heavy-within", "state"] == "inconclusive"
+    for deploy_id, frame in frames.items():
+        _compare(strict.loc[deploy_id], frame, max_open_excess=0.001, gate_factor=1.2)
     with pytest.raises(ValueError, match="max_open_excess"), warehouse.connect() as conn:
         deploy_states(conn, ["rule-pass"], max_open_excess=2)
+    with pytest.raises(ValueError, match="gate_factor"), warehouse.connect() as conn:
+        deploy_states(conn, ["rule-pass"], gate_factor=0.5)
 
 
 def test_the_tolerance_is_the_analysis_own(warehouse):

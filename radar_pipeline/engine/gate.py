@@ -1,13 +1,20 @@
 """A deploy's state from its statements' verdicts: the gate's rule (docs/method.md, "The gate's rule").
 
 `fail` when something is detected. Otherwise each statement the evidence could not clear may have added, beyond the
-tolerance, at most T·(1 − (1 + θ)/u)⁺ of the execution time after the deploy, its excess: T its execution time after
-the deploy, u its upper bound (`factor_bound`; none: all of T). `pass` when no open statement's excess exceeds
-`max_open_excess` (1%) of the time, and their excesses together do not exceed `max_total_excess` (3%). A cleared
-statement adds nothing; an open one whose bound barely crosses 1 + θ adds little; a busy statement truly ×1.5 slower
-holding 5% of the time has an excess above 1% unless its bound falls below its true factor (at most 1 − β of the
-time), so such a deploy does not pass. `inconclusive` otherwise. radar.deploy_state (sql/) applies the same rule to the
-stored verdicts; this is the engine's copy for frames (the canary's arm, the labs), held to the view by a test.
+tolerance, at most T·(1 − (1 + θ)/u)⁺ of the execution time after the deploy, its excess: T its share of the execution
+time after the deploy, u its upper bound (`factor_bound`; none: all of T). The deploy `pass`es when
+
+- no open statement both may have added more than `max_open_excess` (1%) and may be slower than `gate_factor` (×1.5):
+  a statement that could hide a material slowdown holds the deploy alone (a busy statement truly ×1.5 slower holding
+  5% of the time does, unless its bound falls below its true factor: at most 1 − β of the time);
+- and the open statements left (those whose excess is within `max_open_excess`) did not, together, add more than
+  `max_total_excess` (3%) beyond the tolerance: Σ T·(f − (1 + θ)) at their deploy estimates f, plus z_β times the
+  standard error of that sum (their estimates independent), plus the excess of those without an estimate.
+
+`inconclusive` otherwise. A heavy statement whose bound lies between 1 + θ and `gate_factor` neither holds the deploy
+nor counts in the sum: its own bound is the claim (its row stays inconclusive). radar.deploy_state (sql/) applies the
+same rule to the stored verdicts; this is the engine's copy for frames (the canary's arm, the labs), held to the view
+by a test.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ import pandas as pd
 from radar_pipeline.engine.vocabulary import Tier, Verdict
 
 MAX_OPEN_EXCESS = 0.01  # the share of the execution time after the deploy one open statement may add beyond θ
-MAX_TOTAL_EXCESS = 0.03  # and the open statements together
+MAX_TOTAL_EXCESS = 0.03  # and the open statements within that bar together, jointly
+GATE_FACTOR = 1.5  # a statement whose bound reaches beyond this (and whose excess is over MAX_OPEN_EXCESS) holds alone
+GATE_Z = 1.7506860712521692  # the joint sum's one-sided 96% quantile, the first look's clear level (engine.budget)
 PASS_SHARE = 0.9  # engine 2.6's rule (the cleared share a pass needed): still reported beside the new margin
 
 
@@ -28,9 +37,11 @@ PASS_SHARE = 0.9  # engine 2.6's rule (the cleared share a pass needed): still r
 class GateState:
     """A deploy's state and its margins: `largest_excess`, the largest share of the execution time after the deploy
     one statement not cleared may have added beyond the tolerance (a pass needs at most max_open_excess), and
-    `open_excess`, theirs together (at most max_total_excess); `cleared_share`, the share its cleared statements hold;
-    `largest_open_share`, the largest share one statement left open holds; how many statements were detected,
-    improved or probably slower."""
+    `open_excess`, the joint upper bound of what the open statements within that bar added together beyond the
+    tolerance (at most max_total_excess); `bounded`, the open statements whose excess is over max_open_excess but whose
+    bound lies within gate_factor (they do not hold the deploy), and `largest_bound` the largest of their bounds;
+    `cleared_share`, the share its cleared statements hold; `largest_open_share`, the largest share one statement left
+    open holds; how many statements were detected, improved or probably slower."""
 
     state: str
     largest_excess: float
@@ -40,6 +51,8 @@ class GateState:
     detected: int
     improved: int
     probably_slower: int
+    bounded: int = 0
+    largest_bound: float = float("nan")
 
 
 def tiers(verdict: np.ndarray, factor_low: np.ndarray, factor_bound: np.ndarray, threshold: float) -> np.ndarray:
@@ -65,14 +78,37 @@ def open_excess(
     return np.where(open_, time * part, 0.0)
 
 
+def joint_excess(
+    share: np.ndarray,
+    excess: np.ndarray,
+    small: np.ndarray,
+    log_factor: np.ndarray,
+    log_se: np.ndarray,
+    threshold: float,
+    z: float = GATE_Z,
+) -> float:
+    """What the open statements `small` (each within the per-statement bar) may have added together beyond the
+    tolerance, as a share of the execution time: Σ s·(f − (1 + θ)) over those with a deploy estimate f = e^log_factor
+    (netted: one slower than θ is offset by others within it, as the total time is), plus z times the standard error of
+    that sum (Σ (s·f·se)², the statements' estimates independent), plus the excess of those without an estimate."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        factor = np.exp(log_factor)
+        estimated = small & np.isfinite(factor) & np.isfinite(log_se) & (log_se >= 0)
+        point = float((share * (factor - (1 + threshold)))[estimated].sum())
+        margin = z * float(np.sqrt(((share * factor * log_se)[estimated] ** 2).sum()))
+    return max(0.0, point + margin) + float(excess[small & ~estimated].sum())
+
+
 def deploy_state(
     verdicts: pd.DataFrame,
     threshold: float = 0.2,
     max_open_excess: float = MAX_OPEN_EXCESS,
     max_total_excess: float = MAX_TOTAL_EXCESS,
+    gate_factor: float = GATE_FACTOR,
 ) -> GateState:
     """The state of a deploy from analyse()'s result (or any frame with verdict, calls_after, mean_after_ms,
-    factor_bound and optionally calls_before and tier): each statement weighs its execution time after the deploy.
+    factor_bound and optionally calls_before, tier, deploy_log_factor and deploy_log_se; without the last two every
+    open statement counts its excess in the sum): each statement weighs its execution time after the deploy.
     threshold: θ."""
     verdict = verdicts["verdict"].to_numpy()
     time = verdicts["calls_after"].to_numpy(np.float64) * verdicts["mean_after_ms"].to_numpy(np.float64)
@@ -84,21 +120,31 @@ def deploy_state(
     share = time / whole if whole > 0 else np.zeros_like(time)
     ran_before = verdicts["calls_before"].to_numpy(np.float64) > 0 if "calls_before" in verdicts else verdict != ""
     excess = open_excess(share, verdict, bound, ran_before, threshold)
-    largest = float(excess.max()) if len(excess) else 0.0
+    over = excess > max_open_excess
+    within = over & np.isfinite(bound) & (bound <= gate_factor)
+    holding = over & ~within
+    nan = np.full(len(verdicts), np.nan)
+    log_factor = verdicts["deploy_log_factor"].to_numpy(np.float64) if "deploy_log_factor" in verdicts else nan
+    log_se = verdicts["deploy_log_se"].to_numpy(np.float64) if "deploy_log_se" in verdicts else nan
+    small = (verdict != Verdict.NO_REGRESSION) & (verdict != Verdict.DETECTED) & ran_before & ~over
+    joint = joint_excess(share, excess, small, log_factor, log_se, threshold)
+    largest = float(excess[holding].max()) if holding.any() else float(excess[~over].max(initial=0.0))
     open_ = share[(verdict != Verdict.NO_REGRESSION) & (verdict != Verdict.DETECTED)]
     if detected:
         state = "fail"
-    elif whole > 0 and largest <= max_open_excess and excess.sum() <= max_total_excess:
+    elif whole > 0 and not holding.any() and joint <= max_total_excess:
         state = "pass"
     else:
         state = "inconclusive"
     return GateState(
         state=state,
         largest_excess=largest,
-        open_excess=float(excess.sum()),
+        open_excess=joint,
         cleared_share=float(share[verdict == Verdict.NO_REGRESSION].sum()),
         largest_open_share=float(open_.max()) if len(open_) else 0.0,
         detected=detected,
         improved=int((tier == Tier.IMPROVED).sum()),
         probably_slower=int((tier == Tier.PROBABLY_SLOWER).sum()),
+        bounded=int(within.sum()),
+        largest_bound=float(bound[within].max()) if within.any() else float("nan"),
     )

@@ -91,8 +91,10 @@ def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | N
 
 
 def margins(state: dict[str, Any]) -> dict[str, float | None]:
-    """The rule's margins from a radar.deploy_state row (sql/0036): the most one open statement may have added beyond
-    θ (largest_excess_share) against max_open_excess, and all of them (open_excess_share) against max_total_excess;
+    """The rule's margins from a radar.deploy_state row (sql/0042): the most one open statement whose bound reaches
+    beyond gate_factor may have added beyond θ (largest_excess_share) against max_open_excess, and what the open
+    statements within that bar added together, jointly (open_excess_share), against max_total_excess; the open
+    statements bounded within gate_factor (bounded_open) and the largest of their bounds (largest_bounded_factor);
     with the cleared share and the largest share one open statement holds (None before an analysis, or where nothing
     ran after the deploy)."""
 
@@ -101,7 +103,7 @@ def margins(state: dict[str, Any]) -> dict[str, float | None]:
         return None if value is None else float(value)
 
     names = ["largest_excess_share", "max_open_excess", "open_excess_share", "max_total_excess", "cleared_share"]
-    names.append("largest_open_share")
+    names += ["largest_open_share", "gate_factor", "bounded_open", "largest_bounded_factor"]
     return {name: number(name) for name in names}
 
 
@@ -148,7 +150,7 @@ def answer(view: GateView, deploy_id: str, code: int) -> dict[str, Any]:
         },
         "pass_share": s.get("pass_share"),
         # the rule's margins (docs/ci.md): largest_excess_share ≤ max_open_excess and open_excess_share ≤
-        # max_total_excess pass
+        # max_total_excess pass; bounded_open statements lie within gate_factor
         "margins": margins(s),
         "analysed_at": iso(s.get("analysed_at")),
         "engine_version": s.get("engine_version"),

@@ -624,18 +624,21 @@ def deploy_states(
     deploy_ids: list[str],
     max_open_excess: float | None = None,
     max_total_excess: float | None = None,
+    gate_factor: float | None = None,
 ) -> pd.DataFrame:
     """The rows of radar.deploy_state for these deploys (those recorded; in the order given): state (pending, fail,
     pass, inconclusive), the verdict counts, exec_ms, cleared_ms and cleared_share, the rule's margins
-    (largest_excess_share against max_open_excess, open_excess_share against max_total_excess), largest_open_share
-    and the tier counts (sql/0036). With a bar given, the state is decided with it instead of the database's
-    (radar.max_open_excess, radar.max_total_excess; defaults engine.gate's MAX_OPEN_EXCESS and MAX_TOTAL_EXCESS), for
-    the rest of the caller's transaction."""
-    for name, bar in (("max_open_excess", max_open_excess), ("max_total_excess", max_total_excess)):
+    (largest_excess_share against max_open_excess, open_excess_share against max_total_excess; bounded_open, the open
+    statements within gate_factor, and largest_bounded_factor), largest_open_share and the tier counts (sql/0042).
+    With a bar given, the state is decided with it instead of the database's (radar.max_open_excess,
+    radar.max_total_excess, radar.gate_factor; defaults engine.gate's MAX_OPEN_EXCESS, MAX_TOTAL_EXCESS and
+    GATE_FACTOR), for the rest of the caller's transaction."""
+    bars = (("max_open_excess", max_open_excess, 0, 1), ("max_total_excess", max_total_excess, 0, 1))
+    for name, bar, low, high in (*bars, ("gate_factor", gate_factor, 1, 100)):
         if bar is None:
             continue
-        if not 0 <= bar <= 1:
-            raise ValueError(f"{name} must lie in [0, 1], not {bar}")
+        if not low <= bar <= high:
+            raise ValueError(f"{name} must lie in [{low}, {high}], not {bar}")
         conn.execute(sa.text("SELECT set_config(:name, :s, true)"), {"name": f"radar.{name}", "s": repr(float(bar))})
     found = pd.read_sql(
         sa.text("SELECT * FROM radar.deploy_state WHERE deploy_id = ANY(:ids)"), conn, params={"ids": list(deploy_ids)}
