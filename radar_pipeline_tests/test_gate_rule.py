@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
 import pytest
 import sqlalchemy as sa
 
+from radar_pipeline.engine.budget import look_clear_level
 from radar_pipeline.engine.canary import canary_state
 from radar_pipeline.engine.gate import GATE_FACTOR, GATE_Z, MAX_OPEN_EXCESS, MAX_TOTAL_EXCESS, deploy_state
 from radar_pipeline.warehouse import deploys
@@ -80,6 +82,12 @@ CASES: dict[str, list[Row]] = {
     # the same statements all ×1.5 slower: 18% beyond θ jointly
     "rule-many-small-slower": [("no_regression", None, 400, 400, 1.0, 1.1)]
     + [("inconclusive", None, 4, 4, 1.0, 2.0, np.log(1.5), 0.25)] * 150,
+    # estimates beyond what the joint sum takes (e^60 would overflow its squares): those statements add their excess
+    "rule-extreme-estimate": [
+        ("no_regression", None, 980, 980, 1.0, 1.1),
+        ("inconclusive", None, 10, 10, 1.0, 1.25, 60.0, 0.1),
+        ("inconclusive", None, 10, 10, 1.0, 1.25, 0.0, 1e300),
+    ],
 }
 EXPECTED = {
     "rule-pass": "pass",
@@ -95,6 +103,7 @@ EXPECTED = {
     "rule-heavy-beyond": "inconclusive",
     "rule-many-small-unchanged": "pass",
     "rule-many-small-slower": "inconclusive",
+    "rule-extreme-estimate": "pass",
 }
 COLUMNS = ["verdict", "tier", "calls_before", "calls_after", "mean_after_ms", "factor_bound"]
 ESTIMATES = ["deploy_log_factor", "deploy_log_se"]
@@ -203,6 +212,8 @@ def test_the_view_and_the_engine_give_each_deploy_the_same_answer(warehouse):
     assert states.loc["rule-many-small-unchanged", "open_excess_share"] == 0
     slower = 0.6 * (1.5 - 1.2) + GATE_Z * np.sqrt(150) * 0.004 * 1.5 * 0.25
     assert states.loc["rule-many-small-slower", "open_excess_share"] == pytest.approx(slower)
+    assert GATE_Z == pytest.approx(NormalDist().inv_cdf(look_clear_level(0.95, 0)), abs=1e-12)  # the first look's
+    assert states.loc["rule-extreme-estimate", "open_excess_share"] == pytest.approx(2 * 0.01 * (1 - 1.2 / 1.25))
 
     # The bars are settings: per call, session or database.
     with warehouse.connect() as conn:

@@ -316,10 +316,11 @@ def canary_state(
     max_total_excess: float = MAX_TOTAL_EXCESS,
 ) -> str:
     """A canary analysis's state for the gate, by the gate's own rule (engine.gate.deploy_state, as radar.deploy_state
-    words it) on the canary arm: `fail` when any statement is detected; `pass` when nothing is and no statement not
+    words it) on the canary arm: `fail` when any statement is detected; `pass` when nothing is, no statement not
     cleared may have added more than `max_open_excess` of the canary's execution time (calls × mean) beyond θ at its
-    upper bound, nor all of them more than `max_total_excess`; `inconclusive` otherwise (nothing ran, or too much
-    left open)."""
+    upper bound with that bound beyond the gate factor, and the others together (their excesses summed: the arm has no
+    deploy estimates) not more than `max_total_excess`; `inconclusive` otherwise (nothing ran, or too much left
+    open)."""
     arm = pd.DataFrame(
         {
             "verdict": verdicts["verdict"].to_numpy(),

@@ -30,6 +30,7 @@ MAX_OPEN_EXCESS = 0.01  # the share of the execution time after the deploy one o
 MAX_TOTAL_EXCESS = 0.03  # and the open statements within that bar together, jointly
 GATE_FACTOR = 1.5  # a statement whose bound reaches beyond this (and whose excess is over MAX_OPEN_EXCESS) holds alone
 GATE_Z = 1.7506860712521692  # the joint sum's one-sided 96% quantile, the first look's clear level (engine.budget)
+ESTIMATE_LIMIT = 50.0  # |log factor| and its error the joint sum takes; beyond (exp would overflow) the excess counts
 PASS_SHARE = 0.9  # engine 2.6's rule (the cleared share a pass needed): still reported beside the new margin
 
 
@@ -91,9 +92,9 @@ def joint_excess(
     tolerance, as a share of the execution time: Σ s·(f − (1 + θ)) over those with a deploy estimate f = e^log_factor
     (netted: one slower than θ is offset by others within it, as the total time is), plus z times the standard error of
     that sum (Σ (s·f·se)², the statements' estimates independent), plus the excess of those without an estimate."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        factor = np.exp(log_factor)
-        estimated = small & np.isfinite(factor) & np.isfinite(log_se) & (log_se >= 0)
+    with np.errstate(invalid="ignore"):
+        estimated = small & (np.abs(log_factor) <= ESTIMATE_LIMIT) & (log_se >= 0) & (log_se <= ESTIMATE_LIMIT)
+        factor = np.exp(np.where(estimated, log_factor, 0.0))
         point = float((share * (factor - (1 + threshold)))[estimated].sum())
         margin = z * float(np.sqrt(((share * factor * log_se)[estimated] ** 2).sum()))
     return max(0.0, point + margin) + float(excess[small & ~estimated].sum())
