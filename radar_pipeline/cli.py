@@ -350,8 +350,10 @@ def _print_fleet(engine: sa.Engine, deploy_id: str, show_all: bool, warehouse: s
 
 def _show_fleet(release_id: str, fleet: pd.DataFrame, show_all: bool) -> None:
     """The release's fleet verdicts as `radar verdicts` prints them: a line for the release, one per statement key."""
+    from radar_pipeline.engine.vocabulary import Verdict
+
     first = fleet.iloc[0]
-    detected = int((fleet["verdict"] == "detected").sum())
+    detected = int((fleet["verdict"] == Verdict.DETECTED).sum())
     click.echo(
         f"release {clean(str(release_id))} ({first['status']}, {first['analysed']} of {first['members']} deploys "
         f"analysed): {detected} fleet detection{'s' if detected != 1 else ''} among {len(fleet)} statements on "
@@ -412,7 +414,9 @@ def _print_canary(canary: dict[str, Any], table: pd.DataFrame, show_all: bool) -
     if canary["state"] == "error":
         click.echo(f"canary role {clean(canary['canary_role'])} ({window}): error: {clean(canary['error'] or '')}")
         return
-    counts = ", ".join(f"{canary[v]} {v}" for v in ("detected", "no_regression", "inconclusive", "insufficient_data"))
+    from radar_pipeline.engine.vocabulary import VERDICTS
+
+    counts = ", ".join(f"{canary[v]} {v}" for v in VERDICTS)
     click.echo(
         f"canary role {clean(canary['canary_role'])} against stable role {clean(stable)} ({window}): "
         f"{canary['state']}; {counts}"
@@ -572,7 +576,9 @@ def _print_groups(groups: pd.DataFrame, show_all: bool, labelled: pd.DataFrame |
         (r.target, r.group_id): label_words(r.label, r.labelled_by, r.note, r.fixed_by)
         for r in (labelled.itertuples() if labelled is not None else ())
     }
-    tested = groups[groups["verdict"] != "insufficient_data"]
+    from radar_pipeline.engine.vocabulary import Verdict
+
+    tested = groups[groups["verdict"] != Verdict.INSUFFICIENT_DATA]
     shown = tested if show_all else tested.head(10)
     for g in shown.itertuples():
         queryids = ", ".join(str(q) for q in list(g.member_queryid)[:8])
@@ -1167,6 +1173,7 @@ def webhook_serve(host: str, port: int, warehouse: str | None) -> None:
 @click.option("--warehouse", envvar=WAREHOUSE_URL_VAR, help=WAREHOUSE_HELP)
 def deploys_command(target: str | None, limit: int, output: str, warehouse: str | None) -> None:
     """List recent deploys, newest first, with their state (pass, fail, inconclusive, pending) and verdict counts."""
+    from radar_pipeline.engine.vocabulary import VERDICTS
     from radar_pipeline.warehouse import status
 
     try:
@@ -1203,7 +1210,7 @@ def deploys_command(target: str | None, limit: int, output: str, warehouse: str 
             r["deploy_id"],
             r["target"],
             r["state"],
-            *(count(r, v) for v in ("detected", "no_regression", "inconclusive", "insufficient_data")),
+            *(count(r, v) for v in VERDICTS),
             "" if r["cleared_share"] is None else f"{r['cleared_share']:.1%}",
             r["service"] or "",
             r["version"] or "",

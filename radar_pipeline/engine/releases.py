@@ -47,6 +47,7 @@ import pandas as pd
 from radar_pipeline.engine.budget import look_budget, look_clear_level
 from radar_pipeline.engine.decision import family_weights
 from radar_pipeline.engine.fdr import bonferroni
+from radar_pipeline.engine.vocabulary import Verdict
 
 MIN_TARGETS = 2  # a fleet verdict needs a statement key's evidence on at least this many targets
 # ... and at least this many to be detected: with two, the between-target variance rests on one degree of freedom and
@@ -58,7 +59,7 @@ CI_LEVEL = 0.95
 PM_ITERATIONS = 100  # bisection steps of Paule–Mandel's τ² (on a bracket that doubles until it holds the root)
 # The evidence a fleet verdict takes: one row per (statement key, target).
 EVIDENCE_COLUMNS = ("key", "target", "log_factor", "se", "time_before")
-FLEET_VERDICTS = ("detected", "no_regression", "inconclusive")
+FLEET_VERDICTS = (Verdict.DETECTED.value, Verdict.NO_REGRESSION.value, Verdict.INCONCLUSIVE.value)
 
 
 class FleetError(ValueError):
@@ -247,7 +248,9 @@ def fleet_verdicts(
     half = margin(0.5 + CI_LEVEL / 2)
     upper = got.mean + margin(look_clear_level(clear_level, look))
     cleared = upper <= np.log1p(threshold * dilution)
-    verdict = np.where(detected, "detected", np.where(cleared, "no_regression", "inconclusive"))
+    verdict = np.where(
+        detected, Verdict.DETECTED.value, np.where(cleared, Verdict.NO_REGRESSION.value, Verdict.INCONCLUSIVE.value)
+    )
     consistent = got.q_p >= HETEROGENEITY_ALPHA
     z = stats.norm.ppf(0.5 + CI_LEVEL / 2)
     agreeing = ((np.abs(y - got.mean[:, None]) <= z * s) & np.isfinite(y)).sum(axis=1)
