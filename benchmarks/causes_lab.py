@@ -55,12 +55,11 @@ deploys the named causes and named changes (target 0). Below each change deploy'
 not detect whose means rose beyond ×1.2 and whose cause names the change (issue 39: a cause on every row that has
 one, below the proof too), and any other ×2 or more; an index proposal checked with hypopg (where the watched
 database has it, as the lab's servers on Debian's PostgreSQL 15 with postgresql-15-hypopg do) is printed with its
-hypothetical plan's cost against the plan captured before the change. Then the summary line (detections whose cause names the change
-/ all
-detections of the change deploys; named causes in null deploys), and the collection cost per target-scrape: the
-scrape call's time.process_time in this process, plus the watched server's backend CPU for the scrape's sessions
-(/proc/<pid>/schedstat, read just before each session closes; needs the servers on this machine), against the load
-benchmark's budget of 0.1 CPU-s.
+hypothetical plan's cost against the plan captured before the change. Then the summary line (detections whose cause
+names the change / all detections of the change deploys; named causes in null deploys), and the collection cost per
+target-scrape: the scrape call's time.process_time in this process, plus the watched server's backend CPU for the
+scrape's sessions (/proc/<pid>/schedstat, read just before each session closes; needs the servers on this machine),
+against the load benchmark's budget of 0.1 CPU-s.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ tier counts and statements bounded within the gate factor: a clean pass, an open
 beyond θ, many open statements whose bounds barely cross it, an open statement without a bound, a new statement, a ×1.5
 slowdown holding 5% of the time, a detection, improvements only, a probably-slower statement too small to hold the
 deploy, a heavy statement bounded within ×1.5 and one beyond it, many small open statements unchanged and slower
-together, another θ; and after a later look decides the open statement. The canary arm (engine.canary.canary_state) follows the same rule on its own
-columns."""
+together, another θ; and after a later look decides the open statement. The canary arm (engine.canary.canary_state)
+follows the same rule on its own columns."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ CASES: dict[str, list[Row]] = {
     ],
     # forty open statements of 2% each, none adding 1% (each bound ×1.5: 0.4%), together 16%: too much left open
     "rule-many-open": [("no_regression", None, 200, 200, 1.0, 1.1)] + [("inconclusive", None, 20, 20, 1.0, 1.5)] * 40,
-    # the heaviest statement, 38% of the time, unchanged at ×1.03 but wandering: its bound ×1.3 may add 2.9%, within ×1.5
+    # the heaviest statement, 38% of the time, unchanged at ×1.03 but wandering: bound ×1.3 (adds 2.9%), within ×1.5
     "rule-heavy-within": [
         ("no_regression", None, 620, 620, 1.0, 1.1),
         ("inconclusive", None, 380, 380, 1.0, 1.3, np.log(1.03), 0.1),
