@@ -479,7 +479,7 @@ def _cleared_line(row: pd.Series) -> str:
         bars = f"{row['max_open_excess']:.0%}, {row['max_total_excess']:.0%}"
         line += f"; open adds ≤ {largest:.2%} each, {total:.2%} together (pass: {bars})"
         if int(row.get("bounded_open") or 0):
-            line += f"; {int(row['bounded_open'])} open within ×{row['gate_factor']:.2g}"
+            line += f"; {int(row['bounded_open'])} open within ×{row['gate_factor']:g}"
     tiers = [
         f"{int(row.get(name) or 0)} {words}"
         for name, words in (("improved", "improved"), ("probably_slower", "probably slower"))
@@ -871,11 +871,11 @@ def _margin_words(view: gate_step.GateView) -> str:
         f" (open statements may add {m['largest_excess_share']:.2%} each, pass needs ≤ {m['max_open_excess']:.0%}; "
         f"{m['open_excess_share']:.2%} together, ≤ {m['max_total_excess']:.0%}"
     )
-    if m["bounded_open"] and m["largest_bounded_factor"] is not None and m["gate_factor"] is not None:
-        count = int(m["bounded_open"])
+    bounded, factor, most = m["bounded_open"], m["largest_bounded_factor"], m["largest_bounded_excess_share"]
+    if bounded and factor is not None and m["gate_factor"] is not None and most is not None:
         words += (
-            f"; {count} heavier statement{'s' if count != 1 else ''} open within ×{m['gate_factor']:.2g}"
-            f" (bound up to ×{m['largest_bounded_factor']:.2f})"
+            f"; {bounded} heavier statement{'s' if bounded != 1 else ''} open within ×{m['gate_factor']:g}"
+            f" (bound up to ×{factor:.2f}, adding up to {most:.2%}; counted together)"
         )
     if m["cleared_share"] is not None:
         words += f"; {m['cleared_share']:.1%} cleared"

@@ -79,9 +79,23 @@ CASES: dict[str, list[Row]] = {
     # nothing jointly
     "rule-many-small-unchanged": [("no_regression", None, 400, 400, 1.0, 1.1)]
     + [("inconclusive", None, 4, 4, 1.0, 2.0, 0.0, 0.25)] * 150,
-    # the same statements all ×1.5 slower: 18% beyond θ jointly
+    # the same statements all ×1.5 slower: 12% beyond θ jointly
     "rule-many-small-slower": [("no_regression", None, 400, 400, 1.0, 1.1)]
     + [("inconclusive", None, 4, 4, 1.0, 2.0, np.log(1.5), 0.25)] * 150,
+    # five statements of 15% each bounded within ×1.5 (×1.45), all ×1.3 slower: none holds alone, together 5.8%
+    "rule-several-bounded": [("no_regression", None, 250, 250, 1.0, 1.1)]
+    + [("inconclusive", None, 150, 150, 1.0, 1.45, np.log(1.3), 0.05)] * 5,
+    # an excess exactly at the bar (2.5% at ×2: 1%) is within it, in both copies
+    "rule-at-the-bar": [("no_regression", None, 975, 975, 1.0, 1.1), ("inconclusive", None, 25, 25, 1.0, 2.0)],
+    # a bound of 0 is no bound: all of the statement's 40% counts, and it holds the deploy
+    "rule-bound-zero": [("no_regression", None, 600, 600, 1.0, 1.1), ("inconclusive", None, 400, 400, 1.0, 0.0)],
+    # estimated and unestimated open statements in one sum
+    "rule-mixed": [
+        ("no_regression", None, 900, 900, 1.0, 1.1),
+        ("inconclusive", None, 50, 50, 1.0, 1.3, 0.0, 0.1),
+        ("inconclusive", None, 5, 5, 1.0, 1.6),
+        ("insufficient_data", None, 3, 3, 1.0, NAN),
+    ],
     # estimates beyond what the joint sum takes (e^60 would overflow its squares): those statements add their excess
     "rule-extreme-estimate": [
         ("no_regression", None, 980, 980, 1.0, 1.1),
@@ -104,6 +118,10 @@ EXPECTED = {
     "rule-many-small-unchanged": "pass",
     "rule-many-small-slower": "inconclusive",
     "rule-extreme-estimate": "pass",
+    "rule-several-bounded": "inconclusive",
+    "rule-at-the-bar": "pass",
+    "rule-bound-zero": "inconclusive",
+    "rule-mixed": "pass",
 }
 COLUMNS = ["verdict", "tier", "calls_before", "calls_after", "mean_after_ms", "factor_bound"]
 ESTIMATES = ["deploy_log_factor", "deploy_log_se"]
@@ -182,6 +200,7 @@ def _compare(row: pd.Series, frame: pd.DataFrame, **bars: float) -> None:
     assert int(row["bounded_open"]) == engine_says.bounded
     bounded = NAN if row["largest_bounded_factor"] is None else float(row["largest_bounded_factor"])
     assert bounded == pytest.approx(engine_says.largest_bound, nan_ok=True)
+    assert row["largest_bounded_excess_share"] == pytest.approx(engine_says.bounded_excess, abs=1e-12)
 
 
 def test_the_view_and_the_engine_give_each_deploy_the_same_answer(warehouse):
@@ -208,12 +227,21 @@ def test_the_view_and_the_engine_give_each_deploy_the_same_answer(warehouse):
     heavy = states.loc["rule-heavy-within"]
     assert heavy["bounded_open"] == 1 and heavy["largest_bounded_factor"] == pytest.approx(1.3)
     assert heavy["largest_excess_share"] == 0 and heavy["gate_factor"] == GATE_FACTOR
+    assert heavy["largest_bounded_excess_share"] == pytest.approx(0.38 * (1 - 1.2 / 1.3))
+    # it counts in the sum at its estimate, ×1.03, without its noise (its bound within ×1.5 accepted it): it lends
+    # the deploy 38% · (1 − 1.2/1.03) of tolerance, so nothing is left
+    assert heavy["open_excess_share"] == 0
     assert states.loc["rule-heavy-beyond", "largest_excess_share"] == pytest.approx(0.38 * (1 - 1.2 / 1.6))
     assert states.loc["rule-many-small-unchanged", "open_excess_share"] == 0
-    slower = 0.6 * (1.5 - 1.2) + GATE_Z * np.sqrt(150) * 0.004 * 1.5 * 0.25
+    slower = 0.6 * (1 - 1.2 / 1.5) + GATE_Z * np.sqrt(150) * 0.004 * 1.2 * 0.25 / 1.5
     assert states.loc["rule-many-small-slower", "open_excess_share"] == pytest.approx(slower)
     assert GATE_Z == pytest.approx(NormalDist().inv_cdf(look_clear_level(0.95, 0)), abs=1e-12)  # the first look's
     assert states.loc["rule-extreme-estimate", "open_excess_share"] == pytest.approx(2 * 0.01 * (1 - 1.2 / 1.25))
+    several = states.loc["rule-several-bounded"]
+    assert several["bounded_open"] == 5 and 0.75 * (1 - 1.2 / 1.3) > MAX_TOTAL_EXCESS  # at their estimates: 5.8%
+    assert several["open_excess_share"] == pytest.approx(0.75 * (1 - 1.2 / 1.3))
+    assert states.loc["rule-at-the-bar", "largest_excess_share"] == MAX_OPEN_EXCESS
+    assert states.loc["rule-bound-zero", "largest_excess_share"] == pytest.approx(0.4)
 
     # The bars are settings: per call, session or database.
     with warehouse.connect() as conn:

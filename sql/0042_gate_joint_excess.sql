@@ -1,10 +1,12 @@
 -- The gate's rule, third form (issue 38; docs/method.md, "The gate's rule"): an open statement holds the deploy alone
 -- only when it may have added more than radar.max_open_excess of the time beyond θ AND its bound reaches beyond
--- radar.gate_factor (×1.5); the open statements within the per-statement bar are summed jointly, not bound by bound:
--- Σ T·(f − (1 + θ)) at their deploy estimates plus z (96%) times that sum's standard error (estimates independent), plus
--- the excess of those without an estimate, at most radar.max_total_excess. engine.gate.deploy_state is the same rule
--- for frames, held to this view by test_gate_rule. Columns are 0037's, with the gate factor, the open statements
--- bounded within it and the largest of their bounds added at the end. Safe to run again.
+-- radar.gate_factor (×1.5); every other open statement is summed jointly, not bound by bound: Σ T·(1 − (1 + θ)/f) at
+-- their deploy estimates f (each at least 1), plus z (96%) times that sum's standard error over those not bounded
+-- within the gate factor (estimates independent), plus the excess of those without an estimate, at most
+-- radar.max_total_excess. Shares are (T · part) / ΣT, as
+-- engine.gate.deploy_state computes them: the same rule for frames, held to this view by test_gate_rule. Columns are
+-- 0037's, with the gate factor, the open statements bounded within it, the largest of their bounds and of their
+-- excesses added at the end. Safe to run again.
 -- depends: 0041_auto_explain_plans
 
 CREATE OR REPLACE VIEW radar.deploy_state AS
@@ -18,7 +20,7 @@ SELECT
         WHEN a.analyses = 0 THEN 'pending'
         WHEN c.detected > c.muted OR g.groups_detected > g.groups_muted THEN 'fail'
         WHEN NOT a.before_clearing AND c.exec_ms > 0 AND c.holding = 0
-            AND c.open_excess_ms <= s.max_total_excess * c.exec_ms THEN 'pass'
+            AND c.open_excess_ms / nullif(c.exec_ms, 0) <= s.max_total_excess THEN 'pass'
         ELSE 'inconclusive'
     END AS state,
     greatest(a.analysed_at, l.changed_at) AS analysed_at,
@@ -46,7 +48,8 @@ SELECT
     g.groups_muted,
     s.gate_factor,
     c.bounded_open,
-    c.largest_bounded_factor
+    c.largest_bounded_factor,
+    CASE WHEN c.exec_ms > 0 THEN c.largest_bounded_excess_ms / c.exec_ms END AS largest_bounded_excess_share
 FROM radar.deploy_event d
 CROSS JOIN (
     SELECT coalesce(CAST(nullif(current_setting('radar.pass_share', true), '') AS double precision), 0.9) AS pass_share,
@@ -79,14 +82,15 @@ CROSS JOIN LATERAL (
         coalesce(sum(t.ms) FILTER (WHERE t.ms > 0 AND verdict = 'no_regression'), 0) AS cleared_ms,
         coalesce(max(t.ms) FILTER (WHERE t.ms > 0 AND verdict IN ('inconclusive', 'insufficient_data')), 0)
             AS largest_open_ms,
-        greatest(0.0, coalesce(sum(t.ms * (t.factor - (1 + t.theta))) FILTER (WHERE t.small AND t.estimated), 0)
-                      + s.gate_z * sqrt(coalesce(sum((t.ms * t.factor * t.log_se) ^ 2)
-                                                 FILTER (WHERE t.small AND t.estimated), 0)))
-            + coalesce(sum(t.excess) FILTER (WHERE t.small AND NOT t.estimated), 0) AS open_excess_ms,
+        greatest(0.0, coalesce(sum(t.ms * (1 - (1 + t.theta) / t.factor)) FILTER (WHERE t.member AND t.estimated), 0)
+                      + s.gate_z * sqrt(coalesce(sum((t.ms * (1 + t.theta) * t.log_se / t.factor) ^ 2)
+                                                 FILTER (WHERE t.member AND t.estimated AND NOT t.within), 0)))
+            + coalesce(sum(t.excess) FILTER (WHERE t.member AND NOT t.estimated), 0) AS open_excess_ms,
         coalesce(max(t.excess) FILTER (WHERE NOT t.within), 0) AS largest_excess_ms,
         count(*) FILTER (WHERE t.over AND NOT t.within) AS holding,
         count(*) FILTER (WHERE t.within) AS bounded_open,
         max(v.factor_bound) FILTER (WHERE t.within) AS largest_bounded_factor,
+        coalesce(max(t.excess) FILTER (WHERE t.within), 0) AS largest_bounded_excess_ms,
         count(*) FILTER (WHERE verdict = 'detected' AND look > 0) AS late_detected,
         count(*) FILTER (WHERE tier = 'improved') AS improved,
         count(*) FILTER (WHERE tier = 'probably_slower') AS probably_slower,
@@ -108,18 +112,22 @@ CROSS JOIN LATERAL (
         SELECT v.ms, v.theta,
                v.verdict IN ('inconclusive', 'insufficient_data') AND v.calls_before > 0 AS is_open,
                CASE WHEN v.ms > 0 AND v.verdict IN ('inconclusive', 'insufficient_data') AND v.calls_before > 0
-                    THEN v.ms * CASE WHEN v.factor_bound > 0
+                    THEN v.ms * CASE WHEN v.factor_bound > 0 AND v.factor_bound < CAST('Infinity' AS double precision)
                                      THEN greatest(0.0, 1 - (1 + v.theta) / v.factor_bound) ELSE 1 END
                     ELSE 0 END AS excess,
                v.deploy_log_factor BETWEEN -50 AND 50 AND v.deploy_log_se BETWEEN 0 AND 50 AS estimated,
-               exp(CASE WHEN v.deploy_log_factor BETWEEN -50 AND 50 THEN v.deploy_log_factor ELSE 0 END) AS factor,
+               greatest(1.0, exp(CASE WHEN v.deploy_log_factor BETWEEN -50 AND 50 THEN v.deploy_log_factor ELSE 0 END))
+                   AS factor,
                v.deploy_log_se AS log_se
     ) e
     CROSS JOIN LATERAL (
+        SELECT CASE WHEN v.deploy_ms > 0 THEN e.excess / v.deploy_ms ELSE 0 END > s.max_open_excess AS over,
+               coalesce(v.factor_bound > 0 AND v.factor_bound <= s.gate_factor, false) AS bounded
+    ) o
+    CROSS JOIN LATERAL (
         SELECT e.ms, e.theta, e.excess, e.factor, e.log_se, coalesce(e.estimated, false) AS estimated,
-               e.excess > s.max_open_excess * v.deploy_ms AS over,
-               e.excess > s.max_open_excess * v.deploy_ms AND coalesce(v.factor_bound <= s.gate_factor, false) AS within,
-               e.is_open AND NOT e.excess > s.max_open_excess * v.deploy_ms AS small
+               o.over, o.over AND o.bounded AS within,
+               coalesce(e.is_open, false) AND NOT (o.over AND NOT o.bounded) AS member
     ) t
 ) c
 CROSS JOIN LATERAL (

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from radar_pipeline.engine import fdr
-from radar_pipeline.engine.gate import MAX_OPEN_EXCESS, MAX_TOTAL_EXCESS, deploy_state
+from radar_pipeline.engine.gate import GATE_FACTOR, MAX_OPEN_EXCESS, MAX_TOTAL_EXCESS, deploy_state
 from radar_pipeline.engine.inference import CI_LEVEL, INFLATION_MAX, RHO_MAX, _bias_corrected, _serial_correlation
 from radar_pipeline.engine.samples import STDDEV, window_samples
 from radar_pipeline.engine.settings import EngineSettings
@@ -314,6 +314,7 @@ def canary_state(
     threshold: float = 0.2,
     max_open_excess: float = MAX_OPEN_EXCESS,
     max_total_excess: float = MAX_TOTAL_EXCESS,
+    gate_factor: float = GATE_FACTOR,
 ) -> str:
     """A canary analysis's state for the gate, by the gate's own rule (engine.gate.deploy_state, as radar.deploy_state
     words it) on the canary arm: `fail` when any statement is detected; `pass` when nothing is, no statement not
@@ -329,4 +330,4 @@ def canary_state(
             "factor_bound": pd.to_numeric(verdicts["factor_bound"], errors="coerce").to_numpy(np.float64),
         }
     )
-    return deploy_state(arm, threshold, max_open_excess, max_total_excess).state
+    return deploy_state(arm, threshold, max_open_excess, max_total_excess, gate_factor).state

@@ -7,14 +7,14 @@ time after the deploy, u its upper bound (`factor_bound`; none: all of T). The d
 - no open statement both may have added more than `max_open_excess` (1%) and may be slower than `gate_factor` (×1.5):
   a statement that could hide a material slowdown holds the deploy alone (a busy statement truly ×1.5 slower holding
   5% of the time does, unless its bound falls below its true factor: at most 1 − β of the time);
-- and the open statements left (those whose excess is within `max_open_excess`) did not, together, add more than
-  `max_total_excess` (3%) beyond the tolerance: Σ T·(f − (1 + θ)) at their deploy estimates f, plus z_β times the
-  standard error of that sum (their estimates independent), plus the excess of those without an estimate.
+- and the other open statements did not, together, add more than `max_total_excess` (3%) beyond the tolerance:
+  Σ T·(1 − (1 + θ)/f) at their deploy estimates f (each taken at least 1), plus z₀.₉₆ times the standard error of
+  that sum (their estimates independent), plus the excess of those without an estimate.
 
-`inconclusive` otherwise. A heavy statement whose bound lies between 1 + θ and `gate_factor` neither holds the deploy
-nor counts in the sum: its own bound is the claim (its row stays inconclusive). radar.deploy_state (sql/) applies the
-same rule to the stored verdicts; this is the engine's copy for frames (the canary's arm, the labs), held to the view
-by a test.
+`inconclusive` otherwise. A heavy statement whose bound lies between 1 + θ and `gate_factor` does not hold the deploy
+alone (its row stays inconclusive); it counts in the sum at its estimate, without its noise (accepted by its bound).
+radar.deploy_state (sql/) applies the same rule to the stored verdicts; this is the engine's copy for frames (the
+canary's arm, the labs), held to the view by a test.
 """
 
 from __future__ import annotations
@@ -37,10 +37,11 @@ PASS_SHARE = 0.9  # engine 2.6's rule (the cleared share a pass needed): still r
 @dataclass(frozen=True)
 class GateState:
     """A deploy's state and its margins: `largest_excess`, the largest share of the execution time after the deploy
-    one statement not cleared may have added beyond the tolerance (a pass needs at most max_open_excess), and
-    `open_excess`, the joint upper bound of what the open statements within that bar added together beyond the
-    tolerance (at most max_total_excess); `bounded`, the open statements whose excess is over max_open_excess but whose
-    bound lies within gate_factor (they do not hold the deploy), and `largest_bound` the largest of their bounds;
+    one statement not cleared may have added beyond the tolerance, of those not bounded within gate_factor (a pass
+    needs at most max_open_excess), and `open_excess`, the joint upper bound of what every open statement that does
+    not hold the deploy alone added together beyond the tolerance (at most max_total_excess); `bounded`, the open
+    statements whose excess is over max_open_excess but whose bound lies within gate_factor (they do not hold the
+    deploy alone), `largest_bound` the largest of their bounds and `bounded_excess` the largest of their excesses;
     `cleared_share`, the share its cleared statements hold; `largest_open_share`, the largest share one statement left
     open holds; how many statements were detected, improved or probably slower."""
 
@@ -54,6 +55,7 @@ class GateState:
     probably_slower: int
     bounded: int = 0
     largest_bound: float = float("nan")
+    bounded_excess: float = 0.0
 
 
 def tiers(verdict: np.ndarray, factor_low: np.ndarray, factor_bound: np.ndarray, threshold: float) -> np.ndarray:
@@ -82,22 +84,26 @@ def open_excess(
 def joint_excess(
     share: np.ndarray,
     excess: np.ndarray,
-    small: np.ndarray,
+    members: np.ndarray,
+    bounded: np.ndarray,
     log_factor: np.ndarray,
     log_se: np.ndarray,
     threshold: float,
     z: float = GATE_Z,
 ) -> float:
-    """What the open statements `small` (each within the per-statement bar) may have added together beyond the
-    tolerance, as a share of the execution time: Σ s·(f − (1 + θ)) over those with a deploy estimate f = e^log_factor
-    (netted: one slower than θ is offset by others within it, as the total time is), plus z times the standard error of
-    that sum (Σ (s·f·se)², the statements' estimates independent), plus the excess of those without an estimate."""
+    """What the open statements `members` may have added together beyond the tolerance, as a share of the execution
+    time after the deploy: Σ s·(1 − (1 + θ)/f) over those with a deploy estimate f = e^log_factor, each f taken at
+    least 1 (netted: a statement within θ lends the others its tolerance, never what it got faster); plus z times the
+    standard error of that sum over the members not `bounded` (Σ (s·(1 + θ)·se/f)², the statements' estimates
+    independent; a statement bounded within the gate factor has had its own noise accepted, its estimate still counts);
+    plus the excess of those without an estimate."""
     with np.errstate(invalid="ignore"):
-        estimated = small & (np.abs(log_factor) <= ESTIMATE_LIMIT) & (log_se >= 0) & (log_se <= ESTIMATE_LIMIT)
-        factor = np.exp(np.where(estimated, log_factor, 0.0))
-        point = float((share * (factor - (1 + threshold)))[estimated].sum())
-        margin = z * float(np.sqrt(((share * factor * log_se)[estimated] ** 2).sum()))
-    return max(0.0, point + margin) + float(excess[small & ~estimated].sum())
+        estimated = members & (np.abs(log_factor) <= ESTIMATE_LIMIT) & (log_se >= 0) & (log_se <= ESTIMATE_LIMIT)
+        factor = np.maximum(np.exp(np.where(estimated, log_factor, 0.0)), 1.0)
+        point = float((share * (1 - (1 + threshold) / factor))[estimated].sum())
+        noise = (share * (1 + threshold) * log_se / factor)[estimated & ~bounded]
+        margin = z * float(np.sqrt((noise**2).sum()))
+    return max(0.0, point + margin) + float(excess[members & ~estimated].sum())
 
 
 def deploy_state(
@@ -120,16 +126,17 @@ def deploy_state(
     detected = int((verdict == Verdict.DETECTED).sum())
     share = time / whole if whole > 0 else np.zeros_like(time)
     ran_before = verdicts["calls_before"].to_numpy(np.float64) > 0 if "calls_before" in verdicts else verdict != ""
-    excess = open_excess(share, verdict, bound, ran_before, threshold)
+    # (T · part) / ΣT, in the order radar.deploy_state computes it, so the two agree at the bar itself
+    excess = open_excess(time, verdict, bound, ran_before, threshold) / whole if whole > 0 else np.zeros_like(time)
     over = excess > max_open_excess
-    within = over & np.isfinite(bound) & (bound <= gate_factor)
+    within = over & np.isfinite(bound) & (bound > 0) & (bound <= gate_factor)
     holding = over & ~within
     nan = np.full(len(verdicts), np.nan)
     log_factor = verdicts["deploy_log_factor"].to_numpy(np.float64) if "deploy_log_factor" in verdicts else nan
     log_se = verdicts["deploy_log_se"].to_numpy(np.float64) if "deploy_log_se" in verdicts else nan
-    small = (verdict != Verdict.NO_REGRESSION) & (verdict != Verdict.DETECTED) & ran_before & ~over
-    joint = joint_excess(share, excess, small, log_factor, log_se, threshold)
-    largest = float(excess[holding].max()) if holding.any() else float(excess[~over].max(initial=0.0))
+    members = (verdict != Verdict.NO_REGRESSION) & (verdict != Verdict.DETECTED) & ran_before & ~holding
+    joint = joint_excess(share, excess, members, within, log_factor, log_se, threshold)
+    largest = float(excess[~within].max(initial=0.0))
     open_ = share[(verdict != Verdict.NO_REGRESSION) & (verdict != Verdict.DETECTED)]
     if detected:
         state = "fail"
@@ -148,4 +155,5 @@ def deploy_state(
         probably_slower=int((tier == Tier.PROBABLY_SLOWER).sum()),
         bounded=int(within.sum()),
         largest_bound=float(bound[within].max()) if within.any() else float("nan"),
+        bounded_excess=float(excess[within].max(initial=0.0)),
     )

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.engine import ENGINE_VERSION, Verdict
 from radar_pipeline.engine.canary import canary_analyse, canary_state
-from radar_pipeline.engine.gate import MAX_OPEN_EXCESS, MAX_TOTAL_EXCESS
+from radar_pipeline.engine.gate import GATE_FACTOR, MAX_OPEN_EXCESS, MAX_TOTAL_EXCESS
 from radar_pipeline.steps.deploy_analysis import AnalysisRefused, AnalysisRun, require_closed
 from radar_pipeline.warehouse import analysis, deploys
 from radar_pipeline.warehouse import canary as stored
@@ -239,10 +239,10 @@ def _with_key_columns(verdicts: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _excess_bars(conn: sa.Connection, deploy_id: str) -> tuple[float, float]:
-    """The gate's two bars as radar.deploy_state has them for the deploy (the settings radar.max_open_excess and
-    radar.max_total_excess), engine.gate's defaults where it says nothing: the canary arm is held to the rule the
-    before/after state is."""
+def _excess_bars(conn: sa.Connection, deploy_id: str) -> tuple[float, float, float]:
+    """The gate's bars as radar.deploy_state has them for the deploy (the settings radar.max_open_excess,
+    radar.max_total_excess and radar.gate_factor), engine.gate's defaults where it says nothing: the canary arm is held
+    to the rule the before/after state is."""
     found = analysis.deploy_states(conn, [deploy_id])
     row = found.iloc[0] if len(found) else pd.Series(dtype=object)
 
@@ -250,7 +250,11 @@ def _excess_bars(conn: sa.Connection, deploy_id: str) -> tuple[float, float]:
         value = row.get(name)
         return default if value is None or pd.isna(value) else float(value)
 
-    return bar("max_open_excess", MAX_OPEN_EXCESS), bar("max_total_excess", MAX_TOTAL_EXCESS)
+    return (
+        bar("max_open_excess", MAX_OPEN_EXCESS),
+        bar("max_total_excess", MAX_TOTAL_EXCESS),
+        bar("gate_factor", GATE_FACTOR),
+    )
 
 
 CANARY_ALERT_PREFIX = "canary:"  # radar.alert's target for a canary arm's detections: "canary:<target>"

@@ -90,21 +90,25 @@ def read(engine: Any, deploy_id: str, configured: RadarSettings) -> GateView | N
     return GateView(times, state, shares, detections, canary, tiered, upcoming, muted=muted)
 
 
-def margins(state: dict[str, Any]) -> dict[str, float | None]:
-    """The rule's margins from a radar.deploy_state row (sql/0042): the most one open statement whose bound reaches
-    beyond gate_factor may have added beyond θ (largest_excess_share) against max_open_excess, and what the open
-    statements within that bar added together, jointly (open_excess_share), against max_total_excess; the open
-    statements bounded within gate_factor (bounded_open) and the largest of their bounds (largest_bounded_factor);
-    with the cleared share and the largest share one open statement holds (None before an analysis, or where nothing
-    ran after the deploy)."""
+def margins(state: dict[str, Any]) -> dict[str, float | int | None]:
+    """The rule's margins from a radar.deploy_state row (sql/0042): the most one open statement not bounded within
+    gate_factor may have added beyond θ (largest_excess_share) against max_open_excess, and what every open statement
+    that does not hold the deploy alone added together, jointly (open_excess_share), against max_total_excess; the open
+    statements whose excess is over the bar but whose bound lies within gate_factor (bounded_open, an int), the
+    largest of their bounds (largest_bounded_factor) and of their excesses (largest_bounded_excess_share); with the
+    cleared share and the largest share one open statement holds (None before an analysis, or where nothing ran after
+    the deploy)."""
 
     def number(name: str) -> float | None:
         value = plain(state.get(name))
         return None if value is None else float(value)
 
     names = ["largest_excess_share", "max_open_excess", "open_excess_share", "max_total_excess", "cleared_share"]
-    names += ["largest_open_share", "gate_factor", "bounded_open", "largest_bounded_factor"]
-    return {name: number(name) for name in names}
+    names += ["largest_open_share", "gate_factor", "largest_bounded_factor", "largest_bounded_excess_share"]
+    found: dict[str, float | int | None] = {name: number(name) for name in names}
+    bounded = number("bounded_open")
+    found["bounded_open"] = None if bounded is None else int(bounded)
+    return found
 
 
 def tiered_cells(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -98,6 +98,7 @@ def test_floors_give_insufficient_data_and_the_state_follows_the_verdicts():
     # factor ×1.5, keeps it from passing (6% · (1 − 1.2/1.6) = 1.5%); within ×1.5 it does not (6% at ×1.5: 1.2%)
     assert canary_state(frame.assign(calls_canary=[94, 6], factor_bound=[1.1, 1.6])) == "inconclusive"
     assert canary_state(frame.assign(calls_canary=[94, 6])) == "pass"
+    assert canary_state(frame.assign(calls_canary=[94, 6]), gate_factor=1.2) == "inconclusive"  # the setting's
     assert canary_state(frame.assign(factor_bound=[1.1, np.nan])) == "inconclusive"
     assert canary_state(frame.assign(verdict=["no_regression", "detected"])) == "fail"
 
