@@ -723,7 +723,7 @@ OVERDUE = timedelta(minutes=2)  # an analysis this late after it was due: the da
 GATE_EPILOG = """\b
 Exit codes:
   0  pass: nothing detected; no statement left open may be slower
-     than x1.5 and have added over 1% of the execution time beyond the
+     than x1.4 and have added over 1% of the execution time beyond the
      tolerance at its upper bound; and the other open statements
      together added at most 3% beyond it (radar.gate_factor,
      radar.max_open_excess, radar.max_total_excess; docs/method.md)

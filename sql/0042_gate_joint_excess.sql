@@ -1,6 +1,6 @@
 -- The gate's rule, third form (issue 38; docs/method.md, "The gate's rule"): an open statement holds the deploy alone
 -- only when it may have added more than radar.max_open_excess of the time beyond θ AND its bound reaches beyond
--- radar.gate_factor (×1.5); every other open statement is summed jointly, not bound by bound: Σ T·(1 − (1 + θ)/f) at
+-- radar.gate_factor (×1.4); every other open statement is summed jointly, not bound by bound: Σ T·(1 − (1 + θ)/f) at
 -- their deploy estimates f (each at least 1), plus z (96%) times that sum's standard error over those not bounded
 -- within the gate factor (estimates independent), plus the excess of those without an estimate, at most
 -- radar.max_total_excess. Shares are (T · part) / ΣT, as
@@ -57,7 +57,7 @@ CROSS JOIN (
                AS max_open_excess,
            coalesce(CAST(nullif(current_setting('radar.max_total_excess', true), '') AS double precision), 0.03)
                AS max_total_excess,
-           coalesce(CAST(nullif(current_setting('radar.gate_factor', true), '') AS double precision), 1.5)
+           coalesce(CAST(nullif(current_setting('radar.gate_factor', true), '') AS double precision), 1.4)
                AS gate_factor,
            1.7506860712521692 AS gate_z
 ) s

@@ -95,10 +95,10 @@ def test_floors_give_insufficient_data_and_the_state_follows_the_verdicts():
     )
     assert canary_state(frame) == "pass"  # the open statement may have added 4% · (1 − 1.2/1.5) = 0.8% beyond θ
     # the gate's rule (engine.gate): more than 1% of the canary's time added beyond θ, with a bound beyond the gate
-    # factor ×1.5, keeps it from passing (6% · (1 − 1.2/1.6) = 1.5%); within ×1.5 it does not (6% at ×1.5: 1.2%)
-    assert canary_state(frame.assign(calls_canary=[94, 6], factor_bound=[1.1, 1.6])) == "inconclusive"
-    assert canary_state(frame.assign(calls_canary=[94, 6])) == "pass"
-    assert canary_state(frame.assign(calls_canary=[94, 6]), gate_factor=1.2) == "inconclusive"  # the setting's
+    # factor ×1.4, keeps it from passing (6% · (1 − 1.2/1.5) = 1.2%); within ×1.4 it does not (8% at ×1.4: 1.14%)
+    assert canary_state(frame.assign(calls_canary=[94, 6])) == "inconclusive"
+    assert canary_state(frame.assign(calls_canary=[92, 8], factor_bound=[1.1, 1.4])) == "pass"
+    assert canary_state(frame.assign(calls_canary=[92, 8], factor_bound=[1.1, 1.4]), gate_factor=1.2) == "inconclusive"
     assert canary_state(frame.assign(factor_bound=[1.1, np.nan])) == "inconclusive"
     assert canary_state(frame.assign(verdict=["no_regression", "detected"])) == "fail"
 
