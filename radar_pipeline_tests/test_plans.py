@@ -194,8 +194,12 @@ def test_a_queryid_postgresql_18_shares_between_two_tables_is_said_and_gets_no_p
     assert joined.queryid_shared_with == ["public.delta"]
     assert joined.plan_diff == {"unavailable": SHARED_QUERYID_PLAN} and joined.cause != "plan_changed"
     with warehouse.connect() as conn:
-        stored = conn.execute(
-            sa.text("SELECT queryid_shared_with, plan_diff FROM radar.regression WHERE deploy_id = 'shared-id'")
+        stored = conn.execute(  # the joined statement's row (another statement may be detected beside it)
+            sa.text(
+                "SELECT queryid_shared_with, plan_diff FROM radar.regression WHERE deploy_id = 'shared-id' "
+                "AND queryid = :q"
+            ),
+            {"q": queryid},
         ).one()
     assert tuple(stored) == (["public.delta"], {"unavailable": SHARED_QUERYID_PLAN})
     note = (
