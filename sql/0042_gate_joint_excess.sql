@@ -3,10 +3,9 @@
 -- radar.gate_factor (×1.4); every other open statement is summed jointly, not bound by bound: Σ T·(1 − (1 + θ)/f) at
 -- their deploy estimates f (each at least 1), plus z (96%) times that sum's standard error over those not bounded
 -- within the gate factor (estimates independent), plus the excess of those without an estimate, at most
--- radar.max_total_excess. Shares are (T · part) / ΣT, as
--- engine.gate.deploy_state computes them: the same rule for frames, held to this view by test_gate_rule. Columns are
--- 0037's, with the gate factor, the open statements bounded within it, the largest of their bounds and of their
--- excesses added at the end. Safe to run again.
+-- radar.max_total_excess. Shares are (T · part) / ΣT, as engine.gate.deploy_state computes them: the same rule for
+-- frames, held to this view by test_gate_rule. Columns are 0037's, with the gate factor, the open statements bounded
+-- within it, the largest of their bounds and of their excesses added at the end. Safe to run again.
 -- depends: 0041_auto_explain_plans
 
 CREATE OR REPLACE VIEW radar.deploy_state AS
@@ -99,19 +98,20 @@ CROSS JOIN LATERAL (
             AND m.dbid = v.dbid AND m.userid = v.userid AND m.queryid = v.queryid AND m.toplevel = v.toplevel
         )) AS muted
     FROM (
-        SELECT v.*,
-               CASE WHEN m.ms > 0 THEN m.ms ELSE 0 END AS ms,
-               sum(CASE WHEN m.ms > 0 THEN m.ms ELSE 0 END) OVER () AS deploy_ms,
+        SELECT v.*, m.ms, m.is_open, sum(m.ms) OVER () AS deploy_ms,
                coalesce((SELECT CAST(x.settings ->> 'threshold' AS double precision) FROM radar.analysis x
                          WHERE x.deploy_id = v.deploy_id AND x.target = v.target), 0.2) AS theta
         FROM radar.verdict v
-        CROSS JOIN LATERAL (SELECT coalesce(v.first_exec_ms, v.calls_after * v.mean_after_ms) AS ms) m
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN w.ms > 0 THEN w.ms ELSE 0 END AS ms,
+                   coalesce(v.verdict IN ('inconclusive', 'insufficient_data') AND v.calls_before > 0, false) AS is_open
+            FROM (SELECT coalesce(v.first_exec_ms, v.calls_after * v.mean_after_ms) AS ms) w
+        ) m
         WHERE v.deploy_id = d.deploy_id
     ) v
     CROSS JOIN LATERAL (
-        SELECT v.ms, v.theta,
-               v.verdict IN ('inconclusive', 'insufficient_data') AND v.calls_before > 0 AS is_open,
-               CASE WHEN v.ms > 0 AND v.verdict IN ('inconclusive', 'insufficient_data') AND v.calls_before > 0
+        SELECT v.ms, v.theta, v.is_open,
+               CASE WHEN v.ms > 0 AND v.is_open
                     THEN v.ms * CASE WHEN v.factor_bound > 0 AND v.factor_bound < CAST('Infinity' AS double precision)
                                      THEN greatest(0.0, 1 - (1 + v.theta) / v.factor_bound) ELSE 1 END
                     ELSE 0 END AS excess,
@@ -127,7 +127,7 @@ CROSS JOIN LATERAL (
     CROSS JOIN LATERAL (
         SELECT e.ms, e.theta, e.excess, e.factor, e.log_se, coalesce(e.estimated, false) AS estimated,
                o.over, o.over AND o.bounded AS within,
-               coalesce(e.is_open, false) AND NOT (o.over AND NOT o.bounded) AS member
+               e.is_open AND NOT (o.over AND NOT o.bounded) AS member
     ) t
 ) c
 CROSS JOIN LATERAL (

@@ -27,7 +27,7 @@ import pandas as pd
 from radar_pipeline.engine.vocabulary import Tier, Verdict
 
 MAX_OPEN_EXCESS = 0.01  # the share of the execution time after the deploy one open statement may add beyond θ
-MAX_TOTAL_EXCESS = 0.03  # and the open statements within that bar together, jointly
+MAX_TOTAL_EXCESS = 0.03  # and every open statement that does not hold the deploy alone, together, jointly
 # A statement whose bound reaches beyond this (and whose excess is over MAX_OPEN_EXCESS) holds the deploy alone; below
 # ×1.5 so that a ×1.5 slowdown is held even where a wandering statement's bound covers less than its 96% (gate_sim)
 GATE_FACTOR = 1.4
@@ -136,10 +136,10 @@ def deploy_state(
     nan = np.full(len(verdicts), np.nan)
     log_factor = verdicts["deploy_log_factor"].to_numpy(np.float64) if "deploy_log_factor" in verdicts else nan
     log_se = verdicts["deploy_log_se"].to_numpy(np.float64) if "deploy_log_se" in verdicts else nan
-    members = (verdict != Verdict.NO_REGRESSION) & (verdict != Verdict.DETECTED) & ran_before & ~holding
-    joint = joint_excess(share, excess, members, within, log_factor, log_se, threshold)
+    undecided = (verdict != Verdict.NO_REGRESSION) & (verdict != Verdict.DETECTED)
+    joint = joint_excess(share, excess, undecided & ran_before & ~holding, within, log_factor, log_se, threshold)
     largest = float(excess[~within].max(initial=0.0))
-    open_ = share[(verdict != Verdict.NO_REGRESSION) & (verdict != Verdict.DETECTED)]
+    open_ = share[undecided]
     if detected:
         state = "fail"
     elif whole > 0 and not holding.any() and joint <= max_total_excess:

@@ -629,10 +629,10 @@ def deploy_states(
     """The rows of radar.deploy_state for these deploys (those recorded; in the order given): state (pending, fail,
     pass, inconclusive), the verdict counts, exec_ms, cleared_ms and cleared_share, the rule's margins
     (largest_excess_share against max_open_excess, open_excess_share against max_total_excess; bounded_open, the open
-    statements within gate_factor, and largest_bounded_factor), largest_open_share and the tier counts (sql/0042).
-    With a bar given, the state is decided with it instead of the database's (radar.max_open_excess,
-    radar.max_total_excess, radar.gate_factor; defaults engine.gate's MAX_OPEN_EXCESS, MAX_TOTAL_EXCESS and
-    GATE_FACTOR), for the rest of the caller's transaction."""
+    statements within gate_factor, largest_bounded_factor and largest_bounded_excess_share), largest_open_share and
+    the tier counts (sql/0042). With a bar given, the state is decided with it instead of the database's
+    (radar.max_open_excess, radar.max_total_excess, radar.gate_factor; defaults engine.gate's MAX_OPEN_EXCESS,
+    MAX_TOTAL_EXCESS and GATE_FACTOR), for the rest of the caller's transaction."""
     bars = (("max_open_excess", max_open_excess, 0, 1), ("max_total_excess", max_total_excess, 0, 1))
     for name, bar, low, high in (*bars, ("gate_factor", gate_factor, 1, 100)):
         if bar is None:
