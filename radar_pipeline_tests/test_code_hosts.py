@@ -28,8 +28,7 @@ from radar_pipeline.defs.reconcile.reconciler import radar_reconciler
 from radar_pipeline.defs.resources import CodeHostResource, SlackResource, WarehouseResource
 from radar_pipeline.steps.code_host_delivery import Deploy, comment_body, comment_marker, deliver, description
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
-from radar_pipeline.warehouse import code_hosts as outbox
-from radar_pipeline.warehouse import deploys
+from radar_pipeline.warehouse import deploys, outbox
 from radar_pipeline.warehouse.reconcile import withhold_old
 
 from . import fake_code_host
@@ -117,7 +116,7 @@ def _deliver(warehouse, host: FakeHost, max_age: timedelta = AGE) -> dict:
 
 def _rows(warehouse) -> dict[str, dict]:
     with warehouse.connect() as conn:
-        return outbox.rows(conn, "d-7")
+        return outbox.code_host_rows(conn, "d-7")
 
 
 def _backoff_passes(warehouse, lease: bool = False) -> None:
@@ -480,9 +479,10 @@ def test_a_doubt_outlives_a_final_error_and_a_reanalysis(analysed, github):  # n
     _deliver(analysed, github)
     assert _rows(analysed)["review_comment"]["status"] == "failed" and _unknown(analysed)
     with analysed.begin() as conn:
-        outbox.withhold_waiting(conn, "d-7", "too old")  # a failed row is not waiting: untouched
+        # a failed row is not waiting: untouched
+        outbox.withhold_waiting(conn, "d-7", "too old", outbox.CODE_HOST_KINDS)
         conn.execute(sa.text("UPDATE radar.code_host_delivery SET status = 'pending' WHERE kind = 'review_comment'"))
-        outbox.withhold_waiting(conn, "d-7", "too old")
+        outbox.withhold_waiting(conn, "d-7", "too old", outbox.CODE_HOST_KINDS)
     assert _rows(analysed)["review_comment"]["status"] == "withheld" and _unknown(analysed)
     with analysed.begin() as conn:  # and the reconciler's withholding of rows past the alert age limit
         conn.execute(sa.text("UPDATE radar.code_host_delivery SET status = 'pending' WHERE kind = 'review_comment'"))
@@ -502,7 +502,7 @@ def test_a_doubt_outlives_a_final_error_and_a_reanalysis(analysed, github):  # n
                 "claimed_at = now() - interval '1 day' WHERE kind = 'review_comment'"
             )
         )
-        outbox.claim(conn, "d-7", timedelta(minutes=15))
+        outbox.claim(conn, "d-7", outbox.CODE_HOST_KINDS, timedelta(minutes=15))
     assert _rows(analysed)["review_comment"]["status"] == "failed" and _unknown(analysed)
 
 
@@ -529,8 +529,8 @@ def test_a_reanalysis_does_not_take_a_comment_another_run_is_posting(analysed, g
     _ship(analysed, github)
     with analysed.begin() as conn:  # run A, as deliver does it, stopped before it sends
         first = deploy_states(conn, ["d-7"]).iloc[0]["analysed_at"]
-        outbox.enqueue(conn, "d-7", ["commit_status", "deployment_status", "review_comment"], "fail", first)
-        claimed = outbox.claim(conn, "d-7", timedelta(minutes=15))
+        outbox.enqueue_code_host(conn, "d-7", ["commit_status", "deployment_status", "review_comment"], "fail", first)
+        claimed = outbox.claim(conn, "d-7", outbox.CODE_HOST_KINDS, timedelta(minutes=15))
     analyse_deploy(AnalysisRun(analysed, SETTINGS, run_id="rerun-2"), "d-7")  # still fail, a newer analysis
     _deliver(analysed, github)  # run B
     assert not github.comments and not github.statuses
@@ -541,10 +541,10 @@ def test_a_reanalysis_does_not_take_a_comment_another_run_is_posting(analysed, g
         posted = client.post_comment(github.repository, Review(12), "<!-- radar:deploy=d-7 --> older analysis")
     finally:
         client.close()
-    for row in claimed:
+    for row in claimed.rows:
         with analysed.begin() as conn:
             ids = {"12": posted} if row.kind == "review_comment" else None
-            outbox.settle(conn, "d-7", row, "sent", remote_ids=ids)
+            outbox.settle(conn, claimed, [row], "sent", remote_ids=ids)
     assert {r["status"] for r in _rows(analysed).values()} == {"pending"}  # what A sent is older: again
     _deliver(analysed, github)
     assert len(github.comments) == 1 and len(github.calls_to("edit_comment")) == 1

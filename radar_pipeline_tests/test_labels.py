@@ -183,18 +183,18 @@ def test_labels_and_mutes_are_append_only(gate_url):  # noqa: F811
 
 
 def test_a_muted_detection_is_stored_and_shown_not_alerted_and_the_gate_names_what_it_ignored(gate_url):  # noqa: F811
-    from radar_pipeline.warehouse import alerts as outbox
+    from radar_pipeline.warehouse import alerts
     from radar_pipeline.warehouse.analysis import deploy_states
 
     at = _copy_of_st_fail(gate_url, "mute-1")
     engine = make_engine(gate_url)
     with engine.connect() as conn:
-        assert len(outbox.detections(conn, "mute-1")) == 1
+        assert len(alerts.detections(conn, "mute-1")) == 1
         assert deploy_states(conn, ["mute-1"]).iloc[0]["state"] == "fail"
     reason = "maintenance \x1b]8;;x\x07 <!channel>"
     mute_id = _mute_since(gate_url, at, reason, target="mute-1", queryid=1)
     with engine.connect() as conn:
-        assert outbox.detections(conn, "mute-1").empty  # not alerted, on any channel
+        assert alerts.detections(conn, "mute-1").empty  # not alerted, on any channel
         state = deploy_states(conn, ["mute-1"]).iloc[0]
         assert state["state"] != "fail" and state["detected"] == 1 and state["muted_detected"] == 1
         assert deploy_states(conn, ["st-fail"]).iloc[0]["state"] == "fail"  # another target: not covered

@@ -520,8 +520,7 @@ def test_a_late_detection_names_its_changes_and_charts_the_look_s_spans(deployed
     from radar_pipeline.steps.alert_delivery import chart_series, deploy_facts
     from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
     from radar_pipeline.steps.looks import run_look
-    from radar_pipeline.warehouse import alerts as outbox
-    from radar_pipeline.warehouse import catalog, looks
+    from radar_pipeline.warehouse import alerts, catalog, looks
 
     def setting(value: str) -> list[dict]:
         return [
@@ -540,7 +539,7 @@ def test_a_late_detection_names_its_changes_and_charts_the_look_s_spans(deployed
     result = run_look(run, "lk-1", due.look)
     assert result.span is not None and result.status != "cut"
     with warehouse.connect() as conn:
-        found = outbox.detections(conn, "lk-1")
+        found = alerts.detections(conn, "lk-1")
         (late,) = found.itertuples()
         assert late.queryid == SPARSE and late.look == due.look
         # its named change, as a first verdict names it
@@ -606,8 +605,7 @@ def test_a_late_detection_gets_the_first_verdict_s_rules_the_collateral_one_too(
     # look must name the same cause, not leave it unexplained as a second copy of the decision did.
     from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
     from radar_pipeline.steps.looks import run_look
-    from radar_pipeline.warehouse import alerts as outbox
-    from radar_pipeline.warehouse import looks
+    from radar_pipeline.warehouse import alerts, looks
 
     at = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=25)
     counters = _counters(at, np.random.default_rng(40))
@@ -625,7 +623,7 @@ def test_a_late_detection_gets_the_first_verdict_s_rules_the_collateral_one_too(
         (due,) = [d for d in looks.due_looks(conn, timedelta(seconds=W), ANALYSIS.settle) if d.deploy_id == "lc-1"]
     run_look(run, "lc-1", due.look)
     with warehouse.connect() as conn:
-        (late,) = outbox.detections(conn, "lc-1").itertuples()
+        (late,) = alerts.detections(conn, "lc-1").itertuples()
     assert late.queryid == SPARSE and late.look == due.look
     assert late.cause == "collateral", (late.cause, late.cause_detail)
     assert late.cause_detail.startswith(f"collateral of queryid {write} ("), late.cause_detail

@@ -357,3 +357,75 @@ def test_a_retry_after_beyond_any_clock_is_clamped(analysed, warehouse_url, slac
         assert first.success and len(slack.calls_to(POST)) - before == 1, asked
         row = _row(analysed)
         assert row["status"] == "pending" and low < row["wait_s"] <= high and not row["outcome_unknown"], (asked, row)
+
+
+def test_one_outbox_takes_the_three_tables_rows_and_keeps_their_names_as_views(pg18):
+    """sql/0043 moves every row of radar.alert, radar.channel_event and radar.code_host_delivery into radar.outbox,
+    each field kept, and the old names still read, update and delete those rows (views, for one release)."""
+    from yoyo import read_migrations
+
+    from radar_pipeline.warehouse import migrations
+    from radar_pipeline.warehouse.database import make_engine
+
+    name = pg18.new_database("outbox_move")
+    url = pg18.pg.url(name, driver="postgresql+psycopg")
+    every = read_migrations(str(migrations.SQL_DIR))
+    backend = migrations._backend(url)
+    with backend.lock():
+        backend.apply_migrations(backend.to_apply(type(every)([m for m in every if m.id < "0043"], every.post_apply)))
+    backend.connection.close()
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO radar.deploy_event (deploy_id, target, deployed_at, source) "
+                    "VALUES ('d-1', 'main', now(), 'cli');"
+                    "INSERT INTO radar.alert (deploy_id, target, dbid, userid, queryid, toplevel, channel, status, "
+                    "attempts, last_error, message_ts, message_channel, remote_id, outcome_unknown, delivery_id) "
+                    "VALUES ('d-1', 'main', 5, 10, -42, true, 'C0RADAR', 'sent', 2, 'earlier: 500', '171.1', "
+                    "'C0RADARID', NULL, false, gen_random_uuid()), "
+                    "('d-1', 'main', 5, 10, 43, false, 'pagerduty', 'pending', 1, NULL, NULL, NULL, 'dedup-1', "
+                    "true, gen_random_uuid());"
+                    "INSERT INTO radar.channel_event (channel, kind, subject, deploy_id, target, status, remote_id, "
+                    "dbid, userid, queryid, toplevel) VALUES "
+                    "('pagerduty', 'resolve', 'unsent d-1 main 5 10 43 false', 'd-1', 'main', 'pending', NULL, "
+                    "5, 10, 43, false), ('grafana', 'deploy_mark', 'd-1', 'd-1', 'main', 'sent', '77', "
+                    "NULL, NULL, NULL, NULL);"
+                    "INSERT INTO radar.code_host_delivery (deploy_id, kind, state, analysed_at, status, remote_ids) "
+                    "VALUES ('d-1', 'review_comment', 'fail', '2026-12-01 10:00+00', 'sent', '{\"12\": 9001}')"
+                )
+            )
+            before = {
+                view: sorted(map(tuple, conn.execute(sa.text(f"SELECT * FROM radar.{view}")).fetchall()), key=str)
+                for view in ("alert", "channel_event", "code_host_delivery")
+            }
+        assert migrations.upgrade(url) == [m.id for m in every if m.id >= "0043"]
+        with engine.begin() as conn:
+            after = {
+                view: sorted(map(tuple, conn.execute(sa.text(f"SELECT * FROM radar.{view}")).fetchall()), key=str)
+                for view in before
+            }
+            assert after == before  # every field of every row, under the old names
+            kinds = conn.execute(sa.text("SELECT kind, channel FROM radar.outbox ORDER BY id")).fetchall()
+            assert sorted(kinds) == sorted(
+                [
+                    ("detection", "C0RADAR"),
+                    ("detection", "pagerduty"),
+                    ("resolve", "pagerduty"),
+                    ("deploy_mark", "grafana"),
+                    ("review_comment", "code_host"),
+                ]
+            )
+            conn.execute(sa.text("UPDATE radar.alert SET status = 'withheld' WHERE channel = 'pagerduty'"))
+            conn.execute(sa.text("DELETE FROM radar.channel_event WHERE kind = 'deploy_mark'"))
+            left = conn.execute(sa.text("SELECT kind, status FROM radar.outbox ORDER BY kind, status")).fetchall()
+        assert [tuple(r) for r in left] == [
+            ("detection", "sent"),
+            ("detection", "withheld"),
+            ("resolve", "pending"),
+            ("review_comment", "sent"),
+        ]
+    finally:
+        engine.dispose()
+        pg18.drop_database(name)

@@ -314,12 +314,12 @@ def test_an_alert_run_that_fails_before_claiming_is_followed_by_another(analysed
         _backoff_passes(analysed)
         (request,) = _tick(instance, resources).run_requests
         with analysed.begin() as conn:  # the warehouse fails the retry run before it claims anything
-            conn.execute(sa.text("ALTER TABLE radar.alert RENAME TO alert_away"))
+            conn.execute(sa.text("ALTER TABLE radar.outbox RENAME TO outbox_away"))
         try:
             assert not _execute(instance, defs, request).success
         finally:
             with analysed.begin() as conn:
-                conn.execute(sa.text("ALTER TABLE radar.alert_away RENAME TO alert"))
+                conn.execute(sa.text("ALTER TABLE radar.outbox_away RENAME TO outbox"))
         (again,) = _tick(instance, resources).run_requests  # not deduplicated away: a new run key
         assert again.run_key == request.run_key.replace("reconcile-1", "reconcile-2")
         assert _execute(instance, defs, again).success

@@ -27,6 +27,7 @@ from urllib.parse import quote
 
 import httpx
 
+from radar_pipeline.alerts.channel import ChannelError
 from radar_pipeline.config.masking import hidden, quoted
 
 RETRIES = 2
@@ -45,10 +46,9 @@ CONTEXT = "radar"  # the status's context (GitHub) or name (GitLab)
 NAMES = {"github": "GitHub", "gitlab": "GitLab"}
 
 
-class HostError(Exception):
-    """The code host did not take the request, or may have. `retryable`: a later attempt may succeed; `unknown`: the
-    request went out and no usable answer came, so it may have been applied; `retry_after`: the seconds the host
-    asked to wait; `status`: its HTTP status, when it answered."""
+class HostError(ChannelError):
+    """The code host did not take the request, or may have (ChannelError's `retryable`, `unknown`, `retry_after`);
+    `status`: its HTTP status, when it answered."""
 
     def __init__(
         self,
@@ -58,10 +58,7 @@ class HostError(Exception):
         retry_after: float | None = None,
         status: int | None = None,
     ) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-        self.unknown = unknown
-        self.retry_after = retry_after
+        super().__init__(message, retryable, unknown, retry_after)
         self.status = status
 
 

@@ -36,6 +36,7 @@ from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
 from slack_sdk.webhook import WebhookClient
 
+from radar_pipeline.alerts.channel import ChannelError
 from radar_pipeline.config import printable
 from radar_pipeline.config.masking import hidden
 
@@ -56,16 +57,8 @@ SHOWN_BODY = 80  # characters of an answer that is not Slack's quoted in the err
 SECRET_PART = 16  # a webhook URL's path part this long is its secret (24 characters), hidden on its own too
 
 
-class DeliveryError(Exception):
-    """Slack did not take the message, or may have. `retryable`: a later attempt may succeed; `unknown`: the request
-    went out but no answer came (a timeout, a lost connection), so the message may have been posted; `retry_after`:
-    the seconds Slack asked to wait (a 429)."""
-
-    def __init__(self, message: str, retryable: bool, unknown: bool = False, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-        self.unknown = unknown
-        self.retry_after = retry_after
+class DeliveryError(ChannelError):
+    """Slack did not take the message, or may have (ChannelError's `retryable`, `unknown`, `retry_after`)."""
 
 
 class CappedRateLimitRetryHandler(RateLimitErrorRetryHandler):

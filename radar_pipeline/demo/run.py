@@ -183,9 +183,10 @@ def _findings(warehouse_url: str, app_dsn: str) -> tuple:
         ).fetchall()
         alert = conn.execute(
             sa.text(
-                "SELECT a.status, left(regexp_replace(q.query, '\\s+', ' ', 'g'), 200) FROM radar.alert a "
+                "SELECT a.status, left(regexp_replace(q.query, '\\s+', ' ', 'g'), 200) FROM radar.outbox a "
                 "LEFT JOIN radar.query q ON q.target = a.target AND q.dbid = a.dbid AND q.userid = a.userid "
-                "AND q.queryid = a.queryid AND q.toplevel = a.toplevel WHERE a.deploy_id = :d ORDER BY a.status"
+                "AND q.queryid = a.queryid AND q.toplevel = a.toplevel "
+                "WHERE a.kind = 'detection' AND a.analysis_id = :d ORDER BY a.status"
             ),
             {"d": DEPLOY_ID},
         ).fetchall()

@@ -1,5 +1,5 @@
 """Alert delivery: one Slack message per analysis and target for the regressions not yet sent, through the outbox in
-radar.alert, with a chart per regression; and the plain-text form written to the run log when Slack is not set up."""
+radar.outbox, with a chart per regression; and the plain-text form written to the run log when Slack is not set up."""
 
 from __future__ import annotations
 
@@ -22,8 +22,7 @@ from radar_pipeline.engine import EngineSettings
 from radar_pipeline.engine.samples import interval_means
 from radar_pipeline.pgss_model import KEY, Key, key_label, statement_key, statement_keys
 from radar_pipeline.plan_shape import summary
-from radar_pipeline.warehouse import alerts as outbox
-from radar_pipeline.warehouse.alerts import LEASE
+from radar_pipeline.warehouse import outbox
 from radar_pipeline.warehouse.analysis import read_window
 
 NO_CHANNEL = "-"
@@ -45,9 +44,9 @@ def deliver(
     slower: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """Send, in one message, what is due of one analysis's regressions on one target (`found`, from
-    outbox.detections) and of its load changes (`changes`, from outbox.load_changes: new heavy statements and call
+    alerts.detections) and of its load changes (`changes`, from alerts.load_changes: new heavy statements and call
     surges, each an outbox row under its statement's key like a regression, so a deploy with only those is announced
-    too, exactly once) and of its probably-slower statements (`slower`, from outbox.probably_slower, announced the
+    too, exactly once) and of its probably-slower statements (`slower`, from alerts.probably_slower, announced the
     same way; the message names them from `facts`), through the outbox. Returns what the run's metadata shows of it.
 
     Three steps, none holding a transaction while Slack is called: (1) a transaction enqueues a row per regression
@@ -131,17 +130,17 @@ def claim_due(
     with engine.begin() as conn:
         outbox.lock(conn, analysis_id)
         if withhold is not None:
-            outbox.enqueue(conn, analysis_id, target, keys, channel, status="withheld", note=withhold)
+            outbox.enqueue_detections(conn, analysis_id, target, keys, channel, status="withheld", note=withhold)
             metadata["withheld"] = withhold
             return None
-        outbox.enqueue(conn, analysis_id, target, keys, channel)
-        claimed = outbox.claim(conn, analysis_id, target, channel, LEASE)
+        outbox.enqueue_detections(conn, analysis_id, target, keys, channel)
+        claimed = outbox.claim(conn, analysis_id, [outbox.DETECTION], channel=channel, target=target)
     if not claimed.keys:
         return None
 
     def settle(settled: list[Key], status: str, **kwargs: Any) -> None:
         with engine.begin() as conn:
-            outbox.settle(conn, analysis_id, target, channel, settled, claimed.delivery_id, status, **kwargs)
+            outbox.settle(conn, claimed, claimed.of(settled), status, **kwargs)
 
     todo = claimed.keys
     if claimed.earlier and sender.configured:  # an earlier attempt may have posted them: look in the channel first
@@ -199,7 +198,7 @@ def _already_posted(
             "pending" if exc.retryable else "failed",
             error=str(exc),
             wait=retry_wait(claimed.attempt, exc),
-            earlier=claimed,  # this attempt sent nothing: the next one looks for the earlier attempt's message
+            restore=True,  # this attempt sent nothing: the next one looks for the earlier attempt's message
         )
         return None
     by_ts: dict[str, list[Key]] = {}
@@ -214,7 +213,7 @@ def _already_posted(
     return [k for k in claimed.keys if k not in done]
 
 
-def retry_wait(attempt: int, error: DeliveryError | ChannelError) -> timedelta:
+def retry_wait(attempt: int, error: ChannelError) -> timedelta:
     """How long the outbox waits before the next attempt: what the channel asked (Retry-After), else an exponential
     backoff from RETRY_BASE doubling per attempt up to RETRY_CAP."""
     if error.retry_after is not None:
@@ -229,7 +228,7 @@ def asked_wait(seconds: float) -> timedelta:
 
 
 def withhold_reason(found: pd.DataFrame, max_age: timedelta, now: datetime, reanalysis: bool = False) -> str | None:
-    """Why an analysis's alerts (`found`, outbox.detections rows) are recorded but not sent, or None to send them:
+    """Why an analysis's alerts (`found`, alerts.detections rows) are recorded but not sent, or None to send them:
     the nightly reanalysis never posts, and neither does an analysis whose window closed more than `max_age` ago."""
     if reanalysis:
         return "found by the nightly reanalysis, which never posts"
@@ -250,7 +249,7 @@ def run_url(run_id: str | None) -> str | None:
 
 
 def deploy_facts(found: pd.DataFrame) -> AnalysisFacts:
-    """The message header of a deploy's analysis, from its detections (outbox.detections rows)."""
+    """The message header of a deploy's analysis, from its detections (alerts.detections rows)."""
     first = found.iloc[0]
     return AnalysisFacts(
         analysis_id=str(first.deploy_id),
@@ -282,7 +281,7 @@ def period_facts(analysis_id: str, target: str, rows: pd.DataFrame) -> AnalysisF
 
 
 def change_of(row: Any) -> LoadChange:
-    """A load change as the messages show it, from an outbox.load_changes row."""
+    """A load change as the messages show it, from an alerts.load_changes row."""
 
     def number(value: Any) -> float | None:
         return None if value is None or pd.isna(value) else float(value)
@@ -305,7 +304,7 @@ def change_of(row: Any) -> LoadChange:
 
 
 def regression_of(row: Any) -> Regression:
-    """A regression as the messages show it, from an outbox.detections row."""
+    """A regression as the messages show it, from an alerts.detections row."""
 
     plan = row.plan_diff if isinstance(row.plan_diff, dict) else None
     return Regression(
@@ -358,7 +357,7 @@ def _sentences(value: Any) -> list[str] | None:
 
 
 def chart_series(conn: sa.Connection, facts: AnalysisFacts, rows: pd.DataFrame) -> dict[Any, pd.Series]:
-    """Each regression's interval means (by its row's index in `rows`, outbox.detections rows) over the spans its
+    """Each regression's interval means (by its row's index in `rows`, alerts.detections rows) over the spans its
     verdict was decided on: the analysed window (split ± W), or for a later look's detection that look's spans (its
     radar.deploy_look row; without one, as long before the deploy as its after side, which ends at look_end)."""
     settings = EngineSettings.from_dict(rows["settings"].iloc[0])

@@ -257,7 +257,7 @@ def _excess_bars(conn: sa.Connection, deploy_id: str) -> tuple[float, float, flo
     )
 
 
-CANARY_ALERT_PREFIX = "canary:"  # radar.alert's target for a canary arm's detections: "canary:<target>"
+CANARY_ALERT_PREFIX = "canary:"  # the outbox's target for a canary arm's detections: "canary:<target>"
 
 
 def deliver_canary_alerts(
@@ -265,8 +265,8 @@ def deliver_canary_alerts(
 ) -> dict[str, Any]:
     """Announce the canary arm's detections of a canary deploy, once per canary analysis: on Slack in one message
     (alerts.render.render_canary) and on each routed channel taking regressions (PagerDuty, …), through the same
-    outbox as every alert (radar.alert, one row per detected statement key and channel under the deploy and the
-    target "canary:<target>", so neither the before/after alerts of the same statement nor a run of it again can
+    outbox as every alert (radar.outbox, one detection row per detected statement key and channel under the deploy
+    and the target "canary:<target>", so neither the before/after alerts of the same statement nor a run of it again can
     send it twice; claimed before sending, settled after, an earlier attempt that got no answer looked for first).
     When the canary window closed more than `max_age` before `now`, the rows are recorded withheld and nothing is
     sent (alert_delivery.withhold_reason). Returns the run's metadata."""

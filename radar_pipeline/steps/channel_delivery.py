@@ -5,8 +5,8 @@ recorded in a short transaction of its own, retryable failures wait (backoff, or
 later run (radar_reconciler), and an analysis too old, or the nightly reanalysis, records its new triggers and marks
 as withheld; its resolves are always sent (closing an incident is never noise).
 
-A detection's row is radar.alert's (one per statement per channel); a resolve, a deploy mark and an update of a
-Slack message once its regression was labelled intended (update_messages) are radar.channel_event's. A row an earlier
+Every row is radar.outbox's (warehouse/outbox.py): a detection (one per statement per channel), a resolve, a deploy
+mark, and an update of a Slack message once its regression was labelled intended (update_messages). A row an earlier
 attempt may have delivered (it timed out, or its run stopped mid-send) is looked for on the channel first when the
 channel can tell (can_check); otherwise it is sent again, which a channel that deduplicates (PagerDuty's dedup_key)
 turns into one incident.
@@ -39,9 +39,7 @@ from radar_pipeline.alerts.slack import DeliveryError, SlackSender
 from radar_pipeline.config import printable
 from radar_pipeline.pgss_model import KEY, Key, statement_keys
 from radar_pipeline.steps.alert_delivery import HISTORY_SLACK, NO_CHANNEL, change_of, regression_of, retry_wait
-from radar_pipeline.warehouse import alerts as outbox
-from radar_pipeline.warehouse import channels as events
-from radar_pipeline.warehouse.alerts import LEASE
+from radar_pipeline.warehouse import outbox
 
 UNDETECTED, RECOVERED, NO_RESOLVES = "undetected", "recovered", "none"  # which resolves deliver_routed sends
 NO_LONGER = "no longer announced by the analysis: not sent"
@@ -50,8 +48,8 @@ NO_LONGER = "no longer announced by the analysis: not sent"
 def detections_of(
     found: pd.DataFrame, changes: pd.DataFrame | None, outcomes: frozenset[str] | set[str]
 ) -> dict[Key, Detection]:
-    """The analysis's detections a channel routed `outcomes` takes, by statement key: its regressions (outbox.detections
-    rows) and its load changes (outbox.load_changes rows); a statement both slower and surging is its regression."""
+    """The analysis's detections a channel routed `outcomes` takes, by statement key: its regressions (alerts.detections
+    rows) and its load changes (alerts.load_changes rows); a statement both slower and surging is its regression."""
     out: dict[Key, Detection] = {}
     if REGRESSION in outcomes and len(found):
         out.update(
@@ -74,7 +72,7 @@ def deliver(
     detections: dict[Key, Detection],
     withhold: str | None = None,
 ) -> dict[str, Any]:
-    """Send what is due of one analysis's detections on one target to `channel`, through the outbox (radar.alert rows
+    """Send what is due of one analysis's detections on one target to `channel`, through the outbox (detection rows
     under the channel's name): one request per detection when the channel is per_detection, else one for them all.
     With `withhold` (a reason), new rows are recorded withheld and nothing is sent. Returns what the run's metadata
     shows (never a secret)."""
@@ -83,23 +81,23 @@ def deliver(
     with engine.begin() as conn:
         outbox.lock(conn, facts.analysis_id)
         if withhold is not None:
-            outbox.enqueue(
+            outbox.enqueue_detections(
                 conn, facts.analysis_id, facts.target, list(detections), name, status="withheld", note=withhold
             )
             metadata["withheld"] = withhold
             return metadata
-        outbox.enqueue(conn, facts.analysis_id, facts.target, list(detections), name)
-        claimed = outbox.claim(conn, facts.analysis_id, facts.target, name, LEASE)
+        outbox.enqueue_detections(conn, facts.analysis_id, facts.target, list(detections), name)
+        claimed = outbox.claim(conn, facts.analysis_id, [outbox.DETECTION], channel=name, target=facts.target)
         expected = getattr(channel, "remote_id_of", None)  # a resolver's id known before sending (a dedup_key)
         if callable(expected):
             remote = {k: expected(facts, detections[k]) for k in claimed.keys if k in detections}
-            outbox.expect_remote(conn, facts.analysis_id, facts.target, name, claimed.delivery_id, remote)
+            outbox.expect_remote(conn, claimed, remote)
     if not claimed.keys:
         return metadata
 
     def settle(keys: list[Key], status: str, **kwargs: Any) -> None:
         with engine.begin() as conn:
-            outbox.settle(conn, facts.analysis_id, facts.target, name, keys, claimed.delivery_id, status, **kwargs)
+            outbox.settle(conn, claimed, claimed.of(keys), status, **kwargs)
 
     gone = [k for k in claimed.keys if k not in detections]
     if gone:  # claimed rows of statements a re-analysis no longer announces
@@ -118,13 +116,12 @@ def deliver(
             log.error(f"{name}: {exc}")
             wait = retry_wait(claimed.attempt, exc)
             # An answer that says nothing was taken (a refusal, a throttle, no connection) keeps an earlier attempt's
-            # doubt and drops the remote id of a row no attempt may have delivered (settle's `earlier`).
-            unsent = None if exc.unknown else claimed
+            # doubt and drops the remote id of a row no attempt may have delivered (settle's `restore`).
             status = "pending" if exc.retryable else "failed"
-            settle(group, status, error=str(exc), unknown=exc.unknown, wait=wait, earlier=unsent)
+            settle(group, status, error=str(exc), unknown=exc.unknown, wait=wait, restore=not exc.unknown)
             if exc.retry_after is not None:  # the channel asked to wait: the rest wait too, unsent
                 rest = [k for g in groups[i + 1 :] for k in g]
-                settle(rest, "pending", error=f"not sent: {name} asked to wait", wait=wait, earlier=claimed)
+                settle(rest, "pending", error=f"not sent: {name} asked to wait", wait=wait, restore=True)
                 break
         else:
             settle(group, "sent", remote_id=delivered.remote_id)
@@ -159,7 +156,7 @@ def _already_delivered(
             "pending" if exc.retryable else "failed",
             error=str(exc),
             wait=retry_wait(claimed.attempt, exc),
-            earlier=claimed,
+            restore=True,
         )
         return None
     for key, delivered in found.items():
@@ -177,7 +174,7 @@ def resolve_undetected(
     for an old analysis: closing an incident is never noise (only new triggers and marks are withheld)."""
     with engine.begin() as conn:
         outbox.lock(conn, analysis_id)
-        events.enqueue_undetected_resolves(conn, resolver.name, analysis_id, still)
+        outbox.enqueue_undetected_resolves(conn, resolver.name, analysis_id, still)
     return deliver_resolves(log, engine, resolver, analysis_id)
 
 
@@ -185,7 +182,7 @@ def resolve_recovered(log: logging.Logger, engine: sa.Engine, resolver: Resolver
     """Resolve what `resolver` opened for the periodic detections whose episode this periodic analysis closed."""
     with engine.begin() as conn:
         outbox.lock(conn, analysis_id)
-        events.enqueue_recovered_resolves(conn, resolver.name, analysis_id)
+        outbox.enqueue_recovered_resolves(conn, resolver.name, analysis_id)
     return deliver_resolves(log, engine, resolver, analysis_id)
 
 
@@ -193,7 +190,7 @@ def deliver_resolves(log: logging.Logger, engine: sa.Engine, resolver: Resolver,
     """Send the analysis's resolves due on `resolver` (resolving twice is harmless: no earlier attempt is looked
     for); one that waits for its trigger is due once the trigger is sent, and closes the trigger's remote id."""
     return _deliver_events(
-        log, engine, resolver.name, analysis_id, events.RESOLVE, lambda e, d: resolver.resolve(e.remote, d)
+        log, engine, resolver.name, analysis_id, outbox.RESOLVE, lambda e, d: resolver.resolve(e.remote, d)
     )
 
 
@@ -206,9 +203,9 @@ def update_messages(
     changes: pd.DataFrame | None,
     facts_of: Callable[[str, pd.DataFrame], AnalysisFacts],
 ) -> dict[str, Any]:
-    """Update the analysis's Slack messages a label asked to update (radar.channel_event rows of kind message_update,
+    """Update the analysis's Slack messages a label asked to update (outbox rows of kind message_update,
     enqueued with an intended label by steps.labelling.store_label): each is drawn again, as `deliver` drew it, from
-    what it carried (its radar.alert rows: `found`'s regressions, `changes`' load changes), each regression with its
+    what it carried (its detection rows: `found`'s regressions, `changes`' load changes), each regression with its
     standing label, and replaced with chat.update, through the outbox (claimed, settled, retried with backoff by a
     later run). `facts_of(target, rows)` gives a message's header. Without a bot token they are skipped: a webhook
     cannot update what it posted."""
@@ -217,14 +214,14 @@ def update_messages(
     name = sender.channel or NO_CHANNEL
     with engine.begin() as conn:
         outbox.lock(conn, analysis_id)
-        delivery_id, claimed = events.claim(conn, analysis_id, name, events.MESSAGE_UPDATE, LEASE)
-        standing = labels.standing_labels(conn, analysis_id) if claimed else {}
+        claimed = outbox.claim(conn, analysis_id, [outbox.MESSAGE_UPDATE], channel=name)
+        standing = labels.standing_labels(conn, analysis_id) if claimed.rows else {}
     updated = 0
-    for event in claimed:
+    for event in claimed.rows:
 
         def settle(status: str, **kwargs: Any) -> None:
             with engine.begin() as conn:
-                events.settle(conn, name, event, delivery_id, status, **kwargs)  # noqa: B023 - called in this turn
+                outbox.settle(conn, claimed, [event], status, **kwargs)  # noqa: B023 - called in this turn
 
         if not sender.can_check:
             settle("skipped", error="a webhook cannot update the messages it posted")
@@ -262,7 +259,7 @@ def update_messages(
         else:
             settle("sent")
             updated += 1
-    return {"message_updates_sent": updated, "message_updates_due": len(claimed)} if claimed else {}
+    return {"message_updates_sent": updated, "message_updates_due": len(claimed.rows)} if claimed.rows else {}
 
 
 def _among(keys: list[Key], chosen: set[Key]) -> np.ndarray:
@@ -273,16 +270,17 @@ def _among(keys: list[Key], chosen: set[Key]) -> np.ndarray:
 def mark_deploy(
     log: logging.Logger, engine: sa.Engine, marker: DeployMarker, notice: DeployNotice, withhold: str | None = None
 ) -> dict[str, Any]:
-    """Mark the deploy on `marker` once (radar.channel_event), or record it withheld with `withhold`'s reason."""
+    """Mark the deploy on `marker` once (an outbox row of kind deploy_mark), or record it withheld with `withhold`'s
+    reason."""
     with engine.begin() as conn:
         outbox.lock(conn, notice.deploy_id)
-        events.enqueue_mark(
+        outbox.enqueue_mark(
             conn, marker.name, notice.deploy_id, notice.target, "withheld" if withhold else "pending", withhold
         )
     if withhold:
         return {"withheld": withhold}
 
-    def find(event: events.Event, since: datetime) -> Delivered | None:
+    def find(event: outbox.Row, since: datetime) -> Delivered | None:
         return marker.find_marked(notice, str(event.earlier), since) if marker.can_check else None
 
     return _deliver_events(
@@ -290,7 +288,7 @@ def mark_deploy(
         engine,
         marker.name,
         notice.deploy_id,
-        events.DEPLOY_MARK,
+        outbox.DEPLOY_MARK,
         lambda _, d: marker.mark_deploy(notice, d),
         find if marker.can_check else None,
     )
@@ -302,20 +300,20 @@ def _deliver_events(
     name: str,
     analysis_id: str,
     kind: str,
-    send: Callable[[events.Event, str], Delivered],
-    find: Callable[[events.Event, datetime], Delivered | None] | None = None,
+    send: Callable[[outbox.Row, str], Delivered],
+    find: Callable[[outbox.Row, datetime], Delivered | None] | None = None,
 ) -> dict[str, Any]:
     """Claim the analysis's due events of `kind` on channel `name`, send each (after looking for an earlier attempt's
     with `find`, when given), and record each outcome."""
     with engine.begin() as conn:
         outbox.lock(conn, analysis_id)
-        delivery_id, claimed = events.claim(conn, analysis_id, name, kind, LEASE)
+        claimed = outbox.claim(conn, analysis_id, [kind], channel=name)
     sent = 0
-    for event in claimed:
+    for event in claimed.rows:
 
         def settle(status: str, **kwargs: Any) -> None:
             with engine.begin() as conn:
-                events.settle(conn, name, event, delivery_id, status, **kwargs)  # noqa: B023 - called in this turn
+                outbox.settle(conn, claimed, [event], status, **kwargs)  # noqa: B023 - called in this turn
 
         went_out = False
         try:
@@ -327,7 +325,7 @@ def _deliver_events(
                     sent += 1
                     continue
             went_out = True
-            delivered = send(event, delivery_id)
+            delivered = send(event, claimed.delivery_id)
         except ChannelError as exc:
             log.error(f"{name} {kind.replace('_', ' ')}: {exc}")
             settle(
@@ -335,12 +333,12 @@ def _deliver_events(
                 error=str(exc),
                 unknown=exc.unknown,
                 wait=retry_wait(event.attempt, exc),
-                keep_earlier=not went_out,  # this attempt sent nothing: the next one looks again
+                restore=not went_out,  # this attempt sent nothing: the next one looks again
             )
         else:
             settle("sent", remote_id=delivered.remote_id)
             sent += 1
-    return {f"{kind}s_sent": sent, f"{kind}s_due": len(claimed)} if claimed else {}
+    return {f"{kind}s_sent": sent, f"{kind}s_due": len(claimed.rows)} if claimed.rows else {}
 
 
 def announced(found: pd.DataFrame, changes: pd.DataFrame | None) -> list[tuple[str, Key]]:
@@ -421,7 +419,7 @@ def mark_recent_deploys(
 
     marking = [r for r in routed if DEPLOY in r.outcomes]
     with engine.connect() as conn:
-        due = events.marks_due(conn, [r.name for r in marking], max_age, LEASE)
+        due = outbox.marks_due(conn, [r.name for r in marking], max_age, outbox.LEASE)
     metadata: dict[str, Any] = {}
     failures: list[Exception] = []
     for deploy_id in due:

@@ -1,9 +1,9 @@
 """Deliveries to the code host of a deploy's commit: its state as a commit status (and as a GitHub deployment's
 status when it came from one), and, when something regressed, one comment on each pull or merge request that merged
-the commit, edited in place on re-analysis. Through the outbox in radar.code_host_delivery, with Slack's rules: rows
-committed before anything is sent, no transaction held while the host is called, retried with backoff by
-radar_reconciler, withheld when too old, and a comment whose posting may have happened looked for (by its hidden
-marker) before it is posted again."""
+the commit, edited in place on re-analysis. Through the outbox (radar.outbox, channel code_host), with every
+destination's rules: rows committed before anything is sent, no transaction held while the host is called, retried
+with backoff by radar_reconciler, withheld when too old, and a comment whose posting may have happened looked for
+(by its hidden marker) before it is posted again."""
 
 from __future__ import annotations
 
@@ -19,10 +19,9 @@ from radar_pipeline.alerts.code_hosts import HostClient, HostError
 from radar_pipeline.config import printable
 from radar_pipeline.config.settings import CODE_HOST_API_VARS, CODE_HOST_TOKEN_VARS
 from radar_pipeline.engine import VERDICTS, Verdict
-from radar_pipeline.steps.alert_delivery import LEASE, RETRY_BASE, RETRY_CAP, asked_wait, run_url, withhold_reason
+from radar_pipeline.steps.alert_delivery import retry_wait, run_url, withhold_reason
 from radar_pipeline.warehouse import alerts as alert_store
-from radar_pipeline.warehouse import code_hosts as outbox
-from radar_pipeline.warehouse import deploys
+from radar_pipeline.warehouse import deploys, outbox
 from radar_pipeline.warehouse.analysis import deploy_states
 
 MAX_DESCRIPTION = 140  # GitHub's limit on a status's description
@@ -73,12 +72,12 @@ def deliver(
     reason = withhold_reason(pd.DataFrame({"window_end": [deploy.window_end]}), max_age, now, reanalysis)
     with engine.begin() as conn:
         outbox.lock(conn, deploy_id)
-        outbox.enqueue(conn, deploy_id, kinds, state, deploy.state["analysed_at"], withhold=reason)
+        outbox.enqueue_code_host(conn, deploy_id, kinds, state, deploy.state["analysed_at"], withhold=reason)
         if reason and not reanalysis:
-            outbox.withhold_waiting(conn, deploy_id, reason)
-        claimed = [] if reason else outbox.claim(conn, deploy_id, LEASE)
+            outbox.withhold_waiting(conn, deploy_id, reason, outbox.CODE_HOST_KINDS)
+        claimed = outbox.Claim("", []) if reason else outbox.claim(conn, deploy_id, outbox.CODE_HOST_KINDS)
     mismatch = _api_mismatch(event, client)
-    for row in claimed:
+    for row in claimed.rows:
         outcome: dict[str, Any] = {"status": "sent"}
         try:
             if mismatch:
@@ -97,9 +96,9 @@ def deliver(
         if outcome.get("error"):
             log.error(f"{client.name} {row.kind.replace('_', ' ')}: {outcome['error']}")
         with engine.begin() as conn:
-            outbox.settle(conn, deploy_id, row, **outcome)
+            outbox.settle(conn, claimed, [row], **outcome)
     with engine.connect() as conn:
-        stored = outbox.rows(conn, deploy_id)
+        stored = outbox.code_host_rows(conn, deploy_id)
     metadata: dict[str, Any] = {
         "state": state,
         "code_host": client.name,
@@ -110,14 +109,6 @@ def deliver(
     if reason:
         metadata["withheld"] = reason
     return metadata
-
-
-def retry_wait(attempt: int, error: HostError) -> timedelta:
-    """The wait before the next attempt: what the host asked (at most a day), else RETRY_BASE doubling per attempt up
-    to RETRY_CAP."""
-    if error.retry_after is not None:
-        return asked_wait(error.retry_after)
-    return min(RETRY_CAP, RETRY_BASE * 2 ** max(0, attempt - 1))
 
 
 def _read(conn: sa.Connection, deploy_id: str) -> Deploy | str:
@@ -197,7 +188,7 @@ def _api_mismatch(event: deploys.DeployEvent, client: HostClient) -> str | None:
     return None
 
 
-def _status(client: HostClient, deploy: Deploy, row: outbox.Claimed) -> None:
+def _status(client: HostClient, deploy: Deploy, row: outbox.Row) -> None:
     event = deploy.event
     text = description(row.state, deploy.state, deploy.found)
     link = run_url(deploy.run_id)
@@ -208,7 +199,7 @@ def _status(client: HostClient, deploy: Deploy, row: outbox.Claimed) -> None:
         client.set_status(str(event.repository), str(event.commit_sha), row.state, text, link)
 
 
-def _comment(client: HostClient, deploy: Deploy, row: outbox.Claimed) -> dict[str, Any]:
+def _comment(client: HostClient, deploy: Deploy, row: outbox.Row) -> dict[str, Any]:
     """Comment on (or edit our comment on) each request that merged the commit; the outcome for `settle`, with the
     comment ids known so far even when one request failed."""
     event = deploy.event

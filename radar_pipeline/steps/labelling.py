@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.alerts.render import LABEL_ACTION, button_subject
 from radar_pipeline.steps.history import rejudge_from
-from radar_pipeline.warehouse import alerts, channels, episodes, labels
+from radar_pipeline.warehouse import episodes, labels, outbox
 from radar_pipeline.warehouse.labels import Label, LabelError
 
 
@@ -48,8 +48,8 @@ def store_label(conn: sa.Connection, label: Label) -> labels.Stored:
     if not intended:
         return stored
     closed = episodes.close_intended(conn, label_id)
-    alerts.skip_labelled(conn, label_id)
-    resolves, updates = channels.enqueue_labelled(conn, label_id)
+    outbox.skip_labelled(conn, label_id)
+    resolves, updates = outbox.enqueue_labelled(conn, label_id)
     effect = {
         "verdicts": len(labels.intended_verdicts(conn, label_id)),
         "history_points": points,

@@ -263,14 +263,14 @@ def _verdicts(found: Release, evidence: pd.DataFrame, look: int | None, settings
     return out[[c for c in store.STORED if c != "release_id"]]
 
 
-ALERT_TARGET_PREFIX = "release:"  # radar.alert's target for a release's fleet detections
+ALERT_TARGET_PREFIX = "release:"  # the outbox's target for a release's fleet detections
 
 
 def deliver_fleet_alerts(
     log: logging.Logger, engine: sa.Engine, sender: Any, decision: ReleaseDecision, withhold: str | None = None
 ) -> dict[str, Any]:
-    """Announce the release's final fleet detections in one message, through the outbox (radar.alert): a row per
-    detected key under the release's earliest member deploy and the target "release:<id>" (dbid and userid 0, the
+    """Announce the release's final fleet detections in one message, through the outbox (radar.outbox): a detection row
+    per detected key under the release's earliest member deploy and the target "release:<id>" (dbid and userid 0, the
     fingerprint as queryid), claimed before sending and settled after, so a detection is sent once whichever member's
     run decides it; rows an earlier attempt may have posted (no answer came) are looked for in the channel first, as
     steps.alert_delivery does. With `withhold` (a reason) the rows are recorded as withheld and nothing is sent."""

@@ -1,31 +1,15 @@
-"""The alert outbox (radar.alert): a row per regression per channel, written before anything is sent."""
+"""What an analysis announces, read for the alerts: its detections (a group by its heaviest member), its probably
+slower statements, its load changes and its load; the outbox (warehouse.outbox) records their delivery."""
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.engine import Tier, Verdict
-from radar_pipeline.pgss_model import KEY, Key, statement_key
 from radar_pipeline.warehouse.analysis import VERDICT_QUERY_JOIN, exact_partners, partner_text
-
-MAX_ATTEMPTS = 8  # a retryable failure keeps an alert pending until it has been tried this many times
-LEASE = timedelta(minutes=15)  # a row `sending` longer than this was left by a run that stopped mid-send
-# How an attempt's outcome is recorded on a row it claimed, in radar.alert and radar.channel_event alike (parameters
-# :status, :unknown, :wait, :max, and :earlier/:since: the earlier attempt's delivery id and time to give back).
-SETTLED = (
-    "sent_at = CASE WHEN :status = 'sent' THEN now() ELSE sent_at END, "
-    "delivery_id = coalesce(CAST(:earlier AS uuid), delivery_id), "
-    "claimed_at = CASE WHEN :earlier IS NULL THEN claimed_at ELSE :since END, "
-    "outcome_unknown = CASE WHEN :status = 'pending' THEN :unknown OR :earlier IS NOT NULL ELSE false END, "
-    "next_attempt_at = CASE WHEN :status = 'pending' THEN now() + CAST(:wait AS interval) END, "
-    "status = CASE WHEN :status = 'pending' AND attempts >= :max THEN 'failed' ELSE :status END"
-)
-
 
 # Per detected group of the analysis, its tested member with the most execution time after the deploy over the
 # first look's window (calls × mean; ties to the lowest queryid), and per such statement the sentences of the groups
@@ -98,7 +82,7 @@ def detections(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
 def probably_slower(conn: sa.Connection, analysis_id: str) -> pd.DataFrame:
     """The deploy's statements marked probably slower (sql/0036: open, slower than 1 + θ on their own evidence, not
     proven within the family's budget), the busiest after the deploy first, with the deploy's facts and the
-    analysis's as outbox.detections gives them: announced once, like a load change, so a deploy whose only news they
+    analysis's as alerts.detections gives them: announced once, like a load change, so a deploy whose only news they
     are is still said (the gate warns, it does not block). A release's member has none: the release's fleet verdict,
     which combines its members' evidence, speaks for them (release_verdicts)."""
     return pd.read_sql(
@@ -207,230 +191,3 @@ def analysis_window_end(conn: sa.Connection, analysis_id: str) -> datetime | Non
         ),
         {"d": analysis_id},
     ).scalar_one()
-
-
-# The radar.alert rows (alias a) of what an intended label (:label) closes: the verdicts it stands for
-# (radar.intended_verdict) and the periodic episodes it closed (their opening analysis's rows).
-LABELLED_ALERTS = (
-    "(SELECT a.* FROM radar.alert a JOIN ("
-    "  SELECT deploy_id, target, dbid, userid, queryid, toplevel FROM radar.intended_verdict WHERE label_id = :label "
-    "  UNION SELECT opened_by, target, dbid, userid, queryid, toplevel FROM radar.regression_episode "
-    "  WHERE intended_label = :label"
-    ") s USING (deploy_id, target, dbid, userid, queryid, toplevel))"
-)
-INTENDED_UNSENT = "labelled intended before it was sent: not sent"
-
-
-def skip_labelled(conn: sa.Connection, label_id: int) -> int:
-    """Skip the alerts of what an intended label closes that are still waiting for their first or next attempt (it
-    is no news: the team said they meant it); returns how many. One an earlier attempt may have delivered keeps its
-    remote id, so what it may have opened is still resolved."""
-    return conn.execute(
-        sa.text(
-            f"UPDATE radar.alert x SET status = 'skipped', last_error = :why, next_attempt_at = NULL "
-            f"FROM {LABELLED_ALERTS} a WHERE x.deploy_id = a.deploy_id AND x.target = a.target "
-            "AND x.channel = a.channel AND x.dbid = a.dbid AND x.userid = a.userid AND x.queryid = a.queryid "
-            "AND x.toplevel = a.toplevel AND x.status = 'pending'"
-        ),
-        {"label": label_id, "why": INTENDED_UNSENT},
-    ).rowcount
-
-
-def message_keys(conn: sa.Connection, analysis_id: str, channel: str, ts: str) -> tuple[str | None, list[Key]]:
-    """The channel id a Slack message went to (None when not recorded: the channel as configured is used) and the
-    statement keys it carried, from the analysis's radar.alert rows with that message ts."""
-    rows = conn.execute(
-        sa.text(
-            f"SELECT message_channel, {', '.join(KEY)} FROM radar.alert WHERE deploy_id = :d AND channel = :c "
-            "AND message_ts = :ts ORDER BY target, dbid, userid, queryid, toplevel"
-        ),
-        {"d": analysis_id, "c": channel, "ts": ts},
-    ).fetchall()
-    ids = [r.message_channel for r in rows if r.message_channel]
-    return (ids[0] if ids else None), [statement_key([getattr(r, k) for k in KEY]) for r in rows]
-
-
-def lock(conn: sa.Connection, analysis_id: str) -> None:
-    """Serialise claiming the analysis's alerts for this transaction (held for a claim only, never while sending)."""
-    conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended('radar.alert:' || :d, 0))"), {"d": analysis_id})
-
-
-def enqueue(
-    conn: sa.Connection,
-    analysis_id: str,
-    target: str,
-    keys: list[Key],
-    channel: str,
-    status: str = "pending",
-    note: str | None = None,
-) -> None:
-    """Add a row for each regression not yet in the outbox for this channel: pending, or withheld with a note."""
-    if not keys:
-        return
-    conn.execute(
-        sa.text(
-            "INSERT INTO radar.alert (deploy_id, target, dbid, userid, queryid, toplevel, channel, status, last_error) "
-            "VALUES (:d, :t, :dbid, :userid, :queryid, :toplevel, :c, :s, :n) ON CONFLICT DO NOTHING"
-        ),
-        [
-            {"d": analysis_id, "t": target, **dict(zip(KEY, k, strict=True)), "c": channel, "s": status, "n": note}
-            for k in keys
-        ],
-    )
-
-
-@dataclass(frozen=True)
-class Claim:
-    """The rows one attempt took: their keys, its delivery id, and the earlier attempts that may have posted them
-    (delivery id → when claimed), to look for before sending again."""
-
-    keys: list[Key]
-    delivery_id: str
-    attempt: int  # the highest attempt number among the rows, this one included
-    earlier: dict[Key, str]  # rows whose earlier attempt may have posted them → that attempt's delivery id
-    since: datetime | None  # when the oldest of those earlier attempts began
-
-
-def claim(conn: sa.Connection, analysis_id: str, target: str, channel: str, lease: timedelta) -> Claim:
-    """Take the analysis's rows that are due on this channel: pending past their backoff, or left `sending` longer
-    than `lease` (a run that stopped mid-send). They become `sending` under a new delivery id, one more attempt
-    each. The caller commits this before sending anything, under `lock`."""
-    delivery_id = str(uuid.uuid4())
-    conn.execute(
-        sa.text(
-            "UPDATE radar.alert SET status = 'failed', last_error = 'stopped while sending, out of attempts: it may "
-            "have been posted' WHERE deploy_id = :d AND target = :t AND channel = :c AND status = 'sending' "
-            "AND claimed_at < now() - :lease AND attempts >= :max"
-        ),
-        {"d": analysis_id, "t": target, "c": channel, "lease": lease, "max": MAX_ATTEMPTS},
-    )
-    rows = conn.execute(
-        sa.text(
-            f"WITH due AS (SELECT {', '.join(KEY)}, delivery_id, claimed_at, "
-            "  (status = 'sending' OR outcome_unknown) AS unknown FROM radar.alert "
-            "  WHERE deploy_id = :d AND target = :t AND channel = :c AND attempts < :max AND ("
-            "    (status = 'pending' AND coalesce(next_attempt_at, '-infinity') <= now()) "
-            "    OR (status = 'sending' AND claimed_at < now() - :lease)) FOR UPDATE) "
-            "UPDATE radar.alert a SET status = 'sending', claimed_at = now(), attempts = a.attempts + 1, "
-            "  delivery_id = CAST(:id AS uuid), outcome_unknown = due.unknown "
-            "FROM due WHERE a.deploy_id = :d AND a.target = :t AND a.channel = :c "
-            + " ".join(f"AND a.{k} = due.{k}" for k in KEY)
-            + f" RETURNING {', '.join('a.' + k for k in KEY)}, a.attempts, due.delivery_id, due.claimed_at, due.unknown"
-        ),
-        {"d": analysis_id, "t": target, "c": channel, "lease": lease, "id": delivery_id, "max": MAX_ATTEMPTS},
-    ).fetchall()
-    uncertain = [r for r in rows if r.unknown and r.delivery_id is not None and r.claimed_at is not None]
-    return Claim(
-        keys=[statement_key(r) for r in rows],
-        delivery_id=delivery_id,
-        attempt=max((int(r.attempts) for r in rows), default=0),
-        earlier={statement_key(r): str(r.delivery_id) for r in uncertain},
-        since=min((r.claimed_at for r in uncertain), default=None),
-    )
-
-
-def settle(
-    conn: sa.Connection,
-    analysis_id: str,
-    target: str,
-    channel: str,
-    keys: list[Key],
-    delivery_id: str,
-    status: str,
-    ts: str | None = None,
-    error: str | None = None,
-    unknown: bool = False,
-    wait: timedelta | None = None,
-    earlier: Claim | None = None,
-    remote_id: str | None = None,
-    message_channel: str | None = None,
-) -> None:
-    """Record how an attempt on these claimed rows ended: sent (with Slack's message ts and the channel id it went to,
-    or another channel's
-    `remote_id`), skipped, withheld, failed, or pending again (retryable: no new attempt before `wait` has passed;
-    `unknown`: it may have been posted). A retryable failure after MAX_ATTEMPTS attempts is final (failed). Only rows
-    still claimed by `delivery_id` are touched: an attempt that overran its lease cannot overwrite what a newer
-    attempt recorded. With `earlier` (this attempt's claim, when it sent nothing), the rows an earlier attempt may
-    have posted get that attempt's delivery id and time back, so the next attempt still looks for its message, and
-    the others lose the remote id recorded before sending (expect_remote: nothing of theirs can be on the channel)."""
-    if not keys:
-        return
-    restore = earlier.earlier if earlier is not None else {}
-    conn.execute(
-        sa.text(
-            "UPDATE radar.alert SET last_error = :error, message_ts = coalesce(:ts, message_ts), "
-            "message_channel = coalesce(:message_channel, message_channel), "
-            "remote_id = CASE WHEN :clear THEN NULL ELSE coalesce(:remote, remote_id) END, "
-            f"{SETTLED} "
-            "WHERE deploy_id = :d AND target = :t AND channel = :c AND dbid = :dbid AND userid = :userid "
-            "AND queryid = :queryid AND toplevel = :toplevel AND delivery_id = CAST(:claim AS uuid)"
-        ),
-        [
-            {
-                "d": analysis_id,
-                "t": target,
-                "c": channel,
-                **dict(zip(KEY, k, strict=True)),
-                "claim": delivery_id,
-                "status": status,
-                "ts": ts,
-                "message_channel": message_channel,
-                "remote": remote_id,
-                "error": error,
-                "unknown": unknown,
-                "wait": wait or timedelta(0),
-                "max": MAX_ATTEMPTS,
-                "earlier": restore.get(k),
-                "since": earlier.since if earlier is not None else None,
-                "clear": earlier is not None and k not in restore,
-            }
-            for k in keys
-        ],
-    )
-
-
-def expect_remote(
-    conn: sa.Connection, analysis_id: str, target: str, channel: str, delivery_id: str, remote: dict[Key, str]
-) -> None:
-    """Record, on rows claimed by `delivery_id` before they are sent, the remote id their request will have (a
-    PagerDuty dedup_key): from then on what they may have made on the channel can be closed (a resolve), whatever
-    the row's end; settle clears it when an attempt surely made nothing."""
-    if not remote:
-        return
-    conn.execute(
-        sa.text(
-            "UPDATE radar.alert SET remote_id = :r WHERE deploy_id = :d AND target = :t AND channel = :c "
-            "AND dbid = :dbid AND userid = :userid AND queryid = :queryid AND toplevel = :toplevel "
-            "AND delivery_id = CAST(:claim AS uuid)"
-        ),
-        [
-            {
-                "d": analysis_id,
-                "t": target,
-                "c": channel,
-                **dict(zip(KEY, k, strict=True)),
-                "claim": delivery_id,
-                "r": r,
-            }
-            for k, r in remote.items()
-        ],
-    )
-
-
-def withhold_waiting(conn: sa.Connection, analysis_id: str, note: str) -> int:
-    """Withhold the analysis's alerts still waiting to be sent (too old to be news); returns how many."""
-    return conn.execute(
-        sa.text(
-            "UPDATE radar.alert SET status = 'withheld', last_error = :n, outcome_unknown = false "
-            "WHERE deploy_id = :d AND status = 'pending'"
-        ),
-        {"d": analysis_id, "n": note},
-    ).rowcount
-
-
-def statuses(conn: sa.Connection, analysis_id: str) -> dict[str, int]:
-    """How many of the analysis's alerts are in each status."""
-    rows = conn.execute(
-        sa.text("SELECT status, count(*) FROM radar.alert WHERE deploy_id = :d GROUP BY status"), {"d": analysis_id}
-    )
-    return {r[0]: int(r[1]) for r in rows}

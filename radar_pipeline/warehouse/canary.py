@@ -77,7 +77,7 @@ def given_up(conn: sa.Connection, deploy_id: str, delay: timedelta) -> bool:
 def unalerted(
     conn: sa.Connection, alert_prefix: str, max_age: timedelta, grace: timedelta, limit: int = 100
 ) -> list[str]:
-    """The deploys whose canary analysis is stored with detections and has no outbox row (radar.alert under the target
+    """The deploys whose canary analysis is stored with detections and has no outbox row (a detection under the target
     `alert_prefix` + its target): its run stopped between storing it and canary_alerts claiming the rows. Only those
     whose canary window closed within `max_age` (older ones are no longer news) and that were stored more than
     `grace` ago (the run that stored it is still on its way to claim them), the oldest first."""
@@ -85,8 +85,8 @@ def unalerted(
         sa.text(
             "SELECT c.deploy_id FROM radar.canary_analysis c "
             "WHERE c.state <> 'error' AND c.detected > 0 AND c.window_end > now() - :age "
-            "AND c.analysed_at <= now() - :grace AND NOT EXISTS (SELECT 1 FROM radar.alert a "
-            "  WHERE a.deploy_id = c.deploy_id AND a.target = :prefix || c.target) "
+            "AND c.analysed_at <= now() - :grace AND NOT EXISTS (SELECT 1 FROM radar.outbox a "
+            "  WHERE a.kind = 'detection' AND a.analysis_id = c.deploy_id AND a.target = :prefix || c.target) "
             "ORDER BY c.analysed_at, c.deploy_id LIMIT :n"
         ),
         {"prefix": alert_prefix, "age": max_age, "grace": grace, "n": limit},

@@ -8,9 +8,8 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
-from radar_pipeline.warehouse.alerts import MAX_ATTEMPTS
-from radar_pipeline.warehouse.channels import BLOCKED, DEPLOY_MARK, RESOLVE
 from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX, READY_AT, DueEvent
+from radar_pipeline.warehouse.outbox import BLOCKED, CODE_HOST, DEPLOY_MARK, MAX_ATTEMPTS, RESOLVE, WITHHELD_DOUBT
 
 
 @dataclass(frozen=True)
@@ -27,50 +26,42 @@ class WaitingAlerts:
         return self.analysis_id.startswith(PERIODIC_PREFIX)
 
 
-# The outboxes whose rows the reconciler retries: the alerts (Slack's and the other channels' detections), the
-# channels' resolves and deploy marks, and the code hosts' statuses and comments.
-OUTBOXES = ("radar.alert", "radar.channel_event", "radar.code_host_delivery")
-# What waits in the alert outboxes, as one: radar.alert and radar.channel_event, less the resolves that wait for
-# their trigger to end (not due: they go out after it, in the trigger's run). `aged`: the row is bound by the alert
-# age limit; a resolve is not (closing an incident is never noise: only MAX_ATTEMPTS bounds it).
-_COLUMNS = "deploy_id, status, attempts, created_at, next_attempt_at, claimed_at"
-ALERT_ROWS = (
-    f"(SELECT {_COLUMNS}, true AS aged FROM radar.alert "
-    f"UNION ALL SELECT {_COLUMNS}, kind <> '{RESOLVE}' FROM radar.channel_event w WHERE NOT {BLOCKED})"
+# What the alert runs retry (regression_alerts, periodic_alerts, and the canary's and release's): every row but the
+# code hosts' (code_host_statuses retries them) and the deploy marks (deploy_marks_job sends and retries them, with or
+# without an analysis), less the resolves that wait for their trigger to end (not due: they go out after it, in the
+# trigger's run). `aged`: the row is bound by the alert age limit; a resolve is not (closing an incident is never
+# noise: only MAX_ATTEMPTS bounds it).
+_ALERTS = (
+    f"SELECT w.*, kind <> '{RESOLVE}' AS aged FROM radar.outbox w WHERE channel <> '{CODE_HOST}' AND NOT {BLOCKED}"
 )
-# What one run of the alert assets (regression_alerts, periodic_alerts) retries: ALERT_ROWS less the deploy marks,
-# which deploy_marks_job sends and retries (defs/deploys/deploy_marks.py), with or without an analysis.
-RETRIED_ROWS = (
-    f"(SELECT {_COLUMNS}, true AS aged FROM radar.alert "
-    f"UNION ALL SELECT {_COLUMNS}, kind <> '{RESOLVE}' FROM radar.channel_event w "
-    f"WHERE NOT {BLOCKED} AND kind <> '{DEPLOY_MARK}')"
-)
+ALERT_ROWS = f"({_ALERTS})"
+RETRIED_ROWS = f"({_ALERTS} AND kind <> '{DEPLOY_MARK}')"
+CODE_HOST_ROWS = f"(SELECT *, true AS aged FROM radar.outbox WHERE channel = '{CODE_HOST}')"
 
 
 def waiting_alerts(conn: sa.Connection, max_age: timedelta, lease: timedelta, limit: int = 100) -> list[WaitingAlerts]:
-    """Analyses with rows due now (radar.alert's, and the channels' resolves; not deploy marks): `pending` past their
-    backoff, or left `sending` past `lease` by a run that stopped; only rows created within `max_age` (older ones are
-    withheld by withhold_old), except resolves (never withheld; MAX_ATTEMPTS bounds them)."""
+    """Analyses with rows due now (detections, resolves and Slack message updates; not deploy marks): `pending` past
+    their backoff, or left `sending` past `lease` by a run that stopped; only rows created within `max_age` (older
+    ones are withheld by withhold_old), except resolves (never withheld; MAX_ATTEMPTS bounds them)."""
     return _waiting(conn, RETRIED_ROWS, max_age, lease, limit)
 
 
 def waiting_deliveries(
     conn: sa.Connection, max_age: timedelta, lease: timedelta, limit: int = 100
 ) -> list[WaitingAlerts]:
-    """Deploys with code-host deliveries (radar.code_host_delivery) due now, as waiting_alerts finds alerts."""
-    return _waiting(conn, "radar.code_host_delivery", max_age, lease, limit)
+    """Deploys with code-host deliveries due now, as waiting_alerts finds alerts."""
+    return _waiting(conn, CODE_HOST_ROWS, max_age, lease, limit)
 
 
 def _waiting(conn: sa.Connection, table: str, max_age: timedelta, lease: timedelta, limit: int) -> list[WaitingAlerts]:
-    assert table in (*OUTBOXES, RETRIED_ROWS)  # ours, never input: it is written into the statement
-    aged = "w.aged" if table == RETRIED_ROWS else "true"
+    assert table in (CODE_HOST_ROWS, RETRIED_ROWS)  # ours, never input: it is written into the statement
     rows = conn.execute(
         sa.text(
-            f"SELECT deploy_id, count(*), max(attempts) FROM {table} AS w "
-            f"WHERE (created_at > now() - :age OR NOT {aged}) AND attempts < :max AND ("
+            f"SELECT analysis_id, count(*), max(attempts) FROM {table} AS w "
+            "WHERE (created_at > now() - :age OR NOT aged) AND attempts < :max AND ("
             "  (status = 'pending' AND coalesce(next_attempt_at, '-infinity') <= now()) "
             "  OR (status = 'sending' AND claimed_at < now() - :lease)) "
-            "GROUP BY deploy_id ORDER BY min(created_at) LIMIT :limit"
+            "GROUP BY analysis_id ORDER BY min(created_at) LIMIT :limit"
         ),
         {"age": max_age, "lease": lease, "max": MAX_ATTEMPTS, "limit": limit},
     )
@@ -83,19 +74,14 @@ def withhold_old(conn: sa.Connection, max_age: timedelta) -> int:
     incident is never noise; MAX_ATTEMPTS bounds it). A code host's row keeps its doubt (an earlier attempt may have
     posted its comment), so a later re-analysis looks for that comment before it posts one; a PagerDuty trigger keeps
     its remote id, so what it may have opened is still resolved."""
-    doubt = {"radar.alert": "false", "radar.channel_event": "false", "radar.code_host_delivery": "outcome_unknown"}
-    kinds = {"radar.channel_event": f"AND kind <> '{RESOLVE}'"}
-    return sum(
-        conn.execute(
-            sa.text(
-                f"UPDATE {table} SET status = 'withheld', outcome_unknown = {doubt[table]}, "
-                "last_error = coalesce(last_error || '; ', '') || 'still unsent after the alert age limit: withheld' "
-                f"WHERE status = 'pending' AND created_at <= now() - :age {kinds.get(table, '')}"
-            ),
-            {"age": max_age},
-        ).rowcount
-        for table in OUTBOXES
-    )
+    return conn.execute(
+        sa.text(
+            f"UPDATE radar.outbox SET status = 'withheld', outcome_unknown = {WITHHELD_DOUBT}, "
+            "last_error = coalesce(last_error || '; ', '') || 'still unsent after the alert age limit: withheld' "
+            f"WHERE status = 'pending' AND created_at <= now() - :age AND kind <> '{RESOLVE}'"
+        ),
+        {"age": max_age},
+    ).rowcount
 
 
 def unanalysed_deploys(

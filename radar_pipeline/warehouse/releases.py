@@ -51,7 +51,7 @@ class Release:
 
     @property
     def anchor(self) -> str:
-        """The member deploy the release's alerts are filed under in radar.alert: the earliest member of its first
+        """The member deploy the release's alerts are filed under in radar.outbox: the earliest member of its first
         final decision, which no later member or redeploy moves (a fleet detection is alerted once, whatever members
         come later); before it has one, its earliest member deploy."""
         if self.first_anchor is not None:

@@ -19,7 +19,7 @@ from radar_pipeline.defs.retry_jobs import RETRIED_BY, alert_retry_job
     kinds={"slack"},
     owners=OWNERS,
     tags={RETRIED_BY: alert_retry_job.name},  # its rows wait under the deploy's partition: retried with its alerts
-    description="Slack and routed-channel alerts for the canary arm's detections of a canary deploy (radar.alert, "
+    description="Slack and routed-channel alerts for the canary arm's detections of a canary deploy (radar.outbox, "
     "target canary:<target>), once per canary analysis.",
 )
 def canary_alerts(

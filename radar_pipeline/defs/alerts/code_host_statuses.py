@@ -1,5 +1,5 @@
 """code_host_statuses: the deploy's state on its commit (and GitHub deployment) and, on a regression, a comment on the
-requests that merged it, through the outbox in radar.code_host_delivery (steps/code_host_delivery.py)."""
+requests that merged it, through the outbox (radar.outbox) (steps/code_host_delivery.py)."""
 
 from datetime import UTC, datetime
 
@@ -17,7 +17,7 @@ from radar_pipeline.defs.resources import CodeHostResource, WarehouseResource
     kinds={"github", "gitlab"},
     owners=OWNERS,
     description="The deploy's state as a GitHub or GitLab commit status (and deployment status), and a comment on the "
-    "pull or merge request that merged the commit when something regressed (radar.code_host_delivery).",
+    "pull or merge request that merged the commit when something regressed (radar.outbox).",
 )
 def code_host_statuses(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, code_hosts: CodeHostResource

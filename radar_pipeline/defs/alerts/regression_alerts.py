@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     kinds={"slack"},
     owners=OWNERS,
     description="Slack alerts for the deploy's regressions, new heavy statements, call surges and probably-slower "
-    "statements (radar.alert); then the routed channels beyond Slack: PagerDuty, Teams, Grafana, webhooks "
-    "(radar.alert, radar.channel_event).",
+    "statements (radar.outbox); then the routed channels beyond Slack: PagerDuty, Teams, Grafana, webhooks "
+    "(radar.outbox).",
 )
 def regression_alerts(
     context: dg.AssetExecutionContext,
@@ -51,18 +51,18 @@ def regression_alerts(
     from radar_pipeline.alerts.render import TIERS_SHOWN
     from radar_pipeline.steps.alert_delivery import deliver, deploy_facts, withhold_reason
     from radar_pipeline.steps.channel_delivery import update_messages
-    from radar_pipeline.warehouse import alerts as outbox
+    from radar_pipeline.warehouse import alerts, outbox
     from radar_pipeline.warehouse import analysis as analysis_store
     from radar_pipeline.warehouse.status import tiered_statements
 
     analysis_id = context.partition_key
     engine = warehouse.engine()
     with engine.connect() as conn:
-        found = outbox.detections(conn, analysis_id)
-        changes = outbox.load_changes(conn, analysis_id)
-        slower = outbox.probably_slower(conn, analysis_id)
+        found = alerts.detections(conn, analysis_id)
+        changes = alerts.load_changes(conn, analysis_id)
+        slower = alerts.probably_slower(conn, analysis_id)
         either = next((rows for rows in (found, changes, slower) if len(rows)), found)
-        load = outbox.load_summary(conn, analysis_id, str(either["target"].iloc[0])) if len(either) else None
+        load = alerts.load_summary(conn, analysis_id, str(either["target"].iloc[0])) if len(either) else None
         state = analysis_store.deploy_states(conn, [analysis_id])
         tiered = tiered_statements(conn, analysis_id, TIERS_SHOWN)
     reanalysis = context.run.tags.get(REANALYSIS_TAG) == "true"
@@ -90,7 +90,7 @@ def regression_alerts(
     metadata.update(update_messages(context.log, engine, slack.sender(), analysis_id, found, changes, lambda *_: facts))
     with engine.begin() as conn:
         if reason is not None and not context.run.tags.get(REANALYSIS_TAG):
-            metadata["withheld_waiting"] = outbox.withhold_waiting(conn, analysis_id, reason)
+            metadata["withheld_waiting"] = outbox.withhold_waiting(conn, analysis_id, reason, [outbox.DETECTION])
         metadata.update(status_counts(outbox.statuses(conn, analysis_id)))
     if "chart_images" not in metadata:  # nothing new drawn: the partition's latest still shows the charts
         metadata.update(earlier_charts(context.instance, analysis_id))
@@ -115,15 +115,13 @@ def _channels(
     from radar_pipeline.alerts.channels import close
     from radar_pipeline.steps.alert_delivery import withhold_reason
     from radar_pipeline.steps.channel_delivery import deliver_routed, deploy_notice
-    from radar_pipeline.warehouse import alerts as outbox
-    from radar_pipeline.warehouse import channels as channel_events
-    from radar_pipeline.warehouse import deploys
+    from radar_pipeline.warehouse import alerts, deploys, outbox
 
     if not channels.factories():
         return {}
     with engine.connect() as conn:
         event = deploys.get(conn, analysis_id)
-        window = outbox.analysis_window_end(conn, analysis_id)
+        window = alerts.analysis_window_end(conn, analysis_id)
     if event is None or window is None:
         return {}
     routed = channels.routed()
@@ -138,9 +136,9 @@ def _channels(
         close(routed)
     if reason is not None and not reanalysis:
         with engine.begin() as conn:
-            channel_events.withhold_waiting(conn, analysis_id, reason)
+            outbox.withhold_waiting(conn, analysis_id, reason, [outbox.DEPLOY_MARK])
     with engine.connect() as conn:
-        counts = channel_events.statuses(conn, analysis_id)
+        counts = outbox.statuses(conn, analysis_id, outbox.EVENT_KINDS)
     return {
         "channels": dg.MetadataValue.json(delivered),
         **({"channel_events": dg.MetadataValue.json(counts)} if counts else {}),

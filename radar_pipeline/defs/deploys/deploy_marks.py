@@ -2,7 +2,7 @@
 for the first minutes of an incident, so they do not wait for the deploy's analysis (its window and settle time) and
 a deploy never analysed still gets one. deploy_mark_sensor finds the recent deploys whose mark is due on a channel
 routed deploys (not enqueued yet, or pending past its backoff) and requests a run of deploy_marks_job, which sends
-them through the outbox (radar.channel_event); regression_alerts later finds them sent."""
+them through the outbox (radar.outbox); regression_alerts later finds them sent."""
 
 import hashlib
 import json
@@ -28,7 +28,7 @@ UNFINISHED = [
 ENDED = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
 
 
-@dg.op(description="Mark each recent deploy whose mark is due on the channels routed deploys (radar.channel_event).")
+@dg.op(description="Mark each recent deploy whose mark is due on the channels routed deploys (radar.outbox).")
 def deploy_marks(context: dg.OpExecutionContext, warehouse: WarehouseResource, channels: ChannelsResource) -> None:
     """Send the due deploy marks (steps/channel_delivery.mark_recent_deploys); an unexpected error fails the run after
     every deploy and channel was tried."""
@@ -64,8 +64,7 @@ def deploy_mark_sensor(
     in a row, at most MAX_BACKOFF_S). The run key names what is due and a request counter kept in the cursor
     (started from the clock, so a reset cursor never brings back a key Dagster would skip): a tick evaluated again
     requests nothing twice, a later one retries what is still due."""
-    from radar_pipeline.steps.alert_delivery import LEASE
-    from radar_pipeline.warehouse.channels import marks_due
+    from radar_pipeline.warehouse.outbox import LEASE, marks_due
 
     names = channels.marking()
     if not names:

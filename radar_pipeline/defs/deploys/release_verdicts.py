@@ -32,7 +32,7 @@ FLEET_COLUMNS = [
     owners=OWNERS,
     tags={RETRIED_BY: alert_retry_job.name},  # its fleet alerts' rows wait under the release's first deploy
     description="The fleet verdict of the deploy's release: each statement key seen on several of its targets, "
-    "decided jointly (radar.release_verdict); fleet detections alerted through the outbox (radar.alert).",
+    "decided jointly (radar.release_verdict); fleet detections alerted through the outbox (radar.outbox).",
 )
 def release_verdicts(
     context: dg.AssetExecutionContext,

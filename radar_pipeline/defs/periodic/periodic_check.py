@@ -151,14 +151,14 @@ def periodic_alerts(
     from radar_pipeline.steps.alert_delivery import deliver, period_facts
     from radar_pipeline.steps.channel_delivery import NO_RESOLVES, RECOVERED, deliver_routed, update_messages
     from radar_pipeline.steps.periodic_check import analysis_id
-    from radar_pipeline.warehouse import alerts as outbox
+    from radar_pipeline.warehouse import alerts, outbox
 
     ident = analysis_id(context.partition_key)
     ended = context.partition_time_window.end
     max_age = slack.alert_max_age
     engine = warehouse.engine()
     with engine.connect() as conn:
-        found = outbox.detections(conn, ident)
+        found = alerts.detections(conn, ident)
 
     def facts_of(target: str, rows: "pd.DataFrame") -> "AnalysisFacts":
         return period_facts(ident, target, rows)
@@ -253,7 +253,7 @@ def periodic_definitions(start: str, minute: int) -> dg.Definitions:
         group_name="periodic",
         kinds={"slack"},
         owners=OWNERS,
-        description="Slack alerts for the regressions the periodic check reported (outbox: radar.alert).",
+        description="Slack alerts for the regressions the periodic check reported (radar.outbox).",
     )(periodic_alerts)
     job = dg.define_asset_job("periodic_job", selection=dg.AssetSelection.assets(verdicts, alerts))
     schedule = dg.build_schedule_from_partitioned_job(

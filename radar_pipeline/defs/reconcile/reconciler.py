@@ -58,11 +58,11 @@ def radar_reconciler(
 
     Cursor: {"backlog": the last reported counts}.
     """
-    from radar_pipeline.steps.alert_delivery import LEASE
     from radar_pipeline.steps.canary import CANARY_ALERT_PREFIX
     from radar_pipeline.warehouse import canary as canaries
     from radar_pipeline.warehouse import reconcile as store
     from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX
+    from radar_pipeline.warehouse.outbox import LEASE
 
     engine = warehouse.engine()
     delay = timedelta(seconds=analysis.window_seconds) + analysis.settle
@@ -226,8 +226,8 @@ def nothing_waiting(
     warehouse: WarehouseResource, analysis: AnalysisResource, slack: SlackResource, reconciler: ReconcilerResource
 ) -> dg.AssetCheckResult:
     """What waits for a later run right now (see radar_reconciler)."""
-    from radar_pipeline.steps.alert_delivery import LEASE
     from radar_pipeline.warehouse import reconcile as store
+    from radar_pipeline.warehouse.outbox import LEASE
 
     delay = timedelta(seconds=analysis.window_seconds) + analysis.settle
     with warehouse.engine().connect() as conn:
