@@ -14,23 +14,19 @@ from typing import Any
 import pandas as pd
 import sqlalchemy as sa
 
-from radar_pipeline.alerts.channel import ChannelError
 from radar_pipeline.alerts.render import MAX_SHOWN, AnalysisFacts, LoadChange, Regression, render
-from radar_pipeline.alerts.slack import DeliveryError, SlackSender
-from radar_pipeline.config.settings import DEFAULT_ALERT_MAX_AGE_HOURS, settings
+from radar_pipeline.alerts.slack import SlackSender
+from radar_pipeline.config.settings import settings
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.engine.samples import interval_means
 from radar_pipeline.pgss_model import KEY, Key, key_label, statement_key, statement_keys
 from radar_pipeline.plan_shape import summary
+from radar_pipeline.steps.delivery import Delivery, Sent
 from radar_pipeline.warehouse import outbox
 from radar_pipeline.warehouse.analysis import read_window
+from radar_pipeline.warehouse.outbox import Row
 
 NO_CHANNEL = "-"
-RETRY_BASE = timedelta(minutes=1)  # the outbox's backoff after a retryable failure, doubling per attempt …
-RETRY_CAP = timedelta(hours=1)  # … up to this
-# The longest wait a host may ask for (Retry-After): beyond the default alert age limit a delivery is withheld anyway.
-ASKED_WAIT_CAP = timedelta(hours=DEFAULT_ALERT_MAX_AGE_HOURS)
-HISTORY_SLACK = timedelta(minutes=1)  # clock difference allowed when looking for an earlier attempt's message
 
 
 def deliver(
@@ -76,7 +72,7 @@ def deliver(
     due = claim_due(log, engine, sender, facts.analysis_id, facts.target, keys, withhold, metadata)
     if due is None:
         return metadata
-    todo, claimed, settle = due
+    todo, delivery = due
     todo_set = set(todo)
     todo_rows = found[[k in todo_set for k in detected_keys]]
     todo_changes = changes[[k in todo_set and k not in detected for k in change_keys]] if len(changes) else changes
@@ -99,17 +95,10 @@ def deliver(
         log.info(f"Slack is not configured; the alert would read:\n{text}\n{plain_text(blocks)}")
         for path, _ in charts:
             log.info(f"chart: {path}")
-        settle(todo, "skipped")
+        delivery.settle(delivery.claimed.of(todo), "skipped")
         return metadata
-    delivered = send_and_settle(log, sender, text, blocks, charts, claimed, todo, settle)
-    if delivered is not None:
-        metadata["message_ts"] = delivered.ts or ""
-        for error in delivered.chart_errors:
-            log.warning(f"Slack: a chart was not uploaded: {error}")
+    send_message(delivery, sender, text, blocks, charts, todo, metadata)
     return metadata
-
-
-Settle = Callable[..., None]
 
 
 def claim_due(
@@ -121,11 +110,11 @@ def claim_due(
     keys: list[Key],
     withhold: str | None,
     metadata: dict[str, Any],
-) -> tuple[list[Key], outbox.Claim, Settle] | None:
+) -> tuple[list[Key], Delivery] | None:
     """Steps (1) and (2) of `deliver` for any message under (analysis_id, target): enqueue a row per key (withheld,
     with `withhold`, and then None) and claim those due, then look in the channel for the ones an earlier attempt may
-    have posted; the keys left to send, the claim, and `settle(keys, status, **outcome)` for step (3) — or None when
-    nothing is to be sent now (metadata says why where there is a why)."""
+    have posted (steps/delivery.py); the keys left to send and the attempt's Delivery — or None when nothing is to be
+    sent now (metadata says why where there is a why)."""
     channel = sender.channel or NO_CHANNEL
     with engine.begin() as conn:
         outbox.lock(conn, analysis_id)
@@ -135,96 +124,48 @@ def claim_due(
             return None
         outbox.enqueue_detections(conn, analysis_id, target, keys, channel)
         claimed = outbox.claim(conn, analysis_id, [outbox.DETECTION], channel=channel, target=target)
-    if not claimed.keys:
+    if not claimed.rows:
         return None
-
-    def settle(settled: list[Key], status: str, **kwargs: Any) -> None:
-        with engine.begin() as conn:
-            outbox.settle(conn, claimed, claimed.of(settled), status, **kwargs)
-
-    todo = claimed.keys
-    if claimed.earlier and sender.configured:  # an earlier attempt may have posted them: look in the channel first
-        remaining = _already_posted(log, sender, claimed, settle, metadata)
-        if remaining is None:
-            return None
-        todo = remaining
-    return (todo, claimed, settle) if todo else None
+    delivery = Delivery(log, engine, "Slack", claimed, word="posted")
+    todo: list[Row] | None = claimed.rows
+    if sender.configured:  # an earlier attempt may have posted some: look in the channel first (token mode)
+        todo = delivery.look(claimed.rows, _posted(sender) if sender.can_check else None)
+        for found in delivery.found.values():
+            metadata["message_ts"] = found.ts or ""
+    keys_left = [r.key for r in todo or [] if r.key is not None]
+    return (keys_left, delivery) if keys_left else None
 
 
-def send_and_settle(
-    log: logging.Logger,
+def send_message(
+    delivery: Delivery,
     sender: SlackSender,
     text: str,
     blocks: list[dict[str, Any]],
     charts: list[tuple[Path, str]],
-    claimed: outbox.Claim,
     todo: list[Key],
-    settle: Settle,
-) -> Any:
-    """Step (3) of `deliver`: send the message under the claim's delivery id and settle the rows `todo` by the outcome
-    (sent; pending with a backoff when the failure is retryable, its outcome unknown when it may have been posted;
-    else failed). The delivery, or None when it failed."""
-    try:
-        delivered = sender.send(text, blocks, charts, delivery_id=claimed.delivery_id)
-    except DeliveryError as exc:
-        log.error(f"Slack: {exc}")
-        if exc.retryable:
-            settle(todo, "pending", error=str(exc), unknown=exc.unknown, wait=retry_wait(claimed.attempt, exc))
-        else:
-            settle(todo, "failed", error=str(exc))
-        return None
-    settle(todo, "sent", ts=delivered.ts, message_channel=delivered.channel_id)
-    return delivered
+    metadata: dict[str, Any],
+) -> None:
+    """Step (3) of `deliver`: send the message under the attempt's delivery id and settle the rows `todo` by the
+    outcome (steps/delivery.py); the message's ts in `metadata`."""
+
+    def send(_: list[Row]) -> Sent:
+        delivered = sender.send(text, blocks, charts, delivery_id=delivery.claimed.delivery_id)
+        metadata["message_ts"] = delivered.ts or ""
+        for error in delivered.chart_errors:
+            delivery.log.warning(f"Slack: a chart was not uploaded: {error}")
+        return Sent(ts=delivered.ts, message_channel=delivered.channel_id)
+
+    delivery.send([delivery.claimed.of(todo)], send)
 
 
-def _already_posted(
-    log: logging.Logger, sender: SlackSender, claimed: outbox.Claim, settle: Any, metadata: dict[str, Any]
-) -> list[Key] | None:
-    """Of the claimed rows, those still to send once the earlier attempts that may have posted them are looked for
-    in the channel; those found are marked sent. None when the channel cannot be read now (the rows wait)."""
-    if not sender.can_check:
-        log.warning(
-            "Slack: an earlier attempt got no answer and a webhook cannot tell whether it was posted: sending again "
-            "(it may appear twice)"
-        )
-        return claimed.keys
-    assert claimed.since is not None
-    try:
-        posted = sender.find_posted(set(claimed.earlier.values()), claimed.since - HISTORY_SLACK)
-    except DeliveryError as exc:
-        log.error(f"Slack: cannot tell whether an earlier attempt was posted: {exc}")
-        settle(
-            claimed.keys,
-            "pending" if exc.retryable else "failed",
-            error=str(exc),
-            wait=retry_wait(claimed.attempt, exc),
-            restore=True,  # this attempt sent nothing: the next one looks for the earlier attempt's message
-        )
-        return None
-    by_ts: dict[str, list[Key]] = {}
-    for key, earlier in claimed.earlier.items():
-        if earlier in posted:
-            by_ts.setdefault(posted[earlier], []).append(key)
-    for ts, keys in by_ts.items():
-        log.info(f"Slack: an earlier attempt was posted after all (message {ts}): not sending it again")
-        settle(keys, "sent", ts=ts)
-        metadata["message_ts"] = ts
-    done = {k for keys in by_ts.values() for k in keys}
-    return [k for k in claimed.keys if k not in done]
+def _posted(sender: SlackSender) -> Callable[[list[Row], datetime], dict[int, Sent]]:
+    """Slack's look for what earlier attempts posted: their delivery ids in the channel's messages' metadata."""
 
+    def find(rows: list[Row], since: datetime) -> dict[int, Sent]:
+        posted = sender.find_posted({str(r.earlier) for r in rows}, since)
+        return {r.id: Sent(ts=posted[str(r.earlier)]) for r in rows if r.earlier in posted}
 
-def retry_wait(attempt: int, error: ChannelError) -> timedelta:
-    """How long the outbox waits before the next attempt: what the channel asked (Retry-After), else an exponential
-    backoff from RETRY_BASE doubling per attempt up to RETRY_CAP."""
-    if error.retry_after is not None:
-        return asked_wait(error.retry_after)
-    return min(RETRY_CAP, RETRY_BASE * 2 ** max(0, attempt - 1))
-
-
-def asked_wait(seconds: float) -> timedelta:
-    """A wait a host asked for, as a timedelta of at most ASKED_WAIT_CAP: it may ask for `inf`, `1e20` or `nan`."""
-    cap = ASKED_WAIT_CAP.total_seconds()
-    return timedelta(seconds=seconds if 0 <= seconds <= cap else 0 if seconds < 0 else cap)
+    return find
 
 
 def withhold_reason(found: pd.DataFrame, max_age: timedelta, now: datetime, reanalysis: bool = False) -> str | None:

@@ -279,7 +279,7 @@ def deliver_canary_alerts(
         render_canary,
     )
     from radar_pipeline.steps import channel_delivery
-    from radar_pipeline.steps.alert_delivery import claim_due, run_url, send_and_settle, withhold_reason
+    from radar_pipeline.steps.alert_delivery import claim_due, run_url, send_message, withhold_reason
 
     with engine.connect() as conn:
         found = stored.analysis_of(conn, deploy_id)
@@ -330,16 +330,16 @@ def deliver_canary_alerts(
     )
     claimed_due = claim_due(log, engine, sender, deploy_id, facts.target, keys, withhold, metadata)
     if claimed_due is not None:
-        todo, claimed, settle = claimed_due
+        todo, delivery = claimed_due
         due = set(todo)
         text, blocks = render_canary(facts, [regressions[k] for k in keys if k in due])
         metadata["to_send"] = len(todo)
         metadata["message"] = {"text": text, "blocks": blocks}
         if not sender.configured:
             log.info(f"Slack is not configured; the canary alert would read:\n{text}")
-            settle(todo, "skipped")
+            delivery.settle(delivery.claimed.of(todo), "skipped")
         else:
-            send_and_settle(log, sender, text, blocks, [], claimed, todo, settle)
+            send_message(delivery, sender, text, blocks, [], todo, metadata)
     channels: dict[str, Any] = {}
     failures: list[Exception] = []
     for route in routed:

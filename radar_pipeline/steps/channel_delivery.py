@@ -26,7 +26,6 @@ import sqlalchemy as sa
 
 from radar_pipeline.alerts.channel import (
     Channel,
-    ChannelError,
     Delivered,
     DeployMarker,
     DeployNotice,
@@ -35,11 +34,13 @@ from radar_pipeline.alerts.channel import (
 )
 from radar_pipeline.alerts.channels import DEPLOY, LOAD_CHANGE, REGRESSION, Routed
 from radar_pipeline.alerts.render import AnalysisFacts, render
-from radar_pipeline.alerts.slack import DeliveryError, SlackSender
+from radar_pipeline.alerts.slack import SlackSender
 from radar_pipeline.config import printable
 from radar_pipeline.pgss_model import KEY, Key, statement_keys
-from radar_pipeline.steps.alert_delivery import HISTORY_SLACK, NO_CHANNEL, change_of, regression_of, retry_wait
+from radar_pipeline.steps.alert_delivery import NO_CHANNEL, change_of, regression_of
+from radar_pipeline.steps.delivery import Delivery, Find, Sent
 from radar_pipeline.warehouse import outbox
+from radar_pipeline.warehouse.outbox import Row
 
 UNDETECTED, RECOVERED, NO_RESOLVES = "undetected", "recovered", "none"  # which resolves deliver_routed sends
 NO_LONGER = "no longer announced by the analysis: not sent"
@@ -92,78 +93,37 @@ def deliver(
         if callable(expected):
             remote = {k: expected(facts, detections[k]) for k in claimed.keys if k in detections}
             outbox.expect_remote(conn, claimed, remote)
-    if not claimed.keys:
+    if not claimed.rows:
         return metadata
+    delivery = Delivery(log, engine, name, claimed)
+    gone = [r for r in claimed.rows if r.key not in detections]
+    delivery.settle(gone, "skipped", error=NO_LONGER)  # rows of statements a re-analysis no longer announces
+    todo = delivery.look([r for r in claimed.rows if r.key in detections], _found(channel, facts))
+    if todo is None:
+        return metadata
+    batches = [[r] for r in todo] if channel.per_detection else ([todo] if todo else [])
 
-    def settle(keys: list[Key], status: str, **kwargs: Any) -> None:
-        with engine.begin() as conn:
-            outbox.settle(conn, claimed, claimed.of(keys), status, **kwargs)
+    def send(rows: list[Row]) -> Sent:
+        delivered = channel.notify(facts, [detections[r.key] for r in rows if r.key is not None], claimed.delivery_id)
+        return Sent(remote_id=delivered.remote_id)
 
-    gone = [k for k in claimed.keys if k not in detections]
-    if gone:  # claimed rows of statements a re-analysis no longer announces
-        settle(gone, "skipped", error=NO_LONGER)
-    todo = [k for k in claimed.keys if k in detections]
-    if claimed.earlier and todo:
-        remaining = _already_delivered(log, channel, facts, claimed, todo, settle)
-        if remaining is None:
-            return metadata
-        todo = remaining
-    groups = [[k] for k in todo] if channel.per_detection else ([todo] if todo else [])
-    for i, group in enumerate(groups):
-        try:
-            delivered = channel.notify(facts, [detections[k] for k in group], claimed.delivery_id)
-        except ChannelError as exc:
-            log.error(f"{name}: {exc}")
-            wait = retry_wait(claimed.attempt, exc)
-            # An answer that says nothing was taken (a refusal, a throttle, no connection) keeps an earlier attempt's
-            # doubt and drops the remote id of a row no attempt may have delivered (settle's `restore`).
-            status = "pending" if exc.retryable else "failed"
-            settle(group, status, error=str(exc), unknown=exc.unknown, wait=wait, restore=not exc.unknown)
-            if exc.retry_after is not None:  # the channel asked to wait: the rest wait too, unsent
-                rest = [k for g in groups[i + 1 :] for k in g]
-                settle(rest, "pending", error=f"not sent: {name} asked to wait", wait=wait, restore=True)
-                break
-        else:
-            settle(group, "sent", remote_id=delivered.remote_id)
-            metadata["sent"] += len(group)
+    delivery.send(batches, send)
+    metadata["sent"] = delivery.sent - len(delivery.found)
     return metadata
 
 
-def _already_delivered(
-    log: logging.Logger,
-    channel: Channel,
-    facts: AnalysisFacts,
-    claimed: outbox.Claim,
-    todo: list[Key],
-    settle: Callable[..., None],
-) -> list[Key] | None:
-    """Of the rows to send, those still to send once the earlier attempts that may have delivered them are looked
-    for on the channel (when it can tell); those found are marked sent. None when it cannot be read now."""
+def _found(channel: Channel, facts: AnalysisFacts) -> Find | None:
+    """The channel's look for what earlier attempts delivered (None when it cannot tell)."""
     if not channel.can_check:
-        log.warning(
-            f"{channel.name}: an earlier attempt got no answer and {channel.name} cannot be asked whether it was "
-            "delivered: sending again (the channel's deduplication, where it has one, keeps it once)"
-        )
-        return todo
-    assert claimed.since is not None
-    earlier = {k: v for k, v in claimed.earlier.items() if k in todo}
-    try:
-        found = channel.find_delivered(facts, earlier, claimed.since - HISTORY_SLACK)
-    except ChannelError as exc:
-        log.error(f"{channel.name}: cannot tell whether an earlier attempt was delivered: {exc}")
-        settle(
-            todo,
-            "pending" if exc.retryable else "failed",
-            error=str(exc),
-            wait=retry_wait(claimed.attempt, exc),
-            restore=True,
-        )
         return None
-    for key, delivered in found.items():
-        if key in earlier:
-            log.info(f"{channel.name}: an earlier attempt was delivered after all: not sending it again")
-            settle([key], "sent", remote_id=delivered.remote_id)
-    return [k for k in todo if k not in found]
+
+    def find(rows: list[Row], since: datetime) -> dict[int, Sent]:
+        by_key = {r.key: r for r in rows if r.key is not None}
+        earlier = {k: str(r.earlier) for k, r in by_key.items()}
+        found = channel.find_delivered(facts, earlier, since)
+        return {by_key[k].id: Sent(remote_id=d.remote_id) for k, d in found.items() if k in by_key}
+
+    return find
 
 
 def resolve_undetected(
@@ -216,16 +176,12 @@ def update_messages(
         outbox.lock(conn, analysis_id)
         claimed = outbox.claim(conn, analysis_id, [outbox.MESSAGE_UPDATE], channel=name)
         standing = labels.standing_labels(conn, analysis_id) if claimed.rows else {}
-    updated = 0
-    for event in claimed.rows:
+    delivery = Delivery(log, engine, "Slack message update", claimed)
 
-        def settle(status: str, **kwargs: Any) -> None:
-            with engine.begin() as conn:
-                outbox.settle(conn, claimed, [event], status, **kwargs)  # noqa: B023 - called in this turn
-
+    def send(batch: list[Row]) -> Sent:
+        (event,) = batch
         if not sender.can_check:
-            settle("skipped", error="a webhook cannot update the messages it posted")
-            continue
+            return Sent(status="skipped", error="a webhook cannot update the messages it posted")
         with engine.connect() as conn:
             channel_id, keys = outbox.message_keys(conn, analysis_id, name, event.subject)
         carried = set(keys)
@@ -234,8 +190,7 @@ def update_messages(
         detected = set(statement_keys(rows))
         moved = shown[(shown["target"] == event.target).to_numpy() & _among(statement_keys(shown), carried - detected)]
         if rows.empty and moved.empty:
-            settle("skipped", error="the analysis no longer announces what the message carried")
-            continue
+            return Sent(status="skipped", error="the analysis no longer announces what the message carried")
         regressions = [
             replace(regression_of(r), label=standing.get((event.target, k)))
             for r, k in zip(rows.itertuples(), statement_keys(rows), strict=True)
@@ -246,20 +201,12 @@ def update_messages(
             [change_of(r) for r in moved.itertuples()],
             buttons=sender.buttons,
         )
-        try:
-            sender.update(channel_id or name, event.subject, text, blocks)
-        except DeliveryError as exc:
-            log.error(f"Slack message update: {exc}")
-            settle(
-                "pending" if exc.retryable else "failed",
-                error=str(exc),
-                unknown=exc.unknown,
-                wait=retry_wait(event.attempt, exc),
-            )
-        else:
-            settle("sent")
-            updated += 1
-    return {"message_updates_sent": updated, "message_updates_due": len(claimed.rows)} if claimed.rows else {}
+        sender.update(channel_id or name, event.subject, text, blocks)
+        return Sent()
+
+    delivery.send([[r] for r in claimed.rows], send)
+    due = len(claimed.rows)
+    return {"message_updates_sent": delivery.sent, "message_updates_due": due} if due else {}
 
 
 def _among(keys: list[Key], chosen: set[Key]) -> np.ndarray:
@@ -280,8 +227,9 @@ def mark_deploy(
     if withhold:
         return {"withheld": withhold}
 
-    def find(event: outbox.Row, since: datetime) -> Delivered | None:
-        return marker.find_marked(notice, str(event.earlier), since) if marker.can_check else None
+    def find(rows: list[Row], since: datetime) -> dict[int, Sent]:
+        marks = {r.id: marker.find_marked(notice, str(r.earlier), since) for r in rows}
+        return {i: Sent(remote_id=m.remote_id) for i, m in marks.items() if m is not None}
 
     return _deliver_events(
         log,
@@ -300,45 +248,21 @@ def _deliver_events(
     name: str,
     analysis_id: str,
     kind: str,
-    send: Callable[[outbox.Row, str], Delivered],
-    find: Callable[[outbox.Row, datetime], Delivered | None] | None = None,
+    send: Callable[[Row, str], Delivered],
+    find: Find | None = None,
 ) -> dict[str, Any]:
     """Claim the analysis's due events of `kind` on channel `name`, send each (after looking for an earlier attempt's
-    with `find`, when given), and record each outcome."""
+    with `find`, when given: a resolve is not looked for, resolving twice is harmless), and record each outcome."""
     with engine.begin() as conn:
         outbox.lock(conn, analysis_id)
         claimed = outbox.claim(conn, analysis_id, [kind], channel=name)
-    sent = 0
-    for event in claimed.rows:
-
-        def settle(status: str, **kwargs: Any) -> None:
-            with engine.begin() as conn:
-                outbox.settle(conn, claimed, [event], status, **kwargs)  # noqa: B023 - called in this turn
-
-        went_out = False
-        try:
-            if find is not None and event.earlier is not None and event.since is not None:
-                earlier = find(event, event.since - HISTORY_SLACK)
-                if earlier is not None:
-                    log.info(f"{name}: an earlier attempt's {kind.replace('_', ' ')} was delivered after all")
-                    settle("sent", remote_id=earlier.remote_id)
-                    sent += 1
-                    continue
-            went_out = True
-            delivered = send(event, claimed.delivery_id)
-        except ChannelError as exc:
-            log.error(f"{name} {kind.replace('_', ' ')}: {exc}")
-            settle(
-                "pending" if exc.retryable else "failed",
-                error=str(exc),
-                unknown=exc.unknown,
-                wait=retry_wait(event.attempt, exc),
-                restore=not went_out,  # this attempt sent nothing: the next one looks again
-            )
-        else:
-            settle("sent", remote_id=delivered.remote_id)
-            sent += 1
-    return {f"{kind}s_sent": sent, f"{kind}s_due": len(claimed.rows)} if claimed.rows else {}
+    if not claimed.rows:
+        return {}
+    delivery = Delivery(log, engine, f"{name} {kind.replace('_', ' ')}", claimed)
+    todo = delivery.look(claimed.rows, find) if find is not None else claimed.rows
+    if todo is not None:
+        delivery.send([[r] for r in todo], lambda rows: Sent(remote_id=send(rows[0], claimed.delivery_id).remote_id))
+    return {f"{kind}s_sent": delivery.sent, f"{kind}s_due": len(claimed.rows)}
 
 
 def announced(found: pd.DataFrame, changes: pd.DataFrame | None) -> list[tuple[str, Key]]:

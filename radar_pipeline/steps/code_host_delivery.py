@@ -19,10 +19,12 @@ from radar_pipeline.alerts.code_hosts import HostClient, HostError
 from radar_pipeline.config import printable
 from radar_pipeline.config.settings import CODE_HOST_API_VARS, CODE_HOST_TOKEN_VARS
 from radar_pipeline.engine import VERDICTS, Verdict
-from radar_pipeline.steps.alert_delivery import retry_wait, run_url, withhold_reason
+from radar_pipeline.steps.alert_delivery import run_url, withhold_reason
+from radar_pipeline.steps.delivery import Delivery, Sent, retry_wait
 from radar_pipeline.warehouse import alerts as alert_store
 from radar_pipeline.warehouse import deploys, outbox
 from radar_pipeline.warehouse.analysis import deploy_states
+from radar_pipeline.warehouse.outbox import Row
 
 MAX_DESCRIPTION = 140  # GitHub's limit on a status's description
 MAX_COMMENT = 65_536  # GitHub's limit on a comment's body
@@ -77,26 +79,24 @@ def deliver(
             outbox.withhold_waiting(conn, deploy_id, reason, outbox.CODE_HOST_KINDS)
         claimed = outbox.Claim("", []) if reason else outbox.claim(conn, deploy_id, outbox.CODE_HOST_KINDS)
     mismatch = _api_mismatch(event, client)
-    for row in claimed.rows:
-        outcome: dict[str, Any] = {"status": "sent"}
+
+    def send(batch: list[Row]) -> Sent:
+        (row,) = batch
         try:
             if mismatch:
-                outcome = {"status": "failed", "error": mismatch}
+                outcome = Sent(status="failed", error=mismatch)
             elif row.kind == "review_comment":
                 outcome = _comment(client, deploy, row)
             else:
                 _status(client, deploy, row)
-        except HostError as exc:
-            outcome = {
-                "status": "pending" if exc.retryable else "failed",
-                "error": str(exc),
-                "unknown": exc.unknown or row.unknown,  # an earlier attempt's doubt stays until looked into
-                "wait": retry_wait(row.attempt, exc),
-            }
-        if outcome.get("error"):
-            log.error(f"{client.name} {row.kind.replace('_', ' ')}: {outcome['error']}")
-        with engine.begin() as conn:
-            outbox.settle(conn, claimed, [row], **outcome)
+                outcome = Sent()
+        except HostError as exc:  # an earlier attempt's doubt stays until looked into
+            raise HostError(str(exc), exc.retryable, exc.unknown or row.unknown, exc.retry_after, exc.status) from exc
+        if outcome.error:
+            log.error(f"{client.name} {row.kind.replace('_', ' ')}: {outcome.error}")
+        return outcome
+
+    Delivery(log, engine, client.name, claimed).send([[r] for r in claimed.rows], send)
     with engine.connect() as conn:
         stored = outbox.code_host_rows(conn, deploy_id)
     metadata: dict[str, Any] = {
@@ -188,7 +188,7 @@ def _api_mismatch(event: deploys.DeployEvent, client: HostClient) -> str | None:
     return None
 
 
-def _status(client: HostClient, deploy: Deploy, row: outbox.Row) -> None:
+def _status(client: HostClient, deploy: Deploy, row: Row) -> None:
     event = deploy.event
     text = description(row.state, deploy.state, deploy.found)
     link = run_url(deploy.run_id)
@@ -199,9 +199,9 @@ def _status(client: HostClient, deploy: Deploy, row: outbox.Row) -> None:
         client.set_status(str(event.repository), str(event.commit_sha), row.state, text, link)
 
 
-def _comment(client: HostClient, deploy: Deploy, row: outbox.Row) -> dict[str, Any]:
-    """Comment on (or edit our comment on) each request that merged the commit; the outcome for `settle`, with the
-    comment ids known so far even when one request failed."""
+def _comment(client: HostClient, deploy: Deploy, row: Row) -> Sent:
+    """Comment on (or edit our comment on) each request that merged the commit; the outcome, with the comment ids
+    known so far even when one request failed."""
     event = deploy.event
     repository, sha = str(event.repository), str(event.commit_sha)
     marker = comment_marker(event.deploy_id)
@@ -209,10 +209,10 @@ def _comment(client: HostClient, deploy: Deploy, row: outbox.Row) -> dict[str, A
     ids = dict(row.remote_ids)
     doubt = row.unknown  # an earlier attempt may have posted comments it could not record
     if row.state != "fail" and not ids and not doubt:
-        return {"status": "skipped", "error": f"the deploy is {row.state} and no comment was posted: none to edit"}
+        return Sent(status="skipped", error=f"the deploy is {row.state} and no comment was posted: none to edit")
     reviews = client.reviews(repository, sha)
     if not reviews:
-        return {"status": "skipped", "error": f"no pull or merge request merged commit {sha[:12]}: no comment"}
+        return Sent(status="skipped", error=f"no pull or merge request merged commit {sha[:12]}: no comment")
     try:
         for review in reviews:
             key = str(review.number)
@@ -231,21 +231,21 @@ def _comment(client: HostClient, deploy: Deploy, row: outbox.Row) -> dict[str, A
             elif row.state == "fail":  # a comment is started only for a regression; else only ours is edited
                 ids[key] = client.post_comment(repository, review, body)
     except HostError as exc:
-        return {
-            "status": "pending" if exc.retryable else "failed",
-            "error": str(exc),
-            "unknown": exc.unknown or (doubt and any(str(r.number) not in ids for r in reviews)),
-            "wait": retry_wait(row.attempt, exc),
-            "remote_ids": ids,
-        }
+        return Sent(
+            status="pending" if exc.retryable else "failed",
+            error=str(exc),
+            unknown=exc.unknown or (doubt and any(str(r.number) not in ids for r in reviews)),
+            wait=retry_wait(row.attempt, exc),
+            remote_ids=ids,
+        )
     if not ids:
-        return {
-            "status": "skipped",
-            "error": f"the deploy is {row.state} and no earlier comment was found: none to edit",
-            "unknown": False,
-            "remote_ids": ids,
-        }
-    return {"status": "sent", "remote_ids": ids}
+        return Sent(
+            status="skipped",
+            error=f"the deploy is {row.state} and no earlier comment was found: none to edit",
+            unknown=False,
+            remote_ids=ids,
+        )
+    return Sent(remote_ids=ids)
 
 
 def comment_marker(deploy_id: str) -> str:

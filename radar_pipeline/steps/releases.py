@@ -275,7 +275,7 @@ def deliver_fleet_alerts(
     run decides it; rows an earlier attempt may have posted (no answer came) are looked for in the channel first, as
     steps.alert_delivery does. With `withhold` (a reason) the rows are recorded as withheld and nothing is sent."""
     from radar_pipeline.alerts.render import FleetRegression, render_fleet
-    from radar_pipeline.steps.alert_delivery import claim_due, send_and_settle
+    from radar_pipeline.steps.alert_delivery import claim_due, send_message
 
     found = decision.detected if decision.status == FINAL else decision.verdicts.iloc[0:0]
     metadata: dict[str, Any] = {"fleet_detections": len(found), "to_send": 0}
@@ -286,7 +286,7 @@ def deliver_fleet_alerts(
     claimed_due = claim_due(log, engine, sender, decision.release.anchor, target, keys, withhold, metadata)
     if claimed_due is None:
         return metadata
-    todo, claimed, settle = claimed_due
+    todo, delivery = claimed_due
     due = set(todo)
     rows = [r for r, k in zip(found.itertuples(), keys, strict=True) if k in due]
     text, blocks = render_fleet(
@@ -309,9 +309,9 @@ def deliver_fleet_alerts(
     todo = [k for k in keys if k in due]
     if not sender.configured:
         log.info(f"Slack is not configured; the fleet alert would read:\n{text}")
-        settle(todo, "skipped")
+        delivery.settle(delivery.claimed.of(todo), "skipped")
         return metadata
-    send_and_settle(log, sender, text, blocks, [], claimed, todo, settle)
+    send_message(delivery, sender, text, blocks, [], todo, metadata)
     return metadata
 
 
