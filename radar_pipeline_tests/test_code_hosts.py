@@ -223,6 +223,30 @@ def test_every_answer_of_the_host_ends_in_a_stored_outcome(analysed, warehouse_u
     assert _rows(analysed)["review_comment"]["status"] == "sent" and len(host.comments) == posted + 1
 
 
+def test_a_host_that_asks_to_wait_holds_back_the_deploy_s_other_deliveries(analysed, github):  # noqa: F811
+    """One delivery loop (steps/delivery.py): a Retry-After on the commit status holds the deployment status and the
+    review comment back unsent, waiting as long, instead of asking the host that asked to wait again at once."""
+    _ship(analysed, github)
+    github.fail_next("status", (429, {"Retry-After": "600"}, {"message": "slow down"}))
+    _deliver(analysed, github)
+    rows = _rows(analysed)
+    assert {kind: row["status"] for kind, row in rows.items()} == {
+        "commit_status": "pending",
+        "deployment_status": "pending",
+        "review_comment": "pending",
+    }
+    assert "asked to wait" in rows["review_comment"]["last_error"] and not github.comments
+    assert not github.calls_to("deployment_status") and not github.calls_to("post_comment")
+    with analysed.connect() as conn:
+        waits = conn.execute(
+            sa.text("SELECT extract(epoch FROM next_attempt_at - now()) FROM radar.code_host_delivery")
+        ).scalars()
+        assert all(590 < w <= 600 for w in waits)
+    _backoff_passes(analysed)
+    _deliver(analysed, github)
+    assert {row["status"] for row in _rows(analysed).values()} == {"sent"} and len(github.comments) == 1
+
+
 def test_a_request_that_cannot_be_found_or_a_token_refused_is_final_and_said(analysed, warehouse_url, github):  # noqa: F811
     _ship(analysed, github)
     github.reviews.clear()  # no pull request merged the commit

@@ -6,8 +6,9 @@ attempt may have delivered, send the rest in batches, settle each outcome, all b
   is sent again, said in the log (a destination that deduplicates, PagerDuty's dedup_key, keeps it once).
 - A look that fails leaves the rows as they were, with the earlier attempt's doubt (`restore`), for a later run.
 - A send that fails is retried later when it may pass (backoff, or what the destination asked), else final; when the
-  request may have gone out (`unknown`) the doubt is this attempt's, else the earlier attempt's doubt stays
-  (`restore`). A destination that asked to wait (Retry-After) holds the rest of the batches back unsent.
+  request may have gone out (`unknown`) the doubt is this attempt's, else an earlier attempt's doubt the destination
+  could not settle stays (`restore`). A destination that asked to wait (Retry-After) holds the rest of the batches
+  back unsent.
 - No transaction is open while the destination is called: each outcome is settled in a short one of its own.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -112,7 +113,9 @@ class Delivery:
                 self.log.info(f"{self.name}: an earlier attempt was {self.word} after all: not sending it again")
                 self.settle([row], "sent", **found[row.id].fields())
                 self.found[row.id] = found[row.id]
-        return [r for r in rows if r.id not in found]
+        # Looked for and not found: the earlier attempt delivered nothing, and its doubt is settled.
+        looked = {r.id for r in doubtful}
+        return [replace(r, earlier=None, since=None) if r.id in looked else r for r in rows if r.id not in found]
 
     def send(self, batches: Sequence[Sequence[Row]], send: Send) -> None:
         """Send each batch (one request each) with `send`, and settle its rows by the outcome."""
