@@ -1,0 +1,73 @@
+"""The long queries in .sql files (config/queries.py): every name the package loads has its file and loads, every
+file is loaded by some module, a name without a file fails naming it, and the files ship as package data."""
+
+from __future__ import annotations
+
+import ast
+import glob
+import tomllib
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from radar_pipeline.config.queries import QueryNotFound, sql_string, sql_text
+
+PACKAGE = Path(__file__).resolve().parents[1] / "radar_pipeline"
+LOADERS = {"sql_text", "sql_string"}
+
+
+def _loaded() -> dict[str, list[str]]:
+    """Each query name the package's modules load (a string literal handed to sql_text or sql_string) → where."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = path.read_text()
+        if "from radar_pipeline.config.queries import" not in source:
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in LOADERS:
+                where = f"{path.relative_to(PACKAGE)}:{node.lineno}"
+                assert len(node.args) == 1 and isinstance(node.args[0], ast.Constant), f"{where}: not a literal name"
+                found.setdefault(node.args[0].value, []).append(where)
+    return found
+
+
+def _files() -> dict[str, Path]:
+    """Each .sql file of a queries/ folder in the package → the name that loads it."""
+    return {
+        ".".join(path.relative_to(PACKAGE).parent.parent.parts + (path.stem,)): path
+        for path in sorted(PACKAGE.rglob("queries/*.sql"))
+    }
+
+
+def test_every_loaded_name_has_its_file_and_loads() -> None:
+    loaded = _loaded()
+    assert loaded, "no module loads a query: the scan found nothing"
+    for name, where in sorted(loaded.items()):
+        clause = sql_text(name)
+        assert isinstance(clause, sa.TextClause) and clause.text.strip(), f"{name} ({where}): empty"
+        assert sql_text(name) is clause, "each query is read once"
+        assert sql_string(name) == clause.text
+
+
+def test_every_query_file_is_loaded_by_some_module() -> None:
+    unused = sorted(set(_files()) - set(_loaded()))
+    assert not unused, f"query files no module loads: {unused}"
+
+
+def test_a_name_without_a_file_fails_naming_it() -> None:
+    with pytest.raises(QueryNotFound, match="warehouse.no_such_query.*warehouse/queries/no_such_query.sql"):
+        sql_text("warehouse.no_such_query")
+    with pytest.raises(QueryNotFound, match="'no_such_package.x'"):
+        sql_string("no_such_package.x")
+    with pytest.raises(QueryNotFound, match="'window_health'"):
+        sql_text("window_health")
+
+
+def test_the_query_files_are_package_data() -> None:
+    """pyproject.toml's package-data patterns (setuptools globs them recursively) cover every query file."""
+    pyproject = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["radar_pipeline"]
+    shipped = {p for pattern in patterns for p in glob.glob(pattern, root_dir=PACKAGE, recursive=True)}
+    files = {str(path.relative_to(PACKAGE)) for path in _files().values()}
+    assert files and files <= shipped, sorted(files - shipped)
