@@ -178,12 +178,7 @@ def _subject(conn: sa.Connection, label: Label) -> dict[str, Any]:
             raise LabelError("group", f"group {label.group_id!r} of deploy {label.deploy_id!r} {why}")
         return {"kind": "group", "deploy_id": label.deploy_id, "target": targets[0], "group_id": label.group_id}
     rows = conn.execute(
-        sa.text(
-            f"SELECT {', '.join(['target', *KEY])}, fingerprint FROM radar.verdict WHERE deploy_id = :d "
-            "AND queryid = :q AND (CAST(:t AS text) IS NULL OR target = :t) "
-            "AND (CAST(:dbid AS oid) IS NULL OR dbid = :dbid) AND (CAST(:userid AS oid) IS NULL OR userid = :userid) "
-            "AND (CAST(:top AS boolean) IS NULL OR toplevel = :top) ORDER BY target, dbid, userid, toplevel"
-        ),
+        sql_text("warehouse.verdicts_of_statement"),
         {
             "d": label.deploy_id,
             "q": label.queryid,
@@ -293,17 +288,8 @@ def standing_labels(conn: sa.Connection, analysis_id: str) -> dict[tuple[str, Ke
     """The standing label of each of the analysis's labelled statement verdicts (the latest of the labels that
     cover it: its own, its group's, its fleet verdict's; for a periodic check's, else the label that closed its
     episode as intended), in words (label_words), by (target, statement key)."""
-    keys = ", ".join("c." + k for k in KEY)
     rows = conn.execute(
-        sa.text(
-            f"SELECT target, {', '.join(KEY)}, label, labelled_by, note, fixed_by FROM ("
-            f"  SELECT DISTINCT ON (c.target, {keys}) 1 AS rank, c.target, {keys}, l.label, l.labelled_by, l.note, "
-            "  l.fixed_by FROM radar.label_cover c JOIN radar.label l USING (label_id) WHERE c.deploy_id = :d "
-            f"  ORDER BY c.target, {keys}, c.created_at DESC, c.label_id DESC"
-            ") own UNION ALL "
-            f"SELECT c.target, {keys}, l.label, l.labelled_by, l.note, l.fixed_by FROM radar.regression_episode c "
-            "JOIN radar.label l ON l.label_id = c.intended_label WHERE c.opened_by = :d"
-        ),
+        sql_text("warehouse.standing_labels"),
         {"d": analysis_id},
     ).fetchall()
     found: dict[tuple[str, Key], str] = {}
