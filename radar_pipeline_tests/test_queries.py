@@ -71,3 +71,17 @@ def test_the_query_files_are_package_data() -> None:
     shipped = {p for pattern in patterns for p in glob.glob(pattern, root_dir=PACKAGE, recursive=True)}
     files = {str(path.relative_to(PACKAGE)) for path in _files().values()}
     assert files and files <= shipped, sorted(files - shipped)
+
+
+def test_the_collectors_queries_carry_its_mark_after_their_first_word() -> None:
+    """pg_stat_statements keeps a statement's text from its first token: the mark that keeps the collector's own
+    statements out of what it stores (collector.pgss.COLLECTOR_MARK) comes right after it, in every file."""
+    from radar_pipeline.collector.pgss import COLLECTOR_MARK
+    from radar_pipeline.collector.waits import LOCK
+
+    files = {name: path for name, path in _files().items() if name.startswith("collector.")}
+    assert files
+    for name in files:
+        first, _, rest = sql_string(name).partition(" ")
+        assert rest.startswith(COLLECTOR_MARK + " "), f"{name}: {first} {rest[:60]}"
+    assert f"wait_event_type = '{LOCK}'" in sql_string("collector.wait_sample")
