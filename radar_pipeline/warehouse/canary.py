@@ -75,7 +75,13 @@ def unalerted(
     whose canary window closed within `max_age` (older ones are no longer news) and that were stored more than
     `grace` ago (the run that stored it is still on its way to claim them), the oldest first."""
     rows = conn.execute(
-        sql_text("warehouse.unalerted_canaries"),
+        sa.text(
+            "SELECT c.deploy_id FROM radar.canary_analysis c "
+            "WHERE c.state <> 'error' AND c.detected > 0 AND c.window_end > now() - :age "
+            "AND c.analysed_at <= now() - :grace AND NOT EXISTS (SELECT 1 FROM radar.alert a "
+            "  WHERE a.deploy_id = c.deploy_id AND a.target = :prefix || c.target) "
+            "ORDER BY c.analysed_at, c.deploy_id LIMIT :n"
+        ),
         {"prefix": alert_prefix, "age": max_age, "grace": grace, "n": limit},
     )
     return [str(r.deploy_id) for r in rows]
