@@ -86,8 +86,9 @@ def test_db_upgrade_errors_name_the_variable_and_hide_the_password(pg18, tmp_pat
 
 
 def test_db_upgrade_works_from_a_wheel_installed_outside_the_checkout(pg18, tmp_path):
-    """The wheel carries sql/ (as radar_pipeline/sql) and py.typed; installed in a virtual environment of its own
-    (dependencies from the shared one), `radar db upgrade` applies every migration from anywhere."""
+    """The wheel carries sql/ (as radar_pipeline/sql), the queries/*.sql files and py.typed; installed in a virtual
+    environment of its own (dependencies from the shared one), `radar db upgrade` applies every migration from
+    anywhere."""
     import shutil
     import sysconfig
 
@@ -133,7 +134,8 @@ def test_db_upgrade_works_from_a_wheel_installed_outside_the_checkout(pg18, tmp_
             str(python),
             "-c",
             "import radar_pipeline, pathlib; p = pathlib.Path(radar_pipeline.__file__).parent; "
-            "print(p, (p / 'py.typed').exists(), len(list((p / 'sql').glob('*.sql'))))",
+            "print(p, (p / 'py.typed').exists(), len(list((p / 'sql').glob('*.sql'))), "
+            "len(list(p.rglob('queries/*.sql'))))",
         ],
         capture_output=True,
         text=True,
@@ -142,7 +144,9 @@ def test_db_upgrade_works_from_a_wheel_installed_outside_the_checkout(pg18, tmp_
         check=True,
     ).stdout.split()
     shipped = sorted(p.name for p in (REPO / "sql").glob("*.sql"))
+    queries = len(list((REPO / "radar_pipeline").rglob("queries/*.sql")))
     assert where[0].startswith(str(venv)) and where[1] == "True" and int(where[2]) == len(shipped)
+    assert int(where[3]) == queries > 0, "the queries/*.sql files are not in the wheel"
     database = pg18.new_database("wheel")
     try:
         proc = subprocess.run(

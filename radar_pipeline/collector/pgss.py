@@ -22,6 +22,7 @@ from radar_pipeline import binary_copy
 from radar_pipeline.collector.fingerprint import redact
 from radar_pipeline.collector.session import TargetUnavailable, describe
 from radar_pipeline.config import Target
+from radar_pipeline.config.queries import sql_string
 from radar_pipeline.pgss_model import (
     COUNTER_TYPES,
     COUNTERS,
@@ -82,15 +83,7 @@ class Extension:
 def read_extension(conn: psycopg.Connection, target: Target) -> Extension:
     """Find pg_stat_statements in the connected database, refusing versions too old to read and a server on which
     the collector would see nothing (see `blindness`)."""
-    row = conn.execute(
-        f"SELECT {COLLECTOR_MARK} n.nspname, e.extversion, current_setting('server_version_num')::int, "
-        "current_user, pg_has_role(current_user, 'pg_read_all_stats', 'USAGE'), "
-        "current_setting('pg_stat_statements.track', true), "
-        "(SELECT source FROM pg_settings WHERE name = 'pg_stat_statements.track'), "
-        "current_setting('compute_query_id', true), (SELECT source FROM pg_settings WHERE name = 'compute_query_id'), "
-        "(SELECT query_id IS NOT NULL FROM pg_stat_activity WHERE pid = pg_backend_pid()) "
-        "FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_stat_statements'"
-    ).fetchone()
+    row = conn.execute(sql_string("collector.read_extension")).fetchone()
     if row is None:
         database = conn.info.dbname
         raise TargetUnavailable(

@@ -25,6 +25,7 @@ from psycopg import sql
 
 from radar_pipeline.collector.fingerprint import PLANNABLE
 from radar_pipeline.collector.pgss import COLLECTOR_MARK
+from radar_pipeline.config.queries import sql_string
 
 STORE_PLANS, GENERIC_PLAN = "pg_store_plans", "generic_plan"
 _PREPARED = "radar_generic_plan"  # the prepared statement's name before PostgreSQL 16, deallocated at once
@@ -96,14 +97,7 @@ def entry_room(conn: psycopg.Connection) -> EntryRoom:
     statements are not tracked (pg_stat_statements.track_utility off, or track none). A room that cannot be read is
     0, and the words say why; a silent server raises as any call does."""
     try:
-        row = _one(
-            conn,
-            f"SELECT {COLLECTOR_MARK} current_setting('pg_stat_statements.max', true), "
-            "current_setting('pg_stat_statements.track_utility', true), "
-            "current_setting('pg_stat_statements.track', true), "
-            "(SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
-            " WHERE e.extname = 'pg_stat_statements')",
-        )
+        row = _one(conn, sql_string("collector.entry_room"))
         most, utility, track, schema = row
         if utility == "off" or track == "none":
             why = f"track_utility {utility}" if utility == "off" else f"track {track}"
@@ -270,10 +264,7 @@ def _refused_role(conn: psycopg.Connection) -> str | None:
     """Why plan capture must not run as the connected role, or None."""
     role, superuser, resetting = _one(
         conn,
-        f"SELECT {COLLECTOR_MARK} current_user, rolsuper, ("
-        "  SELECT string_agg(DISTINCT p.proname, ', ' ORDER BY p.proname) FROM pg_proc p "
-        "  WHERE p.proname = ANY(%s) AND has_function_privilege(p.oid, 'EXECUTE')) "
-        "FROM pg_roles WHERE rolname = current_user",
+        sql_string("collector.refused_role"),
         (list(RESET_FUNCTIONS),),
     )
     if superuser:

@@ -25,26 +25,14 @@ import psycopg
 from radar_pipeline.collector.pgss import COLLECTOR_MARK
 from radar_pipeline.collector.session import TargetUnavailable, describe
 from radar_pipeline.config import Target
+from radar_pipeline.config.queries import sql_string
 
 SAMPLES = 10  # instants sampled a scrape
 SPACING = 0.02  # seconds between them: the scrape's session is held a fifth of a second longer, its CPU a few ms
+# collector/queries/wait_sample.sql names it too
 LOCK = "Lock"  # wait_event_type of a heavyweight lock (a row, a transaction id, a relation): pg_blocking_pids knows
 IO = "IO"
 
-# One row at least (its time, NULLs) when no session is active: every reading is a capture.
-_SAMPLE_SQL = f"""
-WITH {COLLECTOR_MARK} g AS (
-SELECT a.datid, a.usesysid, a.query_id, a.wait_event_type, a.wait_event, b.query_id AS blocker_query_id,
-       b.usesysid AS blocker_usesysid, count(*) AS sessions
-  FROM (SELECT datid, usesysid, query_id, wait_event_type, wait_event,
-               CASE WHEN wait_event_type = '{LOCK}' THEN (pg_blocking_pids(pid))[1] END AS blocker
-          FROM pg_stat_activity
-         WHERE state = 'active' AND backend_type = 'client backend' AND query_id IS NOT NULL AND query_id <> 0
-           AND pid <> pg_backend_pid() AND usename IS DISTINCT FROM current_user) a
-  LEFT JOIN pg_stat_activity b ON b.pid = a.blocker
- GROUP BY 1, 2, 3, 4, 5, 6, 7)
-SELECT statement_timestamp(), g.* FROM (SELECT) one LEFT JOIN g ON true
-"""
 _HAS_QUERY_ID = (
     f"SELECT {COLLECTOR_MARK} statement_timestamp(), current_setting('server_version_num')::int >= 140000 "
     "AND current_setting('compute_query_id', true) IS DISTINCT FROM 'off'"
@@ -91,7 +79,8 @@ def read_waits(
         for i in range(samples):
             if i:
                 time.sleep(spacing)
-            readings.append(_reading(conn.execute(_SAMPLE_SQL).fetchall()))
+            # one row at least (its time, NULLs) when no session is active: every reading is a capture
+            readings.append(_reading(conn.execute(sql_string("collector.wait_sample")).fetchall()))
     except psycopg.Error as exc:
         raise TargetUnavailable(
             f"target {target.name!r}: reading pg_stat_activity failed: {describe(exc, target)}"

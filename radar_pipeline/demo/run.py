@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from radar_pipeline.config.queries import sql_text
 from radar_pipeline.demo import environment, workload
 from radar_pipeline.terminal import clean, fitted_table
 
@@ -156,19 +157,10 @@ def _findings(warehouse_url: str, app_dsn: str) -> tuple:
     import pandas as pd
     import sqlalchemy as sa
 
-    from radar_pipeline.engine.vocabulary import Verdict
-
     with sa.create_engine(warehouse_url).connect() as conn:
         shop_oid = _one(app_dsn, "SELECT oid FROM pg_database WHERE datname = current_database()")
         table = pd.read_sql(
-            sa.text(
-                "SELECT v.verdict, v.reason, v.cause, v.mean_before_ms, v.mean_after_ms, v.change_factor, "
-                "v.confidence, left(regexp_replace(q.query, '\\s+', ' ', 'g'), 200) AS query "
-                "FROM radar.verdict v JOIN radar.query q ON q.target = v.target AND q.dbid = v.dbid "
-                "AND q.userid = v.userid AND q.queryid = v.queryid AND q.toplevel = v.toplevel "
-                "WHERE v.deploy_id = :d AND v.dbid = :shop AND v.n_before + v.n_after > 0 "
-                f"ORDER BY v.verdict = '{Verdict.DETECTED}' DESC, v.change_factor DESC"
-            ),
+            sql_text("demo.demo_findings"),
             conn,
             params={"d": DEPLOY_ID, "shop": shop_oid},
         )

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from psycopg import sql as psql
 
 from radar_pipeline import binary_copy
+from radar_pipeline.config.queries import sql_text
 from radar_pipeline.engine import CAUSES, VERDICT_FRAME, Cause, Verdict
 from radar_pipeline.engine import COLUMNS as ENGINE_COLUMNS
 from radar_pipeline.engine.causes import JIT_TIME, LAUNCHED, PLAN_TIME, TO_LAUNCH, WAL, WAL_FULL
@@ -482,17 +483,7 @@ def write_analysis(
     ANALYSED_VERDICTS.check(verdicts, "write_analysis")
     counts = verdicts["verdict"].value_counts()
     conn.execute(
-        sa.text(
-            "INSERT INTO radar.analysis (deploy_id, target, analysed_at, settings, engine_version, window_start, "
-            "window_end, queries, detected, no_regression, inconclusive, insufficient_data, run_id) VALUES "
-            "(:deploy_id, :target, now(), CAST(:settings AS jsonb), :engine_version, :lo, :hi, :queries, :detected, "
-            ":no_regression, :inconclusive, :insufficient, :run_id) ON CONFLICT (deploy_id, target) DO UPDATE SET "
-            "analysed_at = now(), settings = EXCLUDED.settings, engine_version = EXCLUDED.engine_version, "
-            "window_start = EXCLUDED.window_start, window_end = EXCLUDED.window_end, queries = EXCLUDED.queries, "
-            "detected = EXCLUDED.detected, no_regression = EXCLUDED.no_regression, "
-            "inconclusive = EXCLUDED.inconclusive, insufficient_data = EXCLUDED.insufficient_data, "
-            "run_id = EXCLUDED.run_id"
-        ),
+        sql_text("warehouse.upsert_analysis"),
         {
             "deploy_id": analysis_id,
             "target": target,
@@ -535,18 +526,7 @@ class WindowHealth:
 def window_health(conn: sa.Connection, target: str, lo: datetime, hi: datetime) -> WindowHealth:
     """The window's WindowHealth."""
     row = conn.execute(
-        sa.text(
-            "WITH s AS (SELECT captured_at, dealloc, stats_reset FROM radar.pgss_info_snapshot "
-            "WHERE target = :t AND captured_at > :lo AND captured_at <= :hi), "
-            "edges AS (SELECT captured_at FROM s UNION ALL SELECT coalesce((SELECT max(captured_at) "
-            "FROM radar.pgss_info_snapshot WHERE target = :t AND captured_at <= :lo), CAST(:lo AS timestamptz)) "
-            "UNION ALL "
-            "SELECT CAST(:hi AS timestamptz)), "
-            "gaps AS (SELECT captured_at - lag(captured_at) OVER (ORDER BY captured_at) AS gap FROM edges) "
-            "SELECT (SELECT count(*) FROM s), (SELECT max(gap) FROM gaps), "
-            "(SELECT count(DISTINCT stats_reset) FROM s), (SELECT max(dealloc) - min(dealloc) FROM s), "
-            "(SELECT min(captured_at) FROM radar.pgss_info_snapshot WHERE target = :t)"
-        ),
+        sql_text("warehouse.window_health"),
         {"t": target, "lo": lo, "hi": hi},
     ).one()
     return WindowHealth(

@@ -12,6 +12,8 @@ from typing import Any
 import pandas as pd
 import sqlalchemy as sa
 
+from radar_pipeline.config.queries import sql_text
+
 VERDICT_COLUMNS = (
     "dbid", "queryid", "toplevel", "verdict", "reason", "change_factor", "factor_low", "factor_high", "factor_bound",
     "p_value", "p_family", "budget_share", "mean_canary_ms", "mean_stable_ms", "calls_canary", "calls_stable",
@@ -45,16 +47,7 @@ def due_canaries(conn: sa.Connection, delay: timedelta, limit: int = 200) -> lis
     RETRY_BASE schedule), the lowest attempts first (a deploy just due before any asked for again), then the oldest,
     at most `limit`."""
     rows = conn.execute(
-        sa.text(
-            "SELECT deploy_id, target, least(floor(ln(CAST(extract(epoch FROM now() - due_at) AS double precision) "
-            "  / :base + 1) / ln(2)), :last) AS attempt "
-            "FROM (SELECT e.deploy_id, e.target, e.deployed_at, "
-            "  greatest(e.received_at, e.deployed_at + :delay) AS due_at "
-            "  FROM radar.deploy_event e WHERE e.canary_role IS NOT NULL "
-            "  AND NOT EXISTS (SELECT 1 FROM radar.canary_analysis c WHERE c.deploy_id = e.deploy_id)) d "
-            "WHERE due_at <= now() AND due_at > now() - :horizon "
-            "ORDER BY attempt, deployed_at, deploy_id LIMIT :n"
-        ),
+        sql_text("warehouse.due_canaries"),
         {"delay": delay, "n": limit, "base": RETRY_BASE.total_seconds(), "last": LAST_ATTEMPT, "horizon": HORIZON},
     )
     return [DueCanary(r.deploy_id, r.target, int(r.attempt)) for r in rows]
@@ -158,14 +151,7 @@ def verdicts_of(conn: sa.Connection, deploy_id: str) -> pd.DataFrame:
     """The deploy's canary verdicts, detections first then by the canary's execution time, each with its
     statement's text as the canary role ran it (`query`, empty when not stored)."""
     rows = conn.execute(
-        sa.text(
-            "SELECT v.*, coalesce(q.query, '') AS query FROM radar.canary_verdict v "
-            "JOIN radar.canary_analysis a USING (deploy_id) "
-            "LEFT JOIN radar.query q ON q.target = a.target AND q.dbid = v.dbid AND q.userid = a.canary_userid "
-            "AND q.queryid = v.queryid AND q.toplevel = v.toplevel "
-            "WHERE v.deploy_id = :d ORDER BY (v.verdict = 'detected') DESC, "
-            "coalesce(v.calls_canary * v.mean_canary_ms, 0) DESC, v.queryid"
-        ),
+        sql_text("warehouse.canary_verdicts"),
         {"d": deploy_id},
     )
     return pd.DataFrame([dict(r._mapping) for r in rows], columns=["deploy_id", *VERDICT_COLUMNS, "query"])

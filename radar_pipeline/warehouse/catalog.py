@@ -15,6 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from radar_pipeline.config.queries import sql_text
 from radar_pipeline.engine.vocabulary import ChangeKind
 from radar_pipeline.named_changes import NamedChange
 
@@ -143,14 +144,7 @@ def write_capture(
     if gone:
         # the disappearance keeps the object's description from its last version
         conn.execute(
-            sa.text(
-                "INSERT INTO radar.catalog_fact (target, kind, identity, dbid, roleid, relation, name, role, database, "
-                "value, first_seen_at, last_seen_before) "
-                "SELECT DISTINCT ON (kind, identity) target, kind, identity, dbid, roleid, relation, name, role, "
-                "database, NULL, :at, :before FROM radar.catalog_fact "
-                "WHERE target = :t AND kind = :kind AND identity = :identity "
-                "ORDER BY kind, identity, first_seen_at DESC"
-            ),
+            sql_text("warehouse.insert_catalog_facts"),
             [{"t": target, "at": at, **g} for g in gone],
         )
     conn.execute(
@@ -175,16 +169,7 @@ def changes_between(
     (its migration, made seconds after this window closed and before its analysis ran) is that deploy's, never this
     one's."""
     rows = conn.execute(
-        sa.text(
-            "SELECT v.kind, v.identity, v.dbid, v.relation, v.name, v.role, v.database, v.value, v.first_seen_at, "
-            "v.last_seen_before, p.value AS before FROM radar.catalog_fact v LEFT JOIN LATERAL ("
-            "SELECT value FROM radar.catalog_fact o WHERE o.target = v.target AND o.kind = v.kind "
-            "AND o.identity = v.identity AND o.first_seen_at < v.first_seen_at ORDER BY o.first_seen_at DESC LIMIT 1"
-            ") p ON true WHERE v.target = :t AND v.last_seen_before IS NOT NULL AND v.first_seen_at >= :lo "
-            "AND v.last_seen_before < :hi AND NOT EXISTS (SELECT 1 FROM radar.deploy_event e WHERE e.target = v.target "
-            "AND e.deployed_at > CAST(:deployed AS timestamptz) AND e.deployed_at <= v.first_seen_at) "
-            "ORDER BY v.first_seen_at, v.kind, v.identity"
-        ),
+        sql_text("warehouse.catalog_changes_between"),
         {"t": target, "lo": lo, "hi": hi, "deployed": deployed_at},
     ).all()
     changes = [c for c in map(_named, rows) if c is not None]

@@ -15,6 +15,7 @@ from datetime import date, timedelta
 
 import sqlalchemy as sa
 
+from radar_pipeline.config.queries import sql_text
 from radar_pipeline.pgss_model import OPTIONAL_TYPES
 
 _STATEMENT = "target, dbid, userid, queryid, toplevel"
@@ -45,13 +46,7 @@ def compactable_days(conn: sa.Connection, grace: timedelta) -> list[date]:
     """The days whose raw partition holds rows and ended at least `grace` ago by the warehouse's clock (UTC days):
     never the current day, nor one a scrape may still be writing into."""
     rows = conn.execute(
-        sa.text(
-            "SELECT to_date(right(c.relname, 8), 'YYYYMMDD') AS day, c.relname FROM pg_inherits i "
-            "JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'radar.pgss_snapshot'::regclass "
-            "AND c.relname ~ '^pgss_snapshot_p[0-9]{8}$' "
-            "AND to_date(right(c.relname, 8), 'YYYYMMDD') < CAST((now() - :grace) AT TIME ZONE 'UTC' AS date) "
-            "ORDER BY 1"
-        ),
+        sql_text("warehouse.compactable_days"),
         {"grace": grace},
     ).all()
     return [day for day, name in rows if conn.execute(sa.text(f"SELECT EXISTS (SELECT 1 FROM radar.{name})")).scalar()]

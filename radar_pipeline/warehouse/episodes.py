@@ -16,6 +16,7 @@ from datetime import datetime
 import pandas as pd
 import sqlalchemy as sa
 
+from radar_pipeline.config.queries import sql_text
 from radar_pipeline.pgss_model import KEY, statement_keys
 
 QUERY = ("dbid", "userid", "toplevel", "fingerprint")  # an episode's query within its target
@@ -39,15 +40,7 @@ def recover(
     calls in the latest period and a mean there at or below baseline × (1 + threshold). Returns the closed:
     fingerprint, queryid, baseline_ms, recovered_ms."""
     rows = conn.execute(
-        sa.text(
-            "UPDATE radar.regression_episode e SET recovered_at = :end, recovered_by = :id, "
-            "recovered_ms = v.mean_after_ms "
-            "FROM radar.verdict v WHERE v.deploy_id = :id AND v.target = e.target AND v.fingerprint = e.fingerprint "
-            "AND v.dbid = e.dbid AND v.userid = e.userid AND v.toplevel = e.toplevel "
-            "AND e.target = :t AND e.opened_at < :end AND e.recovered_at IS NULL AND v.calls_after >= :min_calls "
-            "AND v.mean_after_ms <= e.baseline_ms * (1 + :theta) "
-            "RETURNING e.fingerprint, e.queryid, e.baseline_ms, e.recovered_ms"
-        ),
+        sql_text("warehouse.recover_episodes"),
         {"end": period_end, "id": analysis_id, "t": target, "theta": threshold, "min_calls": min_calls},
     )
     return pd.DataFrame(rows.fetchall(), columns=["fingerprint", "queryid", "baseline_ms", "recovered_ms"])
@@ -93,14 +86,7 @@ def record_reports(
     if reported.empty:
         return
     conn.execute(
-        sa.text(
-            "INSERT INTO radar.regression_episode (target, fingerprint, dbid, userid, queryid, toplevel, opened_by, "
-            "opened_at, change_at, baseline_ms, level_ms) VALUES (:t, :fingerprint, :dbid, :userid, :queryid, "
-            ":toplevel, :id, :end, :change_at, :baseline, :level) "
-            "ON CONFLICT (target, dbid, userid, toplevel, fingerprint, opened_by) DO UPDATE SET "
-            "queryid = EXCLUDED.queryid, "
-            "change_at = EXCLUDED.change_at, baseline_ms = EXCLUDED.baseline_ms, level_ms = EXCLUDED.level_ms"
-        ),
+        sql_text("warehouse.record_reports"),
         [
             {
                 "t": target,
@@ -123,14 +109,7 @@ def close_intended(conn: sa.Connection, label_id: int) -> int:
     then on they are not open (open_at), so a check of a later hour, run or re-run, reports a new change again; the
     labelled step itself is the periodic check's `intended`. Returns how many it closed."""
     return conn.execute(
-        sa.text(
-            "UPDATE radar.regression_episode e SET recovered_at = greatest(e.opened_at, i.change_at), "
-            "intended_label = l.label_id "
-            "FROM radar.intended_verdict i JOIN radar.label l USING (label_id) "
-            "WHERE i.label_id = :l AND e.target = i.target AND e.dbid = i.dbid AND e.userid = i.userid "
-            "AND e.toplevel = i.toplevel AND e.fingerprint = i.fingerprint AND e.recovered_at IS NULL "
-            "AND e.opened_at <= l.created_at"
-        ),
+        sql_text("warehouse.close_intended"),
         {"l": label_id},
     ).rowcount
 

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
+from radar_pipeline.config.queries import sql_text
 from radar_pipeline.engine.vocabulary import Verdict
 
 # A group's verdicts that end its looks (engine.groups.DECIDED).
@@ -142,15 +143,7 @@ def mark_members(conn: sa.Connection, deploy_id: str, target: str, record: dict[
     member_* arrays), beside any mark they carry ("; "), once: a look run again does not repeat it. The members' own
     verdicts are unchanged."""
     conn.execute(
-        sa.text(
-            "UPDATE radar.verdict v SET group_regressed = CASE WHEN v.group_regressed IS NULL "
-            "THEN 'in a group that regressed: ' || :s ELSE v.group_regressed || '; ' || :s END "
-            "FROM unnest(CAST(:dbid AS oid[]), CAST(:userid AS oid[]), CAST(:queryid AS bigint[]), "
-            "CAST(:toplevel AS boolean[])) AS m (dbid, userid, queryid, toplevel) "
-            "WHERE v.deploy_id = :d AND v.target = :t AND v.dbid = m.dbid AND v.userid = m.userid "
-            "AND v.queryid = m.queryid AND v.toplevel = m.toplevel "
-            "AND strpos(coalesce(v.group_regressed, ''), :s) = 0"
-        ),
+        sql_text("warehouse.mark_group_members"),
         {
             "d": deploy_id,
             "t": target,

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 import sqlalchemy as sa
 
+from radar_pipeline.config.queries import sql_text
 from radar_pipeline.engine.history import RESULT, STATE
 from radar_pipeline.engine.vocabulary import Verdict
 from radar_pipeline.warehouse.database import copy_frame
@@ -173,12 +174,7 @@ def series_points(
 ) -> pd.DataFrame:
     """A query's latest `limit` points up to and including `until` (deployed_at, deploy_id), oldest first."""
     return pd.read_sql(
-        sa.text(
-            "SELECT * FROM (SELECT * FROM radar.query_history WHERE target = :t AND dbid = :dbid AND userid = :userid "
-            "AND toplevel = :toplevel AND fingerprint = :f "
-            "AND (deployed_at, deploy_id) <= (:at, :d) ORDER BY deployed_at DESC, deploy_id DESC LIMIT :n) h "
-            "ORDER BY deployed_at, deploy_id"
-        ),
+        sql_text("warehouse.series_points"),
         conn,
         params={
             "t": target,

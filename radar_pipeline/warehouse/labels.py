@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 import sqlalchemy as sa
 
+from radar_pipeline.config.queries import sql_text
 from radar_pipeline.pgss_model import KEY, Key, statement_key
 
 LABELS = ("intended", "false_alarm", "fixed", "acknowledged")
@@ -177,12 +178,7 @@ def _subject(conn: sa.Connection, label: Label) -> dict[str, Any]:
             raise LabelError("group", f"group {label.group_id!r} of deploy {label.deploy_id!r} {why}")
         return {"kind": "group", "deploy_id": label.deploy_id, "target": targets[0], "group_id": label.group_id}
     rows = conn.execute(
-        sa.text(
-            f"SELECT {', '.join(['target', *KEY])}, fingerprint FROM radar.verdict WHERE deploy_id = :d "
-            "AND queryid = :q AND (CAST(:t AS text) IS NULL OR target = :t) "
-            "AND (CAST(:dbid AS oid) IS NULL OR dbid = :dbid) AND (CAST(:userid AS oid) IS NULL OR userid = :userid) "
-            "AND (CAST(:top AS boolean) IS NULL OR toplevel = :top) ORDER BY target, dbid, userid, toplevel"
-        ),
+        sql_text("warehouse.verdicts_of_statement"),
         {
             "d": label.deploy_id,
             "q": label.queryid,
@@ -263,18 +259,7 @@ def replaces_intended(conn: sa.Connection, label_id: int) -> bool:
     another subject's latest label that covers one of its verdicts (a group's, a fleet's, a statement's) is."""
     return bool(
         conn.execute(
-            sa.text(
-                "SELECT EXISTS (SELECT 1 FROM radar.label_cover c JOIN radar.label_cover o "
-                "ON o.deploy_id = c.deploy_id AND o.target = c.target AND o.dbid = c.dbid AND o.userid = c.userid "
-                "AND o.queryid = c.queryid "
-                "AND o.toplevel = c.toplevel WHERE c.label_id = :l AND o.label_id <> :l AND o.label = 'intended') "
-                "OR EXISTS (SELECT 1 FROM radar.label p JOIN radar.label n ON n.label_id = :l AND n.kind = p.kind "
-                "AND n.deploy_id IS NOT DISTINCT FROM p.deploy_id AND n.target IS NOT DISTINCT FROM p.target "
-                "AND n.dbid IS NOT DISTINCT FROM p.dbid AND n.userid IS NOT DISTINCT FROM p.userid "
-                "AND n.queryid IS NOT DISTINCT FROM p.queryid AND n.toplevel IS NOT DISTINCT FROM p.toplevel "
-                "AND n.group_id IS NOT DISTINCT FROM p.group_id AND n.release_id IS NOT DISTINCT FROM p.release_id "
-                "AND n.fingerprint IS NOT DISTINCT FROM p.fingerprint WHERE p.label_id < :l AND p.label = 'intended')"
-            ),
+            sql_text("warehouse.replaces_intended"),
             {"l": label_id},
         ).scalar_one()
     )
@@ -303,17 +288,8 @@ def standing_labels(conn: sa.Connection, analysis_id: str) -> dict[tuple[str, Ke
     """The standing label of each of the analysis's labelled statement verdicts (the latest of the labels that
     cover it: its own, its group's, its fleet verdict's; for a periodic check's, else the label that closed its
     episode as intended), in words (label_words), by (target, statement key)."""
-    keys = ", ".join("c." + k for k in KEY)
     rows = conn.execute(
-        sa.text(
-            f"SELECT target, {', '.join(KEY)}, label, labelled_by, note, fixed_by FROM ("
-            f"  SELECT DISTINCT ON (c.target, {keys}) 1 AS rank, c.target, {keys}, l.label, l.labelled_by, l.note, "
-            "  l.fixed_by FROM radar.label_cover c JOIN radar.label l USING (label_id) WHERE c.deploy_id = :d "
-            f"  ORDER BY c.target, {keys}, c.created_at DESC, c.label_id DESC"
-            ") own UNION ALL "
-            f"SELECT c.target, {keys}, l.label, l.labelled_by, l.note, l.fixed_by FROM radar.regression_episode c "
-            "JOIN radar.label l ON l.label_id = c.intended_label WHERE c.opened_by = :d"
-        ),
+        sql_text("warehouse.standing_labels"),
         {"d": analysis_id},
     ).fetchall()
     found: dict[tuple[str, Key], str] = {}
@@ -340,14 +316,7 @@ def muted_of(conn: sa.Connection, deploy_id: str) -> pd.DataFrame:
     """The analysis's muted detections, statements then groups: target, queryid (a statement's) or group_id (a
     group's), the mute's id, scope, reason and end."""
     return pd.read_sql(
-        sa.text(
-            "SELECT m.target, m.queryid, NULL AS group_id, m.mute_id, m.scope, m.reason, m.ends_at, "
-            "regexp_replace(coalesce(q.query, ''), '\\s+', ' ', 'g') AS query "
-            "FROM radar.muted_verdict m LEFT JOIN radar.query q ON q.target = m.target AND q.dbid = m.dbid "
-            "AND q.userid = m.userid AND q.queryid = m.queryid AND q.toplevel = m.toplevel WHERE m.deploy_id = :d "
-            "UNION ALL SELECT target, NULL, group_id, mute_id, scope, reason, ends_at, NULL FROM radar.muted_group "
-            "WHERE deploy_id = :d ORDER BY 4, 1, 2, 3"
-        ),
+        sql_text("warehouse.muted_statements"),
         conn,
         params={"d": deploy_id},
     )

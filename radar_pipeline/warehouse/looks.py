@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from radar_pipeline.config.queries import sql_text
 from radar_pipeline.engine.budget import LOOK_SPANS
 from radar_pipeline.pgss_model import KEY, statement_keys
 from radar_pipeline.warehouse.analysis import VERDICT_COLUMNS
@@ -172,14 +173,7 @@ def record_look(
     deployed_at = at.scalar_one()
     verdicts = written["verdict"] if len(written) else None
     conn.execute(
-        sa.text(
-            "INSERT INTO radar.deploy_look (deploy_id, target, look, basis, status, before_start, after_end, budget, "
-            "opened, detected, cleared, run_id) VALUES (:d, :t, :k, :basis, :status, :lo, :hi, :budget, :opened, "
-            ":detected, :cleared, :run) ON CONFLICT (deploy_id, target, look) DO UPDATE SET basis = EXCLUDED.basis, "
-            "status = EXCLUDED.status, before_start = EXCLUDED.before_start, after_end = EXCLUDED.after_end, "
-            "budget = EXCLUDED.budget, opened = EXCLUDED.opened, detected = EXCLUDED.detected, "
-            "cleared = EXCLUDED.cleared, ran_at = now(), run_id = EXCLUDED.run_id"
-        ),
+        sql_text("warehouse.record_deploy_look"),
         {
             "d": deploy_id,
             "t": target,
@@ -202,12 +196,7 @@ def looks_of(conn: sa.Connection, deploy_id: str) -> pd.DataFrame:
     import pandas as pd
 
     return pd.read_sql(
-        sa.text(
-            "SELECT k.target, k.look, k.status, k.before_start, k.after_end, k.budget, k.opened, k.detected, "
-            "k.cleared, k.ran_at, k.run_id FROM radar.deploy_look k JOIN radar.analysis a "
-            "ON a.deploy_id = k.deploy_id AND a.target = k.target AND a.analysed_at = k.basis "
-            "WHERE k.deploy_id = :d ORDER BY k.target, k.look"
-        ),
+        sql_text("warehouse.looks_of"),
         conn,
         params={"d": deploy_id},
     )

@@ -12,6 +12,7 @@ from datetime import UTC, date, datetime, timedelta
 import pandas as pd
 import sqlalchemy as sa
 
+from radar_pipeline.config.queries import sql_text
 from radar_pipeline.engine.noise import SUMS
 from radar_pipeline.pgss_model import KEY
 from radar_pipeline.warehouse.database import copy_frame
@@ -22,12 +23,7 @@ COLUMNS = ["target", "day", *KEY, *SUMS]
 def days_to_compute(conn: sa.Connection, first: date, before: date) -> list[tuple[str, date]]:
     """(target, day) pairs in [first, before) with scrapes stored and no sums computed yet, oldest first."""
     rows = conn.execute(
-        sa.text(
-            "SELECT s.target, s.day FROM (SELECT DISTINCT target, CAST(captured_at AT TIME ZONE 'UTC' AS date) AS day "
-            "FROM radar.pgss_info_snapshot WHERE captured_at >= :lo AND captured_at < :hi) s "
-            "WHERE NOT EXISTS (SELECT 1 FROM radar.statement_noise_day d WHERE d.target = s.target AND d.day = s.day) "
-            "ORDER BY s.day, s.target"
-        ),
+        sql_text("warehouse.noise_days_to_compute"),
         {"lo": _midnight(first), "hi": _midnight(before)},
     )
     return [(r[0], r[1]) for r in rows]

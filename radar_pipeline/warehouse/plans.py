@@ -9,6 +9,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from radar_pipeline.config.queries import sql_text
 from radar_pipeline.pgss_model import KEY, Key, statement_key
 from radar_pipeline.warehouse.database import KEYS, key_params
 
@@ -67,40 +68,8 @@ def candidates(
     when its counters moved). `now` is the watched server's time (by default this machine's).
     """
     now = now or datetime.now(UTC)
-    same = " AND ".join(f"{{a}}.{k} = q.{k}" for k in KEY)
     rows = conn.execute(
-        sa.text(
-            f"""
-            WITH moved AS (
-                SELECT {", ".join(KEY)}, max(total_exec_time) AS last, min(total_exec_time) AS first, count(*) AS n
-                -- from the last scrape at or before `since` on: the growth since then counts whole
-                FROM radar.pgss_samples(:t, coalesce((SELECT max(captured_at) FROM radar.pgss_info_snapshot
-                                                      WHERE target = :t AND captured_at <= :since), :since)
-                                            - interval '1 microsecond', 'infinity') WHERE dbid = :dbid
-                GROUP BY {", ".join(KEY)}
-            ), eligible AS (
-                -- a statement first seen since `since` spent all its time since
-                SELECT q.dbid, q.userid, q.queryid, q.toplevel, q.query,
-                       coalesce(m.last - CASE WHEN q.first_seen > :since THEN 0 ELSE m.first END, 0) AS spent,
-                       coalesce(m.n, 0) AS n, c.checked_at IS NULL AND s.skipped_at IS NULL AND q.first_seen > :since
-                       AS new, greatest(c.checked_at, s.skipped_at) AS looked
-                FROM radar.query q
-                LEFT JOIN moved m ON {same.format(a="m")}
-                LEFT JOIN radar.plan_check c ON c.target = q.target AND {same.format(a="c")}
-                LEFT JOIN radar.plan_skip s ON s.target = q.target AND {same.format(a="s")}
-                WHERE q.target = :t AND q.dbid = :dbid AND (m.n IS NOT NULL OR q.last_seen >= :active)
-                  AND (s.skipped_at IS NULL OR s.skipped_at < :now - :retry)
-            ), busiest AS (
-                SELECT * FROM eligible WHERE spent > 0 ORDER BY spent DESC, n DESC, queryid LIMIT :n
-            )
-            SELECT dbid, userid, queryid, toplevel, query, '{BUSIEST}' FROM busiest
-            UNION ALL
-            (SELECT dbid, userid, queryid, toplevel, query, CASE WHEN new THEN '{NEW}' ELSE '{ROTATION}' END
-             FROM eligible q WHERE NOT EXISTS (SELECT 1 FROM busiest b WHERE {same.format(a="b")})
-                                   AND (looked IS NULL OR looked < :replan)
-             ORDER BY new DESC, looked NULLS FIRST, spent DESC, queryid LIMIT :rotation)
-            """
-        ),
+        sql_text("warehouse.plan_candidates"),
         {
             "t": target,
             "dbid": dbid,
@@ -111,6 +80,9 @@ def candidates(
             "rotation": rotation_n,
             "retry": RETRY_SKIPPED_AFTER,
             "now": now,
+            "busiest": BUSIEST,
+            "new": NEW,
+            "rotation_reason": ROTATION,
         },
     )
     return [Candidate(statement_key(r), r[4], r[5]) for r in rows]

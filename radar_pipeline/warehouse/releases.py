@@ -17,6 +17,8 @@ from datetime import datetime, timedelta
 import pandas as pd
 import sqlalchemy as sa
 
+from radar_pipeline.config.queries import sql_text
+
 # defined beside the deploy event, which refuses it as a recorded release id
 from radar_pipeline.warehouse.deploys import INFERRED_PREFIX as INFERRED_PREFIX
 
@@ -123,12 +125,7 @@ def release(conn: sa.Connection, release_id: str) -> Release:
             f"release ({INFERRED_PREFIX}<first deploy id>) of that name exists"
         )
     members = pd.read_sql(
-        sa.text(
-            "SELECT DISTINCT ON (e.target) e.deploy_id, e.target, e.deployed_at, e.service, e.version, "
-            "(a.deploy_id IS NOT NULL) AS analysed, a.analysed_at FROM radar.deploy_event e "
-            "LEFT JOIN radar.analysis a ON a.deploy_id = e.deploy_id AND a.target = e.target "
-            "WHERE e.deploy_id = ANY(:ids) ORDER BY e.target, e.deployed_at DESC, e.deploy_id DESC"
-        ),
+        sql_text("warehouse.release_members"),
         conn,
         params={"ids": ids},
     )
@@ -176,17 +173,7 @@ def member_evidence(conn: sa.Connection, members: pd.DataFrame) -> pd.DataFrame:
             ]
         )
     return pd.read_sql(
-        sa.text(
-            "SELECT DISTINCT ON (v.deploy_id, v.target, v.fingerprint, v.toplevel) v.deploy_id, v.target, "
-            "v.fingerprint, v.toplevel, CAST(v.dbid AS bigint) AS dbid, CAST(v.userid AS bigint) AS userid, "
-            "v.queryid, v.deploy_log_factor AS log_factor, v.deploy_log_se AS se, "
-            "coalesce(v.mean_before_ms * v.calls_before, 0) AS time_before, v.calls_before + v.calls_after AS busy "
-            "FROM radar.verdict v JOIN unnest(CAST(:d AS text[]), CAST(:t AS text[])) AS m(deploy_id, target) "
-            "ON v.deploy_id = m.deploy_id AND v.target = m.target "
-            "WHERE v.look = 0 AND v.deploy_log_se IS NOT NULL AND v.deploy_log_se = v.deploy_log_se "
-            "ORDER BY v.deploy_id, v.target, v.fingerprint, v.toplevel, v.calls_before + v.calls_after DESC, "
-            "v.queryid"
-        ),
+        sql_text("warehouse.member_evidence"),
         conn,
         params={"d": list(analysed["deploy_id"]), "t": list(analysed["target"])},
     )
@@ -274,15 +261,7 @@ def record_look(
     look = looks_taken(conn, release_id) + 1 if look is None else look
     extra = {"opened": None, "detected": None, "cleared": None, "after_span": None, "run_id": None, **(counts or {})}
     written = conn.execute(
-        sa.text(
-            "INSERT INTO radar.release_look (release_id, look, member_deploys, member_analysed_at, kind, status, "
-            "opened, detected, cleared, after_span, run_id) VALUES (:r, :l, :m, :a, :kind, 'done', :opened, "
-            ":detected, :cleared, :after_span, :run_id) ON CONFLICT (release_id, look) DO UPDATE SET "
-            "member_deploys = EXCLUDED.member_deploys, member_analysed_at = EXCLUDED.member_analysed_at, "
-            "kind = EXCLUDED.kind, status = 'done', opened = EXCLUDED.opened, detected = EXCLUDED.detected, "
-            "cleared = EXCLUDED.cleared, after_span = EXCLUDED.after_span, run_id = EXCLUDED.run_id, "
-            "decided_at = now() WHERE radar.release_look.status = 'failed'"
-        ),
+        sql_text("warehouse.record_release_look"),
         {"r": release_id, "l": look, "m": [d for d, _ in basis], "a": [a for _, a in basis], "kind": kind, **extra},
     )
     if not written.rowcount:
@@ -349,16 +328,7 @@ def candidate_releases(conn: sa.Connection, since: datetime, limit: int) -> pd.D
     from radar_pipeline.engine.budget import LOOK_SPANS
 
     return pd.read_sql(
-        sa.text(
-            "WITH last AS (SELECT DISTINCT ON (release_id) release_id, look, member_deploys, member_analysed_at, "
-            "  decided_at FROM radar.release_look WHERE status = 'done' ORDER BY release_id, look DESC), "
-            "taken AS (SELECT release_id, max(look) AS taken FROM radar.release_look GROUP BY release_id) "
-            "SELECT l.release_id, t.taken AS looks_taken, l.look, l.member_deploys, l.member_analysed_at "
-            "FROM last l JOIN taken t USING (release_id) WHERE t.taken < :last AND l.decided_at >= :since "
-            "AND EXISTS (SELECT 1 FROM radar.release_verdict v WHERE v.release_id = l.release_id "
-            "  AND v.status = 'final' AND v.verdict = 'inconclusive' AND v.family_weight > 0) "
-            "ORDER BY l.decided_at, l.release_id LIMIT :limit"
-        ),
+        sql_text("warehouse.candidate_releases"),
         conn,
         params={"last": len(LOOK_SPANS) - 1, "since": since, "limit": limit},
     )
@@ -428,12 +398,7 @@ def _plain(value: object) -> object:
 def release_verdicts(conn: sa.Connection, release_id: str) -> pd.DataFrame:
     """The release's stored fleet verdicts, detections first, with an example member's statement text (query)."""
     return pd.read_sql(
-        sa.text(
-            "SELECT r.*, q.query FROM radar.release_verdict r LEFT JOIN radar.query q ON q.target = r.example_target "
-            "AND q.dbid = r.example_dbid AND q.userid = r.example_userid AND q.queryid = r.example_queryid "
-            "AND q.toplevel = r.toplevel WHERE r.release_id = :r "
-            "ORDER BY r.verdict = 'detected' DESC, r.p_family, r.fingerprint, r.toplevel"
-        ),
+        sql_text("warehouse.release_verdicts"),
         conn,
         params={"r": release_id},
     )

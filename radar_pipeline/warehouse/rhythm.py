@@ -8,6 +8,7 @@ from datetime import UTC, date, datetime, time, timedelta
 import pandas as pd
 import sqlalchemy as sa
 
+from radar_pipeline.config.queries import sql_text
 from radar_pipeline.pgss_model import KEY
 from radar_pipeline.warehouse.database import copy_frame
 
@@ -53,29 +54,18 @@ def span_weeks(
     week, in the span's `hours` hours from `first` − k weeks, and how many of those hours had at least `min_calls`
     calls: KEY columns, week, calls, time_ms, span_calls, span_time_ms, span_hours."""
     keys = queries[KEY].drop_duplicates()
-    span = f"mod(at_h, 168) >= {HALF_WEEK_HOURS} AND mod(at_h, 168) < {HALF_WEEK_HOURS} + :n"
     # Up to 4 weeks of hours of every statement (3.4 million rows at 5,000): the hour's number in float8, not
     # extract()'s numeric, and memory to aggregate them without spilling (benchmarks/rhythm_lab.py --cost 5000).
     conn.execute(sa.text(f"SET LOCAL work_mem = '{SPAN_WORK_MEM}'"))
     return pd.read_sql(
-        sa.text(
-            "WITH h AS (SELECT s.*, floor(date_part('epoch', s.hour - :oldest) / 3600)::int AS at_h "
-            "FROM radar.statement_hour s WHERE s.target = :t AND s.hour >= :oldest AND s.hour < :newest "
-            "AND (s.dbid, s.userid, s.queryid, s.toplevel) IN (SELECT * FROM unnest(CAST(:db AS oid[]), "
-            "CAST(:u AS oid[]), CAST(:q AS bigint[]), CAST(:l AS boolean[])))) "
-            f"SELECT {', '.join(KEY)}, CAST(:weeks - floor(at_h / 168) AS integer) AS week, "
-            "sum(calls) AS calls, sum(time_ms) AS time_ms, "
-            f"coalesce(sum(calls) FILTER (WHERE {span}), 0) AS span_calls, "
-            f"coalesce(sum(time_ms) FILTER (WHERE {span}), 0) AS span_time_ms, "
-            f"count(*) FILTER (WHERE {span} AND calls >= :min_calls) AS span_hours "
-            f"FROM h GROUP BY {', '.join(KEY)}, week"
-        ),
+        sql_text("warehouse.span_weeks"),
         conn,
         params={
             "t": target,
             "oldest": first - timedelta(weeks=weeks, hours=HALF_WEEK_HOURS),
             "newest": first - timedelta(hours=HALF_WEEK_HOURS),
             "weeks": weeks,
+            "half_week": HALF_WEEK_HOURS,
             "n": hours,
             "min_calls": min_calls,
             "db": keys["dbid"].astype(int).tolist(),

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from psycopg import sql as psql
 
 from radar_pipeline import binary_copy
+from radar_pipeline.config.queries import sql_string
 from radar_pipeline.pgss_model import (
     COUNTER_TYPES,
     COUNTERS,
@@ -410,10 +411,7 @@ def _store_rows(conn: sa.Connection, info: ScrapeInfo, rows: pd.DataFrame, texts
         with_text = [k for k in statement_keys(rows) if k in texts]
         if with_text:
             cur.execute(
-                "UPDATE radar_snapshot_stage s SET query = t.query FROM unnest(%(dbid)s::oid[], %(userid)s::oid[], "
-                "%(queryid)s::bigint[], %(toplevel)s::boolean[], %(query)s::text[]) AS t(dbid, userid, queryid, "
-                "toplevel, query) WHERE (s.dbid, s.userid, s.queryid, s.toplevel) = (t.dbid, t.userid, t.queryid, "
-                "t.toplevel)",
+                sql_string("warehouse.stage_statement_texts"),
                 {**key_params(with_text), "query": [texts[k][:MAX_QUERY_TEXT] for k in with_text]},
             )
         at = {"target": info.target, "at": info.captured_at}
@@ -428,18 +426,11 @@ def _store_rows(conn: sa.Connection, info: ScrapeInfo, rows: pd.DataFrame, texts
             at,
         )
         cur.execute(
-            "UPDATE radar.query q SET last_seen = %(at)s, last_calls = s.calls, "
-            "last_total_exec_time = s.total_exec_time, last_stats_since = nullif(s.stats_since, '-infinity'), "
-            "missing_since = NULL, query = coalesce(s.query, q.query), fingerprint = s.fingerprint "
-            "FROM radar_snapshot_stage s WHERE NOT s.is_new AND q.target = %(target)s AND q.dbid = s.dbid "
-            "AND q.userid = s.userid AND q.queryid = s.queryid AND q.toplevel = s.toplevel",
+            sql_string("warehouse.update_seen_statements"),
             at,
         )
         cur.execute(
-            "INSERT INTO radar.query (target, dbid, userid, queryid, toplevel, fingerprint, query, first_seen, "
-            "last_seen, last_calls, last_total_exec_time, last_stats_since) "
-            "SELECT %(target)s, dbid, userid, queryid, toplevel, fingerprint, query, %(at)s, %(at)s, calls, "
-            "total_exec_time, nullif(stats_since, '-infinity') FROM radar_snapshot_stage WHERE is_new",
+            sql_string("warehouse.insert_new_statements"),
             at,
         )
 

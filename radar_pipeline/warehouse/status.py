@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from radar_pipeline.config import warehouse_url
+from radar_pipeline.config.queries import sql_text
 from radar_pipeline.config.settings import DEFAULT_SCRAPE_INTERVAL_SECONDS, DEFAULT_WINDOW_SECONDS, RadarSettings
 from radar_pipeline.engine.vocabulary import VERDICTS, Verdict
 from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX, READY_AT
@@ -57,15 +58,7 @@ def analysis_times(conn: sa.Connection, target: str, configured: RadarSettings) 
     target never scraped), this environment's RADAR_WINDOW_SECONDS and RADAR_SCRAPE_INTERVAL_SECONDS, else their
     defaults: a CI job that does not set them is not told the default 30-minute window's times for a 7-minute one."""
     stored_window, stored_scrape = conn.execute(
-        sa.text(
-            "SELECT (SELECT CAST(settings ->> 'window' AS double precision) FROM radar.analysis "
-            "  WHERE target = :t AND deploy_id NOT LIKE :periodic AND settings ? 'window' "
-            "  ORDER BY analysed_at DESC LIMIT 1), "
-            "(SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY gap) FROM (SELECT extract(epoch FROM "
-            "  captured_at - lag(captured_at) OVER (ORDER BY captured_at)) AS gap FROM (SELECT captured_at "
-            "  FROM radar.pgss_info_snapshot WHERE target = :t ORDER BY captured_at DESC LIMIT :n) latest) gaps "
-            "  WHERE gap > 0)"
-        ),
+        sql_text("warehouse.analysis_times"),
         {"t": target, "periodic": PERIODIC_PREFIX + "%", "n": SCRAPES_MEASURED},
     ).one()
     window = float(stored_window) if stored_window else configured.window_seconds or DEFAULT_WINDOW_SECONDS
@@ -280,16 +273,7 @@ def target_scrapes(conn: sa.Connection, within: timedelta) -> list[dict[str, Any
     clock, the statements the view held then, server and extension versions), its scrapes in the last `within`,
     and the statements pg_stat_statements evicted over them (dealloc, PostgreSQL 14+: those were never seen)."""
     rows = conn.execute(
-        sa.text(
-            "SELECT t.target, l.captured_at AS last_scrape, now() - l.captured_at AS age, l.statements, "
-            "l.server_version_num, l.pgss_version, r.scrapes, r.evicted "
-            "FROM (SELECT DISTINCT target FROM radar.pgss_info_snapshot) t "
-            "CROSS JOIN LATERAL (SELECT * FROM radar.pgss_info_snapshot s WHERE s.target = t.target "
-            "ORDER BY captured_at DESC LIMIT 1) l "
-            "CROSS JOIN LATERAL (SELECT count(*) AS scrapes, max(dealloc) - min(dealloc) AS evicted "
-            "FROM radar.pgss_info_snapshot s WHERE s.target = t.target AND s.captured_at > now() - :within) r "
-            "ORDER BY t.target"
-        ),
+        sql_text("warehouse.target_scrapes"),
         {"within": within},
     )
     return [dict(r._mapping) for r in rows]
