@@ -28,7 +28,7 @@ from .fake_webhook import Mode
 from .test_masking import ECHOES, SECRET, _decoded
 
 TIMEOUT = 1  # the client's bound on each wait: a held answer is given up on after it
-MAX_WAIT = 86400.0  # a day: the longest wait a ChannelError may ask for (outlet_http.MAX_RETRY_AFTER)
+MAX_WAIT = 86400.0  # a day: the longest wait a ChannelError may ask for (channel.MAX_RETRY_AFTER)
 AT = datetime(2026, 11, 29, 12, tzinfo=UTC)
 FACTS = AnalysisFacts("shop-v2", "main", AT, "shop", "v2", "https://ci.example/deploys/42", "https://dagster.example/r")
 KEY = (5, 10, 1001, True)
