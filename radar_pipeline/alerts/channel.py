@@ -25,7 +25,7 @@ class ChannelError(Exception):
         super().__init__(message)
         self.retryable = retryable
         self.unknown = unknown
-        # A host may ask for inf, 1e20, a negative wait or NaN (float() reads them all): bounded here, for every channel.
+        # A host may ask for inf, 1e20, a negative wait or NaN (float() reads each): bounded here, for every channel.
         if retry_after is not None:
             retry_after = min(max(retry_after, 0.0), MAX_RETRY_AFTER) if retry_after == retry_after else 1.0
         self.retry_after = retry_after
