@@ -48,7 +48,9 @@ class Destination:
     what the stand-in applied. `can_check` and `no_look`: whether (and else why not) an earlier delivery can be looked
     for; `no_template`: why a destination has no template step (only webhooks render one); `any_2xx`: the API's
     contract makes any 2xx a success, whatever its body (a Workflows webhook's and a receiver's); `waits_in_call`: the
-    client documents waiting out a short Retry-After inside the call (code_hosts' module docstring)."""
+    client documents waiting out a short Retry-After inside the call (code_hosts' module docstring); `no_resend`: why
+    the client resends nothing inside a call after a timeout (empty where its docs say it resends an idempotent
+    request: `resend_idempotent` makes one)."""
 
     name: ClassVar[str]
     can_check: ClassVar[bool] = False
@@ -56,6 +58,7 @@ class Destination:
     no_template: ClassVar[str] = "its request is the API's fixed form: no user template is rendered"
     any_2xx: ClassVar[bool] = False
     waits_in_call: ClassVar[bool] = False
+    no_resend: ClassVar[str] = "its one request may have been taken: resent only by the outbox, after a look if it can"
     own_secret: ClassVar[str]  # the secret the stand-in takes
 
     def start(self) -> None:
@@ -101,6 +104,11 @@ class Destination:
 
     def client_can_check(self, client: Any) -> bool:
         return bool(client.can_check)
+
+    def resend_idempotent(self, client: Any) -> list[Any]:
+        """Make the idempotent request the client documents resending, its first answer held: what the stand-in
+        applied."""
+        raise NotImplementedError
 
 
 class SlackBot(Destination):
@@ -293,12 +301,13 @@ class CodeHost(Destination):
     kind: ClassVar[str]
     can_check = True  # the comment's hidden marker, among the token's user's comments
     waits_in_call = True  # a 429 asking for at most RETRY_AFTER_CAP seconds is waited out and retried in the call
+    no_resend = ""  # a status is resent in the call after a timeout (the same state again), a comment never
     own_secret = fake_code_host.TOKEN
     REPOSITORY = "acme/api"
     ROUTE = "post_comment"
 
     def start(self) -> None:
-        self.state = fake_code_host.FakeHost(self.kind, self.REPOSITORY, "c0ffee" * 6 + "0123", reviews=[12])
+        self.state = fake_code_host.FakeHost(self.kind, self.REPOSITORY, COMMIT, reviews=[12])
         self.server = fake_code_host.start(self.state)
 
     def client(self, secret: str | None = None, template: str | None = None) -> Any:
@@ -339,6 +348,14 @@ class CodeHost(Destination):
     def client_can_check(self, client: Any) -> bool:
         return callable(getattr(client, "find_comment", None))
 
+    def resend_idempotent(self, client: Any) -> list[Any]:
+        held = self.state.hold_next("status")
+        try:
+            client.set_status(self.REPOSITORY, COMMIT, "fail", "radar: ×4.00 slower", None)
+        finally:
+            held.set()
+        return self.state.statuses
+
 
 class GitHub(CodeHost):
     name = "github"
@@ -350,6 +367,7 @@ class GitLab(CodeHost):
     kind = "gitlab"
 
 
+COMMIT = "c0ffee" * 6 + "0123"
 CASES: dict[str, type[Destination]] = {
     case.name: case for case in (SlackBot, SlackWebhook, PagerDuty, Teams, Grafana, Webhook, GitHub, GitLab)
 }
@@ -408,6 +426,7 @@ def test_the_table_covers_every_destination_and_states_each_point():
     for name, case in CASES.items():
         assert case.can_check or case.no_look, name
         assert (name in TEMPLATES) != bool(case.no_template), name
+        assert case.no_resend or case.resend_idempotent is not Destination.resend_idempotent, name
 
 
 def test_a_delivery_taken_but_not_answered_in_time_may_have_been_delivered_and_went_once(dest):
@@ -422,6 +441,16 @@ def test_a_delivery_taken_but_not_answered_in_time_may_have_been_delivered_and_w
         held.set()
     assert error.value.unknown and error.value.retryable, str(error.value)
     assert (dest.requests(), dest.applied()) == (1, 1)
+
+
+def test_a_timeout_is_resent_inside_the_call_only_where_the_client_documents_it(dest):
+    """Where the client documents resending an idempotent request after a timeout (a code host's commit status), it
+    does, and the destination holds the same state twice; every other case states why it resends nothing (test 1
+    shows its one request)."""
+    if dest.no_resend:
+        return
+    applied = dest.resend_idempotent(dest.client())
+    assert len(applied) == 2 and applied[0] == applied[1], applied
 
 
 def test_an_earlier_delivery_is_found_where_the_api_allows_looking(dest):
