@@ -9,6 +9,7 @@ makes it one."""
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import math
 import threading
@@ -331,7 +332,7 @@ class CodeHost(Destination):
         return self.state.hold_next(self.ROUTE)
 
     def answer_next(self, status: int, body: bytes, content_type: str) -> None:
-        payload = body if content_type.startswith("text/html") else _loads(body)
+        payload = body if content_type.startswith("text/html") else json.loads(body)
         self.state.fail_next(self.ROUTE, (status, {}, payload))
 
     def throttle_next(self, retry_after: str) -> None:
@@ -379,15 +380,7 @@ ODD_WAITS = ["inf", "1e20", "-5", "nan"]
 
 
 def _json(value: Any) -> bytes:
-    import json
-
     return json.dumps(value).encode()
-
-
-def _loads(body: bytes) -> Any:
-    import json
-
-    return json.loads(body)
 
 
 def _marker(delivery_id: str) -> str:
@@ -421,7 +414,7 @@ def dest(request: pytest.FixtureRequest) -> Iterator[Destination]:
 
 
 def test_the_table_covers_every_destination_and_states_each_point():
-    """Every destination radar delivers to has a case, and each case that does not look or template says why."""
+    """Every destination has a case, and each case that cannot look, template or resend says why."""
     assert set(CASES) == {"slack-bot", "slack-webhook", "pagerduty", "teams", "grafana", "webhook", "github", "gitlab"}
     for name, case in CASES.items():
         assert case.can_check or case.no_look, name
@@ -430,8 +423,7 @@ def test_the_table_covers_every_destination_and_states_each_point():
 
 
 def test_a_delivery_taken_but_not_answered_in_time_may_have_been_delivered_and_went_once(dest):
-    """A request the destination took, whose answer did not come within the client's bound, is unknown and
-    retryable, and the stand-in received and applied it exactly once (no resend inside the call)."""
+    """A delivery taken but unanswered in the client's bound is unknown, retryable, received and applied once."""
     client = dest.client()
     held = dest.hold_next()
     try:
@@ -444,9 +436,7 @@ def test_a_delivery_taken_but_not_answered_in_time_may_have_been_delivered_and_w
 
 
 def test_a_timeout_is_resent_inside_the_call_only_where_the_client_documents_it(dest):
-    """Where the client documents resending an idempotent request after a timeout (a code host's commit status), it
-    does, and the destination holds the same state twice; every other case states why it resends nothing (test 1
-    shows its one request)."""
+    """A timeout is resent in the call only where the docs say so (a code host's status: the same state twice)."""
     if dest.no_resend:
         return
     applied = dest.resend_idempotent(dest.client())
@@ -454,8 +444,7 @@ def test_a_timeout_is_resent_inside_the_call_only_where_the_client_documents_it(
 
 
 def test_an_earlier_delivery_is_found_where_the_api_allows_looking(dest):
-    """Where the API can be read, a delivery whose answer was lost is found afterwards by its delivery id (and one
-    never made is not); where it cannot, the client says so (can_check False) and the case says why."""
+    """An earlier delivery is found by its delivery id where the API can be read; elsewhere the case says why not."""
     client = dest.client()
     assert dest.client_can_check(client) is dest.can_check
     if not dest.can_check:
@@ -475,8 +464,7 @@ def test_an_earlier_delivery_is_found_where_the_api_allows_looking(dest):
 
 @pytest.mark.parametrize("echo", ECHOES)
 def test_no_error_shows_the_secret_in_any_encoding_an_answer_echoes(dest, echo, caplog):
-    """An error answer (the API's own form, a proxy's page) that echoes the destination's secret, in each encoding
-    test_masking knows, raises a ChannelError whose text shows no part of it, and nothing logged shows one either."""
+    """An error answer echoing the secret in any ECHOES encoding shows no part of it in the error or the logs."""
     caplog.set_level(logging.INFO)  # what a deployment logs by default, the client libraries' own loggers included
     client = dest.client(secret=SECRET)
     for status, body, content_type in dest.error_answers(ECHOES[echo]):
@@ -490,8 +478,7 @@ def test_no_error_shows_the_secret_in_any_encoding_an_answer_echoes(dest, echo, 
 
 
 def test_a_template_failing_at_render_is_final_with_its_reason(dest):
-    """Only webhooks render a template: one that fails for this detection's data is final, names why, and sends
-    nothing; every other destination states that it has no template step."""
+    """A webhook template failing at render for some data is final with its reason; no other case has a template."""
     if dest.name not in TEMPLATES:
         assert dest.no_template
         assert not hasattr(dest.client(), "_template")
@@ -506,8 +493,7 @@ def test_a_template_failing_at_render_is_final_with_its_reason(dest):
 
 @pytest.mark.parametrize("body", [PORTAL, NOT_THE_APIS], ids=["web-page", "json-not-the-apis"])
 def test_a_200_that_is_not_the_apis_answer_may_have_been_delivered(dest, body):
-    """A 200 whose body is a web page, or JSON the API never answers, is an unknown outcome (retryable), unless the
-    API's contract makes any 2xx a success (Teams, webhooks), and a web page is never one."""
+    """A 200 that is not the API's answer is unknown, a success only where any 2xx is one (never a web page)."""
     client = dest.client()
     page = body.startswith(b"<!DOCTYPE")
     dest.answer_next(200, body, "text/html; charset=utf-8" if page else "application/json")
@@ -521,9 +507,7 @@ def test_a_200_that_is_not_the_apis_answer_may_have_been_delivered(dest, body):
 
 @pytest.mark.parametrize("wait", ODD_WAITS)
 def test_a_429_with_an_absurd_retry_after_asks_a_sane_wait(dest, wait):
-    """A 429 whose Retry-After is infinite, huge, negative or not a number raises a retryable ChannelError asking a
-    finite wait of at most a day (none taken), or, where the client documents waiting a short one out in the call,
-    is retried there once and delivered once."""
+    """A 429 with absurd Retry-After asks a finite wait of at most a day, or is waited out in the call if documented."""
     client = dest.client()
     dest.throttle_next(wait)
     try:
