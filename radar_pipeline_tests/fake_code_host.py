@@ -12,7 +12,9 @@ Faults on demand, per route (`status`, `deployment_status`, `pulls`, `list_comme
 Retry-After, GitHub's rate limits); `drop_next` applies the request and then resets the connection without an
 answer (the client cannot know it was applied); `late_next` applies it and answers after a delay; `fail_after_next`
 applies it and answers with a failure (a 5xx from a proxy or the host after the write); `trickle_next` answers 200
-without applying it, its body a byte at a time (each read of the client gets something, the answer never ends).
+without applying it, its body a byte at a time (each read of the client gets something, the answer never ends);
+`hold_next` applies it and answers only when the test releases it. A `fail_next` body given as bytes is sent as it
+is, as an HTML page (a proxy's, a captive portal's).
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ class FakeHost:
     delays: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))
     after: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))
     trickles: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))
+    holds: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -109,6 +112,12 @@ class FakeHost:
     def late_next(self, route: str, delay: float) -> None:
         """Apply the next call to `route`, then answer only after `delay` seconds."""
         self.delays[route].append(delay)
+
+    def hold_next(self, route: str) -> threading.Event:
+        """Apply the next call to `route`, then answer only once the returned event is set."""
+        release = threading.Event()
+        self.holds[route].append(release)
+        return release
 
     def fail_after_next(self, route: str, answer: tuple[int, dict[str, str], Any]) -> None:
         """Apply the next call to `route`, then answer with this (status, headers, JSON body) instead of the result."""
@@ -186,6 +195,8 @@ def start(host: FakeHost) -> ThreadingHTTPServer:
                 return
             if host.delays[route]:
                 time.sleep(host.delays[route].popleft())
+            if host.holds[route]:
+                host.holds[route].popleft().wait(120)
             if host.after[route]:
                 self._send(*host.after[route].popleft())
                 return
@@ -214,10 +225,13 @@ def start(host: FakeHost) -> ThreadingHTTPServer:
             return headers.get("private-token") == host.token or headers.get("authorization") == f"Bearer {host.token}"
 
         def _send(self, status: int, payload: Any, extra: dict[str, str] | None = None) -> None:
-            data = json.dumps(payload).encode() if payload is not None else b""
+            raw = isinstance(payload, bytes)
+            data = payload if raw else json.dumps(payload).encode() if payload is not None else b""
             try:
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=utf-8")
+                self.send_header(
+                    "Content-Type", "text/html; charset=utf-8" if raw else "application/json; charset=utf-8"
+                )
                 self.send_header("Content-Length", str(len(data)))
                 for key, value in (extra or {}).items():
                     self.send_header(key, value)

@@ -46,6 +46,12 @@ class FakeGrafana:
         """Answer the next requests with these, in order."""
         self.script.extend(modes)
 
+    def hold_next(self) -> threading.Event:
+        """Take the next request as usual but hold its answer until the returned event is set."""
+        release = threading.Event()
+        self.script.append(Mode(usual=True, hold=release))
+        return release
+
 
 def _message(text: str) -> bytes:
     return json.dumps({"message": text}).encode()
@@ -98,7 +104,9 @@ def start() -> tuple[FakeGrafana, ThreadingHTTPServer]:
                 self._send(mode)
                 return
             status, data = self._usual(call)
-            self._send(Mode(status=status, body=data, delay=mode.delay if mode else 0.0))
+            self._send(
+                Mode(status=status, body=data, delay=mode.delay if mode else 0.0, hold=mode.hold if mode else None)
+            )
 
         def _usual(self, call: Call) -> tuple[int, bytes]:
             if call.path != "/api/annotations":

@@ -61,6 +61,7 @@ class Mode:
     usual: bool = False  # the usual answer, only late (with `delay`): the request is taken
     trickle: float = 0.0  # seconds between the body's bytes: an answer that never quite stops coming
     gzip: bool = False  # the body sent gzip-compressed (Content-Encoding: gzip)
+    hold: threading.Event | None = None  # answer only once this is set (the test's release, not a fixed delay)
 
 
 def send(handler: BaseHTTPRequestHandler, mode: Mode) -> None:
@@ -68,6 +69,8 @@ def send(handler: BaseHTTPRequestHandler, mode: Mode) -> None:
     that gave up is no error."""
     if mode.delay:
         time.sleep(mode.delay)
+    if mode.hold is not None:
+        mode.hold.wait(120)
     if mode.reset:
         handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         handler.connection.close()
@@ -116,6 +119,12 @@ class FakeWebhook:
     def answer_next(self, *modes: Mode) -> None:
         """Answer the next requests with these, in order."""
         self.script.extend(modes)
+
+    def hold_next(self) -> threading.Event:
+        """Take the next request as usual but hold its answer until the returned event is set."""
+        release = threading.Event()
+        self.script.append(Mode(usual=True, hold=release))
+        return release
 
 
 def teams_errors(message: Any) -> list[str]:
@@ -183,7 +192,7 @@ def start() -> tuple[FakeWebhook, ThreadingHTTPServer]:
             if 200 <= status < 300:
                 state.delivered.append(call)
             if mode is not None and mode.usual:
-                mode = Mode(status=status, body=data, content_type=kind, delay=mode.delay)
+                mode = Mode(status=status, body=data, content_type=kind, delay=mode.delay, hold=mode.hold)
             self._send(mode or Mode(status=status, body=data, content_type=kind))
 
         def _usual(self, call: Call) -> tuple[int, str, bytes]:

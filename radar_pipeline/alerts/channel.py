@@ -13,16 +13,21 @@ from typing import Protocol
 from radar_pipeline.alerts.render import AnalysisFacts, LoadChange, Regression
 from radar_pipeline.pgss_model import Key
 
+MAX_RETRY_AFTER = 86400.0  # a day: a longer (or absurd) Retry-After is taken as a day
+
 
 class ChannelError(Exception):
     """The channel did not take the request, or may have. `retryable`: a later attempt may succeed; `unknown`: the
     request went out and no answer came (a timeout, a lost connection), so it may have been delivered; `retry_after`:
-    the seconds the channel asked to wait (a 429's Retry-After)."""
+    the seconds the channel asked to wait (a 429's Retry-After), from 0 to MAX_RETRY_AFTER (1 for a NaN)."""
 
     def __init__(self, message: str, retryable: bool, unknown: bool = False, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.unknown = unknown
+        # A host may ask for inf, 1e20, a negative wait or NaN (float() reads each): bounded here, for every channel.
+        if retry_after is not None:
+            retry_after = min(max(retry_after, 0.0), MAX_RETRY_AFTER) if retry_after == retry_after else 1.0
         self.retry_after = retry_after
 
 

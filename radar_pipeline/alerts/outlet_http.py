@@ -30,13 +30,12 @@ from urllib.parse import unquote
 
 import httpx
 
-from radar_pipeline.alerts.channel import ChannelError
+from radar_pipeline.alerts.channel import MAX_RETRY_AFTER, ChannelError
 from radar_pipeline.config.masking import hidden, mask_query, quoted
 
 DEFAULT_TIMEOUT = 10.0
 MAX_ANSWER = 256 * 1024  # bytes of an answer read; the APIs answer a few hundred
 SHOWN = 160  # characters of an answer quoted in an error
-MAX_RETRY_AFTER = 86400.0  # a day: a longer (or absurd) Retry-After is taken as a day
 GATEWAY = {502, 504}  # a gateway's answers: the server behind it may have taken the request
 
 

@@ -17,6 +17,7 @@ after a look in the channel's history."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from http.client import HTTPException
 from pathlib import Path
 from typing import Any
 from urllib.error import URLError
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackRequestError
@@ -53,6 +54,7 @@ ERROR_CODE = re.compile(r"[a-z0-9_.]{1,100}")  # how Slack names its errors (inv
 # JSON (ValueError), an unknown charset (LookupError), JSON that is not an object (AttributeError, TypeError on it).
 NOT_AN_ANSWER = (SlackRequestError, OSError, HTTPException, ValueError, LookupError, AttributeError, TypeError)
 NOT_JSON = "Received a response in a non-JSON format: "  # slack-sdk's error for a body that is not JSON
+SDK_CUT = 100  # characters of such a body slack-sdk keeps (then "..."), cut before radar can mask a secret in it
 SHOWN_BODY = 80  # characters of an answer that is not Slack's quoted in the error
 SECRET_PART = 16  # a webhook URL's path part this long is its secret (24 characters), hidden on its own too
 
@@ -307,7 +309,10 @@ def _unparsed(data: object) -> str:
     JSON it could."""
     error = data.get("error") if isinstance(data, dict) else None
     if isinstance(error, str) and error.startswith(NOT_JSON):
-        return error.removeprefix(NOT_JSON)
+        body = error.removeprefix(NOT_JSON)
+        if len(body) == SDK_CUT + 3 and body.endswith("..."):  # cut by slack-sdk: a secret the cut split shows in part,
+            return body[:SDK_CUT].rpartition(" ")[0] + " …"  # which no masking knows: its last word goes
+        return body
     return json.dumps(data, default=str)
 
 
@@ -340,8 +345,24 @@ def _secrets(token: str | None, webhook_url: str | None) -> tuple[str, ...]:
     found = {token, webhook_url}
     if webhook_url:
         path = urlsplit(webhook_url).path
-        found |= {path, *(part for part in path.split("/") if len(part) >= SECRET_PART)}
+        found |= {
+            path,
+            *(form for part in path.split("/") if len(part) >= SECRET_PART for form in (part, unquote(part))),
+        }
     return tuple(sorted((s for s in found if s and s != "/"), key=len, reverse=True))
+
+
+class _NoBody(logging.Filter):
+    """slack-sdk logs the first 100 characters of an answer that is not JSON at ERROR (a proxy's page may quote the
+    Authorization header, and so the token): logged without them (the DeliveryError quotes them, masked)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and NOT_JSON in record.msg:
+            record.msg, record.args = "Failed to decode Slack API response: an answer that is not JSON, not logged", ()
+        return True
+
+
+logging.getLogger("slack_sdk.web.base_client").addFilter(_NoBody())
 
 
 def _shown(text: str, secrets: tuple[str, ...]) -> str:

@@ -75,7 +75,10 @@ class WebhookChannel:
         self._url = url
         self._template = template
         self._headers = dict(headers or {})
-        self._http = Http(self.name, (*url_secrets(url), *self._headers.values()), timeout)
+        # A header's value, and its credentials without the scheme ("Bearer <token>"): a receiver's error may echo the
+        # token alone.
+        values = self._headers.values()
+        self._http = Http(self.name, (*url_secrets(url), *values, *(v.split(" ", 1)[-1] for v in values)), timeout)
 
     @classmethod
     def from_settings(cls, settings: Any) -> list[WebhookChannel] | None:
