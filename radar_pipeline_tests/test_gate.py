@@ -323,6 +323,46 @@ def test_radar_deploy_says_when_the_verdict_is_due(gate_url):
         assert conn.execute(sa.text("SELECT count(*) FROM radar.deploy_event")).scalar_one() == known_before
 
 
+def test_a_first_deploy_is_due_by_the_times_the_sensor_waits_by(warehouse_url):
+    """A target's first deploy (scraped, never analysed), told from an environment without the times: its verdict is
+    due by the window and settle deploy_event_sensor records as it evaluates (420 s and 60 s: 8 minutes), not by the
+    default 30-minute window the CLI's own environment gives (which said 31 minutes before the sensor recorded)."""
+    import dagster as dg
+
+    from radar_pipeline.defs.deploys.deploy_verdicts import deploy_event_sensor
+    from radar_pipeline.defs.resources import AnalysisResource, WarehouseResource
+
+    engine = make_engine(warehouse_url)
+    at = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=30)
+    store_counters(engine, "st-first", _counters(at, PLANS["st-pass"], np.random.default_rng(7)), TEXTS)
+    bare = {"RADAR_WINDOW_SECONDS": None, "RADAR_SCRAPE_INTERVAL_SECONDS": None}
+
+    def told(deploy_id: str) -> tuple[str, datetime]:
+        result = CliRunner().invoke(
+            main, ["deploy", "--target", "st-first", "--id", deploy_id, "--warehouse", warehouse_url], env=bare
+        )
+        assert result.exit_code == 0, result.output
+        with engine.connect() as conn:
+            deployed = conn.execute(
+                sa.text("SELECT deployed_at FROM radar.deploy_event WHERE deploy_id = :d"), {"d": deploy_id}
+            ).scalar_one()
+        return result.stdout.splitlines()[1], deployed
+
+    line, deployed = told("first-0")  # no sensor has run on this warehouse: this environment's defaults
+    said = datetime.strptime(line.split("verdict due at ")[1].split(";")[0], "%Y-%m-%d %H:%M:%S UTC")
+    assert 1800 <= (said.replace(tzinfo=UTC) - deployed).total_seconds() <= 1800 + 60, line
+    resources = {
+        "warehouse": WarehouseResource(url=warehouse_url),
+        "analysis": AnalysisResource(window_seconds=420, scrape_interval_seconds=60),
+    }
+    with dg.instance_for_test() as instance:
+        deploy_event_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    line, deployed = told("first-1")
+    due = (deployed + timedelta(seconds=480)).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert line == f"verdict due at {due}; `radar gate first-1 --wait 13m`"
+    engine.dispose()
+
+
 def _rows(printed: str, key: int) -> dict[str, list[str]]:
     """A rich table's body rows (not its header), each a list of its cells, by the cell in column `key`."""
     rows = [[c.strip() for c in line.split("│")[1:-1]] for line in printed.splitlines() if line.startswith("│")]

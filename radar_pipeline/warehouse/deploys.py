@@ -380,6 +380,27 @@ class DueEvent:
 READY_AT = "greatest(received_at, deployed_at + :delay)"
 
 
+def record_timing(conn: sa.Connection, window: timedelta, settle: timedelta) -> None:
+    """Record the window and settle deploy_event_sensor waits by (radar.deploy_timing), where they changed: what
+    `radar deploy` and `radar gate` say a verdict is due by."""
+    conn.execute(
+        sa.text(
+            "INSERT INTO radar.deploy_timing (window_seconds, settle_seconds) VALUES (:w, :s) "
+            "ON CONFLICT (only_row) DO UPDATE SET window_seconds = EXCLUDED.window_seconds, "
+            "settle_seconds = EXCLUDED.settle_seconds, updated_at = now() "
+            "WHERE (radar.deploy_timing.window_seconds, radar.deploy_timing.settle_seconds) "
+            "IS DISTINCT FROM (EXCLUDED.window_seconds, EXCLUDED.settle_seconds)"
+        ),
+        {"w": window.total_seconds(), "s": settle.total_seconds()},
+    )
+
+
+def recorded_timing(conn: sa.Connection) -> tuple[timedelta, timedelta] | None:
+    """The window and settle deploy_event_sensor last recorded, or None (no sensor has run on this warehouse)."""
+    row = conn.execute(sa.text("SELECT window_seconds, settle_seconds FROM radar.deploy_timing")).one_or_none()
+    return None if row is None else (timedelta(seconds=row[0]), timedelta(seconds=row[1]))
+
+
 def due_events(
     conn: sa.Connection, after: tuple[datetime, str] | None, delay: timedelta, limit: int = 200
 ) -> list[DueEvent]:

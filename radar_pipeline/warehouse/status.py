@@ -18,7 +18,7 @@ from radar_pipeline.config import warehouse_url
 from radar_pipeline.config.queries import sql_text
 from radar_pipeline.config.settings import DEFAULT_SCRAPE_INTERVAL_SECONDS, DEFAULT_WINDOW_SECONDS, RadarSettings
 from radar_pipeline.engine.vocabulary import VERDICTS, Verdict
-from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX, READY_AT
+from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX, READY_AT, recorded_timing
 
 CONNECT_TIMEOUT_S = 5
 STATEMENT_TIMEOUT_MS = 10_000
@@ -51,12 +51,16 @@ SCRAPES_MEASURED = 21
 
 
 def analysis_times(conn: sa.Connection, target: str, configured: RadarSettings) -> tuple[timedelta, timedelta]:
-    """The analysis window each side of a deploy and the scrape interval the sensor waits after it, the target's as
-    the warehouse stores them: the window the target's latest deploy analysis used (radar.analysis keeps its engine
-    settings: what the daemon runs with), the interval its stored scrapes show (the median gap between its latest
-    SCRAPES_MEASURED scrapes, radar.pgss_info_snapshot). Where the warehouse has nothing (a target's first deploy, a
-    target never scraped), this environment's RADAR_WINDOW_SECONDS and RADAR_SCRAPE_INTERVAL_SECONDS, else their
-    defaults: a CI job that does not set them is not told the default 30-minute window's times for a 7-minute one."""
+    """The analysis window each side of a deploy and the wait after it before the sensor asks for its analysis, as
+    the warehouse stores them: first the window and settle deploy_event_sensor records (radar.deploy_timing: what it
+    waits by, for any target); where no sensor has run, the window the target's latest deploy analysis used
+    (radar.analysis keeps its engine settings) and the interval its stored scrapes show (the median gap between its
+    latest SCRAPES_MEASURED scrapes, radar.pgss_info_snapshot). Where the warehouse has nothing, this environment's
+    RADAR_WINDOW_SECONDS and RADAR_SCRAPE_INTERVAL_SECONDS, else their defaults: a CI job that does not set them is
+    not told the default 30-minute window's times for a 7-minute one."""
+    recorded = recorded_timing(conn)
+    if recorded is not None:
+        return recorded
     stored_window, stored_scrape = conn.execute(
         sql_text("warehouse.analysis_times"),
         {"t": target, "periodic": PERIODIC_PREFIX + "%", "n": SCRAPES_MEASURED},

@@ -540,7 +540,8 @@ def deploy_event_sensor(
     position = cursor_position(context.cursor)
     window = timedelta(seconds=analysis.window_seconds)
     delay = window + analysis.settle
-    with warehouse.engine().connect() as conn:
+    with warehouse.engine().begin() as conn:
+        deploys.record_timing(conn, window, analysis.settle)  # what radar deploy and radar gate say is due
         due = deploys.due_events(conn, position, delay, limit=SENSOR_PAGE)
         early = deploys.scraped_events(conn, window, delay, limit=SENSOR_PAGE)
     if not due and not early:
