@@ -23,9 +23,11 @@ import pytest
 import sqlalchemy as sa
 
 from radar_pipeline.alerts.code_hosts import HostClient, HostError, Review
-from radar_pipeline.defs.alerts.code_host_statuses import code_host_retry_job, code_host_statuses
+from radar_pipeline.defs.alerts.code_host_statuses import code_host_statuses
+from radar_pipeline.defs.alerts.regression_alerts import regression_alerts
 from radar_pipeline.defs.reconcile.reconciler import radar_reconciler
-from radar_pipeline.defs.resources import CodeHostResource, SlackResource, WarehouseResource
+from radar_pipeline.defs.resources import ChannelsResource, CodeHostResource, SlackResource, WarehouseResource
+from radar_pipeline.defs.retry_jobs import alert_retry_job
 from radar_pipeline.steps.code_host_delivery import Deploy, comment_body, comment_marker, deliver, description
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 from radar_pipeline.warehouse import deploys, outbox
@@ -326,23 +328,27 @@ def test_the_reconciler_retries_a_delivery_the_host_refused_for_now(analysed, wa
         "slack": SlackResource(),
         "reconciler": NOW,
         "code_hosts": code_hosts,
+        "channels": ChannelsResource(),
     }
-    defs = dg.Definitions(
-        assets=[code_host_statuses], jobs=[code_host_retry_job], sensors=[radar_reconciler], resources=resources
+    defs = dg.Definitions(  # one retry job for every destination of the deploy: its alerts and its code host's
+        assets=[regression_alerts, code_host_statuses],
+        jobs=[alert_retry_job],
+        sensors=[radar_reconciler],
+        resources=resources,
     )
     github.fail_next("status", *[(503, {}, {"message": "unavailable"})] * 3)
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("deploys", ["d-7"])
-        first = _execute(instance, defs, dg.RunRequest(job_name="code_host_retry_job", partition_key="d-7"))
+        first = _execute(instance, defs, dg.RunRequest(job_name="alert_retry_job", partition_key="d-7"))
         assert first.success and _rows(analysed)["commit_status"]["status"] == "pending" and not github.statuses
 
         assert not _tick(instance, resources).run_requests  # inside its backoff: nothing yet
         _backoff_passes(analysed)
         (request,) = _tick(instance, resources).run_requests
         assert (request.job_name, request.partition_key, request.run_key) == (
-            "code_host_retry_job",
+            "alert_retry_job",
             "d-7",
-            "code-hosts:d-7:1:reconcile-1",
+            "alerts:d-7:1:reconcile-1",
         )
         assert _execute(instance, defs, request).success
     assert _rows(analysed)["commit_status"]["status"] == "sent"

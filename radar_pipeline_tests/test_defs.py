@@ -52,7 +52,6 @@ JOBS = {
     "periodic_job",
     "alert_retry_job",
     "periodic_alert_retry_job",
-    "code_host_retry_job",
     "deploy_marks_job",
     "canary_verdicts_job",
     "deploy_looks_job",

@@ -231,6 +231,7 @@ def test_release_verdicts_runs_after_each_member_s_analysis_in_dagster_and_alert
         "regression_alerts",
         "release_verdicts",
         "canary_alerts",
+        "code_host_statuses",
     }
     resources = {
         "warehouse": WarehouseResource(url=warehouse_url),

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX, READY_AT, DueEvent
-from radar_pipeline.warehouse.outbox import BLOCKED, CODE_HOST, DEPLOY_MARK, MAX_ATTEMPTS, RESOLVE, WITHHELD_DOUBT
+from radar_pipeline.warehouse.outbox import BLOCKED, DEPLOY_MARK, MAX_ATTEMPTS, RESOLVE, WITHHELD_DOUBT
 
 
 @dataclass(frozen=True)
@@ -26,38 +26,23 @@ class WaitingAlerts:
         return self.analysis_id.startswith(PERIODIC_PREFIX)
 
 
-# What the alert runs retry (regression_alerts, periodic_alerts, and the canary's and release's): every row but the
-# code hosts' (code_host_statuses retries them) and the deploy marks (deploy_marks_job sends and retries them, with or
-# without an analysis), less the resolves that wait for their trigger to end (not due: they go out after it, in the
-# trigger's run). `aged`: the row is bound by the alert age limit; a resolve is not (closing an incident is never
-# noise: only MAX_ATTEMPTS bounds it).
-_ALERTS = (
-    f"SELECT w.*, kind <> '{RESOLVE}' AS aged FROM radar.outbox w WHERE channel <> '{CODE_HOST}' AND NOT {BLOCKED}"
-)
-ALERT_ROWS = f"({_ALERTS})"
-RETRIED_ROWS = f"({_ALERTS} AND kind <> '{DEPLOY_MARK}')"
-CODE_HOST_ROWS = f"(SELECT *, true AS aged FROM radar.outbox WHERE channel = '{CODE_HOST}')"
+# What waits in the outbox, as the reconciler asks: every row but the resolves that wait for their trigger to end (not
+# due: they go out after it, in the trigger's run). `aged`: the row is bound by the alert age limit; a resolve is not
+# (closing an incident is never noise: only MAX_ATTEMPTS bounds it).
+ALERT_ROWS = f"(SELECT w.*, kind <> '{RESOLVE}' AS aged FROM radar.outbox w WHERE NOT {BLOCKED})"
+# What one retry run of an analysis retries (alert_retry_job: its alerts, canary and fleet alerts, code host's
+# statuses and comments; periodic_alert_retry_job): every row but the deploy marks, which deploy_marks_job sends and
+# retries, with or without an analysis.
+RETRIED_ROWS = f"(SELECT * FROM {ALERT_ROWS} r WHERE kind <> '{DEPLOY_MARK}')"
 
 
 def waiting_alerts(conn: sa.Connection, max_age: timedelta, lease: timedelta, limit: int = 100) -> list[WaitingAlerts]:
-    """Analyses with rows due now (detections, resolves and Slack message updates; not deploy marks): `pending` past
-    their backoff, or left `sending` past `lease` by a run that stopped; only rows created within `max_age` (older
-    ones are withheld by withhold_old), except resolves (never withheld; MAX_ATTEMPTS bounds them)."""
-    return _waiting(conn, RETRIED_ROWS, max_age, lease, limit)
-
-
-def waiting_deliveries(
-    conn: sa.Connection, max_age: timedelta, lease: timedelta, limit: int = 100
-) -> list[WaitingAlerts]:
-    """Deploys with code-host deliveries due now, as waiting_alerts finds alerts."""
-    return _waiting(conn, CODE_HOST_ROWS, max_age, lease, limit)
-
-
-def _waiting(conn: sa.Connection, table: str, max_age: timedelta, lease: timedelta, limit: int) -> list[WaitingAlerts]:
-    assert table in (CODE_HOST_ROWS, RETRIED_ROWS)  # ours, never input: it is written into the statement
+    """Analyses with outbox rows due now (every destination's; not deploy marks): `pending` past their backoff, or
+    left `sending` past `lease` by a run that stopped; only rows created within `max_age` (older ones are withheld by
+    withhold_old), except resolves (never withheld; MAX_ATTEMPTS bounds them)."""
     rows = conn.execute(
         sa.text(
-            f"SELECT analysis_id, count(*), max(attempts) FROM {table} AS w "
+            f"SELECT analysis_id, count(*), max(attempts) FROM {RETRIED_ROWS} AS w "
             "WHERE (created_at > now() - :age OR NOT aged) AND attempts < :max AND ("
             "  (status = 'pending' AND coalesce(next_attempt_at, '-infinity') <= now()) "
             "  OR (status = 'sending' AND claimed_at < now() - :lease)) "

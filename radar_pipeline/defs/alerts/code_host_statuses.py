@@ -8,6 +8,7 @@ import dagster as dg
 from radar_pipeline.defs.deploys.deploy_verdicts import REANALYSIS_TAG, deploy_verdicts, deploys_partitions
 from radar_pipeline.defs.metadata import OWNERS
 from radar_pipeline.defs.resources import CodeHostResource, WarehouseResource
+from radar_pipeline.defs.retry_jobs import RETRIED_BY, alert_retry_job
 
 
 @dg.asset(
@@ -16,6 +17,7 @@ from radar_pipeline.defs.resources import CodeHostResource, WarehouseResource
     group_name="analysis",
     kinds={"github", "gitlab"},
     owners=OWNERS,
+    tags={RETRIED_BY: alert_retry_job.name},  # its rows wait under the deploy's partition: retried with its alerts
     description="The deploy's state as a GitHub or GitLab commit status (and deployment status), and a comment on the "
     "pull or merge request that merged the commit when something regressed (radar.outbox).",
 )
@@ -43,10 +45,3 @@ def code_host_statuses(
     return dg.MaterializeResult(
         metadata={k: dg.MetadataValue.json(v) if isinstance(v, dict) else v for k, v in metadata.items()}
     )
-
-
-code_host_retry_job = dg.define_asset_job(
-    "code_host_retry_job",
-    selection=dg.AssetSelection.assets("code_host_statuses"),
-    description="Another attempt at a deploy's pending commit statuses and comments (requested by radar_reconciler).",
-)

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from radar_pipeline.defs.alerts.code_host_statuses import code_host_retry_job
 from radar_pipeline.defs.deploys.deploy_verdicts import RANGE_END, RANGE_START, deploy_verdicts_job, deploys_partitions
 from radar_pipeline.defs.resources import AnalysisResource, ReconcilerResource, SlackResource, WarehouseResource
 from radar_pipeline.defs.retry_jobs import alert_retry_job, periodic_alert_retry_job
@@ -33,7 +32,7 @@ CANARY_JOB = "canary_verdicts_job"  # defs/deploys/canary_verdicts.py's: its run
 
 
 @dg.sensor(
-    jobs=[deploy_verdicts_job, alert_retry_job, periodic_alert_retry_job, code_host_retry_job],
+    jobs=[deploy_verdicts_job, alert_retry_job, periodic_alert_retry_job],
     minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Retries what waits for a later run: pending alerts, deploys without an analysis, imported deploys "
@@ -46,9 +45,10 @@ def radar_reconciler(
     slack: SlackResource,
     reconciler: ReconcilerResource,
 ) -> dg.SensorResult:
-    """Each evaluation: (1) requests a run of the alert asset for every analysis with outbox rows due (pending past
-    their backoff, or left `sending` by a stopped run), created within the alert age limit, and withholds older
-    ones; (1b) requests the same for every stored canary analysis with detections and no outbox row, its canary
+    """Each evaluation: (1) requests a run of the retry job (every asset whose outbox rows wait under the analysis's
+    partition: alerts, canary and fleet alerts, code host deliveries) for every analysis with outbox rows due
+    (pending past their backoff, or left `sending` by a stopped run), created within the alert age limit, and
+    withholds older ones; (1b) requests the same for every stored canary analysis with detections and no outbox row, its canary
     window closed within the alert age limit (its run stopped before canary_alerts claimed the rows; bounded as an
     analysis's runs); (2) requests an analysis of every deploy whose window closed more than the grace ago without an
     analysis row (never requested, or its runs failed: at most max_analysis_runs runs, with backoff);
@@ -69,7 +69,6 @@ def radar_reconciler(
     with engine.begin() as conn:
         withheld = store.withhold_old(conn, slack.alert_max_age)
         waiting = store.waiting_alerts(conn, slack.alert_max_age, LEASE)
-        deliveries = store.waiting_deliveries(conn, slack.alert_max_age, LEASE)
         unanalysed = store.unanalysed_deploys(conn, delay, reconciler.grace, reconciler.max_age)
         imported = store.imported_deploys(conn)
         unalerted = canaries.unalerted(conn, CANARY_ALERT_PREFIX, slack.alert_max_age, reconciler.grace)
@@ -80,16 +79,16 @@ def radar_reconciler(
         lines.append(f"withheld {withheld} alerts still unsent after {slack.alert_max_age} (no longer news)")
     requests: list[dg.RunRequest] = []
     now = datetime.now(UTC)
-    for w, what in [*((w, "alerts") for w in waiting), *((w, "code-hosts") for w in deliveries)]:
+    for w in waiting:
         job, partition = (
             (periodic_alert_retry_job, w.analysis_id.removeprefix(PERIODIC_PREFIX))
             if w.periodic
-            else (alert_retry_job if what == "alerts" else code_host_retry_job, w.analysis_id)
+            else (alert_retry_job, w.analysis_id)
         )
         # The same retry policy as analyses, per outbox attempt: a run that failed before it claimed the rows (the
         # warehouse was away, the run never started) is followed by another, with backoff, up to max_analysis_runs.
-        attempt = f"{what}:{w.analysis_id}:{w.attempts}"
-        tags = {"radar/reconciler": what, "radar/alert-attempt": str(w.attempts)}
+        attempt = f"alerts:{w.analysis_id}:{w.attempts}"
+        tags = {"radar/reconciler": "alerts", "radar/alert-attempt": str(w.attempts)}
         decision = analysis_retry(
             attempt,
             _past_runs(context.instance, job.name, partition, tags),
@@ -101,8 +100,7 @@ def radar_reconciler(
             requests.append(
                 dg.RunRequest(job_name=job.name, partition_key=partition, run_key=decision.run_key, tags=tags)
             )
-            noun = "alerts" if what == "alerts" else "code-host deliveries"
-            lines.append(f"{w.analysis_id}: {w.rows} {noun} due (attempt {w.attempts + 1})")
+            lines.append(f"{w.analysis_id}: {w.rows} alerts due (attempt {w.attempts + 1})")
         else:
             lines.append(decision.reason)
     for deploy_id in unalerted:
