@@ -1,8 +1,11 @@
 """The frames that cross layers, declared: their columns, dtypes, which are required, and the words a column may hold.
 
-The engine returns the verdict frame (`analyse`, VERDICT_FRAME) and the impact frames (`impact`, IMPACT_STATEMENTS
-and IMPACT_SUMMARY); steps/ extends the verdict frame with columns of its own and overwrites one engine column, each
-declared (`FrameSchema.extend`, written through `FrameSchema.assign`); the warehouse checks what it stores. A frame is
+The engine returns the verdict frame (`analyse`, VERDICT_FRAME), the impact frames (`impact`, IMPACT_STATEMENTS
+and IMPACT_SUMMARY), the group frame (`decide_groups`, GROUP_FRAME), the fleet frame (`fleet_verdicts`, FLEET_FRAME,
+from FLEET_EVIDENCE) and the canary frame (`canary_analyse`, CANARY_FRAME); steps/ extends them with columns of its
+own and overwrites engine columns, each declared (`FrameSchema.extend`, written through `FrameSchema.assign`:
+ANALYSED_VERDICTS in warehouse/analysis.py, GROUPS_STORED, RELEASE_STORED and CANARY_STORED here); the warehouse
+writes the columns these declare and checks what it stores. A frame is
 checked where it crosses a layer (`FrameSchema.check`): a missing column, a wrong dtype or a word outside the
 vocabulary is a FrameError naming the frame, the column and what was expected.
 
