@@ -38,31 +38,15 @@ import numpy as np
 import pandas as pd
 
 from radar_pipeline.engine import fdr
+from radar_pipeline.engine.frames import CANARY_FRAME
 from radar_pipeline.engine.gate import GATE_FACTOR, MAX_OPEN_EXCESS, MAX_TOTAL_EXCESS, deploy_state
 from radar_pipeline.engine.inference import CI_LEVEL, INFLATION_MAX, RHO_MAX, _bias_corrected, _serial_correlation
 from radar_pipeline.engine.samples import STDDEV, window_samples
 from radar_pipeline.engine.settings import EngineSettings
 from radar_pipeline.engine.vocabulary import Reason, Verdict
 
-# The columns of canary_analyse's result, in order.
-CANARY_COLUMNS = (
-    "query_key",
-    "verdict",
-    "reason",
-    "change_factor",
-    "factor_low",
-    "factor_high",
-    "factor_bound",
-    "p_value",
-    "p_family",
-    "budget_share",
-    "mean_canary_ms",
-    "mean_stable_ms",
-    "calls_canary",
-    "calls_stable",
-    "intervals",
-    "serial_correlation",
-)
+# The columns of canary_analyse's result, in order (engine/frames.py declares their dtypes).
+CANARY_COLUMNS = tuple(CANARY_FRAME.names)
 
 
 class CanaryInputError(ValueError):
@@ -106,7 +90,7 @@ def canary_analyse(
                              for c in CANARY_COLUMNS})  # fmt: skip
     grid = _grid(canary, stable, start, end)
     arms = [_samples(frame, keys, grid, start, end) for frame in (canary, stable)]
-    return _decide(keys, arms[0], arms[1], settings, _prior_of(keys, prior))
+    return CANARY_FRAME.check(_decide(keys, arms[0], arms[1], settings, _prior_of(keys, prior)), "canary_analyse")
 
 
 def _prior_of(keys: pd.Index, prior: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

@@ -1,8 +1,11 @@
 """The frames that cross layers, declared: their columns, dtypes, which are required, and the words a column may hold.
 
-The engine returns the verdict frame (`analyse`, VERDICT_FRAME) and the impact frames (`impact`, IMPACT_STATEMENTS
-and IMPACT_SUMMARY); steps/ extends the verdict frame with columns of its own and overwrites one engine column, each
-declared (`FrameSchema.extend`, written through `FrameSchema.assign`); the warehouse checks what it stores. A frame is
+The engine returns the verdict frame (`analyse`, VERDICT_FRAME), the impact frames (`impact`, IMPACT_STATEMENTS
+and IMPACT_SUMMARY), the group frame (`decide_groups`, GROUP_FRAME), the fleet frame (`fleet_verdicts`, FLEET_FRAME,
+from FLEET_EVIDENCE) and the canary frame (`canary_analyse`, CANARY_FRAME); steps/ extends them with columns of its
+own and overwrites engine columns, each declared (`FrameSchema.extend`, written through `FrameSchema.assign`:
+ANALYSED_VERDICTS in warehouse/analysis.py, GROUPS_STORED, RELEASE_STORED and CANARY_STORED here); the warehouse
+writes the columns these declare and checks what it stores. A frame is
 checked where it crosses a layer (`FrameSchema.check`): a missing column, a wrong dtype or a word outside the
 vocabulary is a FrameError naming the frame, the column and what was expected.
 
@@ -237,4 +240,94 @@ IMPACT_SUMMARY = FrameSchema(
         Column("statements_before", INT),
         Column("statements_after", INT),
     ),
+)
+
+# decide_groups: a row per group (engine/groups.py, GROUP_COLUMNS; their order is the frame's).
+GROUP_FRAME = FrameSchema(
+    "group verdicts",
+    (
+        Column("group_id", TEXT, nullable=False),
+        Column("verdict", TEXT, words=tuple(v.value for v in VERDICTS), nullable=False),
+        Column("members", INT),
+        Column("members_above", INT),
+        *_floats("factor", "factor_low", "factor_high", "factor_bound", "factor_but_one", "tau", "z_stat"),
+        *_floats("p_value", "p_family", "budget_share", "design"),
+        Column("tier", TEXT, words=tuple(t.value for t in TIERS)),  # improved / probably_slower (None: neither)
+    ),
+)
+# steps/groups.py adds what the engine is not told: the group's kind, how a sentence names its statements, how many
+# statements it holds, its verdict in words and the keys of its tested members (arrays), stored in radar.group_verdict.
+GROUPS_STORED = GROUP_FRAME.extend(
+    "groups stored",
+    (
+        Column("kind", TEXT, words=("shape", "role", "change"), nullable=False),
+        Column("label", TEXT, nullable=False),
+        Column("statements", INT),
+        Column("sentence", TEXT, nullable=False),
+        *(Column(f"member_{k}", ANY) for k in ("dbid", "userid", "queryid", "toplevel")),
+    ),
+)
+
+# fleet_verdicts' evidence: a row per (statement key, target) (engine/releases.py, EVIDENCE_COLUMNS).
+FLEET_EVIDENCE = FrameSchema(
+    "fleet evidence",
+    (Column("key", ANY), Column("target", TEXT), *_floats("log_factor", "se", "time_before")),
+)
+# fleet_verdicts' result: a row per statement key (engine/releases.py, RESULT_COLUMNS; their order is the frame's).
+FLEET_FRAME = FrameSchema(
+    "fleet verdicts",
+    (
+        Column("key", ANY),
+        Column("targets", INT),
+        *_floats("factor", "factor_low", "factor_high", "p_value", "p_family", "budget_share", "family_weight"),
+        Column("verdict", TEXT, words=tuple(v.value for v in VERDICTS), nullable=False),
+        Column("consistent", BOOL),
+        *_floats("heterogeneity_p", "i_squared", "tau2"),
+        Column("targets_agreeing", INT),
+        Column("only_on", ANY),  # the slower targets' names, a list (empty: none named)
+        Column("report", TEXT),
+        Column("members", ANY),  # the targets with evidence, a list
+    ),
+)
+
+# canary_analyse: a row per statement key the canary arm ran (engine/canary.py, CANARY_COLUMNS; the frame's order).
+CANARY_FRAME = FrameSchema(
+    "canary verdicts",
+    (
+        Column("query_key", ANY),
+        Column("verdict", TEXT, words=tuple(v.value for v in VERDICTS), nullable=False),
+        Column("reason", TEXT, words=tuple(r.value for r in REASONS), nullable=False),
+        *_floats("change_factor", "factor_low", "factor_high", "factor_bound", "p_value", "p_family", "budget_share"),
+        *_floats("mean_canary_ms", "mean_stable_ms"),
+        *(Column(n, INT) for n in ("calls_canary", "calls_stable", "intervals")),
+        Column("serial_correlation", FLOAT),
+    ),
+)
+# steps/canary.py splits the shared key (dbid, queryid, toplevel) into the columns radar.canary_verdict stores.
+CANARY_STORED = CANARY_FRAME.extend(
+    "canary verdicts stored", (Column("dbid", INT), Column("queryid", INT), Column("toplevel", BOOL))
+)
+# steps/releases.py stores a fleet verdict per key in radar.release_verdict (all but the key itself): the key split,
+# the verdict's status and look, the release's counts and an example member's statement; it overwrites three columns.
+RELEASE_STORED = FLEET_FRAME.extend(
+    "fleet verdicts stored",
+    (
+        Column("verdict", TEXT, words=(*(v.value for v in VERDICTS), "pending"), nullable=False),
+        Column("members", INT),
+        Column("fingerprint", INT),
+        Column("toplevel", BOOL),
+        Column("status", TEXT, nullable=False),
+        Column("look", ANY),  # None: the release is not complete (a partial verdict)
+        Column("look_after", ANY),  # None: the members' first looks; a timedelta after a later look
+        Column("member_targets", ANY),  # the engine's members: the targets with evidence, a list
+        Column("analysed", INT),
+        Column("example_deploy_id", TEXT),
+        Column("example_target", TEXT),
+        *(Column(f"example_{k}", INT) for k in ("queryid", "dbid", "userid")),
+    ),
+    overwrites={
+        "verdict": "pending before the release is complete; past the schedule's last look detected reads inconclusive",
+        "members": "how many targets the release went to (the engine's list of them is member_targets)",
+        "budget_share": "nothing spent past the schedule's last look",
+    },
 )

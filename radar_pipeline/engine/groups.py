@@ -54,6 +54,7 @@ from typing import TypeVar
 import numpy as np
 import pandas as pd
 
+from radar_pipeline.engine.frames import GROUP_FRAME, GROUPS_STORED
 from radar_pipeline.engine.gate import tiers
 from radar_pipeline.engine.settings import EngineSettings
 from radar_pipeline.engine.vocabulary import Verdict
@@ -62,7 +63,7 @@ from radar_pipeline.engine.vocabulary import Verdict
 # of freedom is too wide to tell anything (t_3,0.975 = 3.2), while a pair is better read from its two verdicts.
 MIN_MEMBERS = 5
 K = TypeVar("K")  # a member's key (a query_key)
-GROUP_KINDS = ("shape", "role", "change")
+GROUP_KINDS = GROUPS_STORED.column("kind").words  # steps/groups.py forms them
 # The members' shared noise is estimated over this many windows W before the deploy, at every look (the last look's
 # span: enough intervals for the long-run variances' degrees of freedom, and the before side never sees the change).
 NOISE_SPANS = 8
@@ -73,25 +74,8 @@ NOISE_SAMPLE = 200
 DECIDED = (Verdict.DETECTED.value, Verdict.NO_REGRESSION.value)
 # The member columns the joint test reads (analyse's result).
 MEMBER_COLUMNS = ("query_key", "deploy_log_factor", "deploy_log_se", "deploy_dof")
-# The group verdict frame's columns, in order.
-GROUP_COLUMNS = (
-    "group_id",
-    "verdict",
-    "members",
-    "members_above",
-    "factor",
-    "factor_low",
-    "factor_high",
-    "factor_bound",
-    "factor_but_one",
-    "tau",
-    "z_stat",
-    "p_value",
-    "p_family",
-    "budget_share",
-    "design",
-    "tier",  # engine.gate.tiers: improved / probably_slower (None: neither)
-)
+# The group verdict frame's columns, in order (engine/frames.py declares their dtypes).
+GROUP_COLUMNS = tuple(GROUP_FRAME.names)
 
 
 @dataclass(frozen=True)
@@ -392,7 +376,7 @@ def decide_groups(
     )
     for name in ("members", "members_above"):
         out[name] = out[name].fillna(0).astype(np.int64)
-    return out
+    return GROUP_FRAME.check(out, "decide_groups")
 
 
 def group_looks(

@@ -47,6 +47,7 @@ import pandas as pd
 from radar_pipeline.engine.budget import look_budget, look_clear_level
 from radar_pipeline.engine.decision import family_weights
 from radar_pipeline.engine.fdr import bonferroni
+from radar_pipeline.engine.frames import FLEET_EVIDENCE, FLEET_FRAME
 from radar_pipeline.engine.vocabulary import Verdict
 
 MIN_TARGETS = 2  # a fleet verdict needs a statement key's evidence on at least this many targets
@@ -58,7 +59,8 @@ HETEROGENEITY_ALPHA = 0.05  # Cochran's Q below this level: the targets differ, 
 CI_LEVEL = 0.95
 PM_ITERATIONS = 100  # bisection steps of Paule–Mandel's τ² (on a bracket that doubles until it holds the root)
 # The evidence a fleet verdict takes: one row per (statement key, target).
-EVIDENCE_COLUMNS = ("key", "target", "log_factor", "se", "time_before")
+EVIDENCE_COLUMNS = tuple(FLEET_EVIDENCE.names)  # fleet_verdicts' evidence (engine/frames.py declares their dtypes)
+RESULT_COLUMNS = tuple(FLEET_FRAME.names)  # fleet_verdicts' result, in order (engine/frames.py declares their dtypes)
 FLEET_VERDICTS = (Verdict.DETECTED.value, Verdict.NO_REGRESSION.value, Verdict.INCONCLUSIVE.value)
 
 
@@ -273,7 +275,7 @@ def fleet_verdicts(
             only_on.append([])
             report.append(f"×{factor:.2f} on average, varying between {got.k[i]} {noun} (I² {got.i2[i]:.0%})")
     members = [[targets[j] for j in np.flatnonzero(np.isfinite(y[i]))] for i in range(len(keys))]
-    return pd.DataFrame(
+    out = pd.DataFrame(
         {
             "key": keys,
             "targets": got.k.astype(np.int64),
@@ -295,28 +297,7 @@ def fleet_verdicts(
             "members": members,
         }
     )
-
-
-RESULT_COLUMNS = (
-    "key",
-    "targets",
-    "factor",
-    "factor_low",
-    "factor_high",
-    "p_value",
-    "p_family",
-    "budget_share",
-    "family_weight",
-    "verdict",
-    "consistent",
-    "heterogeneity_p",
-    "i_squared",
-    "tau2",
-    "targets_agreeing",
-    "only_on",
-    "report",
-    "members",
-)
+    return FLEET_FRAME.check(out, "fleet_verdicts")
 
 
 def _t_sf(excess: np.ndarray, se: np.ndarray, dof: np.ndarray) -> np.ndarray:

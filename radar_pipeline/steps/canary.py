@@ -20,6 +20,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.engine import ENGINE_VERSION, Verdict
 from radar_pipeline.engine.canary import canary_analyse, canary_state
+from radar_pipeline.engine.frames import CANARY_STORED
 from radar_pipeline.engine.gate import GATE_FACTOR, MAX_OPEN_EXCESS, MAX_TOTAL_EXCESS
 from radar_pipeline.steps.deploy_analysis import AnalysisRefused, AnalysisRun, require_closed
 from radar_pipeline.warehouse import analysis, deploys
@@ -231,12 +232,12 @@ def _stable_prior(
 
 
 def _with_key_columns(verdicts: pd.DataFrame) -> pd.DataFrame:
-    """The shared key split into dbid, queryid, toplevel."""
+    """The shared key split into dbid, queryid, toplevel (engine.frames.CANARY_STORED)."""
     out = verdicts.copy()
-    out["dbid"] = [int(k[0]) for k in out["query_key"]]
-    out["queryid"] = [int(k[1]) for k in out["query_key"]]
-    out["toplevel"] = [bool(k[2]) for k in out["query_key"]]
-    return out
+    CANARY_STORED.assign(out, "dbid", [int(k[0]) for k in out["query_key"]])
+    CANARY_STORED.assign(out, "queryid", [int(k[1]) for k in out["query_key"]])
+    CANARY_STORED.assign(out, "toplevel", [bool(k[2]) for k in out["query_key"]])
+    return CANARY_STORED.check(out, "steps.canary")
 
 
 def _excess_bars(conn: sa.Connection, deploy_id: str) -> tuple[float, float, float]:

@@ -34,8 +34,8 @@ import sqlalchemy as sa
 from radar_pipeline.collector.plan_settings import affects_plans
 from radar_pipeline.engine import EngineSettings, Verdict
 from radar_pipeline.engine.budget import split_group_budget
+from radar_pipeline.engine.frames import GROUPS_STORED
 from radar_pipeline.engine.groups import (
-    GROUP_COLUMNS,
     MIN_MEMBERS,
     NOISE_SPANS,
     before_calls,
@@ -56,8 +56,6 @@ SHAPE, ROLE, CHANGE = "shape", "role", "change"
 # When two groups hold the same statements, the one kept: a named change says most, a role least.
 PREFERENCE = (CHANGE, SHAPE, ROLE)
 _PLANNABLE = {"SelectStmt", "InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt"}
-# The members' marks and the groups' rows, the columns a decided groups frame has (warehouse/groups.py STORED).
-MEMBER_KEYS = tuple(f"member_{k}" for k in KEY)
 
 
 @dataclass(frozen=True)
@@ -221,10 +219,10 @@ def decide(
     before: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, list[str | None]]:
     """Decide the groups from the analysed verdicts (query_key, KEY columns and the engine's estimates at the
-    deploy) with the groups' budget; returns the groups frame (engine.groups.GROUP_COLUMNS, then kind, label,
-    statements, sentence and the tested members' keys as arrays: warehouse/groups.py STORED) and, per verdict row,
-    the mark of the detected groups it was a tested member of (None: none). The mark says the statement belongs to
-    a group that regressed, not that it regressed: its own verdict stands, and the group is alerted once
+    deploy) with the groups' budget; returns the groups frame (engine.frames.GROUPS_STORED: the engine's GROUP_FRAME,
+    then kind, label, statements, sentence and the tested members' keys as arrays) and, per verdict row, the mark of
+    the detected groups it was a tested member of (None: none). The mark says the statement belongs to a group that
+    regressed, not that it regressed: its own verdict stands, and the group is alerted once
     (warehouse.alerts.detections), not once per member. `before`: the members' before-side series
     (`before_noise`), from which each group's shared noise is estimated (engine.groups.shared_noise)."""
     marks: list[list[str]] = [[] for _ in range(len(verdicts))]
@@ -258,8 +256,7 @@ def decide(
 
 
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    columns = [*GROUP_COLUMNS, "kind", "label", "statements", "sentence", *MEMBER_KEYS]
-    return pd.DataFrame(rows, columns=columns)
+    return GROUPS_STORED.check(pd.DataFrame(rows, columns=GROUPS_STORED.names), "steps.groups.decide")
 
 
 def _plain(value: Any) -> Any:
@@ -358,7 +355,7 @@ def decide_and_mark(verdicts: pd.DataFrame, plan: GroupPlan, settings: EngineSet
 class LaterGroups:
     """A deploy's groups at later look `look`: the budget its statements are decided with (the look's, less the
     groups' share when the look's window forms groups), the groups' budget, and the groups it tested (a decided
-    groups frame, warehouse/groups.py STORED; empty when none was open)."""
+    groups frame, engine.frames.GROUPS_STORED; empty when none was open)."""
 
     look: int
     statement_budget: float

@@ -33,6 +33,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.engine.budget import LOOK_SPANS, LOOK_SPENDING, clear_dilution
+from radar_pipeline.engine.frames import FLEET_EVIDENCE, RELEASE_STORED
 from radar_pipeline.engine.releases import MIN_TARGETS, fleet_verdicts
 from radar_pipeline.engine.settings import EngineSettings
 from radar_pipeline.engine.vocabulary import Verdict
@@ -238,29 +239,28 @@ def _verdicts(found: Release, evidence: pd.DataFrame, look: int | None, settings
         fleet_size=len(found.members),
         dilution=clear_dilution(settings.tolerance, settings.window),
     )
+    written = [c for c in store.STORED if c != "release_id"]
     if out.empty:
-        return pd.DataFrame(columns=[c for c in store.STORED if c != "release_id"])
+        return pd.DataFrame(columns=written)
     if look is None:
-        out["verdict"] = "pending"
+        RELEASE_STORED.assign(out, "verdict", "pending")
     elif not spends:  # past the schedule's last look: shown, no longer detected
-        out["verdict"] = np.where(out["verdict"] == Verdict.DETECTED, Verdict.INCONCLUSIVE.value, out["verdict"])
-        out["budget_share"] = 0.0
+        detected = out["verdict"] == Verdict.DETECTED
+        RELEASE_STORED.assign(out, "verdict", np.where(detected, Verdict.INCONCLUSIVE.value, out["verdict"]))
+        RELEASE_STORED.assign(out, "budget_share", 0.0)
     example = evidence.sort_values("time_before", ascending=False).drop_duplicates("key").set_index("key")
     picked = example.loc[out["key"]]
-    out["fingerprint"] = [k[0] for k in out["key"]]
-    out["toplevel"] = [bool(k[1]) for k in out["key"]]
-    out["status"] = FINAL if look is not None else PARTIAL
-    out["look"] = look
-    out["look_after"] = None  # the members' first looks
-    out["member_targets"] = out["members"]
-    out["members"] = len(found.members)
-    out["analysed"] = int(found.members["analysed"].sum())
-    out["example_deploy_id"] = picked["deploy_id"].to_numpy()
-    out["example_target"] = picked["target"].to_numpy()
-    out["example_queryid"] = picked["queryid"].to_numpy()
-    out["example_dbid"] = picked["dbid"].to_numpy()
-    out["example_userid"] = picked["userid"].to_numpy()
-    return out[[c for c in store.STORED if c != "release_id"]]
+    RELEASE_STORED.assign(out, "fingerprint", [k[0] for k in out["key"]])
+    RELEASE_STORED.assign(out, "toplevel", [bool(k[1]) for k in out["key"]])
+    RELEASE_STORED.assign(out, "status", FINAL if look is not None else PARTIAL)
+    RELEASE_STORED.assign(out, "look", look)
+    RELEASE_STORED.assign(out, "look_after", None)  # the members' first looks
+    RELEASE_STORED.assign(out, "member_targets", out["members"])
+    RELEASE_STORED.assign(out, "members", len(found.members))
+    RELEASE_STORED.assign(out, "analysed", int(found.members["analysed"].sum()))
+    for column in ("deploy_id", "target", "queryid", "dbid", "userid"):
+        RELEASE_STORED.assign(out, f"example_{column}", picked[column].to_numpy())
+    return RELEASE_STORED.check(out, "steps.releases")[written]
 
 
 ALERT_TARGET_PREFIX = "release:"  # the outbox's target for a release's fleet detections
@@ -612,7 +612,7 @@ def _look_evidence(
     spans: dict[str, Any],
     statements: dict[str, pd.DataFrame],
 ) -> pd.DataFrame:
-    """The fleet evidence at a look (engine.releases.EVIDENCE_COLUMNS, key = (fingerprint, toplevel)): per member
+    """The fleet evidence at a look (engine.frames.FLEET_EVIDENCE, key = (fingerprint, toplevel)): per member
     and key, the busiest of its statements with that key over the member's look spans (look_spans.look_evidence),
     where decidable."""
     parts = []
@@ -640,7 +640,7 @@ def _look_evidence(
             )
         )
     if not parts:
-        return pd.DataFrame(columns=["key", "target", "log_factor", "se", "time_before"])
+        return pd.DataFrame(columns=FLEET_EVIDENCE.names)
     return pd.concat(parts, ignore_index=True)
 
 

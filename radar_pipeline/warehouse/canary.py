@@ -13,12 +13,12 @@ import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.config.queries import sql_text
+from radar_pipeline.engine.frames import CANARY_FRAME, CANARY_STORED
 
-VERDICT_COLUMNS = (
-    "dbid", "queryid", "toplevel", "verdict", "reason", "change_factor", "factor_low", "factor_high", "factor_bound",
-    "p_value", "p_family", "budget_share", "mean_canary_ms", "mean_stable_ms", "calls_canary", "calls_stable",
-    "intervals", "serial_correlation",
-)  # fmt: skip
+# radar.canary_verdict's columns written from a canary verdicts frame (engine.frames.CANARY_STORED): the statement key
+# split as stored, then the engine's columns but the shared key itself.
+KEY_COLUMNS = tuple(c for c in CANARY_STORED.names if c not in CANARY_FRAME.names)
+VERDICT_COLUMNS = (*KEY_COLUMNS, *(c for c in CANARY_FRAME.names if c != "query_key"))
 
 
 # The sensor asks again for a canary analysis that is still missing (a run failed: the warehouse or the target away

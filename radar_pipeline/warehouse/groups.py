@@ -12,37 +12,16 @@ import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.config.queries import sql_text
+from radar_pipeline.engine.frames import GROUPS_STORED
 from radar_pipeline.engine.vocabulary import Verdict
 
 # A group's verdicts that end its looks (engine.groups.DECIDED).
 DECIDED_SQL = "('detected', 'no_regression')"
-# The columns of radar.group_verdict written from a decided groups frame (steps/groups.py GROUPS_FRAME).
-STORED = (
-    "group_id",
-    "kind",
-    "label",
-    "verdict",
-    "members",
-    "members_above",
-    "statements",
-    "factor",
-    "factor_low",
-    "factor_high",
-    "factor_bound",
-    "factor_but_one",
-    "tau",
-    "z_stat",
-    "p_value",
-    "p_family",
-    "budget_share",
-    "sentence",
-    "member_dbid",
-    "member_userid",
-    "member_queryid",
-    "member_toplevel",
-)
 # Written too: a group's tier (sql/0036: probably_slower, improved), when the engine's groups frame has one; NULL else.
 OPTIONAL = ("tier",)
+# The columns of radar.group_verdict written from a decided groups frame (engine.frames.GROUPS_STORED): all but the
+# design effect, which only the engine reads, and OPTIONAL.
+STORED = tuple(c for c in GROUPS_STORED.names if c not in ("design", *OPTIONAL))
 
 
 def write_groups(conn: sa.Connection, analysis_id: str, target: str, groups: pd.DataFrame) -> None:

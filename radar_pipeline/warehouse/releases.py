@@ -18,6 +18,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 from radar_pipeline.config.queries import sql_text
+from radar_pipeline.engine.frames import RELEASE_STORED
 
 # defined beside the deploy event, which refuses it as a recorded release id
 from radar_pipeline.warehouse.deploys import INFERRED_PREFIX as INFERRED_PREFIX
@@ -334,38 +335,9 @@ def candidate_releases(conn: sa.Connection, since: datetime, limit: int) -> pd.D
     )
 
 
-STORED = [
-    "release_id",
-    "fingerprint",
-    "toplevel",
-    "status",
-    "look",
-    "verdict",
-    "factor",
-    "factor_low",
-    "factor_high",
-    "p_value",
-    "p_family",
-    "budget_share",
-    "family_weight",
-    "look_after",
-    "heterogeneity_p",
-    "i_squared",
-    "tau2",
-    "targets",
-    "targets_agreeing",
-    "consistent",
-    "only_on",
-    "report",
-    "member_targets",
-    "members",
-    "analysed",
-    "example_deploy_id",
-    "example_target",
-    "example_queryid",
-    "example_dbid",
-    "example_userid",
-]
+# radar.release_verdict's columns: the release's, then a stored fleet verdict's (engine.frames.RELEASE_STORED) but
+# the key, which is stored split (fingerprint, toplevel).
+STORED = ["release_id", *(c for c in RELEASE_STORED.names if c != "key")]
 
 
 def write_release_verdicts(conn: sa.Connection, release_id: str, rows: pd.DataFrame) -> None:
