@@ -48,10 +48,10 @@ def radar_reconciler(
     """Each evaluation: (1) requests a run of the retry job (every asset whose outbox rows wait under the analysis's
     partition: alerts, canary and fleet alerts, code host deliveries) for every analysis with outbox rows due
     (pending past their backoff, or left `sending` by a stopped run), created within the alert age limit, and
-    withholds older ones; (1b) requests the same for every stored canary analysis with detections and no outbox row, its canary
-    window closed within the alert age limit (its run stopped before canary_alerts claimed the rows; bounded as an
-    analysis's runs); (2) requests an analysis of every deploy whose window closed more than the grace ago without an
-    analysis row (never requested, or its runs failed: at most max_analysis_runs runs, with backoff);
+    withholds older ones; (1b) requests the same for every stored canary analysis with detections and no outbox
+    row, its canary window closed within the alert age limit (its run stopped before canary_alerts claimed the rows;
+    bounded as an analysis's runs); (2) requests an analysis of every deploy whose window closed more than the grace
+    ago without an analysis row (never requested, or its runs failed: at most max_analysis_runs runs, with backoff);
     (3) adds the `deploys` partitions of imported deploys, without runs (a backfill stays a person's decision).
     Run keys name the attempt, so a repeated tick requests nothing twice. The tick's log says what it did, and the
     `nothing_waiting` check on regression_alerts is reported whenever what waits changes.
