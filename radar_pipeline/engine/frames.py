@@ -173,13 +173,18 @@ def _floats(*names: str) -> tuple[Column, ...]:
     return tuple(Column(n, FLOAT) for n in names)
 
 
+# A statement's decision, first in the verdict and canary frames: its key, its verdict and the reason for it.
+_DECIDED = (
+    Column("query_key", ANY),
+    Column("verdict", TEXT, words=tuple(v.value for v in VERDICTS), nullable=False),
+    Column("reason", TEXT, words=tuple(r.value for r in REASONS), nullable=False),
+)
+
 # analyse's result: one row per statement (engine/decision.py, COLUMNS; their order is the frame's).
 VERDICT_FRAME = FrameSchema(
     "verdicts",
     (
-        Column("query_key", ANY),
-        Column("verdict", TEXT, words=tuple(v.value for v in VERDICTS), nullable=False),
-        Column("reason", TEXT, words=tuple(r.value for r in REASONS), nullable=False),
+        *_DECIDED,
         Column("change_at", TIME),
         *_floats("mean_before_ms", "mean_after_ms", "change_factor", "t_stat", "dof", "p_value", "confidence"),
         *(Column(n, INT) for n in ("n_before", "n_after", "calls_before", "calls_after")),
@@ -294,9 +299,7 @@ FLEET_FRAME = FrameSchema(
 CANARY_FRAME = FrameSchema(
     "canary verdicts",
     (
-        Column("query_key", ANY),
-        Column("verdict", TEXT, words=tuple(v.value for v in VERDICTS), nullable=False),
-        Column("reason", TEXT, words=tuple(r.value for r in REASONS), nullable=False),
+        *_DECIDED,
         *_floats("change_factor", "factor_low", "factor_high", "factor_bound", "p_value", "p_family", "budget_share"),
         *_floats("mean_canary_ms", "mean_stable_ms"),
         *(Column(n, INT) for n in ("calls_canary", "calls_stable", "intervals")),
