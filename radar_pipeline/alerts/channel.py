@@ -1,8 +1,10 @@
-"""The seam between the outbox and the channels beyond Slack (PagerDuty, Microsoft Teams, Grafana, generic webhooks).
+"""The seam between the outbox and the channels beyond Slack (PagerDuty, Microsoft Teams, Grafana, generic webhooks),
+and ChannelError, the one error every destination's client raises (Slack's and the code hosts' too).
 
-The outbox (steps/channel_delivery.py) claims rows, calls a Channel, and records the outcome; a Channel only maps what
-radar found to its API's request and reports how the request ended. Each Channel holds its own client-side time bound
-and never puts a secret (routing key, token, URL with a secret) in an error message."""
+The outbox (steps/channel_delivery.py, through steps/delivery.py) claims rows, calls a Channel, and records the
+outcome; a Channel only maps what radar found to its API's request and reports how the request ended. Each Channel
+holds its own client-side time bound and never puts a secret (routing key, token, URL with a secret) in an error
+message."""
 
 from __future__ import annotations
 

@@ -23,15 +23,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from radar_pipeline.alerts.channel import ChannelError
-from radar_pipeline.config.settings import DEFAULT_ALERT_MAX_AGE_HOURS
 from radar_pipeline.warehouse import outbox
 from radar_pipeline.warehouse.outbox import Claim, Row
 
 RETRY_BASE = timedelta(minutes=1)  # the outbox's backoff after a retryable failure, doubling per attempt …
 RETRY_CAP = timedelta(hours=1)  # … up to this
-# The longest wait a destination may ask for (Retry-After): beyond the default alert age limit a delivery is withheld
-# anyway.
-ASKED_WAIT_CAP = timedelta(hours=DEFAULT_ALERT_MAX_AGE_HOURS)
 HISTORY_SLACK = timedelta(minutes=1)  # clock difference allowed when looking for an earlier attempt's delivery
 
 
@@ -141,12 +137,5 @@ def retry_wait(attempt: int, error: ChannelError) -> timedelta:
     """How long the outbox waits before the next attempt: what the destination asked (Retry-After), else an
     exponential backoff from RETRY_BASE doubling per attempt up to RETRY_CAP."""
     if error.retry_after is not None:
-        return asked_wait(error.retry_after)
+        return timedelta(seconds=error.retry_after)  # ChannelError bounds it: 0 to a day
     return min(RETRY_CAP, RETRY_BASE * 2 ** max(0, attempt - 1))
-
-
-def asked_wait(seconds: float) -> timedelta:
-    """A wait a destination asked for, as a timedelta of at most ASKED_WAIT_CAP: it may ask for `inf`, `1e20` or
-    `nan`."""
-    cap = ASKED_WAIT_CAP.total_seconds()
-    return timedelta(seconds=seconds if 0 <= seconds <= cap else 0 if seconds < 0 else cap)

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX, READY_AT, DueEvent
-from radar_pipeline.warehouse.outbox import BLOCKED, DEPLOY_MARK, MAX_ATTEMPTS, RESOLVE, WITHHELD_DOUBT
+from radar_pipeline.warehouse.outbox import BLOCKED, DEPLOY_MARK, DUE, MAX_ATTEMPTS, RESOLVE, WITHHELD_DOUBT
 
 
 @dataclass(frozen=True)
@@ -43,9 +43,7 @@ def waiting_alerts(conn: sa.Connection, max_age: timedelta, lease: timedelta, li
     rows = conn.execute(
         sa.text(
             f"SELECT analysis_id, count(*), max(attempts) FROM {RETRIED_ROWS} AS w "
-            "WHERE (created_at > now() - :age OR NOT aged) AND attempts < :max AND ("
-            "  (status = 'pending' AND coalesce(next_attempt_at, '-infinity') <= now()) "
-            "  OR (status = 'sending' AND claimed_at < now() - :lease)) "
+            f"WHERE (created_at > now() - :age OR NOT aged) AND attempts < :max AND {DUE} "
             "GROUP BY analysis_id ORDER BY min(created_at) LIMIT :limit"
         ),
         {"age": max_age, "lease": lease, "max": MAX_ATTEMPTS, "limit": limit},
@@ -120,9 +118,7 @@ def backlog(
     within `analysis_age`."""
     alerts = conn.execute(
         sa.text(
-            "SELECT "
-            "  count(*) FILTER (WHERE status = 'pending' AND coalesce(next_attempt_at, '-infinity') <= now() "
-            "    OR status = 'sending' AND claimed_at < now() - :lease), "
+            f"SELECT count(*) FILTER (WHERE {DUE}), "
             "  count(*) FILTER (WHERE status = 'pending' AND next_attempt_at > now()), "
             "  count(*) FILTER (WHERE status = 'failed'), "
             "  min(created_at) FILTER (WHERE status IN ('pending', 'sending')) "
