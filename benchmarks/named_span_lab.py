@@ -4,7 +4,7 @@ deploys made 10 s apart"), on a real PostgreSQL 18 through radar's own collector
 Run with `.venv/bin/python benchmarks/named_span_lab.py [--deploys 20] [--apart 10] [--window 4]`. One embedded
 PostgreSQL 18 holds the watched database (20 tables of 20,000 rows, each with an index on k and its own lookup `SELECT
 count(*) FROM t<i> WHERE k = $1` called by two application threads) and the warehouse. A scrape every second through
-`snapshot_target` (the catalog read every scrape: RADAR_CATALOG_INTERVAL=1). Deploy i is recorded at d_i, 10 s after
+`snapshot_target` (the catalog read every scrape: catalog_interval 1 s). Deploy i is recorded at d_i, 10 s after
 the one before, and drops t<i>'s index as it is recorded: its lookup turns to a sequential scan. Each deploy is
 then analysed with W each side and a tolerance of two scrapes (analyse_deploy, the first verdict), and every named
 change on every row of every deploy is checked against that deploy's span [d_i − W, d_i + W]: a change seen before
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
 import tempfile
@@ -29,7 +28,6 @@ import psycopg
 import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ["RADAR_CATALOG_INTERVAL"] = "1"
 
 from radar_pipeline.config import Target  # noqa: E402
 from radar_pipeline.demo.local_postgres import LocalPostgres  # noqa: E402
@@ -62,7 +60,7 @@ def collecting(target: Target, warehouse: sa.Engine, stop: threading.Event, ever
     def collect() -> None:
         while not stop.is_set():
             started = time.monotonic()
-            snapshot_target(target, warehouse)
+            snapshot_target(target, warehouse, catalog_interval=timedelta(seconds=1))
             stop.wait(max(0.0, every - (time.monotonic() - started)))
 
     thread = threading.Thread(target=collect, daemon=True)

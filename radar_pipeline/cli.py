@@ -1145,11 +1145,11 @@ def webhook_serve(host: str, port: int, warehouse: str | None) -> None:
     """Serve POST /v1/deploys/<source> (deploy events, each source authenticated by its secret), GET
     /v1/deploys/<id>/gate (the gate's answer, for a token with the gate scope), /healthz and /readyz. The sources
     and secrets are RADAR_RECEIVER_* settings; it refuses to start when an enabled source has no secret."""
-    from radar_pipeline.config.settings import RadarSettings, settings
+    from radar_pipeline.config.settings import settings
     from radar_pipeline.receiver.app import SERVER, configure, make_app
 
     try:
-        found = settings(*(f for f in RadarSettings.model_fields if f.startswith("receiver_")))
+        found = settings("receiver").receiver
         receiver = configure(found, _require(warehouse), _configured_targets(), _times(warehouse))
     except ConfigError as exc:
         raise click.ClickException(printable(str(exc))) from None

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.defs.alerts.regression_alerts import regression_alerts, slack_run_failure_sensor
 from radar_pipeline.defs.deploys.deploy_verdicts import RANGE_END, RANGE_START
-from radar_pipeline.defs.resources import ChannelsResource, SlackResource, WarehouseResource
+from radar_pipeline.defs.resources import AnalysisResource, ChannelsResource, SlackResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 from radar_pipeline.warehouse import deploys
@@ -81,6 +81,7 @@ def _alert(warehouse_url: str, slack: SlackResource) -> tuple[dg.ExecuteInProces
             partition_key="d-7",
             resources={
                 "warehouse": WarehouseResource(url=warehouse_url),
+                "analysis": AnalysisResource(),
                 "slack": slack,
                 "channels": ChannelsResource(),
             },
@@ -239,6 +240,7 @@ def test_the_chart_is_in_the_ui_not_only_a_path_on_the_server(analysed, warehous
                 partition_key="d-7",
                 resources={
                     "warehouse": WarehouseResource(url=warehouse_url),
+                    "analysis": AnalysisResource(),
                     "slack": resource,
                     "channels": ChannelsResource(),
                 },

@@ -15,8 +15,8 @@ import sqlalchemy as sa
 
 from radar_pipeline.collector.auto_explain import AUTO_EXPLAIN, logged_plans, parse_entry
 from radar_pipeline.config import ConfigError, Target
-from radar_pipeline.config.settings import auto_explain_logs
-from radar_pipeline.defs.resources import TargetsResource
+from radar_pipeline.config.settings import settings
+from radar_pipeline.defs.resources import TargetsResource, default_resources
 from radar_pipeline.demo.local_postgres import LocalPostgres, embedded_bin_dir
 from radar_pipeline.steps.plan_capture import capture_target
 
@@ -123,14 +123,17 @@ def test_lines_that_are_not_auto_explain_plans_are_skipped(line):
 )
 def test_a_bad_auto_explain_setting_names_the_variable(value, words):
     with pytest.raises(ConfigError, match=words) as raised:
-        auto_explain_logs(value, "RADAR_AUTO_EXPLAIN_LOGS")
+        settings(environ={"RADAR_AUTO_EXPLAIN_LOGS": value})
     assert str(raised.value).startswith("RADAR_AUTO_EXPLAIN_LOGS")
 
 
 def test_an_auto_explain_log_of_no_target_is_refused(monkeypatch):
     monkeypatch.setenv("RADAR_AUTO_EXPLAIN_LOGS", "main=/var/log/pg other=/tmp/x")
-    resource = TargetsResource(spec="main=postgresql://u@h/db")
+    spec = "main=postgresql://u@h/db"
+    resource = default_resources()["targets"]
+    assert isinstance(resource, TargetsResource)
     with pytest.raises(ConfigError, match="RADAR_AUTO_EXPLAIN_LOGS: 'other' is not a target of RADAR_TARGETS"):
-        resource.auto_explain_logs()
+        resource.model_copy(update={"spec": spec}).auto_explain_logs()
     monkeypatch.setenv("RADAR_AUTO_EXPLAIN_LOGS", "main=/var/log/pg")
-    assert resource.auto_explain_logs() == {"main": Path("/var/log/pg")}
+    resource = default_resources()["targets"]
+    assert resource.model_copy(update={"spec": spec}).auto_explain_logs() == {"main": Path("/var/log/pg")}  # type: ignore[attr-defined]

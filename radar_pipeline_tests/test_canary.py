@@ -343,7 +343,7 @@ def test_a_canary_deploys_commit_status_is_the_canarys_state(canary, warehouse):
 
         def send() -> dict:
             return deliver(logging.getLogger("test"), warehouse, {"github": client}, "cn-slow", timedelta(hours=1),
-                           datetime.now(UTC))  # fmt: skip
+                           datetime.now(UTC), AnalysisResource())  # fmt: skip
 
         assert send()["note"] == "the deploy's canary analysis is not stored yet"  # as `radar gate`: pending
         analyse_canary(_run(warehouse, canary), "cn-slow")  # the canary arm detects: fail, before/after pending
@@ -382,8 +382,8 @@ def test_the_gate_waits_for_a_canary_analysis_due_later_under_a_longer_window(wa
             ),
             {"c": "c0ffee" + "0123456789abcdef" * 2 + "01"},
         )
-    monkeypatch.setenv("RADAR_WINDOW_SECONDS", "21600")
-    status = deliver(logging.getLogger("test"), warehouse, {}, "cn-long", timedelta(days=2), datetime.now(UTC))
+    long = AnalysisResource(window_seconds=21600)
+    status = deliver(logging.getLogger("test"), warehouse, {}, "cn-long", timedelta(days=2), datetime.now(UTC), long)
     assert status == {"note": "the deploy's canary analysis is not stored yet"}, status
     # past the horizon of the 6 h window (30 h and a scrape after the deploy) it is given up, and the gate says so
     with warehouse.begin() as conn:

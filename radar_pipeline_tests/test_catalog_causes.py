@@ -32,6 +32,8 @@ from radar_pipeline.warehouse import catalog, deploys
 from .helpers import run
 from .test_deploy_impact import LIST, LOOKUP, SETTINGS, store
 
+EVERY = timedelta(milliseconds=1)  # every scrape reads the catalog (the cadence has its own test)
+HOUR = timedelta(hours=1)
 SCHEMA = """
 CREATE TABLE orders (id int PRIMARY KEY, customer int, amount int);
 CREATE INDEX orders_customer_idx ON orders (customer);
@@ -96,7 +98,6 @@ class Watched:
 @pytest.fixture
 def watched(app_db, monkeypatch) -> Iterator[Watched]:
     server, target = app_db
-    monkeypatch.setenv("RADAR_CATALOG_INTERVAL", "0.001")  # every scrape reads the catalog (the cadence's own test)
     database = target.dsn.rsplit("/", 1)[1]
     suffix = uuid.uuid4().hex[:8]
     app_role, collector_role = f"app_{suffix}", f"radar_collector_{suffix}"
@@ -113,9 +114,9 @@ def watched(app_db, monkeypatch) -> Iterator[Watched]:
         server.execute(f"DROP ROLE IF EXISTS {role}")
 
 
-def _scrape(watched: Watched, warehouse: sa.Engine) -> tuple[datetime, int]:
+def _scrape(watched: Watched, warehouse: sa.Engine, every: timedelta = EVERY) -> tuple[datetime, int]:
     """One scrape by the collector's role; returns the catalog capture's time and the versions it stored."""
-    result = snapshot_target(watched.collector, warehouse, exclude_role=watched.collector_role)
+    result = snapshot_target(watched.collector, warehouse, watched.collector_role, every)
     assert result.catalog_error is None, result.catalog_error
     with warehouse.connect() as conn:
         at = conn.execute(
@@ -358,8 +359,10 @@ def test_a_setting_that_changes_no_plan_is_never_read_so_a_secret_in_it_stays_on
 def test_the_catalog_read_is_never_stored_as_the_watched_servers_load(watched: Watched, warehouse):
     # a collector without a role of its own (its statements not left out by role): recognised by its mark alone
     watched.workload()
-    snapshot_target(watched.collector, warehouse)
-    snapshot_target(watched.collector, warehouse)  # sees the first one's catalog statements in pg_stat_statements
+    snapshot_target(watched.collector, warehouse, catalog_interval=EVERY)
+    snapshot_target(
+        watched.collector, warehouse, catalog_interval=EVERY
+    )  # sees the first one's catalog statements in pg_stat_statements
     with warehouse.connect() as conn:
         texts = conn.execute(sa.text("SELECT query FROM radar.query WHERE query ILIKE '%pg_db_role_setting%'")).all()
     assert texts == []
@@ -369,13 +372,13 @@ def test_a_catalog_read_failure_does_not_fail_the_scrape(watched: Watched, wareh
     # the collector's role may no longer read one catalog of this database: the statements are still stored
     watched.execute("REVOKE SELECT ON pg_catalog.pg_db_role_setting FROM PUBLIC")
     watched.workload()
-    result = snapshot_target(watched.collector, warehouse, exclude_role=watched.collector_role)
+    result = snapshot_target(watched.collector, warehouse, watched.collector_role, EVERY)
     assert result.catalog_error is not None and "reading the catalog failed" in result.catalog_error
     assert "pg_db_role_setting" in result.catalog_error and result.stored_rows > 0
     with warehouse.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM radar.catalog_capture")).scalar_one() == 0
     watched.execute("GRANT SELECT ON pg_catalog.pg_db_role_setting TO PUBLIC")
-    again = snapshot_target(watched.collector, warehouse, exclude_role=watched.collector_role)
+    again = snapshot_target(watched.collector, warehouse, watched.collector_role, EVERY)
     assert again.catalog_error is None and again.catalog_changes > 0
 
 
@@ -756,11 +759,10 @@ def test_a_target_repointed_at_another_database_starts_a_new_baseline(watched: W
         watched.server.drop_database(other)  # type: ignore[attr-defined]
 
 
-def test_the_catalog_is_read_at_its_interval_or_after_a_deploy(watched: Watched, warehouse, monkeypatch):
-    monkeypatch.setenv("RADAR_CATALOG_INTERVAL", "3600")
+def test_the_catalog_is_read_at_its_interval_or_after_a_deploy(watched: Watched, warehouse):
     target = watched.target.name
-    _scrape(watched, warehouse)
-    _scrape(watched, warehouse)
+    _scrape(watched, warehouse, HOUR)
+    _scrape(watched, warehouse, HOUR)
     assert len(_captures(warehouse, target)) == 1  # within the interval: the digests are not read again
     with warehouse.begin() as conn:
         conn.execute(
@@ -769,9 +771,9 @@ def test_the_catalog_is_read_at_its_interval_or_after_a_deploy(watched: Watched,
             ),
             {"d": f"cadence-{uuid.uuid4().hex[:6]}", "t": target},
         )
-    _scrape(watched, warehouse)
+    _scrape(watched, warehouse, HOUR)
     assert len(_captures(warehouse, target)) == 2  # a deploy recorded since: read at the next scrape
-    _scrape(watched, warehouse)
+    _scrape(watched, warehouse, HOUR)
     assert len(_captures(warehouse, target)) == 2
 
 

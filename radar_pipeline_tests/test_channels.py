@@ -21,7 +21,7 @@ from radar_pipeline.alerts.channel import ChannelError, Delivered, DeployNotice,
 from radar_pipeline.alerts.pagerduty import PagerDutyChannel, dedup_key, severity, trigger_event
 from radar_pipeline.alerts.render import AnalysisFacts, LoadChange, Regression
 from radar_pipeline.config import ConfigError
-from radar_pipeline.config.settings import periodic_minute, periodic_start
+from radar_pipeline.config.settings import periodic_minute, periodic_start, settings
 from radar_pipeline.defs.alerts.regression_alerts import regression_alerts
 from radar_pipeline.defs.deploys.deploy_verdicts import REANALYSIS_TAG
 from radar_pipeline.defs.periodic.periodic_check import periodic_definitions
@@ -32,7 +32,7 @@ from radar_pipeline.defs.resources import (
     SlackResource,
     TargetsResource,
     WarehouseResource,
-    channels_from_environment,
+    destinations,
 )
 
 from . import fake_pagerduty
@@ -73,6 +73,7 @@ def _alert(
             partition_key="d-7",
             resources={
                 "warehouse": WarehouseResource(url=warehouse_url),
+                "analysis": AnalysisResource(),
                 "slack": slack or SlackResource(),
                 "channels": channels,
             },
@@ -313,11 +314,13 @@ def test_a_run_killed_between_claim_and_settle_is_one_incident(analysed, warehou
     script = (
         "import dagster as dg\n"
         "from radar_pipeline.defs.alerts.regression_alerts import regression_alerts\n"
-        "from radar_pipeline.defs.resources import ChannelsResource, SlackResource, WarehouseResource\n"
+        "from radar_pipeline.defs.resources import AnalysisResource, ChannelsResource, SlackResource\n"
+        "from radar_pipeline.defs.resources import WarehouseResource\n"
         "with dg.instance_for_test() as instance:\n"
         "    instance.add_dynamic_partitions('deploys', ['d-7'])\n"
         "    dg.materialize([regression_alerts], partition_key='d-7', instance=instance, resources={\n"
         f"        'warehouse': WarehouseResource(url={warehouse_url!r}), 'slack': SlackResource(),\n"
+        "        'analysis': AnalysisResource(),\n"
         f"        'channels': ChannelsResource(pagerduty_routing_key={KEY!r}, pagerduty_url={pagerduty.url!r},\n"
         "                                     timeout_seconds=120)})\n"
     )
@@ -501,7 +504,7 @@ def test_routing_errors_stop_the_load_naming_the_setting(monkeypatch, environmen
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError) as refused:
-        channels_from_environment()
+        destinations(settings())["channels"]
     assert str(refused.value).startswith(message) and "\n" not in str(refused.value)
     assert "not-a-key" not in str(refused.value)
 
@@ -509,7 +512,7 @@ def test_routing_errors_stop_the_load_naming_the_setting(monkeypatch, environmen
 def test_the_location_loads_routes_and_keeps_the_key_out_of_its_config(monkeypatch):
     monkeypatch.setenv("RADAR_PAGERDUTY_ROUTING_KEY", KEY)
     monkeypatch.setenv("RADAR_CHANNEL_ROUTES", "regression=pagerduty deploy=pagerduty")
-    resource = channels_from_environment()
+    resource = destinations(settings())["channels"]
     assert KEY not in repr(resource) and KEY not in str(resource.model_dump())  # an EnvVar, resolved in the run
     routed = ChannelsResource(pagerduty_routing_key=KEY, routes="regression=pagerduty").routed()
     assert [(r.name, sorted(r.outcomes)) for r in routed] == [("pagerduty", ["regression"])]

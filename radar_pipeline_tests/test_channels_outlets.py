@@ -632,8 +632,20 @@ def test_webhook_validation_takes_good_urls_and_templates():
     validate("https://HOOKS.example.com/x", '{"n": {{ statement.queryid }}}', ["hooks.example.com"])
 
 
-def test_webhooks_come_from_the_settings_and_are_checked_at_load(tmp_path):
-    from radar_pipeline.alerts.webhook import WebhookChannel
+def configured_channels(environ: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The channels beyond Slack that `environ` configures, made as a run makes them (defs.resources.destinations:
+    the settings tree, secrets through Dagster's EnvVar)."""
+    from radar_pipeline.config.settings import settings
+    from radar_pipeline.defs.resources import ChannelsResource, destinations
+
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    resource = destinations(settings(environ=environ))["channels"].process_config_and_initialize()
+    assert isinstance(resource, ChannelsResource)
+    return [make() for make in resource.factories().values()]
+
+
+def test_webhooks_come_from_the_settings_and_are_checked_at_load(tmp_path, monkeypatch):
     from radar_pipeline.config import ConfigError
     from radar_pipeline.config.settings import settings
 
@@ -644,14 +656,14 @@ def test_webhooks_come_from_the_settings_and_are_checked_at_load(tmp_path):
         "chat": {"url": "https://chat.acme.io/in", "template": "{}", "headers": {"X-Token": "t0ken-value"}},
     }
     environ = {"RADAR_WEBHOOKS": json.dumps(hooks), "RADAR_WEBHOOK_ALLOWED_HOSTS": "hooks.example.com, *.acme.io"}
-    channels = WebhookChannel.from_settings(settings(environ=environ))
-    assert channels is not None and [c.name for c in channels] == ["webhook:ops", "webhook:chat"]
-    assert "k3y-value" not in repr(channels) and WebhookChannel.from_settings(settings(environ={})) is None
+    channels = configured_channels(environ, monkeypatch)
+    assert [c.name for c in channels] == ["webhook:ops", "webhook:chat"]
+    assert "k3y-value" not in repr(channels) and configured_channels({}, monkeypatch) == []
     hooks["chat"]["url"] = "https://chat.elsewhere.io/in"
     with pytest.raises(
         ConfigError, match=r"RADAR_WEBHOOKS \(chat\): the URL's host and port 'chat.elsewhere.io:443' are not"
     ):
-        WebhookChannel.from_settings(settings(environ={**environ, "RADAR_WEBHOOKS": json.dumps(hooks)}))
+        configured_channels({**environ, "RADAR_WEBHOOKS": json.dumps(hooks)}, monkeypatch)
     for bad, words in (
         ("[1]", "JSON object"),
         ('{"Bad Name": {"url": "https://hooks.example.com", "template": "{}"}}', "name"),
@@ -736,25 +748,23 @@ def test_the_documented_example_template_renders_what_the_docs_say(webhook):
     }
 
 
-def test_teams_and_grafana_come_from_the_settings():
-    from radar_pipeline.alerts.grafana import GrafanaChannel
-    from radar_pipeline.alerts.teams import TeamsChannel
+def test_teams_and_grafana_come_from_the_settings(monkeypatch):
     from radar_pipeline.config import ConfigError
     from radar_pipeline.config.settings import settings
 
-    assert TeamsChannel.from_settings(settings(environ={})) is None
-    assert GrafanaChannel.from_settings(settings(environ={})) is None
+    assert configured_channels({}, monkeypatch) == []
     url = "https://prod-1.westeurope.logic.azure.com/workflows/1/invoke?sv=1.0&sig=Tm8secret"
-    teams = TeamsChannel.from_settings(settings(environ={"RADAR_TEAMS_WEBHOOK_URL": url}))
-    assert teams is not None and "Tm8secret" not in repr(teams) and "/workflows/1/invoke?***" in repr(teams)
+    (teams,) = configured_channels({"RADAR_TEAMS_WEBHOOK_URL": url}, monkeypatch)
+    assert "Tm8secret" not in repr(teams) and "/workflows/1/invoke?***" in repr(teams)
+    monkeypatch.delenv("RADAR_TEAMS_WEBHOOK_URL")
     environ = {
         "RADAR_GRAFANA_URL": "https://grafana.example.com/g/",
         "RADAR_GRAFANA_TOKEN": "glsa_Gf6secret",
         "RADAR_GRAFANA_DASHBOARD_UID": "radar-db",
         "RADAR_GRAFANA_PANEL_ID": "7",
     }
-    grafana = GrafanaChannel.from_settings(settings(environ=environ))
-    assert grafana is not None and "Gf6secret" not in repr(grafana)
+    (grafana,) = configured_channels(environ, monkeypatch)
+    assert "Gf6secret" not in repr(grafana)
     assert grafana._api == "https://grafana.example.com/g/api/annotations"
     assert grafana._place == {"dashboardUID": "radar-db", "panelId": 7}
     for bad, words in (

@@ -14,8 +14,9 @@ import pytest
 import sqlalchemy as sa
 
 from radar_pipeline.config import ConfigError
+from radar_pipeline.config.settings import settings
 from radar_pipeline.defs.deploys.deploy_marks import deploy_mark_sensor, deploy_marks_job
-from radar_pipeline.defs.resources import ChannelsResource, WarehouseResource, channels_from_environment
+from radar_pipeline.defs.resources import ChannelsResource, WarehouseResource, destinations
 from radar_pipeline.warehouse import deploys
 
 from . import fake_grafana, fake_pagerduty, fake_webhook
@@ -137,7 +138,7 @@ def test_the_load_refuses_a_channel_it_cannot_send_to(monkeypatch, environment, 
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError) as refused:
-        channels_from_environment()
+        destinations(settings())["channels"]
     assert str(refused.value).startswith(message) and "\n" not in str(refused.value), str(refused.value)
     assert "sig=abc" not in str(refused.value)
 
@@ -152,7 +153,7 @@ def test_the_load_keeps_every_channels_secret_out_of_its_config(monkeypatch):
     }
     for name, value in secrets.items():
         monkeypatch.setenv(name, value)
-    resource = channels_from_environment()
+    resource = destinations(settings())["channels"]
     shown = repr(resource) + str(resource.model_dump())
     assert not [s for s in ("Teams0secret", "Grafana0secret", "Hook0secret") if s in shown], shown
 

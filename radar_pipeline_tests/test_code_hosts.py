@@ -26,7 +26,13 @@ from radar_pipeline.alerts.code_hosts import HostClient, HostError, Review
 from radar_pipeline.defs.alerts.code_host_statuses import code_host_statuses
 from radar_pipeline.defs.alerts.regression_alerts import regression_alerts
 from radar_pipeline.defs.reconcile.reconciler import radar_reconciler
-from radar_pipeline.defs.resources import ChannelsResource, CodeHostResource, SlackResource, WarehouseResource
+from radar_pipeline.defs.resources import (
+    AnalysisResource,
+    ChannelsResource,
+    CodeHostResource,
+    SlackResource,
+    WarehouseResource,
+)
 from radar_pipeline.defs.retry_jobs import alert_retry_job
 from radar_pipeline.steps.code_host_delivery import Deploy, comment_body, comment_marker, deliver, description
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
@@ -98,7 +104,11 @@ def _materialize(warehouse_url: str, resource: CodeHostResource, tags: dict | No
         result = dg.materialize(
             [code_host_statuses],
             partition_key="d-7",
-            resources={"warehouse": WarehouseResource(url=warehouse_url), "code_hosts": resource},
+            resources={
+                "warehouse": WarehouseResource(url=warehouse_url),
+                "code_hosts": resource,
+                "analysis": AnalysisResource(),
+            },
             instance=instance,
             tags=tags,
         )
@@ -111,7 +121,9 @@ def _deliver(warehouse, host: FakeHost, max_age: timedelta = AGE) -> dict:
     """The step alone (no Dagster run): one attempt at d-7's deliveries."""
     client = HostClient(host.kind, host.api_url, TOKEN, TIMEOUT)
     try:
-        return deliver(logging.getLogger("test"), warehouse, {host.kind: client}, "d-7", max_age, datetime.now(UTC))
+        return deliver(
+            logging.getLogger("test"), warehouse, {host.kind: client}, "d-7", max_age, datetime.now(UTC), ANALYSIS
+        )
     finally:
         client.close()
 
@@ -295,11 +307,12 @@ def test_a_run_killed_after_the_host_applied_the_comment_does_not_comment_twice(
         "import logging\n"
         "from datetime import UTC, datetime, timedelta\n"
         "from radar_pipeline.alerts.code_hosts import HostClient\n"
+        "from radar_pipeline.defs.resources import AnalysisResource\n"
         "from radar_pipeline.steps.code_host_delivery import deliver\n"
         "from radar_pipeline.warehouse.database import make_engine\n"
         f"client = HostClient('github', {github.api_url!r}, {TOKEN!r}, 120)\n"
         f"deliver(logging.getLogger(), make_engine({warehouse_url!r}), {{'github': client}}, 'd-7', "
-        "timedelta(hours=24), datetime.now(UTC))\n"
+        "timedelta(hours=24), datetime.now(UTC), AnalysisResource())\n"
     )
     child = subprocess.Popen([sys.executable, "-c", script], env=os.environ.copy())
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from radar_pipeline.config import ConfigError, mask_password, parse_targets, scrub_secret, warehouse_url
-from radar_pipeline.config.settings import positive_seconds, retention_days
+from radar_pipeline.config.settings import settings
 
 
 def test_targets_parse():
@@ -54,24 +54,24 @@ def test_warehouse_url_takes_psycopg3_and_refuses_others():
 
 
 def test_retention_days():
-    assert retention_days(None) == 14
-    assert retention_days("3") == 3
+    assert settings(environ={}).retention_days == 14
+    assert settings(environ={"RADAR_RETENTION_DAYS": "3"}).retention_days == 3
     for bad in ("0", "-1", "two"):
         with pytest.raises(ConfigError, match="RADAR_RETENTION_DAYS"):
-            retention_days(bad)
+            settings(environ={"RADAR_RETENTION_DAYS": bad})
 
 
 def test_period_and_window_seconds(monkeypatch):
-    assert positive_seconds("3600", "RADAR_PERIOD_SECONDS") == 3600.0
+    assert settings(environ={"RADAR_PERIOD_SECONDS": "3600"}).period_seconds == 3600.0
     for bad in ("0", "-5", "an hour", "nan"):
         with pytest.raises(ConfigError, match="RADAR_PERIOD_SECONDS"):
-            positive_seconds(bad, "RADAR_PERIOD_SECONDS")
+            settings(environ={"RADAR_PERIOD_SECONDS": bad})
     monkeypatch.setenv("RADAR_PERIOD_SECONDS", "1800")
     from radar_pipeline.defs.resources import default_resources
 
     analysis = default_resources()["analysis"]
-    settings = analysis.periodic_settings()  # type: ignore[attr-defined]
-    assert settings.window.total_seconds() == 1800 and settings.tolerance.total_seconds() == 1800
+    periodic = analysis.periodic_settings()  # type: ignore[attr-defined]
+    assert periodic.window.total_seconds() == 1800 and periodic.tolerance.total_seconds() == 1800
 
 
 def test_masking():

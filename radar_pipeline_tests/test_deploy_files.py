@@ -89,7 +89,7 @@ def pins(requirements: list[str]) -> dict[str, str]:
 
 def known_settings() -> set[str]:
     """Every RADAR_* variable radar reads: the fields of its settings (config.settings.RadarSettings)."""
-    return set(config.RadarSettings.variables().values())
+    return {config.variable(path) for path in config.setting_paths()}
 
 
 @pytest.fixture(scope="module")

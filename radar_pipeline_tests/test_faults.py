@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.config import Target
 from radar_pipeline.defs.alerts.regression_alerts import regression_alerts
-from radar_pipeline.defs.resources import ChannelsResource, SlackResource, WarehouseResource
+from radar_pipeline.defs.resources import AnalysisResource, ChannelsResource, SlackResource, WarehouseResource
 from radar_pipeline.demo.local_postgres import LocalPostgres
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
@@ -238,6 +238,7 @@ def test_stopped_mid_regression_alerts_posts_once_and_the_reconciler_completes(
                 partition_key="d-7",
                 resources={
                     "warehouse": WarehouseResource(url=warehouse_url),
+                    "analysis": AnalysisResource(),
                     "slack": bot,
                     "channels": ChannelsResource(),
                 },

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.defs.alerts.regression_alerts import regression_alerts
 from radar_pipeline.defs.deploys.deploy_verdicts import REANALYSIS_TAG
-from radar_pipeline.defs.resources import ChannelsResource, SlackResource, WarehouseResource
+from radar_pipeline.defs.resources import AnalysisResource, ChannelsResource, SlackResource, WarehouseResource
 
 from . import fake_slack
 from .fake_slack import PORTAL, Odd
@@ -86,11 +86,13 @@ def test_a_run_killed_after_slack_accepted_does_not_post_twice(analysed, warehou
     script = (
         "import dagster as dg\n"
         "from radar_pipeline.defs.alerts.regression_alerts import regression_alerts\n"
-        "from radar_pipeline.defs.resources import ChannelsResource, SlackResource, WarehouseResource\n"
+        "from radar_pipeline.defs.resources import AnalysisResource, ChannelsResource, SlackResource\n"
+        "from radar_pipeline.defs.resources import WarehouseResource\n"
         "with dg.instance_for_test() as instance:\n"
         "    instance.add_dynamic_partitions('deploys', ['d-7'])\n"
         "    dg.materialize([regression_alerts], partition_key='d-7', instance=instance, resources={\n"
         f"        'warehouse': WarehouseResource(url={warehouse_url!r}), 'channels': ChannelsResource(),\n"
+        "        'analysis': AnalysisResource(),\n"
         f"        'slack': SlackResource(token='xoxb-test-token', channel='C0RADAR', base_url={slack.api_url!r},\n"
         "                               timeout_seconds=120)})\n"
     )
@@ -161,6 +163,7 @@ def test_the_reanalysis_never_posts(analysed, warehouse_url, slack):  # noqa: F8
             partition_key="d-7",
             resources={
                 "warehouse": WarehouseResource(url=warehouse_url),
+                "analysis": AnalysisResource(),
                 "slack": _bot(slack),
                 "channels": ChannelsResource(),
             },
@@ -174,11 +177,12 @@ def test_the_reanalysis_never_posts(analysed, warehouse_url, slack):  # noqa: F8
 @pytest.mark.parametrize("value", ["0", "-1", "abc", "9000"])
 def test_the_age_limit_is_validated(value):
     from radar_pipeline.config import ConfigError
-    from radar_pipeline.config.settings import alert_max_age_hours
+    from radar_pipeline.config.settings import settings
 
     with pytest.raises(ConfigError, match="RADAR_ALERT_MAX_AGE_HOURS"):
-        alert_max_age_hours(value)
-    assert alert_max_age_hours(None) == 24.0 and alert_max_age_hours("2.5") == 2.5
+        settings(environ={"RADAR_ALERT_MAX_AGE_HOURS": value})
+    assert settings(environ={}).alert_max_age_hours == 24.0
+    assert settings(environ={"RADAR_ALERT_MAX_AGE_HOURS": "2.5"}).alert_max_age_hours == 2.5
 
 
 JSON = "application/json; charset=utf-8"

@@ -100,13 +100,14 @@ def test_the_scan_finds_a_direct_read(tmp_path):
     package.mkdir()
     (package / "sneaky.py").write_text(
         "import os\n"
-        "from radar_pipeline.config.settings import CODE_HOST_TOKEN_VARS, WINDOW_VAR\n"
+        "from radar_pipeline.config.settings import WINDOW_VAR\n"
         "a = os.environ.get('RADAR_TARGETS')\n"
         "b = os.environ[WINDOW_VAR]\n"
-        "c = os.getenv(CODE_HOST_TOKEN_VARS['github'])\n"
+        "c = os.getenv(TOKENS['github'])\n"
         "def f(env):\n"
         "    return env.get(f'RADAR_{1}')\n"
         "d = os.environ.get('HOME')\n"
+        "TOKENS = {'github': 'RADAR_GITHUB_TOKEN'}\n"
     )
     assert [line.split(": ", 1)[0] for line in environment_reads(package, set())] == [
         "radar_pipeline/sneaky.py:3",
@@ -158,7 +159,8 @@ def test_secrets_never_print():
     for text in shown:
         assert not [p for p in PIECES if p in text], text
     assert loaded.warehouse_url is not None and "Wh0use9pw" in loaded.warehouse_url.get_secret_value()
-    assert loaded.token("github") == "ghp_Gh2secret" and [t.name for t in loaded.target_list()] == ["main"]
+    assert loaded.github.token is not None and loaded.github.token.get_secret_value() == "ghp_Gh2secret"
+    assert [t.name for t in loaded.target_list()] == ["main"]
     assert "Tg7secret" not in repr(loaded.target_list())
     # Every setting that can hold a password or a token is a secret type.
     assert {variable(f) for f in secret_fields()} == set(SECRETS) - OTHERS

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from radar_pipeline.config import ConfigError
-from radar_pipeline.config.settings import CHANNEL_OUTCOMES, CHANNEL_ROUTES_VAR, PAGERDUTY_KEY_VAR, variable
+from radar_pipeline.config.settings import CHANNEL_OUTCOMES, CHANNEL_ROUTES_VAR, variable
 
 REGRESSION, LOAD_CHANGE, DEPLOY = CHANNEL_OUTCOMES
 # What each kind of channel can take: a deploy only goes to a channel that marks deploys (a DeployMarker).
@@ -22,9 +22,9 @@ CAN_TAKE = {
 }
 # The setting that configures each kind, for the message when a route names one that is not configured.
 CONFIGURED_BY = {
-    "pagerduty": PAGERDUTY_KEY_VAR,
-    "teams": variable("teams_webhook_url"),
-    "grafana": f"{variable('grafana_url')} and {variable('grafana_token')}",
+    "pagerduty": variable("pagerduty.routing_key"),
+    "teams": variable("teams.webhook_url"),
+    "grafana": f"{variable('grafana.url')} and {variable('grafana.token')}",
     "webhook": f"{variable('webhooks')} (a webhook of that name)",
 }
 
@@ -119,7 +119,7 @@ def grafana_factory(
 def webhook_factories(webhooks: str, allowed_hosts: list[str], timeout: float) -> dict[str, Callable[[], Any]]:
     """A factory per generic webhook of RADAR_WEBHOOKS (its JSON), by channel name (webhook:<name>); each webhook is
     checked (URL, allowed host, template) when made, and by `webhook_names` when the definitions load."""
-    from radar_pipeline.config.settings import parse_webhooks
+    from radar_pipeline.config.settings import parse_webhooks, parsed
 
     def factory(name: str, spec: dict[str, Any]) -> Callable[[], Any]:
         def make() -> Any:
@@ -130,7 +130,10 @@ def webhook_factories(webhooks: str, allowed_hosts: list[str], timeout: float) -
 
         return make
 
-    return {f"webhook:{name}": factory(name, spec) for name, spec in parse_webhooks(webhooks).items()}
+    return {
+        f"webhook:{name}": factory(name, spec)
+        for name, spec in parsed(parse_webhooks, webhooks, variable("webhooks")).items()
+    }
 
 
 def webhook_names(webhooks: str, allowed_hosts: list[str]) -> list[str]:

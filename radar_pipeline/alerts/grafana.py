@@ -72,18 +72,6 @@ class GrafanaChannel:
         self._http = Http("Grafana", (token,), timeout)
         self._place = {k: v for k, v in (("dashboardUID", dashboard_uid), ("panelId", panel_id)) if v is not None}
 
-    @classmethod
-    def from_settings(cls, settings: Any) -> GrafanaChannel | None:
-        """The channel RADAR_GRAFANA_URL and RADAR_GRAFANA_TOKEN configure, or None when they are unset."""
-        if settings.grafana_url is None or settings.grafana_token is None:
-            return None
-        return cls(
-            settings.grafana_url,
-            settings.grafana_token.get_secret_value(),
-            dashboard_uid=settings.grafana_dashboard_uid,
-            panel_id=settings.grafana_panel_id,
-        )
-
     def __repr__(self) -> str:
         return f"GrafanaChannel({mask_query(self._api)!r})"
 

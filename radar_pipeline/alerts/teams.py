@@ -52,14 +52,6 @@ class TeamsChannel:
         self._url = url
         self._http = Http("Microsoft Teams", url_secrets(url), timeout)
 
-    @classmethod
-    def from_settings(cls, settings: Any) -> TeamsChannel | None:
-        """The channel RADAR_TEAMS_WEBHOOK_URL configures, or None when it is unset."""
-        url = getattr(settings, "teams_webhook_url", None)
-        if url is None:
-            return None
-        return cls(url.get_secret_value())
-
     def __repr__(self) -> str:
         return f"TeamsChannel({mask_query(self._url)!r})"
 

@@ -80,19 +80,6 @@ class WebhookChannel:
         values = self._headers.values()
         self._http = Http(self.name, (*url_secrets(url), *values, *(v.split(" ", 1)[-1] for v in values)), timeout)
 
-    @classmethod
-    def from_settings(cls, settings: Any) -> list[WebhookChannel] | None:
-        """The webhooks RADAR_WEBHOOKS names (each checked as validate does), or None when it is unset."""
-        if settings.webhooks is None:
-            return None
-        from radar_pipeline.config.settings import parse_webhooks
-
-        hosts = settings.webhook_allowed_hosts or []
-        return [
-            cls(name, spec["url"], template_of(spec, name), hosts, spec.get("headers"))
-            for name, spec in parse_webhooks(settings.webhooks.get_secret_value()).items()
-        ]
-
     def __repr__(self) -> str:
         return f"WebhookChannel({self.name!r}, {mask_query(self._url)!r})"
 

@@ -1,9 +1,14 @@
-"""Every RADAR_* setting in one object, RadarSettings (pydantic-settings): the only reader of the RADAR_* environment.
+"""Every RADAR_* setting in one tree, RadarSettings (pydantic-settings): the only reader of the RADAR_* environment.
 
-Each variable is checked by the same rules and with the same messages as ever: a message names the variable and never
-shows a secret; a URL whose password cannot be masked is refused. Secrets are SecretStr: they print as '**********'.
-The code location checks them all when its definitions load (`settings()`); a command reads the few it needs
-(`settings("window_seconds", ...)`), so a bad value elsewhere in its environment does not stop it.
+The tree: the analysis times, the warehouse and targets, the collector's and the schedules' settings at the top; a
+model per destination (`slack`, `github`, `gitlab`, `pagerduty`, `teams`, `grafana`) and one for the receiver
+(`receiver`), each read from its variables (RADAR_SLACK_TOKEN is `slack.token`). The Dagster resources are built from
+these models (defs/resources.py), secrets as EnvVar.
+
+A message names the variable and never shows a secret; a URL whose password cannot be masked is refused. Secrets are
+SecretStr: they print as '**********'. The code location checks them all when its definitions load (`settings()`); a
+command reads the few it needs (`settings("window_seconds", "slack")`), so a bad value elsewhere in its environment
+does not stop it.
 """
 
 from __future__ import annotations
@@ -11,15 +16,15 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, SecretStr, ValidationError, ValidationInfo, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, SecretStr, ValidationError, ValidationInfo, model_validator
 from pydantic_core import PydanticUseDefault
-from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict
 
 from radar_pipeline.config.masking import printable
 from radar_pipeline.config.targets import TARGETS_VAR as TARGETS_VAR
@@ -38,228 +43,211 @@ DEFAULT_SNAPSHOT_CRON = "* * * * *"
 DEFAULT_WINDOW_SECONDS = 1800.0
 DEFAULT_SCRAPE_INTERVAL_SECONDS = 60.0
 DEFAULT_API_URLS = {"github": "https://api.github.com", "gitlab": "https://gitlab.com/api/v4"}
+DEFAULT_PAGERDUTY_URL = "https://events.pagerduty.com"
+# the catalog and settings facts read at most this often (and after each deploy): 180 s keeps their share of a
+# one-minute scrape at 2,000 tables, with the wait samples, within 0.1 CPU-s (docs/causes.md, "Cost")
+CATALOG_INTERVAL = timedelta(seconds=180)
+# channels: what the channels beyond Slack take (RADAR_CHANNEL_ROUTES)
+CHANNEL_OUTCOMES = ("regression", "load_change", "deploy")  # a detection, a load change, a deploy (as a mark)
+# the receiver: a source's token or HMAC key is long enough not to be guessed (`openssl rand -hex 32`: 64).
+MIN_SHARED_SECRET = 16
+# record deploys (POST /v1/deploys/generic); read a deploy's gate; label verdicts (POST /v1/labels)
+RECEIVER_SCOPES = ("deploy", "gate", "label")
 _ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}")
 _HTTP = re.compile(r"https?://[^\s\x00-\x1f\x7f]+")
+_CHANNEL = re.compile(r"(pagerduty|teams|grafana|webhook:[a-z0-9][a-z0-9_-]{0,39})")
 
 
-def positive_int(value: str | None, variable: str, default: int) -> int:
-    """A whole number of at least 1 from a variable's value; the default when it is unset or empty."""
-    if value is None or not value.strip():
-        return default
+class Invalid(ValueError):
+    """What is wrong with a value, said after its variable's name ("must be ...", ": item 2 is ...")."""
+
+
+def named(variable: str, problem: Invalid) -> ConfigError:
+    """The ConfigError of a problem with `variable`'s value."""
+    text = str(problem)
+    return ConfigError(variable + (text if text[:1] in ":,(" else " " + text))
+
+
+def parsed(parse: Callable[[str], Any], value: str, variable: str) -> Any:
+    """`parse(value)`, its problem named after `variable` (a ConfigError)."""
     try:
-        number = int(value)
-    except ValueError:
-        raise ConfigError(f"{variable} must be a whole number, not {value!r}") from None
-    if number < 1:
-        raise ConfigError(f"{variable} must be at least 1, not {number}")
-    if number > 1_000_000:
-        raise ConfigError(f"{variable} must be at most 1000000, not {number}")
-    return number
-
-
-def positive_seconds(value: str, variable: str) -> float:
-    """A positive, finite number of seconds (at most a year) from a variable's value."""
-    try:
-        number = float(value)
-    except ValueError:
-        raise ConfigError(f"{variable} must be a number of seconds, not {value!r}") from None
-    if not number > 0:
-        raise ConfigError(f"{variable} must be more than 0 seconds, not {value!r}")
-    if not number <= MAX_SECONDS:  # also refuses inf
-        raise ConfigError(f"{variable} must be at most {MAX_SECONDS:.0f} seconds (a year), not {value!r}")
-    return number
-
-
-def retention_days(value: str | None, variable: str = "RADAR_RETENTION_DAYS") -> int:
-    """Days of snapshots to keep (default 14)."""
-    return positive_int(value, variable, DEFAULT_RETENTION_DAYS)
-
-
-def alert_max_age_hours(value: str | None, variable: str = "RADAR_ALERT_MAX_AGE_HOURS") -> float:
-    """Hours after a deploy's window (or a periodic check's hour) closed beyond which its alerts are recorded as
-    withheld instead of sent (default 24): a backfill or a reanalysis of old deploys must not flood the channel."""
-    if value is None or not value.strip():
-        return DEFAULT_ALERT_MAX_AGE_HOURS
-    try:
-        hours = float(value)
-    except ValueError:
-        raise ConfigError(f"{variable} must be a number of hours, not {value!r}") from None
-    if not 0 < hours <= 24 * 365:
-        raise ConfigError(f"{variable} must be more than 0 and at most 8760 hours (a year), not {value!r}")
-    return hours
-
-
-# Each check below takes a variable's raw value (never empty: empty is unset) and returns it parsed, or raises
-# ConfigError naming the variable; PydanticUseDefault keeps the field's default.
-
-
-def _variable(info: ValidationInfo) -> str:
-    return variable(str(info.field_name))
+        return parse(value)
+    except Invalid as problem:
+        raise named(variable, problem) from None
 
 
 def _raw(value: object) -> str:
     return value.get_secret_value() if isinstance(value, SecretStr) else str(value)
 
 
-def _count(value: object, info: ValidationInfo) -> int:
-    number = positive_int(_raw(value), _variable(info), 0)
-    if number == 0:  # white space only: unset
-        raise PydanticUseDefault()
+def check(parse: Callable[[str], Any]) -> BeforeValidator:
+    """A field's check: `parse` of the variable's raw text (never empty: empty is unset), raising Invalid."""
+    return BeforeValidator(lambda value: parse(_raw(value)))
+
+
+def _named(parse: Callable[[str, str], Any]) -> BeforeValidator:
+    # for the top-level settings whose parser (config.targets') names the variable itself
+    def validate(value: object, info: ValidationInfo) -> Any:
+        return parse(_raw(value), variable(str(info.field_name)))
+
+    return BeforeValidator(validate)
+
+
+# Each check below takes a variable's raw text and returns it parsed, or raises Invalid.
+
+
+def whole(text: str, low: int = 1) -> int:
+    """A whole number from `low` to a million."""
+    try:
+        number = int(text)
+    except ValueError:
+        raise Invalid(f"must be a whole number, not {text!r}") from None
+    if number < low:
+        raise Invalid(f"must be at least {low}, not {number}")
+    if number > 1_000_000:
+        raise Invalid(f"must be at most 1000000, not {number}")
     return number
 
 
-def _seconds(value: object, info: ValidationInfo) -> float:
-    return positive_seconds(_raw(value), _variable(info))
+def _count(text: str) -> int:
+    if not text.strip():  # white space only: unset
+        raise PydanticUseDefault()
+    return whole(text)
 
 
-def _hours(value: object, info: ValidationInfo) -> float:
-    return alert_max_age_hours(_raw(value), _variable(info))
+def seconds(text: str) -> float:
+    """A positive, finite number of seconds (at most a year)."""
+    try:
+        number = float(text)
+    except ValueError:
+        raise Invalid(f"must be a number of seconds, not {text!r}") from None
+    if not number > 0:
+        raise Invalid(f"must be more than 0 seconds, not {text!r}")
+    if not number <= MAX_SECONDS:  # also refuses inf
+        raise Invalid(f"must be at most {MAX_SECONDS:.0f} seconds (a year), not {text!r}")
+    return number
 
 
-def _retention(value: object, info: ValidationInfo) -> int:
-    return retention_days(_raw(value), _variable(info))
+def hours(text: str) -> float:
+    """Hours after a deploy's window (or a periodic check's hour) closed beyond which its alerts are recorded as
+    withheld instead of sent: a backfill or a reanalysis of old deploys must not flood the channel."""
+    try:
+        number = float(text)
+    except ValueError:
+        raise Invalid(f"must be a number of hours, not {text!r}") from None
+    if not 0 < number <= 24 * 365:
+        raise Invalid(f"must be more than 0 and at most 8760 hours (a year), not {text!r}")
+    return number
 
 
-def _hour_start(value: object, info: ValidationInfo) -> str:
-    text = _raw(value)
+def _hour_start(text: str) -> str:
     try:
         datetime.strptime(text, "%Y-%m-%d-%H:%M")
     except ValueError:
-        raise ConfigError(f"{_variable(info)} must look like 2026-11-01-00:00 (an hour, UTC), not {text!r}") from None
+        raise Invalid(f"must look like 2026-11-01-00:00 (an hour, UTC), not {text!r}") from None
     return text
 
 
-def _minute(value: object, info: ValidationInfo) -> int:
-    text = _raw(value)
+def _minute(text: str) -> int:
     if not text.isdigit() or not 0 <= int(text) <= 59:
-        raise ConfigError(f"{_variable(info)} must be a minute of the hour, 0 to 59, not {text!r}")
+        raise Invalid(f"must be a minute of the hour, 0 to 59, not {text!r}")
     return int(text)
 
 
-def auto_explain_logs(value: str | None, variable: str) -> dict[str, Path]:
+def parse_auto_explain_logs(text: str) -> dict[str, Path]:
     """Whitespace-separated target=/absolute/path pairs: each target's PostgreSQL jsonlog file, or the directory of
-    its *.json logs (the newest is read), where auto_explain writes the plans that ran. ConfigError naming the
-    variable for anything else."""
+    its *.json logs (the newest is read), where auto_explain writes the plans that ran."""
     logs: dict[str, Path] = {}
-    for position, item in enumerate((value or "").split(), start=1):
+    for position, item in enumerate(text.split(), start=1):
         name, sep, path = item.partition("=")
         if not sep or not name or not path.startswith("/"):
-            raise ConfigError(f"{variable}: item {position} is not target=/absolute/path/of/the/jsonlog")
+            raise Invalid(f": item {position} is not target=/absolute/path/of/the/jsonlog")
         if name in logs:
-            raise ConfigError(f"{variable}: target {name!r} appears twice")
+            raise Invalid(f": target {name!r} appears twice")
         logs[name] = Path(path)
     return logs
 
 
-def _auto_explain(value: object, info: ValidationInfo) -> str:
-    text = _raw(value)
-    auto_explain_logs(text, _variable(info))
-    return text
-
-
-def _warehouse(value: object, info: ValidationInfo) -> str:
-    return warehouse_url(_raw(value), _variable(info))
-
-
-def _targets(value: object, info: ValidationInfo) -> str:
-    text = _raw(value)
-    parse_targets(text, _variable(info))
-    return text
-
-
-def _dagster_storage(value: object, info: ValidationInfo) -> str:
-    variable, text = _variable(info), _raw(value).strip()
-    url = database_url(text, variable)
+def _dagster_storage(text: str, variable: str) -> str:
+    url = database_url(text.strip(), variable)
     if url.drivername != "postgresql+psycopg2":
         raise ConfigError(
             f"{variable} must spell out the psycopg2 driver (postgresql+psycopg2://...), which Dagster's storage uses, "
             f"not {url.drivername!r}"
         )
+    return text.strip()
+
+
+_warehouse = warehouse_url  # a field's name too: the annotations below must not see the field
+
+
+def _targets(text: str, variable: str) -> str:
+    parse_targets(text, variable)
     return text
 
 
-def _role(value: object, info: ValidationInfo) -> str:
-    text = _raw(value)
+def _role(text: str) -> str:
     if not _ROLE.fullmatch(text):
-        raise ConfigError(f"{_variable(info)} must be a role name (letters, digits, _), not {text!r}")
+        raise Invalid(f"must be a role name (letters, digits, _), not {text!r}")
     return text
 
 
-def _slack_token(value: object, info: ValidationInfo) -> str:
-    text = _raw(value)
+def _slack_token(text: str) -> str:
     if not text.startswith("xox"):
-        raise ConfigError(f"{_variable(info)} is not a Slack token (xoxb-...)")
+        raise Invalid("is not a Slack token (xoxb-...)")
     return text
 
 
-def _https(value: object, info: ValidationInfo) -> str:
-    text = _raw(value)
+def _https(text: str) -> str:
     if not (text.startswith("https://") and _HTTP.fullmatch(text)):
-        raise ConfigError(f"{_variable(info)} must be an https:// URL")
+        raise Invalid("must be an https:// URL")
     return text
 
 
-def _token(value: object, info: ValidationInfo) -> str:
-    text = _raw(value)
+def _token(text: str) -> str:
     if any(c.isspace() or not c.isprintable() for c in text):
-        raise ConfigError(f"{_variable(info)} holds white space or control characters: not a token")
+        raise Invalid("holds white space or control characters: not a token")
     return text
 
 
-# the receiver: a source's token or HMAC key is long enough not to be guessed (`openssl rand -hex 32`: 64).
-MIN_SHARED_SECRET = 16
-
-
-def _shared_secret(value: object, info: ValidationInfo) -> str:
-    text = _token(value, info)
+def _shared_secret(text: str) -> str:
+    _token(text)
     if len(text) < MIN_SHARED_SECRET:
-        raise ConfigError(f"{_variable(info)} is shorter than {MIN_SHARED_SECRET} characters: too easy to guess")
+        raise Invalid(f"is shorter than {MIN_SHARED_SECRET} characters: too easy to guess")
     return text
 
 
-def _api_url(value: object, info: ValidationInfo) -> str:
-    return _http_url(value, info)
-
-
-def _link(value: object, info: ValidationInfo) -> str:
-    return _http_url(value, info, ": alerts show it as a link")
-
-
-def _http_url(value: object, info: ValidationInfo, why_no_at: str = "") -> str:
-    variable, text = _variable(info), _raw(value)
+def _http_url(text: str, why_no_at: str = "") -> str:
     if "@" in text:
-        raise ConfigError(f"{variable} must not hold @ (a user name or password){why_no_at}")
+        raise Invalid(f"must not hold @ (a user name or password){why_no_at}")
     if not _HTTP.fullmatch(text):
-        raise ConfigError(f"{variable} must be an http(s) URL, not {text!r}")
+        raise Invalid(f"must be an http(s) URL, not {text!r}")
     return text
 
 
-def _folder(value: object, info: ValidationInfo) -> Path:
-    text = _raw(value)
+def _link(text: str) -> str:
+    return _http_url(text, ": alerts show it as a link")
+
+
+def _folder(text: str) -> Path:
     if Path(text).exists() and not Path(text).is_dir():
-        raise ConfigError(f"{_variable(info)} {text!r} exists and is not a folder")
+        raise Invalid(f"{text!r} exists and is not a folder")
     return Path(text)
 
 
-# channels: Teams, Grafana, generic webhooks
+def _dashboard_uid(text: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,40}", text.strip()):
+        raise Invalid("must be a dashboard UID (1 to 40 of letters, digits, _ and -)")
+    return text.strip()
 
 
-def _dashboard_uid(value: object, info: ValidationInfo) -> str:
-    text = _raw(value).strip()
-    if not re.fullmatch(r"[A-Za-z0-9_-]{1,40}", text):
-        raise ConfigError(f"{_variable(info)} must be a dashboard UID (1 to 40 of letters, digits, _ and -)")
-    return text
-
-
-def _hosts(value: object, info: ValidationInfo) -> list[str]:
-    hosts = [h.strip().lower() for h in _raw(value).split(",") if h.strip()]
+def _hosts(text: str) -> list[str]:
+    hosts = [h.strip().lower() for h in text.split(",") if h.strip()]
     for host in hosts:
         try:
             allowed_host(host)
         except ValueError:
-            raise ConfigError(
-                f"{_variable(info)} must list hosts (each with an optional :port) separated by commas, not {host!r}"
-            ) from None
+            raise Invalid(f"must list hosts (each with an optional :port) separated by commas, not {host!r}") from None
     return hosts
 
 
@@ -282,155 +270,243 @@ def allowed_host(entry: str) -> tuple[str, int | None]:
     return host, int(port) if port is not None else None
 
 
-def _webhooks(value: object, info: ValidationInfo) -> str:
-    text = _raw(value)
-    parse_webhooks(text, _variable(info))
-    return text
-
-
-def parse_webhooks(text: str, setting: str = "RADAR_WEBHOOKS") -> dict[str, dict[str, Any]]:
+def parse_webhooks(text: str) -> dict[str, dict[str, Any]]:
     """RADAR_WEBHOOKS's form: a JSON object of name → {"url", optional "template" or "template_file", "headers"};
-    raises ConfigError naming the setting, showing none of its values (URLs and headers may hold secrets). Each
-    webhook's URL, host and template are checked by alerts.webhook.validate when the definitions make the channels."""
+    raises Invalid showing none of its values (URLs and headers may hold secrets). Each webhook's URL, host and
+    template are checked by alerts.webhook.validate when the definitions make the channels."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{setting} is not valid JSON: {exc.msg} (line {exc.lineno} column {exc.colno})") from None
+        raise Invalid(f"is not valid JSON: {exc.msg} (line {exc.lineno} column {exc.colno})") from None
     if not isinstance(data, dict) or not data:
-        raise ConfigError(f'{setting} must be a JSON object of webhooks by name: {{"ops": {{"url": ..., ...}}}}')
+        raise Invalid('must be a JSON object of webhooks by name: {"ops": {"url": ..., ...}}')
     for name, spec in data.items():
         if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,39}", name):
-            raise ConfigError(f"{setting}: a webhook's name must be 1 to 40 of a-z, 0-9, _ and -, not {name!r}")
+            raise Invalid(f": a webhook's name must be 1 to 40 of a-z, 0-9, _ and -, not {name!r}")
         if not isinstance(spec, dict) or not isinstance(spec.get("url"), str):
-            raise ConfigError(f"{setting} ({name}): needs a url")
+            raise Invalid(f"({name}): needs a url")
         if "template" in spec and "template_file" in spec:
-            raise ConfigError(f"{setting} ({name}): takes a template or a template_file, not both")
+            raise Invalid(f"({name}): takes a template or a template_file, not both")
         unknown = set(spec) - {"url", "template", "template_file", "headers"}
         if unknown:
-            raise ConfigError(f"{setting} ({name}): unknown keys {sorted(unknown)}")
+            raise Invalid(f"({name}): unknown keys {sorted(unknown)}")
         headers = spec.get("headers", {})
         if not isinstance(headers, dict) or not all(
             isinstance(k, str) and isinstance(v, str) and (k + v).isascii() and (k + v).isprintable() and k
             for k, v in headers.items()
         ):
-            raise ConfigError(f"{setting} ({name}): headers must be an object of printable ASCII strings")
+            raise Invalid(f"({name}): headers must be an object of printable ASCII strings")
     return data
 
 
-# receiver: the checks of `radar webhook serve`'s settings (the fields are at the end of RadarSettings).
-# record deploys (POST /v1/deploys/generic); read a deploy's gate; label verdicts (POST /v1/labels)
-RECEIVER_SCOPES = ("deploy", "gate", "label")
-
-
-def receiver_tokens(text: str, variable: str) -> list[tuple[str, frozenset[str]]]:
+def receiver_tokens(text: str) -> list[tuple[str, frozenset[str]]]:
     """The CI tokens of RADAR_RECEIVER_TOKENS, a JSON list of {"token": ..., "scopes": ["deploy" and/or "gate"]}, as
-    (token, scopes); ConfigError names the entry that is wrong, never a token."""
-    import json
-
+    (token, scopes); Invalid names the entry that is wrong, never a token."""
     try:
         entries = json.loads(text)
     except ValueError:
-        raise ConfigError(
-            f'{variable} is not JSON: give a list such as [{{"token": "...", "scopes": ["deploy"]}}]'
-        ) from None
+        raise Invalid('is not JSON: give a list such as [{"token": "...", "scopes": ["deploy"]}]') from None
     if not isinstance(entries, list) or not entries:
-        raise ConfigError(f"{variable} must be a non-empty JSON list of {{token, scopes}} objects")
+        raise Invalid("must be a non-empty JSON list of {token, scopes} objects")
     found: list[tuple[str, frozenset[str]]] = []
     for n, entry in enumerate(entries, 1):
-        where = f"{variable}, entry {n}"
+        where = f", entry {n}"
         if not isinstance(entry, dict) or set(entry) != {"token", "scopes"}:
-            raise ConfigError(f"{where}: must be an object with exactly the keys token and scopes")
+            raise Invalid(f"{where}: must be an object with exactly the keys token and scopes")
         token, scopes = entry["token"], entry["scopes"]
         if not isinstance(token, str) or any(c.isspace() or not c.isprintable() or not c.isascii() for c in token):
-            raise ConfigError(f"{where}: the token must be printable ASCII without white space")
+            raise Invalid(f"{where}: the token must be printable ASCII without white space")
         if len(token) < MIN_SHARED_SECRET:
-            raise ConfigError(f"{where}: the token is shorter than {MIN_SHARED_SECRET} characters: too easy to guess")
+            raise Invalid(f"{where}: the token is shorter than {MIN_SHARED_SECRET} characters: too easy to guess")
         if not isinstance(scopes, list) or not scopes or not all(s in RECEIVER_SCOPES for s in scopes):
-            raise ConfigError(f"{where}: scopes must be a non-empty list of {', '.join(map(repr, RECEIVER_SCOPES))}")
+            raise Invalid(f"{where}: scopes must be a non-empty list of {', '.join(map(repr, RECEIVER_SCOPES))}")
         if any(token == other for other, _ in found):
-            raise ConfigError(f"{where}: the same token as an earlier entry: give each token once")
+            raise Invalid(f"{where}: the same token as an earlier entry: give each token once")
         found.append((token, frozenset(scopes)))
     return found
 
 
-def _receiver_tokens(value: object, info: ValidationInfo) -> str:
-    text = _raw(value)
-    receiver_tokens(text, _variable(info))
-    return text
-
-
-def _receiver_sources(value: object, info: ValidationInfo) -> tuple[str, ...]:
-    names = tuple(n.strip() for n in _raw(value).split(",") if n.strip())
+def _receiver_sources(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
     if not names or any(not re.fullmatch(r"[a-z][a-z0-9-]{0,30}", n) for n in names):
-        raise ConfigError(f"{_variable(info)} must be a comma-separated list of source names, e.g. github,gitlab")
+        raise Invalid("must be a comma-separated list of source names, e.g. github,gitlab")
     return names
 
 
-def _body_bytes(value: object, info: ValidationInfo) -> int:
-    number = positive_int(_raw(value), _variable(info), 0)
-    if number < 1024:
-        raise ConfigError(f"{_variable(info)} must be at least 1024 bytes, not {number}")
-    return number
+def _body_bytes(text: str) -> int:
+    return whole(text, 1024)
 
 
-# channels: what the channels beyond Slack take (RADAR_CHANNEL_ROUTES) and PagerDuty's settings.
-CHANNEL_OUTCOMES = ("regression", "load_change", "deploy")  # a detection, a load change, a deploy (as a mark)
-CHANNEL_KINDS = ("pagerduty", "teams", "grafana", "webhook")  # a webhook is named: webhook:<name>
-DEFAULT_PAGERDUTY_URL = "https://events.pagerduty.com"
-_CHANNEL = re.compile(r"(pagerduty|teams|grafana|webhook:[a-z0-9][a-z0-9_-]{0,39})")
-_ROUTING_KEY = re.compile(r"[A-Za-z0-9]{32}")
-
-
-def channel_routes(text: str, variable: str = "RADAR_CHANNEL_ROUTES") -> dict[str, tuple[str, ...]]:
-    """Outcome → channels, from 'regression=pagerduty,teams load_change=teams deploy=pagerduty,grafana'; raises
-    ConfigError naming the variable and the unknown outcome or channel."""
+def parse_channel_routes(text: str) -> dict[str, tuple[str, ...]]:
+    """Outcome → channels, from 'regression=pagerduty,teams load_change=teams deploy=pagerduty,grafana'; Invalid
+    names the unknown outcome or channel."""
     routes: dict[str, tuple[str, ...]] = {}
     for part in text.split():
         outcome, sep, names = part.partition("=")
         if not sep or outcome not in CHANNEL_OUTCOMES:
-            raise ConfigError(
-                f"{variable}: {outcome!r} is not an outcome ({', '.join(CHANNEL_OUTCOMES)}); write outcome=channel,..."
-            )
+            raise Invalid(f": {outcome!r} is not an outcome ({', '.join(CHANNEL_OUTCOMES)}); write outcome=channel,...")
         if outcome in routes:
-            raise ConfigError(f"{variable} names {outcome} twice")
+            raise Invalid(f"names {outcome} twice")
         channels = tuple(n for n in names.split(",") if n)
         for name in channels:
             if name == "slack":
-                raise ConfigError(f"{variable}: slack is not routed (it gets every detection when it is configured)")
+                raise Invalid(": slack is not routed (it gets every detection when it is configured)")
             if not _CHANNEL.fullmatch(name):
-                raise ConfigError(
-                    f"{variable}: {printable(name)!r} is not a channel (pagerduty, teams, grafana, webhook:<name>)"
-                )
+                raise Invalid(f": {printable(name)!r} is not a channel (pagerduty, teams, grafana, webhook:<name>)")
         routes[outcome] = channels
     return routes
 
 
-def _routes(value: object, info: ValidationInfo) -> str:
-    text = _raw(value)
-    channel_routes(text, _variable(info))
+def _routing_key(text: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9]{32}", text):
+        raise Invalid("must be a PagerDuty integration key (32 letters and digits)")
     return text
 
 
-def _routing_key(value: object, info: ValidationInfo) -> str:
-    text = _raw(value)
-    if not _ROUTING_KEY.fullmatch(text):
-        raise ConfigError(f"{_variable(info)} must be a PagerDuty integration key (32 letters and digits)")
-    return text
+def _keeping(parse: Callable[[str], Any]) -> Callable[[str], str]:
+    # a secret's text, checked by `parse` but kept as given (its parsed form would print)
+    def keep(text: str) -> str:
+        parse(text)
+        return text
+
+    return keep
 
 
-Count = Annotated[int, BeforeValidator(_count)]
-Seconds = Annotated[float | None, BeforeValidator(_seconds)]
+Count = Annotated[int, check(_count)]
+Seconds = Annotated[float | None, check(seconds)]
+Secret = Annotated[SecretStr | None, check(_token)]
+ApiUrl = Annotated[str, check(_http_url)]
+SharedSecret = Annotated[SecretStr | None, check(_shared_secret)]
+
+
+class Group(BaseModel):
+    """A branch of the tree: the settings RADAR_<GROUP>_<FIELD> of one destination or of the receiver."""
+
+    model_config = ConfigDict(
+        alias_generator=str.upper, frozen=True, extra="ignore", hide_input_in_errors=True, validate_default=False
+    )
+
+
+def _pairs(data: Any, group: str, pairs: tuple[tuple[str, str, str], ...]) -> Any:
+    # On the raw values, before each field's own check: a half-configured destination names what is missing.
+    if isinstance(data, dict):
+        raw = {str(k).lower(): v for k, v in data.items()}
+        for one, other, why in pairs:
+            if raw.get(one) and not raw.get(other):
+                one, other = (variable(f"{group}.{name}" if group else name) for name in (one, other))
+                raise ConfigError(f"{one} is set but {other} is not: {why}")
+    return data
+
+
+class SlackSettings(Group):
+    """Slack: a bot token and a channel (messages and chart images), or an incoming webhook (messages only); and a row
+    of label buttons under each regression (docs/labels.md), whose requests go to the receiver."""
+
+    token: Annotated[SecretStr | None, check(_slack_token)] = None
+    channel: str | None = None
+    webhook_url: Annotated[SecretStr | None, check(_https)] = None
+    label_buttons: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pair(cls, data: Any) -> Any:
+        return _pairs(
+            data,
+            "slack",
+            (("token", "channel", "name the channel to post in"), ("channel", "token", "a channel needs a bot token")),
+        )
+
+
+class CodeHostSettings(Group):
+    """A code host (commit statuses, review comments): its token, and the API the token is sent to."""
+
+    token: Secret = None
+    api_url: ApiUrl = DEFAULT_API_URLS["github"]
+
+
+class GitLabSettings(CodeHostSettings):
+    """GitLab's token and API (default gitlab.com's)."""
+
+    api_url: ApiUrl = DEFAULT_API_URLS["gitlab"]
+
+
+class PagerDutySettings(Group):
+    """PagerDuty's Events API v2: a service integration's routing key, and the API's address (the EU service region,
+    a proxy)."""
+
+    routing_key: Annotated[SecretStr | None, check(_routing_key)] = None
+    url: ApiUrl = DEFAULT_PAGERDUTY_URL
+
+
+class TeamsSettings(Group):
+    """Microsoft Teams: a Workflows webhook's URL (its sig= is a secret)."""
+
+    webhook_url: Annotated[SecretStr | None, check(_https)] = None
+
+
+class GrafanaSettings(Group):
+    """Grafana: its URL, a service account token, and optionally the dashboard (and panel) annotations belong to."""
+
+    url: Annotated[str | None, check(_http_url)] = None
+    token: Secret = None
+    dashboard_uid: Annotated[str | None, check(_dashboard_uid)] = None
+    panel_id: Count | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pair(cls, data: Any) -> Any:
+        return _pairs(
+            data,
+            "grafana",
+            (
+                ("url", "token", "it needs a service account token to send"),
+                ("token", "url", "it needs the Grafana to send it to"),
+                ("panel_id", "dashboard_uid", "it needs its dashboard's UID"),
+            ),
+        )
+
+
+class ReceiverSettings(Group):
+    """`radar webhook serve`: the sources it accepts (unset: each one whose secret is set, and generic when a token
+    may record deploys), each source's secret (the HMAC key or token its sender is configured with), the CI tokens
+    with their scopes (JSON, see receiver_tokens), the Slack app's signing secret (label buttons), and the largest
+    body it reads."""
+
+    sources: Annotated[tuple[str, ...] | None, NoDecode, check(_receiver_sources)] = None
+    github_secret: SharedSecret = None
+    gitlab_secret: SharedSecret = None
+    argocd_secret: SharedSecret = None
+    flux_secret: SharedSecret = None
+    rollouts_secret: SharedSecret = None
+    tokens: Annotated[SecretStr | None, check(_keeping(receiver_tokens))] = None
+    slack_signing_secret: SharedSecret = None
+    max_body_bytes: Annotated[int, check(_body_bytes)] = 256 * 1024
+
+    def secret(self, source: str) -> SecretStr | None:
+        """A source's secret (github, gitlab, argocd, flux, rollouts), or None."""
+        found: SecretStr | None = getattr(self, f"{source.replace('-', '_')}_secret", None)
+        return found
+
+    def token_scopes(self) -> list[tuple[str, frozenset[str]]]:
+        """The CI tokens with their scopes (none when RADAR_RECEIVER_TOKENS is unset)."""
+        return receiver_tokens(self.tokens.get_secret_value()) if self.tokens else []
+
+
+GROUPS = ("slack", "github", "gitlab", "pagerduty", "teams", "grafana", "receiver")
 
 
 class RadarSettings(BaseSettings):
-    """radar's settings: each field is the variable RADAR_<FIELD NAME IN CAPITALS>; unset (or empty) variables keep
-    the defaults. Fields are checked in this order, so an error names the first bad variable."""
+    """radar's settings: each top-level field is the variable RADAR_<FIELD NAME IN CAPITALS>, each group's field
+    RADAR_<GROUP>_<FIELD>; unset (or empty) variables keep the defaults. Fields are checked in this order, so an
+    error names the first bad variable."""
 
     model_config = SettingsConfigDict(
         env_prefix=PREFIX,
         env_prefix_target="all",  # the prefix goes before the aliases: WAREHOUSE_URL → RADAR_WAREHOUSE_URL
         alias_generator=str.upper,
         case_sensitive=True,
+        env_nested_delimiter="_",  # RADAR_SLACK_WEBHOOK_URL: slack.webhook_url (split once, after the group)
+        env_nested_max_split=1,
         env_ignore_empty=True,
         extra="ignore",
         frozen=True,
@@ -440,12 +516,12 @@ class RadarSettings(BaseSettings):
 
     # The periodic partitions: the first hour they offer (backfills reach back to it), as 2026-11-01-00:00 UTC; and
     # the minutes past the hour when the schedule runs the hour just ended.
-    periodic_start: Annotated[str, BeforeValidator(_hour_start)] = DEFAULT_PERIODIC_START
-    periodic_minute: Annotated[int, BeforeValidator(_minute)] = 5
+    periodic_start: Annotated[str, check(_hour_start)] = DEFAULT_PERIODIC_START
+    periodic_minute: Annotated[int, check(_minute)] = 5
     # The warehouse (a SQLAlchemy URL, given the psycopg 3 driver) and the watched targets (name=postgresql://...).
-    warehouse_url: Annotated[SecretStr | None, BeforeValidator(_warehouse)] = None
-    targets: Annotated[SecretStr | None, BeforeValidator(_targets)] = None
-    retention_days: Annotated[int, BeforeValidator(_retention)] = DEFAULT_RETENTION_DAYS
+    warehouse_url: Annotated[SecretStr | None, _named(_warehouse)] = None
+    targets: Annotated[SecretStr | None, _named(_targets)] = None
+    retention_days: Count = DEFAULT_RETENTION_DAYS
     # The analysis times (the Dagster resources' defaults when unset) and the periodic check's period P.
     window_seconds: Seconds = None
     scrape_interval_seconds: Seconds = None
@@ -455,137 +531,93 @@ class RadarSettings(BaseSettings):
     reanalysis_days: Count = 7
     dagster_run_retention_days: Count = 7
     snapshot_shards: Count = 1
-    alert_max_age_hours: Annotated[float, BeforeValidator(_hours)] = DEFAULT_ALERT_MAX_AGE_HOURS
-    collector_role: Annotated[str | None, BeforeValidator(_role)] = None  # whose statements are left out
+    # every destination's: alerts of an analysis whose window closed longer ago than this are withheld, not sent
+    alert_max_age_hours: Annotated[float, check(hours)] = DEFAULT_ALERT_MAX_AGE_HOURS
+    collector_role: Annotated[str | None, check(_role)] = None  # whose statements are left out
     # where auto_explain's plans can be read, per target (target=/path pairs: a jsonlog file or its directory)
-    auto_explain_logs: Annotated[str | None, BeforeValidator(_auto_explain)] = None
-    # Slack: a bot token and a channel (messages and chart images), or an incoming webhook (messages only).
-    slack_token: Annotated[SecretStr | None, BeforeValidator(_slack_token)] = None
-    slack_channel: str | None = None
-    slack_webhook_url: Annotated[SecretStr | None, BeforeValidator(_https)] = None
-    # a row of label buttons under each regression (docs/labels.md): the Slack app's interactivity requests go to the
-    # receiver, which needs receiver_slack_signing_secret
-    slack_label_buttons: bool = False
-    # Code hosts (commit statuses, review comments): a token each, and the API the token is sent to.
-    github_token: Annotated[SecretStr | None, BeforeValidator(_token)] = None
-    github_api_url: Annotated[str, BeforeValidator(_api_url)] = DEFAULT_API_URLS["github"]
-    gitlab_token: Annotated[SecretStr | None, BeforeValidator(_token)] = None
-    gitlab_api_url: Annotated[str, BeforeValidator(_api_url)] = DEFAULT_API_URLS["gitlab"]
-    # channels: which outcome goes to which channel beyond Slack (unset: every configured channel gets what it
-    # can take), and PagerDuty's Events API v2 (a service integration's routing key; the API's address, for the EU
-    # service region or a proxy).
-    channel_routes: Annotated[str | None, BeforeValidator(_routes)] = None
-    pagerduty_routing_key: Annotated[SecretStr | None, BeforeValidator(_routing_key)] = None
-    pagerduty_url: Annotated[str, BeforeValidator(_api_url)] = DEFAULT_PAGERDUTY_URL
-    dagster_url: Annotated[str | None, BeforeValidator(_link)] = None  # the Dagster UI's address, for links in alerts
-    chart_dir: Annotated[Path | None, BeforeValidator(_folder)] = None  # unset: a new temporary folder per analysis
-    dagster_pg_url: Annotated[SecretStr | None, BeforeValidator(_dagster_storage)] = None  # Dagster's own storage
+    auto_explain_logs: Annotated[dict[str, Path], NoDecode, check(parse_auto_explain_logs)] = {}
+    slack: SlackSettings = SlackSettings()
+    github: CodeHostSettings = CodeHostSettings()
+    gitlab: GitLabSettings = GitLabSettings()
+    # channels: which outcome goes to which channel beyond Slack (unset: every configured channel gets what it can
+    # take)
+    channel_routes: Annotated[dict[str, tuple[str, ...]] | None, NoDecode, check(parse_channel_routes)] = None
+    pagerduty: PagerDutySettings = PagerDutySettings()
+    dagster_url: Annotated[str | None, check(_link)] = None  # the Dagster UI's address, for links in alerts
+    chart_dir: Annotated[Path | None, check(_folder)] = None  # unset: a new temporary folder per analysis
+    dagster_pg_url: Annotated[SecretStr | None, _named(_dagster_storage)] = None  # Dagster's own storage
     # Crons, checked where their schedules are built (unset: the schedule's default).
     snapshot_cron: str | None = None
     plan_cron: str | None = None
     deploy_target: str | None = None  # `radar deploy`'s target when --target is not given
     home: Path | None = None  # where the embedded default lives (unset: ./.radar)
-    # channels: Teams, Grafana, generic webhooks. Microsoft Teams: a Workflows webhook's URL (its sig= is a secret).
-    # Grafana: its URL, a service account token, and optionally the dashboard (and panel) the annotations belong to.
+    teams: TeamsSettings = TeamsSettings()
+    grafana: GrafanaSettings = GrafanaSettings()
     # Generic webhooks: a JSON object of name → {"url", optional "template" or "template_file", "headers"} (a secret:
     # URLs and headers may hold one), posting only to the hosts of the allowlist (comma-separated; *.example.com
     # allowed).
-    teams_webhook_url: Annotated[SecretStr | None, BeforeValidator(_https)] = None
-    grafana_url: Annotated[str | None, BeforeValidator(_api_url)] = None
-    grafana_token: Annotated[SecretStr | None, BeforeValidator(_token)] = None
-    grafana_dashboard_uid: Annotated[str | None, BeforeValidator(_dashboard_uid)] = None
-    grafana_panel_id: Count | None = None
-    webhook_allowed_hosts: Annotated[list[str] | None, BeforeValidator(_hosts)] = None
+    webhook_allowed_hosts: Annotated[list[str] | None, NoDecode, check(_hosts)] = None
     # H3, plans for every active statement (issue 28, item 5): per plan capture and target, beyond the plan_top_n
     # busiest, how many statements are planned in turn (those first seen since the last capture, then the least
     # recently planned of those with calls within a day).
     plan_rotation_n: Count = 200
-    # FB, catalog facts (issue 28, items 1 and 2): how often a scrape reads the watched database's catalog digests
-    # (seconds); a deploy recorded for the target since the last read has it read at the next scrape.
-    # the catalog and settings facts read at most this often (and after each deploy): 180 s keeps their share of a
-    # one-minute scrape at 2,000 tables, with the wait samples, within 0.1 CPU-s (docs/causes.md, "Cost")
-    catalog_interval: Annotated[float, BeforeValidator(_seconds)] = 180.0
-    webhooks: Annotated[SecretStr | None, BeforeValidator(_webhooks)] = None
+    # FB, catalog facts (issue 28): how often a scrape reads them, in seconds (CATALOG_INTERVAL)
+    catalog_interval: Annotated[float, check(seconds)] = CATALOG_INTERVAL.total_seconds()
+    webhooks: Annotated[SecretStr | None, check(_keeping(parse_webhooks))] = None
+    receiver: ReceiverSettings = ReceiverSettings()
 
     @model_validator(mode="before")
     @classmethod
-    def _channel_pairs(cls, data: Any) -> Any:
-        # On the raw values: a Grafana URL without its token (or the reverse), a panel without its dashboard.
-        if isinstance(data, dict):
-            raw = {str(k).lower(): v for k, v in data.items()}
-            for one, other, why in (
-                ("grafana_url", "grafana_token", "a service account token to send"),
-                ("grafana_token", "grafana_url", "the Grafana to send it to"),
-                ("grafana_panel_id", "grafana_dashboard_uid", "its dashboard's UID"),
-                ("webhooks", "webhook_allowed_hosts", "the hosts webhooks may post to"),
-            ):
-                if raw.get(one) and not raw.get(other):
-                    raise ConfigError(f"{variable(one)} is set but {variable(other)} is not: it needs {why}")
-        return data
-
-    # receiver: `radar webhook serve`. The sources it accepts (unset: each one whose secret is set, and generic
-    # when a token may record deploys), each source's secret (the HMAC key or token its sender is configured with),
-    # the CI tokens with their scopes (JSON, see receiver_tokens), and the largest body it reads.
-    receiver_sources: Annotated[tuple[str, ...] | None, BeforeValidator(_receiver_sources)] = None
-    receiver_github_secret: Annotated[SecretStr | None, BeforeValidator(_shared_secret)] = None
-    receiver_gitlab_secret: Annotated[SecretStr | None, BeforeValidator(_shared_secret)] = None
-    receiver_argocd_secret: Annotated[SecretStr | None, BeforeValidator(_shared_secret)] = None
-    receiver_flux_secret: Annotated[SecretStr | None, BeforeValidator(_shared_secret)] = None
-    receiver_rollouts_secret: Annotated[SecretStr | None, BeforeValidator(_shared_secret)] = None
-    receiver_tokens: Annotated[SecretStr | None, BeforeValidator(_receiver_tokens)] = None
-    # the Slack app's signing secret: its interactivity requests (an alert's label buttons) are verified with it
-    receiver_slack_signing_secret: Annotated[SecretStr | None, BeforeValidator(_shared_secret)] = None
-    receiver_max_body_bytes: Annotated[int, BeforeValidator(_body_bytes)] = 256 * 1024
-
-    @model_validator(mode="before")
-    @classmethod
-    def _slack_pairs(cls, data: Any) -> Any:
-        # On the raw values, before the token's own check: a token without its channel is told as that.
-        if isinstance(data, dict):
-            raw = {str(k).lower(): v for k, v in data.items()}  # the environment source keeps the variables' case
-            token, channel = raw.get("slack_token"), raw.get("slack_channel")
-            if token and not channel:
-                raise ConfigError(
-                    "RADAR_SLACK_TOKEN is set but RADAR_SLACK_CHANNEL is not: name the channel to post in"
-                )
-            if channel and not token:
-                raise ConfigError(
-                    "RADAR_SLACK_CHANNEL is set but RADAR_SLACK_TOKEN is not: a channel needs a bot token"
-                )
-        return data
-
-    @classmethod
-    def variables(cls) -> dict[str, str]:
-        """Field name → its variable, for every setting."""
-        return {name: variable(name) for name in cls.model_fields}
+    def _webhook_hosts(cls, data: Any) -> Any:
+        return _pairs(data, "", (("webhooks", "webhook_allowed_hosts", "it needs the hosts webhooks may post to"),))
 
     def target_list(self) -> list[Target]:
         """The watched targets RADAR_TARGETS names (none when it is unset)."""
         return parse_targets(self.targets.get_secret_value(), TARGETS_VAR) if self.targets else []
 
-    def token(self, host: str) -> str | None:
-        """A code host's token (github, gitlab), or None."""
-        secret: SecretStr | None = getattr(self, f"{host}_token")
-        return secret.get_secret_value() if secret else None
-
-    def api_url(self, host: str) -> str:
-        """A code host's API URL (github, gitlab)."""
-        return str(getattr(self, f"{host}_api_url"))
+    def code_host(self, host: str) -> CodeHostSettings:
+        """A code host's settings (github, gitlab)."""
+        found: CodeHostSettings = getattr(self, host)
+        return found
 
 
-def variable(field: str) -> str:
-    """The environment variable of a RadarSettings field (KeyError when there is no such field)."""
-    if field not in RadarSettings.model_fields:
-        raise KeyError(field)
-    return PREFIX + field.upper()
+def _model(path: str) -> tuple[type[BaseModel], str]:
+    # the model holding a field path's last part ("slack.token": SlackSettings, "token"); KeyError when none
+    model: type[BaseModel] = RadarSettings
+    *groups, last = path.split(".")
+    for group in groups:
+        if group not in GROUPS:
+            raise KeyError(path)
+        model = model.model_fields[group].annotation  # type: ignore[assignment]
+    if last not in model.model_fields:
+        raise KeyError(path)
+    return model, last
+
+
+def variable(path: str) -> str:
+    """The environment variable of a setting: a top-level field ("window_seconds"), a group's field ("slack.token")
+    or a group ("slack": the prefix of its variables, RADAR_SLACK). KeyError when there is no such setting."""
+    _model(path)
+    return PREFIX + path.replace(".", "_").upper()
 
 
 def field_of(name: str) -> str:
-    """The RadarSettings field a RADAR_* variable sets (KeyError when it is none)."""
+    """The top-level RadarSettings field a RADAR_* variable sets (KeyError when it is none)."""
     field = name.removeprefix(PREFIX).lower()
-    if not name.startswith(PREFIX) or field not in RadarSettings.model_fields:
+    if not name.startswith(PREFIX) or field in GROUPS or field not in RadarSettings.model_fields:
         raise KeyError(name)
     return field
+
+
+def setting_paths() -> list[str]:
+    """Every setting's path, groups' fields as group.field, in the tree's order."""
+    paths = []
+    for name, info in RadarSettings.model_fields.items():
+        if name in GROUPS:
+            paths += [f"{name}.{field}" for field in info.annotation.model_fields]  # type: ignore[union-attr]
+        else:
+            paths.append(name)
+    return paths
 
 
 class _Environ(EnvSettingsSource):
@@ -601,13 +633,15 @@ class _Environ(EnvSettingsSource):
 
 def settings(*fields: str, environ: Mapping[str, str] | None = None) -> RadarSettings:
     """The settings of `environ` (default: this process's environment, read again whenever a RADAR_* variable
-    changed). Without `fields`, every variable is checked; with them, only theirs are read (the rest keep their
-    defaults). Raises ConfigError naming the first bad variable, never showing a secret."""
+    changed). Without `fields`, every variable is checked; with them (top-level fields and groups), only theirs are
+    read (the rest keep their defaults). Raises ConfigError naming the first bad variable, never showing a secret."""
     source = os.environ if environ is None else environ
-    wanted = {variable(f) for f in fields}
-    return _load(
-        tuple(sorted((k, v) for k, v in source.items() if k.startswith(PREFIX) and (not fields or k in wanted)))
-    )
+    wanted = tuple(variable(f) + ("_" if f in GROUPS else "") for f in fields)
+
+    def read(name: str) -> bool:
+        return not fields or any(name == w or w.endswith("_") and name.startswith(w) for w in wanted)
+
+    return _load(tuple(sorted((k, v) for k, v in source.items() if k.startswith(PREFIX) and read(k))))
 
 
 @lru_cache(maxsize=32)
@@ -619,13 +653,15 @@ def _load(items: tuple[tuple[str, str], ...]) -> RadarSettings:
 
 
 def _config_error(exc: ValidationError) -> ConfigError:
-    """The first problem as a ConfigError: a check's own message, else pydantic's, after the variable's name (never
+    """The first problem as a ConfigError: a check's own message after the variable's name, else pydantic's (never
     the value)."""
     error = exc.errors(include_input=False)[0]
+    where = PREFIX + "_".join(map(str, error["loc"])) if error["loc"] else "a RADAR_* setting"
     cause = error.get("ctx", {}).get("error")
     if isinstance(cause, ConfigError):
         return ConfigError(str(cause))
-    where = PREFIX + str(error["loc"][0]) if error["loc"] else "a RADAR_* setting"
+    if isinstance(cause, Invalid):
+        return named(where, cause)
     return ConfigError(f"{where}: {error['msg']}")
 
 
@@ -663,28 +699,14 @@ DAGSTER_PG_URL_VAR = variable("dagster_pg_url")
 CHART_DIR_VAR = variable("chart_dir")
 DEPLOY_TARGET_VAR = variable("deploy_target")
 HOME_VAR = variable("home")
-SLACK_TOKEN_VAR, SLACK_CHANNEL_VAR, SLACK_WEBHOOK_VAR = (
-    variable("slack_token"),
-    variable("slack_channel"),
-    variable("slack_webhook_url"),
-)
-CHANNEL_ROUTES_VAR, PAGERDUTY_KEY_VAR = variable("channel_routes"), variable("pagerduty_routing_key")  # channels
-CODE_HOST_TOKEN_VARS = {host: variable(f"{host}_token") for host in DEFAULT_API_URLS}
-CODE_HOST_API_VARS = {host: variable(f"{host}_api_url") for host in DEFAULT_API_URLS}
-SECONDS_VARS = tuple(
-    variable(f) for f in ("window_seconds", "scrape_interval_seconds", "tolerance_floor_seconds", "period_seconds")
-)
-WINDOW_VAR, SCRAPE_INTERVAL_VAR = SECONDS_VARS[:2]
+CHANNEL_ROUTES_VAR = variable("channel_routes")
+WINDOW_VAR, SCRAPE_INTERVAL_VAR = variable("window_seconds"), variable("scrape_interval_seconds")
 PLAN_TOP_N_VAR = variable("plan_top_n")
 REANALYSIS_DAYS_VAR = variable("reanalysis_days")
 RUN_RETENTION_VAR = variable("dagster_run_retention_days")
 SHARDS_VAR = variable("snapshot_shards")
 PERIODIC_START_VAR = variable("periodic_start")
 PERIODIC_MINUTE_VAR = variable("periodic_minute")
-# the receiver: each source's secret by its NAME (generic is authenticated by RADAR_RECEIVER_TOKENS).
-RECEIVER_SOURCE_SECRET_VARS = {
-    name: variable(f"receiver_{name}_secret") for name in ("github", "gitlab", "argocd", "flux", "rollouts")
-}
 # Whole-number settings and their defaults.
 COUNTS: dict[str, int] = {
     v: RadarSettings.model_fields[field_of(v)].default
@@ -693,9 +715,10 @@ COUNTS: dict[str, int] = {
 
 
 def secret_fields() -> list[str]:
-    """The fields that hold secrets (SecretStr): never printed, never stored in Dagster's config."""
-    return [
-        name
-        for name, info in RadarSettings.model_fields.items()
-        if SecretStr in getattr(info.annotation, "__args__", (info.annotation,))
-    ]
+    """The settings that hold secrets (SecretStr), by path: never printed, never stored in Dagster's config."""
+    return [path for path in setting_paths() if _is_secret(*_model(path))]
+
+
+def _is_secret(model: type[BaseModel], field: str) -> bool:
+    annotation = model.model_fields[field].annotation
+    return SecretStr in getattr(annotation, "__args__", (annotation,))

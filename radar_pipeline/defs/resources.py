@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, get_type_hints
 
 import dagster as dg
 import pydantic
+from pydantic import SecretStr
 
 from radar_pipeline.alerts.channels import (
     DEPLOY,
@@ -24,18 +25,18 @@ from radar_pipeline.alerts.channels import (
 from radar_pipeline.config import TARGETS_VAR, WAREHOUSE_URL_VAR, ConfigError, Target, parse_targets
 from radar_pipeline.config.settings import (
     ALERT_MAX_AGE_VAR,
-    CODE_HOST_TOKEN_VARS,
+    CATALOG_INTERVAL,
+    CHANNEL_ROUTES_VAR,
     DEFAULT_ALERT_MAX_AGE_HOURS,
     DEFAULT_API_URLS,
     DEFAULT_PAGERDUTY_URL,
     DEFAULT_SCRAPE_INTERVAL_SECONDS,
-    PAGERDUTY_KEY_VAR,
-    SLACK_TOKEN_VAR,
-    SLACK_WEBHOOK_VAR,
-    alert_max_age_hours,
-    auto_explain_logs,
-    channel_routes,
+    RadarSettings,
     field_of,
+    hours,
+    parse_auto_explain_logs,
+    parse_channel_routes,
+    parsed,
     settings,
     variable,
 )
@@ -59,29 +60,33 @@ class WarehouseResource(dg.ConfigurableResource):
 
 
 class TargetsResource(dg.ConfigurableResource):
-    """The watched servers, from RADAR_TARGETS (whitespace-separated name=postgresql://... pairs)."""
+    """The watched servers (RADAR_TARGETS: whitespace-separated name=postgresql://... pairs) and how they are read:
+    the collector's own role, left out of what is collected (RADAR_COLLECTOR_ROLE); each target's auto_explain
+    jsonlog (RADAR_AUTO_EXPLAIN_LOGS); how often a scrape reads the catalog's facts (RADAR_CATALOG_INTERVAL)."""
 
     spec: str
     collector_role: str = ""
+    auto_explain_logs_spec: str = ""
+    catalog_interval_seconds: float = CATALOG_INTERVAL.total_seconds()
 
     def targets(self) -> list[Target]:
         """The parsed targets; a malformed value raises ConfigError naming RADAR_TARGETS."""
         return parse_targets(self.spec, TARGETS_VAR)
 
     def auto_explain_logs(self) -> dict[str, Path]:
-        """Each target's auto_explain jsonlog (RADAR_AUTO_EXPLAIN_LOGS), checked against the targets: a name that is
-        not one raises ConfigError naming the variable."""
+        """Each target's auto_explain jsonlog, checked against the targets: a name that is not one raises ConfigError
+        naming the variable."""
         name = variable("auto_explain_logs")
-        logs = auto_explain_logs(settings("auto_explain_logs").auto_explain_logs, name)
-        names = {t.name for t in self.targets()}
-        unknown = sorted(set(logs) - names)
+        logs: dict[str, Path] = parsed(parse_auto_explain_logs, self.auto_explain_logs_spec, name)
+        unknown = sorted(set(logs) - {t.name for t in self.targets()})
         if unknown:
             raise ConfigError(f"{name}: {', '.join(map(repr, unknown))} is not a target of RADAR_TARGETS")
         return logs
 
-    def exclude_role(self) -> str | None:
-        """The collector's dedicated role, whose statements are left out (RADAR_COLLECTOR_ROLE), if any."""
-        return self.collector_role or settings("collector_role").collector_role or None
+    @property
+    def catalog_interval(self) -> timedelta:
+        """The catalog's facts are read at most this often (and after each deploy)."""
+        return timedelta(seconds=self.catalog_interval_seconds)
 
 
 _ENGINE_DEFAULTS = EngineSettings()
@@ -101,6 +106,12 @@ class AnalysisResource(dg.ConfigurableResource):
     scrape_interval_seconds: float = DEFAULT_SCRAPE_INTERVAL_SECONDS
     tolerance_floor_seconds: float = _ENGINE_DEFAULTS.tolerance_floor.total_seconds()
     period_seconds: float = 3600.0
+    chart_dir: str = ""  # where charts of an analysis are drawn, a folder per partition (unset: a temporary one)
+
+    @property
+    def chart_root(self) -> Path | None:
+        """The folder of the analyses' chart folders (None: each a new temporary folder)."""
+        return Path(self.chart_dir) if self.chart_dir else None
 
     def settings(self, **overrides: object) -> EngineSettings:
         """Engine settings: EngineSettings' defaults, this resource's times, then per-run overrides."""
@@ -192,31 +203,50 @@ def _engine_for(url: str) -> "sa.Engine":
     return make_engine(url)
 
 
-def default_resources() -> dict[str, dg.ConfigurableResource]:
-    """The resources as a deployment configures them: secrets come from the environment at run time; analysis
-    times from RADAR_WINDOW_SECONDS, RADAR_SCRAPE_INTERVAL_SECONDS, RADAR_TOLERANCE_FLOOR_SECONDS and
-    RADAR_PERIOD_SECONDS when set."""
-    configured = settings(*ANALYSIS_TIMES)
-    times = {field: getattr(configured, field) for field in ANALYSIS_TIMES if getattr(configured, field) is not None}
+def default_resources(found: RadarSettings | None = None) -> dict[str, dg.ConfigurableResource]:
+    """The warehouse's, the targets' and the analysis' resources as the settings configure them (`found`; default:
+    the environment's): secrets come from the environment at run time; analysis times from RADAR_WINDOW_SECONDS,
+    RADAR_SCRAPE_INTERVAL_SECONDS, RADAR_TOLERANCE_FLOOR_SECONDS and RADAR_PERIOD_SECONDS when set."""
+    found = found or settings(*ANALYSIS_TIMES, "collector_role", "auto_explain_logs", "catalog_interval", "chart_dir")
+    times = {field: getattr(found, field) for field in ANALYSIS_TIMES if getattr(found, field) is not None}
+    times |= {"chart_dir": str(found.chart_dir)} if found.chart_dir else {}
+    logs = " ".join(f"{name}={path}" for name, path in found.auto_explain_logs.items())
+    targets = TargetsResource(
+        spec=dg.EnvVar(TARGETS_VAR),
+        collector_role=found.collector_role or "",
+        auto_explain_logs_spec=logs,
+        catalog_interval_seconds=found.catalog_interval,
+    )
     return {
         "warehouse": WarehouseResource(url=dg.EnvVar(WAREHOUSE_URL_VAR)),
-        "targets": TargetsResource(spec=dg.EnvVar(TARGETS_VAR)),
+        "targets": targets,
         "analysis": AnalysisResource(**times),
         "reconciler": ReconcilerResource(),
     }
 
 
-class SlackResource(dg.ConfigurableResource):
-    """Slack, from RADAR_SLACK_TOKEN and RADAR_SLACK_CHANNEL (a bot: messages and chart images) or
-    RADAR_SLACK_WEBHOOK_URL (an incoming webhook: messages without images). Neither: alerts are recorded as skipped
-    and the message is written to the run log."""
+class Destination(dg.ConfigurableResource):
+    """What every destination's resource shares: its client-side time bound, and the age past which an analysis's
+    deliveries are withheld instead of sent (RADAR_ALERT_MAX_AGE_HOURS): a backfill or a reanalysis of old deploys
+    must not flood a channel."""
+
+    timeout_seconds: float = 10.0
+    alert_max_age_hours: float = DEFAULT_ALERT_MAX_AGE_HOURS
+
+    @property
+    def alert_max_age(self) -> timedelta:
+        """Deliveries of an analysis whose window closed longer ago than this are withheld."""
+        return timedelta(hours=parsed(hours, str(self.alert_max_age_hours), ALERT_MAX_AGE_VAR))
+
+
+class SlackResource(Destination):
+    """Slack (settings.slack): a bot token and a channel (messages and chart images) or an incoming webhook (messages
+    without images). Neither: alerts are recorded as skipped and the message is written to the run log."""
 
     token: str = ""
     channel: str = ""
     webhook_url: str = ""
     base_url: str = "https://slack.com/api/"
-    timeout_seconds: int = 10
-    alert_max_age_hours: float = DEFAULT_ALERT_MAX_AGE_HOURS
     label_buttons: bool = False  # RADAR_SLACK_LABEL_BUTTONS
 
     def sender(self) -> "SlackSender":
@@ -228,27 +258,19 @@ class SlackResource(dg.ConfigurableResource):
             channel=self.channel or None,
             webhook_url=self.webhook_url or None,
             base_url=self.base_url,
-            timeout=self.timeout_seconds,
+            timeout=int(self.timeout_seconds),
             buttons=self.label_buttons,
         )
 
-    @property
-    def alert_max_age(self) -> timedelta:
-        """Alerts of an analysis whose window closed longer ago than this are withheld (RADAR_ALERT_MAX_AGE_HOURS)."""
-        return timedelta(hours=alert_max_age_hours(str(self.alert_max_age_hours), ALERT_MAX_AGE_VAR))
 
-
-class CodeHostResource(dg.ConfigurableResource):
-    """GitHub and GitLab, for commit statuses and review comments: a token each (RADAR_GITHUB_TOKEN,
-    RADAR_GITLAB_TOKEN; a host without one gets nothing) and its API's URL (RADAR_GITHUB_API_URL, default
-    https://api.github.com; RADAR_GITLAB_API_URL, default https://gitlab.com/api/v4): the token is sent there only."""
+class CodeHostResource(Destination):
+    """GitHub and GitLab (settings.github, settings.gitlab), for commit statuses and review comments: a token each (a
+    host without one gets nothing) and its API's URL: the token is sent there only."""
 
     github_token: str = ""
     github_api_url: str = DEFAULT_API_URLS["github"]
     gitlab_token: str = ""
     gitlab_api_url: str = DEFAULT_API_URLS["gitlab"]
-    timeout_seconds: float = 10.0
-    alert_max_age_hours: float = DEFAULT_ALERT_MAX_AGE_HOURS
 
     def clients(self) -> dict[str, "HostClient"]:
         """A client per host with a token, by host (github, gitlab)."""
@@ -259,55 +281,16 @@ class CodeHostResource(dg.ConfigurableResource):
             kind: HostClient(kind, url, token, self.timeout_seconds) for kind, (token, url) in given.items() if token
         }
 
-    @property
-    def alert_max_age(self) -> timedelta:
-        """Deliveries of an analysis whose window closed longer ago than this are withheld (RADAR_ALERT_MAX_AGE_HOURS,
-        as Slack's alerts)."""
-        return timedelta(hours=alert_max_age_hours(str(self.alert_max_age_hours), ALERT_MAX_AGE_VAR))
 
-
-def code_hosts_from_environment() -> CodeHostResource:
-    """The code-host resource as configured: tokens resolved at run time through EnvVar, only when they are set."""
-    hosts = tuple(DEFAULT_API_URLS)
-    configured = settings(*(f"{kind}_{what}" for kind in hosts for what in ("token", "api_url")), "alert_max_age_hours")
-    fields: dict[str, Any] = {f"{kind}_api_url": configured.api_url(kind) for kind in hosts}
-    for kind in hosts:
-        if configured.token(kind):
-            fields[f"{kind}_token"] = dg.EnvVar(CODE_HOST_TOKEN_VARS[kind])
-    fields["alert_max_age_hours"] = configured.alert_max_age_hours
-    return CodeHostResource(**fields)
-
-
-def slack_from_environment() -> SlackResource:
-    """The Slack resource as configured: secrets are resolved at run time through EnvVar, only when they are set."""
-    configured = settings(
-        "slack_token", "slack_channel", "slack_webhook_url", "alert_max_age_hours", "slack_label_buttons"
-    )
-    fields: dict[str, Any] = {
-        "alert_max_age_hours": configured.alert_max_age_hours,
-        "label_buttons": configured.slack_label_buttons,
-    }
-    if configured.slack_token:
-        fields["token"] = dg.EnvVar(SLACK_TOKEN_VAR)
-    if configured.slack_webhook_url:
-        fields["webhook_url"] = dg.EnvVar(SLACK_WEBHOOK_VAR)
-    if configured.slack_channel:
-        fields["channel"] = configured.slack_channel
-    return SlackResource(**fields)
-
-
-class ChannelsResource(dg.ConfigurableResource):
+class ChannelsResource(Destination):
     """The channels beyond Slack (alerts/channels.py), routed by RADAR_CHANNEL_ROUTES (unset: each configured channel
-    takes every outcome it can): PagerDuty (RADAR_PAGERDUTY_ROUTING_KEY, RADAR_PAGERDUTY_URL), Microsoft Teams
-    (RADAR_TEAMS_WEBHOOK_URL), Grafana (RADAR_GRAFANA_URL, RADAR_GRAFANA_TOKEN, optionally its dashboard and panel)
-    and generic webhooks (RADAR_WEBHOOKS, RADAR_WEBHOOK_ALLOWED_HOSTS). None configured: nothing is sent beyond
-    Slack. The secrets come as EnvVar: resolved at run time, never in Dagster's stored config."""
+    takes every outcome it can): PagerDuty (settings.pagerduty), Microsoft Teams (settings.teams), Grafana
+    (settings.grafana: optionally its dashboard and panel) and generic webhooks (RADAR_WEBHOOKS,
+    RADAR_WEBHOOK_ALLOWED_HOSTS). None configured: nothing is sent beyond Slack."""
 
     routes: str = ""
     pagerduty_routing_key: str = ""
     pagerduty_url: str = DEFAULT_PAGERDUTY_URL
-    timeout_seconds: float = 10.0
-    alert_max_age_hours: float = DEFAULT_ALERT_MAX_AGE_HOURS
     teams_webhook_url: str = ""
     grafana_url: str = ""
     grafana_token: str = ""
@@ -332,79 +315,68 @@ class ChannelsResource(dg.ConfigurableResource):
                 self.grafana_panel_id or None,
             )
         if self.webhooks:
-            made |= webhook_factories(self.webhooks, self._allowed_hosts(), self.timeout_seconds)
+            hosts = [h for h in self.webhook_allowed_hosts.split(",") if h]
+            made |= webhook_factories(self.webhooks, hosts, self.timeout_seconds)
         return made
 
-    def _allowed_hosts(self) -> list[str]:
-        return [h for h in self.webhook_allowed_hosts.split(",") if h]
+    def _routes(self) -> dict[str, tuple[str, ...]] | None:
+        return parsed(parse_channel_routes, self.routes, CHANNEL_ROUTES_VAR) if self.routes else None
 
     def routed(self) -> list[Routed]:
         """The configured channels that take something, made, each with what it takes."""
-        return build(channel_routes(self.routes) if self.routes else None, self.factories())
+        return build(self._routes(), self.factories())
 
     def marking(self) -> list[str]:
         """The names of the configured channels routed deploys (none made: cheap enough for a sensor's tick)."""
-        taken = routing(channel_routes(self.routes) if self.routes else None, list(self.factories()))
+        taken = routing(self._routes(), list(self.factories()))
         return [name for name, outcomes in taken.items() if DEPLOY in outcomes]
 
-    @property
-    def alert_max_age(self) -> timedelta:
-        """Deliveries of an analysis whose window closed longer ago than this are withheld (as Slack's)."""
-        return timedelta(hours=alert_max_age_hours(str(self.alert_max_age_hours), ALERT_MAX_AGE_VAR))
+
+def configured(group: Any, path: str, prefix: str = "") -> dict[str, Any]:
+    """A resource's fields from a branch of the settings tree (`path`: "slack", "grafana"; the resource's fields are
+    named `prefix` + the branch's): each value set, a secret as Dagster's EnvVar of its variable (resolved at run
+    time, never in Dagster's stored config), a list or a mapping as the variable's text."""
+    fields: dict[str, Any] = {}
+    for name in type(group).model_fields:
+        value = getattr(group, name)
+        if value is None:
+            continue
+        if isinstance(value, SecretStr):
+            value = dg.EnvVar(variable(f"{path}.{name}"))
+        fields[prefix + name] = value
+    return fields
 
 
-def channels_from_environment() -> ChannelsResource:
-    """The channels as configured, checked now (the definitions' load): a route to a channel that is not configured,
-    or that cannot take the outcome, stops the load naming RADAR_CHANNEL_ROUTES. Secrets resolve at run time through
-    EnvVar."""
-    configured = settings(
-        "channel_routes",
-        "pagerduty_routing_key",
-        "pagerduty_url",
-        "alert_max_age_hours",
-        "teams_webhook_url",
-        "grafana_url",
-        "grafana_token",
-        "grafana_dashboard_uid",
-        "grafana_panel_id",
-        "webhooks",
-        "webhook_allowed_hosts",
-    )
-    hosts = configured.webhook_allowed_hosts or []
-    names = ["pagerduty"] if configured.pagerduty_routing_key else []
-    names += ["teams"] if configured.teams_webhook_url else []
-    names += ["grafana"] if configured.grafana_url and configured.grafana_token else []
-    names += webhook_names(configured.webhooks.get_secret_value(), hosts) if configured.webhooks else []
-    routing(channel_routes(configured.channel_routes) if configured.channel_routes else None, names)
-    fields: dict[str, Any] = {
-        "pagerduty_url": configured.pagerduty_url,
-        "alert_max_age_hours": configured.alert_max_age_hours,
-        "webhook_allowed_hosts": ",".join(hosts),
+def destinations(found: RadarSettings) -> dict[str, dg.ConfigurableResource]:
+    """The destinations' resources as the settings configure them (`found`: every setting, checked): a route to a
+    channel that is not configured, or that cannot take the outcome, stops the load naming RADAR_CHANNEL_ROUTES."""
+    shared: dict[str, Any] = {"alert_max_age_hours": found.alert_max_age_hours}
+    channels: dict[str, Any] = {**shared, **configured(found.pagerduty, "pagerduty", "pagerduty_")}
+    channels |= configured(found.teams, "teams", "teams_")
+    if found.grafana.url and found.grafana.token:
+        channels |= configured(found.grafana, "grafana", "grafana_")
+    if found.webhooks:
+        hosts = found.webhook_allowed_hosts or []
+        channels |= {"webhooks": dg.EnvVar(variable("webhooks")), "webhook_allowed_hosts": ",".join(hosts)}
+    names = ["pagerduty"] if found.pagerduty.routing_key else []
+    names += ["teams"] if found.teams.webhook_url else []
+    names += ["grafana"] if found.grafana.url and found.grafana.token else []
+    names += webhook_names(found.webhooks.get_secret_value(), hosts) if found.webhooks else []
+    routing(found.channel_routes, names)
+    if found.channel_routes:
+        channels["routes"] = " ".join(f"{k}={','.join(v)}" for k, v in found.channel_routes.items())
+    slack = configured(found.slack, "slack")
+    code_hosts = {
+        k: v for host in DEFAULT_API_URLS for k, v in configured(found.code_host(host), host, f"{host}_").items()
     }
-    if configured.teams_webhook_url:
-        fields["teams_webhook_url"] = dg.EnvVar(variable("teams_webhook_url"))
-    if configured.grafana_url and configured.grafana_token:
-        fields["grafana_url"] = configured.grafana_url
-        fields["grafana_token"] = dg.EnvVar(variable("grafana_token"))
-        fields["grafana_dashboard_uid"] = configured.grafana_dashboard_uid or ""
-        fields["grafana_panel_id"] = configured.grafana_panel_id or 0
-    if configured.webhooks:
-        fields["webhooks"] = dg.EnvVar(variable("webhooks"))
-    if configured.channel_routes:
-        fields["routes"] = configured.channel_routes
-    if configured.pagerduty_routing_key:
-        fields["pagerduty_routing_key"] = dg.EnvVar(PAGERDUTY_KEY_VAR)
-    return ChannelsResource(**fields)
+    return {
+        "slack": SlackResource(**shared, **slack),
+        "code_hosts": CodeHostResource(**shared, **code_hosts),
+        "channels": ChannelsResource(**channels),
+    }
 
 
 @dg.definitions
 def resources() -> dg.Definitions:
     """The resources every asset, check, sensor and schedule here uses, configured when the location loads."""
-    return dg.Definitions(
-        resources={
-            **default_resources(),
-            "slack": slack_from_environment(),
-            "code_hosts": code_hosts_from_environment(),
-            "channels": channels_from_environment(),
-        }
-    )
+    return dg.Definitions(resources={**default_resources(found := settings()), **destinations(found)})

@@ -512,35 +512,35 @@ def _failure(what: str, exc: BaseException, url: str) -> str:
 
 
 def configure(found: Any, url: str, configured_targets: list[str], times: Any) -> Receiver:
-    """The Receiver the settings describe (`found`: RadarSettings): the sources RADAR_RECEIVER_SOURCES enables
+    """The Receiver the settings describe (`found`: RadarSettings.receiver): the sources RADAR_RECEIVER_SOURCES enables
     (unset: each one whose secret is set), each with its secret; ConfigError naming the variable when a source is
     enabled without its secret, is not a source, or nothing at all would be served."""
     from radar_pipeline.config import ConfigError
-    from radar_pipeline.config.settings import receiver_tokens, variable
+    from radar_pipeline.config.settings import variable
     from radar_pipeline.receiver.sources import SOURCES
 
-    tokens_var = variable("receiver_tokens")
-    tokens = receiver_tokens(found.receiver_tokens.get_secret_value(), tokens_var) if found.receiver_tokens else []
+    tokens_var = variable("receiver.tokens")
+    tokens = found.token_scopes()
 
     def secrets(name: str) -> list[str]:
         if name == "generic":
             return [token for token, scopes in tokens if "deploy" in scopes]
-        secret = getattr(found, f"receiver_{name.replace('-', '_')}_secret", None)
+        secret = found.secret(name)
         return [secret.get_secret_value()] if secret is not None else []
 
     def secret_var(name: str) -> str:
         if name == "generic":
             return f"{tokens_var} (a token whose scopes include deploy)"
-        return variable(f"receiver_{name.replace('-', '_')}_secret")
+        return variable(f"receiver.{name.replace('-', '_')}_secret")
 
-    sources_var = variable("receiver_sources")
-    names = found.receiver_sources if found.receiver_sources is not None else [n for n in SOURCES if secrets(n)]
+    sources_var = variable("receiver.sources")
+    names = found.sources if found.sources is not None else [n for n in SOURCES if secrets(n)]
     for name in names:
         if name not in SOURCES:
             raise ConfigError(f"{sources_var} names {name!r}, which is not a source (sources: {', '.join(SOURCES)})")
         if not secrets(name):
             raise ConfigError(f"{sources_var} enables {name} but {secret_var(name)} is not set: it would take anyone's")
-    slack = found.receiver_slack_signing_secret
+    slack = found.slack_signing_secret
     if not names and not tokens and slack is None:
         raise ConfigError(
             f"nothing to serve: set a source's secret (e.g. {secret_var('github')}) or {tokens_var}, and "
@@ -550,7 +550,7 @@ def configure(found: Any, url: str, configured_targets: list[str], times: Any) -
         url=url,
         sources={name: (SOURCES[name], secrets(name)) for name in names},
         tokens=tokens,
-        max_body_bytes=found.receiver_max_body_bytes,
+        max_body_bytes=found.max_body_bytes,
         configured_targets=tuple(configured_targets),
         times=times,
         slack_signing_secret=slack.get_secret_value() if slack is not None else None,

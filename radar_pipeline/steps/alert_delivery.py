@@ -16,7 +16,6 @@ import sqlalchemy as sa
 
 from radar_pipeline.alerts.render import MAX_SHOWN, AnalysisFacts, LoadChange, Regression, render
 from radar_pipeline.alerts.slack import SlackSender
-from radar_pipeline.config.settings import settings
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.engine.samples import interval_means
 from radar_pipeline.pgss_model import KEY, Key, key_label, statement_key, statement_keys
@@ -38,6 +37,7 @@ def deliver(
     withhold: str | None = None,
     changes: pd.DataFrame | None = None,
     slower: pd.DataFrame | None = None,
+    chart_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Send, in one message, what is due of one analysis's regressions on one target (`found`, from
     alerts.detections) and of its load changes (`changes`, from alerts.load_changes: new heavy statements and call
@@ -50,7 +50,7 @@ def deliver(
     delivery id, and commits; (2) rows an earlier attempt may have posted (it timed out, or stopped mid-send) are
     looked for in the channel by their delivery id (token mode) and, when found, are not sent again; the rest go out
     in one message carrying the delivery id; (3) a short transaction marks the outcome. With `withhold` (a reason),
-    new rows are recorded as withheld and nothing is sent.
+    new rows are recorded as withheld and nothing is sent. Charts are drawn under `chart_dir` (chart_folder).
     """
     channel = sender.channel or NO_CHANNEL
     detected_keys = statement_keys(found)
@@ -88,7 +88,7 @@ def deliver(
     with engine.connect() as conn:
         # a chart for each regression the message shows in full (its thread would otherwise grow without bound), for
         # the UI too (a webhook cannot upload them)
-        charts = _charts(conn, facts, todo_rows.head(MAX_SHOWN)) if len(todo_rows) else []
+        charts = _charts(conn, facts, todo_rows.head(MAX_SHOWN), chart_dir) if len(todo_rows) else []
     metadata["charts"] = [str(p) for p, _ in charts]
 
     if not sender.configured:
@@ -186,6 +186,8 @@ def run_url(run_id: str | None) -> str | None:
     """The run's page in the Dagster UI (at RADAR_DAGSTER_URL, default http://localhost:3000)."""
     if not run_id:
         return None
+    from radar_pipeline.config.settings import settings  # the link's base, RADAR_DAGSTER_URL
+
     return f"{(settings('dagster_url').dagster_url or 'http://localhost:3000').rstrip('/')}/runs/{run_id}"
 
 
@@ -334,7 +336,9 @@ def chart_series(conn: sa.Connection, facts: AnalysisFacts, rows: pd.DataFrame) 
     return out
 
 
-def _charts(conn: sa.Connection, facts: AnalysisFacts, rows: pd.DataFrame) -> list[tuple[Path, str]]:
+def _charts(
+    conn: sa.Connection, facts: AnalysisFacts, rows: pd.DataFrame, chart_dir: Path | None
+) -> list[tuple[Path, str]]:
     """A PNG per regression from the interval means of the window its verdict was decided on (chart_series)."""
     from radar_pipeline.alerts.chart import (
         chart_title,
@@ -343,7 +347,7 @@ def _charts(conn: sa.Connection, facts: AnalysisFacts, rows: pd.DataFrame) -> li
 
     settings = EngineSettings.from_dict(rows["settings"].iloc[0])
     series = chart_series(conn, facts, rows)
-    folder = chart_folder(facts.analysis_id)
+    folder = chart_folder(facts.analysis_id, chart_dir)
     charts = []
     for label, row in zip(rows.index, rows.itertuples(), strict=True):
         means = series.get(label)
@@ -374,11 +378,11 @@ def _label(row: Any) -> str:
     return key_label((row.dbid, row.userid, row.queryid, row.toplevel))
 
 
-def chart_folder(partition_key: str) -> Path:
-    """Where a partition's chart images go: RADAR_CHART_DIR/<partition> when set, else a new temporary folder."""
-    chosen = settings("chart_dir").chart_dir
-    if chosen:
-        return chosen / partition_key.replace(":", "_")
+def chart_folder(partition_key: str, chart_dir: Path | None) -> Path:
+    """Where a partition's chart images go: <chart_dir>/<partition> (RADAR_CHART_DIR, the analysis resource's), else
+    a new temporary folder."""
+    if chart_dir:
+        return chart_dir / partition_key.replace(":", "_")
     return Path(tempfile.mkdtemp(prefix=f"radar-charts-{partition_key.replace(':', '_')}-"))
 
 

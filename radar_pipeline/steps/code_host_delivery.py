@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from radar_pipeline.alerts.code_hosts import HostClient, HostError
 from radar_pipeline.config import printable
-from radar_pipeline.config.settings import CODE_HOST_API_VARS, CODE_HOST_TOKEN_VARS
+from radar_pipeline.config.settings import variable
 from radar_pipeline.engine import VERDICTS, Verdict
 from radar_pipeline.steps.alert_delivery import run_url, withhold_reason
 from radar_pipeline.steps.delivery import Delivery, Sent, retry_wait
@@ -25,6 +25,7 @@ from radar_pipeline.warehouse import alerts as alert_store
 from radar_pipeline.warehouse import deploys, outbox
 from radar_pipeline.warehouse.analysis import deploy_states
 from radar_pipeline.warehouse.outbox import Row
+from radar_pipeline.warehouse.status import Times
 
 MAX_DESCRIPTION = 140  # GitHub's limit on a status's description
 MAX_COMMENT = 65_536  # GitHub's limit on a comment's body
@@ -51,6 +52,7 @@ def deliver(
     deploy_id: str,
     max_age: timedelta,
     now: datetime,
+    times: Times,
     reanalysis: bool = False,
 ) -> dict[str, Any]:
     """Send what is due of the deploy's code-host deliveries, and record every outcome; returns what the run's
@@ -58,13 +60,13 @@ def deliver(
     (`hosts` holds the configured ones), and one not analysed yet get nothing. Withheld instead of sent: in the nightly
     reanalysis, or when the analysed window closed more than `max_age` ago."""
     with engine.connect() as conn:
-        deploy = _read(conn, deploy_id)
+        deploy = _read(conn, deploy_id, times)
     if isinstance(deploy, str):
         return {"note": deploy}
     event = deploy.event
     client = hosts.get(str(event.code_host))
     if client is None:
-        return {"note": f"{CODE_HOST_TOKEN_VARS[str(event.code_host)]} is not set: no status for {event.code_host}"}
+        return {"note": f"{variable(str(event.code_host) + '.token')} is not set: no status for {event.code_host}"}
     state = str(deploy.state["state"])
     kinds = ["commit_status"]
     if event.code_host == "github" and event.github_deployment_id:
@@ -111,7 +113,7 @@ def deliver(
     return metadata
 
 
-def _read(conn: sa.Connection, deploy_id: str) -> Deploy | str:
+def _read(conn: sa.Connection, deploy_id: str, times: Times) -> Deploy | str:
     """The deploy as a delivery needs it, or why it gets none."""
     event = deploys.get(conn, deploy_id)
     if event is None:
@@ -122,7 +124,7 @@ def _read(conn: sa.Connection, deploy_id: str) -> Deploy | str:
         )
     state = deploy_states(conn, [deploy_id])
     if not state.empty:
-        canary = _canary(conn, event, state.iloc[0])
+        canary = _canary(conn, event, state.iloc[0], times)
         if canary is not None:
             return canary if isinstance(canary, str) else Deploy(event, *canary)
     if state.empty or state.iloc[0]["state"] == "pending":
@@ -140,12 +142,11 @@ def _read(conn: sa.Connection, deploy_id: str) -> Deploy | str:
 
 
 def _canary(
-    conn: sa.Connection, event: deploys.DeployEvent, row: pd.Series
+    conn: sa.Connection, event: deploys.DeployEvent, row: pd.Series, times: Times
 ) -> tuple[pd.Series, pd.DataFrame, datetime, str | None] | str | None:
     """A canary deploy's state as `radar gate` gives it (warehouse.status.canary_gate: the canary arm decides once
     stored), with its canary detections, window end and run; why it gets nothing yet (pending); None when the canary
     arm does not decide (no canary role, or its analysis stopped on an error: radar.deploy_state's state stands)."""
-    from radar_pipeline.config.settings import settings
     from radar_pipeline.warehouse import canary as canary_store
     from radar_pipeline.warehouse.status import canary_delay, canary_gate
 
@@ -153,8 +154,7 @@ def _canary(
         return None
     deploy_id = event.deploy_id
     state = row.to_dict()
-    # the configured times, as the daemon's canary_sensor waits (defs.resources.default_resources reads the same)
-    delay = canary_delay(conn, event.target, settings("window_seconds", "scrape_interval_seconds"))
+    delay = canary_delay(conn, event.target, times)  # as the daemon's canary_sensor waits
     canary = canary_gate(conn, deploy_id, state, delay)
     if canary is None or canary["state"] == "error":
         return None
@@ -183,7 +183,7 @@ def _api_mismatch(event: deploys.DeployEvent, client: HostClient) -> str | None:
     if event.api_url and event.api_url.rstrip("/") != client.api_url:
         return (
             f"the deploy's code host API is {printable(event.api_url)!r}, but radar sends its {client.name} token only "
-            f"to {client.api_url!r} ({CODE_HOST_API_VARS[client.kind]}): not sent"
+            f"to {client.api_url!r} ({variable(client.kind + '.api_url')}): not sent"
         )
     return None
 

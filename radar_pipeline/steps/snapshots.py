@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from radar_pipeline.collector import catalog, pgss, session, waits
 from radar_pipeline.collector.fingerprint import fingerprint
 from radar_pipeline.config import Target, target_failure
-from radar_pipeline.config.settings import settings
+from radar_pipeline.config.settings import CATALOG_INTERVAL
 from radar_pipeline.pgss_model import Key
 from radar_pipeline.warehouse import catalog as catalog_store
 from radar_pipeline.warehouse import snapshots
@@ -38,8 +38,14 @@ class TargetOutcome:
 TEXT_ROUNDS = 3  # the first finds which texts are wanted, the second usually writes; a third for a writer between
 
 
-def snapshot_target(target: Target, warehouse: sa.Engine, exclude_role: str | None = None) -> snapshots.StoreResult:
-    """Scrape one target and write what moved, in one warehouse transaction.
+def snapshot_target(
+    target: Target,
+    warehouse: sa.Engine,
+    exclude_role: str | None = None,
+    catalog_interval: timedelta = CATALOG_INTERVAL,
+) -> snapshots.StoreResult:
+    """Scrape one target and write what moved, in one warehouse transaction; the catalog's facts too, when they were
+    last read `catalog_interval` ago or before a deploy recorded since.
 
     Statement texts are read from the watched server outside that transaction: when, under the target's lock, the
     write wants texts not read yet (statements new to the catalogue or back in the view), the transaction is left
@@ -71,8 +77,7 @@ def snapshot_target(target: Target, warehouse: sa.Engine, exclude_role: str | No
                 result = snapshots.write_snapshot(wconn, scrape.info, state, plan, chosen, fingerprints, ignored)
                 break
         try:  # the catalog's facts: their failure is reported, and never fails the scrape stored above
-            interval = timedelta(seconds=settings("catalog_interval").catalog_interval)
-            result.catalog_changes = collect_catalog(conn, target, warehouse, interval)
+            result.catalog_changes = collect_catalog(conn, target, warehouse, catalog_interval)
         except Exception as exc:
             result.catalog_error = target_failure(exc, target)
         try:  # what its statements wait on: the same, never failing the scrape
@@ -114,14 +119,17 @@ def collect_waits(conn: session.BoundedConnection, target: Target, warehouse: sa
 
 
 def snapshot_targets(
-    targets: list[Target], warehouse: sa.Engine, exclude_role: str | None = None
+    targets: list[Target],
+    warehouse: sa.Engine,
+    exclude_role: str | None = None,
+    catalog_interval: timedelta = CATALOG_INTERVAL,
 ) -> list[TargetOutcome]:
-    """Snapshot every target concurrently; each outcome holds a result or a password-free error."""
+    """Snapshot every target concurrently (snapshot_target); each outcome holds a result or a password-free error."""
 
     def one(target: Target) -> TargetOutcome:
         started = time.perf_counter()
         try:
-            result = snapshot_target(target, warehouse, exclude_role)
+            result = snapshot_target(target, warehouse, exclude_role, catalog_interval)
             return TargetOutcome(target.name, time.perf_counter() - started, result=result)
         except Exception as exc:  # one failing target must never stop the others
             message = target_failure(exc, target)

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from radar_pipeline.config import warehouse_url
 from radar_pipeline.config.queries import sql_text
-from radar_pipeline.config.settings import DEFAULT_SCRAPE_INTERVAL_SECONDS, DEFAULT_WINDOW_SECONDS, RadarSettings
+from radar_pipeline.config.settings import DEFAULT_SCRAPE_INTERVAL_SECONDS, DEFAULT_WINDOW_SECONDS
 from radar_pipeline.engine.vocabulary import VERDICTS, Verdict
 from radar_pipeline.warehouse.deploys import PERIODIC_PREFIX, READY_AT, recorded_timing
 
@@ -25,6 +25,16 @@ STATEMENT_TIMEOUT_MS = 10_000
 TCP_USER_TIMEOUT_MS = 15_000  # a warehouse that stopped acknowledging is given up by the kernel after this
 # A verdict's (alias v) execution time after the deploy as radar.deploy_state weighs it (sql/0036): the first look's.
 WEIGHED_MS = "coalesce(v.first_exec_ms, v.calls_after * v.mean_after_ms)"
+
+
+class Times(Protocol):
+    """The configured analysis times (RadarSettings; the analysis resource): None where unset."""
+
+    @property
+    def window_seconds(self) -> float | None: ...
+
+    @property
+    def scrape_interval_seconds(self) -> float | None: ...
 
 
 def polling_engine(url: str) -> sa.Engine:
@@ -50,7 +60,7 @@ def polling_engine(url: str) -> sa.Engine:
 SCRAPES_MEASURED = 21
 
 
-def analysis_times(conn: sa.Connection, target: str, configured: RadarSettings) -> tuple[timedelta, timedelta]:
+def analysis_times(conn: sa.Connection, target: str, configured: Times) -> tuple[timedelta, timedelta]:
     """The analysis window each side of a deploy and the wait after it before the sensor asks for its analysis, as
     the warehouse stores them: first the window and settle deploy_event_sensor records (radar.deploy_timing: what it
     waits by, for any target); where no sensor has run, the window the target's latest deploy analysis used
@@ -91,7 +101,7 @@ class DeployTimes:
 
 
 def deploy_times(
-    conn: sa.Connection, deploy_id: str, configured: RadarSettings, target: str | None = None
+    conn: sa.Connection, deploy_id: str, configured: Times, target: str | None = None
 ) -> DeployTimes | None:
     """The deploy's DeployTimes (analysis_times give its window and interval: the target's, as stored), or None when
     it is not recorded.
@@ -115,7 +125,7 @@ def deploy_times(
     return DeployTimes(**row._mapping) if row is not None else None
 
 
-def canary_delay(conn: sa.Connection, target: str, configured: RadarSettings) -> timedelta:
+def canary_delay(conn: sa.Connection, target: str, configured: Times) -> timedelta:
     """When a deploy's canary analysis falls due after it: the analysis window plus one scrape interval, as
     canary_sensor waits (analysis_times: the configured times, else the target's stored window)."""
     window, scrape = analysis_times(conn, target, configured)

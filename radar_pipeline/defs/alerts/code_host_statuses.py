@@ -7,7 +7,7 @@ import dagster as dg
 
 from radar_pipeline.defs.deploys.deploy_verdicts import REANALYSIS_TAG, deploy_verdicts, deploys_partitions
 from radar_pipeline.defs.metadata import OWNERS
-from radar_pipeline.defs.resources import CodeHostResource, WarehouseResource
+from radar_pipeline.defs.resources import AnalysisResource, CodeHostResource, WarehouseResource
 from radar_pipeline.defs.retry_jobs import RETRIED_BY, alert_retry_job
 
 
@@ -22,7 +22,10 @@ from radar_pipeline.defs.retry_jobs import RETRIED_BY, alert_retry_job
     "pull or merge request that merged the commit when something regressed (radar.outbox).",
 )
 def code_host_statuses(
-    context: dg.AssetExecutionContext, warehouse: WarehouseResource, code_hosts: CodeHostResource
+    context: dg.AssetExecutionContext,
+    warehouse: WarehouseResource,
+    code_hosts: CodeHostResource,
+    analysis: AnalysisResource,
 ) -> dg.MaterializeResult:
     """Send what is due of the deploy's code-host deliveries and record every outcome; withheld instead when the
     deploy's window closed more than the alert age limit ago, or in a reanalysis run."""
@@ -37,6 +40,7 @@ def code_host_statuses(
             context.partition_key,
             code_hosts.alert_max_age,
             datetime.now(UTC),
+            analysis,
             reanalysis=context.run.tags.get(REANALYSIS_TAG) == "true",
         )
     finally:

@@ -18,7 +18,7 @@ from radar_pipeline.defs.deploys.deploy_verdicts import (
     deploys_partitions,
 )
 from radar_pipeline.defs.metadata import CHART_IMAGES_LIMIT, OWNERS, chart_images, earlier_charts, status_counts
-from radar_pipeline.defs.resources import ChannelsResource, SlackResource, WarehouseResource
+from radar_pipeline.defs.resources import AnalysisResource, ChannelsResource, SlackResource, WarehouseResource
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,6 +43,7 @@ def regression_alerts(
     warehouse: WarehouseResource,
     slack: SlackResource,
     channels: ChannelsResource,
+    analysis: AnalysisResource,
 ) -> dg.MaterializeResult:
     """Send what is due of the deploy's regressions, in one message, and record every attempt; record them as
     withheld instead when the deploy's window closed more than the alert age limit ago, or in a reanalysis run. Then
@@ -77,7 +78,17 @@ def regression_alerts(
     facts = replace(deploy_facts(either), load_ms_per_min=load, **state_facts(state, tiered))
     try:
         metadata = as_metadata(
-            deliver(context.log, engine, slack.sender(), found, facts, withhold=reason, changes=changes, slower=slower)
+            deliver(
+                context.log,
+                engine,
+                slack.sender(),
+                found,
+                facts,
+                withhold=reason,
+                changes=changes,
+                slower=slower,
+                chart_dir=analysis.chart_root,
+            )
         )
     except Exception as exc:  # Slack's error never keeps the other channels from their deliveries: raised after them
         context.log.error(f"Slack: {type(exc).__name__}: {printable(str(exc).splitlines()[0] if str(exc) else '')}")

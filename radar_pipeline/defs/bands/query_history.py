@@ -56,7 +56,7 @@ def query_history(
             )
         except HistoryRefused as exc:
             raise dg.Failure(description=str(exc)) from None
-        charts = history_charts(conn, update, settings, chart_folder(context.partition_key))
+        charts = history_charts(conn, update, settings, chart_folder(context.partition_key, analysis.chart_root))
     for row in update.flagged.itertuples():
         context.log.info(_describe(row, update))
     return dg.MaterializeResult(metadata=_metadata(update, settings, charts))

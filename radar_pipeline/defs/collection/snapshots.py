@@ -54,7 +54,7 @@ def pgss_snapshots(
             metadata={"note": f"shard {config.shard} of {config.shards} has no target"},
             check_results=[dg.AssetCheckResult(check_name=ALL_TARGETS_CHECK, passed=True)],
         )
-    outcomes = snapshot_targets(mine, warehouse.engine(), targets.exclude_role())
+    outcomes = snapshot_targets(mine, warehouse.engine(), targets.collector_role or None, targets.catalog_interval)
     failed = [o for o in outcomes if o.error is not None]
     for outcome in failed:
         context.log.error(f"target {outcome.target!r} was not scraped: {outcome.error}")

@@ -64,7 +64,7 @@ def canary_verdicts(
         raise
     if result.error is not None:
         raise dg.Failure(description=result.error, allow_retries=False)
-    delivered = _deliver(context, warehouse, code_hosts)
+    delivered = _deliver(context, warehouse, code_hosts, analysis)
     counts = result.verdicts["verdict"].value_counts()
     detected = result.verdicts[result.verdicts["verdict"] == Verdict.DETECTED]
     for row in detected.itertuples():
@@ -85,7 +85,10 @@ def canary_verdicts(
 
 
 def _deliver(
-    context: dg.AssetExecutionContext, warehouse: WarehouseResource, code_hosts: CodeHostResource
+    context: dg.AssetExecutionContext,
+    warehouse: WarehouseResource,
+    code_hosts: CodeHostResource,
+    analysis: AnalysisResource,
 ) -> dict[str, Any]:
     """The deploy's code-host status from the canary's state, as `radar gate` gives it (steps/code_host_delivery.py;
     through its outbox, retried by radar_reconciler): the canary's verdict may be stored after the before/after run
@@ -97,7 +100,13 @@ def _deliver(
     clients = code_hosts.clients()
     try:
         return deliver(
-            context.log, warehouse.engine(), clients, context.partition_key, code_hosts.alert_max_age, datetime.now(UTC)
+            context.log,
+            warehouse.engine(),
+            clients,
+            context.partition_key,
+            code_hosts.alert_max_age,
+            datetime.now(UTC),
+            analysis,
         )
     except Exception as exc:  # the verdict is stored; what the outbox holds is radar_reconciler's to retry
         context.log.error(f"code-host status not sent: {exc}")

@@ -142,6 +142,7 @@ def periodic_alerts(
     warehouse: WarehouseResource,
     slack: SlackResource,
     channels: ChannelsResource,
+    analysis: AnalysisResource,
 ) -> dg.MaterializeResult:
     """One message per target for the regressions this hour's check reported, like a deploy's alerts, then the same
     on each routed channel beyond Slack, and the resolves of the episodes this hour closed; none for an hour that
@@ -187,7 +188,10 @@ def periodic_alerts(
     for target, rows in found.groupby("target", sort=True):
         facts = period_facts(ident, str(target), rows)
         try:
-            sent = as_metadata(deliver(context.log, engine, slack.sender(), rows.reset_index(drop=True), facts), share)
+            rows = rows.reset_index(drop=True)
+            sent = as_metadata(
+                deliver(context.log, engine, slack.sender(), rows, facts, chart_dir=analysis.chart_root), share
+            )
         except Exception as exc:  # noqa: BLE001 - raised below, after the other targets and channels
             context.log.error(f"{target}: Slack: {type(exc).__name__}")
             failures.append(exc)
