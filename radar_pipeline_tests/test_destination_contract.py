@@ -15,12 +15,13 @@ import math
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from typing import Any, ClassVar
 from urllib.parse import quote
 
 import pytest
 
-from radar_pipeline.alerts.channel import ChannelError, Detection
+from radar_pipeline.alerts.channel import ChannelError, Detection, retry_after
 from radar_pipeline.alerts.render import AnalysisFacts, Regression
 
 from . import fake_code_host, fake_grafana, fake_pagerduty, fake_slack, fake_webhook
@@ -520,3 +521,32 @@ def test_a_429_with_an_absurd_retry_after_asks_a_sane_wait(dest, wait):
     else:
         assert dest.waits_in_call, f"{dest.name} took a 429 as delivered"
         assert (dest.requests(), dest.applied()) == (2, 1)
+
+
+@pytest.mark.parametrize(
+    ("value", "default", "epoch", "low", "high"),
+    [
+        ("17", 1.0, False, 17, 17),  # delay-seconds
+        ("2.5", 1.0, False, 2.5, 2.5),
+        (None, 1.0, False, 1, 1),  # absent: the caller's default (PagerDuty's and the code hosts' is a minute)
+        (None, 60.0, False, 60, 60),
+        ("soon", 60.0, False, 60, 60),  # garbage
+        ("nan", 1.0, False, 1, 1),
+        ("-5", 1.0, False, 0, 0),
+        ("inf", 1.0, False, MAX_WAIT, MAX_WAIT),
+        ("1e20", 1.0, False, MAX_WAIT, MAX_WAIT),
+        (("date", 120), 1.0, False, 110, 121),  # an HTTP date, this many seconds from now
+        (("date", -3600), 1.0, False, 0, 0),  # a date past
+        (("epoch", 900), 60.0, True, 890, 901),  # a rate limit's reset, epoch seconds
+        ("0", 60.0, True, 0, 0),  # a reset long past
+        ("Wed, 21 Oct 2015 07:28:00 GMT", 60.0, True, 60, 60),  # a reset is never a date
+    ],
+)
+def test_the_one_retry_after_reads_each_form(value, default, epoch, low, high):
+    """Every client reads a wait with channel.retry_after: delay-seconds, an HTTP date, a reset in epoch seconds; an
+    absent or unreadable value is the caller's default; the wait is bounded from 0 to a day."""
+    if isinstance(value, tuple):  # a time from now, made when the test runs
+        form, seconds = value
+        at = datetime.now(UTC) + timedelta(seconds=seconds)
+        value = format_datetime(at, usegmt=True) if form == "date" else str(int(at.timestamp()))
+    assert low <= retry_after(value, default, epoch=epoch) <= high

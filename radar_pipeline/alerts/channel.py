@@ -8,6 +8,7 @@ message."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -16,6 +17,26 @@ from radar_pipeline.alerts.render import AnalysisFacts, LoadChange, Regression
 from radar_pipeline.pgss_model import Key
 
 MAX_RETRY_AFTER = 86400.0  # a day: a longer (or absurd) Retry-After is taken as a day
+
+
+def retry_after(value: str | None, default: float = 1.0, *, epoch: bool = False) -> float:
+    """The seconds a header asks to wait, every client's one reading: Retry-After's delay-seconds or HTTP date, or
+    with `epoch` a rate limit's reset in epoch seconds (GitHub's x-ratelimit-reset, GitLab's RateLimit-Reset); from 0
+    to MAX_RETRY_AFTER, `default` when absent, unreadable or NaN."""
+    if value is None:
+        return default
+    try:
+        seconds = float(value) - (time.time() if epoch else 0.0)
+    except ValueError:
+        if epoch:
+            return default
+        from email.utils import parsedate_to_datetime  # here: this module stays light to import
+
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return default
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER) if seconds == seconds else default
 
 
 class ChannelError(Exception):

@@ -37,7 +37,7 @@ from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
 from slack_sdk.webhook import WebhookClient
 
-from radar_pipeline.alerts.channel import ChannelError
+from radar_pipeline.alerts.channel import ChannelError, retry_after
 from radar_pipeline.config import printable
 from radar_pipeline.config.masking import hidden
 
@@ -90,13 +90,6 @@ def _retry_after_header(headers: dict[str, Any]) -> str | None:
         if key.lower() == "retry-after":
             return str(value[0] if isinstance(value, list) else value)
     return None
-
-
-def _retry_after(headers: dict[str, Any]) -> float:
-    try:
-        return float(_retry_after_header(headers) or 1.0)
-    except ValueError:
-        return 1.0
 
 
 def _refused_connection(error: Exception) -> bool:
@@ -224,7 +217,7 @@ class SlackSender:
                     f"the Slack webhook refused the message: {result.status_code} "
                     f"{_shown(body, self._secrets)[:SHOWN_BODY]}",
                     _retryable(body, result.status_code),
-                    retry_after=_retry_after(result.headers) if result.status_code == 429 else None,
+                    retry_after=retry_after(_retry_after_header(result.headers)) if result.status_code == 429 else None,
                 )
             raise _not_slack(result.status_code, result.body, self._secrets, "the Slack webhook")
         raise DeliveryError("Slack is not configured", False)
@@ -298,7 +291,9 @@ def _refused(exc: SlackApiError, what: str, secrets: tuple[str, ...]) -> Deliver
     if not isinstance(error, str) or not ERROR_CODE.fullmatch(error):
         error = None  # a page that is not Slack's (it may quote the Authorization header): never shown whole
     if status == 429:
-        return DeliveryError(f"{what}: {error or status}", True, retry_after=_retry_after(response.headers))
+        return DeliveryError(
+            f"{what}: {error or status}", True, retry_after=retry_after(_retry_after_header(response.headers))
+        )
     if error is None:
         return _not_slack(status, _unparsed(data), secrets, "Slack")
     return DeliveryError(f"{what}: {error}", _retryable(error, status))
