@@ -47,12 +47,13 @@ NOT_THE_APIS = b'{"unexpected": "shape"}'  # JSON, but none of the answers the A
 
 class Destination:
     """One destination's adapter: its stand-in, its client built with a secret, one delivery under a delivery id, and
-    what the stand-in applied. `can_check` and `no_look`: whether (and else why not) an earlier delivery can be looked
-    for; `no_template`: why a destination has no template step (only webhooks render one); `any_2xx`: the API's
-    contract makes any 2xx a success, whatever its body (a Workflows webhook's and a receiver's); `waits_in_call`: the
-    client documents waiting out a short Retry-After inside the call (code_hosts' module docstring); `no_resend`: why
-    the client resends nothing inside a call after a timeout (empty where its docs say it resends an idempotent
-    request: `resend_idempotent` makes one)."""
+    what the stand-in applied. Every Channel (alerts/channel.py) delivers with `notify` and looks with
+    `find_delivered`; the code hosts, which are not Channels, send and look their own way. `can_check` and `no_look`:
+    whether (and else why not) an earlier delivery can be looked for; `no_template`: why a destination has no template
+    step (only webhooks render one); `any_2xx`: the API's contract makes any 2xx a success, whatever its body (a
+    Workflows webhook's and a receiver's); `waits_in_call`: the client documents waiting out a short Retry-After inside
+    the call (code_hosts' module docstring); `no_resend`: why the client resends nothing inside a call after a timeout
+    (empty where its docs say it resends an idempotent request: `resend_idempotent` makes one)."""
 
     name: ClassVar[str]
     can_check: ClassVar[bool] = False
@@ -102,7 +103,7 @@ class Destination:
 
     def find(self, client: Any, delivery_id: str, since: datetime) -> bool:
         """Whether the delivery made under `delivery_id` since `since` is found (only where can_check)."""
-        raise NotImplementedError
+        return KEY in client.find_delivered(FACTS, {KEY: delivery_id}, since)
 
     def client_can_check(self, client: Any) -> bool:
         return bool(client.can_check)
@@ -128,9 +129,6 @@ class SlackBot(Destination):
         token = secret or self.own_secret
         return SlackSender(token=token, channel="C0RADAR", base_url=self.state.api_url, timeout=TIMEOUT)
 
-    def deliver(self, client: Any, delivery_id: str) -> Any:
-        return client.send("radar: contract", [], delivery_id=delivery_id)
-
     def applied(self) -> int:
         return len(self.state.messages())
 
@@ -146,9 +144,6 @@ class SlackBot(Destination):
     def throttle_next(self, retry_after: str) -> None:
         self.state.fail_next(self.POST, (429, {"Retry-After": retry_after}))
 
-    def find(self, client: Any, delivery_id: str, since: datetime) -> bool:
-        return delivery_id in client.find_posted([delivery_id], since)
-
 
 class SlackWebhook(SlackBot):
     name = "slack-webhook"
@@ -162,9 +157,6 @@ class SlackWebhook(SlackBot):
         part = quote(secret or self.own_secret, safe="")
         self.POST = f"/hook/T000/B000/{part}"
         return SlackSender(webhook_url=f"http://127.0.0.1:{self.state.port}{self.POST}", timeout=TIMEOUT)
-
-    def deliver(self, client: Any, delivery_id: str) -> Any:
-        return client.send("radar: contract", [])
 
 
 class PagerDuty(Destination):
@@ -271,9 +263,6 @@ class Grafana(Destination):
 
     def error_answers(self, echo: str) -> list[tuple[int, bytes, str]]:
         return [(401, _json({"message": f"invalid API key: {echo}"}), "application/json"), *super().error_answers(echo)]
-
-    def find(self, client: Any, delivery_id: str, since: datetime) -> bool:
-        return KEY in client.find_delivered(FACTS, {KEY: delivery_id}, since)
 
 
 class Webhook(Teams):

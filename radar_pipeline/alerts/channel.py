@@ -1,10 +1,10 @@
-"""The seam between the outbox and the channels beyond Slack (PagerDuty, Microsoft Teams, Grafana, generic webhooks),
-and ChannelError, the one error every destination's client raises (Slack's and the code hosts' too).
+"""The seam between the outbox and the channels (Slack, PagerDuty, Microsoft Teams, Grafana, generic webhooks), and
+ChannelError, the one error every destination's client raises (the code hosts' too).
 
-The outbox (steps/channel_delivery.py, through steps/delivery.py) claims rows, calls a Channel, and records the
-outcome; a Channel only maps what radar found to its API's request and reports how the request ended. Each Channel
-holds its own client-side time bound and never puts a secret (routing key, token, URL with a secret) in an error
-message."""
+The outbox (steps/alert_delivery.py and steps/channel_delivery.py, through steps/delivery.py) claims rows, calls a
+Channel, and records the outcome; a Channel only maps what radar found to its API's request and reports how the
+request ended. Each Channel holds its own client-side time bound and never puts a secret (routing key, token, URL with
+a secret) in an error message."""
 
 from __future__ import annotations
 
@@ -80,16 +80,21 @@ class DeployNotice:
 
 @dataclass(frozen=True)
 class Delivered:
-    """What the channel answered to a request it took: its id of what it created, when it gives one (a PagerDuty
-    dedup_key, a Grafana annotation id), stored with the outbox row."""
+    """What the channel answered to a request it took, stored with the outbox row: its id of what it created, when it
+    gives one (a PagerDuty dedup_key, a Grafana annotation id), or a Slack message's ts and channel id (chat.update's
+    keys); `warnings`: what went wrong without failing the delivery (a Slack chart not uploaded)."""
 
     remote_id: str | None = None
+    ts: str | None = None
+    message_channel: str | None = None
+    warnings: tuple[str, ...] = ()
 
 
 class Channel(Protocol):
-    """A destination radar sends to through the outbox."""
+    """A destination radar sends to through the outbox: PagerDuty, Teams, Grafana, webhooks and Slack (the code hosts
+    are not one: their deliveries are a deploy's statuses and review comments, keyed by deploy, not detections)."""
 
-    name: str  # the outbox row's channel: "pagerduty", "teams", "grafana", "webhook:<name>"
+    name: str  # the outbox row's channel: "pagerduty", "teams", "grafana", "webhook:<name>", Slack's channel
     per_detection: bool  # one request per detection (PagerDuty, Grafana, webhook), else one per analysis and target
     can_check: bool  # find_delivered works: the channel can tell whether an earlier attempt was delivered
 
