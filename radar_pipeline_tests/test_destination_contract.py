@@ -15,12 +15,13 @@ import math
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from typing import Any, ClassVar
 from urllib.parse import quote
 
 import pytest
 
-from radar_pipeline.alerts.channel import ChannelError, Detection
+from radar_pipeline.alerts.channel import ChannelError, Detection, retry_after
 from radar_pipeline.alerts.render import AnalysisFacts, Regression
 
 from . import fake_code_host, fake_grafana, fake_pagerduty, fake_slack, fake_webhook
@@ -46,12 +47,13 @@ NOT_THE_APIS = b'{"unexpected": "shape"}'  # JSON, but none of the answers the A
 
 class Destination:
     """One destination's adapter: its stand-in, its client built with a secret, one delivery under a delivery id, and
-    what the stand-in applied. `can_check` and `no_look`: whether (and else why not) an earlier delivery can be looked
-    for; `no_template`: why a destination has no template step (only webhooks render one); `any_2xx`: the API's
-    contract makes any 2xx a success, whatever its body (a Workflows webhook's and a receiver's); `waits_in_call`: the
-    client documents waiting out a short Retry-After inside the call (code_hosts' module docstring); `no_resend`: why
-    the client resends nothing inside a call after a timeout (empty where its docs say it resends an idempotent
-    request: `resend_idempotent` makes one)."""
+    what the stand-in applied. Every Channel (alerts/channel.py) delivers with `notify` and looks with
+    `find_delivered`; the code hosts, which are not Channels, send and look their own way. `can_check` and `no_look`:
+    whether (and else why not) an earlier delivery can be looked for; `no_template`: why a destination has no template
+    step (only webhooks render one); `any_2xx`: the API's contract makes any 2xx a success, whatever its body (a
+    Workflows webhook's and a receiver's); `waits_in_call`: the client documents waiting out a short Retry-After inside
+    the call (code_hosts' module docstring); `no_resend`: why the client resends nothing inside a call after a timeout
+    (empty where its docs say it resends an idempotent request: `resend_idempotent` makes one)."""
 
     name: ClassVar[str]
     can_check: ClassVar[bool] = False
@@ -101,7 +103,7 @@ class Destination:
 
     def find(self, client: Any, delivery_id: str, since: datetime) -> bool:
         """Whether the delivery made under `delivery_id` since `since` is found (only where can_check)."""
-        raise NotImplementedError
+        return KEY in client.find_delivered(FACTS, {KEY: delivery_id}, since)
 
     def client_can_check(self, client: Any) -> bool:
         return bool(client.can_check)
@@ -127,9 +129,6 @@ class SlackBot(Destination):
         token = secret or self.own_secret
         return SlackSender(token=token, channel="C0RADAR", base_url=self.state.api_url, timeout=TIMEOUT)
 
-    def deliver(self, client: Any, delivery_id: str) -> Any:
-        return client.send("radar: contract", [], delivery_id=delivery_id)
-
     def applied(self) -> int:
         return len(self.state.messages())
 
@@ -145,9 +144,6 @@ class SlackBot(Destination):
     def throttle_next(self, retry_after: str) -> None:
         self.state.fail_next(self.POST, (429, {"Retry-After": retry_after}))
 
-    def find(self, client: Any, delivery_id: str, since: datetime) -> bool:
-        return delivery_id in client.find_posted([delivery_id], since)
-
 
 class SlackWebhook(SlackBot):
     name = "slack-webhook"
@@ -161,9 +157,6 @@ class SlackWebhook(SlackBot):
         part = quote(secret or self.own_secret, safe="")
         self.POST = f"/hook/T000/B000/{part}"
         return SlackSender(webhook_url=f"http://127.0.0.1:{self.state.port}{self.POST}", timeout=TIMEOUT)
-
-    def deliver(self, client: Any, delivery_id: str) -> Any:
-        return client.send("radar: contract", [])
 
 
 class PagerDuty(Destination):
@@ -270,9 +263,6 @@ class Grafana(Destination):
 
     def error_answers(self, echo: str) -> list[tuple[int, bytes, str]]:
         return [(401, _json({"message": f"invalid API key: {echo}"}), "application/json"), *super().error_answers(echo)]
-
-    def find(self, client: Any, delivery_id: str, since: datetime) -> bool:
-        return KEY in client.find_delivered(FACTS, {KEY: delivery_id}, since)
 
 
 class Webhook(Teams):
@@ -520,3 +510,32 @@ def test_a_429_with_an_absurd_retry_after_asks_a_sane_wait(dest, wait):
     else:
         assert dest.waits_in_call, f"{dest.name} took a 429 as delivered"
         assert (dest.requests(), dest.applied()) == (2, 1)
+
+
+@pytest.mark.parametrize(
+    ("value", "default", "epoch", "low", "high"),
+    [
+        ("17", 1.0, False, 17, 17),  # delay-seconds
+        ("2.5", 1.0, False, 2.5, 2.5),
+        (None, 1.0, False, 1, 1),  # absent: the caller's default (PagerDuty's and the code hosts' is a minute)
+        (None, 60.0, False, 60, 60),
+        ("soon", 60.0, False, 60, 60),  # garbage
+        ("nan", 1.0, False, 1, 1),
+        ("-5", 1.0, False, 0, 0),
+        ("inf", 1.0, False, MAX_WAIT, MAX_WAIT),
+        ("1e20", 1.0, False, MAX_WAIT, MAX_WAIT),
+        (("date", 120), 1.0, False, 110, 121),  # an HTTP date, this many seconds from now
+        (("date", -3600), 1.0, False, 0, 0),  # a date past
+        (("epoch", 900), 60.0, True, 890, 901),  # a rate limit's reset, epoch seconds
+        ("0", 60.0, True, 0, 0),  # a reset long past
+        ("Wed, 21 Oct 2015 07:28:00 GMT", 60.0, True, 60, 60),  # a reset is never a date
+    ],
+)
+def test_the_one_retry_after_reads_each_form(value, default, epoch, low, high):
+    """Every client reads a wait with channel.retry_after: delay-seconds, an HTTP date, a reset in epoch seconds; an
+    absent or unreadable value is the caller's default; the wait is bounded from 0 to a day."""
+    if isinstance(value, tuple):  # a time from now, made when the test runs
+        form, seconds = value
+        at = datetime.now(UTC) + timedelta(seconds=seconds)
+        value = format_datetime(at, usegmt=True) if form == "date" else str(int(at.timestamp()))
+    assert low <= retry_after(value, default, epoch=epoch) <= high

@@ -258,16 +258,16 @@ def test_a_message_is_updated_by_the_channel_id_and_ts_slack_answered(slack):
     (another is message_not_found); both refusals are final."""
     sender = SlackSender(token="xoxb-test-token", channel="#radar", base_url=slack.api_url)
     posted = sender.send("1 query slower", [{"type": "section", "text": {"type": "mrkdwn", "text": "before"}}])
-    assert posted.channel_id == fake_slack.CHANNEL_ID and posted.ts
+    assert posted.message_channel == fake_slack.CHANNEL_ID and posted.ts
     blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": "after"}}]
     for channel, ts, error in (
         ("#radar", posted.ts, "channel_not_found"),
-        (posted.channel_id, "1.2", "message_not_found"),
+        (posted.message_channel, "1.2", "message_not_found"),
     ):
         with pytest.raises(DeliveryError, match=error) as refused:
             sender.update(channel, ts, "1 query slower", blocks)
         assert not refused.value.retryable
-    sender.update(posted.channel_id, posted.ts, "1 query slower", blocks)
+    sender.update(posted.message_channel, posted.ts, "1 query slower", blocks)
     assert slack.messages()[0]["blocks"] == blocks
 
 

@@ -267,15 +267,17 @@ def test_every_answer_to_a_webhook_is_delivered_refused_or_unknown(slack, name):
 
 @pytest.mark.parametrize("name", [*ANSWERS, "messages that are not a list"])
 def test_every_answer_to_the_history_lookup_is_read_refused_or_unknown(slack, name):
+    from radar_pipeline.alerts.channel import Delivered
     from radar_pipeline.alerts.slack import SlackSender
 
     answer, expected = ANSWERS.get(name, (Odd(200, b'{"ok": true, "messages": "none"}', JSON), "unknown"))
     bot = SlackSender(token="xoxb-t", channel="C0RADAR", base_url=slack.api_url, timeout=HELD_TIMEOUT)
     bot.send("x", [], delivery_id="d1")
     since = datetime.now(UTC) - timedelta(minutes=1)
-    assert bot.find_posted({"d1"}, since) == {"d1": slack.messages()[0]["ts"]}
+    key = (5, 10, 11, True)
+    assert bot.find_delivered(None, {key: "d1"}, since) == {key: Delivered(ts=slack.messages()[0]["ts"])}
     held = _give(slack, HISTORY, answer)
-    assert _outcome(lambda: bot.find_posted({"d1"}, since)) == expected
+    assert _outcome(lambda: bot.find_delivered(None, {key: "d1"}, since)) == expected
     held.set()
 
 

@@ -145,16 +145,14 @@ def test_a_small_consistent_step_is_found_jointly_and_a_lone_one_only_on_its_tar
     assert any(f"only on {LONE}" in line for line in lines[head + 1 :])
 
     # alerted through the outbox, once
-    class Unconfigured:
-        channel = None
-        configured = False
-
     import logging
 
+    from radar_pipeline.alerts.slack import SlackSender  # made with no token and no webhook: recorded, not sent
+
     log = logging.getLogger("test")
-    sent = deliver_fleet_alerts(log, warehouse, Unconfigured(), with_text(warehouse, again))
+    sent = deliver_fleet_alerts(log, warehouse, SlackSender(), with_text(warehouse, again))
     assert sent["to_send"] == 1 and TEXTS[1] in str(sent["message"])
-    assert deliver_fleet_alerts(log, warehouse, Unconfigured(), again)["to_send"] == 0
+    assert deliver_fleet_alerts(log, warehouse, SlackSender(), again)["to_send"] == 0
     with warehouse.connect() as conn:
         rows = conn.execute(
             sa.text("SELECT deploy_id, target, queryid, status FROM radar.alert WHERE target LIKE 'release:%'")

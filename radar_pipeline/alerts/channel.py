@@ -1,13 +1,14 @@
-"""The seam between the outbox and the channels beyond Slack (PagerDuty, Microsoft Teams, Grafana, generic webhooks),
-and ChannelError, the one error every destination's client raises (Slack's and the code hosts' too).
+"""The seam between the outbox and the channels (Slack, PagerDuty, Microsoft Teams, Grafana, generic webhooks), and
+ChannelError, the one error every destination's client raises (the code hosts' too).
 
-The outbox (steps/channel_delivery.py, through steps/delivery.py) claims rows, calls a Channel, and records the
-outcome; a Channel only maps what radar found to its API's request and reports how the request ended. Each Channel
-holds its own client-side time bound and never puts a secret (routing key, token, URL with a secret) in an error
-message."""
+The outbox (steps/alert_delivery.py and steps/channel_delivery.py, through steps/delivery.py) claims rows, calls a
+Channel, and records the outcome; a Channel only maps what radar found to its API's request and reports how the
+request ended. Each Channel holds its own client-side time bound and never puts a secret (routing key, token, URL with
+a secret) in an error message."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -16,6 +17,26 @@ from radar_pipeline.alerts.render import AnalysisFacts, LoadChange, Regression
 from radar_pipeline.pgss_model import Key
 
 MAX_RETRY_AFTER = 86400.0  # a day: a longer (or absurd) Retry-After is taken as a day
+
+
+def retry_after(value: str | None, default: float = 1.0, *, epoch: bool = False) -> float:
+    """The seconds a header asks to wait, every client's one reading: Retry-After's delay-seconds or HTTP date, or
+    with `epoch` a rate limit's reset in epoch seconds (GitHub's x-ratelimit-reset, GitLab's RateLimit-Reset); from 0
+    to MAX_RETRY_AFTER, `default` when absent, unreadable or NaN."""
+    if value is None:
+        return default
+    try:
+        seconds = float(value) - (time.time() if epoch else 0.0)
+    except ValueError:
+        if epoch:
+            return default
+        from email.utils import parsedate_to_datetime  # here: this module stays light to import
+
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return default
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER) if seconds == seconds else default
 
 
 class ChannelError(Exception):
@@ -59,16 +80,21 @@ class DeployNotice:
 
 @dataclass(frozen=True)
 class Delivered:
-    """What the channel answered to a request it took: its id of what it created, when it gives one (a PagerDuty
-    dedup_key, a Grafana annotation id), stored with the outbox row."""
+    """What the channel answered to a request it took, stored with the outbox row: its id of what it created, when it
+    gives one (a PagerDuty dedup_key, a Grafana annotation id), or a Slack message's ts and channel id (chat.update's
+    keys); `warnings`: what went wrong without failing the delivery (a Slack chart not uploaded)."""
 
     remote_id: str | None = None
+    ts: str | None = None
+    message_channel: str | None = None
+    warnings: tuple[str, ...] = ()
 
 
 class Channel(Protocol):
-    """A destination radar sends to through the outbox."""
+    """A destination radar sends to through the outbox: PagerDuty, Teams, Grafana, webhooks and Slack (the code hosts
+    are not one: their deliveries are a deploy's statuses and review comments, keyed by deploy, not detections)."""
 
-    name: str  # the outbox row's channel: "pagerduty", "teams", "grafana", "webhook:<name>"
+    name: str  # the outbox row's channel: "pagerduty", "teams", "grafana", "webhook:<name>", Slack's channel
     per_detection: bool  # one request per detection (PagerDuty, Grafana, webhook), else one per analysis and target
     can_check: bool  # find_delivered works: the channel can tell whether an earlier attempt was delivered
 

@@ -21,13 +21,12 @@ import json
 import threading
 import time
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
-from radar_pipeline.alerts.channel import ChannelError
+from radar_pipeline.alerts.channel import ChannelError, retry_after
 from radar_pipeline.config.masking import hidden, quoted
 
 RETRIES = 2
@@ -345,27 +344,14 @@ def _first_line(exc: Exception) -> str:
 
 def _wait(headers: httpx.Headers, message: str) -> float | None:
     """The seconds a rate-limited answer asks to wait: Retry-After (seconds or a date), else the reset of an
-    exhausted limit (x-ratelimit-reset, GitLab's RateLimit-Reset: epoch seconds), else a minute for GitHub's
-    secondary limit named only in its message; None when it is not a rate limit."""
-    after = headers.get("retry-after")
-    if after is not None:
-        try:
-            return max(0.0, float(after))
-        except ValueError:
-            try:
-                return max(0.0, parsedate_to_datetime(after).timestamp() - time.time())
-            except (TypeError, ValueError):
-                return SECONDARY_WAIT
-    remaining = headers.get("x-ratelimit-remaining", headers.get("ratelimit-remaining"))
-    reset = headers.get("x-ratelimit-reset", headers.get("ratelimit-reset"))
-    if remaining == "0":
-        try:
-            return max(1.0, float(reset or "") - time.time())
-        except ValueError:
-            return SECONDARY_WAIT
-    if "rate limit" in message.lower():
-        return SECONDARY_WAIT
-    return None
+    exhausted limit (x-ratelimit-reset, GitLab's RateLimit-Reset: epoch seconds, at least 1), else a minute for
+    GitHub's secondary limit named only in its message; None when it is not a rate limit."""
+    if "retry-after" in headers:
+        return retry_after(headers["retry-after"], SECONDARY_WAIT)
+    if headers.get("x-ratelimit-remaining", headers.get("ratelimit-remaining")) == "0":
+        reset = headers.get("x-ratelimit-reset", headers.get("ratelimit-reset"))
+        return max(1.0, retry_after(reset, SECONDARY_WAIT, epoch=True))
+    return SECONDARY_WAIT if "rate limit" in message.lower() else None
 
 
 def _project(repository: str) -> str:

@@ -24,13 +24,12 @@ import logging
 import time
 import zlib
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import unquote
 
 import httpx
 
-from radar_pipeline.alerts.channel import MAX_RETRY_AFTER, ChannelError
+from radar_pipeline.alerts.channel import ChannelError, retry_after
 from radar_pipeline.config.masking import hidden, mask_query, quoted
 
 DEFAULT_TIMEOUT = 10.0
@@ -124,7 +123,7 @@ class Http:
         """The ChannelError of an answer that is not a success (`what`: the API's own message, already quoted)."""
         status = answer.status
         if status == 429:
-            limited = retry_after(answer.headers)
+            limited = retry_after(answer.headers.get("retry-after"))
             return ChannelError(
                 f"{self.who} rate-limited the request (HTTP 429, wait {limited:g} s): {what}", True, retry_after=limited
             )
@@ -136,7 +135,7 @@ class Http:
         if answer.html:
             return self.not_the_api(answer)
         if status == 408 or status >= 500:
-            wait = retry_after(answer.headers) if "retry-after" in answer.headers else None
+            wait = retry_after(answer.headers["retry-after"]) if "retry-after" in answer.headers else None
             doubt = " (the request may have been taken)" if status in GATEWAY else ""
             return ChannelError(
                 f"{self.who} failed (HTTP {status}){doubt}: {what}", True, unknown=status in GATEWAY, retry_after=wait
@@ -173,23 +172,6 @@ class _NoQuery(logging.Filter):
 
 
 logging.getLogger("httpx").addFilter(_NoQuery())
-
-
-def retry_after(headers: httpx.Headers) -> float:
-    """The seconds a Retry-After header asks to wait (seconds or an HTTP date; 1 when absent or unreadable)."""
-    value = headers.get("retry-after")
-    if value is None:
-        return 1.0
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            seconds = parsedate_to_datetime(value).timestamp() - time.time()
-        except (TypeError, ValueError):
-            return 1.0
-    if seconds != seconds:  # NaN
-        return 1.0
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
 
 
 def url_secrets(url: str) -> tuple[str, ...]:

@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from radar_pipeline.alerts.channel import ChannelError, Delivered, DeployNotice, Detection
+from radar_pipeline.alerts.channel import ChannelError, Delivered, DeployNotice, Detection, retry_after
 from radar_pipeline.alerts.render import AnalysisFacts, LoadChange, Regression, canary_words, shown_target
 from radar_pipeline.config import printable
 from radar_pipeline.config.masking import quoted
@@ -38,6 +38,7 @@ MAX_DEDUP_KEY = 255
 MAX_STATEMENT = 1000  # characters of a statement's text in custom_details
 MAX_ANSWER = 64 * 1024  # bytes of an answer read; PagerDuty's are a few hundred
 SHOWN = 160  # characters of an odd answer quoted in an error
+NO_RETRY_AFTER = 60.0  # seconds waited after a 429 without a readable Retry-After (PagerDuty gives none)
 SEVERITIES = ("critical", "error", "warning", "info")
 
 
@@ -262,7 +263,7 @@ class PagerDutyChannel:
         if status == 202 and ours and data.get("status") == "success":  # type: ignore[union-attr]
             return data  # type: ignore[return-value]
         if status == 429:
-            wait = _retry_after(headers.get("retry-after"))
+            wait = retry_after(headers.get("retry-after"), NO_RETRY_AFTER)
             raise ChannelError(f"PagerDuty throttled the {what} (HTTP 429, wait {wait:g} s)", True, retry_after=wait)
         if ours and 400 <= status < 500:
             errors = data.get("errors") if isinstance(data, dict) else None
@@ -276,7 +277,7 @@ class PagerDutyChannel:
             f"an answer that is not PagerDuty's to the {what} (HTTP {status}: {page}); it may have been taken",
             True,
             unknown=True,
-            retry_after=_retry_after(headers.get("retry-after")) if "retry-after" in headers else None,
+            retry_after=retry_after(headers["retry-after"], NO_RETRY_AFTER) if "retry-after" in headers else None,
         )
 
     def _send(self, url: str, body: dict[str, Any]) -> tuple[int, httpx.Headers, bytes]:
@@ -296,11 +297,3 @@ class PagerDutyChannel:
 
     def _quote(self, text: str) -> str:
         return quoted(text, [self._key], SHOWN)
-
-
-def _retry_after(value: str | None) -> float:
-    """Retry-After's seconds (PagerDuty gives none with its 429: a minute then), never negative."""
-    try:
-        return max(0.0, float(value)) if value is not None else 60.0
-    except ValueError:
-        return 60.0

@@ -5,7 +5,7 @@ Rate limits (429, honouring a Retry-After of up to RETRY_AFTER_CAP seconds), ser
 connections are retried by slack-sdk's retry handlers before a failure is reported; a longer Retry-After is reported
 (DeliveryError.retry_after) for the outbox to wait out between runs. A timeout or a connection lost after the request
 went out is never retried here: Slack may have posted the message, so the failure is reported with `unknown` set and
-the next attempt first looks for the message (find_posted, token mode: each message carries its outbox delivery id in
+the next attempt first looks for the message (find_delivered, token mode: each message carries its outbox delivery id in
 its metadata).
 
 Every answer is one of three: delivered (Slack's JSON with `ok` true; a webhook's `ok`), Slack's own refusal (its
@@ -19,8 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from http.client import HTTPException
 from pathlib import Path
@@ -37,9 +36,11 @@ from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
 from slack_sdk.webhook import WebhookClient
 
-from radar_pipeline.alerts.channel import ChannelError
+from radar_pipeline.alerts.channel import ChannelError, Delivered, Detection, retry_after
+from radar_pipeline.alerts.render import AnalysisFacts, render
 from radar_pipeline.config import printable
 from radar_pipeline.config.masking import hidden
+from radar_pipeline.pgss_model import Key
 
 SLACK_API = "https://slack.com/api/"
 RETRIES = 2
@@ -56,6 +57,7 @@ NOT_AN_ANSWER = (SlackRequestError, OSError, HTTPException, ValueError, LookupEr
 NOT_JSON = "Received a response in a non-JSON format: "  # slack-sdk's error for a body that is not JSON
 SDK_CUT = 100  # characters of such a body slack-sdk keeps (then "..."), cut before radar can mask a secret in it
 SHOWN_BODY = 80  # characters of an answer that is not Slack's quoted in the error
+NO_CHANNEL = "-"  # the outbox rows' channel when Slack is not set up (they are recorded, and the message printed)
 SECRET_PART = 16  # a webhook URL's path part this long is its secret (24 characters), hidden on its own too
 
 
@@ -92,13 +94,6 @@ def _retry_after_header(headers: dict[str, Any]) -> str | None:
     return None
 
 
-def _retry_after(headers: dict[str, Any]) -> float:
-    try:
-        return float(_retry_after_header(headers) or 1.0)
-    except ValueError:
-        return 1.0
-
-
 def _refused_connection(error: Exception) -> bool:
     """A connection that was never made: nothing reached Slack, so sending again cannot post twice."""
     return isinstance(error, URLError) and isinstance(getattr(error, "reason", None), ConnectionRefusedError)
@@ -127,19 +122,13 @@ def _handlers() -> list[RetryHandler]:
     ]
 
 
-@dataclass(frozen=True)
-class Delivered:
-    """Where the message went and its Slack timestamp (None for webhooks, which return none); charts uploaded."""
-
-    channel: str
-    ts: str | None
-    charts: int
-    chart_errors: list[str]
-    channel_id: str | None = None  # the id Slack answered with (chat.update takes an id, never a name)
-
-
 class SlackSender:
-    """Sends one message (and its charts) to Slack, through the Web API or an incoming webhook."""
+    """Sends one message (and its charts) to Slack, through the Web API or an incoming webhook: a Channel
+    (alerts/channel.py) of one message per analysis and target, named by its Slack channel ("webhook" for a webhook,
+    NO_CHANNEL when neither is set). Beyond the protocol: `send` posts a message drawn elsewhere (a canary's, a
+    release's), `notify` takes the charts the step drew from the warehouse, and `update` replaces a message posted."""
+
+    per_detection = False
 
     def __init__(
         self,
@@ -155,6 +144,7 @@ class SlackSender:
         if not 0 < timeout <= 300:  # slack-sdk's bound on each wait for Slack; 0 would make its sockets non-blocking
             raise ValueError(f"the Slack timeout must be 1 to 300 seconds, not {timeout}")
         self.channel = channel if token else ("webhook" if webhook_url else None)
+        self.name = self.channel or NO_CHANNEL  # the outbox rows' channel
         self.timeout = timeout
         self.buttons = buttons  # label buttons under each regression (RADAR_SLACK_LABEL_BUTTONS)
         self._secrets = _secrets(token, webhook_url)
@@ -187,7 +177,6 @@ class SlackSender:
         (png, title) chart into its thread. Raises DeliveryError. No error text (a quoted page, an exception's)
         shows the bot token or the webhook URL: the outbox stores it and the run logs it."""
         if self._web is not None:
-            assert self.channel is not None
             metadata = {"event_type": EVENT_TYPE, "event_payload": {"delivery": delivery_id}} if delivery_id else None
             response = _call(
                 self._secrets,
@@ -201,16 +190,17 @@ class SlackSender:
             )
             ts = _text(response.get("ts"))
             channel_id = _text(response.get("channel")) or self.channel
-            uploaded, errors = 0, []
+            errors = []
             for path, title in charts:
                 try:
                     self._web.files_upload_v2(
                         channel=channel_id, file=str(path), filename=path.name, title=printable(title), thread_ts=ts
                     )
-                    uploaded += 1
                 except (SlackApiError, *NOT_AN_ANSWER) as exc:  # the message is out: a chart is extra
-                    errors.append(_shown(f"{path.name}: {exc}".splitlines()[0], self._secrets))
-            return Delivered(self.channel, ts, uploaded, errors, _text(response.get("channel")))
+                    errors.append(
+                        _shown(f"a chart was not uploaded: {path.name}: {exc}".splitlines()[0], self._secrets)
+                    )
+            return Delivered(ts=ts, message_channel=_text(response.get("channel")), warnings=tuple(errors))
         if self._hook is not None:
             try:
                 result = self._hook.send(text=text, blocks=blocks, unfurl_links=False)
@@ -218,13 +208,13 @@ class SlackSender:
                 raise _unreachable(exc, self._secrets, "the Slack webhook") from None
             body = result.body.strip() if isinstance(result.body, str) else ""
             if result.status_code == 200 and body == "ok":
-                return Delivered("webhook", None, 0, [])
+                return Delivered()
             if result.status_code == 429 or (result.status_code >= 400 and ERROR_CODE.fullmatch(body)):
                 raise DeliveryError(
                     f"the Slack webhook refused the message: {result.status_code} "
                     f"{_shown(body, self._secrets)[:SHOWN_BODY]}",
                     _retryable(body, result.status_code),
-                    retry_after=_retry_after(result.headers) if result.status_code == 429 else None,
+                    retry_after=retry_after(_retry_after_header(result.headers)) if result.status_code == 429 else None,
                 )
             raise _not_slack(result.status_code, result.body, self._secrets, "the Slack webhook")
         raise DeliveryError("Slack is not configured", False)
@@ -245,13 +235,33 @@ class SlackSender:
             blocks=blocks,
         )
 
-    def find_posted(self, delivery_ids: Iterable[str], since: datetime) -> dict[str, str]:
-        """Of these outbox deliveries, those whose message is in the channel since `since`: delivery id → message ts.
-        Token mode only (conversations.history with metadata; scope channels:history or groups:history). Raises
-        DeliveryError when the history cannot be read (its text, as `send`'s, shows no secret)."""
+    def notify(
+        self,
+        facts: AnalysisFacts,
+        detections: list[Detection],
+        delivery_id: str,
+        charts: Sequence[tuple[Path, str]] = (),
+    ) -> Delivered:
+        """The analysis's message of these detections (its regressions and load changes; a probably-slower statement
+        is named from `facts`), posted as `send` posts it, with the (png, title) `charts`."""
+        return self.send(*self.message(facts, detections), list(charts), delivery_id=delivery_id)
+
+    def message(self, facts: AnalysisFacts, detections: list[Detection]) -> tuple[str, list[dict[str, Any]]]:
+        """The text and blocks `notify` posts."""
+        regressions = [d.regression for d in detections if d.regression is not None]
+        changes = [d.change for d in detections if d.regression is None and d.change is not None]
+        return render(facts, regressions, changes, buttons=self.buttons)
+
+    def find_delivered(
+        self, facts: AnalysisFacts | None, earlier: dict[Key, str], since: datetime
+    ) -> dict[Key, Delivered]:
+        """Of the rows an earlier attempt may have posted (key → its delivery id), those whose message is in the
+        channel since `since`, with the message's ts (found by delivery id alone: `facts` is not needed). Token mode
+        only (conversations.history with metadata; scope channels:history or groups:history). Raises DeliveryError
+        when the history cannot be read (its text, as `send`'s, shows no secret)."""
         if self._web is None or self.channel is None:
             raise DeliveryError("a webhook cannot look up the messages it posted", False)
-        wanted = set(delivery_ids)
+        wanted = set(earlier.values())
         found: dict[str, str] = {}
         cursor = None
         for _ in range(HISTORY_PAGES):
@@ -276,7 +286,7 @@ class SlackSender:
             cursor = _text(_object(page.get("response_metadata")).get("next_cursor"))
             if not page.get("has_more") or not cursor or found.keys() == wanted:
                 break
-        return found
+        return {k: Delivered(ts=found[d]) for k, d in earlier.items() if d in found}
 
 
 def _call(secrets: tuple[str, ...], what: str, method: Callable[..., Any], **arguments: Any) -> Any:
@@ -298,7 +308,9 @@ def _refused(exc: SlackApiError, what: str, secrets: tuple[str, ...]) -> Deliver
     if not isinstance(error, str) or not ERROR_CODE.fullmatch(error):
         error = None  # a page that is not Slack's (it may quote the Authorization header): never shown whole
     if status == 429:
-        return DeliveryError(f"{what}: {error or status}", True, retry_after=_retry_after(response.headers))
+        return DeliveryError(
+            f"{what}: {error or status}", True, retry_after=retry_after(_retry_after_header(response.headers))
+        )
     if error is None:
         return _not_slack(status, _unparsed(data), secrets, "Slack")
     return DeliveryError(f"{what}: {error}", _retryable(error, status))

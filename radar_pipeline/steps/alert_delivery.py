@@ -8,24 +8,24 @@ import logging
 import tempfile
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import sqlalchemy as sa
 
-from radar_pipeline.alerts.render import MAX_SHOWN, AnalysisFacts, LoadChange, Regression, render
+from radar_pipeline.alerts.channel import Delivered, Detection
+from radar_pipeline.alerts.render import MAX_SHOWN, AnalysisFacts, LoadChange, Regression
 from radar_pipeline.alerts.slack import SlackSender
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.engine.samples import interval_means
 from radar_pipeline.pgss_model import KEY, Key, key_label, statement_key, statement_keys
 from radar_pipeline.plan_shape import summary
-from radar_pipeline.steps.delivery import Delivery, Sent
+from radar_pipeline.steps.delivery import Delivery, Sent, finder, sent_of
 from radar_pipeline.warehouse import outbox
 from radar_pipeline.warehouse.analysis import read_window
 from radar_pipeline.warehouse.outbox import Row
-
-NO_CHANNEL = "-"
 
 
 def deliver(
@@ -52,7 +52,6 @@ def deliver(
     in one message carrying the delivery id; (3) a short transaction marks the outcome. With `withhold` (a reason),
     new rows are recorded as withheld and nothing is sent. Charts are drawn under `chart_dir` (chart_folder).
     """
-    channel = sender.channel or NO_CHANNEL
     detected_keys = statement_keys(found)
     if changes is None or changes.empty:
         changes = pd.DataFrame(columns=[*KEY])
@@ -67,7 +66,7 @@ def deliver(
         "load_changes": len(changes),
         "probably_slower": len(slower_keys),
         "to_send": 0,
-        "channel": channel,
+        "channel": sender.name,
     }
     due = claim_due(log, engine, sender, facts.analysis_id, facts.target, keys, withhold, metadata)
     if due is None:
@@ -75,14 +74,12 @@ def deliver(
     todo, delivery = due
     todo_set = set(todo)
     todo_rows = found[[k in todo_set for k in detected_keys]]
-    todo_changes = changes[[k in todo_set and k not in detected for k in change_keys]] if len(changes) else changes
+    shown = [Detection(k, regression_of(r)) for k, r in zip(detected_keys, found.itertuples(), strict=True)
+             if k in todo_set]  # fmt: skip
+    shown += [Detection(k, change=change_of(r)) for k, r in zip(change_keys, changes.itertuples(), strict=True)
+              if k in todo_set and k not in detected]  # fmt: skip
     todo = [k for k in keys if k in todo_set]
-    text, blocks = render(
-        facts,
-        [regression_of(r) for r in todo_rows.itertuples()],
-        [change_of(r) for r in todo_changes.itertuples()],
-        buttons=sender.buttons,
-    )
+    text, blocks = sender.message(facts, shown)
     metadata["to_send"] = len(todo)
     metadata["message"] = {"text": text, "blocks": blocks}
     with engine.connect() as conn:
@@ -97,7 +94,7 @@ def deliver(
             log.info(f"chart: {path}")
         delivery.settle(delivery.claimed.of(todo), "skipped")
         return metadata
-    send_message(delivery, sender, text, blocks, charts, todo, metadata)
+    send_message(delivery, lambda delivery_id: sender.notify(facts, shown, delivery_id, charts), todo, metadata)
     return metadata
 
 
@@ -115,7 +112,7 @@ def claim_due(
     with `withhold`, and then None) and claim those due, then look in the channel for the ones an earlier attempt may
     have posted (steps/delivery.py); the keys left to send and the attempt's Delivery — or None when nothing is to be
     sent now (metadata says why where there is a why)."""
-    channel = sender.channel or NO_CHANNEL
+    channel = sender.name
     with engine.begin() as conn:
         outbox.lock(conn, analysis_id)
         if withhold is not None:
@@ -129,7 +126,7 @@ def claim_due(
     delivery = Delivery(log, engine, "Slack", claimed, word="posted")
     todo: list[Row] | None = claimed.rows
     if sender.configured:  # an earlier attempt may have posted some: look in the channel first (token mode)
-        todo = delivery.look(claimed.rows, _posted(sender) if sender.can_check else None)
+        todo = delivery.look(claimed.rows, finder(partial(sender.find_delivered, None)) if sender.can_check else None)
         for found in delivery.found.values():
             metadata["message_ts"] = found.ts or ""
     keys_left = [r.key for r in todo or [] if r.key is not None]
@@ -137,35 +134,20 @@ def claim_due(
 
 
 def send_message(
-    delivery: Delivery,
-    sender: SlackSender,
-    text: str,
-    blocks: list[dict[str, Any]],
-    charts: list[tuple[Path, str]],
-    todo: list[Key],
-    metadata: dict[str, Any],
+    delivery: Delivery, post: Callable[[str], Delivered], todo: list[Key], metadata: dict[str, Any]
 ) -> None:
-    """Step (3) of `deliver`: send the message under the attempt's delivery id and settle the rows `todo` by the
-    outcome (steps/delivery.py); the message's ts in `metadata`."""
+    """Step (3) of `deliver`: post the message under the attempt's delivery id (`post`: SlackSender.notify, or its
+    `send` of a message drawn elsewhere) and settle the rows `todo` by the outcome (steps/delivery.py); the message's
+    ts in `metadata`."""
 
     def send(_: list[Row]) -> Sent:
-        delivered = sender.send(text, blocks, charts, delivery_id=delivery.claimed.delivery_id)
+        delivered = post(delivery.claimed.delivery_id)
         metadata["message_ts"] = delivered.ts or ""
-        for error in delivered.chart_errors:
-            delivery.log.warning(f"Slack: a chart was not uploaded: {error}")
-        return Sent(ts=delivered.ts, message_channel=delivered.channel_id)
+        for warning in delivered.warnings:
+            delivery.log.warning(f"Slack: {warning}")
+        return sent_of(delivered)
 
     delivery.send([delivery.claimed.of(todo)], send)
-
-
-def _posted(sender: SlackSender) -> Callable[[list[Row], datetime], dict[int, Sent]]:
-    """Slack's look for what earlier attempts posted: their delivery ids in the channel's messages' metadata."""
-
-    def find(rows: list[Row], since: datetime) -> dict[int, Sent]:
-        posted = sender.find_posted({str(r.earlier) for r in rows}, since)
-        return {r.id: Sent(ts=posted[str(r.earlier)]) for r in rows if r.earlier in posted}
-
-    return find
 
 
 def withhold_reason(found: pd.DataFrame, max_age: timedelta, now: datetime, reanalysis: bool = False) -> str | None:

@@ -340,7 +340,9 @@ def deliver_canary_alerts(
             log.info(f"Slack is not configured; the canary alert would read:\n{text}")
             delivery.settle(delivery.claimed.of(todo), "skipped")
         else:
-            send_message(delivery, sender, text, blocks, [], todo, metadata)
+            send_message(
+                delivery, lambda delivery_id: sender.send(text, blocks, delivery_id=delivery_id), todo, metadata
+            )
     channels: dict[str, Any] = {}
     failures: list[Exception] = []
     for route in routed:

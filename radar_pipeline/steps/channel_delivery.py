@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -37,8 +38,8 @@ from radar_pipeline.alerts.render import AnalysisFacts, render
 from radar_pipeline.alerts.slack import SlackSender
 from radar_pipeline.config import printable
 from radar_pipeline.pgss_model import KEY, Key, statement_keys
-from radar_pipeline.steps.alert_delivery import NO_CHANNEL, change_of, regression_of
-from radar_pipeline.steps.delivery import Delivery, Find, Sent
+from radar_pipeline.steps.alert_delivery import change_of, regression_of
+from radar_pipeline.steps.delivery import Delivery, Find, Sent, finder, sent_of
 from radar_pipeline.warehouse import outbox
 from radar_pipeline.warehouse.outbox import Row
 
@@ -98,32 +99,19 @@ def deliver(
     delivery = Delivery(log, engine, name, claimed)
     gone = [r for r in claimed.rows if r.key not in detections]
     delivery.settle(gone, "skipped", error=NO_LONGER)  # rows of statements a re-analysis no longer announces
-    todo = delivery.look([r for r in claimed.rows if r.key in detections], _found(channel, facts))
+    look = finder(partial(channel.find_delivered, facts)) if channel.can_check else None
+    todo = delivery.look([r for r in claimed.rows if r.key in detections], look)
     if todo is None:
         return metadata
     batches = [[r] for r in todo] if channel.per_detection else ([todo] if todo else [])
 
     def send(rows: list[Row]) -> Sent:
         delivered = channel.notify(facts, [detections[r.key] for r in rows if r.key is not None], claimed.delivery_id)
-        return Sent(remote_id=delivered.remote_id)
+        return sent_of(delivered)
 
     delivery.send(batches, send)
     metadata["sent"] = delivery.sent - len(delivery.found)
     return metadata
-
-
-def _found(channel: Channel, facts: AnalysisFacts) -> Find | None:
-    """The channel's look for what earlier attempts delivered (None when it cannot tell)."""
-    if not channel.can_check:
-        return None
-
-    def find(rows: list[Row], since: datetime) -> dict[int, Sent]:
-        by_key = {r.key: r for r in rows if r.key is not None}
-        earlier = {k: str(r.earlier) for k, r in by_key.items()}
-        found = channel.find_delivered(facts, earlier, since)
-        return {by_key[k].id: Sent(remote_id=d.remote_id) for k, d in found.items() if k in by_key}
-
-    return find
 
 
 def resolve_undetected(
@@ -171,7 +159,7 @@ def update_messages(
     cannot update what it posted."""
     from radar_pipeline.warehouse import labels
 
-    name = sender.channel or NO_CHANNEL
+    name = sender.name
     with engine.begin() as conn:
         outbox.lock(conn, analysis_id)
         claimed = outbox.claim(conn, analysis_id, [outbox.MESSAGE_UPDATE], channel=name)
@@ -229,7 +217,7 @@ def mark_deploy(
 
     def find(rows: list[Row], since: datetime) -> dict[int, Sent]:
         marks = {r.id: marker.find_marked(notice, str(r.earlier), since) for r in rows}
-        return {i: Sent(remote_id=m.remote_id) for i, m in marks.items() if m is not None}
+        return {i: sent_of(m) for i, m in marks.items() if m is not None}
 
     return _deliver_events(
         log,
@@ -261,7 +249,7 @@ def _deliver_events(
     delivery = Delivery(log, engine, f"{name} {kind.replace('_', ' ')}", claimed)
     todo = delivery.look(claimed.rows, find) if find is not None else claimed.rows
     if todo is not None:
-        delivery.send([[r] for r in todo], lambda rows: Sent(remote_id=send(rows[0], claimed.delivery_id).remote_id))
+        delivery.send([[r] for r in todo], lambda rows: sent_of(send(rows[0], claimed.delivery_id)))
     return {f"{kind}s_sent": delivery.sent, f"{kind}s_due": len(claimed.rows)}
 
 

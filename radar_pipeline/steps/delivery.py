@@ -22,7 +22,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from radar_pipeline.alerts.channel import ChannelError
+from radar_pipeline.alerts.channel import ChannelError, Delivered
+from radar_pipeline.pgss_model import Key
 from radar_pipeline.warehouse import outbox
 from radar_pipeline.warehouse.outbox import Claim, Row
 
@@ -58,9 +59,26 @@ class Sent:
         }
 
 
+def sent_of(delivered: Delivered) -> Sent:
+    """A channel's answer (alerts/channel.py) as the outcome the outbox records."""
+    return Sent(remote_id=delivered.remote_id, ts=delivered.ts, message_channel=delivered.message_channel)
+
+
 Settle = Callable[..., None]
 Find = Callable[[list[Row], datetime], dict[int, Sent]]  # rows with an earlier attempt → by row id, what it made
 Send = Callable[[list[Row]], Sent]
+
+
+def finder(find_delivered: Callable[[dict[Key, str], datetime], dict[Key, Delivered]]) -> Find:
+    """The look of a Channel's find_delivered (its analysis's facts bound) over claimed rows: their keys and earlier
+    delivery ids in, what was found by row id out."""
+
+    def find(rows: list[Row], since: datetime) -> dict[int, Sent]:
+        by_key = {r.key: r for r in rows if r.key is not None}
+        found = find_delivered({k: str(r.earlier) for k, r in by_key.items()}, since)
+        return {by_key[k].id: sent_of(d) for k, d in found.items() if k in by_key}
+
+    return find
 
 
 @dataclass

@@ -311,7 +311,7 @@ def deliver_fleet_alerts(
         log.info(f"Slack is not configured; the fleet alert would read:\n{text}")
         delivery.settle(delivery.claimed.of(todo), "skipped")
         return metadata
-    send_message(delivery, sender, text, blocks, [], todo, metadata)
+    send_message(delivery, lambda delivery_id: sender.send(text, blocks, delivery_id=delivery_id), todo, metadata)
     return metadata
 
 

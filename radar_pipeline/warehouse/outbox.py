@@ -548,10 +548,10 @@ def marks_due(
     rows = conn.execute(
         sa.text(
             "SELECT e.deploy_id FROM radar.deploy_event e CROSS JOIN unnest(CAST(:c AS text[])) AS c(name) "
-            f"LEFT JOIN radar.outbox m ON m.channel = c.name AND m.kind = '{DEPLOY_MARK}' AND m.subject = e.deploy_id "
-            "WHERE e.source <> 'import' AND e.deployed_at > now() - :age AND (m.channel IS NULL OR m.attempts < :max "
-            "  AND (m.status = 'pending' AND coalesce(m.next_attempt_at, '-infinity') <= now() "
-            "    OR m.status = 'sending' AND m.claimed_at < now() - :lease)) "
+            f"LEFT JOIN (SELECT channel, subject, attempts, {DUE} AS due FROM radar.outbox "
+            f"  WHERE kind = '{DEPLOY_MARK}') m ON m.channel = c.name AND m.subject = e.deploy_id "
+            "WHERE e.source <> 'import' AND e.deployed_at > now() - :age "
+            "AND (m.channel IS NULL OR m.attempts < :max AND m.due) "
             "GROUP BY e.deploy_id ORDER BY min(e.deployed_at), e.deploy_id LIMIT :limit"
         ),
         {"c": channels, "age": max_age, "max": MAX_ATTEMPTS, "lease": lease, "limit": limit},
