@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from radar_pipeline.config.settings import setting_paths, variable
 from radar_pipeline.engine import EngineSettings, vocabulary
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,6 +107,7 @@ def test_the_reference_names_every_setting_and_every_word_of_a_verdict() -> None
         for name in re.findall(r"\bRADAR_[A-Z][A-Z0-9_]*[A-Z0-9]\b", path.read_text())
     }
     assert len(variables) >= 25, sorted(variables)  # the scan found the settings (config/settings.py names them)
+    variables |= {variable(path) for path in setting_paths()}  # and every setting of the tree
     missing = sorted(v for v in variables if f"`{v}`" not in reference)
     assert not missing, f"settings the reference does not list: {missing}"
     engine = getattr(EngineSettings, "model_fields", None) or {f.name for f in dataclasses.fields(EngineSettings)}

@@ -143,7 +143,7 @@ def test_statements_of_one_shape_a_little_slower_are_found_together(recorded, wa
         "alerted for its group, as the member with the most execution time after the deploy (its own verdict: "
         f"{alert['verdict']}); the group regressed: {group['sentence']}"
     )
-    text, blocks = render(deploy_facts(to_alert), [regression_of(r) for r in to_alert.itertuples()])
+    text, blocks = render(deploy_facts(to_alert, None), [regression_of(r) for r in to_alert.itertuples()])
     fields = [f["text"] for b in blocks if b.get("type") == "section" for f in b.get("fields", [])]
     assert f"*Group:* {escape(alert['group_regressed'])}" in fields
     assert text.startswith("1 query slower")

@@ -547,7 +547,7 @@ def test_a_late_detection_names_its_changes_and_charts_the_look_s_spans(deployed
         assert late.cause_detail.startswith("work_mem (65536kB → 1024kB) changed between"), late.cause_detail
         assert [c["kind"] for c in late.named_changes] == ["setting_changed"], late.named_changes
         # its chart over the look's spans, not the first window
-        (series,) = chart_series(conn, deploy_facts(found), found).values()
+        (series,) = chart_series(conn, deploy_facts(found, None), found).values()
     span = result.span
     assert series.index.max() == pd.Timestamp(deployed + span.after)
     assert series.index.min() <= pd.Timestamp(deployed - span.before + timedelta(seconds=2))

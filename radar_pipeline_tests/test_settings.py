@@ -315,3 +315,41 @@ def test_a_slack_token_without_its_channel_is_told_as_that_before_the_token_s_fo
     ]:
         with pytest.raises(ConfigError, match=message):
             settings_module.settings(environ=environ)
+
+
+def test_the_resources_are_built_from_the_tree(monkeypatch):
+    """Each branch reaches its resource: a set value as the field, a secret as an EnvVar of its variable (never the
+    value in Dagster's config), and what every destination shares (the alert age, the Dagster UI's address) on each."""
+    from radar_pipeline.defs.resources import CodeHostResource, SlackResource, default_resources, destinations
+    from radar_pipeline.steps.alert_delivery import run_url
+
+    environ = {
+        **SECRETS,
+        "RADAR_ALERT_MAX_AGE_HOURS": "6",
+        "RADAR_DAGSTER_URL": "https://dagster.example/",
+        "RADAR_GITHUB_API_URL": "https://ghe.example/api/v3",
+        "RADAR_SLACK_LABEL_BUTTONS": "true",
+        "RADAR_CATALOG_INTERVAL": "90",
+        "RADAR_CHART_DIR": "/tmp/charts",
+        "RADAR_WINDOW_SECONDS": "600",
+    }
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    found = settings(environ=environ)
+    built = {**default_resources(found), **destinations(found)}
+    shown = "".join(repr(r) + str(r.model_dump()) for r in built.values())
+    assert not [p for p in PIECES if p in shown], shown
+    slack, hosts = built["slack"], built["code_hosts"]
+    assert isinstance(slack, SlackResource) and isinstance(hosts, CodeHostResource)
+    assert slack.channel == "#radar" and slack.label_buttons and hosts.github_api_url == "https://ghe.example/api/v3"
+    for resource in (slack, hosts, built["channels"]):
+        assert resource.alert_max_age.total_seconds() == 6 * 3600  # type: ignore[attr-defined]
+        assert resource.dagster_url == "https://dagster.example/"  # type: ignore[attr-defined]
+    assert run_url("r-1", slack.dagster_url) == "https://dagster.example/runs/r-1"
+    running = {name: r.process_config_and_initialize() for name, r in built.items()}  # the EnvVars, resolved
+    assert running["slack"].token == "xoxb-Sl4cksecret"  # type: ignore[attr-defined]
+    assert running["code_hosts"].gitlab_token == "glpat-Gl1secret"  # type: ignore[attr-defined]
+    assert running["channels"].pagerduty_routing_key == SECRETS["RADAR_PAGERDUTY_ROUTING_KEY"]  # type: ignore[attr-defined]
+    analysis, targets = running["analysis"], running["targets"]
+    assert analysis.window_seconds == 600 and analysis.chart_root == Path("/tmp/charts")  # type: ignore[attr-defined]
+    assert targets.catalog_interval.total_seconds() == 90 and targets.targets()[0].name == "main"  # type: ignore[attr-defined]

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, SecretStr, ValidationError, ValidationInfo, model_validator
 from pydantic_core import PydanticUseDefault
@@ -96,14 +96,14 @@ def _named(parse: Callable[[str, str], Any]) -> BeforeValidator:
 # Each check below takes a variable's raw text and returns it parsed, or raises Invalid.
 
 
-def whole(text: str, low: int = 1) -> int:
-    """A whole number from `low` to a million."""
+def whole(text: str, low: int = 1, unit: str = "") -> int:
+    """A whole number from `low` to a million (of `unit`, as messages say it)."""
     try:
         number = int(text)
     except ValueError:
         raise Invalid(f"must be a whole number, not {text!r}") from None
     if number < low:
-        raise Invalid(f"must be at least {low}, not {number}")
+        raise Invalid(f"must be at least {low}{unit}, not {number}")
     if number > 1_000_000:
         raise Invalid(f"must be at most 1000000, not {number}")
     return number
@@ -334,7 +334,7 @@ def _receiver_sources(text: str) -> tuple[str, ...]:
 
 
 def _body_bytes(text: str) -> int:
-    return whole(text, 1024)
+    return whole(text, 1024, " bytes")
 
 
 def parse_channel_routes(text: str) -> dict[str, tuple[str, ...]]:
@@ -380,15 +380,23 @@ SharedSecret = Annotated[SecretStr | None, check(_shared_secret)]
 
 
 class Group(BaseModel):
-    """A branch of the tree: the settings RADAR_<GROUP>_<FIELD> of one destination or of the receiver."""
+    """A branch of the tree: the settings RADAR_<GROUP>_<FIELD> of one destination or of the receiver; `PAIRS`: a
+    field that needs another (checked on the raw values, before each field's own check, so that a half-configured
+    destination names what is missing)."""
 
     model_config = ConfigDict(
         alias_generator=str.upper, frozen=True, extra="ignore", hide_input_in_errors=True, validate_default=False
     )
+    NAME: ClassVar[str] = ""
+    PAIRS: ClassVar[tuple[tuple[str, str, str], ...]] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pairs(cls, data: Any) -> Any:
+        return _pairs(data, cls.NAME, cls.PAIRS)
 
 
 def _pairs(data: Any, group: str, pairs: tuple[tuple[str, str, str], ...]) -> Any:
-    # On the raw values, before each field's own check: a half-configured destination names what is missing.
     if isinstance(data, dict):
         raw = {str(k).lower(): v for k, v in data.items()}
         for one, other, why in pairs:
@@ -406,15 +414,8 @@ class SlackSettings(Group):
     channel: str | None = None
     webhook_url: Annotated[SecretStr | None, check(_https)] = None
     label_buttons: bool = False
-
-    @model_validator(mode="before")
-    @classmethod
-    def _pair(cls, data: Any) -> Any:
-        return _pairs(
-            data,
-            "slack",
-            (("token", "channel", "name the channel to post in"), ("channel", "token", "a channel needs a bot token")),
-        )
+    NAME = "slack"
+    PAIRS = (("token", "channel", "name the channel to post in"), ("channel", "token", "a channel needs a bot token"))
 
 
 class CodeHostSettings(Group):
@@ -451,19 +452,12 @@ class GrafanaSettings(Group):
     token: Secret = None
     dashboard_uid: Annotated[str | None, check(_dashboard_uid)] = None
     panel_id: Count | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _pair(cls, data: Any) -> Any:
-        return _pairs(
-            data,
-            "grafana",
-            (
-                ("url", "token", "it needs a service account token to send"),
-                ("token", "url", "it needs the Grafana to send it to"),
-                ("panel_id", "dashboard_uid", "it needs its dashboard's UID"),
-            ),
-        )
+    NAME = "grafana"
+    PAIRS = (
+        ("url", "token", "it needs a service account token to send"),
+        ("token", "url", "it needs the Grafana to send it to"),
+        ("panel_id", "dashboard_uid", "it needs its dashboard's UID"),
+    )
 
 
 class ReceiverSettings(Group):
@@ -596,7 +590,7 @@ def _model(path: str) -> tuple[type[BaseModel], str]:
 
 def variable(path: str) -> str:
     """The environment variable of a setting: a top-level field ("window_seconds"), a group's field ("slack.token")
-    or a group ("slack": the prefix of its variables, RADAR_SLACK). KeyError when there is no such setting."""
+    or a group ("slack": the prefix of its variables, RADAR_SLACK_*). KeyError when there is no such setting."""
     _model(path)
     return PREFIX + path.replace(".", "_").upper()
 

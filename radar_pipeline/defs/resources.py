@@ -226,12 +226,13 @@ def default_resources(found: RadarSettings | None = None) -> dict[str, dg.Config
 
 
 class Destination(dg.ConfigurableResource):
-    """What every destination's resource shares: its client-side time bound, and the age past which an analysis's
-    deliveries are withheld instead of sent (RADAR_ALERT_MAX_AGE_HOURS): a backfill or a reanalysis of old deploys
-    must not flood a channel."""
+    """What every destination's resource shares: its client-side time bound, the Dagster UI's address its links to runs
+    use, and the age past which an analysis's deliveries are withheld instead of sent (RADAR_ALERT_MAX_AGE_HOURS): a
+    backfill or a reanalysis of old deploys must not flood a channel."""
 
     timeout_seconds: float = 10.0
     alert_max_age_hours: float = DEFAULT_ALERT_MAX_AGE_HOURS
+    dagster_url: str = ""  # RADAR_DAGSTER_URL: the Dagster UI's address, for links to runs (unset: localhost:3000)
 
     @property
     def alert_max_age(self) -> timedelta:
@@ -280,6 +281,22 @@ class CodeHostResource(Destination):
         return {
             kind: HostClient(kind, url, token, self.timeout_seconds) for kind, (token, url) in given.items() if token
         }
+
+    def deliver(self, log: Any, engine: "sa.Engine", deploy_id: str, times: Any, reanalysis: bool = False) -> dict:
+        """Send what is due of a deploy's code-host deliveries (steps/code_host_delivery.py `deliver`) through a
+        client per configured host, closed after; returns what the run's metadata shows."""
+        from datetime import UTC, datetime
+
+        from radar_pipeline.steps.code_host_delivery import deliver  # httpx: only the runs that deliver load it
+
+        clients = self.clients()
+        try:
+            now = datetime.now(UTC)
+            link = self.dagster_url or None
+            return deliver(log, engine, clients, deploy_id, self.alert_max_age, now, times, reanalysis, link)
+        finally:
+            for client in clients.values():
+                client.close()
 
 
 class ChannelsResource(Destination):
@@ -335,7 +352,7 @@ class ChannelsResource(Destination):
 def configured(group: Any, path: str, prefix: str = "") -> dict[str, Any]:
     """A resource's fields from a branch of the settings tree (`path`: "slack", "grafana"; the resource's fields are
     named `prefix` + the branch's): each value set, a secret as Dagster's EnvVar of its variable (resolved at run
-    time, never in Dagster's stored config), a list or a mapping as the variable's text."""
+    time, never in Dagster's stored config)."""
     fields: dict[str, Any] = {}
     for name in type(group).model_fields:
         value = getattr(group, name)
@@ -351,6 +368,7 @@ def destinations(found: RadarSettings) -> dict[str, dg.ConfigurableResource]:
     """The destinations' resources as the settings configure them (`found`: every setting, checked): a route to a
     channel that is not configured, or that cannot take the outcome, stops the load naming RADAR_CHANNEL_ROUTES."""
     shared: dict[str, Any] = {"alert_max_age_hours": found.alert_max_age_hours}
+    shared |= {"dagster_url": found.dagster_url} if found.dagster_url else {}
     channels: dict[str, Any] = {**shared, **configured(found.pagerduty, "pagerduty", "pagerduty_")}
     channels |= configured(found.teams, "teams", "teams_")
     if found.grafana.url and found.grafana.token:

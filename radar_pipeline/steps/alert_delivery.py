@@ -164,17 +164,17 @@ def withhold_reason(found: pd.DataFrame, max_age: timedelta, now: datetime, rean
     return None
 
 
-def run_url(run_id: str | None) -> str | None:
-    """The run's page in the Dagster UI (at RADAR_DAGSTER_URL, default http://localhost:3000)."""
+def run_url(run_id: str | None, dagster_url: str | None) -> str | None:
+    """The run's page in the Dagster UI at `dagster_url` (RADAR_DAGSTER_URL, a destination resource's; unset:
+    http://localhost:3000)."""
     if not run_id:
         return None
-    from radar_pipeline.config.settings import settings  # the link's base, RADAR_DAGSTER_URL
-
-    return f"{(settings('dagster_url').dagster_url or 'http://localhost:3000').rstrip('/')}/runs/{run_id}"
+    return f"{(dagster_url or 'http://localhost:3000').rstrip('/')}/runs/{run_id}"
 
 
-def deploy_facts(found: pd.DataFrame) -> AnalysisFacts:
-    """The message header of a deploy's analysis, from its detections (alerts.detections rows)."""
+def deploy_facts(found: pd.DataFrame, dagster_url: str | None) -> AnalysisFacts:
+    """The message header of a deploy's analysis, from its detections (alerts.detections rows); its run linked in
+    the Dagster UI at `dagster_url` (run_url)."""
     first = found.iloc[0]
     return AnalysisFacts(
         analysis_id=str(first.deploy_id),
@@ -183,13 +183,13 @@ def deploy_facts(found: pd.DataFrame) -> AnalysisFacts:
         service=first.service,
         version=first.version,
         url=first.url,
-        run_url=run_url(first.run_id),
+        run_url=run_url(first.run_id, dagster_url),
     )
 
 
-def period_facts(analysis_id: str, target: str, rows: pd.DataFrame) -> AnalysisFacts:
+def period_facts(analysis_id: str, target: str, rows: pd.DataFrame, dagster_url: str | None) -> AnalysisFacts:
     """The message header of a periodic check on one target: the analysis window is [t − 2P, t], and the latest
-    period, the one alerted on, is its second half."""
+    period, the one alerted on, is its second half; its run linked as deploy_facts'."""
     first = rows.iloc[0]
     start, end = pd.Timestamp(first.window_start), pd.Timestamp(first.window_end)
     split = (start + (end - start) / 2).to_pydatetime()
@@ -200,7 +200,7 @@ def period_facts(analysis_id: str, target: str, rows: pd.DataFrame) -> AnalysisF
         service=None,
         version=None,
         url=None,
-        run_url=run_url(first.run_id),
+        run_url=run_url(first.run_id, dagster_url),
         period=(split, end.to_pydatetime()),
     )
 

@@ -262,7 +262,14 @@ CANARY_ALERT_PREFIX = "canary:"  # the outbox's target for a canary arm's detect
 
 
 def deliver_canary_alerts(
-    log: Any, engine: sa.Engine, sender: Any, routed: list[Any], deploy_id: str, max_age: timedelta, now: datetime
+    log: Any,
+    engine: sa.Engine,
+    sender: Any,
+    routed: list[Any],
+    deploy_id: str,
+    max_age: timedelta,
+    now: datetime,
+    dagster_url: str | None = None,
 ) -> dict[str, Any]:
     """Announce the canary arm's detections of a canary deploy, once per canary analysis: on Slack in one message
     (alerts.render.render_canary) and on each routed channel taking regressions (PagerDuty, …), through the same
@@ -270,7 +277,8 @@ def deliver_canary_alerts(
     and the target "canary:<target>", so neither the before/after alerts of the same statement nor a run of it again can
     send it twice; claimed before sending, settled after, an earlier attempt that got no answer looked for first).
     When the canary window closed more than `max_age` before `now`, the rows are recorded withheld and nothing is
-    sent (alert_delivery.withhold_reason). Returns the run's metadata."""
+    sent (alert_delivery.withhold_reason). `dagster_url`: where its run is linked (run_url). Returns the run's
+    metadata."""
     from radar_pipeline.alerts.render import (
         CANARY_CAUSE,
         AnalysisFacts,
@@ -325,7 +333,7 @@ def deliver_canary_alerts(
         service=event.service,
         version=event.version,
         url=event.url,
-        run_url=run_url(found["run_id"]),
+        run_url=run_url(found["run_id"], dagster_url),
         # what every channel shows: the real target, both roles, the same minutes
         canary=CanaryArms(str(found["target"]), canary_role, stable_role, (found["window_start"], found["window_end"])),
     )

@@ -8,7 +8,7 @@ with backoff by radar_reconciler, withheld when too old, and a comment whose pos
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -43,6 +43,7 @@ class Deploy:
     found: pd.DataFrame
     window_end: datetime
     run_id: str | None
+    dagster_url: str | None = None  # where its run is linked (run_url)
 
 
 def deliver(
@@ -54,15 +55,19 @@ def deliver(
     now: datetime,
     times: Times,
     reanalysis: bool = False,
+    dagster_url: str | None = None,
 ) -> dict[str, Any]:
     """Send what is due of the deploy's code-host deliveries, and record every outcome; returns what the run's
     metadata shows (never a token). A deploy without a commit and repository, one whose host has no token here
     (`hosts` holds the configured ones), and one not analysed yet get nothing. Withheld instead of sent: in the nightly
-    reanalysis, or when the analysed window closed more than `max_age` ago."""
+    reanalysis, or when the analysed window closed more than `max_age` ago. `times`: the configured analysis times,
+    by which a canary deploy's verdict falls due where the warehouse has not recorded them; `dagster_url`: where the
+    analysis run is linked (run_url)."""
     with engine.connect() as conn:
         deploy = _read(conn, deploy_id, times)
     if isinstance(deploy, str):
         return {"note": deploy}
+    deploy = replace(deploy, dagster_url=dagster_url)
     event = deploy.event
     client = hosts.get(str(event.code_host))
     if client is None:
@@ -191,7 +196,7 @@ def _api_mismatch(event: deploys.DeployEvent, client: HostClient) -> str | None:
 def _status(client: HostClient, deploy: Deploy, row: Row) -> None:
     event = deploy.event
     text = description(row.state, deploy.state, deploy.found)
-    link = run_url(deploy.run_id)
+    link = run_url(deploy.run_id, deploy.dagster_url)
     if row.kind == "deployment_status":
         assert event.github_deployment_id is not None
         client.set_deployment_status(str(event.repository), event.github_deployment_id, row.state, text, link)
@@ -322,7 +327,7 @@ def comment_body(deploy: Deploy, state: str, marker: str) -> str:
             lines += _block(str(r.query or f"queryid {r.queryid}"))
         if len(found) > MAX_SHOWN:
             lines.append(f"- and {len(found) - MAX_SHOWN} more: `radar verdicts {event.deploy_id}`")
-    link = run_url(deploy.run_id)
+    link = run_url(deploy.run_id, deploy.dagster_url)
     if link:
         lines += ["", f"[The analysis run in Dagster]({link.replace(')', '%29')})"]
     body = printable("\n".join(lines))

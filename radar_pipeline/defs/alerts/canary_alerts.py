@@ -43,6 +43,7 @@ def canary_alerts(
             context.partition_key,
             slack.alert_max_age,
             datetime.now(UTC),
+            slack.dagster_url or None,
         )
     finally:
         close(routed)

@@ -1,8 +1,6 @@
 """code_host_statuses: the deploy's state on its commit (and GitHub deployment) and, on a regression, a comment on the
 requests that merged it, through the outbox (radar.outbox) (steps/code_host_delivery.py)."""
 
-from datetime import UTC, datetime
-
 import dagster as dg
 
 from radar_pipeline.defs.deploys.deploy_verdicts import REANALYSIS_TAG, deploy_verdicts, deploys_partitions
@@ -29,23 +27,8 @@ def code_host_statuses(
 ) -> dg.MaterializeResult:
     """Send what is due of the deploy's code-host deliveries and record every outcome; withheld instead when the
     deploy's window closed more than the alert age limit ago, or in a reanalysis run."""
-    from radar_pipeline.steps.code_host_delivery import deliver  # httpx: only the runs that deliver load it
-
-    clients = code_hosts.clients()
-    try:
-        metadata = deliver(
-            context.log,
-            warehouse.engine(),
-            clients,
-            context.partition_key,
-            code_hosts.alert_max_age,
-            datetime.now(UTC),
-            analysis,
-            reanalysis=context.run.tags.get(REANALYSIS_TAG) == "true",
-        )
-    finally:
-        for client in clients.values():
-            client.close()
+    reanalysis = context.run.tags.get(REANALYSIS_TAG) == "true"
+    metadata = code_hosts.deliver(context.log, warehouse.engine(), context.partition_key, analysis, reanalysis)
     return dg.MaterializeResult(
         metadata={k: dg.MetadataValue.json(v) if isinstance(v, dict) else v for k, v in metadata.items()}
     )

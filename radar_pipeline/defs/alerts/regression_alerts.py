@@ -75,7 +75,7 @@ def regression_alerts(
         metadata.update(_channels(context, engine, channels, analysis_id, None, found, changes, reanalysis))
         return dg.MaterializeResult(metadata=metadata)
     reason = withhold_reason(either, slack.alert_max_age, datetime.now(UTC), reanalysis=reanalysis)
-    facts = replace(deploy_facts(either), load_ms_per_min=load, **state_facts(state, tiered))
+    facts = replace(deploy_facts(either, slack.dagster_url or None), load_ms_per_min=load, **state_facts(state, tiered))
     try:
         metadata = as_metadata(
             deliver(
@@ -235,7 +235,7 @@ def slack_run_failure_sensor(context: dg.RunFailureSensorContext, slack: SlackRe
         run.run_id,
         _partitions_of(run.tags),
         context.failure_event.message or "no error message",
-        run_url(run.run_id),
+        run_url(run.run_id, slack.dagster_url or None),
     )
     try:
         sender.send(text, blocks)

@@ -93,27 +93,11 @@ def _deliver(
     """The deploy's code-host status from the canary's state, as `radar gate` gives it (steps/code_host_delivery.py;
     through its outbox, retried by radar_reconciler): the canary's verdict may be stored after the before/after run
     sent nothing (the gate was pending then)."""
-    from datetime import UTC, datetime
-
-    from radar_pipeline.steps.code_host_delivery import deliver
-
-    clients = code_hosts.clients()
     try:
-        return deliver(
-            context.log,
-            warehouse.engine(),
-            clients,
-            context.partition_key,
-            code_hosts.alert_max_age,
-            datetime.now(UTC),
-            analysis,
-        )
+        return code_hosts.deliver(context.log, warehouse.engine(), context.partition_key, analysis)
     except Exception as exc:  # the verdict is stored; what the outbox holds is radar_reconciler's to retry
         context.log.error(f"code-host status not sent: {exc}")
         return {"error": str(exc)}
-    finally:
-        for client in clients.values():
-            client.close()
 
 
 def _record(context: dg.AssetExecutionContext, run: object, record: Any, message: str) -> None:

@@ -162,7 +162,7 @@ def periodic_alerts(
         found = alerts.detections(conn, ident)
 
     def facts_of(target: str, rows: "pd.DataFrame") -> "AnalysisFacts":
-        return period_facts(ident, target, rows)
+        return period_facts(ident, target, rows, slack.dagster_url or None)
 
     if datetime.now(UTC) - ended > max_age:
         # Closing is never noise: what a label asked of this hour's alerts (resolves, message updates) still goes.
@@ -186,11 +186,11 @@ def periodic_alerts(
     share = CHART_IMAGES_LIMIT // max(1, found["target"].nunique())  # the targets' charts share one bound
     failures: list[Exception] = []  # one target's or step's error never stops the others: raised after them all
     for target, rows in found.groupby("target", sort=True):
-        facts = period_facts(ident, str(target), rows)
+        facts = period_facts(ident, str(target), rows, slack.dagster_url or None)
         try:
-            rows = rows.reset_index(drop=True)
+            alerted = rows.reset_index(drop=True)
             sent = as_metadata(
-                deliver(context.log, engine, slack.sender(), rows, facts, chart_dir=analysis.chart_root), share
+                deliver(context.log, engine, slack.sender(), alerted, facts, chart_dir=analysis.chart_root), share
             )
         except Exception as exc:  # noqa: BLE001 - raised below, after the other targets and channels
             context.log.error(f"{target}: Slack: {type(exc).__name__}")
@@ -207,7 +207,7 @@ def periodic_alerts(
     try:
         delivered: dict[str, Any] = {}
         for target, rows in found.groupby("target", sort=True) if routed else ():
-            facts = period_facts(ident, str(target), rows)
+            facts = period_facts(ident, str(target), rows, slack.dagster_url or None)
             try:  # deliver_routed logs each channel's error and raises after its channels
                 shown = deliver_routed(context.log, engine, routed, ident, facts, rows, None, resolves=NO_RESOLVES)
             except Exception as exc:  # noqa: BLE001 - raised below, after the other targets and the recoveries
