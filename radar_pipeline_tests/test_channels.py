@@ -261,6 +261,39 @@ def test_the_trigger_carries_a_bounded_summary_severity_and_links():
 # Through the outbox, in Dagster runs.
 
 
+def test_slack_takes_only_what_the_routes_send_it(analysed, warehouse_url, pagerduty, slack):  # noqa: F811
+    """Named in RADAR_CHANNEL_ROUTES, Slack takes what is routed to it, like every channel: routed load changes only,
+    a deploy's regression goes to PagerDuty and not to Slack (no message, no outbox row of Slack's)."""
+    bot = SlackResource(token="xoxb-test-token", channel="C0RADAR", base_url=slack.api_url, outcomes=["load_change"])
+    result, _ = _alert(warehouse_url, _channels(pagerduty, routes="regression=pagerduty load_change=slack"), bot)
+    assert result.success and not slack.messages() and len(pagerduty.incidents) == 1
+    assert [(r["channel"], r["status"]) for r in _rows(analysed)] == [("pagerduty", "sent")]
+    metadata = result.asset_materializations_for_node("regression_alerts")[0].metadata
+    assert "not routed" in metadata["note"].value
+
+
+def test_slack_s_routes_come_from_the_settings_and_unnamed_it_takes_everything(monkeypatch):
+    """The load decides what Slack takes: what the routes send it when they name it; everything it can when they do
+    not (routes written before Slack could be routed keep it as it was); a route to an unconfigured Slack stops the
+    load naming what configures it."""
+    slack = {"RADAR_SLACK_TOKEN": "xoxb-1", "RADAR_SLACK_CHANNEL": "#radar", "RADAR_PAGERDUTY_ROUTING_KEY": KEY}
+    for routes, outcomes in [
+        (None, ["load_change", "regression"]),
+        ("regression=pagerduty", ["load_change", "regression"]),
+        ("regression=pagerduty,slack load_change=pagerduty", ["regression"]),
+    ]:
+        environ = slack | ({"RADAR_CHANNEL_ROUTES": routes} if routes else {})
+        built = destinations(settings(environ=environ))
+        assert built["slack"].outcomes == outcomes, routes  # type: ignore[attr-defined]
+        assert [r.name for r in built["channels"].routed()] == ["pagerduty"]  # type: ignore[attr-defined]
+    with pytest.raises(
+        ConfigError, match="routes load_change to slack, which is not configured .set RADAR_SLACK_TOKEN"
+    ):
+        destinations(settings(environ={"RADAR_CHANNEL_ROUTES": "load_change=slack"}))
+    with pytest.raises(ConfigError, match="routes deploy to slack, which cannot take it"):
+        destinations(settings(environ=slack | {"RADAR_CHANNEL_ROUTES": "deploy=slack"}))
+
+
 def test_a_deploy_with_a_regression_is_one_incident_and_one_change_event(analysed, warehouse_url, pagerduty, slack):  # noqa: F811
     bot = SlackResource(token="xoxb-test-token", channel="C0RADAR", base_url=slack.api_url)
     result, log = _alert(warehouse_url, _channels(pagerduty), bot)
@@ -487,7 +520,6 @@ def test_the_reconciler_retries_a_throttled_trigger_and_change_event(analysed, w
     [
         ({"RADAR_CHANNEL_ROUTES": "pages=pagerduty"}, "RADAR_CHANNEL_ROUTES: 'pages' is not an outcome"),
         ({"RADAR_CHANNEL_ROUTES": "regression=opsgenie"}, "RADAR_CHANNEL_ROUTES: 'opsgenie' is not a channel"),
-        ({"RADAR_CHANNEL_ROUTES": "regression=slack"}, "RADAR_CHANNEL_ROUTES: slack is not routed"),
         (
             {"RADAR_CHANNEL_ROUTES": "regression=pagerduty"},
             "RADAR_CHANNEL_ROUTES routes regression to pagerduty, which is not configured "

@@ -1,7 +1,7 @@
-"""The channels beyond Slack as configured: a factory for each configured channel, and which outcomes (a detection,
-a load change, a deploy) each one takes (RADAR_CHANNEL_ROUTES; unset: every configured channel takes every outcome it
-can). Checked when the definitions load: an outcome routed to a channel that is not configured, or that cannot take
-it, stops the load with one line naming the setting."""
+"""The channels as configured: a factory for each configured channel beyond Slack, and which outcomes (a detection,
+a load change, a deploy) each channel, Slack too, takes (RADAR_CHANNEL_ROUTES; unset: every configured channel takes
+every outcome it can; Slack, when the routes do not name it, too). Checked when the definitions load: an outcome routed
+to a channel that is not configured, or that cannot take it, stops the load with one line naming the setting."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from radar_pipeline.config import ConfigError
 from radar_pipeline.config.settings import CHANNEL_OUTCOMES, CHANNEL_ROUTES_VAR, variable
 
 REGRESSION, LOAD_CHANGE, DEPLOY = CHANNEL_OUTCOMES
+SLACK = "slack"  # routed like the others, made by its own resource (defs.resources.SlackResource)
 # What each kind of channel can take: a deploy only goes to a channel that marks deploys (a DeployMarker).
 CAN_TAKE = {
+    "slack": frozenset({REGRESSION, LOAD_CHANGE}),
     "pagerduty": frozenset(CHANNEL_OUTCOMES),
     "teams": frozenset({REGRESSION, LOAD_CHANGE}),
     "grafana": frozenset(CHANNEL_OUTCOMES),
@@ -22,6 +24,7 @@ CAN_TAKE = {
 }
 # The setting that configures each kind, for the message when a route names one that is not configured.
 CONFIGURED_BY = {
+    "slack": f"{variable('slack.token')} and {variable('slack.channel')}, or {variable('slack.webhook_url')}",
     "pagerduty": variable("pagerduty.routing_key"),
     "teams": variable("teams.webhook_url"),
     "grafana": f"{variable('grafana.url')} and {variable('grafana.token')}",
@@ -49,10 +52,14 @@ def kind(name: str) -> str:
 
 def routing(routes: Mapping[str, tuple[str, ...]] | None, configured: list[str]) -> dict[str, frozenset[str]]:
     """Channel name → the outcomes it takes, for the `configured` channels: as `routes` says (config.settings
-    channel_routes), else every outcome each can take. Raises ConfigError naming RADAR_CHANNEL_ROUTES."""
+    channel_routes), else every outcome each can take. Slack takes every outcome it can unless the routes name it
+    (routes written before Slack could be routed keep it as it was). Raises ConfigError naming
+    RADAR_CHANNEL_ROUTES."""
     if routes is None:
         return {name: CAN_TAKE[kind(name)] for name in configured}
     taken: dict[str, set[str]] = {name: set() for name in configured}
+    if SLACK in configured and not any(SLACK in names for names in routes.values()):
+        taken[SLACK] = set(CAN_TAKE[SLACK])
     for outcome, names in routes.items():
         for name in names:
             if name not in taken:

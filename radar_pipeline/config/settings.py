@@ -55,7 +55,7 @@ MIN_SHARED_SECRET = 16
 RECEIVER_SCOPES = ("deploy", "gate", "label")
 _ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}")
 _HTTP = re.compile(r"https?://[^\s\x00-\x1f\x7f]+")
-_CHANNEL = re.compile(r"(pagerduty|teams|grafana|webhook:[a-z0-9][a-z0-9_-]{0,39})")
+_CHANNEL = re.compile(r"(slack|pagerduty|teams|grafana|webhook:[a-z0-9][a-z0-9_-]{0,39})")
 
 
 class Invalid(ValueError):
@@ -349,10 +349,10 @@ def parse_channel_routes(text: str) -> dict[str, tuple[str, ...]]:
             raise Invalid(f"names {outcome} twice")
         channels = tuple(n for n in names.split(",") if n)
         for name in channels:
-            if name == "slack":
-                raise Invalid(": slack is not routed (it gets every detection when it is configured)")
             if not _CHANNEL.fullmatch(name):
-                raise Invalid(f": {printable(name)!r} is not a channel (pagerduty, teams, grafana, webhook:<name>)")
+                raise Invalid(
+                    f": {printable(name)!r} is not a channel (slack, pagerduty, teams, grafana, webhook:<name>)"
+                )
         routes[outcome] = channels
     return routes
 

@@ -12,7 +12,9 @@ import pydantic
 from pydantic import SecretStr
 
 from radar_pipeline.alerts.channels import (
+    CAN_TAKE,
     DEPLOY,
+    SLACK,
     Routed,
     build,
     grafana_factory,
@@ -249,6 +251,11 @@ class SlackResource(Destination):
     webhook_url: str = ""
     base_url: str = "https://slack.com/api/"
     label_buttons: bool = False  # RADAR_SLACK_LABEL_BUTTONS
+    outcomes: list[str] = sorted(CAN_TAKE[SLACK])  # what RADAR_CHANNEL_ROUTES sends here (unnamed there: all it can)
+
+    def takes(self, outcome: str) -> bool:
+        """Whether the routes send Slack this outcome (regression, load_change)."""
+        return outcome in self.outcomes
 
     def sender(self) -> "SlackSender":
         """A sender for the configured mode: bot token and channel, webhook, or none."""
@@ -337,7 +344,9 @@ class ChannelsResource(Destination):
         return made
 
     def _routes(self) -> dict[str, tuple[str, ...]] | None:
-        return parsed(parse_channel_routes, self.routes, CHANNEL_ROUTES_VAR) if self.routes else None
+        # Slack's routes are SlackResource's (destinations); here, the channels beyond it
+        routes = parsed(parse_channel_routes, self.routes, CHANNEL_ROUTES_VAR) if self.routes else None
+        return {k: tuple(n for n in v if n != SLACK) for k, v in routes.items()} if routes else None
 
     def routed(self) -> list[Routed]:
         """The configured channels that take something, made, each with what it takes."""
@@ -380,10 +389,11 @@ def destinations(found: RadarSettings) -> dict[str, dg.ConfigurableResource]:
     names += ["teams"] if found.teams.webhook_url else []
     names += ["grafana"] if found.grafana.url and found.grafana.token else []
     names += webhook_names(found.webhooks.get_secret_value(), hosts) if found.webhooks else []
-    routing(found.channel_routes, names)
+    names += [SLACK] if found.slack.token or found.slack.webhook_url else []
+    taken = routing(found.channel_routes, names)
     if found.channel_routes:
         channels["routes"] = " ".join(f"{k}={','.join(v)}" for k, v in found.channel_routes.items())
-    slack = configured(found.slack, "slack")
+    slack = configured(found.slack, "slack") | ({"outcomes": sorted(taken[SLACK])} if SLACK in taken else {})
     code_hosts = {
         k: v for host in DEFAULT_API_URLS for k, v in configured(found.code_host(host), host, f"{host}_").items()
     }

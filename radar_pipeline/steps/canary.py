@@ -270,6 +270,7 @@ def deliver_canary_alerts(
     max_age: timedelta,
     now: datetime,
     dagster_url: str | None = None,
+    to_slack: bool = True,
 ) -> dict[str, Any]:
     """Announce the canary arm's detections of a canary deploy, once per canary analysis: on Slack in one message
     (alerts.render.render_canary) and on each routed channel taking regressions (PagerDuty, …), through the same
@@ -277,8 +278,8 @@ def deliver_canary_alerts(
     and the target "canary:<target>", so neither the before/after alerts of the same statement nor a run of it again can
     send it twice; claimed before sending, settled after, an earlier attempt that got no answer looked for first).
     When the canary window closed more than `max_age` before `now`, the rows are recorded withheld and nothing is
-    sent (alert_delivery.withhold_reason). `dagster_url`: where its run is linked (run_url). Returns the run's
-    metadata."""
+    sent (alert_delivery.withhold_reason). `dagster_url`: where its run is linked (run_url); `to_slack`: whether
+    RADAR_CHANNEL_ROUTES sends Slack regressions. Returns the run's metadata."""
     from radar_pipeline.alerts.render import (
         CANARY_CAUSE,
         AnalysisFacts,
@@ -337,7 +338,9 @@ def deliver_canary_alerts(
         # what every channel shows: the real target, both roles, the same minutes
         canary=CanaryArms(str(found["target"]), canary_role, stable_role, (found["window_start"], found["window_end"])),
     )
-    claimed_due = claim_due(log, engine, sender, deploy_id, facts.target, keys, withhold, metadata)
+    claimed_due = (
+        claim_due(log, engine, sender, deploy_id, facts.target, keys, withhold, metadata) if to_slack else None
+    )
     if claimed_due is not None:
         todo, delivery = claimed_due
         due = set(todo)

@@ -30,7 +30,7 @@ def canary_alerts(
 ) -> dg.MaterializeResult:
     """Send what is due of the deploy's canary detections (none for a deploy without a canary analysis, or one whose
     analysis stopped on an error), recorded withheld when the canary window closed more than the alert age limit ago."""
-    from radar_pipeline.alerts.channels import close
+    from radar_pipeline.alerts.channels import REGRESSION, close
     from radar_pipeline.steps.canary import deliver_canary_alerts
 
     routed = channels.routed() if channels.factories() else []
@@ -44,6 +44,7 @@ def canary_alerts(
             slack.alert_max_age,
             datetime.now(UTC),
             slack.dagster_url or None,
+            slack.takes(REGRESSION),
         )
     finally:
         close(routed)

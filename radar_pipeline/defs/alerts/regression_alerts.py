@@ -49,7 +49,9 @@ def regression_alerts(
     withheld instead when the deploy's window closed more than the alert age limit ago, or in a reanalysis run. Then
     the same, and the deploy's mark and the resolves of what it no longer announces or a label closed, on each routed
     channel; then the updates of its Slack messages a label asked for."""
+    from radar_pipeline.alerts.channels import LOAD_CHANGE, REGRESSION
     from radar_pipeline.alerts.render import TIERS_SHOWN
+    from radar_pipeline.config.settings import CHANNEL_ROUTES_VAR
     from radar_pipeline.steps.alert_delivery import deliver, deploy_facts, withhold_reason
     from radar_pipeline.steps.channel_delivery import update_messages
     from radar_pipeline.warehouse import alerts, outbox
@@ -76,20 +78,27 @@ def regression_alerts(
         return dg.MaterializeResult(metadata=metadata)
     reason = withhold_reason(either, slack.alert_max_age, datetime.now(UTC), reanalysis=reanalysis)
     facts = replace(deploy_facts(either, slack.dagster_url or None), load_ms_per_min=load, **state_facts(state, tiered))
+    # what RADAR_CHANNEL_ROUTES sends Slack (unnamed there: all of it)
+    regressions, load_changes = slack.takes(REGRESSION), slack.takes(LOAD_CHANGE)
+    mine = [rows if taken else rows.iloc[0:0] for rows, taken in ((found, regressions), (changes, load_changes))]
+    mine.append(slower if regressions else slower.iloc[0:0])
     try:
-        metadata = as_metadata(
-            deliver(
-                context.log,
-                engine,
-                slack.sender(),
-                found,
-                facts,
-                withhold=reason,
-                changes=changes,
-                slower=slower,
-                chart_dir=analysis.chart_root,
+        if any(len(rows) for rows in mine):
+            metadata = as_metadata(
+                deliver(
+                    context.log,
+                    engine,
+                    slack.sender(),
+                    mine[0],
+                    facts,
+                    withhold=reason,
+                    changes=mine[1],
+                    slower=mine[2],
+                    chart_dir=analysis.chart_root,
+                )
             )
-        )
+        else:
+            metadata = {"regressions": 0, "note": f"Slack is not routed this deploy's news ({CHANNEL_ROUTES_VAR})"}
     except Exception as exc:  # Slack's error never keeps the other channels from their deliveries: raised after them
         context.log.error(f"Slack: {type(exc).__name__}: {printable(str(exc).splitlines()[0] if str(exc) else '')}")
         try:

@@ -148,7 +148,7 @@ def periodic_alerts(
     on each routed channel beyond Slack, and the resolves of the episodes this hour closed; none for an hour that
     ended longer ago than the alert age limit (RADAR_ALERT_MAX_AGE_HOURS, default 24: a backfill; its reports are in
     radar.regression_episode)."""
-    from radar_pipeline.alerts.channels import close
+    from radar_pipeline.alerts.channels import REGRESSION, close
     from radar_pipeline.steps.alert_delivery import deliver, period_facts
     from radar_pipeline.steps.channel_delivery import NO_RESOLVES, RECOVERED, deliver_routed, update_messages
     from radar_pipeline.steps.periodic_check import analysis_id
@@ -185,7 +185,7 @@ def periodic_alerts(
     metadata: dict[str, Any] = {"regressions": 0}
     share = CHART_IMAGES_LIMIT // max(1, found["target"].nunique())  # the targets' charts share one bound
     failures: list[Exception] = []  # one target's or step's error never stops the others: raised after them all
-    for target, rows in found.groupby("target", sort=True):
+    for target, rows in found.groupby("target", sort=True) if slack.takes(REGRESSION) else ():
         facts = period_facts(ident, str(target), rows, slack.dagster_url or None)
         try:
             alerted = rows.reset_index(drop=True)
