@@ -574,6 +574,17 @@ def test_the_periodic_checks_recovery_resolves_the_incident(timeline, warehouse,
     assert tuple(row) == ("periodic:" + _key(timeline, 4), "sent")
 
 
+def test_the_periodic_check_sends_slack_only_what_the_routes_send_it(timeline, warehouse_url, pagerduty, slack):  # noqa: F811
+    """Hour 1's reported regression goes to PagerDuty; Slack, routed load changes only, gets no message."""
+    bot = SlackResource(token="xoxb-test-token", channel="C0RADAR", base_url=slack.api_url, outcomes=["load_change"])
+    routes = "regression=pagerduty load_change=slack"
+    assets, resources = _periodic(warehouse_url, _channels(pagerduty, routes=routes), bot)
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(assets, partition_key=_key(timeline, 1), resources=resources, instance=instance)
+    assert result.success and not slack.messages()
+    assert [i.status for i in pagerduty.incidents] == ["triggered"]
+
+
 def _statement(warehouse, queryid: int) -> tuple[int, int, int, bool]:  # type: ignore[no-untyped-def]
     with warehouse.connect() as conn:
         row = conn.execute(
