@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from radar_pipeline.defs.alerts.regression_alerts import regression_alerts
-from radar_pipeline.defs.resources import ChannelsResource, SlackResource, WarehouseResource
+from radar_pipeline.defs.resources import AnalysisResource, ChannelsResource, SlackResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.steps.alert_delivery import plain_text
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
@@ -207,7 +207,12 @@ def _alert(warehouse_url: str, slack: fake_slack.FakeSlack, deploy_id: str) -> t
         result = dg.materialize(
             [regression_alerts],
             partition_key=deploy_id,
-            resources={"warehouse": WarehouseResource(url=warehouse_url), "slack": bot, "channels": ChannelsResource()},
+            resources={
+                "warehouse": WarehouseResource(url=warehouse_url),
+                "slack": bot,
+                "channels": ChannelsResource(),
+                "analysis": AnalysisResource(),
+            },
             instance=instance,
             selection=[regression_alerts],
         )

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from radar_pipeline import plan_shape
 from radar_pipeline.config import Target
 from radar_pipeline.defs.collection.plans import plan_snapshots
-from radar_pipeline.defs.resources import ChannelsResource, TargetsResource, WarehouseResource
+from radar_pipeline.defs.resources import AnalysisResource, ChannelsResource, TargetsResource, WarehouseResource
 from radar_pipeline.engine import EngineSettings
 from radar_pipeline.steps.deploy_analysis import AnalysisRun, analyse_deploy
 from radar_pipeline.steps.plan_capture import capture_target
@@ -222,7 +222,12 @@ def test_a_queryid_postgresql_18_shares_between_two_tables_is_said_and_gets_no_p
     bot = SlackResource(token="xoxb-test-token", channel="#radar", base_url=slack.api_url)
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("deploys", ["shared-id"])
-        resources = {"warehouse": WarehouseResource(url=warehouse_url), "slack": bot, "channels": ChannelsResource()}
+        resources = {
+            "warehouse": WarehouseResource(url=warehouse_url),
+            "slack": bot,
+            "channels": ChannelsResource(),
+            "analysis": AnalysisResource(),
+        }
         sent = dg.materialize([regression_alerts], partition_key="shared-id", resources=resources, instance=instance)
         assert sent.success
     body = slack.calls_to("/api/chat.postMessage")[-1].json
