@@ -16,27 +16,6 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-# Every variable `radar deploy` reads, by CI (docs/ci.md lists them).
-GITHUB_VARS = (
-    "GITHUB_ACTIONS",
-    "GITHUB_RUN_ID",
-    "GITHUB_RUN_ATTEMPT",
-    "GITHUB_REPOSITORY",
-    "GITHUB_SHA",
-    "GITHUB_SERVER_URL",
-    "GITHUB_API_URL",
-    "GITHUB_EVENT_NAME",
-    "GITHUB_EVENT_PATH",
-)
-GITLAB_VARS = (
-    "GITLAB_CI",
-    "CI_JOB_ID",
-    "CI_PROJECT_PATH",
-    "CI_COMMIT_SHA",
-    "CI_COMMIT_SHORT_SHA",
-    "CI_JOB_URL",
-    "CI_API_V4_URL",
-)
 # What each deploy field comes from, per CI: named by the warnings when it is missing.
 SOURCES = {
     "github": {"commit_sha": "GITHUB_SHA", "repository": "GITHUB_REPOSITORY", "service": "GITHUB_REPOSITORY",

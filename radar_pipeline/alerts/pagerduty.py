@@ -34,7 +34,6 @@ from radar_pipeline.pgss_model import Key
 
 DEFAULT_URL = "https://events.pagerduty.com"
 MAX_SUMMARY = 1024  # PagerDuty's limit on payload.summary
-MAX_DEDUP_KEY = 255
 MAX_STATEMENT = 1000  # characters of a statement's text in custom_details
 MAX_ANSWER = 64 * 1024  # bytes of an answer read; PagerDuty's are a few hundred
 SHOWN = 160  # characters of an odd answer quoted in an error

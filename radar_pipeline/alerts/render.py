@@ -23,7 +23,6 @@ MAX_FIELD_TEXT = 2000
 MAX_HEADER = 150
 MAX_CONTEXT_ELEMENTS = 10
 MAX_FALLBACK = 3000  # Slack truncates text past 40,000 characters; notifications show far less
-BLOCKS_PER_REGRESSION = 4  # divider, query, numbers, plan
 MAX_SHOWN = 10  # regressions shown in one message: 2 + 10 × 4 + 2 = 44 blocks; the rest summarised with a link
 MAX_SHOWN_WITH_BUTTONS = 8  # with a row of label buttons each: 2 + 2 + 8 × 5 + 2 = 46 blocks
 # The label buttons under each regression (docs/labels.md): their action_id is LABEL_ACTION and the label; Slack

@@ -683,24 +683,18 @@ def periodic_minute(environ: Mapping[str, str] | None = None) -> int:
 
 # The variables by name, for messages and for Dagster's EnvVar (which resolves secrets at run time, unstored); the
 # warehouse's and the targets' are config.targets' (the same names: a test holds them to it).
-COLLECTOR_ROLE_VAR = variable("collector_role")
-RETENTION_DAYS_VAR = variable("retention_days")
 SNAPSHOT_CRON_VAR = variable("snapshot_cron")
 PLAN_CRON_VAR = variable("plan_cron")
 ALERT_MAX_AGE_VAR = variable("alert_max_age_hours")
-DAGSTER_URL_VAR = variable("dagster_url")
 DAGSTER_PG_URL_VAR = variable("dagster_pg_url")
-CHART_DIR_VAR = variable("chart_dir")
 DEPLOY_TARGET_VAR = variable("deploy_target")
 HOME_VAR = variable("home")
 CHANNEL_ROUTES_VAR = variable("channel_routes")
-WINDOW_VAR, SCRAPE_INTERVAL_VAR = variable("window_seconds"), variable("scrape_interval_seconds")
+WINDOW_VAR = variable("window_seconds")
 PLAN_TOP_N_VAR = variable("plan_top_n")
 REANALYSIS_DAYS_VAR = variable("reanalysis_days")
 RUN_RETENTION_VAR = variable("dagster_run_retention_days")
 SHARDS_VAR = variable("snapshot_shards")
-PERIODIC_START_VAR = variable("periodic_start")
-PERIODIC_MINUTE_VAR = variable("periodic_minute")
 # Whole-number settings and their defaults.
 COUNTS: dict[str, int] = {
     v: RadarSettings.model_fields[field_of(v)].default

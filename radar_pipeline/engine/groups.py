@@ -54,7 +54,7 @@ from typing import TypeVar
 import numpy as np
 import pandas as pd
 
-from radar_pipeline.engine.frames import GROUP_FRAME, GROUPS_STORED
+from radar_pipeline.engine.frames import GROUP_FRAME
 from radar_pipeline.engine.gate import tiers
 from radar_pipeline.engine.settings import EngineSettings
 from radar_pipeline.engine.vocabulary import Verdict
@@ -63,7 +63,6 @@ from radar_pipeline.engine.vocabulary import Verdict
 # of freedom is too wide to tell anything (t_3,0.975 = 3.2), while a pair is better read from its two verdicts.
 MIN_MEMBERS = 5
 K = TypeVar("K")  # a member's key (a query_key)
-GROUP_KINDS = GROUPS_STORED.column("kind").words  # steps/groups.py forms them
 # The members' shared noise is estimated over this many windows W before the deploy, at every look (the last look's
 # span: enough intervals for the long-run variances' degrees of freedom, and the before side never sees the change).
 NOISE_SPANS = 8

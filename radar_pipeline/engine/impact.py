@@ -61,7 +61,6 @@ from radar_pipeline.engine.settings import EngineSettings
 from radar_pipeline.engine.vocabulary import IMPACT_KINDS, Cause, Verdict
 
 NEW, STOPPED, SURGE, N_PLUS_ONE, ROWS_PER_CALL, REPLACED, DEPLOY_STATEMENT = IMPACT_KINDS
-KINDS = IMPACT_KINDS
 # What a statement is, as steps/ tells from its text (`classify`, steps/replacements.py): the application's (SELECT,
 # INSERT, UPDATE, DELETE, MERGE, and the rest an application runs: CALL, COPY, EXPLAIN, VACUUM, …; load), DDL (the
 # deploy's kind of statement: CREATE, ALTER, DROP, GRANT, …), or transaction and session control (BEGIN, COMMIT, SET).

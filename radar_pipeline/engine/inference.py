@@ -140,13 +140,6 @@ class SplitTest:
     prior_intervals: np.ndarray
 
 
-def _prefix(values: np.ndarray) -> np.ndarray:
-    """Sums of the first k columns, k = 0..L ([rows, L + 1])."""
-    out = np.zeros((values.shape[0], values.shape[1] + 1))
-    np.cumsum(values, axis=1, out=out[:, 1:])
-    return out
-
-
 def split_tests(
     calls: np.ndarray,
     time: np.ndarray,
@@ -1019,7 +1012,7 @@ def level_shift_beyond_trend(
     x = np.asarray(means, dtype=np.float64) if whole else np.where(inside, means, 0.0)
     # With weights w, times t and the step d (0 or 1), every sum the three fits need is a sum of one of w, w·t, w·t²,
     # w·x, w·t·x over the intervals before k (d = 0) or from k on (d = 1): ten sums of products, taken without
-    # forming the masked products (einsum), as _weighted_lstsq would have them.
+    # forming the masked products (einsum) that a direct weighted least squares would.
     d = (col >= k[:, None]).astype(np.float64)
     wt = w * t
     terms = {"1": w, "t": wt, "tt": wt * t, "x": w * x, "tx": wt * x}
@@ -1052,17 +1045,6 @@ def level_shift_beyond_trend(
         continuous = (continuous_level + coef[:, 2]) / continuous_level
         broken = np.where(after_line > 0, after_line, after_mean) / np.where(before_line > 0, before_line, before_mean)
     return np.fmax(continuous, broken)
-
-
-def _weighted_mean(w: np.ndarray, x: np.ndarray) -> np.ndarray:
-    return (w * x).sum(axis=1) / np.maximum(w.sum(axis=1), 1e-300)
-
-
-def _weighted_lstsq(w: np.ndarray, columns: list[np.ndarray], x: np.ndarray) -> np.ndarray:
-    """Per row, the coefficients c of x ≈ Σ c_j · columns[j], least squares weighted by w (a tiny ridge keeps a side
-    whose times are all one solvable)."""
-    gram = np.stack([np.stack([(w * u * v).sum(axis=1) for v in columns], axis=1) for u in columns], axis=1)
-    return _solve(gram, [(w * u * x).sum(axis=1) for u in columns])
 
 
 def _solve(gram: np.ndarray, rhs: list[np.ndarray]) -> np.ndarray:

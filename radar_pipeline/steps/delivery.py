@@ -64,7 +64,6 @@ def sent_of(delivered: Delivered) -> Sent:
     return Sent(remote_id=delivered.remote_id, ts=delivered.ts, message_channel=delivered.message_channel)
 
 
-Settle = Callable[..., None]
 Find = Callable[[list[Row], datetime], dict[int, Sent]]  # rows with an earlier attempt → by row id, what it made
 Send = Callable[[list[Row]], Sent]
 

@@ -236,27 +236,28 @@ def decide(
         at = position.get_indexer(list(group.members))
         at = at[at >= 0]
         tested = at[estimated[at]]
-        sentence = _sentence(group, result)
-        keys = verdicts.iloc[tested]
-        rows.append(
-            {
-                **result,
-                "kind": group.kind,
-                "label": group.label,
-                "statements": len(group.members),
-                "sentence": sentence,
-                **{f"member_{k}": [_plain(v) for v in keys[k]] for k in KEY},
-            }
-        )
+        rows.append(_row(group, result, verdicts.iloc[tested]))
         if result["verdict"] == Verdict.DETECTED:
             for row in tested:
-                marks[row].append(sentence)
+                marks[row].append(rows[-1]["sentence"])
     mark = [f"in a group that regressed: {'; '.join(m)}" if m else None for m in marks]
     return _frame(rows), mark
 
 
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return GROUPS_STORED.check(pd.DataFrame(rows, columns=GROUPS_STORED.names), "steps.groups.decide")
+
+
+def _row(group: Group, result: dict[str, Any], tested: pd.DataFrame) -> dict[str, Any]:
+    """One stored group verdict: the group's decision (`result`), its words, and the keys of its `tested` members."""
+    return {
+        **result,
+        "kind": group.kind,
+        "label": group.label,
+        "statements": len(group.members),
+        "sentence": _sentence(group, result),
+        **{f"member_{k}": [_plain(v) for v in tested[k]] for k in KEY},
+    }
 
 
 def _plain(value: Any) -> Any:
@@ -417,14 +418,5 @@ def later_look(
         group = formed[result["group_id"]]
         found = evidence[evidence["query_key"].isin(list(group.members))]
         found = found[np.isfinite(found["deploy_log_factor"].to_numpy(dtype=float))]
-        rows.append(
-            {
-                **result,
-                "kind": group.kind,
-                "label": group.label,
-                "statements": len(group.members),
-                "sentence": _sentence(group, result),
-                **{f"member_{k}": [_plain(v) for v in found[k]] for k in KEY},
-            }
-        )
+        rows.append(_row(group, result, found))
     return LaterGroups(span.look, statements, budget, _frame(rows))

@@ -334,8 +334,6 @@ def label_words(label: Any, by: Any, note: Any = None, fixed_by: Any = None) -> 
 
 # Mutes.
 
-SCOPES = ("target", "statement", "group")
-
 
 def add_mute(
     conn: sa.Connection,

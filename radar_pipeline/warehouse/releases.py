@@ -211,7 +211,6 @@ class Look:
 
 
 BASIS, TIMED = "basis", "timed"
-DONE, FAILED = "done", "failed"
 
 
 def basis_of(members: pd.DataFrame) -> tuple[tuple[str, datetime], ...]:

@@ -12,7 +12,7 @@ write never duplicates rows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
 import numpy as np
@@ -109,12 +109,10 @@ class StoreResult:
     statements: int = 0
     stored_rows: int = 0
     new_statements: int = 0
-    ignored_statements: int = 0
     resets_seen: int = 0
     missing_statements: int = 0
     dealloc_since_last: int | None = None
     duplicate: bool = False
-    skipped_keys: list[Key] = field(default_factory=list)
     # issue 28, catalog facts (steps/snapshots.py): versions stored by the scrape's catalog read, or why it failed
     catalog_changes: int = 0
     catalog_error: str | None = None
@@ -344,7 +342,6 @@ def write_snapshot(
     is_new = rows["is_new"].to_numpy()
     new_keys = statement_keys(rows[is_new])
     keep_new = np.array([k in fingerprints and k not in ignored for k in new_keys], dtype=bool)
-    result.skipped_keys = [k for k, keep in zip(new_keys, keep_new, strict=True) if not keep and k not in ignored]
     keep = np.ones(len(rows), dtype=bool)
     keep[np.flatnonzero(is_new)] = keep_new
     rows = rows[keep].copy()
@@ -356,7 +353,6 @@ def write_snapshot(
     result.statements = plan.listed - len(ignored)
     result.stored_rows = len(rows)
     result.new_statements = int(rows["is_new"].sum())
-    result.ignored_statements = len(ignored)
     result.resets_seen = int(rows["reset_before"].sum())
     result.missing_statements = len(plan.missing_keys)
     if info.dealloc is not None and state.last_dealloc is not None:
