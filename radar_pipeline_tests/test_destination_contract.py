@@ -63,6 +63,7 @@ class Destination:
     waits_in_call: ClassVar[bool] = False
     no_resend: ClassVar[str] = "its one request may have been taken: resent only by the outbox, after a look if it can"
     own_secret: ClassVar[str]  # the secret the stand-in takes
+    route: str  # the delivery request, where the stand-in is scripted by request (Slack, PagerDuty, code hosts)
 
     def start(self) -> None:
         raise NotImplementedError
@@ -83,15 +84,15 @@ class Destination:
 
     def requests(self) -> int:
         """The delivery requests the stand-in received, taken or not."""
-        raise NotImplementedError
+        return len(self.state.calls_to(self.route))
 
     def hold_next(self) -> threading.Event:
         """Take the next delivery, hold its answer until the returned event is set."""
-        raise NotImplementedError
+        return self.state.hold_next(self.route)
 
     def answer_next(self, status: int, body: bytes, content_type: str) -> None:
         """Answer the next delivery so instead of the API's answer, without taking it."""
-        raise NotImplementedError
+        self.state.answer_next(self.route, Odd(status, body, content_type))
 
     def throttle_next(self, retry_after: str) -> None:
         """Answer the next delivery 429 with this Retry-After, without taking it."""
@@ -118,7 +119,7 @@ class SlackBot(Destination):
     name = "slack-bot"
     can_check = True  # chat.postMessage's metadata carries the delivery id; conversations.history finds it
     own_secret = "xoxb-contract-0123456789"
-    POST = "/api/chat.postMessage"
+    route = "/api/chat.postMessage"
 
     def start(self) -> None:
         self.state, self.server = fake_slack.start()
@@ -132,17 +133,8 @@ class SlackBot(Destination):
     def applied(self) -> int:
         return len(self.state.messages())
 
-    def requests(self) -> int:
-        return len(self.state.calls_to(self.POST))
-
-    def hold_next(self) -> threading.Event:
-        return self.state.hold_next(self.POST)
-
-    def answer_next(self, status: int, body: bytes, content_type: str) -> None:
-        self.state.answer_next(self.POST, Odd(status, body, content_type))
-
     def throttle_next(self, retry_after: str) -> None:
-        self.state.fail_next(self.POST, (429, {"Retry-After": retry_after}))
+        self.state.fail_next(self.route, (429, {"Retry-After": retry_after}))
 
 
 class SlackWebhook(SlackBot):
@@ -155,14 +147,15 @@ class SlackWebhook(SlackBot):
         from radar_pipeline.alerts.slack import SlackSender
 
         part = quote(secret or self.own_secret, safe="")
-        self.POST = f"/hook/T000/B000/{part}"
-        return SlackSender(webhook_url=f"http://127.0.0.1:{self.state.port}{self.POST}", timeout=TIMEOUT)
+        self.route = f"/hook/T000/B000/{part}"
+        return SlackSender(webhook_url=f"http://127.0.0.1:{self.state.port}{self.route}", timeout=TIMEOUT)
 
 
 class PagerDuty(Destination):
     name = "pagerduty"
     no_look = "the Events API cannot be read; a trigger's dedup_key makes a second send the same incident"
     own_secret = "R0radarContractKey00000000000000"  # a routing key's form: 32 letters and digits
+    route = fake_pagerduty.EVENTS
 
     def start(self) -> None:
         self.state, self.server = fake_pagerduty.start()
@@ -175,17 +168,8 @@ class PagerDuty(Destination):
     def applied(self) -> int:
         return sum(len(incident.triggers) for incident in self.state.incidents)
 
-    def requests(self) -> int:
-        return len(self.state.calls_to(fake_pagerduty.EVENTS))
-
-    def hold_next(self) -> threading.Event:
-        return self.state.hold_next(fake_pagerduty.EVENTS)
-
-    def answer_next(self, status: int, body: bytes, content_type: str) -> None:
-        self.state.answer_next(fake_pagerduty.EVENTS, Odd(status, body, content_type))
-
     def throttle_next(self, retry_after: str) -> None:
-        self.state.throttle_next(fake_pagerduty.EVENTS, retry_after)
+        self.state.throttle_next(self.route, retry_after)
 
     def error_answers(self, echo: str) -> list[tuple[int, bytes, str]]:
         errors = [f"'routing_key' {echo} is not a known integration key"]
@@ -295,7 +279,7 @@ class CodeHost(Destination):
     no_resend = ""  # a status is resent in the call after a timeout (the same state again), a comment never
     own_secret = fake_code_host.TOKEN
     REPOSITORY = "acme/api"
-    ROUTE = "post_comment"
+    route = "post_comment"
 
     def start(self) -> None:
         self.state = fake_code_host.FakeHost(self.kind, self.REPOSITORY, COMMIT, reviews=[12])
@@ -315,18 +299,12 @@ class CodeHost(Destination):
     def applied(self) -> int:
         return len(self.state.comments)
 
-    def requests(self) -> int:
-        return len(self.state.calls_to(self.ROUTE))
-
-    def hold_next(self) -> threading.Event:
-        return self.state.hold_next(self.ROUTE)
-
     def answer_next(self, status: int, body: bytes, content_type: str) -> None:
         payload = body if content_type.startswith("text/html") else json.loads(body)
-        self.state.fail_next(self.ROUTE, (status, {}, payload))
+        self.state.fail_next(self.route, (status, {}, payload))
 
     def throttle_next(self, retry_after: str) -> None:
-        self.state.fail_next(self.ROUTE, (429, {"Retry-After": retry_after}, {"message": "API rate limit exceeded"}))
+        self.state.fail_next(self.route, (429, {"Retry-After": retry_after}, {"message": "API rate limit exceeded"}))
 
     def error_answers(self, echo: str) -> list[tuple[int, bytes, str]]:
         return [(401, _json({"message": f"Bad credentials: {echo}"}), "application/json"), *super().error_answers(echo)]

@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # SQLAlchemy and slack_sdk load when a run or a tick uses the
 
     from radar_pipeline.alerts.code_hosts import HostClient
     from radar_pipeline.alerts.slack import SlackSender
+    from radar_pipeline.warehouse.status import Times
 
 
 class WarehouseResource(dg.ConfigurableResource):
@@ -289,7 +290,7 @@ class CodeHostResource(Destination):
             kind: HostClient(kind, url, token, self.timeout_seconds) for kind, (token, url) in given.items() if token
         }
 
-    def deliver(self, log: Any, engine: "sa.Engine", deploy_id: str, times: Any, reanalysis: bool = False) -> dict:
+    def deliver(self, log: Any, engine: "sa.Engine", deploy_id: str, times: "Times", reanalysis: bool = False) -> dict:
         """Send what is due of a deploy's code-host deliveries (steps/code_host_delivery.py `deliver`) through a
         client per configured host, closed after; returns what the run's metadata shows."""
         from datetime import UTC, datetime

@@ -8,7 +8,6 @@ import logging
 import tempfile
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +125,7 @@ def claim_due(
     delivery = Delivery(log, engine, "Slack", claimed, word="posted")
     todo: list[Row] | None = claimed.rows
     if sender.configured:  # an earlier attempt may have posted some: look in the channel first (token mode)
-        todo = delivery.look(claimed.rows, finder(partial(sender.find_delivered, None)) if sender.can_check else None)
+        todo = delivery.look(claimed.rows, finder(sender, None))
         for found in delivery.found.values():
             metadata["message_ts"] = found.ts or ""
     keys_left = [r.key for r in todo or [] if r.key is not None]

@@ -18,7 +18,6 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -99,7 +98,7 @@ def deliver(
     delivery = Delivery(log, engine, name, claimed)
     gone = [r for r in claimed.rows if r.key not in detections]
     delivery.settle(gone, "skipped", error=NO_LONGER)  # rows of statements a re-analysis no longer announces
-    look = finder(partial(channel.find_delivered, facts)) if channel.can_check else None
+    look = finder(channel, facts)
     todo = delivery.look([r for r in claimed.rows if r.key in detections], look)
     if todo is None:
         return metadata

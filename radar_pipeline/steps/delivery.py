@@ -23,7 +23,6 @@ from typing import Any
 import sqlalchemy as sa
 
 from radar_pipeline.alerts.channel import ChannelError, Delivered
-from radar_pipeline.pgss_model import Key
 from radar_pipeline.warehouse import outbox
 from radar_pipeline.warehouse.outbox import Claim, Row
 
@@ -68,13 +67,15 @@ Find = Callable[[list[Row], datetime], dict[int, Sent]]  # rows with an earlier 
 Send = Callable[[list[Row]], Sent]
 
 
-def finder(find_delivered: Callable[[dict[Key, str], datetime], dict[Key, Delivered]]) -> Find:
-    """The look of a Channel's find_delivered (its analysis's facts bound) over claimed rows: their keys and earlier
-    delivery ids in, what was found by row id out."""
+def finder(channel: Any, facts: Any) -> Find | None:
+    """The look of a Channel's find_delivered (for the analysis of `facts`) over claimed rows: their keys and earlier
+    delivery ids in, what was found by row id out; None when the channel cannot tell (can_check)."""
+    if not channel.can_check:
+        return None
 
     def find(rows: list[Row], since: datetime) -> dict[int, Sent]:
         by_key = {r.key: r for r in rows if r.key is not None}
-        found = find_delivered({k: str(r.earlier) for k, r in by_key.items()}, since)
+        found = channel.find_delivered(facts, {k: str(r.earlier) for k, r in by_key.items()}, since)
         return {by_key[k].id: sent_of(d) for k, d in found.items() if k in by_key}
 
     return find
