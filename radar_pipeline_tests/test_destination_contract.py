@@ -390,16 +390,21 @@ def test_the_table_covers_every_destination_and_states_each_point():
         assert case.no_resend or case.resend_idempotent is not Destination.resend_idempotent, name
 
 
-def test_a_delivery_taken_but_not_answered_in_time_may_have_been_delivered_and_went_once(dest):
-    """A delivery taken but unanswered in the client's bound is unknown, retryable, received and applied once."""
-    client = dest.client()
+def unanswered(dest: Destination, client: Any, delivery_id: str) -> ChannelError:
+    """The error of a delivery the stand-in took and held unanswered past the client's bound."""
     held = dest.hold_next()
     try:
         with pytest.raises(ChannelError) as error:
-            dest.deliver(client, "contract-1")
+            dest.deliver(client, delivery_id)
     finally:
         held.set()
-    assert error.value.unknown and error.value.retryable, str(error.value)
+    return error.value
+
+
+def test_a_delivery_taken_but_not_answered_in_time_may_have_been_delivered_and_went_once(dest):
+    """A delivery taken but unanswered in the client's bound is unknown, retryable, received and applied once."""
+    error = unanswered(dest, dest.client(), "contract-1")
+    assert error.unknown and error.retryable, str(error)
     assert (dest.requests(), dest.applied()) == (1, 1)
 
 
@@ -419,13 +424,7 @@ def test_an_earlier_delivery_is_found_where_the_api_allows_looking(dest):
         assert dest.no_look
         return
     since = datetime.now(UTC) - timedelta(minutes=1)
-    held = dest.hold_next()
-    try:
-        with pytest.raises(ChannelError) as error:
-            dest.deliver(client, "contract-lost")
-    finally:
-        held.set()
-    assert error.value.unknown
+    assert unanswered(dest, client, "contract-lost").unknown
     assert dest.find(client, "contract-lost", since)
     assert not dest.find(client, "contract-never-sent", since)
 
